@@ -1,0 +1,155 @@
+/* allocators/allocator.c: the public dispatch of the allocator vtable (shared
+ * checks first, then the slot) and the per-device default allocator table. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mnemo/mnemo.h"
+#include "runtime/error.h"
+
+#define MN__ALLOC_MAX_DEVICES 64
+
+mn_status mn_allocator_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stream, void **out) {
+  MN__CHECK_ARG(a != NULL && out != NULL, "allocator and out must not be NULL");
+  if (stream && !mn_device_equal(mn_stream_device(stream), a->device)) {
+    char x[32], y[32];
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "%s allocator given a stream of %s",
+                     mn_device_format(a->device, x, sizeof x),
+                     mn_device_format(mn_stream_device(stream), y, sizeof y));
+  }
+  if (nbytes == 0) {
+    *out = NULL;
+    return MN_OK;
+  }
+  void *p = NULL;
+  mn_status st = a->vtable->alloc(a, nbytes, stream, &p);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  *out = p;
+  return MN_OK;
+}
+
+mn_status mn_allocator_free(mn_allocator_t *a, void *ptr) {
+  MN__CHECK_ARG(a != NULL, "allocator must not be NULL");
+  if (!ptr) return MN_OK;
+  mn_status st = a->vtable->free(a, ptr);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_allocator_record_stream(mn_allocator_t *a, void *ptr, mn_stream_t *stream) {
+  MN__CHECK_ARG(a != NULL && ptr != NULL && stream != NULL, "allocator, ptr and stream must not be NULL");
+  if (!mn_device_equal(mn_stream_device(stream), a->device))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "stream is on another device than the allocator");
+  if (!a->vtable->record_stream) return MN_OK;
+  mn_status st = a->vtable->record_stream(a, ptr, stream);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_allocator_empty_cache(mn_allocator_t *a) {
+  MN__CHECK_ARG(a != NULL, "allocator must not be NULL");
+  if (!a->vtable->empty_cache) return MN_OK;
+  mn_status st = a->vtable->empty_cache(a);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_allocator_get_stats(mn_allocator_t *a, mn_alloc_stats_t *out) {
+  MN__CHECK_ARG(a != NULL && out != NULL, "allocator and out must not be NULL");
+  if (!a->vtable->get_stats)
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "the %s allocator keeps no statistics", a->vtable->name);
+  mn_alloc_stats_t st;
+  memset(&st, 0, sizeof st);
+  st.size = (uint32_t)sizeof st;
+  st.version = MN_ALLOC_STATS_VERSION;
+  st.max_split_size = -1;
+  mn_status rc = a->vtable->get_stats(a, &st);
+  if (rc != MN_OK) return mn__error_wrap(rc, __func__);
+  *out = st;
+  return MN_OK;
+}
+
+mn_status mn_allocator_reset_peak(mn_allocator_t *a) {
+  MN__CHECK_ARG(a != NULL, "allocator must not be NULL");
+  if (!a->vtable->reset_peak)
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "the %s allocator keeps no statistics", a->vtable->name);
+  mn_status st = a->vtable->reset_peak(a);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_allocator_snapshot(mn_allocator_t *a, mn_snapshot_t **out) {
+  MN__CHECK_ARG(a != NULL && out != NULL, "allocator and out must not be NULL");
+  if (!a->vtable->snapshot)
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "the %s allocator has no snapshots", a->vtable->name);
+  mn_snapshot_t *snap = NULL;
+  mn_status st = a->vtable->snapshot(a, &snap);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  *out = snap;
+  return MN_OK;
+}
+
+void mn_snapshot_free(mn_snapshot_t *snap) {
+  if (!snap) return;
+  for (size_t i = 0; i < snap->nsegments; i++) free(snap->segments[i].blocks);
+  free(snap->segments);
+  free(snap);
+}
+
+mn_status mn_allocator_check_invariants(mn_allocator_t *a) {
+  MN__CHECK_ARG(a != NULL, "allocator must not be NULL");
+  if (!a->vtable->check_invariants) return MN_OK;
+  mn_status st = a->vtable->check_invariants(a);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+void mn_allocator_destroy(mn_allocator_t *a) {
+  if (a && a->vtable->destroy) a->vtable->destroy(a);
+}
+
+const char *mn_allocator_name(const mn_allocator_t *a) { return a ? a->vtable->name : "none"; }
+mn_device_t mn_allocator_device(const mn_allocator_t *a) { return a->device; }
+
+/* ---- defaults ------------------------------------------------------------ */
+
+static pthread_mutex_t g_default_lock = PTHREAD_MUTEX_INITIALIZER;
+static mn_allocator_t *g_builtin[MN_DEVICE_TYPE_COUNT][MN__ALLOC_MAX_DEVICES];
+static mn_allocator_t *g_user[MN_DEVICE_TYPE_COUNT][MN__ALLOC_MAX_DEVICES];
+
+static mn_status default_slot_check(const char *func, mn_device_t dev) {
+  mn_status st = mn_device_check(dev);
+  if (st != MN_OK) return mn__error_wrap(st, func);
+  if (dev.index >= MN__ALLOC_MAX_DEVICES)
+    return mn__error(MN_ERR_NOT_SUPPORTED, func, "device index %d >= %d", dev.index, MN__ALLOC_MAX_DEVICES);
+  return MN_OK;
+}
+
+mn_status mn_allocator_get_default(mn_device_t dev, mn_allocator_t **out) {
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  mn_status st = default_slot_check(__func__, dev);
+  if (st != MN_OK) return st;
+  pthread_mutex_lock(&g_default_lock);
+  mn_allocator_t *a = g_user[dev.type][dev.index];
+  if (!a) {
+    if (!g_builtin[dev.type][dev.index]) st = mn_naive_allocator_create(dev, &g_builtin[dev.type][dev.index]);
+    a = g_builtin[dev.type][dev.index];
+  }
+  pthread_mutex_unlock(&g_default_lock);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  *out = a;
+  return MN_OK;
+}
+
+mn_status mn_allocator_set_default(mn_device_t dev, mn_allocator_t *a) {
+  mn_status st = default_slot_check(__func__, dev);
+  if (st != MN_OK) return st;
+  if (a && !mn_device_equal(a->device, dev))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "allocator is for another device");
+  pthread_mutex_lock(&g_default_lock);
+  g_user[dev.type][dev.index] = a;
+  pthread_mutex_unlock(&g_default_lock);
+  return MN_OK;
+}
+
+const char *mn_trace_action_name(mn_trace_action action) {
+  static const char *names[MN_TRACE_ACTION_COUNT] = {
+      "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+      "segment_map", "segment_unmap", "empty_cache", "oom"};
+  return (unsigned)action < MN_TRACE_ACTION_COUNT ? names[action] : "invalid";
+}

@@ -1,0 +1,69 @@
+/* mnemo/caching.h: the caching device allocator (PyTorch's CUDACachingAllocator
+ * rules, on any device with streams) and its configuration, from a struct or a string. */
+#ifndef MNEMO_CACHING_H
+#define MNEMO_CACHING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "mnemo/allocator.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MN_ROUNDUP_BUCKETS 64 /* one per power-of-two interval: index = floor(log2(size)) */
+
+typedef struct mn_caching_config_s {
+  /* Blocks of at least this many bytes are "oversize": never split. SIZE_MAX
+   * (the default) means unlimited. Set from max_split_size_mb. */
+  size_t max_split_size;
+  /* Oversize requests may take a cached oversize block at most this many bytes
+   * larger (default 20 MiB; max_non_split_rounding_mb). */
+  size_t max_non_split_rounding;
+  /* 0 (off, default) or in (0, 1): when reserved memory passes this fraction of
+   * the allowed memory, free unused cached blocks, oldest first. */
+  double garbage_collection_threshold;
+  /* Per power-of-two interval [2^i, 2^(i+1)): split it into this many steps
+   * when rounding a request (0 or 1: plain 512-byte rounding). */
+  unsigned roundup_power2_divisions[MN_ROUNDUP_BUCKETS];
+  /* Grow one virtual range per stream and pool instead of new segments
+   * (device VMM; expandable_segments). */
+  bool expandable_segments;
+  /* In (0, 1]: cap reserved memory at this fraction of the device's total
+   * (per_process_memory_fraction; 1 = no cap, the default). */
+  double per_process_memory_fraction;
+  /* "native" (this allocator) or "cudaMallocAsync" (the stream-ordered pool):
+   * read by the default-allocator factory, not by the caching allocator. */
+  char backend[32];
+} mn_caching_config_t;
+
+mn_caching_config_t mn_caching_config_default(void);
+/* Applies a PyTorch-style option string ("max_split_size_mb:512,
+ * expandable_segments:True,roundup_power2_divisions:[256:1,512:2,>:8]") on top
+ * of *config. Keys: max_split_size_mb, max_non_split_rounding_mb,
+ * garbage_collection_threshold, roundup_power2_divisions (a number or a
+ * [size_mb:divisions,...,>:divisions] list), expandable_segments,
+ * per_process_memory_fraction, backend. Unknown keys and bad values are
+ * MN_ERR_INVALID_ARGUMENT with the key and value named; *config is untouched on failure. */
+mn_status mn_caching_config_parse(const char *text, mn_caching_config_t *config);
+/* Writes the configuration back as an option string (always NUL-terminated). */
+mn_status mn_caching_config_format(const mn_caching_config_t *config, char *buf, size_t bufsize);
+
+/* A caching allocator for `dev` (CUDA or SIM; the CPU works too, without
+ * VMM). config NULL: the defaults. */
+mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t *config, mn_allocator_t **out);
+
+/* Called before an allocation fails with MN_ERR_OUT_OF_MEMORY, with the
+ * request and the statistics at that moment. */
+typedef void (*mn_oom_observer_fn)(void *user, mn_device_t dev, size_t requested,
+                                   const mn_alloc_stats_t *stats);
+mn_status mn_caching_allocator_set_oom_observer(mn_allocator_t *a, mn_oom_observer_fn fn, void *user);
+/* Sends every allocator event (alloc, frees, segment alloc/free/map/unmap,
+ * empty_cache, oom) to `sink` (NULL stops). */
+mn_status mn_caching_allocator_set_trace_sink(mn_allocator_t *a, mn_trace_sink_fn sink, void *user);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MNEMO_CACHING_H */

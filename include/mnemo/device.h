@@ -1,0 +1,133 @@
+/* mnemo/device.h: devices (CPU, CUDA, SIM), their properties, streams and
+ * events. Streams and events are thread-safe handles owned by the caller. */
+#ifndef MNEMO_DEVICE_H
+#define MNEMO_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mnemo/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mn_device_type {
+  MN_DEVICE_CPU = 0,
+  MN_DEVICE_CUDA = 1,
+  MN_DEVICE_SIM = 2, /* the simulated GPU (see mnemo/sim.h) */
+  MN_DEVICE_TYPE_COUNT = 3
+} mn_device_type;
+
+typedef struct mn_device_s {
+  mn_device_type type;
+  int index; /* 0 for the CPU */
+} mn_device_t;
+
+#define MN_DEVICE_NAME_MAX 96
+
+typedef struct mn_device_props_s {
+  mn_device_t device;
+  char name[MN_DEVICE_NAME_MAX]; /* "NVIDIA H100 80GB HBM3", "sim", "cpu" */
+  size_t total_memory;           /* bytes */
+  int cc_major, cc_minor;        /* compute capability; 0.0 off CUDA */
+  int multiprocessors;           /* SMs on CUDA; cores on CPU */
+  size_t alloc_granularity;      /* bytes; raw allocations are multiples of it */
+  bool supports_vmm;             /* address reserve + map (expandable segments) */
+  bool is_host_accessible;       /* memory readable by host code (CPU, SIM) */
+} mn_device_props_t;
+
+mn_device_t mn_device_cpu(void);
+mn_device_t mn_device_cuda(int index);
+mn_device_t mn_device_sim(int index);
+bool mn_device_equal(mn_device_t a, mn_device_t b);
+/* "cpu", "cuda", "sim". */
+const char *mn_device_type_name(mn_device_type type);
+/* Parses "cpu", "cuda", "cuda:1", "sim:0" (index defaults to 0). */
+mn_status mn_device_parse(const char *text, mn_device_t *out);
+/* Writes "cuda:0" etc. into buf (always NUL-terminated); returns buf. */
+const char *mn_device_format(mn_device_t dev, char *buf, size_t bufsize);
+
+/* Number of devices of a type: 1 for CPU; 0 for CUDA when the build has no
+ * CUDA, no driver or no GPU is present (a normal answer, not an error). */
+mn_status mn_device_count(mn_device_type type, int *count);
+/* MN_ERR_NO_DEVICE when the device does not exist. */
+mn_status mn_device_check(mn_device_t dev);
+mn_status mn_device_get_properties(mn_device_t dev, mn_device_props_t *props);
+/* Free and total device memory in bytes (host RAM for the CPU). */
+mn_status mn_device_mem_info(mn_device_t dev, size_t *free_bytes, size_t *total_bytes);
+/* Waits for all work on every stream of the device. */
+mn_status mn_device_synchronize(mn_device_t dev);
+/* The best device present: CUDA 0 if any, else the CPU. */
+mn_device_t mn_device_best(void);
+/* Whether this build was compiled with CUDA support. */
+bool mn_build_has_cuda(void);
+
+/* ---- Streams ---------------------------------------------------------------
+ * A stream is an ordered queue of device work. Every device has a default
+ * stream (never destroyed). On the CPU, work runs at once. On SIM, work waits
+ * until the stream is advanced (mnemo/sim.h) or synchronized. */
+typedef struct mn_stream_s mn_stream_t;
+
+mn_status mn_stream_create(mn_device_t dev, mn_stream_t **out);
+/* Wraps a native stream (cudaStream_t on CUDA) without taking ownership. */
+mn_status mn_stream_wrap(mn_device_t dev, void *native, mn_stream_t **out);
+/* The default stream of a device (NULL stream on CUDA). */
+mn_status mn_stream_default(mn_device_t dev, mn_stream_t **out);
+/* Destroys a stream made by create or wrap; the default stream is refused. */
+mn_status mn_stream_destroy(mn_stream_t *stream);
+mn_device_t mn_stream_device(const mn_stream_t *stream);
+/* A process-unique id (default streams included), stable for the stream's life. */
+uint64_t mn_stream_id(const mn_stream_t *stream);
+/* The backend's handle (cudaStream_t on CUDA). */
+void *mn_stream_native(const mn_stream_t *stream);
+/* *done = true when all work queued so far has completed. */
+mn_status mn_stream_query(mn_stream_t *stream, bool *done);
+mn_status mn_stream_synchronize(mn_stream_t *stream);
+/* Later work on `stream` waits until `event` completes. */
+typedef struct mn_event_s mn_event_t;
+mn_status mn_stream_wait_event(mn_stream_t *stream, mn_event_t *event);
+
+/* ---- Events ---------------------------------------------------------------
+ * An event marks a point in a stream. Before any record it reports complete. */
+mn_status mn_event_create(mn_device_t dev, mn_event_t **out);
+mn_status mn_event_destroy(mn_event_t *event);
+mn_status mn_event_record(mn_event_t *event, mn_stream_t *stream);
+/* *done = true when the stream has reached the last recorded point. */
+mn_status mn_event_query(mn_event_t *event, bool *done);
+mn_status mn_event_synchronize(mn_event_t *event);
+mn_device_t mn_event_device(const mn_event_t *event);
+
+/* ---- Raw memory -------------------------------------------------------------
+ * Direct backend allocations (cudaMalloc on CUDA), no caching: what allocators
+ * are built on. Sizes in bytes. */
+mn_status mn_device_raw_alloc(mn_device_t dev, size_t nbytes, void **out);
+mn_status mn_device_raw_free(mn_device_t dev, void *ptr);
+
+/* Virtual memory (devices whose props say supports_vmm): reserve an address
+ * range with no memory behind it, then map and unmap physical memory into it
+ * in multiples of alloc_granularity. Unmapping frees the physical memory. */
+mn_status mn_device_va_reserve(mn_device_t dev, size_t nbytes, void **base);
+mn_status mn_device_va_release(mn_device_t dev, void *base, size_t nbytes);
+mn_status mn_device_mem_map(mn_device_t dev, void *addr, size_t nbytes);
+mn_status mn_device_mem_unmap(mn_device_t dev, void *addr, size_t nbytes);
+
+/* Byte copies ordered on `stream` (whose device must be one of the two; a
+ * CPU<->CPU copy may pass any stream or NULL). The call returns when the copy
+ * is queued; host memory involved must stay valid until the stream reaches it.
+ * On CUDA, pageable host memory makes the copy synchronous, as cudaMemcpyAsync. */
+mn_status mn_memcpy_async(mn_device_t dst_dev, void *dst, mn_device_t src_dev,
+                          const void *src, size_t nbytes, mn_stream_t *stream);
+/* Sets nbytes bytes at dst to `value` (low 8 bits), ordered on `stream`. */
+mn_status mn_memset_async(mn_device_t dev, void *dst, int value, size_t nbytes,
+                          mn_stream_t *stream);
+/* Runs fn(arg) on the host once the stream reaches this point (at once on the
+ * CPU; when advanced on SIM; cudaLaunchHostFunc on CUDA). */
+typedef void (*mn_host_fn)(void *arg);
+mn_status mn_stream_launch_host(mn_stream_t *stream, mn_host_fn fn, void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MNEMO_DEVICE_H */

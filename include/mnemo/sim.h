@@ -1,0 +1,71 @@
+/* mnemo/sim.h: the simulated GPU. Device memory is lazily backed host memory,
+ * streams run their queued work only when a test advances them, faults can be injected. */
+#ifndef MNEMO_SIM_H
+#define MNEMO_SIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mnemo/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mn_sim_config_s {
+  int device_count;         /* 1..16; default 1 */
+  size_t capacity;          /* bytes of device memory per device; default 80 GiB */
+  size_t granularity;       /* raw allocations round up to this; default 2 MiB */
+  bool eager;               /* streams run work as soon as it is queued */
+} mn_sim_config_t;
+
+/* The defaults above. */
+mn_sim_config_t mn_sim_config_default(void);
+/* Reconfigures the SIM devices. Refused (MN_ERR_INVALID_STATE) while any SIM
+ * memory, stream or event is alive. The first SIM call without a configure
+ * uses the defaults (or MNEMO_SIM_CAPACITY / MNEMO_SIM_EAGER from the environment). */
+mn_status mn_sim_configure(const mn_sim_config_t *config);
+mn_status mn_sim_get_config(mn_sim_config_t *out);
+
+/* Runs up to `n` queued operations of a SIM stream, in order; stops early at a
+ * wait on an event that has not completed. *ran (optional) gets the count run. */
+mn_status mn_sim_stream_advance(mn_stream_t *stream, size_t n, size_t *ran);
+/* Runs everything queued on every stream of the device that can run. */
+mn_status mn_sim_device_drain(mn_device_t dev);
+/* Operations queued and not yet run on a SIM stream. */
+mn_status mn_sim_stream_pending(mn_stream_t *stream, size_t *count);
+
+typedef enum mn_sim_fault {
+  MN_SIM_FAULT_RAW_ALLOC = 0,   /* a raw allocation (alloc or map) fails: out of memory */
+  MN_SIM_FAULT_EVENT_QUERY = 1, /* an event query fails with a device error */
+  MN_SIM_FAULT_MEMCPY = 2,      /* queueing a copy or memset fails with a device error */
+  MN_SIM_FAULT_EVENT_RECORD = 3,/* recording an event fails with a device error */
+  MN_SIM_FAULT_COUNT = 4
+} mn_sim_fault;
+
+/* The `nth` next call of that kind on the device fails (1 = the very next),
+ * then `count` calls in all fail (count >= 1), then calls succeed again. */
+mn_status mn_sim_fault_inject(mn_device_t dev, mn_sim_fault fault, uint64_t nth, uint64_t count);
+mn_status mn_sim_fault_clear(mn_device_t dev);
+
+typedef struct mn_sim_stats_s {
+  size_t mapped_bytes;       /* physical memory in use (raw allocs + mapped pages) */
+  size_t peak_mapped_bytes;
+  uint64_t raw_allocs, raw_frees;
+  uint64_t maps, unmaps;
+  uint64_t ops_queued, ops_run;
+  uint64_t faults_fired;
+  uint64_t illegal_accesses; /* queued copies/sets that touched unmapped memory (skipped) */
+  size_t live_streams, live_events, live_reservations;
+} mn_sim_stats_t;
+
+mn_status mn_sim_get_stats(mn_device_t dev, mn_sim_stats_t *out);
+/* Checks the SIM device's own bookkeeping (address ranges disjoint, byte
+ * counts equal the sums); MN_ERR_INTERNAL with a message when broken. */
+mn_status mn_sim_check_invariants(mn_device_t dev);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MNEMO_SIM_H */

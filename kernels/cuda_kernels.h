@@ -1,0 +1,25 @@
+/* kernels/cuda_kernels.h: the extern "C" launchers of the CUDA kernels, called
+ * by kernels/kernels.c only when the build has CUDA. */
+#ifndef MNEMO_KERNELS_CUDA_KERNELS_H
+#define MNEMO_KERNELS_CUDA_KERNELS_H
+
+#include <stddef.h>
+
+#include "mnemo/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* pre: dst is memory of CUDA device `device`; stream is a cudaStream_t of that
+ * device (NULL = the default stream); itemsize in {1,2,4,8,16}. The launcher
+ * makes `device` current. Launch errors become MN_ERR_DEVICE with CUDA's text. */
+mn_status mn__cuda_fill(int device, void *stream, void *dst, size_t count, size_t itemsize,
+                        const void *pattern);
+/* pre: dst and src memory of CUDA device `device`, non-overlapping. */
+mn_status mn__cuda_copy(int device, void *stream, void *dst, const void *src, size_t nbytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MNEMO_KERNELS_CUDA_KERNELS_H */

@@ -1,0 +1,83 @@
+/* runtime/backend.h: the contract every device backend (CPU, CUDA, SIM)
+ * implements; the only place the rest of mnemo learns about a device type. */
+#ifndef MNEMO_RUNTIME_BACKEND_H
+#define MNEMO_RUNTIME_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "mnemo/device.h"
+
+/* Contract for every slot:
+ *   pre:  `index` is a valid device index of this backend (checked by the
+ *         caller in runtime/device.c); handles come from this backend.
+ *   post: on failure, the slot set the thread's error message (mn__error)
+ *         and changed nothing visible; outputs untouched.
+ * Slots may be NULL where stated; the dispatcher then answers NOT_SUPPORTED.
+ * Streams and events are backend handles (void *); NULL is the default stream. */
+typedef enum mn__copy_kind {
+  MN__COPY_H2H = 0,
+  MN__COPY_H2D = 1,
+  MN__COPY_D2H = 2,
+  MN__COPY_D2D = 3
+} mn__copy_kind;
+
+typedef struct mn__backend_s {
+  const char *name;
+  mn_device_type type;
+  mn_status (*device_count)(int *count);
+  mn_status (*get_properties)(int index, mn_device_props_t *props);
+  mn_status (*mem_info)(int index, size_t *free_bytes, size_t *total_bytes);
+  mn_status (*synchronize)(int index);
+
+  mn_status (*raw_alloc)(int index, size_t nbytes, void **out);
+  /* Like cudaFree: waits for all work queued on the device, then frees. */
+  mn_status (*raw_free)(int index, void *ptr);
+  /* VMM; all four NULL when the backend never supports it (a backend may
+   * also answer MN_ERR_NOT_SUPPORTED per device, as CUDA does). */
+  mn_status (*va_reserve)(int index, size_t nbytes, void **base);
+  mn_status (*va_release)(int index, void *base, size_t nbytes);
+  mn_status (*mem_map)(int index, void *addr, size_t nbytes);
+  mn_status (*mem_unmap)(int index, void *addr, size_t nbytes);
+
+  mn_status (*stream_create)(int index, void **out);
+  mn_status (*stream_destroy)(int index, void *stream);
+  mn_status (*stream_query)(int index, void *stream, bool *done);
+  mn_status (*stream_synchronize)(int index, void *stream);
+  mn_status (*stream_wait_event)(int index, void *stream, void *event);
+  mn_status (*launch_host)(int index, void *stream, mn_host_fn fn, void *arg);
+
+  mn_status (*event_create)(int index, void **out);
+  mn_status (*event_destroy)(int index, void *event);
+  mn_status (*event_record)(int index, void *event, void *stream);
+  mn_status (*event_query)(int index, void *event, bool *done);
+  mn_status (*event_synchronize)(int index, void *event);
+
+  /* Ordered copies and sets on `stream` of this backend's device. */
+  mn_status (*memcpy_async)(int index, void *dst, const void *src, size_t nbytes,
+                            mn__copy_kind kind, void *stream);
+  mn_status (*memset_async)(int index, void *dst, int value, size_t nbytes, void *stream);
+} mn__backend_t;
+
+extern const mn__backend_t mn__cpu_backend;
+extern const mn__backend_t mn__sim_backend;
+extern const mn__backend_t mn__cuda_backend; /* answers 0 devices without CUDA */
+
+/* The backend of a device type (never NULL for a valid type). */
+const mn__backend_t *mn__backend_for(mn_device_type type);
+
+/* Stream and event objects as the runtime sees them. */
+struct mn_stream_s {
+  mn_device_t device;
+  void *handle;       /* backend handle; NULL = default stream */
+  uint64_t id;
+  bool is_default;
+  bool owned;         /* false for wrapped native streams */
+};
+
+struct mn_event_s {
+  mn_device_t device;
+  void *handle;
+};
+
+#endif /* MNEMO_RUNTIME_BACKEND_H */

@@ -1,0 +1,117 @@
+/* runtime/cpu_backend.c: the CPU backend: host memory from the C library,
+ * streams that run work at once, events that are always complete. Thread-safe. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/backend.h"
+#include "runtime/error.h"
+
+/* Host allocations are aligned like CUDA's (256 bytes) so that vectorized
+ * kernels see the same alignment on every device. */
+#define MN__CPU_ALIGN 256
+
+/* A non-NULL token stands for created streams and events: they hold no state. */
+static char mn__cpu_token;
+
+static mn_status cpu_device_count(int *count) {
+  *count = 1;
+  return MN_OK;
+}
+
+static size_t cpu_total_memory(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+  return (pages > 0 && psize > 0) ? (size_t)pages * (size_t)psize : 0;
+}
+
+static mn_status cpu_get_properties(int index, mn_device_props_t *p) {
+  memset(p, 0, sizeof *p);
+  p->device = mn_device_cpu();
+  strcpy(p->name, "cpu");
+  p->total_memory = cpu_total_memory();
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  p->multiprocessors = cores > 0 ? (int)cores : 1;
+  p->alloc_granularity = MN__CPU_ALIGN;
+  p->is_host_accessible = true;
+  return MN_OK;
+}
+
+static mn_status cpu_mem_info(int index, size_t *free_bytes, size_t *total_bytes) {
+  long avail = sysconf(_SC_AVPHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+  *free_bytes = (avail > 0 && psize > 0) ? (size_t)avail * (size_t)psize : 0;
+  *total_bytes = cpu_total_memory();
+  return MN_OK;
+}
+
+static mn_status cpu_nothing(int index) { return MN_OK; }
+
+static mn_status cpu_raw_alloc(int index, size_t nbytes, void **out) {
+  if (nbytes > SIZE_MAX - MN__CPU_ALIGN)
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "cpu: cannot allocate %zu bytes", nbytes);
+  size_t rounded = (nbytes + MN__CPU_ALIGN - 1) / MN__CPU_ALIGN * MN__CPU_ALIGN;
+  void *p = aligned_alloc(MN__CPU_ALIGN, rounded ? rounded : MN__CPU_ALIGN);
+  if (!p)
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__,
+                     "cpu: out of host memory allocating %zu bytes", nbytes);
+  *out = p;
+  return MN_OK;
+}
+
+static mn_status cpu_raw_free(int index, void *ptr) {
+  free(ptr);
+  return MN_OK;
+}
+
+static mn_status cpu_handle_create(int index, void **out) {
+  *out = &mn__cpu_token;
+  return MN_OK;
+}
+static mn_status cpu_handle_destroy(int index, void *h) { return MN_OK; }
+static mn_status cpu_done(int index, void *h, bool *done) {
+  *done = true;
+  return MN_OK;
+}
+static mn_status cpu_handle_nothing(int index, void *h) { return MN_OK; }
+static mn_status cpu_wait_event(int index, void *stream, void *event) { return MN_OK; }
+static mn_status cpu_record(int index, void *event, void *stream) { return MN_OK; }
+
+static mn_status cpu_launch_host(int index, void *stream, mn_host_fn fn, void *arg) {
+  fn(arg);
+  return MN_OK;
+}
+
+static mn_status cpu_memcpy(int index, void *dst, const void *src, size_t nbytes,
+                            mn__copy_kind kind, void *stream) {
+  memmove(dst, src, nbytes);
+  return MN_OK;
+}
+
+static mn_status cpu_memset(int index, void *dst, int value, size_t nbytes, void *stream) {
+  memset(dst, value, nbytes);
+  return MN_OK;
+}
+
+const mn__backend_t mn__cpu_backend = {
+    .name = "cpu",
+    .type = MN_DEVICE_CPU,
+    .device_count = cpu_device_count,
+    .get_properties = cpu_get_properties,
+    .mem_info = cpu_mem_info,
+    .synchronize = cpu_nothing,
+    .raw_alloc = cpu_raw_alloc,
+    .raw_free = cpu_raw_free,
+    .stream_create = cpu_handle_create,
+    .stream_destroy = cpu_handle_destroy,
+    .stream_query = cpu_done,
+    .stream_synchronize = cpu_handle_nothing,
+    .stream_wait_event = cpu_wait_event,
+    .launch_host = cpu_launch_host,
+    .event_create = cpu_handle_create,
+    .event_destroy = cpu_handle_destroy,
+    .event_record = cpu_record,
+    .event_query = cpu_done,
+    .event_synchronize = cpu_handle_nothing,
+    .memcpy_async = cpu_memcpy,
+    .memset_async = cpu_memset,
+};

@@ -1,0 +1,804 @@
+/* runtime/cuda_backend.c: the CUDA device backend (mn__cuda_backend) on the CUDA
+ * runtime API, with VMM through driver entry points; a 0-device stub without CUDA. */
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/backend.h"
+#include "runtime/error.h"
+
+#ifndef MNEMO_HAVE_CUDA
+
+/* ---- Built without CUDA: no devices; every other slot refuses. ------------- */
+
+static mn_status mn__nocuda(const char *func) {
+  return mn__error(MN_ERR_NO_DEVICE, func, "built without CUDA: no CUDA device exists");
+}
+
+static mn_status mn__nocuda_device_count(int *count) {
+  *count = 0;
+  return MN_OK;
+}
+static mn_status mn__nocuda_get_properties(int index, mn_device_props_t *props) {
+  (void)index, (void)props;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_mem_info(int index, size_t *free_bytes, size_t *total_bytes) {
+  (void)index, (void)free_bytes, (void)total_bytes;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_synchronize(int index) {
+  (void)index;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_raw_alloc(int index, size_t nbytes, void **out) {
+  (void)index, (void)nbytes, (void)out;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_raw_free(int index, void *ptr) {
+  (void)index, (void)ptr;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_va_reserve(int index, size_t nbytes, void **base) {
+  (void)index, (void)nbytes, (void)base;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_va_release(int index, void *base, size_t nbytes) {
+  (void)index, (void)base, (void)nbytes;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_mem_map(int index, void *addr, size_t nbytes) {
+  (void)index, (void)addr, (void)nbytes;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_mem_unmap(int index, void *addr, size_t nbytes) {
+  (void)index, (void)addr, (void)nbytes;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_stream_create(int index, void **out) {
+  (void)index, (void)out;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_stream_destroy(int index, void *stream) {
+  (void)index, (void)stream;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_stream_query(int index, void *stream, bool *done) {
+  (void)index, (void)stream, (void)done;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_stream_synchronize(int index, void *stream) {
+  (void)index, (void)stream;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_stream_wait_event(int index, void *stream, void *event) {
+  (void)index, (void)stream, (void)event;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_launch_host(int index, void *stream, mn_host_fn fn, void *arg) {
+  (void)index, (void)stream, (void)fn, (void)arg;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_event_create(int index, void **out) {
+  (void)index, (void)out;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_event_destroy(int index, void *event) {
+  (void)index, (void)event;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_event_record(int index, void *event, void *stream) {
+  (void)index, (void)event, (void)stream;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_event_query(int index, void *event, bool *done) {
+  (void)index, (void)event, (void)done;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_event_synchronize(int index, void *event) {
+  (void)index, (void)event;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_memcpy_async(int index, void *dst, const void *src, size_t nbytes,
+                                         mn__copy_kind kind, void *stream) {
+  (void)index, (void)dst, (void)src, (void)nbytes, (void)kind, (void)stream;
+  return mn__nocuda(__func__);
+}
+static mn_status mn__nocuda_memset_async(int index, void *dst, int value, size_t nbytes,
+                                         void *stream) {
+  (void)index, (void)dst, (void)value, (void)nbytes, (void)stream;
+  return mn__nocuda(__func__);
+}
+
+const mn__backend_t mn__cuda_backend = {
+    .name = "cuda",
+    .type = MN_DEVICE_CUDA,
+    .device_count = mn__nocuda_device_count,
+    .get_properties = mn__nocuda_get_properties,
+    .mem_info = mn__nocuda_mem_info,
+    .synchronize = mn__nocuda_synchronize,
+    .raw_alloc = mn__nocuda_raw_alloc,
+    .raw_free = mn__nocuda_raw_free,
+    .va_reserve = mn__nocuda_va_reserve,
+    .va_release = mn__nocuda_va_release,
+    .mem_map = mn__nocuda_mem_map,
+    .mem_unmap = mn__nocuda_mem_unmap,
+    .stream_create = mn__nocuda_stream_create,
+    .stream_destroy = mn__nocuda_stream_destroy,
+    .stream_query = mn__nocuda_stream_query,
+    .stream_synchronize = mn__nocuda_stream_synchronize,
+    .stream_wait_event = mn__nocuda_stream_wait_event,
+    .launch_host = mn__nocuda_launch_host,
+    .event_create = mn__nocuda_event_create,
+    .event_destroy = mn__nocuda_event_destroy,
+    .event_record = mn__nocuda_event_record,
+    .event_query = mn__nocuda_event_query,
+    .event_synchronize = mn__nocuda_event_synchronize,
+    .memcpy_async = mn__nocuda_memcpy_async,
+    .memset_async = mn__nocuda_memset_async,
+};
+
+#else /* MNEMO_HAVE_CUDA */
+
+#include <pthread.h>
+
+#include <cuda.h> /* driver types only: libcuda is never linked */
+#include <cuda_runtime.h>
+
+/* The fallback granularity when the device has no VMM: cudaMalloc hands out
+ * 2 MiB pages for large allocations. */
+#define MN__CUDA_DEFAULT_GRANULARITY ((size_t)2 << 20)
+
+/* ---- Errors ------------------------------------------------------------------ */
+
+static mn_status mn__cuda_status_of(cudaError_t err) {
+  switch (err) {
+  case cudaErrorMemoryAllocation:
+    return MN_ERR_OUT_OF_MEMORY;
+  case cudaErrorInvalidDevice:
+  case cudaErrorNoDevice:
+  case cudaErrorInsufficientDriver:
+  case cudaErrorStubLibrary:
+    return MN_ERR_NO_DEVICE;
+  case cudaErrorInvalidValue:
+  case cudaErrorInvalidDevicePointer:
+  case cudaErrorInvalidResourceHandle:
+    return MN_ERR_INVALID_ARGUMENT;
+  case cudaErrorNotSupported:
+    return MN_ERR_NOT_SUPPORTED;
+  default:
+    return MN_ERR_DEVICE;
+  }
+}
+
+/* Reports a failed runtime call: "<func>: <call(args)> on cuda:<index> failed:
+ * <cudaErrorName> (<CUDA's text>)". Clears the thread's (non-sticky) CUDA error
+ * so the next kernel launch check does not see this stale failure. */
+static mn_status mn__cuda_fail(cudaError_t err, const char *func, int index, const char *fmt, ...)
+    MN__PRINTF(4, 5);
+static mn_status mn__cuda_fail(cudaError_t err, const char *func, int index, const char *fmt, ...) {
+  char what[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  (void)cudaGetLastError();
+  return mn__error(mn__cuda_status_of(err), func, "%s on cuda:%d failed: %s (%s)", what, index,
+                   cudaGetErrorName(err), cudaGetErrorString(err));
+}
+
+/* ---- Driver entry points (VMM) ---------------------------------------------- */
+
+typedef CUresult(CUDAAPI *mn__pfn_cuMemAddressReserve)(CUdeviceptr *ptr, size_t size,
+                                                        size_t alignment, CUdeviceptr addr,
+                                                        unsigned long long flags);
+typedef CUresult(CUDAAPI *mn__pfn_cuMemAddressFree)(CUdeviceptr ptr, size_t size);
+typedef CUresult(CUDAAPI *mn__pfn_cuMemCreate)(CUmemGenericAllocationHandle *handle, size_t size,
+                                                const CUmemAllocationProp *prop,
+                                                unsigned long long flags);
+typedef CUresult(CUDAAPI *mn__pfn_cuMemMap)(CUdeviceptr ptr, size_t size, size_t offset,
+                                             CUmemGenericAllocationHandle handle,
+                                             unsigned long long flags);
+typedef CUresult(CUDAAPI *mn__pfn_cuMemSetAccess)(CUdeviceptr ptr, size_t size,
+                                                   const CUmemAccessDesc *desc, size_t count);
+typedef CUresult(CUDAAPI *mn__pfn_cuMemUnmap)(CUdeviceptr ptr, size_t size);
+typedef CUresult(CUDAAPI *mn__pfn_cuMemRelease)(CUmemGenericAllocationHandle handle);
+typedef CUresult(CUDAAPI *mn__pfn_cuMemGetAllocationGranularity)(
+    size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option);
+typedef CUresult(CUDAAPI *mn__pfn_cuGetErrorText)(CUresult error, const char **text);
+typedef CUresult(CUDAAPI *mn__pfn_cuDeviceGet)(CUdevice *device, int ordinal);
+typedef CUresult(CUDAAPI *mn__pfn_cuDeviceGetAttribute)(int *value, CUdevice_attribute attrib,
+                                                         CUdevice device);
+
+static struct {
+  bool ok; /* every VMM entry point below was found */
+  mn__pfn_cuDeviceGet device_get;
+  mn__pfn_cuDeviceGetAttribute device_get_attribute;
+  mn__pfn_cuMemAddressReserve mem_address_reserve;
+  mn__pfn_cuMemAddressFree mem_address_free;
+  mn__pfn_cuMemCreate mem_create;
+  mn__pfn_cuMemMap mem_map;
+  mn__pfn_cuMemSetAccess mem_set_access;
+  mn__pfn_cuMemUnmap mem_unmap;
+  mn__pfn_cuMemRelease mem_release;
+  mn__pfn_cuMemGetAllocationGranularity mem_get_granularity;
+  mn__pfn_cuGetErrorText get_error_name;   /* optional */
+  mn__pfn_cuGetErrorText get_error_string; /* optional */
+  char why[160]; /* why ok is false */
+} mn__cu;
+
+static pthread_once_t mn__cu_once = PTHREAD_ONCE_INIT;
+
+/* One driver symbol, requested with the CUDA 12.0 ABI; NULL when absent. */
+static void *mn__cu_symbol(const char *symbol) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+  cudaError_t err = cudaGetDriverEntryPointByVersion(symbol, &fn, 12000, cudaEnableDefault, &found);
+#elif CUDART_VERSION >= 12000
+  cudaError_t err = cudaGetDriverEntryPoint(symbol, &fn, cudaEnableDefault, &found);
+#else
+  cudaError_t err = cudaErrorNotSupported;
+#endif
+  if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == NULL) {
+    (void)cudaGetLastError();
+    if (mn__cu.why[0] == '\0') {
+      snprintf(mn__cu.why, sizeof mn__cu.why, "driver entry point %s not found (%s)", symbol,
+               err != cudaSuccess ? cudaGetErrorName(err) : "symbol not found");
+    }
+    return NULL;
+  }
+  return fn;
+}
+
+static void mn__cu_load(void) {
+  mn__cu.device_get = (mn__pfn_cuDeviceGet)mn__cu_symbol("cuDeviceGet");
+  mn__cu.device_get_attribute =
+      (mn__pfn_cuDeviceGetAttribute)mn__cu_symbol("cuDeviceGetAttribute");
+  mn__cu.mem_address_reserve = (mn__pfn_cuMemAddressReserve)mn__cu_symbol("cuMemAddressReserve");
+  mn__cu.mem_address_free = (mn__pfn_cuMemAddressFree)mn__cu_symbol("cuMemAddressFree");
+  mn__cu.mem_create = (mn__pfn_cuMemCreate)mn__cu_symbol("cuMemCreate");
+  mn__cu.mem_map = (mn__pfn_cuMemMap)mn__cu_symbol("cuMemMap");
+  mn__cu.mem_set_access = (mn__pfn_cuMemSetAccess)mn__cu_symbol("cuMemSetAccess");
+  mn__cu.mem_unmap = (mn__pfn_cuMemUnmap)mn__cu_symbol("cuMemUnmap");
+  mn__cu.mem_release = (mn__pfn_cuMemRelease)mn__cu_symbol("cuMemRelease");
+  mn__cu.mem_get_granularity =
+      (mn__pfn_cuMemGetAllocationGranularity)mn__cu_symbol("cuMemGetAllocationGranularity");
+  mn__cu.ok = mn__cu.device_get && mn__cu.device_get_attribute && mn__cu.mem_address_reserve &&
+              mn__cu.mem_address_free && mn__cu.mem_create && mn__cu.mem_map &&
+              mn__cu.mem_set_access && mn__cu.mem_unmap && mn__cu.mem_release &&
+              mn__cu.mem_get_granularity;
+  char why[sizeof mn__cu.why];
+  memcpy(why, mn__cu.why, sizeof why);
+  mn__cu.get_error_name = (mn__pfn_cuGetErrorText)mn__cu_symbol("cuGetErrorName");
+  mn__cu.get_error_string = (mn__pfn_cuGetErrorText)mn__cu_symbol("cuGetErrorString");
+  memcpy(mn__cu.why, why, sizeof why); /* the optional ones do not explain !ok */
+}
+
+static bool mn__cu_loaded(void) {
+  pthread_once(&mn__cu_once, mn__cu_load);
+  return mn__cu.ok;
+}
+
+static mn_status mn__cu_status_of(CUresult res) {
+  switch (res) {
+  case CUDA_ERROR_OUT_OF_MEMORY:
+    return MN_ERR_OUT_OF_MEMORY;
+  case CUDA_ERROR_INVALID_VALUE:
+    return MN_ERR_INVALID_ARGUMENT;
+  case CUDA_ERROR_NOT_SUPPORTED:
+    return MN_ERR_NOT_SUPPORTED;
+  case CUDA_ERROR_INVALID_DEVICE:
+  case CUDA_ERROR_NO_DEVICE:
+    return MN_ERR_NO_DEVICE;
+  default:
+    return MN_ERR_DEVICE;
+  }
+}
+
+/* Reports a failed driver call like mn__cuda_fail. */
+static mn_status mn__cu_fail(CUresult res, const char *func, int index, const char *fmt, ...)
+    MN__PRINTF(4, 5);
+static mn_status mn__cu_fail(CUresult res, const char *func, int index, const char *fmt, ...) {
+  char what[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  const char *name = NULL, *text = NULL;
+  if (mn__cu.get_error_name == NULL || mn__cu.get_error_name(res, &name) != CUDA_SUCCESS) {
+    name = NULL;
+  }
+  if (mn__cu.get_error_string == NULL || mn__cu.get_error_string(res, &text) != CUDA_SUCCESS) {
+    text = NULL;
+  }
+  return mn__error(mn__cu_status_of(res), func, "%s on cuda:%d failed: %s (%s; CUresult %d)", what,
+                   index, name ? name : "CUDA driver error", text ? text : "no description",
+                   (int)res);
+}
+
+/* ---- Device selection -------------------------------------------------------- */
+
+/* Makes `index` the calling thread's current device (cudaSetDevice only when it
+ * is not already). The previous device is not restored: restoring would create a
+ * context on a device the thread never asked for (cudaGetDevice answers 0 on a
+ * fresh thread). `force` always calls cudaSetDevice, which (CUDA >= 12) also
+ * makes the primary context current, as the driver-API VMM calls need. */
+static mn_status mn__cuda_use(const char *func, int index, bool force) {
+  if (!force) {
+    int cur = -1;
+    cudaError_t got = cudaGetDevice(&cur);
+    if (got == cudaSuccess && cur == index) return MN_OK;
+    if (got != cudaSuccess) (void)cudaGetLastError();
+  }
+  cudaError_t err = cudaSetDevice(index);
+  if (err != cudaSuccess) {
+    if (err == cudaErrorInvalidDevice) {
+      (void)cudaGetLastError();
+      return mn__error(MN_ERR_NO_DEVICE, func, "cuda:%d does not exist (cudaSetDevice(%d): %s)",
+                       index, index, cudaGetErrorName(err));
+    }
+    return mn__cuda_fail(err, func, index, "cudaSetDevice(%d)", index);
+  }
+  return MN_OK;
+}
+
+#define MN__CUDA_USE(index)                                           \
+  do {                                                                \
+    mn_status mn__use_st = mn__cuda_use(__func__, (index), false);    \
+    if (mn__use_st != MN_OK) return mn__use_st;                       \
+  } while (0)
+
+/* ---- Devices ----------------------------------------------------------------- */
+
+static mn_status mn__cuda_device_count(int *count) {
+  int n = 0;
+  cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    /* cudaErrorNoDevice, cudaErrorInsufficientDriver (no libcuda), cudaErrorStubLibrary,
+     * cudaErrorInitializationError, cudaErrorSystemDriverMismatch, ...: whatever keeps
+     * the runtime from starting means no usable CUDA device, a normal answer. */
+    (void)cudaGetLastError();
+    n = 0;
+  }
+  *count = n < 0 ? 0 : n;
+  return MN_OK;
+}
+
+/* The VMM granularity of device `index` (and its CUdevice through *dev_out), or 0
+ * when the driver or the device has no VMM, with the reason in why[0..why_size).
+ * The runtime API has no attribute for VMM support, so the driver's
+ * CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is asked. */
+static size_t mn__cuda_vmm_granularity(int index, CUdevice *dev_out, char *why, size_t why_size) {
+  if (!mn__cu_loaded()) {
+    snprintf(why, why_size, "%s", mn__cu.why);
+    return 0;
+  }
+  CUdevice dev = 0;
+  int vmm = 0;
+  CUresult res = mn__cu.device_get(&dev, index);
+  if (res == CUDA_SUCCESS) {
+    res = mn__cu.device_get_attribute(
+        &vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
+  }
+  if (res != CUDA_SUCCESS) {
+    snprintf(why, why_size, "cuDeviceGetAttribute(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) failed: "
+             "CUresult %d", (int)res);
+    return 0;
+  }
+  if (!vmm) {
+    snprintf(why, why_size, "CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0");
+    return 0;
+  }
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = (int)dev;
+  size_t g = 0;
+  res = mn__cu.mem_get_granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (res != CUDA_SUCCESS || g == 0) {
+    snprintf(why, why_size, "cuMemGetAllocationGranularity failed: CUresult %d", (int)res);
+    return 0;
+  }
+  if (dev_out) *dev_out = dev;
+  return g;
+}
+
+static mn_status mn__cuda_get_properties(int index, mn_device_props_t *props) {
+  MN__CUDA_USE(index);
+  struct cudaDeviceProp p;
+  memset(&p, 0, sizeof p);
+  cudaError_t err = cudaGetDeviceProperties(&p, index);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaGetDeviceProperties(device=%d)", index);
+  }
+  mn_device_props_t out;
+  memset(&out, 0, sizeof out);
+  out.device.type = MN_DEVICE_CUDA;
+  out.device.index = index;
+  const char *name_end = memchr(p.name, '\0', sizeof p.name);
+  size_t name_len = name_end ? (size_t)(name_end - p.name) : sizeof p.name;
+  if (name_len >= sizeof out.name) name_len = sizeof out.name - 1; /* truncate, keep NUL */
+  memcpy(out.name, p.name, name_len);
+  out.name[name_len] = '\0';
+  out.total_memory = p.totalGlobalMem;
+  out.cc_major = p.major;
+  out.cc_minor = p.minor;
+  out.multiprocessors = p.multiProcessorCount;
+  char why[160];
+  size_t g = mn__cuda_vmm_granularity(index, NULL, why, sizeof why);
+  out.supports_vmm = g != 0;
+  out.alloc_granularity = g != 0 ? g : MN__CUDA_DEFAULT_GRANULARITY;
+  out.is_host_accessible = false;
+  *props = out;
+  return MN_OK;
+}
+
+static mn_status mn__cuda_mem_info(int index, size_t *free_bytes, size_t *total_bytes) {
+  MN__CUDA_USE(index);
+  size_t f = 0, t = 0;
+  cudaError_t err = cudaMemGetInfo(&f, &t);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaMemGetInfo()");
+  *free_bytes = f;
+  *total_bytes = t;
+  return MN_OK;
+}
+
+static mn_status mn__cuda_synchronize(int index) {
+  MN__CUDA_USE(index);
+  cudaError_t err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaDeviceSynchronize()");
+  return MN_OK;
+}
+
+/* ---- Raw memory -------------------------------------------------------------- */
+
+static mn_status mn__cuda_raw_alloc(int index, size_t nbytes, void **out) {
+  MN__CUDA_USE(index);
+  void *p = NULL;
+  cudaError_t err = cudaMalloc(&p, nbytes);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaMalloc(nbytes=%zu)", nbytes);
+  }
+  *out = p;
+  return MN_OK;
+}
+
+/* Waits for the device's queued work first (the contract; cudaFree usually
+ * synchronizes by itself, but that is not promised for every case). */
+static mn_status mn__cuda_raw_free(int index, void *ptr) {
+  MN__CUDA_USE(index);
+  cudaError_t err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaDeviceSynchronize() before cudaFree(ptr=%p)",
+                         ptr);
+  }
+  err = cudaFree(ptr);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaFree(ptr=%p)", ptr);
+  return MN_OK;
+}
+
+/* ---- Virtual memory ------------------------------------------------------------ */
+
+/* Checks VMM is usable on `index`, that [addr, addr + nbytes) is granularity-aligned
+ * (addr may be NULL for a reservation) and makes `index` current with its context.
+ * Gives the granularity and the CUdevice. */
+static mn_status mn__cuda_vmm_enter(const char *func, int index, const void *addr, size_t nbytes,
+                                    size_t *granularity, CUdevice *dev) {
+  mn_status st = mn__cuda_use(func, index, true);
+  if (st != MN_OK) return st;
+  char why[160];
+  size_t g = mn__cuda_vmm_granularity(index, dev, why, sizeof why);
+  if (g == 0) {
+    return mn__error(MN_ERR_NOT_SUPPORTED, func,
+                     "cuda:%d has no virtual memory management: %s", index, why);
+  }
+  if (nbytes == 0 || nbytes % g != 0) {
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                     "nbytes=%zu on cuda:%d is not a positive multiple of the granularity %zu",
+                     nbytes, index, g);
+  }
+  if ((uintptr_t)addr % g != 0) {
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                     "addr=%p on cuda:%d is not aligned to the granularity %zu", addr, index, g);
+  }
+  *granularity = g;
+  return MN_OK;
+}
+
+static mn_status mn__cuda_va_reserve(int index, size_t nbytes, void **base) {
+  size_t g = 0;
+  CUdevice dev = 0;
+  mn_status st = mn__cuda_vmm_enter(__func__, index, NULL, nbytes, &g, &dev);
+  if (st != MN_OK) return st;
+  CUdeviceptr p = 0;
+  CUresult res = mn__cu.mem_address_reserve(&p, nbytes, g, 0, 0);
+  if (res != CUDA_SUCCESS) {
+    return mn__cu_fail(res, __func__, index, "cuMemAddressReserve(nbytes=%zu)", nbytes);
+  }
+  *base = (void *)(uintptr_t)p;
+  return MN_OK;
+}
+
+static mn_status mn__cuda_va_release(int index, void *base, size_t nbytes) {
+  size_t g = 0;
+  CUdevice dev = 0;
+  mn_status st = mn__cuda_vmm_enter(__func__, index, base, nbytes, &g, &dev);
+  if (st != MN_OK) return st;
+  CUresult res = mn__cu.mem_address_free((CUdeviceptr)(uintptr_t)base, nbytes);
+  if (res != CUDA_SUCCESS) {
+    return mn__cu_fail(res, __func__, index, "cuMemAddressFree(base=%p, nbytes=%zu)", base,
+                       nbytes);
+  }
+  return MN_OK;
+}
+
+/* Backs [addr, addr + nbytes) with new device memory, readable and writable by
+ * the device. The handle is released at once: the mapping keeps the memory
+ * alive until cuMemUnmap. Every failure undoes what was done. */
+static mn_status mn__cuda_mem_map(int index, void *addr, size_t nbytes) {
+  size_t g = 0;
+  CUdevice dev = 0;
+  mn_status st = mn__cuda_vmm_enter(__func__, index, addr, nbytes, &g, &dev);
+  if (st != MN_OK) return st;
+  CUdeviceptr va = (CUdeviceptr)(uintptr_t)addr;
+
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = (int)dev;
+  CUmemGenericAllocationHandle handle = 0;
+  CUresult res = mn__cu.mem_create(&handle, nbytes, &prop, 0);
+  if (res != CUDA_SUCCESS) {
+    return mn__cu_fail(res, __func__, index, "cuMemCreate(nbytes=%zu)", nbytes);
+  }
+  res = mn__cu.mem_map(va, nbytes, 0, handle, 0);
+  if (res != CUDA_SUCCESS) {
+    st = mn__cu_fail(res, __func__, index, "cuMemMap(addr=%p, nbytes=%zu)", addr, nbytes);
+    (void)mn__cu.mem_release(handle);
+    return st;
+  }
+  CUmemAccessDesc access;
+  memset(&access, 0, sizeof access);
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = (int)dev;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  res = mn__cu.mem_set_access(va, nbytes, &access, 1);
+  if (res != CUDA_SUCCESS) {
+    st = mn__cu_fail(res, __func__, index, "cuMemSetAccess(addr=%p, nbytes=%zu, readwrite)", addr,
+                     nbytes);
+    (void)mn__cu.mem_unmap(va, nbytes);
+    (void)mn__cu.mem_release(handle);
+    return st;
+  }
+  res = mn__cu.mem_release(handle);
+  if (res != CUDA_SUCCESS) {
+    st = mn__cu_fail(res, __func__, index, "cuMemRelease(nbytes=%zu) after mapping addr=%p",
+                     nbytes, addr);
+    (void)mn__cu.mem_unmap(va, nbytes);
+    return st;
+  }
+  return MN_OK;
+}
+
+/* Unmaps (and so frees) the memory behind [addr, addr + nbytes). cuMemUnmap does
+ * not wait for queued work that may still touch the range, so the device is
+ * synchronized first, as cudaFree does. */
+static mn_status mn__cuda_mem_unmap(int index, void *addr, size_t nbytes) {
+  size_t g = 0;
+  CUdevice dev = 0;
+  mn_status st = mn__cuda_vmm_enter(__func__, index, addr, nbytes, &g, &dev);
+  if (st != MN_OK) return st;
+  cudaError_t err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaDeviceSynchronize() before unmapping addr=%p",
+                         addr);
+  }
+  CUresult res = mn__cu.mem_unmap((CUdeviceptr)(uintptr_t)addr, nbytes);
+  if (res != CUDA_SUCCESS) {
+    return mn__cu_fail(res, __func__, index, "cuMemUnmap(addr=%p, nbytes=%zu)", addr, nbytes);
+  }
+  return MN_OK;
+}
+
+/* ---- Streams ----------------------------------------------------------------- */
+
+static mn_status mn__cuda_stream_create(int index, void **out) {
+  MN__CUDA_USE(index);
+  cudaStream_t s = NULL;
+  cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaStreamCreateWithFlags(cudaStreamNonBlocking)");
+  }
+  *out = (void *)s;
+  return MN_OK;
+}
+
+static mn_status mn__cuda_stream_destroy(int index, void *stream) {
+  MN__CUDA_USE(index);
+  if (stream == NULL) return MN_OK; /* the default stream is never destroyed */
+  cudaError_t err = cudaStreamDestroy((cudaStream_t)stream);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaStreamDestroy(stream=%p)", stream);
+  }
+  return MN_OK;
+}
+
+static mn_status mn__cuda_stream_query(int index, void *stream, bool *done) {
+  MN__CUDA_USE(index);
+  cudaError_t err = cudaStreamQuery((cudaStream_t)stream);
+  if (err == cudaSuccess) {
+    *done = true;
+    return MN_OK;
+  }
+  if (err == cudaErrorNotReady) {
+    (void)cudaGetLastError(); /* "not ready" is an answer, not a failure */
+    *done = false;
+    return MN_OK;
+  }
+  return mn__cuda_fail(err, __func__, index, "cudaStreamQuery(stream=%p)", stream);
+}
+
+static mn_status mn__cuda_stream_synchronize(int index, void *stream) {
+  MN__CUDA_USE(index);
+  cudaError_t err = cudaStreamSynchronize((cudaStream_t)stream);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaStreamSynchronize(stream=%p)", stream);
+  }
+  return MN_OK;
+}
+
+static mn_status mn__cuda_stream_wait_event(int index, void *stream, void *event) {
+  MN__CUDA_USE(index);
+  cudaError_t err = cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaStreamWaitEvent(stream=%p, event=%p)", stream,
+                         event);
+  }
+  return MN_OK;
+}
+
+static mn_status mn__cuda_launch_host(int index, void *stream, mn_host_fn fn, void *arg) {
+  MN__CUDA_USE(index);
+  /* mn_host_fn and cudaHostFn_t are both void (*)(void *) (CUDART_CB is empty
+   * off 32-bit Windows), so fn is handed to CUDA as is. */
+  cudaHostFn_t host_fn = fn;
+  cudaError_t err = cudaLaunchHostFunc((cudaStream_t)stream, host_fn, arg);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaLaunchHostFunc(stream=%p)", stream);
+  }
+  return MN_OK;
+}
+
+/* ---- Events ------------------------------------------------------------------ */
+
+static mn_status mn__cuda_event_create(int index, void **out) {
+  MN__CUDA_USE(index);
+  cudaEvent_t e = NULL;
+  cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaEventCreateWithFlags(cudaEventDisableTiming)");
+  }
+  *out = (void *)e;
+  return MN_OK;
+}
+
+static mn_status mn__cuda_event_destroy(int index, void *event) {
+  MN__CUDA_USE(index);
+  cudaError_t err = cudaEventDestroy((cudaEvent_t)event);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaEventDestroy(event=%p)", event);
+  }
+  return MN_OK;
+}
+
+static mn_status mn__cuda_event_record(int index, void *event, void *stream) {
+  MN__CUDA_USE(index);
+  cudaError_t err = cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaEventRecord(event=%p, stream=%p)", event,
+                         stream);
+  }
+  return MN_OK;
+}
+
+static mn_status mn__cuda_event_query(int index, void *event, bool *done) {
+  MN__CUDA_USE(index);
+  cudaError_t err = cudaEventQuery((cudaEvent_t)event);
+  if (err == cudaSuccess) {
+    *done = true;
+    return MN_OK;
+  }
+  if (err == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    *done = false;
+    return MN_OK;
+  }
+  return mn__cuda_fail(err, __func__, index, "cudaEventQuery(event=%p)", event);
+}
+
+static mn_status mn__cuda_event_synchronize(int index, void *event) {
+  MN__CUDA_USE(index);
+  cudaError_t err = cudaEventSynchronize((cudaEvent_t)event);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaEventSynchronize(event=%p)", event);
+  }
+  return MN_OK;
+}
+
+/* ---- Copies and sets ------------------------------------------------------------ */
+
+static const char *mn__copy_kind_name(mn__copy_kind kind) {
+  switch (kind) {
+  case MN__COPY_H2H: return "h2h";
+  case MN__COPY_H2D: return "h2d";
+  case MN__COPY_D2H: return "d2h";
+  case MN__COPY_D2D: return "d2d";
+  }
+  return "?";
+}
+
+/* cudaMemcpyDefault lets unified addressing tell host from device memory, which
+ * also covers registered host memory whatever `kind` the caller inferred. */
+static mn_status mn__cuda_memcpy_async(int index, void *dst, const void *src, size_t nbytes,
+                                       mn__copy_kind kind, void *stream) {
+  if (nbytes == 0) return MN_OK;
+  MN__CUDA_USE(index);
+  cudaError_t err = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, (cudaStream_t)stream);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index,
+                         "cudaMemcpyAsync(dst=%p, src=%p, nbytes=%zu, %s, stream=%p)", dst, src,
+                         nbytes, mn__copy_kind_name(kind), stream);
+  }
+  return MN_OK;
+}
+
+static mn_status mn__cuda_memset_async(int index, void *dst, int value, size_t nbytes,
+                                       void *stream) {
+  if (nbytes == 0) return MN_OK;
+  MN__CUDA_USE(index);
+  cudaError_t err = cudaMemsetAsync(dst, value & 0xff, nbytes, (cudaStream_t)stream);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index,
+                         "cudaMemsetAsync(dst=%p, value=%d, nbytes=%zu, stream=%p)", dst,
+                         value & 0xff, nbytes, stream);
+  }
+  return MN_OK;
+}
+
+const mn__backend_t mn__cuda_backend = {
+    .name = "cuda",
+    .type = MN_DEVICE_CUDA,
+    .device_count = mn__cuda_device_count,
+    .get_properties = mn__cuda_get_properties,
+    .mem_info = mn__cuda_mem_info,
+    .synchronize = mn__cuda_synchronize,
+    .raw_alloc = mn__cuda_raw_alloc,
+    .raw_free = mn__cuda_raw_free,
+    .va_reserve = mn__cuda_va_reserve,
+    .va_release = mn__cuda_va_release,
+    .mem_map = mn__cuda_mem_map,
+    .mem_unmap = mn__cuda_mem_unmap,
+    .stream_create = mn__cuda_stream_create,
+    .stream_destroy = mn__cuda_stream_destroy,
+    .stream_query = mn__cuda_stream_query,
+    .stream_synchronize = mn__cuda_stream_synchronize,
+    .stream_wait_event = mn__cuda_stream_wait_event,
+    .launch_host = mn__cuda_launch_host,
+    .event_create = mn__cuda_event_create,
+    .event_destroy = mn__cuda_event_destroy,
+    .event_record = mn__cuda_event_record,
+    .event_query = mn__cuda_event_query,
+    .event_synchronize = mn__cuda_event_synchronize,
+    .memcpy_async = mn__cuda_memcpy_async,
+    .memset_async = mn__cuda_memset_async,
+};
+
+#endif /* MNEMO_HAVE_CUDA */

@@ -1,0 +1,457 @@
+/* runtime/device.c: the public device, stream, event and raw-memory API; it
+ * validates arguments, then dispatches to the device type's backend. Thread-safe. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mnemo/mnemo.h"
+#include "runtime/backend.h"
+#include "runtime/error.h"
+
+#define MN__MAX_DEVICES 64
+
+/* ---- device values ---------------------------------------------------- */
+
+mn_device_t mn_device_cpu(void) { return (mn_device_t){MN_DEVICE_CPU, 0}; }
+mn_device_t mn_device_cuda(int index) { return (mn_device_t){MN_DEVICE_CUDA, index}; }
+mn_device_t mn_device_sim(int index) { return (mn_device_t){MN_DEVICE_SIM, index}; }
+
+bool mn_device_equal(mn_device_t a, mn_device_t b) {
+  return a.type == b.type && a.index == b.index;
+}
+
+const char *mn_device_type_name(mn_device_type type) {
+  switch (type) {
+    case MN_DEVICE_CPU: return "cpu";
+    case MN_DEVICE_CUDA: return "cuda";
+    case MN_DEVICE_SIM: return "sim";
+    default: return "invalid";
+  }
+}
+
+mn_status mn_device_parse(const char *text, mn_device_t *out) {
+  MN__CHECK_ARG(text != NULL && out != NULL, "text and out must not be NULL");
+  static const mn_device_type types[] = {MN_DEVICE_CPU, MN_DEVICE_CUDA, MN_DEVICE_SIM};
+  for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+    const char *name = mn_device_type_name(types[i]);
+    size_t n = strlen(name);
+    if (strncasecmp(text, name, n) != 0) continue;
+    const char *rest = text + n;
+    long index = 0;
+    if (*rest == ':') {
+      char *end = NULL;
+      errno = 0;
+      if (!isdigit((unsigned char)rest[1])) break;
+      index = strtol(rest + 1, &end, 10);
+      if (errno || *end != '\0' || index >= MN__MAX_DEVICES) break;
+    } else if (*rest != '\0') {
+      break;
+    }
+    if (types[i] == MN_DEVICE_CPU && index != 0) break;
+    *out = (mn_device_t){types[i], (int)index};
+    return MN_OK;
+  }
+  return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                   "cannot parse device \"%s\" (expected cpu, cuda[:N] or sim[:N], N < %d)",
+                   text, MN__MAX_DEVICES);
+}
+
+const char *mn_device_format(mn_device_t dev, char *buf, size_t bufsize) {
+  if (!buf || bufsize == 0) return buf;
+  if (dev.type == MN_DEVICE_CPU)
+    snprintf(buf, bufsize, "cpu");
+  else
+    snprintf(buf, bufsize, "%s:%d", mn_device_type_name(dev.type), dev.index);
+  return buf;
+}
+
+bool mn_build_has_cuda(void) {
+#ifdef MNEMO_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+const mn__backend_t *mn__backend_for(mn_device_type type) {
+  switch (type) {
+    case MN_DEVICE_CPU: return &mn__cpu_backend;
+    case MN_DEVICE_CUDA: return &mn__cuda_backend;
+    case MN_DEVICE_SIM: return &mn__sim_backend;
+    default: return NULL;
+  }
+}
+
+mn_status mn_device_count(mn_device_type type, int *count) {
+  MN__CHECK_ARG(count != NULL, "count must not be NULL");
+  const mn__backend_t *b = mn__backend_for(type);
+  if (!b) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "invalid device type %d", (int)type);
+  int n = 0;
+  mn_status st = b->device_count(&n);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  *count = n;
+  return MN_OK;
+}
+
+/* Validates a device and returns its backend through *out. */
+static mn_status mn__device_backend(const char *func, mn_device_t dev, const mn__backend_t **out) {
+  const mn__backend_t *b = mn__backend_for(dev.type);
+  if (!b) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "invalid device type %d", (int)dev.type);
+  int n = 0;
+  mn_status st = b->device_count(&n);
+  if (st != MN_OK) return mn__error_wrap(st, func);
+  if (dev.index < 0 || dev.index >= n) {
+    char name[32];
+    return mn__error(MN_ERR_NO_DEVICE, func, "no device %s (%d %s device%s present%s)",
+                     mn_device_format(dev, name, sizeof name), n, mn_device_type_name(dev.type),
+                     n == 1 ? "" : "s",
+                     dev.type == MN_DEVICE_CUDA && !mn_build_has_cuda() ? "; built without CUDA" : "");
+  }
+  *out = b;
+  return MN_OK;
+}
+
+mn_status mn_device_check(mn_device_t dev) {
+  const mn__backend_t *b;
+  return mn__device_backend(__func__, dev, &b);
+}
+
+mn_status mn_device_get_properties(mn_device_t dev, mn_device_props_t *props) {
+  MN__CHECK_ARG(props != NULL, "props must not be NULL");
+  const mn__backend_t *b;
+  mn_status st = mn__device_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  mn_device_props_t p;
+  st = b->get_properties(dev.index, &p);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  p.device = dev;
+  *props = p;
+  return MN_OK;
+}
+
+mn_status mn_device_mem_info(mn_device_t dev, size_t *free_bytes, size_t *total_bytes) {
+  MN__CHECK_ARG(free_bytes != NULL && total_bytes != NULL, "outputs must not be NULL");
+  const mn__backend_t *b;
+  mn_status st = mn__device_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  size_t f = 0, t = 0;
+  st = b->mem_info(dev.index, &f, &t);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  *free_bytes = f;
+  *total_bytes = t;
+  return MN_OK;
+}
+
+mn_status mn_device_synchronize(mn_device_t dev) {
+  const mn__backend_t *b;
+  mn_status st = mn__device_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  st = b->synchronize(dev.index);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_device_t mn_device_best(void) {
+  int n = 0;
+  if (mn_device_count(MN_DEVICE_CUDA, &n) == MN_OK && n > 0) return mn_device_cuda(0);
+  mn_clear_error();
+  return mn_device_cpu();
+}
+
+/* ---- raw memory --------------------------------------------------------- */
+
+mn_status mn_device_raw_alloc(mn_device_t dev, size_t nbytes, void **out) {
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  MN__CHECK_ARG(nbytes > 0, "nbytes must be > 0");
+  const mn__backend_t *b;
+  mn_status st = mn__device_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  void *p = NULL;
+  st = b->raw_alloc(dev.index, nbytes, &p);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  *out = p;
+  return MN_OK;
+}
+
+mn_status mn_device_raw_free(mn_device_t dev, void *ptr) {
+  if (!ptr) return MN_OK;
+  const mn__backend_t *b;
+  mn_status st = mn__device_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  st = b->raw_free(dev.index, ptr);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+static mn_status mn__vmm_backend(const char *func, mn_device_t dev, const mn__backend_t **out) {
+  mn_status st = mn__device_backend(func, dev, out);
+  if (st != MN_OK) return st;
+  if (!(*out)->va_reserve) {
+    char name[32];
+    return mn__error(MN_ERR_NOT_SUPPORTED, func, "device %s has no virtual memory management",
+                     mn_device_format(dev, name, sizeof name));
+  }
+  return MN_OK;
+}
+
+mn_status mn_device_va_reserve(mn_device_t dev, size_t nbytes, void **base) {
+  MN__CHECK_ARG(base != NULL && nbytes > 0, "base must not be NULL and nbytes > 0 (nbytes=%zu)", nbytes);
+  const mn__backend_t *b;
+  mn_status st = mn__vmm_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  void *p = NULL;
+  st = b->va_reserve(dev.index, nbytes, &p);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  *base = p;
+  return MN_OK;
+}
+
+mn_status mn_device_va_release(mn_device_t dev, void *base, size_t nbytes) {
+  MN__CHECK_ARG(base != NULL, "base must not be NULL");
+  const mn__backend_t *b;
+  mn_status st = mn__vmm_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  st = b->va_release(dev.index, base, nbytes);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_device_mem_map(mn_device_t dev, void *addr, size_t nbytes) {
+  MN__CHECK_ARG(addr != NULL && nbytes > 0, "addr must not be NULL and nbytes > 0 (nbytes=%zu)", nbytes);
+  const mn__backend_t *b;
+  mn_status st = mn__vmm_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  st = b->mem_map(dev.index, addr, nbytes);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_device_mem_unmap(mn_device_t dev, void *addr, size_t nbytes) {
+  MN__CHECK_ARG(addr != NULL && nbytes > 0, "addr must not be NULL and nbytes > 0 (nbytes=%zu)", nbytes);
+  const mn__backend_t *b;
+  mn_status st = mn__vmm_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  st = b->mem_unmap(dev.index, addr, nbytes);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+/* ---- streams ------------------------------------------------------------- */
+
+/* Default streams live in static storage, one per (type, index), never freed.
+ * Their ids are small and fixed; created streams count up from 1 << 20. */
+static struct mn_stream_s mn__default_streams[MN_DEVICE_TYPE_COUNT][MN__MAX_DEVICES];
+static atomic_uint_fast64_t mn__next_stream_id = 1u << 20;
+
+mn_status mn_stream_default(mn_device_t dev, mn_stream_t **out) {
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  const mn__backend_t *b;
+  mn_status st = mn__device_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  if (dev.index >= MN__MAX_DEVICES)
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "device index %d >= %d", dev.index, MN__MAX_DEVICES);
+  struct mn_stream_s *s = &mn__default_streams[dev.type][dev.index];
+  /* Every field is a pure function of the device: concurrent first calls
+   * write the same values, so this needs no lock beyond atomic visibility. */
+  s->device = dev;
+  s->handle = NULL;
+  s->id = 1 + (uint64_t)dev.type * MN__MAX_DEVICES + (uint64_t)dev.index;
+  s->is_default = true;
+  s->owned = false;
+  atomic_thread_fence(memory_order_release);
+  *out = s;
+  return MN_OK;
+}
+
+static mn_status mn__stream_new(mn_device_t dev, void *handle, bool owned, mn_stream_t **out) {
+  struct mn_stream_s *s = calloc(1, sizeof *s);
+  if (!s) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a stream");
+  s->device = dev;
+  s->handle = handle;
+  s->id = atomic_fetch_add(&mn__next_stream_id, 1);
+  s->owned = owned;
+  *out = s;
+  return MN_OK;
+}
+
+mn_status mn_stream_create(mn_device_t dev, mn_stream_t **out) {
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  const mn__backend_t *b;
+  mn_status st = mn__device_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  void *h = NULL;
+  st = b->stream_create(dev.index, &h);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  st = mn__stream_new(dev, h, true, out);
+  if (st != MN_OK) b->stream_destroy(dev.index, h);
+  return st;
+}
+
+mn_status mn_stream_wrap(mn_device_t dev, void *native, mn_stream_t **out) {
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  MN__CHECK_ARG(dev.type == MN_DEVICE_CUDA, "only CUDA streams can be wrapped (device type %s)",
+                mn_device_type_name(dev.type));
+  const mn__backend_t *b;
+  mn_status st = mn__device_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  if (native == NULL) return mn_stream_default(dev, out);
+  return mn__stream_new(dev, native, false, out);
+}
+
+mn_status mn_stream_destroy(mn_stream_t *s) {
+  MN__CHECK_ARG(s != NULL, "stream must not be NULL");
+  MN__CHECK_ARG(!s->is_default, "the default stream of a device cannot be destroyed");
+  if (s->owned) {
+    mn_status st = mn__backend_for(s->device.type)->stream_destroy(s->device.index, s->handle);
+    if (st != MN_OK) return mn__error_wrap(st, __func__);
+  }
+  free(s);
+  return MN_OK;
+}
+
+mn_device_t mn_stream_device(const mn_stream_t *s) { return s->device; }
+uint64_t mn_stream_id(const mn_stream_t *s) { return s->id; }
+void *mn_stream_native(const mn_stream_t *s) { return s->handle; }
+
+mn_status mn_stream_query(mn_stream_t *s, bool *done) {
+  MN__CHECK_ARG(s != NULL && done != NULL, "stream and done must not be NULL");
+  bool d = false;
+  mn_status st = mn__backend_for(s->device.type)->stream_query(s->device.index, s->handle, &d);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  *done = d;
+  return MN_OK;
+}
+
+mn_status mn_stream_synchronize(mn_stream_t *s) {
+  MN__CHECK_ARG(s != NULL, "stream must not be NULL");
+  mn_status st = mn__backend_for(s->device.type)->stream_synchronize(s->device.index, s->handle);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_stream_wait_event(mn_stream_t *s, mn_event_t *e) {
+  MN__CHECK_ARG(s != NULL && e != NULL, "stream and event must not be NULL");
+  MN__CHECK_ARG(s->device.type == e->device.type,
+                "stream on %s cannot wait for an event on %s", mn_device_type_name(s->device.type),
+                mn_device_type_name(e->device.type));
+  mn_status st = mn__backend_for(s->device.type)->stream_wait_event(s->device.index, s->handle, e->handle);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_stream_launch_host(mn_stream_t *s, mn_host_fn fn, void *arg) {
+  MN__CHECK_ARG(s != NULL && fn != NULL, "stream and fn must not be NULL");
+  mn_status st = mn__backend_for(s->device.type)->launch_host(s->device.index, s->handle, fn, arg);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+/* ---- events --------------------------------------------------------------- */
+
+mn_status mn_event_create(mn_device_t dev, mn_event_t **out) {
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  const mn__backend_t *b;
+  mn_status st = mn__device_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  struct mn_event_s *e = calloc(1, sizeof *e);
+  if (!e) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for an event");
+  st = b->event_create(dev.index, &e->handle);
+  if (st != MN_OK) {
+    free(e);
+    return mn__error_wrap(st, __func__);
+  }
+  e->device = dev;
+  *out = e;
+  return MN_OK;
+}
+
+mn_status mn_event_destroy(mn_event_t *e) {
+  if (!e) return MN_OK;
+  mn_status st = mn__backend_for(e->device.type)->event_destroy(e->device.index, e->handle);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  free(e);
+  return MN_OK;
+}
+
+mn_status mn_event_record(mn_event_t *e, mn_stream_t *s) {
+  MN__CHECK_ARG(e != NULL && s != NULL, "event and stream must not be NULL");
+  if (!mn_device_equal(e->device, s->device)) {
+    char a[32], b[32];
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "event of %s recorded on a stream of %s",
+                     mn_device_format(e->device, a, sizeof a), mn_device_format(s->device, b, sizeof b));
+  }
+  mn_status st = mn__backend_for(e->device.type)->event_record(e->device.index, e->handle, s->handle);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_event_query(mn_event_t *e, bool *done) {
+  MN__CHECK_ARG(e != NULL && done != NULL, "event and done must not be NULL");
+  bool d = false;
+  mn_status st = mn__backend_for(e->device.type)->event_query(e->device.index, e->handle, &d);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  *done = d;
+  return MN_OK;
+}
+
+mn_status mn_event_synchronize(mn_event_t *e) {
+  MN__CHECK_ARG(e != NULL, "event must not be NULL");
+  mn_status st = mn__backend_for(e->device.type)->event_synchronize(e->device.index, e->handle);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_device_t mn_event_device(const mn_event_t *e) { return e->device; }
+
+/* ---- copies ------------------------------------------------------------- */
+
+/* Picks the stream a copy between two devices runs on: the given one, which
+ * must belong to the non-CPU side, or that side's default stream. */
+static mn_status mn__copy_stream(const char *func, mn_device_t dst_dev, mn_device_t src_dev,
+                                 mn_stream_t *given, mn_stream_t **out) {
+  mn_device_t side = dst_dev.type != MN_DEVICE_CPU ? dst_dev : src_dev;
+  if (given) {
+    bool ok = side.type == MN_DEVICE_CPU; /* host-only copies may be ordered on any stream */
+    if (!ok && given->device.type == side.type)
+      ok = (dst_dev.type != MN_DEVICE_CPU && given->device.index == dst_dev.index) ||
+           (src_dev.type != MN_DEVICE_CPU && given->device.index == src_dev.index);
+    if (!ok) {
+      char a[32], b[32], c[32];
+      return mn__error(MN_ERR_INVALID_ARGUMENT, func, "stream of %s cannot order a copy %s -> %s",
+                       mn_device_format(given->device, a, sizeof a),
+                       mn_device_format(src_dev, b, sizeof b), mn_device_format(dst_dev, c, sizeof c));
+    }
+    *out = given;
+    return MN_OK;
+  }
+  return mn_stream_default(side, out);
+}
+
+mn_status mn_memcpy_async(mn_device_t dst_dev, void *dst, mn_device_t src_dev, const void *src,
+                          size_t nbytes, mn_stream_t *stream) {
+  const mn__backend_t *b;
+  mn_status st = mn__device_backend(__func__, dst_dev, &b);
+  if (st == MN_OK) st = mn__device_backend(__func__, src_dev, &b);
+  if (st != MN_OK) return st;
+  if (nbytes == 0) return MN_OK;
+  MN__CHECK_ARG(dst != NULL && src != NULL, "dst and src must not be NULL (nbytes=%zu)", nbytes);
+  bool dst_host = dst_dev.type == MN_DEVICE_CPU, src_host = src_dev.type == MN_DEVICE_CPU;
+  if (!dst_host && !src_host && dst_dev.type != src_dev.type) {
+    char a[32], c[32];
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "no direct copy %s -> %s; stage through the CPU",
+                     mn_device_format(src_dev, a, sizeof a), mn_device_format(dst_dev, c, sizeof c));
+  }
+  mn_stream_t *s = NULL;
+  st = mn__copy_stream(__func__, dst_dev, src_dev, stream, &s);
+  if (st != MN_OK) return st;
+  mn__copy_kind kind = dst_host ? (src_host ? MN__COPY_H2H : MN__COPY_D2H)
+                                : (src_host ? MN__COPY_H2D : MN__COPY_D2D);
+  st = mn__backend_for(s->device.type)->memcpy_async(s->device.index, dst, src, nbytes, kind, s->handle);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_memset_async(mn_device_t dev, void *dst, int value, size_t nbytes, mn_stream_t *stream) {
+  const mn__backend_t *b;
+  mn_status st = mn__device_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  if (nbytes == 0) return MN_OK;
+  MN__CHECK_ARG(dst != NULL, "dst must not be NULL (nbytes=%zu)", nbytes);
+  mn_stream_t *s = NULL;
+  st = mn__copy_stream(__func__, dev, dev, stream, &s);
+  if (st != MN_OK) return st;
+  st = mn__backend_for(s->device.type)->memset_async(s->device.index, dst, value, nbytes, s->handle);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}

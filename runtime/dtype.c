@@ -1,0 +1,573 @@
+/* runtime/dtype.c: the dtype table, dtype name parsing, scalars, and exact
+ * conversions between scalars, narrow floats (half, bf16, fp8) and dtype bytes. */
+#include "mnemo/dtype.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "runtime/error.h"
+
+/* ---- The dtype table ------------------------------------------------------ */
+
+#define MN__DTYPE_ROW(sym, val, nm, size, knd) \
+  [val] = {sym, nm, size, knd, (knd) != MN_KIND_BOOL && (knd) != MN_KIND_UINT},
+static const mn_dtype_info_t mn__dtype_table[MN_DTYPE_COUNT] = {MN_DTYPE_MAP(MN__DTYPE_ROW)};
+#undef MN__DTYPE_ROW
+
+#define MN__DTYPE_ONE(sym, val, nm, size, knd) +1
+_Static_assert(0 MN_DTYPE_MAP(MN__DTYPE_ONE) == MN_DTYPE_COUNT,
+               "MN_DTYPE_COUNT must equal the number of rows in MN_DTYPE_MAP");
+#undef MN__DTYPE_ONE
+
+const mn_dtype_info_t *mn_dtype_info(mn_dtype dtype) {
+  int v = (int)dtype;
+  if (v < 0 || v >= MN_DTYPE_COUNT) return NULL;
+  return &mn__dtype_table[v];
+}
+
+bool mn_dtype_is_valid(mn_dtype dtype) { return mn_dtype_info(dtype) != NULL; }
+
+const char *mn_dtype_name(mn_dtype dtype) {
+  const mn_dtype_info_t *info = mn_dtype_info(dtype);
+  return info ? info->name : "invalid";
+}
+
+size_t mn_dtype_itemsize(mn_dtype dtype) {
+  const mn_dtype_info_t *info = mn_dtype_info(dtype);
+  return info ? info->itemsize : 0;
+}
+
+bool mn_dtype_is_floating(mn_dtype dtype) {
+  const mn_dtype_info_t *info = mn_dtype_info(dtype);
+  return info != NULL && info->kind == MN_KIND_FLOAT;
+}
+
+bool mn_dtype_is_complex(mn_dtype dtype) {
+  const mn_dtype_info_t *info = mn_dtype_info(dtype);
+  return info != NULL && info->kind == MN_KIND_COMPLEX;
+}
+
+/* ---- Name parsing --------------------------------------------------------- */
+
+typedef struct mn__dtype_alias {
+  const char *name; /* lower case */
+  mn_dtype dtype;
+} mn__dtype_alias;
+
+/* Names other than the canonical ones (which come from the table). */
+static const mn__dtype_alias mn__dtype_aliases[] = {
+    /* PyTorch names */
+    {"float", MN_DTYPE_FLOAT32},
+    {"double", MN_DTYPE_FLOAT64},
+    {"half", MN_DTYPE_FLOAT16},
+    {"long", MN_DTYPE_INT64},
+    {"int", MN_DTYPE_INT32},
+    {"short", MN_DTYPE_INT16},
+    {"char", MN_DTYPE_INT8}, /* Storage.char() */
+    {"byte", MN_DTYPE_UINT8},
+    {"cfloat", MN_DTYPE_COMPLEX64},
+    {"complex_float", MN_DTYPE_COMPLEX64},
+    {"cdouble", MN_DTYPE_COMPLEX128},
+    {"complex_double", MN_DTYPE_COMPLEX128},
+    /* short forms */
+    {"bf16", MN_DTYPE_BFLOAT16},
+    {"f16", MN_DTYPE_FLOAT16},
+    {"fp16", MN_DTYPE_FLOAT16},
+    {"f32", MN_DTYPE_FLOAT32},
+    {"fp32", MN_DTYPE_FLOAT32},
+    {"f64", MN_DTYPE_FLOAT64},
+    {"fp64", MN_DTYPE_FLOAT64},
+    {"i8", MN_DTYPE_INT8},
+    {"i16", MN_DTYPE_INT16},
+    {"i32", MN_DTYPE_INT32},
+    {"i64", MN_DTYPE_INT64},
+    {"u8", MN_DTYPE_UINT8},
+    {"u16", MN_DTYPE_UINT16},
+    {"u32", MN_DTYPE_UINT32},
+    {"u64", MN_DTYPE_UINT64},
+    {"c64", MN_DTYPE_COMPLEX64},
+    {"c128", MN_DTYPE_COMPLEX128},
+    {"fp8_e4m3", MN_DTYPE_FLOAT8_E4M3FN},
+    {"fp8_e4m3fn", MN_DTYPE_FLOAT8_E4M3FN},
+    {"e4m3", MN_DTYPE_FLOAT8_E4M3FN},
+    {"e4m3fn", MN_DTYPE_FLOAT8_E4M3FN},
+    {"float8_e4m3", MN_DTYPE_FLOAT8_E4M3FN},
+    {"f8e4m3", MN_DTYPE_FLOAT8_E4M3FN},
+    {"f8e4m3fn", MN_DTYPE_FLOAT8_E4M3FN},
+    {"fp8_e5m2", MN_DTYPE_FLOAT8_E5M2},
+    {"e5m2", MN_DTYPE_FLOAT8_E5M2},
+    {"f8e5m2", MN_DTYPE_FLOAT8_E5M2},
+};
+
+static char mn__ascii_lower(char c) { return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c; }
+
+/* Whether `s` equals the lower-case `lower`, ignoring ASCII case. */
+static bool mn__ieq(const char *s, const char *lower) {
+  for (; *lower != '\0'; ++s, ++lower) {
+    if (mn__ascii_lower(*s) != *lower) return false;
+  }
+  return *s == '\0';
+}
+
+/* Whether `s` starts with the lower-case `prefix`, ignoring ASCII case. */
+static bool mn__iprefix(const char *s, const char *prefix) {
+  for (; *prefix != '\0'; ++s, ++prefix) {
+    if (mn__ascii_lower(*s) != *prefix) return false;
+  }
+  return true;
+}
+
+mn_status mn_dtype_parse(const char *name, mn_dtype *out) {
+  if (name == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "dtype name is NULL");
+  if (out == NULL)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "out is NULL (name \"%.64s\")", name);
+  const char *s = name;
+  if (mn__iprefix(s, "torch.")) s += 6;
+  if (*s != '\0') {
+    for (int i = 0; i < MN_DTYPE_COUNT; ++i) {
+      if (mn__ieq(s, mn__dtype_table[i].name)) {
+        *out = mn__dtype_table[i].dtype;
+        return MN_OK;
+      }
+    }
+    for (size_t i = 0; i < sizeof mn__dtype_aliases / sizeof mn__dtype_aliases[0]; ++i) {
+      if (mn__ieq(s, mn__dtype_aliases[i].name)) {
+        *out = mn__dtype_aliases[i].dtype;
+        return MN_OK;
+      }
+    }
+  }
+  return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "unknown dtype name \"%.64s%s\"", name,
+                   strlen(name) > 64 ? "..." : "");
+}
+
+/* ---- Narrow floats -------------------------------------------------------- */
+
+/* A binary floating-point format of at most 16 bits, described by its fields. */
+typedef struct mn__nf_format {
+  int mbits;           /* stored mantissa bits */
+  int emin;            /* exponent of the smallest normal (1 - bias) */
+  int emax;            /* exponent of the largest finite normal */
+  uint32_t max_finite; /* encoding of the largest finite magnitude */
+  uint32_t overflow;   /* encoding for larger magnitudes: inf, or max_finite (saturating) */
+  uint32_t nan;        /* the quiet NaN produced, sign bit clear */
+  uint32_t sign;       /* the sign bit */
+} mn__nf_format;
+
+static const mn__nf_format mn__fmt_half = {10, -14, 15, 0x7BFF, 0x7C00, 0x7E00, 0x8000};
+static const mn__nf_format mn__fmt_bf16 = {7, -126, 127, 0x7F7F, 0x7F80, 0x7FC0, 0x8000};
+static const mn__nf_format mn__fmt_e4m3fn = {3, -6, 8, 0x7E, 0x7E, 0x7F, 0x80};
+static const mn__nf_format mn__fmt_e5m2 = {2, -14, 15, 0x7B, 0x7C, 0x7F, 0x80};
+
+/* Index of the highest set bit of a nonzero value. */
+static int mn__msb64(uint64_t x) {
+#if defined(__GNUC__) || defined(__clang__)
+  return 63 - __builtin_clzll(x);
+#else
+  int p = 0;
+  for (int step = 32; step > 0; step >>= 1) {
+    if (x >> step) {
+      x >>= step;
+      p += step;
+    }
+  }
+  return p;
+#endif
+}
+
+/* Encodes (-1)^sign * mag * 2^exp2 exactly rounded to nearest, ties to even.
+ * `sign` is 0 or fmt->sign. */
+static uint32_t mn__nf_round(const mn__nf_format *fmt, uint32_t sign, uint64_t mag, int exp2) {
+  if (mag == 0) return sign;
+  int e = mn__msb64(mag) + exp2; /* exponent of the leading bit */
+  if (e > fmt->emax) return sign | fmt->overflow;
+  /* q: exponent of the target's last mantissa bit at this magnitude */
+  int q = (e >= fmt->emin ? e : fmt->emin) - fmt->mbits;
+  int s = q - exp2; /* right shift from mag to units of 2^q */
+  uint64_t n;
+  if (s <= 0) {
+    n = mag << -s; /* exact; n < 2^(mbits+1) */
+  } else if (s >= 64) {
+    /* mag / 2^s < 1: rounds to 1 only when strictly above one half */
+    n = (s == 64 && mag > (UINT64_C(1) << 63)) ? 1 : 0;
+  } else {
+    n = mag >> s;
+    uint64_t rem = mag & ((UINT64_C(1) << s) - 1);
+    uint64_t half = UINT64_C(1) << (s - 1);
+    if (rem > half || (rem == half && (n & 1))) ++n;
+  }
+  /* Normal: n holds the implicit bit, which adds one to the exponent field; a
+   * carry out of the mantissa moves to the next binade; a subnormal that
+   * rounds up to 2^mbits becomes the smallest normal. */
+  uint64_t enc = n;
+  if (e >= fmt->emin) enc += (uint64_t)(e - fmt->emin) << fmt->mbits;
+  if (enc > fmt->max_finite) return sign | fmt->overflow;
+  return sign | (uint32_t)enc;
+}
+
+static uint32_t mn__nf_from_double(const mn__nf_format *fmt, double d) {
+  uint64_t bits;
+  memcpy(&bits, &d, sizeof bits);
+  uint32_t sign = (bits >> 63) ? fmt->sign : 0;
+  unsigned ef = (unsigned)(bits >> 52) & 0x7FFu;
+  uint64_t frac = bits & ((UINT64_C(1) << 52) - 1);
+  if (ef == 0x7FF) return sign | (frac != 0 ? fmt->nan : fmt->overflow);
+  if (ef == 0) return mn__nf_round(fmt, sign, frac, -1074);
+  return mn__nf_round(fmt, sign, frac | (UINT64_C(1) << 52), (int)ef - 1075);
+}
+
+static uint32_t mn__nf_from_int(const mn__nf_format *fmt, int64_t v) {
+  uint64_t mag = v < 0 ? UINT64_C(0) - (uint64_t)v : (uint64_t)v;
+  return mn__nf_round(fmt, v < 0 ? fmt->sign : 0, mag, 0);
+}
+
+static float mn__f32_from_bits(uint32_t bits) {
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+uint16_t mn_float_to_half(float f) { return (uint16_t)mn__nf_from_double(&mn__fmt_half, (double)f); }
+
+float mn_half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1Fu;
+  uint32_t man = h & 0x3FFu;
+  if (exp == 0x1F) return mn__f32_from_bits(sign | 0x7F800000u | (man << 13)); /* inf, NaN */
+  if (exp == 0) {                                                             /* zero, subnormal */
+    float v = (float)man * 0x1p-24f;
+    return sign ? -v : v;
+  }
+  return mn__f32_from_bits(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+uint16_t mn_float_to_bfloat16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)(((u >> 16) & 0x8000u) | 0x7FC0u);
+  /* Adding 0x7FFF plus the lowest kept bit rounds to nearest, ties to even;
+   * a carry into the exponent is the correct next binade (or inf). */
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+float mn_bfloat16_to_float(uint16_t b) { return mn__f32_from_bits((uint32_t)b << 16); }
+
+uint8_t mn_float_to_e4m3fn(float f) { return (uint8_t)mn__nf_from_double(&mn__fmt_e4m3fn, (double)f); }
+
+float mn_e4m3fn_to_float(uint8_t v) {
+  uint32_t sign = (uint32_t)(v & 0x80u) << 24;
+  uint32_t exp = (v >> 3) & 0xFu;
+  uint32_t man = v & 0x7u;
+  if (exp == 0xF && man == 0x7) return mn__f32_from_bits(sign | 0x7FC00000u);
+  if (exp == 0) {
+    float x = (float)man * 0x1p-9f;
+    return sign ? -x : x;
+  }
+  return mn__f32_from_bits(sign | ((exp + 120u) << 23) | (man << 20));
+}
+
+uint8_t mn_float_to_e5m2(float f) { return (uint8_t)mn__nf_from_double(&mn__fmt_e5m2, (double)f); }
+
+/* e5m2 is the top byte of IEEE binary16. */
+float mn_e5m2_to_float(uint8_t v) { return mn_half_to_float((uint16_t)((unsigned)v << 8)); }
+
+/* ---- Scalars -------------------------------------------------------------- */
+
+mn_scalar_t mn_scalar_bool(bool v) {
+  mn_scalar_t s;
+  memset(&s, 0, sizeof s);
+  s.kind = MN_SCALAR_BOOL;
+  s.v.b = v;
+  return s;
+}
+
+mn_scalar_t mn_scalar_int(int64_t v) {
+  mn_scalar_t s;
+  memset(&s, 0, sizeof s);
+  s.kind = MN_SCALAR_INT;
+  s.v.i = v;
+  return s;
+}
+
+mn_scalar_t mn_scalar_uint(uint64_t v) {
+  mn_scalar_t s;
+  memset(&s, 0, sizeof s);
+  s.kind = MN_SCALAR_UINT;
+  s.v.u = v;
+  return s;
+}
+
+mn_scalar_t mn_scalar_float(double v) {
+  mn_scalar_t s;
+  memset(&s, 0, sizeof s);
+  s.kind = MN_SCALAR_FLOAT;
+  s.v.f = v;
+  return s;
+}
+
+mn_scalar_t mn_scalar_complex(double re, double im) {
+  mn_scalar_t s;
+  memset(&s, 0, sizeof s);
+  s.kind = MN_SCALAR_COMPLEX;
+  s.v.c[0] = re;
+  s.v.c[1] = im;
+  return s;
+}
+
+/* The real part of a float or complex scalar. */
+static double mn__scalar_real(const mn_scalar_t *v) {
+  return v->kind == MN_SCALAR_COMPLEX ? v->v.c[0] : v->v.f;
+}
+
+static bool mn__scalar_truth(const mn_scalar_t *v) {
+  switch (v->kind) {
+    case MN_SCALAR_BOOL: return v->v.b;
+    case MN_SCALAR_INT: return v->v.i != 0;
+    case MN_SCALAR_UINT: return v->v.u != 0;
+    case MN_SCALAR_FLOAT: return v->v.f != 0.0; /* NaN is true */
+    case MN_SCALAR_COMPLEX: return v->v.c[0] != 0.0 || v->v.c[1] != 0.0;
+  }
+  return false;
+}
+
+/* Truncates toward zero to int64; NaN gives 0, out of range saturates. */
+static int64_t mn__f64_to_i64_sat(double d) {
+  if (d != d) return 0;
+  if (d >= 0x1p63) return INT64_MAX;
+  if (d <= -0x1p63) return INT64_MIN;
+  return (int64_t)d;
+}
+
+/* The value as the low bits of a 64-bit two's complement integer; `to_u64`
+ * lets floats >= 2^63 through directly (saturating at UINT64_MAX). */
+static uint64_t mn__scalar_int_bits(const mn_scalar_t *v, bool to_u64) {
+  switch (v->kind) {
+    case MN_SCALAR_BOOL: return v->v.b ? 1u : 0u;
+    case MN_SCALAR_INT: return (uint64_t)v->v.i;
+    case MN_SCALAR_UINT: return v->v.u;
+    case MN_SCALAR_FLOAT:
+    case MN_SCALAR_COMPLEX: {
+      double d = mn__scalar_real(v);
+      if (to_u64 && d >= 0x1p63) return d >= 0x1p64 ? UINT64_MAX : (uint64_t)d;
+      return (uint64_t)mn__f64_to_i64_sat(d);
+    }
+  }
+  return 0;
+}
+
+static float mn__scalar_f32(const mn_scalar_t *v) {
+  switch (v->kind) {
+    case MN_SCALAR_BOOL: return v->v.b ? 1.0f : 0.0f;
+    case MN_SCALAR_INT: return (float)v->v.i;
+    case MN_SCALAR_UINT: return (float)v->v.u;
+    case MN_SCALAR_FLOAT:
+    case MN_SCALAR_COMPLEX: return (float)mn__scalar_real(v);
+  }
+  return 0.0f;
+}
+
+static double mn__scalar_f64(const mn_scalar_t *v) {
+  switch (v->kind) {
+    case MN_SCALAR_BOOL: return v->v.b ? 1.0 : 0.0;
+    case MN_SCALAR_INT: return (double)v->v.i;
+    case MN_SCALAR_UINT: return (double)v->v.u;
+    case MN_SCALAR_FLOAT:
+    case MN_SCALAR_COMPLEX: return mn__scalar_real(v);
+  }
+  return 0.0;
+}
+
+/* Rounds the value once, straight from its exact form (integers do not pass
+ * through double, which could round twice). */
+static uint32_t mn__scalar_narrow(const mn_scalar_t *v, const mn__nf_format *fmt) {
+  switch (v->kind) {
+    case MN_SCALAR_BOOL: return mn__nf_round(fmt, 0, v->v.b ? 1u : 0u, 0);
+    case MN_SCALAR_INT: return mn__nf_from_int(fmt, v->v.i);
+    case MN_SCALAR_UINT: return mn__nf_round(fmt, 0, v->v.u, 0);
+    case MN_SCALAR_FLOAT:
+    case MN_SCALAR_COMPLEX: return mn__nf_from_double(fmt, mn__scalar_real(v));
+  }
+  return 0;
+}
+
+mn_status mn_scalar_to_bytes(mn_scalar_t value, mn_dtype dtype, void *out) {
+  const mn_dtype_info_t *info = mn_dtype_info(dtype);
+  if (info == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "invalid dtype %d", (int)dtype);
+  if (out == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "out is NULL (dtype %s)", info->name);
+  if ((int)value.kind < (int)MN_SCALAR_BOOL || (int)value.kind > (int)MN_SCALAR_COMPLEX)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "invalid scalar kind %d", (int)value.kind);
+
+  switch (dtype) {
+    case MN_DTYPE_BOOL: {
+      uint8_t b = mn__scalar_truth(&value) ? 1 : 0;
+      memcpy(out, &b, 1);
+      return MN_OK;
+    }
+    case MN_DTYPE_UINT8:
+    case MN_DTYPE_INT8: {
+      uint8_t x = (uint8_t)mn__scalar_int_bits(&value, false);
+      memcpy(out, &x, sizeof x);
+      return MN_OK;
+    }
+    case MN_DTYPE_UINT16:
+    case MN_DTYPE_INT16: {
+      uint16_t x = (uint16_t)mn__scalar_int_bits(&value, false);
+      memcpy(out, &x, sizeof x);
+      return MN_OK;
+    }
+    case MN_DTYPE_UINT32:
+    case MN_DTYPE_INT32: {
+      uint32_t x = (uint32_t)mn__scalar_int_bits(&value, false);
+      memcpy(out, &x, sizeof x);
+      return MN_OK;
+    }
+    case MN_DTYPE_UINT64:
+    case MN_DTYPE_INT64: {
+      uint64_t x = mn__scalar_int_bits(&value, dtype == MN_DTYPE_UINT64);
+      memcpy(out, &x, sizeof x);
+      return MN_OK;
+    }
+    case MN_DTYPE_FLOAT16:
+    case MN_DTYPE_BFLOAT16: {
+      uint16_t x = (uint16_t)mn__scalar_narrow(
+          &value, dtype == MN_DTYPE_FLOAT16 ? &mn__fmt_half : &mn__fmt_bf16);
+      memcpy(out, &x, sizeof x);
+      return MN_OK;
+    }
+    case MN_DTYPE_FLOAT8_E4M3FN:
+    case MN_DTYPE_FLOAT8_E5M2: {
+      uint8_t x = (uint8_t)mn__scalar_narrow(
+          &value, dtype == MN_DTYPE_FLOAT8_E4M3FN ? &mn__fmt_e4m3fn : &mn__fmt_e5m2);
+      memcpy(out, &x, sizeof x);
+      return MN_OK;
+    }
+    case MN_DTYPE_FLOAT32: {
+      float x = mn__scalar_f32(&value);
+      memcpy(out, &x, sizeof x);
+      return MN_OK;
+    }
+    case MN_DTYPE_FLOAT64: {
+      double x = mn__scalar_f64(&value);
+      memcpy(out, &x, sizeof x);
+      return MN_OK;
+    }
+    case MN_DTYPE_COMPLEX64: {
+      float x[2] = {mn__scalar_f32(&value),
+                    value.kind == MN_SCALAR_COMPLEX ? (float)value.v.c[1] : 0.0f};
+      memcpy(out, x, sizeof x);
+      return MN_OK;
+    }
+    case MN_DTYPE_COMPLEX128: {
+      double x[2] = {mn__scalar_f64(&value), value.kind == MN_SCALAR_COMPLEX ? value.v.c[1] : 0.0};
+      memcpy(out, x, sizeof x);
+      return MN_OK;
+    }
+    case MN_DTYPE_COUNT: break;
+  }
+  return mn__error(MN_ERR_INTERNAL, __func__, "dtype %s has no conversion", info->name);
+}
+
+mn_status mn_scalar_from_bytes(mn_dtype dtype, const void *in, mn_scalar_t *out) {
+  const mn_dtype_info_t *info = mn_dtype_info(dtype);
+  if (info == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "invalid dtype %d", (int)dtype);
+  if (in == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "in is NULL (dtype %s)", info->name);
+  if (out == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "out is NULL (dtype %s)", info->name);
+
+  switch (dtype) {
+    case MN_DTYPE_BOOL: {
+      uint8_t x;
+      memcpy(&x, in, sizeof x);
+      *out = mn_scalar_bool(x != 0);
+      return MN_OK;
+    }
+    case MN_DTYPE_UINT8: {
+      uint8_t x;
+      memcpy(&x, in, sizeof x);
+      *out = mn_scalar_uint(x);
+      return MN_OK;
+    }
+    case MN_DTYPE_UINT16: {
+      uint16_t x;
+      memcpy(&x, in, sizeof x);
+      *out = mn_scalar_uint(x);
+      return MN_OK;
+    }
+    case MN_DTYPE_UINT32: {
+      uint32_t x;
+      memcpy(&x, in, sizeof x);
+      *out = mn_scalar_uint(x);
+      return MN_OK;
+    }
+    case MN_DTYPE_UINT64: {
+      uint64_t x;
+      memcpy(&x, in, sizeof x);
+      *out = mn_scalar_uint(x);
+      return MN_OK;
+    }
+    case MN_DTYPE_INT8: {
+      int8_t x;
+      memcpy(&x, in, sizeof x);
+      *out = mn_scalar_int(x);
+      return MN_OK;
+    }
+    case MN_DTYPE_INT16: {
+      int16_t x;
+      memcpy(&x, in, sizeof x);
+      *out = mn_scalar_int(x);
+      return MN_OK;
+    }
+    case MN_DTYPE_INT32: {
+      int32_t x;
+      memcpy(&x, in, sizeof x);
+      *out = mn_scalar_int(x);
+      return MN_OK;
+    }
+    case MN_DTYPE_INT64: {
+      int64_t x;
+      memcpy(&x, in, sizeof x);
+      *out = mn_scalar_int(x);
+      return MN_OK;
+    }
+    case MN_DTYPE_FLOAT16:
+    case MN_DTYPE_BFLOAT16: {
+      uint16_t x;
+      memcpy(&x, in, sizeof x);
+      *out = mn_scalar_float(dtype == MN_DTYPE_FLOAT16 ? mn_half_to_float(x) : mn_bfloat16_to_float(x));
+      return MN_OK;
+    }
+    case MN_DTYPE_FLOAT8_E4M3FN:
+    case MN_DTYPE_FLOAT8_E5M2: {
+      uint8_t x;
+      memcpy(&x, in, sizeof x);
+      *out = mn_scalar_float(dtype == MN_DTYPE_FLOAT8_E4M3FN ? mn_e4m3fn_to_float(x) : mn_e5m2_to_float(x));
+      return MN_OK;
+    }
+    case MN_DTYPE_FLOAT32: {
+      float x;
+      memcpy(&x, in, sizeof x);
+      *out = mn_scalar_float(x);
+      return MN_OK;
+    }
+    case MN_DTYPE_FLOAT64: {
+      double x;
+      memcpy(&x, in, sizeof x);
+      *out = mn_scalar_float(x);
+      return MN_OK;
+    }
+    case MN_DTYPE_COMPLEX64: {
+      float x[2];
+      memcpy(x, in, sizeof x);
+      *out = mn_scalar_complex(x[0], x[1]);
+      return MN_OK;
+    }
+    case MN_DTYPE_COMPLEX128: {
+      double x[2];
+      memcpy(x, in, sizeof x);
+      *out = mn_scalar_complex(x[0], x[1]);
+      return MN_OK;
+    }
+    case MN_DTYPE_COUNT: break;
+  }
+  return mn__error(MN_ERR_INTERNAL, __func__, "dtype %s has no conversion", info->name);
+}

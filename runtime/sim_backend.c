@@ -1,0 +1,862 @@
+/* runtime/sim_backend.c: the SIM backend, a deterministic simulated GPU. Its
+ * memory is a lazily backed host reservation; its streams are FIFO queues that
+ * run only when advanced or synchronized; faults can be injected. Each device
+ * has one (recursive) lock; host functions run with it held, so they may call
+ * back into the same SIM device. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "mnemo/mnemo.h"
+#include "runtime/backend.h"
+#include "runtime/error.h"
+
+#define SIM_MAX_DEVICES 16
+#define SIM_VA_FACTOR 4 /* address space = 4 x capacity: raw allocs + reservations */
+
+typedef enum { OP_COPY, OP_SET, OP_HOST, OP_WAIT } sim_op_kind;
+
+typedef struct sim_stream sim_stream;
+
+typedef struct sim_op {
+  struct sim_op *next;
+  sim_op_kind kind;
+  mn__copy_kind copy_kind;
+  void *dst;
+  const void *src;
+  size_t nbytes;
+  int value;
+  mn_host_fn fn;
+  void *arg;
+  sim_stream *wait_stream; /* OP_WAIT: satisfied when it has completed wait_target ops */
+  uint64_t wait_target;
+} sim_op;
+
+struct sim_stream {
+  sim_stream *next, *prev; /* the device's list of created streams */
+  sim_op *head, *tail;
+  uint64_t queued;    /* ops ever queued */
+  uint64_t completed; /* ops ever run */
+};
+
+typedef struct sim_event {
+  struct sim_event *next, *prev;
+  int device;         /* index of the SIM device that made it */
+  sim_stream *stream; /* NULL: never recorded, or its stream is gone (complete) */
+  uint64_t target;    /* complete when stream->completed >= target */
+} sim_event;
+
+typedef struct sim_range {
+  uintptr_t start;
+  size_t size;
+  uint8_t *mapped; /* reservations only: one flag per granule; NULL for raw allocations */
+} sim_range;
+
+typedef struct sim_fault_arm {
+  uint64_t until;     /* calls until the first failure (1 = next call) */
+  uint64_t remaining; /* failures left; 0 = disarmed */
+} sim_fault_arm;
+
+typedef struct sim_device {
+  atomic_bool ready;
+  pthread_mutex_t lock;
+  uint8_t *base;
+  size_t va_size;
+  sim_range *ranges; /* sorted by start, disjoint */
+  size_t nranges, cap_ranges;
+  sim_stream default_stream;
+  sim_stream *streams;
+  sim_event *events;
+  sim_fault_arm faults[MN_SIM_FAULT_COUNT];
+  mn_sim_stats_t stats;
+} sim_device;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static mn_sim_config_t g_cfg;
+static bool g_cfg_loaded;
+static sim_device g_dev[SIM_MAX_DEVICES];
+
+mn_sim_config_t mn_sim_config_default(void) {
+  mn_sim_config_t c = {.device_count = 1,
+                       .capacity = (size_t)80 << 30,
+                       .granularity = (size_t)2 << 20,
+                       .eager = false};
+  return c;
+}
+
+/* "80GiB", "512M", "1073741824": bytes with an optional K/M/G/T suffix (powers of 1024). */
+static bool parse_bytes(const char *text, size_t *out) {
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(text, &end, 10);
+  if (errno || end == text) return false;
+  unsigned shift = 0;
+  switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    default: break;
+  }
+  if (shift && (*end == 'i' || *end == 'I')) end++;
+  if (shift && (*end == 'b' || *end == 'B')) end++;
+  if (*end != '\0' || (shift && v > (SIZE_MAX >> shift))) return false;
+  *out = (size_t)(v << shift);
+  return true;
+}
+
+static mn_status validate_config(const char *func, const mn_sim_config_t *c) {
+  long page = sysconf(_SC_PAGESIZE);
+  if (c->device_count < 1 || c->device_count > SIM_MAX_DEVICES)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "device_count=%d is not in 1..%d",
+                     c->device_count, SIM_MAX_DEVICES);
+  if (c->granularity < (size_t)page || (c->granularity & (c->granularity - 1)) != 0)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                     "granularity=%zu must be a power of two >= the page size (%ld)", c->granularity, page);
+  if (c->capacity < c->granularity || c->capacity % c->granularity != 0)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                     "capacity=%zu must be a non-zero multiple of granularity=%zu", c->capacity,
+                     c->granularity);
+  if (c->capacity > ((size_t)1 << 44))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "capacity=%zu exceeds 16 TiB", c->capacity);
+  return MN_OK;
+}
+
+/* pre: g_lock held. Loads the defaults and the environment once. */
+static void load_config_locked(void) {
+  if (g_cfg_loaded) return;
+  g_cfg = mn_sim_config_default();
+  const char *cap = getenv("MNEMO_SIM_CAPACITY");
+  size_t v;
+  if (cap && parse_bytes(cap, &v)) {
+    mn_sim_config_t c = g_cfg;
+    c.capacity = v;
+    if (validate_config(__func__, &c) == MN_OK) g_cfg = c;
+  }
+  const char *eager = getenv("MNEMO_SIM_EAGER");
+  if (eager && eager[0] == '1') g_cfg.eager = true;
+  g_cfg_loaded = true;
+}
+
+/* Returns the device, initializing it on first use. */
+static mn_status sim_get(int index, sim_device **out) {
+  sim_device *d = &g_dev[index];
+  if (atomic_load_explicit(&d->ready, memory_order_acquire)) {
+    *out = d;
+    return MN_OK;
+  }
+  pthread_mutex_lock(&g_lock);
+  load_config_locked();
+  mn_status st = MN_OK;
+  if (!atomic_load(&d->ready)) {
+    size_t va = g_cfg.capacity * SIM_VA_FACTOR;
+    void *base = mmap(NULL, va, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) {
+      st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: cannot reserve %zu bytes of address space: %s",
+                     index, va, strerror(errno));
+    } else {
+      pthread_mutexattr_t attr;
+      pthread_mutexattr_init(&attr);
+      pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+      pthread_mutex_init(&d->lock, &attr);
+      pthread_mutexattr_destroy(&attr);
+      d->base = base;
+      d->va_size = va;
+      atomic_store_explicit(&d->ready, true, memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&g_lock);
+  if (st == MN_OK) *out = d;
+  return st;
+}
+
+#define SIM_LOCKED(index, d)                   \
+  sim_device *d = NULL;                        \
+  {                                            \
+    mn_status st_ = sim_get((index), &d);      \
+    if (st_ != MN_OK) return st_;              \
+  }                                            \
+  pthread_mutex_lock(&d->lock)
+
+static mn_status unlock_ret(sim_device *d, mn_status st) {
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+/* True when the armed fault of this kind fires on this call. pre: lock held. */
+static bool fault_fires(sim_device *d, mn_sim_fault kind) {
+  sim_fault_arm *a = &d->faults[kind];
+  if (a->remaining == 0) return false;
+  if (a->until > 1) {
+    a->until--;
+    return false;
+  }
+  a->remaining--;
+  d->stats.faults_fired++;
+  return true;
+}
+
+/* ---- address ranges ----------------------------------------------------- */
+
+/* Index of the last range whose start <= p, or -1. */
+static long range_find(const sim_device *d, uintptr_t p) {
+  long lo = 0, hi = (long)d->nranges - 1, found = -1;
+  while (lo <= hi) {
+    long mid = lo + (hi - lo) / 2;
+    if (d->ranges[mid].start <= p) {
+      found = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return found;
+}
+
+/* First-fit gap of `size` bytes in the address space; inserts the range. */
+static mn_status range_insert(sim_device *d, int index, size_t size, bool reserved, uintptr_t *out) {
+  uintptr_t cursor = (uintptr_t)d->base, end = (uintptr_t)d->base + d->va_size;
+  size_t pos = 0;
+  for (; pos < d->nranges; pos++) {
+    if (d->ranges[pos].start - cursor >= size) break;
+    cursor = d->ranges[pos].start + d->ranges[pos].size;
+  }
+  if (pos == d->nranges && end - cursor < size)
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: address space exhausted (%zu bytes asked)",
+                     index, size);
+  if (d->nranges == d->cap_ranges) {
+    size_t cap = d->cap_ranges ? d->cap_ranges * 2 : 64;
+    sim_range *r = realloc(d->ranges, cap * sizeof *r);
+    if (!r) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+    d->ranges = r;
+    d->cap_ranges = cap;
+  }
+  uint8_t *flags = NULL;
+  if (reserved) {
+    flags = calloc(size / g_cfg.granularity, 1);
+    if (!flags) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  }
+  memmove(&d->ranges[pos + 1], &d->ranges[pos], (d->nranges - pos) * sizeof *d->ranges);
+  d->ranges[pos] = (sim_range){.start = cursor, .size = size, .mapped = flags};
+  d->nranges++;
+  *out = cursor;
+  return MN_OK;
+}
+
+static void range_remove(sim_device *d, size_t pos) {
+  free(d->ranges[pos].mapped);
+  memmove(&d->ranges[pos], &d->ranges[pos + 1], (d->nranges - pos - 1) * sizeof *d->ranges);
+  d->nranges--;
+}
+
+/* Whether [p, p+n) is device memory that is mapped right now. pre: lock held. */
+static bool range_is_mapped(const sim_device *d, const void *ptr, size_t n) {
+  uintptr_t p = (uintptr_t)ptr;
+  long i = range_find(d, p);
+  if (i < 0) return false;
+  const sim_range *r = &d->ranges[i];
+  if (n > r->size || p - r->start > r->size - n) return false;
+  if (!r->mapped) return true;
+  size_t g = g_cfg.granularity;
+  for (size_t k = (p - r->start) / g; k <= (p - r->start + n - 1) / g; k++)
+    if (!r->mapped[k]) return false;
+  return true;
+}
+
+static void phys_add(sim_device *d, size_t n) {
+  d->stats.mapped_bytes += n;
+  if (d->stats.mapped_bytes > d->stats.peak_mapped_bytes) d->stats.peak_mapped_bytes = d->stats.mapped_bytes;
+}
+
+static mn_status check_capacity(sim_device *d, int index, const char *func, size_t asked, size_t rounded) {
+  if (fault_fires(d, MN_SIM_FAULT_RAW_ALLOC))
+    return mn__error(MN_ERR_OUT_OF_MEMORY, func, "sim:%d: injected fault: raw allocation of %zu bytes failed",
+                     index, asked);
+  if (rounded > g_cfg.capacity - d->stats.mapped_bytes)
+    return mn__error(MN_ERR_OUT_OF_MEMORY, func,
+                     "sim:%d out of memory: asked %zu bytes (%zu rounded), %zu of %zu in use", index, asked,
+                     rounded, d->stats.mapped_bytes, g_cfg.capacity);
+  return MN_OK;
+}
+
+static size_t round_gran(size_t n) {
+  size_t g = g_cfg.granularity;
+  return n > SIZE_MAX - g ? 0 : (n + g - 1) / g * g;
+}
+
+/* ---- queues ---------------------------------------------------------------- */
+
+static sim_stream *stream_of(sim_device *d, void *handle) {
+  return handle ? (sim_stream *)handle : &d->default_stream;
+}
+
+static bool op_ready(const sim_op *op) {
+  return op->kind != OP_WAIT || !op->wait_stream || op->wait_stream->completed >= op->wait_target;
+}
+
+static void op_run(sim_device *d, const sim_op *op) {
+  switch (op->kind) {
+    case OP_COPY: {
+      bool dst_dev = op->copy_kind == MN__COPY_H2D || op->copy_kind == MN__COPY_D2D;
+      bool src_dev = op->copy_kind == MN__COPY_D2H || op->copy_kind == MN__COPY_D2D;
+      if ((dst_dev && !range_is_mapped(d, op->dst, op->nbytes)) ||
+          (src_dev && !range_is_mapped(d, op->src, op->nbytes))) {
+        d->stats.illegal_accesses++;
+        return;
+      }
+      memmove(op->dst, op->src, op->nbytes);
+      return;
+    }
+    case OP_SET:
+      if (!range_is_mapped(d, op->dst, op->nbytes)) {
+        d->stats.illegal_accesses++;
+        return;
+      }
+      memset(op->dst, op->value, op->nbytes);
+      return;
+    case OP_HOST:
+      op->fn(op->arg);
+      return;
+    case OP_WAIT:
+      return;
+  }
+}
+
+/* Runs up to n ops of s in order, stopping at an unsatisfied wait. pre: lock held. */
+static size_t stream_advance(sim_device *d, sim_stream *s, size_t n) {
+  size_t ran = 0;
+  while (ran < n && s->head && op_ready(s->head)) {
+    sim_op *op = s->head;
+    s->head = op->next;
+    if (!s->head) s->tail = NULL;
+    op_run(d, op);
+    s->completed++;
+    d->stats.ops_run++;
+    ran++;
+    free(op);
+  }
+  return ran;
+}
+
+/* Runs s until it has completed `target` ops, first running the streams it
+ * waits on. Waits capture points queued before them, so there are no cycles. */
+static void stream_run_to(sim_device *d, sim_stream *s, uint64_t target) {
+  while (s->completed < target) {
+    stream_advance(d, s, (size_t)(target - s->completed));
+    if (s->completed >= target || !s->head) break;
+    stream_run_to(d, s->head->wait_stream, s->head->wait_target);
+  }
+}
+
+static void device_drain(sim_device *d) {
+  stream_run_to(d, &d->default_stream, d->default_stream.queued);
+  for (sim_stream *s = d->streams; s; s = s->next) stream_run_to(d, s, s->queued);
+}
+
+/* Queues op on s (taking ownership); eager devices run it at once. */
+static mn_status enqueue(sim_device *d, sim_stream *s, sim_op *op) {
+  op->next = NULL;
+  if (s->tail)
+    s->tail->next = op;
+  else
+    s->head = op;
+  s->tail = op;
+  s->queued++;
+  d->stats.ops_queued++;
+  if (g_cfg.eager) stream_run_to(d, s, s->queued);
+  return MN_OK;
+}
+
+static mn_status new_op(sim_op_kind kind, sim_op **out) {
+  sim_op *op = calloc(1, sizeof *op);
+  if (!op) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a queued operation");
+  op->kind = kind;
+  *out = op;
+  return MN_OK;
+}
+
+/* ---- backend slots ------------------------------------------------------- */
+
+static mn_status sim_device_count(int *count) {
+  pthread_mutex_lock(&g_lock);
+  load_config_locked();
+  *count = g_cfg.device_count;
+  pthread_mutex_unlock(&g_lock);
+  return MN_OK;
+}
+
+static mn_status sim_get_properties(int index, mn_device_props_t *p) {
+  memset(p, 0, sizeof *p);
+  snprintf(p->name, sizeof p->name, "mnemo sim%s", g_cfg.eager ? " (eager)" : "");
+  p->total_memory = g_cfg.capacity;
+  p->multiprocessors = 1;
+  p->alloc_granularity = g_cfg.granularity;
+  p->supports_vmm = true;
+  p->is_host_accessible = true;
+  return MN_OK;
+}
+
+static mn_status sim_mem_info(int index, size_t *free_bytes, size_t *total_bytes) {
+  SIM_LOCKED(index, d);
+  *free_bytes = g_cfg.capacity - d->stats.mapped_bytes;
+  *total_bytes = g_cfg.capacity;
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_synchronize(int index) {
+  SIM_LOCKED(index, d);
+  device_drain(d);
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_raw_alloc(int index, size_t nbytes, void **out) {
+  SIM_LOCKED(index, d);
+  size_t rounded = round_gran(nbytes);
+  mn_status st = check_capacity(d, index, __func__, nbytes, rounded ? rounded : SIZE_MAX);
+  uintptr_t p = 0;
+  if (st == MN_OK) st = range_insert(d, index, rounded, false, &p);
+  if (st == MN_OK && mprotect((void *)p, rounded, PROT_READ | PROT_WRITE) != 0) {
+    range_remove(d, (size_t)range_find(d, p));
+    st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: mprotect failed: %s", index, strerror(errno));
+  }
+  if (st == MN_OK) {
+    phys_add(d, rounded);
+    d->stats.raw_allocs++;
+    *out = (void *)p;
+  }
+  return unlock_ret(d, st);
+}
+
+/* Gives pages back to the OS and makes them inaccessible again. */
+static void pages_release(void *p, size_t n) {
+  madvise(p, n, MADV_DONTNEED);
+  mprotect(p, n, PROT_NONE);
+}
+
+static mn_status sim_raw_free(int index, void *ptr) {
+  SIM_LOCKED(index, d);
+  long i = range_find(d, (uintptr_t)ptr);
+  if (i < 0 || d->ranges[i].start != (uintptr_t)ptr || d->ranges[i].mapped)
+    return unlock_ret(d, mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                                   "sim:%d: %p is not a live raw allocation", index, ptr));
+  /* As cudaFree, freeing synchronizes the device first. */
+  device_drain(d);
+  size_t size = d->ranges[i].size;
+  pages_release(ptr, size);
+  range_remove(d, (size_t)i);
+  d->stats.mapped_bytes -= size;
+  d->stats.raw_frees++;
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_va_reserve(int index, size_t nbytes, void **base) {
+  SIM_LOCKED(index, d);
+  size_t rounded = round_gran(nbytes);
+  uintptr_t p = 0;
+  mn_status st = rounded ? range_insert(d, index, rounded, true, &p)
+                         : mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: %zu bytes is too large", index, nbytes);
+  if (st == MN_OK) {
+    d->stats.live_reservations++;
+    *base = (void *)p;
+  }
+  return unlock_ret(d, st);
+}
+
+/* Finds the reservation holding [addr, addr+n), granule-aligned. */
+static mn_status find_reserved(sim_device *d, int index, const char *func, void *addr, size_t n,
+                               sim_range **out) {
+  uintptr_t p = (uintptr_t)addr;
+  size_t g = g_cfg.granularity;
+  if (p % g || n % g)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "sim:%d: addr=%p and nbytes=%zu must be multiples of %zu",
+                     index, addr, n, g);
+  long i = range_find(d, p);
+  if (i < 0 || !d->ranges[i].mapped || n > d->ranges[i].size || p - d->ranges[i].start > d->ranges[i].size - n)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "sim:%d: [%p, +%zu) is not inside a reserved range",
+                     index, addr, n);
+  *out = &d->ranges[i];
+  return MN_OK;
+}
+
+static mn_status sim_va_release(int index, void *base, size_t nbytes) {
+  SIM_LOCKED(index, d);
+  long i = range_find(d, (uintptr_t)base);
+  if (i < 0 || d->ranges[i].start != (uintptr_t)base || !d->ranges[i].mapped ||
+      (nbytes && round_gran(nbytes) != d->ranges[i].size))
+    return unlock_ret(d, mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                                   "sim:%d: %p (+%zu) is not a live reservation", index, base, nbytes));
+  for (size_t k = 0; k < d->ranges[i].size / g_cfg.granularity; k++)
+    if (d->ranges[i].mapped[k])
+      return unlock_ret(d, mn__error(MN_ERR_INVALID_STATE, __func__,
+                                     "sim:%d: reservation %p still has mapped pages", index, base));
+  range_remove(d, (size_t)i);
+  d->stats.live_reservations--;
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_mem_map(int index, void *addr, size_t nbytes) {
+  SIM_LOCKED(index, d);
+  sim_range *r = NULL;
+  mn_status st = find_reserved(d, index, __func__, addr, nbytes, &r);
+  if (st != MN_OK) return unlock_ret(d, st);
+  size_t g = g_cfg.granularity, first = ((uintptr_t)addr - r->start) / g, count = nbytes / g;
+  for (size_t k = first; k < first + count; k++)
+    if (r->mapped[k])
+      return unlock_ret(d, mn__error(MN_ERR_INVALID_STATE, __func__, "sim:%d: page %p is already mapped",
+                                     index, (void *)(r->start + k * g)));
+  st = check_capacity(d, index, __func__, nbytes, nbytes);
+  if (st == MN_OK && mprotect(addr, nbytes, PROT_READ | PROT_WRITE) != 0)
+    st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: mprotect failed: %s", index, strerror(errno));
+  if (st != MN_OK) return unlock_ret(d, st);
+  memset(r->mapped + first, 1, count);
+  phys_add(d, nbytes);
+  d->stats.maps++;
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_mem_unmap(int index, void *addr, size_t nbytes) {
+  SIM_LOCKED(index, d);
+  sim_range *r = NULL;
+  mn_status st = find_reserved(d, index, __func__, addr, nbytes, &r);
+  if (st != MN_OK) return unlock_ret(d, st);
+  size_t g = g_cfg.granularity, first = ((uintptr_t)addr - r->start) / g, count = nbytes / g;
+  for (size_t k = first; k < first + count; k++)
+    if (!r->mapped[k])
+      return unlock_ret(d, mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "sim:%d: page %p is not mapped",
+                                     index, (void *)(r->start + k * g)));
+  pages_release(addr, nbytes);
+  memset(r->mapped + first, 0, count);
+  d->stats.mapped_bytes -= nbytes;
+  d->stats.unmaps++;
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_stream_create(int index, void **out) {
+  SIM_LOCKED(index, d);
+  sim_stream *s = calloc(1, sizeof *s);
+  if (!s) return unlock_ret(d, mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory"));
+  s->next = d->streams;
+  if (d->streams) d->streams->prev = s;
+  d->streams = s;
+  d->stats.live_streams++;
+  *out = s;
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_stream_destroy(int index, void *handle) {
+  SIM_LOCKED(index, d);
+  sim_stream *s = handle;
+  /* As CUDA, queued work still completes: run it now. */
+  stream_run_to(d, s, s->queued);
+  for (sim_event *e = d->events; e; e = e->next)
+    if (e->stream == s) e->stream = NULL;
+  for (sim_stream *o = &d->default_stream; o; o = (o == &d->default_stream) ? d->streams : o->next)
+    for (sim_op *op = o->head; op; op = op->next)
+      if (op->wait_stream == s) op->wait_stream = NULL;
+  if (s->prev) s->prev->next = s->next;
+  else d->streams = s->next;
+  if (s->next) s->next->prev = s->prev;
+  d->stats.live_streams--;
+  free(s);
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_stream_query(int index, void *handle, bool *done) {
+  SIM_LOCKED(index, d);
+  *done = stream_of(d, handle)->head == NULL;
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_stream_synchronize(int index, void *handle) {
+  SIM_LOCKED(index, d);
+  sim_stream *s = stream_of(d, handle);
+  stream_run_to(d, s, s->queued);
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_stream_wait_event(int index, void *handle, void *event) {
+  SIM_LOCKED(index, d);
+  sim_event *e = event;
+  if (e->device != index)
+    return unlock_ret(d, mn__error(MN_ERR_NOT_SUPPORTED, __func__,
+                                   "a sim:%d stream cannot wait for an event of sim:%d", index, e->device));
+  if (!e->stream) return unlock_ret(d, MN_OK); /* nothing recorded: no dependency */
+  sim_op *op = NULL;
+  mn_status st = new_op(OP_WAIT, &op);
+  if (st != MN_OK) return unlock_ret(d, st);
+  op->wait_stream = e->stream;
+  op->wait_target = e->target;
+  return unlock_ret(d, enqueue(d, stream_of(d, handle), op));
+}
+
+static mn_status sim_launch_host(int index, void *handle, mn_host_fn fn, void *arg) {
+  SIM_LOCKED(index, d);
+  sim_op *op = NULL;
+  mn_status st = new_op(OP_HOST, &op);
+  if (st != MN_OK) return unlock_ret(d, st);
+  op->fn = fn;
+  op->arg = arg;
+  return unlock_ret(d, enqueue(d, stream_of(d, handle), op));
+}
+
+static mn_status sim_event_create(int index, void **out) {
+  SIM_LOCKED(index, d);
+  sim_event *e = calloc(1, sizeof *e);
+  if (!e) return unlock_ret(d, mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory"));
+  e->device = index;
+  e->next = d->events;
+  if (d->events) d->events->prev = e;
+  d->events = e;
+  d->stats.live_events++;
+  *out = e;
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_event_destroy(int index, void *event) {
+  SIM_LOCKED(index, d);
+  sim_event *e = event;
+  if (e->prev) e->prev->next = e->next;
+  else d->events = e->next;
+  if (e->next) e->next->prev = e->prev;
+  d->stats.live_events--;
+  free(e);
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_event_record(int index, void *event, void *handle) {
+  SIM_LOCKED(index, d);
+  if (((sim_event *)event)->device != index)
+    return unlock_ret(d, mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "event of another sim device"));
+  if (fault_fires(d, MN_SIM_FAULT_EVENT_RECORD))
+    return unlock_ret(d, mn__error(MN_ERR_DEVICE, __func__, "sim:%d: injected fault: event record failed", index));
+  sim_event *e = event;
+  sim_stream *s = stream_of(d, handle);
+  e->stream = s;
+  e->target = s->queued;
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_event_query(int index, void *event, bool *done) {
+  SIM_LOCKED(index, d);
+  if (fault_fires(d, MN_SIM_FAULT_EVENT_QUERY))
+    return unlock_ret(d, mn__error(MN_ERR_DEVICE, __func__, "sim:%d: injected fault: event query failed", index));
+  sim_event *e = event;
+  *done = !e->stream || e->stream->completed >= e->target;
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_event_synchronize(int index, void *event) {
+  SIM_LOCKED(index, d);
+  sim_event *e = event;
+  if (e->stream) stream_run_to(d, e->stream, e->target);
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_memcpy_async(int index, void *dst, const void *src, size_t nbytes, mn__copy_kind kind,
+                                  void *handle) {
+  SIM_LOCKED(index, d);
+  if (fault_fires(d, MN_SIM_FAULT_MEMCPY))
+    return unlock_ret(d, mn__error(MN_ERR_DEVICE, __func__, "sim:%d: injected fault: copy of %zu bytes failed",
+                                   index, nbytes));
+  sim_op *op = NULL;
+  mn_status st = new_op(OP_COPY, &op);
+  if (st != MN_OK) return unlock_ret(d, st);
+  op->copy_kind = kind;
+  op->dst = dst;
+  op->src = src;
+  op->nbytes = nbytes;
+  return unlock_ret(d, enqueue(d, stream_of(d, handle), op));
+}
+
+static mn_status sim_memset_async(int index, void *dst, int value, size_t nbytes, void *handle) {
+  SIM_LOCKED(index, d);
+  if (fault_fires(d, MN_SIM_FAULT_MEMCPY))
+    return unlock_ret(d, mn__error(MN_ERR_DEVICE, __func__, "sim:%d: injected fault: memset of %zu bytes failed",
+                                   index, nbytes));
+  sim_op *op = NULL;
+  mn_status st = new_op(OP_SET, &op);
+  if (st != MN_OK) return unlock_ret(d, st);
+  op->dst = dst;
+  op->value = value;
+  op->nbytes = nbytes;
+  return unlock_ret(d, enqueue(d, stream_of(d, handle), op));
+}
+
+const mn__backend_t mn__sim_backend = {
+    .name = "sim",
+    .type = MN_DEVICE_SIM,
+    .device_count = sim_device_count,
+    .get_properties = sim_get_properties,
+    .mem_info = sim_mem_info,
+    .synchronize = sim_synchronize,
+    .raw_alloc = sim_raw_alloc,
+    .raw_free = sim_raw_free,
+    .va_reserve = sim_va_reserve,
+    .va_release = sim_va_release,
+    .mem_map = sim_mem_map,
+    .mem_unmap = sim_mem_unmap,
+    .stream_create = sim_stream_create,
+    .stream_destroy = sim_stream_destroy,
+    .stream_query = sim_stream_query,
+    .stream_synchronize = sim_stream_synchronize,
+    .stream_wait_event = sim_stream_wait_event,
+    .launch_host = sim_launch_host,
+    .event_create = sim_event_create,
+    .event_destroy = sim_event_destroy,
+    .event_record = sim_event_record,
+    .event_query = sim_event_query,
+    .event_synchronize = sim_event_synchronize,
+    .memcpy_async = sim_memcpy_async,
+    .memset_async = sim_memset_async,
+};
+
+/* ---- the public SIM API (mnemo/sim.h) ------------------------------------ */
+
+static bool device_busy(const sim_device *d) {
+  return d->nranges || d->streams || d->events || d->default_stream.head;
+}
+
+mn_status mn_sim_configure(const mn_sim_config_t *config) {
+  MN__CHECK_ARG(config != NULL, "config must not be NULL");
+  mn_status st = validate_config(__func__, config);
+  if (st != MN_OK) return st;
+  pthread_mutex_lock(&g_lock);
+  for (int i = 0; i < SIM_MAX_DEVICES; i++) {
+    if (atomic_load(&g_dev[i].ready) && device_busy(&g_dev[i])) {
+      pthread_mutex_unlock(&g_lock);
+      return mn__error(MN_ERR_INVALID_STATE, __func__,
+                       "sim:%d still has live memory, streams, events or queued work", i);
+    }
+  }
+  for (int i = 0; i < SIM_MAX_DEVICES; i++) {
+    sim_device *d = &g_dev[i];
+    if (!atomic_load(&d->ready)) continue;
+    munmap(d->base, d->va_size);
+    free(d->ranges);
+    pthread_mutex_destroy(&d->lock);
+    memset(d, 0, sizeof *d);
+  }
+  g_cfg = *config;
+  g_cfg_loaded = true;
+  pthread_mutex_unlock(&g_lock);
+  return MN_OK;
+}
+
+mn_status mn_sim_get_config(mn_sim_config_t *out) {
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  pthread_mutex_lock(&g_lock);
+  load_config_locked();
+  *out = g_cfg;
+  pthread_mutex_unlock(&g_lock);
+  return MN_OK;
+}
+
+/* Validates a public SIM stream argument. */
+static mn_status sim_stream_arg(const char *func, mn_stream_t *stream) {
+  if (!stream) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "stream must not be NULL");
+  if (stream->device.type != MN_DEVICE_SIM)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "stream is on a %s device, not sim",
+                     mn_device_type_name(stream->device.type));
+  return mn_device_check(stream->device);
+}
+
+mn_status mn_sim_stream_advance(mn_stream_t *stream, size_t n, size_t *ran) {
+  mn_status st = sim_stream_arg(__func__, stream);
+  if (st != MN_OK) return st;
+  SIM_LOCKED(stream->device.index, d);
+  size_t k = stream_advance(d, stream_of(d, stream->handle), n);
+  if (ran) *ran = k;
+  return unlock_ret(d, MN_OK);
+}
+
+mn_status mn_sim_stream_pending(mn_stream_t *stream, size_t *count) {
+  MN__CHECK_ARG(count != NULL, "count must not be NULL");
+  mn_status st = sim_stream_arg(__func__, stream);
+  if (st != MN_OK) return st;
+  SIM_LOCKED(stream->device.index, d);
+  sim_stream *s = stream_of(d, stream->handle);
+  *count = (size_t)(s->queued - s->completed);
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_device_arg(const char *func, mn_device_t dev) {
+  if (dev.type != MN_DEVICE_SIM)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "device type %s is not sim", mn_device_type_name(dev.type));
+  return mn_device_check(dev);
+}
+
+mn_status mn_sim_device_drain(mn_device_t dev) {
+  mn_status st = sim_device_arg(__func__, dev);
+  return st == MN_OK ? sim_synchronize(dev.index) : st;
+}
+
+mn_status mn_sim_fault_inject(mn_device_t dev, mn_sim_fault fault, uint64_t nth, uint64_t count) {
+  mn_status st = sim_device_arg(__func__, dev);
+  if (st != MN_OK) return st;
+  MN__CHECK_ARG((unsigned)fault < MN_SIM_FAULT_COUNT, "fault=%d is not a SIM fault kind", (int)fault);
+  MN__CHECK_ARG(nth >= 1 && count >= 1, "nth=%llu and count=%llu must be >= 1", (unsigned long long)nth,
+                (unsigned long long)count);
+  SIM_LOCKED(dev.index, d);
+  d->faults[fault] = (sim_fault_arm){.until = nth, .remaining = count};
+  return unlock_ret(d, MN_OK);
+}
+
+mn_status mn_sim_fault_clear(mn_device_t dev) {
+  mn_status st = sim_device_arg(__func__, dev);
+  if (st != MN_OK) return st;
+  SIM_LOCKED(dev.index, d);
+  memset(d->faults, 0, sizeof d->faults);
+  return unlock_ret(d, MN_OK);
+}
+
+mn_status mn_sim_get_stats(mn_device_t dev, mn_sim_stats_t *out) {
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  mn_status st = sim_device_arg(__func__, dev);
+  if (st != MN_OK) return st;
+  SIM_LOCKED(dev.index, d);
+  *out = d->stats;
+  return unlock_ret(d, MN_OK);
+}
+
+mn_status mn_sim_check_invariants(mn_device_t dev) {
+  mn_status st = sim_device_arg(__func__, dev);
+  if (st != MN_OK) return st;
+  SIM_LOCKED(dev.index, d);
+  size_t phys = 0, reservations = 0, g = g_cfg.granularity;
+  uintptr_t lo = (uintptr_t)d->base, hi = lo + d->va_size;
+  for (size_t i = 0; i < d->nranges; i++) {
+    const sim_range *r = &d->ranges[i];
+    if (r->start < lo || r->size == 0 || r->size % g || r->start % g || r->size > hi - r->start)
+      return unlock_ret(d, mn__error(MN_ERR_INTERNAL, __func__, "sim:%d: range %zu is outside the device", dev.index, i));
+    if (i + 1 < d->nranges && r->start + r->size > d->ranges[i + 1].start)
+      return unlock_ret(d, mn__error(MN_ERR_INTERNAL, __func__, "sim:%d: ranges %zu and %zu overlap", dev.index, i, i + 1));
+    if (r->mapped) {
+      reservations++;
+      for (size_t k = 0; k < r->size / g; k++) phys += r->mapped[k] ? g : 0;
+    } else {
+      phys += r->size;
+    }
+  }
+  if (phys != d->stats.mapped_bytes)
+    return unlock_ret(d, mn__error(MN_ERR_INTERNAL, __func__, "sim:%d: mapped_bytes=%zu but ranges hold %zu",
+                                   dev.index, d->stats.mapped_bytes, phys));
+  if (reservations != d->stats.live_reservations)
+    return unlock_ret(d, mn__error(MN_ERR_INTERNAL, __func__, "sim:%d: %zu reservations counted, %zu found",
+                                   dev.index, d->stats.live_reservations, reservations));
+  size_t streams = 0, events = 0;
+  for (sim_stream *s = d->streams; s; s = s->next) {
+    streams++;
+    if (s->completed > s->queued || (s->head == NULL) != (s->completed == s->queued))
+      return unlock_ret(d, mn__error(MN_ERR_INTERNAL, __func__, "sim:%d: a stream's queue counts disagree", dev.index));
+  }
+  for (sim_event *e = d->events; e; e = e->next) events++;
+  if (streams != d->stats.live_streams || events != d->stats.live_events)
+    return unlock_ret(d, mn__error(MN_ERR_INTERNAL, __func__, "sim:%d: live stream/event counts disagree", dev.index));
+  return unlock_ret(d, MN_OK);
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# scripts/deps.sh: installs what building and testing mnemo needs on Debian,
+# through apt, only where a package is missing. Usage: scripts/deps.sh [extra packages]
+set -euo pipefail
+pkgs=(cmake ninja-build gcc g++ make pkg-config libbenchmark-dev python3 "$@")
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "deps: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+fi

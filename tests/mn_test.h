@@ -1,0 +1,85 @@
+/* tests/mn_test.h: the tiny test harness every mnemo test executable uses:
+ * CHECK macros that count failures, named cases, skip (exit 77) and a summary. */
+#ifndef MNEMO_TESTS_MN_TEST_H
+#define MNEMO_TESTS_MN_TEST_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mnemo/mnemo.h"
+
+#define MN_TEST_SKIP_CODE 77
+
+#if defined(__GNUC__) || defined(__clang__)
+#define MN_TEST_UNUSED __attribute__((unused))
+#else
+#define MN_TEST_UNUSED
+#endif
+
+static int mn_test_failures;
+static int mn_test_checks;
+static const char *mn_test_case MN_TEST_UNUSED = "";
+
+#define MN_CHECK(cond)                                                              \
+  do {                                                                              \
+    mn_test_checks++;                                                               \
+    if (!(cond)) {                                                                  \
+      mn_test_failures++;                                                           \
+      fprintf(stderr, "%s:%d: [%s] CHECK failed: %s\n", __FILE__, __LINE__,         \
+              mn_test_case, #cond);                                                 \
+    }                                                                               \
+  } while (0)
+
+/* Checks a call succeeded; prints the library's message when it did not. */
+#define MN_CHECK_OK(call)                                                           \
+  do {                                                                              \
+    mn_status mn__st = (call);                                                      \
+    mn_test_checks++;                                                               \
+    if (mn__st != MN_OK) {                                                          \
+      mn_test_failures++;                                                           \
+      fprintf(stderr, "%s:%d: [%s] %s -> %s: %s\n", __FILE__, __LINE__,             \
+              mn_test_case, #call, mn_status_name(mn__st), mn_last_error());        \
+    }                                                                               \
+  } while (0)
+
+/* Checks a call failed with `want` and that its message mentions `needle`. */
+#define MN_CHECK_ERR(call, want, needle)                                            \
+  do {                                                                              \
+    mn_clear_error();                                                               \
+    mn_status mn__st = (call);                                                      \
+    mn_test_checks++;                                                               \
+    if (mn__st != (want) || strstr(mn_last_error(), (needle)) == NULL) {            \
+      mn_test_failures++;                                                           \
+      fprintf(stderr, "%s:%d: [%s] %s -> %s \"%s\"; wanted %s mentioning \"%s\"\n", \
+              __FILE__, __LINE__, mn_test_case, #call, mn_status_name(mn__st),      \
+              mn_last_error(), mn_status_name(want), (needle));                     \
+    }                                                                               \
+  } while (0)
+
+#define MN_TEST(name) static void name(void)
+#define MN_RUN(name)                                                                \
+  do {                                                                              \
+    mn_test_case = #name;                                                           \
+    int mn__before = mn_test_failures;                                              \
+    name();                                                                         \
+    printf("%-48s %s\n", #name, mn_test_failures == mn__before ? "ok" : "FAILED");  \
+  } while (0)
+
+/* Prints the summary; the exit code of main. */
+static inline int mn_test_finish(void) {
+  printf("%d checks, %d failed\n", mn_test_checks, mn_test_failures);
+  return mn_test_failures == 0 ? 0 : 1;
+}
+
+/* For gpu-labelled tests: exits with the skip code when no CUDA device exists. */
+static inline void mn_test_require_cuda(void) {
+  int n = 0;
+  if (mn_device_count(MN_DEVICE_CUDA, &n) != MN_OK || n == 0) {
+    printf("SKIPPED: no CUDA device (%s)\n",
+           mn_build_has_cuda() ? "built with CUDA" : "built without CUDA");
+    exit(MN_TEST_SKIP_CODE);
+  }
+}
+
+#endif /* MNEMO_TESTS_MN_TEST_H */

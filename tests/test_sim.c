@@ -1,0 +1,354 @@
+/* tests/test_sim.c: the SIM device's semantics: memory and capacity, lazy
+ * streams that run only when advanced, events, waits, VMM, fault injection. */
+#include <stdint.h>
+
+#include "mn_test.h"
+
+static mn_device_t SIM0;
+
+static size_t pending(mn_stream_t *s) {
+  size_t n = 0;
+  mn_sim_stream_pending(s, &n);
+  return n;
+}
+
+static bool event_done(mn_event_t *e) {
+  bool d = false;
+  MN_CHECK_OK(mn_event_query(e, &d));
+  return d;
+}
+
+static void counter_fn(void *arg) { (*(int *)arg)++; }
+
+MN_TEST(config_and_properties) {
+  mn_sim_config_t c;
+  MN_CHECK_OK(mn_sim_get_config(&c));
+  MN_CHECK(c.capacity == ((size_t)1 << 30) && c.device_count == 2 && !c.eager);
+  mn_device_props_t p;
+  MN_CHECK_OK(mn_device_get_properties(SIM0, &p));
+  MN_CHECK(p.total_memory == c.capacity && p.alloc_granularity == c.granularity && p.supports_vmm);
+  MN_CHECK(p.is_host_accessible);
+  int n = 0;
+  MN_CHECK_OK(mn_device_count(MN_DEVICE_SIM, &n));
+  MN_CHECK(n == 2);
+  MN_CHECK_ERR(mn_device_check(mn_device_sim(2)), MN_ERR_NO_DEVICE, "sim:2");
+  /* Bad configurations are refused with the value named. */
+  mn_sim_config_t bad = c;
+  bad.granularity = 3000;
+  MN_CHECK_ERR(mn_sim_configure(&bad), MN_ERR_INVALID_ARGUMENT, "granularity=3000");
+  bad = c;
+  bad.device_count = 0;
+  MN_CHECK_ERR(mn_sim_configure(&bad), MN_ERR_INVALID_ARGUMENT, "device_count=0");
+  bad = c;
+  bad.capacity = c.granularity + 1;
+  MN_CHECK_ERR(mn_sim_configure(&bad), MN_ERR_INVALID_ARGUMENT, "capacity=");
+}
+
+MN_TEST(raw_memory_and_capacity) {
+  void *a = NULL, *b = NULL, *c = NULL;
+  size_t freeb = 0, total = 0;
+  MN_CHECK_OK(mn_device_raw_alloc(SIM0, 1000, &a));
+  MN_CHECK(a != NULL && (uintptr_t)a % (2u << 20) == 0);
+  MN_CHECK_OK(mn_device_mem_info(SIM0, &freeb, &total));
+  MN_CHECK(total - freeb == (2u << 20)); /* rounded to the granularity */
+  ((char *)a)[999] = 7;                  /* real, writable host memory */
+  MN_CHECK_OK(mn_device_raw_alloc(SIM0, (size_t)512 << 20, &b));
+  /* 2 MiB + 512 MiB in use of 1 GiB: 600 MiB does not fit. */
+  MN_CHECK_ERR(mn_device_raw_alloc(SIM0, (size_t)600 << 20, &c), MN_ERR_OUT_OF_MEMORY, "out of memory");
+  MN_CHECK(c == NULL);
+  MN_CHECK_ERR(mn_device_raw_alloc(SIM0, SIZE_MAX - 5, &c), MN_ERR_OUT_OF_MEMORY, "sim:0");
+  MN_CHECK_ERR(mn_device_raw_alloc(SIM0, 0, &c), MN_ERR_INVALID_ARGUMENT, "nbytes");
+  MN_CHECK_ERR(mn_device_raw_free(SIM0, (char *)a + 64), MN_ERR_INVALID_ARGUMENT, "not a live raw allocation");
+  MN_CHECK_OK(mn_sim_check_invariants(SIM0));
+  MN_CHECK_OK(mn_device_raw_free(SIM0, a));
+  MN_CHECK_ERR(mn_device_raw_free(SIM0, a), MN_ERR_INVALID_ARGUMENT, "not a live raw allocation");
+  MN_CHECK_OK(mn_device_raw_free(SIM0, b));
+  mn_sim_stats_t st;
+  MN_CHECK_OK(mn_sim_get_stats(SIM0, &st));
+  MN_CHECK(st.mapped_bytes == 0 && st.peak_mapped_bytes >= (size_t)514 << 20);
+  MN_CHECK_OK(mn_sim_check_invariants(SIM0));
+}
+
+MN_TEST(streams_run_only_when_advanced) {
+  mn_stream_t *s = NULL;
+  char *dev = NULL;
+  MN_CHECK_OK(mn_stream_create(SIM0, &s));
+  MN_CHECK_OK(mn_device_raw_alloc(SIM0, 4096, (void **)&dev));
+  char host[64] = {0}, back[64] = {0};
+  memset(host, 0x5a, sizeof host);
+  MN_CHECK_OK(mn_memset_async(SIM0, dev, 0x11, 64, s));
+  MN_CHECK_OK(mn_memcpy_async(SIM0, dev, mn_device_cpu(), host, 32, s));
+  MN_CHECK_OK(mn_memcpy_async(mn_device_cpu(), back, SIM0, dev, 64, s));
+  MN_CHECK(pending(s) == 3);
+  bool done = true;
+  MN_CHECK_OK(mn_stream_query(s, &done));
+  MN_CHECK(!done);
+  MN_CHECK(back[0] == 0 && dev[0] == 0); /* nothing ran yet */
+  size_t ran = 0;
+  MN_CHECK_OK(mn_sim_stream_advance(s, 1, &ran));
+  MN_CHECK(ran == 1 && dev[0] == 0x11 && dev[40] == 0x11);
+  MN_CHECK_OK(mn_sim_stream_advance(s, 1, &ran));
+  MN_CHECK(dev[0] == 0x5a && dev[40] == 0x11 && back[0] == 0);
+  MN_CHECK_OK(mn_stream_synchronize(s));
+  MN_CHECK(back[0] == 0x5a && back[31] == 0x5a && back[32] == 0x11 && pending(s) == 0);
+  MN_CHECK_OK(mn_stream_query(s, &done));
+  MN_CHECK(done);
+  MN_CHECK_OK(mn_sim_stream_advance(s, 5, &ran));
+  MN_CHECK(ran == 0);
+  MN_CHECK_OK(mn_device_raw_free(SIM0, dev));
+  MN_CHECK_OK(mn_stream_destroy(s));
+}
+
+MN_TEST(default_stream_and_host_functions) {
+  mn_stream_t *d = NULL, *d2 = NULL;
+  MN_CHECK_OK(mn_stream_default(SIM0, &d));
+  MN_CHECK_OK(mn_stream_default(SIM0, &d2));
+  MN_CHECK(d == d2 && mn_stream_id(d) == mn_stream_id(d2));
+  mn_stream_t *d1 = NULL;
+  MN_CHECK_OK(mn_stream_default(mn_device_sim(1), &d1));
+  MN_CHECK(mn_stream_id(d1) != mn_stream_id(d));
+  MN_CHECK_ERR(mn_stream_destroy(d), MN_ERR_INVALID_ARGUMENT, "default stream");
+  int count = 0;
+  MN_CHECK_OK(mn_stream_launch_host(d, counter_fn, &count));
+  MN_CHECK_OK(mn_stream_launch_host(d, counter_fn, &count));
+  MN_CHECK(count == 0);
+  MN_CHECK_OK(mn_sim_stream_advance(d, 1, NULL));
+  MN_CHECK(count == 1);
+  MN_CHECK_OK(mn_device_synchronize(SIM0));
+  MN_CHECK(count == 2);
+}
+
+MN_TEST(events_complete_when_reached) {
+  mn_stream_t *s = NULL;
+  mn_event_t *e = NULL;
+  MN_CHECK_OK(mn_stream_create(SIM0, &s));
+  MN_CHECK_OK(mn_event_create(SIM0, &e));
+  MN_CHECK(event_done(e)); /* never recorded: complete */
+  int count = 0;
+  MN_CHECK_OK(mn_stream_launch_host(s, counter_fn, &count));
+  MN_CHECK_OK(mn_event_record(e, s));
+  MN_CHECK_OK(mn_stream_launch_host(s, counter_fn, &count));
+  MN_CHECK(!event_done(e));
+  MN_CHECK_OK(mn_sim_stream_advance(s, 1, NULL));
+  MN_CHECK(event_done(e));  /* the stream reached the recorded point */
+  MN_CHECK(count == 1);
+  MN_CHECK_OK(mn_event_record(e, s)); /* re-record: now after op 2 */
+  MN_CHECK(!event_done(e));
+  MN_CHECK_OK(mn_event_synchronize(e));
+  MN_CHECK(event_done(e) && count == 2);
+  MN_CHECK_OK(mn_event_record(e, s)); /* recorded on an idle stream: complete */
+  MN_CHECK(event_done(e));
+  /* An event of one device cannot be recorded on another's stream. */
+  mn_stream_t *s1 = NULL;
+  MN_CHECK_OK(mn_stream_default(mn_device_sim(1), &s1));
+  MN_CHECK_ERR(mn_event_record(e, s1), MN_ERR_INVALID_ARGUMENT, "sim:1");
+  MN_CHECK_OK(mn_event_destroy(e));
+  MN_CHECK_OK(mn_stream_destroy(s));
+}
+
+MN_TEST(stream_waits_on_event) {
+  mn_stream_t *a = NULL, *b = NULL;
+  mn_event_t *e = NULL;
+  MN_CHECK_OK(mn_stream_create(SIM0, &a));
+  MN_CHECK_OK(mn_stream_create(SIM0, &b));
+  MN_CHECK_OK(mn_event_create(SIM0, &e));
+  int ca = 0, cb = 0;
+  MN_CHECK_OK(mn_stream_launch_host(a, counter_fn, &ca));
+  MN_CHECK_OK(mn_event_record(e, a));
+  MN_CHECK_OK(mn_stream_wait_event(b, e));
+  MN_CHECK_OK(mn_stream_launch_host(b, counter_fn, &cb));
+  size_t ran = 99;
+  MN_CHECK_OK(mn_sim_stream_advance(b, 10, &ran));
+  MN_CHECK(ran == 0 && cb == 0); /* blocked behind a's point */
+  MN_CHECK_OK(mn_sim_stream_advance(a, 1, NULL));
+  MN_CHECK_OK(mn_sim_stream_advance(b, 10, &ran));
+  MN_CHECK(ran == 2 && cb == 1);
+  /* Synchronizing a waiting stream runs what it waits for first. */
+  MN_CHECK_OK(mn_stream_launch_host(a, counter_fn, &ca));
+  MN_CHECK_OK(mn_event_record(e, a));
+  MN_CHECK_OK(mn_stream_wait_event(b, e));
+  MN_CHECK_OK(mn_stream_launch_host(b, counter_fn, &cb));
+  MN_CHECK_OK(mn_stream_synchronize(b));
+  MN_CHECK(ca == 2 && cb == 2);
+  /* A later re-record does not change an earlier wait (CUDA semantics). */
+  MN_CHECK_OK(mn_event_record(e, a));
+  MN_CHECK_OK(mn_stream_wait_event(b, e));
+  MN_CHECK_OK(mn_stream_launch_host(a, counter_fn, &ca));
+  MN_CHECK_OK(mn_event_record(e, a));
+  MN_CHECK_OK(mn_stream_launch_host(b, counter_fn, &cb));
+  MN_CHECK_OK(mn_sim_stream_advance(b, 10, &ran));
+  MN_CHECK(ran == 2 && cb == 3 && ca == 2);
+  /* Destroying a stream runs its queue and releases waiters. */
+  MN_CHECK_OK(mn_stream_launch_host(a, counter_fn, &ca));
+  MN_CHECK_OK(mn_event_record(e, a));
+  MN_CHECK_OK(mn_stream_wait_event(b, e));
+  MN_CHECK_OK(mn_stream_destroy(a));
+  MN_CHECK(ca == 4 && event_done(e));
+  MN_CHECK_OK(mn_sim_stream_advance(b, 10, &ran));
+  MN_CHECK(ran == 1 && pending(b) == 0);
+  /* Cross-device waits are not supported on SIM. */
+  mn_event_t *e1 = NULL;
+  mn_stream_t *s1 = NULL;
+  MN_CHECK_OK(mn_event_create(mn_device_sim(1), &e1));
+  MN_CHECK_OK(mn_stream_default(mn_device_sim(1), &s1));
+  MN_CHECK_OK(mn_event_record(e1, s1));
+  MN_CHECK_ERR(mn_stream_wait_event(b, e1), MN_ERR_NOT_SUPPORTED, "sim:1");
+  MN_CHECK_OK(mn_event_destroy(e1));
+  MN_CHECK_OK(mn_event_destroy(e));
+  MN_CHECK_OK(mn_stream_destroy(b));
+  MN_CHECK_OK(mn_sim_check_invariants(SIM0));
+}
+
+MN_TEST(raw_free_synchronizes_and_illegal_access_is_caught) {
+  mn_stream_t *s = NULL;
+  char *dev = NULL;
+  char host[16];
+  memset(host, 1, sizeof host);
+  MN_CHECK_OK(mn_stream_create(SIM0, &s));
+  MN_CHECK_OK(mn_device_raw_alloc(SIM0, 4096, (void **)&dev));
+  MN_CHECK_OK(mn_memcpy_async(SIM0, dev, mn_device_cpu(), host, sizeof host, s));
+  MN_CHECK(pending(s) == 1);
+  MN_CHECK_OK(mn_device_raw_free(SIM0, dev)); /* as cudaFree: waits for the device */
+  MN_CHECK(pending(s) == 0);
+  mn_sim_stats_t before, after;
+  MN_CHECK_OK(mn_sim_get_stats(SIM0, &before));
+  /* A copy into memory that is no longer mapped is skipped and counted. */
+  MN_CHECK_OK(mn_memcpy_async(SIM0, dev, mn_device_cpu(), host, sizeof host, s));
+  MN_CHECK_OK(mn_stream_synchronize(s));
+  MN_CHECK_OK(mn_sim_get_stats(SIM0, &after));
+  MN_CHECK(after.illegal_accesses == before.illegal_accesses + 1);
+  MN_CHECK_OK(mn_stream_destroy(s));
+}
+
+MN_TEST(virtual_memory) {
+  const size_t g = (size_t)2 << 20;
+  char *base = NULL;
+  MN_CHECK_OK(mn_device_va_reserve(SIM0, 8 * g, (void **)&base));
+  size_t f0 = 0, f1 = 0, t = 0;
+  MN_CHECK_OK(mn_device_mem_info(SIM0, &f0, &t));
+  MN_CHECK(f0 == t); /* a reservation holds no memory */
+  MN_CHECK_OK(mn_device_mem_map(SIM0, base, 2 * g));
+  MN_CHECK_OK(mn_device_mem_info(SIM0, &f1, &t));
+  MN_CHECK(f0 - f1 == 2 * g);
+  base[0] = 1;
+  base[2 * g - 1] = 2;
+  MN_CHECK_OK(mn_device_mem_map(SIM0, base + 2 * g, g)); /* grow in place */
+  base[3 * g - 1] = 3;
+  MN_CHECK_ERR(mn_device_mem_map(SIM0, base + g, g), MN_ERR_INVALID_STATE, "already mapped");
+  MN_CHECK_ERR(mn_device_mem_map(SIM0, base + 100, g), MN_ERR_INVALID_ARGUMENT, "multiples");
+  MN_CHECK_ERR(mn_device_mem_map(SIM0, base + 7 * g, 2 * g), MN_ERR_INVALID_ARGUMENT, "reserved range");
+  MN_CHECK_ERR(mn_device_mem_unmap(SIM0, base + 5 * g, g), MN_ERR_INVALID_ARGUMENT, "not mapped");
+  MN_CHECK_ERR(mn_device_va_release(SIM0, base, 8 * g), MN_ERR_INVALID_STATE, "mapped pages");
+  MN_CHECK_OK(mn_sim_check_invariants(SIM0));
+  /* Copies into mapped pages work; into unmapped pages of the range they are illegal. */
+  mn_sim_stats_t st0, st1;
+  MN_CHECK_OK(mn_sim_get_stats(SIM0, &st0));
+  char host[8] = {9, 9, 9, 9, 9, 9, 9, 9};
+  MN_CHECK_OK(mn_memcpy_async(SIM0, base + 8, mn_device_cpu(), host, 8, NULL));
+  MN_CHECK_OK(mn_memcpy_async(SIM0, base + 3 * g - 4, mn_device_cpu(), host, 8, NULL));
+  MN_CHECK_OK(mn_device_synchronize(SIM0));
+  MN_CHECK_OK(mn_sim_get_stats(SIM0, &st1));
+  MN_CHECK(base[8] == 9 && st1.illegal_accesses == st0.illegal_accesses + 1);
+  MN_CHECK_OK(mn_device_mem_unmap(SIM0, base + 2 * g, g)); /* shrink */
+  MN_CHECK_OK(mn_device_mem_unmap(SIM0, base, 2 * g));
+  MN_CHECK_OK(mn_device_mem_info(SIM0, &f1, &t));
+  MN_CHECK(f1 == f0);
+  MN_CHECK_OK(mn_device_va_release(SIM0, base, 8 * g));
+  MN_CHECK_ERR(mn_device_va_release(SIM0, base, 8 * g), MN_ERR_INVALID_ARGUMENT, "not a live reservation");
+  MN_CHECK_OK(mn_sim_check_invariants(SIM0));
+  /* The CPU has no VMM. */
+  void *p = NULL;
+  MN_CHECK_ERR(mn_device_va_reserve(mn_device_cpu(), g, &p), MN_ERR_NOT_SUPPORTED, "virtual memory");
+}
+
+MN_TEST(fault_injection) {
+  void *p[4] = {0};
+  MN_CHECK_OK(mn_sim_fault_inject(SIM0, MN_SIM_FAULT_RAW_ALLOC, 2, 2));
+  MN_CHECK_OK(mn_device_raw_alloc(SIM0, 100, &p[0]));
+  MN_CHECK_ERR(mn_device_raw_alloc(SIM0, 100, &p[1]), MN_ERR_OUT_OF_MEMORY, "injected fault");
+  MN_CHECK_ERR(mn_device_raw_alloc(SIM0, 100, &p[1]), MN_ERR_OUT_OF_MEMORY, "injected fault");
+  MN_CHECK_OK(mn_device_raw_alloc(SIM0, 100, &p[2]));
+  MN_CHECK(p[1] == NULL);
+  MN_CHECK_OK(mn_sim_check_invariants(SIM0));
+  MN_CHECK_OK(mn_device_raw_free(SIM0, p[0]));
+  MN_CHECK_OK(mn_device_raw_free(SIM0, p[2]));
+
+  mn_event_t *e = NULL;
+  mn_stream_t *s = NULL;
+  MN_CHECK_OK(mn_stream_default(SIM0, &s));
+  MN_CHECK_OK(mn_event_create(SIM0, &e));
+  MN_CHECK_OK(mn_sim_fault_inject(SIM0, MN_SIM_FAULT_EVENT_QUERY, 1, 1));
+  bool done = false;
+  MN_CHECK_ERR(mn_event_query(e, &done), MN_ERR_DEVICE, "event query");
+  MN_CHECK(event_done(e));
+  MN_CHECK_OK(mn_sim_fault_inject(SIM0, MN_SIM_FAULT_EVENT_RECORD, 1, 1));
+  MN_CHECK_ERR(mn_event_record(e, s), MN_ERR_DEVICE, "event record");
+  MN_CHECK_OK(mn_sim_fault_inject(SIM0, MN_SIM_FAULT_MEMCPY, 1, 1));
+  char a[4], b[4] = {1, 2, 3, 4};
+  MN_CHECK_ERR(mn_memcpy_async(mn_device_cpu(), a, mn_device_cpu(), b, 4, s), MN_ERR_DEVICE, "injected");
+  MN_CHECK(pending(s) == 0);
+  MN_CHECK_OK(mn_sim_fault_inject(SIM0, MN_SIM_FAULT_RAW_ALLOC, 1, 5));
+  MN_CHECK_OK(mn_sim_fault_clear(SIM0));
+  MN_CHECK_OK(mn_device_raw_alloc(SIM0, 100, &p[3]));
+  MN_CHECK_OK(mn_device_raw_free(SIM0, p[3]));
+  MN_CHECK_ERR(mn_sim_fault_inject(SIM0, MN_SIM_FAULT_COUNT, 1, 1), MN_ERR_INVALID_ARGUMENT, "fault=");
+  MN_CHECK_ERR(mn_sim_fault_inject(SIM0, MN_SIM_FAULT_RAW_ALLOC, 0, 1), MN_ERR_INVALID_ARGUMENT, "nth=0");
+  MN_CHECK_ERR(mn_sim_fault_inject(mn_device_cpu(), MN_SIM_FAULT_RAW_ALLOC, 1, 1), MN_ERR_INVALID_ARGUMENT,
+               "not sim");
+  mn_sim_stats_t st;
+  MN_CHECK_OK(mn_sim_get_stats(SIM0, &st));
+  MN_CHECK(st.faults_fired == 5);
+  MN_CHECK_OK(mn_event_destroy(e));
+}
+
+MN_TEST(configure_refused_while_busy_then_eager) {
+  void *p = NULL;
+  MN_CHECK_OK(mn_device_raw_alloc(SIM0, 100, &p));
+  mn_sim_config_t c = mn_sim_config_default();
+  MN_CHECK_ERR(mn_sim_configure(&c), MN_ERR_INVALID_STATE, "sim:0");
+  MN_CHECK_OK(mn_device_raw_free(SIM0, p));
+  c.eager = true;
+  c.capacity = (size_t)64 << 20;
+  MN_CHECK_OK(mn_sim_configure(&c));
+  mn_stream_t *s = NULL;
+  MN_CHECK_OK(mn_stream_create(SIM0, &s));
+  int count = 0;
+  MN_CHECK_OK(mn_stream_launch_host(s, counter_fn, &count));
+  MN_CHECK(count == 1 && pending(s) == 0); /* eager: ran at once */
+  MN_CHECK_OK(mn_stream_destroy(s));
+  mn_sim_stats_t st;
+  MN_CHECK_OK(mn_sim_get_stats(SIM0, &st));
+  MN_CHECK(st.live_streams == 0 && st.live_events == 0 && st.mapped_bytes == 0);
+}
+
+MN_TEST(api_argument_errors) {
+  MN_CHECK_ERR(mn_sim_stream_advance(NULL, 1, NULL), MN_ERR_INVALID_ARGUMENT, "stream");
+  mn_stream_t *cpu = NULL;
+  MN_CHECK_OK(mn_stream_default(mn_device_cpu(), &cpu));
+  MN_CHECK_ERR(mn_sim_stream_advance(cpu, 1, NULL), MN_ERR_INVALID_ARGUMENT, "not sim");
+  MN_CHECK_ERR(mn_sim_get_stats(SIM0, NULL), MN_ERR_INVALID_ARGUMENT, "out");
+  MN_CHECK_ERR(mn_sim_configure(NULL), MN_ERR_INVALID_ARGUMENT, "config");
+}
+
+int main(void) {
+  SIM0 = mn_device_sim(0);
+  mn_sim_config_t c = mn_sim_config_default();
+  c.capacity = (size_t)1 << 30;
+  c.device_count = 2;
+  if (mn_sim_configure(&c) != MN_OK) {
+    fprintf(stderr, "configure failed: %s\n", mn_last_error());
+    return 1;
+  }
+  MN_RUN(config_and_properties);
+  MN_RUN(raw_memory_and_capacity);
+  MN_RUN(streams_run_only_when_advanced);
+  MN_RUN(default_stream_and_host_functions);
+  MN_RUN(events_complete_when_reached);
+  MN_RUN(stream_waits_on_event);
+  MN_RUN(raw_free_synchronizes_and_illegal_access_is_caught);
+  MN_RUN(virtual_memory);
+  MN_RUN(fault_injection);
+  MN_RUN(api_argument_errors);
+  MN_RUN(configure_refused_while_busy_then_eager);
+  return mn_test_finish();
+}
