@@ -1,6 +1,7 @@
 /* allocators/allocator.c: the public dispatch of the allocator vtable (shared
  * checks first, then the slot) and the per-device default allocator table. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,6 +121,22 @@ static mn_status default_slot_check(const char *func, mn_device_t dev) {
   return MN_OK;
 }
 
+/* The built-in default: the naive allocator on the CPU; on SIM and CUDA a caching
+ * allocator configured from MNEMO_ALLOC_CONF (PyTorch's PYTORCH_CUDA_ALLOC_CONF
+ * syntax). A bad MNEMO_ALLOC_CONF fails the call, naming the variable. */
+static mn_status default_create(mn_device_t dev, mn_allocator_t **out) {
+  if (dev.type == MN_DEVICE_CPU) return mn_naive_allocator_create(dev, out);
+  mn_caching_config_t cfg = mn_caching_config_default();
+  const char *env = getenv("MNEMO_ALLOC_CONF");
+  if (env && *env && mn_caching_config_parse(env, &cfg) != MN_OK) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", mn_last_error());
+    return mn__error(MN_ERR_INVALID_ARGUMENT, "MNEMO_ALLOC_CONF", "\"%.200s\": %s", env, why);
+  }
+  if (strcmp(cfg.backend, "cudaMallocAsync") == 0) return mn_async_allocator_create(dev, out);
+  return mn_caching_allocator_create(dev, &cfg, out);
+}
+
 mn_status mn_allocator_get_default(mn_device_t dev, mn_allocator_t **out) {
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
   mn_status st = default_slot_check(__func__, dev);
@@ -127,7 +144,7 @@ mn_status mn_allocator_get_default(mn_device_t dev, mn_allocator_t **out) {
   pthread_mutex_lock(&g_default_lock);
   mn_allocator_t *a = g_user[dev.type][dev.index];
   if (!a) {
-    if (!g_builtin[dev.type][dev.index]) st = mn_naive_allocator_create(dev, &g_builtin[dev.type][dev.index]);
+    if (!g_builtin[dev.type][dev.index]) st = default_create(dev, &g_builtin[dev.type][dev.index]);
     a = g_builtin[dev.type][dev.index];
   }
   pthread_mutex_unlock(&g_default_lock);

@@ -57,6 +57,26 @@ typedef struct mn__backend_s {
   mn_status (*memcpy_async)(int index, void *dst, const void *src, size_t nbytes,
                             mn__copy_kind kind, void *stream);
   mn_status (*memset_async)(int index, void *dst, int value, size_t nbytes, void *stream);
+
+  /* Stream-ordered allocation from the device's pool (cudaMallocAsync); all
+   * six NULL when the backend has no pool (the CPU).
+   *   alloc_async: nbytes > 0 from the pool, usable in `stream` order.
+   *   free_async: ptr (from alloc_async) goes back to the pool in `stream`
+   *     order: reusable at once by later allocations on `stream`, by other
+   *     streams once `stream` has reached the free. Unknown ptr: INVALID_ARGUMENT.
+   *   pool_trim: releases unused pool memory until at most keep_bytes stay
+   *     reserved (or nothing more can be released).
+   *   pool_stats: reserved and used bytes, now and at their high marks.
+   *   pool_set_release_threshold: reserved bytes the pool keeps at a
+   *     synchronization point instead of releasing them.
+   *   pool_reset_peak: sets both high marks to their current values. */
+  mn_status (*alloc_async)(int index, size_t nbytes, void *stream, void **out);
+  mn_status (*free_async)(int index, void *ptr, void *stream);
+  mn_status (*pool_trim)(int index, size_t keep_bytes);
+  mn_status (*pool_stats)(int index, size_t *reserved_current, size_t *reserved_high, size_t *used_current,
+                          size_t *used_high);
+  mn_status (*pool_set_release_threshold)(int index, size_t bytes);
+  mn_status (*pool_reset_peak)(int index);
 } mn__backend_t;
 
 extern const mn__backend_t mn__cpu_backend;

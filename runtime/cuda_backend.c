@@ -773,6 +773,129 @@ static mn_status mn__cuda_memset_async(int index, void *dst, int value, size_t n
   return MN_OK;
 }
 
+/* ---- Stream-ordered pool (cudaMallocAsync) ------------------------------------- */
+
+/* The device's default memory pool, after checking the device has pools.
+ * Makes `index` current. */
+static mn_status mn__cuda_default_pool(const char *func, int index, cudaMemPool_t *out) {
+  mn_status st = mn__cuda_use(func, index, false);
+  if (st != MN_OK) return st;
+  int supported = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, index);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, func, index, "cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported)");
+  }
+  if (!supported) {
+    return mn__error(MN_ERR_NOT_SUPPORTED, func, "cuda:%d has no stream-ordered memory pools", index);
+  }
+  cudaMemPool_t pool = NULL;
+  err = cudaDeviceGetDefaultMemPool(&pool, index);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, func, index, "cudaDeviceGetDefaultMemPool(device=%d)", index);
+  }
+  *out = pool;
+  return MN_OK;
+}
+
+static mn_status mn__cuda_alloc_async(int index, size_t nbytes, void *stream, void **out) {
+  MN__CUDA_USE(index);
+  void *p = NULL;
+  cudaError_t err = cudaMallocAsync(&p, nbytes, (cudaStream_t)stream);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaMallocAsync(nbytes=%zu, stream=%p)", nbytes, stream);
+  }
+  *out = p;
+  return MN_OK;
+}
+
+static mn_status mn__cuda_free_async(int index, void *ptr, void *stream) {
+  MN__CUDA_USE(index);
+  cudaError_t err = cudaFreeAsync(ptr, (cudaStream_t)stream);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaFreeAsync(ptr=%p, stream=%p)", ptr, stream);
+  }
+  return MN_OK;
+}
+
+static mn_status mn__cuda_pool_trim(int index, size_t keep_bytes) {
+  cudaMemPool_t pool = NULL;
+  mn_status st = mn__cuda_default_pool(__func__, index, &pool);
+  if (st != MN_OK) return st;
+  cudaError_t err = cudaMemPoolTrimTo(pool, keep_bytes);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaMemPoolTrimTo(keep_bytes=%zu)", keep_bytes);
+  }
+  return MN_OK;
+}
+
+static mn_status mn__cuda_pool_get(const char *func, int index, cudaMemPool_t pool,
+                                   enum cudaMemPoolAttr attr, const char *name, size_t *out) {
+  cuuint64_t v = 0;
+  cudaError_t err = cudaMemPoolGetAttribute(pool, attr, &v);
+  if (err != cudaSuccess) return mn__cuda_fail(err, func, index, "cudaMemPoolGetAttribute(%s)", name);
+  *out = (size_t)v;
+  return MN_OK;
+}
+
+static mn_status mn__cuda_pool_stats(int index, size_t *reserved_current, size_t *reserved_high,
+                                     size_t *used_current, size_t *used_high) {
+  cudaMemPool_t pool = NULL;
+  mn_status st = mn__cuda_default_pool(__func__, index, &pool);
+  size_t v[4] = {0, 0, 0, 0};
+  if (st == MN_OK) {
+    st = mn__cuda_pool_get(__func__, index, pool, cudaMemPoolAttrReservedMemCurrent,
+                           "cudaMemPoolAttrReservedMemCurrent", &v[0]);
+  }
+  if (st == MN_OK) {
+    st = mn__cuda_pool_get(__func__, index, pool, cudaMemPoolAttrReservedMemHigh,
+                           "cudaMemPoolAttrReservedMemHigh", &v[1]);
+  }
+  if (st == MN_OK) {
+    st = mn__cuda_pool_get(__func__, index, pool, cudaMemPoolAttrUsedMemCurrent,
+                           "cudaMemPoolAttrUsedMemCurrent", &v[2]);
+  }
+  if (st == MN_OK) {
+    st = mn__cuda_pool_get(__func__, index, pool, cudaMemPoolAttrUsedMemHigh,
+                           "cudaMemPoolAttrUsedMemHigh", &v[3]);
+  }
+  if (st != MN_OK) return st;
+  *reserved_current = v[0];
+  *reserved_high = v[1];
+  *used_current = v[2];
+  *used_high = v[3];
+  return MN_OK;
+}
+
+static mn_status mn__cuda_pool_set_release_threshold(int index, size_t bytes) {
+  cudaMemPool_t pool = NULL;
+  mn_status st = mn__cuda_default_pool(__func__, index, &pool);
+  if (st != MN_OK) return st;
+  cuuint64_t v = (cuuint64_t)bytes;
+  cudaError_t err = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &v);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index,
+                         "cudaMemPoolSetAttribute(cudaMemPoolAttrReleaseThreshold, %zu)", bytes);
+  }
+  return MN_OK;
+}
+
+/* The high marks can only be reset to 0, which CUDA takes as "the current value". */
+static mn_status mn__cuda_pool_reset_peak(int index) {
+  cudaMemPool_t pool = NULL;
+  mn_status st = mn__cuda_default_pool(__func__, index, &pool);
+  if (st != MN_OK) return st;
+  cuuint64_t zero = 0;
+  cudaError_t err = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &zero);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaMemPoolSetAttribute(cudaMemPoolAttrReservedMemHigh, 0)");
+  }
+  err = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaMemPoolSetAttribute(cudaMemPoolAttrUsedMemHigh, 0)");
+  }
+  return MN_OK;
+}
+
 const mn__backend_t mn__cuda_backend = {
     .name = "cuda",
     .type = MN_DEVICE_CUDA,
@@ -799,6 +922,12 @@ const mn__backend_t mn__cuda_backend = {
     .event_synchronize = mn__cuda_event_synchronize,
     .memcpy_async = mn__cuda_memcpy_async,
     .memset_async = mn__cuda_memset_async,
+    .alloc_async = mn__cuda_alloc_async,
+    .free_async = mn__cuda_free_async,
+    .pool_trim = mn__cuda_pool_trim,
+    .pool_stats = mn__cuda_pool_stats,
+    .pool_set_release_threshold = mn__cuda_pool_set_release_threshold,
+    .pool_reset_peak = mn__cuda_pool_reset_peak,
 };
 
 #endif /* MNEMO_HAVE_CUDA */

@@ -2,6 +2,7 @@
  * validates arguments, then dispatches to the device type's backend. Thread-safe. */
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -239,6 +240,9 @@ mn_status mn_device_mem_unmap(mn_device_t dev, void *addr, size_t nbytes) {
 /* Default streams live in static storage, one per (type, index), never freed.
  * Their ids are small and fixed; created streams count up from 1 << 20. */
 static struct mn_stream_s mn__default_streams[MN_DEVICE_TYPE_COUNT][MN__MAX_DEVICES];
+/* Set once a slot is initialized; read lock-free afterwards. */
+static atomic_bool mn__default_ready[MN_DEVICE_TYPE_COUNT][MN__MAX_DEVICES];
+static pthread_mutex_t mn__default_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_uint_fast64_t mn__next_stream_id = 1u << 20;
 
 mn_status mn_stream_default(mn_device_t dev, mn_stream_t **out) {
@@ -249,14 +253,19 @@ mn_status mn_stream_default(mn_device_t dev, mn_stream_t **out) {
   if (dev.index >= MN__MAX_DEVICES)
     return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "device index %d >= %d", dev.index, MN__MAX_DEVICES);
   struct mn_stream_s *s = &mn__default_streams[dev.type][dev.index];
-  /* Every field is a pure function of the device: concurrent first calls
-   * write the same values, so this needs no lock beyond atomic visibility. */
-  s->device = dev;
-  s->handle = NULL;
-  s->id = 1 + (uint64_t)dev.type * MN__MAX_DEVICES + (uint64_t)dev.index;
-  s->is_default = true;
-  s->owned = false;
-  atomic_thread_fence(memory_order_release);
+  atomic_bool *ready = &mn__default_ready[dev.type][dev.index];
+  if (!atomic_load_explicit(ready, memory_order_acquire)) {
+    pthread_mutex_lock(&mn__default_lock);
+    if (!atomic_load_explicit(ready, memory_order_relaxed)) {
+      s->device = dev;
+      s->handle = NULL;
+      s->id = 1 + (uint64_t)dev.type * MN__MAX_DEVICES + (uint64_t)dev.index;
+      s->is_default = true;
+      s->owned = false;
+      atomic_store_explicit(ready, true, memory_order_release);
+    }
+    pthread_mutex_unlock(&mn__default_lock);
+  }
   *out = s;
   return MN_OK;
 }
@@ -453,5 +462,91 @@ mn_status mn_memset_async(mn_device_t dev, void *dst, int value, size_t nbytes, 
   st = mn__copy_stream(__func__, dev, dev, stream, &s);
   if (st != MN_OK) return st;
   st = mn__backend_for(s->device.type)->memset_async(s->device.index, dst, value, nbytes, s->handle);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+/* ---- stream-ordered pool ------------------------------------------------- */
+
+static mn_status mn__pool_backend(const char *func, mn_device_t dev, const mn__backend_t **out) {
+  mn_status st = mn__device_backend(func, dev, out);
+  if (st != MN_OK) return st;
+  if (!(*out)->alloc_async) {
+    char name[32];
+    return mn__error(MN_ERR_NOT_SUPPORTED, func, "device %s has no stream-ordered memory pool",
+                     mn_device_format(dev, name, sizeof name));
+  }
+  return MN_OK;
+}
+
+/* The stream's backend handle, after checking it belongs to dev (NULL: default). */
+static mn_status mn__pool_stream(const char *func, mn_device_t dev, mn_stream_t *s, void **handle) {
+  if (s && !mn_device_equal(s->device, dev)) {
+    char a[32], b[32];
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "stream of %s used for the pool of %s",
+                     mn_device_format(s->device, a, sizeof a), mn_device_format(dev, b, sizeof b));
+  }
+  *handle = s ? s->handle : NULL;
+  return MN_OK;
+}
+
+mn_status mn_device_alloc_async(mn_device_t dev, size_t nbytes, mn_stream_t *stream, void **out) {
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  MN__CHECK_ARG(nbytes > 0, "nbytes must be > 0");
+  const mn__backend_t *b;
+  void *h = NULL;
+  mn_status st = mn__pool_backend(__func__, dev, &b);
+  if (st == MN_OK) st = mn__pool_stream(__func__, dev, stream, &h);
+  if (st != MN_OK) return st;
+  void *p = NULL;
+  st = b->alloc_async(dev.index, nbytes, h, &p);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  *out = p;
+  return MN_OK;
+}
+
+mn_status mn_device_free_async(mn_device_t dev, void *ptr, mn_stream_t *stream) {
+  const mn__backend_t *b;
+  void *h = NULL;
+  mn_status st = mn__pool_backend(__func__, dev, &b);
+  if (st == MN_OK) st = mn__pool_stream(__func__, dev, stream, &h);
+  if (st != MN_OK) return st;
+  if (!ptr) return MN_OK;
+  st = b->free_async(dev.index, ptr, h);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_device_pool_trim(mn_device_t dev, size_t keep_bytes) {
+  const mn__backend_t *b;
+  mn_status st = mn__pool_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  st = b->pool_trim(dev.index, keep_bytes);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_device_pool_stats(mn_device_t dev, mn_device_pool_stats_t *out) {
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  const mn__backend_t *b;
+  mn_status st = mn__pool_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  mn_device_pool_stats_t s = {0};
+  st = b->pool_stats(dev.index, &s.reserved_current, &s.reserved_high, &s.used_current, &s.used_high);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  *out = s;
+  return MN_OK;
+}
+
+mn_status mn_device_pool_set_release_threshold(mn_device_t dev, size_t bytes) {
+  const mn__backend_t *b;
+  mn_status st = mn__pool_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  st = b->pool_set_release_threshold(dev.index, bytes);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_device_pool_reset_peak(mn_device_t dev) {
+  const mn__backend_t *b;
+  mn_status st = mn__pool_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  st = b->pool_reset_peak(dev.index);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }

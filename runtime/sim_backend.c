@@ -18,9 +18,14 @@
 #include "runtime/error.h"
 
 #define SIM_MAX_DEVICES 16
-#define SIM_VA_FACTOR 4 /* address space = 4 x capacity: raw allocs + reservations */
+/* Address space reserved per device, as a multiple of capacity: raw
+ * allocations plus VMM reservations (each stream's expandable segments reserve
+ * about the device's size). PROT_NONE + MAP_NORESERVE costs nothing, but
+ * sanitizers limit the usable range, so smaller factors are tried in turn. */
+#define SIM_VA_FACTOR_MAX 16
+#define SIM_VA_FACTOR_MIN 2
 
-typedef enum { OP_COPY, OP_SET, OP_HOST, OP_WAIT } sim_op_kind;
+typedef enum { OP_COPY, OP_SET, OP_HOST, OP_WAIT, OP_POOL_FREE } sim_op_kind;
 
 typedef struct sim_stream sim_stream;
 
@@ -36,6 +41,7 @@ typedef struct sim_op {
   void *arg;
   sim_stream *wait_stream; /* OP_WAIT: satisfied when it has completed wait_target ops */
   uint64_t wait_target;
+  uint64_t free_id;        /* OP_POOL_FREE: the pool free it completes */
 } sim_op;
 
 struct sim_stream {
@@ -56,12 +62,43 @@ typedef struct sim_range {
   uintptr_t start;
   size_t size;
   uint8_t *mapped; /* reservations only: one flag per granule; NULL for raw allocations */
+  bool pool;       /* a chunk of the stream-ordered pool (not a raw allocation) */
 } sim_range;
 
 typedef struct sim_fault_arm {
   uint64_t until;     /* calls until the first failure (1 = next call) */
   uint64_t remaining; /* failures left; 0 = disarmed */
 } sim_fault_arm;
+
+/* The stream-ordered pool (cudaMallocAsync emulation): chunks of raw memory
+ * (granularity multiples), each split into address-ordered blocks. A block is
+ * USED, PENDING (freed on `stream`; its OP_POOL_FREE has not run yet: only
+ * `stream` may reuse it) or FREE (anyone may; adjacent FREE blocks merge). */
+typedef enum { PB_USED, PB_PENDING, PB_FREE } pool_block_state;
+
+typedef struct pool_block {
+  struct pool_block *prev, *next;
+  uintptr_t start;
+  size_t size;
+  pool_block_state state;
+  sim_stream *stream; /* PENDING: the freeing stream (compared, never dereferenced) */
+  uint64_t free_id;   /* PENDING: the OP_POOL_FREE that makes it FREE */
+} pool_block;
+
+typedef struct pool_chunk {
+  struct pool_chunk *next;
+  uintptr_t start;
+  size_t size;
+  pool_block *blocks;
+} pool_chunk;
+
+typedef struct sim_pool {
+  pool_chunk *chunks;
+  size_t reserved, reserved_high; /* bytes of chunks */
+  size_t used, used_high;         /* bytes of USED and PENDING blocks */
+  size_t release_threshold;       /* chunks beyond it are released at the next pool call */
+  uint64_t next_free_id;
+} sim_pool;
 
 typedef struct sim_device {
   atomic_bool ready;
@@ -75,11 +112,13 @@ typedef struct sim_device {
   sim_event *events;
   sim_fault_arm faults[MN_SIM_FAULT_COUNT];
   mn_sim_stats_t stats;
+  sim_pool pool;
 } sim_device;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static mn_sim_config_t g_cfg;
 static bool g_cfg_loaded;
+static atomic_int g_device_count = -1; /* g_cfg.device_count once loaded, else -1 */
 static sim_device g_dev[SIM_MAX_DEVICES];
 
 mn_sim_config_t mn_sim_config_default(void) {
@@ -142,6 +181,7 @@ static void load_config_locked(void) {
   const char *eager = getenv("MNEMO_SIM_EAGER");
   if (eager && eager[0] == '1') g_cfg.eager = true;
   g_cfg_loaded = true;
+  atomic_store_explicit(&g_device_count, g_cfg.device_count, memory_order_release);
 }
 
 /* Returns the device, initializing it on first use. */
@@ -155,8 +195,12 @@ static mn_status sim_get(int index, sim_device **out) {
   load_config_locked();
   mn_status st = MN_OK;
   if (!atomic_load(&d->ready)) {
-    size_t va = g_cfg.capacity * SIM_VA_FACTOR;
-    void *base = mmap(NULL, va, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    size_t va = 0;
+    void *base = MAP_FAILED;
+    for (size_t f = SIM_VA_FACTOR_MAX; f >= SIM_VA_FACTOR_MIN && base == MAP_FAILED; f /= 2) {
+      va = g_cfg.capacity * f;
+      base = mmap(NULL, va, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    }
     if (base == MAP_FAILED) {
       st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: cannot reserve %zu bytes of address space: %s",
                      index, va, strerror(errno));
@@ -296,6 +340,8 @@ static sim_stream *stream_of(sim_device *d, void *handle) {
   return handle ? (sim_stream *)handle : &d->default_stream;
 }
 
+static void pool_complete_free(sim_device *d, uint64_t free_id);
+
 static bool op_ready(const sim_op *op) {
   return op->kind != OP_WAIT || !op->wait_stream || op->wait_stream->completed >= op->wait_target;
 }
@@ -324,6 +370,9 @@ static void op_run(sim_device *d, const sim_op *op) {
       op->fn(op->arg);
       return;
     case OP_WAIT:
+      return;
+    case OP_POOL_FREE:
+      pool_complete_free(d, op->free_id);
       return;
   }
 }
@@ -384,10 +433,15 @@ static mn_status new_op(sim_op_kind kind, sim_op **out) {
 /* ---- backend slots ------------------------------------------------------- */
 
 static mn_status sim_device_count(int *count) {
-  pthread_mutex_lock(&g_lock);
-  load_config_locked();
-  *count = g_cfg.device_count;
-  pthread_mutex_unlock(&g_lock);
+  /* Asked on every validated call: lock-free once the configuration is known. */
+  int n = atomic_load_explicit(&g_device_count, memory_order_acquire);
+  if (n < 0) {
+    pthread_mutex_lock(&g_lock);
+    load_config_locked();
+    n = g_cfg.device_count;
+    pthread_mutex_unlock(&g_lock);
+  }
+  *count = n;
   return MN_OK;
 }
 
@@ -442,7 +496,7 @@ static void pages_release(void *p, size_t n) {
 static mn_status sim_raw_free(int index, void *ptr) {
   SIM_LOCKED(index, d);
   long i = range_find(d, (uintptr_t)ptr);
-  if (i < 0 || d->ranges[i].start != (uintptr_t)ptr || d->ranges[i].mapped)
+  if (i < 0 || d->ranges[i].start != (uintptr_t)ptr || d->ranges[i].mapped || d->ranges[i].pool)
     return unlock_ret(d, mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
                                    "sim:%d: %p is not a live raw allocation", index, ptr));
   /* As cudaFree, freeing synchronizes the device first. */
@@ -688,6 +742,236 @@ static mn_status sim_memset_async(int index, void *dst, int value, size_t nbytes
   return unlock_ret(d, enqueue(d, stream_of(d, handle), op));
 }
 
+/* ---- the stream-ordered pool ------------------------------------------------ */
+
+#define POOL_ALIGN 512 /* blocks are multiples of this */
+
+static bool chunk_unused(const pool_chunk *c) {
+  return c->blocks && !c->blocks->next && c->blocks->state == PB_FREE;
+}
+
+/* Merges b with FREE neighbours; returns the surviving block. */
+static pool_block *block_coalesce(pool_block *b) {
+  if (b->prev && b->prev->state == PB_FREE) {
+    pool_block *p = b->prev;
+    p->size += b->size;
+    p->next = b->next;
+    if (b->next) b->next->prev = p;
+    free(b);
+    b = p;
+  }
+  if (b->next && b->next->state == PB_FREE) {
+    pool_block *n = b->next;
+    b->size += n->size;
+    b->next = n->next;
+    if (n->next) n->next->prev = b;
+    free(n);
+  }
+  return b;
+}
+
+/* The queued free with this id has run: its blocks become FREE. */
+static void pool_complete_free(sim_device *d, uint64_t free_id) {
+  for (pool_chunk *c = d->pool.chunks; c; c = c->next) {
+    for (pool_block *b = c->blocks; b; b = b->next) {
+      if (b->state != PB_PENDING || b->free_id != free_id) continue;
+      b->state = PB_FREE;
+      b->stream = NULL;
+      d->pool.used -= b->size;
+      b = block_coalesce(b);
+    }
+  }
+}
+
+static void chunk_release(sim_device *d, pool_chunk **link) {
+  pool_chunk *c = *link;
+  *link = c->next;
+  pages_release((void *)c->start, c->size);
+  range_remove(d, (size_t)range_find(d, c->start));
+  d->stats.mapped_bytes -= c->size;
+  d->stats.raw_frees++;
+  d->pool.reserved -= c->size;
+  free(c->blocks);
+  free(c);
+}
+
+/* Releases unused chunks while more than keep bytes are reserved. */
+static void pool_release(sim_device *d, size_t keep) {
+  for (pool_chunk **link = &d->pool.chunks; *link && d->pool.reserved > keep;) {
+    if (chunk_unused(*link))
+      chunk_release(d, link);
+    else
+      link = &(*link)->next;
+  }
+}
+
+/* A new chunk of at least n bytes (a granularity multiple), front of the list. */
+static mn_status pool_grow(sim_device *d, int index, size_t n, pool_chunk **out) {
+  size_t size = round_gran(n);
+  if (fault_fires(d, MN_SIM_FAULT_RAW_ALLOC))
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: injected fault: pool growth by %zu bytes failed",
+                     index, size);
+  if (size == 0 || size > g_cfg.capacity - d->stats.mapped_bytes) pool_release(d, 0);
+  if (size == 0 || size > g_cfg.capacity - d->stats.mapped_bytes)
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__,
+                     "sim:%d out of memory: the pool asked %zu bytes (%zu rounded), %zu of %zu in use", index, n,
+                     size, d->stats.mapped_bytes, g_cfg.capacity);
+  pool_chunk *c = calloc(1, sizeof *c);
+  pool_block *b = calloc(1, sizeof *b);
+  uintptr_t p = 0;
+  mn_status st = c && b ? range_insert(d, index, size, false, &p)
+                        : mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  if (st == MN_OK && mprotect((void *)p, size, PROT_READ | PROT_WRITE) != 0) {
+    range_remove(d, (size_t)range_find(d, p));
+    st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: mprotect failed: %s", index, strerror(errno));
+  }
+  if (st != MN_OK) {
+    free(c);
+    free(b);
+    return st;
+  }
+  d->ranges[range_find(d, p)].pool = true;
+  phys_add(d, size);
+  d->stats.raw_allocs++;
+  *b = (pool_block){.start = p, .size = size, .state = PB_FREE};
+  *c = (pool_chunk){.next = d->pool.chunks, .start = p, .size = size, .blocks = b};
+  d->pool.chunks = c;
+  d->pool.reserved += size;
+  if (d->pool.reserved > d->pool.reserved_high) d->pool.reserved_high = d->pool.reserved;
+  *out = c;
+  return MN_OK;
+}
+
+/* First fit of n bytes for stream s: a FREE block, or one PENDING on s. */
+static pool_block *pool_fit(sim_device *d, sim_stream *s, size_t n) {
+  for (pool_chunk *c = d->pool.chunks; c; c = c->next)
+    for (pool_block *b = c->blocks; b; b = b->next)
+      if (b->size >= n && (b->state == PB_FREE || (b->state == PB_PENDING && b->stream == s))) return b;
+  return NULL;
+}
+
+static mn_status sim_alloc_async(int index, size_t nbytes, void *handle, void **out) {
+  SIM_LOCKED(index, d);
+  pool_release(d, d->pool.release_threshold);
+  size_t n = nbytes > SIZE_MAX - POOL_ALIGN ? 0 : (nbytes + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN;
+  sim_stream *s = stream_of(d, handle);
+  pool_block *b = n ? pool_fit(d, s, n) : NULL;
+  if (!b) {
+    pool_chunk *c = NULL;
+    mn_status st = pool_grow(d, index, n ? n : SIZE_MAX, &c);
+    if (st != MN_OK) return unlock_ret(d, st);
+    b = c->blocks;
+  }
+  if (b->size > n) { /* split: the rest keeps b's state */
+    pool_block *rest = calloc(1, sizeof *rest);
+    if (!rest) return unlock_ret(d, mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory"));
+    *rest = *b;
+    rest->start = b->start + n;
+    rest->size = b->size - n;
+    rest->prev = b;
+    if (b->next) b->next->prev = rest;
+    b->next = rest;
+    b->size = n;
+  }
+  if (b->state == PB_FREE) d->pool.used += n; /* a PENDING block was counted already */
+  if (d->pool.used > d->pool.used_high) d->pool.used_high = d->pool.used;
+  b->state = PB_USED;
+  b->stream = NULL;
+  b->free_id = 0;
+  *out = (void *)b->start;
+  return unlock_ret(d, MN_OK);
+}
+
+/* The block starting at p, or NULL. */
+static pool_block *pool_find(sim_device *d, uintptr_t p) {
+  for (pool_chunk *c = d->pool.chunks; c; c = c->next) {
+    if (p < c->start || p - c->start >= c->size) continue;
+    for (pool_block *b = c->blocks; b; b = b->next)
+      if (b->start == p) return b;
+    return NULL;
+  }
+  return NULL;
+}
+
+static mn_status sim_free_async(int index, void *ptr, void *handle) {
+  SIM_LOCKED(index, d);
+  pool_block *b = pool_find(d, (uintptr_t)ptr);
+  if (!b || b->state != PB_USED)
+    return unlock_ret(d, mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                                   "sim:%d: %p is not a live stream-ordered allocation", index, ptr));
+  sim_op *op = NULL;
+  mn_status st = new_op(OP_POOL_FREE, &op);
+  if (st != MN_OK) return unlock_ret(d, st);
+  sim_stream *s = stream_of(d, handle);
+  op->free_id = ++d->pool.next_free_id;
+  b->state = PB_PENDING;
+  b->stream = s;
+  b->free_id = op->free_id;
+  return unlock_ret(d, enqueue(d, s, op)); /* eager devices complete it at once */
+}
+
+static mn_status sim_pool_trim(int index, size_t keep_bytes) {
+  SIM_LOCKED(index, d);
+  pool_release(d, keep_bytes);
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_pool_stats(int index, size_t *reserved_current, size_t *reserved_high, size_t *used_current,
+                                size_t *used_high) {
+  SIM_LOCKED(index, d);
+  pool_release(d, d->pool.release_threshold); /* a synchronization point, as on CUDA */
+  *reserved_current = d->pool.reserved;
+  *reserved_high = d->pool.reserved_high;
+  *used_current = d->pool.used;
+  *used_high = d->pool.used_high;
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_pool_set_release_threshold(int index, size_t bytes) {
+  SIM_LOCKED(index, d);
+  d->pool.release_threshold = bytes;
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_pool_reset_peak(int index) {
+  SIM_LOCKED(index, d);
+  d->pool.reserved_high = d->pool.reserved;
+  d->pool.used_high = d->pool.used;
+  return unlock_ret(d, MN_OK);
+}
+
+/* The pool's bookkeeping: chunks are pool ranges tiled by their blocks, no
+ * two FREE blocks touch, and the byte counts are the sums. pre: lock held. */
+static mn_status pool_check(sim_device *d, int index) {
+  size_t reserved = 0, used = 0, chunks = 0, pool_ranges = 0;
+  for (size_t i = 0; i < d->nranges; i++) pool_ranges += d->ranges[i].pool;
+  for (pool_chunk *c = d->pool.chunks; c; c = c->next, chunks++) {
+    long r = range_find(d, c->start);
+    if (r < 0 || !d->ranges[r].pool || d->ranges[r].start != c->start || d->ranges[r].size != c->size)
+      return mn__error(MN_ERR_INTERNAL, "mn_sim_check_invariants", "sim:%d: pool chunk %p has no pool range", index,
+                       (void *)c->start);
+    uintptr_t at = c->start;
+    for (pool_block *b = c->blocks; b; b = b->next) {
+      bool linked = (b->prev == NULL) == (b == c->blocks) && (!b->next || b->next->prev == b);
+      bool merged = !(b->state == PB_FREE && b->next && b->next->state == PB_FREE);
+      if (b->start != at || b->size == 0 || b->size % POOL_ALIGN || !linked || !merged)
+        return mn__error(MN_ERR_INTERNAL, "mn_sim_check_invariants", "sim:%d: pool block %p in chunk %p is broken",
+                         index, (void *)b->start, (void *)c->start);
+      at += b->size;
+      if (b->state != PB_FREE) used += b->size;
+    }
+    if (at != c->start + c->size)
+      return mn__error(MN_ERR_INTERNAL, "mn_sim_check_invariants", "sim:%d: pool chunk %p is not tiled by its blocks",
+                       index, (void *)c->start);
+    reserved += c->size;
+  }
+  if (chunks != pool_ranges || reserved != d->pool.reserved || used != d->pool.used || used > reserved)
+    return mn__error(MN_ERR_INTERNAL, "mn_sim_check_invariants",
+                     "sim:%d: pool counts %zu reserved / %zu used bytes, %zu chunks; found %zu / %zu, %zu pool ranges",
+                     index, d->pool.reserved, d->pool.used, chunks, reserved, used, pool_ranges);
+  return MN_OK;
+}
+
 const mn__backend_t mn__sim_backend = {
     .name = "sim",
     .type = MN_DEVICE_SIM,
@@ -714,6 +998,12 @@ const mn__backend_t mn__sim_backend = {
     .event_synchronize = sim_event_synchronize,
     .memcpy_async = sim_memcpy_async,
     .memset_async = sim_memset_async,
+    .alloc_async = sim_alloc_async,
+    .free_async = sim_free_async,
+    .pool_trim = sim_pool_trim,
+    .pool_stats = sim_pool_stats,
+    .pool_set_release_threshold = sim_pool_set_release_threshold,
+    .pool_reset_peak = sim_pool_reset_peak,
 };
 
 /* ---- the public SIM API (mnemo/sim.h) ------------------------------------ */
@@ -744,6 +1034,7 @@ mn_status mn_sim_configure(const mn_sim_config_t *config) {
   }
   g_cfg = *config;
   g_cfg_loaded = true;
+  atomic_store_explicit(&g_device_count, g_cfg.device_count, memory_order_release);
   pthread_mutex_unlock(&g_lock);
   return MN_OK;
 }
@@ -858,5 +1149,5 @@ mn_status mn_sim_check_invariants(mn_device_t dev) {
   for (sim_event *e = d->events; e; e = e->next) events++;
   if (streams != d->stats.live_streams || events != d->stats.live_events)
     return unlock_ret(d, mn__error(MN_ERR_INTERNAL, __func__, "sim:%d: live stream/event counts disagree", dev.index));
-  return unlock_ret(d, MN_OK);
+  return unlock_ret(d, pool_check(d, dev.index));
 }

@@ -131,6 +131,13 @@ MN_TEST(view_geometry_errors) {
 
 MN_TEST(nothing_outstanding_on_sim) {
   mn_sim_stats_t st;
+  mn_allocator_t *def = NULL;
+  MN_CHECK_OK(mn_allocator_get_default(mn_device_sim(0), &def));
+  mn_alloc_stats_t as;
+  MN_CHECK_OK(mn_allocator_get_stats(def, &as));
+  MN_CHECK(as.allocation[MN_POOL_ALL].current == 0 && as.allocated_bytes[MN_POOL_ALL].current == 0);
+  MN_CHECK_OK(mn_allocator_check_invariants(def));
+  MN_CHECK_OK(mn_allocator_empty_cache(def)); /* the default allocator caches; give it all back */
   MN_CHECK_OK(mn_device_synchronize(mn_device_sim(0)));
   MN_CHECK_OK(mn_sim_get_stats(mn_device_sim(0), &st));
   MN_CHECK(st.mapped_bytes == 0 && st.live_streams == 0 && st.live_events == 0);

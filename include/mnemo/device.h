@@ -127,6 +127,31 @@ mn_status mn_memset_async(mn_device_t dev, void *dst, int value, size_t nbytes,
 typedef void (*mn_host_fn)(void *arg);
 mn_status mn_stream_launch_host(mn_stream_t *stream, mn_host_fn fn, void *arg);
 
+/* ---- Stream-ordered pool -------------------------------------------------------
+ * The device's stream-ordered memory pool (cudaMallocAsync on CUDA, using the
+ * device's default pool; emulated on SIM; MN_ERR_NOT_SUPPORTED on the CPU).
+ * An allocation is usable by work queued on `stream` after the call (NULL:
+ * the device's default stream). A free is queued on `stream`: later
+ * allocations on that stream may reuse the memory at once, other streams only
+ * once `stream` has reached the free. Sizes in bytes. */
+mn_status mn_device_alloc_async(mn_device_t dev, size_t nbytes, mn_stream_t *stream, void **out);
+mn_status mn_device_free_async(mn_device_t dev, void *ptr, mn_stream_t *stream);
+/* Releases unused pool memory until at most keep_bytes stay reserved. Memory
+ * whose free the device has not reached yet stays. */
+mn_status mn_device_pool_trim(mn_device_t dev, size_t keep_bytes);
+
+typedef struct mn_device_pool_stats_s {
+  size_t reserved_current, reserved_high; /* bytes the pool holds from the device */
+  size_t used_current, used_high;         /* bytes of it allocated (not yet freed back) */
+} mn_device_pool_stats_t;
+
+mn_status mn_device_pool_stats(mn_device_t dev, mn_device_pool_stats_t *out);
+/* Reserved bytes the pool keeps at synchronization points instead of releasing
+ * them (CUDA's default is 0; SIZE_MAX keeps everything until a trim). */
+mn_status mn_device_pool_set_release_threshold(mn_device_t dev, size_t bytes);
+/* Sets reserved_high and used_high to their current values. */
+mn_status mn_device_pool_reset_peak(mn_device_t dev);
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,6 +14,8 @@
 #include "mnemo/sim.h"
 #include "mnemo/allocator.h"
 #include "mnemo/caching.h"
+#include "mnemo/adaptors.h"
+#include "mnemo/pluggable.h"
 #include "mnemo/storage.h"
 #include "mnemo/view.h"
 #include "mnemo/kernels.h"

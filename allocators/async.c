@@ -1,0 +1,251 @@
+/* allocators/async.c: the stream-ordered pool allocator (backend:cudaMallocAsync)
+ * over mn_device_alloc_async / mn_device_free_async, with record_stream by
+ * events. Thread-safe: one mutex guards the pointer map and counters; device calls run unlocked. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "allocators/ptrmap.h"
+#include "mnemo/adaptors.h"
+#include "mnemo/mnemo.h"
+#include "runtime/error.h"
+
+/* What the allocator remembers per live allocation. */
+typedef struct async_use {
+  mn_stream_t *stream;   /* allocated on, freed on */
+  size_t nrecorded, cap;
+  mn_stream_t **recorded; /* other streams that used it (record_stream) */
+} async_use;
+
+typedef struct async_alloc {
+  mn_allocator_t base; /* first: the vtable header */
+  mn_stream_t *default_stream;
+  pthread_mutex_t lock;
+  mn__addrmap_t live; /* address -> bytes asked; data = async_use * */
+  mn_stat_t count, bytes;
+  int64_t num_ooms, num_allocs, num_frees;
+} async_alloc;
+
+static async_alloc *self_of(mn_allocator_t *a) { return (async_alloc *)a; }
+
+static void use_free(async_use *u) {
+  if (!u) return;
+  free(u->recorded);
+  free(u);
+}
+
+static void stat_add(mn_stat_t *s, int64_t n) {
+  s->current += n;
+  s->allocated += n;
+  if (s->current > s->peak) s->peak = s->current;
+}
+
+static void stat_sub(mn_stat_t *s, int64_t n) {
+  s->current -= n;
+  s->freed += n;
+}
+
+static mn_status async_alloc_fn(mn_allocator_t *a, size_t nbytes, mn_stream_t *stream, void **out) {
+  async_alloc *x = self_of(a);
+  mn_stream_t *s = stream ? stream : x->default_stream;
+  async_use *u = calloc(1, sizeof *u);
+  if (!u) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  u->stream = s;
+  void *p = NULL;
+  mn_status st = mn_device_alloc_async(a->device, nbytes, s, &p);
+  if (st != MN_OK) {
+    free(u);
+    if (st == MN_ERR_OUT_OF_MEMORY) {
+      pthread_mutex_lock(&x->lock);
+      x->num_ooms++;
+      pthread_mutex_unlock(&x->lock);
+    }
+    return mn__error_wrap(st, __func__);
+  }
+  pthread_mutex_lock(&x->lock);
+  st = mn__addrmap_insert(&x->live, (uintptr_t)p, nbytes, u);
+  if (st == MN_OK) {
+    stat_add(&x->count, 1);
+    stat_add(&x->bytes, (int64_t)nbytes);
+    x->num_allocs++;
+  }
+  pthread_mutex_unlock(&x->lock);
+  if (st != MN_OK) {
+    free(u);
+    (void)mn_device_free_async(a->device, p, s);
+    return mn__error(st, __func__, "cannot record %zu-byte allocation %p (out of host memory)", nbytes, p);
+  }
+  *out = p;
+  return MN_OK;
+}
+
+/* Makes `s` wait for the work queued so far on each recorded stream. */
+static mn_status wait_for_recorded(mn_device_t dev, mn_stream_t *s, const async_use *u) {
+  if (u->nrecorded == 0) return MN_OK;
+  mn_event_t *e = NULL;
+  mn_status st = mn_event_create(dev, &e);
+  for (size_t i = 0; st == MN_OK && i < u->nrecorded; i++) {
+    st = mn_event_record(e, u->recorded[i]);
+    if (st == MN_OK) st = mn_stream_wait_event(s, e); /* captures the point now: e can be re-recorded */
+  }
+  if (e) (void)mn_event_destroy(e);
+  return st;
+}
+
+static mn_status async_free_fn(mn_allocator_t *a, void *ptr) {
+  async_alloc *x = self_of(a);
+  mn__addrmap_entry_t e;
+  pthread_mutex_lock(&x->lock);
+  bool found = mn__addrmap_remove(&x->live, (uintptr_t)ptr, &e);
+  pthread_mutex_unlock(&x->lock);
+  if (!found)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                     "%p was not allocated by this stream-ordered allocator (or is freed already)", ptr);
+  async_use *u = e.data;
+  mn_status st = wait_for_recorded(a->device, u->stream, u);
+  if (st == MN_OK) st = mn_device_free_async(a->device, ptr, u->stream);
+  pthread_mutex_lock(&x->lock);
+  if (st == MN_OK) {
+    stat_sub(&x->count, 1);
+    stat_sub(&x->bytes, (int64_t)e.size);
+    x->num_frees++;
+  } else if (mn__addrmap_insert(&x->live, e.key, e.size, u) != MN_OK) {
+    u = NULL; /* cannot keep it; forget it (freed below) */
+  }
+  pthread_mutex_unlock(&x->lock);
+  if (st == MN_OK) {
+    use_free(u);
+    return MN_OK;
+  }
+  if (!u) use_free(e.data);
+  return mn__error_wrap(st, __func__);
+}
+
+static mn_status async_record_stream(mn_allocator_t *a, void *ptr, mn_stream_t *stream) {
+  async_alloc *x = self_of(a);
+  mn_status st = MN_OK;
+  pthread_mutex_lock(&x->lock);
+  mn__addrmap_entry_t *e = mn__addrmap_find(&x->live, (uintptr_t)ptr);
+  async_use *u = e ? e->data : NULL;
+  if (!u) {
+    st = mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "%p is not a live allocation of this stream-ordered allocator",
+                   ptr);
+  } else if (mn_stream_id(stream) != mn_stream_id(u->stream)) {
+    bool seen = false;
+    for (size_t i = 0; i < u->nrecorded && !seen; i++) seen = mn_stream_id(u->recorded[i]) == mn_stream_id(stream);
+    if (!seen && u->nrecorded == u->cap) {
+      size_t cap = u->cap ? u->cap * 2 : 4;
+      mn_stream_t **r = realloc(u->recorded, cap * sizeof *r);
+      if (r) {
+        u->recorded = r;
+        u->cap = cap;
+      } else {
+        st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+      }
+    }
+    if (!seen && st == MN_OK) u->recorded[u->nrecorded++] = stream;
+  }
+  pthread_mutex_unlock(&x->lock);
+  return st;
+}
+
+/* Waits for all queued frees, then gives every unused pool byte back. */
+static mn_status async_empty_cache(mn_allocator_t *a) {
+  mn_status st = mn_device_synchronize(a->device);
+  if (st == MN_OK) st = mn_device_pool_trim(a->device, 0);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+static mn_status async_get_stats(mn_allocator_t *a, mn_alloc_stats_t *out) {
+  async_alloc *x = self_of(a);
+  mn_device_pool_stats_t ps;
+  mn_status st = mn_device_pool_stats(a->device, &ps);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  pthread_mutex_lock(&x->lock);
+  out->allocation[MN_POOL_ALL] = x->count;
+  out->allocated_bytes[MN_POOL_ALL] = x->bytes;
+  out->requested_bytes[MN_POOL_ALL] = x->bytes;
+  out->active[MN_POOL_ALL] = x->count;
+  out->active_bytes[MN_POOL_ALL] = x->bytes;
+  out->num_ooms = x->num_ooms;
+  out->num_device_alloc = x->num_allocs;
+  out->num_device_free = x->num_frees;
+  pthread_mutex_unlock(&x->lock);
+  out->reserved_bytes[MN_POOL_ALL].current = (int64_t)ps.reserved_current;
+  out->reserved_bytes[MN_POOL_ALL].peak = (int64_t)ps.reserved_high;
+  return MN_OK;
+}
+
+static mn_status async_reset_peak(mn_allocator_t *a) {
+  async_alloc *x = self_of(a);
+  mn_status st = mn_device_pool_reset_peak(a->device);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  pthread_mutex_lock(&x->lock);
+  x->count.peak = x->count.current;
+  x->bytes.peak = x->bytes.current;
+  pthread_mutex_unlock(&x->lock);
+  return MN_OK;
+}
+
+static mn_status async_check_invariants(mn_allocator_t *a) {
+  async_alloc *x = self_of(a);
+  pthread_mutex_lock(&x->lock);
+  size_t n = 0, bytes = 0;
+  bool ok = true;
+  for (size_t i = 0; i < x->live.cap; i++) {
+    const mn__addrmap_entry_t *e = &x->live.slots[i];
+    if (!e->key) continue;
+    const async_use *u = e->data;
+    n++, bytes += e->size;
+    ok = ok && u && u->stream && u->nrecorded <= u->cap;
+  }
+  ok = ok && (int64_t)n == x->count.current && (int64_t)bytes == x->bytes.current &&
+       x->count.allocated - x->count.freed == x->count.current;
+  pthread_mutex_unlock(&x->lock);
+  if (!ok)
+    return mn__error(MN_ERR_INTERNAL, __func__, "stream-ordered allocator: map holds %zu allocations / %zu bytes, "
+                     "counters disagree", n, bytes);
+  return MN_OK;
+}
+
+/* Live allocations are not freed: their streams may be gone. */
+static void async_destroy(mn_allocator_t *a) {
+  async_alloc *x = self_of(a);
+  for (size_t i = 0; i < x->live.cap; i++)
+    if (x->live.slots[i].key) use_free(x->live.slots[i].data);
+  mn__addrmap_fini(&x->live);
+  pthread_mutex_destroy(&x->lock);
+  free(x);
+}
+
+static const mn_allocator_vtable_t async_vtable = {
+    .name = "async",
+    .alloc = async_alloc_fn,
+    .free = async_free_fn,
+    .record_stream = async_record_stream,
+    .empty_cache = async_empty_cache,
+    .get_stats = async_get_stats,
+    .reset_peak = async_reset_peak,
+    .check_invariants = async_check_invariants,
+    .destroy = async_destroy,
+};
+
+mn_status mn_async_allocator_create(mn_device_t dev, mn_allocator_t **out) {
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  mn_stream_t *def = NULL;
+  mn_status st = mn_stream_default(dev, &def);
+  /* Keep freed memory in the pool until empty_cache (PyTorch does the same);
+   * this also answers NOT_SUPPORTED where the device has no pool. */
+  if (st == MN_OK) st = mn_device_pool_set_release_threshold(dev, SIZE_MAX);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  async_alloc *x = calloc(1, sizeof *x);
+  if (!x) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  x->base.vtable = &async_vtable;
+  x->base.device = dev;
+  x->default_stream = def;
+  pthread_mutex_init(&x->lock, NULL);
+  mn__addrmap_init(&x->live);
+  *out = &x->base;
+  return MN_OK;
+}

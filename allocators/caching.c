@@ -1,0 +1,571 @@
+/* allocators/caching.c: the caching device allocator (PyTorch's malloc/free/empty_cache rules).
+ * Threading: one mutex per allocator, dropped around raw alloc/free and every synchronize. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "allocators/caching_internal.h"
+#include "runtime/error.h"
+
+#define SPARE_BLOCKS_MAX 1024
+
+static const mn_allocator_vtable_t caching_vtable;
+
+static mn__caching_t *as_caching(mn_allocator_t *self) { return (mn__caching_t *)self; }
+static void lock(mn__caching_t *a) { pthread_mutex_lock(&a->lock); }
+static void unlock(mn__caching_t *a) { pthread_mutex_unlock(&a->lock); }
+
+/* ---- small helpers shared with the other caching files ----------------------------- */
+
+void mn__trace(mn__caching_t *a, mn_trace_action action, uint64_t stream, uintptr_t addr, size_t size,
+               size_t requested) {
+  if (!a->sink) return;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  mn_trace_event_t ev = {.action = action,
+                         .time_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec,
+                         .device = a->base.device,
+                         .stream_id = stream,
+                         .address = addr,
+                         .size = size,
+                         .requested_size = requested};
+  a->sink(a->sink_user, &ev);
+}
+
+mn_status mn__spare_reserve(mn__caching_t *a, size_t n) {
+  while (a->nspare < n) {
+    mn__block_t *b = calloc(1, sizeof *b);
+    if (!b) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for block records");
+    b->spare_next = a->spare_blocks;
+    a->spare_blocks = b;
+    a->nspare++;
+  }
+  return MN_OK;
+}
+
+mn__block_t *mn__block_take(mn__caching_t *a) {
+  mn__block_t *b = a->spare_blocks;
+  a->spare_blocks = b->spare_next;
+  a->nspare--;
+  memset(b, 0, sizeof *b);
+  return b;
+}
+
+void mn__block_put(mn__caching_t *a, mn__block_t *b) {
+  free(b->uses);
+  if (a->nspare >= SPARE_BLOCKS_MAX) {
+    free(b);
+    return;
+  }
+  b->uses = NULL;
+  b->spare_next = a->spare_blocks;
+  a->spare_blocks = b;
+  a->nspare++;
+}
+
+void mn__pool_insert(mn__pool_t *p, mn__block_t *b) {
+  if (b->mapped) {
+    mn__tree_insert(&p->free, &b->node, (mn__key_t){b->stream_id, b->size, b->addr});
+    b->where = MN__IN_FREE;
+    b->gc_count_base = p->get_free_calls;
+  } else {
+    mn__tree_insert(&p->unmapped, &b->node, (mn__key_t){b->stream_id, 0, b->addr});
+    b->where = MN__IN_UNMAPPED;
+  }
+}
+
+void mn__pool_remove(mn__pool_t *p, mn__block_t *b) {
+  if (b->where == MN__IN_FREE) mn__tree_remove(&p->free, &b->node);
+  else if (b->where == MN__IN_UNMAPPED) mn__tree_remove(&p->unmapped, &b->node);
+  b->where = MN__IN_NONE;
+}
+
+bool mn__block_is_split(const mn__block_t *b) { return b->prev != NULL || b->next != NULL; }
+
+bool mn__block_inactive(const mn__block_t *b) { return !b->allocated && b->event_count == 0 && b->nuses == 0; }
+
+size_t mn__try_merge(mn__caching_t *a, mn__block_t *dst, mn__block_t *src) {
+  if (!src || !mn__block_inactive(src) || dst->mapped != src->mapped) return 0;
+  mn__pool_remove(src->pool, src);
+  if (dst->prev == src) {
+    dst->addr = src->addr;
+    dst->prev = src->prev;
+    if (dst->prev) dst->prev->next = dst;
+    else dst->seg->head = dst;
+  } else {
+    dst->next = src->next;
+    if (dst->next) dst->next->prev = dst;
+  }
+  size_t absorbed = src->size;
+  dst->size += absorbed;
+  mn__block_put(a, src);
+  return absorbed;
+}
+
+void mn__segment_link(mn__caching_t *a, mn__segment_t *s) {
+  s->prev_seg = NULL;
+  s->next_seg = a->segments;
+  if (a->segments) a->segments->prev_seg = s;
+  a->segments = s;
+  a->nsegments++;
+}
+
+void mn__segment_unlink(mn__caching_t *a, mn__segment_t *s) {
+  if (s->prev_seg) s->prev_seg->next_seg = s->next_seg;
+  else a->segments = s->next_seg;
+  if (s->next_seg) s->next_seg->prev_seg = s->prev_seg;
+  s->prev_seg = s->next_seg = NULL;
+  a->nsegments--;
+}
+
+/* ---- the malloc path ------------------------------------------------------------------ */
+
+typedef struct params_s {
+  uint64_t stream;
+  size_t size;       /* rounded request */
+  size_t alloc_size; /* segment size for a new segment */
+  mn__pool_t *pool;
+  mn_status err;
+} params_t;
+
+static bool gc_enabled(const mn__caching_t *a) { return a->cfg.garbage_collection_threshold > 0.0; }
+
+static size_t expandable_size(const mn__block_t *b) {
+  return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
+}
+
+/* PyTorch's get_free_block: best fit on the same stream, with the oversize rules. */
+static mn__block_t *get_free_block(mn__caching_t *a, params_t *p) {
+  mn__pool_t *pool = p->pool;
+  if (gc_enabled(a)) pool->get_free_calls++;
+  mn__key_t key = {p->stream, p->size, 0};
+  mn__tnode_t *n = mn__tree_lower_bound(&pool->free, &key);
+  if (!n || n->key.stream != p->stream) return NULL;
+  if (((mn__block_t *)n)->seg->expandable) {
+    /* Best fit counts the unmapped room after an expandable block as its size. */
+    mn__tnode_t *next = mn__tree_next(&pool->free, n);
+    while (((mn__block_t *)n)->seg->expandable && next && next->key.stream == p->stream &&
+           expandable_size((mn__block_t *)next) < expandable_size((mn__block_t *)n)) {
+      n = next;
+      next = mn__tree_next(&pool->free, next);
+    }
+  }
+  mn__block_t *b = (mn__block_t *)n;
+  size_t max_split = a->cfg.max_split_size;
+  if (p->size < max_split && b->size >= max_split) return NULL;
+  if (p->size >= max_split && b->size - p->size >= a->cfg.max_non_split_rounding) return NULL;
+  mn__pool_remove(pool, b);
+  return b;
+}
+
+/* A new segment (or mapped pages); pre: lock held, dropped around the raw allocation. */
+static mn__block_t *alloc_block(mn__caching_t *a, params_t *p, bool is_retry) {
+  size_t size = p->alloc_size;
+  if (is_retry) a->stats.num_alloc_retries++;
+  size_t used = a->reserved + a->inflight;
+  if (a->set_fraction && (used > a->allowed_max || size > a->allowed_max - used)) {
+    p->err = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "%zu bytes would pass the memory fraction cap of %zu",
+                       size, a->allowed_max);
+    return NULL;
+  }
+  if (a->expandable) {
+    bool no_va = false;
+    mn__block_t *b = mn__expandable_alloc(a, p->stream, p->pool, p->size, &p->err, &no_va);
+    if (b || !no_va) return b;
+    /* The address space is exhausted (SIM has 4x its capacity; ranges of 1 1/8
+     * of the device per stream can pass that): fall back to a plain segment. */
+  }
+  mn__segment_t *s = calloc(1, sizeof *s);
+  mn__block_t *b = calloc(1, sizeof *b);
+  if (!s || !b) {
+    free(s);
+    free(b);
+    p->err = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a segment record");
+    return NULL;
+  }
+  void *ptr = NULL;
+  a->inflight += size;
+  unlock(a);
+  mn_status st = mn_device_raw_alloc(a->base.device, size, &ptr);
+  lock(a);
+  a->inflight -= size;
+  if (st != MN_OK) {
+    free(s);
+    free(b);
+    p->err = st;
+    return NULL;
+  }
+  int kind = p->pool->kind;
+  a->reserved += size;
+  *s = (mn__segment_t){.base = (uintptr_t)ptr, .size = size, .pool = p->pool, .stream_id = p->stream, .head = b};
+  mn__segment_link(a, s);
+  *b = (mn__block_t){.addr = (uintptr_t)ptr, .size = size, .stream_id = p->stream, .pool = p->pool, .seg = s,
+                     .mapped = true};
+  MN__STAT_ADD(a, segment, kind, 1);
+  MN__STAT_ADD(a, reserved_bytes, kind, (int64_t)size);
+  if (size >= a->cfg.max_split_size) mn__stat_inc(&a->stats.oversize_segments, 1);
+  a->stats.num_device_alloc++;
+  mn__trace(a, MN_TRACE_SEGMENT_ALLOC, p->stream, s->base, size, 0);
+  p->err = MN_OK;
+  return b;
+}
+
+static bool should_split(const mn__caching_t *a, const mn__block_t *b, size_t size) {
+  size_t remaining = b->size - size;
+  if (b->pool->is_small || a->expandable) return remaining >= MN__MIN_BLOCK;
+  return size < a->cfg.max_split_size && remaining > MN__SMALL_SIZE;
+}
+
+/* PyTorch's alloc_found_block; pre: a spare block and a pointer-map slot reserved. */
+static mn__block_t *alloc_found_block(mn__caching_t *a, mn__block_t *b, const params_t *p, size_t requested) {
+  int kind = p->pool->kind;
+  bool already_split = mn__block_is_split(b), expandable = b->seg->expandable;
+  if (should_split(a, b, p->size)) {
+    mn__block_t *rest = b;
+    b = mn__block_take(a);
+    *b = (mn__block_t){.addr = rest->addr, .size = p->size, .stream_id = p->stream, .pool = p->pool,
+                       .seg = rest->seg, .mapped = true, .prev = rest->prev, .next = rest};
+    if (b->prev) b->prev->next = b;
+    else b->seg->head = b;
+    rest->prev = b;
+    rest->addr += p->size;
+    rest->size -= p->size;
+    mn__pool_insert(p->pool, rest);
+    if (!expandable && already_split) {
+      MN__STAT_SUB(a, inactive_split_bytes, kind, (int64_t)b->size);
+    } else if (!expandable) {
+      MN__STAT_ADD(a, inactive_split_bytes, kind, (int64_t)rest->size);
+      MN__STAT_ADD(a, inactive_split, kind, 1);
+    }
+  } else if (already_split && !expandable) {
+    MN__STAT_SUB(a, inactive_split_bytes, kind, (int64_t)b->size);
+    MN__STAT_SUB(a, inactive_split, kind, 1);
+  }
+  b->allocated = true;
+  b->requested = requested;
+  mn__ptrmap_put(&a->live, b->addr, b);
+  mn__trace(a, MN_TRACE_ALLOC, b->stream_id, b->addr, b->size, requested);
+  MN__STAT_ADD(a, allocation, kind, 1);
+  MN__STAT_ADD(a, allocated_bytes, kind, (int64_t)b->size);
+  MN__STAT_ADD(a, active, kind, 1);
+  MN__STAT_ADD(a, active_bytes, kind, (int64_t)b->size);
+  MN__STAT_ADD(a, requested_bytes, kind, (int64_t)requested);
+  if (b->size >= a->cfg.max_split_size) mn__stat_inc(&a->stats.oversize_allocations, 1);
+  if (expandable) a->exp_epoch++;
+  return b;
+}
+
+/* Counts the OOM, tells the sink and the observer (lock dropped), sets the message. */
+static mn_status out_of_memory(mn__caching_t *a, size_t nbytes, size_t rounded, size_t alloc_size) {
+  char msg[768];
+  a->stats.num_ooms++;
+  mn__trace(a, MN_TRACE_OOM, 0, 0, rounded, nbytes);
+  mn__caching_oom_message(a, nbytes, rounded, alloc_size, msg, sizeof msg);
+  mn_alloc_stats_t stats = a->stats;
+  stats.size = (uint32_t)sizeof stats;
+  stats.version = MN_ALLOC_STATS_VERSION;
+  mn_oom_observer_fn fn = a->oom_fn;
+  void *user = a->oom_user;
+  unlock(a);
+  if (fn) fn(user, a->base.device, nbytes, &stats);
+  return mn__error(MN_ERR_OUT_OF_MEMORY, "caching_alloc", "%s", msg);
+}
+
+static mn_status caching_alloc(mn_allocator_t *self, size_t nbytes, mn_stream_t *stream, void **out) {
+  mn__caching_t *a = as_caching(self);
+  uint64_t sid = stream ? mn_stream_id(stream) : a->default_stream;
+  lock(a);
+  if (nbytes > a->total_memory) return out_of_memory(a, nbytes, nbytes, nbytes);
+  mn__process_events(a);
+  params_t p = {.stream = sid, .err = MN_OK};
+  p.size = mn__round_size(&a->cfg, nbytes);
+  p.pool = p.size <= MN__SMALL_SIZE ? &a->small : &a->large;
+  p.alloc_size = mn__allocation_size(p.size);
+  mn__block_t *b = get_free_block(a, &p);
+  if (!b) {
+    if (gc_enabled(a)) mn__garbage_collect(a);
+    b = alloc_block(a, &p, false);
+    if (!b && p.err == MN_ERR_OUT_OF_MEMORY) {
+      mn__release_t rel = {NULL, NULL};
+      bool released = mn__release_available(a, sid, p.pool, p.size, &rel);
+      mn__do_release(a, &rel);
+      if (released) b = alloc_block(a, &p, false);
+    }
+    if (!b && p.err == MN_ERR_OUT_OF_MEMORY) {
+      mn__release_cached(a);
+      b = alloc_block(a, &p, true);
+    }
+  }
+  if (!b && p.err != MN_ERR_OUT_OF_MEMORY) {
+    unlock(a);
+    return mn__error_wrap(p.err, __func__);
+  }
+  if (!b) return out_of_memory(a, nbytes, p.size, p.alloc_size);
+  mn_status st = mn__spare_reserve(a, 1);
+  if (st == MN_OK) st = mn__ptrmap_reserve(&a->live, 1);
+  if (st != MN_OK) {
+    mn__pool_insert(p.pool, b); /* still whole and free: back in the cache */
+    unlock(a);
+    return mn__error_wrap(st, __func__);
+  }
+  b = alloc_found_block(a, b, &p, nbytes);
+  *out = (void *)b->addr;
+  unlock(a);
+  return MN_OK;
+}
+
+/* ---- free and record_stream ---------------------------------------------------------- */
+
+static mn_status not_ours(mn__caching_t *a, const char *func, const void *ptr) {
+  uintptr_t p = (uintptr_t)ptr;
+  for (mn__segment_t *s = a->segments; s; s = s->next_seg)
+    if (p >= s->base && p - s->base < s->size) {
+      unlock(a);
+      return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                       "%p is inside a segment of this allocator but is not a live allocation "
+                       "(already freed, or not the start of one)", ptr);
+    }
+  unlock(a);
+  return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%p was not allocated by this allocator", ptr);
+}
+
+/* One stream use of a block being freed: an event recorded on it, or (when the
+ * event cannot be had) a stream synchronize done with the lock dropped. */
+typedef struct use_end_s {
+  mn_event_t *event;
+  mn__pending_t *entry;
+} use_end_t;
+
+static mn_status caching_free(mn_allocator_t *self, void *ptr) {
+  mn__caching_t *a = as_caching(self);
+  lock(a);
+  mn__block_t *b = mn__ptrmap_get(&a->live, (uintptr_t)ptr);
+  if (!b) return not_ours(a, __func__, ptr);
+  uint32_t n = b->nuses;
+  use_end_t local[8], *ends = local;
+  if (n > 8 && !(ends = calloc(n, sizeof *ends))) {
+    unlock(a);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %u stream events", n);
+  }
+  bool need_sync = false;
+  for (uint32_t i = 0; i < n; i++) {
+    ends[i].event = mn__event_get(a);
+    ends[i].entry = ends[i].event ? mn__pending_take(a) : NULL;
+    if (ends[i].entry && mn_event_record(ends[i].event, b->uses[i].stream) == MN_OK) continue;
+    if (ends[i].event) mn__event_put(a, ends[i].event);
+    if (ends[i].entry) mn__pending_put(a, ends[i].entry);
+    ends[i].event = NULL;
+    ends[i].entry = NULL;
+    need_sync = true;
+  }
+  mn__ptrmap_remove(&a->live, b->addr); /* a concurrent double free now fails cleanly */
+  if (need_sync) {
+    b->freeing = true;
+    unlock(a);
+    mn_status st = MN_OK;
+    for (uint32_t i = 0; i < n && st == MN_OK; i++)
+      if (!ends[i].event) st = mn_stream_synchronize(b->uses[i].stream);
+    lock(a);
+    b->freeing = false;
+    if (st != MN_OK) { /* nothing changed: the block stays allocated */
+      for (uint32_t i = 0; i < n; i++)
+        if (ends[i].event) {
+          mn__event_put(a, ends[i].event);
+          mn__pending_put(a, ends[i].entry);
+        }
+      (void)mn__ptrmap_reserve(&a->live, 1); /* the map never fills: put cannot fail */
+      mn__ptrmap_put(&a->live, b->addr, b);
+      unlock(a);
+      if (ends != local) free(ends);
+      return mn__error_wrap(st, __func__);
+    }
+  }
+  int kind = b->pool->kind;
+  b->allocated = false;
+  MN__STAT_SUB(a, allocation, kind, 1);
+  MN__STAT_SUB(a, allocated_bytes, kind, (int64_t)b->size);
+  if (b->size >= a->cfg.max_split_size) mn__stat_dec(&a->stats.oversize_allocations, 1);
+  mn__trace(a, MN_TRACE_FREE_REQUESTED, b->stream_id, b->addr, b->size, b->requested);
+  for (uint32_t i = 0; i < n; i++) {
+    if (!ends[i].event) continue;
+    *ends[i].entry = (mn__pending_t){.event = ends[i].event, .block = b, .stream_id = b->uses[i].id};
+    mn__pending_append(a, ends[i].entry);
+    b->event_count++;
+  }
+  b->nuses = 0;
+  if (b->event_count == 0) mn__free_block(a, b);
+  unlock(a);
+  if (ends != local) free(ends);
+  return MN_OK;
+}
+
+static mn_status caching_record_stream(mn_allocator_t *self, void *ptr, mn_stream_t *stream) {
+  mn__caching_t *a = as_caching(self);
+  uint64_t id = mn_stream_id(stream);
+  lock(a);
+  mn__block_t *b = mn__ptrmap_get(&a->live, (uintptr_t)ptr);
+  if (!b) return not_ours(a, __func__, ptr);
+  if (id == b->stream_id) goto done; /* uses on the allocating stream need nothing */
+  for (uint32_t i = 0; i < b->nuses; i++)
+    if (b->uses[i].id == id) goto done;
+  if (b->nuses == b->cap_uses) {
+    uint32_t cap = b->cap_uses ? 2 * b->cap_uses : 2;
+    mn__use_t *grown = realloc(b->uses, cap * sizeof *grown);
+    if (!grown) {
+      unlock(a);
+      return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a stream use");
+    }
+    b->uses = grown;
+    b->cap_uses = cap;
+  }
+  b->uses[b->nuses++] = (mn__use_t){id, stream};
+done:
+  unlock(a);
+  return MN_OK;
+}
+
+static mn_status caching_empty_cache(mn_allocator_t *self) {
+  mn__caching_t *a = as_caching(self);
+  lock(a);
+  mn__trace(a, MN_TRACE_EMPTY_CACHE, 0, 0, 0, 0);
+  mn_status st = mn__release_cached(a);
+  /* Pooled events go too, so an idle allocator holds no device objects. */
+  mn_event_t **events = a->events;
+  size_t nevents = a->nevents;
+  a->events = NULL;
+  a->nevents = a->cap_events = 0;
+  unlock(a);
+  for (size_t i = 0; i < nevents; i++) mn_event_destroy(events[i]);
+  free(events);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+/* ---- create and destroy ----------------------------------------------------------------- */
+
+/* Frees everything, live allocations included: the caller must not use any
+ * pointer from this allocator afterwards, nor call it concurrently. */
+static void caching_destroy(mn_allocator_t *self) {
+  mn__caching_t *a = as_caching(self);
+  while (a->pending_head) {
+    mn__pending_t *p = a->pending_head;
+    a->pending_head = p->next;
+    mn_event_synchronize(p->event);
+    mn_event_destroy(p->event);
+    free(p);
+  }
+  if (a->exp_segments) mn_device_synchronize(self->device);
+  while (a->segments) {
+    mn__segment_t *s = a->segments;
+    mn__segment_unlink(a, s);
+    for (mn__block_t *b = s->head; b;) {
+      mn__block_t *next = b->next;
+      free(b->uses);
+      free(b);
+      b = next;
+    }
+    if (s->expandable) {
+      for (size_t k = 0; k < s->npages; k++)
+        if (s->page_mapped[k]) mn_device_mem_unmap(self->device, (void *)(s->base + k * s->page), s->page);
+      mn_device_va_release(self->device, (void *)s->base, s->size);
+      free(s->page_mapped);
+    } else {
+      mn_device_raw_free(self->device, (void *)s->base);
+    }
+    free(s);
+  }
+  for (size_t i = 0; i < a->nevents; i++) mn_event_destroy(a->events[i]);
+  free(a->events);
+  while (a->spare_blocks) {
+    mn__block_t *b = a->spare_blocks;
+    a->spare_blocks = b->spare_next;
+    free(b);
+  }
+  while (a->spare_pending) {
+    mn__pending_t *p = a->spare_pending;
+    a->spare_pending = p->next;
+    free(p);
+  }
+  mn__ptrmap_free(&a->live);
+  pthread_mutex_destroy(&a->lock);
+  free(a);
+}
+
+static const mn_allocator_vtable_t caching_vtable = {
+    .name = "caching",
+    .alloc = caching_alloc,
+    .free = caching_free,
+    .record_stream = caching_record_stream,
+    .empty_cache = caching_empty_cache,
+    .get_stats = mn__caching_get_stats,
+    .reset_peak = mn__caching_reset_peak,
+    .snapshot = mn__caching_snapshot,
+    .check_invariants = mn__caching_check_invariants,
+    .destroy = caching_destroy,
+};
+
+mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t *config, mn_allocator_t **out) {
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  mn_caching_config_t cfg = config ? *config : mn_caching_config_default();
+  mn_status st = mn__caching_config_validate(__func__, &cfg);
+  if (st != MN_OK) return st;
+  mn_device_props_t props;
+  st = mn_device_get_properties(dev, &props);
+  mn_stream_t *def = NULL;
+  if (st == MN_OK) st = mn_stream_default(dev, &def);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  mn__caching_t *a = calloc(1, sizeof *a);
+  if (!a) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  if (pthread_mutex_init(&a->lock, NULL) != 0) {
+    free(a);
+    return mn__error(MN_ERR_INTERNAL, __func__, "pthread_mutex_init failed");
+  }
+  a->base.vtable = &caching_vtable;
+  a->base.device = dev;
+  a->cfg = cfg;
+  a->expandable = cfg.expandable_segments && props.supports_vmm; /* else plain segments, silently */
+  a->total_memory = props.total_memory;
+  a->default_stream = mn_stream_id(def);
+  a->granularity = props.alloc_granularity ? props.alloc_granularity : MN__SMALL_BUFFER;
+  a->set_fraction = cfg.per_process_memory_fraction < 1.0;
+  a->allowed_max = (size_t)(cfg.per_process_memory_fraction * (double)props.total_memory);
+  a->small = (mn__pool_t){.is_small = true, .kind = MN_POOL_SMALL};
+  a->large = (mn__pool_t){.is_small = false, .kind = MN_POOL_LARGE};
+  mn__tree_init(&a->small.free, 0x51u);
+  mn__tree_init(&a->small.unmapped, 0x52u);
+  mn__tree_init(&a->large.free, 0x53u);
+  mn__tree_init(&a->large.unmapped, 0x54u);
+  a->stats.size = (uint32_t)sizeof a->stats;
+  a->stats.version = MN_ALLOC_STATS_VERSION;
+  *out = &a->base;
+  return MN_OK;
+}
+
+static mn_status as_caching_checked(const char *func, mn_allocator_t *a, mn__caching_t **out) {
+  if (!a || a->vtable != &caching_vtable)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "not a caching allocator (%s)", mn_allocator_name(a));
+  *out = (mn__caching_t *)a;
+  return MN_OK;
+}
+
+mn_status mn_caching_allocator_set_oom_observer(mn_allocator_t *al, mn_oom_observer_fn fn, void *user) {
+  mn__caching_t *a = NULL;
+  mn_status st = as_caching_checked(__func__, al, &a);
+  if (st != MN_OK) return st;
+  lock(a);
+  a->oom_fn = fn;
+  a->oom_user = user;
+  unlock(a);
+  return MN_OK;
+}
+
+mn_status mn_caching_allocator_set_trace_sink(mn_allocator_t *al, mn_trace_sink_fn sink, void *user) {
+  mn__caching_t *a = NULL;
+  mn_status st = as_caching_checked(__func__, al, &a);
+  if (st != MN_OK) return st;
+  lock(a);
+  a->sink = sink;
+  a->sink_user = user;
+  unlock(a);
+  return MN_OK;
+}

@@ -1,0 +1,308 @@
+/* allocators/caching_inspect.c: caching-allocator statistics, snapshots, invariant checks and
+ * the OOM message. Threading: each entry takes the allocator lock (the OOM message expects it). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "allocators/caching_internal.h"
+#include "runtime/error.h"
+
+static mn__caching_t *as_caching(mn_allocator_t *self) { return (mn__caching_t *)self; }
+
+mn_status mn__caching_get_stats(mn_allocator_t *self, mn_alloc_stats_t *out) {
+  mn__caching_t *a = as_caching(self);
+  uint32_t size = out->size, version = out->version;
+  pthread_mutex_lock(&a->lock);
+  *out = a->stats;
+  pthread_mutex_unlock(&a->lock);
+  out->size = size;
+  out->version = version;
+  size_t m = a->cfg.max_split_size;
+  out->max_split_size = m == SIZE_MAX ? -1 : m > (size_t)INT64_MAX ? INT64_MAX : (int64_t)m;
+  return MN_OK;
+}
+
+mn_status mn__caching_reset_peak(mn_allocator_t *self) {
+  mn__caching_t *a = as_caching(self);
+  pthread_mutex_lock(&a->lock);
+  mn_alloc_stats_t *s = &a->stats;
+  for (int k = 0; k < MN_POOL_COUNT; k++) {
+#define MN__RESET_PEAK(name, text) s->name[k].peak = s->name[k].current;
+    MN_ALLOC_STATS_MAP(MN__RESET_PEAK)
+#undef MN__RESET_PEAK
+  }
+  s->oversize_allocations.peak = s->oversize_allocations.current;
+  s->oversize_segments.peak = s->oversize_segments.current;
+  pthread_mutex_unlock(&a->lock);
+  return MN_OK;
+}
+
+/* ---- snapshot ------------------------------------------------------------------------- */
+
+static mn_block_state state_of(const mn__block_t *b) {
+  if (b->allocated) return MN_BLOCK_ACTIVE;
+  if (b->event_count > 0 || b->nuses > 0) return MN_BLOCK_ACTIVE_PENDING_FREE;
+  return MN_BLOCK_INACTIVE;
+}
+
+static int by_address(const void *x, const void *y) {
+  const mn_snapshot_segment_t *a = x, *b = y;
+  return a->address < b->address ? -1 : a->address > b->address;
+}
+
+/* One snapshot segment from the run of mapped blocks starting at b (a raw
+ * segment is one run; an expandable one has a run per mapped stretch, as PyTorch). */
+static bool snap_run(const mn__caching_t *a, const mn__block_t *b, mn_snapshot_segment_t *out) {
+  size_t n = 0;
+  for (const mn__block_t *x = b; x && x->mapped; x = x->next) n++;
+  *out = (mn_snapshot_segment_t){.device = a->base.device, .address = b->addr, .stream_id = b->stream_id,
+                                 .is_large = !b->pool->is_small, .is_expandable = b->seg->expandable};
+  out->blocks = calloc(n, sizeof *out->blocks);
+  if (!out->blocks) return false;
+  for (const mn__block_t *x = b; x && x->mapped; x = x->next) {
+    mn_snapshot_block_t *sb = &out->blocks[out->nblocks++];
+    sb->address = x->addr;
+    sb->size = x->size;
+    sb->state = state_of(x);
+    sb->requested_size = sb->state == MN_BLOCK_INACTIVE ? 0 : x->requested;
+    out->total_size += x->size;
+    if (sb->state == MN_BLOCK_ACTIVE) out->allocated_size += x->size;
+    if (sb->state != MN_BLOCK_INACTIVE) {
+      out->active_size += x->size;
+      out->requested_size += x->requested;
+    }
+  }
+  return true;
+}
+
+mn_status mn__caching_snapshot(mn_allocator_t *self, mn_snapshot_t **out) {
+  mn__caching_t *a = as_caching(self);
+  mn_snapshot_t *snap = calloc(1, sizeof *snap);
+  if (!snap) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  pthread_mutex_lock(&a->lock);
+  size_t runs = 0;
+  for (mn__segment_t *s = a->segments; s; s = s->next_seg)
+    for (mn__block_t *b = s->head; b; b = b->next) runs += b->mapped && (!b->prev || !b->prev->mapped);
+  snap->segments = calloc(runs ? runs : 1, sizeof *snap->segments);
+  bool ok = snap->segments != NULL;
+  for (mn__segment_t *s = a->segments; ok && s; s = s->next_seg)
+    for (mn__block_t *b = s->head; ok && b; b = b->next)
+      if (b->mapped && (!b->prev || !b->prev->mapped)) ok = snap_run(a, b, &snap->segments[snap->nsegments++]);
+  pthread_mutex_unlock(&a->lock);
+  if (!ok) {
+    mn_snapshot_free(snap);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  }
+  qsort(snap->segments, snap->nsegments, sizeof *snap->segments, by_address);
+  *out = snap;
+  return MN_OK;
+}
+
+/* ---- invariants ------------------------------------------------------------------------ */
+
+typedef struct tally_s {
+#define MN__TALLY_FIELD(name, text) int64_t name[MN_POOL_COUNT];
+  MN_ALLOC_STATS_MAP(MN__TALLY_FIELD)
+#undef MN__TALLY_FIELD
+  int64_t oversize_allocations, oversize_segments;
+  size_t free_blocks[MN_POOL_COUNT], unmapped_blocks[MN_POOL_COUNT], allocated, events, segments, exp_segments;
+} tally_t;
+
+#define BROKEN(...) return mn__error(MN_ERR_INTERNAL, "check_invariants", __VA_ARGS__)
+
+static void add(int64_t *field, int kind, int64_t v) {
+  field[MN_POOL_ALL] += v;
+  field[kind] += v;
+}
+
+static bool inactive(const mn__block_t *b) { return !b->allocated && b->event_count == 0 && b->nuses == 0; }
+
+static mn_status check_block(const mn__caching_t *a, const mn__segment_t *s, const mn__block_t *b, tally_t *t) {
+  const mn__pool_t *pool = s->pool;
+  unsigned long addr = (unsigned long)b->addr;
+  int kind = pool->kind;
+  if (b->seg != s || b->pool != pool || b->stream_id != s->stream_id)
+    BROKEN("block %#lx: segment, pool or stream differ from its segment's", addr);
+  if (b->size == 0 || (b->mapped && b->size % MN__MIN_BLOCK))
+    BROKEN("block %#lx: size %zu is not a positive multiple of 512", addr, b->size);
+  if (!b->mapped && !s->expandable) BROKEN("block %#lx: unmapped inside a raw segment", addr);
+  if (b->allocated || b->event_count > 0) {
+    if (b->where != MN__IN_NONE) BROKEN("block %#lx: active but in a free set", addr);
+    if (!b->mapped) BROKEN("block %#lx: active but unmapped", addr);
+    add(t->active, kind, 1);
+    add(t->active_bytes, kind, (int64_t)b->size);
+    add(t->requested_bytes, kind, (int64_t)b->requested);
+  }
+  if (b->allocated) {
+    if (b->event_count) BROKEN("block %#lx: allocated with %d pending events", addr, b->event_count);
+    if (!b->freeing && mn__ptrmap_get(&a->live, b->addr) != b) BROKEN("block %#lx: allocated but not in the pointer map", addr);
+    t->allocated++;
+    add(t->allocation, kind, 1);
+    add(t->allocated_bytes, kind, (int64_t)b->size);
+    if (b->size >= a->cfg.max_split_size) t->oversize_allocations++;
+  } else if (b->event_count > 0) {
+    if (b->nuses) BROKEN("block %#lx: pending free still lists %u stream uses", addr, b->nuses);
+    t->events += (size_t)b->event_count;
+  } else {
+    if (b->nuses) BROKEN("block %#lx: free but lists %u stream uses", addr, b->nuses);
+    if (b->requested) BROKEN("block %#lx: free but keeps requested size %zu", addr, b->requested);
+    const mn__tree_t *tree = b->mapped ? &pool->free : &pool->unmapped;
+    mn__key_t key = {b->stream_id, b->mapped ? b->size : 0, b->addr};
+    if (b->where != (b->mapped ? MN__IN_FREE : MN__IN_UNMAPPED) || mn__key_cmp(&b->node.key, &key) != 0 ||
+        !mn__tree_contains(tree, &b->node))
+      BROKEN("block %#lx (size %zu, stream %llu): free but not in its %s set under its key", addr, b->size,
+             (unsigned long long)b->stream_id, b->mapped ? "free" : "unmapped");
+    if (b->mapped) t->free_blocks[kind]++;
+    else t->unmapped_blocks[kind]++;
+    if (b->mapped && !s->expandable && (b->prev || b->next)) {
+      add(t->inactive_split, kind, 1);
+      add(t->inactive_split_bytes, kind, (int64_t)b->size);
+    }
+    if (b->prev && inactive(b->prev) && b->prev->mapped == b->mapped)
+      BROKEN("blocks %#lx and %#lx: two neighbouring free blocks were not merged", (unsigned long)b->prev->addr, addr);
+  }
+  if (s->expandable) {
+    size_t off = b->addr - s->base, p0 = off / s->page, p1 = (off + b->size - 1) / s->page;
+    if (!b->mapped && (off % s->page || b->size % s->page))
+      BROKEN("block %#lx: unmapped range not page-aligned", addr);
+    for (size_t k = p0; k <= p1; k++)
+      if (s->page_mapped[k] != b->mapped)
+        BROKEN("block %#lx: page %zu is %smapped but the block is %smapped", addr, k, s->page_mapped[k] ? "" : "un",
+               b->mapped ? "" : "un");
+  }
+  return MN_OK;
+}
+
+static mn_status check_segment(const mn__caching_t *a, const mn__segment_t *s, tally_t *t) {
+  unsigned long base = (unsigned long)s->base;
+  if (s->pool != &a->small && s->pool != &a->large) BROKEN("segment %#lx: unknown pool", base);
+  if (!s->head || s->head->prev) BROKEN("segment %#lx: bad first block", base);
+  uintptr_t cursor = s->base;
+  const mn__block_t *prev = NULL;
+  for (const mn__block_t *b = s->head; b; prev = b, b = b->next) {
+    if (b->prev != prev) BROKEN("segment %#lx: block %#lx has a wrong prev link", base, (unsigned long)b->addr);
+    if (b->addr != cursor)
+      BROKEN("segment %#lx: block at %#lx where %#lx was expected (gap or overlap)", base, (unsigned long)b->addr,
+             (unsigned long)cursor);
+    if (b->size > s->base + s->size - cursor) BROKEN("segment %#lx: block %#lx runs past its end", base, (unsigned long)b->addr);
+    mn_status st = check_block(a, s, b, t);
+    if (st != MN_OK) return st;
+    cursor += b->size;
+  }
+  if (cursor != s->base + s->size)
+    BROKEN("segment %#lx: blocks cover %zu of its %zu bytes", base, (size_t)(cursor - s->base), s->size);
+  int kind = s->pool->kind;
+  if (s->expandable) {
+    size_t mapped = 0;
+    for (size_t k = 0; k < s->npages; k++) mapped += s->page_mapped[k];
+    if (mapped != s->mapped_pages) BROKEN("segment %#lx: %zu pages mapped, %zu counted", base, mapped, s->mapped_pages);
+    add(t->reserved_bytes, kind, (int64_t)(mapped * s->page));
+    t->exp_segments++;
+  } else {
+    add(t->segment, kind, 1);
+    add(t->reserved_bytes, kind, (int64_t)s->size);
+    if (s->size >= a->cfg.max_split_size) t->oversize_segments++;
+  }
+  t->segments++;
+  return MN_OK;
+}
+
+static mn_status compare(const char *name, int k, int64_t kept, int64_t recomputed) {
+  static const char *pools[MN_POOL_COUNT] = {"all", "small", "large"};
+  if (kept != recomputed)
+    BROKEN("statistic %s[%s] is %lld but the blocks add up to %lld", name, k >= 0 ? pools[k] : "-", (long long)kept,
+           (long long)recomputed);
+  return MN_OK;
+}
+
+static mn_status check_locked(const mn__caching_t *a) {
+  tally_t t;
+  memset(&t, 0, sizeof t);
+  mn_status st = MN_OK;
+  for (const mn__segment_t *s = a->segments; s && st == MN_OK; s = s->next_seg) st = check_segment(a, s, &t);
+  if (st != MN_OK) return st;
+  if (t.segments != a->nsegments || t.exp_segments != a->exp_segments)
+    BROKEN("%zu segments listed, %zu counted (%zu expandable, %zu counted)", t.segments, a->nsegments, t.exp_segments,
+           a->exp_segments);
+  char why[256];
+  const mn__pool_t *pools[2] = {&a->small, &a->large};
+  for (int i = 0; i < 2; i++) {
+    const mn__pool_t *p = pools[i];
+    if (!mn__tree_check(&p->free, why, sizeof why) || !mn__tree_check(&p->unmapped, why, sizeof why))
+      BROKEN("%s pool: %s", p->is_small ? "small" : "large", why);
+    if (p->free.count != t.free_blocks[p->kind] || p->unmapped.count != t.unmapped_blocks[p->kind])
+      BROKEN("%s pool: free set holds %zu (%zu free blocks), unmapped set %zu (%zu unmapped blocks)",
+             p->is_small ? "small" : "large", p->free.count, t.free_blocks[p->kind], p->unmapped.count,
+             t.unmapped_blocks[p->kind]);
+  }
+  size_t freeing = 0;
+  for (const mn__segment_t *s = a->segments; s; s = s->next_seg)
+    for (const mn__block_t *b = s->head; b; b = b->next) freeing += b->freeing;
+  if (a->live.count + freeing != t.allocated)
+    BROKEN("pointer map holds %zu entries for %zu allocated blocks", a->live.count, t.allocated);
+  size_t events = 0;
+  for (const mn__pending_t *p = a->pending_head; p; p = p->next) {
+    if (p->block->allocated || p->block->event_count <= 0)
+      BROKEN("pending event for block %#lx which is not pending free", (unsigned long)p->block->addr);
+    if (!p->next && p != a->pending_tail) BROKEN("pending list tail is wrong");
+    events++;
+  }
+  if (events + a->pending_waited != t.events)
+    BROKEN("%zu pending events listed (and %zu being waited for), blocks count %zu", events, a->pending_waited,
+           t.events);
+  const mn_alloc_stats_t *s = &a->stats;
+  for (int k = 0; k < MN_POOL_COUNT && st == MN_OK; k++) {
+#define MN__CMP(name, text) \
+  if (st == MN_OK) st = compare(#name, k, s->name[k].current, t.name[k]);
+    MN_ALLOC_STATS_MAP(MN__CMP)
+#undef MN__CMP
+  }
+  if (st == MN_OK) st = compare("reserved (internal)", -1, (int64_t)a->reserved, t.reserved_bytes[MN_POOL_ALL]);
+  if (st == MN_OK) st = compare("oversize_allocations", -1, s->oversize_allocations.current, t.oversize_allocations);
+  if (st == MN_OK) st = compare("oversize_segments", -1, s->oversize_segments.current, t.oversize_segments);
+  return st;
+}
+
+mn_status mn__caching_check_invariants(mn_allocator_t *self) {
+  mn__caching_t *a = as_caching(self);
+  pthread_mutex_lock(&a->lock);
+  mn_status st = check_locked(a);
+  pthread_mutex_unlock(&a->lock);
+  return st;
+}
+
+/* ---- the OOM message ---------------------------------------------------------------- */
+
+void mn__caching_oom_message(mn__caching_t *a, size_t requested, size_t rounded, size_t alloc_size, char *buf,
+                             size_t bufsize) {
+  char dev[32], req[32], seg[32], tot[32], fr[32], allowed[48] = "", al[32], un[32], rs[32], big[32];
+  size_t free_b = 0, total = a->total_memory;
+  if (mn_device_mem_info(a->base.device, &free_b, &total) != MN_OK) free_b = 0;
+  size_t largest = 0;
+  for (const mn__segment_t *s = a->segments; s; s = s->next_seg)
+    for (const mn__block_t *b = s->head; b; b = b->next)
+      if (b->mapped && inactive(b) && b->size > largest) largest = b->size;
+  int64_t allocated = a->stats.allocated_bytes[MN_POOL_ALL].current;
+  int64_t reserved = a->stats.reserved_bytes[MN_POOL_ALL].current;
+  size_t unallocated = reserved > allocated ? (size_t)(reserved - allocated) : 0;
+  mn_device_format(a->base.device, dev, sizeof dev);
+  if (a->set_fraction) {
+    char cap[32];
+    snprintf(allowed, sizeof allowed, "%s allowed; ", mn__format_size(a->allowed_max, cap, sizeof cap));
+  }
+  /* Fragmentation: the cache holds enough bytes, but not in one piece. */
+  bool hint = !a->expandable && unallocated >= rounded;
+  snprintf(buf, bufsize,
+           "%s out of memory. Tried to allocate %s (a %s segment). %s has a total capacity of %s of which %s "
+           "is free. %sOf the allocated memory %s is allocated by mnemo, and %s is reserved by mnemo but "
+           "unallocated (%s reserved in all); the largest free cached block is %s.%s",
+           dev, mn__format_size(requested, req, sizeof req), mn__format_size(alloc_size, seg, sizeof seg), dev,
+           mn__format_size(total, tot, sizeof tot), mn__format_size(free_b, fr, sizeof fr), allowed,
+           mn__format_size((size_t)(allocated > 0 ? allocated : 0), al, sizeof al),
+           mn__format_size(unallocated, un, sizeof un),
+           mn__format_size((size_t)(reserved > 0 ? reserved : 0), rs, sizeof rs), mn__format_size(largest, big, sizeof big),
+           hint ? " If reserved but unallocated memory is large try setting expandable_segments:True in "
+                  "MNEMO_ALLOC_CONF to avoid fragmentation."
+                : "");
+}

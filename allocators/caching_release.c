@@ -1,0 +1,311 @@
+/* allocators/caching_release.c: pending frees (stream events: polled, waited for) and giving
+ * memory back (release, garbage collection). Threading: allocator lock held; dropped to wait or free. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "allocators/caching_internal.h"
+#include "runtime/error.h"
+
+#define SYNC_RETRIES 3
+
+static void lock(mn__caching_t *a) { pthread_mutex_lock(&a->lock); }
+static void unlock(mn__caching_t *a) { pthread_mutex_unlock(&a->lock); }
+
+/* ---- events ------------------------------------------------------------------------ */
+
+mn_event_t *mn__event_get(mn__caching_t *a) {
+  if (a->nevents) return a->events[--a->nevents];
+  mn_event_t *e = NULL;
+  return mn_event_create(a->base.device, &e) == MN_OK ? e : NULL;
+}
+
+void mn__event_put(mn__caching_t *a, mn_event_t *e) {
+  if (a->nevents == a->cap_events) {
+    size_t cap = a->cap_events ? 2 * a->cap_events : 16;
+    mn_event_t **grown = realloc(a->events, cap * sizeof *grown);
+    if (!grown) {
+      mn_event_destroy(e);
+      return;
+    }
+    a->events = grown;
+    a->cap_events = cap;
+  }
+  a->events[a->nevents++] = e;
+}
+
+mn__pending_t *mn__pending_take(mn__caching_t *a) {
+  mn__pending_t *p = a->spare_pending;
+  if (p) a->spare_pending = p->next;
+  else p = malloc(sizeof *p);
+  return p;
+}
+
+void mn__pending_put(mn__caching_t *a, mn__pending_t *p) {
+  p->next = a->spare_pending;
+  a->spare_pending = p;
+}
+
+void mn__pending_append(mn__caching_t *a, mn__pending_t *p) {
+  p->next = NULL;
+  if (a->pending_tail) a->pending_tail->next = p;
+  else a->pending_head = p;
+  a->pending_tail = p;
+}
+
+/* PyTorch's free_block: merge with free neighbours, cache, update the counters. */
+void mn__free_block(mn__caching_t *a, mn__block_t *b) {
+  mn__trace(a, MN_TRACE_FREE_COMPLETED, b->stream_id, b->addr, b->size, b->requested);
+  size_t orig_size = b->size, requested = b->requested;
+  int64_t net_blocks = 0, net_bytes = 0;
+  mn__block_t *cands[2] = {b->prev, b->next};
+  for (int i = 0; i < 2; i++) {
+    size_t absorbed = mn__try_merge(a, b, cands[i]);
+    if (absorbed) {
+      net_blocks--;
+      net_bytes -= (int64_t)absorbed;
+    }
+  }
+  b->requested = 0;
+  mn__pool_insert(b->pool, b);
+  if (mn__block_is_split(b)) {
+    net_blocks++;
+    net_bytes += (int64_t)b->size;
+  }
+  int kind = b->pool->kind;
+  /* As PyTorch, expandable segments are left out of inactive_split. */
+  if (!b->seg->expandable) {
+    if (net_blocks > 0) MN__STAT_ADD(a, inactive_split, kind, net_blocks);
+    else if (net_blocks < 0) MN__STAT_SUB(a, inactive_split, kind, -net_blocks);
+    if (net_bytes > 0) MN__STAT_ADD(a, inactive_split_bytes, kind, net_bytes);
+    else if (net_bytes < 0) MN__STAT_SUB(a, inactive_split_bytes, kind, -net_bytes);
+  } else {
+    a->exp_epoch++;
+  }
+  MN__STAT_SUB(a, active, kind, 1);
+  MN__STAT_SUB(a, active_bytes, kind, (int64_t)orig_size);
+  MN__STAT_SUB(a, requested_bytes, kind, (int64_t)requested);
+}
+
+/* Retires completed events without blocking: per stream in record order, so a
+ * stream whose oldest event is not done is skipped (no head-of-line wait). A
+ * failed query counts as "not done yet". */
+void mn__process_events(mn__caching_t *a) {
+  uint64_t blocked[32];
+  size_t nblocked = 0;
+  mn__pending_t **pp = &a->pending_head, *last = NULL;
+  while (*pp) {
+    mn__pending_t *p = *pp;
+    bool skip = false;
+    for (size_t i = 0; i < nblocked; i++) skip |= blocked[i] == p->stream_id;
+    bool done = false;
+    if (!skip && (mn_event_query(p->event, &done) != MN_OK || !done)) {
+      done = false;
+      if (nblocked < 32) blocked[nblocked++] = p->stream_id;
+    }
+    if (!done) {
+      last = p;
+      pp = &p->next;
+      continue;
+    }
+    *pp = p->next;
+    mn__block_t *b = p->block;
+    mn__event_put(a, p->event);
+    mn__pending_put(a, p);
+    if (--b->event_count == 0) mn__free_block(a, b);
+  }
+  a->pending_tail = last;
+}
+
+/* Waits for every outstanding event (lock dropped while waiting), then frees
+ * their blocks. A failed wait leaves its block pending and is reported. */
+static mn_status sync_and_free_events(mn__caching_t *a) {
+  a->stats.num_sync_all_streams++;
+  mn__pending_t *list = a->pending_head;
+  a->pending_head = a->pending_tail = NULL;
+  if (!list) return MN_OK;
+  size_t n = 0;
+  for (mn__pending_t *p = list; p; p = p->next) n++;
+  a->pending_waited += n;
+  unlock(a);
+  mn_status first = MN_OK;
+  for (mn__pending_t *p = list; p; p = p->next) {
+    p->failed = mn_event_synchronize(p->event) != MN_OK;
+    if (p->failed && first == MN_OK) first = mn_last_status();
+  }
+  lock(a);
+  a->pending_waited -= n;
+  while (list) {
+    mn__pending_t *p = list;
+    list = p->next;
+    if (p->failed) {
+      mn__pending_append(a, p);
+      continue;
+    }
+    mn__block_t *b = p->block;
+    mn__event_put(a, p->event);
+    mn__pending_put(a, p);
+    if (--b->event_count == 0) mn__free_block(a, b);
+  }
+  return first;
+}
+
+/* ---- releasing segments ------------------------------------------------------------ */
+
+/* Takes a whole, unused raw segment out of the allocator (freed later by do_release). */
+void mn__release_block(mn__caching_t *a, mn__block_t *b, mn__release_t *rel) {
+  mn__segment_t *s = b->seg;
+  int kind = b->pool->kind;
+  mn__pool_remove(b->pool, b);
+  a->stats.num_device_free++;
+  mn__trace(a, MN_TRACE_SEGMENT_FREE, s->stream_id, s->base, s->size, 0);
+  a->reserved -= s->size;
+  MN__STAT_SUB(a, segment, kind, 1);
+  MN__STAT_SUB(a, reserved_bytes, kind, (int64_t)s->size);
+  if (s->size >= a->cfg.max_split_size) mn__stat_dec(&a->stats.oversize_segments, 1);
+  mn__segment_unlink(a, s);
+  mn__block_put(a, b);
+  s->head = NULL;
+  s->next_seg = rel->raw;
+  rel->raw = s;
+}
+
+/* Gives the released segments back to the device; pre: lock held, dropped inside. */
+mn_status mn__do_release(mn__caching_t *a, mn__release_t *rel) {
+  if (!rel->raw && !rel->va) return MN_OK;
+  mn__segment_t *raw = rel->raw, *va = rel->va;
+  rel->raw = rel->va = NULL;
+  unlock(a);
+  mn_status first = MN_OK;
+  while (raw) {
+    mn__segment_t *s = raw;
+    raw = s->next_seg;
+    mn_status st = mn_device_raw_free(a->base.device, (void *)s->base);
+    if (st != MN_OK && first == MN_OK) first = st;
+    free(s);
+  }
+  while (va) {
+    mn__segment_t *s = va;
+    va = s->next_seg;
+    mn_status st = mn_device_va_release(a->base.device, (void *)s->base, s->size);
+    if (st != MN_OK && first == MN_OK) first = st;
+    mn__expandable_segment_free(a, s);
+  }
+  lock(a);
+  return first;
+}
+
+bool mn__whole_raw_segment(const mn__block_t *b) { return !b->seg->expandable && !mn__block_is_split(b); }
+
+/* Frees cached oversize blocks on the request's stream: one that is big enough,
+ * else the largest ones until their sizes add up (PyTorch's release_available_cached_blocks). */
+bool mn__release_available(mn__caching_t *a, uint64_t stream, mn__pool_t *pool, size_t size,
+                              mn__release_t *rel) {
+  size_t max_split = a->cfg.max_split_size;
+  if (max_split == SIZE_MAX) return false;
+  mn__key_t key = {stream, size < max_split ? max_split : size, 0};
+  mn__tnode_t *n = mn__tree_lower_bound(&pool->free, &key);
+  if (n && n->key.stream == stream) {
+    mn__block_t *b = (mn__block_t *)n;
+    if (!mn__whole_raw_segment(b)) return false;
+    mn__release_block(a, b, rel);
+    return true;
+  }
+  mn__tnode_t *m = NULL;
+  if (n) m = mn__tree_prev(&pool->free, n);
+  else for (mn__tnode_t *x = pool->free.root; x; x = x->right) m = x;
+  size_t released = 0;
+  while (m && released < key.size && m->key.size >= max_split && m->key.stream == stream) {
+    mn__tnode_t *cur = m;
+    m = mn__tree_prev(&pool->free, m);
+    mn__block_t *b = (mn__block_t *)cur;
+    if (!mn__whole_raw_segment(b)) continue;
+    released += b->size;
+    mn__release_block(a, b, rel);
+  }
+  return released >= key.size;
+}
+
+/* Unmaps whole free pages of expandable segments; the device is synchronized
+ * first (lock dropped) and the unmap happens only if no expandable block was
+ * handed out or freed meanwhile. Raw segments in rel are freed in that window. */
+static mn_status release_expandable(mn__caching_t *a, mn__release_t *rel) {
+  mn_status first = MN_OK;
+  bool synced = false;
+  for (int tries = 0; tries < SYNC_RETRIES && !synced && mn__expandable_has_unmappable(a); tries++) {
+    uint64_t epoch = a->exp_epoch;
+    mn_status st = mn__do_release(a, rel); /* drops the lock; raw frees drain the device too */
+    if (st != MN_OK && first == MN_OK) first = st;
+    unlock(a);
+    st = mn_device_synchronize(a->base.device);
+    lock(a);
+    if (st != MN_OK) {
+      if (first == MN_OK) first = st;
+      break;
+    }
+    synced = a->exp_epoch == epoch;
+  }
+  mn__expandable_unmap_free(a, rel, synced);
+  return first;
+}
+
+/* PyTorch's release_cached_blocks: wait for pending frees, then give back every
+ * whole cached segment and every free page. pre: lock held (dropped inside). */
+mn_status mn__release_cached(mn__caching_t *a) {
+  mn_status first = sync_and_free_events(a);
+  mn__release_t rel = {NULL, NULL};
+  mn__pool_t *pools[2] = {&a->large, &a->small};
+  for (int i = 0; i < 2; i++) {
+    mn__tnode_t *n = mn__tree_first(&pools[i]->free);
+    while (n) {
+      mn__tnode_t *next = mn__tree_next(&pools[i]->free, n);
+      if (mn__whole_raw_segment((mn__block_t *)n)) mn__release_block(a, (mn__block_t *)n, &rel);
+      n = next;
+    }
+  }
+  if (a->exp_segments) {
+    mn_status st = release_expandable(a, &rel);
+    if (st != MN_OK && first == MN_OK) first = st;
+  }
+  mn_status st = mn__do_release(a, &rel);
+  return first != MN_OK ? first : st;
+}
+
+/* PyTorch's garbage_collect_cached_blocks: above threshold * allowed memory,
+ * free whole large cached segments, oldest (least recently reusable) first. */
+void mn__garbage_collect(mn__caching_t *a) {
+  size_t allowed = a->set_fraction ? a->allowed_max : a->total_memory;
+  size_t threshold = (size_t)(a->cfg.garbage_collection_threshold * (double)allowed);
+  if (a->reserved <= threshold) return;
+  size_t target = a->reserved - threshold, reclaimed = 0;
+  mn__pool_t *pool = &a->large;
+  double total_age = 0;
+  size_t count = 0;
+  for (mn__tnode_t *n = mn__tree_first(&pool->free); n; n = mn__tree_next(&pool->free, n)) {
+    mn__block_t *b = (mn__block_t *)n;
+    if (!mn__whole_raw_segment(b)) continue;
+    total_age += (double)(pool->get_free_calls - b->gc_count_base);
+    count++;
+  }
+  mn__release_t rel = {NULL, NULL};
+  bool freed = true;
+  while (reclaimed < target && freed && count > 0) {
+    double age_threshold = total_age / (double)count;
+    freed = false;
+    mn__tnode_t *n = mn__tree_first(&pool->free);
+    while (n) {
+      mn__tnode_t *next = mn__tree_next(&pool->free, n);
+      mn__block_t *b = (mn__block_t *)n;
+      double age = (double)(pool->get_free_calls - b->gc_count_base);
+      if (mn__whole_raw_segment(b) && age >= age_threshold) {
+        freed = true;
+        reclaimed += b->size;
+        total_age -= age;
+        count--;
+        mn__release_block(a, b, &rel);
+      }
+      n = next;
+    }
+  }
+  mn__do_release(a, &rel);
+}
+

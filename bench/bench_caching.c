@@ -1,0 +1,91 @@
+/* bench/bench_caching.c: host cost of the caching allocator on the SIM device:
+ * a cached alloc+free pair with 10, 1k and 100k cached blocks, and 1-16 threads. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "bench/harness.h"
+#include "mnemo/mnemo.h"
+
+#define MAX_BLOCKS 100000
+
+static void die(const char *what) {
+  fprintf(stderr, "bench_caching: %s: %s\n", what, mn_last_error());
+  exit(1);
+}
+
+/* Block sizes cycle through 64 distinct multiples of 512 B (512 B .. 32 KiB),
+ * so the free set holds many distinct (size, address) keys. */
+static size_t size_of(int64_t i) { return (size_t)(1 + i % 64) * 512; }
+
+/* alloc+free of a size that a cached block fits exactly, with `cached` free
+ * blocks in the allocator's free set (each free block between two live ones,
+ * so none coalesce). */
+static void bench_pair(mn_bench_t *b, void *arg) {
+  int64_t cached = mn_bench_arg(b, 0);
+  mn_allocator_t *a = NULL;
+  if (mn_caching_allocator_create(mn_device_sim(0), NULL, &a) != MN_OK) die("create");
+  void **live = malloc(sizeof(void *) * (size_t)(2 * cached + 2));
+  for (int64_t i = 0; i < 2 * cached + 1; i++)
+    if (mn_allocator_alloc(a, size_of(i / 2), NULL, &live[i]) != MN_OK) die("warm alloc");
+  for (int64_t i = 1; i < 2 * cached + 1; i += 2) mn_allocator_free(a, live[i]);
+  size_t want = size_of(cached / 2);
+  void *p = NULL;
+  while (mn_bench_next(b)) {
+    mn_allocator_alloc(a, want, NULL, &p);
+    mn_allocator_free(a, p);
+  }
+  mn_alloc_stats_t st;
+  mn_allocator_get_stats(a, &st);
+  mn_bench_counter(b, "cached_blocks", (double)st.inactive_split[MN_POOL_ALL].current);
+  mn_bench_counter(b, "device_allocs", (double)st.num_device_alloc);
+  mn_bench_set_items(b, 1);
+  for (int64_t i = 0; i < 2 * cached + 1; i += 2) mn_allocator_free(a, live[i]);
+  free(live);
+  mn_allocator_destroy(a);
+}
+
+/* The same pair against the raw SIM backend (no caching), for reference. */
+static void bench_raw_pair(mn_bench_t *b, void *arg) {
+  void *p = NULL;
+  while (mn_bench_next(b)) {
+    mn_device_raw_alloc(mn_device_sim(0), 4096, &p);
+    mn_device_raw_free(mn_device_sim(0), p);
+  }
+  mn_bench_set_items(b, 1);
+}
+
+static mn_allocator_t *g_shared;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static void shared_create(void) {
+  if (mn_caching_allocator_create(mn_device_sim(0), NULL, &g_shared) != MN_OK) die("create shared");
+}
+
+/* Every thread allocates and frees on its own stream through one allocator:
+ * bursts of 16 live blocks of mixed sizes. Reports ops/s over all threads. */
+static void bench_threads(mn_bench_t *b, void *arg) {
+  pthread_once(&g_once, shared_create);
+  mn_stream_t *s = NULL;
+  if (mn_stream_create(mn_device_sim(0), &s) != MN_OK) die("stream");
+  void *p[16];
+  int64_t round = mn_bench_thread_index(b);
+  while (mn_bench_next(b)) {
+    for (int k = 0; k < 16; k++) mn_allocator_alloc(g_shared, size_of(round + k * 7), s, &p[k]);
+    for (int k = 0; k < 16; k++) mn_allocator_free(g_shared, p[k]);
+    round++;
+  }
+  mn_bench_set_items(b, 32); /* 16 allocs + 16 frees */
+  mn_stream_destroy(s);
+}
+
+int main(int argc, char **argv) {
+  mn_sim_config_t c = mn_sim_config_default();
+  c.capacity = (size_t)64 << 30;
+  if (mn_sim_configure(&c) != MN_OK) die("sim configure");
+  static const int64_t cached[] = {10, 1000, MAX_BLOCKS};
+  for (int i = 0; i < 3; i++) mn_bench_register("caching/alloc_free_pair", bench_pair, NULL, 1, &cached[i]);
+  mn_bench_register("sim/raw_alloc_free_pair", bench_raw_pair, NULL, 0, NULL);
+  static const int threads[] = {1, 2, 8, 16};
+  for (int i = 0; i < 4; i++) mn_bench_register_threads("caching/threads_alloc_free", bench_threads, NULL, threads[i]);
+  return mn_bench_main(argc, argv);
+}

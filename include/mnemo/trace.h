@@ -1,0 +1,145 @@
+/* mnemo/trace.h: allocation traces (docs/TRACE_FORMAT.md): read, write and
+ * record them, and replay one against any allocator to measure its memory. */
+#ifndef MNEMO_TRACE_H
+#define MNEMO_TRACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mnemo/allocator.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MN_TRACE_FORMAT_VERSION 1 /* the version mn_trace_write writes */
+#define MN_TRACE_LINE_MAX 4096    /* bytes per line, newline excluded */
+#define MN_TRACE_META_KEY_MAX 63  /* bytes per meta key */
+
+/* One pre or event line of a trace file. */
+typedef struct mn_trace_entry_s {
+  mn_trace_action action;
+  bool pre;            /* state before recording began (a "pre" line) */
+  uint64_t time_us;    /* microseconds since the trace's origin; 0 for pre lines */
+  uint64_t stream;     /* the trace's opaque stream id */
+  uint64_t address;    /* start address on the recording device */
+  uint64_t size;       /* bytes (requested bytes for alloc and frees) */
+  uint64_t block_size; /* bytes the recording allocator gave; 0 when unknown */
+  uint32_t line;       /* line in the file it was read from; 0 when not read */
+} mn_trace_entry_t;
+
+typedef struct mn_trace_meta_s {
+  char *key;   /* [A-Za-z0-9_.-]{1,63} */
+  char *value; /* may be empty */
+} mn_trace_meta_t;
+
+/* A trace in memory. Fields are read-only for callers: change it through
+ * the functions below, which keep the arrays valid. */
+typedef struct mn_trace_s {
+  unsigned version;          /* MN_TRACE_FORMAT_VERSION */
+  size_t nentries;           /* pre lines first, then events, in file order */
+  mn_trace_entry_t *entries;
+  size_t nmeta;
+  mn_trace_meta_t *meta;     /* in file order */
+  size_t capacity, meta_capacity;
+  uint64_t origin_ns;        /* recorder: clock value of time 0 */
+  uint64_t dropped;          /* recorder: events lost for want of host memory */
+} mn_trace_t;
+
+/* An empty trace; free it with mn_trace_destroy. */
+mn_status mn_trace_create(mn_trace_t **out);
+void mn_trace_destroy(mn_trace_t *trace);
+
+/* Reads a trace file. Errors: MN_ERR_IO (cannot open or read), MN_ERR_FORMAT
+ * with "<path>:<line>: <what>" for anything the format does not allow,
+ * including a truncated file. *out is untouched on failure. */
+mn_status mn_trace_read(const char *path, mn_trace_t **out);
+/* Parses a trace held in memory (len bytes, need not be NUL-terminated);
+ * `name` (may be NULL: "<memory>") prefixes error messages. */
+mn_status mn_trace_parse(const char *text, size_t len, const char *name, mn_trace_t **out);
+/* Writes the trace in the format (version line, meta, pre lines, events, end
+ * line); fails with MN_ERR_INVALID_ARGUMENT, writing nothing, when an entry or
+ * meta key breaks the format's rules. Writes through a temporary file renamed
+ * over `path`. */
+mn_status mn_trace_write(const mn_trace_t *trace, const char *path);
+/* The same text into a malloc'ed, NUL-terminated buffer (*len without the NUL). */
+mn_status mn_trace_format(const mn_trace_t *trace, char **text, size_t *len);
+
+/* Appends an entry (its `line` is ignored and set to 0). Pre entries must
+ * come before the first event entry (MN_ERR_INVALID_STATE otherwise). Only
+ * syntax is checked here; liveness is checked by mn_trace_validate. */
+mn_status mn_trace_append(mn_trace_t *trace, const mn_trace_entry_t *entry);
+/* Sets (or replaces) a meta key; the value must hold no newline or NUL. */
+mn_status mn_trace_meta_set(mn_trace_t *trace, const char *key, const char *value);
+/* The value of a meta key, or NULL when absent. */
+const char *mn_trace_meta_get(const mn_trace_t *trace, const char *key);
+/* A meta value read as a decimal (MN_ERR_NOT_FOUND when absent, MN_ERR_FORMAT
+ * when not a decimal that fits). *out is untouched on failure. */
+mn_status mn_trace_meta_get_u64(const mn_trace_t *trace, const char *key, uint64_t *out);
+/* Checks the liveness rules (an address is allocated at most once at a time,
+ * frees free a live address); the message names the line (or entry index). */
+mn_status mn_trace_validate(const mn_trace_t *trace);
+/* Parses an action name ("alloc", "free_requested", ...). */
+mn_status mn_trace_action_parse(const char *name, mn_trace_action *out);
+
+/* ---- recording -------------------------------------------------------------
+ * A mn_trace_sink_fn that appends each allocator event to the mn_trace_t
+ * passed as `user`: times become microseconds since the first event
+ * (origin_ns keeps its clock value), alloc sizes the requested bytes (the
+ * block size goes to block_size). Never fails: events it cannot store are
+ * counted in trace->dropped. Not thread-safe across allocators: give each
+ * allocator its own trace (an allocator's lock serializes its own events). */
+void mn_trace_recorder_sink(void *user, const mn_trace_event_t *event);
+
+/* ---- replay ------------------------------------------------------------------
+ * Drives an allocator through a trace: the pre allocations first, in order,
+ * then every alloc / free_requested event, in order. Trace stream ids map to
+ * streams of the allocator's device: the first id seen (or 0) to the default
+ * stream, each other id to a stream created for the replay. Trace addresses
+ * map to the pointers the allocator returns. An allocation that fails for
+ * want of memory is counted (ooms) and its later free skipped; other
+ * failures stop the replay with the trace line named. At the end every live
+ * allocation is freed and the created streams destroyed. */
+typedef struct mn_replay_options_s {
+  bool skip_pre; /* leave out the pre allocations (their frees are then skipped) */
+} mn_replay_options_t;
+
+mn_replay_options_t mn_replay_options_default(void);
+
+typedef struct mn_replay_result_s {
+  uint64_t allocs, frees;      /* replayed event operations (pre allocs excluded) */
+  uint64_t pre_allocs;         /* pre allocations replayed */
+  uint64_t ooms;               /* allocations that failed for want of memory */
+  uint64_t skipped_frees;      /* frees of allocations that had failed */
+  size_t streams;              /* distinct trace streams */
+  /* Bytes; over the whole replay, pre allocations included. From the
+   * allocator's statistics when it keeps them (stats_from_allocator), else
+   * allocated = requested bytes (rounded by nothing) and reserved = the
+   * device's mapped bytes (SIM only; -1 elsewhere). */
+  int64_t peak_allocated, peak_reserved;
+  int64_t peak_requested;      /* peak of the bytes asked for (the trace's own figure) */
+  int64_t reserved_after_pre;  /* reserved bytes once the pre allocations are in (-1: unknown) */
+  int64_t allocated_after_pre;
+  double ratio;                /* peak_reserved / peak_allocated (0 when unknown) */
+  int64_t device_allocs;       /* raw allocations (or page maps) over the whole replay */
+  int64_t device_allocs_events;/* of which during the events (after the pre allocations) */
+  int64_t device_frees;        /* raw frees (or page unmaps) over the whole replay; -1: unknown */
+  /* SIM only: the peak of the device's mapped bytes above what was mapped
+   * before the replay, sampled after every call (an independent check of
+   * peak_reserved); -1 on other devices. */
+  int64_t peak_device_mapped;
+  uint64_t op_ns;              /* host time inside alloc/free calls (CLOCK_MONOTONIC), events only */
+  double ns_per_op;            /* op_ns / (allocs + frees) */
+  bool stats_from_allocator;
+} mn_replay_result_t;
+
+/* options NULL: the defaults. The allocator should be fresh (its peaks are
+ * reset first when it supports that). *out is untouched on failure. */
+mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator,
+                          const mn_replay_options_t *options, mn_replay_result_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MNEMO_TRACE_H */

@@ -1,0 +1,1102 @@
+/* tests/test_allocators.c: one conformance battery run against every allocator
+ * and stack (naive, async, each adaptor, a stack, caching when built), then
+ * per-adaptor, stream-ordered pool and entry-point tests. On SIM by default;
+ * test_allocators_gpu.c includes this file with MN_ALLOC_TEST_GPU for cuda:0. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "allocators/ptrmap.h"
+#include "mn_test.h"
+
+static mn_device_t DEV; /* the device under test: sim:0 or cuda:0 */
+static bool ON_SIM;
+
+/* ---- helpers ------------------------------------------------------------------- */
+
+static void pattern(unsigned char *buf, size_t n, unsigned seed) {
+  for (size_t i = 0; i < n; i++) buf[i] = (unsigned char)(i * 31u + seed * 7u + (i >> 8));
+}
+
+/* Writes a pattern into device memory p on s, reads it back, compares. */
+static bool roundtrip(void *p, size_t n, mn_stream_t *s, unsigned seed) {
+  unsigned char *src = malloc(n), *dst = calloc(1, n);
+  bool ok = src && dst;
+  if (ok) {
+    pattern(src, n, seed);
+    ok = mn_memcpy_async(DEV, p, mn_device_cpu(), src, n, s) == MN_OK &&
+         mn_memcpy_async(mn_device_cpu(), dst, DEV, p, n, s) == MN_OK &&
+         (s ? mn_stream_synchronize(s) : mn_device_synchronize(DEV)) == MN_OK && memcmp(src, dst, n) == 0;
+  }
+  free(src);
+  free(dst);
+  return ok;
+}
+
+static uint64_t lcg(uint64_t *state) {
+  *state = *state * 6364136223846793005u + 1442695040888963407u;
+  return *state >> 33;
+}
+
+typedef struct span {
+  uintptr_t p;
+  size_t n;
+} span;
+
+static int span_cmp(const void *x, const void *y) {
+  uintptr_t a = ((const span *)x)->p, b = ((const span *)y)->p;
+  return (a > b) - (a < b);
+}
+
+/* True when no two spans overlap. Sorts them. */
+static bool disjoint(span *v, size_t n) {
+  qsort(v, n, sizeof *v, span_cmp);
+  for (size_t i = 1; i < n; i++)
+    if (v[i - 1].p + v[i - 1].n > v[i].p) return false;
+  return true;
+}
+
+/* ---- fixtures: the allocators the battery runs against ------------------------------ */
+
+static atomic_long g_fixture_events;
+static void count_sink(void *user, const mn_trace_event_t *ev) {
+  (void)user, (void)ev;
+  atomic_fetch_add(&g_fixture_events, 1);
+}
+
+static mn_status make_naive(mn_allocator_t **out) { return mn_naive_allocator_create(DEV, out); }
+static mn_status make_async(mn_allocator_t **out) { return mn_async_allocator_create(DEV, out); }
+
+/* An adaptor of kind k over `up`, owning it; destroys `up` on failure. */
+static mn_status wrap(int k, mn_allocator_t *up, mn_allocator_t **out) {
+  mn_status st = MN_ERR_INVALID_ARGUMENT;
+  switch (k) {
+    case 0: st = mn_statistics_adaptor_create(up, MN_ADAPTOR_OWNS_UPSTREAM, out); break;
+    case 1: st = mn_limiting_adaptor_create(up, (size_t)4 << 30, MN_ADAPTOR_OWNS_UPSTREAM, out); break;
+    case 2: st = mn_tracing_adaptor_create(up, count_sink, NULL, MN_ADAPTOR_OWNS_UPSTREAM, out); break;
+    case 3: st = mn_tracking_adaptor_create(up, MN_ADAPTOR_OWNS_UPSTREAM, out); break;
+  }
+  if (st != MN_OK) mn_allocator_destroy(up);
+  return st;
+}
+
+static mn_status make_over_naive(int k, mn_allocator_t **out) {
+  mn_allocator_t *n = NULL;
+  mn_status st = make_naive(&n);
+  return st == MN_OK ? wrap(k, n, out) : st;
+}
+static mn_status make_statistics(mn_allocator_t **out) { return make_over_naive(0, out); }
+static mn_status make_limiting(mn_allocator_t **out) { return make_over_naive(1, out); }
+static mn_status make_tracing(mn_allocator_t **out) { return make_over_naive(2, out); }
+static mn_status make_tracking(mn_allocator_t **out) { return make_over_naive(3, out); }
+
+/* tracking over limiting over statistics over `bottom`. */
+static mn_status make_stack_over(mn_status (*bottom)(mn_allocator_t **), mn_allocator_t **out) {
+  mn_allocator_t *a = NULL, *b = NULL, *c = NULL;
+  mn_status st = bottom(&a);
+  if (st == MN_OK) st = wrap(0, a, &b);
+  if (st == MN_OK) st = wrap(1, b, &c);
+  if (st == MN_OK) st = wrap(3, c, out);
+  return st;
+}
+static mn_status make_stack(mn_allocator_t **out) { return make_stack_over(make_naive, out); }
+static mn_status make_stack_async(mn_allocator_t **out) { return make_stack_over(make_async, out); }
+
+static mn_status make_caching(mn_allocator_t **out) { return mn_caching_allocator_create(DEV, NULL, out); }
+static mn_status make_stack_caching(mn_allocator_t **out) { return make_stack_over(make_caching, out); }
+
+typedef struct fixture {
+  const char *name;
+  mn_status (*make)(mn_allocator_t **out);
+} fixture;
+
+static const fixture FIXTURES[] = {
+    {"naive", make_naive},
+    {"async", make_async},
+    {"statistics(naive)", make_statistics},
+    {"limiting(naive)", make_limiting},
+    {"tracing(naive)", make_tracing},
+    {"tracking(naive)", make_tracking},
+    {"tracking(limiting(statistics(naive)))", make_stack},
+    {"tracking(limiting(statistics(async)))", make_stack_async},
+    {"caching", make_caching},
+    {"tracking(limiting(statistics(caching)))", make_stack_caching},
+};
+
+/* ---- the battery ---------------------------------------------------------------------- */
+
+static void case_sizes_roundtrip(mn_allocator_t *a) {
+  static const size_t sizes[] = {1, 7, 512, 513, 4096, 65536, (size_t)1 << 20, ((size_t)3 << 20) + 5};
+  enum { N = sizeof sizes / sizeof sizes[0] };
+  mn_stream_t *s = NULL;
+  MN_CHECK_OK(mn_stream_create(DEV, &s));
+  void *p[N] = {0};
+  span sp[N];
+  for (size_t i = 0; i < N; i++) {
+    MN_CHECK_OK(mn_allocator_alloc(a, sizes[i], i % 2 ? s : NULL, &p[i]));
+    MN_CHECK(p[i] != NULL && (uintptr_t)p[i] % 256 == 0);
+    sp[i] = (span){(uintptr_t)p[i], sizes[i]};
+  }
+  for (size_t i = 0; i < N; i++)
+    if (p[i]) MN_CHECK(roundtrip(p[i], sizes[i], i % 2 ? s : NULL, (unsigned)i));
+  MN_CHECK(disjoint(sp, N));
+  for (size_t i = 0; i < N; i++) MN_CHECK_OK(mn_allocator_free(a, p[i]));
+  MN_CHECK_OK(mn_stream_destroy(s));
+}
+
+static void case_zero_size_and_bad_args(mn_allocator_t *a) {
+  void *p = (void *)&p;
+  MN_CHECK_OK(mn_allocator_alloc(a, 0, NULL, &p));
+  MN_CHECK(p == NULL);
+  MN_CHECK_OK(mn_allocator_free(a, NULL));
+  MN_CHECK_ERR(mn_allocator_alloc(a, 16, NULL, NULL), MN_ERR_INVALID_ARGUMENT, "out");
+  mn_stream_t *cpu = NULL;
+  MN_CHECK_OK(mn_stream_create(mn_device_cpu(), &cpu));
+  p = NULL;
+  MN_CHECK_ERR(mn_allocator_alloc(a, 16, cpu, &p), MN_ERR_INVALID_ARGUMENT, "stream of cpu");
+  MN_CHECK(p == NULL);
+  MN_CHECK_OK(mn_stream_destroy(cpu));
+  MN_CHECK(mn_device_equal(mn_allocator_device(a), DEV));
+}
+
+static void case_double_free_is_error(mn_allocator_t *a) {
+  void *p = NULL, *q = NULL;
+  MN_CHECK_OK(mn_allocator_alloc(a, 1000, NULL, &p));
+  MN_CHECK_OK(mn_allocator_free(a, p));
+  mn_clear_error();
+  MN_CHECK(mn_allocator_free(a, p) != MN_OK && mn_last_error()[0] != '\0');
+  MN_CHECK_OK(mn_allocator_check_invariants(a));
+  MN_CHECK_OK(mn_allocator_alloc(a, 1000, NULL, &q)); /* still works */
+  if (q) MN_CHECK(roundtrip(q, 1000, NULL, 3));
+  MN_CHECK_OK(mn_allocator_free(a, q));
+}
+
+static void case_foreign_pointer_is_error(mn_allocator_t *a) {
+  mn_alloc_stats_t before, after;
+  bool stats = mn_allocator_get_stats(a, &before) == MN_OK;
+  void *p = NULL;
+  int local = 0;
+  MN_CHECK_OK(mn_allocator_alloc(a, 4096, NULL, &p));
+  if (stats) MN_CHECK_OK(mn_allocator_get_stats(a, &before));
+  mn_clear_error();
+  MN_CHECK(mn_allocator_free(a, (char *)p + 256) != MN_OK && mn_last_error()[0] != '\0');
+  mn_clear_error();
+  MN_CHECK(mn_allocator_free(a, &local) != MN_OK && mn_last_error()[0] != '\0');
+  if (stats) {
+    MN_CHECK_OK(mn_allocator_get_stats(a, &after));
+    MN_CHECK(after.allocation[MN_POOL_ALL].current == before.allocation[MN_POOL_ALL].current);
+    MN_CHECK(after.allocated_bytes[MN_POOL_ALL].current == before.allocated_bytes[MN_POOL_ALL].current);
+  }
+  MN_CHECK_OK(mn_allocator_check_invariants(a));
+  if (p) MN_CHECK(roundtrip(p, 4096, NULL, 5)); /* the real allocation is intact */
+  MN_CHECK_OK(mn_allocator_free(a, p));
+}
+
+/* Memory used on s2 (record_stream) must not be handed out and overwritten on
+ * s1 before s2's work has read it. On SIM, s2's read is still queued when the
+ * block is freed and a new one is written on s1. */
+static void case_record_stream(mn_allocator_t *a) {
+  enum { N = 4096 };
+  mn_stream_t *s1 = NULL, *s2 = NULL;
+  MN_CHECK_OK(mn_stream_create(DEV, &s1));
+  MN_CHECK_OK(mn_stream_create(DEV, &s2));
+  unsigned char *want = malloc(N), *other = malloc(N), *got = calloc(1, N);
+  pattern(want, N, 11);
+  pattern(other, N, 12);
+  void *p = NULL, *q = NULL;
+  MN_CHECK_OK(mn_allocator_alloc(a, N, s1, &p));
+  if (p) {
+    MN_CHECK_OK(mn_memcpy_async(DEV, p, mn_device_cpu(), want, N, s1));
+    MN_CHECK_OK(mn_stream_synchronize(s1));
+    MN_CHECK_OK(mn_allocator_record_stream(a, p, s2));
+    MN_CHECK_ERR(mn_allocator_record_stream(a, p, NULL), MN_ERR_INVALID_ARGUMENT, "stream");
+    MN_CHECK_OK(mn_memcpy_async(mn_device_cpu(), got, DEV, p, N, s2)); /* queued on s2 */
+    MN_CHECK_OK(mn_allocator_free(a, p));
+    MN_CHECK_OK(mn_allocator_alloc(a, N, s1, &q));
+    if (q) MN_CHECK_OK(mn_memcpy_async(DEV, q, mn_device_cpu(), other, N, s1));
+    MN_CHECK_OK(mn_stream_synchronize(s1));
+    MN_CHECK_OK(mn_stream_synchronize(s2));
+    MN_CHECK(memcmp(got, want, N) == 0);
+    MN_CHECK_OK(mn_allocator_free(a, q));
+  }
+  free(want);
+  free(other);
+  free(got);
+  MN_CHECK_OK(mn_stream_destroy(s1));
+  MN_CHECK_OK(mn_stream_destroy(s2));
+}
+
+static void case_empty_cache_returns_memory(mn_allocator_t *a) {
+  mn_sim_stats_t before, after;
+  if (ON_SIM) MN_CHECK_OK(mn_sim_get_stats(DEV, &before));
+  void *p[5] = {0};
+  for (int i = 0; i < 5; i++) MN_CHECK_OK(mn_allocator_alloc(a, (size_t)1 << 20, NULL, &p[i]));
+  for (int i = 0; i < 5; i++) MN_CHECK_OK(mn_allocator_free(a, p[i]));
+  MN_CHECK_OK(mn_allocator_empty_cache(a));
+  MN_CHECK_OK(mn_allocator_empty_cache(a)); /* twice is fine */
+  if (ON_SIM) {
+    MN_CHECK_OK(mn_sim_get_stats(DEV, &after));
+    MN_CHECK(after.mapped_bytes == before.mapped_bytes);
+  }
+}
+
+static void case_stats_consistency(mn_allocator_t *a) {
+  mn_alloc_stats_t s0, s1, s2;
+  mn_status st = mn_allocator_get_stats(a, &s0);
+  if (st == MN_ERR_NOT_SUPPORTED) return; /* keeps none: nothing to check */
+  MN_CHECK_OK(st);
+  MN_CHECK(s0.size == sizeof s0 && s0.version == MN_ALLOC_STATS_VERSION);
+  void *p[3] = {0};
+  for (int i = 0; i < 3; i++) MN_CHECK_OK(mn_allocator_alloc(a, (size_t)(i + 1) * 1000, NULL, &p[i]));
+  MN_CHECK_OK(mn_allocator_get_stats(a, &s1));
+  const mn_stat_t *n = &s1.allocation[MN_POOL_ALL], *b = &s1.allocated_bytes[MN_POOL_ALL];
+  MN_CHECK(n->current == s0.allocation[MN_POOL_ALL].current + 3);
+  MN_CHECK(b->current >= s0.allocated_bytes[MN_POOL_ALL].current + 6000);
+  MN_CHECK(s1.requested_bytes[MN_POOL_ALL].current == s0.requested_bytes[MN_POOL_ALL].current + 6000);
+  MN_CHECK(n->peak >= n->current && b->peak >= b->current);
+  MN_CHECK(n->allocated - n->freed == n->current && b->allocated - b->freed == b->current);
+  for (int i = 0; i < 3; i++) MN_CHECK_OK(mn_allocator_free(a, p[i]));
+  MN_CHECK_OK(mn_allocator_get_stats(a, &s2));
+  MN_CHECK(s2.allocation[MN_POOL_ALL].current == s0.allocation[MN_POOL_ALL].current);
+  MN_CHECK(s2.allocated_bytes[MN_POOL_ALL].current == s0.allocated_bytes[MN_POOL_ALL].current);
+  MN_CHECK(s2.allocated_bytes[MN_POOL_ALL].peak >= s1.allocated_bytes[MN_POOL_ALL].current);
+  if (mn_allocator_reset_peak(a) == MN_OK) {
+    MN_CHECK_OK(mn_allocator_get_stats(a, &s2));
+    MN_CHECK(s2.allocation[MN_POOL_ALL].peak == s2.allocation[MN_POOL_ALL].current);
+    MN_CHECK(s2.allocated_bytes[MN_POOL_ALL].peak == s2.allocated_bytes[MN_POOL_ALL].current);
+  }
+}
+
+static void case_many_small(mn_allocator_t *a) {
+  enum { N = 1000 };
+  void **p = calloc(N, sizeof *p);
+  span *sp = calloc(N, sizeof *sp);
+  size_t *order = calloc(N, sizeof *order);
+  uint64_t rng = 42;
+  size_t got = 0;
+  for (size_t i = 0; i < N; i++) {
+    size_t n = 1 + (size_t)(lcg(&rng) % 2048);
+    if (mn_allocator_alloc(a, n, NULL, &p[i]) == MN_OK && p[i]) sp[got++] = (span){(uintptr_t)p[i], n};
+    order[i] = i;
+  }
+  MN_CHECK(got == N);
+  MN_CHECK(disjoint(sp, got));
+  MN_CHECK_OK(mn_allocator_check_invariants(a));
+  for (size_t i = N - 1; i > 0; i--) { /* free in a shuffled order */
+    size_t j = (size_t)(lcg(&rng) % (i + 1)), t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+  int bad = 0;
+  for (size_t i = 0; i < N; i++) bad += mn_allocator_free(a, p[order[i]]) != MN_OK;
+  MN_CHECK(bad == 0);
+  free(p);
+  free(sp);
+  free(order);
+}
+
+typedef struct hammer_arg {
+  mn_allocator_t *a;
+  unsigned seed;
+  int failures;
+} hammer_arg;
+
+static void *hammer(void *arg) {
+  hammer_arg *h = arg;
+  void *live[8] = {0};
+  uint64_t rng = h->seed;
+  for (int i = 0; i < 300; i++) {
+    int k = (int)(lcg(&rng) % 8);
+    if (live[k]) {
+      h->failures += mn_allocator_free(h->a, live[k]) != MN_OK;
+      live[k] = NULL;
+    } else {
+      h->failures += mn_allocator_alloc(h->a, 1 + (size_t)(lcg(&rng) % 65536), NULL, &live[k]) != MN_OK;
+    }
+  }
+  for (int k = 0; k < 8; k++) h->failures += mn_allocator_free(h->a, live[k]) != MN_OK;
+  return NULL;
+}
+
+static void case_threads(mn_allocator_t *a) {
+  enum { T = 4 };
+  pthread_t th[T];
+  hammer_arg args[T];
+  for (int i = 0; i < T; i++) {
+    args[i] = (hammer_arg){a, (unsigned)(i + 1), 0};
+    MN_CHECK(pthread_create(&th[i], NULL, hammer, &args[i]) == 0);
+  }
+  int failures = 0;
+  for (int i = 0; i < T; i++) {
+    pthread_join(th[i], NULL);
+    failures += args[i].failures;
+  }
+  MN_CHECK(failures == 0);
+  MN_CHECK_OK(mn_allocator_check_invariants(a));
+}
+
+typedef struct battery_case {
+  const char *name;
+  void (*fn)(mn_allocator_t *a);
+} battery_case;
+
+static const battery_case CASES[] = {
+    {"sizes_roundtrip", case_sizes_roundtrip},
+    {"zero_size_and_bad_args", case_zero_size_and_bad_args},
+    {"double_free_is_error", case_double_free_is_error},
+    {"foreign_pointer_is_error", case_foreign_pointer_is_error},
+    {"record_stream", case_record_stream},
+    {"empty_cache_returns_memory", case_empty_cache_returns_memory},
+    {"stats_consistency", case_stats_consistency},
+    {"many_small", case_many_small},
+    {"threads", case_threads},
+};
+
+/* Every case on a fresh allocator; afterwards nothing may be outstanding. */
+static void run_battery(const fixture *f) {
+  static char label[160];
+  for (size_t c = 0; c < sizeof CASES / sizeof CASES[0]; c++) {
+    snprintf(label, sizeof label, "%s/%s", f->name, CASES[c].name);
+    mn_test_case = label;
+    int before = mn_test_failures;
+    mn_sim_stats_t s0, s1;
+    if (ON_SIM) MN_CHECK_OK(mn_sim_get_stats(DEV, &s0));
+    mn_allocator_t *a = NULL;
+    MN_CHECK_OK(f->make(&a));
+    if (a) {
+      CASES[c].fn(a);
+      MN_CHECK_OK(mn_allocator_check_invariants(a));
+      MN_CHECK_OK(mn_allocator_empty_cache(a));
+      mn_allocator_destroy(a);
+    }
+    MN_CHECK_OK(mn_device_synchronize(DEV));
+    if (ON_SIM) {
+      MN_CHECK_OK(mn_sim_get_stats(DEV, &s1));
+      MN_CHECK(s1.mapped_bytes == s0.mapped_bytes);
+      MN_CHECK(s1.live_streams == s0.live_streams && s1.live_events == s0.live_events);
+      MN_CHECK(s1.illegal_accesses == s0.illegal_accesses);
+      MN_CHECK_OK(mn_sim_check_invariants(DEV));
+    }
+    printf("%-64s %s\n", label, mn_test_failures == before ? "ok" : "FAILED");
+  }
+}
+
+/* ---- entry points (PyTorch / CuPy) ---------------------------------------------- */
+
+typedef struct collector {
+  pthread_mutex_t lock;
+  size_t n;
+  mn_trace_event_t ev[64];
+} collector;
+
+static void collect_sink(void *user, const mn_trace_event_t *ev) {
+  collector *c = user;
+  pthread_mutex_lock(&c->lock);
+  if (c->n < 64) c->ev[c->n++] = *ev;
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* `s1` is what the framework passes: a native handle on CUDA, an mn_stream_t *
+ * on SIM; `w1` is the mn_stream_t behind it, used here for copies. On SIM the
+ * entry points use w1 itself; on CUDA they wrap s1 once, under another id. */
+static void check_entry_points(void *s1, mn_stream_t *w1) {
+  void *p = mnemo_torch_alloc(4096, 0, NULL);
+  MN_CHECK(p != NULL);
+  if (p) MN_CHECK(roundtrip(p, 4096, NULL, 21));
+  mnemo_torch_free(p, 4096, 0, NULL);
+  p = mnemo_torch_alloc(1 << 20, 0, s1);
+  MN_CHECK(p != NULL);
+  if (p) MN_CHECK(roundtrip(p, 1 << 20, w1, 22));
+  mnemo_torch_free(p, 1 << 20, 0, s1);
+  MN_CHECK(mnemo_torch_alloc(0, 0, NULL) == NULL);
+
+  /* The same native stream maps to one mn_stream_t: the same id twice. */
+  collector c = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  mn_allocator_t *n = NULL, *t = NULL;
+  MN_CHECK_OK(mn_naive_allocator_create(DEV, &n));
+  MN_CHECK_OK(mn_tracing_adaptor_create(n, collect_sink, &c, MN_ADAPTOR_OWNS_UPSTREAM, &t));
+  MN_CHECK_OK(mn_allocator_set_default(DEV, t));
+  void *a = mnemo_torch_alloc(100, 0, s1), *b = mnemo_torch_alloc(100, 0, s1);
+  mnemo_torch_free(a, 100, 0, s1);
+  mnemo_torch_free(b, 100, 0, s1);
+  mn_stream_t *def = NULL;
+  MN_CHECK_OK(mn_stream_default(DEV, &def));
+  MN_CHECK(c.n == 4 && c.ev[0].stream_id == c.ev[1].stream_id && c.ev[0].stream_id != mn_stream_id(def));
+  MN_CHECK(c.n == 4 && c.ev[2].stream_id == c.ev[0].stream_id);
+  if (ON_SIM) MN_CHECK(c.ev[0].stream_id == mn_stream_id(w1));
+  MN_CHECK_OK(mn_allocator_set_default(DEV, NULL));
+  mn_allocator_destroy(t);
+
+  /* CuPy: default allocator, or the allocator passed as param. */
+  p = mnemo_cupy_malloc(NULL, 100, 0);
+  MN_CHECK(p != NULL);
+  mnemo_cupy_free(NULL, p, 0);
+  mn_allocator_t *st = NULL, *cpu = NULL;
+  MN_CHECK_OK(mn_naive_allocator_create(DEV, &n));
+  MN_CHECK_OK(mn_statistics_adaptor_create(n, MN_ADAPTOR_OWNS_UPSTREAM, &st));
+  p = mnemo_cupy_malloc(st, 100, 0);
+  mn_alloc_stats_t s;
+  MN_CHECK_OK(mn_allocator_get_stats(st, &s));
+  MN_CHECK(p != NULL && s.allocation[MN_POOL_ALL].current == 1);
+  mnemo_cupy_free(st, p, 0);
+  MN_CHECK_OK(mn_allocator_get_stats(st, &s));
+  MN_CHECK(s.allocation[MN_POOL_ALL].current == 0);
+  mn_allocator_destroy(st);
+  MN_CHECK_OK(mn_naive_allocator_create(mn_device_cpu(), &cpu));
+  mn_clear_error();
+  MN_CHECK(mnemo_cupy_malloc(cpu, 100, 0) == NULL && strstr(mn_last_error(), "given for") != NULL);
+  mn_allocator_destroy(cpu);
+
+  /* Errors: NULL / nothing, with the reason left in mn_last_error. */
+  mn_clear_error();
+  MN_CHECK(mnemo_torch_alloc(16, 63, NULL) == NULL);
+  MN_CHECK(strstr(mn_last_error(), "mnemo_torch_alloc") != NULL && strstr(mn_last_error(), ":63") != NULL);
+  int local = 0;
+  mn_clear_error();
+  mnemo_torch_free(&local, 4, 0, NULL);
+  MN_CHECK(strstr(mn_last_error(), "mnemo_torch_free") != NULL);
+  MN_CHECK(mnemo_empty_cache(0) == 0);
+  MN_CHECK(mnemo_empty_cache(63) == MN_ERR_NO_DEVICE);
+}
+
+#ifndef MN_ALLOC_TEST_GPU
+
+static size_t sim_pending(mn_stream_t *s) {
+  size_t n = 0;
+  MN_CHECK_OK(mn_sim_stream_pending(s, &n));
+  return n;
+}
+
+/* ---- the pointer map ---------------------------------------------------------------- */
+
+MN_TEST(addrmap_matches_a_reference) {
+  enum { K = 4096 };
+  mn__addrmap_t m;
+  mn__addrmap_init(&m);
+  static bool in[K];
+  memset(in, 0, sizeof in);
+  uint64_t rng = 7;
+  int bad = 0;
+  for (int i = 0; i < 100000; i++) {
+    size_t k = (size_t)(lcg(&rng) % K);
+    uintptr_t key = (k + 1) * 512; /* aligned like allocations, clustered */
+    if (in[k]) {
+      mn__addrmap_entry_t e;
+      bad += !mn__addrmap_remove(&m, key, &e) || e.size != k;
+      in[k] = false;
+    } else {
+      bad += mn__addrmap_insert(&m, key, k, NULL) != MN_OK;
+      in[k] = true;
+    }
+    if (i % 9973 == 0) {
+      size_t count = 0;
+      for (size_t j = 0; j < K; j++) {
+        mn__addrmap_entry_t *e = mn__addrmap_find(&m, (j + 1) * 512);
+        bad += (e != NULL) != in[j] || (e && e->size != j);
+        count += in[j];
+      }
+      bad += count != m.count;
+    }
+  }
+  MN_CHECK(bad == 0);
+  MN_CHECK_ERR(mn__addrmap_insert(&m, 0, 1, NULL), MN_ERR_INVALID_ARGUMENT, "0");
+  MN_CHECK(mn__addrmap_insert(&m, 1, 1, NULL) == MN_OK);
+  MN_CHECK_ERR(mn__addrmap_insert(&m, 1, 1, NULL), MN_ERR_INVALID_ARGUMENT, "already");
+  MN_CHECK(!mn__addrmap_remove(&m, 3, NULL) && mn__addrmap_find(&m, 0) == NULL);
+  mn__addrmap_fini(&m);
+  MN_CHECK(m.count == 0 && mn__addrmap_find(&m, 1) == NULL);
+}
+
+/* ---- statistics ------------------------------------------------------------------- */
+
+static mn_alloc_stats_t stats_of(mn_allocator_t *a) {
+  mn_alloc_stats_t s;
+  memset(&s, 0, sizeof s);
+  MN_CHECK_OK(mn_allocator_get_stats(a, &s));
+  return s;
+}
+
+static bool stat_is(mn_stat_t s, int64_t cur, int64_t peak, int64_t alloc, int64_t freed) {
+  return s.current == cur && s.peak == peak && s.allocated == alloc && s.freed == freed;
+}
+
+MN_TEST(statistics_counts_exactly) {
+  mn_allocator_t *n = NULL, *s = NULL;
+  MN_CHECK_OK(mn_naive_allocator_create(DEV, &n));
+  MN_CHECK_OK(mn_statistics_adaptor_create(n, 0, &s));
+  MN_CHECK(strcmp(mn_allocator_name(s), "statistics") == 0);
+  void *p1 = NULL, *p2 = NULL, *p3 = NULL;
+  MN_CHECK_OK(mn_allocator_alloc(s, 100, NULL, &p1));
+  MN_CHECK_OK(mn_allocator_alloc(s, 200, NULL, &p2));
+  mn_alloc_stats_t st = stats_of(s);
+  MN_CHECK(stat_is(st.allocation[MN_POOL_ALL], 2, 2, 2, 0));
+  MN_CHECK(stat_is(st.allocated_bytes[MN_POOL_ALL], 300, 300, 300, 0));
+  MN_CHECK(stat_is(st.requested_bytes[MN_POOL_ALL], 300, 300, 300, 0));
+  MN_CHECK(st.reserved_bytes[MN_POOL_ALL].current == 0 && st.allocation[MN_POOL_SMALL].current == 0);
+  MN_CHECK_OK(mn_allocator_free(s, p1));
+  st = stats_of(s);
+  MN_CHECK(stat_is(st.allocation[MN_POOL_ALL], 1, 2, 2, 1));
+  MN_CHECK(stat_is(st.allocated_bytes[MN_POOL_ALL], 200, 300, 300, 100));
+  MN_CHECK_OK(mn_allocator_reset_peak(s));
+  st = stats_of(s);
+  MN_CHECK(stat_is(st.allocation[MN_POOL_ALL], 1, 1, 2, 1));
+  MN_CHECK(stat_is(st.allocated_bytes[MN_POOL_ALL], 200, 200, 300, 100));
+  /* Foreign and double frees change nothing. */
+  MN_CHECK_ERR(mn_allocator_free(s, (char *)p2 + 8), MN_ERR_INVALID_ARGUMENT, "statistics adaptor");
+  MN_CHECK_ERR(mn_allocator_free(s, p1), MN_ERR_INVALID_ARGUMENT, "freed already");
+  MN_CHECK_ERR(mn_allocator_record_stream(s, p1, NULL), MN_ERR_INVALID_ARGUMENT, "stream");
+  mn_stream_t *def = NULL;
+  MN_CHECK_OK(mn_stream_default(DEV, &def));
+  MN_CHECK_ERR(mn_allocator_record_stream(s, p1, def), MN_ERR_INVALID_ARGUMENT, "not a live allocation");
+  MN_CHECK_OK(mn_allocator_record_stream(s, p2, def));
+  st = stats_of(s);
+  MN_CHECK(stat_is(st.allocation[MN_POOL_ALL], 1, 1, 2, 1));
+  /* An upstream OOM is counted and changes nothing else. */
+  MN_CHECK_OK(mn_sim_fault_inject(DEV, MN_SIM_FAULT_RAW_ALLOC, 1, 1));
+  MN_CHECK_ERR(mn_allocator_alloc(s, 50, NULL, &p3), MN_ERR_OUT_OF_MEMORY, "injected");
+  MN_CHECK(p3 == NULL);
+  st = stats_of(s);
+  MN_CHECK(st.num_ooms == 1 && stat_is(st.allocated_bytes[MN_POOL_ALL], 200, 200, 300, 100));
+  MN_CHECK_OK(mn_allocator_check_invariants(s));
+  MN_CHECK_OK(mn_allocator_free(s, p2));
+  /* Not owning: the naive allocator outlives the adaptor. */
+  mn_allocator_destroy(s);
+  MN_CHECK_OK(mn_allocator_alloc(n, 10, NULL, &p3));
+  MN_CHECK_OK(mn_allocator_free(n, p3));
+  mn_allocator_destroy(n);
+}
+
+MN_TEST(adaptor_arguments_are_checked) {
+  mn_allocator_t *n = NULL, *x = (mn_allocator_t *)&n;
+  MN_CHECK_OK(mn_naive_allocator_create(DEV, &n));
+  MN_CHECK_ERR(mn_statistics_adaptor_create(NULL, 0, &x), MN_ERR_INVALID_ARGUMENT, "upstream");
+  MN_CHECK_ERR(mn_statistics_adaptor_create(n, 0x80, &x), MN_ERR_INVALID_ARGUMENT, "flags=0x80");
+  MN_CHECK_ERR(mn_limiting_adaptor_create(n, 1, MN_ADAPTOR_CAPTURE_BACKTRACES, &x), MN_ERR_INVALID_ARGUMENT, "flags");
+  MN_CHECK_ERR(mn_tracing_adaptor_create(n, NULL, NULL, 0, &x), MN_ERR_INVALID_ARGUMENT, "sink");
+  MN_CHECK_ERR(mn_tracking_adaptor_create(n, 0x4, &x), MN_ERR_INVALID_ARGUMENT, "flags=0x4");
+  MN_CHECK(x == (mn_allocator_t *)&n); /* untouched */
+  size_t u = 0, l = 0, c = 0, b = 0;
+  MN_CHECK_ERR(mn_limiting_adaptor_usage(n, &u, &l), MN_ERR_INVALID_ARGUMENT, "not a limiting adaptor");
+  MN_CHECK_ERR(mn_tracking_adaptor_live(n, &c, &b), MN_ERR_INVALID_ARGUMENT, "not a tracking adaptor");
+  MN_CHECK_ERR(mn_tracking_adaptor_report(n, stdout), MN_ERR_INVALID_ARGUMENT, "not a tracking adaptor");
+  MN_CHECK_ERR(mn_async_allocator_create(mn_device_cpu(), &x), MN_ERR_NOT_SUPPORTED, "stream-ordered");
+  MN_CHECK_ERR(mn_async_allocator_create(mn_device_sim(9), &x), MN_ERR_NO_DEVICE, "sim:9");
+  MN_CHECK(x == (mn_allocator_t *)&n);
+  mn_allocator_destroy(n);
+}
+
+/* A pointer allocated below the stack is foreign to it: refused, nothing changes. */
+MN_TEST(stack_refuses_pointers_from_below) {
+  mn_allocator_t *n = NULL, *s = NULL, *l = NULL, *t = NULL;
+  MN_CHECK_OK(mn_naive_allocator_create(DEV, &n));
+  MN_CHECK_OK(mn_statistics_adaptor_create(n, 0, &s));
+  MN_CHECK_OK(mn_limiting_adaptor_create(s, (size_t)1 << 30, MN_ADAPTOR_OWNS_UPSTREAM, &l));
+  MN_CHECK_OK(mn_tracking_adaptor_create(l, MN_ADAPTOR_OWNS_UPSTREAM, &t));
+  void *mine = NULL, *below = NULL;
+  MN_CHECK_OK(mn_allocator_alloc(t, 1000, NULL, &mine));
+  MN_CHECK_OK(mn_allocator_alloc(n, 1000, NULL, &below));
+  MN_CHECK_ERR(mn_allocator_free(t, below), MN_ERR_INVALID_ARGUMENT, "tracking adaptor");
+  size_t c = 0, b = 0, used = 0, lim = 0;
+  MN_CHECK_OK(mn_tracking_adaptor_live(t, &c, &b));
+  MN_CHECK_OK(mn_limiting_adaptor_usage(l, &used, &lim));
+  MN_CHECK(c == 1 && b == 1000 && used == 1000 && lim == (size_t)1 << 30);
+  MN_CHECK(stats_of(s).allocation[MN_POOL_ALL].current == 1);
+  MN_CHECK(stats_of(t).allocation[MN_POOL_ALL].current == 1); /* forwarded down to statistics */
+  MN_CHECK_OK(mn_allocator_free(t, mine));
+  MN_CHECK_OK(mn_allocator_free(n, below));
+  MN_CHECK_OK(mn_allocator_check_invariants(t));
+  mn_allocator_destroy(t); /* destroys l and s, not n */
+  MN_CHECK_OK(mn_allocator_alloc(n, 10, NULL, &mine));
+  MN_CHECK_OK(mn_allocator_free(n, mine));
+  mn_allocator_destroy(n);
+}
+
+/* ---- limiting ---------------------------------------------------------------------- */
+
+MN_TEST(limiting_caps_and_rolls_back) {
+  const size_t MiB = (size_t)1 << 20;
+  mn_allocator_t *l = NULL;
+  mn_allocator_t *n = NULL;
+  MN_CHECK_OK(mn_naive_allocator_create(DEV, &n));
+  MN_CHECK_OK(mn_limiting_adaptor_create(n, 5 * MiB, MN_ADAPTOR_OWNS_UPSTREAM, &l));
+  size_t used = 0, lim = 0;
+  void *a = NULL, *b = NULL, *c = NULL;
+  MN_CHECK_OK(mn_allocator_alloc(l, 3 * MiB, NULL, &a));
+  MN_CHECK_OK(mn_limiting_adaptor_usage(l, &used, &lim));
+  MN_CHECK(used == 3 * MiB && lim == 5 * MiB);
+  /* Over the cap: the message names the cap, the bytes in use and the bytes asked. */
+  MN_CHECK_ERR(mn_allocator_alloc(l, 3 * MiB, NULL, &c), MN_ERR_OUT_OF_MEMORY, "limit of 5242880 bytes");
+  MN_CHECK(strstr(mn_last_error(), "3145728 bytes in use") && strstr(mn_last_error(), "3145728 bytes asked"));
+  /* Upstream fails: the reservation is rolled back. */
+  MN_CHECK_OK(mn_sim_fault_inject(DEV, MN_SIM_FAULT_RAW_ALLOC, 1, 1));
+  MN_CHECK_ERR(mn_allocator_alloc(l, 1 * MiB, NULL, &c), MN_ERR_OUT_OF_MEMORY, "injected");
+  MN_CHECK(c == NULL);
+  MN_CHECK_OK(mn_limiting_adaptor_usage(l, &used, &lim));
+  MN_CHECK(used == 3 * MiB);
+  MN_CHECK_OK(mn_allocator_alloc(l, 2 * MiB, NULL, &b)); /* exactly at the cap */
+  MN_CHECK_ERR(mn_allocator_alloc(l, 1, NULL, &c), MN_ERR_OUT_OF_MEMORY, "1 bytes asked");
+  MN_CHECK_OK(mn_allocator_free(l, b));
+  MN_CHECK_ERR(mn_allocator_free(l, b), MN_ERR_INVALID_ARGUMENT, "limiting adaptor");
+  MN_CHECK_OK(mn_limiting_adaptor_usage(l, &used, &lim));
+  MN_CHECK(used == 3 * MiB);
+  MN_CHECK_OK(mn_allocator_free(l, a));
+  MN_CHECK_OK(mn_limiting_adaptor_usage(l, &used, &lim));
+  MN_CHECK(used == 0);
+  MN_CHECK_ERR(mn_allocator_get_stats(l, &(mn_alloc_stats_t){0}), MN_ERR_NOT_SUPPORTED, "naive");
+  mn_allocator_destroy(l);
+}
+
+typedef struct cap_arg {
+  mn_allocator_t *l;
+  size_t cap;
+  int ok, oom, other, over;
+} cap_arg;
+
+static void *cap_worker(void *arg) {
+  cap_arg *c = arg;
+  for (int i = 0; i < 100; i++) {
+    void *p = NULL;
+    mn_status st = mn_allocator_alloc(c->l, (size_t)1 << 20, NULL, &p);
+    if (st == MN_OK) {
+      size_t used = 0, lim = 0;
+      mn_limiting_adaptor_usage(c->l, &used, &lim);
+      c->over += used > c->cap;
+      c->ok++;
+      c->other += mn_allocator_free(c->l, p) != MN_OK;
+    } else {
+      c->oom += st == MN_ERR_OUT_OF_MEMORY;
+      c->other += st != MN_ERR_OUT_OF_MEMORY;
+    }
+  }
+  return NULL;
+}
+
+MN_TEST(limiting_holds_under_threads) {
+  enum { T = 8 };
+  const size_t cap = (size_t)3 << 20;
+  mn_allocator_t *n = NULL, *l = NULL;
+  MN_CHECK_OK(mn_naive_allocator_create(DEV, &n));
+  MN_CHECK_OK(mn_limiting_adaptor_create(n, cap, MN_ADAPTOR_OWNS_UPSTREAM, &l));
+  pthread_t th[T];
+  cap_arg args[T];
+  for (int i = 0; i < T; i++) {
+    args[i] = (cap_arg){.l = l, .cap = cap};
+    pthread_create(&th[i], NULL, cap_worker, &args[i]);
+  }
+  int ok = 0, over = 0, other = 0;
+  for (int i = 0; i < T; i++) {
+    pthread_join(th[i], NULL);
+    ok += args[i].ok, over += args[i].over, other += args[i].other;
+  }
+  MN_CHECK(ok > 0 && over == 0 && other == 0);
+  size_t used = 1, lim = 0;
+  MN_CHECK_OK(mn_limiting_adaptor_usage(l, &used, &lim));
+  MN_CHECK(used == 0);
+  mn_allocator_destroy(l);
+}
+
+/* ---- tracing ------------------------------------------------------------------------- */
+
+MN_TEST(tracing_reports_the_sequence) {
+  collector c = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  mn_allocator_t *n = NULL, *t = NULL;
+  mn_stream_t *s1 = NULL, *def = NULL;
+  MN_CHECK_OK(mn_stream_create(DEV, &s1));
+  MN_CHECK_OK(mn_stream_default(DEV, &def));
+  MN_CHECK_OK(mn_naive_allocator_create(DEV, &n));
+  MN_CHECK_OK(mn_tracing_adaptor_create(n, collect_sink, &c, MN_ADAPTOR_OWNS_UPSTREAM, &t));
+  void *p = NULL, *q = NULL, *r = NULL;
+  MN_CHECK_OK(mn_allocator_alloc(t, 100, s1, &p));
+  MN_CHECK_OK(mn_allocator_alloc(t, 200, NULL, &q));
+  MN_CHECK_OK(mn_allocator_free(t, p));
+  MN_CHECK_OK(mn_allocator_free(t, q));
+  MN_CHECK_ERR(mn_allocator_free(t, q), MN_ERR_INVALID_ARGUMENT, "tracing adaptor"); /* no event */
+  MN_CHECK_OK(mn_sim_fault_inject(DEV, MN_SIM_FAULT_RAW_ALLOC, 1, 1));
+  MN_CHECK_ERR(mn_allocator_alloc(t, 300, NULL, &r), MN_ERR_OUT_OF_MEMORY, "injected");
+  MN_CHECK_OK(mn_allocator_empty_cache(t));
+  const struct {
+    mn_trace_action action;
+    void *address;
+    size_t size;
+    uint64_t stream;
+  } want[] = {
+      {MN_TRACE_ALLOC, p, 100, mn_stream_id(s1)},
+      {MN_TRACE_ALLOC, q, 200, mn_stream_id(def)},
+      {MN_TRACE_FREE_REQUESTED, p, 100, mn_stream_id(s1)},
+      {MN_TRACE_FREE_REQUESTED, q, 200, mn_stream_id(def)},
+      {MN_TRACE_OOM, NULL, 300, mn_stream_id(def)},
+      {MN_TRACE_EMPTY_CACHE, NULL, 0, 0},
+  };
+  MN_CHECK(c.n == sizeof want / sizeof want[0]);
+  for (size_t i = 0; i < c.n && i < sizeof want / sizeof want[0]; i++) {
+    const mn_trace_event_t *e = &c.ev[i];
+    bool ok = e->action == want[i].action && e->address == (uintptr_t)want[i].address && e->size == want[i].size &&
+              e->stream_id == want[i].stream && mn_device_equal(e->device, DEV) &&
+              e->requested_size == (e->action == MN_TRACE_ALLOC ? e->size : 0) &&
+              (i == 0 || e->time_ns >= c.ev[i - 1].time_ns) && e->time_ns > 0;
+    MN_CHECK(ok);
+    if (!ok) fprintf(stderr, "  event %zu: %s %#lx %zu\n", i, mn_trace_action_name(e->action),
+                     (unsigned long)e->address, e->size);
+  }
+  MN_CHECK(strcmp(mn_trace_action_name(c.ev[2].action), "free_requested") == 0);
+  mn_allocator_destroy(t);
+  MN_CHECK_OK(mn_stream_destroy(s1));
+}
+
+/* ---- tracking -------------------------------------------------------------------------- */
+
+/* The report as a string (caller frees). */
+static char *report_of(mn_allocator_t *t) {
+  FILE *f = tmpfile();
+  if (!f) return NULL;
+  MN_CHECK_OK(mn_tracking_adaptor_report(t, f));
+  long n = ftell(f);
+  rewind(f);
+  char *buf = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
+  if (buf && n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n) buf[0] = '\0';
+  fclose(f);
+  return buf;
+}
+
+MN_TEST(tracking_reports_leaks_with_tags) {
+  mn_allocator_t *n = NULL, *t = NULL;
+  mn_stream_t *s1 = NULL;
+  MN_CHECK_OK(mn_stream_create(DEV, &s1));
+  MN_CHECK_OK(mn_naive_allocator_create(DEV, &n));
+  MN_CHECK_OK(mn_tracking_adaptor_create(n, MN_ADAPTOR_OWNS_UPSTREAM, &t));
+  void *p1 = NULL, *p2 = NULL, *p3 = NULL;
+  mn_tracking_set_tag("layer1");
+  MN_CHECK(strcmp(mn_tracking_get_tag(), "layer1") == 0);
+  MN_CHECK_OK(mn_allocator_alloc(t, 1024, NULL, &p1));
+  mn_tracking_set_tag("layer2");
+  MN_CHECK_OK(mn_allocator_alloc(t, 2048, s1, &p2));
+  mn_tracking_set_tag(NULL);
+  MN_CHECK_OK(mn_allocator_alloc(t, 3072, NULL, &p3));
+  size_t c = 0, b = 0;
+  MN_CHECK_OK(mn_tracking_adaptor_live(t, &c, &b));
+  MN_CHECK(c == 3 && b == 6144);
+  MN_CHECK_OK(mn_allocator_free(t, p1));
+  char *r = report_of(t), p2s[32], p3s[32], sid[48];
+  snprintf(p2s, sizeof p2s, "%p 2048 bytes", p2);
+  snprintf(p3s, sizeof p3s, "%p 3072 bytes", p3);
+  snprintf(sid, sizeof sid, "stream %llu tag \"layer2\"", (unsigned long long)mn_stream_id(s1));
+  MN_CHECK(r && strstr(r, "mnemo tracking sim:0: 2 live allocations, 5120 bytes\n") == r);
+  MN_CHECK(r && strstr(r, p2s) && strstr(r, sid) && strstr(r, p3s) && strstr(r, "tag \"\"\n"));
+  MN_CHECK(r && !strstr(r, "layer1"));
+  MN_CHECK(r && strstr(r, "#2 ") && strstr(r, "#3 ") && strstr(r, "#2 ") < strstr(r, "#3 ")); /* oldest first */
+  free(r);
+  /* Long tags are cut to MN_TRACKING_TAG_MAX - 1 bytes. */
+  char longtag[200];
+  memset(longtag, 'x', sizeof longtag - 1);
+  longtag[sizeof longtag - 1] = '\0';
+  mn_tracking_set_tag(longtag);
+  MN_CHECK(strlen(mn_tracking_get_tag()) == MN_TRACKING_TAG_MAX - 1);
+  mn_tracking_set_tag("");
+  MN_CHECK_OK(mn_allocator_free(t, p2));
+  MN_CHECK_OK(mn_allocator_free(t, p3));
+  MN_CHECK_ERR(mn_allocator_free(t, p3), MN_ERR_INVALID_ARGUMENT, "tracking adaptor");
+  MN_CHECK_OK(mn_tracking_adaptor_live(t, &c, &b));
+  MN_CHECK(c == 0 && b == 0);
+  r = report_of(t);
+  MN_CHECK(r && strcmp(r, "mnemo tracking sim:0: 0 live allocations, 0 bytes\n") == 0);
+  free(r);
+  mn_allocator_destroy(t);
+  MN_CHECK_OK(mn_stream_destroy(s1));
+}
+
+typedef struct tag_arg {
+  mn_allocator_t *t;
+  void *p;
+} tag_arg;
+
+static void *tagged_worker(void *arg) {
+  tag_arg *a = arg;
+  mn_tracking_set_tag("worker");
+  mn_allocator_alloc(a->t, 64, NULL, &a->p);
+  return NULL;
+}
+
+MN_TEST(tracking_tags_are_per_thread_and_backtraces_print) {
+  mn_allocator_t *n = NULL, *t = NULL;
+  MN_CHECK_OK(mn_naive_allocator_create(DEV, &n));
+  MN_CHECK_OK(mn_tracking_adaptor_create(n, MN_ADAPTOR_OWNS_UPSTREAM | MN_ADAPTOR_CAPTURE_BACKTRACES, &t));
+  mn_tracking_set_tag("main");
+  void *p = NULL;
+  MN_CHECK_OK(mn_allocator_alloc(t, 32, NULL, &p));
+  tag_arg arg = {t, NULL};
+  pthread_t th;
+  pthread_create(&th, NULL, tagged_worker, &arg);
+  pthread_join(th, NULL);
+  MN_CHECK(arg.p != NULL && strcmp(mn_tracking_get_tag(), "main") == 0);
+  char *r = report_of(t);
+  MN_CHECK(r && strstr(r, "tag \"main\"") && strstr(r, "tag \"worker\""));
+  MN_CHECK(r && strstr(r, "\n       0 ") && strstr(r, "\n       1 ")); /* frames 0 and 1 */
+  MN_CHECK(r && strstr(r, "[0x")); /* backtrace_symbols: "binary(+off) [0xaddr]" */
+  free(r);
+  mn_tracking_set_tag(NULL);
+  MN_CHECK_OK(mn_allocator_free(t, p));
+  MN_CHECK_OK(mn_allocator_free(t, arg.p));
+  mn_allocator_destroy(t);
+}
+
+/* ---- the stream-ordered pool on SIM ------------------------------------------------------- */
+
+static mn_device_pool_stats_t pool_stats(void) {
+  mn_device_pool_stats_t s = {0};
+  MN_CHECK_OK(mn_device_pool_stats(DEV, &s));
+  return s;
+}
+
+MN_TEST(pool_reuse_follows_stream_order) {
+  const size_t G = (size_t)2 << 20;
+  mn_stream_t *s1 = NULL, *s2 = NULL;
+  MN_CHECK_OK(mn_stream_create(DEV, &s1));
+  MN_CHECK_OK(mn_stream_create(DEV, &s2));
+  MN_CHECK_OK(mn_device_pool_set_release_threshold(DEV, SIZE_MAX));
+  MN_CHECK_OK(mn_device_pool_reset_peak(DEV)); /* the battery ran before */
+  void *p = NULL, *q = NULL, *r = NULL, *t = NULL;
+  MN_CHECK_OK(mn_device_alloc_async(DEV, 1000, s1, &p));
+  mn_device_pool_stats_t ps = pool_stats();
+  MN_CHECK(ps.reserved_current == G && ps.used_current == 1024 && ps.used_high == 1024);
+  MN_CHECK(p && roundtrip(p, 1000, s1, 1));
+  MN_CHECK_OK(mn_device_free_async(DEV, p, s1));
+  MN_CHECK(sim_pending(s1) == 1); /* the free is an operation on s1 */
+  MN_CHECK(pool_stats().used_current == 1024); /* not back until s1 reaches it */
+  /* The same stream may reuse it at once... */
+  MN_CHECK_OK(mn_device_alloc_async(DEV, 1000, s1, &q));
+  MN_CHECK(q == p);
+  MN_CHECK_OK(mn_device_free_async(DEV, q, s1));
+  /* ...another stream only once s1 has reached the free. */
+  MN_CHECK_OK(mn_device_alloc_async(DEV, 1000, s2, &r));
+  MN_CHECK(r != p && r != NULL);
+  MN_CHECK_OK(mn_stream_synchronize(s1));
+  MN_CHECK_OK(mn_device_alloc_async(DEV, 1000, s2, &t));
+  MN_CHECK(t == p);
+  MN_CHECK_OK(mn_sim_check_invariants(DEV));
+  MN_CHECK_OK(mn_device_free_async(DEV, r, s2));
+  MN_CHECK_OK(mn_device_free_async(DEV, t, NULL));
+  MN_CHECK_OK(mn_device_synchronize(DEV));
+  ps = pool_stats();
+  MN_CHECK(ps.used_current == 0 && ps.reserved_current == G && ps.used_high == 2048);
+  MN_CHECK_OK(mn_device_pool_reset_peak(DEV));
+  ps = pool_stats();
+  MN_CHECK(ps.used_high == 0 && ps.reserved_high == G);
+  MN_CHECK_OK(mn_device_pool_trim(DEV, 0));
+  ps = pool_stats();
+  MN_CHECK(ps.reserved_current == 0);
+  /* Destroying a stream runs its queued free: the memory is everyone's again. */
+  MN_CHECK_OK(mn_device_alloc_async(DEV, 1000, s1, &p));
+  MN_CHECK_OK(mn_device_free_async(DEV, p, s1));
+  MN_CHECK_OK(mn_stream_destroy(s1));
+  MN_CHECK_OK(mn_device_alloc_async(DEV, 1000, s2, &q));
+  MN_CHECK(q == p);
+  MN_CHECK_OK(mn_sim_check_invariants(DEV));
+  MN_CHECK_OK(mn_device_free_async(DEV, q, s2));
+  MN_CHECK_OK(mn_stream_destroy(s2));
+  MN_CHECK_OK(mn_device_pool_trim(DEV, 0));
+  MN_CHECK(pool_stats().reserved_current == 0);
+}
+
+MN_TEST(pool_splits_coalesces_grows_and_releases) {
+  const size_t G = (size_t)2 << 20, K = 512 << 10;
+  mn_stream_t *s1 = NULL;
+  MN_CHECK_OK(mn_stream_create(DEV, &s1));
+  MN_CHECK_OK(mn_device_pool_set_release_threshold(DEV, SIZE_MAX));
+  void *a = NULL, *b = NULL, *c = NULL, *big = NULL, *m = NULL;
+  MN_CHECK_OK(mn_device_alloc_async(DEV, K, s1, &a));
+  MN_CHECK_OK(mn_device_alloc_async(DEV, K, s1, &b));
+  MN_CHECK_OK(mn_device_alloc_async(DEV, K, s1, &c));
+  MN_CHECK((char *)b == (char *)a + K && (char *)c == (char *)b + K); /* carved from one chunk */
+  MN_CHECK_OK(mn_device_alloc_async(DEV, 6 << 20, NULL, &big)); /* a new chunk, all used */
+  MN_CHECK(pool_stats().reserved_current == G + 3 * G);
+  MN_CHECK_OK(mn_device_free_async(DEV, a, s1));
+  MN_CHECK_OK(mn_device_free_async(DEV, b, s1));
+  MN_CHECK_OK(mn_stream_synchronize(s1));
+  MN_CHECK_OK(mn_device_alloc_async(DEV, 2 * K, NULL, &m)); /* a and b merged */
+  MN_CHECK(m == a);
+  MN_CHECK_OK(mn_sim_check_invariants(DEV));
+  /* Trim keeps chunks in use; threshold 0 releases unused ones at the next pool call. */
+  MN_CHECK_OK(mn_device_free_async(DEV, big, NULL));
+  MN_CHECK_OK(mn_device_synchronize(DEV));
+  MN_CHECK_OK(mn_device_pool_trim(DEV, 0));
+  MN_CHECK(pool_stats().reserved_current == G);
+  MN_CHECK_OK(mn_device_pool_set_release_threshold(DEV, 0));
+  MN_CHECK_OK(mn_device_free_async(DEV, m, NULL));
+  MN_CHECK_OK(mn_device_free_async(DEV, c, s1));
+  MN_CHECK(pool_stats().reserved_current == G); /* frees not reached yet */
+  MN_CHECK_OK(mn_device_synchronize(DEV));
+  MN_CHECK(pool_stats().reserved_current == 0);
+  mn_sim_stats_t ss;
+  MN_CHECK_OK(mn_sim_get_stats(DEV, &ss));
+  MN_CHECK(ss.mapped_bytes == 0);
+  MN_CHECK_OK(mn_device_pool_set_release_threshold(DEV, SIZE_MAX));
+  MN_CHECK_OK(mn_stream_destroy(s1));
+}
+
+MN_TEST(pool_errors) {
+  void *p = NULL, *q = (void *)&p;
+  int local = 0;
+  mn_stream_t *cpu = NULL;
+  MN_CHECK_ERR(mn_device_alloc_async(mn_device_cpu(), 16, NULL, &q), MN_ERR_NOT_SUPPORTED, "no stream-ordered memory pool");
+  MN_CHECK_ERR(mn_device_pool_trim(mn_device_cpu(), 0), MN_ERR_NOT_SUPPORTED, "cpu");
+  MN_CHECK_ERR(mn_device_alloc_async(DEV, 0, NULL, &q), MN_ERR_INVALID_ARGUMENT, "nbytes");
+  MN_CHECK_OK(mn_stream_create(mn_device_cpu(), &cpu));
+  MN_CHECK_ERR(mn_device_alloc_async(DEV, 16, cpu, &q), MN_ERR_INVALID_ARGUMENT, "stream of cpu");
+  MN_CHECK_OK(mn_stream_destroy(cpu));
+  MN_CHECK_ERR(mn_device_free_async(DEV, &local, NULL), MN_ERR_INVALID_ARGUMENT, "not a live stream-ordered");
+  MN_CHECK_OK(mn_device_alloc_async(DEV, 100, NULL, &p));
+  MN_CHECK_ERR(mn_device_raw_free(DEV, p), MN_ERR_INVALID_ARGUMENT, "not a live raw allocation");
+  MN_CHECK_ERR(mn_device_free_async(DEV, (char *)p + 512, NULL), MN_ERR_INVALID_ARGUMENT, "stream-ordered");
+  MN_CHECK_OK(mn_device_free_async(DEV, p, NULL));
+  MN_CHECK_ERR(mn_device_free_async(DEV, p, NULL), MN_ERR_INVALID_ARGUMENT, "not a live"); /* double */
+  MN_CHECK_OK(mn_device_synchronize(DEV));
+  MN_CHECK_OK(mn_device_pool_trim(DEV, 0));
+  MN_CHECK_OK(mn_sim_fault_inject(DEV, MN_SIM_FAULT_RAW_ALLOC, 1, 1));
+  MN_CHECK_ERR(mn_device_alloc_async(DEV, 100, NULL, &q), MN_ERR_OUT_OF_MEMORY, "injected");
+  mn_sim_config_t cfg;
+  MN_CHECK_OK(mn_sim_get_config(&cfg));
+  MN_CHECK_ERR(mn_device_alloc_async(DEV, cfg.capacity + 1, NULL, &q), MN_ERR_OUT_OF_MEMORY, "out of memory");
+  MN_CHECK_ERR(mn_device_alloc_async(DEV, SIZE_MAX, NULL, &q), MN_ERR_OUT_OF_MEMORY, "sim:0");
+  MN_CHECK(q == (void *)&p);
+  MN_CHECK(pool_stats().reserved_current == 0);
+  MN_CHECK_OK(mn_sim_check_invariants(DEV));
+}
+
+/* record_stream: the free waits for the recorded stream, as PyTorch's
+ * cudaMallocAsync backend does it. */
+MN_TEST(async_allocator_frees_after_recorded_streams) {
+  mn_allocator_t *a = NULL;
+  mn_stream_t *s1 = NULL, *s2 = NULL, *s3 = NULL;
+  MN_CHECK_OK(mn_async_allocator_create(DEV, &a));
+  MN_CHECK_OK(mn_stream_create(DEV, &s1));
+  MN_CHECK_OK(mn_stream_create(DEV, &s2));
+  MN_CHECK_OK(mn_stream_create(DEV, &s3));
+  MN_CHECK(strcmp(mn_allocator_name(a), "async") == 0);
+  void *p = NULL, *q = NULL, *r = NULL;
+  MN_CHECK_OK(mn_allocator_alloc(a, 4096, s1, &p));
+  MN_CHECK_OK(mn_allocator_record_stream(a, p, s2));
+  MN_CHECK_OK(mn_allocator_record_stream(a, p, s2)); /* once is enough */
+  MN_CHECK_OK(mn_allocator_record_stream(a, p, s1)); /* its own stream: nothing to do */
+  MN_CHECK_OK(mn_memset_async(DEV, p, 1, 4096, s2));
+  MN_CHECK_OK(mn_allocator_free(a, p));
+  MN_CHECK(sim_pending(s1) == 2 && sim_pending(s2) == 1); /* a wait for s2, then the free */
+  MN_CHECK_OK(mn_allocator_alloc(a, 4096, s3, &q));
+  MN_CHECK(q != p);
+  MN_CHECK_OK(mn_stream_synchronize(s1)); /* runs s2's memset first */
+  MN_CHECK(sim_pending(s2) == 0);
+  MN_CHECK_OK(mn_allocator_alloc(a, 4096, s3, &r));
+  MN_CHECK(r == p);
+  MN_CHECK_ERR(mn_allocator_record_stream(a, (char *)r + 512, s2), MN_ERR_INVALID_ARGUMENT, "not a live allocation");
+  mn_alloc_stats_t st;
+  MN_CHECK_OK(mn_allocator_get_stats(a, &st));
+  MN_CHECK(st.allocation[MN_POOL_ALL].current == 2 && st.allocated_bytes[MN_POOL_ALL].current == 8192);
+  MN_CHECK(st.reserved_bytes[MN_POOL_ALL].current == (2 << 20) && st.num_device_alloc == 3 && st.num_device_free == 1);
+  MN_CHECK_OK(mn_allocator_free(a, q));
+  MN_CHECK_OK(mn_allocator_free(a, r));
+  /* A recorded stream's failing event record makes the free fail and keeps the block. */
+  MN_CHECK_OK(mn_allocator_alloc(a, 100, s1, &p));
+  MN_CHECK_OK(mn_allocator_record_stream(a, p, s2));
+  MN_CHECK_OK(mn_sim_fault_inject(DEV, MN_SIM_FAULT_EVENT_RECORD, 1, 1));
+  MN_CHECK_ERR(mn_allocator_free(a, p), MN_ERR_DEVICE, "injected");
+  MN_CHECK_OK(mn_allocator_check_invariants(a));
+  MN_CHECK_OK(mn_allocator_free(a, p));
+  MN_CHECK_OK(mn_allocator_empty_cache(a));
+  MN_CHECK(pool_stats().reserved_current == 0);
+  mn_allocator_destroy(a);
+  MN_CHECK_OK(mn_stream_destroy(s1));
+  MN_CHECK_OK(mn_stream_destroy(s2));
+  MN_CHECK_OK(mn_stream_destroy(s3));
+}
+
+MN_TEST(entry_points_on_sim) {
+  MN_CHECK_ERR(mn_pluggable_set_device_type(MN_DEVICE_CPU), MN_ERR_INVALID_ARGUMENT, "type=0");
+  MN_CHECK_OK(mn_pluggable_set_device_type(MN_DEVICE_SIM));
+  mn_stream_t *s1 = NULL;
+  MN_CHECK_OK(mn_stream_create(DEV, &s1));
+  check_entry_points(s1, s1);
+  MN_CHECK_OK(mn_stream_destroy(s1));
+  MN_CHECK_OK(mn_pluggable_set_device_type(MN_DEVICE_CUDA));
+  mn_clear_error();
+  MN_CHECK(mnemo_cupy_malloc(NULL, 16, 0) == NULL && strstr(mn_last_error(), "cuda:0") != NULL);
+  MN_CHECK_OK(mn_device_synchronize(DEV));
+}
+
+int main(void) {
+  mn_sim_config_t cfg = mn_sim_config_default();
+  cfg.capacity = (size_t)8 << 30;
+  if (mn_sim_configure(&cfg) != MN_OK) {
+    fprintf(stderr, "mn_sim_configure: %s\n", mn_last_error());
+    return 1;
+  }
+  DEV = mn_device_sim(0);
+  ON_SIM = true;
+  for (size_t i = 0; i < sizeof FIXTURES / sizeof FIXTURES[0]; i++) run_battery(&FIXTURES[i]);
+  MN_RUN(addrmap_matches_a_reference);
+  MN_RUN(statistics_counts_exactly);
+  MN_RUN(adaptor_arguments_are_checked);
+  MN_RUN(stack_refuses_pointers_from_below);
+  MN_RUN(limiting_caps_and_rolls_back);
+  MN_RUN(limiting_holds_under_threads);
+  MN_RUN(tracing_reports_the_sequence);
+  MN_RUN(tracking_reports_leaks_with_tags);
+  MN_RUN(tracking_tags_are_per_thread_and_backtraces_print);
+  MN_RUN(pool_reuse_follows_stream_order);
+  MN_RUN(pool_splits_coalesces_grows_and_releases);
+  MN_RUN(pool_errors);
+  MN_RUN(async_allocator_frees_after_recorded_streams);
+  MN_RUN(entry_points_on_sim);
+  /* Nothing outstanding on the device at the end. */
+  mn_test_case = "end";
+  mn_sim_stats_t ss;
+  MN_CHECK_OK(mn_sim_get_stats(DEV, &ss));
+  MN_CHECK(ss.mapped_bytes == 0 && ss.live_streams == 0 && ss.live_events == 0 && ss.illegal_accesses == 0);
+  MN_CHECK_OK(mn_sim_check_invariants(DEV));
+  return mn_test_finish();
+}
+
+#else /* MN_ALLOC_TEST_GPU */
+
+MN_TEST(gpu_pool_stats_and_trim) {
+  mn_allocator_t *a = NULL;
+  MN_CHECK_OK(mn_async_allocator_create(DEV, &a));
+  void *p = NULL;
+  MN_CHECK_OK(mn_allocator_alloc(a, (size_t)64 << 20, NULL, &p));
+  mn_device_pool_stats_t ps = {0};
+  MN_CHECK_OK(mn_device_pool_stats(DEV, &ps));
+  MN_CHECK(ps.reserved_current >= ((size_t)64 << 20) && ps.used_current >= ((size_t)64 << 20));
+  MN_CHECK(ps.reserved_high >= ps.reserved_current && ps.used_high >= ps.used_current);
+  MN_CHECK_OK(mn_allocator_free(a, p));
+  MN_CHECK_OK(mn_allocator_empty_cache(a));
+  MN_CHECK_OK(mn_device_pool_stats(DEV, &ps));
+  MN_CHECK(ps.reserved_current == 0 && ps.used_current == 0);
+  MN_CHECK_OK(mn_device_pool_reset_peak(DEV));
+  MN_CHECK_OK(mn_device_pool_stats(DEV, &ps));
+  MN_CHECK(ps.reserved_high == 0);
+  int local = 0;
+  MN_CHECK_ERR(mn_allocator_free(a, &local), MN_ERR_INVALID_ARGUMENT, "stream-ordered");
+  void *q = (void *)&p;
+  MN_CHECK_ERR(mn_allocator_alloc(a, (size_t)1 << 50, NULL, &q), MN_ERR_OUT_OF_MEMORY, "cudaMallocAsync");
+  MN_CHECK(q == (void *)&p);
+  mn_allocator_destroy(a);
+}
+
+MN_TEST(gpu_entry_points) {
+  mn_stream_t *s1 = NULL;
+  MN_CHECK_OK(mn_stream_create(DEV, &s1));
+  check_entry_points(mn_stream_native(s1), s1);
+  MN_CHECK_OK(mn_stream_destroy(s1));
+}
+
+int main(void) {
+  mn_test_require_cuda();
+  DEV = mn_device_cuda(0);
+  ON_SIM = false;
+  for (size_t i = 0; i < sizeof FIXTURES / sizeof FIXTURES[0]; i++) run_battery(&FIXTURES[i]);
+  MN_RUN(gpu_pool_stats_and_trim);
+  MN_RUN(gpu_entry_points);
+  MN_CHECK_OK(mn_device_synchronize(DEV));
+  return mn_test_finish();
+}
+
+#endif /* MN_ALLOC_TEST_GPU */

@@ -1,0 +1,220 @@
+/* tests/test_caching_random.c: the caching allocator on SIM at scale and at random: the
+ * free set with 100k blocks, and seeded runs of alloc/free/record_stream/advance/empty_cache
+ * over several streams, both invariant checkers after every step (label sim). */
+#include <time.h>
+
+#include "allocators/caching_internal.h"
+#include "caching_test_util.h"
+
+static uint64_t g_seed = 20240611;
+
+/* ---- scale: the free set stays logarithmic with 100k cached blocks ------------------------- */
+
+static size_t depth(const mn__tnode_t *n) {
+  size_t l = n && n->left ? depth(n->left) : 0, r = n && n->right ? depth(n->right) : 0;
+  return n ? 1 + (l > r ? l : r) : 0;
+}
+
+MN_TEST(free_set_and_map_at_scale) {
+  enum { N = 100000 };
+  mn__tnode_t *nodes = calloc(N, sizeof *nodes);
+  mn__ptrmap_t map = {0};
+  mn__tree_t t;
+  mn__tree_init(&t, 1);
+  uint64_t r = g_seed | 1;
+  MN_CHECK_OK(mn__ptrmap_reserve(&map, N));
+  for (size_t i = 0; i < N; i++) {
+    r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+    /* Sizes repeat, addresses are unique: the key is (stream, size, address). */
+    mn__tree_insert(&t, &nodes[i], (mn__key_t){r % 4, 512 * (1 + (r >> 8) % 64), 4096 * (i + 1)});
+    mn__ptrmap_put(&map, 4096 * (i + 1), &nodes[i]);
+  }
+  char why[256] = "";
+  MN_CHECK(mn__tree_check(&t, why, sizeof why) && t.count == N);
+  size_t d = depth(t.root);
+  printf("  treap of %d nodes: depth %zu\n", N, d);
+  MN_CHECK(d < 4 * 17); /* expected ~2.5 log2(n) = 42 */
+  /* lower_bound = the smallest key >= the probe, on the probe's stream. */
+  for (uint64_t s = 0; s < 4; s++) {
+    mn__key_t k = {s, 512 * 33, 0};
+    mn__tnode_t *lb = mn__tree_lower_bound(&t, &k);
+    MN_CHECK(lb && lb->key.stream == s && lb->key.size == 512 * 33);
+    mn__tnode_t *prev = mn__tree_prev(&t, lb);
+    MN_CHECK(prev && mn__key_cmp(&prev->key, &k) < 0 && mn__tree_next(&t, prev) == lb);
+  }
+  for (size_t i = 0; i < N; i += 2) {
+    MN_CHECK(mn__tree_remove(&t, &nodes[i]));
+    MN_CHECK(mn__ptrmap_remove(&map, 4096 * (i + 1)) == &nodes[i]);
+  }
+  MN_CHECK(!mn__tree_remove(&t, &nodes[0]) && !mn__tree_contains(&t, &nodes[0]) && mn__tree_contains(&t, &nodes[1]));
+  MN_CHECK(mn__tree_check(&t, why, sizeof why) && t.count == N / 2 && map.count == N / 2);
+  size_t misses = 0;
+  for (size_t i = 0; i < N; i++) misses += mn__ptrmap_get(&map, 4096 * (i + 1)) != (i % 2 ? &nodes[i] : NULL);
+  MN_CHECK(misses == 0 && depth(t.root) < 4 * 17);
+  mn__ptrmap_free(&map);
+  free(nodes);
+  /* Through the API: 50k cached 512-byte holes, then best-fit allocations among them. */
+  mn_allocator_t *a = mk(NULL);
+  enum { M = 100000 };
+  void **p = calloc(M, sizeof *p);
+  for (size_t i = 0; i < M; i++) p[i] = alloc_on(a, 512, NULL);
+  for (size_t i = 0; i < M; i += 2) MN_CHECK_OK(mn_allocator_free(a, p[i]));
+  inv(a);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (size_t i = 0; i < M; i += 2) p[i] = alloc_on(a, 512, NULL); /* each fills a hole */
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / 1e3 / (M / 2);
+  printf("  %d best-fit allocations among %d cached blocks: %.3f us each\n", M / 2, M / 2, us);
+  MN_CHECK(stats_of(a).reserved_bytes[MN_POOL_ALL].current == (int64_t)(25 * 2 * MB));
+  for (size_t i = 0; i < M; i++) MN_CHECK_OK(mn_allocator_free(a, p[i]));
+  free(p);
+  done(a);
+}
+
+/* ---- randomized ------------------------------------------------------------------------------ */
+
+#define NSTREAMS 4
+#define MAXLIVE 192
+#define MAXFLIGHT 512
+
+typedef struct live_s { char *p; size_t n; int stream; } live_t;
+typedef struct flight_s { uintptr_t lo, hi; int stream; uint64_t seq; } flight_t;
+
+static uint64_t rnd(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+static size_t pick_size(uint64_t *r) {
+  uint64_t k = rnd(r) % 100;
+  if (k < 55) return 1 + rnd(r) % (64 * KB);
+  if (k < 80) return 64 * KB + rnd(r) % MB;
+  if (k < 97) return MB + rnd(r) % (16 * MB);
+  return 16 * MB + rnd(r) % (80 * MB);
+}
+
+/* Alloc, free, cross-stream use (a queued memset + record_stream), stream advance,
+ * empty_cache; after every step both invariant checkers run, and no block handed
+ * out may overlap queued work of another stream that has not run yet. */
+static void random_run(const char *conf, uint64_t seed, int steps, int nstreams) {
+  mn_allocator_t *a = mk(conf);
+  mn_stream_t *st[NSTREAMS];
+  uint64_t queued[NSTREAMS] = {0}, r = seed | 1;
+  for (int i = 0; i < nstreams; i++) st[i] = new_stream();
+  live_t live[MAXLIVE];
+  flight_t fl[MAXFLIGHT];
+  size_t nlive = 0, nfl = 0, bad_overlaps = 0;
+  int failures_before = mn_test_failures;
+  for (int step = 0; step < steps; step++) {
+    uint64_t k = rnd(&r) % 100;
+    if (k < 40 && nlive < MAXLIVE) {
+      int si = (int)(rnd(&r) % (uint64_t)nstreams);
+      size_t n = pick_size(&r);
+      char *p = NULL;
+      mn_status rc = mn_allocator_alloc(a, n, st[si], (void **)&p);
+      MN_CHECK(rc == MN_OK || rc == MN_ERR_OUT_OF_MEMORY);
+      if (rc != MN_OK && getenv("MNEMO_TEST_VERBOSE")) printf("  OOM at step %d: %s\n", step, mn_last_error());
+      if (rc == MN_OK) {
+        uintptr_t lo = (uintptr_t)p, hi = lo + n;
+        uint64_t ran[NSTREAMS];
+        for (int i = 0; i < nstreams; i++) ran[i] = queued[i] - pending_ops(st[i]);
+        for (size_t f = 0; f < nfl; f++) {
+          bool running = fl[f].seq > ran[fl[f].stream];
+          if (fl[f].stream != si && running && lo < fl[f].hi && fl[f].lo < hi) bad_overlaps++;
+        }
+        for (size_t i = 0; i < nlive; i++)
+          if (lo < (uintptr_t)live[i].p + live[i].n && (uintptr_t)live[i].p < hi) bad_overlaps++;
+        live[nlive++] = (live_t){p, n, si};
+      }
+    } else if (k < 70 && nlive) {
+      size_t i = rnd(&r) % nlive;
+      MN_CHECK_OK(mn_allocator_free(a, live[i].p));
+      live[i] = live[--nlive];
+    } else if (k < 85 && nlive) {
+      live_t *l = &live[rnd(&r) % nlive];
+      int sj = (int)(rnd(&r) % (uint64_t)nstreams);
+      if (nfl == MAXFLIGHT) { /* forget flights that have run */
+        size_t m = 0;
+        for (size_t f = 0; f < nfl; f++)
+          if (fl[f].seq > queued[fl[f].stream] - pending_ops(st[fl[f].stream])) fl[m++] = fl[f];
+        nfl = m;
+      }
+      if (nfl < MAXFLIGHT) {
+        MN_CHECK_OK(mn_memset_async(SIM0, l->p, step & 0xff, l->n < 256 ? l->n : 256, st[sj]));
+        queued[sj]++;
+        if (sj != l->stream) MN_CHECK_OK(mn_allocator_record_stream(a, l->p, st[sj]));
+        fl[nfl++] = (flight_t){(uintptr_t)l->p, (uintptr_t)l->p + l->n, sj, queued[sj]};
+      }
+    } else if (k < 96) {
+      MN_CHECK_OK(mn_sim_stream_advance(st[rnd(&r) % (uint64_t)nstreams], rnd(&r) % 4, NULL));
+    } else if (k < 98) {
+      MN_CHECK_OK(mn_allocator_empty_cache(a));
+    } else {
+      MN_CHECK_OK(mn_stream_synchronize(st[rnd(&r) % (uint64_t)nstreams]));
+    }
+    MN_CHECK_OK(mn_allocator_check_invariants(a));
+    MN_CHECK_OK(mn_sim_check_invariants(SIM0));
+    mn_alloc_stats_t s = stats_of(a);
+    MN_CHECK(s.allocation[MN_POOL_ALL].current == (int64_t)nlive);
+    if (step % 97 == 0) { /* the snapshot's active blocks are exactly the live ones plus pending ones */
+      mn_snapshot_t *sn = snap(a);
+      int64_t allocated = 0, requested = 0, live_req = 0;
+      size_t nactive = 0;
+      for (size_t g = 0; g < sn->nsegments; g++) {
+        allocated += (int64_t)sn->segments[g].allocated_size;
+        requested += (int64_t)sn->segments[g].requested_size;
+        for (size_t b = 0; b < sn->segments[g].nblocks; b++) nactive += sn->segments[g].blocks[b].state == MN_BLOCK_ACTIVE;
+      }
+      for (size_t i = 0; i < nlive; i++) live_req += (int64_t)live[i].n;
+      MN_CHECK(nactive == nlive && allocated == s.allocated_bytes[MN_POOL_ALL].current);
+      MN_CHECK(requested == s.requested_bytes[MN_POOL_ALL].current && requested >= live_req);
+      mn_snapshot_free(sn);
+    }
+    if (mn_test_failures != failures_before) {
+      fprintf(stderr, "random_run(%s): failing at step %d, seed %llu\n", conf ? conf : "default", step,
+              (unsigned long long)seed);
+      break;
+    }
+  }
+  MN_CHECK(bad_overlaps == 0);
+  mn_alloc_stats_t fin = stats_of(a);
+  printf("  %s: %lld allocations, %lld OOMs, %lld retries, %lld syncs, peak %lld live, peak %.1f MiB reserved\n",
+         conf ? conf : "default", (long long)fin.allocation[MN_POOL_ALL].allocated, (long long)fin.num_ooms,
+         (long long)fin.num_alloc_retries, (long long)fin.num_sync_all_streams,
+         (long long)fin.allocation[MN_POOL_ALL].peak, (double)fin.reserved_bytes[MN_POOL_ALL].peak / (double)MB);
+  for (size_t i = 0; i < nlive; i++) MN_CHECK_OK(mn_allocator_free(a, live[i].p));
+  for (int i = 0; i < nstreams; i++) MN_CHECK_OK(mn_stream_synchronize(st[i]));
+  done(a);
+  for (int i = 0; i < nstreams; i++) MN_CHECK_OK(mn_stream_destroy(st[i]));
+}
+
+MN_TEST(randomized_default) { random_run(NULL, g_seed, 3000, NSTREAMS); }
+/* Three streams: each reserves 1 1/8 + 1/8 of the device in address space, and
+ * SIM has 4x its capacity (a fourth would fall back to plain segments). */
+MN_TEST(randomized_expandable) { random_run("expandable_segments:True", g_seed + 1, 3000, 3); }
+MN_TEST(randomized_oversize_gc) {
+  random_run("max_split_size_mb:24,roundup_power2_divisions:4,garbage_collection_threshold:0.5,"
+             "per_process_memory_fraction:0.75",
+             g_seed + 2, 3000, NSTREAMS);
+}
+
+int main(void) {
+  const char *seed = getenv("MNEMO_TEST_SEED");
+  if (seed && *seed) g_seed = strtoull(seed, NULL, 0);
+  printf("seed=%llu (set MNEMO_TEST_SEED to change)\n", (unsigned long long)g_seed);
+  mn_sim_config_t c = mn_sim_config_default();
+  c.capacity = GB;
+  if (mn_sim_configure(&c) != MN_OK) {
+    fprintf(stderr, "mn_sim_configure: %s\n", mn_last_error());
+    return 1;
+  }
+  SIM0 = mn_device_sim(0);
+  MN_RUN(free_set_and_map_at_scale);
+  MN_RUN(randomized_default);
+  MN_RUN(randomized_expandable);
+  MN_RUN(randomized_oversize_gc);
+  return mn_test_finish();
+}
