@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "mnemo/mnemo.h"
+#include "commands.h"
 
 static void print_bytes(size_t n) {
   static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -105,7 +106,8 @@ static void usage(FILE *f) {
           "usage: mnemo <command>\n"
           "  info      devices found and build options\n"
           "  demo      run the walking skeleton on the best device (and the SIM device)\n"
-          "  version   print the version\n");
+          "  version   print the version\n"
+          "%s", cmd_replay_usage);
 }
 
 int main(int argc, char **argv) {
@@ -116,6 +118,7 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (!strcmp(cmd, "info")) return cmd_info();
   if (!strcmp(cmd, "demo")) return cmd_demo();
+  if (!strcmp(cmd, "replay")) return cmd_replay(argc - 2, argv + 2);
   if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
     printf("mnemo %s\n", mn_version());
     return 0;

@@ -19,6 +19,7 @@
 #include "mnemo/storage.h"
 #include "mnemo/view.h"
 #include "mnemo/kernels.h"
+#include "mnemo/trace.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,0 +1,260 @@
+/* profiling/replay.c: replays a trace's allocs and frees against an allocator and
+ * measures peak allocated and reserved bytes, raw allocations and host time per call. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mnemo/mnemo.h"
+#include "mnemo/trace.h"
+#include "runtime/error.h"
+
+/* From trace.c: for each free_requested the index of its alloc, and back. */
+mn_status mn__trace_match(const mn_trace_t *trace, size_t *match);
+
+mn_replay_options_t mn_replay_options_default(void) {
+  mn_replay_options_t o;
+  memset(&o, 0, sizeof o);
+  return o;
+}
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int u64_cmp(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+typedef struct mn__replay_s {
+  const mn_trace_t *trace;
+  mn_allocator_t *a;
+  mn_device_t dev;
+  size_t *match;          /* see mn__trace_match */
+  void **ptrs;            /* per alloc entry: its pointer while live, NULL otherwise */
+  uint32_t *sidx;         /* per entry: index into ids/streams */
+  uint64_t *ids;          /* distinct trace stream ids, sorted */
+  mn_stream_t **streams;  /* per id */
+  bool *created;          /* per id: made by the replay (destroy at the end) */
+  size_t nids;
+  bool sim;               /* track the SIM device's mapped bytes */
+  size_t mapped_base;
+  int64_t peak_mapped;
+  int64_t cur_req, peak_req;
+} mn__replay_t;
+
+static void replay_cleanup(mn__replay_t *r) {
+  if (r->ptrs) {
+    for (size_t i = 0; i < r->trace->nentries; i++)
+      if (r->ptrs[i]) mn_allocator_free(r->a, r->ptrs[i]);
+  }
+  for (size_t k = 0; r->streams && k < r->nids; k++)
+    if (r->created[k] && r->streams[k]) mn_stream_destroy(r->streams[k]);
+  free(r->match);
+  free(r->ptrs);
+  free(r->sidx);
+  free(r->ids);
+  free(r->streams);
+  free(r->created);
+}
+
+/* Maps trace stream ids to streams: 0 (or else the first id) to the default stream. */
+static mn_status map_streams(mn__replay_t *r) {
+  const mn_trace_t *t = r->trace;
+  size_t n = 0;
+  for (size_t i = 0; i < t->nentries; i++) n += t->entries[i].action == MN_TRACE_ALLOC;
+  r->ids = malloc((n ? n : 1) * sizeof *r->ids);
+  r->sidx = calloc(t->nentries ? t->nentries : 1, sizeof *r->sidx);
+  if (!r->ids || !r->sidx) return mn__error(MN_ERR_OUT_OF_MEMORY, "mn_trace_replay", "out of host memory");
+  uint64_t first = 0;
+  bool have_first = false, have_zero = false;
+  n = 0;
+  for (size_t i = 0; i < t->nentries; i++) {
+    if (t->entries[i].action != MN_TRACE_ALLOC) continue;
+    if (!have_first) first = t->entries[i].stream;
+    have_first = true;
+    have_zero |= t->entries[i].stream == 0;
+    r->ids[n++] = t->entries[i].stream;
+  }
+  if (n) qsort(r->ids, n, sizeof *r->ids, u64_cmp);
+  size_t u = 0;
+  for (size_t i = 0; i < n; i++)
+    if (u == 0 || r->ids[u - 1] != r->ids[i]) r->ids[u++] = r->ids[i];
+  r->nids = u;
+  if (u > UINT32_MAX) return mn__error(MN_ERR_OVERFLOW, "mn_trace_replay", "%zu streams is too many", u);
+  r->streams = calloc(u ? u : 1, sizeof *r->streams);
+  r->created = calloc(u ? u : 1, sizeof *r->created);
+  if (!r->streams || !r->created) return mn__error(MN_ERR_OUT_OF_MEMORY, "mn_trace_replay", "out of host memory");
+  uint64_t def = have_zero ? 0 : first;
+  for (size_t k = 0; k < u; k++) {
+    mn_status st = r->ids[k] == def ? mn_stream_default(r->dev, &r->streams[k]) : mn_stream_create(r->dev, &r->streams[k]);
+    if (st != MN_OK) return mn__error_wrap(st, "mn_trace_replay");
+    r->created[k] = r->ids[k] != def;
+  }
+  for (size_t i = 0; i < t->nentries; i++) {
+    if (t->entries[i].action != MN_TRACE_ALLOC) continue;
+    const uint64_t *hit = bsearch(&t->entries[i].stream, r->ids, u, sizeof *r->ids, u64_cmp);
+    r->sidx[i] = (uint32_t)(hit - r->ids);
+  }
+  return MN_OK;
+}
+
+static void track_mapped(mn__replay_t *r) {
+  mn_sim_stats_t s;
+  if (!r->sim || mn_sim_get_stats(r->dev, &s) != MN_OK) return;
+  int64_t m = (int64_t)s.mapped_bytes - (int64_t)r->mapped_base;
+  if (m > r->peak_mapped) r->peak_mapped = m;
+}
+
+static mn_status op_failed(const mn_trace_entry_t *e, size_t i, mn_status st, const char *what) {
+  char msg[768];
+  snprintf(msg, sizeof msg, "%s", mn_last_error());
+  char w[48];
+  if (e->line) snprintf(w, sizeof w, "trace line %" PRIu32, e->line);
+  else snprintf(w, sizeof w, "trace entry %zu", i);
+  return mn__error(st, "mn_trace_replay", "%s: %s of %" PRIu64 " bytes at 0x%" PRIx64 " failed: %s", w, what,
+                   e->size, e->address, msg);
+}
+
+/* One alloc; *oom set when it failed for want of memory. */
+static mn_status do_alloc(mn__replay_t *r, size_t i, uint64_t *ns, bool *oom) {
+  const mn_trace_entry_t *e = &r->trace->entries[i];
+  void *p = NULL;
+  *oom = false;
+  if (e->size > SIZE_MAX) {
+    *oom = true;
+    return MN_OK;
+  }
+  uint64_t t0 = now_ns();
+  mn_status st = mn_allocator_alloc(r->a, (size_t)e->size, r->streams[r->sidx[i]], &p);
+  *ns += now_ns() - t0;
+  if (st == MN_ERR_OUT_OF_MEMORY) {
+    *oom = true;
+    return MN_OK;
+  }
+  if (st != MN_OK) return op_failed(e, i, st, "alloc");
+  r->ptrs[i] = p;
+  r->cur_req += (int64_t)e->size;
+  if (r->cur_req > r->peak_req) r->peak_req = r->cur_req;
+  track_mapped(r);
+  return MN_OK;
+}
+
+mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator, const mn_replay_options_t *options,
+                          mn_replay_result_t *out) {
+  MN__CHECK_ARG(trace != NULL && allocator != NULL && out != NULL, "trace, allocator and out must not be NULL");
+  mn_replay_options_t opt = options ? *options : mn_replay_options_default();
+  mn__replay_t r;
+  memset(&r, 0, sizeof r);
+  r.trace = trace;
+  r.a = allocator;
+  r.dev = mn_allocator_device(allocator);
+  mn_replay_result_t res;
+  memset(&res, 0, sizeof res);
+  size_t n = trace->nentries;
+  mn_status st = MN_OK;
+  r.match = malloc((n ? n : 1) * sizeof *r.match);
+  r.ptrs = calloc(n ? n : 1, sizeof *r.ptrs);
+  if (!r.match || !r.ptrs) {
+    st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %zu entries", n);
+    goto done;
+  }
+  if ((st = mn__trace_match(trace, r.match)) != MN_OK) goto done;
+  if ((st = map_streams(&r)) != MN_OK) goto done;
+  res.streams = r.nids;
+
+  mn_alloc_stats_t s0, s1;
+  res.stats_from_allocator = mn_allocator_get_stats(allocator, &s0) == MN_OK;
+  if (res.stats_from_allocator) {
+    mn_allocator_reset_peak(allocator); /* MN_ERR_NOT_SUPPORTED is fine: peaks then span its life */
+    mn_allocator_get_stats(allocator, &s0);
+  }
+  mn_sim_stats_t sim0;
+  memset(&sim0, 0, sizeof sim0);
+  bool is_sim = r.dev.type == MN_DEVICE_SIM && mn_sim_get_stats(r.dev, &sim0) == MN_OK;
+  r.sim = is_sim;
+  r.mapped_base = sim0.mapped_bytes;
+  mn_clear_error();
+
+  uint64_t pre_ns = 0;
+  size_t i = 0;
+  for (; i < n && trace->entries[i].pre; i++) {
+    if (trace->entries[i].action != MN_TRACE_ALLOC || opt.skip_pre) continue;
+    bool oom;
+    if ((st = do_alloc(&r, i, &pre_ns, &oom)) != MN_OK) goto done;
+    res.pre_allocs++;
+    res.ooms += oom;
+  }
+  res.allocated_after_pre = r.cur_req;
+  res.reserved_after_pre = -1;
+  int64_t dev_allocs_pre = 0;
+  if (res.stats_from_allocator && mn_allocator_get_stats(allocator, &s1) == MN_OK) {
+    res.allocated_after_pre = s1.allocated_bytes[MN_POOL_ALL].current;
+    res.reserved_after_pre = s1.reserved_bytes[MN_POOL_ALL].current;
+    dev_allocs_pre = s1.num_device_alloc - s0.num_device_alloc;
+  } else if (is_sim) {
+    mn_sim_stats_t s;
+    if (mn_sim_get_stats(r.dev, &s) == MN_OK) {
+      res.reserved_after_pre = (int64_t)s.mapped_bytes - (int64_t)sim0.mapped_bytes;
+      dev_allocs_pre = (int64_t)(s.raw_allocs + s.maps - sim0.raw_allocs - sim0.maps);
+    }
+  }
+
+  for (; i < n; i++) {
+    const mn_trace_entry_t *e = &trace->entries[i];
+    if (e->action == MN_TRACE_ALLOC) {
+      bool oom;
+      if ((st = do_alloc(&r, i, &res.op_ns, &oom)) != MN_OK) goto done;
+      res.allocs++;
+      res.ooms += oom;
+    } else if (e->action == MN_TRACE_FREE_REQUESTED) {
+      size_t j = r.match[i];
+      if (j == SIZE_MAX || !r.ptrs[j]) {
+        res.skipped_frees++;
+        continue;
+      }
+      uint64_t t0 = now_ns();
+      st = mn_allocator_free(allocator, r.ptrs[j]);
+      res.op_ns += now_ns() - t0;
+      if (st != MN_OK) {
+        st = op_failed(e, i, st, "free");
+        goto done;
+      }
+      r.ptrs[j] = NULL;
+      r.cur_req -= (int64_t)trace->entries[j].size;
+      res.frees++;
+      track_mapped(&r);
+    }
+  }
+
+  res.peak_requested = r.peak_req;
+  if (res.stats_from_allocator && mn_allocator_get_stats(allocator, &s1) == MN_OK) {
+    res.peak_allocated = s1.allocated_bytes[MN_POOL_ALL].peak;
+    res.peak_reserved = s1.reserved_bytes[MN_POOL_ALL].peak;
+    res.device_allocs = s1.num_device_alloc - s0.num_device_alloc;
+    res.device_frees = s1.num_device_free - s0.num_device_free;
+  } else {
+    res.stats_from_allocator = false;
+    res.peak_allocated = r.peak_req;
+    res.peak_reserved = r.sim ? r.peak_mapped : -1;
+    mn_sim_stats_t s;
+    res.device_allocs = res.device_frees = -1;
+    if (is_sim && mn_sim_get_stats(r.dev, &s) == MN_OK) {
+      res.device_allocs = (int64_t)(s.raw_allocs + s.maps - sim0.raw_allocs - sim0.maps);
+      res.device_frees = (int64_t)(s.raw_frees + s.unmaps - sim0.raw_frees - sim0.unmaps);
+    }
+  }
+  res.peak_device_mapped = r.sim ? r.peak_mapped : -1;
+  res.device_allocs_events = res.device_allocs >= 0 ? res.device_allocs - dev_allocs_pre : -1;
+  res.ratio = res.peak_allocated > 0 && res.peak_reserved >= 0 ? (double)res.peak_reserved / (double)res.peak_allocated : 0.0;
+  res.ns_per_op = res.allocs + res.frees ? (double)res.op_ns / (double)(res.allocs + res.frees) : 0.0;
+
+done:
+  replay_cleanup(&r);
+  if (st == MN_OK) *out = res;
+  return st;
+}

@@ -1,0 +1,663 @@
+/* profiling/trace.c: the trace file format (docs/TRACE_FORMAT.md): a strict
+ * reader with file:line errors, a writer, and a recorder for allocator trace sinks. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mnemo/mnemo.h"
+#include "mnemo/trace.h"
+#include "runtime/error.h"
+
+#define MN__TRACE_MAX_FIELDS 8
+
+/* ---- the in-memory trace ---------------------------------------------------- */
+
+mn_status mn_trace_create(mn_trace_t **out) {
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  mn_trace_t *t = calloc(1, sizeof *t);
+  if (!t) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  t->version = MN_TRACE_FORMAT_VERSION;
+  *out = t;
+  return MN_OK;
+}
+
+void mn_trace_destroy(mn_trace_t *trace) {
+  if (!trace) return;
+  for (size_t i = 0; i < trace->nmeta; i++) {
+    free(trace->meta[i].key);
+    free(trace->meta[i].value);
+  }
+  free(trace->meta);
+  free(trace->entries);
+  free(trace);
+}
+
+mn_status mn_trace_action_parse(const char *name, mn_trace_action *out) {
+  MN__CHECK_ARG(name != NULL && out != NULL, "name and out must not be NULL");
+  for (int a = 0; a < MN_TRACE_ACTION_COUNT; a++) {
+    if (strcmp(name, mn_trace_action_name((mn_trace_action)a)) == 0) {
+      *out = (mn_trace_action)a;
+      return MN_OK;
+    }
+  }
+  return mn__error(MN_ERR_FORMAT, __func__, "unknown action \"%.32s\"", name);
+}
+
+static bool pre_action_ok(mn_trace_action a) {
+  return a == MN_TRACE_ALLOC || a == MN_TRACE_SEGMENT_ALLOC || a == MN_TRACE_SEGMENT_MAP;
+}
+
+mn_status mn_trace_append(mn_trace_t *trace, const mn_trace_entry_t *entry) {
+  MN__CHECK_ARG(trace != NULL && entry != NULL, "trace and entry must not be NULL");
+  MN__CHECK_ARG((unsigned)entry->action < MN_TRACE_ACTION_COUNT, "action %d is not a trace action",
+                (int)entry->action);
+  MN__CHECK_ARG(!entry->pre || pre_action_ok(entry->action),
+                "a pre entry must be alloc, segment_alloc or segment_map, not %s",
+                mn_trace_action_name(entry->action));
+  MN__CHECK_ARG(entry->action != MN_TRACE_ALLOC || entry->size > 0, "alloc of 0 bytes");
+  if (entry->pre && trace->nentries > 0 && !trace->entries[trace->nentries - 1].pre)
+    return mn__error(MN_ERR_INVALID_STATE, __func__, "pre entry after %zu event entries", trace->nentries);
+  if (trace->nentries == trace->capacity) {
+    size_t cap = trace->capacity ? trace->capacity * 2 : 256;
+    if (cap > SIZE_MAX / sizeof *trace->entries)
+      return mn__error(MN_ERR_OVERFLOW, __func__, "%zu entries is too many", trace->nentries);
+    mn_trace_entry_t *e = realloc(trace->entries, cap * sizeof *e);
+    if (!e) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %zu entries", cap);
+    trace->entries = e;
+    trace->capacity = cap;
+  }
+  mn_trace_entry_t *dst = &trace->entries[trace->nentries++];
+  *dst = *entry;
+  dst->line = 0;
+  if (dst->pre) dst->time_us = 0;
+  return MN_OK;
+}
+
+static bool meta_key_ok(const char *key, size_t len) {
+  if (len == 0 || len > MN_TRACE_META_KEY_MAX) return false;
+  for (size_t i = 0; i < len; i++) {
+    char c = key[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '.' || c == '-'))
+      return false;
+  }
+  return true;
+}
+
+static bool is_blank(char c) { return c == ' ' || c == '\t'; }
+
+static mn_trace_meta_t *meta_find(const mn_trace_t *t, const char *key, size_t klen) {
+  for (size_t i = 0; i < t->nmeta; i++)
+    if (strlen(t->meta[i].key) == klen && memcmp(t->meta[i].key, key, klen) == 0) return &t->meta[i];
+  return NULL;
+}
+
+static char *dup_n(const char *s, size_t n) {
+  char *d = malloc(n + 1);
+  if (d) {
+    memcpy(d, s, n);
+    d[n] = '\0';
+  }
+  return d;
+}
+
+/* Adds or replaces key (klen bytes) = value (vlen bytes, already trimmed). */
+static mn_status meta_put(mn_trace_t *t, const char *key, size_t klen, const char *value, size_t vlen) {
+  char *v = dup_n(value, vlen);
+  if (!v) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  mn_trace_meta_t *m = meta_find(t, key, klen);
+  if (m) {
+    free(m->value);
+    m->value = v;
+    return MN_OK;
+  }
+  if (t->nmeta == t->meta_capacity) {
+    size_t cap = t->meta_capacity ? t->meta_capacity * 2 : 16;
+    mn_trace_meta_t *nm = realloc(t->meta, cap * sizeof *nm);
+    if (!nm) {
+      free(v);
+      return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+    }
+    t->meta = nm;
+    t->meta_capacity = cap;
+  }
+  char *k = dup_n(key, klen);
+  if (!k) {
+    free(v);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  }
+  t->meta[t->nmeta].key = k;
+  t->meta[t->nmeta].value = v;
+  t->nmeta++;
+  return MN_OK;
+}
+
+mn_status mn_trace_meta_set(mn_trace_t *trace, const char *key, const char *value) {
+  MN__CHECK_ARG(trace != NULL && key != NULL && value != NULL, "trace, key and value must not be NULL");
+  size_t klen = strlen(key);
+  MN__CHECK_ARG(meta_key_ok(key, klen), "meta key \"%.80s\" is not 1-%d characters of [A-Za-z0-9_.-]",
+                key, MN_TRACE_META_KEY_MAX);
+  MN__CHECK_ARG(strpbrk(value, "\r\n") == NULL, "meta value for %s holds a line break", key);
+  while (is_blank(*value)) value++;
+  size_t vlen = strlen(value);
+  while (vlen > 0 && is_blank(value[vlen - 1])) vlen--;
+  MN__CHECK_ARG(5 + klen + 1 + vlen <= MN_TRACE_LINE_MAX, "meta value for %s is %zu bytes, over the %d-byte line",
+                key, vlen, MN_TRACE_LINE_MAX);
+  mn_status st = meta_put(trace, key, klen, value, vlen);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+const char *mn_trace_meta_get(const mn_trace_t *trace, const char *key) {
+  if (!trace || !key) return NULL;
+  mn_trace_meta_t *m = meta_find(trace, key, strlen(key));
+  return m ? m->value : NULL;
+}
+
+/* A decimal of 1..20 digits that fits in 64 bits. */
+static bool parse_dec(const char *s, uint64_t *out) {
+  size_t n = 0;
+  uint64_t v = 0;
+  for (; s[n]; n++) {
+    if (s[n] < '0' || s[n] > '9' || n >= 20) return false;
+    unsigned d = (unsigned)(s[n] - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  if (n == 0) return false;
+  *out = v;
+  return true;
+}
+
+static bool parse_hex(const char *s, uint64_t *out) {
+  if (s[0] != '0' || (s[1] != 'x' && s[1] != 'X')) return false;
+  s += 2;
+  size_t n = 0;
+  uint64_t v = 0;
+  for (; s[n]; n++) {
+    char c = s[n];
+    unsigned d;
+    if (c >= '0' && c <= '9') d = (unsigned)(c - '0');
+    else if (c >= 'a' && c <= 'f') d = (unsigned)(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F') d = (unsigned)(c - 'A' + 10);
+    else return false;
+    if (n >= 16) return false;
+    v = (v << 4) | d;
+  }
+  if (n == 0) return false;
+  *out = v;
+  return true;
+}
+
+mn_status mn_trace_meta_get_u64(const mn_trace_t *trace, const char *key, uint64_t *out) {
+  MN__CHECK_ARG(trace != NULL && key != NULL && out != NULL, "trace, key and out must not be NULL");
+  const char *v = mn_trace_meta_get(trace, key);
+  if (!v) return mn__error(MN_ERR_NOT_FOUND, __func__, "no meta key %s", key);
+  uint64_t x;
+  if (!parse_dec(v, &x)) return mn__error(MN_ERR_FORMAT, __func__, "meta %s = \"%.40s\" is not a decimal", key, v);
+  *out = x;
+  return MN_OK;
+}
+
+/* ---- liveness: pair each free_requested with the alloc it frees ---------- */
+
+typedef struct mn__addr_ref_s {
+  uint64_t address;
+  size_t index;
+} mn__addr_ref_t;
+
+static int addr_ref_cmp(const void *a, const void *b) {
+  const mn__addr_ref_t *x = a, *y = b;
+  if (x->address != y->address) return x->address < y->address ? -1 : 1;
+  return x->index < y->index ? -1 : (x->index > y->index);
+}
+
+/* Describes entry i for a message: "name:line" or "entry i". */
+static void where(const mn_trace_t *t, size_t i, const char *name, char *buf, size_t n) {
+  if (t->entries[i].line) snprintf(buf, n, "%s:%" PRIu32, name ? name : "<trace>", t->entries[i].line);
+  else snprintf(buf, n, "entry %zu", i);
+}
+
+/* match (nentries slots, may be NULL): for an alloc, the index of its free
+ * (SIZE_MAX while live at the end); for a free_requested, its alloc; others SIZE_MAX. */
+static mn_status trace_match(const mn_trace_t *t, size_t *match, const char *name, const char *func) {
+  size_t n = 0;
+  for (size_t i = 0; i < t->nentries; i++)
+    n += t->entries[i].action == MN_TRACE_ALLOC || t->entries[i].action == MN_TRACE_FREE_REQUESTED;
+  mn__addr_ref_t *refs = n ? malloc(n * sizeof *refs) : NULL;
+  if (n && !refs) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory for %zu references", n);
+  n = 0;
+  for (size_t i = 0; i < t->nentries; i++) {
+    if (match) match[i] = SIZE_MAX;
+    mn_trace_action a = t->entries[i].action;
+    if (a == MN_TRACE_ALLOC || a == MN_TRACE_FREE_REQUESTED)
+      refs[n++] = (mn__addr_ref_t){t->entries[i].address, i};
+  }
+  if (n) qsort(refs, n, sizeof *refs, addr_ref_cmp);
+  size_t bad = SIZE_MAX, bad_other = SIZE_MAX; /* first offending entry, and its live alloc */
+  for (size_t k = 0; k < n;) {
+    size_t live = SIZE_MAX, j = k;
+    for (; j < n && refs[j].address == refs[k].address; j++) {
+      size_t i = refs[j].index;
+      bool is_alloc = t->entries[i].action == MN_TRACE_ALLOC;
+      if (is_alloc == (live != SIZE_MAX)) { /* alloc while live, or free while not */
+        if (i < bad) {
+          bad = i;
+          bad_other = live;
+        }
+        break;
+      }
+      if (is_alloc) {
+        live = i;
+      } else {
+        if (match) {
+          match[i] = live;
+          match[live] = i;
+        }
+        live = SIZE_MAX;
+      }
+    }
+    while (j < n && refs[j].address == refs[k].address) j++;
+    k = j;
+  }
+  free(refs);
+  if (bad == SIZE_MAX) return MN_OK;
+  char w[600], o[600];
+  where(t, bad, name, w, sizeof w);
+  const mn_trace_entry_t *e = &t->entries[bad];
+  if (e->action == MN_TRACE_ALLOC) {
+    where(t, bad_other, name, o, sizeof o);
+    return mn__error(MN_ERR_FORMAT, func, "%s: alloc of 0x%" PRIx64 ", which is already live (allocated at %s)",
+                     w, e->address, o);
+  }
+  return mn__error(MN_ERR_FORMAT, func, "%s: free_requested of 0x%" PRIx64 ", which is not live", w, e->address);
+}
+
+mn_status mn_trace_validate(const mn_trace_t *trace) {
+  MN__CHECK_ARG(trace != NULL, "trace must not be NULL");
+  return trace_match(trace, NULL, NULL, __func__);
+}
+
+/* Exposed for replay.c, which needs each free's alloc (declared there). */
+mn_status mn__trace_match(const mn_trace_t *trace, size_t *match);
+mn_status mn__trace_match(const mn_trace_t *trace, size_t *match) {
+  return trace_match(trace, match, NULL, "mn_trace_replay");
+}
+
+/* ---- reader ------------------------------------------------------------------ */
+
+typedef enum { ST_VERSION, ST_META, ST_PRE, ST_EVENTS, ST_END } mn__parse_state;
+
+typedef struct mn__parser_s {
+  const char *name;
+  uint64_t line;
+  mn__parse_state state;
+  uint64_t count; /* pre + event lines */
+  mn_trace_t *t;
+} mn__parser_t;
+
+static mn_status perr(const mn__parser_t *p, const char *fmt, ...) MN__PRINTF(2, 3);
+static mn_status perr(const mn__parser_t *p, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return mn__error(MN_ERR_FORMAT, "mn_trace_parse", "%s:%" PRIu64 ": %s", p->name, p->line, msg);
+}
+
+/* Splits buf in place on blanks; returns the field count (at most max). */
+static size_t split_fields(char *buf, char **f, size_t max) {
+  size_t n = 0;
+  char *s = buf;
+  for (;;) {
+    while (is_blank(*s)) s++;
+    if (!*s) return n;
+    if (n == max) return max + 1;
+    f[n++] = s;
+    while (*s && !is_blank(*s)) s++;
+    if (*s) *s++ = '\0';
+  }
+}
+
+static mn_status parse_entry(mn__parser_t *p, char **f, size_t nf, bool pre) {
+  mn_trace_entry_t e;
+  memset(&e, 0, sizeof e);
+  e.pre = pre;
+  if (nf < 5 || nf > 6)
+    return perr(p, "%s line has %zu fields, expected 5 or 6 (%s action stream address size [block_size])",
+                pre ? "pre" : "event", nf, pre ? "pre" : "time_us");
+  if (!pre && !parse_dec(f[0], &e.time_us)) return perr(p, "time \"%.32s\" is not a decimal", f[0]);
+  bool found = false;
+  for (int a = 0; a < MN_TRACE_ACTION_COUNT && !found; a++) {
+    if (strcmp(f[1], mn_trace_action_name((mn_trace_action)a)) == 0) {
+      e.action = (mn_trace_action)a;
+      found = true;
+    }
+  }
+  if (!found) return perr(p, "unknown action \"%.32s\"", f[1]);
+  if (pre && !pre_action_ok(e.action))
+    return perr(p, "pre line with action %s (only alloc, segment_alloc, segment_map)", f[1]);
+  if (!parse_dec(f[2], &e.stream)) return perr(p, "stream \"%.32s\" is not a decimal", f[2]);
+  if (!parse_hex(f[3], &e.address))
+    return perr(p, "address \"%.32s\" is not 0x followed by 1-16 hex digits", f[3]);
+  if (!parse_dec(f[4], &e.size)) return perr(p, "size \"%.32s\" is not a decimal", f[4]);
+  if (nf == 6 && !parse_dec(f[5], &e.block_size)) return perr(p, "block_size \"%.32s\" is not a decimal", f[5]);
+  if (e.action == MN_TRACE_ALLOC && e.size == 0) return perr(p, "alloc of 0 bytes");
+  mn_status st = mn_trace_append(p->t, &e);
+  if (st != MN_OK) return mn__error_wrap(st, "mn_trace_parse");
+  p->t->entries[p->t->nentries - 1].line = (uint32_t)p->line;
+  p->count++;
+  return MN_OK;
+}
+
+static mn_status parse_meta(mn__parser_t *p, const char *line, size_t len) {
+  if (p->state != ST_META) return perr(p, "meta line after the first pre or event line");
+  size_t i = 0;
+  while (i < len && is_blank(line[i])) i++;
+  i += 4; /* "meta" */
+  while (i < len && is_blank(line[i])) i++;
+  size_t k0 = i;
+  while (i < len && !is_blank(line[i])) i++;
+  size_t klen = i - k0;
+  if (klen == 0) return perr(p, "meta line without a key");
+  if (!meta_key_ok(line + k0, klen))
+    return perr(p, "meta key \"%.*s\" is not 1-%d characters of [A-Za-z0-9_.-]", (int)(klen > 64 ? 64 : klen),
+                line + k0, MN_TRACE_META_KEY_MAX);
+  while (i < len && is_blank(line[i])) i++;
+  size_t vlen = len - i;
+  while (vlen > 0 && is_blank(line[i + vlen - 1])) vlen--;
+  if (memchr(line + i, '\r', vlen)) return perr(p, "carriage return inside the meta value");
+  if (meta_find(p->t, line + k0, klen)) return perr(p, "duplicate meta key %.*s", (int)klen, line + k0);
+  mn_status st = meta_put(p->t, line + k0, klen, line + i, vlen);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, "mn_trace_parse");
+}
+
+/* One line (len bytes, no newline, CR removed). */
+static mn_status parse_line(mn__parser_t *p, const char *line, size_t len) {
+  if (memchr(line, '\0', len)) return perr(p, "NUL byte in line");
+  size_t i = 0;
+  while (i < len && is_blank(line[i])) i++;
+  if (p->state == ST_VERSION) {
+    char buf[MN_TRACE_LINE_MAX + 1], *f[3];
+    memcpy(buf, line, len);
+    buf[len] = '\0';
+    size_t nf = split_fields(buf, f, 2);
+    if (nf < 1 || strcmp(f[0], "mnemo-trace") != 0)
+      return perr(p, "not a mnemo trace: the first line must be \"mnemo-trace %d\"", MN_TRACE_FORMAT_VERSION);
+    uint64_t v;
+    if (nf != 2 || !parse_dec(f[1], &v)) return perr(p, "bad version line (expected \"mnemo-trace <version>\")");
+    if (v != MN_TRACE_FORMAT_VERSION)
+      return perr(p, "unsupported trace version %" PRIu64 " (this reader knows version %d)", v,
+                  MN_TRACE_FORMAT_VERSION);
+    p->t->version = (unsigned)v;
+    p->state = ST_META;
+    return MN_OK;
+  }
+  if (i == len) return MN_OK; /* blank */
+  if (p->state == ST_END) return perr(p, "text after the end line");
+  if (line[i] == '#') return MN_OK;
+  bool is_meta = len - i >= 4 && memcmp(line + i, "meta", 4) == 0 && (len - i == 4 || is_blank(line[i + 4]));
+  if (is_meta) return parse_meta(p, line, len);
+  for (size_t k = 0; k < len; k++) {
+    unsigned char c = (unsigned char)line[k];
+    if (c != '\t' && (c < 0x20 || c > 0x7e)) return perr(p, "byte 0x%02x at column %zu is not printable ASCII", c, k + 1);
+  }
+  char buf[MN_TRACE_LINE_MAX + 1], *f[MN__TRACE_MAX_FIELDS];
+  memcpy(buf, line, len);
+  buf[len] = '\0';
+  size_t nf = split_fields(buf, f, MN__TRACE_MAX_FIELDS);
+  if (strcmp(f[0], "end") == 0) {
+    uint64_t n;
+    if (nf != 2 || !parse_dec(f[1], &n)) return perr(p, "bad end line (expected \"end <count>\")");
+    if (n != p->count)
+      return perr(p, "end line counts %" PRIu64 " pre and event lines, the file has %" PRIu64
+                  " (damaged or edited)", n, p->count);
+    p->state = ST_END;
+    return MN_OK;
+  }
+  if (strcmp(f[0], "pre") == 0) {
+    if (p->state == ST_EVENTS) return perr(p, "pre line after an event line");
+    p->state = ST_PRE;
+    return parse_entry(p, f, nf, true);
+  }
+  if (f[0][0] >= '0' && f[0][0] <= '9') {
+    p->state = ST_EVENTS;
+    return parse_entry(p, f, nf, false);
+  }
+  return perr(p, "unknown line kind \"%.32s\" (expected meta, pre, end, # or a time)", f[0]);
+}
+
+mn_status mn_trace_parse(const char *text, size_t len, const char *name, mn_trace_t **out) {
+  MN__CHECK_ARG(out != NULL && (text != NULL || len == 0), "text and out must not be NULL");
+  mn__parser_t p = {.name = name ? name : "<memory>", .line = 0, .state = ST_VERSION};
+  if (len == 0) return mn__error(MN_ERR_FORMAT, __func__, "%s: empty file (no \"mnemo-trace\" line)", p.name);
+  mn_status st = mn_trace_create(&p.t);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  size_t pos = 0;
+  while (pos < len) {
+    p.line++;
+    if (p.line > UINT32_MAX) {
+      st = perr(&p, "too many lines");
+      goto fail;
+    }
+    const char *s = text + pos;
+    size_t rest = len - pos;
+    size_t scan = rest < MN_TRACE_LINE_MAX + 2 ? rest : MN_TRACE_LINE_MAX + 2;
+    const char *nl = memchr(s, '\n', scan);
+    if (!nl) {
+      if (rest > MN_TRACE_LINE_MAX + 1) st = perr(&p, "line longer than %d bytes", MN_TRACE_LINE_MAX);
+      else st = perr(&p, "truncated file: the last line has no newline");
+      goto fail;
+    }
+    size_t n = (size_t)(nl - s);
+    if (n > 0 && s[n - 1] == '\r') n--;
+    if (n > MN_TRACE_LINE_MAX) {
+      st = perr(&p, "line longer than %d bytes", MN_TRACE_LINE_MAX);
+      goto fail;
+    }
+    st = parse_line(&p, s, n);
+    if (st != MN_OK) goto fail;
+    pos += (size_t)(nl - s) + 1;
+  }
+  if (p.state != ST_END) {
+    st = perr(&p, "truncated file: no end line after %" PRIu64 " pre and event lines", p.count);
+    goto fail;
+  }
+  st = trace_match(p.t, NULL, p.name, __func__);
+  if (st != MN_OK) goto fail;
+  *out = p.t;
+  return MN_OK;
+fail:
+  mn_trace_destroy(p.t);
+  return st;
+}
+
+mn_status mn_trace_read(const char *path, mn_trace_t **out) {
+  MN__CHECK_ARG(path != NULL && out != NULL, "path and out must not be NULL");
+  FILE *f = fopen(path, "rb");
+  if (!f) return mn__error(MN_ERR_IO, __func__, "cannot open %s: %s", path, strerror(errno));
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap);
+  mn_status st = MN_OK;
+  if (!buf) {
+    st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+    goto done;
+  }
+  for (;;) {
+    if (len == cap) {
+      char *nb = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
+      if (!nb) {
+        st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory reading %s (%zu bytes)", path, len);
+        goto done;
+      }
+      buf = nb;
+      cap *= 2;
+    }
+    size_t got = fread(buf + len, 1, cap - len, f);
+    len += got;
+    if (got == 0) break;
+  }
+  if (ferror(f)) {
+    st = mn__error(MN_ERR_IO, __func__, "cannot read %s: %s", path, strerror(errno));
+    goto done;
+  }
+  st = mn_trace_parse(buf, len, path, out);
+  if (st != MN_OK) mn__error_wrap(st, __func__);
+done:
+  free(buf);
+  fclose(f);
+  return st;
+}
+
+/* ---- writer ------------------------------------------------------------------ */
+
+typedef struct mn__strbuf_s {
+  char *p;
+  size_t len, cap;
+  bool oom;
+} mn__strbuf_t;
+
+static void sb_printf(mn__strbuf_t *b, const char *fmt, ...) MN__PRINTF(2, 3);
+static void sb_printf(mn__strbuf_t *b, const char *fmt, ...) {
+  if (b->oom) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+    va_end(ap);
+    if (k < 0) {
+      b->oom = true;
+      return;
+    }
+    if (b->p && (size_t)k < b->cap - b->len) {
+      b->len += (size_t)k;
+      return;
+    }
+    size_t cap = b->cap ? b->cap : 1 << 16;
+    while (cap - b->len <= (size_t)k) cap *= 2;
+    char *np = realloc(b->p, cap);
+    if (!np) {
+      b->oom = true;
+      return;
+    }
+    b->p = np;
+    b->cap = cap;
+  }
+}
+
+static mn_status check_writable(const mn_trace_t *t) {
+  for (size_t i = 0; i < t->nmeta; i++) {
+    const char *k = t->meta[i].key, *v = t->meta[i].value;
+    if (!k || !v || !meta_key_ok(k, strlen(k)) || strpbrk(v, "\r\n") || is_blank(v[0]) ||
+        (v[0] && is_blank(v[strlen(v) - 1])) || 5 + strlen(k) + 1 + strlen(v) > MN_TRACE_LINE_MAX)
+      return mn__error(MN_ERR_INVALID_ARGUMENT, "mn_trace_format", "meta entry %zu (%.64s) breaks the format", i,
+                       k ? k : "(null)");
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(t->meta[j].key, k) == 0)
+        return mn__error(MN_ERR_INVALID_ARGUMENT, "mn_trace_format", "duplicate meta key %s", k);
+  }
+  for (size_t i = 0; i < t->nentries; i++) {
+    const mn_trace_entry_t *e = &t->entries[i];
+    if ((unsigned)e->action >= MN_TRACE_ACTION_COUNT || (e->pre && !pre_action_ok(e->action)) ||
+        (e->pre && i > 0 && !t->entries[i - 1].pre) || (e->action == MN_TRACE_ALLOC && e->size == 0))
+      return mn__error(MN_ERR_INVALID_ARGUMENT, "mn_trace_format", "entry %zu breaks the format", i);
+  }
+  mn_status st = trace_match(t, NULL, NULL, "mn_trace_format");
+  return st == MN_OK ? MN_OK : mn__error_wrap(MN_ERR_INVALID_ARGUMENT, "mn_trace_format");
+}
+
+mn_status mn_trace_format(const mn_trace_t *trace, char **text, size_t *len) {
+  MN__CHECK_ARG(trace != NULL && text != NULL, "trace and text must not be NULL");
+  mn_status st = check_writable(trace);
+  if (st != MN_OK) return st;
+  mn__strbuf_t b = {0};
+  sb_printf(&b, "mnemo-trace %d\n", MN_TRACE_FORMAT_VERSION);
+  for (size_t i = 0; i < trace->nmeta; i++) {
+    if (trace->meta[i].value[0]) sb_printf(&b, "meta %s %s\n", trace->meta[i].key, trace->meta[i].value);
+    else sb_printf(&b, "meta %s\n", trace->meta[i].key);
+  }
+  for (size_t i = 0; i < trace->nentries; i++) {
+    const mn_trace_entry_t *e = &trace->entries[i];
+    if (e->pre) sb_printf(&b, "pre");
+    else sb_printf(&b, "%" PRIu64, e->time_us);
+    sb_printf(&b, " %s %" PRIu64 " 0x%" PRIx64 " %" PRIu64, mn_trace_action_name(e->action), e->stream,
+              e->address, e->size);
+    if (e->block_size) sb_printf(&b, " %" PRIu64, e->block_size);
+    sb_printf(&b, "\n");
+  }
+  sb_printf(&b, "end %zu\n", trace->nentries);
+  if (b.oom) {
+    free(b.p);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory formatting %zu entries", trace->nentries);
+  }
+  *text = b.p;
+  if (len) *len = b.len;
+  return MN_OK;
+}
+
+mn_status mn_trace_write(const mn_trace_t *trace, const char *path) {
+  MN__CHECK_ARG(trace != NULL && path != NULL, "trace and path must not be NULL");
+  char *text = NULL;
+  size_t len = 0;
+  mn_status st = mn_trace_format(trace, &text, &len);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  size_t plen = strlen(path);
+  char *tmp = malloc(plen + 5);
+  if (!tmp) {
+    free(text);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  }
+  memcpy(tmp, path, plen);
+  memcpy(tmp + plen, ".tmp", 5);
+  FILE *f = fopen(tmp, "wb");
+  if (!f) {
+    st = mn__error(MN_ERR_IO, __func__, "cannot create %s: %s", tmp, strerror(errno));
+  } else {
+    bool ok = fwrite(text, 1, len, f) == len;
+    int err = errno;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) err = errno ? errno : err;
+    if (!ok) st = mn__error(MN_ERR_IO, __func__, "cannot write %s: %s", tmp, strerror(err));
+    else if (rename(tmp, path) != 0) st = mn__error(MN_ERR_IO, __func__, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    if (st != MN_OK) remove(tmp);
+  }
+  free(tmp);
+  free(text);
+  return st;
+}
+
+/* ---- recorder ------------------------------------------------------------------ */
+
+void mn_trace_recorder_sink(void *user, const mn_trace_event_t *event) {
+  mn_trace_t *t = user;
+  if (!t || !event) return;
+  if ((unsigned)event->action >= MN_TRACE_ACTION_COUNT ||
+      (event->action == MN_TRACE_ALLOC && event->size == 0 && event->requested_size == 0)) {
+    t->dropped++;
+    return;
+  }
+  if (t->nentries == 0 && t->origin_ns == 0) {
+    t->origin_ns = event->time_ns;
+    char v[32], dev[32];
+    snprintf(v, sizeof v, "%" PRIu64, event->time_ns / 1000);
+    mn_device_format(event->device, dev, sizeof dev);
+    if (mn_trace_meta_set(t, "recorded_by", "mnemo") != MN_OK || mn_trace_meta_set(t, "device", dev) != MN_OK ||
+        mn_trace_meta_set(t, "time_origin_us", v) != MN_OK)
+      t->dropped++;
+  }
+  mn_trace_entry_t e;
+  memset(&e, 0, sizeof e);
+  e.action = event->action;
+  e.time_us = event->time_ns > t->origin_ns ? (event->time_ns - t->origin_ns) / 1000 : 0;
+  e.stream = event->stream_id;
+  e.address = (uint64_t)event->address;
+  e.size = event->size;
+  bool block_event = event->action == MN_TRACE_ALLOC || event->action == MN_TRACE_FREE_REQUESTED ||
+                     event->action == MN_TRACE_FREE_COMPLETED;
+  if (block_event && event->requested_size) e.size = event->requested_size;
+  if (event->action == MN_TRACE_ALLOC) e.block_size = event->size;
+  if (mn_trace_append(t, &e) != MN_OK) t->dropped++;
+}

@@ -1,0 +1,311 @@
+/* tools/cmd_replay.c: `mnemo replay`: replays a trace file against the caching
+ * allocator (one run per --config) on the SIM device and prints the memory it needed. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mnemo/mnemo.h"
+#include "commands.h"
+
+const char cmd_replay_usage[] =
+    "  replay TRACE [--config ALLOC_CONF]... [--allocator caching|naive] [--json]\n"
+    "            [--capacity BYTES] [--no-pre] [--repeat N]\n"
+    "            replay a trace (docs/TRACE_FORMAT.md) on the SIM device, once per\n"
+    "            --config (PYTORCH_CUDA_ALLOC_CONF syntax; default: the defaults),\n"
+    "            and compare peak allocated/reserved bytes with the recorded run;\n"
+    "            --repeat N: N fresh replays per config, median ns/op\n";
+
+#define MAX_CONFIGS 64
+#define MAX_REPEAT 101
+
+typedef struct replay_run_s {
+  const char *config; /* as given; "" for the defaults */
+  char effective[512];
+  mn_replay_result_t res;
+} replay_run_t;
+
+typedef struct torch_figs_s {
+  uint64_t peak_allocated, peak_reserved, segment_allocs, reserved_start;
+  bool has_allocated, has_reserved, has_segments, has_start;
+} torch_figs_t;
+
+/* BYTES: a decimal with an optional K, M, G or T suffix (powers of 1024; "iB" allowed). */
+static bool parse_bytes(const char *s, size_t *out) {
+  char *end = NULL;
+  if (!s || s[0] < '0' || s[0] > '9') return false;
+  unsigned long long v = strtoull(s, &end, 10);
+  unsigned shift = 0;
+  switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    default: break;
+  }
+  if (shift && (!strcmp(end, "iB") || !strcmp(end, "B"))) end += strlen(end);
+  if (*end || v == 0 || (shift && v > (SIZE_MAX >> shift))) return false;
+  *out = (size_t)(v << shift);
+  return true;
+}
+
+static const char *gib(int64_t bytes, char *buf, size_t n) {
+  if (bytes < 0) snprintf(buf, n, "n/a");
+  else if (bytes >= (int64_t)1 << 30) snprintf(buf, n, "%.2f GiB", (double)bytes / (double)(1u << 30));
+  else snprintf(buf, n, "%.2f MiB", (double)bytes / (double)(1u << 20));
+  return buf;
+}
+
+static void json_string(const char *s) {
+  putchar('"');
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') printf("\\%c", c);
+    else if (c < 0x20) printf("\\u%04x", c);
+    else putchar(c);
+  }
+  putchar('"');
+}
+
+static void read_torch(const mn_trace_t *t, torch_figs_t *f) {
+  memset(f, 0, sizeof *f);
+  f->has_allocated = mn_trace_meta_get_u64(t, "torch_peak_allocated", &f->peak_allocated) == MN_OK;
+  f->has_reserved = mn_trace_meta_get_u64(t, "torch_peak_reserved", &f->peak_reserved) == MN_OK;
+  f->has_segments = mn_trace_meta_get_u64(t, "torch_segment_allocs", &f->segment_allocs) == MN_OK;
+  f->has_start = mn_trace_meta_get_u64(t, "torch_reserved_start", &f->reserved_start) == MN_OK;
+  mn_clear_error();
+}
+
+static void print_json_run(const char *trace_path, const char *allocator, const replay_run_t *run,
+                           const torch_figs_t *tf) {
+  const mn_replay_result_t *r = &run->res;
+  printf("{\"trace\": ");
+  json_string(trace_path);
+  printf(", \"allocator\": \"%s\", \"config\": ", allocator);
+  json_string(run->config);
+  printf(", \"config_effective\": ");
+  json_string(run->effective);
+  printf(", \"peak_allocated\": %" PRId64 ", \"peak_reserved\": %" PRId64 ", \"peak_requested\": %" PRId64
+         ", \"ratio\": %.4f, \"device_allocs\": %" PRId64 ", \"device_allocs_events\": %" PRId64 ", \"device_frees\": %" PRId64 ", \"peak_device_mapped\": %" PRId64
+         ", \"reserved_after_pre\": %" PRId64 ", \"allocated_after_pre\": %" PRId64
+         ", \"ns_per_op\": %.1f, \"allocs\": %" PRIu64 ", \"frees\": %" PRIu64 ", \"pre_allocs\": %" PRIu64
+         ", \"ooms\": %" PRIu64 ", \"skipped_frees\": %" PRIu64 ", \"streams\": %zu, \"stats_from_allocator\": %s",
+         r->peak_allocated, r->peak_reserved, r->peak_requested, r->ratio, r->device_allocs, r->device_allocs_events,
+         r->device_frees, r->peak_device_mapped,
+         r->reserved_after_pre, r->allocated_after_pre, r->ns_per_op, r->allocs, r->frees, r->pre_allocs, r->ooms,
+         r->skipped_frees, r->streams, r->stats_from_allocator ? "true" : "false");
+  if (tf->has_allocated || tf->has_reserved) {
+    printf(", \"torch\": {");
+    const char *sep = "";
+    if (tf->has_allocated) printf("%s\"peak_allocated\": %" PRIu64, sep, tf->peak_allocated), sep = ", ";
+    if (tf->has_reserved) printf("%s\"peak_reserved\": %" PRIu64, sep, tf->peak_reserved), sep = ", ";
+    if (tf->has_segments) printf("%s\"segment_allocs\": %" PRIu64, sep, tf->segment_allocs), sep = ", ";
+    if (tf->has_start) printf("%s\"reserved_start\": %" PRIu64, sep, tf->reserved_start);
+    printf("}");
+    if (tf->has_reserved && tf->peak_reserved && r->peak_reserved >= 0)
+      printf(", \"reserved_vs_torch\": %.4f", (double)r->peak_reserved / (double)tf->peak_reserved);
+    if (tf->has_allocated && tf->peak_allocated)
+      printf(", \"allocated_vs_torch\": %.4f", (double)r->peak_allocated / (double)tf->peak_allocated);
+  }
+  printf("}");
+}
+
+static void print_table(const char *trace_path, const mn_trace_t *t, const char *allocator, const replay_run_t *runs,
+                        size_t nruns, const torch_figs_t *tf) {
+  size_t pre = 0;
+  for (size_t i = 0; i < t->nentries && t->entries[i].pre; i++) pre += t->entries[i].action == MN_TRACE_ALLOC;
+  const char *src = mn_trace_meta_get(t, "source");
+  bool allocator_naive = !strcmp(allocator, "naive");
+  printf("trace %s%s%s%s: %zu entries (%zu pre-existing allocations), %zu stream(s); device SIM; allocator %s\n",
+         trace_path, src ? " (from " : "", src ? src : "", src ? ")" : "", t->nentries, pre,
+         nruns ? runs[0].res.streams : 0, allocator);
+  printf("%-40s %12s %12s %7s %9s %8s %7s %9s %5s\n", "config", "peak alloc", "peak reserv", "res/all",
+         "res/torch", "seg/torch", "dev.all", "ns/op", "OOMs");
+  char a[32], b[32], rt[16], sg[32];
+  for (size_t k = 0; k < nruns; k++) {
+    const mn_replay_result_t *r = &runs[k].res;
+    if (tf->has_reserved && tf->peak_reserved && r->peak_reserved >= 0)
+      snprintf(rt, sizeof rt, "%.3f", (double)r->peak_reserved / (double)tf->peak_reserved);
+    else snprintf(rt, sizeof rt, "-");
+    if (tf->has_segments && tf->segment_allocs)
+      snprintf(sg, sizeof sg, "%.3f", (double)r->device_allocs_events / (double)tf->segment_allocs);
+    else snprintf(sg, sizeof sg, "-");
+    printf("%-40.40s %12s %12s %7.3f %9s %8s %7" PRId64 " %9.1f %5" PRIu64 "\n",
+           runs[k].config[0] ? runs[k].config : (allocator_naive ? "(naive)" : "(defaults)"), gib(r->peak_allocated, a, sizeof a),
+           gib(r->peak_reserved, b, sizeof b), r->ratio, rt, sg, r->device_allocs, r->ns_per_op, r->ooms);
+  }
+  if (tf->has_allocated || tf->has_reserved) {
+    printf("%-40s %12s %12s %7.3f %9s %8s %7s %9s %5s\n", "pytorch (recorded, from the trace header)",
+           tf->has_allocated ? gib((int64_t)tf->peak_allocated, a, sizeof a) : "-",
+           tf->has_reserved ? gib((int64_t)tf->peak_reserved, b, sizeof b) : "-",
+           tf->has_allocated && tf->peak_allocated ? (double)tf->peak_reserved / (double)tf->peak_allocated : 0.0,
+           "1.000", "1.000", "-", "-", "-");
+  }
+  printf("peak alloc/reserv: over the whole replay, pre-existing allocations included; res/torch: our peak\n"
+         "reserved / PyTorch's; seg/torch: raw allocations during the trace events / PyTorch's segment_alloc\n"
+         "events; dev.all: raw allocations in all; ns/op: host time per alloc/free call.\n");
+  for (size_t k = 0; k < nruns; k++) {
+    const mn_replay_result_t *r = &runs[k].res;
+    printf("  %s: after the pre-existing allocations reserved %s",
+           runs[k].config[0] ? runs[k].config : (allocator_naive ? "(naive)" : "(defaults)"),
+           gib(r->reserved_after_pre, a, sizeof a));
+    if (tf->has_start) printf(" (pytorch %s)", gib((int64_t)tf->reserved_start, b, sizeof b));
+    printf(", %" PRId64 " raw allocations during the events", r->device_allocs_events);
+    if (tf->has_segments) printf(" (pytorch %" PRIu64 ")", tf->segment_allocs);
+    printf(", %" PRId64 " raw frees", r->device_frees);
+    if (r->stats_from_allocator && r->peak_device_mapped >= 0 && r->peak_device_mapped != r->peak_reserved)
+      printf("; WARNING: the SIM device's mapped peak is %s", gib(r->peak_device_mapped, b, sizeof b));
+    printf("%s\n", runs[k].res.stats_from_allocator ? "" : " [no allocator stats: SIM mapped bytes]");
+  }
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int replay_one(const mn_trace_t *t, bool naive, bool skip_pre, int repeat, replay_run_t *run) {
+  mn_caching_config_t cfg = mn_caching_config_default();
+  if (mn_caching_config_parse(run->config, &cfg) != MN_OK) {
+    fprintf(stderr, "mnemo replay: bad --config \"%s\": %s\n", run->config, mn_last_error());
+    return 2;
+  }
+  if (naive) snprintf(run->effective, sizeof run->effective, "naive");
+  else if (mn_caching_config_format(&cfg, run->effective, sizeof run->effective) != MN_OK)
+    snprintf(run->effective, sizeof run->effective, "?");
+  double ns[MAX_REPEAT];
+  for (int k = 0; k < repeat; k++) {
+    mn_allocator_t *a = NULL;
+    mn_status st = naive ? mn_naive_allocator_create(mn_device_sim(0), &a)
+                         : mn_caching_allocator_create(mn_device_sim(0), &cfg, &a);
+    if (st != MN_OK) {
+      fprintf(stderr, "mnemo replay: cannot create the allocator: %s\n", mn_last_error());
+      return 1;
+    }
+    mn_replay_options_t opt = mn_replay_options_default();
+    opt.skip_pre = skip_pre;
+    mn_replay_result_t res;
+    st = mn_trace_replay(t, a, &opt, &res);
+    mn_allocator_destroy(a);
+    if (st != MN_OK) {
+      fprintf(stderr, "mnemo replay: %s\n", mn_last_error());
+      return 1;
+    }
+    if (k == 0) run->res = res;
+    else if (res.peak_allocated != run->res.peak_allocated || res.peak_reserved != run->res.peak_reserved ||
+             res.device_allocs != run->res.device_allocs)
+      fprintf(stderr, "mnemo replay: warning: replay %d of \"%s\" gave other peaks than the first\n", k + 1,
+              run->config);
+    ns[k] = res.ns_per_op;
+  }
+  qsort(ns, (size_t)repeat, sizeof ns[0], cmp_double);
+  run->res.ns_per_op = ns[repeat / 2];
+  run->res.op_ns = 0; /* per replay; not meaningful for the median */
+  return 0;
+}
+
+int cmd_replay(int argc, char **argv) {
+  const char *path = NULL, *configs[MAX_CONFIGS];
+  size_t nconfigs = 0, capacity = 0;
+  bool json = false, naive = false, skip_pre = false;
+  int repeat = 1;
+  for (int i = 0; i < argc; i++) {
+    const char *arg = argv[i];
+    if (!strcmp(arg, "--json")) {
+      json = true;
+    } else if (!strcmp(arg, "--no-pre")) {
+      skip_pre = true;
+    } else if (!strcmp(arg, "--config") || !strcmp(arg, "--capacity") || !strcmp(arg, "--allocator") ||
+               !strcmp(arg, "--repeat")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "mnemo replay: %s needs a value\n", arg);
+        return 2;
+      }
+      const char *v = argv[++i];
+      if (!strcmp(arg, "--config")) {
+        if (nconfigs == MAX_CONFIGS) {
+          fprintf(stderr, "mnemo replay: at most %d --config\n", MAX_CONFIGS);
+          return 2;
+        }
+        configs[nconfigs++] = v;
+      } else if (!strcmp(arg, "--repeat")) {
+        char *end = NULL;
+        long n = strtol(v, &end, 10);
+        if (*end || n < 1 || n > MAX_REPEAT) {
+          fprintf(stderr, "mnemo replay: --repeat must be 1..%d, not \"%s\"\n", MAX_REPEAT, v);
+          return 2;
+        }
+        repeat = (int)n;
+      } else if (!strcmp(arg, "--capacity")) {
+        if (!parse_bytes(v, &capacity)) {
+          fprintf(stderr, "mnemo replay: --capacity \"%s\" is not a byte count (e.g. 85899345920 or 80G)\n", v);
+          return 2;
+        }
+      } else if (!strcmp(v, "naive") || !strcmp(v, "caching")) {
+        naive = !strcmp(v, "naive");
+      } else {
+        fprintf(stderr, "mnemo replay: --allocator must be caching or naive, not \"%s\"\n", v);
+        return 2;
+      }
+    } else if (arg[0] == '-' && arg[1]) {
+      fprintf(stderr, "mnemo replay: unknown option %s\nusage: mnemo\n%s", arg, cmd_replay_usage);
+      return 2;
+    } else if (!path) {
+      path = arg;
+    } else {
+      fprintf(stderr, "mnemo replay: one trace at a time (got %s and %s)\n", path, arg);
+      return 2;
+    }
+  }
+  if (!path) {
+    fprintf(stderr, "usage: mnemo\n%s", cmd_replay_usage);
+    return 2;
+  }
+  if (nconfigs == 0) configs[nconfigs++] = "";
+  if (naive && nconfigs > 1) {
+    fprintf(stderr, "mnemo replay: --config applies to the caching allocator, not --allocator naive\n");
+    return 2;
+  }
+  if (capacity) {
+    mn_sim_config_t sc = mn_sim_config_default();
+    sc.capacity = capacity;
+    if (mn_sim_configure(&sc) != MN_OK) {
+      fprintf(stderr, "mnemo replay: --capacity: %s\n", mn_last_error());
+      return 2;
+    }
+  }
+  mn_trace_t *t = NULL;
+  if (mn_trace_read(path, &t) != MN_OK) {
+    fprintf(stderr, "mnemo replay: %s\n", mn_last_error());
+    return 1;
+  }
+  replay_run_t *runs = calloc(nconfigs, sizeof *runs);
+  if (!runs) {
+    mn_trace_destroy(t);
+    fprintf(stderr, "mnemo replay: out of host memory\n");
+    return 1;
+  }
+  int rc = 0;
+  for (size_t k = 0; k < nconfigs && rc == 0; k++) {
+    runs[k].config = configs[k];
+    rc = replay_one(t, naive, skip_pre, repeat, &runs[k]);
+  }
+  if (rc == 0) {
+    torch_figs_t tf;
+    read_torch(t, &tf);
+    const char *alloc_name = naive ? "naive" : "caching";
+    if (json) {
+      if (nconfigs > 1) printf("[\n");
+      for (size_t k = 0; k < nconfigs; k++) {
+        print_json_run(path, alloc_name, &runs[k], &tf);
+        printf("%s\n", nconfigs > 1 && k + 1 < nconfigs ? "," : "");
+      }
+      if (nconfigs > 1) printf("]\n");
+    } else {
+      print_table(path, t, alloc_name, runs, nconfigs, &tf);
+    }
+  }
+  free(runs);
+  mn_trace_destroy(t);
+  return rc;
+}
