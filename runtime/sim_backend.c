@@ -753,6 +753,12 @@ static mn_status pin_remove(int index, const char *func, void *ptr, bool owned) 
 }
 
 static mn_status sim_host_alloc(int index, size_t nbytes, void **out) {
+  SIM_LOCKED(index, d);
+  bool fail = fault_fires(d, MN_SIM_FAULT_RAW_ALLOC);
+  pthread_mutex_unlock(&d->lock);
+  if (fail)
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: injected fault: pinning %zu bytes failed", index,
+                     nbytes);
   if (nbytes > SIZE_MAX - SIM_HOST_ALIGN)
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: cannot pin %zu bytes", index, nbytes);
   size_t rounded = (nbytes + SIM_HOST_ALIGN - 1) / SIM_HOST_ALIGN * SIM_HOST_ALIGN;

@@ -14,6 +14,7 @@
 #include "mnemo/sim.h"
 #include "mnemo/allocator.h"
 #include "mnemo/caching.h"
+#include "mnemo/pinned.h"
 #include "mnemo/storage.h"
 #include "mnemo/view.h"
 #include "mnemo/kernels.h"

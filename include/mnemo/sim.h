@@ -37,7 +37,7 @@ mn_status mn_sim_device_drain(mn_device_t dev);
 mn_status mn_sim_stream_pending(mn_stream_t *stream, size_t *count);
 
 typedef enum mn_sim_fault {
-  MN_SIM_FAULT_RAW_ALLOC = 0,   /* a raw allocation (alloc or map) fails: out of memory */
+  MN_SIM_FAULT_RAW_ALLOC = 0,   /* a raw allocation (alloc, map or pinned host alloc) fails: out of memory */
   MN_SIM_FAULT_EVENT_QUERY = 1, /* an event query fails with a device error */
   MN_SIM_FAULT_MEMCPY = 2,      /* queueing a copy or memset fails with a device error */
   MN_SIM_FAULT_EVENT_RECORD = 3,/* recording an event fails with a device error */
