@@ -800,9 +800,12 @@ static mn_status sim_host_is_pinned(int index, const void *ptr, bool *pinned) {
   return MN_OK;
 }
 
-/* SIM devices share the host address space: every pair can reach each other. */
+/* SIM devices share the host address space: every pair can reach each other
+ * unless configured not to (to exercise the paths of machines without peer access). */
 static mn_status sim_can_access_peer(int index, int peer, bool *can) {
-  *can = true;
+  pthread_mutex_lock(&g_lock);
+  *can = !g_cfg.no_peer_access;
+  pthread_mutex_unlock(&g_lock);
   return MN_OK;
 }
 

@@ -169,6 +169,7 @@ MN_TEST(block_used_by_unfinished_copy_is_never_reused) {
   MN_CHECK_OK(mn_allocator_snapshot(a, &snap));
   MN_CHECK(snap && snap->nsegments == 1 && snap->segments[0].blocks[0].state == MN_BLOCK_ACTIVE_PENDING_FREE);
   mn_snapshot_free(snap);
+  MN_CHECK_OK(mn_allocator_check_invariants(a)); /* with a pending block */
   void *others[8];
   bool reused = false;
   for (int i = 0; i < 8; i++) {
@@ -219,6 +220,26 @@ MN_TEST(every_stream_must_pass) {
   /* Blocks are LIFO per class: the newest free block comes first. */
   MN_CHECK_OK(mn_allocator_alloc(a, 100, NULL, &q));
   MN_CHECK(q == p);
+  /* Many streams on one block (more than are kept inline). */
+  mn_stream_t *many[6];
+  MN_CHECK_OK(mn_allocator_alloc(a, 100, NULL, &p));
+  for (int i = 0; i < 6; i++) {
+    MN_CHECK_OK(mn_stream_create(SIM0, &many[i]));
+    MN_CHECK_OK(mn_stream_launch_host(many[i], nothing_fn, NULL));
+    MN_CHECK_OK(mn_allocator_record_stream(a, p, many[i]));
+  }
+  MN_CHECK_OK(mn_allocator_free(a, p));
+  for (int i = 0; i < 5; i++) MN_CHECK_OK(mn_stream_synchronize(many[i]));
+  st = stats_of(a);
+  MN_CHECK(CUR(st, active) == 2); /* q, and p waiting for the sixth stream */
+  MN_CHECK_OK(mn_stream_synchronize(many[5]));
+  st = stats_of(a);
+  MN_CHECK(CUR(st, active) == 1);
+  for (int i = 0; i < 6; i++) MN_CHECK_OK(mn_stream_destroy(many[i]));
+  /* Too large to round: a clean out-of-memory error. */
+  void *huge = NULL;
+  MN_CHECK_ERR(mn_allocator_alloc(a, SIZE_MAX - 4, NULL, &huge), MN_ERR_OUT_OF_MEMORY, "too large");
+  MN_CHECK(huge == NULL);
   /* Errors: a stream of another device type, an address outside any live block. */
   mn_allocator_t *cpu_pool = NULL;
   MN_CHECK_OK(mn_pinned_allocator_create(mn_device_cpu(), NULL, &cpu_pool));

@@ -132,6 +132,7 @@ MN_TEST(view_geometry_errors) {
 MN_TEST(nothing_outstanding_on_sim) {
   mn_sim_stats_t st;
   MN_CHECK_OK(mn_device_synchronize(mn_device_sim(0)));
+  MN_CHECK_OK(mn_copy_engine_reset()); /* the copy engine's helper streams, events, staging cache */
   MN_CHECK_OK(mn_sim_get_stats(mn_device_sim(0), &st));
   MN_CHECK(st.mapped_bytes == 0 && st.live_streams == 0 && st.live_events == 0);
   MN_CHECK(st.raw_allocs == st.raw_frees && st.illegal_accesses == 0);

@@ -17,6 +17,7 @@
 #include "mnemo/pinned.h"
 #include "mnemo/storage.h"
 #include "mnemo/view.h"
+#include "mnemo/copy.h"
 #include "mnemo/kernels.h"
 
 #ifdef __cplusplus

@@ -18,6 +18,8 @@ typedef struct mn_sim_config_s {
   size_t capacity;          /* bytes of device memory per device; default 80 GiB */
   size_t granularity;       /* raw allocations round up to this; default 2 MiB */
   bool eager;               /* streams run work as soon as it is queued */
+  bool no_peer_access;      /* SIM devices cannot reach each other's memory
+                               (mn_device_can_access_peer says false); default false */
 } mn_sim_config_t;
 
 /* The defaults above. */
