@@ -30,8 +30,6 @@ void mn__strided_of_view(const mn_view_t *v, mn__strided_t *out);
 /* A contiguous buffer of `shape`'s geometry holding only the elements
  * [begin, ...) of that shape, the first at buf[0]: a staging chunk. */
 void mn__strided_packed(void *buf, const mn__strided_t *shape, int64_t begin, mn__strided_t *out);
-/* Whether the operand is row-major contiguous (size-1 dims ignored). */
-bool mn__strided_is_contiguous(const mn__strided_t *t);
 
 /* Copies the elements [begin, end) (row-major order of the common shape) of
  * src into dst. pre: same ndim and sizes, 0 <= begin <= end <= numel, the

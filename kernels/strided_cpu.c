@@ -29,17 +29,6 @@ void mn__strided_packed(void *buf, const mn__strided_t *shape, int64_t begin, mn
   out->origin = begin;
 }
 
-bool mn__strided_is_contiguous(const mn__strided_t *t) {
-  int64_t expected = 1;
-  for (int d = t->ndim - 1; d >= 0; d--) {
-    if (t->sizes[d] == 0) return true;
-    if (t->sizes[d] == 1) continue;
-    if (t->strides[d] != expected) return false;
-    expected *= t->sizes[d];
-  }
-  return true;
-}
-
 /* The common shape with size-1 dims dropped and dims merged where both
  * operands allow it; innermost first. */
 typedef struct coalesced {

@@ -138,7 +138,7 @@ static void side_from_view(const mn_view_t *v, mn__copy_side_t *out) {
   memset(out, 0, sizeof *out);
   out->dev = mn_view_device(v);
   mn__strided_of_view(v, &out->t);
-  out->contiguous = mn__strided_is_contiguous(&out->t);
+  out->contiguous = mn_view_is_contiguous(v);
 }
 
 static void side_from_bytes(mn_device_t dev, const void *p, size_t n, mn__copy_side_t *out) {

@@ -309,10 +309,51 @@ mn_status mn__copy_staged_h2d(const mn__copy_t *c) {
   return ring_finish(&r, st);
 }
 
-/* Device -> pageable host: each chunk goes device -> staging on the stream;
- * the device's helper stream then copies staging -> destination in a host
- * function; the stream waits for the helper at the end, so synchronizing it
- * (or an event recorded after the call) covers the whole copy. */
+/* The chunk loop of the two-leg paths: leg 1 (source -> staging) on stream
+ * x, leg 2 (staging -> destination) on stream y, as a host function when the
+ * destination is host memory. A block is refilled only after its previous
+ * leg 2 finished. If x is the ordering stream it finally waits for y's last
+ * chunk, so x covers the whole copy. */
+static mn_status two_legs(ring *r, mn_stream_t *x, mn_stream_t *y) {
+  const mn__copy_t *c = r->c;
+  bool host_dst = c->dst.dev.type == MN_DEVICE_CPU;
+  mn_status st = MN_OK;
+  slot *last = NULL;
+  for (int64_t k = 0, begin, end; k < r->nchunks; k++) {
+    chunk_bounds(r, k, &begin, &end);
+    slot *sl = NULL;
+    mn__copy_side_t stage;
+    st = ring_slot(r, k, &sl);
+    if (st == MN_OK && sl->used) st = order_after(x, sl->ready);
+    if (st == MN_OK) {
+      staging_side(r, sl, begin, &stage);
+      st = mn__copy_enqueue_range(x, &stage, &c->src, c->item, begin, end);
+    }
+    if (st == MN_OK) st = mn_event_record(sl->filled, x);
+    if (st == MN_OK) st = order_after(y, sl->filled);
+    if (st == MN_OK)
+      st = host_dst ? mn__copy_launch_host_range(y, &c->dst.t, &stage.t, c->item, begin, end, c->cfg.host_threads)
+                    : mn__copy_enqueue_range(y, &c->dst, &stage, c->item, begin, end);
+    if (st == MN_OK) st = mn_event_record(sl->ready, y);
+    if (st != MN_OK) {
+      st = chunk_error(r, st, k);
+      break;
+    }
+    sl->used = true;
+    last = sl;
+  }
+  /* Even after a failure: the ordering stream must cover what was queued. */
+  if (last && x == c->stream) {
+    mn_status w = order_after(x, last->ready);
+    if (st == MN_OK) st = w;
+  }
+  return st;
+}
+
+/* Device -> pageable host: leg 1 on the ordering stream, leg 2 (staging ->
+ * destination, a host function) on the device's helper stream, so the
+ * device transfer of one chunk overlaps the host copy of the previous one;
+ * the ordering stream waits for the helper at the end. */
 mn_status mn__copy_staged_d2h(const mn__copy_t *c) {
   ring r;
   mn_status st = ring_open(&r, c, c->src.dev);
@@ -323,40 +364,12 @@ mn_status mn__copy_staged_d2h(const mn__copy_t *c) {
   r.users[1] = h;
   r.has_filled = true;
   r.filled_dev = r.ready_dev = mn_stream_device(s);
-  slot *last = NULL;
-  for (int64_t k = 0, begin, end; k < r.nchunks; k++) {
-    chunk_bounds(&r, k, &begin, &end);
-    slot *sl = NULL;
-    mn__copy_side_t stage;
-    st = ring_slot(&r, k, &sl);
-    if (st == MN_OK && sl->used) st = mn_stream_wait_event(s, sl->ready);
-    if (st == MN_OK) {
-      staging_side(&r, sl, begin, &stage);
-      st = mn__copy_enqueue_range(s, &stage, &c->src, c->item, begin, end);
-    }
-    if (st == MN_OK) st = mn_event_record(sl->filled, s);
-    if (st == MN_OK) st = mn_stream_wait_event(h, sl->filled);
-    if (st == MN_OK)
-      st = mn__copy_launch_host_range(h, &c->dst.t, &stage.t, c->item, begin, end, c->cfg.host_threads);
-    if (st == MN_OK) st = mn_event_record(sl->ready, h);
-    if (st != MN_OK) {
-      st = chunk_error(&r, st, k);
-      break;
-    }
-    sl->used = true;
-    last = sl;
-  }
-  /* Even after a failure: the stream must cover the host copies already queued. */
-  if (last) {
-    mn_status w = mn_stream_wait_event(s, last->ready);
-    if (st == MN_OK) st = w;
-  }
-  return ring_finish(&r, st);
+  return ring_finish(&r, two_legs(&r, s, h));
 }
 
-/* Device -> device between two devices without peer access: each chunk goes
- * source -> staging on a stream of the source device, then staging ->
- * destination on a stream of the destination device. */
+/* Device -> device between two devices without peer access: leg 1 on a
+ * stream of the source device, leg 2 on a stream of the destination device
+ * (the ordering stream on its device, the default stream on the other). */
 mn_status mn__copy_staged_d2d(const mn__copy_t *c) {
   mn_device_t dd = c->dst.dev, sd = c->src.dev;
   mn_stream_t *s = c->stream, *a = NULL, *b = NULL; /* a: source side, b: destination side */
@@ -373,33 +386,7 @@ mn_status mn__copy_staged_d2d(const mn__copy_t *c) {
   r.has_filled = true;
   r.filled_dev = sd;
   r.ready_dev = dd;
-  slot *last = NULL;
-  for (int64_t k = 0, begin, end; k < r.nchunks; k++) {
-    chunk_bounds(&r, k, &begin, &end);
-    slot *sl = NULL;
-    mn__copy_side_t stage;
-    st = ring_slot(&r, k, &sl);
-    if (st == MN_OK && sl->used) st = order_after(a, sl->ready);
-    if (st == MN_OK) {
-      staging_side(&r, sl, begin, &stage);
-      st = mn__copy_enqueue_range(a, &stage, &c->src, c->item, begin, end);
-    }
-    if (st == MN_OK) st = mn_event_record(sl->filled, a);
-    if (st == MN_OK) st = order_after(b, sl->filled);
-    if (st == MN_OK) st = mn__copy_enqueue_range(b, &c->dst, &stage, c->item, begin, end);
-    if (st == MN_OK) st = mn_event_record(sl->ready, b);
-    if (st != MN_OK) {
-      st = chunk_error(&r, st, k);
-      break;
-    }
-    sl->used = true;
-    last = sl;
-  }
-  if (last && !s_on_dst) {
-    mn_status w = order_after(a, last->ready);
-    if (st == MN_OK) st = w;
-  }
-  return ring_finish(&r, st);
+  return ring_finish(&r, two_legs(&r, a, b));
 }
 
 /* ---- reset ----------------------------------------------------------------------- */

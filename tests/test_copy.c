@@ -9,25 +9,6 @@
 static mn_device_t SIM0, SIM1, CPU;
 static const size_t CHUNK = 4096;
 
-static uint64_t rng_state = 88172645463325252ull;
-static uint64_t rnd(void) {
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return rng_state;
-}
-static void fill_random(void *p, size_t n) {
-  for (size_t i = 0; i < n; i++) ((unsigned char *)p)[i] = (unsigned char)rnd();
-}
-
-static void set_chunking(size_t chunk, unsigned buffers, unsigned threads) {
-  mn_copy_config_t c = mn_copy_config_default();
-  c.chunk_bytes = chunk;
-  c.staging_buffers = buffers;
-  c.host_threads = threads;
-  MN_CHECK_OK(mn_copy_set_config(&c));
-}
-
 static mn_allocator_t *staging_pool(mn_device_t dev) {
   mn_allocator_t *a = NULL;
   MN_CHECK_OK(mn_pinned_allocator_get_default(dev, &a));
@@ -66,7 +47,7 @@ static void roundtrip_bytes(size_t n, mode m, mn_stream_t *s) {
     back = malloc(n + 1);
   }
   MN_CHECK_OK(mn_device_raw_alloc(SIM0, n + 1, (void **)&dev));
-  fill_random(src, n + 1);
+  mn_test_fill_random(src, n + 1);
   memset(back, 0xee, n + 1);
   unsigned flags = m == PAGEABLE_BLOCKING ? 0 : MN_COPY_NON_BLOCKING;
   MN_CHECK_OK(mn_copy_bytes(SIM0, dev, CPU, src, n, s, flags));
@@ -86,7 +67,7 @@ static void roundtrip_bytes(size_t n, mode m, mn_stream_t *s) {
 }
 
 MN_TEST(bytes_every_mode_and_size) {
-  set_chunking(CHUNK, 2, 1);
+  mn_test_set_copy_staging(CHUNK, 2, 1);
   mn_stream_t *s = NULL;
   MN_CHECK_OK(mn_stream_create(SIM0, &s));
   const size_t sizes[] = {1, 7, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK, 3 * CHUNK + 5, 5 * CHUNK - 3, 100000};
@@ -98,7 +79,7 @@ MN_TEST(bytes_every_mode_and_size) {
   mn_alloc_stats_t st = pool_stats(SIM0);
   MN_CHECK(LIVE(st) == 0 && ACTIVE(st) == 0);
   MN_CHECK_OK(mn_stream_destroy(s));
-  set_chunking(CHUNK, 4, 1);
+  mn_test_set_copy_staging(CHUNK, 4, 1);
 }
 
 MN_TEST(zero_bytes) {
@@ -114,12 +95,12 @@ MN_TEST(zero_bytes) {
 /* Pageable host -> device, non_blocking: the source is read by the time the
  * call returns; the destination is written when the stream gets there. */
 MN_TEST(staged_h2d_completion_point) {
-  set_chunking(CHUNK, 4, 1);
+  mn_test_set_copy_staging(CHUNK, 4, 1);
   mn_stream_t *s = NULL;
   unsigned char *dev = NULL;
   size_t n = 3 * CHUNK + 100; /* 4 chunks, 4 staging blocks: the host never waits */
   unsigned char *src = malloc(n), *want = malloc(n);
-  fill_random(src, n);
+  mn_test_fill_random(src, n);
   memcpy(want, src, n);
   MN_CHECK_OK(mn_stream_create(SIM0, &s));
   MN_CHECK_OK(mn_device_raw_alloc(SIM0, n, (void **)&dev));
@@ -136,9 +117,9 @@ MN_TEST(staged_h2d_completion_point) {
   MN_CHECK(ACTIVE(st) == 0);
   /* More chunks than staging blocks: the host waits for the device to free
    * one, so the stream has run part of the copy when the call returns. */
-  set_chunking(CHUNK, 2, 1);
+  mn_test_set_copy_staging(CHUNK, 2, 1);
   src = malloc(n);
-  fill_random(src, n);
+  mn_test_fill_random(src, n);
   memcpy(want, src, n);
   MN_CHECK_OK(mn_copy_bytes(SIM0, dev, CPU, src, n, s, MN_COPY_NON_BLOCKING));
   free(src);
@@ -147,7 +128,7 @@ MN_TEST(staged_h2d_completion_point) {
   MN_CHECK_OK(mn_device_raw_free(SIM0, dev));
   MN_CHECK_OK(mn_stream_destroy(s));
   free(want);
-  set_chunking(CHUNK, 4, 1);
+  mn_test_set_copy_staging(CHUNK, 4, 1);
 }
 
 /* Device -> pageable host, non_blocking: nothing is written before the stream
@@ -161,7 +142,7 @@ MN_TEST(staged_d2h_completion_point) {
   MN_CHECK_OK(mn_stream_create(SIM0, &s));
   MN_CHECK_OK(mn_event_create(SIM0, &e));
   MN_CHECK_OK(mn_device_raw_alloc(SIM0, n, (void **)&dev));
-  fill_random(dev, n);
+  mn_test_fill_random(dev, n);
   memcpy(want, dev, n);
   memset(dst, 0, n);
   MN_CHECK_OK(mn_copy_bytes(CPU, dst, SIM0, dev, n, s, MN_COPY_NON_BLOCKING));
@@ -220,13 +201,13 @@ MN_TEST(pinned_copy_protects_its_block) {
 }
 
 MN_TEST(device_to_device) {
-  set_chunking(CHUNK, 2, 1);
+  mn_test_set_copy_staging(CHUNK, 2, 1);
   size_t n = 4 * CHUNK + 3;
   unsigned char *a = NULL, *b = NULL, *c = NULL;
   MN_CHECK_OK(mn_device_raw_alloc(SIM0, n, (void **)&a));
   MN_CHECK_OK(mn_device_raw_alloc(SIM0, n, (void **)&b));
   MN_CHECK_OK(mn_device_raw_alloc(SIM1, n, (void **)&c));
-  fill_random(a, n);
+  mn_test_fill_random(a, n);
   /* One device. */
   MN_CHECK_OK(mn_copy_bytes(SIM0, b, SIM0, a, n, NULL, 0));
   MN_CHECK(memcmp(a, b, n) == 0);
@@ -245,7 +226,7 @@ MN_TEST(device_to_device) {
   MN_CHECK_OK(mn_copy_bytes(SIM1, c, SIM0, a, n, s1, MN_COPY_NON_BLOCKING | MN_COPY_NO_PEER));
   MN_CHECK_OK(mn_stream_synchronize(s1));
   MN_CHECK(memcmp(a, c, n) == 0);
-  fill_random(c, n);
+  mn_test_fill_random(c, n);
   mn_stream_t *s0 = NULL;
   MN_CHECK_OK(mn_stream_create(SIM0, &s0));
   MN_CHECK_OK(mn_copy_bytes(SIM0, b, SIM1, c, n, s0, MN_COPY_NO_PEER)); /* blocking, stream on the source */
@@ -263,7 +244,7 @@ MN_TEST(device_to_device) {
   MN_CHECK_OK(mn_device_raw_free(SIM1, c));
   MN_CHECK_OK(mn_stream_destroy(s0));
   MN_CHECK_OK(mn_stream_destroy(s1));
-  set_chunking(CHUNK, 4, 1);
+  mn_test_set_copy_staging(CHUNK, 4, 1);
 }
 
 /* A fault in the k-th chunk's copy: a clear error naming the chunk, every
@@ -275,7 +256,7 @@ static void fault_in_chunk(int dir, uint64_t k) {
   MN_CHECK_OK(mn_stream_create(SIM0, &s));
   MN_CHECK_OK(mn_device_raw_alloc(SIM0, n, (void **)&dev));
   MN_CHECK_OK(mn_device_raw_alloc(SIM1, n, (void **)&dev1));
-  fill_random(host, n);
+  mn_test_fill_random(host, n);
   MN_CHECK_OK(mn_sim_fault_inject(SIM0, MN_SIM_FAULT_MEMCPY, k, 1));
   char needle[64];
   snprintf(needle, sizeof needle, "chunk %llu of 5", (unsigned long long)k);
@@ -300,7 +281,7 @@ static void fault_in_chunk(int dir, uint64_t k) {
 }
 
 MN_TEST(faults_release_every_staging_block) {
-  set_chunking(CHUNK, 2, 1);
+  mn_test_set_copy_staging(CHUNK, 2, 1);
   for (int dir = 0; dir < 3; dir++)
     for (uint64_t k = 1; k <= 5; k++) fault_in_chunk(dir, k);
   /* An event record fails: also a clean error. */
@@ -315,7 +296,7 @@ MN_TEST(faults_release_every_staging_block) {
   MN_CHECK(LIVE(st) == 0 && ACTIVE(st) == 0);
   MN_CHECK_OK(mn_device_raw_free(SIM0, dev));
   free(host);
-  set_chunking(CHUNK, 4, 1);
+  mn_test_set_copy_staging(CHUNK, 4, 1);
 }
 
 MN_TEST(bad_input) {
@@ -406,7 +387,7 @@ static void check_view_copy(mn_view_t *dst, mn_view_t *src, mn_stream_t *s, bool
   int64_t n = mn_view_numel(src);
   unsigned char *want = malloc((size_t)n * item + 1);
   for (int64_t i = 0; i < n; i++) {
-    fill_random(want + i * (int64_t)item, item);
+    mn_test_fill_random(want + i * (int64_t)item, item);
     memcpy(elem(src, i), want + i * (int64_t)item, item);
   }
   MN_CHECK_OK(mn_copy_view(dst, src, s, non_blocking));
@@ -460,7 +441,7 @@ MN_TEST(cpu_views_every_layout) {
 }
 
 MN_TEST(sim_views_every_layout_and_path) {
-  set_chunking(40, 2, 1); /* chunks end in the middle of rows and elements runs */
+  mn_test_set_copy_staging(40, 2, 1); /* chunks end in the middle of rows and elements runs */
   mn_stream_t *s = NULL;
   MN_CHECK_OK(mn_stream_create(SIM0, &s));
   for (int nb = 0; nb < 2; nb++) {
@@ -469,7 +450,7 @@ MN_TEST(sim_views_every_layout_and_path) {
     views_every_layout(SIM0, SIM0, MN_DTYPE_INT16, s, nb);    /* one device */
     views_every_layout(SIM1, SIM0, MN_DTYPE_FLOAT32, NULL, nb); /* two devices (peer) */
   }
-  set_chunking(CHUNK, 4, 1);
+  mn_test_set_copy_staging(CHUNK, 4, 1);
   mn_alloc_stats_t st = pool_stats(SIM0);
   MN_CHECK(LIVE(st) == 0);
   MN_CHECK_OK(mn_stream_destroy(s));
@@ -490,7 +471,7 @@ MN_TEST(between_devices_without_peer_access) {
   bool can = true;
   MN_CHECK_OK(mn_device_can_access_peer(SIM0, SIM1, &can));
   MN_CHECK(!can);
-  set_chunking(24, 3, 1);
+  mn_test_set_copy_staging(24, 3, 1);
   for (int nb = 0; nb < 2; nb++) {
     views_every_layout(SIM1, SIM0, MN_DTYPE_FLOAT64, NULL, nb);
     views_every_layout(SIM0, SIM1, MN_DTYPE_UINT8, NULL, nb);
@@ -499,12 +480,12 @@ MN_TEST(between_devices_without_peer_access) {
   unsigned char *a = NULL, *b = NULL;
   MN_CHECK_OK(mn_device_raw_alloc(SIM0, n, (void **)&a));
   MN_CHECK_OK(mn_device_raw_alloc(SIM1, n, (void **)&b));
-  fill_random(a, n);
+  mn_test_fill_random(a, n);
   MN_CHECK_OK(mn_copy_bytes(SIM1, b, SIM0, a, n, NULL, 0));
   MN_CHECK(memcmp(a, b, n) == 0);
   MN_CHECK_OK(mn_device_raw_free(SIM0, a));
   MN_CHECK_OK(mn_device_raw_free(SIM1, b));
-  set_chunking(CHUNK, 4, 1);
+  mn_test_set_copy_staging(CHUNK, 4, 1);
   sim_reconfigure(false);
 }
 
@@ -537,7 +518,7 @@ MN_TEST(view_errors) {
 /* ---- threads ------------------------------------------------------------------------ */
 
 MN_TEST(host_threads_split_large_chunks) {
-  set_chunking((size_t)4 << 20, 2, 2);
+  mn_test_set_copy_staging((size_t)4 << 20, 2, 2);
   const int64_t sizes[2] = {1024, 1536};
   const int colmajor[2] = {1, 0}, rowmajor[2] = {0, 1};
   mn_view_t *dst = make_view(CPU, MN_DTYPE_FLOAT32, 2, sizes, rowmajor, 1, 0);
@@ -549,7 +530,7 @@ MN_TEST(host_threads_split_large_chunks) {
   mn_view_destroy(dst);
   mn_view_destroy(src);
   mn_view_destroy(dev);
-  set_chunking(CHUNK, 4, 1);
+  mn_test_set_copy_staging(CHUNK, 4, 1);
 }
 
 typedef struct copier {
@@ -612,13 +593,7 @@ int main(void) {
   SIM0 = mn_device_sim(0);
   SIM1 = mn_device_sim(1);
   CPU = mn_device_cpu();
-  mn_sim_config_t c = mn_sim_config_default();
-  c.capacity = (size_t)1 << 30;
-  c.device_count = 2;
-  if (mn_sim_configure(&c) != MN_OK) {
-    fprintf(stderr, "configure failed: %s\n", mn_last_error());
-    return 1;
-  }
+  mn_test_configure_sim(2, (size_t)1 << 30);
   MN_RUN(bytes_every_mode_and_size);
   MN_RUN(zero_bytes);
   MN_RUN(staged_h2d_completion_point);

@@ -9,24 +9,6 @@
 
 static mn_device_t GPU, CPU;
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static void fill_random(void *p, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    ((unsigned char *)p)[i] = (unsigned char)rng_state;
-  }
-}
-
-static void set_chunking(size_t chunk, unsigned buffers, unsigned threads) {
-  mn_copy_config_t c = mn_copy_config_default();
-  c.chunk_bytes = chunk;
-  c.staging_buffers = buffers;
-  c.host_threads = threads;
-  MN_CHECK_OK(mn_copy_set_config(&c));
-}
-
 typedef enum { PAGEABLE_BLOCKING, PAGEABLE_STAGED, POOL_PINNED, REGISTERED, NMODES } mode;
 static const char *MODE_NAMES[NMODES] = {"pageable blocking", "pageable staged", "pool pinned", "registered"};
 
@@ -50,7 +32,7 @@ static void roundtrip(size_t n, mode m, mn_stream_t *s) {
   }
   MN_CHECK_OK(mn_device_raw_alloc(GPU, n, &d1));
   MN_CHECK_OK(mn_device_raw_alloc(GPU, n, &d2));
-  fill_random(src, n);
+  mn_test_fill_random(src, n);
   memset(back, 0, n);
   bool pinned = false;
   MN_CHECK_OK(mn_device_host_is_pinned(GPU, src, &pinned));
@@ -84,13 +66,13 @@ MN_TEST(roundtrips_every_path_and_size) {
   MN_CHECK_OK(mn_stream_create(GPU, &s));
   const size_t sizes[] = {1, 4095, 4096, 4097, 65536 + 3, (1u << 20) + 7, 8u << 20, (8u << 20) + 1, (33u << 20) + 5};
   for (int pass = 0; pass < 2; pass++) {
-    if (pass == 0) set_chunking(8u << 20, 4, 1);
-    else set_chunking(64u << 10, 2, 2); /* many chunks, the host waits for staging blocks */
+    if (pass == 0) mn_test_set_copy_staging(8u << 20, 4, 1);
+    else mn_test_set_copy_staging(64u << 10, 2, 2); /* many chunks, the host waits for staging blocks */
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
       for (int m = 0; m < NMODES; m++) roundtrip(sizes[i], (mode)m, s);
   }
   MN_CHECK_OK(mn_stream_destroy(s));
-  set_chunking(8u << 20, 4, 1);
+  mn_test_set_copy_staging(8u << 20, 4, 1);
 }
 
 /* The source of a staged non_blocking H2D may be overwritten once the call returns. */
@@ -101,7 +83,7 @@ MN_TEST(staged_source_reusable_at_return) {
   mn_stream_t *s = NULL;
   MN_CHECK_OK(mn_stream_create(GPU, &s));
   MN_CHECK_OK(mn_device_raw_alloc(GPU, n, &d));
-  fill_random(src, n);
+  mn_test_fill_random(src, n);
   memcpy(want, src, n);
   MN_CHECK_OK(mn_copy_bytes(GPU, d, CPU, src, n, s, MN_COPY_NON_BLOCKING));
   memset(src, 0, n);
@@ -117,7 +99,7 @@ MN_TEST(staged_source_reusable_at_return) {
 
 /* Strided CPU views to and from contiguous GPU views (packed through staging). */
 MN_TEST(strided_host_sides) {
-  set_chunking(1000, 3, 1);
+  mn_test_set_copy_staging(1000, 3, 1);
   const int64_t sizes[3] = {7, 33, 10}, tstrides[3] = {1, 70, 7};
   mn_view_t *g = NULL, *h = NULL, *back = NULL;
   mn_storage_t *st = NULL;
@@ -127,7 +109,7 @@ MN_TEST(strided_host_sides) {
   mn_storage_release(st);
   MN_CHECK_OK(mn_view_empty(CPU, MN_DTYPE_FLOAT64, 3, sizes, &back));
   if (!g || !h || !back) return;
-  fill_random(mn_storage_data(mn_view_storage(h)), 7 * 33 * 10 * 8);
+  mn_test_fill_random(mn_storage_data(mn_view_storage(h)), 7 * 33 * 10 * 8);
   for (int nb = 0; nb < 2; nb++) {
     MN_CHECK_OK(mn_copy_view(g, h, NULL, nb));
     MN_CHECK_OK(mn_copy_view(back, g, NULL, nb));
@@ -147,7 +129,7 @@ MN_TEST(strided_host_sides) {
   mn_view_destroy(g);
   mn_view_destroy(h);
   mn_view_destroy(back);
-  set_chunking(8u << 20, 4, 1);
+  mn_test_set_copy_staging(8u << 20, 4, 1);
 }
 
 typedef struct worker {
@@ -179,7 +161,7 @@ static void *worker_main(void *arg) {
 }
 
 MN_TEST(concurrent_copies_on_several_streams) {
-  set_chunking(1u << 20, 2, 1);
+  mn_test_set_copy_staging(1u << 20, 2, 1);
   enum { T = 4 };
   pthread_t th[T];
   worker ws[T];
@@ -191,7 +173,7 @@ MN_TEST(concurrent_copies_on_several_streams) {
     pthread_join(th[t], NULL);
     MN_CHECK(ws[t].bad == 0);
   }
-  set_chunking(8u << 20, 4, 1);
+  mn_test_set_copy_staging(8u << 20, 4, 1);
 }
 
 MN_TEST(pinned_pool_on_cuda) {
@@ -229,7 +211,7 @@ MN_TEST(peer_copies_when_two_gpus) {
   size_t bytes = (17u << 20) + 3;
   unsigned char *src = malloc(bytes), *back = malloc(bytes);
   void *a = NULL, *b = NULL;
-  fill_random(src, bytes);
+  mn_test_fill_random(src, bytes);
   MN_CHECK_OK(mn_device_raw_alloc(GPU, bytes, &a));
   MN_CHECK_OK(mn_device_raw_alloc(g1, bytes, &b));
   for (int staged = 0; staged < 2; staged++) {

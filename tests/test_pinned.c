@@ -426,13 +426,7 @@ MN_TEST(threads) {
 
 int main(void) {
   SIM0 = mn_device_sim(0);
-  mn_sim_config_t c = mn_sim_config_default();
-  c.capacity = (size_t)1 << 30;
-  c.device_count = 2;
-  if (mn_sim_configure(&c) != MN_OK) {
-    fprintf(stderr, "configure failed: %s\n", mn_last_error());
-    return 1;
-  }
+  mn_test_configure_sim(2, (size_t)1 << 30);
   MN_RUN(size_classes);
   MN_RUN(backend_pinned_memory_and_query);
   MN_RUN(cached_reuse_and_stats);
