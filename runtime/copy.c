@@ -334,6 +334,11 @@ mn_status mn_copy_view(mn_view_t *dst, const mn_view_t *src, mn_stream_t *stream
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "shapes differ: dst %s, src %s", format_shape(dst, a, sizeof a),
                      format_shape(src, b, sizeof b));
   }
+  for (int d = 0; d < mn_view_ndim(dst); d++)
+    if (mn_view_stride(dst, d) == 0 && mn_view_size(dst, d) > 1)
+      return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                       "dst has stride 0 at dim %d (size %lld): its elements would overlap", d,
+                       (long long)mn_view_size(dst, d));
   mn__copy_t c;
   memset(&c, 0, sizeof c);
   c.func = __func__;

@@ -440,6 +440,30 @@ MN_TEST(cpu_views_every_layout) {
   for (size_t t = 0; t < sizeof dts / sizeof dts[0]; t++) views_every_layout(CPU, CPU, dts[t], NULL, false);
 }
 
+/* A broadcast source (stride 0) copies; a broadcast destination is refused. */
+MN_TEST(broadcast_views) {
+  mn_storage_t *st = NULL;
+  mn_view_t *row = NULL, *dst = NULL, *sim = NULL;
+  const int64_t sizes[2] = {4, 3}, bstrides[2] = {0, 1};
+  MN_CHECK_OK(mn_storage_create(CPU, 12, NULL, NULL, &st));
+  MN_CHECK_OK(mn_view_create(st, MN_DTYPE_INT32, 2, sizes, bstrides, 0, &row));
+  mn_storage_release(st);
+  int32_t *r = mn_view_data(row);
+  r[0] = 10, r[1] = 11, r[2] = 12;
+  MN_CHECK_OK(mn_view_empty(CPU, MN_DTYPE_INT32, 2, sizes, &dst));
+  MN_CHECK_OK(mn_view_empty(SIM0, MN_DTYPE_INT32, 2, sizes, &sim));
+  MN_CHECK_OK(mn_copy_view(dst, row, NULL, false));
+  MN_CHECK_OK(mn_copy_view(sim, row, NULL, false));
+  const int32_t *d = mn_view_data(dst), *sd = mn_view_data(sim);
+  bool ok = true;
+  for (int i = 0; i < 12; i++) ok = ok && d[i] == 10 + i % 3 && sd[i] == d[i];
+  MN_CHECK(ok);
+  MN_CHECK_ERR(mn_copy_view(row, dst, NULL, false), MN_ERR_INVALID_ARGUMENT, "stride 0 at dim 0");
+  mn_view_destroy(row);
+  mn_view_destroy(dst);
+  mn_view_destroy(sim);
+}
+
 MN_TEST(sim_views_every_layout_and_path) {
   mn_test_set_copy_staging(40, 2, 1); /* chunks end in the middle of rows and elements runs */
   mn_stream_t *s = NULL;
@@ -604,6 +628,7 @@ int main(void) {
   MN_RUN(bad_input);
   MN_RUN(cpu_copy_ordered_on_a_device_stream);
   MN_RUN(cpu_views_every_layout);
+  MN_RUN(broadcast_views);
   MN_RUN(sim_views_every_layout_and_path);
   MN_RUN(between_devices_without_peer_access);
   MN_RUN(view_errors);

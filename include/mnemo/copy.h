@@ -64,7 +64,8 @@ mn_status mn_copy_bytes(mn_device_t dst_dev, void *dst, mn_device_t src_dev, con
  * kernels: MN_ERR_NOT_SUPPORTED) and same sizes, any strides, any devices.
  * Non-contiguous CUDA views are MN_ERR_NOT_SUPPORTED (they need the strided
  * CUDA kernels); CPU and SIM views may have any layout. Views that share
- * memory must be identical (a no-op) or disjoint. Stream and completion as
+ * memory must be identical (a no-op) or disjoint; a destination with stride 0
+ * on a dim of size > 1 is refused. Stream and completion as
  * mn_copy_bytes with MN_COPY_NON_BLOCKING when non_blocking. */
 mn_status mn_copy_view(mn_view_t *dst, const mn_view_t *src, mn_stream_t *stream, bool non_blocking);
 
