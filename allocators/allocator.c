@@ -12,7 +12,8 @@
 
 mn_status mn_allocator_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stream, void **out) {
   MN__CHECK_ARG(a != NULL && out != NULL, "allocator and out must not be NULL");
-  if (stream && !mn_device_equal(mn_stream_device(stream), a->device)) {
+  /* Host allocators (device CPU, e.g. the pinned pool) serve every device's streams. */
+  if (stream && a->device.type != MN_DEVICE_CPU && !mn_device_equal(mn_stream_device(stream), a->device)) {
     char x[32], y[32];
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "%s allocator given a stream of %s",
                      mn_device_format(a->device, x, sizeof x),
@@ -38,7 +39,7 @@ mn_status mn_allocator_free(mn_allocator_t *a, void *ptr) {
 
 mn_status mn_allocator_record_stream(mn_allocator_t *a, void *ptr, mn_stream_t *stream) {
   MN__CHECK_ARG(a != NULL && ptr != NULL && stream != NULL, "allocator, ptr and stream must not be NULL");
-  if (!mn_device_equal(mn_stream_device(stream), a->device))
+  if (a->device.type != MN_DEVICE_CPU && !mn_device_equal(mn_stream_device(stream), a->device))
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "stream is on another device than the allocator");
   if (!a->vtable->record_stream) return MN_OK;
   mn_status st = a->vtable->record_stream(a, ptr, stream);

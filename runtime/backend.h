@@ -77,6 +77,27 @@ typedef struct mn__backend_s {
                           size_t *used_high);
   mn_status (*pool_set_release_threshold)(int index, size_t bytes);
   mn_status (*pool_reset_peak)(int index);
+
+  /* ---- pinned host memory and peer access (issue 4) -----------------------
+   * Page-locked host memory that every device of this backend can copy to and
+   * from asynchronously: CUDA pins with cudaHostAlloc/cudaHostRegister
+   * (portable); SIM records ordinary host ranges in a process-wide registry;
+   * the CPU hands out plain memory and reports nothing as pinned. Any slot of
+   * this block may be NULL: the dispatcher then answers NOT_SUPPORTED. */
+  mn_status (*host_alloc)(int index, size_t nbytes, void **out);
+  mn_status (*host_free)(int index, void *ptr);
+  mn_status (*host_register)(int index, void *ptr, size_t nbytes);
+  mn_status (*host_unregister)(int index, void *ptr);
+  /* *pinned = whether ptr lies inside host memory this backend page-locked. */
+  mn_status (*host_is_pinned)(int index, const void *ptr, bool *pinned);
+  /* pre: peer != index, both valid. */
+  mn_status (*can_access_peer)(int index, int peer, bool *can);
+  mn_status (*enable_peer_access)(int index, int peer);
+  /* A copy between devices dst_index and src_index (different) of this
+   * backend, ordered on `stream` of device `index` (one of the two). */
+  mn_status (*memcpy_peer_async)(int index, void *dst, int dst_index, const void *src,
+                                 int src_index, size_t nbytes, void *stream);
+  /* ---- end of issue 4 slots ---- */
 } mn__backend_t;
 
 extern const mn__backend_t mn__cpu_backend;

@@ -92,6 +92,15 @@ static mn_status cpu_memset(int index, void *dst, int value, size_t nbytes, void
   return MN_OK;
 }
 
+/* ---- pinned host memory (issue 4): plain memory, never reported pinned ---- */
+
+static mn_status cpu_host_register(int index, void *ptr, size_t nbytes) { return MN_OK; }
+static mn_status cpu_host_unregister(int index, void *ptr) { return MN_OK; }
+static mn_status cpu_host_is_pinned(int index, const void *ptr, bool *pinned) {
+  *pinned = false;
+  return MN_OK;
+}
+
 const mn__backend_t mn__cpu_backend = {
     .name = "cpu",
     .type = MN_DEVICE_CPU,
@@ -114,4 +123,10 @@ const mn__backend_t mn__cpu_backend = {
     .event_synchronize = cpu_handle_nothing,
     .memcpy_async = cpu_memcpy,
     .memset_async = cpu_memset,
+    /* issue 4: the CPU has no peers */
+    .host_alloc = cpu_raw_alloc,
+    .host_free = cpu_raw_free,
+    .host_register = cpu_host_register,
+    .host_unregister = cpu_host_unregister,
+    .host_is_pinned = cpu_host_is_pinned,
 };

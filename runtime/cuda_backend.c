@@ -139,6 +139,7 @@ const mn__backend_t mn__cuda_backend = {
     .event_synchronize = mn__nocuda_event_synchronize,
     .memcpy_async = mn__nocuda_memcpy_async,
     .memset_async = mn__nocuda_memset_async,
+    /* issue 4: the slots stay NULL (NOT_SUPPORTED); no CUDA device exists to reach them */
 };
 
 #else /* MNEMO_HAVE_CUDA */
@@ -896,6 +897,100 @@ static mn_status mn__cuda_pool_reset_peak(int index) {
   return MN_OK;
 }
 
+/* ---- Pinned host memory and peer access (issue 4) ---------------------------- */
+
+/* Portable: every CUDA context sees the memory as pinned, whichever device
+ * `index` made it (with unified addressing it would be anyway). */
+static mn_status mn__cuda_host_alloc(int index, size_t nbytes, void **out) {
+  MN__CUDA_USE(index);
+  void *p = NULL;
+  cudaError_t err = cudaHostAlloc(&p, nbytes, cudaHostAllocPortable);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaHostAlloc(nbytes=%zu, portable)", nbytes);
+  }
+  *out = p;
+  return MN_OK;
+}
+
+static mn_status mn__cuda_host_free(int index, void *ptr) {
+  MN__CUDA_USE(index);
+  cudaError_t err = cudaFreeHost(ptr);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaFreeHost(ptr=%p)", ptr);
+  return MN_OK;
+}
+
+static mn_status mn__cuda_host_register(int index, void *ptr, size_t nbytes) {
+  MN__CUDA_USE(index);
+  cudaError_t err = cudaHostRegister(ptr, nbytes, cudaHostRegisterPortable);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaHostRegister(ptr=%p, nbytes=%zu, portable)", ptr,
+                         nbytes);
+  }
+  return MN_OK;
+}
+
+static mn_status mn__cuda_host_unregister(int index, void *ptr) {
+  MN__CUDA_USE(index);
+  cudaError_t err = cudaHostUnregister(ptr);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaHostUnregister(ptr=%p)", ptr);
+  return MN_OK;
+}
+
+/* Pageable memory answers cudaMemoryTypeUnregistered (CUDA >= 11); older
+ * runtimes fail with cudaErrorInvalidValue, which also means "not pinned". */
+static mn_status mn__cuda_host_is_pinned(int index, const void *ptr, bool *pinned) {
+  MN__CUDA_USE(index);
+  struct cudaPointerAttributes attr;
+  memset(&attr, 0, sizeof attr);
+  cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
+  if (err == cudaErrorInvalidValue) {
+    (void)cudaGetLastError();
+    *pinned = false;
+    return MN_OK;
+  }
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaPointerGetAttributes(ptr=%p)", ptr);
+  *pinned = attr.type == cudaMemoryTypeHost;
+  return MN_OK;
+}
+
+static mn_status mn__cuda_can_access_peer(int index, int peer, bool *can) {
+  int c = 0;
+  cudaError_t err = cudaDeviceCanAccessPeer(&c, index, peer);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaDeviceCanAccessPeer(device=%d, peer=%d)", index, peer);
+  }
+  *can = c != 0;
+  return MN_OK;
+}
+
+static mn_status mn__cuda_enable_peer_access(int index, int peer) {
+  MN__CUDA_USE(index);
+  cudaError_t err = cudaDeviceEnablePeerAccess(peer, 0);
+  if (err == cudaErrorPeerAccessAlreadyEnabled) {
+    (void)cudaGetLastError();
+    return MN_OK;
+  }
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaDeviceEnablePeerAccess(peer=%d)", peer);
+  }
+  return MN_OK;
+}
+
+static mn_status mn__cuda_memcpy_peer_async(int index, void *dst, int dst_index, const void *src,
+                                            int src_index, size_t nbytes, void *stream) {
+  MN__CUDA_USE(index);
+  cudaError_t err = cudaMemcpyPeerAsync(dst, dst_index, src, src_index, nbytes, (cudaStream_t)stream);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index,
+                         "cudaMemcpyPeerAsync(dst=%p on cuda:%d, src=%p on cuda:%d, nbytes=%zu, "
+                         "stream=%p)",
+                         dst, dst_index, src, src_index, nbytes, stream);
+  }
+  return MN_OK;
+}
+
+/* ---- end of issue 4 ---- */
+
 const mn__backend_t mn__cuda_backend = {
     .name = "cuda",
     .type = MN_DEVICE_CUDA,
@@ -928,6 +1023,15 @@ const mn__backend_t mn__cuda_backend = {
     .pool_stats = mn__cuda_pool_stats,
     .pool_set_release_threshold = mn__cuda_pool_set_release_threshold,
     .pool_reset_peak = mn__cuda_pool_reset_peak,
+    /* issue 4 */
+    .host_alloc = mn__cuda_host_alloc,
+    .host_free = mn__cuda_host_free,
+    .host_register = mn__cuda_host_register,
+    .host_unregister = mn__cuda_host_unregister,
+    .host_is_pinned = mn__cuda_host_is_pinned,
+    .can_access_peer = mn__cuda_can_access_peer,
+    .enable_peer_access = mn__cuda_enable_peer_access,
+    .memcpy_peer_async = mn__cuda_memcpy_peer_async,
 };
 
 #endif /* MNEMO_HAVE_CUDA */

@@ -550,3 +550,127 @@ mn_status mn_device_pool_reset_peak(mn_device_t dev) {
   st = b->pool_reset_peak(dev.index);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
+
+/* ---- pinned host memory and peer access (issue 4) ----------------------- */
+
+/* Validates dev and returns its backend when it has `slot`. */
+#define MN__HOST_BACKEND(func, dev, slot, out)                                                    \
+  do {                                                                                            \
+    mn_status st_ = mn__device_backend((func), (dev), &(out));                                    \
+    if (st_ != MN_OK) return st_;                                                                 \
+    if (!(out)->slot)                                                                             \
+      return mn__error(MN_ERR_NOT_SUPPORTED, (func), "the %s backend has no %s", (out)->name, #slot); \
+  } while (0)
+
+mn_status mn_device_host_alloc(mn_device_t dev, size_t nbytes, void **out) {
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  MN__CHECK_ARG(nbytes > 0, "nbytes must be > 0");
+  const mn__backend_t *b;
+  MN__HOST_BACKEND(__func__, dev, host_alloc, b);
+  void *p = NULL;
+  mn_status st = b->host_alloc(dev.index, nbytes, &p);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  *out = p;
+  return MN_OK;
+}
+
+mn_status mn_device_host_free(mn_device_t dev, void *ptr) {
+  if (!ptr) return MN_OK;
+  const mn__backend_t *b;
+  MN__HOST_BACKEND(__func__, dev, host_free, b);
+  mn_status st = b->host_free(dev.index, ptr);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_device_host_register(mn_device_t dev, void *ptr, size_t nbytes) {
+  MN__CHECK_ARG(ptr != NULL && nbytes > 0, "ptr must not be NULL and nbytes > 0 (ptr=%p, nbytes=%zu)", ptr,
+                nbytes);
+  const mn__backend_t *b;
+  MN__HOST_BACKEND(__func__, dev, host_register, b);
+  mn_status st = b->host_register(dev.index, ptr, nbytes);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_device_host_unregister(mn_device_t dev, void *ptr) {
+  MN__CHECK_ARG(ptr != NULL, "ptr must not be NULL");
+  const mn__backend_t *b;
+  MN__HOST_BACKEND(__func__, dev, host_unregister, b);
+  mn_status st = b->host_unregister(dev.index, ptr);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_device_host_is_pinned(mn_device_t dev, const void *ptr, bool *pinned) {
+  MN__CHECK_ARG(pinned != NULL, "pinned must not be NULL");
+  const mn__backend_t *b;
+  MN__HOST_BACKEND(__func__, dev, host_is_pinned, b);
+  bool p = false;
+  if (ptr) {
+    mn_status st = b->host_is_pinned(dev.index, ptr, &p);
+    if (st != MN_OK) return mn__error_wrap(st, __func__);
+  }
+  *pinned = p;
+  return MN_OK;
+}
+
+/* Validates both devices of a peer call; *out = the first one's backend. */
+static mn_status mn__peer_pair(const char *func, mn_device_t a, mn_device_t b, const mn__backend_t **out) {
+  const mn__backend_t *bb;
+  mn_status st = mn__device_backend(func, a, out);
+  if (st == MN_OK) st = mn__device_backend(func, b, &bb);
+  return st;
+}
+
+mn_status mn_device_can_access_peer(mn_device_t dev, mn_device_t peer, bool *can) {
+  MN__CHECK_ARG(can != NULL, "can must not be NULL");
+  const mn__backend_t *b;
+  mn_status st = mn__peer_pair(__func__, dev, peer, &b);
+  if (st != MN_OK) return st;
+  bool c = false;
+  if (dev.type == peer.type && dev.index != peer.index && b->can_access_peer) {
+    st = b->can_access_peer(dev.index, peer.index, &c);
+    if (st != MN_OK) return mn__error_wrap(st, __func__);
+  }
+  *can = c;
+  return MN_OK;
+}
+
+mn_status mn_device_enable_peer_access(mn_device_t dev, mn_device_t peer) {
+  const mn__backend_t *b;
+  mn_status st = mn__peer_pair(__func__, dev, peer, &b);
+  if (st != MN_OK) return st;
+  if (dev.type != peer.type || dev.index == peer.index || !b->enable_peer_access) {
+    char x[32], y[32];
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "no peer access from %s to %s",
+                     mn_device_format(dev, x, sizeof x), mn_device_format(peer, y, sizeof y));
+  }
+  st = b->enable_peer_access(dev.index, peer.index);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_memcpy_peer_async(mn_device_t dst_dev, void *dst, mn_device_t src_dev, const void *src,
+                               size_t nbytes, mn_stream_t *stream) {
+  const mn__backend_t *b;
+  mn_status st = mn__peer_pair(__func__, dst_dev, src_dev, &b);
+  if (st != MN_OK) return st;
+  char x[32], y[32], z[32];
+  if (dst_dev.type != src_dev.type || dst_dev.type == MN_DEVICE_CPU)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "a peer copy needs two devices of one non-CPU type (%s -> %s)",
+                     mn_device_format(src_dev, x, sizeof x), mn_device_format(dst_dev, y, sizeof y));
+  if (nbytes == 0) return MN_OK;
+  MN__CHECK_ARG(dst != NULL && src != NULL, "dst and src must not be NULL (nbytes=%zu)", nbytes);
+  if (dst_dev.index == src_dev.index) return mn_memcpy_async(dst_dev, dst, src_dev, src, nbytes, stream);
+  mn_stream_t *s = stream;
+  if (!s) {
+    st = mn_stream_default(dst_dev, &s);
+    if (st != MN_OK) return mn__error_wrap(st, __func__);
+  } else if (!mn_device_equal(s->device, dst_dev) && !mn_device_equal(s->device, src_dev)) {
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "stream of %s cannot order a copy %s -> %s",
+                     mn_device_format(s->device, z, sizeof z), mn_device_format(src_dev, x, sizeof x),
+                     mn_device_format(dst_dev, y, sizeof y));
+  }
+  if (!b->memcpy_peer_async)
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "the %s backend has no peer copies", b->name);
+  st = b->memcpy_peer_async(s->device.index, dst, dst_dev.index, src, src_dev.index, nbytes, s->handle);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+/* ---- end of issue 4 ---- */

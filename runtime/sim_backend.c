@@ -248,12 +248,15 @@ static bool fault_fires(sim_device *d, mn_sim_fault kind) {
 
 /* ---- address ranges ----------------------------------------------------- */
 
-/* Index of the last range whose start <= p, or -1. */
-static long range_find(const sim_device *d, uintptr_t p) {
-  long lo = 0, hi = (long)d->nranges - 1, found = -1;
+/* Index of the last of n records (each `stride` bytes, sorted by a leading
+ * `uintptr_t start` field) whose start <= p, or -1. */
+static long starts_find(const void *records, size_t n, size_t stride, uintptr_t p) {
+  long lo = 0, hi = (long)n - 1, found = -1;
   while (lo <= hi) {
     long mid = lo + (hi - lo) / 2;
-    if (d->ranges[mid].start <= p) {
+    uintptr_t start;
+    memcpy(&start, (const char *)records + (size_t)mid * stride, sizeof start);
+    if (start <= p) {
       found = mid;
       lo = mid + 1;
     } else {
@@ -261,6 +264,11 @@ static long range_find(const sim_device *d, uintptr_t p) {
     }
   }
   return found;
+}
+
+/* Index of the last range whose start <= p, or -1. */
+static long range_find(const sim_device *d, uintptr_t p) {
+  return starts_find(d->ranges, d->nranges, sizeof *d->ranges, p);
 }
 
 /* First-fit gap of `size` bytes in the address space; inserts the range. */
@@ -972,6 +980,143 @@ static mn_status pool_check(sim_device *d, int index) {
   return MN_OK;
 }
 
+/* ---- pinned host memory and peer access (issue 4) ------------------------
+ * "Pinned" SIM memory is ordinary host memory recorded in one process-wide
+ * registry, pinned for every SIM device (as cudaHostAllocPortable memory is
+ * for every CUDA device). The registry has its own lock, never held together
+ * with a device lock. SIM copies read and write host memory when the stream
+ * runs them whether it is pinned or not (an ideal DMA engine); the copy engine
+ * (runtime/copy.c) gives pageable memory its CUDA-like meaning. */
+
+typedef struct sim_pin {
+  uintptr_t start; /* first: starts_find reads it */
+  size_t size;
+  bool owned;      /* from host_alloc (freed by host_free); false: registered */
+} sim_pin;
+
+static pthread_mutex_t g_pin_lock = PTHREAD_MUTEX_INITIALIZER;
+static sim_pin *g_pins; /* sorted by start, disjoint */
+static size_t g_npins, g_cap_pins;
+
+#define SIM_HOST_ALIGN 4096
+
+/* Records [start, start+size); refuses overlaps. pre: g_pin_lock held. */
+static mn_status pin_insert(int index, const char *func, uintptr_t start, size_t size, bool owned) {
+  long i = starts_find(g_pins, g_npins, sizeof *g_pins, start);
+  size_t pos = (size_t)(i + 1);
+  if ((i >= 0 && g_pins[i].start + g_pins[i].size > start) || (pos < g_npins && g_pins[pos].start < start + size))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "sim:%d: host range [%p, +%zu) overlaps pinned memory",
+                     index, (void *)start, size);
+  if (g_npins == g_cap_pins) {
+    size_t cap = g_cap_pins ? g_cap_pins * 2 : 64;
+    sim_pin *r = realloc(g_pins, cap * sizeof *r);
+    if (!r) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
+    g_pins = r;
+    g_cap_pins = cap;
+  }
+  memmove(&g_pins[pos + 1], &g_pins[pos], (g_npins - pos) * sizeof *g_pins);
+  g_pins[pos] = (sim_pin){.start = start, .size = size, .owned = owned};
+  g_npins++;
+  return MN_OK;
+}
+
+/* Removes the record starting at ptr made with the same `owned`. */
+static mn_status pin_remove(int index, const char *func, void *ptr, bool owned) {
+  pthread_mutex_lock(&g_pin_lock);
+  long i = starts_find(g_pins, g_npins, sizeof *g_pins, (uintptr_t)ptr);
+  mn_status st = MN_OK;
+  if (i < 0 || g_pins[i].start != (uintptr_t)ptr || g_pins[i].owned != owned) {
+    st = mn__error(MN_ERR_INVALID_ARGUMENT, func, "sim:%d: %p is not %s", index, ptr,
+                   owned ? "pinned memory from mn_device_host_alloc" : "the start of a registered host range");
+  } else {
+    memmove(&g_pins[i], &g_pins[i + 1], (g_npins - (size_t)i - 1) * sizeof *g_pins);
+    g_npins--;
+  }
+  pthread_mutex_unlock(&g_pin_lock);
+  return st;
+}
+
+static mn_status sim_host_alloc(int index, size_t nbytes, void **out) {
+  SIM_LOCKED(index, d);
+  bool fail = fault_fires(d, MN_SIM_FAULT_RAW_ALLOC);
+  pthread_mutex_unlock(&d->lock);
+  if (fail)
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: injected fault: pinning %zu bytes failed", index,
+                     nbytes);
+  if (nbytes > SIZE_MAX - SIM_HOST_ALIGN)
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: cannot pin %zu bytes", index, nbytes);
+  size_t rounded = (nbytes + SIM_HOST_ALIGN - 1) / SIM_HOST_ALIGN * SIM_HOST_ALIGN;
+  void *p = aligned_alloc(SIM_HOST_ALIGN, rounded);
+  if (!p)
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: out of host memory pinning %zu bytes", index, nbytes);
+  pthread_mutex_lock(&g_pin_lock);
+  mn_status st = pin_insert(index, __func__, (uintptr_t)p, rounded, true);
+  pthread_mutex_unlock(&g_pin_lock);
+  if (st != MN_OK) {
+    free(p);
+    return st;
+  }
+  *out = p;
+  return MN_OK;
+}
+
+static mn_status sim_host_free(int index, void *ptr) {
+  mn_status st = pin_remove(index, __func__, ptr, true);
+  if (st == MN_OK) free(ptr);
+  return st;
+}
+
+static mn_status sim_host_register(int index, void *ptr, size_t nbytes) {
+  pthread_mutex_lock(&g_pin_lock);
+  mn_status st = pin_insert(index, __func__, (uintptr_t)ptr, nbytes, false);
+  pthread_mutex_unlock(&g_pin_lock);
+  return st;
+}
+
+static mn_status sim_host_unregister(int index, void *ptr) { return pin_remove(index, __func__, ptr, false); }
+
+static mn_status sim_host_is_pinned(int index, const void *ptr, bool *pinned) {
+  uintptr_t p = (uintptr_t)ptr;
+  pthread_mutex_lock(&g_pin_lock);
+  long i = starts_find(g_pins, g_npins, sizeof *g_pins, p);
+  *pinned = i >= 0 && p - g_pins[i].start < g_pins[i].size;
+  pthread_mutex_unlock(&g_pin_lock);
+  return MN_OK;
+}
+
+/* SIM devices share the host address space: every pair can reach each other
+ * unless configured not to (to exercise the paths of machines without peer access). */
+static mn_status sim_can_access_peer(int index, int peer, bool *can) {
+  pthread_mutex_lock(&g_lock);
+  *can = !g_cfg.no_peer_access;
+  pthread_mutex_unlock(&g_lock);
+  return MN_OK;
+}
+
+static mn_status sim_enable_peer_access(int index, int peer) { return MN_OK; }
+
+/* The other device's side is checked when queued (its lock is taken and
+ * dropped before this device's: the two locks are never held together); this
+ * device's side is checked when the copy runs, as for any copy. */
+static mn_status sim_memcpy_peer_async(int index, void *dst, int dst_index, const void *src, int src_index,
+                                       size_t nbytes, void *handle) {
+  int remote = index == dst_index ? src_index : dst_index;
+  const void *rp = index == dst_index ? src : dst;
+  sim_device *r = NULL;
+  mn_status st = sim_get(remote, &r);
+  if (st != MN_OK) return st;
+  pthread_mutex_lock(&r->lock);
+  bool ok = range_is_mapped(r, rp, nbytes);
+  pthread_mutex_unlock(&r->lock);
+  if (!ok)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "sim:%d: [%p, +%zu) is not mapped memory of sim:%d", index,
+                     rp, nbytes, remote);
+  /* The remote side counts as host memory for the run-time check. */
+  return sim_memcpy_async(index, dst, src, nbytes, index == dst_index ? MN__COPY_H2D : MN__COPY_D2H, handle);
+}
+
+/* ---- end of issue 4 ---- */
+
 const mn__backend_t mn__sim_backend = {
     .name = "sim",
     .type = MN_DEVICE_SIM,
@@ -1004,6 +1149,15 @@ const mn__backend_t mn__sim_backend = {
     .pool_stats = sim_pool_stats,
     .pool_set_release_threshold = sim_pool_set_release_threshold,
     .pool_reset_peak = sim_pool_reset_peak,
+    /* issue 4 */
+    .host_alloc = sim_host_alloc,
+    .host_free = sim_host_free,
+    .host_register = sim_host_register,
+    .host_unregister = sim_host_unregister,
+    .host_is_pinned = sim_host_is_pinned,
+    .can_access_peer = sim_can_access_peer,
+    .enable_peer_access = sim_enable_peer_access,
+    .memcpy_peer_async = sim_memcpy_peer_async,
 };
 
 /* ---- the public SIM API (mnemo/sim.h) ------------------------------------ */

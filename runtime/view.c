@@ -175,17 +175,7 @@ mn_status mn_view_copy(mn_view_t *dst, const mn_view_t *src, mn_stream_t *stream
   bool same_shape = dst->ndim == src->ndim;
   for (int d = 0; same_shape && d < dst->ndim; d++) same_shape = dst->sizes[d] == src->sizes[d];
   MN__CHECK_ARG(same_shape, "shapes differ (dst ndim %d, src ndim %d)", dst->ndim, src->ndim);
-  if (!mn_view_is_contiguous(dst) || !mn_view_is_contiguous(src))
-    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "copy of non-contiguous views is not implemented yet");
-  size_t nbytes = (size_t)mn_view_numel(dst) * mn_dtype_itemsize(dst->dtype);
-  mn_device_t dd = mn_view_device(dst), sd = mn_view_device(src);
-  mn_status st;
-  if (mn_device_equal(dd, sd)) {
-    mn_stream_t *s = NULL;
-    st = view_stream(dd, stream, &s);
-    if (st == MN_OK) st = mn_kernel_copy(s, mn_view_data(dst), mn_view_data(src), nbytes);
-  } else {
-    st = mn_memcpy_async(dd, mn_view_data(dst), sd, mn_view_data(src), nbytes, stream);
-  }
+  /* The copy engine (runtime/copy.c): any layout, any devices, non_blocking. */
+  mn_status st = mn_copy_view(dst, src, stream, true);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }

@@ -82,4 +82,47 @@ static inline void mn_test_require_cuda(void) {
   }
 }
 
+/* Gives back what the SIM devices' default (caching) allocators keep cached,
+ * so that nothing stays mapped: call before mn_sim_configure or a leak check. */
+static inline void mn_test_release_sim_caches(void) {
+  int n = 0;
+  if (mn_device_count(MN_DEVICE_SIM, &n) != MN_OK) return;
+  for (int i = 0; i < n; i++) {
+    mn_allocator_t *a = NULL;
+    if (mn_allocator_get_default(mn_device_sim(i), &a) == MN_OK) mn_allocator_empty_cache(a);
+  }
+}
+
+/* Reconfigures the SIM devices (count, capacity in bytes, defaults
+ * otherwise); exits with a message when refused. */
+static inline void mn_test_configure_sim(int devices, size_t capacity) {
+  mn_sim_config_t c = mn_sim_config_default();
+  c.capacity = capacity;
+  c.device_count = devices;
+  if (mn_sim_configure(&c) != MN_OK) {
+    fprintf(stderr, "mn_sim_configure failed: %s\n", mn_last_error());
+    exit(1);
+  }
+}
+
+/* Deterministic pseudo-random bytes (xorshift64; one stream per executable). */
+static inline void mn_test_fill_random(void *p, size_t n) {
+  static unsigned long long state = 88172645463325252ull;
+  for (size_t i = 0; i < n; i++) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    ((unsigned char *)p)[i] = (unsigned char)state;
+  }
+}
+
+/* Sets the copy engine's staging: chunk bytes, blocks per copy, host threads. */
+static inline void mn_test_set_copy_staging(size_t chunk, unsigned buffers, unsigned threads) {
+  mn_copy_config_t c = mn_copy_config_default();
+  c.chunk_bytes = chunk;
+  c.staging_buffers = buffers;
+  c.host_threads = threads;
+  MN_CHECK_OK(mn_copy_set_config(&c));
+}
+
 #endif /* MNEMO_TESTS_MN_TEST_H */

@@ -139,6 +139,7 @@ MN_TEST(nothing_outstanding_on_sim) {
   MN_CHECK_OK(mn_allocator_check_invariants(def));
   MN_CHECK_OK(mn_allocator_empty_cache(def)); /* the default allocator caches; give it all back */
   MN_CHECK_OK(mn_device_synchronize(mn_device_sim(0)));
+  MN_CHECK_OK(mn_copy_engine_reset()); /* the copy engine's helper streams, events, staging cache */
   MN_CHECK_OK(mn_sim_get_stats(mn_device_sim(0), &st));
   MN_CHECK(st.mapped_bytes == 0 && st.live_streams == 0 && st.live_events == 0);
   MN_CHECK(st.raw_allocs == st.raw_frees && st.illegal_accesses == 0);

@@ -144,7 +144,8 @@ struct mn_allocator_s {
 };
 
 /* Allocates nbytes (> 0) of device memory usable on `stream` (NULL: the
- * device's default stream). nbytes == 0 succeeds with *out = NULL, as
+ * device's default stream). Host allocators (whose device is the CPU, such as
+ * the pinned pool) accept a stream of any device, here and in record_stream. nbytes == 0 succeeds with *out = NULL, as
  * PyTorch. *out is untouched on failure. */
 mn_status mn_allocator_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stream, void **out);
 /* Frees memory from this allocator; NULL is a no-op. */

@@ -152,6 +152,35 @@ mn_status mn_device_pool_set_release_threshold(mn_device_t dev, size_t bytes);
 /* Sets reserved_high and used_high to their current values. */
 mn_status mn_device_pool_reset_peak(mn_device_t dev);
 
+/* ---- Pinned host memory and peer access ------------------------------------
+ * Page-locked ("pinned") host memory lets a device copy to and from the host
+ * asynchronously. `dev` names the backend that pins it: CUDA (cudaHostAlloc /
+ * cudaHostRegister, portable: every CUDA device sees it as pinned), SIM
+ * (ordinary memory recorded as pinned for every SIM device) or the CPU (plain
+ * memory, never reported pinned). Most code wants the caching pool of
+ * mnemo/pinned.h rather than these raw calls. Sizes in bytes. */
+mn_status mn_device_host_alloc(mn_device_t dev, size_t nbytes, void **out);
+/* Frees memory from mn_device_host_alloc of the same device type; NULL is a no-op. */
+mn_status mn_device_host_free(mn_device_t dev, void *ptr);
+/* Page-locks existing host memory [ptr, ptr + nbytes) (cudaHostRegister);
+ * unregister takes the same ptr. Overlapping registrations are refused. */
+mn_status mn_device_host_register(mn_device_t dev, void *ptr, size_t nbytes);
+mn_status mn_device_host_unregister(mn_device_t dev, void *ptr);
+/* *pinned = true when ptr lies in host memory page-locked by dev's backend
+ * (cudaPointerGetAttributes on CUDA); false for NULL and for device memory. */
+mn_status mn_device_host_is_pinned(mn_device_t dev, const void *ptr, bool *pinned);
+/* *can = whether `dev` can access `peer`'s memory directly
+ * (cudaDeviceCanAccessPeer); false for the same device or different types. */
+mn_status mn_device_can_access_peer(mn_device_t dev, mn_device_t peer, bool *can);
+/* Lets `dev` access `peer`'s memory (cudaDeviceEnablePeerAccess); enabling
+ * an already enabled pair succeeds. */
+mn_status mn_device_enable_peer_access(mn_device_t dev, mn_device_t peer);
+/* A copy between the memories of two devices of one type
+ * (cudaMemcpyPeerAsync), ordered on `stream`, a stream of either device
+ * (NULL: dst's default stream). Returns when queued. */
+mn_status mn_memcpy_peer_async(mn_device_t dst_dev, void *dst, mn_device_t src_dev,
+                               const void *src, size_t nbytes, mn_stream_t *stream);
+
 #ifdef __cplusplus
 }
 #endif

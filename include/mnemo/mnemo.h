@@ -16,8 +16,10 @@
 #include "mnemo/caching.h"
 #include "mnemo/adaptors.h"
 #include "mnemo/pluggable.h"
+#include "mnemo/pinned.h"
 #include "mnemo/storage.h"
 #include "mnemo/view.h"
+#include "mnemo/copy.h"
 #include "mnemo/kernels.h"
 #include "mnemo/trace.h"
 

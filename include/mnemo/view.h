@@ -46,7 +46,8 @@ bool mn_view_is_contiguous(const mn_view_t *v);
  * (NULL: the device's default). The skeleton handles contiguous views; the
  * kernels issue generalizes it. */
 mn_status mn_view_fill(mn_view_t *v, mn_scalar_t value, mn_stream_t *stream);
-/* Copies src into dst: same dtype and shape, both contiguous, any devices.
+/* Copies src into dst: same dtype and shape, any devices and layouts the copy
+ * engine supports; mn_copy_view(dst, src, stream, true) of mnemo/copy.h.
  * Ordered on `stream` (NULL: the default stream of the non-CPU device). */
 mn_status mn_view_copy(mn_view_t *dst, const mn_view_t *src, mn_stream_t *stream);
 
