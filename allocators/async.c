@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "allocators/ptrmap.h"
+#include "allocators/stat.h"
 #include "mnemo/adaptors.h"
 #include "mnemo/mnemo.h"
 #include "runtime/error.h"
@@ -35,17 +36,6 @@ static void use_free(async_use *u) {
   free(u);
 }
 
-static void stat_add(mn_stat_t *s, int64_t n) {
-  s->current += n;
-  s->allocated += n;
-  if (s->current > s->peak) s->peak = s->current;
-}
-
-static void stat_sub(mn_stat_t *s, int64_t n) {
-  s->current -= n;
-  s->freed += n;
-}
-
 static mn_status async_alloc_fn(mn_allocator_t *a, size_t nbytes, mn_stream_t *stream, void **out) {
   async_alloc *x = self_of(a);
   mn_stream_t *s = stream ? stream : x->default_stream;
@@ -66,8 +56,8 @@ static mn_status async_alloc_fn(mn_allocator_t *a, size_t nbytes, mn_stream_t *s
   pthread_mutex_lock(&x->lock);
   st = mn__addrmap_insert(&x->live, (uintptr_t)p, nbytes, u);
   if (st == MN_OK) {
-    stat_add(&x->count, 1);
-    stat_add(&x->bytes, (int64_t)nbytes);
+    mn__stat_inc(&x->count, 1);
+    mn__stat_inc(&x->bytes, (int64_t)nbytes);
     x->num_allocs++;
   }
   pthread_mutex_unlock(&x->lock);
@@ -107,8 +97,8 @@ static mn_status async_free_fn(mn_allocator_t *a, void *ptr) {
   if (st == MN_OK) st = mn_device_free_async(a->device, ptr, u->stream);
   pthread_mutex_lock(&x->lock);
   if (st == MN_OK) {
-    stat_sub(&x->count, 1);
-    stat_sub(&x->bytes, (int64_t)e.size);
+    mn__stat_dec(&x->count, 1);
+    mn__stat_dec(&x->bytes, (int64_t)e.size);
     x->num_frees++;
   } else if (mn__addrmap_insert(&x->live, e.key, e.size, u) != MN_OK) {
     u = NULL; /* cannot keep it; forget it (freed below) */

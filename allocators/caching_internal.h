@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "allocators/stat.h"
 #include "mnemo/mnemo.h"
 
 /* PyTorch's constants (c10/cuda/CUDACachingAllocator.cpp), in bytes. */
@@ -177,17 +178,7 @@ size_t mn__allocation_size(size_t size);
 const char *mn__format_size(size_t bytes, char *buf, size_t bufsize);
 
 /* ---- caching.c ------------------------------------------------------------------ */
-/* Counter updates sit on the alloc/free fast path: inline. */
-static inline void mn__stat_inc(mn_stat_t *s, int64_t amount) {
-  s->current += amount;
-  if (s->current > s->peak) s->peak = s->current;
-  s->allocated += amount;
-}
 
-static inline void mn__stat_dec(mn_stat_t *s, int64_t amount) {
-  s->current -= amount;
-  s->freed += amount;
-}
 /* Adds `amount` to the named counter of the ALL pool and of pool `kind`. */
 #define MN__STAT_ADD(a, field, kind, amount)                  \
   do {                                                        \

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "allocators/ptrmap.h"
+#include "allocators/stat.h"
 #include "mnemo/adaptors.h"
 #include "mnemo/mnemo.h"
 #include "runtime/error.h"
@@ -22,17 +23,6 @@ typedef struct stats_adaptor {
 
 static stats_adaptor *self_of(mn_allocator_t *a) { return (stats_adaptor *)a; }
 
-static void stat_add(mn_stat_t *s, int64_t n) {
-  s->current += n;
-  s->allocated += n;
-  if (s->current > s->peak) s->peak = s->current;
-}
-
-static void stat_sub(mn_stat_t *s, int64_t n) {
-  s->current -= n;
-  s->freed += n;
-}
-
 static mn_status stats_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stream, void **out) {
   stats_adaptor *s = self_of(a);
   void *p = NULL;
@@ -48,8 +38,8 @@ static mn_status stats_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
   pthread_mutex_lock(&s->lock);
   st = mn__addrmap_insert(&s->live, (uintptr_t)p, nbytes, NULL);
   if (st == MN_OK) {
-    stat_add(&s->count, 1);
-    stat_add(&s->bytes, (int64_t)nbytes);
+    mn__stat_inc(&s->count, 1);
+    mn__stat_inc(&s->bytes, (int64_t)nbytes);
   }
   pthread_mutex_unlock(&s->lock);
   if (st != MN_OK) {
@@ -68,8 +58,8 @@ static mn_status stats_free(mn_allocator_t *a, void *ptr) {
   pthread_mutex_lock(&s->lock);
   bool found = mn__addrmap_remove(&s->live, (uintptr_t)ptr, &e);
   if (found) {
-    stat_sub(&s->count, 1);
-    stat_sub(&s->bytes, (int64_t)e.size);
+    mn__stat_dec(&s->count, 1);
+    mn__stat_dec(&s->bytes, (int64_t)e.size);
   }
   pthread_mutex_unlock(&s->lock);
   if (!found)

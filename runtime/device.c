@@ -69,6 +69,32 @@ const char *mn_device_format(mn_device_t dev, char *buf, size_t bufsize) {
   return buf;
 }
 
+mn_status mn_bytes_parse(const char *text, size_t *out) {
+  MN__CHECK_ARG(text != NULL && out != NULL, "text and out must not be NULL");
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = isdigit((unsigned char)text[0]) ? strtoull(text, &end, 10) : 0;
+  unsigned shift = 0;
+  bool ok = end != NULL && errno == 0;
+  if (ok) {
+    switch (*end) {
+      case 'k': case 'K': shift = 10; end++; break;
+      case 'm': case 'M': shift = 20; end++; break;
+      case 'g': case 'G': shift = 30; end++; break;
+      case 't': case 'T': shift = 40; end++; break;
+      default: break;
+    }
+    if (shift && (*end == 'i' || *end == 'I')) end++;
+    if (*end == 'b' || *end == 'B') end++;
+    ok = *end == '\0' && (!shift || v <= (SIZE_MAX >> shift));
+  }
+  if (!ok)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                     "cannot parse \"%.64s\" as a byte count (e.g. 4096, 512M, 80GiB)", text);
+  *out = (size_t)(v << shift);
+  return MN_OK;
+}
+
 bool mn_build_has_cuda(void) {
 #ifdef MNEMO_HAVE_CUDA
   return true;

@@ -129,27 +129,6 @@ mn_sim_config_t mn_sim_config_default(void) {
   return c;
 }
 
-/* "80GiB", "512M", "1073741824": bytes with an optional K/M/G/T suffix (powers of 1024). */
-static bool parse_bytes(const char *text, size_t *out) {
-  char *end = NULL;
-  errno = 0;
-  unsigned long long v = strtoull(text, &end, 10);
-  if (errno || end == text) return false;
-  unsigned shift = 0;
-  switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    case 't': case 'T': shift = 40; end++; break;
-    default: break;
-  }
-  if (shift && (*end == 'i' || *end == 'I')) end++;
-  if (shift && (*end == 'b' || *end == 'B')) end++;
-  if (*end != '\0' || (shift && v > (SIZE_MAX >> shift))) return false;
-  *out = (size_t)(v << shift);
-  return true;
-}
-
 static mn_status validate_config(const char *func, const mn_sim_config_t *c) {
   long page = sysconf(_SC_PAGESIZE);
   if (c->device_count < 1 || c->device_count > SIM_MAX_DEVICES)
@@ -173,7 +152,7 @@ static void load_config_locked(void) {
   g_cfg = mn_sim_config_default();
   const char *cap = getenv("MNEMO_SIM_CAPACITY");
   size_t v;
-  if (cap && parse_bytes(cap, &v)) {
+  if (cap && mn_bytes_parse(cap, &v) == MN_OK) {
     mn_sim_config_t c = g_cfg;
     c.capacity = v;
     if (validate_config(__func__, &c) == MN_OK) g_cfg = c;

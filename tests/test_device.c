@@ -26,6 +26,26 @@ MN_TEST(parse_and_format) {
   MN_CHECK(strcmp(mn_device_type_name((mn_device_type)9), "invalid") == 0);
 }
 
+MN_TEST(bytes_parse) {
+  size_t v = 0;
+  MN_CHECK_OK(mn_bytes_parse("4096", &v));
+  MN_CHECK(v == 4096);
+  MN_CHECK_OK(mn_bytes_parse("512M", &v));
+  MN_CHECK(v == (size_t)512 << 20);
+  MN_CHECK_OK(mn_bytes_parse("80GiB", &v));
+  MN_CHECK(v == (size_t)80 << 30);
+  MN_CHECK_OK(mn_bytes_parse("2kb", &v));
+  MN_CHECK(v == 2048);
+  MN_CHECK_OK(mn_bytes_parse("1T", &v));
+  MN_CHECK(v == (size_t)1 << 40);
+  const char *bad[] = {"", "G", "-1", " 5", "5 G", "5X", "5GiBB", "99999999999999999999", "16777216T"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    v = 7;
+    MN_CHECK_ERR(mn_bytes_parse(bad[i], &v), MN_ERR_INVALID_ARGUMENT, "byte count");
+    MN_CHECK(v == 7);
+  }
+}
+
 MN_TEST(counts_and_properties) {
   int n = -1;
   MN_CHECK_OK(mn_device_count(MN_DEVICE_CPU, &n));
@@ -140,6 +160,7 @@ MN_TEST(naive_allocator_and_defaults) {
 
 int main(void) {
   MN_RUN(parse_and_format);
+  MN_RUN(bytes_parse);
   MN_RUN(counts_and_properties);
   MN_RUN(cpu_streams_events_and_copies);
   MN_RUN(copy_stream_must_match_device);

@@ -30,25 +30,6 @@ typedef struct torch_figs_s {
   bool has_allocated, has_reserved, has_segments, has_start;
 } torch_figs_t;
 
-/* BYTES: a decimal with an optional K, M, G or T suffix (powers of 1024; "iB" allowed). */
-static bool parse_bytes(const char *s, size_t *out) {
-  char *end = NULL;
-  if (!s || s[0] < '0' || s[0] > '9') return false;
-  unsigned long long v = strtoull(s, &end, 10);
-  unsigned shift = 0;
-  switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    case 't': case 'T': shift = 40; end++; break;
-    default: break;
-  }
-  if (shift && (!strcmp(end, "iB") || !strcmp(end, "B"))) end += strlen(end);
-  if (*end || v == 0 || (shift && v > (SIZE_MAX >> shift))) return false;
-  *out = (size_t)(v << shift);
-  return true;
-}
-
 static const char *gib(int64_t bytes, char *buf, size_t n) {
   if (bytes < 0) snprintf(buf, n, "n/a");
   else if (bytes >= (int64_t)1 << 30) snprintf(buf, n, "%.2f GiB", (double)bytes / (double)(1u << 30));
@@ -237,7 +218,7 @@ int cmd_replay(int argc, char **argv) {
         }
         repeat = (int)n;
       } else if (!strcmp(arg, "--capacity")) {
-        if (!parse_bytes(v, &capacity)) {
+        if (mn_bytes_parse(v, &capacity) != MN_OK || capacity == 0) {
           fprintf(stderr, "mnemo replay: --capacity \"%s\" is not a byte count (e.g. 85899345920 or 80G)\n", v);
           return 2;
         }

@@ -61,6 +61,10 @@ mn_status mn_device_mem_info(mn_device_t dev, size_t *free_bytes, size_t *total_
 mn_status mn_device_synchronize(mn_device_t dev);
 /* The best device present: CUDA 0 if any, else the CPU. */
 mn_device_t mn_device_best(void);
+/* Parses a byte count: decimal digits with an optional K, M, G or T suffix
+ * (powers of 1024; "KiB", "MB" and "M" all mean 2^20 for M). MN_ERR_INVALID_ARGUMENT
+ * for anything else or on overflow; *out untouched on failure. */
+mn_status mn_bytes_parse(const char *text, size_t *out);
 /* Whether this build was compiled with CUDA support. */
 bool mn_build_has_cuda(void);
 
