@@ -5,18 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "allocators/ptrmap.h"
+#include "allocators/adaptor.h"
 #include "allocators/stat.h"
 #include "mnemo/adaptors.h"
 #include "mnemo/mnemo.h"
 #include "runtime/error.h"
 
 typedef struct stats_adaptor {
-  mn_allocator_t base; /* first: the vtable header */
-  mn_allocator_t *upstream;
-  bool owns_upstream;
-  pthread_mutex_t lock;
-  mn__addrmap_t live; /* address -> bytes asked */
+  mn__adaptor_t ad; /* first: upstream, ownership, lock, live map */
   mn_stat_t count, bytes;
   int64_t num_ooms;
 } stats_adaptor;
@@ -26,24 +22,24 @@ static stats_adaptor *self_of(mn_allocator_t *a) { return (stats_adaptor *)a; }
 static mn_status stats_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stream, void **out) {
   stats_adaptor *s = self_of(a);
   void *p = NULL;
-  mn_status st = mn_allocator_alloc(s->upstream, nbytes, stream, &p);
+  mn_status st = mn_allocator_alloc(s->ad.upstream, nbytes, stream, &p);
   if (st != MN_OK) {
     if (st == MN_ERR_OUT_OF_MEMORY) {
-      pthread_mutex_lock(&s->lock);
+      pthread_mutex_lock(&s->ad.lock);
       s->num_ooms++;
-      pthread_mutex_unlock(&s->lock);
+      pthread_mutex_unlock(&s->ad.lock);
     }
     return st; /* upstream's message, prefixed by its dispatch */
   }
-  pthread_mutex_lock(&s->lock);
-  st = mn__addrmap_insert(&s->live, (uintptr_t)p, nbytes, NULL);
+  pthread_mutex_lock(&s->ad.lock);
+  st = mn__addrmap_insert(&s->ad.live, (uintptr_t)p, nbytes, NULL);
   if (st == MN_OK) {
     mn__stat_inc(&s->count, 1);
     mn__stat_inc(&s->bytes, (int64_t)nbytes);
   }
-  pthread_mutex_unlock(&s->lock);
+  pthread_mutex_unlock(&s->ad.lock);
   if (st != MN_OK) {
-    (void)mn_allocator_free(s->upstream, p); /* give it back: we could not count it */
+    (void)mn_allocator_free(s->ad.upstream, p); /* give it back: we could not count it */
     return mn__error(st, __func__, "cannot record %zu-byte allocation %p (out of host memory)", nbytes, p);
   }
   *out = p;
@@ -55,100 +51,81 @@ static mn_status stats_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
 static mn_status stats_free(mn_allocator_t *a, void *ptr) {
   stats_adaptor *s = self_of(a);
   mn__addrmap_entry_t e;
-  pthread_mutex_lock(&s->lock);
-  bool found = mn__addrmap_remove(&s->live, (uintptr_t)ptr, &e);
+  pthread_mutex_lock(&s->ad.lock);
+  bool found = mn__addrmap_remove(&s->ad.live, (uintptr_t)ptr, &e);
   if (found) {
     mn__stat_dec(&s->count, 1);
     mn__stat_dec(&s->bytes, (int64_t)e.size);
   }
-  pthread_mutex_unlock(&s->lock);
+  pthread_mutex_unlock(&s->ad.lock);
   if (!found)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
                      "%p was not allocated through this statistics adaptor (or is freed already)", ptr);
-  mn_status st = mn_allocator_free(s->upstream, ptr);
+  mn_status st = mn_allocator_free(s->ad.upstream, ptr);
   if (st == MN_OK) return MN_OK;
-  pthread_mutex_lock(&s->lock);
-  if (mn__addrmap_insert(&s->live, e.key, e.size, NULL) == MN_OK) {
+  pthread_mutex_lock(&s->ad.lock);
+  if (mn__addrmap_insert(&s->ad.live, e.key, e.size, NULL) == MN_OK) {
     s->count.current++, s->count.freed--;
     s->bytes.current += (int64_t)e.size, s->bytes.freed -= (int64_t)e.size;
   }
-  pthread_mutex_unlock(&s->lock);
+  pthread_mutex_unlock(&s->ad.lock);
   return st;
 }
 
-static mn_status stats_record_stream(mn_allocator_t *a, void *ptr, mn_stream_t *stream) {
-  stats_adaptor *s = self_of(a);
-  pthread_mutex_lock(&s->lock);
-  bool known = mn__addrmap_find(&s->live, (uintptr_t)ptr) != NULL;
-  pthread_mutex_unlock(&s->lock);
-  if (!known)
-    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "%p is not a live allocation of this statistics adaptor", ptr);
-  return mn_allocator_record_stream(s->upstream, ptr, stream);
-}
 
-static mn_status stats_empty_cache(mn_allocator_t *a) { return mn_allocator_empty_cache(self_of(a)->upstream); }
 
 static mn_status stats_get_stats(mn_allocator_t *a, mn_alloc_stats_t *out) {
   stats_adaptor *s = self_of(a);
-  pthread_mutex_lock(&s->lock);
+  pthread_mutex_lock(&s->ad.lock);
   out->allocation[MN_POOL_ALL] = s->count;
   out->allocated_bytes[MN_POOL_ALL] = s->bytes;
   out->requested_bytes[MN_POOL_ALL] = s->bytes;
   out->num_ooms = s->num_ooms;
-  pthread_mutex_unlock(&s->lock);
+  pthread_mutex_unlock(&s->ad.lock);
   return MN_OK;
 }
 
 static mn_status stats_reset_peak(mn_allocator_t *a) {
   stats_adaptor *s = self_of(a);
-  pthread_mutex_lock(&s->lock);
+  pthread_mutex_lock(&s->ad.lock);
   s->count.peak = s->count.current;
   s->bytes.peak = s->bytes.current;
-  pthread_mutex_unlock(&s->lock);
+  pthread_mutex_unlock(&s->ad.lock);
   return MN_OK;
 }
 
-static mn_status stats_snapshot(mn_allocator_t *a, mn_snapshot_t **out) {
-  return mn_allocator_snapshot(self_of(a)->upstream, out);
-}
 
 /* The counters equal what the map holds, then upstream's own check. */
 static mn_status stats_check_invariants(mn_allocator_t *a) {
   stats_adaptor *s = self_of(a);
-  pthread_mutex_lock(&s->lock);
+  pthread_mutex_lock(&s->ad.lock);
   size_t n = 0, bytes = 0;
-  for (size_t i = 0; i < s->live.cap; i++)
-    if (s->live.slots[i].key) n++, bytes += s->live.slots[i].size;
-  bool ok = n == s->live.count && (int64_t)n == s->count.current && (int64_t)bytes == s->bytes.current &&
+  for (size_t i = 0; i < s->ad.live.cap; i++)
+    if (s->ad.live.slots[i].key) n++, bytes += s->ad.live.slots[i].size;
+  bool ok = n == s->ad.live.count && (int64_t)n == s->count.current && (int64_t)bytes == s->bytes.current &&
             s->count.allocated - s->count.freed == s->count.current &&
             s->bytes.allocated - s->bytes.freed == s->bytes.current && s->count.peak >= s->count.current &&
             s->bytes.peak >= s->bytes.current;
   int64_t cur_n = s->count.current, cur_b = s->bytes.current;
-  pthread_mutex_unlock(&s->lock);
+  pthread_mutex_unlock(&s->ad.lock);
   if (!ok)
     return mn__error(MN_ERR_INTERNAL, __func__,
                      "statistics adaptor counts %lld allocations / %lld bytes but tracks %zu / %zu",
                      (long long)cur_n, (long long)cur_b, n, bytes);
-  return mn_allocator_check_invariants(s->upstream);
+  return mn_allocator_check_invariants(s->ad.upstream);
 }
 
-static void stats_destroy(mn_allocator_t *a) {
-  stats_adaptor *s = self_of(a);
-  if (s->owns_upstream) mn_allocator_destroy(s->upstream);
-  mn__addrmap_fini(&s->live);
-  pthread_mutex_destroy(&s->lock);
-  free(s);
-}
+static void stats_destroy(mn_allocator_t *a) { mn__adaptor_delete(&self_of(a)->ad); }
 
 static const mn_allocator_vtable_t stats_vtable = {
     .name = "statistics",
     .alloc = stats_alloc,
     .free = stats_free,
-    .record_stream = stats_record_stream,
-    .empty_cache = stats_empty_cache,
+    .record_stream = mn__adaptor_record_stream,
+    .empty_cache = mn__adaptor_empty_cache,
     .get_stats = stats_get_stats,
     .reset_peak = stats_reset_peak,
-    .snapshot = stats_snapshot,
+    .snapshot = mn__adaptor_snapshot,
     .check_invariants = stats_check_invariants,
     .destroy = stats_destroy,
 };
@@ -156,14 +133,8 @@ static const mn_allocator_vtable_t stats_vtable = {
 mn_status mn_statistics_adaptor_create(mn_allocator_t *upstream, unsigned flags, mn_allocator_t **out) {
   MN__CHECK_ARG(upstream != NULL && out != NULL, "upstream and out must not be NULL");
   MN__CHECK_ARG((flags & ~(unsigned)MN_ADAPTOR_OWNS_UPSTREAM) == 0, "flags=0x%x: only MN_ADAPTOR_OWNS_UPSTREAM applies", flags);
-  stats_adaptor *s = calloc(1, sizeof *s);
-  if (!s) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
-  s->base.vtable = &stats_vtable;
-  s->base.device = mn_allocator_device(upstream);
-  s->upstream = upstream;
-  s->owns_upstream = (flags & MN_ADAPTOR_OWNS_UPSTREAM) != 0;
-  pthread_mutex_init(&s->lock, NULL);
-  mn__addrmap_init(&s->live);
-  *out = &s->base;
-  return MN_OK;
+  mn__adaptor_t *ad = NULL;
+  mn_status st = mn__adaptor_new(__func__, sizeof(stats_adaptor), &stats_vtable, upstream, flags, &ad);
+  if (st == MN_OK) *out = &ad->base;
+  return st;
 }

@@ -5,20 +5,16 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "allocators/ptrmap.h"
+#include "allocators/adaptor.h"
 #include "mnemo/adaptors.h"
 #include "mnemo/mnemo.h"
 #include "runtime/error.h"
 
 typedef struct trace_adaptor {
-  mn_allocator_t base; /* first: the vtable header */
-  mn_allocator_t *upstream;
-  bool owns_upstream;
+  mn__adaptor_t ad; /* first: upstream, ownership, lock, live map */
   mn_trace_sink_fn sink;
   void *user;
   uint64_t default_stream_id;
-  pthread_mutex_t lock;
-  mn__addrmap_t live; /* address -> bytes asked; data = stream id */
 } trace_adaptor;
 
 static trace_adaptor *self_of(mn_allocator_t *a) { return (trace_adaptor *)a; }
@@ -29,12 +25,12 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* pre: t->lock held. */
+/* pre: t->ad.lock held. */
 static void emit(trace_adaptor *t, mn_trace_action action, uint64_t stream_id, void *ptr, size_t size) {
   mn_trace_event_t ev = {
       .action = action,
       .time_ns = now_ns(),
-      .device = t->base.device,
+      .device = t->ad.base.device,
       .stream_id = stream_id,
       .address = (uintptr_t)ptr,
       .size = size,
@@ -47,22 +43,22 @@ static mn_status trace_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
   trace_adaptor *t = self_of(a);
   uint64_t sid = stream ? mn_stream_id(stream) : t->default_stream_id;
   void *p = NULL;
-  mn_status st = mn_allocator_alloc(t->upstream, nbytes, stream, &p);
+  mn_status st = mn_allocator_alloc(t->ad.upstream, nbytes, stream, &p);
   if (st != MN_OK) {
     if (st == MN_ERR_OUT_OF_MEMORY) {
-      pthread_mutex_lock(&t->lock);
+      pthread_mutex_lock(&t->ad.lock);
       emit(t, MN_TRACE_OOM, sid, NULL, nbytes);
-      pthread_mutex_unlock(&t->lock);
+      pthread_mutex_unlock(&t->ad.lock);
     }
     return st;
   }
-  pthread_mutex_lock(&t->lock);
+  pthread_mutex_lock(&t->ad.lock);
   /* The stream id rides in the data word. */
-  st = mn__addrmap_insert(&t->live, (uintptr_t)p, nbytes, (void *)(uintptr_t)sid);
+  st = mn__addrmap_insert(&t->ad.live, (uintptr_t)p, nbytes, (void *)(uintptr_t)sid);
   if (st == MN_OK) emit(t, MN_TRACE_ALLOC, sid, p, nbytes);
-  pthread_mutex_unlock(&t->lock);
+  pthread_mutex_unlock(&t->ad.lock);
   if (st != MN_OK) {
-    (void)mn_allocator_free(t->upstream, p);
+    (void)mn_allocator_free(t->ad.upstream, p);
     return mn__error(st, __func__, "cannot record %zu-byte allocation %p (out of host memory)", nbytes, p);
   }
   *out = p;
@@ -71,72 +67,47 @@ static mn_status trace_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
 
 static mn_status trace_free(mn_allocator_t *a, void *ptr) {
   trace_adaptor *t = self_of(a);
-  pthread_mutex_lock(&t->lock);
-  mn__addrmap_entry_t *e = mn__addrmap_find(&t->live, (uintptr_t)ptr);
+  pthread_mutex_lock(&t->ad.lock);
+  mn__addrmap_entry_t *e = mn__addrmap_find(&t->ad.live, (uintptr_t)ptr);
   if (!e) {
-    pthread_mutex_unlock(&t->lock);
+    pthread_mutex_unlock(&t->ad.lock);
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
                      "%p was not allocated through this tracing adaptor (or is freed already)", ptr);
   }
-  mn_status st = mn_allocator_free(t->upstream, ptr);
+  mn_status st = mn_allocator_free(t->ad.upstream, ptr);
   if (st == MN_OK) {
     mn__addrmap_entry_t gone;
-    mn__addrmap_remove(&t->live, (uintptr_t)ptr, &gone);
+    mn__addrmap_remove(&t->ad.live, (uintptr_t)ptr, &gone);
     emit(t, MN_TRACE_FREE_REQUESTED, (uint64_t)(uintptr_t)gone.data, ptr, gone.size);
   }
-  pthread_mutex_unlock(&t->lock);
+  pthread_mutex_unlock(&t->ad.lock);
   return st;
 }
 
-static mn_status trace_record_stream(mn_allocator_t *a, void *ptr, mn_stream_t *stream) {
-  trace_adaptor *t = self_of(a);
-  pthread_mutex_lock(&t->lock);
-  bool known = mn__addrmap_find(&t->live, (uintptr_t)ptr) != NULL;
-  pthread_mutex_unlock(&t->lock);
-  if (!known)
-    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "%p is not a live allocation of this tracing adaptor", ptr);
-  return mn_allocator_record_stream(t->upstream, ptr, stream);
-}
 
 static mn_status trace_empty_cache(mn_allocator_t *a) {
   trace_adaptor *t = self_of(a);
-  mn_status st = mn_allocator_empty_cache(t->upstream);
+  mn_status st = mn_allocator_empty_cache(t->ad.upstream);
   if (st != MN_OK) return st;
-  pthread_mutex_lock(&t->lock);
+  pthread_mutex_lock(&t->ad.lock);
   emit(t, MN_TRACE_EMPTY_CACHE, 0, NULL, 0);
-  pthread_mutex_unlock(&t->lock);
+  pthread_mutex_unlock(&t->ad.lock);
   return MN_OK;
 }
 
-static mn_status trace_get_stats(mn_allocator_t *a, mn_alloc_stats_t *out) {
-  return mn_allocator_get_stats(self_of(a)->upstream, out);
-}
-static mn_status trace_reset_peak(mn_allocator_t *a) { return mn_allocator_reset_peak(self_of(a)->upstream); }
-static mn_status trace_snapshot(mn_allocator_t *a, mn_snapshot_t **out) {
-  return mn_allocator_snapshot(self_of(a)->upstream, out);
-}
-static mn_status trace_check_invariants(mn_allocator_t *a) {
-  return mn_allocator_check_invariants(self_of(a)->upstream);
-}
 
-static void trace_destroy(mn_allocator_t *a) {
-  trace_adaptor *t = self_of(a);
-  if (t->owns_upstream) mn_allocator_destroy(t->upstream);
-  mn__addrmap_fini(&t->live);
-  pthread_mutex_destroy(&t->lock);
-  free(t);
-}
+static void trace_destroy(mn_allocator_t *a) { mn__adaptor_delete(&self_of(a)->ad); }
 
 static const mn_allocator_vtable_t trace_vtable = {
     .name = "tracing",
     .alloc = trace_alloc,
     .free = trace_free,
-    .record_stream = trace_record_stream,
+    .record_stream = mn__adaptor_record_stream,
     .empty_cache = trace_empty_cache,
-    .get_stats = trace_get_stats,
-    .reset_peak = trace_reset_peak,
-    .snapshot = trace_snapshot,
-    .check_invariants = trace_check_invariants,
+    .get_stats = mn__adaptor_get_stats,
+    .reset_peak = mn__adaptor_reset_peak,
+    .snapshot = mn__adaptor_snapshot,
+    .check_invariants = mn__adaptor_check_invariants,
     .destroy = trace_destroy,
 };
 
@@ -147,17 +118,13 @@ mn_status mn_tracing_adaptor_create(mn_allocator_t *upstream, mn_trace_sink_fn s
   mn_stream_t *def = NULL;
   mn_status st = mn_stream_default(mn_allocator_device(upstream), &def);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
-  trace_adaptor *t = calloc(1, sizeof *t);
-  if (!t) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
-  t->base.vtable = &trace_vtable;
-  t->base.device = mn_allocator_device(upstream);
-  t->upstream = upstream;
-  t->owns_upstream = (flags & MN_ADAPTOR_OWNS_UPSTREAM) != 0;
+  mn__adaptor_t *ad = NULL;
+  st = mn__adaptor_new(__func__, sizeof(trace_adaptor), &trace_vtable, upstream, flags, &ad);
+  if (st != MN_OK) return st;
+  trace_adaptor *t = (trace_adaptor *)ad;
   t->sink = sink;
   t->user = user;
   t->default_stream_id = mn_stream_id(def);
-  pthread_mutex_init(&t->lock, NULL);
-  mn__addrmap_init(&t->live);
-  *out = &t->base;
+  *out = &ad->base;
   return MN_OK;
 }

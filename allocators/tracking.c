@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "allocators/ptrmap.h"
+#include "allocators/adaptor.h"
 #include "mnemo/adaptors.h"
 #include "mnemo/mnemo.h"
 #include "runtime/error.h"
@@ -22,14 +22,11 @@ typedef struct track_record {
 } track_record;
 
 typedef struct track_adaptor {
-  mn_allocator_t base; /* first: the vtable header */
-  mn_allocator_t *upstream;
-  bool owns_upstream, backtraces;
+  mn__adaptor_t ad; /* first: upstream, ownership, lock, live map */
+  bool backtraces;
   uint64_t default_stream_id;
-  pthread_mutex_t lock;
   uint64_t next_seq;
   size_t live_bytes;
-  mn__addrmap_t live; /* address -> bytes asked; data = track_record * */
 } track_adaptor;
 
 static _Thread_local char g_tag[MN_TRACKING_TAG_MAX];
@@ -54,21 +51,21 @@ static mn_status track_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
   memcpy(r->tag, g_tag, sizeof r->tag);
   if (t->backtraces) r->nframes = backtrace(r->frames, MN_TRACKING_MAX_FRAMES);
   void *p = NULL;
-  mn_status st = mn_allocator_alloc(t->upstream, nbytes, stream, &p);
+  mn_status st = mn_allocator_alloc(t->ad.upstream, nbytes, stream, &p);
   if (st != MN_OK) {
     free(r);
     return st;
   }
-  pthread_mutex_lock(&t->lock);
-  st = mn__addrmap_insert(&t->live, (uintptr_t)p, nbytes, r);
+  pthread_mutex_lock(&t->ad.lock);
+  st = mn__addrmap_insert(&t->ad.live, (uintptr_t)p, nbytes, r);
   if (st == MN_OK) {
     r->seq = ++t->next_seq;
     t->live_bytes += nbytes;
   }
-  pthread_mutex_unlock(&t->lock);
+  pthread_mutex_unlock(&t->ad.lock);
   if (st != MN_OK) {
     free(r);
-    (void)mn_allocator_free(t->upstream, p);
+    (void)mn_allocator_free(t->ad.upstream, p);
     return mn__error(st, __func__, "cannot record %zu-byte allocation %p (out of host memory)", nbytes, p);
   }
   *out = p;
@@ -78,86 +75,66 @@ static mn_status track_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
 static mn_status track_free(mn_allocator_t *a, void *ptr) {
   track_adaptor *t = self_of(a);
   mn__addrmap_entry_t e;
-  pthread_mutex_lock(&t->lock);
-  bool found = mn__addrmap_remove(&t->live, (uintptr_t)ptr, &e);
+  pthread_mutex_lock(&t->ad.lock);
+  bool found = mn__addrmap_remove(&t->ad.live, (uintptr_t)ptr, &e);
   if (found) t->live_bytes -= e.size;
-  pthread_mutex_unlock(&t->lock);
+  pthread_mutex_unlock(&t->ad.lock);
   if (!found)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
                      "%p was not allocated through this tracking adaptor (or is freed already)", ptr);
-  mn_status st = mn_allocator_free(t->upstream, ptr);
+  mn_status st = mn_allocator_free(t->ad.upstream, ptr);
   if (st == MN_OK) {
     free(e.data);
     return MN_OK;
   }
-  pthread_mutex_lock(&t->lock);
-  if (mn__addrmap_insert(&t->live, e.key, e.size, e.data) == MN_OK)
+  pthread_mutex_lock(&t->ad.lock);
+  if (mn__addrmap_insert(&t->ad.live, e.key, e.size, e.data) == MN_OK)
     t->live_bytes += e.size;
   else
     free(e.data); /* cannot track it any more */
-  pthread_mutex_unlock(&t->lock);
+  pthread_mutex_unlock(&t->ad.lock);
   return st;
 }
 
-static mn_status track_record_stream(mn_allocator_t *a, void *ptr, mn_stream_t *stream) {
-  track_adaptor *t = self_of(a);
-  pthread_mutex_lock(&t->lock);
-  bool known = mn__addrmap_find(&t->live, (uintptr_t)ptr) != NULL;
-  pthread_mutex_unlock(&t->lock);
-  if (!known)
-    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "%p is not a live allocation of this tracking adaptor", ptr);
-  return mn_allocator_record_stream(t->upstream, ptr, stream);
-}
 
-static mn_status track_empty_cache(mn_allocator_t *a) { return mn_allocator_empty_cache(self_of(a)->upstream); }
-static mn_status track_get_stats(mn_allocator_t *a, mn_alloc_stats_t *out) {
-  return mn_allocator_get_stats(self_of(a)->upstream, out);
-}
-static mn_status track_reset_peak(mn_allocator_t *a) { return mn_allocator_reset_peak(self_of(a)->upstream); }
-static mn_status track_snapshot(mn_allocator_t *a, mn_snapshot_t **out) {
-  return mn_allocator_snapshot(self_of(a)->upstream, out);
-}
 
 static mn_status track_check_invariants(mn_allocator_t *a) {
   track_adaptor *t = self_of(a);
-  pthread_mutex_lock(&t->lock);
+  pthread_mutex_lock(&t->ad.lock);
   size_t n = 0, bytes = 0;
   bool ok = true;
-  for (size_t i = 0; i < t->live.cap; i++) {
-    const mn__addrmap_entry_t *e = &t->live.slots[i];
+  for (size_t i = 0; i < t->ad.live.cap; i++) {
+    const mn__addrmap_entry_t *e = &t->ad.live.slots[i];
     if (!e->key) continue;
     const track_record *r = e->data;
     n++, bytes += e->size;
     ok = ok && r && r->size == e->size && r->seq >= 1 && r->seq <= t->next_seq;
   }
-  ok = ok && n == t->live.count && bytes == t->live_bytes;
+  ok = ok && n == t->ad.live.count && bytes == t->live_bytes;
   size_t want = t->live_bytes;
-  pthread_mutex_unlock(&t->lock);
+  pthread_mutex_unlock(&t->ad.lock);
   if (!ok)
     return mn__error(MN_ERR_INTERNAL, __func__, "tracking adaptor: %zu records of %zu bytes, %zu bytes counted",
                      n, bytes, want);
-  return mn_allocator_check_invariants(t->upstream);
+  return mn_allocator_check_invariants(t->ad.upstream);
 }
 
 static void track_destroy(mn_allocator_t *a) {
   track_adaptor *t = self_of(a);
-  if (t->owns_upstream) mn_allocator_destroy(t->upstream);
-  for (size_t i = 0; i < t->live.cap; i++)
-    if (t->live.slots[i].key) free(t->live.slots[i].data);
-  mn__addrmap_fini(&t->live);
-  pthread_mutex_destroy(&t->lock);
-  free(t);
+  for (size_t i = 0; i < t->ad.live.cap; i++)
+    if (t->ad.live.slots[i].key) free(t->ad.live.slots[i].data);
+  mn__adaptor_delete(&t->ad);
 }
 
 static const mn_allocator_vtable_t track_vtable = {
     .name = "tracking",
     .alloc = track_alloc,
     .free = track_free,
-    .record_stream = track_record_stream,
-    .empty_cache = track_empty_cache,
-    .get_stats = track_get_stats,
-    .reset_peak = track_reset_peak,
-    .snapshot = track_snapshot,
+    .record_stream = mn__adaptor_record_stream,
+    .empty_cache = mn__adaptor_empty_cache,
+    .get_stats = mn__adaptor_get_stats,
+    .reset_peak = mn__adaptor_reset_peak,
+    .snapshot = mn__adaptor_snapshot,
     .check_invariants = track_check_invariants,
     .destroy = track_destroy,
 };
@@ -169,22 +146,18 @@ mn_status mn_tracking_adaptor_create(mn_allocator_t *upstream, unsigned flags, m
   mn_stream_t *def = NULL;
   mn_status st = mn_stream_default(mn_allocator_device(upstream), &def);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
-  track_adaptor *t = calloc(1, sizeof *t);
-  if (!t) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
-  t->base.vtable = &track_vtable;
-  t->base.device = mn_allocator_device(upstream);
-  t->upstream = upstream;
-  t->owns_upstream = (flags & MN_ADAPTOR_OWNS_UPSTREAM) != 0;
+  mn__adaptor_t *ad = NULL;
+  st = mn__adaptor_new(__func__, sizeof(track_adaptor), &track_vtable, upstream, flags, &ad);
+  if (st != MN_OK) return st;
+  track_adaptor *t = (track_adaptor *)ad;
   t->backtraces = (flags & MN_ADAPTOR_CAPTURE_BACKTRACES) != 0;
   t->default_stream_id = mn_stream_id(def);
-  pthread_mutex_init(&t->lock, NULL);
-  mn__addrmap_init(&t->live);
   if (t->backtraces) {
     /* backtrace() loads its unwinder on first use; do that now, not inside an alloc. */
     void *warm[1];
     (void)backtrace(warm, 1);
   }
-  *out = &t->base;
+  *out = &t->ad.base;
   return MN_OK;
 }
 
@@ -200,10 +173,10 @@ mn_status mn_tracking_adaptor_live(mn_allocator_t *a, size_t *count, size_t *byt
   if (st != MN_OK) return st;
   MN__CHECK_ARG(count != NULL && bytes != NULL, "count and bytes must not be NULL");
   track_adaptor *t = self_of(a);
-  pthread_mutex_lock(&t->lock);
-  *count = t->live.count;
+  pthread_mutex_lock(&t->ad.lock);
+  *count = t->ad.live.count;
   *bytes = t->live_bytes;
-  pthread_mutex_unlock(&t->lock);
+  pthread_mutex_unlock(&t->ad.lock);
   return MN_OK;
 }
 
@@ -223,15 +196,15 @@ mn_status mn_tracking_adaptor_report(mn_allocator_t *a, FILE *out) {
   if (st != MN_OK) return st;
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
   track_adaptor *t = self_of(a);
-  pthread_mutex_lock(&t->lock);
-  size_t n = t->live.count, bytes = t->live_bytes, k = 0;
+  pthread_mutex_lock(&t->ad.lock);
+  size_t n = t->ad.live.count, bytes = t->live_bytes, k = 0;
   report_row *rows = n ? malloc(n * sizeof *rows) : NULL;
   if (rows) {
-    for (size_t i = 0; i < t->live.cap; i++)
-      if (t->live.slots[i].key)
-        rows[k++] = (report_row){t->live.slots[i].key, *(const track_record *)t->live.slots[i].data};
+    for (size_t i = 0; i < t->ad.live.cap; i++)
+      if (t->ad.live.slots[i].key)
+        rows[k++] = (report_row){t->ad.live.slots[i].key, *(const track_record *)t->ad.live.slots[i].data};
   }
-  pthread_mutex_unlock(&t->lock);
+  pthread_mutex_unlock(&t->ad.lock);
   if (n && !rows) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %zu report rows", n);
   if (k > 1) qsort(rows, k, sizeof *rows, row_by_seq);
   char dev[32];
