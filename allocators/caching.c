@@ -244,7 +244,7 @@ static mn__block_t *alloc_found_block(mn__caching_t *a, mn__block_t *b, const pa
   }
   b->allocated = true;
   b->requested = requested;
-  mn__ptrmap_put(&a->live, b->addr, b);
+  mn__addrmap_put(&a->live, b->addr, 0, b);
   mn__trace(a, MN_TRACE_ALLOC, b->stream_id, b->addr, b->size, requested);
   MN__STAT_ADD(a, allocation, kind, 1);
   MN__STAT_ADD(a, allocated_bytes, kind, (int64_t)b->size);
@@ -303,7 +303,7 @@ static mn_status caching_alloc(mn_allocator_t *self, size_t nbytes, mn_stream_t 
   }
   if (!b) return out_of_memory(a, nbytes, p.size, p.alloc_size);
   mn_status st = mn__spare_reserve(a, 1);
-  if (st == MN_OK) st = mn__ptrmap_reserve(&a->live, 1);
+  if (st == MN_OK) st = mn__addrmap_reserve(&a->live, 1);
   if (st != MN_OK) {
     mn__pool_insert(p.pool, b); /* still whole and free: back in the cache */
     unlock(a);
@@ -340,7 +340,7 @@ typedef struct use_end_s {
 static mn_status caching_free(mn_allocator_t *self, void *ptr) {
   mn__caching_t *a = as_caching(self);
   lock(a);
-  mn__block_t *b = mn__ptrmap_get(&a->live, (uintptr_t)ptr);
+  mn__block_t *b = mn__live_block(a, (uintptr_t)ptr);
   if (!b) return not_ours(a, __func__, ptr);
   uint32_t n = b->nuses;
   use_end_t local[8], *ends = local;
@@ -359,7 +359,7 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
     ends[i].entry = NULL;
     need_sync = true;
   }
-  mn__ptrmap_remove(&a->live, b->addr); /* a concurrent double free now fails cleanly */
+  mn__addrmap_remove(&a->live, b->addr, NULL); /* a concurrent double free now fails cleanly */
   if (need_sync) {
     b->freeing = true;
     unlock(a);
@@ -374,8 +374,8 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
           mn__event_put(a, ends[i].event);
           mn__pending_put(a, ends[i].entry);
         }
-      (void)mn__ptrmap_reserve(&a->live, 1); /* the map never fills: put cannot fail */
-      mn__ptrmap_put(&a->live, b->addr, b);
+      (void)mn__addrmap_reserve(&a->live, 1); /* the map never fills: put cannot fail */
+      mn__addrmap_put(&a->live, b->addr, 0, b);
       unlock(a);
       if (ends != local) free(ends);
       return mn__error_wrap(st, __func__);
@@ -404,7 +404,7 @@ static mn_status caching_record_stream(mn_allocator_t *self, void *ptr, mn_strea
   mn__caching_t *a = as_caching(self);
   uint64_t id = mn_stream_id(stream);
   lock(a);
-  mn__block_t *b = mn__ptrmap_get(&a->live, (uintptr_t)ptr);
+  mn__block_t *b = mn__live_block(a, (uintptr_t)ptr);
   if (!b) return not_ours(a, __func__, ptr);
   if (id == b->stream_id) goto done; /* uses on the allocating stream need nothing */
   for (uint32_t i = 0; i < b->nuses; i++)
@@ -486,7 +486,7 @@ static void caching_destroy(mn_allocator_t *self) {
     a->spare_pending = p->next;
     free(p);
   }
-  mn__ptrmap_free(&a->live);
+  mn__addrmap_fini(&a->live);
   pthread_mutex_destroy(&a->lock);
   free(a);
 }

@@ -136,7 +136,7 @@ static mn_status check_block(const mn__caching_t *a, const mn__segment_t *s, con
   }
   if (b->allocated) {
     if (b->event_count) BROKEN("block %#lx: allocated with %d pending events", addr, b->event_count);
-    if (!b->freeing && mn__ptrmap_get(&a->live, b->addr) != b) BROKEN("block %#lx: allocated but not in the pointer map", addr);
+    if (!b->freeing && mn__live_block(a, b->addr) != b) BROKEN("block %#lx: allocated but not in the pointer map", addr);
     t->allocated++;
     add(t->allocation, kind, 1);
     add(t->allocated_bytes, kind, (int64_t)b->size);

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "allocators/ptrmap.h"
 #include "allocators/stat.h"
 #include "mnemo/mnemo.h"
 
@@ -55,20 +56,6 @@ mn__tnode_t *mn__tree_first(const mn__tree_t *t);
 /* Checks order, heap property and count; writes why on failure. */
 bool mn__tree_check(const mn__tree_t *t, char *why, size_t whysize);
 
-/* ---- the pointer map: live allocation address -> block (open addressing) ---- */
-typedef struct mn__ptrmap_s {
-  uintptr_t *keys; /* 0 = empty slot */
-  void **vals;
-  size_t cap, count; /* cap is a power of two, count <= cap / 2 */
-} mn__ptrmap_t;
-
-/* Makes room for `extra` more entries; MN_ERR_OUT_OF_MEMORY (host) on failure. */
-mn_status mn__ptrmap_reserve(mn__ptrmap_t *m, size_t extra);
-/* pre: room reserved, key absent. */
-void mn__ptrmap_put(mn__ptrmap_t *m, uintptr_t key, void *val);
-void *mn__ptrmap_get(const mn__ptrmap_t *m, uintptr_t key);
-void *mn__ptrmap_remove(mn__ptrmap_t *m, uintptr_t key);
-void mn__ptrmap_free(mn__ptrmap_t *m);
 
 /* ---- blocks, segments, pools ----------------------------------------------- */
 typedef struct mn__segment_s mn__segment_t;
@@ -145,7 +132,7 @@ typedef struct mn__caching_s {
   mn__segment_t *segments;  /* every segment, unordered */
   size_t nsegments;
   size_t exp_segments;      /* how many of them are expandable */
-  mn__ptrmap_t live;        /* allocated blocks by address */
+  mn__addrmap_t live;       /* allocated blocks by address; data = the block */
   mn__pending_t *pending_head, *pending_tail;
   size_t pending_waited;    /* events taken off the list while a synchronize waits on them */
   mn__pending_t *spare_pending;
@@ -250,5 +237,11 @@ mn_status mn__caching_check_invariants(mn_allocator_t *self);
 /* The OOM message, PyTorch's wording adapted; pre: lock held. */
 void mn__caching_oom_message(mn__caching_t *a, size_t requested, size_t rounded, size_t alloc_size,
                              char *buf, size_t bufsize);
+
+/* The allocated block at `addr`, or NULL. pre: lock held. */
+static inline mn__block_t *mn__live_block(const mn__caching_t *a, uintptr_t addr) {
+  mn__addrmap_entry_t *e = mn__addrmap_find(&a->live, addr);
+  return e ? (mn__block_t *)e->data : NULL;
+}
 
 #endif /* MNEMO_ALLOCATORS_CACHING_INTERNAL_H */

@@ -1,5 +1,5 @@
 /* allocators/caching_tree.c: the caching allocator's ordered free set (a treap keyed by stream,
- * size, address) and pointer map. Not thread-safe: callers hold the allocator lock. */
+ * size, address). Not thread-safe: callers hold the allocator lock. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,85 +196,4 @@ bool mn__tree_check(const mn__tree_t *t, char *why, size_t whysize) {
     ok = false;
   }
   return ok;
-}
-
-/* ---- pointer map ----------------------------------------------------------------- */
-
-static size_t slot_of(uintptr_t key, size_t cap) {
-  uint64_t h = (uint64_t)key;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  return (size_t)h & (cap - 1);
-}
-
-static void put_raw(uintptr_t *keys, void **vals, size_t cap, uintptr_t key, void *val) {
-  size_t i = slot_of(key, cap);
-  while (keys[i]) i = (i + 1) & (cap - 1);
-  keys[i] = key;
-  vals[i] = val;
-}
-
-mn_status mn__ptrmap_reserve(mn__ptrmap_t *m, size_t extra) {
-  size_t need = m->count + extra;
-  if (need <= m->cap / 2) return MN_OK;
-  size_t cap = m->cap ? m->cap : 64;
-  while (cap / 2 < need) cap *= 2;
-  uintptr_t *keys = calloc(cap, sizeof *keys);
-  void **vals = calloc(cap, sizeof *vals);
-  if (!keys || !vals) {
-    free(keys);
-    free(vals);
-    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %zu live blocks", need);
-  }
-  for (size_t i = 0; i < m->cap; i++)
-    if (m->keys[i]) put_raw(keys, vals, cap, m->keys[i], m->vals[i]);
-  free(m->keys);
-  free(m->vals);
-  m->keys = keys;
-  m->vals = vals;
-  m->cap = cap;
-  return MN_OK;
-}
-
-void mn__ptrmap_put(mn__ptrmap_t *m, uintptr_t key, void *val) {
-  put_raw(m->keys, m->vals, m->cap, key, val);
-  m->count++;
-}
-
-void *mn__ptrmap_get(const mn__ptrmap_t *m, uintptr_t key) {
-  if (!m->cap || !key) return NULL;
-  for (size_t i = slot_of(key, m->cap); m->keys[i]; i = (i + 1) & (m->cap - 1))
-    if (m->keys[i] == key) return m->vals[i];
-  return NULL;
-}
-
-/* Linear probing with backward-shift deletion (no tombstones). */
-void *mn__ptrmap_remove(mn__ptrmap_t *m, uintptr_t key) {
-  if (!m->cap || !key) return NULL;
-  size_t mask = m->cap - 1, i = slot_of(key, m->cap);
-  while (m->keys[i] && m->keys[i] != key) i = (i + 1) & mask;
-  if (!m->keys[i]) return NULL;
-  void *val = m->vals[i];
-  size_t hole = i;
-  for (size_t j = (i + 1) & mask; m->keys[j]; j = (j + 1) & mask) {
-    size_t home = slot_of(m->keys[j], m->cap);
-    /* Move j into the hole when its home is not in (hole, j] (cyclically). */
-    bool stays = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
-    if (!stays) {
-      m->keys[hole] = m->keys[j];
-      m->vals[hole] = m->vals[j];
-      hole = j;
-    }
-  }
-  m->keys[hole] = 0;
-  m->vals[hole] = NULL;
-  m->count--;
-  return val;
-}
-
-void mn__ptrmap_free(mn__ptrmap_t *m) {
-  free(m->keys);
-  free(m->vals);
-  memset(m, 0, sizeof *m);
 }

@@ -55,6 +55,19 @@ mn_status mn__addrmap_insert(mn__addrmap_t *m, uintptr_t key, size_t size, void 
   return MN_OK;
 }
 
+mn_status mn__addrmap_reserve(mn__addrmap_t *m, size_t extra) {
+  while ((m->count + extra) * 4 > m->cap * 3)
+    if (!grow(m))
+      return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %zu tracked pointers",
+                       m->count + extra);
+  return MN_OK;
+}
+
+void mn__addrmap_put(mn__addrmap_t *m, uintptr_t key, size_t size, void *data) {
+  place(m->slots, m->cap, (mn__addrmap_entry_t){.key = key, .size = size, .data = data});
+  m->count++;
+}
+
 mn__addrmap_entry_t *mn__addrmap_find(const mn__addrmap_t *m, uintptr_t key) {
   if (key == 0 || m->cap == 0) return NULL;
   for (size_t i = slot_of(key, m->cap);; i = (i + 1) & (m->cap - 1)) {

@@ -1,6 +1,6 @@
 /* allocators/ptrmap.h: mn__addrmap, an internal open-addressing hash map from a non-zero
- * address to (size, data), used by the adaptors and the stream-ordered allocator
- * to know their live pointers. Not thread-safe: the owner holds its own lock. */
+ * address to (size, data), used by the caching allocator, the adaptors and the
+ * stream-ordered allocator to know their live pointers. Not thread-safe: the owner holds its own lock. */
 #ifndef MNEMO_ALLOCATORS_ADDRMAP_H
 #define MNEMO_ALLOCATORS_ADDRMAP_H
 
@@ -33,6 +33,11 @@ void mn__addrmap_fini(mn__addrmap_t *m);
 /* Adds key -> (size, data). MN_ERR_INVALID_ARGUMENT when key is 0 or already
  * present; MN_ERR_OUT_OF_MEMORY when the table cannot grow. */
 mn_status mn__addrmap_insert(mn__addrmap_t *m, uintptr_t key, size_t size, void *data);
+/* Makes room for `extra` more entries, so that as many mn__addrmap_put calls
+ * cannot fail; MN_ERR_OUT_OF_MEMORY when the table cannot grow. */
+mn_status mn__addrmap_reserve(mn__addrmap_t *m, size_t extra);
+/* Adds key -> (size, data) without checks. pre: room reserved, key non-zero and absent. */
+void mn__addrmap_put(mn__addrmap_t *m, uintptr_t key, size_t size, void *data);
 /* The entry for key, or NULL. Valid until the next insert or remove. */
 mn__addrmap_entry_t *mn__addrmap_find(const mn__addrmap_t *m, uintptr_t key);
 /* Removes key, copying its entry to *out (optional). false when absent. */

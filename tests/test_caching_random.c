@@ -18,16 +18,17 @@ static size_t depth(const mn__tnode_t *n) {
 MN_TEST(free_set_and_map_at_scale) {
   enum { N = 100000 };
   mn__tnode_t *nodes = calloc(N, sizeof *nodes);
-  mn__ptrmap_t map = {0};
+  mn__addrmap_t map;
+  mn__addrmap_init(&map);
   mn__tree_t t;
   mn__tree_init(&t, 1);
   uint64_t r = g_seed | 1;
-  MN_CHECK_OK(mn__ptrmap_reserve(&map, N));
+  MN_CHECK_OK(mn__addrmap_reserve(&map, N));
   for (size_t i = 0; i < N; i++) {
     r ^= r << 13, r ^= r >> 7, r ^= r << 17;
     /* Sizes repeat, addresses are unique: the key is (stream, size, address). */
     mn__tree_insert(&t, &nodes[i], (mn__key_t){r % 4, 512 * (1 + (r >> 8) % 64), 4096 * (i + 1)});
-    mn__ptrmap_put(&map, 4096 * (i + 1), &nodes[i]);
+    mn__addrmap_put(&map, 4096 * (i + 1), 0, &nodes[i]);
   }
   char why[256] = "";
   MN_CHECK(mn__tree_check(&t, why, sizeof why) && t.count == N);
@@ -44,14 +45,18 @@ MN_TEST(free_set_and_map_at_scale) {
   }
   for (size_t i = 0; i < N; i += 2) {
     MN_CHECK(mn__tree_remove(&t, &nodes[i]));
-    MN_CHECK(mn__ptrmap_remove(&map, 4096 * (i + 1)) == &nodes[i]);
+    mn__addrmap_entry_t gone = {0};
+    MN_CHECK(mn__addrmap_remove(&map, 4096 * (i + 1), &gone) && gone.data == &nodes[i]);
   }
   MN_CHECK(!mn__tree_remove(&t, &nodes[0]) && !mn__tree_contains(&t, &nodes[0]) && mn__tree_contains(&t, &nodes[1]));
   MN_CHECK(mn__tree_check(&t, why, sizeof why) && t.count == N / 2 && map.count == N / 2);
   size_t misses = 0;
-  for (size_t i = 0; i < N; i++) misses += mn__ptrmap_get(&map, 4096 * (i + 1)) != (i % 2 ? &nodes[i] : NULL);
+  for (size_t i = 0; i < N; i++) {
+    mn__addrmap_entry_t *e = mn__addrmap_find(&map, 4096 * (i + 1));
+    misses += (e ? e->data : NULL) != (i % 2 ? &nodes[i] : NULL);
+  }
   MN_CHECK(misses == 0 && depth(t.root) < 4 * 17);
-  mn__ptrmap_free(&map);
+  mn__addrmap_fini(&map);
   free(nodes);
   /* Through the API: 50k cached 512-byte holes, then best-fit allocations among them. */
   mn_allocator_t *a = mk(NULL);
