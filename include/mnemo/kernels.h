@@ -6,6 +6,8 @@
 #include <stddef.h>
 
 #include "mnemo/device.h"
+#include "mnemo/dtype.h"
+#include "mnemo/view.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -17,6 +19,21 @@ mn_status mn_kernel_fill(mn_stream_t *stream, void *dst, size_t count, size_t it
                          const void *pattern);
 /* Copies nbytes inside one device's memory, on `stream` (non-overlapping). */
 mn_status mn_kernel_copy(mn_stream_t *stream, void *dst, const void *src, size_t nbytes);
+
+/* Copies src into dst element by element on `stream` (a stream of the device
+ * both views live on), converting src's dtype to dst's with the cast rules of
+ * mn_scalar_to_bytes (mnemo/dtype.h). Same ndim and sizes; src may have
+ * stride 0 on any dim (a broadcast source); dst may not (refused). dst and src
+ * must not partially overlap; identical same-dtype views are a no-op. */
+mn_status mn_kernel_copy_view(mn_stream_t *stream, const mn_view_t *dst, const mn_view_t *src);
+/* Writes `value` (cast to dst's dtype) into every element of dst, any layout
+ * (a dst with stride 0 on a dim of size > 1 is refused), on `stream`. */
+mn_status mn_kernel_fill_view(mn_stream_t *stream, const mn_view_t *dst, mn_scalar_t value);
+/* Converts `count` contiguous elements of src_dtype at src into dst_dtype at
+ * dst (memory of the stream's device; non-overlapping unless dst == src with
+ * equal item sizes), on `stream`. */
+mn_status mn_kernel_cast(mn_stream_t *stream, void *dst, mn_dtype dst_dtype, const void *src, mn_dtype src_dtype,
+                         size_t count);
 
 #ifdef __cplusplus
 }
