@@ -81,7 +81,7 @@ MN_TEST(resize_keeps_prefix) {
   /* SIM: ordered on a side stream; nothing runs until it is advanced. */
   mn_stream_t *st = NULL;
   MN_CHECK_OK(mn_stream_create(SIM0, &st));
-  unsigned char a[64], b[64];
+  unsigned char a[64], b[128];
   mn_test_fill_random(a, sizeof a);
   mn_storage_t *s = make(SIM0, 64);
   write_in(s, a);
