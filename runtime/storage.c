@@ -193,8 +193,13 @@ mn_status mn_storage_resize(mn_storage_t *s, size_t nbytes, mn_stream_t *stream)
   MN__CHECK_ARG(s != NULL, "s must not be NULL");
   if (s->kind != MN_STORAGE_ALLOCATOR) return not_resizable(__func__, s);
   if (nbytes == s->nbytes) return MN_OK;
-  if (stream && s->device.type != MN_DEVICE_CPU && !mn_device_equal(mn_stream_device(stream), s->device))
-    return work_stream(__func__, s, stream, &stream);
+  /* Device storages: the copy and the old block's last use are ordered on a
+   * stream of the storage's device (its default when NULL). CPU storages copy
+   * at once (NULL) or after the given stream's earlier work (any device). */
+  if (s->device.type != MN_DEVICE_CPU) {
+    mn_status sst = work_stream(__func__, s, stream, &stream);
+    if (sst != MN_OK) return sst;
+  }
   void *p = NULL;
   mn_status st = mn_allocator_alloc(s->allocator, nbytes, stream, &p);
   if (st != MN_OK) return mn__error_wrap(st, __func__);

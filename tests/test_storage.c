@@ -97,6 +97,27 @@ MN_TEST(resize_keeps_prefix) {
   MN_CHECK_OK(mn_stream_destroy(st));
 }
 
+/* A resize that cannot allocate, or whose copy cannot be queued, leaves the
+ * storage as it was. */
+MN_TEST(resize_failure_keeps_old_bytes) {
+  unsigned char a[256], b[256];
+  mn_test_fill_random(a, sizeof a);
+  mn_storage_t *s = make(SIM0, sizeof a);
+  write_in(s, a);
+  void *before = mn_storage_data(s);
+  MN_CHECK_ERR(mn_storage_resize(s, (size_t)1 << 40, NULL), MN_ERR_OUT_OF_MEMORY, "mn_storage_resize");
+  MN_CHECK(mn_storage_nbytes(s) == sizeof a && mn_storage_data(s) == before);
+  MN_CHECK_OK(mn_sim_fault_inject(SIM0, MN_SIM_FAULT_MEMCPY, 1, 1));
+  mn_clear_error();
+  mn_status st = mn_storage_resize(s, 512, NULL);
+  MN_CHECK(st == MN_ERR_DEVICE && strstr(mn_last_error(), "mn_storage_resize") != NULL);
+  MN_CHECK_OK(mn_sim_fault_clear(SIM0));
+  MN_CHECK(mn_storage_nbytes(s) == sizeof a && mn_storage_data(s) == before);
+  read_back(s, b);
+  MN_CHECK(memcmp(a, b, sizeof a) == 0);
+  mn_storage_release(s);
+}
+
 static int deleter_calls;
 static void count_deleter(void *ctx, void *data) {
   deleter_calls++;
@@ -628,6 +649,7 @@ int main(void) {
   mn_test_configure_sim(2, (size_t)1 << 28);
   MN_RUN(create_and_queries);
   MN_RUN(resize_keeps_prefix);
+  MN_RUN(resize_failure_keeps_old_bytes);
   MN_RUN(resize_refused_for_fixed_kinds);
   MN_RUN(fill_bytes_and_typed);
   MN_RUN(copy_between_devices);
