@@ -1,6 +1,7 @@
 /* tests/test_storage.c: the storage API on CPU and SIM: every operation, every
  * kind (allocator, foreign, file, shared memory), cross-process sharing, bad input. */
 #include <dirent.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
@@ -324,6 +325,32 @@ MN_TEST(convert_dtypes) {
     mn_storage_release(back);
     mn_storage_release(u8);
   }
+}
+
+static void *retain_release_loop(void *arg) {
+  mn_storage_t *s = arg;
+  for (int i = 0; i < 20000; i++) {
+    mn_storage_retain(s);
+    mn_storage_release(s);
+  }
+  mn_storage_release(s); /* the reference main handed over */
+  return NULL;
+}
+
+MN_TEST(refcount_across_threads) {
+  deleter_calls = 0;
+  mn_storage_t *s = NULL;
+  MN_CHECK_OK(mn_storage_from_buffer(CPU, malloc(64), 64, count_deleter, NULL, &s));
+  enum { T = 4 };
+  pthread_t th[T];
+  for (int i = 0; i < T; i++) {
+    mn_storage_retain(s);
+    MN_CHECK(pthread_create(&th[i], NULL, retain_release_loop, s) == 0);
+  }
+  for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
+  MN_CHECK(mn_storage_refcount(s) == 1 && deleter_calls == 0);
+  mn_storage_release(s);
+  MN_CHECK(deleter_calls == 1);
 }
 
 MN_TEST(from_buffer_wrap_and_copy) {
@@ -657,6 +684,7 @@ int main(void) {
   MN_RUN(byteswap_sizes);
   MN_RUN(convert_dtypes);
   MN_RUN(from_buffer_wrap_and_copy);
+  MN_RUN(refcount_across_threads);
   MN_RUN(from_file_shared_and_private);
   MN_RUN(share_memory_in_place);
   MN_RUN(ipc_not_on_host_devices);
