@@ -194,22 +194,32 @@ mn_view_t *mn_named_views_find(const mn_named_views_t *nv, const char *name) {
 
 /* ---- CRC32 (IEEE 802.3, reflected, as zlib's crc32) ------------------------------- */
 
-static uint32_t crc_table[256];
+/* Slicing-by-8: eight tables, eight bytes per step (about 8x the bytewise loop). */
+static uint32_t crc_table[8][256];
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
 
 static void crc_init(void) {
   for (uint32_t i = 0; i < 256; i++) {
     uint32_t c = i;
     for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    crc_table[i] = c;
+    crc_table[0][i] = c;
   }
+  for (uint32_t i = 0; i < 256; i++)
+    for (int t = 1; t < 8; t++) crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
 }
 
 static uint32_t crc32_of(const void *data, size_t n) {
   pthread_once(&crc_once, crc_init);
   const unsigned char *p = data;
   uint32_t c = 0xFFFFFFFFu;
-  for (size_t i = 0; i < n; i++) c = crc_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+  while (n >= 8) {
+    uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+    c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF] ^
+        crc_table[4][lo >> 24] ^ crc_table[3][p[4]] ^ crc_table[2][p[5]] ^ crc_table[1][p[6]] ^ crc_table[0][p[7]];
+    p += 8;
+    n -= 8;
+  }
+  while (n--) c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
   return c ^ 0xFFFFFFFFu;
 }
 
