@@ -419,9 +419,38 @@ MN_TEST(nothing_left_behind) {
   MN_CHECK_OK(mn_sim_check_invariants(SIM0));
 }
 
-int main(void) {
+/* --write-safetensors PATH: a file for tests/check_safetensors.py, an
+ * independent reader (Python standard library) that checks every value. */
+static int write_for_python(const char *path) {
+  float w[6] = {1, 2, 3, 4, 5, 6}; /* stored 3x2, saved transposed as 2x3 */
+  uint16_t h[3] = {0x3c00, 0xc100, 0x7bff};
+  int64_t ids[2] = {-7, (int64_t)1 << 50};
+  unsigned char flags[2] = {1, 0};
+  mn_storage_t *s[4] = {NULL};
+  mn_status st = mn_storage_from_buffer_copy(CPU, w, sizeof w, &s[0]);
+  if (st == MN_OK) st = mn_storage_from_buffer_copy(CPU, h, sizeof h, &s[1]);
+  if (st == MN_OK) st = mn_storage_from_buffer_copy(CPU, ids, sizeof ids, &s[2]);
+  if (st == MN_OK) st = mn_storage_from_buffer_copy(CPU, flags, sizeof flags, &s[3]);
+  int64_t s23[2] = {2, 3}, t23[2] = {1, 2}, n3 = 3, n2 = 2;
+  mn_view_t *v[4] = {NULL};
+  if (st == MN_OK) st = mn_view_create(s[0], MN_DTYPE_FLOAT32, 2, s23, t23, 0, &v[0]);
+  if (st == MN_OK) st = mn_view_create(s[1], MN_DTYPE_FLOAT16, 1, &n3, NULL, 0, &v[1]);
+  if (st == MN_OK) st = mn_view_create(s[2], MN_DTYPE_INT64, 1, &n2, NULL, 0, &v[2]);
+  if (st == MN_OK) st = mn_view_create(s[3], MN_DTYPE_BOOL, 1, &n2, NULL, 0, &v[3]);
+  const char *names[4] = {"w.T", "h", "ids", "flags"}, *k[1] = {"producer"}, *val[1] = {"mnemo"};
+  if (st == MN_OK) st = mn_safetensors_save(path, 4, names, (const mn_view_t *const *)v, 1, k, val);
+  if (st != MN_OK) fprintf(stderr, "%s\n", mn_last_error());
+  for (int i = 0; i < 4; i++) {
+    mn_view_destroy(v[i]);
+    mn_storage_release(s[i]);
+  }
+  return st == MN_OK ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
   CPU = mn_device_cpu();
   SIM0 = mn_device_sim(0);
+  if (argc == 3 && strcmp(argv[1], "--write-safetensors") == 0) return write_for_python(argv[2]);
   snprintf(tmpdir, sizeof tmpdir, "/tmp/mnemo-test-serialize-%ld", (long)getpid());
   if (mkdir(tmpdir, 0700) != 0) {
     perror("mkdir");
