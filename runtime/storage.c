@@ -651,6 +651,12 @@ mn_status mn_storage_from_shm_handle(const char *handle, mn_storage_t **out) {
     return mn__error(err == ENOENT ? MN_ERR_NOT_FOUND : MN_ERR_IO, __func__,
                      "cannot open %s (has the creating process exited?): %s", path, strerror(err));
   }
+  /* Only anonymous (nameless) shared memory: never another process's regular file. */
+  struct stat sb;
+  if (fstat(f, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_nlink != 0) {
+    close(f);
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "%s is not anonymous shared memory", path);
+  }
   mn_status st = mn_storage_from_shm_fd(f, (size_t)nbytes, out);
   close(f);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);

@@ -462,6 +462,18 @@ MN_TEST(share_memory_in_place) {
   MN_CHECK_ERR(mn_storage_from_shm_handle("mnemo-shm:12:3:4:5", &u), MN_ERR_INVALID_ARGUMENT, "not a handle");
   MN_CHECK_ERR(mn_storage_from_shm_handle("mnemo-shm:999999999:3:4", &u), MN_ERR_NOT_FOUND, "cannot open");
   MN_CHECK_ERR(mn_storage_from_shm_fd(fd, sizeof a + 1, &u), MN_ERR_INVALID_ARGUMENT, "fewer than");
+  {
+    /* a handle naming one of this process's ordinary files is refused */
+    char path[300], bad[96];
+    tmp_path(path, sizeof path, "regular.bin");
+    FILE *f = fopen(path, "wb");
+    fputs("0123456789", f);
+    fflush(f);
+    snprintf(bad, sizeof bad, "mnemo-shm:%ld:%d:4", (long)getpid(), fileno(f));
+    MN_CHECK_ERR(mn_storage_from_shm_handle(bad, &u), MN_ERR_INVALID_ARGUMENT, "not anonymous shared memory");
+    fclose(f);
+    unlink(path);
+  }
   MN_CHECK_ERR(mn_storage_from_shm_fd(-1, 1, &u), MN_ERR_INVALID_ARGUMENT, "not a descriptor");
   mn_storage_release(s);
   s = make(CPU, 8);
