@@ -98,6 +98,14 @@ typedef struct mn__backend_s {
   mn_status (*memcpy_peer_async)(int index, void *dst, int dst_index, const void *src,
                                  int src_index, size_t nbytes, void *stream);
   /* ---- end of issue 4 slots ---- */
+  /* ---- CUDA IPC (issue 5): NULL where not supported (CPU, SIM) ----------
+   *   ipc_export: the IPC handle (MN_IPC_HANDLE_BYTES bytes into handle) of
+   *     the allocation holding ptr and ptr's offset from its base.
+   *   ipc_open: maps a handle of another process; *base is the allocation's base.
+   *   ipc_close: unmaps a base from ipc_open. */
+  mn_status (*ipc_export)(int index, const void *ptr, void *handle, size_t *offset);
+  mn_status (*ipc_open)(int index, const void *handle, void **base);
+  mn_status (*ipc_close)(int index, void *base);
 } mn__backend_t;
 
 extern const mn__backend_t mn__cpu_backend;

@@ -991,6 +991,65 @@ static mn_status mn__cuda_memcpy_peer_async(int index, void *dst, int dst_index,
 
 /* ---- end of issue 4 ---- */
 
+/* ---- CUDA IPC (issue 5) -------------------------------------------------------
+ * A block inside a larger cudaMalloc allocation (a caching-allocator segment) is
+ * exported as the allocation's handle plus the block's offset: the driver's
+ * cuMemGetAddressRange finds the base. VMM memory (expandable segments) has no
+ * cudaIpc handle; cudaIpcGetMemHandle refuses it and we report NOT_SUPPORTED. */
+
+typedef CUresult(CUDAAPI *mn__pfn_cuMemGetAddressRange)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
+static mn__pfn_cuMemGetAddressRange mn__cu_get_address_range;
+static pthread_once_t mn__cu_range_once = PTHREAD_ONCE_INIT;
+static void mn__cu_range_load(void) {
+  mn__cu_get_address_range = (mn__pfn_cuMemGetAddressRange)mn__cu_symbol("cuMemGetAddressRange");
+}
+
+static mn_status mn__cuda_ipc_export(int index, const void *ptr, void *handle, size_t *offset) {
+  MN__CUDA_USE(index);
+  pthread_once(&mn__cu_range_once, mn__cu_range_load);
+  if (!mn__cu_get_address_range)
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "driver entry point cuMemGetAddressRange not found");
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  CUresult res = mn__cu_get_address_range(&base, &size, (CUdeviceptr)(uintptr_t)ptr);
+  if (res != CUDA_SUCCESS) return mn__cu_fail(res, __func__, index, "cuMemGetAddressRange(ptr=%p)", ptr);
+  cudaIpcMemHandle_t h;
+  cudaError_t err = cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return mn__error(err == cudaErrorInvalidValue || err == cudaErrorNotSupported ? MN_ERR_NOT_SUPPORTED
+                                                                                  : MN_ERR_DEVICE,
+                     __func__,
+                     "cudaIpcGetMemHandle(base=%p) on cuda:%d failed: %s (expandable/VMM segments cannot be "
+                     "exported this way)",
+                     (void *)(uintptr_t)base, index, cudaGetErrorName(err));
+  }
+  _Static_assert(sizeof h <= 64, "cudaIpcMemHandle_t fits MN_IPC_HANDLE_BYTES");
+  memcpy(handle, &h, sizeof h);
+  *offset = (size_t)((uintptr_t)ptr - (uintptr_t)base);
+  return MN_OK;
+}
+
+static mn_status mn__cuda_ipc_open(int index, const void *handle, void **base) {
+  MN__CUDA_USE(index);
+  cudaIpcMemHandle_t h;
+  memcpy(&h, handle, sizeof h);
+  void *p = NULL;
+  cudaError_t err = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaIpcOpenMemHandle");
+  *base = p;
+  return MN_OK;
+}
+
+static mn_status mn__cuda_ipc_close(int index, void *base) {
+  MN__CUDA_USE(index);
+  cudaError_t err = cudaIpcCloseMemHandle(base);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaIpcCloseMemHandle(%p)", base);
+  return MN_OK;
+}
+
+/* ---- end of issue 5 ---- */
+
 const mn__backend_t mn__cuda_backend = {
     .name = "cuda",
     .type = MN_DEVICE_CUDA,
@@ -1032,6 +1091,10 @@ const mn__backend_t mn__cuda_backend = {
     .can_access_peer = mn__cuda_can_access_peer,
     .enable_peer_access = mn__cuda_enable_peer_access,
     .memcpy_peer_async = mn__cuda_memcpy_peer_async,
+    /* issue 5 */
+    .ipc_export = mn__cuda_ipc_export,
+    .ipc_open = mn__cuda_ipc_open,
+    .ipc_close = mn__cuda_ipc_close,
 };
 
 #endif /* MNEMO_HAVE_CUDA */

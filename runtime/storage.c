@@ -1,9 +1,20 @@
-/* runtime/storage.c: storages, ref-counted byte buffers owned by an allocator.
- * The count is atomic; the last release frees the bytes through the allocator. */
+/* runtime/storage.c: storages, ref-counted byte buffers of five kinds (allocator,
+ * foreign, file, shared memory, CUDA IPC) and the whole storage API on them.
+ * The count is atomic; resize/share_memory must not race other uses of a storage. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "mnemo/mnemo.h"
+#include "runtime/backend.h"
 #include "runtime/error.h"
 
 struct mn_storage_s {
@@ -11,8 +22,37 @@ struct mn_storage_s {
   mn_device_t device;
   size_t nbytes;
   void *data;
-  mn_allocator_t *allocator;
+  mn_storage_kind kind;
+  mn_allocator_t *allocator;    /* ALLOCATOR */
+  mn_storage_deleter_t deleter; /* FOREIGN (may be NULL) */
+  void *ctx;                    /* FOREIGN */
+  char *filename;               /* FILE */
+  bool file_shared;             /* FILE: MAP_SHARED */
+  size_t map_len;               /* FILE, SHARED: bytes mapped at data (0: nothing mapped) */
+  int fd;                       /* SHARED: the shared-memory descriptor; -1 otherwise */
+  void *ipc_base;               /* IPC: the base ipc_open returned */
 };
+
+const char *mn_storage_kind_name(mn_storage_kind kind) {
+  switch (kind) {
+    case MN_STORAGE_ALLOCATOR: return "allocator";
+    case MN_STORAGE_FOREIGN: return "foreign";
+    case MN_STORAGE_FILE: return "file";
+    case MN_STORAGE_SHARED: return "shared";
+    case MN_STORAGE_IPC: return "ipc";
+    default: return "invalid";
+  }
+}
+
+static mn_storage_t *storage_new(mn_device_t dev, mn_storage_kind kind) {
+  mn_storage_t *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  atomic_init(&s->refcount, 1);
+  s->device = dev;
+  s->kind = kind;
+  s->fd = -1;
+  return s;
+}
 
 mn_status mn_storage_create(mn_device_t dev, size_t nbytes, mn_allocator_t *allocator, mn_stream_t *stream,
                             mn_storage_t **out) {
@@ -25,15 +65,13 @@ mn_status mn_storage_create(mn_device_t dev, size_t nbytes, mn_allocator_t *allo
   } else if (!mn_device_equal(mn_allocator_device(allocator), dev)) {
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "allocator belongs to another device");
   }
-  mn_storage_t *s = calloc(1, sizeof *s);
+  mn_storage_t *s = storage_new(dev, MN_STORAGE_ALLOCATOR);
   if (!s) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   st = mn_allocator_alloc(allocator, nbytes, stream, &s->data);
   if (st != MN_OK) {
     free(s);
     return mn__error_wrap(st, __func__);
   }
-  atomic_init(&s->refcount, 1);
-  s->device = dev;
   s->nbytes = nbytes;
   s->allocator = allocator;
   *out = s;
@@ -45,12 +83,34 @@ mn_storage_t *mn_storage_retain(mn_storage_t *s) {
   return s;
 }
 
+/* Frees what the storage's bytes hold, by kind (not the struct). Failures
+ * cannot be reported from release; allocators keep their own statistics. */
+static void storage_free_bytes(mn_storage_t *s) {
+  switch (s->kind) {
+    case MN_STORAGE_ALLOCATOR:
+      mn_allocator_free(s->allocator, s->data);
+      break;
+    case MN_STORAGE_FOREIGN:
+      if (s->deleter) s->deleter(s->ctx, s->data);
+      break;
+    case MN_STORAGE_FILE:
+    case MN_STORAGE_SHARED:
+      if (s->map_len) munmap(s->data, s->map_len);
+      if (s->fd >= 0) close(s->fd);
+      break;
+    case MN_STORAGE_IPC: {
+      const mn__backend_t *b = mn__backend_for(s->device.type);
+      if (b->ipc_close) b->ipc_close(s->device.index, s->ipc_base);
+      break;
+    }
+  }
+}
+
 void mn_storage_release(mn_storage_t *s) {
   if (!s) return;
   if (atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) != 1) return;
-  /* A failed free cannot be reported to anyone here; the allocator keeps its
-   * own error statistics. */
-  mn_allocator_free(s->allocator, s->data);
+  storage_free_bytes(s);
+  free(s->filename);
   free(s);
 }
 
@@ -59,3 +119,699 @@ void *mn_storage_data(const mn_storage_t *s) { return s->data; }
 mn_device_t mn_storage_device(const mn_storage_t *s) { return s->device; }
 mn_allocator_t *mn_storage_allocator(const mn_storage_t *s) { return s->allocator; }
 long mn_storage_refcount(const mn_storage_t *s) { return atomic_load(&s->refcount); }
+mn_storage_kind mn_storage_get_kind(const mn_storage_t *s) { return s->kind; }
+bool mn_storage_is_resizable(const mn_storage_t *s) { return s->kind == MN_STORAGE_ALLOCATOR; }
+const char *mn_storage_filename(const mn_storage_t *s) { return s->kind == MN_STORAGE_FILE ? s->filename : NULL; }
+
+bool mn_storage_is_pinned(const mn_storage_t *s) {
+  return s->device.type == MN_DEVICE_CPU && s->data != NULL && mn_is_pinned(s->data);
+}
+
+bool mn_storage_is_shared(const mn_storage_t *s) {
+  return s->kind == MN_STORAGE_SHARED || s->kind == MN_STORAGE_IPC ||
+         (s->kind == MN_STORAGE_FILE && s->file_shared);
+}
+
+/* ---- foreign memory ---------------------------------------------------------- */
+
+mn_status mn_storage_from_buffer(mn_device_t dev, void *data, size_t nbytes, mn_storage_deleter_t deleter,
+                                 void *ctx, mn_storage_t **out) {
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  MN__CHECK_ARG(data != NULL || nbytes == 0, "data must not be NULL (nbytes=%zu)", nbytes);
+  mn_status st = mn_device_check(dev);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  mn_storage_t *s = storage_new(dev, MN_STORAGE_FOREIGN);
+  if (!s) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  s->data = data;
+  s->nbytes = nbytes;
+  s->deleter = deleter;
+  s->ctx = ctx;
+  *out = s;
+  return MN_OK;
+}
+
+mn_status mn_storage_from_buffer_copy(mn_device_t dev, const void *data, size_t nbytes, mn_storage_t **out) {
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  MN__CHECK_ARG(data != NULL || nbytes == 0, "data must not be NULL (nbytes=%zu)", nbytes);
+  mn_storage_t *s = NULL;
+  mn_status st = mn_storage_create(dev, nbytes, NULL, NULL, &s);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  if (nbytes) st = mn_copy_bytes(dev, s->data, mn_device_cpu(), data, nbytes, NULL, 0);
+  if (st != MN_OK) {
+    mn_storage_release(s);
+    return mn__error_wrap(st, __func__);
+  }
+  *out = s;
+  return MN_OK;
+}
+
+/* ---- size and contents ------------------------------------------------------ */
+
+/* The stream device work on s is ordered on: `given` (a stream of s's device)
+ * or the device's default stream. */
+static mn_status work_stream(const char *func, const mn_storage_t *s, mn_stream_t *given, mn_stream_t **out) {
+  if (given) {
+    if (!mn_device_equal(mn_stream_device(given), s->device)) {
+      char a[32], b[32];
+      return mn__error(MN_ERR_INVALID_ARGUMENT, func, "stream of %s cannot order work on a storage of %s",
+                       mn_device_format(mn_stream_device(given), a, sizeof a),
+                       mn_device_format(s->device, b, sizeof b));
+    }
+    *out = given;
+    return MN_OK;
+  }
+  mn_status st = mn_stream_default(s->device, out);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, func);
+}
+
+static mn_status not_resizable(const char *func, const mn_storage_t *s) {
+  return mn__error(MN_ERR_INVALID_STATE, func, "storage of kind '%s' (%zu bytes) is not resizable",
+                   mn_storage_kind_name(s->kind), s->nbytes);
+}
+
+mn_status mn_storage_resize(mn_storage_t *s, size_t nbytes, mn_stream_t *stream) {
+  MN__CHECK_ARG(s != NULL, "s must not be NULL");
+  if (s->kind != MN_STORAGE_ALLOCATOR) return not_resizable(__func__, s);
+  if (nbytes == s->nbytes) return MN_OK;
+  /* Device storages: the copy and the old block's last use are ordered on a
+   * stream of the storage's device (its default when NULL). CPU storages copy
+   * at once (NULL) or after the given stream's earlier work (any device). */
+  if (s->device.type != MN_DEVICE_CPU) {
+    mn_status sst = work_stream(__func__, s, stream, &stream);
+    if (sst != MN_OK) return sst;
+  }
+  void *p = NULL;
+  mn_status st = mn_allocator_alloc(s->allocator, nbytes, stream, &p);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  size_t keep = nbytes < s->nbytes ? nbytes : s->nbytes;
+  if (keep) st = mn_copy_bytes(s->device, p, s->device, s->data, keep, stream, MN_COPY_NON_BLOCKING);
+  if (st != MN_OK) {
+    mn_allocator_free(s->allocator, p);
+    return mn__error_wrap(st, __func__);
+  }
+  if (s->data && stream && keep) {
+    /* The old block must outlive the copy queued on `stream`. */
+    if (mn_allocator_record_stream(s->allocator, s->data, stream) != MN_OK) mn_stream_synchronize(stream);
+  }
+  mn_allocator_free(s->allocator, s->data);
+  s->data = p;
+  s->nbytes = nbytes;
+  return MN_OK;
+}
+
+mn_status mn_storage_fill(mn_storage_t *s, int value, mn_stream_t *stream) {
+  MN__CHECK_ARG(s != NULL, "s must not be NULL");
+  mn_stream_t *str = NULL;
+  mn_status st = work_stream(__func__, s, stream, &str);
+  if (st != MN_OK) return st;
+  unsigned char b = (unsigned char)value;
+  st = mn_kernel_fill(str, s->data, s->nbytes, 1, &b);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+/* nbytes / itemsize of dtype, refusing invalid dtypes and a remainder. */
+static mn_status count_items(const char *func, const mn_storage_t *s, mn_dtype dtype, size_t *count) {
+  if (!mn_dtype_is_valid(dtype)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "invalid dtype %d", (int)dtype);
+  size_t item = mn_dtype_itemsize(dtype);
+  if (s->nbytes % item)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "nbytes=%zu is not a multiple of the %zu-byte item size of %s",
+                     s->nbytes, item, mn_dtype_name(dtype));
+  *count = s->nbytes / item;
+  return MN_OK;
+}
+
+mn_status mn_storage_fill_typed(mn_storage_t *s, mn_dtype dtype, mn_scalar_t value, mn_stream_t *stream) {
+  MN__CHECK_ARG(s != NULL, "s must not be NULL");
+  size_t count = 0;
+  mn_status st = count_items(__func__, s, dtype, &count);
+  if (st != MN_OK) return st;
+  unsigned char pattern[16];
+  st = mn_scalar_to_bytes(value, dtype, pattern);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  mn_stream_t *str = NULL;
+  st = work_stream(__func__, s, stream, &str);
+  if (st != MN_OK) return st;
+  st = mn_kernel_fill(str, s->data, count, mn_dtype_itemsize(dtype), pattern);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_storage_copy(mn_storage_t *dst, const mn_storage_t *src, bool non_blocking, mn_stream_t *stream) {
+  MN__CHECK_ARG(dst != NULL && src != NULL, "dst and src must not be NULL");
+  if (dst->nbytes != src->nbytes)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "sizes differ: dst has %zu bytes, src %zu", dst->nbytes,
+                     src->nbytes);
+  if (dst == src || dst->nbytes == 0) return MN_OK;
+  mn_status st = mn_copy_bytes(dst->device, dst->data, src->device, src->data, dst->nbytes, stream,
+                               non_blocking ? MN_COPY_NON_BLOCKING : 0);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+/* A new storage of nbytes on s's device: s's allocator when it has one. */
+static mn_status make_like(const char *func, const mn_storage_t *s, size_t nbytes, mn_stream_t *stream,
+                           mn_storage_t **out) {
+  mn_allocator_t *a = s->kind == MN_STORAGE_ALLOCATOR ? s->allocator : NULL;
+  mn_status st = mn_storage_create(s->device, nbytes, a, stream, out);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, func);
+}
+
+mn_status mn_storage_clone(const mn_storage_t *s, mn_stream_t *stream, mn_storage_t **out) {
+  MN__CHECK_ARG(s != NULL && out != NULL, "s and out must not be NULL");
+  mn_stream_t *str = NULL;
+  mn_status st = work_stream(__func__, s, stream, &str);
+  if (st != MN_OK) return st;
+  mn_storage_t *c = NULL;
+  st = make_like(__func__, s, s->nbytes, str, &c);
+  if (st != MN_OK) return st;
+  if (s->nbytes) st = mn_copy_bytes(s->device, c->data, s->device, s->data, s->nbytes, str, MN_COPY_NON_BLOCKING);
+  if (st != MN_OK) {
+    mn_storage_release(c);
+    return mn__error_wrap(st, __func__);
+  }
+  *out = c;
+  return MN_OK;
+}
+
+mn_status mn_storage_to(const mn_storage_t *s, mn_device_t dev, bool non_blocking, mn_stream_t *stream,
+                        mn_storage_t **out) {
+  MN__CHECK_ARG(s != NULL && out != NULL, "s and out must not be NULL");
+  mn_status st = mn_device_check(dev);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  if (mn_device_equal(dev, s->device)) {
+    *out = mn_storage_retain((mn_storage_t *)s);
+    return MN_OK;
+  }
+  mn_allocator_t *a = NULL;
+  if (non_blocking && dev.type == MN_DEVICE_CPU) {
+    st = mn_pinned_allocator_get_default(s->device, &a);
+    if (st != MN_OK) return mn__error_wrap(st, __func__);
+  }
+  mn_stream_t *alloc_stream = stream && mn_device_equal(mn_stream_device(stream), dev) ? stream : NULL;
+  mn_storage_t *c = NULL;
+  st = mn_storage_create(dev, s->nbytes, a, alloc_stream, &c);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  if (s->nbytes)
+    st = mn_copy_bytes(dev, c->data, s->device, s->data, s->nbytes, stream, non_blocking ? MN_COPY_NON_BLOCKING : 0);
+  if (st != MN_OK) {
+    mn_storage_release(c);
+    return mn__error_wrap(st, __func__);
+  }
+  *out = c;
+  return MN_OK;
+}
+
+mn_status mn_storage_pin_memory(const mn_storage_t *s, mn_device_t pin_device, mn_storage_t **out) {
+  MN__CHECK_ARG(s != NULL && out != NULL, "s and out must not be NULL");
+  if (s->device.type != MN_DEVICE_CPU) {
+    char name[32];
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "only CPU storages can be pinned; this one is on %s",
+                     mn_device_format(s->device, name, sizeof name));
+  }
+  mn_allocator_t *a = NULL;
+  mn_status st = mn_pinned_allocator_get_default(pin_device, &a);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  mn_storage_t *c = NULL;
+  st = mn_storage_create(s->device, s->nbytes, a, NULL, &c);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  if (s->nbytes) memcpy(c->data, s->data, s->nbytes);
+  *out = c;
+  return MN_OK;
+}
+
+/* ---- byteswap ------------------------------------------------------------------ */
+
+typedef struct swap_job_s {
+  unsigned char *data;
+  size_t nbytes, item;
+} swap_job_t;
+
+static void swap_bytes(unsigned char *p, size_t nbytes, size_t item) {
+  for (size_t at = 0; at < nbytes; at += item)
+    for (size_t i = 0, j = item - 1; i < j; i++, j--) {
+      unsigned char t = p[at + i];
+      p[at + i] = p[at + j];
+      p[at + j] = t;
+    }
+}
+
+static void swap_job_run(void *arg) {
+  swap_job_t *j = arg;
+  swap_bytes(j->data, j->nbytes, j->item);
+  free(j);
+}
+
+mn_status mn_storage_byteswap(mn_storage_t *s, size_t item_size, mn_stream_t *stream) {
+  MN__CHECK_ARG(s != NULL, "s must not be NULL");
+  MN__CHECK_ARG(item_size == 1 || item_size == 2 || item_size == 4 || item_size == 8 || item_size == 16,
+                "item_size=%zu is not 1, 2, 4, 8 or 16", item_size);
+  MN__CHECK_ARG(s->nbytes % item_size == 0, "nbytes=%zu is not a multiple of item_size=%zu", s->nbytes, item_size);
+  mn_stream_t *str = NULL;
+  mn_status st = work_stream(__func__, s, stream, &str);
+  if (st != MN_OK) return st;
+  if (item_size == 1 || s->nbytes == 0) return MN_OK;
+  switch (s->device.type) {
+    case MN_DEVICE_CPU:
+      swap_bytes(s->data, s->nbytes, item_size);
+      return MN_OK;
+    case MN_DEVICE_SIM: {
+      swap_job_t *j = malloc(sizeof *j);
+      if (!j) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+      *j = (swap_job_t){s->data, s->nbytes, item_size};
+      st = mn_stream_launch_host(str, swap_job_run, j);
+      if (st != MN_OK) {
+        free(j);
+        return mn__error_wrap(st, __func__);
+      }
+      return MN_OK;
+    }
+    default: { /* device memory: through a host copy */
+      unsigned char *h = malloc(s->nbytes);
+      if (!h) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory (%zu bytes)", s->nbytes);
+      st = mn_copy_bytes(mn_device_cpu(), h, s->device, s->data, s->nbytes, str, 0);
+      if (st == MN_OK) {
+        swap_bytes(h, s->nbytes, item_size);
+        st = mn_copy_bytes(s->device, s->data, mn_device_cpu(), h, s->nbytes, str, 0);
+      }
+      free(h);
+      return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+    }
+  }
+}
+
+mn_status mn_storage_byteswap_dtype(mn_storage_t *s, mn_dtype dtype, mn_stream_t *stream) {
+  MN__CHECK_ARG(mn_dtype_is_valid(dtype), "invalid dtype %d", (int)dtype);
+  size_t item = mn_dtype_itemsize(dtype);
+  if (mn_dtype_is_complex(dtype)) item /= 2;
+  mn_status st = mn_storage_byteswap(s, item, stream);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_storage_convert(const mn_storage_t *s, mn_dtype src_dtype, mn_dtype dst_dtype, mn_stream_t *stream,
+                             mn_storage_t **out) {
+  MN__CHECK_ARG(s != NULL && out != NULL, "s and out must not be NULL");
+  MN__CHECK_ARG(mn_dtype_is_valid(dst_dtype), "invalid dst_dtype %d", (int)dst_dtype);
+  size_t count = 0;
+  mn_status st = count_items(__func__, s, src_dtype, &count);
+  if (st != MN_OK) return st;
+  size_t di = mn_dtype_itemsize(dst_dtype);
+  if (count > SIZE_MAX / di)
+    return mn__error(MN_ERR_OVERFLOW, __func__, "%zu items of %zu bytes overflow", count, di);
+  mn_stream_t *str = NULL;
+  st = work_stream(__func__, s, stream, &str);
+  if (st != MN_OK) return st;
+  mn_storage_t *c = NULL;
+  st = make_like(__func__, s, count * di, str, &c);
+  if (st != MN_OK) return st;
+  if (count) st = mn_kernel_cast(str, c->data, dst_dtype, s->data, src_dtype, count);
+  if (st != MN_OK) {
+    mn_storage_release(c);
+    return mn__error_wrap(st, __func__);
+  }
+  *out = c;
+  return MN_OK;
+}
+
+/* ---- files ------------------------------------------------------------------------ */
+
+static mn_status errno_error(const char *func, int err, const char *what, const char *path) {
+  mn_status code = err == ENOENT ? MN_ERR_NOT_FOUND : err == ENOMEM ? MN_ERR_OUT_OF_MEMORY : MN_ERR_IO;
+  return mn__error(code, func, "%s '%s' failed: %s", what, path, strerror(err));
+}
+
+mn_status mn_storage_from_file(const char *path, bool shared, size_t nbytes, mn_storage_t **out) {
+  MN__CHECK_ARG(path != NULL && out != NULL, "path and out must not be NULL");
+  int fd = open(path, shared ? O_RDWR | O_CREAT | O_CLOEXEC : O_RDONLY | O_CLOEXEC, 0644);
+  if (fd < 0) return errno_error(__func__, errno, "open", path);
+  mn_status st = MN_OK;
+  void *p = NULL;
+  struct stat sb;
+  if (fstat(fd, &sb) != 0) {
+    st = errno_error(__func__, errno, "fstat", path);
+    goto fail;
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    st = mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "'%s' is not a regular file", path);
+    goto fail;
+  }
+  size_t size = (size_t)sb.st_size;
+  if (nbytes == 0) nbytes = size;
+  if (size < nbytes) {
+    if (!shared) {
+      st = mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                     "file '%s' has %zu bytes, fewer than the %zu a private mapping needs", path, size, nbytes);
+      goto fail;
+    }
+    if ((off_t)nbytes < 0 || ftruncate(fd, (off_t)nbytes) != 0) {
+      st = errno_error(__func__, (off_t)nbytes < 0 ? EFBIG : errno, "extending", path);
+      goto fail;
+    }
+  }
+  if (nbytes) {
+    p = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, shared ? MAP_SHARED : MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      p = NULL;
+      st = errno_error(__func__, errno, "mmap of", path);
+      goto fail;
+    }
+  }
+  close(fd);
+  fd = -1;
+  mn_storage_t *s = storage_new(mn_device_cpu(), MN_STORAGE_FILE);
+  char *name = strdup(path);
+  if (!s || !name) {
+    free(s);
+    free(name);
+    if (p) munmap(p, nbytes);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  }
+  s->data = p;
+  s->nbytes = nbytes;
+  s->map_len = p ? nbytes : 0;
+  s->filename = name;
+  s->file_shared = shared;
+  *out = s;
+  return MN_OK;
+fail:
+  if (fd >= 0) close(fd);
+  return st;
+}
+
+/* ---- shared memory -------------------------------------------------------------------
+ * Linux: memfd_create, an anonymous tmpfs file that never has a name in
+ * /dev/shm. Elsewhere: shm_open of a unique name, unlinked at once. */
+
+static mn_status shm_make(const char *func, size_t nbytes, int *fd_out) {
+  int fd;
+#ifdef __linux__
+  fd = memfd_create("mnemo-shm", MFD_CLOEXEC);
+  if (fd < 0) return mn__error(MN_ERR_IO, func, "memfd_create failed: %s", strerror(errno));
+#else
+  static atomic_ulong counter;
+  char name[64];
+  for (;;) {
+    snprintf(name, sizeof name, "/mnemo-%ld-%lu", (long)getpid(), atomic_fetch_add(&counter, 1));
+    fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd >= 0 || errno != EEXIST) break;
+  }
+  if (fd < 0) return mn__error(MN_ERR_IO, func, "shm_open failed: %s", strerror(errno));
+  shm_unlink(name);
+#endif
+  if (nbytes && ((off_t)nbytes < 0 || ftruncate(fd, (off_t)nbytes) != 0)) {
+    int err = (off_t)nbytes < 0 ? EFBIG : errno;
+    close(fd);
+    return mn__error(err == ENOSPC || err == ENOMEM ? MN_ERR_OUT_OF_MEMORY : MN_ERR_IO, func,
+                     "sizing shared memory to %zu bytes failed: %s", nbytes, strerror(err));
+  }
+  *fd_out = fd;
+  return MN_OK;
+}
+
+/* Maps nbytes of shared-memory descriptor fd (owned by the caller). */
+static mn_status shm_map(const char *func, int fd, size_t nbytes, void **out) {
+  *out = NULL;
+  if (!nbytes) return MN_OK;
+  void *p = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return mn__error(MN_ERR_IO, func, "mmap of %zu shared bytes failed: %s", nbytes, strerror(errno));
+  *out = p;
+  return MN_OK;
+}
+
+mn_status mn_storage_share_memory(mn_storage_t *s) {
+  MN__CHECK_ARG(s != NULL, "s must not be NULL");
+  if (mn_storage_is_shared(s) || s->device.type == MN_DEVICE_CUDA) return MN_OK;
+  if (s->device.type != MN_DEVICE_CPU) {
+    char name[32];
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "storages on %s cannot move to shared memory",
+                     mn_device_format(s->device, name, sizeof name));
+  }
+  int fd = -1;
+  mn_status st = shm_make(__func__, s->nbytes, &fd);
+  if (st != MN_OK) return st;
+  void *p = NULL;
+  st = shm_map(__func__, fd, s->nbytes, &p);
+  if (st != MN_OK) {
+    close(fd);
+    return st;
+  }
+  if (s->nbytes) memcpy(p, s->data, s->nbytes);
+  storage_free_bytes(s);
+  free(s->filename);
+  s->filename = NULL;
+  s->allocator = NULL;
+  s->deleter = NULL;
+  s->ctx = NULL;
+  s->kind = MN_STORAGE_SHARED;
+  s->data = p;
+  s->map_len = p ? s->nbytes : 0;
+  s->fd = fd;
+  return MN_OK;
+}
+
+mn_status mn_storage_shm_fd(const mn_storage_t *s, int *fd) {
+  MN__CHECK_ARG(s != NULL && fd != NULL, "s and fd must not be NULL");
+  if (s->kind != MN_STORAGE_SHARED)
+    return mn__error(MN_ERR_INVALID_STATE, __func__, "storage of kind '%s' is not in shared memory",
+                     mn_storage_kind_name(s->kind));
+  *fd = s->fd;
+  return MN_OK;
+}
+
+mn_status mn_storage_from_shm_fd(int fd, size_t nbytes, mn_storage_t **out) {
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  MN__CHECK_ARG(fd >= 0, "fd=%d is not a descriptor", fd);
+  struct stat sb;
+  if (fstat(fd, &sb) != 0) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "fd=%d: %s", fd, strerror(errno));
+  if (!S_ISREG(sb.st_mode))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "fd=%d is not a shared-memory file", fd);
+  if ((size_t)sb.st_size < nbytes)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "shared memory of fd=%d has %lld bytes, fewer than %zu", fd,
+                     (long long)sb.st_size, nbytes);
+  int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (own < 0) return mn__error(MN_ERR_IO, __func__, "dup of fd=%d failed: %s", fd, strerror(errno));
+  void *p = NULL;
+  mn_status st = shm_map(__func__, own, nbytes, &p);
+  if (st != MN_OK) {
+    close(own);
+    return st;
+  }
+  mn_storage_t *s = storage_new(mn_device_cpu(), MN_STORAGE_SHARED);
+  if (!s) {
+    if (p) munmap(p, nbytes);
+    close(own);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  }
+  s->data = p;
+  s->nbytes = nbytes;
+  s->map_len = p ? nbytes : 0;
+  s->fd = own;
+  *out = s;
+  return MN_OK;
+}
+
+mn_status mn_storage_shm_handle(const mn_storage_t *s, char *buf, size_t bufsize) {
+  MN__CHECK_ARG(s != NULL && buf != NULL, "s and buf must not be NULL");
+  int fd = -1;
+  mn_status st = mn_storage_shm_fd(s, &fd);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  int n = snprintf(buf, bufsize, "mnemo-shm:%ld:%d:%zu", (long)getpid(), fd, s->nbytes);
+  if (n < 0 || (size_t)n >= bufsize) {
+    if (bufsize) buf[0] = '\0';
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "bufsize=%zu is too small (%d needed)", bufsize, n + 1);
+  }
+  return MN_OK;
+}
+
+/* Parses a decimal number of at most 19 digits ending at `end` char. */
+static bool parse_u64(const char **p, char end, unsigned long long *out) {
+  const char *q = *p;
+  unsigned long long v = 0;
+  int digits = 0;
+  while (*q >= '0' && *q <= '9') {
+    if (++digits > 19) return false;
+    v = v * 10 + (unsigned long long)(*q++ - '0');
+  }
+  if (!digits || *q != end) return false;
+  *p = end ? q + 1 : q;
+  *out = v;
+  return true;
+}
+
+mn_status mn_storage_from_shm_handle(const char *handle, mn_storage_t **out) {
+  MN__CHECK_ARG(handle != NULL && out != NULL, "handle and out must not be NULL");
+  const char *p = handle;
+  unsigned long long pid = 0, fd = 0, nbytes = 0;
+  if (strncmp(p, "mnemo-shm:", 10) != 0 || (p += 10, !parse_u64(&p, ':', &pid)) || !parse_u64(&p, ':', &fd) ||
+      !parse_u64(&p, '\0', &nbytes) || pid == 0 || pid > INT32_MAX || fd > INT32_MAX || nbytes > SIZE_MAX)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                     "'%.80s' is not a handle of the form mnemo-shm:<pid>:<fd>:<nbytes>", handle);
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%llu/fd/%llu", pid, fd);
+  int f = open(path, O_RDWR | O_CLOEXEC);
+  if (f < 0) {
+    int err = errno;
+    return mn__error(err == ENOENT ? MN_ERR_NOT_FOUND : MN_ERR_IO, __func__,
+                     "cannot open %s (has the creating process exited?): %s", path, strerror(err));
+  }
+  /* Only anonymous (nameless) shared memory: never another process's regular file. */
+  struct stat sb;
+  if (fstat(f, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_nlink != 0) {
+    close(f);
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "%s is not anonymous shared memory", path);
+  }
+  mn_status st = mn_storage_from_shm_fd(f, (size_t)nbytes, out);
+  close(f);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+/* ---- CUDA IPC ----------------------------------------------------------------------- */
+
+static mn_status ipc_backend(const char *func, mn_device_t dev, const mn__backend_t **out) {
+  mn_status st = mn_device_check(dev);
+  if (st != MN_OK) return mn__error_wrap(st, func);
+  const mn__backend_t *b = mn__backend_for(dev.type);
+  if (!b->ipc_export || !b->ipc_open || !b->ipc_close) {
+    char name[32];
+    return mn__error(MN_ERR_NOT_SUPPORTED, func, "%s memory has no CUDA IPC handles%s",
+                     mn_device_format(dev, name, sizeof name),
+                     dev.type == MN_DEVICE_CPU ? " (use mn_storage_share_memory)" : "");
+  }
+  *out = b;
+  return MN_OK;
+}
+
+mn_status mn_storage_ipc_export(const mn_storage_t *s, mn_ipc_handle_t *out) {
+  MN__CHECK_ARG(s != NULL && out != NULL, "s and out must not be NULL");
+  const mn__backend_t *b = NULL;
+  mn_status st = ipc_backend(__func__, s->device, &b);
+  if (st != MN_OK) return st;
+  MN__CHECK_ARG(s->data != NULL, "an empty storage has no memory to export");
+  mn_ipc_handle_t h;
+  memset(&h, 0, sizeof h);
+  size_t off = 0;
+  st = b->ipc_export(s->device.index, s->data, h.bytes, &off);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  h.offset = off;
+  h.nbytes = s->nbytes;
+  h.device_index = s->device.index;
+  *out = h;
+  return MN_OK;
+}
+
+mn_status mn_storage_from_ipc_handle(mn_device_t dev, const mn_ipc_handle_t *handle, mn_storage_t **out) {
+  MN__CHECK_ARG(handle != NULL && out != NULL, "handle and out must not be NULL");
+  MN__CHECK_ARG(handle->reserved == 0, "handle.reserved=%u is not 0", handle->reserved);
+  MN__CHECK_ARG(handle->nbytes <= SIZE_MAX && handle->offset <= SIZE_MAX - handle->nbytes,
+                "handle offset %" PRIu64 " + nbytes %" PRIu64 " overflow", handle->offset, handle->nbytes);
+  const mn__backend_t *b = NULL;
+  mn_status st = ipc_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  mn_storage_t *s = storage_new(dev, MN_STORAGE_IPC);
+  if (!s) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  st = b->ipc_open(dev.index, handle->bytes, &s->ipc_base);
+  if (st != MN_OK) {
+    free(s);
+    return mn__error_wrap(st, __func__);
+  }
+  s->data = (char *)s->ipc_base + handle->offset;
+  s->nbytes = (size_t)handle->nbytes;
+  *out = s;
+  return MN_OK;
+}
+
+/* ---- debug print ---------------------------------------------------------------------- */
+
+typedef struct text_s {
+  char *buf;
+  size_t cap, len; /* len counts everything written, also past cap */
+} text_t;
+
+static void text_add(text_t *t, const char *fmt, ...) MN__PRINTF(2, 3);
+static void text_add(text_t *t, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  size_t room = t->len < t->cap ? t->cap - t->len : 0;
+  int n = vsnprintf(room ? t->buf + t->len : NULL, room, fmt, ap);
+  va_end(ap);
+  if (n > 0) t->len += (size_t)n;
+}
+
+static void text_scalar(text_t *t, mn_scalar_t v) {
+  switch (v.kind) {
+    case MN_SCALAR_BOOL: text_add(t, "%s", v.v.b ? "true" : "false"); break;
+    case MN_SCALAR_INT: text_add(t, "%lld", (long long)v.v.i); break;
+    case MN_SCALAR_UINT: text_add(t, "%llu", (unsigned long long)v.v.u); break;
+    case MN_SCALAR_FLOAT: text_add(t, "%.8g", v.v.f); break;
+    case MN_SCALAR_COMPLEX: text_add(t, "(%.8g%+.8gj)", v.v.c[0], v.v.c[1]); break;
+  }
+}
+
+mn_status mn_storage_tolist(const mn_storage_t *s, mn_dtype dtype, mn_scalar_t *out, size_t max, size_t *count) {
+  MN__CHECK_ARG(s != NULL && count != NULL && (out != NULL || max == 0), "s, out and count must not be NULL");
+  MN__CHECK_ARG(mn_dtype_is_valid(dtype), "invalid dtype %d", (int)dtype);
+  size_t item = mn_dtype_itemsize(dtype), n = s->nbytes / item;
+  if (n > max) n = max;
+  const unsigned char *src = s->data;
+  unsigned char *tmp = NULL;
+  if (n && s->device.type != MN_DEVICE_CPU) {
+    tmp = malloc(n * item);
+    if (!tmp) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+    mn_status st = mn_copy_bytes(mn_device_cpu(), tmp, s->device, s->data, n * item, NULL, 0);
+    if (st != MN_OK) {
+      free(tmp);
+      return mn__error_wrap(st, __func__);
+    }
+    src = tmp;
+  }
+  for (size_t i = 0; i < n; i++) mn_scalar_from_bytes(dtype, src + i * item, &out[i]);
+  free(tmp);
+  *count = n;
+  return MN_OK;
+}
+
+mn_status mn_storage_format(const mn_storage_t *s, mn_dtype dtype, size_t max_items, char *buf, size_t bufsize,
+                            size_t *len) {
+  MN__CHECK_ARG(s != NULL && (buf != NULL || bufsize == 0), "s and buf must not be NULL");
+  MN__CHECK_ARG(mn_dtype_is_valid(dtype), "invalid dtype %d", (int)dtype);
+  size_t item = mn_dtype_itemsize(dtype), total = s->nbytes / item;
+  size_t n = total < max_items ? total : max_items;
+  mn_scalar_t *vals = NULL;
+  if (n) {
+    vals = malloc(n * sizeof *vals);
+    if (!vals) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+    mn_status st = mn_storage_tolist(s, dtype, vals, n, &n);
+    if (st != MN_OK) {
+      free(vals);
+      return mn__error_wrap(st, __func__);
+    }
+  }
+  text_t t = {buf, bufsize, 0};
+  char dev[32];
+  text_add(&t, "storage(%s, %zu bytes, %s", mn_device_format(s->device, dev, sizeof dev), s->nbytes,
+           mn_storage_kind_name(s->kind));
+  if (s->kind == MN_STORAGE_ALLOCATOR) text_add(&t, " '%s'", mn_allocator_name(s->allocator));
+  if (s->kind == MN_STORAGE_FILE) text_add(&t, " '%s' %s", s->filename, s->file_shared ? "shared" : "private");
+  text_add(&t, ", refcount %ld%s%s) as %s [", mn_storage_refcount(s), mn_storage_is_pinned(s) ? ", pinned" : "",
+           mn_storage_is_resizable(s) ? ", resizable" : "", mn_dtype_name(dtype));
+  for (size_t i = 0; i < n; i++) {
+    if (i) text_add(&t, ", ");
+    text_scalar(&t, vals[i]);
+  }
+  if (total > n) text_add(&t, "%s... %zu more", n ? ", " : "", total - n);
+  text_add(&t, "]");
+  if (s->nbytes % item) text_add(&t, " + %zu bytes", s->nbytes % item);
+  free(vals);
+  if (bufsize) buf[t.len < bufsize ? t.len : bufsize - 1] = '\0';
+  if (len) *len = t.len;
+  return MN_OK;
+}
+
+mn_status mn_storage_print(const mn_storage_t *s, mn_dtype dtype, size_t max_items, FILE *f) {
+  size_t len = 0;
+  mn_status st = mn_storage_format(s, dtype, max_items, NULL, 0, &len);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  char *buf = malloc(len + 1);
+  if (!buf) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  st = mn_storage_format(s, dtype, max_items, buf, len + 1, NULL);
+  if (st == MN_OK) fprintf(f ? f : stdout, "%s\n", buf);
+  free(buf);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}

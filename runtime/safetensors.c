@@ -1,0 +1,606 @@
+/* runtime/safetensors.c: the safetensors format (8-byte little-endian header
+ * length, JSON header, raw tensor bytes): writer and strict reader with its own
+ * small JSON parser. Stateless, thread-safe. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mnemo/mnemo.h"
+#include "mnemo/serialize.h"
+#include "runtime/error.h"
+#include "runtime/serialize_util.h"
+
+#define MAX_HEADER 100000000ull /* the reference implementation's limit */
+
+/* safetensors dtype codes; complex128 has none. */
+static const struct {
+  const char *code;
+  mn_dtype dtype;
+} CODES[] = {
+    {"BOOL", MN_DTYPE_BOOL},     {"U8", MN_DTYPE_UINT8},     {"I8", MN_DTYPE_INT8},
+    {"I16", MN_DTYPE_INT16},     {"U16", MN_DTYPE_UINT16},   {"I32", MN_DTYPE_INT32},
+    {"U32", MN_DTYPE_UINT32},    {"I64", MN_DTYPE_INT64},    {"U64", MN_DTYPE_UINT64},
+    {"F16", MN_DTYPE_FLOAT16},   {"BF16", MN_DTYPE_BFLOAT16}, {"F32", MN_DTYPE_FLOAT32},
+    {"F64", MN_DTYPE_FLOAT64},   {"C64", MN_DTYPE_COMPLEX64}, {"F8_E4M3", MN_DTYPE_FLOAT8_E4M3FN},
+    {"F8_E5M2", MN_DTYPE_FLOAT8_E5M2},
+};
+#define NCODES (sizeof CODES / sizeof CODES[0])
+
+static const char *code_of(mn_dtype d) {
+  for (size_t i = 0; i < NCODES; i++)
+    if (CODES[i].dtype == d) return CODES[i].code;
+  return NULL;
+}
+
+/* ---- writer -------------------------------------------------------------------- */
+
+static void put_str(mn__buf_t *b, const char *s) { mn__buf_put(b, s, strlen(s)); }
+
+static void put_json_string(mn__buf_t *b, const char *s) {
+  mn__buf_put(b, "\"", 1);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    char esc[8];
+    if (*p == '"' || *p == '\\') {
+      esc[0] = '\\';
+      esc[1] = (char)*p;
+      mn__buf_put(b, esc, 2);
+    } else if (*p < 0x20) {
+      snprintf(esc, sizeof esc, "\\u%04x", *p);
+      mn__buf_put(b, esc, 6);
+    } else {
+      mn__buf_put(b, p, 1);
+    }
+  }
+  mn__buf_put(b, "\"", 1);
+}
+
+/* First and one-past-last byte a non-empty view reaches in its storage. */
+static void byte_extent(const mn_view_t *v, uint64_t *lo, uint64_t *hi) {
+  size_t item = mn_dtype_itemsize(mn_view_dtype(v));
+  uint64_t last = (uint64_t)mn_view_offset(v);
+  for (int d = 0; d < mn_view_ndim(v); d++) last += (uint64_t)(mn_view_size(v, d) - 1) * (uint64_t)mn_view_stride(v, d);
+  *lo = (uint64_t)mn_view_offset(v) * item;
+  *hi = (last + 1) * item;
+}
+
+/* Appends the view's elements in row-major order from host bytes of its storage. */
+static void gather(mn__buf_t *b, const mn_view_t *v, const unsigned char *base) {
+  int nd = mn_view_ndim(v);
+  size_t item = mn_dtype_itemsize(mn_view_dtype(v));
+  int64_t numel = mn_view_numel(v);
+  if (numel == 0) return;
+  if (mn_view_is_contiguous(v)) {
+    mn__buf_put(b, base + (size_t)mn_view_offset(v) * item, (size_t)numel * item);
+    return;
+  }
+  int64_t idx[MN_MAX_DIMS] = {0};
+  for (int64_t e = 0; e < numel; e++) {
+    int64_t off = mn_view_offset(v);
+    for (int d = 0; d < nd; d++) off += idx[d] * mn_view_stride(v, d);
+    mn__buf_put(b, base + (size_t)off * item, item);
+    for (int d = nd - 1; d >= 0; d--) {
+      if (++idx[d] < mn_view_size(v, d)) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+mn_status mn_safetensors_save_buffer(size_t count, const char *const *names, const mn_view_t *const *views,
+                                     size_t nmeta, const char *const *meta_keys, const char *const *meta_values,
+                                     void **data, size_t *size) {
+  MN__CHECK_ARG(data != NULL && size != NULL, "data and size must not be NULL");
+  MN__CHECK_ARG(nmeta == 0 || (meta_keys != NULL && meta_values != NULL), "meta_keys and meta_values must not be NULL");
+  mn_status st = mn__check_names(__func__, count, names, views);
+  if (st != MN_OK) return st;
+  for (size_t i = 0; i < count; i++) {
+    if (strcmp(names[i], "__metadata__") == 0)
+      return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "'__metadata__' is reserved and cannot name a tensor");
+    if (!code_of(mn_view_dtype(views[i])))
+      return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "view '%s': safetensors has no dtype for %s", names[i],
+                       mn_dtype_name(mn_view_dtype(views[i])));
+  }
+  for (size_t i = 0; i < nmeta; i++) {
+    if (!meta_keys[i] || !meta_values[i])
+      return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "metadata entry %zu is NULL", i);
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(meta_keys[i], meta_keys[j]) == 0)
+        return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "metadata key '%s' is used twice", meta_keys[i]);
+  }
+  /* aliasing: two non-empty views over overlapping bytes of one storage */
+  for (size_t i = 0; i < count; i++) {
+    if (mn_view_numel(views[i]) == 0) continue;
+    uint64_t lo, hi;
+    byte_extent(views[i], &lo, &hi);
+    for (size_t j = 0; j < i; j++) {
+      if (mn_view_numel(views[j]) == 0 || mn_view_storage(views[j]) != mn_view_storage(views[i])) continue;
+      uint64_t lo2, hi2;
+      byte_extent(views[j], &lo2, &hi2);
+      if (lo < hi2 && lo2 < hi)
+        return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                         "views '%s' and '%s' share memory (bytes %llu..%llu and %llu..%llu of one storage); "
+                         "safetensors cannot keep aliasing: save clones",
+                         names[j], names[i], (unsigned long long)lo2, (unsigned long long)hi2,
+                         (unsigned long long)lo, (unsigned long long)hi);
+    }
+  }
+  /* body: each view contiguous; header: offsets into the body */
+  mn__buf_t body = {0}, hdr = {0};
+  put_str(&hdr, "{");
+  if (nmeta) {
+    put_str(&hdr, "\"__metadata__\":{");
+    for (size_t i = 0; i < nmeta; i++) {
+      if (i) put_str(&hdr, ",");
+      put_json_string(&hdr, meta_keys[i]);
+      put_str(&hdr, ":");
+      put_json_string(&hdr, meta_values[i]);
+    }
+    put_str(&hdr, "}");
+  }
+  for (size_t i = 0; i < count && st == MN_OK; i++) {
+    const mn_view_t *v = views[i];
+    const unsigned char *bytes = NULL;
+    unsigned char *owned = NULL;
+    st = mn__storage_host_bytes(__func__, mn_view_storage(v), &bytes, &owned);
+    if (st != MN_OK) break;
+    size_t begin = body.len;
+    gather(&body, v, bytes);
+    free(owned);
+    char num[64];
+    if (i || nmeta) put_str(&hdr, ",");
+    put_json_string(&hdr, names[i]);
+    put_str(&hdr, ":{\"dtype\":\"");
+    put_str(&hdr, code_of(mn_view_dtype(v)));
+    put_str(&hdr, "\",\"shape\":[");
+    for (int d = 0; d < mn_view_ndim(v); d++) {
+      snprintf(num, sizeof num, "%s%lld", d ? "," : "", (long long)mn_view_size(v, d));
+      put_str(&hdr, num);
+    }
+    snprintf(num, sizeof num, "],\"data_offsets\":[%zu,%zu]}", begin, body.len);
+    put_str(&hdr, num);
+  }
+  put_str(&hdr, "}");
+  while (hdr.len % 8) put_str(&hdr, " "); /* the body starts 8-byte aligned */
+  mn__buf_t out = {0};
+  if (st == MN_OK && !hdr.failed && !body.failed) {
+    mn__buf_u64(&out, hdr.len);
+    mn__buf_put(&out, hdr.data, hdr.len);
+    mn__buf_put(&out, body.data, body.len);
+  }
+  bool oom = hdr.failed || body.failed || out.failed;
+  free(hdr.data);
+  free(body.data);
+  if (st != MN_OK || oom) {
+    free(out.data);
+    return st != MN_OK ? st : mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  }
+  *data = out.data;
+  *size = out.len;
+  return MN_OK;
+}
+
+mn_status mn_safetensors_save(const char *path, size_t count, const char *const *names,
+                              const mn_view_t *const *views, size_t nmeta, const char *const *meta_keys,
+                              const char *const *meta_values) {
+  MN__CHECK_ARG(path != NULL, "path must not be NULL");
+  void *data = NULL;
+  size_t size = 0;
+  mn_status st = mn_safetensors_save_buffer(count, names, views, nmeta, meta_keys, meta_values, &data, &size);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  st = mn__write_file_atomic(__func__, path, data, size);
+  free(data);
+  return st;
+}
+
+/* ---- strict JSON subset: objects, arrays, strings, non-negative integers ---------- */
+
+typedef struct json_s {
+  const char *p, *begin, *end;
+  const char *func;
+} json_t;
+
+static mn_status jerr(json_t *j, const char *what) {
+  return mn__error(MN_ERR_FORMAT, j->func, "safetensors header, byte %zu: %s", (size_t)(j->p - j->begin), what);
+}
+
+static void jws(json_t *j) {
+  while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
+}
+
+static bool jeat(json_t *j, char c) {
+  jws(j);
+  if (j->p < j->end && *j->p == c) {
+    j->p++;
+    return true;
+  }
+  return false;
+}
+
+static int hexval(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+static bool read_hex4(json_t *j, unsigned *out) {
+  if (j->end - j->p < 4) return false;
+  unsigned v = 0;
+  for (int i = 0; i < 4; i++) {
+    int h = hexval(j->p[i]);
+    if (h < 0) return false;
+    v = v << 4 | (unsigned)h;
+  }
+  j->p += 4;
+  *out = v;
+  return true;
+}
+
+/* Parses a string into a malloc'd UTF-8 C string (no NUL inside). */
+static mn_status jstring(json_t *j, char **out) {
+  jws(j);
+  if (j->p >= j->end || *j->p != '"') return jerr(j, "expected a string");
+  j->p++;
+  mn__buf_t b = {0};
+  mn_status st = MN_OK;
+  for (;;) {
+    if (j->p >= j->end) {
+      st = jerr(j, "unterminated string");
+      break;
+    }
+    unsigned char c = (unsigned char)*j->p++;
+    if (c == '"') break;
+    if (c < 0x20) {
+      st = jerr(j, "control character in a string");
+      break;
+    }
+    if (c != '\\') {
+      mn__buf_put(&b, &c, 1);
+      continue;
+    }
+    if (j->p >= j->end) {
+      st = jerr(j, "unterminated escape");
+      break;
+    }
+    char e = *j->p++;
+    const char *simple = strchr("\"\\/bfnrt", e);
+    if (e && simple) {
+      static const char map[] = "\"\\/\b\f\n\r\t";
+      mn__buf_put(&b, &map[simple - "\"\\/bfnrt"], 1);
+      continue;
+    }
+    unsigned cp = 0, lo = 0;
+    if (e != 'u' || !read_hex4(j, &cp)) {
+      st = jerr(j, "bad escape in a string");
+      break;
+    }
+    if (cp >= 0xD800 && cp < 0xDC00) {
+      if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u' || (j->p += 2, !read_hex4(j, &lo)) || lo < 0xDC00 ||
+          lo > 0xDFFF) {
+        st = jerr(j, "unpaired surrogate in a string");
+        break;
+      }
+      cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+    } else if (cp >= 0xDC00 && cp < 0xE000) {
+      st = jerr(j, "unpaired surrogate in a string");
+      break;
+    }
+    if (cp == 0) {
+      st = jerr(j, "\\u0000 in a string");
+      break;
+    }
+    unsigned char u[4];
+    size_t n;
+    if (cp < 0x80) u[0] = (unsigned char)cp, n = 1;
+    else if (cp < 0x800) u[0] = (unsigned char)(0xC0 | cp >> 6), u[1] = (unsigned char)(0x80 | (cp & 0x3F)), n = 2;
+    else if (cp < 0x10000)
+      u[0] = (unsigned char)(0xE0 | cp >> 12), u[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F)),
+      u[2] = (unsigned char)(0x80 | (cp & 0x3F)), n = 3;
+    else
+      u[0] = (unsigned char)(0xF0 | cp >> 18), u[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F)),
+      u[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F)), u[3] = (unsigned char)(0x80 | (cp & 0x3F)), n = 4;
+    mn__buf_put(&b, u, n);
+  }
+  mn__buf_put(&b, "", 1);
+  if (st == MN_OK && b.failed) st = mn__error(MN_ERR_OUT_OF_MEMORY, j->func, "out of host memory");
+  if (st != MN_OK) {
+    free(b.data);
+    return st;
+  }
+  *out = (char *)b.data;
+  return MN_OK;
+}
+
+static mn_status juint(json_t *j, uint64_t *out) {
+  jws(j);
+  if (j->p >= j->end || *j->p < '0' || *j->p > '9') return jerr(j, "expected a non-negative integer");
+  if (*j->p == '0' && j->end - j->p > 1 && j->p[1] >= '0' && j->p[1] <= '9') return jerr(j, "leading zero in a number");
+  uint64_t v = 0;
+  while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
+    unsigned d = (unsigned)(*j->p - '0');
+    if (v > (UINT64_MAX - d) / 10) return jerr(j, "integer overflows 64 bits");
+    v = v * 10 + d;
+    j->p++;
+  }
+  if (j->p < j->end && (*j->p == '.' || *j->p == 'e' || *j->p == 'E')) return jerr(j, "expected an integer");
+  *out = v;
+  return MN_OK;
+}
+
+/* [n, n, ...] with at most `max` entries. */
+static mn_status juint_array(json_t *j, uint64_t *vals, size_t max, size_t *n) {
+  if (!jeat(j, '[')) return jerr(j, "expected '['");
+  *n = 0;
+  if (jeat(j, ']')) return MN_OK;
+  for (;;) {
+    if (*n == max) return jerr(j, "too many entries in an array");
+    mn_status st = juint(j, &vals[(*n)++]);
+    if (st != MN_OK) return st;
+    if (jeat(j, ']')) return MN_OK;
+    if (!jeat(j, ',')) return jerr(j, "expected ',' or ']'");
+  }
+}
+
+typedef struct entry_s {
+  char *name;
+  mn_dtype dtype;
+  int ndim;
+  int64_t shape[MN_MAX_DIMS];
+  uint64_t begin, end;
+} entry_t;
+
+static mn_status parse_tensor(json_t *j, entry_t *e) {
+  if (!jeat(j, '{')) return jerr(j, "expected a tensor object");
+  bool have_dtype = false, have_shape = false, have_off = false;
+  if (!jeat(j, '}'))
+    for (;;) {
+      char *key = NULL;
+      mn_status st = jstring(j, &key);
+      if (st != MN_OK) return st;
+      if (!jeat(j, ':')) {
+        free(key);
+        return jerr(j, "expected ':'");
+      }
+      if (strcmp(key, "dtype") == 0 && !have_dtype) {
+        free(key);
+        char *code = NULL;
+        st = jstring(j, &code);
+        if (st != MN_OK) return st;
+        size_t i = 0;
+        while (i < NCODES && strcmp(CODES[i].code, code) != 0) i++;
+        if (i == NCODES) {
+          char msg[96];
+          snprintf(msg, sizeof msg, "unknown dtype \"%.40s\"", code);
+          free(code);
+          return jerr(j, msg);
+        }
+        free(code);
+        e->dtype = CODES[i].dtype;
+        have_dtype = true;
+      } else if (strcmp(key, "shape") == 0 && !have_shape) {
+        free(key);
+        uint64_t v[MN_MAX_DIMS];
+        size_t n = 0;
+        st = juint_array(j, v, MN_MAX_DIMS, &n);
+        if (st != MN_OK) return st;
+        for (size_t i = 0; i < n; i++) {
+          if (v[i] > INT64_MAX) return jerr(j, "shape entry too large");
+          e->shape[i] = (int64_t)v[i];
+        }
+        e->ndim = (int)n;
+        have_shape = true;
+      } else if (strcmp(key, "data_offsets") == 0 && !have_off) {
+        free(key);
+        uint64_t v[2];
+        size_t n = 0;
+        st = juint_array(j, v, 2, &n);
+        if (st != MN_OK) return st;
+        if (n != 2) return jerr(j, "data_offsets needs two entries");
+        e->begin = v[0];
+        e->end = v[1];
+        have_off = true;
+      } else {
+        char msg[96];
+        snprintf(msg, sizeof msg, "unknown or repeated tensor key \"%.40s\"", key);
+        free(key);
+        return jerr(j, msg);
+      }
+      if (jeat(j, '}')) break;
+      if (!jeat(j, ',')) return jerr(j, "expected ',' or '}'");
+    }
+  if (!have_dtype || !have_shape || !have_off) return jerr(j, "a tensor needs dtype, shape and data_offsets");
+  return MN_OK;
+}
+
+/* "__metadata__": {"k": "v", ...}; appends to res. */
+static mn_status parse_metadata(json_t *j, mn_named_views_t *res) {
+  if (!jeat(j, '{')) return jerr(j, "__metadata__ must be an object");
+  if (jeat(j, '}')) return MN_OK;
+  for (;;) {
+    char *k = NULL, *v = NULL;
+    mn_status st = jstring(j, &k);
+    if (st != MN_OK) return st;
+    if (!jeat(j, ':')) {
+      free(k);
+      return jerr(j, "expected ':'");
+    }
+    st = jstring(j, &v);
+    if (st != MN_OK) {
+      free(k);
+      return jerr(j, "__metadata__ values must be strings");
+    }
+    for (size_t i = 0; i < res->nmeta; i++)
+      if (strcmp(res->meta_keys[i], k) == 0) {
+        free(k);
+        free(v);
+        return jerr(j, "repeated __metadata__ key");
+      }
+    char **nk = realloc(res->meta_keys, (res->nmeta + 1) * sizeof *nk);
+    if (nk) res->meta_keys = nk;
+    char **nv = nk ? realloc(res->meta_values, (res->nmeta + 1) * sizeof *nv) : NULL;
+    if (nv) res->meta_values = nv;
+    if (!nk || !nv) {
+      free(k);
+      free(v);
+      return mn__error(MN_ERR_OUT_OF_MEMORY, j->func, "out of host memory");
+    }
+    res->meta_keys[res->nmeta] = k;
+    res->meta_values[res->nmeta++] = v;
+    if (jeat(j, '}')) return MN_OK;
+    if (!jeat(j, ',')) return jerr(j, "expected ',' or '}'");
+  }
+}
+
+static int by_begin(const void *a, const void *b) {
+  const entry_t *x = a, *y = b;
+  return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : x->end < y->end ? -1 : x->end > y->end;
+}
+
+static void free_entries(entry_t *e, size_t n) {
+  for (size_t i = 0; i < n; i++) free(e[i].name);
+  free(e);
+}
+
+#define BAD(...) mn__error(MN_ERR_FORMAT, __func__, __VA_ARGS__)
+
+mn_status mn_safetensors_load_buffer(const void *data, size_t size, mn_device_t dev, mn_named_views_t **out) {
+  MN__CHECK_ARG(out != NULL && (data != NULL || size == 0), "data and out must not be NULL");
+  mn_status st = mn_device_check(dev);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  const unsigned char *p = data;
+  if (size < 8) return BAD("truncated: %zu bytes, fewer than the 8-byte header length", size);
+  uint64_t hlen = mn__le64(p);
+  if (hlen > MAX_HEADER) return BAD("header length %llu exceeds the limit of %llu bytes", (unsigned long long)hlen, MAX_HEADER);
+  if (hlen > size - 8)
+    return BAD("header length %llu runs past the end of the %zu-byte file (truncated?)", (unsigned long long)hlen, size);
+  if (hlen < 2 || p[8] != '{') return BAD("the header does not start with '{'");
+  const unsigned char *body = p + 8 + hlen;
+  uint64_t body_len = size - 8 - hlen;
+  json_t j = {(const char *)p + 8, (const char *)p + 8, (const char *)p + 8 + hlen, __func__};
+  mn_named_views_t *res = NULL;
+  st = mn__named_views_new(__func__, 0, &res);
+  if (st != MN_OK) return st;
+  entry_t *ents = NULL;
+  size_t n = 0, cap = 0;
+  jeat(&j, '{');
+  bool seen_meta = false;
+  if (!jeat(&j, '}'))
+    for (;;) {
+      char *key = NULL;
+      st = jstring(&j, &key);
+      if (st != MN_OK) break;
+      if (!jeat(&j, ':')) {
+        free(key);
+        st = jerr(&j, "expected ':'");
+        break;
+      }
+      if (strcmp(key, "__metadata__") == 0) {
+        free(key);
+        if (seen_meta) {
+          st = jerr(&j, "repeated __metadata__");
+          break;
+        }
+        seen_meta = true;
+        st = parse_metadata(&j, res);
+        if (st != MN_OK) break;
+      } else {
+        for (size_t i = 0; i < n && st == MN_OK; i++)
+          if (strcmp(ents[i].name, key) == 0) st = jerr(&j, "repeated tensor name");
+        if (st == MN_OK && n == cap) {
+          size_t nc = cap ? cap * 2 : 16;
+          entry_t *ne = realloc(ents, nc * sizeof *ne);
+          if (!ne) st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+          else ents = ne, cap = nc;
+        }
+        if (st != MN_OK) {
+          free(key);
+          break;
+        }
+        memset(&ents[n], 0, sizeof ents[n]);
+        ents[n].name = key;
+        st = parse_tensor(&j, &ents[n++]);
+        if (st != MN_OK) break;
+      }
+      if (jeat(&j, '}')) break;
+      if (!jeat(&j, ',')) {
+        st = jerr(&j, "expected ',' or '}'");
+        break;
+      }
+    }
+  if (st == MN_OK) {
+    jws(&j);
+    if (j.p != j.end) st = jerr(&j, "trailing bytes after the header object");
+  }
+  /* ranges: each matches its shape; together they tile the body exactly */
+  for (size_t i = 0; i < n && st == MN_OK; i++) {
+    entry_t *e = &ents[i];
+    unsigned __int128 bytes = mn_dtype_itemsize(e->dtype);
+    for (int d = 0; d < e->ndim; d++) {
+      bytes *= (unsigned __int128)e->shape[d];
+      if (bytes > (unsigned __int128)UINT64_MAX) bytes = (unsigned __int128)UINT64_MAX;
+    }
+    if (e->begin > e->end || e->end > body_len)
+      st = BAD("tensor '%s': data_offsets [%llu, %llu] are outside the %llu-byte data", e->name,
+               (unsigned long long)e->begin, (unsigned long long)e->end, (unsigned long long)body_len);
+    else if (bytes != e->end - e->begin)
+      st = BAD("tensor '%s': shape needs %llu bytes but data_offsets give %llu", e->name, (unsigned long long)bytes,
+               (unsigned long long)(e->end - e->begin));
+  }
+  if (st == MN_OK && n) {
+    entry_t *sorted = malloc(n * sizeof *sorted);
+    if (!sorted) st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+    else {
+      memcpy(sorted, ents, n * sizeof *sorted);
+      qsort(sorted, n, sizeof *sorted, by_begin);
+      uint64_t at = 0;
+      for (size_t i = 0; i < n && st == MN_OK; i++) {
+        if (sorted[i].begin < at) st = BAD("tensor '%s' overlaps another tensor's bytes", sorted[i].name);
+        else if (sorted[i].begin > at) st = BAD("a hole of %llu bytes before tensor '%s'", (unsigned long long)(sorted[i].begin - at), sorted[i].name);
+        at = sorted[i].end;
+      }
+      if (st == MN_OK && at != body_len) st = BAD("%llu bytes of data follow the last tensor", (unsigned long long)(body_len - at));
+      /* keep file order of offsets */
+      if (st == MN_OK) memcpy(ents, sorted, n * sizeof *ents);
+      free(sorted);
+    }
+  } else if (st == MN_OK && body_len) {
+    st = BAD("%llu bytes of data but no tensors", (unsigned long long)body_len);
+  }
+  if (st == MN_OK && n) {
+    res->names = calloc(n, sizeof *res->names);
+    res->views = calloc(n, sizeof *res->views);
+    if (!res->names || !res->views) st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  }
+  for (size_t i = 0; i < n && st == MN_OK; i++) {
+    mn_storage_t *s = NULL;
+    st = mn_storage_from_buffer_copy(dev, body + ents[i].begin, (size_t)(ents[i].end - ents[i].begin), &s);
+    if (st == MN_OK) {
+      st = mn_view_create(s, ents[i].dtype, ents[i].ndim, ents[i].shape, NULL, 0, &res->views[i]);
+      mn_storage_release(s);
+    }
+    if (st != MN_OK) {
+      st = mn__error_wrap(st, __func__);
+      break;
+    }
+    res->names[i] = ents[i].name;
+    ents[i].name = NULL;
+    res->count = i + 1;
+  }
+  free_entries(ents, n);
+  if (st != MN_OK) {
+    mn_named_views_free(res);
+    return st;
+  }
+  *out = res;
+  return MN_OK;
+}
+
+mn_status mn_safetensors_load(const char *path, mn_device_t dev, mn_named_views_t **out) {
+  MN__CHECK_ARG(path != NULL && out != NULL, "path and out must not be NULL");
+  const void *data = NULL;
+  size_t size = 0;
+  mn_status st = mn__map_file(__func__, path, &data, &size);
+  if (st != MN_OK) return st;
+  st = mn_safetensors_load_buffer(data, size, dev, out);
+  mn__unmap_file(data, size);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}

@@ -1,0 +1,44 @@
+/* runtime/serialize_util.h: internals the two file formats share (growable
+ * byte buffer, atomic file write, read-only file mapping, result building). */
+#ifndef MNEMO_RUNTIME_SERIALIZE_UTIL_H
+#define MNEMO_RUNTIME_SERIALIZE_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mnemo/serialize.h"
+#include "mnemo/storage.h"
+
+/* A growable byte buffer; `failed` records an allocation failure (every
+ * later put is ignored). */
+typedef struct mn__buf_s {
+  unsigned char *data;
+  size_t len, cap;
+  bool failed;
+} mn__buf_t;
+
+void mn__buf_put(mn__buf_t *b, const void *p, size_t n);
+void mn__buf_zeros(mn__buf_t *b, size_t n);
+void mn__buf_u16(mn__buf_t *b, uint16_t v);
+void mn__buf_u32(mn__buf_t *b, uint32_t v);
+void mn__buf_u64(mn__buf_t *b, uint64_t v);
+uint32_t mn__le32(const unsigned char *p);
+uint64_t mn__le64(const unsigned char *p);
+
+/* Writes size bytes to `path` through a temporary file renamed into place. */
+mn_status mn__write_file_atomic(const char *func, const char *path, const void *data, size_t size);
+/* Maps a whole file read-only (*data NULL for an empty file); release with mn__unmap_file. */
+mn_status mn__map_file(const char *func, const char *path, const void **data, size_t *size);
+void mn__unmap_file(const void *data, size_t size);
+
+/* Refuses NULL, empty or duplicate names and NULL views. */
+mn_status mn__check_names(const char *func, size_t count, const char *const *names, const mn_view_t *const *views);
+/* The storage's bytes readable on the host: *bytes points into the storage
+ * (CPU) or into *owned, a blocking copy the caller frees. */
+mn_status mn__storage_host_bytes(const char *func, const mn_storage_t *s, const unsigned char **bytes,
+                                 unsigned char **owned);
+/* An empty result with room for `count` views (zeroed). */
+mn_status mn__named_views_new(const char *func, size_t count, mn_named_views_t **out);
+
+#endif /* MNEMO_RUNTIME_SERIALIZE_UTIL_H */

@@ -1,0 +1,469 @@
+/* tests/test_serialize.c: save/load (sharing, offsets, strides, devices,
+ * checksums, corrupt and truncated files) and safetensors (round trips, a
+ * file written by Python, strict header checks) on CPU and SIM. */
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mn_test.h"
+
+#ifndef MN_TEST_DATA_DIR
+#define MN_TEST_DATA_DIR "tests/data"
+#endif
+
+static mn_device_t CPU, SIM0;
+static char tmpdir[256];
+
+static void tmp_path(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s", tmpdir, name); }
+
+static uint32_t crc32_ref(const unsigned char *p, size_t n) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; i++) {
+    c ^= p[i];
+    for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+  }
+  return c ^ 0xFFFFFFFFu;
+}
+
+static uint64_t le64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+
+static void put_le32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Element i (row-major over the view's sizes) as a double, read on the host. */
+static double elem(const mn_view_t *v, int64_t i) {
+  int nd = mn_view_ndim(v);
+  int64_t off = mn_view_offset(v);
+  for (int d = nd - 1; d >= 0; d--) {
+    int64_t sz = mn_view_size(v, d);
+    off += (i % sz) * mn_view_stride(v, d);
+    i /= sz;
+  }
+  size_t item = mn_dtype_itemsize(mn_view_dtype(v));
+  unsigned char buf[16];
+  mn_storage_t *s = mn_view_storage(v);
+  mn_copy_bytes(CPU, buf, mn_storage_device(s), (unsigned char *)mn_storage_data(s) + (size_t)off * item, item, NULL, 0);
+  mn_scalar_t sc;
+  mn_scalar_from_bytes(mn_view_dtype(v), buf, &sc);
+  switch (sc.kind) {
+    case MN_SCALAR_BOOL: return sc.v.b;
+    case MN_SCALAR_INT: return (double)sc.v.i;
+    case MN_SCALAR_UINT: return (double)sc.v.u;
+    case MN_SCALAR_FLOAT: return sc.v.f;
+    default: return sc.v.c[0];
+  }
+}
+
+static int same_values(const mn_view_t *a, const mn_view_t *b) {
+  if (mn_view_numel(a) != mn_view_numel(b) || mn_view_dtype(a) != mn_view_dtype(b)) return 0;
+  for (int64_t i = 0; i < mn_view_numel(a); i++)
+    if (elem(a, i) != elem(b, i)) return 0;
+  return 1;
+}
+
+static int same_geometry(const mn_view_t *a, const mn_view_t *b) {
+  if (mn_view_ndim(a) != mn_view_ndim(b) || mn_view_offset(a) != mn_view_offset(b) ||
+      mn_view_dtype(a) != mn_view_dtype(b))
+    return 0;
+  for (int d = 0; d < mn_view_ndim(a); d++)
+    if (mn_view_size(a, d) != mn_view_size(b, d) || mn_view_stride(a, d) != mn_view_stride(b, d)) return 0;
+  return 1;
+}
+
+/* A set of views: four over storage A (float32, shared, strided, reinterpreted
+ * as int32, 0-d), one over storage B on `bdev`, one empty. */
+#define NV 6
+static const char *const NAMES[NV] = {"a.full", "a.t", "a.bits", "a.scalar", "b", "empty"};
+
+static void make_views(mn_device_t adev, mn_device_t bdev, mn_view_t **v) {
+  float f[24];
+  for (int i = 0; i < 24; i++) f[i] = (float)i * 0.5f - 3.0f;
+  int64_t b16[5] = {1, -2, 3, INT64_MAX, INT64_MIN};
+  mn_storage_t *a = NULL, *b = NULL;
+  MN_CHECK_OK(mn_storage_from_buffer_copy(adev, f, sizeof f, &a));
+  MN_CHECK_OK(mn_storage_from_buffer_copy(bdev, b16, sizeof b16, &b));
+  int64_t n24 = 24, s43[2] = {4, 3}, st43[2] = {1, 4}, n5 = 5, n0 = 0;
+  MN_CHECK_OK(mn_view_create(a, MN_DTYPE_FLOAT32, 1, &n24, NULL, 0, &v[0]));
+  MN_CHECK_OK(mn_view_create(a, MN_DTYPE_FLOAT32, 2, s43, st43, 2, &v[1]));
+  MN_CHECK_OK(mn_view_create(a, MN_DTYPE_INT32, 1, &n5, NULL, 3, &v[2]));
+  MN_CHECK_OK(mn_view_create(a, MN_DTYPE_FLOAT32, 0, NULL, NULL, 23, &v[3]));
+  MN_CHECK_OK(mn_view_create(b, MN_DTYPE_INT64, 1, &n5, NULL, 0, &v[4]));
+  MN_CHECK_OK(mn_view_create(b, MN_DTYPE_INT64, 1, &n0, NULL, 5, &v[5]));
+  mn_storage_release(a);
+  mn_storage_release(b);
+}
+
+static void destroy_views(mn_view_t **v, int n) {
+  for (int i = 0; i < n; i++) mn_view_destroy(v[i]);
+}
+
+static void check_loaded(mn_view_t **orig, const mn_named_views_t *nv, mn_device_t dev) {
+  MN_CHECK(nv->count == NV && nv->nmeta == 0);
+  for (int i = 0; i < NV; i++) {
+    mn_view_t *l = mn_named_views_find(nv, NAMES[i]);
+    MN_CHECK(l != NULL);
+    if (!l) return;
+    MN_CHECK(same_geometry(orig[i], l));
+    MN_CHECK(same_values(orig[i], l));
+    MN_CHECK(mn_device_equal(mn_view_device(l), dev));
+  }
+  mn_view_t *a0 = mn_named_views_find(nv, "a.full");
+  mn_storage_t *sa = mn_view_storage(a0);
+  MN_CHECK(mn_view_storage(mn_named_views_find(nv, "a.t")) == sa);
+  MN_CHECK(mn_view_storage(mn_named_views_find(nv, "a.bits")) == sa);
+  MN_CHECK(mn_view_storage(mn_named_views_find(nv, "a.scalar")) == sa);
+  MN_CHECK(mn_view_storage(mn_named_views_find(nv, "b")) != sa);
+  MN_CHECK(mn_view_storage(mn_named_views_find(nv, "b")) == mn_view_storage(mn_named_views_find(nv, "empty")));
+  MN_CHECK(mn_storage_nbytes(sa) == 96 && mn_storage_refcount(sa) == 4);
+  /* a write through one view shows through its siblings */
+  MN_CHECK_OK(mn_view_fill(a0, mn_scalar_float(9.0), NULL));
+  MN_CHECK_OK(mn_device_synchronize(dev));
+  MN_CHECK(elem(mn_named_views_find(nv, "a.t"), 5) == 9.0 && elem(mn_named_views_find(nv, "a.scalar"), 0) == 9.0);
+  MN_CHECK(mn_named_views_find(nv, "nope") == NULL);
+}
+
+MN_TEST(save_load_round_trips) {
+  mn_device_t devs[2] = {CPU, SIM0};
+  char path[300];
+  tmp_path(path, sizeof path, "round.mnemo");
+  for (int from = 0; from < 2; from++)
+    for (int to = 0; to < 2; to++) {
+      mn_view_t *v[NV];
+      make_views(devs[from], devs[1 - from], v);
+      MN_CHECK_OK(mn_save(path, NV, NAMES, (const mn_view_t *const *)v));
+      mn_named_views_t *nv = NULL;
+      MN_CHECK_OK(mn_load(path, devs[to], &nv));
+      if (nv) check_loaded(v, nv, devs[to]);
+      mn_named_views_free(nv);
+      destroy_views(v, NV);
+    }
+  /* an empty set */
+  MN_CHECK_OK(mn_save(path, 0, NULL, NULL));
+  mn_named_views_t *nv = NULL;
+  MN_CHECK_OK(mn_load(path, CPU, &nv));
+  MN_CHECK(nv && nv->count == 0);
+  mn_named_views_free(nv);
+  mn_named_views_free(NULL);
+  unlink(path);
+}
+
+MN_TEST(save_refuses_bad_input) {
+  mn_view_t *v[NV];
+  make_views(CPU, CPU, v);
+  const char *dup[2] = {"x", "x"}, *empty[1] = {""};
+  void *data = NULL;
+  size_t size = 0;
+  MN_CHECK_ERR(mn_save_buffer(2, dup, (const mn_view_t *const *)v, &data, &size), MN_ERR_INVALID_ARGUMENT, "used twice");
+  MN_CHECK_ERR(mn_save_buffer(1, empty, (const mn_view_t *const *)v, &data, &size), MN_ERR_INVALID_ARGUMENT, "empty");
+  const mn_view_t *nullv[1] = {NULL};
+  MN_CHECK_ERR(mn_save_buffer(1, NAMES, nullv, &data, &size), MN_ERR_INVALID_ARGUMENT, "is NULL");
+  MN_CHECK_ERR(mn_save("/nonexistent-dir/x.mnemo", NV, NAMES, (const mn_view_t *const *)v), MN_ERR_NOT_FOUND,
+               "cannot create");
+  MN_CHECK(data == NULL);
+  destroy_views(v, NV);
+}
+
+static void expect_format(const void *data, size_t size, const char *needle) {
+  mn_named_views_t *nv = NULL;
+  MN_CHECK_ERR(mn_load_buffer(data, size, CPU, &nv), MN_ERR_FORMAT, needle);
+  MN_CHECK(nv == NULL);
+}
+
+MN_TEST(load_refuses_corrupt_files) {
+  mn_view_t *v[NV];
+  make_views(CPU, CPU, v);
+  unsigned char *data = NULL;
+  size_t size = 0;
+  MN_CHECK_OK(mn_save_buffer(NV, NAMES, (const mn_view_t *const *)v, (void **)&data, &size));
+  destroy_views(v, NV);
+  unsigned char *copy = malloc(size);
+  /* every truncation */
+  for (size_t n = 0; n < size; n++) {
+    memcpy(copy, data, n);
+    mn_named_views_t *nv = NULL;
+    mn_clear_error();
+    mn_status st = mn_load_buffer(n ? copy : NULL, n, CPU, &nv);
+    MN_CHECK(st == MN_ERR_FORMAT && nv == NULL && mn_last_error()[0] != '\0');
+  }
+  /* every single-byte corruption is caught (magic, version, checksums, layout) */
+  int caught = 0;
+  for (size_t i = 0; i < size; i++) {
+    memcpy(copy, data, size);
+    copy[i] ^= 0x5a;
+    mn_named_views_t *nv = NULL;
+    mn_status st = mn_load_buffer(copy, size, CPU, &nv);
+    caught += st == MN_ERR_FORMAT;
+    mn_named_views_free(nv);
+  }
+  MN_CHECK(caught == (int)size);
+  memcpy(copy, data, size);
+  copy[0] = 'X';
+  expect_format(copy, size, "bad magic");
+  memcpy(copy, data, size);
+  copy[8] = 2;
+  expect_format(copy, size, "unsupported format version 2");
+  memcpy(copy, data, size);
+  copy[50] ^= 1;
+  expect_format(copy, size, "header checksum mismatch");
+  memcpy(copy, data, size);
+  copy[size - 1] ^= 1;
+  expect_format(copy, size, "checksum mismatch: the file is corrupt");
+  /* a valid checksum over a view that reaches past its storage */
+  memcpy(copy, data, size);
+  uint64_t hs = le64(copy + 16);
+  /* the first view record follows 2 storage records: its offset field */
+  size_t view0 = 40 + 2 * 24, off_at = view0 + 4 + strlen(NAMES[0]) + 8;
+  copy[off_at] = 1; /* offset 1: 24 floats from element 1 overrun 96 bytes */
+  put_le32(copy + hs - 4, crc32_ref(copy, (size_t)hs - 4));
+  expect_format(copy, size, "does not fit its storage");
+  /* trailing bytes */
+  unsigned char *longer = malloc(size + 1);
+  memcpy(longer, data, size);
+  longer[size] = 0;
+  expect_format(longer, size + 1, "contents end at");
+  free(longer);
+  /* a missing file */
+  mn_named_views_t *nv = NULL;
+  MN_CHECK_ERR(mn_load("/nonexistent-dir/x.mnemo", CPU, &nv), MN_ERR_NOT_FOUND, "cannot open");
+  /* the file path: corrupt on disk */
+  char path[300];
+  tmp_path(path, sizeof path, "corrupt.mnemo");
+  FILE *f = fopen(path, "wb");
+  fwrite(data, 1, size / 2, f);
+  fclose(f);
+  MN_CHECK_ERR(mn_load(path, CPU, &nv), MN_ERR_FORMAT, "mn_load");
+  unlink(path);
+  free(copy);
+  free(data);
+}
+
+/* ---- safetensors ----------------------------------------------------------------- */
+
+MN_TEST(safetensors_round_trip) {
+  mn_device_t devs[2] = {CPU, SIM0};
+  for (int from = 0; from < 2; from++) {
+    double d[6] = {1, 2, 3, 4, 5, 6};
+    uint16_t h[4] = {0x3c00, 0xc000, 0x7bff, 0};
+    mn_storage_t *sd = NULL, *sh = NULL;
+    MN_CHECK_OK(mn_storage_from_buffer_copy(devs[from], d, sizeof d, &sd));
+    MN_CHECK_OK(mn_storage_from_buffer_copy(devs[from], h, sizeof h, &sh));
+    int64_t s32[2] = {3, 2}, t32[2] = {1, 3}, n2 = 2;
+    mn_view_t *v[3];
+    MN_CHECK_OK(mn_view_create(sh, MN_DTYPE_FLOAT16, 1, &n2, NULL, 1, &v[0]));
+    MN_CHECK_OK(mn_view_create(sd, MN_DTYPE_FLOAT64, 2, s32, t32, 0, &v[1])); /* transposed */
+    MN_CHECK_OK(mn_view_create(sh, MN_DTYPE_INT16, 0, NULL, NULL, 3, &v[2]));
+    const char *names[3] = {"half \"quoted\"", "t", "z"};
+    const char *keys[2] = {"format", "note"}, *vals[2] = {"pt", "line\nbreak \xc3\xa9"};
+    char path[300];
+    tmp_path(path, sizeof path, "rt.safetensors");
+    MN_CHECK_OK(mn_safetensors_save(path, 3, names, (const mn_view_t *const *)v, 2, keys, vals));
+    for (int to = 0; to < 2; to++) {
+      mn_named_views_t *nv = NULL;
+      MN_CHECK_OK(mn_safetensors_load(path, devs[to], &nv));
+      if (!nv) continue;
+      MN_CHECK(nv->count == 3 && nv->nmeta == 2);
+      for (int i = 0; i < 3; i++) {
+        mn_view_t *l = mn_named_views_find(nv, names[i]);
+        MN_CHECK(l && mn_view_is_contiguous(l) && same_values(v[i], l) && mn_view_ndim(l) == mn_view_ndim(v[i]));
+        MN_CHECK(l && mn_device_equal(mn_view_device(l), devs[to]));
+      }
+      MN_CHECK(strcmp(nv->meta_keys[1], "note") == 0 && strcmp(nv->meta_values[1], vals[1]) == 0);
+      MN_CHECK(elem(mn_named_views_find(nv, "t"), 1) == 4.0); /* t[0][1] = d[3] */
+      MN_CHECK(mn_view_storage(nv->views[0]) != mn_view_storage(nv->views[1]));
+      mn_named_views_free(nv);
+    }
+    unlink(path);
+    /* aliasing, complex128 and reserved names are refused */
+    const char *two[2] = {"x", "y"};
+    const mn_view_t *alias[2] = {v[0], v[0]};
+    void *data = NULL;
+    size_t size = 0;
+    MN_CHECK_ERR(mn_safetensors_save_buffer(2, two, alias, 0, NULL, NULL, &data, &size), MN_ERR_INVALID_ARGUMENT,
+                 "share memory");
+    mn_view_t *c = NULL;
+    int64_t one = 1;
+    MN_CHECK_OK(mn_view_create(sd, MN_DTYPE_COMPLEX128, 1, &one, NULL, 0, &c));
+    MN_CHECK_ERR(mn_safetensors_save_buffer(1, two, (const mn_view_t *const *)&c, 0, NULL, NULL, &data, &size),
+                 MN_ERR_NOT_SUPPORTED, "complex128");
+    const char *meta[1] = {"__metadata__"};
+    MN_CHECK_ERR(mn_safetensors_save_buffer(1, meta, (const mn_view_t *const *)v, 0, NULL, NULL, &data, &size),
+                 MN_ERR_INVALID_ARGUMENT, "reserved");
+    MN_CHECK(data == NULL);
+    mn_view_destroy(c);
+    destroy_views(v, 3);
+    mn_storage_release(sd);
+    mn_storage_release(sh);
+  }
+}
+
+MN_TEST(safetensors_file_from_python) {
+  mn_device_t devs[2] = {CPU, SIM0};
+  for (int k = 0; k < 2; k++) {
+    mn_named_views_t *nv = NULL;
+    MN_CHECK_OK(mn_safetensors_load(MN_TEST_DATA_DIR "/small.safetensors", devs[k], &nv));
+    if (!nv) return;
+    MN_CHECK(nv->count == 7 && nv->nmeta == 2);
+    MN_CHECK(strcmp(nv->meta_keys[0], "format") == 0 && strcmp(nv->meta_values[0], "pt") == 0);
+    mn_view_t *w = mn_named_views_find(nv, "weight"), *b = mn_named_views_find(nv, "bias"),
+              *ids = mn_named_views_find(nv, "ids"), *bf = mn_named_views_find(nv, "bf"),
+              *m = mn_named_views_find(nv, "mask"), *sc = mn_named_views_find(nv, "scalar"),
+              *e = mn_named_views_find(nv, "empty");
+    MN_CHECK(w && b && ids && bf && m && sc && e);
+    if (!(w && b && ids && bf && m && sc && e)) break;
+    MN_CHECK(mn_view_dtype(w) == MN_DTYPE_FLOAT32 && mn_view_ndim(w) == 2 && mn_view_size(w, 1) == 3);
+    MN_CHECK(elem(w, 0) == 0.5 && elem(w, 1) == -1.25 && elem(w, 5) == (double)0.001f);
+    MN_CHECK(mn_view_dtype(b) == MN_DTYPE_FLOAT16 && elem(b, 0) == 1.5 && elem(b, 1) == -2 && elem(b, 2) == 65504);
+    MN_CHECK(mn_view_dtype(ids) == MN_DTYPE_INT64 && elem(ids, 1) == -2 && elem(ids, 2) == 1099511627776.0 &&
+             elem(ids, 3) == -9223372036854775808.0);
+    MN_CHECK(mn_view_dtype(bf) == MN_DTYPE_BFLOAT16 && elem(bf, 0) == 1.0 && elem(bf, 1) == -2.5);
+    MN_CHECK(mn_view_dtype(m) == MN_DTYPE_BOOL && elem(m, 0) == 1 && elem(m, 1) == 0 && elem(m, 3) == 1);
+    MN_CHECK(mn_view_dtype(sc) == MN_DTYPE_UINT8 && mn_view_ndim(sc) == 0 && elem(sc, 0) == 7);
+    MN_CHECK(mn_view_dtype(e) == MN_DTYPE_FLOAT64 && mn_view_numel(e) == 0);
+    /* data order: ids first */
+    MN_CHECK(strcmp(nv->names[0], "ids") == 0);
+    mn_named_views_free(nv);
+  }
+}
+
+/* A safetensors buffer from a header text and `body` bytes of data. */
+static void expect_st_format(const char *header, size_t body, const char *needle) {
+  size_t hl = strlen(header), size = 8 + hl + body;
+  unsigned char *buf = calloc(1, size);
+  for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+  memcpy(buf + 8, header, hl);
+  mn_named_views_t *nv = NULL;
+  MN_CHECK_ERR(mn_safetensors_load_buffer(buf, size, CPU, &nv), MN_ERR_FORMAT, needle);
+  if (nv) fprintf(stderr, "  accepted: %s\n", header);
+  MN_CHECK(nv == NULL);
+  free(buf);
+}
+
+MN_TEST(safetensors_refuses_bad_headers) {
+  const char *ok = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+  size_t hl = strlen(ok);
+  unsigned char buf[256];
+  memset(buf, 0, sizeof buf);
+  for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+  memcpy(buf + 8, ok, hl);
+  mn_named_views_t *nv = NULL;
+  MN_CHECK_OK(mn_safetensors_load_buffer(buf, 8 + hl + 8, CPU, &nv));
+  mn_named_views_free(nv);
+  nv = NULL;
+  /* header length: absurd, past the end */
+  unsigned char big[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0};
+  MN_CHECK_ERR(mn_safetensors_load_buffer(big, sizeof big, CPU, &nv), MN_ERR_FORMAT, "exceeds the limit");
+  unsigned char past[16] = {100, 0, 0, 0, 0, 0, 0, 0, '{', '}'};
+  MN_CHECK_ERR(mn_safetensors_load_buffer(past, sizeof past, CPU, &nv), MN_ERR_FORMAT, "past the end");
+  MN_CHECK_ERR(mn_safetensors_load_buffer(past, 5, CPU, &nv), MN_ERR_FORMAT, "truncated");
+  MN_CHECK(nv == NULL);
+  expect_st_format("[]", 0, "start with '{'");
+  expect_st_format("{\"a\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "unknown dtype \"F33\"");
+  expect_st_format("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, "shape needs 12 bytes");
+  expect_st_format("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, "outside the 4-byte data");
+  expect_st_format("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, "outside");
+  expect_st_format("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                   "\"b\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                   8, "overlaps");
+  expect_st_format("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "a hole of 4 bytes");
+  expect_st_format("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8, "follow the last tensor");
+  expect_st_format("{}", 3, "no tensors");
+  expect_st_format("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                   "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}",
+                   2, "repeated tensor name");
+  expect_st_format("{\"a\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":[0,1]}}", 1, "non-negative integer");
+  expect_st_format("{\"a\":{\"dtype\":\"U8\",\"shape\":[1.0],\"data_offsets\":[0,1]}}", 1, "expected an integer");
+  expect_st_format("{\"a\":{\"dtype\":\"U8\",\"shape\":[01],\"data_offsets\":[0,1]}}", 1, "leading zero");
+  expect_st_format("{\"a\":{\"dtype\":\"U8\",\"shape\":[99999999999999999999],\"data_offsets\":[0,1]}}", 1,
+                   "overflows");
+  expect_st_format("{\"a\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,4294967296],\"data_offsets\":[0,1]}}",
+                   1, "shape needs");
+  expect_st_format("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"extra\":1}}", 1,
+                   "unknown or repeated tensor key \"extra\"");
+  expect_st_format("{\"a\":{\"dtype\":\"U8\",\"shape\":[1]}}", 1, "needs dtype, shape and data_offsets");
+  expect_st_format("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0]}}", 1, "two entries");
+  expect_st_format("{\"__metadata__\":{\"k\":1}}", 0, "values must be strings");
+  expect_st_format("{\"__metadata__\":{\"k\":\"v\"},\"__metadata__\":{}}", 0, "repeated __metadata__");
+  expect_st_format("{\"a\\u0000b\":{}}", 0, "\\u0000");
+  expect_st_format("{\"a\\ud800\":{}}", 0, "unpaired surrogate");
+  expect_st_format("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}} x", 1, "trailing bytes");
+  expect_st_format("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}", 1, "expected");
+  expect_st_format("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},}", 1, "expected a string");
+  expect_st_format("{\"abc", 0, "unterminated string");
+  expect_st_format("{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],"
+                   "\"data_offsets\":[0,1]}}",
+                   1, "too many entries");
+  /* a missing file */
+  MN_CHECK_ERR(mn_safetensors_load("/nonexistent-dir/x.safetensors", CPU, &nv), MN_ERR_NOT_FOUND, "cannot open");
+  /* escapes decode */
+  const char *esc = "{\"\\u00e9\\n\\\"\\ud83d\\ude00\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}";
+  hl = strlen(esc);
+  memset(buf, 0, sizeof buf);
+  for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+  memcpy(buf + 8, esc, hl);
+  MN_CHECK_OK(mn_safetensors_load_buffer(buf, 8 + hl + 1, CPU, &nv));
+  MN_CHECK(nv && strcmp(nv->names[0], "\xc3\xa9\n\"\xf0\x9f\x98\x80") == 0);
+  mn_named_views_free(nv);
+}
+
+MN_TEST(nothing_left_behind) {
+  MN_CHECK_OK(mn_copy_engine_reset());
+  mn_test_release_sim_caches();
+  mn_sim_stats_t st;
+  MN_CHECK_OK(mn_sim_get_stats(SIM0, &st));
+  MN_CHECK(st.live_streams == 0 && st.mapped_bytes == 0 && st.illegal_accesses == 0);
+  MN_CHECK_OK(mn_sim_check_invariants(SIM0));
+}
+
+/* --write-safetensors PATH: a file for tests/check_safetensors.py, an
+ * independent reader (Python standard library) that checks every value. */
+static int write_for_python(const char *path) {
+  float w[6] = {1, 2, 3, 4, 5, 6}; /* stored 3x2, saved transposed as 2x3 */
+  uint16_t h[3] = {0x3c00, 0xc100, 0x7bff};
+  int64_t ids[2] = {-7, (int64_t)1 << 50};
+  unsigned char flags[2] = {1, 0};
+  mn_storage_t *s[4] = {NULL};
+  mn_status st = mn_storage_from_buffer_copy(CPU, w, sizeof w, &s[0]);
+  if (st == MN_OK) st = mn_storage_from_buffer_copy(CPU, h, sizeof h, &s[1]);
+  if (st == MN_OK) st = mn_storage_from_buffer_copy(CPU, ids, sizeof ids, &s[2]);
+  if (st == MN_OK) st = mn_storage_from_buffer_copy(CPU, flags, sizeof flags, &s[3]);
+  int64_t s23[2] = {2, 3}, t23[2] = {1, 2}, n3 = 3, n2 = 2;
+  mn_view_t *v[4] = {NULL};
+  if (st == MN_OK) st = mn_view_create(s[0], MN_DTYPE_FLOAT32, 2, s23, t23, 0, &v[0]);
+  if (st == MN_OK) st = mn_view_create(s[1], MN_DTYPE_FLOAT16, 1, &n3, NULL, 0, &v[1]);
+  if (st == MN_OK) st = mn_view_create(s[2], MN_DTYPE_INT64, 1, &n2, NULL, 0, &v[2]);
+  if (st == MN_OK) st = mn_view_create(s[3], MN_DTYPE_BOOL, 1, &n2, NULL, 0, &v[3]);
+  const char *names[4] = {"w.T", "h", "ids", "flags"}, *k[1] = {"producer"}, *val[1] = {"mnemo"};
+  if (st == MN_OK) st = mn_safetensors_save(path, 4, names, (const mn_view_t *const *)v, 1, k, val);
+  if (st != MN_OK) fprintf(stderr, "%s\n", mn_last_error());
+  for (int i = 0; i < 4; i++) {
+    mn_view_destroy(v[i]);
+    mn_storage_release(s[i]);
+  }
+  return st == MN_OK ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+  CPU = mn_device_cpu();
+  SIM0 = mn_device_sim(0);
+  if (argc == 3 && strcmp(argv[1], "--write-safetensors") == 0) return write_for_python(argv[2]);
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/mnemo-test-serialize-%ld", (long)getpid());
+  if (mkdir(tmpdir, 0700) != 0) {
+    perror("mkdir");
+    return 1;
+  }
+  mn_test_configure_sim(1, (size_t)1 << 28);
+  MN_RUN(save_load_round_trips);
+  MN_RUN(save_refuses_bad_input);
+  MN_RUN(load_refuses_corrupt_files);
+  MN_RUN(safetensors_round_trip);
+  MN_RUN(safetensors_file_from_python);
+  MN_RUN(safetensors_refuses_bad_headers);
+  MN_RUN(nothing_left_behind);
+  rmdir(tmpdir);
+  return mn_test_finish();
+}
