@@ -22,6 +22,7 @@
 #include "mnemo/copy.h"
 #include "mnemo/kernels.h"
 #include "mnemo/trace.h"
+#include "mnemo/profiling.h"
 
 #ifdef __cplusplus
 extern "C" {
