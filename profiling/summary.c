@@ -55,7 +55,7 @@ mn_status mn_memory_summary(const mn_alloc_stats_t *stats, const char *title, ch
   out_printf(&o, "| %-28s | %10s | %10s | %10s | %10s |\n", "Metric", "Cur Usage", "Peak Usage", "Tot Alloc",
              "Tot Freed");
   out_printf(&o, "%s", thin);
-  static const char *pool_names[MN_POOL_COUNT] = {"all", "large pool", "small pool"};
+  static const char *pool_names[MN_POOL_COUNT] = {"all", "small pool", "large pool"};
   char c1[32], c2[32], c3[32], c4[32], label[64];
 #define MN__SUM_ROW(name, text)                                                                        \
   do {                                                                                                 \
@@ -72,6 +72,7 @@ mn_status mn_memory_summary(const mn_alloc_stats_t *stats, const char *title, ch
   } while (0);
 #define MN__SUM_ROW_X(name, text) MN__SUM_ROW(name, text)
   MN_ALLOC_STATS_MAP(MN__SUM_ROW_X)
+  char line[128];
 #undef MN__SUM_ROW_X
 #undef MN__SUM_ROW
   out_printf(&o, "| %-28s | %10s | %10s | %10s | %10s |\n", "oversize_allocations",
@@ -85,12 +86,16 @@ mn_status mn_memory_summary(const mn_alloc_stats_t *stats, const char *title, ch
              human(stats->oversize_segments.allocated, false, c3, 32),
              human(stats->oversize_segments.freed, false, c4, 32));
   out_printf(&o, "%s", thin);
-  out_printf(&o, "| alloc retries: %-10" PRId64 " OOMs: %-10" PRId64 " synchronize all streams: %-8" PRId64 " |\n",
-             stats->num_alloc_retries, stats->num_ooms, stats->num_sync_all_streams);
-  out_printf(&o, "| raw device allocs: %-10" PRId64 " raw device frees: %-10" PRId64 "              |\n",
-             stats->num_device_alloc, stats->num_device_free);
-  if (stats->max_split_size >= 0)
-    out_printf(&o, "| max_split_size: %-57s |\n", human(stats->max_split_size, true, c1, 32));
+  snprintf(line, sizeof line, "alloc retries: %" PRId64 ", OOMs: %" PRId64 ", synchronize all streams: %" PRId64,
+           stats->num_alloc_retries, stats->num_ooms, stats->num_sync_all_streams);
+  out_printf(&o, "| %-73.73s |\n", line);
+  snprintf(line, sizeof line, "raw device allocs: %" PRId64 ", raw device frees: %" PRId64, stats->num_device_alloc,
+           stats->num_device_free);
+  out_printf(&o, "| %-73.73s |\n", line);
+  if (stats->max_split_size >= 0) {
+    snprintf(line, sizeof line, "max_split_size: %s", human(stats->max_split_size, true, c1, 32));
+    out_printf(&o, "| %-73.73s |\n", line);
+  }
   out_printf(&o, "%s", rule);
   if (needed) *needed = o.len + 1;
   if (bufsize == 0) return mn__error(MN_ERR_OVERFLOW, __func__, "the summary needs %zu bytes", o.len + 1);

@@ -107,7 +107,7 @@ static void usage(FILE *f) {
           "  info      devices found and build options\n"
           "  demo      run the walking skeleton on the best device (and the SIM device)\n"
           "  version   print the version\n"
-          "%s", cmd_replay_usage);
+          "%s%s%s%s", cmd_replay_usage, cmd_report_usage, cmd_snapshot_usage, cmd_import_usage);
 }
 
 int main(int argc, char **argv) {
@@ -119,6 +119,9 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "info")) return cmd_info();
   if (!strcmp(cmd, "demo")) return cmd_demo();
   if (!strcmp(cmd, "replay")) return cmd_replay(argc - 2, argv + 2);
+  if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
+  if (!strcmp(cmd, "snapshot")) return cmd_snapshot(argc - 2, argv + 2);
+  if (!strcmp(cmd, "import")) return cmd_import(argc - 2, argv + 2);
   if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
     printf("mnemo %s\n", mn_version());
     return 0;
