@@ -89,64 +89,49 @@ static bool parse_ptr(const char *s, uint64_t *out) {
 /* Seconds with an optional fraction ("1634567890.123456"), or a time of day
  * "HH:MM:SS.ffffff" / "HH:MM:SS:ffffff" (older RMM). Microseconds out. */
 static bool parse_time(const char *s, uint64_t *us) {
-  uint64_t parts[4] = {0};
-  int np = 0;
+  uint64_t whole[4] = {0, 0, 0, 0}, frac = 0;
+  int nwhole = 0;
+  bool has_frac = false;
   const char *p = s;
-  char seps[4] = {0};
-  while (np < 4) {
-    if (!isdigit((unsigned char)*p)) return false;
+  for (;;) {
+    if (!isdigit((unsigned char)*p) || nwhole == 4) return false;
     uint64_t v = 0;
     int digits = 0;
-    const char *start = p;
     while (isdigit((unsigned char)*p)) {
       if (++digits > 18) return false;
       v = v * 10 + (uint64_t)(*p++ - '0');
     }
-    parts[np] = v;
-    seps[np] = *p;
-    np++;
-    if (*p == '\0') break;
-    if (*p != '.' && *p != ':') return false;
-    if (*p == '.') { /* a fraction: scale to microseconds */
+    whole[nwhole++] = v;
+    if (*p == ':') {
       p++;
-      uint64_t f = 0;
-      int d = 0;
-      if (!isdigit((unsigned char)*p)) return false;
-      while (isdigit((unsigned char)*p)) {
-        if (d < 6) f = f * 10 + (uint64_t)(*p - '0');
-        d++;
-        p++;
-      }
-      if (*p) return false;
-      while (d < 6) {
-        f *= 10;
-        d++;
-      }
-      parts[np] = f;
-      seps[np] = '.';
-      np++;
-      break;
+      continue;
     }
+    break;
+  }
+  if (*p == '.' && nwhole != 4) {
     p++;
-    (void)start;
+    has_frac = true;
+  }
+  if (has_frac) {
+    int d = 0;
+    if (!isdigit((unsigned char)*p)) return false;
+    for (; isdigit((unsigned char)*p); p++, d++)
+      if (d < 6) frac = frac * 10 + (uint64_t)(*p - '0');
+    for (; d < 6; d++) frac *= 10;
   }
   if (*p) return false;
-  /* forms: S[.f]  or  H:M:S[.f]  or  H:M:S:f */
-  bool frac = np >= 2 && seps[np - 2] == '.';
-  int whole = frac ? np - 1 : np;
-  uint64_t f = frac ? parts[np - 1] : 0;
-  if (whole == 4 && !frac) { /* H:M:S:ffffff */
-    whole = 3;
-    f = parts[3];
-    if (f > 999999) return false;
+  if (nwhole == 4) { /* HH:MM:SS:ffffff: the last part is the microseconds */
+    if (whole[3] > 999999) return false;
+    frac = whole[3];
+    nwhole = 3;
   }
-  if (whole == 1) {
-    if (parts[0] > UINT64_MAX / 1000000 - 1) return false;
-    *us = parts[0] * 1000000 + f;
+  if (nwhole == 1) {
+    if (whole[0] > UINT64_MAX / 1000000 - 1) return false;
+    *us = whole[0] * 1000000 + frac;
     return true;
   }
-  if (whole == 3 && parts[1] < 60 && parts[2] < 61 && parts[0] < 1000000) {
-    *us = ((parts[0] * 60 + parts[1]) * 60 + parts[2]) * 1000000 + f;
+  if (nwhole == 3 && whole[0] < 1000000 && whole[1] < 60 && whole[2] < 61) {
+    *us = ((whole[0] * 60 + whole[1]) * 60 + whole[2]) * 1000000 + frac;
     return true;
   }
   return false;

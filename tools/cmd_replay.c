@@ -209,6 +209,11 @@ static int replay_one(const mn_trace_t *t, const replay_args_t *ra, replay_run_t
     }
     mn_replay_result_t res;
     st = mn_trace_replay(t, a, &opt, &res);
+    if (ra->progress && st == MN_OK) {
+      mn_replay_step_t last = {.entry = t->nentries ? t->nentries - 1 : 0};
+      prog.next = 0;
+      progress_step(&prog, &last); /* the bar ends at 100% */
+    }
     if (ra->progress) fprintf(stderr, "\r%60s\r", "");
     mn_allocator_destroy(a);
     if (st != MN_OK) {
