@@ -298,6 +298,12 @@ int cmd_report(int argc, char **argv) {
   for (size_t k = 0; k < nconfigs; k++)
     printf("  %-40.40s reserved %.2f GiB, allocated %.2f GiB, ratio %.3f\n", configs[k][0] ? configs[k] : "(defaults)",
            (double)res[k].peak_reserved / 1073741824.0, (double)res[k].peak_allocated / 1073741824.0, res[k].ratio);
+  uint64_t tr = 0, ta = 0;
+  if (mn_trace_meta_get_u64(t, "torch_peak_reserved", &tr) == MN_OK &&
+      mn_trace_meta_get_u64(t, "torch_peak_allocated", &ta) == MN_OK)
+    printf("  %-40s reserved %.2f GiB, allocated %.2f GiB, ratio %.3f\n", "pytorch (recorded, from the trace)",
+           (double)tr / 1073741824.0, (double)ta / 1073741824.0, ta ? (double)tr / (double)ta : 0.0);
+  mn_clear_error();
   rc = 0;
   goto done;
 fail:
