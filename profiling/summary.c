@@ -47,10 +47,10 @@ mn_status mn_memory_summary(const mn_alloc_stats_t *stats, const char *title, ch
   MN__CHECK_ARG(stats != NULL, "stats must not be NULL");
   MN__CHECK_ARG(buf != NULL || bufsize == 0, "buf must not be NULL when bufsize > 0");
   mn__out_t o = {buf, bufsize, 0};
-  const char *rule = "|===========================================================================|\n";
-  const char *thin = "|---------------------------------------------------------------------------|\n";
+  const char *rule = "|==================================================================================|\n";
+  const char *thin = "|----------------------------------------------------------------------------------|\n";
   out_printf(&o, "%s", rule);
-  out_printf(&o, "| %-73.73s |\n", title && *title ? title : "mnemo memory summary");
+  out_printf(&o, "| %-80.80s |\n", title && *title ? title : "mnemo memory summary");
   out_printf(&o, "%s", thin);
   out_printf(&o, "| %-28s | %10s | %10s | %10s | %10s |\n", "Metric", "Cur Usage", "Peak Usage", "Tot Alloc",
              "Tot Freed");
@@ -88,13 +88,13 @@ mn_status mn_memory_summary(const mn_alloc_stats_t *stats, const char *title, ch
   out_printf(&o, "%s", thin);
   snprintf(line, sizeof line, "alloc retries: %" PRId64 ", OOMs: %" PRId64 ", synchronize all streams: %" PRId64,
            stats->num_alloc_retries, stats->num_ooms, stats->num_sync_all_streams);
-  out_printf(&o, "| %-73.73s |\n", line);
+  out_printf(&o, "| %-80.80s |\n", line);
   snprintf(line, sizeof line, "raw device allocs: %" PRId64 ", raw device frees: %" PRId64, stats->num_device_alloc,
            stats->num_device_free);
-  out_printf(&o, "| %-73.73s |\n", line);
+  out_printf(&o, "| %-80.80s |\n", line);
   if (stats->max_split_size >= 0) {
     snprintf(line, sizeof line, "max_split_size: %s", human(stats->max_split_size, true, c1, 32));
-    out_printf(&o, "| %-73.73s |\n", line);
+    out_printf(&o, "| %-80.80s |\n", line);
   }
   out_printf(&o, "%s", rule);
   if (needed) *needed = o.len + 1;
@@ -132,7 +132,7 @@ mn_status mn_snapshot_print(const mn_snapshot_t *snap, bool blocks, FILE *out) {
   MN__CHECK_ARG(snap->nsegments == 0 || snap->segments != NULL, "snapshot with %zu segments and no array",
                 snap->nsegments);
   char a[32], b[32], c[32], d[32], e[32];
-  fprintf(out, "%-18s %-6s %-5s %12s %12s %12s %12s %12s %6s %6s\n", "segment", "stream", "pool", "size",
+  fprintf(out, "%-18s %-8s %-5s %12s %12s %12s %12s %12s %6s %6s\n", "segment", "stream", "pool", "size",
           "allocated", "active", "free", "largest free", "blocks", "frag");
   size_t tot = 0, alloc = 0, active = 0, freeb = 0, nblocks = 0;
   for (size_t i = 0; i < snap->nsegments; i++) {
@@ -144,7 +144,7 @@ mn_status mn_snapshot_print(const mn_snapshot_t *snap, bool blocks, FILE *out) {
         if (s->blocks[k].size > largest) largest = s->blocks[k].size;
       }
     double frag = fr ? 1.0 - (double)largest / (double)fr : 0.0;
-    fprintf(out, "0x%016" PRIxPTR " %-6" PRIu64 " %-5s %12s %12s %12s %12s %12s %6zu %5.1f%%%s\n", s->address,
+    fprintf(out, "0x%016" PRIxPTR " %-8" PRIu64 " %-5s %12s %12s %12s %12s %12s %6zu %5.1f%%%s\n", s->address,
             s->stream_id, s->is_large ? "large" : "small", human((int64_t)s->total_size, true, a, 32),
             human((int64_t)s->allocated_size, true, b, 32), human((int64_t)s->active_size, true, c, 32),
             human((int64_t)fr, true, d, 32), human((int64_t)largest, true, e, 32), s->nblocks, frag * 100.0,
