@@ -302,6 +302,21 @@ done:
   return st;
 }
 
+/* One device of a version 2 trace replays through a copy of its entries;
+ * step callbacks get the original entry indices back. */
+typedef struct mn__sub_step_s {
+  const size_t *orig;
+  void (*fn)(void *user, const mn_replay_step_t *step);
+  void *user;
+} mn__sub_step_t;
+
+static void sub_step(void *user, const mn_replay_step_t *step) {
+  const mn__sub_step_t *s = user;
+  mn_replay_step_t t = *step;
+  t.entry = s->orig[step->entry];
+  s->fn(s->user, &t);
+}
+
 mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator, const mn_replay_options_t *options,
                           mn_replay_result_t *out) {
   MN__CHECK_ARG(trace != NULL && allocator != NULL && out != NULL, "trace, allocator and out must not be NULL");
@@ -339,21 +354,34 @@ mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator, co
     memset(&sub, 0, sizeof sub);
     sub.version = trace->version;
     sub.entries = malloc((trace->nentries ? trace->nentries : 1) * sizeof *sub.entries);
-    if (!sub.entries) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+    size_t *orig = malloc((trace->nentries ? trace->nentries : 1) * sizeof *orig);
+    if (!sub.entries || !orig) {
+      free(sub.entries);
+      free(orig);
+      return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+    }
     size_t stop = SIZE_MAX;
     for (size_t i = 0; i < trace->nentries; i++) {
       if (trace->entries[i].device != want) continue;
       if (opt.stop_after != SIZE_MAX && i <= opt.stop_after) stop = sub.nentries;
+      orig[sub.nentries] = i;
       sub.entries[sub.nentries++] = trace->entries[i];
     }
     if (sub.nentries == 0) {
       free(sub.entries);
+      free(orig);
       return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "the trace has no entries on device %" PRIu32, want);
     }
     if (opt.stop_after != SIZE_MAX) opt.stop_after = stop == SIZE_MAX ? 0 : stop;
     sub.capacity = sub.nentries;
+    mn__sub_step_t ss = {orig, opt.on_step, opt.on_step_user};
+    if (opt.on_step) {
+      opt.on_step = sub_step;
+      opt.on_step_user = &ss;
+    }
     st = replay_one_device(&sub, allocator, opt, &res);
     free(sub.entries);
+    free(orig);
   }
   if (st != MN_OK) return st;
   res.trace_device = want;

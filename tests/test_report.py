@@ -77,6 +77,13 @@ def main():
         check(not external, f"self-contained: no external resource ({external[:3]})")
         check(str(runs[0]["peak_reserved"]) in out.stdout, "the summary on stdout gives the replay's peak reserved")
 
+        data = json.loads(re.search(r'<script id="mn-data" type="application/json">(.*?)</script>', html,
+                                    re.S).group(1))
+        active = sum(1 for seg in data["segments"] for b in seg["blocks"] if b[2] != 2)
+        check(active == data["live_at_peak"] and data["live_at_peak"] > 0,
+              f"live allocations at the peak: trace walk {data['live_at_peak']} == snapshot's active blocks {active}")
+        check(sum(seg["size"] for seg in data["segments"]) == runs[0]["peak_reserved"],
+              "the segments at the peak add up to the peak reserved")
         dom, err = dump_dom(browser, page, os.path.join(tmp, "profile"))
         check(attr(dom, "mn-status", "data-status") == "rendered", "the page's script ran to the end (status rendered)")
         m = re.search(r'id="mn-errors"[^>]*>([^<]*)<', dom)

@@ -140,6 +140,19 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+typedef struct dev_check_s {
+  const mn_trace_t *t;
+  uint32_t device;
+  size_t steps, wrong;
+} dev_check_t;
+
+/* Step indices name entries of the original trace, on the replayed device. */
+static void check_step_device(void *user, const mn_replay_step_t *s) {
+  dev_check_t *c = user;
+  c->steps++;
+  if (s->entry >= c->t->nentries || c->t->entries[s->entry].device != c->device) c->wrong++;
+}
+
 /* Four threads on two allocators (two SIM devices) feed one recorder. */
 MN_TEST(recorder_threads_two_devices) {
   mn_trace_recorder_t *r = NULL;
@@ -188,8 +201,12 @@ MN_TEST(recorder_threads_two_devices) {
       MN_CHECK_OK(mn_caching_allocator_create(SIM0, NULL, &fresh));
       mn_replay_options_t o = mn_replay_options_default();
       o.trace_device = sim1;
+      dev_check_t dc = {back, (uint32_t)sim1, 0, 0};
+      o.on_step = check_step_device;
+      o.on_step_user = &dc;
       mn_replay_result_t res;
       MN_CHECK_OK(mn_trace_replay(back, fresh, &o, &res));
+      MN_CHECK(dc.steps == 2000 && dc.wrong == 0); /* 1000 allocs + 1000 frees */
       MN_CHECK(res.trace_device == (uint32_t)sim1 && res.trace_devices == 2 && res.allocs == 1000);
       /* Two threads interleave differently from a serial replay: the peak of
        * bytes asked for is what must agree (the trace's order is the order the

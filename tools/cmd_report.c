@@ -63,10 +63,52 @@ static void json_str(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-static int cmp_block_size(const void *a, const void *b) {
-  const mn_snapshot_block_t *x = *(const mn_snapshot_block_t *const *)a, *y = *(const mn_snapshot_block_t *const *)b;
+typedef struct ref_s {
+  uint64_t address;
+  size_t index;
+} ref_t;
+
+static int cmp_ref(const void *a, const void *b) {
+  const ref_t *x = a, *y = b;
+  if (x->address != y->address) return x->address < y->address ? -1 : 1;
+  return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static const mn_trace_t *g_sort_trace;
+static int cmp_entry_size(const void *a, const void *b) {
+  const mn_trace_entry_t *x = &g_sort_trace->entries[*(const size_t *)a];
+  const mn_trace_entry_t *y = &g_sort_trace->entries[*(const size_t *)b];
   if (x->size != y->size) return x->size < y->size ? 1 : -1;
-  return x->address < y->address ? -1 : x->address > y->address;
+  return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
+}
+
+/* The trace's allocations on `dev` still alive after entry `upto`, largest
+ * first: indices into t->entries in *out (malloc'ed); returns the count. */
+static size_t live_at(const mn_trace_t *t, uint32_t dev, size_t upto, size_t **out) {
+  size_t n = 0;
+  ref_t *refs = malloc((t->nentries ? t->nentries : 1) * sizeof *refs);
+  size_t *live = malloc((t->nentries ? t->nentries : 1) * sizeof *live);
+  if (!refs || !live) {
+    free(refs);
+    free(live);
+    *out = NULL;
+    return 0;
+  }
+  for (size_t i = 0; i < t->nentries && i <= upto; i++) {
+    const mn_trace_entry_t *e = &t->entries[i];
+    if (e->device == dev && (e->action == MN_TRACE_ALLOC || e->action == MN_TRACE_FREE_REQUESTED))
+      refs[n++] = (ref_t){e->address, i};
+  }
+  qsort(refs, n, sizeof *refs, cmp_ref);
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) /* the last entry of each address decides */
+    if ((i + 1 == n || refs[i + 1].address != refs[i].address) && t->entries[refs[i].index].action == MN_TRACE_ALLOC)
+      live[k++] = refs[i].index;
+  free(refs);
+  g_sort_trace = t;
+  qsort(live, k, sizeof *live, cmp_entry_size);
+  *out = live;
+  return k;
 }
 
 static mn_status make_allocator(const char *config, mn_allocator_t **out) {
@@ -162,7 +204,7 @@ int cmd_report(int argc, char **argv) {
   mn_snapshot_t *snap = NULL;
   mn_replay_result_t res[MAX_CONFIGS];
   mn_allocator_t *a = NULL;
-  const mn_snapshot_block_t **top = NULL;
+  size_t *top = NULL;
   FILE *f = NULL;
   /* 1: every config, the first with the timeline. */
   for (size_t k = 0; k < nconfigs; k++) {
@@ -202,13 +244,11 @@ int cmd_report(int argc, char **argv) {
   }
   size_t nblocks = 0;
   for (size_t i = 0; i < snap->nsegments; i++) nblocks += snap->segments[i].nblocks;
-  top = malloc((nblocks ? nblocks : 1) * sizeof *top);
-  if (!top) goto fail;
-  size_t nact = 0;
-  for (size_t i = 0; i < snap->nsegments; i++)
-    for (size_t b = 0; b < snap->segments[i].nblocks; b++)
-      if (snap->segments[i].blocks[b].state != MN_BLOCK_INACTIVE) top[nact++] = &snap->segments[i].blocks[b];
-  qsort(top, nact, sizeof *top, cmp_block_size);
+  size_t nact = live_at(t, res[0].trace_device, peak_entry, &top);
+  if (!top) {
+    fprintf(stderr, "mnemo report: out of host memory\n");
+    goto done;
+  }
 
   /* 3: the page. */
   f = fopen(out_path, "w");
@@ -224,7 +264,8 @@ int cmd_report(int argc, char **argv) {
   const char *src = mn_trace_meta_get(t, "source");
   fprintf(f, ", \"source\": ");
   json_str(f, src ? src : "");
-  fprintf(f, ", \"entries\": %zu, \"peak_entry\": %zu", t->nentries, peak_entry);
+  fprintf(f, ", \"entries\": %zu, \"peak_entry\": %zu, \"peak_line\": %" PRIu32 ", \"live_at_peak\": %zu",
+          t->nentries, peak_entry, peak_entry < t->nentries ? t->entries[peak_entry].line : 0, nact);
   uint64_t v;
   fprintf(f, ", \"torch\": {");
   const char *sep = "";
@@ -266,9 +307,11 @@ int cmd_report(int argc, char **argv) {
     fprintf(f, "]}");
   }
   fprintf(f, "],\n\"largest\": [");
-  for (size_t i = 0; i < nact && i < TOP_ALLOCS; i++)
-    fprintf(f, "%s[\"0x%" PRIxPTR "\",%zu,%zu,%d]", i ? "," : "", top[i]->address, top[i]->size,
-            top[i]->requested_size, (int)top[i]->state);
+  for (size_t i = 0; i < nact && i < TOP_ALLOCS; i++) {
+    const mn_trace_entry_t *e = &t->entries[top[i]];
+    fprintf(f, "%s[%" PRIu32 ",%zu,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%d]", i ? "," : "", e->line,
+            top[i], e->stream, e->size, e->block_size, e->time_us, e->pre ? 1 : 0);
+  }
   fprintf(f, "]}\n</script>\n");
   fputs(mn_report_page_tail, f);
   if (fclose(f) != 0) {
@@ -294,7 +337,9 @@ int cmd_report(int argc, char **argv) {
   snprintf(y, sizeof y, "%.2f MiB", (double)largest_free / 1048576.0);
   printf("  at the peak: %zu segments, %zu blocks, %s free in segments (largest free block %s)\n", snap->nsegments,
          nblocks, x, y);
-  if (nact) printf("  largest live allocation at the peak: %.2f MiB\n", (double)top[0]->size / 1048576.0);
+  if (nact)
+    printf("  %zu allocations alive at the peak; the largest: %.2f MiB (trace line %" PRIu32 ")\n", nact,
+           (double)t->entries[top[0]].size / 1048576.0, t->entries[top[0]].line);
   for (size_t k = 0; k < nconfigs; k++)
     printf("  %-40.40s reserved %.2f GiB, allocated %.2f GiB, ratio %.3f\n", configs[k][0] ? configs[k] : "(defaults)",
            (double)res[k].peak_reserved / 1073741824.0, (double)res[k].peak_allocated / 1073741824.0, res[k].ratio);

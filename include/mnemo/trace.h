@@ -104,7 +104,7 @@ void mn_trace_recorder_sink(void *user, const mn_trace_event_t *event);
  * failures stop the replay with the trace line named. At the end every live
  * allocation is freed and the created streams destroyed. */
 typedef struct mn_replay_step_s {
-  size_t entry;               /* index of the entry just replayed */
+  size_t entry;               /* index in the trace of the entry just replayed */
   int64_t allocated, reserved;/* allocator's current bytes (-1: unknown) */
   int64_t requested;          /* bytes asked for and live */
 } mn_replay_step_t;
@@ -123,7 +123,7 @@ typedef struct mn_replay_options_s {
   /* Called after every replayed alloc and free (NULL: none); may not call the allocator. */
   void (*on_step)(void *user, const mn_replay_step_t *step);
   void *on_step_user;
-  /* Stop after this entry index (SIZE_MAX: run to the end) and call at_stop
+  /* Stop after this entry index of the trace (SIZE_MAX: run to the end) and call at_stop
    * with the allocator in that state (e.g. to take a snapshot), before the
    * live allocations are freed. */
   size_t stop_after;
