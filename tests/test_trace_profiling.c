@@ -518,7 +518,23 @@ MN_TEST(memory_summary_table) {
   mn_allocator_destroy(a);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  /* CTest runs this once more with MNEMO_NVTX=1 and --nvtx-env: the switch
+   * starts on, from the environment. */
+  if (argc > 1 && !strcmp(argv[1], "--nvtx-env")) {
+    mn_test_case = "nvtx_env";
+    MN_CHECK(mn_nvtx_enabled());
+    mn_nvtx_counters_t c;
+    mn_nvtx_get_counters(&c);
+    char a[8] = "x", b[8];
+    mn_stream_t *s = NULL;
+    MN_CHECK_OK(mn_stream_default(mn_device_cpu(), &s));
+    MN_CHECK_OK(mn_copy_bytes(mn_device_cpu(), b, mn_device_cpu(), a, sizeof a, s, 0));
+    mn_nvtx_counters_t d;
+    mn_nvtx_get_counters(&d);
+    MN_CHECK(d.pushes == c.pushes + 1 && d.pops == c.pops + 1);
+    return mn_test_finish();
+  }
   mn_test_configure_sim(2, (size_t)1 << 30);
   SIM0 = mn_device_sim(0);
   MN_RUN(nvtx_switch_and_balance);
