@@ -341,8 +341,9 @@ int cmd_report(int argc, char **argv) {
     printf("  %zu allocations alive at the peak; the largest: %.2f MiB (trace line %" PRIu32 ")\n", nact,
            (double)t->entries[top[0]].size / 1048576.0, t->entries[top[0]].line);
   for (size_t k = 0; k < nconfigs; k++)
-    printf("  %-40.40s reserved %.2f GiB, allocated %.2f GiB, ratio %.3f\n", configs[k][0] ? configs[k] : "(defaults)",
-           (double)res[k].peak_reserved / 1073741824.0, (double)res[k].peak_allocated / 1073741824.0, res[k].ratio);
+    printf("  %-40.40s reserved %.2f GiB, allocated %.2f GiB, ratio %.3f, %" PRIu64 " OOMs\n",
+           configs[k][0] ? configs[k] : "(defaults)", (double)res[k].peak_reserved / 1073741824.0,
+           (double)res[k].peak_allocated / 1073741824.0, res[k].ratio, res[k].ooms);
   uint64_t tr = 0, ta = 0;
   if (mn_trace_meta_get_u64(t, "torch_peak_reserved", &tr) == MN_OK &&
       mn_trace_meta_get_u64(t, "torch_peak_allocated", &ta) == MN_OK)
