@@ -209,7 +209,12 @@ static mn_status replay_one_device(const mn_trace_t *trace, mn_allocator_t *allo
 
   uint64_t pre_ns = 0;
   size_t i = 0;
+  bool stopped = false; /* past opt.stop_after */
   for (; i < n && trace->entries[i].pre; i++) {
+    if (i > opt.stop_after) {
+      stopped = true;
+      break;
+    }
     if (trace->entries[i].action != MN_TRACE_ALLOC || opt.skip_pre) continue;
     bool oom;
     if ((st = do_alloc(&r, i, &pre_ns, &oom)) != MN_OK) goto done;
@@ -231,10 +236,12 @@ static mn_status replay_one_device(const mn_trace_t *trace, mn_allocator_t *allo
     }
   }
 
-  bool stopped = false;
   for (; i < n && !stopped; i++) {
     const mn_trace_entry_t *e = &trace->entries[i];
-    if (i >= opt.stop_after) stopped = true; /* this entry is the last one */
+    if (i > opt.stop_after) {
+      stopped = true;
+      break;
+    }
     if (e->action == MN_TRACE_ALLOC) {
       bool oom;
       if ((st = do_alloc(&r, i, &res.op_ns, &oom)) != MN_OK) goto done;

@@ -385,6 +385,26 @@ MN_TEST(replay_options) {
     mn_snapshot_free(snap);
   }
   mn_allocator_destroy(a);
+  /* Stopping inside the pre allocations: the events are not replayed. */
+  static const char P[] =
+      "mnemo-trace 1\n"
+      "pre alloc 0 0x1000 1048576\n"
+      "pre alloc 0 0x2000 2097152\n"
+      "0 alloc 0 0x3000 4096\n"
+      "end 3\n";
+  mn_trace_t *pt = NULL;
+  MN_CHECK_OK(mn_trace_parse(P, strlen(P), "pre.trace", &pt));
+  MN_CHECK_OK(mn_caching_allocator_create(SIM0, NULL, &a));
+  o = mn_replay_options_default();
+  o.stop_after = 0;
+  snap = NULL;
+  o.at_stop = take_snapshot;
+  o.at_stop_user = &snap;
+  MN_CHECK_OK(mn_trace_replay(pt, a, &o, &res));
+  MN_CHECK(res.pre_allocs == 1 && res.allocs == 0 && snap != NULL);
+  if (snap) mn_snapshot_free(snap);
+  mn_allocator_destroy(a);
+  mn_trace_destroy(pt);
   /* oom_retries: a limiting cap makes the second alloc fail; retries are counted. */
   mn_allocator_t *base = NULL, *lim = NULL;
   MN_CHECK_OK(mn_caching_allocator_create(SIM0, NULL, &base));
