@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "allocators/caching_internal.h"
+#include "profiling/nvtx.h"
 #include "runtime/error.h"
 
 #define SPARE_BLOCKS_MAX 1024
@@ -272,8 +273,17 @@ static mn_status out_of_memory(mn__caching_t *a, size_t nbytes, size_t rounded, 
   return mn__error(MN_ERR_OUT_OF_MEMORY, "caching_alloc", "%s", msg);
 }
 
+static mn_status caching_alloc_locked(mn__caching_t *a, size_t nbytes, mn_stream_t *stream, void **out);
+
 static mn_status caching_alloc(mn_allocator_t *self, size_t nbytes, mn_stream_t *stream, void **out) {
-  mn__caching_t *a = as_caching(self);
+  mn__nvtx_push("mnemo.alloc", nbytes);
+  mn_status st = caching_alloc_locked(as_caching(self), nbytes, stream, out);
+  mn__nvtx_pop();
+  return st;
+}
+
+/* The allocation itself: takes and drops the lock. */
+static mn_status caching_alloc_locked(mn__caching_t *a, size_t nbytes, mn_stream_t *stream, void **out) {
   uint64_t sid = stream ? mn_stream_id(stream) : a->default_stream;
   lock(a);
   if (nbytes > a->total_memory) return out_of_memory(a, nbytes, nbytes, nbytes);
@@ -287,14 +297,16 @@ static mn_status caching_alloc(mn_allocator_t *self, size_t nbytes, mn_stream_t 
     if (gc_enabled(a)) mn__garbage_collect(a);
     b = alloc_block(a, &p, false);
     if (!b && p.err == MN_ERR_OUT_OF_MEMORY) {
+      mn__nvtx_push("mnemo.oom_recovery", p.size);
       mn__release_t rel = {NULL, NULL};
       bool released = mn__release_available(a, sid, p.pool, p.size, &rel);
       mn__do_release(a, &rel);
       if (released) b = alloc_block(a, &p, false);
-    }
-    if (!b && p.err == MN_ERR_OUT_OF_MEMORY) {
-      mn__release_cached(a);
-      b = alloc_block(a, &p, true);
+      if (!b && p.err == MN_ERR_OUT_OF_MEMORY) {
+        mn__release_cached(a);
+        b = alloc_block(a, &p, true);
+      }
+      mn__nvtx_pop();
     }
   }
   if (!b && p.err != MN_ERR_OUT_OF_MEMORY) {
@@ -342,10 +354,12 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
   lock(a);
   mn__block_t *b = mn__live_block(a, (uintptr_t)ptr);
   if (!b) return not_ours(a, __func__, ptr);
+  mn__nvtx_push("mnemo.free", b->size); /* closed at every return below */
   uint32_t n = b->nuses;
   use_end_t local[8], *ends = local;
   if (n > 8 && !(ends = calloc(n, sizeof *ends))) {
     unlock(a);
+    mn__nvtx_pop();
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %u stream events", n);
   }
   bool need_sync = false;
@@ -378,6 +392,7 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
       mn__addrmap_put(&a->live, b->addr, 0, b);
       unlock(a);
       if (ends != local) free(ends);
+      mn__nvtx_pop();
       return mn__error_wrap(st, __func__);
     }
   }
@@ -397,6 +412,7 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
   if (b->event_count == 0) mn__free_block(a, b);
   unlock(a);
   if (ends != local) free(ends);
+  mn__nvtx_pop();
   return MN_OK;
 }
 
@@ -428,6 +444,7 @@ done:
 static mn_status caching_empty_cache(mn_allocator_t *self) {
   mn__caching_t *a = as_caching(self);
   lock(a);
+  mn__nvtx_push("mnemo.empty_cache", (uint64_t)a->stats.reserved_bytes[MN_POOL_ALL].current);
   mn__trace(a, MN_TRACE_EMPTY_CACHE, 0, 0, 0, 0);
   mn_status st = mn__release_cached(a);
   /* Pooled events go too, so an idle allocator holds no device objects. */
@@ -438,6 +455,7 @@ static mn_status caching_empty_cache(mn_allocator_t *self) {
   unlock(a);
   for (size_t i = 0; i < nevents; i++) mn_event_destroy(events[i]);
   free(events);
+  mn__nvtx_pop();
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
@@ -537,6 +555,11 @@ mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t
   mn__tree_init(&a->large.unmapped, 0x54u);
   a->stats.size = (uint32_t)sizeof a->stats;
   a->stats.version = MN_ALLOC_STATS_VERSION;
+  mn_trace_recorder_t *rec = mn_trace_recorder_global(); /* MNEMO_TRACE=path: record every allocator */
+  if (rec) {
+    a->sink = mn_trace_recorder_sink_fn;
+    a->sink_user = rec;
+  }
   *out = &a->base;
   return MN_OK;
 }

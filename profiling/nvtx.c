@@ -1,8 +1,9 @@
 /* profiling/nvtx.c: NVTX ranges in the "mnemo" domain, through the toolkit's
- * header-only nvtx3; a relaxed atomic flag makes them free when switched off. */
+ * header-only nvtx3; a relaxed atomic flag makes them free when switched off. Thread-safe. */
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "mnemo/profiling.h"
 #include "profiling/nvtx.h"
 
 #ifdef MNEMO_HAVE_CUDA
@@ -11,26 +12,43 @@
 
 /* -1: not yet read from the environment; 0 off; 1 on. */
 static atomic_int g_nvtx_on = -1;
+static atomic_uint_least64_t g_pushes, g_pops;
+/* Ranges this thread opened while enabled and has not closed: a pop pairs
+ * with a push only when one is open, so switching off mid-range stays balanced. */
+static _Thread_local int t_depth;
 
 static bool nvtx_on(void) {
   int v = atomic_load_explicit(&g_nvtx_on, memory_order_relaxed);
   if (v < 0) {
     const char *e = getenv("MNEMO_NVTX");
     v = (e && e[0] == '1') ? 1 : 0;
-    atomic_store_explicit(&g_nvtx_on, v, memory_order_relaxed);
+    int expected = -1; /* a concurrent mn_nvtx_set_enabled wins */
+    if (!atomic_compare_exchange_strong_explicit(&g_nvtx_on, &expected, v, memory_order_relaxed,
+                                                 memory_order_relaxed))
+      v = expected;
   }
   return v == 1;
 }
 
 void mn__nvtx_enable(bool on) { atomic_store_explicit(&g_nvtx_on, on ? 1 : 0, memory_order_relaxed); }
+void mn_nvtx_set_enabled(bool on) { mn__nvtx_enable(on); }
+bool mn_nvtx_enabled(void) { return nvtx_on(); }
+
+void mn_nvtx_get_counters(mn_nvtx_counters_t *out) {
+  if (!out) return;
+  out->pushes = atomic_load_explicit(&g_pushes, memory_order_relaxed);
+  out->pops = atomic_load_explicit(&g_pops, memory_order_relaxed);
+  out->thread_depth = t_depth;
+}
 
 #ifdef MNEMO_HAVE_CUDA
 static nvtxDomainHandle_t nvtx_domain(void) {
   static _Atomic(nvtxDomainHandle_t) domain;
   nvtxDomainHandle_t d = atomic_load(&domain);
   if (!d) {
-    d = nvtxDomainCreateA("mnemo");
-    atomic_store(&domain, d);
+    nvtxDomainHandle_t fresh = nvtxDomainCreateA("mnemo"); /* the same handle for the same name */
+    nvtxDomainHandle_t expected = NULL;
+    d = atomic_compare_exchange_strong(&domain, &expected, fresh) ? fresh : expected;
   }
   return d;
 }
@@ -38,6 +56,8 @@ static nvtxDomainHandle_t nvtx_domain(void) {
 
 void mn__nvtx_push(const char *name, uint64_t nbytes) {
   if (!nvtx_on()) return;
+  t_depth++;
+  atomic_fetch_add_explicit(&g_pushes, 1, memory_order_relaxed);
 #ifdef MNEMO_HAVE_CUDA
   nvtxEventAttributes_t a = {0};
   a.version = NVTX_VERSION;
@@ -54,7 +74,9 @@ void mn__nvtx_push(const char *name, uint64_t nbytes) {
 }
 
 void mn__nvtx_pop(void) {
-  if (!nvtx_on()) return;
+  if (t_depth == 0) return; /* opened while off: nothing to close */
+  t_depth--;
+  atomic_fetch_add_explicit(&g_pops, 1, memory_order_relaxed);
 #ifdef MNEMO_HAVE_CUDA
   nvtxDomainRangePop(nvtx_domain());
 #endif

@@ -16,6 +16,8 @@ mn_status mn__trace_match(const mn_trace_t *trace, size_t *match);
 mn_replay_options_t mn_replay_options_default(void) {
   mn_replay_options_t o;
   memset(&o, 0, sizeof o);
+  o.trace_device = -1;
+  o.stop_after = SIZE_MAX;
   return o;
 }
 
@@ -45,7 +47,26 @@ typedef struct mn__replay_s {
   size_t mapped_base;
   int64_t peak_mapped;
   int64_t cur_req, peak_req;
+  const mn_replay_options_t *opt;
+  bool have_stats;
+  uint64_t retries;
 } mn__replay_t;
+
+/* Tells the on_step callback where the replay stands. */
+static void step(mn__replay_t *r, size_t i) {
+  if (!r->opt->on_step) return;
+  mn_replay_step_t s = {.entry = i, .allocated = -1, .reserved = -1, .requested = r->cur_req};
+  mn_alloc_stats_t st;
+  if (r->have_stats && mn_allocator_get_stats(r->a, &st) == MN_OK) {
+    s.allocated = st.allocated_bytes[MN_POOL_ALL].current;
+    s.reserved = st.reserved_bytes[MN_POOL_ALL].current;
+  } else {
+    mn_sim_stats_t ss;
+    s.allocated = r->cur_req;
+    if (r->sim && mn_sim_get_stats(r->dev, &ss) == MN_OK) s.reserved = (int64_t)ss.mapped_bytes - (int64_t)r->mapped_base;
+  }
+  r->opt->on_step(r->opt->on_step_user, &s);
+}
 
 static void replay_cleanup(mn__replay_t *r) {
   if (r->ptrs) {
@@ -131,6 +152,11 @@ static mn_status do_alloc(mn__replay_t *r, size_t i, uint64_t *ns, bool *oom) {
   }
   uint64_t t0 = now_ns();
   mn_status st = mn_allocator_alloc(r->a, (size_t)e->size, r->streams[r->sidx[i]], &p);
+  for (unsigned k = 0; st == MN_ERR_OUT_OF_MEMORY && k < r->opt->oom_retries; k++) {
+    r->retries++;
+    if (mn_allocator_empty_cache(r->a) != MN_OK) break;
+    st = mn_allocator_alloc(r->a, (size_t)e->size, r->streams[r->sidx[i]], &p);
+  }
   *ns += now_ns() - t0;
   if (st == MN_ERR_OUT_OF_MEMORY) {
     *oom = true;
@@ -141,15 +167,15 @@ static mn_status do_alloc(mn__replay_t *r, size_t i, uint64_t *ns, bool *oom) {
   r->cur_req += (int64_t)e->size;
   if (r->cur_req > r->peak_req) r->peak_req = r->cur_req;
   track_mapped(r);
+  step(r, i);
   return MN_OK;
 }
 
-mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator, const mn_replay_options_t *options,
-                          mn_replay_result_t *out) {
-  MN__CHECK_ARG(trace != NULL && allocator != NULL && out != NULL, "trace, allocator and out must not be NULL");
-  mn_replay_options_t opt = options ? *options : mn_replay_options_default();
+static mn_status replay_one_device(const mn_trace_t *trace, mn_allocator_t *allocator, mn_replay_options_t opt,
+                                   mn_replay_result_t *out) {
   mn__replay_t r;
   memset(&r, 0, sizeof r);
+  r.opt = &opt;
   r.trace = trace;
   r.a = allocator;
   r.dev = mn_allocator_device(allocator);
@@ -169,6 +195,7 @@ mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator, co
 
   mn_alloc_stats_t s0, s1;
   res.stats_from_allocator = mn_allocator_get_stats(allocator, &s0) == MN_OK;
+  r.have_stats = res.stats_from_allocator;
   if (res.stats_from_allocator) {
     mn_allocator_reset_peak(allocator); /* MN_ERR_NOT_SUPPORTED is fine: peaks then span its life */
     mn_allocator_get_stats(allocator, &s0);
@@ -182,7 +209,12 @@ mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator, co
 
   uint64_t pre_ns = 0;
   size_t i = 0;
+  bool stopped = false; /* past opt.stop_after */
   for (; i < n && trace->entries[i].pre; i++) {
+    if (i > opt.stop_after) {
+      stopped = true;
+      break;
+    }
     if (trace->entries[i].action != MN_TRACE_ALLOC || opt.skip_pre) continue;
     bool oom;
     if ((st = do_alloc(&r, i, &pre_ns, &oom)) != MN_OK) goto done;
@@ -204,8 +236,12 @@ mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator, co
     }
   }
 
-  for (; i < n; i++) {
+  for (; i < n && !stopped; i++) {
     const mn_trace_entry_t *e = &trace->entries[i];
+    if (i > opt.stop_after) {
+      stopped = true;
+      break;
+    }
     if (e->action == MN_TRACE_ALLOC) {
       bool oom;
       if ((st = do_alloc(&r, i, &res.op_ns, &oom)) != MN_OK) goto done;
@@ -228,8 +264,22 @@ mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator, co
       r.cur_req -= (int64_t)trace->entries[j].size;
       res.frees++;
       track_mapped(&r);
+      step(&r, i);
+    } else if (e->action == MN_TRACE_EMPTY_CACHE && !opt.skip_empty_cache) {
+      uint64_t t0 = now_ns();
+      st = mn_allocator_empty_cache(allocator);
+      res.op_ns += now_ns() - t0;
+      if (st != MN_OK) {
+        st = op_failed(e, i, st, "empty_cache");
+        goto done;
+      }
+      res.empty_caches++;
+      track_mapped(&r);
+      step(&r, i);
     }
   }
+  if (opt.at_stop) opt.at_stop(opt.at_stop_user, allocator);
+  res.retries = r.retries;
 
   res.peak_requested = r.peak_req;
   if (res.stats_from_allocator && mn_allocator_get_stats(allocator, &s1) == MN_OK) {
@@ -257,4 +307,92 @@ done:
   replay_cleanup(&r);
   if (st == MN_OK) *out = res;
   return st;
+}
+
+/* One device of a version 2 trace replays through a copy of its entries;
+ * step callbacks get the original entry indices back. */
+typedef struct mn__sub_step_s {
+  const size_t *orig;
+  void (*fn)(void *user, const mn_replay_step_t *step);
+  void *user;
+} mn__sub_step_t;
+
+static void sub_step(void *user, const mn_replay_step_t *step) {
+  const mn__sub_step_t *s = user;
+  mn_replay_step_t t = *step;
+  t.entry = s->orig[step->entry];
+  s->fn(s->user, &t);
+}
+
+mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator, const mn_replay_options_t *options,
+                          mn_replay_result_t *out) {
+  MN__CHECK_ARG(trace != NULL && allocator != NULL && out != NULL, "trace, allocator and out must not be NULL");
+  mn_replay_options_t opt = options ? *options : mn_replay_options_default();
+  MN__CHECK_ARG(opt.trace_device >= -1, "trace_device %d is not -1 or a device index", opt.trace_device);
+  /* The trace's devices: replay one, through a copy holding only its entries. */
+  uint32_t lo = UINT32_MAX, ndev = 0;
+  bool mixed = false;
+  for (size_t i = 0; i < trace->nentries; i++) {
+    uint32_t d = trace->entries[i].device;
+    if (i > 0 && d != trace->entries[0].device) mixed = true;
+    if (d < lo) lo = d;
+  }
+  if (lo == UINT32_MAX) lo = 0;
+  uint32_t want = opt.trace_device < 0 ? lo : (uint32_t)opt.trace_device;
+  if (mixed) {
+    /* count distinct devices (small: sort-free with a bitmap over the first 1024) */
+    uint8_t seen[128] = {0};
+    for (size_t i = 0; i < trace->nentries; i++) {
+      uint32_t d = trace->entries[i].device;
+      if (d < 1024 && !(seen[d / 8] & (1u << (d % 8)))) {
+        seen[d / 8] |= (uint8_t)(1u << (d % 8));
+        ndev++;
+      }
+    }
+  } else {
+    ndev = trace->nentries ? 1 : 0;
+  }
+  mn_status st;
+  mn_replay_result_t res;
+  if (!mixed && (trace->nentries == 0 || trace->entries[0].device == want)) {
+    st = replay_one_device(trace, allocator, opt, &res);
+  } else {
+    mn_trace_t sub;
+    memset(&sub, 0, sizeof sub);
+    sub.version = trace->version;
+    sub.entries = malloc((trace->nentries ? trace->nentries : 1) * sizeof *sub.entries);
+    size_t *orig = malloc((trace->nentries ? trace->nentries : 1) * sizeof *orig);
+    if (!sub.entries || !orig) {
+      free(sub.entries);
+      free(orig);
+      return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+    }
+    size_t stop = SIZE_MAX;
+    for (size_t i = 0; i < trace->nentries; i++) {
+      if (trace->entries[i].device != want) continue;
+      if (opt.stop_after != SIZE_MAX && i <= opt.stop_after) stop = sub.nentries;
+      orig[sub.nentries] = i;
+      sub.entries[sub.nentries++] = trace->entries[i];
+    }
+    if (sub.nentries == 0) {
+      free(sub.entries);
+      free(orig);
+      return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "the trace has no entries on device %" PRIu32, want);
+    }
+    if (opt.stop_after != SIZE_MAX) opt.stop_after = stop == SIZE_MAX ? 0 : stop;
+    sub.capacity = sub.nentries;
+    mn__sub_step_t ss = {orig, opt.on_step, opt.on_step_user};
+    if (opt.on_step) {
+      opt.on_step = sub_step;
+      opt.on_step_user = &ss;
+    }
+    st = replay_one_device(&sub, allocator, opt, &res);
+    free(sub.entries);
+    free(orig);
+  }
+  if (st != MN_OK) return st;
+  res.trace_device = want;
+  res.trace_devices = ndev;
+  *out = res;
+  return MN_OK;
 }

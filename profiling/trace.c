@@ -19,7 +19,7 @@ mn_status mn_trace_create(mn_trace_t **out) {
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
   mn_trace_t *t = calloc(1, sizeof *t);
   if (!t) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
-  t->version = MN_TRACE_FORMAT_VERSION;
+  t->version = 1;
   *out = t;
   return MN_OK;
 }
@@ -58,6 +58,7 @@ mn_status mn_trace_append(mn_trace_t *trace, const mn_trace_entry_t *entry) {
                 "a pre entry must be alloc, segment_alloc or segment_map, not %s",
                 mn_trace_action_name(entry->action));
   MN__CHECK_ARG(entry->action != MN_TRACE_ALLOC || entry->size > 0, "alloc of 0 bytes");
+  MN__CHECK_ARG(entry->device <= INT32_MAX, "device index %" PRIu32 " is over %d", entry->device, INT32_MAX);
   if (entry->pre && trace->nentries > 0 && !trace->entries[trace->nentries - 1].pre)
     return mn__error(MN_ERR_INVALID_STATE, __func__, "pre entry after %zu event entries", trace->nentries);
   if (trace->nentries == trace->capacity) {
@@ -206,10 +207,13 @@ mn_status mn_trace_meta_get_u64(const mn_trace_t *trace, const char *key, uint64
 typedef struct mn__addr_ref_s {
   uint64_t address;
   size_t index;
+  uint32_t device;
 } mn__addr_ref_t;
 
+/* Addresses are per device: (device, address) names an allocation. */
 static int addr_ref_cmp(const void *a, const void *b) {
   const mn__addr_ref_t *x = a, *y = b;
+  if (x->device != y->device) return x->device < y->device ? -1 : 1;
   if (x->address != y->address) return x->address < y->address ? -1 : 1;
   return x->index < y->index ? -1 : (x->index > y->index);
 }
@@ -233,13 +237,14 @@ static mn_status trace_match(const mn_trace_t *t, size_t *match, const char *nam
     if (match) match[i] = SIZE_MAX;
     mn_trace_action a = t->entries[i].action;
     if (a == MN_TRACE_ALLOC || a == MN_TRACE_FREE_REQUESTED)
-      refs[n++] = (mn__addr_ref_t){t->entries[i].address, i};
+      refs[n++] = (mn__addr_ref_t){t->entries[i].address, i, t->entries[i].device};
   }
   if (n) qsort(refs, n, sizeof *refs, addr_ref_cmp);
   size_t bad = SIZE_MAX, bad_other = SIZE_MAX; /* first offending entry, and its live alloc */
   for (size_t k = 0; k < n;) {
     size_t live = SIZE_MAX, j = k;
-    for (; j < n && refs[j].address == refs[k].address; j++) {
+#define SAME_KEY(x, y) (refs[x].address == refs[y].address && refs[x].device == refs[y].device)
+    for (; j < n && SAME_KEY(j, k); j++) {
       size_t i = refs[j].index;
       bool is_alloc = t->entries[i].action == MN_TRACE_ALLOC;
       if (is_alloc == (live != SIZE_MAX)) { /* alloc while live, or free while not */
@@ -259,7 +264,8 @@ static mn_status trace_match(const mn_trace_t *t, size_t *match, const char *nam
         live = SIZE_MAX;
       }
     }
-    while (j < n && refs[j].address == refs[k].address) j++;
+    while (j < n && SAME_KEY(j, k)) j++;
+#undef SAME_KEY
     k = j;
   }
   free(refs);
@@ -326,9 +332,10 @@ static mn_status parse_entry(mn__parser_t *p, char **f, size_t nf, bool pre) {
   mn_trace_entry_t e;
   memset(&e, 0, sizeof e);
   e.pre = pre;
-  if (nf < 5 || nf > 6)
-    return perr(p, "%s line has %zu fields, expected 5 or 6 (%s action stream address size [block_size])",
-                pre ? "pre" : "event", nf, pre ? "pre" : "time_us");
+  size_t maxf = p->t->version >= 2 ? 7 : 6;
+  if (nf < 5 || nf > maxf)
+    return perr(p, "%s line has %zu fields, expected 5 to %zu (%s action stream address size [block_size%s])",
+                pre ? "pre" : "event", nf, maxf, pre ? "pre" : "time_us", maxf == 7 ? " [device]" : "");
   if (!pre && !parse_dec(f[0], &e.time_us)) return perr(p, "time \"%.32s\" is not a decimal", f[0]);
   bool found = false;
   for (int a = 0; a < MN_TRACE_ACTION_COUNT && !found; a++) {
@@ -344,7 +351,11 @@ static mn_status parse_entry(mn__parser_t *p, char **f, size_t nf, bool pre) {
   if (!parse_hex(f[3], &e.address))
     return perr(p, "address \"%.32s\" is not 0x followed by 1-16 hex digits", f[3]);
   if (!parse_dec(f[4], &e.size)) return perr(p, "size \"%.32s\" is not a decimal", f[4]);
-  if (nf == 6 && !parse_dec(f[5], &e.block_size)) return perr(p, "block_size \"%.32s\" is not a decimal", f[5]);
+  if (nf >= 6 && !parse_dec(f[5], &e.block_size)) return perr(p, "block_size \"%.32s\" is not a decimal", f[5]);
+  uint64_t dev = 0;
+  if (nf == 7 && (!parse_dec(f[6], &dev) || dev > INT32_MAX))
+    return perr(p, "device \"%.32s\" is not a decimal up to %d", f[6], INT32_MAX);
+  e.device = (uint32_t)dev;
   if (e.action == MN_TRACE_ALLOC && e.size == 0) return perr(p, "alloc of 0 bytes");
   mn_status st = mn_trace_append(p->t, &e);
   if (st != MN_OK) return mn__error_wrap(st, "mn_trace_parse");
@@ -389,8 +400,8 @@ static mn_status parse_line(mn__parser_t *p, const char *line, size_t len) {
       return perr(p, "not a mnemo trace: the first line must be \"mnemo-trace %d\"", MN_TRACE_FORMAT_VERSION);
     uint64_t v;
     if (nf != 2 || !parse_dec(f[1], &v)) return perr(p, "bad version line (expected \"mnemo-trace <version>\")");
-    if (v != MN_TRACE_FORMAT_VERSION)
-      return perr(p, "unsupported trace version %" PRIu64 " (this reader knows version %d)", v,
+    if (v < 1 || v > MN_TRACE_FORMAT_VERSION)
+      return perr(p, "unsupported trace version %" PRIu64 " (this reader knows versions 1 to %d)", v,
                   MN_TRACE_FORMAT_VERSION);
     p->t->version = (unsigned)v;
     p->state = ST_META;
@@ -574,7 +585,9 @@ mn_status mn_trace_format(const mn_trace_t *trace, char **text, size_t *len) {
   mn_status st = check_writable(trace);
   if (st != MN_OK) return st;
   mn__strbuf_t b = {0};
-  sb_printf(&b, "mnemo-trace %d\n", MN_TRACE_FORMAT_VERSION);
+  bool v2 = false; /* version 1 unless an entry is on another device than 0 */
+  for (size_t i = 0; i < trace->nentries && !v2; i++) v2 = trace->entries[i].device != 0;
+  sb_printf(&b, "mnemo-trace %d\n", v2 ? 2 : 1);
   for (size_t i = 0; i < trace->nmeta; i++) {
     if (trace->meta[i].value[0]) sb_printf(&b, "meta %s %s\n", trace->meta[i].key, trace->meta[i].value);
     else sb_printf(&b, "meta %s\n", trace->meta[i].key);
@@ -585,7 +598,8 @@ mn_status mn_trace_format(const mn_trace_t *trace, char **text, size_t *len) {
     else sb_printf(&b, "%" PRIu64, e->time_us);
     sb_printf(&b, " %s %" PRIu64 " 0x%" PRIx64 " %" PRIu64, mn_trace_action_name(e->action), e->stream,
               e->address, e->size);
-    if (e->block_size) sb_printf(&b, " %" PRIu64, e->block_size);
+    if (v2) sb_printf(&b, " %" PRIu64 " %" PRIu32, e->block_size, e->device);
+    else if (e->block_size) sb_printf(&b, " %" PRIu64, e->block_size);
     sb_printf(&b, "\n");
   }
   sb_printf(&b, "end %zu\n", trace->nentries);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "profiling/nvtx.h"
 #include "runtime/copy.h"
 #include "runtime/error.h"
 
@@ -310,7 +311,10 @@ mn_status mn_copy_bytes(mn_device_t dst_dev, void *dst, mn_device_t src_dev, con
   c.item = 1;
   c.numel = (int64_t)nbytes;
   c.flags = flags;
-  return copy_start(&c, stream);
+  mn__nvtx_push("mnemo.copy_bytes", (uint64_t)nbytes);
+  st = copy_start(&c, stream);
+  mn__nvtx_pop();
+  return st;
 }
 
 static const char *format_shape(const mn_view_t *v, char *buf, size_t size) {
@@ -347,7 +351,10 @@ mn_status mn_copy_view(mn_view_t *dst, const mn_view_t *src, mn_stream_t *stream
   c.item = mn_dtype_itemsize(mn_view_dtype(dst));
   c.numel = mn_view_numel(dst);
   c.flags = non_blocking ? MN_COPY_NON_BLOCKING : 0;
-  return copy_start(&c, stream);
+  mn__nvtx_push("mnemo.copy_view", (uint64_t)c.numel * (uint64_t)c.item);
+  mn_status st = copy_start(&c, stream);
+  mn__nvtx_pop();
+  return st;
 }
 
 /* Empties the default pinned pool of every device that has one. */

@@ -3,6 +3,8 @@
 # through apt, only where a package is missing. Usage: scripts/deps.sh [extra packages]
 set -euo pipefail
 pkgs=(cmake ninja-build gcc g++ make pkg-config libbenchmark-dev python3 "$@")
+# issue 8: headless Chromium renders `mnemo report` pages in test_report (skipped without it)
+pkgs+=(chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,9 +1,11 @@
-/* tests/fuzz_trace.c: fuzzes the trace reader: a libFuzzer target (clang, built
- * with MN_FUZZ_LIBFUZZER) and a plain driver that mutates the seed corpus (any compiler). */
+/* tests/fuzz_trace.c: fuzzes the trace reader (versions 1 and 2) and the RMM CSV
+ * importer: a libFuzzer target (clang, MN_FUZZ_LIBFUZZER) and a plain driver that
+ * mutates the seed corpus (any compiler). */
 /*
  * Every input must either be refused with MN_ERR_FORMAT and a message, or be
  * accepted; an accepted trace must format, and its text must parse back to the
- * same text. Run under AddressSanitizer this finds out-of-bounds reads, leaks
+ * same text. The same input also goes to the RMM CSV importer, with the same
+ * rules (what it accepts must format and parse back). Run under AddressSanitizer this finds out-of-bounds reads, leaks
  * and crashes.
  *
  * libFuzzer (clang builds; CTest `fuzz_trace` runs it for 20 s):
@@ -19,6 +21,7 @@
  *   build/<dir>/tests/test_fuzz_trace [CORPUS_DIR] [ITERATIONS] [SEED]
  */
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,9 +31,10 @@
 
 /* Parses the input; on success checks format -> parse -> format is stable.
  * Returns 0, or 1 when an invariant is broken (the fuzzer then aborts). */
-static int check_input(const uint8_t *data, size_t size) {
+static int check_one(const uint8_t *data, size_t size, bool rmm) {
   mn_trace_t *t = NULL;
-  mn_status st = mn_trace_parse((const char *)data, size, "fuzz", &t);
+  mn_status st = rmm ? mn_trace_import_rmm_csv((const char *)data, size, "fuzz.csv", &t)
+                     : mn_trace_parse((const char *)data, size, "fuzz", &t);
   if (st != MN_OK) {
     if (st != MN_ERR_FORMAT || t != NULL || mn_last_error()[0] == '\0') {
       fprintf(stderr, "parse failed with %s and message \"%s\"\n", mn_status_name(st), mn_last_error());
@@ -59,6 +63,10 @@ static int check_input(const uint8_t *data, size_t size) {
   free(text2);
   mn_trace_destroy(t);
   return bad;
+}
+
+static int check_input(const uint8_t *data, size_t size) {
+  return check_one(data, size, false) | check_one(data, size, true);
 }
 
 #ifdef MN_FUZZ_LIBFUZZER
@@ -92,7 +100,9 @@ static uint64_t rng(void) { /* xorshift64* */
 static const char *const TOKENS[] = {
     "mnemo-trace 1\n", "meta k v\n", "pre alloc 0 0x10 16\n", "0 alloc 0 0x10 16\n",
     "1 free_requested 0 0x10 16\n", "end 0\n", "end 1\n", "0x", "18446744073709551615", "18446744073709551616",
-    "\r\n", "\t", " ", "#", "\n", "pre segment_alloc 0 0x0 0\n", "0xffffffffffffffff", "\0", "\xff"};
+    "\r\n", "\t", " ", "#", "\n", "pre segment_alloc 0 0x0 0\n", "0xffffffffffffffff", "\0", "\xff",
+    "mnemo-trace 2\n", " 0 1\n", " 2147483648", "Thread,Time,Action,Pointer,Size,Stream\n", ",allocate,",
+    ",free,", ",allocate failure,", "1,0.5,allocate,0x10,8,0x0\n", "12:00:01.5", ","};
 
 static size_t mutate(uint8_t *buf, size_t len, size_t cap) {
   int rounds = 1 + (int)(rng() % 4);

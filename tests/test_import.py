@@ -224,6 +224,113 @@ class ImporterTest(unittest.TestCase):
         self.assertIn("none.pickle", p.stderr)
 
 
+SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "torch")
+
+
+class TestSamples(unittest.TestCase):
+    """The committed hand-made samples of each snapshot variant (tests/data/torch)."""
+
+    def convert(self, name, *args):
+        p = subprocess.run([sys.executable, IMPORTER, os.path.join(SAMPLES, name), "-o", "-"] + list(args),
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return p.stdout
+
+    def lines(self, text):
+        meta, rest = {}, []
+        for line in text.splitlines()[1:]:
+            f = line.split()
+            if not f or f[0].startswith("#"):
+                continue
+            if f[0] == "meta":
+                meta[f[1]] = " ".join(f[2:])
+            else:
+                rest.append(f)
+        return meta, rest
+
+    def replay(self, text, *args):
+        if not CLI:
+            return None
+        with tempfile.NamedTemporaryFile("w", suffix=".trace", delete=False) as f:
+            f.write(text)
+        try:
+            r = subprocess.run([CLI, "replay", f.name, "--json", "--no-progress"] + list(args), capture_output=True,
+                               text=True)
+        finally:
+            os.unlink(f.name)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
+    def test_multi_device_all(self):
+        text = self.convert("multi_device.pickle", "--device", "all")
+        self.assertTrue(text.startswith("mnemo-trace 2\n"))
+        meta, rest = self.lines(text)
+        self.assertEqual(meta["devices"], "0 1")
+        self.assertEqual(meta["dev1.torch_peak_reserved"], str(20 * MiB))
+        self.assertEqual(meta["dev0.torch_peak_reserved"], str(22 * MiB))
+        events = [f for f in rest if f[0] != "end"]
+        self.assertTrue(all(len(f) == 7 for f in events), events)
+        self.assertEqual(sorted({f[6] for f in events}), ["0", "1"])
+        self.assertEqual({f[2] for f in events if f[6] == "0"}, {"0", "7"})  # two streams on device 0
+        times = [int(f[0]) for f in events]
+        self.assertEqual(times, sorted(times))
+        self.assertEqual(rest[-1], ["end", str(len(events))])
+        out = self.replay(text, "--trace-device", "1")
+        if out:
+            self.assertIn('"trace_device": 1', out)
+            self.assertIn('"trace_devices": 2', out)
+            self.assertIn('"allocs": 2', out)
+            self.assertIn('"peak_requested": %d' % (8 * MiB), out)
+        out = self.replay(text)
+        if out:
+            self.assertIn('"trace_device": 0', out)
+            self.assertIn('"streams": 2', out)
+        # One device only: version 1, as before.
+        one = self.convert("multi_device.pickle", "--device", "1")
+        self.assertTrue(one.startswith("mnemo-trace 1\n"))
+
+    def test_expandable(self):
+        meta, rest = self.lines(self.convert("expandable.pickle"))
+        self.assertIn(["pre", "segment_map", "0", "0x7f0000000000", str(4 * MiB)], rest)
+        self.assertEqual(meta["torch_reserved_start"], str(4 * MiB))
+        self.assertEqual(meta["torch_peak_reserved"], str(6 * MiB))
+        self.assertTrue(meta["torch_allocated_method"].startswith("rounded"))
+        acts = [f[1] for f in rest if f[0] not in ("pre", "end")]
+        self.assertEqual(acts.count("segment_map"), 2)
+        self.assertEqual(acts.count("segment_unmap"), 1)
+        out = self.replay(self.convert("expandable.pickle"), "--config", "expandable_segments:True")
+        if out:
+            self.assertIn('"pre_allocs": 1', out)
+
+    def test_oom(self):
+        meta, rest = self.lines(self.convert("oom.pickle"))
+        self.assertEqual(meta["torch_ooms"], "1")
+        self.assertIn(["2", "oom", "0", "0x100000", str(40 * MiB)], rest)
+        out = self.replay(self.convert("oom.pickle"))
+        if out:
+            self.assertIn('"ooms": 0', out)  # the replay itself had room
+
+    def test_table(self):
+        p = subprocess.run([sys.executable, IMPORTER, os.path.join(SAMPLES, "multi_device.pickle"), "--table",
+                            "--blocks"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("device 0: 2 segments, 4 blocks", p.stdout)
+        self.assertIn("device 1: 1 segments, 3 blocks", p.stdout)
+        self.assertIn("active_allocated", p.stdout)
+        self.assertIn("20.0%", p.stdout)  # device 1: 15 MiB free, largest free block 12 MiB
+        if CLI:
+            r = subprocess.run([CLI, "snapshot", os.path.join(SAMPLES, "multi_device.pickle")], capture_output=True,
+                               text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("device 1: 1 segments", r.stdout)
+
+    def test_bad_device_arg(self):
+        p = subprocess.run([sys.executable, IMPORTER, os.path.join(SAMPLES, "oom.pickle"), "-o", "-", "--device",
+                            "first"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--device must be an index or 'all'", p.stderr)
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         print(__doc__, file=sys.stderr)

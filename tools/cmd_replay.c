@@ -4,17 +4,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mnemo/mnemo.h"
 #include "commands.h"
 
 const char cmd_replay_usage[] =
     "  replay TRACE [--config ALLOC_CONF]... [--allocator caching|naive] [--json]\n"
-    "            [--capacity BYTES] [--no-pre] [--repeat N]\n"
-    "            replay a trace (docs/TRACE_FORMAT.md) on the SIM device, once per\n"
-    "            --config (PYTORCH_CUDA_ALLOC_CONF syntax; default: the defaults),\n"
-    "            and compare peak allocated/reserved bytes with the recorded run;\n"
-    "            --repeat N: N fresh replays per config, median ns/op\n";
+    "            [--device sim|cuda] [--capacity BYTES] [--retries N] [--trace-device N]\n"
+    "            [--no-pre] [--no-empty-cache] [--repeat N] [--progress|--no-progress]\n"
+    "            replay a trace (docs/TRACE_FORMAT.md) on the SIM device (or cuda:0),\n"
+    "            once per --config (PYTORCH_CUDA_ALLOC_CONF syntax; default: the\n"
+    "            defaults), and compare peak allocated/reserved bytes with the recorded\n"
+    "            run; --capacity: SIM device size (OOMs beyond it); --retries N: on OOM\n"
+    "            empty the cache and retry up to N times; --repeat N: N fresh replays\n"
+    "            per config, median ns/op; a progress bar on stderr when it is a terminal\n";
 
 #define MAX_CONFIGS 64
 #define MAX_REPEAT 101
@@ -29,6 +33,8 @@ typedef struct torch_figs_s {
   uint64_t peak_allocated, peak_reserved, segment_allocs, reserved_start;
   bool has_allocated, has_reserved, has_segments, has_start;
 } torch_figs_t;
+
+static char g_devname[32] = "sim:0"; /* the replay device, for the table */
 
 static const char *gib(int64_t bytes, char *buf, size_t n) {
   if (bytes < 0) snprintf(buf, n, "n/a");
@@ -70,11 +76,14 @@ static void print_json_run(const char *trace_path, const char *allocator, const 
          ", \"ratio\": %.4f, \"device_allocs\": %" PRId64 ", \"device_allocs_events\": %" PRId64 ", \"device_frees\": %" PRId64 ", \"peak_device_mapped\": %" PRId64
          ", \"reserved_after_pre\": %" PRId64 ", \"allocated_after_pre\": %" PRId64
          ", \"ns_per_op\": %.1f, \"allocs\": %" PRIu64 ", \"frees\": %" PRIu64 ", \"pre_allocs\": %" PRIu64
-         ", \"ooms\": %" PRIu64 ", \"skipped_frees\": %" PRIu64 ", \"streams\": %zu, \"stats_from_allocator\": %s",
+         ", \"ooms\": %" PRIu64 ", \"skipped_frees\": %" PRIu64 ", \"streams\": %zu, \"stats_from_allocator\": %s"
+         ", \"retries\": %" PRIu64 ", \"empty_caches\": %" PRIu64 ", \"trace_device\": %" PRIu32
+         ", \"trace_devices\": %" PRIu32 ", \"device\": \"%s\"",
          r->peak_allocated, r->peak_reserved, r->peak_requested, r->ratio, r->device_allocs, r->device_allocs_events,
          r->device_frees, r->peak_device_mapped,
          r->reserved_after_pre, r->allocated_after_pre, r->ns_per_op, r->allocs, r->frees, r->pre_allocs, r->ooms,
-         r->skipped_frees, r->streams, r->stats_from_allocator ? "true" : "false");
+         r->skipped_frees, r->streams, r->stats_from_allocator ? "true" : "false", r->retries, r->empty_caches,
+         r->trace_device, r->trace_devices, g_devname);
   if (tf->has_allocated || tf->has_reserved) {
     printf(", \"torch\": {");
     const char *sep = "";
@@ -97,9 +106,9 @@ static void print_table(const char *trace_path, const mn_trace_t *t, const char 
   for (size_t i = 0; i < t->nentries && t->entries[i].pre; i++) pre += t->entries[i].action == MN_TRACE_ALLOC;
   const char *src = mn_trace_meta_get(t, "source");
   bool allocator_naive = !strcmp(allocator, "naive");
-  printf("trace %s%s%s%s: %zu entries (%zu pre-existing allocations), %zu stream(s); device SIM; allocator %s\n",
+  printf("trace %s%s%s%s: %zu entries (%zu pre-existing allocations), %zu stream(s); device %s; allocator %s\n",
          trace_path, src ? " (from " : "", src ? src : "", src ? ")" : "", t->nentries, pre,
-         nruns ? runs[0].res.streams : 0, allocator);
+         nruns ? runs[0].res.streams : 0, g_devname, allocator);
   printf("%-40s %12s %12s %7s %9s %8s %7s %9s %5s\n", "config", "peak alloc", "peak reserv", "res/all",
          "res/torch", "seg/torch", "dev.all", "ns/op", "OOMs");
   char a[32], b[32], rt[16], sg[32];
@@ -145,7 +154,32 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static int replay_one(const mn_trace_t *t, bool naive, bool skip_pre, int repeat, replay_run_t *run) {
+typedef struct progress_s {
+  size_t total, next;
+  const char *label;
+} progress_t;
+
+static void progress_step(void *user, const mn_replay_step_t *s) {
+  progress_t *p = user;
+  if (s->entry < p->next) return;
+  p->next = s->entry + p->total / 100 + 1;
+  int pct = p->total ? (int)(100.0 * (double)(s->entry + 1) / (double)p->total) : 100;
+  int bars = pct * 30 / 100;
+  fprintf(stderr, "\r%-24.24s [%.*s%*s] %3d%%", p->label, bars, "==============================", 30 - bars, "", pct);
+  fflush(stderr);
+}
+
+/* Options of one `mnemo replay` call that every run shares. */
+typedef struct replay_args_s {
+  bool naive, skip_pre, skip_empty_cache, progress;
+  int repeat, trace_device;
+  unsigned retries;
+  mn_device_t device;
+} replay_args_t;
+
+static int replay_one(const mn_trace_t *t, const replay_args_t *ra, replay_run_t *run) {
+  bool naive = ra->naive, skip_pre = ra->skip_pre;
+  int repeat = ra->repeat;
   mn_caching_config_t cfg = mn_caching_config_default();
   if (mn_caching_config_parse(run->config, &cfg) != MN_OK) {
     fprintf(stderr, "mnemo replay: bad --config \"%s\": %s\n", run->config, mn_last_error());
@@ -157,16 +191,30 @@ static int replay_one(const mn_trace_t *t, bool naive, bool skip_pre, int repeat
   double ns[MAX_REPEAT];
   for (int k = 0; k < repeat; k++) {
     mn_allocator_t *a = NULL;
-    mn_status st = naive ? mn_naive_allocator_create(mn_device_sim(0), &a)
-                         : mn_caching_allocator_create(mn_device_sim(0), &cfg, &a);
+    mn_status st = naive ? mn_naive_allocator_create(ra->device, &a)
+                         : mn_caching_allocator_create(ra->device, &cfg, &a);
     if (st != MN_OK) {
       fprintf(stderr, "mnemo replay: cannot create the allocator: %s\n", mn_last_error());
       return 1;
     }
     mn_replay_options_t opt = mn_replay_options_default();
     opt.skip_pre = skip_pre;
+    opt.skip_empty_cache = ra->skip_empty_cache;
+    opt.oom_retries = ra->retries;
+    opt.trace_device = ra->trace_device;
+    progress_t prog = {t->nentries, 0, run->config[0] ? run->config : "(defaults)"};
+    if (ra->progress) {
+      opt.on_step = progress_step;
+      opt.on_step_user = &prog;
+    }
     mn_replay_result_t res;
     st = mn_trace_replay(t, a, &opt, &res);
+    if (ra->progress && st == MN_OK) {
+      mn_replay_step_t last = {.entry = t->nentries ? t->nentries - 1 : 0};
+      prog.next = 0;
+      progress_step(&prog, &last); /* the bar ends at 100% */
+    }
+    if (ra->progress) fprintf(stderr, "\r%60s\r", "");
     mn_allocator_destroy(a);
     if (st != MN_OK) {
       fprintf(stderr, "mnemo replay: %s\n", mn_last_error());
@@ -190,12 +238,48 @@ int cmd_replay(int argc, char **argv) {
   size_t nconfigs = 0, capacity = 0;
   bool json = false, naive = false, skip_pre = false;
   int repeat = 1;
+  replay_args_t ra = {.repeat = 1, .trace_device = -1, .device = mn_device_sim(0), .progress = isatty(2) != 0};
   for (int i = 0; i < argc; i++) {
     const char *arg = argv[i];
     if (!strcmp(arg, "--json")) {
       json = true;
     } else if (!strcmp(arg, "--no-pre")) {
       skip_pre = true;
+    } else if (!strcmp(arg, "--no-empty-cache")) {
+      ra.skip_empty_cache = true;
+    } else if (!strcmp(arg, "--progress") || !strcmp(arg, "--no-progress")) {
+      ra.progress = !strcmp(arg, "--progress");
+    } else if (!strcmp(arg, "--device") || !strcmp(arg, "--retries") || !strcmp(arg, "--trace-device")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "mnemo replay: %s needs a value\n", arg);
+        return 2;
+      }
+      const char *v = argv[++i];
+      char *end = NULL;
+      long n = strtol(v, &end, 10);
+      if (!strcmp(arg, "--device")) {
+        if (!strcmp(v, "sim")) {
+          ra.device = mn_device_sim(0);
+        } else if (!strcmp(v, "cuda")) {
+          int ncuda = 0;
+          if (mn_device_count(MN_DEVICE_CUDA, &ncuda) != MN_OK || ncuda == 0) {
+            fprintf(stderr, "mnemo replay: --device cuda: no CUDA device here (%s); use --device sim\n",
+                    mn_build_has_cuda() ? "none found" : "this mnemo was built without CUDA");
+            return 1;
+          }
+          ra.device = mn_device_cuda(0);
+        } else {
+          fprintf(stderr, "mnemo replay: --device must be sim or cuda, not \"%s\"\n", v);
+          return 2;
+        }
+      } else if (*end || n < 0 || n > 1000) {
+        fprintf(stderr, "mnemo replay: %s must be 0..1000, not \"%s\"\n", arg, v);
+        return 2;
+      } else if (!strcmp(arg, "--retries")) {
+        ra.retries = (unsigned)n;
+      } else {
+        ra.trace_device = (int)n;
+      }
     } else if (!strcmp(arg, "--config") || !strcmp(arg, "--capacity") || !strcmp(arg, "--allocator") ||
                !strcmp(arg, "--repeat")) {
       if (i + 1 >= argc) {
@@ -247,6 +331,10 @@ int cmd_replay(int argc, char **argv) {
     fprintf(stderr, "mnemo replay: --config applies to the caching allocator, not --allocator naive\n");
     return 2;
   }
+  if (capacity && ra.device.type != MN_DEVICE_SIM) {
+    fprintf(stderr, "mnemo replay: --capacity applies to the SIM device, not --device cuda\n");
+    return 2;
+  }
   if (capacity) {
     mn_sim_config_t sc = mn_sim_config_default();
     sc.capacity = capacity;
@@ -255,6 +343,7 @@ int cmd_replay(int argc, char **argv) {
       return 2;
     }
   }
+  mn_device_format(ra.device, g_devname, sizeof g_devname);
   mn_trace_t *t = NULL;
   if (mn_trace_read(path, &t) != MN_OK) {
     fprintf(stderr, "mnemo replay: %s\n", mn_last_error());
@@ -269,7 +358,10 @@ int cmd_replay(int argc, char **argv) {
   int rc = 0;
   for (size_t k = 0; k < nconfigs && rc == 0; k++) {
     runs[k].config = configs[k];
-    rc = replay_one(t, naive, skip_pre, repeat, &runs[k]);
+    ra.naive = naive;
+    ra.skip_pre = skip_pre;
+    ra.repeat = repeat;
+    rc = replay_one(t, &ra, &runs[k]);
   }
   if (rc == 0) {
     torch_figs_t tf;

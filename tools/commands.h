@@ -9,4 +9,14 @@ int cmd_replay(int argc, char **argv);
 /* The usage lines of `mnemo replay`. */
 extern const char cmd_replay_usage[];
 
+/* mnemo report TRACE -o REPORT.html [--config C]... (tools/cmd_report.c) */
+int cmd_report(int argc, char **argv);
+extern const char cmd_report_usage[];
+/* mnemo snapshot FILE [--at peak|end|N] [--config C] [--blocks] [--summary] (tools/cmd_snapshot.c) */
+int cmd_snapshot(int argc, char **argv);
+extern const char cmd_snapshot_usage[];
+/* mnemo import --from rmm|torch INPUT -o TRACE (tools/cmd_snapshot.c) */
+int cmd_import(int argc, char **argv);
+extern const char cmd_import_usage[];
+
 #endif /* MNEMO_TOOLS_COMMANDS_H */

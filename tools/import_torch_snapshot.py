@@ -3,7 +3,8 @@
 # torch.cuda.memory._dump_snapshot) into a mnemo trace (docs/TRACE_FORMAT.md).
 """Convert a PyTorch memory snapshot's device trace into a mnemo trace.
 
-Usage: import_torch_snapshot.py SNAPSHOT.pickle -o TRACE [--device N]
+Usage: import_torch_snapshot.py SNAPSHOT.pickle -o TRACE [--device N|all]
+       import_torch_snapshot.py SNAPSHOT.pickle --table [--blocks]
 
 The snapshot is read with a restricted unpickler that refuses every global, so
 a malicious file cannot run code. Only the Python standard library is used.
@@ -19,6 +20,13 @@ What it writes (see docs/TRACE_FORMAT.md):
     bytes, from a reconstruction of the allocator's block layout), peak
     requested, peak reserved, reserved and allocated at the start, and the
     number of segment_alloc events.
+
+Every snapshot variant: several devices (`--device all` writes a version 2
+trace whose event lines carry the device index; figures per device in meta
+keys `devN.torch_*`), several streams, expandable segments (segment_map /
+segment_unmap; the mappings that existed before recording become `pre
+segment_map` lines), and oom events (kept as `oom` lines, counted in
+torch_ooms). `--table` prints the snapshot's segments instead (mnemo snapshot).
 
 Exit status: 0 on success, 2 on bad usage or a malformed snapshot, 1 when a
 file cannot be read or written.
@@ -130,8 +138,10 @@ def validate(snap, device):
                 raise SnapshotError(f"{bw}: not a dict with a 'state' string")
             blk = {"address": _int(b, "address", bw), "size": _int(b, "size", bw, 1),
                    "requested_size": _int(b, "requested_size", bw), "state": b["state"]}
-            if not seg["address"] <= blk["address"] < blk["address"] + blk["size"] <= \
-                    seg["address"] + seg["total_size"]:
+            # An expandable segment's blocks span its virtual range, which may
+            # exceed the bytes mapped (total_size): only its start is checked.
+            end = seg["address"] + seg["total_size"] if not seg["expandable"] else 1 << 64
+            if not seg["address"] <= blk["address"] < blk["address"] + blk["size"] <= end:
                 raise SnapshotError(f"{bw}: block lies outside its segment")
             seg["blocks"].append(blk)
         segs.append(seg)
@@ -170,21 +180,48 @@ def reconstruct_pre(events, segs, warn):
                 continue
             pre_allocs[b["address"]] = {"size": b["requested_size"] or b["size"],
                                         "block_size": b["size"], "stream": s["stream"], "freed": False}
-    seg_by_addr = {s["address"]: s for s in segs}
+    seg_by_addr = {s["address"]: s for s in segs if not s["expandable"]}
+    exp_starts = sorted(s["address"] for s in segs if s["expandable"])
+
+    def in_expandable(addr):
+        i = bisect.bisect_right(exp_starts, addr) - 1
+        return i >= 0
+
     seg_alive = {}
     pre_segs = {}
     for ev in events:
         a = ev["action"]
+        if a in ("segment_map", "segment_unmap") and in_expandable(ev["addr"]):
+            continue  # expandable segments: counted below from the dump's mapped size
         if a in ("segment_alloc", "segment_map"):
             seg_alive[ev["addr"]] = True
         elif a in ("segment_free", "segment_unmap"):
             if ev["addr"] not in seg_alive and ev["addr"] not in pre_segs:
-                pre_segs[ev["addr"]] = {"size": ev["size"], "stream": ev["stream"]}
+                pre_segs[ev["addr"]] = {"size": ev["size"], "stream": ev["stream"],
+                                        "kind": "segment_map" if a == "segment_unmap" else "segment_alloc"}
             seg_alive.pop(ev["addr"], None)
     traced_segs = {ev["addr"] for ev in events if ev["action"] in ("segment_alloc", "segment_map")}
     for addr, s in seg_by_addr.items():
         if addr not in traced_segs and addr not in pre_segs:
-            pre_segs[addr] = {"size": s["total_size"], "stream": s["stream"]}
+            pre_segs[addr] = {"size": s["total_size"], "stream": s["stream"], "kind": "segment_alloc"}
+    # An expandable segment mapped P bytes before recording, mapped M and
+    # unmapped U during it, and holds total_size = P + M - U at the dump.
+    for k, start in enumerate(exp_starts):
+        end = exp_starts[k + 1] if k + 1 < len(exp_starts) else 1 << 64
+        s = next(x for x in segs if x["expandable"] and x["address"] == start)
+        net = 0
+        for ev in events:
+            if start <= ev["addr"] < end:
+                if ev["action"] == "segment_map":
+                    net += ev["size"]
+                elif ev["action"] == "segment_unmap":
+                    net -= ev["size"]
+        pre = s["total_size"] - net
+        if pre < 0:
+            raise SnapshotError(f"expandable segment 0x{start:x}: the trace maps {net} bytes net, more than "
+                                f"the {s['total_size']} bytes mapped at the dump")
+        if pre > 0:
+            pre_segs[start] = {"size": pre, "stream": s["stream"], "kind": "segment_map"}
     return pre_allocs, pre_segs
 
 
@@ -386,7 +423,8 @@ def write_trace(out, source, device, snap, events, pre_allocs, pre_segs, fig, bl
     # Pre-existing segments, then pre-existing allocations grouped by segment
     # in address order (replay allocates them in this order).
     for addr in sorted(pre_segs):
-        lines.append(f"pre segment_alloc {pre_segs[addr]['stream']} 0x{addr:x} {pre_segs[addr]['size']}")
+        ps = pre_segs[addr]
+        lines.append(f"pre {ps.get('kind', 'segment_alloc')} {ps['stream']} 0x{addr:x} {ps['size']}")
     for addr in sorted(pre_allocs):
         pa = pre_allocs[addr]
         extra = f" {pa['block_size']}" if pa["block_size"] else ""
@@ -401,18 +439,148 @@ def write_trace(out, source, device, snap, events, pre_allocs, pre_segs, fig, bl
     out.write("\n".join(lines) + "\n")
 
 
+FIG_KEYS = ("torch_peak_allocated", "torch_peak_requested", "torch_peak_reserved", "torch_reserved_start",
+            "torch_allocated_start", "torch_segment_allocs", "torch_segment_frees", "torch_ooms",
+            "torch_allocated_method")
+
+
+def write_trace_multi(out, source, snap, per_dev):
+    """Version 2: every device's pre lines and events, events in time order,
+    each line ending with its device index. per_dev: [(device, events, pre_allocs,
+    pre_segs, fig, block_sizes)], lowest device first."""
+    settings = snap.get("allocator_settings") if isinstance(snap.get("allocator_settings"), dict) else {}
+    conf = settings.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    conf = conf if isinstance(conf, str) else ""
+    origin = min((d[1][0]["time_us"] for d in per_dev if d[1]), default=0)
+    lines = ["mnemo-trace 2",
+             "# converted by tools/import_torch_snapshot.py --device all from a PyTorch memory snapshot",
+             "# sizes in bytes; times in microseconds since the first event; last field: device",
+             f"meta source {os.path.basename(source)}",
+             "meta recorded_by pytorch",
+             f"meta device {per_dev[0][0]}",
+             "meta devices " + " ".join(str(d[0]) for d in per_dev),
+             f"meta time_origin_us {origin}",
+             f"meta torch_alloc_conf {' '.join(conf.split())}".rstrip()]
+    for key in FIG_KEYS:  # the plain keys describe the lowest device (what replay picks by default)
+        lines.append(f"meta {key} {per_dev[0][4][key]}")
+    for dev, _, _, _, fig, _ in per_dev:
+        for key in FIG_KEYS:
+            lines.append(f"meta dev{dev}.{key} {fig[key]}")
+    lines.append(f"meta pre_segments {sum(len(d[3]) for d in per_dev)}")
+    lines.append(f"meta pre_allocs {sum(len(d[2]) for d in per_dev)}")
+    count = 0
+    for dev, _, pre_allocs, pre_segs, _, _ in per_dev:
+        for addr in sorted(pre_segs):
+            ps = pre_segs[addr]
+            lines.append(f"pre {ps.get('kind', 'segment_alloc')} {ps['stream']} 0x{addr:x} {ps['size']} 0 {dev}")
+            count += 1
+    for dev, _, pre_allocs, pre_segs, _, _ in per_dev:
+        for addr in sorted(pre_allocs):
+            pa = pre_allocs[addr]
+            lines.append(f"pre alloc {pa['stream']} 0x{addr:x} {pa['size']} {pa['block_size']} {dev}")
+            count += 1
+    merged = []
+    for dev, events, _, _, _, block_sizes in per_dev:
+        for ev in events:
+            merged.append((ev["time_us"], dev, ev["index"], ev, block_sizes.get(ev["index"], 0)))
+    merged.sort(key=lambda m: (m[0], m[1], m[2]))
+    for t, dev, _, ev, bs in merged:
+        lines.append(f"{max(t - origin, 0)} {ev['action']} {ev['stream']} 0x{ev['addr']:x} {ev['size']} {bs} {dev}")
+        count += 1
+    lines.append(f"end {count}")
+    out.write("\n".join(lines) + "\n")
+
+
+def _human(n):
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024.0
+
+
+def print_table(snap, blocks, out=sys.stdout):
+    """The snapshot's segments, as `mnemo snapshot` prints its own."""
+    if not isinstance(snap, dict) or not isinstance(snap.get("segments"), list):
+        raise SnapshotError("'segments' missing or not a list")
+    rows = []
+    for i, s in enumerate(snap["segments"]):
+        where = f"segments[{i}]"
+        if not isinstance(s, dict):
+            raise SnapshotError(f"{where}: not a dict")
+        bl = s.get("blocks", [])
+        if not isinstance(bl, list):
+            raise SnapshotError(f"{where}: 'blocks' is not a list")
+        seg = {"device": _int(s, "device", where), "address": _int(s, "address", where),
+               "total_size": _int(s, "total_size", where), "stream": _int(s, "stream", where),
+               "pool": str(s.get("segment_type", "?")), "expandable": bool(s.get("is_expandable", False)),
+               "blocks": []}
+        for j, b in enumerate(bl):
+            bw = f"{where}.blocks[{j}]"
+            if not isinstance(b, dict) or not isinstance(b.get("state"), str):
+                raise SnapshotError(f"{bw}: not a dict with a 'state' string")
+            seg["blocks"].append((_int(b, "address", bw), _int(b, "size", bw), _int(b, "requested_size", bw),
+                                  b["state"]))
+        rows.append(seg)
+    rows.sort(key=lambda r: (r["device"], r["address"]))
+    print(f"{'dev':>3} {'segment':<18} {'stream':<14} {'pool':<5} {'size':>12} {'allocated':>12} {'free':>12} "
+          f"{'largest free':>12} {'blocks':>6} {'frag':>6}", file=out)
+    tot = {}
+    for r in rows:
+        alloc = sum(b[1] for b in r["blocks"] if b[3] in LIVE_STATES)
+        free = [b[1] for b in r["blocks"] if b[3] == "inactive"]
+        fr, lf = sum(free), max(free, default=0)
+        frag = 1 - lf / fr if fr else 0.0
+        print(f"{r['device']:>3} 0x{r['address']:016x} {r['stream']:<14} {r['pool'][:5]:<5} "
+              f"{_human(r['total_size']):>12} {_human(alloc):>12} {_human(fr):>12} {_human(lf):>12} "
+              f"{len(r['blocks']):>6} {100 * frag:5.1f}%{' expandable' if r['expandable'] else ''}", file=out)
+        if blocks:
+            for b in r["blocks"]:
+                print(f"    0x{b[0]:016x} {_human(b[1]):>12} {b[3]:<20} requested {_human(b[2])}", file=out)
+        t = tot.setdefault(r["device"], [0, 0, 0, 0, 0])
+        t[0] += 1
+        t[1] += r["total_size"]
+        t[2] += alloc
+        t[3] += fr
+        t[4] += len(r["blocks"])
+    for dev in sorted(tot):
+        n, size, alloc, fr, nb = tot[dev]
+        print(f"device {dev}: {n} segments, {nb} blocks: reserved {_human(size)}, allocated {_human(alloc)}, "
+              f"free {_human(fr)} ({100 * fr / size if size else 0:.1f}% of reserved)", file=out)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Convert a PyTorch memory snapshot to a mnemo trace.")
     ap.add_argument("snapshot", help="pickle written by torch.cuda.memory._dump_snapshot")
-    ap.add_argument("-o", "--output", required=True, help="trace file to write ('-' for stdout)")
-    ap.add_argument("--device", type=int, default=None,
-                    help="device index (default: the first device with trace events)")
+    ap.add_argument("-o", "--output", help="trace file to write ('-' for stdout)")
+    ap.add_argument("--device", default=None,
+                    help="device index, or 'all' (default: the first device with trace events)")
+    ap.add_argument("--table", action="store_true", help="print the snapshot's segments instead")
+    ap.add_argument("--blocks", action="store_true", help="with --table: every block too")
     args = ap.parse_args(argv)
+    if not args.table and not args.output:
+        ap.error("-o/--output is required (or --table)")
+    if args.device not in (None, "all"):
+        try:
+            args.device = int(args.device)
+        except ValueError:
+            ap.error(f"--device must be an index or 'all', not {args.device!r}")
     prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "import_torch_snapshot.py"
 
     def warn(msg):
         print(f"{prog}: warning: {msg}", file=sys.stderr)
 
+    if args.table:
+        try:
+            print_table(load_snapshot(args.snapshot), args.blocks)
+        except SnapshotError as e:
+            print(f"{prog}: {args.snapshot}: malformed snapshot: {e}", file=sys.stderr)
+            return 2
+        except OSError as e:
+            print(f"{prog}: {e}", file=sys.stderr)
+            return 1
+        return 0
+    if args.device == "all":
+        return main_all(args, prog, warn)
     try:
         snap = load_snapshot(args.snapshot)
         device, events, segs = validate(snap, args.device)
@@ -444,6 +612,42 @@ def main(argv=None):
           f"{fig['torch_peak_reserved'] / gib:.2f} GiB "
           f"({fig['torch_peak_reserved'] / max(fig['torch_peak_allocated'], 1):.3f}), "
           f"{fig['torch_segment_allocs']} segment allocs", file=sys.stderr)
+    return 0
+
+
+def main_all(args, prog, warn):
+    try:
+        snap = load_snapshot(args.snapshot)
+        validate(snap, None)  # the top level, and that some device has events
+        per_dev = []
+        for d, tr in enumerate(snap["device_traces"]):
+            if not tr:
+                continue
+            device, events, segs = validate(snap, d)
+            pre_allocs, pre_segs = reconstruct_pre(events, segs, warn)
+            fig, block_sizes = torch_figures(events, segs, pre_allocs, pre_segs)
+            per_dev.append((device, events, pre_allocs, pre_segs, fig, block_sizes))
+    except SnapshotError as e:
+        print(f"{prog}: {args.snapshot}: malformed snapshot: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 1
+    try:
+        if args.output == "-":
+            write_trace_multi(sys.stdout, args.snapshot, snap, per_dev)
+        else:
+            tmp = args.output + ".tmp"
+            with open(tmp, "w", encoding="ascii", newline="\n") as out:
+                write_trace_multi(out, args.snapshot, snap, per_dev)
+            os.replace(tmp, args.output)
+    except OSError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 1
+    for device, events, pre_allocs, pre_segs, fig, _ in per_dev:
+        print(f"{args.snapshot} (device {device}): {len(events)} events, {len(pre_allocs)} pre-existing "
+              f"allocations in {len(pre_segs)} pre-existing segments; PyTorch: peak reserved "
+              f"{fig['torch_peak_reserved'] / float(1 << 30):.2f} GiB", file=sys.stderr)
     return 0
 
 

@@ -1,6 +1,8 @@
 /* tools/mnemo.c: the mnemo command-line tool: `info` lists devices and build
- * options, `demo` runs the walking skeleton end to end on the best device. */
+ * options, `demo` runs the walking skeleton, replays a bundled trace and times copies. */
 #include <stdio.h>
+#include <time.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,10 +95,72 @@ done:
   return rc;
 }
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Host -> device copies of 64 MiB through mn_copy_bytes (pinned source where
+ * the device has pinned memory), timed; GB/s = 1e9 bytes per second. */
+static int demo_copy(mn_device_t dev) {
+  int rc = 0;
+  const size_t n = (size_t)64 << 20;
+  const int reps = 8;
+  char name[32];
+  mn_device_format(dev, name, sizeof name);
+  void *host = NULL, *d = NULL;
+  bool pinned = dev.type != MN_DEVICE_CPU;
+  mn_stream_t *stream = NULL;
+  DEMO_CHECK(pinned ? mn_device_host_alloc(dev, n, &host) : mn_device_raw_alloc(dev, n, &host));
+  DEMO_CHECK(mn_device_raw_alloc(dev, n, &d));
+  memset(host, 1, n);
+  DEMO_CHECK(mn_stream_default(dev, &stream));
+  unsigned flags = pinned ? MN_COPY_SRC_PINNED : 0;
+  DEMO_CHECK(mn_copy_bytes(dev, d, mn_device_cpu(), host, n, stream, flags)); /* warm up */
+  DEMO_CHECK(mn_stream_synchronize(stream));
+  double t0 = now_s();
+  for (int i = 0; i < reps; i++) DEMO_CHECK(mn_copy_bytes(dev, d, mn_device_cpu(), host, n, stream, flags));
+  DEMO_CHECK(mn_stream_synchronize(stream));
+  double dt = now_s() - t0;
+  printf("  copy throughput on %s: %d x 64 MiB host -> device%s in %.1f ms: %.2f GB/s\n", name, reps,
+         pinned ? " (pinned)" : "", dt * 1e3, (double)n * reps / dt / 1e9);
+done:
+  if (d) mn_device_raw_free(dev, d);
+  if (host) {
+    if (pinned) mn_device_host_free(dev, host);
+    else mn_device_raw_free(dev, host);
+  }
+  return rc;
+}
+
+/* Replays a bundled trace with two allocator settings and writes the report. */
+static int demo_trace(void) {
+  const char *dir = getenv("MNEMO_DATA_DIR");
+  char trace[1024], report[1024];
+  snprintf(trace, sizeof trace, "%s/traces/ctx128_forward_mixed.trace", dir && *dir ? dir : MN_DATA_DIR);
+  if (access(trace, R_OK) != 0) {
+    printf("  (no bundled trace at %s; set MNEMO_DATA_DIR to the repository's data/ folder)\n", trace);
+    return 0;
+  }
+  const char *tmp = getenv("TMPDIR");
+  snprintf(report, sizeof report, "%s/mnemo-demo-report.html", tmp && *tmp ? tmp : "/tmp");
+  printf("replaying the bundled PyTorch trace %s on the SIM device:\n", trace);
+  char *args[] = {trace, "-o", report, "--title", "demo: ctx128_forward_mixed", "--config", "",
+                  "--config", "expandable_segments:True"};
+  fflush(stdout);
+  int rc = cmd_report((int)(sizeof args / sizeof args[0]), args);
+  if (rc == 0) printf("  open %s in a browser for the timeline and the segment map\n", report);
+  return rc;
+}
+
 static int cmd_demo(void) {
   mn_device_t best = mn_device_best();
   int rc = demo_on(best);
   if (best.type != MN_DEVICE_SIM) rc |= demo_on(mn_device_sim(0));
+  rc |= demo_trace();
+  printf("copies:\n");
+  rc |= demo_copy(best);
   printf("%s\n", rc ? "demo FAILED" : "demo ok");
   return rc;
 }
@@ -105,9 +169,10 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: mnemo <command>\n"
           "  info      devices found and build options\n"
-          "  demo      run the walking skeleton on the best device (and the SIM device)\n"
+          "  demo      run the walking skeleton on the best device (and the SIM device),\n"
+          "            replay a bundled trace with its report, time copies on the best device\n"
           "  version   print the version\n"
-          "%s", cmd_replay_usage);
+          "%s%s%s%s", cmd_replay_usage, cmd_report_usage, cmd_snapshot_usage, cmd_import_usage);
 }
 
 int main(int argc, char **argv) {
@@ -119,6 +184,9 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "info")) return cmd_info();
   if (!strcmp(cmd, "demo")) return cmd_demo();
   if (!strcmp(cmd, "replay")) return cmd_replay(argc - 2, argv + 2);
+  if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
+  if (!strcmp(cmd, "snapshot")) return cmd_snapshot(argc - 2, argv + 2);
+  if (!strcmp(cmd, "import")) return cmd_import(argc - 2, argv + 2);
   if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
     printf("mnemo %s\n", mn_version());
     return 0;

@@ -23,6 +23,7 @@
 #include "mnemo/kernels.h"
 #include "mnemo/trace.h"
 #include "mnemo/serialize.h" /* issue 5 */
+#include "mnemo/profiling.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -13,7 +13,8 @@
 extern "C" {
 #endif
 
-#define MN_TRACE_FORMAT_VERSION 1 /* the version mn_trace_write writes */
+#define MN_TRACE_FORMAT_VERSION 2 /* the newest version; mn_trace_write writes 1 when
+                                     every entry is on device 0, else 2 */
 #define MN_TRACE_LINE_MAX 4096    /* bytes per line, newline excluded */
 #define MN_TRACE_META_KEY_MAX 63  /* bytes per meta key */
 
@@ -26,6 +27,7 @@ typedef struct mn_trace_entry_s {
   uint64_t address;    /* start address on the recording device */
   uint64_t size;       /* bytes (requested bytes for alloc and frees) */
   uint64_t block_size; /* bytes the recording allocator gave; 0 when unknown */
+  uint32_t device;     /* the trace's device index (version 2; 0 in version 1 files) */
   uint32_t line;       /* line in the file it was read from; 0 when not read */
 } mn_trace_entry_t;
 
@@ -37,7 +39,7 @@ typedef struct mn_trace_meta_s {
 /* A trace in memory. Fields are read-only for callers: change it through
  * the functions below, which keep the arrays valid. */
 typedef struct mn_trace_s {
-  unsigned version;          /* MN_TRACE_FORMAT_VERSION */
+  unsigned version;          /* the version read (1 or 2); 1 for a new trace */
   size_t nentries;           /* pre lines first, then events, in file order */
   mn_trace_entry_t *entries;
   size_t nmeta;
@@ -94,15 +96,39 @@ void mn_trace_recorder_sink(void *user, const mn_trace_event_t *event);
 
 /* ---- replay ------------------------------------------------------------------
  * Drives an allocator through a trace: the pre allocations first, in order,
- * then every alloc / free_requested event, in order. Trace stream ids map to
+ * then every alloc / free_requested / empty_cache event, in order. Trace stream ids map to
  * streams of the allocator's device: the first id seen (or 0) to the default
  * stream, each other id to a stream created for the replay. Trace addresses
  * map to the pointers the allocator returns. An allocation that fails for
  * want of memory is counted (ooms) and its later free skipped; other
  * failures stop the replay with the trace line named. At the end every live
  * allocation is freed and the created streams destroyed. */
+typedef struct mn_replay_step_s {
+  size_t entry;               /* index in the trace of the entry just replayed */
+  int64_t allocated, reserved;/* allocator's current bytes (-1: unknown) */
+  int64_t requested;          /* bytes asked for and live */
+} mn_replay_step_t;
+
 typedef struct mn_replay_options_s {
   bool skip_pre; /* leave out the pre allocations (their frees are then skipped) */
+  /* Leave out the trace's empty_cache lines (by default each one calls
+   * mn_allocator_empty_cache, as the recorded program did). */
+  bool skip_empty_cache;
+  /* Trace device to replay (version 2 traces may hold several): -1 (the
+   * default) replays the lowest device index in the trace. */
+  int trace_device;
+  /* On an allocation that fails for want of memory: up to this many times,
+   * empty the allocator's cache and try again (counted in retries). */
+  unsigned oom_retries;
+  /* Called after every replayed alloc and free (NULL: none); may not call the allocator. */
+  void (*on_step)(void *user, const mn_replay_step_t *step);
+  void *on_step_user;
+  /* Stop after this entry index of the trace (SIZE_MAX: run to the end) and call at_stop
+   * with the allocator in that state (e.g. to take a snapshot), before the
+   * live allocations are freed. */
+  size_t stop_after;
+  void (*at_stop)(void *user, mn_allocator_t *allocator);
+  void *at_stop_user;
 } mn_replay_options_t;
 
 mn_replay_options_t mn_replay_options_default(void);
@@ -112,6 +138,10 @@ typedef struct mn_replay_result_s {
   uint64_t pre_allocs;         /* pre allocations replayed */
   uint64_t ooms;               /* allocations that failed for want of memory */
   uint64_t skipped_frees;      /* frees of allocations that had failed */
+  uint64_t retries;            /* empty_cache-and-retry rounds (oom_retries) */
+  uint64_t empty_caches;       /* empty_cache lines replayed */
+  uint32_t trace_device;       /* the trace device replayed */
+  uint32_t trace_devices;      /* distinct devices in the trace */
   size_t streams;              /* distinct trace streams */
   /* Bytes; over the whole replay, pre allocations included. From the
    * allocator's statistics when it keeps them (stats_from_allocator), else

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# tests/test_cli_profiling.sh: the profiling commands end to end: mnemo import (RMM
+# CSV: good, malformed with its line number, truncated), replay options, snapshot,
+# and MNEMO_TRACE recording at exit whose replay gives the live run's peaks.
+# Usage: test_cli_profiling.sh MNEMO_CLI SOURCE_DIR
+set -u
+cli=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+check() { # check "what" command...
+  local what=$1
+  shift
+  if "$@"; then echo "ok    $what"; else echo "FAIL  $what"; fails=$((fails + 1)); fi
+}
+has() { grep -q -- "$2" "$1"; }
+
+# import --from rmm
+"$cli" import --from rmm "$src/tests/data/rmm/small.csv" -o "$tmp/rmm.trace" 2>"$tmp/err"
+check "import rmm exits 0" test $? -eq 0
+check "import rmm reports the pre-existing allocation" has "$tmp/err" "1 allocations made before the log began"
+"$cli" replay "$tmp/rmm.trace" --json --no-progress >"$tmp/out" 2>&1
+check "the imported RMM trace replays" has "$tmp/out" '"allocs": 2'
+"$cli" import --from rmm "$src/tests/data/rmm/bad_action.csv" -o "$tmp/bad.trace" 2>"$tmp/err"
+check "malformed RMM line: exit 1" test $? -eq 1
+check "malformed RMM line: file and line number" has "$tmp/err" "bad_action.csv:3: unknown action"
+check "malformed RMM line: nothing written" test ! -e "$tmp/bad.trace"
+"$cli" import --from rmm "$src/tests/data/rmm/truncated.csv" -o "$tmp/bad.trace" 2>"$tmp/err"
+check "truncated RMM log: reported with its line" has "$tmp/err" "truncated.csv:3: truncated file"
+"$cli" import --from torch "$src/tests/data/torch/oom.pickle" -o "$tmp/oom.trace" 2>"$tmp/err"
+check "import torch through the python importer" has "$tmp/oom.trace" " oom 0 0x100000 41943040"
+"$cli" import --from csv x -o y >/dev/null 2>&1
+check "import: bad --from is a usage error" test $? -eq 2
+
+# replay
+trace=$src/data/traces/ctx128_forward_mixed.trace
+"$cli" replay "$trace" --device cuda >"$tmp/out" 2>&1
+rc=$?
+if "$cli" info | grep -q "cuda:0"; then
+  check "replay --device cuda on a GPU" test $rc -eq 0
+else
+  check "replay --device cuda without a GPU: exit 1" test $rc -eq 1
+  check "replay --device cuda without a GPU: says so" has "$tmp/out" "no CUDA device here"
+fi
+"$cli" replay "$trace" --capacity 16G --retries 2 --json --no-progress >"$tmp/out" 2>&1
+check "replay --capacity 16G: OOMs on a 22.6 GiB trace" grep -q '"ooms": [1-9]' "$tmp/out"
+check "replay --retries counted" grep -q '"retries": [1-9]' "$tmp/out"
+"$cli" replay "$trace" --config "" --config expandable_segments:True --progress >"$tmp/out" 2>"$tmp/err"
+check "replay: comparison table with both configs" has "$tmp/out" "expandable_segments:True"
+check "replay --progress: bar on stderr" has "$tmp/err" "100%"
+"$cli" replay "$trace" --json >"$tmp/out" 2>"$tmp/err" </dev/null
+check "replay: no progress bar when stderr is not a terminal" test ! -s "$tmp/err"
+
+# snapshot
+"$cli" snapshot "$src/tests/corpus/trace/small.trace" --at end --blocks >"$tmp/out" 2>&1
+check "snapshot of a trace: segment table" has "$tmp/out" "largest free"
+check "snapshot of a trace: memory summary" has "$tmp/out" "mnemo memory summary, device sim:0"
+"$cli" snapshot "$trace" --at 99999999 >"$tmp/out" 2>&1
+check "snapshot --at out of range: usage error" test $? -eq 2
+
+# MNEMO_TRACE: every caching allocator of the process is recorded, written at exit.
+MNEMO_TRACE="$tmp/rec.trace" "$cli" replay "$src/tests/corpus/trace/small.trace" --json --no-progress >"$tmp/live" 2>&1
+check "MNEMO_TRACE writes the trace at exit" test -s "$tmp/rec.trace"
+"$cli" replay "$tmp/rec.trace" --json --no-progress >"$tmp/again" 2>&1
+live=$(grep -o '"peak_reserved": [0-9]*' "$tmp/live")
+again=$(grep -o '"peak_reserved": [0-9]*' "$tmp/again")
+check "recorded-at-exit trace replays to the live peak reserved ($live / $again)" test -n "$live" -a "$live" = "$again"
+live=$(grep -o '"peak_allocated": [0-9]*' "$tmp/live")
+again=$(grep -o '"peak_allocated": [0-9]*' "$tmp/again")
+check "... and peak allocated ($live / $again)" test -n "$live" -a "$live" = "$again"
+
+echo "$fails failed"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,244 @@
+/* tools/cmd_snapshot.c: `mnemo snapshot` (segment/block tables and memory_summary of
+ * a trace's replay at a point, or of a PyTorch snapshot) and `mnemo import` (RMM CSV, PyTorch). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "mnemo/mnemo.h"
+#include "commands.h"
+
+const char cmd_snapshot_usage[] =
+    "  snapshot FILE [--at peak|end|ENTRY] [--config ALLOC_CONF] [--blocks]\n"
+    "            FILE a mnemo trace: replay it on the SIM device up to the peak of\n"
+    "            reserved bytes (default), its end or an entry index, and print the\n"
+    "            segments (free space, fragmentation), with --blocks their blocks, and\n"
+    "            the memory_summary table; FILE a PyTorch snapshot pickle: its segments\n"
+    "            (through tools/import_torch_snapshot.py --table)\n";
+
+const char cmd_import_usage[] =
+    "  import --from rmm|torch INPUT -o TRACE [--device N]\n"
+    "            convert an RMM logging_resource_adaptor CSV log or a PyTorch memory\n"
+    "            snapshot (python3 tools/import_torch_snapshot.py) into a mnemo trace\n";
+
+/* Runs python3 on the importer with the given arguments; returns its exit status. */
+static int run_python_importer(char *const *args, int nargs) {
+  char script[1024];
+  const char *dir = getenv("MNEMO_TOOLS_DIR");
+  snprintf(script, sizeof script, "%s/import_torch_snapshot.py", dir && *dir ? dir : MN_TOOLS_DIR);
+  if (access(script, R_OK) != 0) {
+    fprintf(stderr, "mnemo: cannot find %s (set MNEMO_TOOLS_DIR to the folder that holds it)\n", script);
+    return 1;
+  }
+  char **argv = calloc((size_t)nargs + 3, sizeof *argv);
+  if (!argv) return 1;
+  argv[0] = "python3";
+  argv[1] = script;
+  for (int i = 0; i < nargs; i++) argv[2 + i] = args[i];
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execvp("python3", argv);
+    perror("mnemo: python3");
+    _exit(127);
+  }
+  free(argv);
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) < 0) {
+    perror("mnemo: cannot run python3");
+    return 1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+static bool is_pickle(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return false;
+  int c = fgetc(f);
+  fclose(f);
+  return c == 0x80; /* pickle protocol 2 and later start with PROTO */
+}
+
+typedef struct peak_s {
+  int64_t reserved;
+  size_t entry;
+} peak_t;
+
+static void find_peak(void *user, const mn_replay_step_t *s) {
+  peak_t *p = user;
+  if (s->reserved > p->reserved) {
+    p->reserved = s->reserved;
+    p->entry = s->entry;
+  }
+}
+
+typedef struct stop_s {
+  bool blocks;
+  int rc;
+} stop_t;
+
+static void print_state(void *user, mn_allocator_t *a) {
+  stop_t *s = user;
+  mn_snapshot_t *snap = NULL;
+  if (mn_allocator_snapshot(a, &snap) != MN_OK || mn_snapshot_print(snap, s->blocks, stdout) != MN_OK) {
+    fprintf(stderr, "mnemo snapshot: %s\n", mn_last_error());
+    s->rc = 1;
+  }
+  if (snap) mn_snapshot_free(snap);
+  size_t need = 0;
+  char small[1];
+  mn_allocator_memory_summary(a, small, sizeof small, &need);
+  char *buf = need ? malloc(need) : NULL;
+  if (buf && mn_allocator_memory_summary(a, buf, need, NULL) == MN_OK) {
+    printf("\n%s", buf);
+  } else {
+    fprintf(stderr, "mnemo snapshot: memory summary: %s\n", mn_last_error());
+    s->rc = 1;
+  }
+  free(buf);
+}
+
+int cmd_snapshot(int argc, char **argv) {
+  const char *path = NULL, *at = "peak", *config = "";
+  bool blocks = false;
+  for (int i = 0; i < argc; i++) {
+    const char *arg = argv[i];
+    if (!strcmp(arg, "--blocks")) {
+      blocks = true;
+    } else if (!strcmp(arg, "--at") || !strcmp(arg, "--config")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "mnemo snapshot: %s needs a value\n", arg);
+        return 2;
+      }
+      if (!strcmp(arg, "--at")) at = argv[++i];
+      else config = argv[++i];
+    } else if (arg[0] == '-' && arg[1]) {
+      fprintf(stderr, "mnemo snapshot: unknown option %s\nusage: mnemo\n%s", arg, cmd_snapshot_usage);
+      return 2;
+    } else if (!path) {
+      path = arg;
+    } else {
+      fprintf(stderr, "mnemo snapshot: one file at a time\n");
+      return 2;
+    }
+  }
+  if (!path) {
+    fprintf(stderr, "usage: mnemo\n%s", cmd_snapshot_usage);
+    return 2;
+  }
+  if (is_pickle(path)) {
+    char *args[3] = {(char *)path, "--table", blocks ? "--blocks" : NULL};
+    return run_python_importer(args, blocks ? 3 : 2);
+  }
+  mn_caching_config_t cfg = mn_caching_config_default();
+  if (mn_caching_config_parse(config, &cfg) != MN_OK) {
+    fprintf(stderr, "mnemo snapshot: bad --config \"%s\": %s\n", config, mn_last_error());
+    return 2;
+  }
+  mn_trace_t *t = NULL;
+  if (mn_trace_read(path, &t) != MN_OK) {
+    fprintf(stderr, "mnemo snapshot: %s\n", mn_last_error());
+    return 1;
+  }
+  size_t stop = SIZE_MAX;
+  int rc = 1;
+  mn_allocator_t *a = NULL;
+  if (!strcmp(at, "peak")) {
+    peak_t pk = {-1, 0};
+    mn_replay_options_t o = mn_replay_options_default();
+    o.on_step = find_peak;
+    o.on_step_user = &pk;
+    mn_replay_result_t r;
+    if (mn_caching_allocator_create(mn_device_sim(0), &cfg, &a) != MN_OK || mn_trace_replay(t, a, &o, &r) != MN_OK)
+      goto fail;
+    mn_allocator_destroy(a);
+    a = NULL;
+    stop = pk.entry;
+  } else if (!strcmp(at, "end")) {
+    stop = t->nentries ? t->nentries - 1 : 0;
+  } else {
+    char *end = NULL;
+    unsigned long long n = strtoull(at, &end, 10);
+    if (*end || at[0] == '-' || n >= t->nentries) {
+      fprintf(stderr, "mnemo snapshot: --at must be peak, end or an entry index below %zu, not \"%s\"\n", t->nentries,
+              at);
+      rc = 2;
+      goto done;
+    }
+    stop = (size_t)n;
+  }
+  printf("snapshot of %s replayed on sim:0 (%s) after entry %zu", path, config[0] ? config : "defaults", stop);
+  if (stop < t->nentries && t->entries[stop].line) printf(" (line %" PRIu32 ")", t->entries[stop].line);
+  printf(" [%s]\n", at);
+  stop_t s = {blocks, 0};
+  mn_replay_options_t o = mn_replay_options_default();
+  o.stop_after = stop;
+  o.at_stop = print_state;
+  o.at_stop_user = &s;
+  mn_replay_result_t r;
+  if (mn_caching_allocator_create(mn_device_sim(0), &cfg, &a) != MN_OK || mn_trace_replay(t, a, &o, &r) != MN_OK)
+    goto fail;
+  rc = s.rc;
+  goto done;
+fail:
+  fprintf(stderr, "mnemo snapshot: %s\n", mn_last_error());
+done:
+  mn_allocator_destroy(a);
+  mn_trace_destroy(t);
+  return rc;
+}
+
+int cmd_import(int argc, char **argv) {
+  const char *from = NULL, *in = NULL, *out = NULL, *device = NULL;
+  for (int i = 0; i < argc; i++) {
+    const char *arg = argv[i];
+    if (!strcmp(arg, "--from") || !strcmp(arg, "-o") || !strcmp(arg, "--device")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "mnemo import: %s needs a value\n", arg);
+        return 2;
+      }
+      const char *v = argv[++i];
+      if (!strcmp(arg, "--from")) from = v;
+      else if (!strcmp(arg, "-o")) out = v;
+      else device = v;
+    } else if (arg[0] == '-' && arg[1]) {
+      fprintf(stderr, "mnemo import: unknown option %s\nusage: mnemo\n%s", arg, cmd_import_usage);
+      return 2;
+    } else if (!in) {
+      in = arg;
+    } else {
+      fprintf(stderr, "mnemo import: one input at a time\n");
+      return 2;
+    }
+  }
+  if (!from || !in || !out || (strcmp(from, "rmm") && strcmp(from, "torch"))) {
+    fprintf(stderr, "usage: mnemo\n%s", cmd_import_usage);
+    return 2;
+  }
+  if (!strcmp(from, "torch")) {
+    char *args[5] = {(char *)in, "-o", (char *)out, "--device", (char *)device};
+    return run_python_importer(args, device ? 5 : 3);
+  }
+  if (device) {
+    fprintf(stderr, "mnemo import: --device applies to --from torch\n");
+    return 2;
+  }
+  mn_trace_t *t = NULL;
+  if (mn_trace_import_rmm_csv_file(in, &t) != MN_OK) {
+    fprintf(stderr, "mnemo import: %s\n", mn_last_error());
+    return 1;
+  }
+  int rc = 0;
+  if (mn_trace_write(t, out) != MN_OK) {
+    fprintf(stderr, "mnemo import: %s\n", mn_last_error());
+    rc = 1;
+  } else {
+    size_t pre = 0;
+    for (size_t i = 0; i < t->nentries; i++) pre += t->entries[i].pre;
+    fprintf(stderr, "%s: %zu events, %zu allocations made before the log began\n", in, t->nentries - pre, pre);
+  }
+  mn_trace_destroy(t);
+  return rc;
+}
