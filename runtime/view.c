@@ -253,9 +253,10 @@ void *mn_view_data(const mn_view_t *v) {
 
 /* PyTorch's rule: dims of size 1 are ignored; empty views are contiguous. */
 bool mn_view_is_contiguous(const mn_view_t *v) {
+  for (int d = 0; d < v->ndim; d++)
+    if (v->sizes[d] == 0) return true;
   int64_t expected = 1;
   for (int d = v->ndim - 1; d >= 0; d--) {
-    if (v->sizes[d] == 0) return true;
     if (v->sizes[d] == 1) continue;
     if (v->strides[d] != expected) return false;
     expected *= v->sizes[d];

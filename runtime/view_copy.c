@@ -1,6 +1,7 @@
 /* runtime/view_copy.c: the view operations that may copy (reshape, flatten,
  * contiguous, clone, to) and the in-place writes (copy_, fill_, zero_) with
  * PyTorch's overlap rules. Work is queued on streams; see docs/VIEWS.md. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,7 +49,9 @@ static overlap_t overlap_status(const mn_view_t *a, const mn_view_t *b) {
   ahi = alo + mn_view_nbytes(a);
   blo = (uint64_t)b->offset * mn_dtype_itemsize(b->dtype);
   bhi = blo + mn_view_nbytes(b);
-  if (alo == blo && ahi == bhi) return OVERLAP_FULL;
+  if (alo == blo && ahi == bhi && a->ndim == b->ndim &&
+      memcmp(a->strides, b->strides, (size_t)a->ndim * sizeof *a->strides) == 0)
+    return OVERLAP_FULL;
   return OVERLAP_PARTIAL;
 }
 
@@ -108,7 +111,7 @@ static mn_status copy_to_new(const mn_view_t *v, mn_dtype dtype, const int64_t *
                              const char *func, mn_view_t **out) {
   mn_view_t *r = NULL;
   mn_status st = mn_view_empty_strided(mn_view_device(v), dtype, v->ndim, v->sizes, strides, &r);
-  if (st == MN_OK) st = mn_kernel_copy_view(stream, r, v);
+  if (st == MN_OK && mn_view_numel(v) > 0) st = mn_kernel_copy_view(stream, r, v);
   if (st != MN_OK) {
     mn_view_destroy(r);
     return mn__error_wrap(st, func);
@@ -198,11 +201,12 @@ static mn_status copy_impl(mn_view_t *dst, const mn_view_t *src, mn_stream_t *st
                      mn__format_sizes(src->sizes, src->ndim, a, sizeof a),
                      mn__format_sizes(dst->sizes, dst->ndim, b, sizeof b));
   }
-  if (mn_view_numel(dst) == 0 || (dst->dtype == bsrc->dtype && mn_view_same_storage_and_layout(dst, bsrc))) {
+  if (mn_view_numel(dst) == 0 || (dst->dtype == src->dtype && mn_view_same_storage_and_layout(dst, src))) {
     mn_view_destroy(bsrc);
     return MN_OK;
   }
-  overlap_t ov = overlap_status(dst, bsrc);
+  overlap_t ov = overlap_status(dst, src); /* PyTorch looks at src before broadcasting */
+  if (ov == OVERLAP_NO && overlap_status(dst, bsrc) != OVERLAP_NO) ov = OVERLAP_TOO_HARD;
   if (ov == OVERLAP_PARTIAL) {
     mn_view_destroy(bsrc);
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, PARTIAL_MSG);
@@ -281,9 +285,71 @@ mn_status mn_view_to(const mn_view_t *v, mn_device_t dev, mn_dtype dtype, bool n
   return MN_OK;
 }
 
+/* c10's checked_convert (Scalar::to<T> in fill_): whether `value` is out of
+ * the range of `dtype` (negative integers may wrap into unsigned types; inf
+ * and NaN fit floating types; a complex with an imaginary part fits only
+ * complex types; anything fits bool). */
+static bool scalar_overflows(mn_scalar_t value, mn_dtype dtype) {
+  const mn_dtype_info_t *info = mn_dtype_info(dtype);
+  if (dtype == MN_DTYPE_BOOL || value.kind == MN_SCALAR_BOOL) return false;
+  double fmax = 0;
+  bool has_inf = true;
+  switch (dtype) {
+    case MN_DTYPE_FLOAT16: fmax = 65504.0; break;
+    case MN_DTYPE_BFLOAT16: fmax = 3.3895313892515355e38; break;
+    case MN_DTYPE_FLOAT32: case MN_DTYPE_COMPLEX64: fmax = 3.4028234663852886e38; break;
+    case MN_DTYPE_FLOAT64: case MN_DTYPE_COMPLEX128: fmax = 1.7976931348623157e308; break;
+    case MN_DTYPE_FLOAT8_E4M3FN: fmax = 448.0; has_inf = false; break;
+    case MN_DTYPE_FLOAT8_E5M2: fmax = 57344.0; break;
+    default: break;
+  }
+  bool is_int = info->kind == MN_KIND_INT || info->kind == MN_KIND_UINT;
+  int bits = (int)info->itemsize * 8;
+  /* Integer range as doubles / exact ints. */
+  int64_t imin = info->kind == MN_KIND_UINT ? 0 : (bits == 64 ? INT64_MIN : -((int64_t)1 << (bits - 1)));
+  uint64_t umax = info->kind == MN_KIND_UINT ? (bits == 64 ? UINT64_MAX : ((uint64_t)1 << bits) - 1)
+                                             : (bits == 64 ? (uint64_t)INT64_MAX : ((uint64_t)1 << (bits - 1)) - 1);
+  double parts[2] = {0, 0};
+  int np = 1;
+  switch (value.kind) {
+    case MN_SCALAR_INT:
+      if (!is_int) return (double)value.v.i < -fmax || (double)value.v.i > fmax;
+      if (info->kind == MN_KIND_UINT) return value.v.i > 0 ? (uint64_t)value.v.i > umax : -(uint64_t)value.v.i > umax;
+      return value.v.i < imin || (value.v.i > 0 && (uint64_t)value.v.i > umax);
+    case MN_SCALAR_UINT:
+      return is_int ? value.v.u > umax : (double)value.v.u > fmax;
+    case MN_SCALAR_FLOAT: parts[0] = value.v.f; break;
+    case MN_SCALAR_COMPLEX:
+      if (info->kind != MN_KIND_COMPLEX && value.v.c[1] != 0) return true;
+      parts[0] = value.v.c[0];
+      parts[1] = value.v.c[1];
+      np = 2;
+      break;
+    default: return false;
+  }
+  for (int i = 0; i < np; i++) {
+    double f = parts[i];
+    if (is_int) {
+      if (f != f) return true;
+      if (f < (double)imin || f > (double)umax) return true;
+    } else {
+      if (isinf(f) && has_inf) continue;
+      if (f != f) continue;
+      if (f < -fmax || f > fmax) return true;
+    }
+  }
+  return false;
+}
+
 mn_status mn_view_fill(mn_view_t *v, mn_scalar_t value, mn_stream_t *stream) {
   MN__CHECK_ARG(v != NULL, "view must not be NULL");
   if (internal_overlap(v)) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, OVERLAP_MSG);
+  if (scalar_overflows(value, v->dtype))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "value cannot be converted to type %s without overflow",
+                     mn_dtype_name(v->dtype));
+  /* Scalar::to<bool> of a complex looks at the real part only. */
+  if (v->dtype == MN_DTYPE_BOOL && value.kind == MN_SCALAR_COMPLEX) value = mn_scalar_float(value.v.c[0]);
+  if (mn_view_numel(v) == 0) return MN_OK;
   mn_stream_t *s = NULL;
   mn_status st = mn__view_stream(mn_view_device(v), stream, &s);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
