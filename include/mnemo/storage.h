@@ -19,6 +19,12 @@ typedef struct mn_storage_s mn_storage_t;
  * The caller holds one reference. */
 mn_status mn_storage_create(mn_device_t dev, size_t nbytes, mn_allocator_t *allocator,
                             mn_stream_t *stream, mn_storage_t **out);
+/* A storage over foreign memory `data` of nbytes on `dev` (no allocator:
+ * mn_storage_allocator returns NULL). The last release calls
+ * deleter(ctx, data) (NULL: nothing). The caller holds one reference. */
+typedef void (*mn_storage_deleter_t)(void *ctx, void *data);
+mn_status mn_storage_from_buffer(mn_device_t dev, void *data, size_t nbytes, mn_storage_deleter_t deleter, void *ctx,
+                                 mn_storage_t **out);
 /* Adds a reference; returns the storage. */
 mn_storage_t *mn_storage_retain(mn_storage_t *s);
 /* Drops a reference; the last one frees the bytes. NULL is a no-op. */
