@@ -22,6 +22,8 @@
 #include "mnemo/copy.h"
 #include "mnemo/kernels.h"
 #include "mnemo/trace.h"
+/* issue 6: DLPack interchange of views */
+#include "mnemo/dlpack.h"
 
 #ifdef __cplusplus
 extern "C" {
