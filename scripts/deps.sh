@@ -3,6 +3,8 @@
 # through apt, only where a package is missing. Usage: scripts/deps.sh [extra packages]
 set -euo pipefail
 pkgs=(cmake ninja-build gcc g++ make pkg-config libbenchmark-dev python3 "$@")
+# issue 6 (views): the DLPack header, numpy (DLPack test), PyTorch (differential test)
+pkgs+=(libdlpack-dev python3-numpy python3-torch)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
