@@ -304,8 +304,8 @@ static bool scalar_overflows(mn_scalar_t value, mn_dtype dtype) {
     default: break;
   }
   bool is_int = info->kind == MN_KIND_INT || info->kind == MN_KIND_UINT;
-  int bits = (int)info->itemsize * 8;
-  /* Integer range as doubles / exact ints. */
+  int bits = is_int ? (int)info->itemsize * 8 : 64;
+  /* The integer range (unused for other kinds). */
   int64_t imin = info->kind == MN_KIND_UINT ? 0 : (bits == 64 ? INT64_MIN : -((int64_t)1 << (bits - 1)));
   uint64_t umax = info->kind == MN_KIND_UINT ? (bits == 64 ? UINT64_MAX : ((uint64_t)1 << bits) - 1)
                                              : (bits == 64 ? (uint64_t)INT64_MAX : ((uint64_t)1 << (bits - 1)) - 1);
