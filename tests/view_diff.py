@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 # tests/view_diff.py: differential test of mnemo's views against PyTorch: random
 # view chains (docs/VIEW_CHAINS.md) run by view_driver and by torch, compared.
-"""Usage: view_diff.py VIEW_DRIVER [COUNT] [SEED]
+"""Usage: view_diff.py VIEW_DRIVER [COUNT] [SEED] [DEVICE]
 
 Generates COUNT (default 3000) random chains with a fixed SEED (default 6),
-runs them through the driver in one process and through the torch equivalent,
+runs them through the driver in one process (with its creation ops on DEVICE,
+default cpu; sim:0 checks the simulated GPU against PyTorch on the CPU) and through the torch equivalent,
 and compares dtype, sizes, strides, storage offset, contiguity, error-or-not and
 the values after contiguous(). Exits 77 (skipped) when torch is missing, 1 on
 any mismatch (printing the first ones), 0 otherwise.
@@ -345,9 +346,10 @@ def main():
     driver = sys.argv[1]
     count = int(sys.argv[2]) if len(sys.argv) > 2 else 3000
     seed = int(sys.argv[3]) if len(sys.argv) > 3 else 6
+    device = sys.argv[4] if len(sys.argv) > 4 else "cpu"
     rng = random.Random(seed)
     chains = [gen_chain(rng) for _ in range(count)]
-    proc = subprocess.run([driver], input="\n".join(chains) + "\n", capture_output=True, text=True)
+    proc = subprocess.run([driver, device], input="\n".join(chains) + "\n", capture_output=True, text=True)
     outs = proc.stdout.splitlines()
     if proc.returncode != 0 or len(outs) != len(chains):
         print("driver failed (rc %d, %d lines for %d chains): %s" % (proc.returncode, len(outs), len(chains),
