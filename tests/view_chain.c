@@ -436,8 +436,9 @@ static mn_status print_view(sbuf *b, chain_t *c) {
   for (int d = 0; d < nd; d++) sb_printf(b, d ? ", %lld" : "%lld", (long long)mn_view_size(v, d));
   sb_printf(b, "], \"strides\": [");
   for (int d = 0; d < nd; d++) sb_printf(b, d ? ", %lld" : "%lld", (long long)mn_view_stride(v, d));
-  sb_printf(b, "], \"offset\": %lld, \"contiguous\": %s, \"values\": [", (long long)mn_view_offset(v),
-            mn_view_is_contiguous(v) ? "true" : "false");
+  bool cl = nd == 4 ? mn_view_is_contiguous_channels_last(v) : mn_view_is_contiguous_channels_last_3d(v);
+  sb_printf(b, "], \"offset\": %lld, \"contiguous\": %s, \"channels_last\": %s, \"values\": [",
+            (long long)mn_view_offset(v), mn_view_is_contiguous(v) ? "true" : "false", cl ? "true" : "false");
   size_t item = mn_dtype_itemsize(dt);
   for (int64_t i = 0; i < mn_view_numel(hc); i++) {
     if (i) sb_printf(b, ", ");

@@ -6,7 +6,8 @@
 Generates COUNT (default 3000) random chains with a fixed SEED (default 6),
 runs them through the driver in one process (with its creation ops on DEVICE,
 default cpu; sim:0 checks the simulated GPU against PyTorch on the CPU) and through the torch equivalent,
-and compares dtype, sizes, strides, storage offset, contiguity, error-or-not and
+and compares dtype, sizes, strides, storage offset, contiguity (plain and
+channels_last / channels_last_3d for 4-d / 5-d views), error-or-not and
 the values after contiguous(). Exits 77 (skipped) when torch is missing, 1 on
 any mismatch (printing the first ones), 0 otherwise.
 
@@ -190,6 +191,8 @@ def describe(t):
     return {
         "dtype": TNAME[t.dtype], "sizes": list(t.shape), "strides": list(t.stride()),
         "offset": t.storage_offset(), "contiguous": t.is_contiguous(),
+        "channels_last": (t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)) or
+                         (t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d)),
         "values": [value(v) for v in t.contiguous().reshape(-1).tolist()],
     }
 
@@ -320,7 +323,16 @@ def gen_op(rng, t):
 def gen_chain(rng):
     dt = rng.choice(DNAMES)
     r = rng.random()
-    if r < 0.6:
+    if r < 0.08:
+        # NHWC / NDHWC memory seen as NCHW / NCDHW (channels_last layouts).
+        nd = rng.choice([4, 5])
+        shape = [rng.randint(1, 3) for _ in range(nd)]
+        perm = [0] + list(range(2, nd)) + [1]
+        back = [0, nd - 1] + list(range(1, nd - 1))
+        line = "arange %d %s | view %s | permute %s | contiguous | permute %s" % (
+            math.prod(shape), dt, " ".join(str(x) for x in [shape[i] for i in perm]),
+            " ".join(str(x) for x in range(nd)), " ".join(str(x) for x in back))
+    elif r < 0.6:
         n = rng.choice([0, 1, 2, 6, 12, 24, 36, 60])
         line = "arange %d %s" % (n, dt)
     else:
