@@ -247,6 +247,33 @@ MN_TEST(copies_between_devices_cast_and_broadcast) {
   MN_CHECK_OK(mn_device_synchronize(SIM));
 }
 
+MN_TEST(copies_between_two_sim_devices) {
+  mn_device_t sim1 = mn_device_sim(1);
+  mn_view_t *a = arange(SIM, 6), *m = NULL, *t = NULL, *d = NULL, *h = NULL, *b = NULL;
+  MN_CHECK_OK(mn_view_view(a, 2, (int64_t[]){2, 3}, &m));
+  MN_CHECK_OK(mn_view_t2d(m, &t));
+  /* Transposed int64 on sim:0 -> float32 on sim:1 (moved, then cast there). */
+  MN_CHECK_OK(mn_view_empty(sim1, MN_DTYPE_FLOAT32, 2, (int64_t[]){3, 2}, &d));
+  MN_CHECK_OK(mn_view_copy(d, t, NULL));
+  MN_CHECK_OK(mn_device_synchronize(sim1));
+  MN_CHECK_OK(mn_view_to(d, CPU, MN_DTYPE_FLOAT32, false, NULL, &h));
+  const float *f = mn_view_data(h);
+  MN_CHECK(f[0] == 0 && f[1] == 3 && f[2] == 1 && f[5] == 5);
+  /* A broadcast source between devices: row 1 of m to every row on sim:1. */
+  mn_view_t *row = NULL, *d2 = NULL, *h2 = NULL;
+  MN_CHECK_OK(mn_view_select(m, 0, 1, &row));
+  MN_CHECK_OK(mn_view_empty(sim1, MN_DTYPE_INT64, 2, (int64_t[]){4, 3}, &d2));
+  MN_CHECK_OK(mn_view_copy(d2, row, NULL));
+  MN_CHECK_OK(mn_device_synchronize(sim1));
+  MN_CHECK_OK(mn_view_to(d2, CPU, MN_DTYPE_INT64, false, NULL, &h2));
+  const int64_t *g = mn_view_data(h2);
+  MN_CHECK(g[0] == 3 && g[2] == 5 && g[9] == 3 && g[11] == 5);
+  MN_CHECK_OK(mn_view_to(t, sim1, MN_DTYPE_INT16, false, NULL, &b));
+  MN_CHECK(mn_device_equal(mn_view_device(b), sim1) && STRIDES(b, 1, 3)); /* clone's layout */
+  mn_view_t *vs[] = {a, m, t, d, h, b, row, d2, h2};
+  for (int k = 0; k < 9; k++) mn_view_destroy(vs[k]);
+}
+
 MN_TEST(queries) {
   mn_view_t *a = NULL, *p = NULL, *v5 = NULL, *p5 = NULL, *t = NULL, *sl = NULL;
   MN_CHECK_OK(mn_view_empty(CPU, MN_DTYPE_FLOAT32, 4, (int64_t[]){2, 3, 4, 5}, &a));
@@ -418,21 +445,24 @@ MN_TEST(nothing_left_on_sim) {
   MN_CHECK(as.allocation[MN_POOL_ALL].current == 0);
   mn_test_release_sim_caches();
   MN_CHECK_OK(mn_copy_engine_reset());
-  mn_sim_stats_t st;
-  MN_CHECK_OK(mn_sim_get_stats(SIM, &st));
-  MN_CHECK(st.mapped_bytes == 0 && st.illegal_accesses == 0);
+  for (int i = 0; i < 2; i++) {
+    mn_sim_stats_t st;
+    MN_CHECK_OK(mn_sim_get_stats(mn_device_sim(i), &st));
+    MN_CHECK(st.mapped_bytes == 0 && st.illegal_accesses == 0);
+  }
 }
 
 int main(void) {
   CPU = mn_device_cpu();
   SIM = mn_device_sim(0);
-  mn_test_configure_sim(1, (size_t)1 << 30);
+  mn_test_configure_sim(2, (size_t)1 << 30);
   MN_RUN(classic_examples);
   MN_RUN(every_op_cpu_equals_sim);
   MN_RUN(chain_results);
   MN_RUN(aliasing);
   MN_RUN(overlap_refusals);
   MN_RUN(copies_between_devices_cast_and_broadcast);
+  MN_RUN(copies_between_two_sim_devices);
   MN_RUN(queries);
   MN_RUN(split_chunk_dtype_views_and_dims);
   MN_RUN(errors_leave_nothing);
