@@ -5,9 +5,9 @@
 
 /*
  * Structs: the system's <dlpack/dlpack.h> (Debian's libdlpack-dev) when it is
- * present or already included; the DLPack 0.6 core (DLDevice, DLDataType,
- * DLTensor, DLManagedTensor) is defined here, ABI-identical, only when no
- * dlpack.h exists. DLPack 0.x headers lack the versioned tensor of DLPack 1.0:
+ * present or already included (any version); the DLPack 0.6 core (DLDevice,
+ * DLDataType, DLTensor, DLManagedTensor) is defined here, ABI-identical, only
+ * when no dlpack.h exists (then include no dlpack.h after this header). DLPack 0.x headers lack the versioned tensor of DLPack 1.0:
  * DLPackVersion, DLManagedTensorVersioned and the flag bits are then defined
  * here with the 1.0 layout (guarded by DLPACK_MAJOR_VERSION, which 1.x
  * headers define). Define MNEMO_DLPACK_NO_SYSTEM_HEADER to never include it.
@@ -17,7 +17,7 @@
 
 #include "mnemo/view.h"
 
-#if !defined(DLPACK_VERSION) && !defined(MNEMO_DLPACK_NO_SYSTEM_HEADER) && defined(__has_include)
+#if !defined(DLPACK_DLPACK_H_) && !defined(MNEMO_DLPACK_NO_SYSTEM_HEADER) && defined(__has_include)
 #if __has_include(<dlpack/dlpack.h>)
 #include <dlpack/dlpack.h>
 #endif
@@ -27,8 +27,9 @@
 extern "C" {
 #endif
 
-#ifndef DLPACK_VERSION
-/* DLPack 0.6 core, ABI-identical to dlpack/dlpack.h. */
+#if !defined(DLPACK_DLPACK_H_) && !defined(DLPACK_VERSION)
+/* DLPack 0.6 core, ABI-identical to dlpack/dlpack.h (no dlpack.h of any
+ * version, whose include guard is DLPACK_DLPACK_H_, was found). */
 #define DLPACK_VERSION 60
 typedef enum {
   kDLCPU = 1,
@@ -74,7 +75,7 @@ typedef struct DLManagedTensor {
   void *manager_ctx;
   void (*deleter)(struct DLManagedTensor *self);
 } DLManagedTensor;
-#endif /* !DLPACK_VERSION */
+#endif /* no dlpack.h */
 
 #ifndef DLPACK_MAJOR_VERSION
 /* DLPack 1.0's versioned managed tensor (same layout as dlpack.h 1.x). */
