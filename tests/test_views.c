@@ -421,6 +421,16 @@ MN_TEST(dlpack_roundtrip) {
   MN_CHECK_ERR(mn_view_from_dlpack_versioned(&vv, &x), MN_ERR_NOT_SUPPORTED, "read-only");
   MN_CHECK(legacy_deleted == 1 && versioned_deleted == 0);
   their(l);
+  /* bool travels as kDLBool (code 6) and comes back as bool. */
+  mn_view_t *bv = NULL, *bb = NULL;
+  MN_CHECK_OK(mn_view_empty(CPU, MN_DTYPE_BOOL, 1, (int64_t[]){3}, &bv));
+  DLManagedTensor *bl = NULL;
+  MN_CHECK_OK(mn_view_to_dlpack(bv, &bl));
+  MN_CHECK(bl->dl_tensor.dtype.code == MN_DLPACK_CODE_BOOL && bl->dl_tensor.dtype.bits == 8);
+  MN_CHECK_OK(mn_view_from_dlpack(bl, &bb));
+  MN_CHECK(mn_view_dtype(bb) == MN_DTYPE_BOOL);
+  mn_view_destroy(bb);
+  mn_view_destroy(bv);
   /* SIM views export as kDLExtDev and come back as SIM views. */
   mn_view_t *sv = arange(SIM, 3), *sb = NULL;
   DLManagedTensor *sl = NULL;
