@@ -92,6 +92,16 @@ static void dense_strides_like(const mn_view_t *v, int64_t *out) {
   }
 }
 
+/* Whether a and b (same sizes) are non-overlapping and dense with the same
+ * strides on every dim of size > 1: their elements then fill one byte range
+ * each, in the same order. */
+static bool same_dense_layout(const mn_view_t *a, const mn_view_t *b) {
+  if (!mn_view_is_non_overlapping_and_dense(a) || !mn_view_is_non_overlapping_and_dense(b)) return false;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->sizes[d] > 1 && a->strides[d] != b->strides[d]) return false;
+  return true;
+}
+
 /* A new handle with v's geometry (no copy). */
 static mn_status same_view(const mn_view_t *v, const char *func, mn_view_t **out) {
   mn__geom_t g;
@@ -231,7 +241,12 @@ static mn_status copy_impl(mn_view_t *dst, const mn_view_t *src, mn_stream_t *st
      * device temporary in src's dtype, cast there. */
     bool broadcast = false;
     for (int d = 0; d < bsrc->ndim; d++) broadcast |= bsrc->strides[d] == 0 && bsrc->sizes[d] > 1;
-    if (!broadcast && dst->dtype == bsrc->dtype) {
+    if (!broadcast && dst->dtype == bsrc->dtype && same_dense_layout(dst, bsrc)) {
+      /* Both dense with one layout (e.g. to() of a transposed view): the
+       * elements are one byte range on each side. */
+      st = mn_copy_bytes(ddev, mn_view_data(dst), sdev, mn_view_data(bsrc), mn_view_nbytes(dst), s,
+                         non_blocking ? MN_COPY_NON_BLOCKING : 0);
+    } else if (!broadcast && dst->dtype == bsrc->dtype) {
       st = mn_copy_view(dst, bsrc, s, non_blocking);
     } else {
       temps = true;

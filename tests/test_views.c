@@ -268,6 +268,14 @@ MN_TEST(copies_between_two_sim_devices) {
   MN_CHECK_OK(mn_view_to(d2, CPU, MN_DTYPE_INT64, false, NULL, &h2));
   const int64_t *g = mn_view_data(h2);
   MN_CHECK(g[0] == 3 && g[2] == 5 && g[9] == 3 && g[11] == 5);
+  /* Same dtype, dense transposed layout: one byte range moves, strides kept. */
+  mn_view_t *tc = NULL;
+  MN_CHECK_OK(mn_view_to(t, CPU, MN_DTYPE_INT64, false, NULL, &tc));
+  MN_CHECK(STRIDES(tc, 1, 3));
+  int64_t tv[6];
+  values(tc, tv);
+  MN_CHECK(tv[0] == 0 && tv[1] == 3 && tv[2] == 1 && tv[5] == 5);
+  mn_view_destroy(tc);
   MN_CHECK_OK(mn_view_to(t, sim1, MN_DTYPE_INT16, false, NULL, &b));
   MN_CHECK(mn_device_equal(mn_view_device(b), sim1) && STRIDES(b, 1, 3)); /* clone's layout */
   mn_view_t *vs[] = {a, m, t, d, h, b, row, d2, h2};
