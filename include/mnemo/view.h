@@ -1,5 +1,5 @@
-/* mnemo/view.h: strided views over storages (PyTorch's tensor metadata):
- * dtype, sizes, strides in elements, storage offset in elements. */
+/* mnemo/view.h: strided views over storages (PyTorch's tensor metadata): dtype,
+ * sizes, strides and offset in elements. Views are immutable: any thread may use one. */
 #ifndef MNEMO_VIEW_H
 #define MNEMO_VIEW_H
 
@@ -20,7 +20,8 @@ typedef struct mn_view_s mn_view_t;
 
 /* A view of `storage` (retained) with explicit sizes, strides (elements; NULL
  * means contiguous) and offset (elements). Every reachable element must lie
- * inside the storage; negative sizes/strides are refused. */
+ * inside the storage (a view of no elements reaches none, as in PyTorch);
+ * negative sizes/strides/offsets are refused. */
 mn_status mn_view_create(mn_storage_t *storage, mn_dtype dtype, int ndim, const int64_t *sizes,
                          const int64_t *strides, int64_t offset, mn_view_t **out);
 /* A contiguous view over a new storage on `dev` (default allocator). */
