@@ -88,7 +88,6 @@ api.PyCapsule_GetPointer.restype = VP
 api.PyCapsule_GetPointer.argtypes = [VP, C.c_char_p]
 api.PyCapsule_SetName.restype = C.c_int
 api.PyCapsule_SetName.argtypes = [C.py_object, C.c_char_p]
-api.PyCapsule_GetPointer2 = api.PyCapsule_GetPointer
 
 
 @C.CFUNCTYPE(None, VP)

@@ -380,7 +380,7 @@ MN_TEST(errors_leave_nothing) {
   mn_view_destroy(a);
 }
 
-static int legacy_deleted, versioned_deleted; /* versioned: never called here */
+static int legacy_deleted;
 static void count_legacy(DLManagedTensor *t) { (void)t, legacy_deleted++; }
 
 MN_TEST(dlpack_roundtrip) {
@@ -427,7 +427,7 @@ MN_TEST(dlpack_roundtrip) {
   vv.version.major = 1;
   vv.flags = DLPACK_FLAG_BITMASK_READ_ONLY;
   MN_CHECK_ERR(mn_view_from_dlpack_versioned(&vv, &x), MN_ERR_NOT_SUPPORTED, "read-only");
-  MN_CHECK(legacy_deleted == 1 && versioned_deleted == 0);
+  MN_CHECK(legacy_deleted == 1); /* refusals called no deleter */
   their(l);
   /* bool travels as kDLBool (code 6) and comes back as bool. */
   mn_view_t *bv = NULL, *bb = NULL;
