@@ -145,6 +145,12 @@ mn_status mn__view_from_geom(const mn_view_t *v, const mn__geom_t *g, const char
 
 mn_status mn_view_empty_strided(mn_device_t dev, mn_dtype dtype, int ndim, const int64_t *sizes,
                                 const int64_t *strides, mn_view_t **out) {
+  mn_status st = mn__view_empty_on(dev, dtype, ndim, sizes, strides, NULL, out);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn__view_empty_on(mn_device_t dev, mn_dtype dtype, int ndim, const int64_t *sizes, const int64_t *strides,
+                            mn_stream_t *stream, mn_view_t **out) {
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
   MN__CHECK_ARG(mn_dtype_is_valid(dtype), "invalid dtype %d", (int)dtype);
   MN__CHECK_ARG(ndim >= 0 && ndim <= MN_MAX_DIMS, "ndim=%d is not in 0..%d", ndim, MN_MAX_DIMS);
@@ -173,7 +179,8 @@ mn_status mn_view_empty_strided(mn_device_t dev, mn_dtype dtype, int ndim, const
   if (elems > (unsigned __int128)(SIZE_MAX / item))
     return mn__error(MN_ERR_OVERFLOW, __func__, "storage size overflows");
   mn_storage_t *s = NULL;
-  st = mn_storage_create(dev, (size_t)elems * item, NULL, NULL, &s);
+  if (stream && !mn_device_equal(mn_stream_device(stream), dev)) stream = NULL;
+  st = mn_storage_create(dev, (size_t)elems * item, NULL, stream, &s);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   st = view_make(s, dtype, ndim, sizes, strides, 0, __func__, out);
   mn_storage_release(s); /* the view holds its own reference */

@@ -120,7 +120,7 @@ static mn_status sync_if_queued(mn_stream_t *stream) {
 static mn_status copy_to_new(const mn_view_t *v, mn_dtype dtype, const int64_t *strides, mn_stream_t *stream,
                              const char *func, mn_view_t **out) {
   mn_view_t *r = NULL;
-  mn_status st = mn_view_empty_strided(mn_view_device(v), dtype, v->ndim, v->sizes, strides, &r);
+  mn_status st = mn__view_empty_on(mn_view_device(v), dtype, v->ndim, v->sizes, strides, stream, &r);
   if (st == MN_OK && mn_view_numel(v) > 0) st = mn_kernel_copy_view(stream, r, v);
   if (st != MN_OK) {
     mn_view_destroy(r);
@@ -290,7 +290,7 @@ mn_status mn_view_to(const mn_view_t *v, mn_device_t dev, mn_dtype dtype, bool n
   int64_t strides[MN_MAX_DIMS];
   dense_strides_like(v, strides);
   mn_view_t *r = NULL;
-  st = mn_view_empty_strided(dev, dtype, v->ndim, v->sizes, strides, &r);
+  st = mn__view_empty_on(dev, dtype, v->ndim, v->sizes, strides, stream, &r);
   if (st == MN_OK) st = copy_impl(r, v, stream, non_blocking, __func__);
   if (st != MN_OK) {
     mn_view_destroy(r);

@@ -40,6 +40,11 @@ bool mn__compute_stride(const int64_t *oldshape, const int64_t *oldstride, int o
                         int newn, int64_t *newstride);
 /* PyTorch's infer_size: resolves one -1 in shape for numel elements. */
 mn_status mn__infer_size(const int64_t *shape, int n, int64_t numel, const char *func, int64_t *out);
+/* empty_strided whose storage is allocated ordered on `stream` (used when
+ * it is a stream of dev; else the default stream), so that the caching
+ * allocator ties the block to the stream the copy into it runs on. */
+mn_status mn__view_empty_on(mn_device_t dev, mn_dtype dtype, int ndim, const int64_t *sizes, const int64_t *strides,
+                            mn_stream_t *stream, mn_view_t **out);
 /* The stream to use: `given`, or the default stream of dev. */
 mn_status mn__view_stream(mn_device_t dev, mn_stream_t *given, mn_stream_t **out);
 

@@ -191,6 +191,30 @@ MN_TEST(aliasing) {
   }
 }
 
+/* Copies and fills are queued on the given stream and run when it does. */
+MN_TEST(work_is_ordered_on_the_given_stream) {
+  mn_stream_t *s = NULL;
+  MN_CHECK_OK(mn_stream_create(SIM, &s));
+  mn_view_t *a = arange(SIM, 6), *m = NULL, *t = NULL, *c = NULL, *r = NULL;
+  MN_CHECK_OK(mn_view_view(a, 2, (int64_t[]){2, 3}, &m));
+  MN_CHECK_OK(mn_view_t2d(m, &t));
+  MN_CHECK_OK(mn_view_contiguous(t, s, &c)); /* queued: nothing ran yet */
+  MN_CHECK_OK(mn_view_fill(m, mn_scalar_int(9), s)); /* after the copy on s */
+  MN_CHECK_OK(mn_view_reshape(t, 1, (int64_t[]){6}, s, &r)); /* a copy too: sees the 9s */
+  size_t pending = 0;
+  MN_CHECK_OK(mn_sim_stream_pending(s, &pending));
+  MN_CHECK(pending >= 3);
+  MN_CHECK_OK(mn_stream_synchronize(s));
+  int64_t got[6];
+  values(c, got);
+  MN_CHECK(got[0] == 0 && got[1] == 3 && got[2] == 1 && got[5] == 5);
+  values(r, got);
+  MN_CHECK(got[0] == 9 && got[5] == 9);
+  mn_view_t *vs[] = {a, m, t, c, r};
+  for (int k = 0; k < 5; k++) mn_view_destroy(vs[k]);
+  MN_CHECK_OK(mn_stream_destroy(s));
+}
+
 MN_TEST(overlap_refusals) {
   mn_view_t *a = arange(CPU, 12), *e = NULL, *m = NULL, *t = NULL, *x = NULL, *y = NULL;
   MN_CHECK_OK(mn_view_view(a, 2, (int64_t[]){3, 4}, &m));
@@ -478,6 +502,7 @@ int main(void) {
   MN_RUN(every_op_cpu_equals_sim);
   MN_RUN(chain_results);
   MN_RUN(aliasing);
+  MN_RUN(work_is_ordered_on_the_given_stream);
   MN_RUN(overlap_refusals);
   MN_RUN(copies_between_devices_cast_and_broadcast);
   MN_RUN(copies_between_two_sim_devices);
