@@ -176,13 +176,16 @@ static mn_status import_common(const DLTensor *t, DLManagedTensor *legacy, DLMan
   if (t->strides) memcpy(strides, t->strides, (size_t)t->ndim * sizeof *strides);
   else {
     for (int d = 0; d < t->ndim; d++)
-      if (t->shape[d] < 0) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "DLPack size %lld at dim %d is negative", (long long)t->shape[d], d);
+      if (t->shape[d] < 0)
+        return mn__error(MN_ERR_INVALID_ARGUMENT, func, "DLPack size %lld at dim %d is negative",
+                         (long long)t->shape[d], d);
     mn__contiguous_strides(t->shape, t->ndim, strides);
   }
   unsigned __int128 elems = 1;
   for (int d = 0; d < t->ndim; d++) {
     if (t->shape[d] < 0)
-      return mn__error(MN_ERR_INVALID_ARGUMENT, func, "DLPack size %lld at dim %d is negative", (long long)t->shape[d], d);
+      return mn__error(MN_ERR_INVALID_ARGUMENT, func, "DLPack size %lld at dim %d is negative", (long long)t->shape[d],
+                       d);
     if (strides[d] < 0)
       return mn__error(MN_ERR_NOT_SUPPORTED, func, "DLPack stride %lld at dim %d is negative (not supported)",
                        (long long)strides[d], d);

@@ -181,7 +181,8 @@ mn_status mn_view_flatten(const mn_view_t *v, int start_dim, int end_dim, mn_str
   if (st == MN_OK) st = mn__wrap_dim(end_dim, v->ndim, true, __func__, &b);
   if (st != MN_OK) return st;
   if (a > b)
-    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "flatten() has invalid args: start_dim cannot come after end_dim");
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                     "flatten() has invalid args: start_dim cannot come after end_dim");
   if (v->ndim == 0) {
     const int64_t one = 1;
     st = mn_view_reshape(v, 1, &one, stream, out);
@@ -224,7 +225,8 @@ static mn_status copy_impl(mn_view_t *dst, const mn_view_t *src, mn_stream_t *st
   mn_device_t ddev = mn_view_device(dst), sdev = mn_view_device(bsrc);
   bool same_dev = mn_device_equal(ddev, sdev);
   mn_stream_t *s = stream;
-  if (!s) st = mn_stream_default(same_dev || sdev.type == MN_DEVICE_CPU ? ddev : (ddev.type == MN_DEVICE_CPU ? sdev : ddev), &s);
+  /* NULL: the default stream of the non-CPU side, dst's when both are devices. */
+  if (!s) st = mn_stream_default(ddev.type == MN_DEVICE_CPU ? sdev : ddev, &s);
   mn_view_t *tmp = NULL, *tmp2 = NULL;
   bool temps = false;
   if (st == MN_OK && same_dev) {
@@ -266,9 +268,14 @@ static mn_status copy_impl(mn_view_t *dst, const mn_view_t *src, mn_stream_t *st
       if (st == MN_OK) st = sync_if_queued(ds);
     }
   }
-  /* Temporaries die only after the work reading them has run. */
-  if (temps && st == MN_OK) st = sync_if_queued(s);
-  else if (st == MN_OK && !non_blocking && !mn_device_equal(mn_stream_device(s), mn_device_cpu())) st = mn_stream_synchronize(s);
+  /* Temporaries die only after the work reading them has run (also when a
+   * later step failed: earlier steps may be queued). */
+  if (temps && s) {
+    mn_status sync = sync_if_queued(s);
+    if (st == MN_OK) st = sync;
+  } else if (st == MN_OK && !non_blocking) {
+    st = sync_if_queued(s);
+  }
   mn_view_destroy(tmp);
   mn_view_destroy(tmp2);
   mn_view_destroy(bsrc);

@@ -215,7 +215,8 @@ mn_status mn_view_slice(const mn_view_t *v, int dim, int64_t start, int64_t end,
   int d;
   mn_status st = mn__wrap_dim(dim, v->ndim, false, __func__, &d);
   if (st != MN_OK) return st;
-  if (step <= 0) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "slice step must be positive (got %lld)", (long long)step);
+  if (step <= 0)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "slice step must be positive (got %lld)", (long long)step);
   int64_t n = v->sizes[d];
   if (start < 0) start = start < -n ? 0 : start + n;
   if (end < 0) end = end < -n ? 0 : end + n;
@@ -232,7 +233,8 @@ mn_status mn_view_slice(const mn_view_t *v, int dim, int64_t start, int64_t end,
 
 mn_status mn_view_narrow(const mn_view_t *v, int dim, int64_t start, int64_t length, mn_view_t **out) {
   CHECK_VO(v, out);
-  if (v->ndim == 0) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "narrow() cannot be applied to a 0-dim tensor.");
+  if (v->ndim == 0)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "narrow() cannot be applied to a 0-dim tensor.");
   int d;
   mn_status st = mn__wrap_dim(dim, v->ndim, false, __func__, &d);
   if (st != MN_OK) return st;
@@ -359,7 +361,8 @@ mn_status mn_view_unflatten(const mn_view_t *v, int dim, int n, const int64_t *s
   mn_status st = mn__wrap_dim(dim, v->ndim, true, __func__, &d);
   if (st != MN_OK) return st;
   if (n <= 0 || !sizes) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "unflatten: sizes must be non-empty");
-  if (v->ndim == 0) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "unflatten: a 0-d view has no dim to unflatten");
+  if (v->ndim == 0)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "unflatten: a 0-d view has no dim to unflatten");
   if (v->ndim - 1 + n > MN_MAX_DIMS) return too_many_dims(__func__, v->ndim - 1 + n);
   int64_t inferred[MN_MAX_DIMS];
   st = mn__infer_size(sizes, n, v->sizes[d], __func__, inferred);
@@ -387,7 +390,8 @@ mn_status mn_view_diagonal(const mn_view_t *v, int64_t offset, int dim1, int dim
   mn_status st = mn__wrap_dim(dim1, v->ndim, false, __func__, &a);
   if (st == MN_OK) st = mn__wrap_dim(dim2, v->ndim, false, __func__, &b);
   if (st != MN_OK) return st;
-  if (a == b) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "diagonal dimensions cannot be identical %d, %d", dim1, dim2);
+  if (a == b)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "diagonal dimensions cannot be identical %d, %d", dim1, dim2);
   int64_t n;
   mn__geom_t g;
   mn__geom_of(v, &g);
@@ -414,8 +418,9 @@ mn_status mn_view_unfold(const mn_view_t *v, int dim, int64_t size, int64_t step
   if (st != MN_OK) return st;
   int64_t max_size = v->ndim == 0 ? 1 : v->sizes[d];
   if (size > max_size)
-    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "maximum size for tensor at dimension %d is %lld but size is %lld",
-                     d, (long long)max_size, (long long)size);
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                     "maximum size for tensor at dimension %d is %lld but size is %lld", d, (long long)max_size,
+                     (long long)size);
   if (size < 0) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "size is %lld but must be >= 0", (long long)size);
   if (step <= 0) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "step is %lld but must be > 0", (long long)step);
   if (v->ndim >= MN_MAX_DIMS) return too_many_dims(__func__, v->ndim + 1);
@@ -459,13 +464,14 @@ static mn_status split_pieces(const mn_view_t *v, int d, int64_t n, int64_t piec
 
 mn_status mn_view_split(const mn_view_t *v, int64_t split_size, int dim, mn_view_t ***out, int *count) {
   MN__CHECK_ARG(v != NULL && out != NULL && count != NULL, "view, out and count must not be NULL");
-  if (v->ndim == 0) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "split expects at least a 1-dimensional tensor");
+  if (v->ndim == 0)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "split expects at least a 1-dimensional tensor");
   int d;
   mn_status st = mn__wrap_dim(dim, v->ndim, false, __func__, &d);
   if (st != MN_OK) return st;
   if (split_size < 0)
-    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "split expects split_size be non-negative, but got split_size=%lld",
-                     (long long)split_size);
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                     "split expects split_size be non-negative, but got split_size=%lld", (long long)split_size);
   int64_t n = v->sizes[d];
   if (split_size == 0 && n != 0)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
@@ -478,7 +484,8 @@ mn_status mn_view_split(const mn_view_t *v, int64_t split_size, int dim, mn_view
 
 mn_status mn_view_chunk(const mn_view_t *v, int64_t chunks, int dim, mn_view_t ***out, int *count) {
   MN__CHECK_ARG(v != NULL && out != NULL && count != NULL, "view, out and count must not be NULL");
-  if (v->ndim == 0) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "chunk expects at least a 1-dimensional tensor");
+  if (v->ndim == 0)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "chunk expects at least a 1-dimensional tensor");
   if (chunks <= 0)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "chunk expects `chunks` to be greater than 0, got: %lld",
                      (long long)chunks);
@@ -519,14 +526,16 @@ mn_status mn_view_view_dtype(const mn_view_t *v, mn_dtype dtype, mn_view_t **out
     } else {
       int64_t r = want / have;
       if (v->sizes[last] % r)
-        return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
-                         "self.size(-1) must be divisible by %lld to view %s as %s (different element sizes), but got %lld",
-                         (long long)r, from, to, (long long)v->sizes[last]);
+        return mn__error(
+            MN_ERR_INVALID_ARGUMENT, __func__,
+            "self.size(-1) must be divisible by %lld to view %s as %s (different element sizes), but got %lld",
+            (long long)r, from, to, (long long)v->sizes[last]);
       if (v->offset % r)
-        return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
-                         "self.storage_offset() must be divisible by %lld to view %s as %s (different element sizes), but "
-                         "got %lld",
-                         (long long)r, from, to, (long long)v->offset);
+        return mn__error(
+            MN_ERR_INVALID_ARGUMENT, __func__,
+            "self.storage_offset() must be divisible by %lld to view %s as %s (different element sizes), but "
+            "got %lld",
+            (long long)r, from, to, (long long)v->offset);
       for (int d = 0; d < last; d++) {
         if (v->strides[d] % r)
           return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,

@@ -137,18 +137,22 @@ MN_TEST(chain_results) {
     const char *chain, *want;
   } cases[] = {
       {"arange 12 int64 | view 3 4 | t | contiguous | to float16",
-       "{\"dtype\": \"float16\", \"sizes\": [4, 3], \"strides\": [3, 1], \"offset\": 0, \"contiguous\": true, \"channels_last\": false, "
+       "{\"dtype\": \"float16\", \"sizes\": [4, 3], \"strides\": [3, 1], \"offset\": 0, \"contiguous\": true, "
+       "\"channels_last\": false, "
        "\"values\": [0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11]}"},
       {"arange 12 | view 3 4 | slice 1 0 none 2 | fill 7 | base",
-       "{\"dtype\": \"int64\", \"sizes\": [12], \"strides\": [1], \"offset\": 0, \"contiguous\": true, \"channels_last\": false, "
+       "{\"dtype\": \"int64\", \"sizes\": [12], \"strides\": [1], \"offset\": 0, \"contiguous\": true, "
+       "\"channels_last\": false, "
        "\"values\": [7, 1, 7, 3, 7, 5, 7, 7, 7, 9, 7, 11]}"},
       {"arange 25 | view 5 5 | diagonal 1 0 1",
-       "{\"dtype\": \"int64\", \"sizes\": [4], \"strides\": [6], \"offset\": 1, \"contiguous\": false, \"channels_last\": false, "
+       "{\"dtype\": \"int64\", \"sizes\": [4], \"strides\": [6], \"offset\": 1, \"contiguous\": false, "
+       "\"channels_last\": false, "
        "\"values\": [1, 7, 13, 19]}"},
       {"arange 4 | unsqueeze 0 | copy_self", NULL}, /* same bytes, other strides: partial */
-      {"arange 6 | expand 2 6 | fill 1", NULL},      /* internal overlap: refused */
+      {"arange 6 | expand 2 6 | fill 1", NULL},     /* internal overlap: refused */
       {"arange 12 | view 3 4 | view 1 12",
-       "{\"dtype\": \"int64\", \"sizes\": [1, 12], \"strides\": [12, 1], \"offset\": 0, \"contiguous\": true, \"channels_last\": false, "
+       "{\"dtype\": \"int64\", \"sizes\": [1, 12], \"strides\": [12, 1], \"offset\": 0, \"contiguous\": true, "
+       "\"channels_last\": false, "
        "\"values\": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]}"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -378,7 +382,8 @@ MN_TEST(errors_leave_nothing) {
   mn_storage_t *s = mn_view_storage(a);
   MN_CHECK_OK(mn_view_view(a, 2, (int64_t[]){3, 4}, &m));
   long refs = mn_storage_refcount(s);
-  MN_CHECK_ERR(mn_view_view(m, 2, (int64_t[]){5, -1}, &out), MN_ERR_INVALID_ARGUMENT, "is invalid for input of size 12");
+  MN_CHECK_ERR(mn_view_view(m, 2, (int64_t[]){5, -1}, &out), MN_ERR_INVALID_ARGUMENT,
+               "is invalid for input of size 12");
   MN_CHECK_ERR(mn_view_view(m, 2, (int64_t[]){-1, -1}, &out), MN_ERR_INVALID_ARGUMENT, "only one dimension");
   MN_CHECK_ERR(mn_view_transpose(m, 0, 2, &out), MN_ERR_INVALID_ARGUMENT, "Dimension out of range");
   MN_CHECK_ERR(mn_view_permute(m, 2, (int[]){0, 0}, &out), MN_ERR_INVALID_ARGUMENT, "repeated dim");

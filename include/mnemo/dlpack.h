@@ -7,9 +7,10 @@
  * Structs: the system's <dlpack/dlpack.h> (Debian's libdlpack-dev) when it is
  * present or already included (any version); the DLPack 0.6 core (DLDevice,
  * DLDataType, DLTensor, DLManagedTensor) is defined here, ABI-identical, only
- * when no dlpack.h exists (then include no dlpack.h after this header). DLPack 0.x headers lack the versioned tensor of DLPack 1.0:
- * DLPackVersion, DLManagedTensorVersioned and the flag bits are then defined
- * here with the 1.0 layout (guarded by DLPACK_MAJOR_VERSION, which 1.x
+ * when no dlpack.h exists (then include no dlpack.h after this header).
+ * DLPack 0.x headers lack the versioned tensor of DLPack 1.0: DLPackVersion,
+ * DLManagedTensorVersioned and the flag bits are then defined here with the
+ * 1.0 layout (guarded by DLPACK_MAJOR_VERSION, which 1.x
  * headers define). Define MNEMO_DLPACK_NO_SYSTEM_HEADER to never include it.
  * See docs/VIEWS.md for the dtype and device mapping.
  */
