@@ -1,19 +1,54 @@
 /* runtime/view.c: strided views over storages: construction with bounds
- * checks, queries, and the skeleton's contiguous fill and copy. */
+ * checks, the invariant checker, queries and shared geometry helpers.
+ * Views are immutable after creation; any thread may read one. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mnemo/mnemo.h"
 #include "runtime/error.h"
+#include "runtime/view_internal.h"
 
-struct mn_view_s {
-  mn_storage_t *storage; /* one reference held */
-  mn_dtype dtype;
-  int ndim;
-  int64_t sizes[MN_MAX_DIMS];
-  int64_t strides[MN_MAX_DIMS];
-  int64_t offset;
-};
+const char *mn__format_sizes(const int64_t *sizes, int ndim, char *buf, size_t n) {
+  size_t at = 0;
+  at += (size_t)snprintf(buf, n, "[");
+  for (int d = 0; d < ndim && at < n; d++)
+    at += (size_t)snprintf(buf + at, n - at, d ? ", %lld" : "%lld", (long long)sizes[d]);
+  if (at < n) snprintf(buf + at, n - at, "]");
+  return buf;
+}
+
+void mn__contiguous_strides(const int64_t *sizes, int ndim, int64_t *strides) {
+  int64_t acc = 1;
+  for (int d = ndim - 1; d >= 0; d--) {
+    strides[d] = acc;
+    acc *= sizes[d] > 1 ? sizes[d] : 1;
+  }
+}
+
+mn_status mn__wrap_dim(int64_t dim, int ndim, bool wrap_scalar, const char *func, int *out) {
+  int64_t n = ndim;
+  if (n == 0) {
+    if (!wrap_scalar)
+      return mn__error(MN_ERR_INVALID_ARGUMENT, func, "dimension specified as %lld but tensor has no dimensions",
+                       (long long)dim);
+    n = 1;
+  }
+  if (dim < -n || dim > n - 1)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                     "Dimension out of range (expected to be in range of [%lld, %lld], but got %lld)", (long long)-n,
+                     (long long)(n - 1), (long long)dim);
+  *out = (int)(dim < 0 ? dim + n : dim);
+  return MN_OK;
+}
+
+mn_status mn__view_stream(mn_device_t dev, mn_stream_t *given, mn_stream_t **out) {
+  if (given) {
+    *out = given;
+    return MN_OK;
+  }
+  return mn_stream_default(dev, out);
+}
 
 /* Checks that every element the geometry reaches lies inside nbytes of storage. */
 static mn_status check_geometry(const char *func, mn_dtype dtype, int ndim, const int64_t *sizes,
@@ -28,16 +63,47 @@ static mn_status check_geometry(const char *func, mn_dtype dtype, int ndim, cons
       return mn__error(MN_ERR_INVALID_ARGUMENT, func, "stride %lld at dim %d is negative", (long long)strides[d], d);
     if (sizes[d] == 0) empty = true;
   }
+  /* A view of no elements reaches nothing (PyTorch skips the check too). */
+  if (empty) return MN_OK;
   /* The last reachable element: offset + sum((size-1) * stride). */
   unsigned __int128 last = (unsigned __int128)offset;
-  if (!empty)
-    for (int d = 0; d < ndim; d++) last += (unsigned __int128)(sizes[d] - 1) * (unsigned __int128)strides[d];
-  unsigned __int128 need = empty ? (unsigned __int128)offset * item : (last + 1) * item;
+  for (int d = 0; d < ndim; d++) last += (unsigned __int128)(sizes[d] - 1) * (unsigned __int128)strides[d];
+  unsigned __int128 need = (last + 1) * item;
   if (need > nbytes)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func,
                      "view reaches byte %llu but the storage has %zu bytes (offset %lld, itemsize %zu)",
                      (unsigned long long)(need > (unsigned __int128)UINT64_MAX ? UINT64_MAX : (uint64_t)need), nbytes,
                      (long long)offset, item);
+  return MN_OK;
+}
+
+static mn_status check_sizes_product(const char *func, int ndim, const int64_t *sizes) {
+  /* numel must fit in int64 (PyTorch's limit as well). */
+  unsigned __int128 n = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (sizes[d] < 0) continue; /* reported by check_geometry */
+    n *= (unsigned __int128)sizes[d];
+    if (n > (unsigned __int128)INT64_MAX) return mn__error(MN_ERR_OVERFLOW, func, "numel overflows at dim %d", d);
+  }
+  return MN_OK;
+}
+
+static mn_status view_make(mn_storage_t *storage, mn_dtype dtype, int ndim, const int64_t *sizes,
+                           const int64_t *strides, int64_t offset, const char *func, mn_view_t **out) {
+  mn_status st = check_sizes_product(func, ndim, sizes);
+  if (st == MN_OK) st = check_geometry(func, dtype, ndim, sizes, strides, offset, mn_storage_nbytes(storage));
+  if (st != MN_OK) return st;
+  mn_view_t *v = calloc(1, sizeof *v);
+  if (!v) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
+  v->storage = mn_storage_retain(storage);
+  v->dtype = dtype;
+  v->ndim = ndim;
+  if (ndim) {
+    memcpy(v->sizes, sizes, (size_t)ndim * sizeof *sizes);
+    memcpy(v->strides, strides, (size_t)ndim * sizeof *strides);
+  }
+  v->offset = offset;
+  *out = v;
   return MN_OK;
 }
 
@@ -58,46 +124,104 @@ mn_status mn_view_create(mn_storage_t *storage, mn_dtype dtype, int ndim, const 
     }
     strides = contig;
   }
-  mn_status st = check_geometry(__func__, dtype, ndim, sizes, strides, offset, mn_storage_nbytes(storage));
-  if (st != MN_OK) return st;
-  mn_view_t *v = calloc(1, sizeof *v);
-  if (!v) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
-  v->storage = mn_storage_retain(storage);
-  v->dtype = dtype;
-  v->ndim = ndim;
-  if (ndim) {
-    memcpy(v->sizes, sizes, (size_t)ndim * sizeof *sizes);
-    memcpy(v->strides, strides, (size_t)ndim * sizeof *strides);
-  }
-  v->offset = offset;
-  *out = v;
-  return MN_OK;
+  return view_make(storage, dtype, ndim, sizes, strides, offset, __func__, out);
 }
 
-mn_status mn_view_empty(mn_device_t dev, mn_dtype dtype, int ndim, const int64_t *sizes, mn_view_t **out) {
+void mn__geom_of(const mn_view_t *v, mn__geom_t *g) {
+  memset(g, 0, sizeof *g);
+  g->dtype = v->dtype;
+  g->ndim = v->ndim;
+  memcpy(g->sizes, v->sizes, sizeof g->sizes);
+  memcpy(g->strides, v->strides, sizeof g->strides);
+  g->offset = v->offset;
+}
+
+mn_status mn__view_from_geom(const mn_view_t *v, const mn__geom_t *g, const char *func, mn_view_t **out) {
+  if (g->ndim < 0 || g->ndim > MN_MAX_DIMS)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "the result would have %d dims; at most %d are supported",
+                     g->ndim, MN_MAX_DIMS);
+  return view_make(v->storage, g->dtype, g->ndim, g->sizes, g->strides, g->offset, func, out);
+}
+
+mn_status mn_view_empty_strided(mn_device_t dev, mn_dtype dtype, int ndim, const int64_t *sizes,
+                                const int64_t *strides, mn_view_t **out) {
+  mn_status st = mn__view_empty_on(dev, dtype, ndim, sizes, strides, NULL, out);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn__view_empty_on(mn_device_t dev, mn_dtype dtype, int ndim, const int64_t *sizes, const int64_t *strides,
+                            mn_stream_t *stream, mn_view_t **out) {
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
   MN__CHECK_ARG(mn_dtype_is_valid(dtype), "invalid dtype %d", (int)dtype);
   MN__CHECK_ARG(ndim >= 0 && ndim <= MN_MAX_DIMS, "ndim=%d is not in 0..%d", ndim, MN_MAX_DIMS);
   MN__CHECK_ARG(ndim == 0 || sizes != NULL, "sizes must not be NULL when ndim=%d", ndim);
-  size_t numel = 1;
+  int64_t contig[MN_MAX_DIMS];
   for (int d = 0; d < ndim; d++) {
     MN__CHECK_ARG(sizes[d] >= 0, "size %lld at dim %d is negative", (long long)sizes[d], d);
-    if (sizes[d] && numel > SIZE_MAX / (size_t)sizes[d] / mn_dtype_itemsize(dtype))
-      return mn__error(MN_ERR_OVERFLOW, __func__, "numel overflows at dim %d", d);
-    numel *= (size_t)sizes[d];
+    MN__CHECK_ARG(!strides || strides[d] >= 0, "stride %lld at dim %d is negative", (long long)strides[d], d);
   }
+  mn_status st = check_sizes_product(__func__, ndim, sizes);
+  if (st != MN_OK) return st;
+  if (!strides) {
+    mn__contiguous_strides(sizes, ndim, contig);
+    strides = contig;
+  }
+  /* Storage elements: 1 + sum((size-1)*stride), or 0 when empty. */
+  unsigned __int128 elems = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (sizes[d] == 0) {
+      elems = 0;
+      break;
+    }
+    elems += (unsigned __int128)(sizes[d] - 1) * (unsigned __int128)strides[d];
+  }
+  size_t item = mn_dtype_itemsize(dtype);
+  if (elems > (unsigned __int128)(SIZE_MAX / item))
+    return mn__error(MN_ERR_OVERFLOW, __func__, "storage size overflows");
   mn_storage_t *s = NULL;
-  mn_status st = mn_storage_create(dev, numel * mn_dtype_itemsize(dtype), NULL, NULL, &s);
+  if (stream && !mn_device_equal(mn_stream_device(stream), dev)) stream = NULL;
+  st = mn_storage_create(dev, (size_t)elems * item, NULL, stream, &s);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
-  st = mn_view_create(s, dtype, ndim, sizes, NULL, 0, out);
+  st = view_make(s, dtype, ndim, sizes, strides, 0, __func__, out);
   mn_storage_release(s); /* the view holds its own reference */
   return st;
+}
+
+mn_status mn_view_empty(mn_device_t dev, mn_dtype dtype, int ndim, const int64_t *sizes, mn_view_t **out) {
+  mn_status st = mn_view_empty_strided(dev, dtype, ndim, sizes, NULL, out);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_view_as_strided(const mn_view_t *v, int ndim, const int64_t *sizes, const int64_t *strides,
+                             int64_t offset, mn_view_t **out) {
+  MN__CHECK_ARG(v != NULL && out != NULL, "view and out must not be NULL");
+  MN__CHECK_ARG(ndim >= 0 && ndim <= MN_MAX_DIMS, "ndim=%d is not in 0..%d", ndim, MN_MAX_DIMS);
+  MN__CHECK_ARG(ndim == 0 || (sizes != NULL && strides != NULL), "sizes and strides must not be NULL");
+  if (offset == MN_VIEW_OFFSET_KEEP) offset = v->offset;
+  MN__CHECK_ARG(offset >= 0, "Tensor: invalid storage offset %lld", (long long)offset);
+  for (int d = 0; d < ndim; d++) {
+    MN__CHECK_ARG(sizes[d] >= 0, "Trying to create tensor with negative dimension %lld", (long long)sizes[d]);
+    MN__CHECK_ARG(strides[d] >= 0, "as_strided: Negative strides are not supported at the moment, got strides: %lld",
+                  (long long)strides[d]);
+  }
+  return view_make(v->storage, v->dtype, ndim, sizes, strides, offset, __func__, out);
 }
 
 void mn_view_destroy(mn_view_t *v) {
   if (!v) return;
   mn_storage_release(v->storage);
   free(v);
+}
+
+mn_status mn_view_check(const mn_view_t *v) {
+  if (!v) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "view must not be NULL");
+  if (!v->storage) return mn__error(MN_ERR_INTERNAL, __func__, "view has no storage");
+  if (!mn_dtype_is_valid(v->dtype)) return mn__error(MN_ERR_INTERNAL, __func__, "invalid dtype %d", (int)v->dtype);
+  if (v->ndim < 0 || v->ndim > MN_MAX_DIMS) return mn__error(MN_ERR_INTERNAL, __func__, "ndim=%d", v->ndim);
+  mn_status st = check_sizes_product(__func__, v->ndim, v->sizes);
+  if (st == MN_OK)
+    st = check_geometry(__func__, v->dtype, v->ndim, v->sizes, v->strides, v->offset, mn_storage_nbytes(v->storage));
+  return st == MN_OK ? MN_OK : mn__error(MN_ERR_INTERNAL, __func__, "broken view invariant: %s", mn_last_error());
 }
 
 int mn_view_ndim(const mn_view_t *v) { return v->ndim; }
@@ -127,6 +251,8 @@ int64_t mn_view_numel(const mn_view_t *v) {
   return n;
 }
 
+size_t mn_view_nbytes(const mn_view_t *v) { return (size_t)mn_view_numel(v) * mn_dtype_itemsize(v->dtype); }
+
 void *mn_view_data(const mn_view_t *v) {
   char *base = mn_storage_data(v->storage);
   return base ? base + (size_t)v->offset * mn_dtype_itemsize(v->dtype) : NULL;
@@ -134,9 +260,10 @@ void *mn_view_data(const mn_view_t *v) {
 
 /* PyTorch's rule: dims of size 1 are ignored; empty views are contiguous. */
 bool mn_view_is_contiguous(const mn_view_t *v) {
+  for (int d = 0; d < v->ndim; d++)
+    if (v->sizes[d] == 0) return true;
   int64_t expected = 1;
   for (int d = v->ndim - 1; d >= 0; d--) {
-    if (v->sizes[d] == 0) return true;
     if (v->sizes[d] == 1) continue;
     if (v->strides[d] != expected) return false;
     expected *= v->sizes[d];
@@ -144,38 +271,57 @@ bool mn_view_is_contiguous(const mn_view_t *v) {
   return true;
 }
 
-static mn_status view_stream(mn_device_t dev, mn_stream_t *given, mn_stream_t **out) {
-  if (given) {
-    *out = given;
-    return MN_OK;
+/* c10's compute_channels_last_contiguous_2d/3d: dims visited in the order
+ * C, W, H, N (C, W, H, D, N), size-1 dims skipped, no special case for 0. */
+static bool channels_last_rule(const mn_view_t *v, const int *order, int n) {
+  int64_t expected = 1;
+  for (int i = 0; i < n; i++) {
+    int d = order[i];
+    if (v->sizes[d] == 1) continue;
+    if (v->strides[d] != expected) return false;
+    expected *= v->sizes[d];
   }
-  return mn_stream_default(dev, out);
+  return true;
 }
 
-mn_status mn_view_fill(mn_view_t *v, mn_scalar_t value, mn_stream_t *stream) {
-  MN__CHECK_ARG(v != NULL, "view must not be NULL");
-  if (!mn_view_is_contiguous(v))
-    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "fill of a non-contiguous view is not implemented yet");
-  unsigned char pattern[16];
-  mn_status st = mn_scalar_to_bytes(value, v->dtype, pattern);
-  if (st != MN_OK) return mn__error_wrap(st, __func__);
-  mn_stream_t *s = NULL;
-  st = view_stream(mn_view_device(v), stream, &s);
-  if (st != MN_OK) return mn__error_wrap(st, __func__);
-  if (!mn_device_equal(mn_stream_device(s), mn_view_device(v)))
-    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "stream is on another device than the view");
-  st = mn_kernel_fill(s, mn_view_data(v), (size_t)mn_view_numel(v), mn_dtype_itemsize(v->dtype), pattern);
-  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+bool mn_view_is_contiguous_channels_last(const mn_view_t *v) {
+  static const int order[4] = {1, 3, 2, 0};
+  return v->ndim == 4 && channels_last_rule(v, order, 4);
 }
 
-mn_status mn_view_copy(mn_view_t *dst, const mn_view_t *src, mn_stream_t *stream) {
-  MN__CHECK_ARG(dst != NULL && src != NULL, "dst and src must not be NULL");
-  MN__CHECK_ARG(dst->dtype == src->dtype, "dtypes differ: dst %s, src %s (casting copies come later)",
-                mn_dtype_name(dst->dtype), mn_dtype_name(src->dtype));
-  bool same_shape = dst->ndim == src->ndim;
-  for (int d = 0; same_shape && d < dst->ndim; d++) same_shape = dst->sizes[d] == src->sizes[d];
-  MN__CHECK_ARG(same_shape, "shapes differ (dst ndim %d, src ndim %d)", dst->ndim, src->ndim);
-  /* The copy engine (runtime/copy.c): any layout, any devices, non_blocking. */
-  mn_status st = mn_copy_view(dst, src, stream, true);
-  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+bool mn_view_is_contiguous_channels_last_3d(const mn_view_t *v) {
+  static const int order[5] = {1, 4, 3, 2, 0};
+  return v->ndim == 5 && channels_last_rule(v, order, 5);
+}
+
+/* c10's compute_non_overlapping_and_dense: the dims of size >= 2, sorted by
+ * stride, must be exactly packed. */
+bool mn_view_is_non_overlapping_and_dense(const mn_view_t *v) {
+  if (mn_view_is_contiguous(v) || mn_view_is_contiguous_channels_last(v) || mn_view_is_contiguous_channels_last_3d(v))
+    return true;
+  if (v->ndim == 1) return v->sizes[0] < 2 || v->strides[0] == 1;
+  int perm[MN_MAX_DIMS], n = 0;
+  for (int d = 0; d < v->ndim; d++)
+    if (v->sizes[d] >= 2) perm[n++] = d;
+  for (int i = 1; i < n; i++) /* insertion sort by stride */
+    for (int j = i; j > 0 && v->strides[perm[j]] < v->strides[perm[j - 1]]; j--) {
+      int t = perm[j];
+      perm[j] = perm[j - 1];
+      perm[j - 1] = t;
+    }
+  int64_t want = 1;
+  for (int i = 0; i < n; i++) {
+    if (v->strides[perm[i]] != want) return false;
+    want *= v->sizes[perm[i]];
+  }
+  return true;
+}
+
+bool mn_view_shares_storage(const mn_view_t *a, const mn_view_t *b) { return a->storage == b->storage; }
+
+bool mn_view_same_storage_and_layout(const mn_view_t *a, const mn_view_t *b) {
+  if (a->storage != b->storage || a->dtype != b->dtype || a->ndim != b->ndim || a->offset != b->offset) return false;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->sizes[d] != b->sizes[d] || a->strides[d] != b->strides[d]) return false;
+  return true;
 }

@@ -2,9 +2,11 @@
 # scripts/deps.sh: installs what building and testing mnemo needs on Debian,
 # through apt, only where a package is missing. Usage: scripts/deps.sh [extra packages]
 set -euo pipefail
-pkgs=(cmake ninja-build gcc g++ make pkg-config libbenchmark-dev python3 "$@")
-# issue 8: headless Chromium renders `mnemo report` pages in test_report (skipped without it)
-pkgs+=(chromium)
+# Build: compilers, CMake, Ninja, Google Benchmark, the DLPack header.
+# Tests: numpy (DLPack test), PyTorch on CPU (view differential test),
+# headless Chromium (the HTML report test).
+pkgs=(cmake ninja-build gcc g++ make pkg-config libbenchmark-dev libdlpack-dev python3
+      python3-numpy python3-torch chromium "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -24,6 +24,8 @@
 #include "mnemo/trace.h"
 #include "mnemo/serialize.h" /* issue 5 */
 #include "mnemo/profiling.h"
+/* issue 6: DLPack interchange of views */
+#include "mnemo/dlpack.h"
 
 #ifdef __cplusplus
 extern "C" {

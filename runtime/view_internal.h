@@ -1,0 +1,51 @@
+/* runtime/view_internal.h: the view struct and helpers shared by view.c,
+ * view_ops.c, view_copy.c and dlpack.c. Views are immutable after creation. */
+#ifndef MNEMO_RUNTIME_VIEW_INTERNAL_H
+#define MNEMO_RUNTIME_VIEW_INTERNAL_H
+
+#include "mnemo/mnemo.h"
+
+struct mn_view_s {
+  mn_storage_t *storage; /* one reference held */
+  mn_dtype dtype;
+  int ndim;
+  int64_t sizes[MN_MAX_DIMS];
+  int64_t strides[MN_MAX_DIMS];
+  int64_t offset;
+};
+
+/* Geometry of a view being built (no storage reference). */
+typedef struct mn__geom_s {
+  mn_dtype dtype;
+  int ndim;
+  int64_t sizes[MN_MAX_DIMS];
+  int64_t strides[MN_MAX_DIMS];
+  int64_t offset;
+} mn__geom_t;
+
+/* The geometry of v. */
+void mn__geom_of(const mn_view_t *v, mn__geom_t *g);
+/* A new view of v's storage with geometry g, checked against the storage. */
+mn_status mn__view_from_geom(const mn_view_t *v, const mn__geom_t *g, const char *func, mn_view_t **out);
+/* Wraps dim into [0, ndim) (a 0-d view accepts -1 and 0 as dim 0 when
+ * wrap_scalar); error text as PyTorch's. */
+mn_status mn__wrap_dim(int64_t dim, int ndim, bool wrap_scalar, const char *func, int *out);
+/* Writes "[a, b, c]" into buf. */
+const char *mn__format_sizes(const int64_t *sizes, int ndim, char *buf, size_t n);
+/* Contiguous strides for sizes. */
+void mn__contiguous_strides(const int64_t *sizes, int ndim, int64_t *strides);
+/* PyTorch's computeStride: strides that let `newshape` view memory laid out as
+ * (oldshape, oldstride), or false when no such strides exist. */
+bool mn__compute_stride(const int64_t *oldshape, const int64_t *oldstride, int oldn, const int64_t *newshape,
+                        int newn, int64_t *newstride);
+/* PyTorch's infer_size: resolves one -1 in shape for numel elements. */
+mn_status mn__infer_size(const int64_t *shape, int n, int64_t numel, const char *func, int64_t *out);
+/* empty_strided whose storage is allocated ordered on `stream` (used when
+ * it is a stream of dev; else the default stream), so that the caching
+ * allocator ties the block to the stream the copy into it runs on. */
+mn_status mn__view_empty_on(mn_device_t dev, mn_dtype dtype, int ndim, const int64_t *sizes, const int64_t *strides,
+                            mn_stream_t *stream, mn_view_t **out);
+/* The stream to use: `given`, or the default stream of dev. */
+mn_status mn__view_stream(mn_device_t dev, mn_stream_t *given, mn_stream_t **out);
+
+#endif /* MNEMO_RUNTIME_VIEW_INTERNAL_H */

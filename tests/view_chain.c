@@ -1,0 +1,511 @@
+/* tests/view_chain.c: the view-chain interpreter (docs/VIEW_CHAINS.md): parses
+ * "creation | op | op ...", runs it with the mn_view_* API and prints JSON. */
+#include "view_chain.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_TOK 64
+#define MAX_ELEMS (1 << 20) /* the driver refuses to materialize more */
+
+typedef struct {
+  char *buf;
+  size_t len, cap;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+  va_list ap;
+  for (;;) {
+    va_start(ap, fmt);
+    int n = vsnprintf(b->buf ? b->buf + b->len : NULL, b->buf ? b->cap - b->len : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if (b->buf && b->len + (size_t)n < b->cap) {
+      b->len += (size_t)n;
+      return;
+    }
+    size_t cap = (b->cap ? b->cap * 2 : 256) + (size_t)n;
+    char *nb = realloc(b->buf, cap);
+    if (!nb) return;
+    b->buf = nb;
+    b->cap = cap;
+  }
+}
+
+static void sb_json_string(sbuf *b, const char *s) {
+  sb_printf(b, "\"");
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') sb_printf(b, "\\%c", c);
+    else if (c < 0x20 || c >= 0x7f) sb_printf(b, "\\u%04x", c);
+    else sb_printf(b, "%c", c);
+  }
+  sb_printf(b, "\"");
+}
+
+typedef struct {
+  int ntok;
+  char *tok[MAX_TOK];
+} op_t;
+
+typedef struct {
+  mn_device_t dev;
+  mn_view_t *root; /* the creation op's result */
+  mn_view_t *cur;
+  char err[512];
+  mn_status st;
+} chain_t;
+
+static bool parse_i64(const char *s, int64_t *out) {
+  if (!s || !*s) return false;
+  errno = 0;
+  char *end = NULL;
+  long long v = strtoll(s, &end, 10);
+  if (errno || *end) return false;
+  *out = v;
+  return true;
+}
+
+static bool parse_int(const char *s, int *out) {
+  int64_t v;
+  if (!parse_i64(s, &v) || v < -100000 || v > 100000) return false;
+  *out = (int)v;
+  return true;
+}
+
+/* "none" -> dflt */
+static bool parse_opt(const char *s, int64_t dflt, int64_t *out) {
+  if (s && strcmp(s, "none") == 0) {
+    *out = dflt;
+    return true;
+  }
+  return parse_i64(s, out);
+}
+
+/* "1,2,3" or "-" (empty list) */
+static bool parse_list(const char *s, int64_t *out, int *n) {
+  *n = 0;
+  if (strcmp(s, "-") == 0) return true;
+  const char *p = s;
+  while (*p) {
+    if (*n >= MN_MAX_DIMS + 1) return false;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(p, &end, 10);
+    if (errno || end == p) return false;
+    out[(*n)++] = v;
+    if (*end == ',') p = end + 1;
+    else if (*end == '\0') p = end;
+    else return false;
+  }
+  return true;
+}
+
+static bool parse_scalar(const char *s, mn_scalar_t *out) {
+  int64_t i;
+  if (strcmp(s, "true") == 0) *out = mn_scalar_bool(true);
+  else if (strcmp(s, "false") == 0) *out = mn_scalar_bool(false);
+  else if (parse_i64(s, &i)) *out = mn_scalar_int(i);
+  else {
+    char *end = NULL;
+    double f = strtod(s, &end);
+    if (end == s) return false;
+    if (*end == 'j' && end[1] == '\0') *out = mn_scalar_complex(0, f); /* "2.5j" */
+    else if (*end) return false;
+    else *out = mn_scalar_float(f);
+  }
+  return true;
+}
+
+/* Fails the chain with the library's message. */
+static bool lib_fail(chain_t *c, mn_status st) {
+  c->st = st;
+  snprintf(c->err, sizeof c->err, "%s", mn_last_error());
+  return false;
+}
+
+static bool parse_fail(chain_t *c, const char *fmt, const char *what) {
+  c->st = MN_ERR_FORMAT;
+  snprintf(c->err, sizeof c->err, "parse: ");
+  snprintf(c->err + 7, sizeof c->err - 7, fmt, what);
+  return false;
+}
+
+/* Replaces the current view by `next` (owned). */
+static void advance(chain_t *c, mn_view_t *next) {
+  if (c->cur != c->root) mn_view_destroy(c->cur);
+  c->cur = next;
+}
+
+static bool too_big(chain_t *c, const mn_view_t *v) {
+  if (mn_view_numel(v) <= MAX_ELEMS) return false;
+  c->st = MN_ERR_NOT_SUPPORTED;
+  snprintf(c->err, sizeof c->err, "driver: %lld elements are more than the driver materializes",
+           (long long)mn_view_numel(v));
+  return true;
+}
+
+static mn_status wait_dev(mn_device_t dev) {
+  return dev.type == MN_DEVICE_CPU ? MN_OK : mn_device_synchronize(dev);
+}
+
+/* A new contiguous 1-d arange(n) of dtype on dev, viewed as sizes. */
+static mn_status make_arange(mn_device_t dev, mn_dtype dt, int ndim, const int64_t *sizes, mn_view_t **out) {
+  int64_t n = 1;
+  for (int d = 0; d < ndim; d++) n *= sizes[d];
+  mn_view_t *h = NULL, *v = NULL;
+  mn_status st = mn_view_empty(mn_device_cpu(), dt, ndim, sizes, &h);
+  if (st != MN_OK) return st;
+  size_t item = mn_dtype_itemsize(dt);
+  for (int64_t i = 0; i < n && st == MN_OK; i++)
+    st = mn_scalar_to_bytes(mn_scalar_int(i), dt, (char *)mn_view_data(h) + (size_t)i * item);
+  if (st == MN_OK && dev.type == MN_DEVICE_CPU) {
+    *out = h;
+    return MN_OK;
+  }
+  if (st == MN_OK) st = mn_view_to(h, dev, dt, false, NULL, &v);
+  mn_view_destroy(h);
+  if (st == MN_OK) *out = v;
+  return st;
+}
+
+/* Creation: arange N [dtype] | zeros|ones S... [dtype] | full VALUE S... [dtype] */
+static bool run_create(chain_t *c, op_t *op) {
+  const char *name = op->tok[0];
+  int first = 1, last = op->ntok;
+  mn_dtype dt = strcmp(name, "arange") == 0 ? MN_DTYPE_INT64 : MN_DTYPE_FLOAT32;
+  if (last > 1 && !parse_i64(op->tok[last - 1], &(int64_t){0})) {
+    if (mn_dtype_parse(op->tok[last - 1], &dt) != MN_OK) return parse_fail(c, "unknown dtype '%s'", op->tok[last - 1]);
+    last--;
+  }
+  mn_scalar_t value = mn_scalar_int(0);
+  if (strcmp(name, "full") == 0) {
+    if (first >= last || !parse_scalar(op->tok[first], &value)) return parse_fail(c, "%s needs a value", name);
+    first++;
+  } else if (strcmp(name, "ones") == 0) {
+    value = mn_scalar_int(1);
+  } else if (strcmp(name, "arange") == 0) {
+    if (last - first != 1) return parse_fail(c, "%s takes one count", name);
+  } else if (strcmp(name, "zeros") != 0) {
+    return parse_fail(c, "unknown creation op '%s'", name);
+  }
+  int64_t sizes[MN_MAX_DIMS];
+  int ndim = last - first;
+  if (ndim > MN_MAX_DIMS) return parse_fail(c, "%s: too many sizes", name);
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (!parse_i64(op->tok[first + i], &sizes[i]) || sizes[i] < 0 || sizes[i] > MAX_ELEMS)
+      return parse_fail(c, "bad size '%s'", op->tok[first + i]);
+    n *= sizes[i];
+    if (n > MAX_ELEMS) return parse_fail(c, "%s: too many elements", name);
+  }
+  mn_view_t *v = NULL;
+  mn_status st;
+  if (strcmp(name, "arange") == 0) {
+    st = make_arange(c->dev, dt, ndim, sizes, &v);
+  } else {
+    st = mn_view_empty(c->dev, dt, ndim, sizes, &v);
+    if (st == MN_OK) st = mn_view_fill(v, value, NULL);
+    if (st != MN_OK) mn_view_destroy(v);
+  }
+  if (st != MN_OK) return lib_fail(c, st);
+  c->root = c->cur = v;
+  return true;
+}
+
+#define NEED(cond, what)                                    \
+  do {                                                      \
+    if (!(cond)) return parse_fail(c, "bad arguments to %s", what); \
+  } while (0)
+
+static bool run_op(chain_t *c, op_t *op) {
+  const char *name = op->tok[0];
+  int na = op->ntok - 1;
+  char **a = op->tok + 1;
+  mn_view_t *cur = c->cur, *next = NULL;
+  mn_status st = MN_OK;
+  int64_t l1[MN_MAX_DIMS + 1], l2[MN_MAX_DIMS + 1], x, y, z;
+  int n1 = 0, n2 = 0, d0, d1;
+  if (strcmp(name, "view") == 0 || strcmp(name, "reshape") == 0 || strcmp(name, "expand") == 0) {
+    NEED(na <= MN_MAX_DIMS, name);
+    for (int i = 0; i < na; i++) NEED(parse_i64(a[i], &l1[i]), name);
+    if (name[0] == 'v') st = mn_view_view(cur, na, l1, &next);
+    else if (name[0] == 'r') {
+      if (too_big(c, cur)) return false;
+      st = mn_view_reshape(cur, na, l1, NULL, &next);
+    } else st = mn_view_expand(cur, na, l1, &next);
+  } else if (strcmp(name, "view_dtype") == 0) {
+    mn_dtype dt;
+    NEED(na == 1 && mn_dtype_parse(a[0], &dt) == MN_OK, name);
+    st = mn_view_view_dtype(cur, dt, &next);
+  } else if (strcmp(name, "t") == 0) {
+    NEED(na == 0, name);
+    st = mn_view_t2d(cur, &next);
+  } else if (strcmp(name, "transpose") == 0) {
+    NEED(na == 2 && parse_int(a[0], &d0) && parse_int(a[1], &d1), name);
+    st = mn_view_transpose(cur, d0, d1, &next);
+  } else if (strcmp(name, "permute") == 0) {
+    int dims[MN_MAX_DIMS];
+    NEED(na <= MN_MAX_DIMS, name);
+    for (int i = 0; i < na; i++) NEED(parse_int(a[i], &dims[i]), name);
+    st = mn_view_permute(cur, na, dims, &next);
+  } else if (strcmp(name, "movedim") == 0) {
+    NEED(na == 2 && parse_list(a[0], l1, &n1) && parse_list(a[1], l2, &n2) && n1 <= MN_MAX_DIMS, name);
+    if (n1 != n2) {
+      c->st = MN_ERR_INVALID_ARGUMENT;
+      snprintf(c->err, sizeof c->err, "movedim: Invalid source or destination dims: source and destination should "
+                                      "contain the same number of dims");
+      return false;
+    }
+    int s[MN_MAX_DIMS], dd[MN_MAX_DIMS];
+    for (int i = 0; i < n1; i++) {
+      NEED(l1[i] > -1000 && l1[i] < 1000 && l2[i] > -1000 && l2[i] < 1000, name);
+      s[i] = (int)l1[i];
+      dd[i] = (int)l2[i];
+    }
+    st = mn_view_movedim(cur, n1, s, dd, &next);
+  } else if (strcmp(name, "slice") == 0) {
+    NEED(na == 4 && parse_int(a[0], &d0) && parse_opt(a[1], 0, &x) && parse_opt(a[2], MN_VIEW_END, &y) &&
+             parse_opt(a[3], 1, &z),
+         name);
+    st = mn_view_slice(cur, d0, x, y, z, &next);
+  } else if (strcmp(name, "narrow") == 0) {
+    NEED(na == 3 && parse_int(a[0], &d0) && parse_i64(a[1], &x) && parse_i64(a[2], &y), name);
+    st = mn_view_narrow(cur, d0, x, y, &next);
+  } else if (strcmp(name, "select") == 0) {
+    NEED(na == 2 && parse_int(a[0], &d0) && parse_i64(a[1], &x), name);
+    st = mn_view_select(cur, d0, x, &next);
+  } else if (strcmp(name, "unsqueeze") == 0) {
+    NEED(na == 1 && parse_int(a[0], &d0), name);
+    st = mn_view_unsqueeze(cur, d0, &next);
+  } else if (strcmp(name, "squeeze") == 0) {
+    NEED(na <= 1, name);
+    if (na == 0) st = mn_view_squeeze(cur, &next);
+    else {
+      NEED(parse_int(a[0], &d0), name);
+      st = mn_view_squeeze_dim(cur, d0, &next);
+    }
+  } else if (strcmp(name, "flatten") == 0) {
+    d0 = 0;
+    d1 = -1;
+    NEED(na == 0 || (na == 2 && parse_int(a[0], &d0) && parse_int(a[1], &d1)), name);
+    if (too_big(c, cur)) return false;
+    st = mn_view_flatten(cur, d0, d1, NULL, &next);
+  } else if (strcmp(name, "unflatten") == 0) {
+    NEED(na == 2 && parse_int(a[0], &d0) && parse_list(a[1], l1, &n1) && n1 <= MN_MAX_DIMS, name);
+    st = mn_view_unflatten(cur, d0, n1, l1, &next);
+  } else if (strcmp(name, "diagonal") == 0) {
+    x = 0;
+    d0 = 0;
+    d1 = 1;
+    NEED(na == 0 || (na == 3 && parse_i64(a[0], &x) && parse_int(a[1], &d0) && parse_int(a[2], &d1)), name);
+    st = mn_view_diagonal(cur, x, d0, d1, &next);
+  } else if (strcmp(name, "unfold") == 0) {
+    NEED(na == 3 && parse_int(a[0], &d0) && parse_i64(a[1], &x) && parse_i64(a[2], &y), name);
+    st = mn_view_unfold(cur, d0, x, y, &next);
+  } else if (strcmp(name, "split") == 0 || strcmp(name, "chunk") == 0) {
+    NEED(na == 3 && parse_i64(a[0], &x) && parse_int(a[1], &d0) && parse_i64(a[2], &y), name);
+    if (name[0] == 'c' && x > 4096) return parse_fail(c, "%s: too many chunks", name);
+    mn_view_t **views = NULL;
+    int count = 0;
+    st = name[0] == 's' ? mn_view_split(cur, x, d0, &views, &count) : mn_view_chunk(cur, x, d0, &views, &count);
+    if (st == MN_OK) {
+      for (int i = 0; i < count; i++)
+        if (mn_view_check(views[i]) != MN_OK) {
+          mn_view_list_destroy(views, count);
+          return lib_fail(c, MN_ERR_INTERNAL);
+        }
+      if (y < 0 || y >= count) {
+        mn_view_list_destroy(views, count);
+        c->st = MN_ERR_INVALID_ARGUMENT;
+        snprintf(c->err, sizeof c->err, "%s: piece %lld of %d does not exist", name, (long long)y, count);
+        return false;
+      }
+      next = views[y];
+      views[y] = NULL;
+      mn_view_list_destroy(views, count);
+    }
+  } else if (strcmp(name, "real") == 0 || strcmp(name, "imag") == 0) {
+    NEED(na == 0, name);
+    st = name[0] == 'r' ? mn_view_real(cur, &next) : mn_view_imag(cur, &next);
+  } else if (strcmp(name, "as_strided") == 0) {
+    NEED(na == 3 && parse_list(a[0], l1, &n1) && parse_list(a[1], l2, &n2) && n1 == n2 && n1 <= MN_MAX_DIMS &&
+             parse_opt(a[2], MN_VIEW_OFFSET_KEEP, &x),
+         name);
+    st = mn_view_as_strided(cur, n1, l1, l2, x, &next);
+  } else if (strcmp(name, "contiguous") == 0 || strcmp(name, "clone") == 0) {
+    NEED(na == 0, name);
+    if (too_big(c, cur)) return false;
+    st = name[1] == 'o' ? mn_view_contiguous(cur, NULL, &next) : mn_view_clone(cur, NULL, &next);
+  } else if (strcmp(name, "to") == 0) {
+    mn_dtype dt = mn_view_dtype(cur);
+    mn_device_t dev = mn_view_device(cur);
+    NEED(na >= 1 && na <= 2, name);
+    for (int i = 0; i < na; i++)
+      NEED(mn_dtype_parse(a[i], &dt) == MN_OK || mn_device_parse(a[i], &dev) == MN_OK, name);
+    if (too_big(c, cur)) return false;
+    st = mn_view_to(cur, dev, dt, false, NULL, &next);
+  } else if (strcmp(name, "copy") == 0) {
+    /* copy SHAPE DTYPE: cur.copy_(arange(prod(SHAPE)).view(SHAPE)) */
+    mn_dtype dt;
+    NEED(na == 2 && parse_list(a[0], l1, &n1) && n1 <= MN_MAX_DIMS && mn_dtype_parse(a[1], &dt) == MN_OK, name);
+    int64_t n = 1;
+    for (int i = 0; i < n1; i++) {
+      NEED(l1[i] >= 0 && l1[i] <= MAX_ELEMS, name);
+      n *= l1[i];
+      NEED(n <= MAX_ELEMS, name);
+    }
+    mn_view_t *src = NULL;
+    st = make_arange(mn_view_device(cur), dt, n1, l1, &src);
+    if (st == MN_OK) st = mn_view_copy(cur, src, NULL);
+    mn_view_destroy(src);
+    if (st == MN_OK) st = wait_dev(mn_view_device(cur));
+    if (st != MN_OK) return lib_fail(c, st);
+    return true;
+  } else if (strcmp(name, "copy_self") == 0) {
+    /* copy_self: cur.copy_(root), the chain's first view (broadcast; overlaps) */
+    NEED(na == 0, name);
+    st = mn_view_copy(cur, c->root, NULL);
+    if (st == MN_OK) st = wait_dev(mn_view_device(cur));
+    return st == MN_OK ? true : lib_fail(c, st);
+  } else if (strcmp(name, "fill") == 0 || strcmp(name, "zero") == 0) {
+    mn_scalar_t v = mn_scalar_int(0);
+    NEED(name[0] == 'z' ? na == 0 : (na == 1 && parse_scalar(a[0], &v)), name);
+    st = name[0] == 'z' ? mn_view_zero(cur, NULL) : mn_view_fill(cur, v, NULL);
+    if (st == MN_OK) st = wait_dev(mn_view_device(cur));
+    return st == MN_OK ? true : lib_fail(c, st);
+  } else if (strcmp(name, "base") == 0) {
+    NEED(na == 0, name);
+    advance(c, c->root);
+    return true;
+  } else {
+    return parse_fail(c, "unknown op '%s'", name);
+  }
+  if (st != MN_OK) return lib_fail(c, st);
+  if (mn_view_check(next) != MN_OK) {
+    mn_view_destroy(next);
+    return lib_fail(c, MN_ERR_INTERNAL);
+  }
+  advance(c, next);
+  return true;
+}
+
+static void print_scalar(sbuf *b, mn_dtype dt, const void *p) {
+  mn_scalar_t s;
+  if (mn_scalar_from_bytes(dt, p, &s) != MN_OK) {
+    sb_printf(b, "null");
+    return;
+  }
+  double parts[2];
+  int np = 1;
+  switch (s.kind) {
+    case MN_SCALAR_BOOL: sb_printf(b, s.v.b ? "true" : "false"); return;
+    case MN_SCALAR_INT: sb_printf(b, "%lld", (long long)s.v.i); return;
+    case MN_SCALAR_UINT: sb_printf(b, "%llu", (unsigned long long)s.v.u); return;
+    case MN_SCALAR_FLOAT: parts[0] = s.v.f; break;
+    case MN_SCALAR_COMPLEX: parts[0] = s.v.c[0]; parts[1] = s.v.c[1]; np = 2; break;
+  }
+  if (np == 2) sb_printf(b, "[");
+  for (int i = 0; i < np; i++) {
+    double f = parts[i];
+    if (i) sb_printf(b, ", ");
+    if (isnan(f)) sb_printf(b, "\"nan\"");
+    else if (isinf(f)) sb_printf(b, f > 0 ? "\"inf\"" : "\"-inf\"");
+    else sb_printf(b, "%.17g", f);
+  }
+  if (np == 2) sb_printf(b, "]");
+}
+
+static mn_status print_view(sbuf *b, chain_t *c) {
+  const mn_view_t *v = c->cur;
+  mn_view_t *h = NULL;
+  if (mn_view_numel(v) > MAX_ELEMS) return MN_ERR_NOT_SUPPORTED;
+  mn_dtype dt = mn_view_dtype(v);
+  int nd = mn_view_ndim(v);
+  mn_status st = mn_view_to(v, mn_device_cpu(), dt, false, NULL, &h);
+  mn_view_t *hc = NULL;
+  if (st == MN_OK) st = mn_view_contiguous(h, NULL, &hc);
+  mn_view_destroy(h);
+  if (st != MN_OK) return st;
+  sb_printf(b, "{\"dtype\": \"%s\", \"sizes\": [", mn_dtype_name(dt));
+  for (int d = 0; d < nd; d++) sb_printf(b, d ? ", %lld" : "%lld", (long long)mn_view_size(v, d));
+  sb_printf(b, "], \"strides\": [");
+  for (int d = 0; d < nd; d++) sb_printf(b, d ? ", %lld" : "%lld", (long long)mn_view_stride(v, d));
+  bool cl = nd == 4 ? mn_view_is_contiguous_channels_last(v) : mn_view_is_contiguous_channels_last_3d(v);
+  sb_printf(b, "], \"offset\": %lld, \"contiguous\": %s, \"channels_last\": %s, \"values\": [",
+            (long long)mn_view_offset(v), mn_view_is_contiguous(v) ? "true" : "false", cl ? "true" : "false");
+  size_t item = mn_dtype_itemsize(dt);
+  for (int64_t i = 0; i < mn_view_numel(hc); i++) {
+    if (i) sb_printf(b, ", ");
+    print_scalar(b, dt, (const char *)mn_view_data(hc) + (size_t)i * item);
+  }
+  sb_printf(b, "]}");
+  mn_view_destroy(hc);
+  return MN_OK;
+}
+
+mn_status mn_chain_run(const char *line, mn_device_t dev, char **json) {
+  chain_t c = {.dev = dev, .st = MN_OK};
+  sbuf out = {0};
+  char *text = strdup(line ? line : "");
+  if (!text) return MN_ERR_OUT_OF_MEMORY;
+  /* Split into ops at '|', tokens at whitespace. */
+  op_t ops[256];
+  int nops = 0;
+  char *save = NULL;
+  for (char *seg = strtok_r(text, "|", &save); seg; seg = strtok_r(NULL, "|", &save)) {
+    if (nops == 256) {
+      parse_fail(&c, "%s", "too many ops");
+      break;
+    }
+    op_t *op = &ops[nops];
+    op->ntok = 0;
+    char *s2 = NULL;
+    for (char *t = strtok_r(seg, " \t\r\n", &s2); t; t = strtok_r(NULL, " \t\r\n", &s2)) {
+      if (op->ntok == MAX_TOK) {
+        parse_fail(&c, "%s", "too many arguments");
+        break;
+      }
+      op->tok[op->ntok++] = t;
+    }
+    if (op->ntok == 0) {
+      parse_fail(&c, "%s", "empty op");
+      break;
+    }
+    nops++;
+  }
+  if (c.st == MN_OK && nops == 0) parse_fail(&c, "%s", "empty chain");
+  mn_clear_error();
+  bool ok = c.st == MN_OK && run_create(&c, &ops[0]);
+  for (int i = 1; ok && i < nops; i++) {
+    mn_clear_error();
+    ok = run_op(&c, &ops[i]);
+  }
+  if (ok) {
+    mn_status st = print_view(&out, &c);
+    if (st != MN_OK) {
+      out.len = 0;
+      ok = lib_fail(&c, st);
+    }
+  }
+  if (!ok) {
+    if (c.st != MN_ERR_FORMAT && c.err[0] == '\0') {
+      c.st = MN_ERR_INTERNAL;
+      snprintf(c.err, sizeof c.err, "refused (%s) without a message", mn_status_name(c.st));
+    }
+    out.len = 0;
+    sb_printf(&out, "{\"error\": ");
+    sb_json_string(&out, c.err);
+    sb_printf(&out, ", \"status\": \"%s\"}", mn_status_name(c.st));
+  }
+  if (c.cur != c.root) mn_view_destroy(c.cur);
+  mn_view_destroy(c.root);
+  free(text);
+  *json = out.buf ? out.buf : strdup("{}");
+  return ok ? MN_OK : c.st;
+}
