@@ -7,8 +7,10 @@
 #include <string.h>
 
 #include "mnemo/mnemo.h"
+#include "allocators/caching_internal.h"
 #include "profiling/nvtx.h"
 #include "runtime/error.h"
+#include "runtime/sim_internal.h"
 
 #define MN__ALLOC_MAX_DEVICES 64
 
@@ -174,6 +176,29 @@ static mn_status default_create(mn_device_t dev, mn_allocator_t **out) {
   return mn_caching_allocator_create(dev, &cfg, out);
 }
 
+/* mn_sim_configure's hook: before, every built-in SIM default gives back its
+ * memory (all or none is asked: a refusal comes before any cache is emptied);
+ * after, each re-reads its device. Defaults set by the user are theirs to manage.
+ * Holds g_default_lock throughout, so no default is created or replaced meanwhile. */
+static mn_status sim_defaults_hook(bool before, const char *func) {
+  mn_allocator_t **slot = g_builtin[MN_DEVICE_SIM];
+  mn_status st = MN_OK;
+  pthread_mutex_lock(&g_default_lock);
+  if (before) {
+    for (int i = 0; i < MN__ALLOC_MAX_DEVICES && st == MN_OK; i++) {
+      mn_alloc_stats_t s;
+      if (slot[i] && slot[i]->vtable->get_stats && mn_allocator_get_stats(slot[i], &s) == MN_OK &&
+          s.allocation[MN_POOL_ALL].current > 0)
+        st = mn__error(MN_ERR_INVALID_STATE, func, "the default allocator of sim:%d still has %lld live allocations",
+                       i, (long long)s.allocation[MN_POOL_ALL].current);
+    }
+  }
+  for (int i = 0; i < MN__ALLOC_MAX_DEVICES && st == MN_OK; i++)
+    if (slot[i]) st = before ? mn__caching_release_device(slot[i], func) : mn__caching_refresh_device(slot[i], func);
+  pthread_mutex_unlock(&g_default_lock);
+  return st;
+}
+
 mn_status mn_allocator_get_default(mn_device_t dev, mn_allocator_t **out) {
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
   mn_status st = default_slot_check(__func__, dev);
@@ -181,7 +206,10 @@ mn_status mn_allocator_get_default(mn_device_t dev, mn_allocator_t **out) {
   pthread_mutex_lock(&g_default_lock);
   mn_allocator_t *a = g_user[dev.type][dev.index];
   if (!a) {
-    if (!g_builtin[dev.type][dev.index]) st = default_create(dev, &g_builtin[dev.type][dev.index]);
+    if (!g_builtin[dev.type][dev.index]) {
+      st = default_create(dev, &g_builtin[dev.type][dev.index]);
+      if (st == MN_OK && dev.type == MN_DEVICE_SIM) mn__sim_set_configure_hook(sim_defaults_hook);
+    }
     a = g_builtin[dev.type][dev.index];
   }
   pthread_mutex_unlock(&g_default_lock);

@@ -557,6 +557,50 @@ static mn_status as_caching_checked(const char *func, mn_allocator_t *a, mn__cac
   return MN_OK;
 }
 
+/* Whether the allocator holds anything on its device; pre: lock held. */
+static bool holds_device(const mn__caching_t *a) {
+  return a->segments || a->pending_head || a->nevents || a->stats.allocation[MN_POOL_ALL].current > 0;
+}
+
+mn_status mn__caching_release_device(mn_allocator_t *al, const char *func) {
+  if (!al || al->vtable != &caching_vtable) return MN_OK;
+  mn__caching_t *a = as_caching(al);
+  char dev[32];
+  mn_device_format(al->device, dev, sizeof dev);
+  mn_status st = caching_empty_cache(al);
+  if (st != MN_OK) return mn__error_wrap(st, func);
+  lock(a);
+  bool held = holds_device(a);
+  unlock(a);
+  if (held)
+    return mn__error(MN_ERR_INVALID_STATE, func, "the default allocator of %s still holds memory (live allocations)",
+                     dev);
+  return MN_OK;
+}
+
+mn_status mn__caching_refresh_device(mn_allocator_t *al, const char *func) {
+  if (!al || al->vtable != &caching_vtable) return MN_OK;
+  mn__caching_t *a = as_caching(al);
+  int count = 0;
+  if (mn_device_count(al->device.type, &count) != MN_OK || al->device.index >= count)
+    return MN_OK; /* the device is gone: every later call on it fails with its own message */
+  mn_device_props_t props;
+  mn_stream_t *def = NULL;
+  mn_status st = mn_device_get_properties(al->device, &props);
+  if (st == MN_OK) st = mn_stream_default(al->device, &def);
+  if (st != MN_OK) return mn__error_wrap(st, func);
+  lock(a);
+  if (!holds_device(a)) {
+    a->expandable = a->cfg.expandable_segments && props.supports_vmm;
+    a->total_memory = props.total_memory;
+    a->default_stream = mn_stream_id(def);
+    a->granularity = props.alloc_granularity ? props.alloc_granularity : MN__SMALL_BUFFER;
+    a->allowed_max = (size_t)(a->cfg.per_process_memory_fraction * (double)props.total_memory);
+  }
+  unlock(a);
+  return MN_OK;
+}
+
 mn_status mn_caching_allocator_set_oom_observer(mn_allocator_t *al, mn_oom_observer_fn fn, void *user) {
   mn__caching_t *a = NULL;
   mn_status st = as_caching_checked(__func__, al, &a);
