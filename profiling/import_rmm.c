@@ -3,12 +3,12 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mnemo/mnemo.h"
+#include "profiling/text.h"
 #include "runtime/error.h"
 
 #define MN__RMM_MAX_COLS 16
@@ -34,15 +34,8 @@ typedef struct mn__rmm_s {
   uint64_t origin_us;
 } mn__rmm_t;
 
-static mn_status rerr(const mn__rmm_t *p, const char *fmt, ...) MN__PRINTF(2, 3);
-static mn_status rerr(const mn__rmm_t *p, const char *fmt, ...) {
-  char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return mn__error(MN_ERR_FORMAT, "mn_trace_import_rmm_csv", "%s:%" PRIu64 ": %s", p->name, p->line, msg);
-}
+/* A format error at the current line. */
+#define rerr(p, ...) mn__text_error("mn_trace_import_rmm_csv", (p)->name, (p)->line, __VA_ARGS__)
 
 /* Trims blanks in place; returns the start. */
 static char *trim(char *s) {
@@ -66,24 +59,13 @@ static size_t split_csv(char *buf, char **f) {
   }
 }
 
-static bool parse_u64(const char *s, int base, uint64_t *out) {
-  if (!*s || *s == '-' || *s == '+' || isspace((unsigned char)*s)) return false;
-  errno = 0;
-  char *end = NULL;
-  unsigned long long v = strtoull(s, &end, base);
-  if (errno || *end) return false;
-  *out = v;
-  return true;
-}
-
 /* 0x-prefixed hex, or a decimal; "nullptr"/"(nil)" are 0. */
 static bool parse_ptr(const char *s, uint64_t *out) {
   if (!strcmp(s, "nullptr") || !strcmp(s, "(nil)")) {
     *out = 0;
     return true;
   }
-  if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) return s[2] && strlen(s + 2) <= 16 && parse_u64(s + 2, 16, out);
-  return parse_u64(s, 10, out);
+  return mn__parse_hex(s, out) || mn__parse_dec(s, out);
 }
 
 /* Seconds with an optional fraction ("1634567890.123456"), or a time of day
@@ -170,7 +152,7 @@ static mn_status parse_row(mn__rmm_t *p, char *line) {
   else return rerr(p, "unknown action \"%.40s\" (allocate, free, deallocate, allocate failure)", act);
   const char *ptr = f[p->col[COL_POINTER]], *size = f[p->col[COL_SIZE]];
   if (!parse_ptr(ptr, &e.address)) return rerr(p, "pointer \"%.40s\" is not 0x<hex> or a decimal", ptr);
-  if (!parse_u64(size, 10, &e.size)) return rerr(p, "size \"%.40s\" is not a decimal byte count", size);
+  if (!mn__parse_dec(size, &e.size)) return rerr(p, "size \"%.40s\" is not a decimal byte count", size);
   if (e.action == MN_TRACE_ALLOC && e.size == 0) return rerr(p, "allocate of 0 bytes");
   if (e.action == MN_TRACE_ALLOC && e.address == 0) return rerr(p, "allocate returned a null pointer");
   if (e.action == MN_TRACE_FREE_REQUESTED && e.address == 0) return rerr(p, "free of a null pointer");
@@ -268,40 +250,21 @@ mn_status mn_trace_import_rmm_csv(const char *text, size_t len, const char *name
   bool *pre = NULL;
   bool have_header = false;
   char buf[MN__RMM_LINE_MAX + 1];
-  size_t pos = 0;
+  mn__lines_t lines = {.text = text, .len = len, .max = MN__RMM_LINE_MAX};
+  char why[96];
+  const char *s = NULL;
+  size_t n = 0;
+  mn__line_result lr;
   if (len == 0) {
     p.line = 1;
     st = rerr(&p, "empty file (no RMM log header)");
     goto fail;
   }
-  while (pos < len) {
-    p.line++;
-    if (p.line > UINT32_MAX) {
-      st = rerr(&p, "too many lines");
+  while ((lr = mn__lines_next(&lines, &s, &n, why, sizeof why)) != MN__LINE_END) {
+    p.line = lines.line;
+    if (lr == MN__LINE_BAD || !mn__text_printable(s, n, why, sizeof why)) {
+      st = rerr(&p, "%s", why);
       goto fail;
-    }
-    const char *s = text + pos;
-    size_t rest = len - pos;
-    size_t scan = rest < MN__RMM_LINE_MAX + 2 ? rest : MN__RMM_LINE_MAX + 2;
-    const char *nl = memchr(s, '\n', scan);
-    if (!nl) {
-      st = rest > MN__RMM_LINE_MAX + 1 ? rerr(&p, "line longer than %d bytes", MN__RMM_LINE_MAX)
-                                       : rerr(&p, "truncated file: the last line has no newline");
-      goto fail;
-    }
-    size_t n = (size_t)(nl - s);
-    pos += n + 1;
-    if (n && s[n - 1] == '\r') n--;
-    if (n > MN__RMM_LINE_MAX) {
-      st = rerr(&p, "line longer than %d bytes", MN__RMM_LINE_MAX);
-      goto fail;
-    }
-    for (size_t k = 0; k < n; k++) {
-      unsigned char c = (unsigned char)s[k];
-      if (c != '\t' && (c < 0x20 || c > 0x7e)) {
-        st = rerr(&p, "byte 0x%02x at column %zu is not printable ASCII", c, k + 1);
-        goto fail;
-      }
     }
     memcpy(buf, s, n);
     buf[n] = '\0';

@@ -1,0 +1,37 @@
+/* profiling/text.h: the line splitter and number parsers shared by the text
+ * readers in profiling/ (trace files, RMM CSV logs); pure functions, any thread. */
+#ifndef MNEMO_PROFILING_TEXT_H
+#define MNEMO_PROFILING_TEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mnemo/status.h"
+#include "runtime/error.h"
+
+/* Walks text[0..len) line by line; `line` counts the lines handed out (1-based
+ * once the first is out), `max` is the longest line accepted. */
+typedef struct mn__lines_s {
+  const char *text;
+  size_t len, pos, max;
+  uint64_t line;
+} mn__lines_t;
+
+typedef enum mn__line_result { MN__LINE_OK, MN__LINE_END, MN__LINE_BAD } mn__line_result;
+
+/* The next line without its "\n" or "\r\n" in *s, *n. MN__LINE_BAD (why says
+ * it: too many lines, a line longer than max, a last line with no newline),
+ * MN__LINE_END after the last line. */
+mn__line_result mn__lines_next(mn__lines_t *r, const char **s, size_t *n, char *why, size_t whysize);
+/* Whether s[0..n) is printable ASCII or tabs; else why names the byte and column. */
+bool mn__text_printable(const char *s, size_t n, char *why, size_t whysize);
+/* A decimal of 1..20 digits that fits in 64 bits (no sign, no blanks). */
+bool mn__parse_dec(const char *s, uint64_t *out);
+/* "0x" (or "0X") and 1..16 hex digits. */
+bool mn__parse_hex(const char *s, uint64_t *out);
+
+/* MN_ERR_FORMAT with the message "<func>: <name>:<line>: <formatted>". */
+mn_status mn__text_error(const char *func, const char *name, uint64_t line, const char *fmt, ...) MN__PRINTF(4, 5);
+
+#endif /* MNEMO_PROFILING_TEXT_H */
