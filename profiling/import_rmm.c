@@ -182,29 +182,18 @@ static mn_status parse_row(mn__rmm_t *p, char *line) {
   return MN_OK;
 }
 
-typedef struct mn__rmm_ref_s {
-  uint64_t address;
-  size_t index;
-} mn__rmm_ref_t;
-
-static int ref_cmp(const void *a, const void *b) {
-  const mn__rmm_ref_t *x = a, *y = b;
-  if (x->address != y->address) return x->address < y->address ? -1 : 1;
-  return x->index < y->index ? -1 : x->index > y->index;
-}
-
 /* Liveness: frees of addresses allocated before the log become pre allocs
  * (pre[i] = true; their size is the free's size); a second allocate of a live
  * address is an error naming both lines. */
 static mn_status check_live(mn__rmm_t *p, bool *pre) {
   size_t m = 0;
   for (size_t i = 0; i < p->nev; i++) m += p->ev[i].action != MN_TRACE_OOM;
-  mn__rmm_ref_t *refs = malloc((m ? m : 1) * sizeof *refs);
+  mn__addr_ref_t *refs = malloc((m ? m : 1) * sizeof *refs);
   if (!refs) return mn__error(MN_ERR_OUT_OF_MEMORY, "mn_trace_import_rmm_csv", "out of host memory");
   m = 0;
   for (size_t i = 0; i < p->nev; i++)
-    if (p->ev[i].action != MN_TRACE_OOM) refs[m++] = (mn__rmm_ref_t){p->ev[i].address, i};
-  qsort(refs, m, sizeof *refs, ref_cmp);
+    if (p->ev[i].action != MN_TRACE_OOM) refs[m++] = (mn__addr_ref_t){p->ev[i].address, i, 0};
+  qsort(refs, m, sizeof *refs, mn__addr_ref_cmp);
   size_t bad = SIZE_MAX, bad_prev = SIZE_MAX, bad_kind = 0;
   for (size_t k = 0; k < m;) {
     size_t j = k, live = SIZE_MAX;

@@ -1,5 +1,5 @@
-/* profiling/text.c: the line splitter and number parsers shared by the trace
- * reader and the RMM importer; pure functions, any thread. */
+/* profiling/text.c: lines, numbers, errors and address sorting shared by the
+ * trace reader and the RMM importer; pure functions, any thread. */
 #include "profiling/text.h"
 
 #include <inttypes.h>
@@ -82,4 +82,11 @@ bool mn__parse_hex(const char *s, uint64_t *out) {
   if (n == 0) return false;
   *out = v;
   return true;
+}
+
+int mn__addr_ref_cmp(const void *a, const void *b) {
+  const mn__addr_ref_t *x = a, *y = b;
+  if (x->device != y->device) return x->device < y->device ? -1 : 1;
+  if (x->address != y->address) return x->address < y->address ? -1 : 1;
+  return x->index < y->index ? -1 : (x->index > y->index);
 }

@@ -1,5 +1,5 @@
-/* profiling/text.h: the line splitter and number parsers shared by the text
- * readers in profiling/ (trace files, RMM CSV logs); pure functions, any thread. */
+/* profiling/text.h: what the trace readers in profiling/ share (trace files,
+ * RMM CSV logs): lines, numbers, errors, address sorting; pure functions, any thread. */
 #ifndef MNEMO_PROFILING_TEXT_H
 #define MNEMO_PROFILING_TEXT_H
 
@@ -30,6 +30,15 @@ bool mn__text_printable(const char *s, size_t n, char *why, size_t whysize);
 bool mn__parse_dec(const char *s, uint64_t *out);
 /* "0x" (or "0X") and 1..16 hex digits. */
 bool mn__parse_hex(const char *s, uint64_t *out);
+
+/* An allocation event by (device, address), for sorting to pair allocs with frees. */
+typedef struct mn__addr_ref_s {
+  uint64_t address;
+  size_t index; /* the event's index */
+  uint32_t device;
+} mn__addr_ref_t;
+/* qsort order: device, then address, then index. */
+int mn__addr_ref_cmp(const void *a, const void *b);
 
 /* MN_ERR_FORMAT with the message "<func>: <name>:<line>: <formatted>". */
 mn_status mn__text_error(const char *func, const char *name, uint64_t line, const char *fmt, ...) MN__PRINTF(4, 5);

@@ -170,20 +170,6 @@ mn_status mn_trace_meta_get_u64(const mn_trace_t *trace, const char *key, uint64
 
 /* ---- liveness: pair each free_requested with the alloc it frees ---------- */
 
-typedef struct mn__addr_ref_s {
-  uint64_t address;
-  size_t index;
-  uint32_t device;
-} mn__addr_ref_t;
-
-/* Addresses are per device: (device, address) names an allocation. */
-static int addr_ref_cmp(const void *a, const void *b) {
-  const mn__addr_ref_t *x = a, *y = b;
-  if (x->device != y->device) return x->device < y->device ? -1 : 1;
-  if (x->address != y->address) return x->address < y->address ? -1 : 1;
-  return x->index < y->index ? -1 : (x->index > y->index);
-}
-
 /* Describes entry i for a message: "name:line" or "entry i". */
 static void where(const mn_trace_t *t, size_t i, const char *name, char *buf, size_t n) {
   if (t->entries[i].line) snprintf(buf, n, "%s:%" PRIu32, name ? name : "<trace>", t->entries[i].line);
@@ -205,7 +191,7 @@ static mn_status trace_match(const mn_trace_t *t, size_t *match, const char *nam
     if (a == MN_TRACE_ALLOC || a == MN_TRACE_FREE_REQUESTED)
       refs[n++] = (mn__addr_ref_t){t->entries[i].address, i, t->entries[i].device};
   }
-  if (n) qsort(refs, n, sizeof *refs, addr_ref_cmp);
+  if (n) qsort(refs, n, sizeof *refs, mn__addr_ref_cmp);
   size_t bad = SIZE_MAX, bad_other = SIZE_MAX; /* first offending entry, and its live alloc */
   for (size_t k = 0; k < n;) {
     size_t live = SIZE_MAX, j = k;
