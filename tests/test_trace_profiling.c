@@ -262,6 +262,18 @@ MN_TEST(recorder_threads_two_devices) {
   mn_trace_recorder_destroy(r);
 }
 
+/* Writes the recorder to a file (then destroys it) and reads the file back;
+ * NULL (a check failed) when either step fails. */
+static mn_trace_t *written_and_read(mn_trace_recorder_t *r, const char *tag) {
+  const char *path = tmp_path(tag);
+  MN_CHECK_OK(mn_trace_recorder_write(r, path));
+  mn_trace_recorder_destroy(r);
+  mn_trace_t *t = NULL;
+  MN_CHECK_OK(mn_trace_read(path, &t));
+  remove(path);
+  return t;
+}
+
 /* Round trip: a live run on SIM recorded by the ring, written, read, replayed
  * on a fresh allocator with the same config: the same peaks. */
 MN_TEST(round_trip_live_equals_replay) {
@@ -298,12 +310,7 @@ MN_TEST(round_trip_live_equals_replay) {
     MN_CHECK_OK(mn_caching_allocator_set_trace_sink(a, NULL, NULL));
     mn_allocator_destroy(a);
     mn_stream_destroy(s2);
-    const char *path = tmp_path("live");
-    MN_CHECK_OK(mn_trace_recorder_write(r, path));
-    mn_trace_recorder_destroy(r);
-    mn_trace_t *t = NULL;
-    MN_CHECK_OK(mn_trace_read(path, &t));
-    remove(path);
+    mn_trace_t *t = written_and_read(r, "live");
     if (!t) return;
     size_t segs = 0, empties = 0;
     for (size_t i = 0; i < t->nentries; i++) {
@@ -349,12 +356,7 @@ MN_TEST(round_trip_peaks_exact) {
   mn_alloc_stats_t live;
   MN_CHECK_OK(mn_allocator_get_stats(a, &live));
   mn_allocator_destroy(a);
-  const char *path = tmp_path("exact");
-  MN_CHECK_OK(mn_trace_recorder_write(r, path));
-  mn_trace_recorder_destroy(r);
-  mn_trace_t *t = NULL;
-  MN_CHECK_OK(mn_trace_read(path, &t));
-  remove(path);
+  mn_trace_t *t = written_and_read(r, "exact");
   if (!t) return;
   mn_allocator_t *b = NULL;
   MN_CHECK_OK(mn_caching_allocator_create(SIM0, NULL, &b));
