@@ -182,10 +182,13 @@ static mn_status default_create(mn_device_t dev, mn_allocator_t **out) {
  * Holds g_default_lock throughout, so no default is created or replaced meanwhile. */
 static mn_status sim_defaults_hook(bool before, const char *func) {
   mn_allocator_t **slot = g_builtin[MN_DEVICE_SIM];
-  mn_status st = MN_OK;
+  int count = 0; /* defaults of devices gone with an earlier configure gave everything back then */
+  mn_status st = mn_device_count(MN_DEVICE_SIM, &count);
+  if (st != MN_OK) return mn__error_wrap(st, func);
+  if (count > MN__ALLOC_MAX_DEVICES) count = MN__ALLOC_MAX_DEVICES;
   pthread_mutex_lock(&g_default_lock);
   if (before) {
-    for (int i = 0; i < MN__ALLOC_MAX_DEVICES && st == MN_OK; i++) {
+    for (int i = 0; i < count && st == MN_OK; i++) {
       mn_alloc_stats_t s;
       if (slot[i] && slot[i]->vtable->get_stats && mn_allocator_get_stats(slot[i], &s) == MN_OK &&
           s.allocation[MN_POOL_ALL].current > 0)
@@ -193,7 +196,7 @@ static mn_status sim_defaults_hook(bool before, const char *func) {
                        i, (long long)s.allocation[MN_POOL_ALL].current);
     }
   }
-  for (int i = 0; i < MN__ALLOC_MAX_DEVICES && st == MN_OK; i++)
+  for (int i = 0; i < count && st == MN_OK; i++)
     if (slot[i]) st = before ? mn__caching_release_device(slot[i], func) : mn__caching_refresh_device(slot[i], func);
   pthread_mutex_unlock(&g_default_lock);
   return st;

@@ -563,7 +563,11 @@ static bool holds_device(const mn__caching_t *a) {
 }
 
 mn_status mn__caching_release_device(mn_allocator_t *al, const char *func) {
-  if (!al || al->vtable != &caching_vtable) return MN_OK;
+  if (al && al->vtable != &caching_vtable) { /* e.g. the async allocator: its own empty_cache */
+    mn_status st = mn_allocator_empty_cache(al);
+    return st == MN_OK ? MN_OK : mn__error_wrap(st, func);
+  }
+  if (!al) return MN_OK;
   mn__caching_t *a = as_caching(al);
   char dev[32];
   mn_device_format(al->device, dev, sizeof dev);
@@ -581,9 +585,6 @@ mn_status mn__caching_release_device(mn_allocator_t *al, const char *func) {
 mn_status mn__caching_refresh_device(mn_allocator_t *al, const char *func) {
   if (!al || al->vtable != &caching_vtable) return MN_OK;
   mn__caching_t *a = as_caching(al);
-  int count = 0;
-  if (mn_device_count(al->device.type, &count) != MN_OK || al->device.index >= count)
-    return MN_OK; /* the device is gone: every later call on it fails with its own message */
   mn_device_props_t props;
   mn_stream_t *def = NULL;
   mn_status st = mn_device_get_properties(al->device, &props);

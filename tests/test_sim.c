@@ -355,6 +355,22 @@ MN_TEST(configure_refreshes_idle_default_allocators) {
   MN_CHECK_OK(mn_allocator_alloc(a, 8 * MiB, NULL, &p));
   MN_CHECK_OK(mn_allocator_free(a, p));
   MN_CHECK_OK(mn_allocator_empty_cache(a));
+
+  /* Another kind of built-in default (the async allocator) gives back its pool too. */
+  c.device_count = 3;
+  MN_CHECK_OK(mn_sim_configure(&c));
+  mn_allocator_t *as2 = NULL;
+  setenv("MNEMO_ALLOC_CONF", "backend:cudaMallocAsync", 1);
+  MN_CHECK_OK(mn_allocator_get_default(mn_device_sim(2), &as2));
+  unsetenv("MNEMO_ALLOC_CONF");
+  MN_CHECK(strcmp(mn_allocator_name(as2), "caching") != 0);
+  MN_CHECK_OK(mn_allocator_alloc(as2, 100 * MiB, NULL, &p));
+  MN_CHECK_ERR(mn_sim_configure(&c), MN_ERR_INVALID_STATE, "default allocator of sim:2");
+  MN_CHECK_OK(mn_allocator_free(as2, p));
+  c.device_count = 2;
+  MN_CHECK_OK(mn_sim_configure(&c));
+  MN_CHECK_OK(mn_sim_get_stats(mn_device_sim(1), &st));
+  MN_CHECK(st.mapped_bytes == 0 && st.live_reservations == 0);
 }
 
 MN_TEST(configure_refused_while_busy_then_eager) {
