@@ -1,7 +1,6 @@
 /* profiling/import_rmm.c: imports RMM logging_resource_adaptor CSV logs into a
  * trace, with "<file>:<line>: <what>" errors; pure functions, thread-safe. */
 #include <ctype.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -307,26 +306,11 @@ fail:
 
 mn_status mn_trace_import_rmm_csv_file(const char *path, mn_trace_t **out) {
   MN__CHECK_ARG(path != NULL && out != NULL, "path and out must not be NULL");
-  FILE *f = fopen(path, "rb");
-  if (!f) return mn__error(MN_ERR_IO, __func__, "cannot open %s: %s", path, strerror(errno));
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap);
-  mn_status st = MN_OK;
-  while (buf) {
-    if (len == cap) {
-      char *nb = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
-      if (!nb) break;
-      buf = nb;
-      cap *= 2;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) break;
-  }
-  if (!buf || len == cap) st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory reading %s", path);
-  else if (ferror(f)) st = mn__error(MN_ERR_IO, __func__, "cannot read %s: %s", path, strerror(errno));
-  else st = mn_trace_import_rmm_csv(buf, len, path, out);
+  char *buf = NULL;
+  size_t len = 0;
+  mn_status st = mn__read_whole_file(__func__, path, &buf, &len);
+  if (st != MN_OK) return st;
+  st = mn_trace_import_rmm_csv(buf, len, path, out);
   free(buf);
-  fclose(f);
   return st;
 }

@@ -1,10 +1,12 @@
-/* profiling/text.c: lines, numbers, errors and address sorting shared by the
- * trace reader and the RMM importer; pure functions, any thread. */
+/* profiling/text.c: file reads, lines, numbers, errors and address sorting shared by the
+ * trace reader and the RMM importer; no shared state, any thread. */
 #include "profiling/text.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 mn_status mn__text_error(const char *func, const char *name, uint64_t line, const char *fmt, ...) {
@@ -89,4 +91,36 @@ int mn__addr_ref_cmp(const void *a, const void *b) {
   if (x->device != y->device) return x->device < y->device ? -1 : 1;
   if (x->address != y->address) return x->address < y->address ? -1 : 1;
   return x->index < y->index ? -1 : (x->index > y->index);
+}
+
+mn_status mn__read_whole_file(const char *func, const char *path, char **buf, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return mn__error(MN_ERR_IO, func, "cannot open %s: %s", path, strerror(errno));
+  size_t cap = 1 << 16, n = 0;
+  char *b = malloc(cap);
+  mn_status st = MN_OK;
+  while (b && st == MN_OK) {
+    if (n == cap) {
+      char *nb = cap <= SIZE_MAX / 2 ? realloc(b, cap * 2) : NULL;
+      if (!nb) {
+        st = mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory reading %s (%zu bytes)", path, n);
+        break;
+      }
+      b = nb;
+      cap *= 2;
+    }
+    size_t got = fread(b + n, 1, cap - n, f);
+    n += got;
+    if (got == 0) break;
+  }
+  if (!b) st = mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
+  else if (st == MN_OK && ferror(f)) st = mn__error(MN_ERR_IO, func, "cannot read %s: %s", path, strerror(errno));
+  fclose(f);
+  if (st != MN_OK) {
+    free(b);
+    return st;
+  }
+  *buf = b;
+  *len = n;
+  return MN_OK;
 }

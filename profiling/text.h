@@ -1,5 +1,5 @@
 /* profiling/text.h: what the trace readers in profiling/ share (trace files,
- * RMM CSV logs): lines, numbers, errors, address sorting; pure functions, any thread. */
+ * RMM CSV logs): file reads, lines, numbers, errors, address sorting; any thread. */
 #ifndef MNEMO_PROFILING_TEXT_H
 #define MNEMO_PROFILING_TEXT_H
 
@@ -39,6 +39,11 @@ typedef struct mn__addr_ref_s {
 } mn__addr_ref_t;
 /* qsort order: device, then address, then index. */
 int mn__addr_ref_cmp(const void *a, const void *b);
+
+/* Reads a whole file (any kind: pipes too) into *buf (malloc'd, the caller
+ * frees it), *len bytes. MN_ERR_IO (cannot open or read) or MN_ERR_OUT_OF_MEMORY,
+ * the message prefixed with func. */
+mn_status mn__read_whole_file(const char *func, const char *path, char **buf, size_t *len);
 
 /* MN_ERR_FORMAT with the message "<func>: <name>:<line>: <formatted>". */
 mn_status mn__text_error(const char *func, const char *name, uint64_t line, const char *fmt, ...) MN__PRINTF(4, 5);

@@ -419,38 +419,13 @@ fail:
 
 mn_status mn_trace_read(const char *path, mn_trace_t **out) {
   MN__CHECK_ARG(path != NULL && out != NULL, "path and out must not be NULL");
-  FILE *f = fopen(path, "rb");
-  if (!f) return mn__error(MN_ERR_IO, __func__, "cannot open %s: %s", path, strerror(errno));
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap);
-  mn_status st = MN_OK;
-  if (!buf) {
-    st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
-    goto done;
-  }
-  for (;;) {
-    if (len == cap) {
-      char *nb = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
-      if (!nb) {
-        st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory reading %s (%zu bytes)", path, len);
-        goto done;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) break;
-  }
-  if (ferror(f)) {
-    st = mn__error(MN_ERR_IO, __func__, "cannot read %s: %s", path, strerror(errno));
-    goto done;
-  }
+  char *buf = NULL;
+  size_t len = 0;
+  mn_status st = mn__read_whole_file(__func__, path, &buf, &len);
+  if (st != MN_OK) return st;
   st = mn_trace_parse(buf, len, path, out);
   if (st != MN_OK) mn__error_wrap(st, __func__);
-done:
   free(buf);
-  fclose(f);
   return st;
 }
 
