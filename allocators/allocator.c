@@ -1,14 +1,46 @@
 /* allocators/allocator.c: the public dispatch of the allocator vtable (shared
- * checks first, then the slot) and the per-device default allocator table. */
+ * checks and the NVTX ranges first, then the slot) and the per-device default
+ * allocator table (one mutex). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mnemo/mnemo.h"
+#include "allocators/caching_internal.h"
+#include "profiling/nvtx.h"
 #include "runtime/error.h"
+#include "runtime/sim_internal.h"
 
 #define MN__ALLOC_MAX_DEVICES 64
+
+/* ---- NVTX ranges -----------------------------------------------------------
+ * Every allocator's alloc, free and empty_cache opens its "mnemo.*" range here,
+ * so one user call is one range whatever the allocator. Adaptors call their
+ * upstream through this same dispatch: only the outermost call on a thread
+ * opens a range (t_range_depth), so a stack of adaptors shows as one range. */
+static _Thread_local int t_range_depth;
+
+static void range_open(const char *name, uint64_t nbytes) {
+  if (t_range_depth++ == 0) mn__nvtx_push(name, nbytes);
+}
+
+static void range_close(void) {
+  if (--t_range_depth == 0) mn__nvtx_pop();
+}
+
+/* The empty_cache payload: the bytes reserved before, where the allocator keeps
+ * statistics (asked only while ranges are on: get_stats may take a lock). */
+static uint64_t reserved_bytes(mn_allocator_t *a) {
+  if (t_range_depth != 0 || !a->vtable->get_stats || !mn_nvtx_enabled()) return 0;
+  mn_alloc_stats_t st;
+  memset(&st, 0, sizeof st);
+  st.size = (uint32_t)sizeof st;
+  st.version = MN_ALLOC_STATS_VERSION;
+  if (a->vtable->get_stats(a, &st) != MN_OK) return 0;
+  int64_t r = st.reserved_bytes[MN_POOL_ALL].current;
+  return r > 0 ? (uint64_t)r : 0;
+}
 
 mn_status mn_allocator_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stream, void **out) {
   MN__CHECK_ARG(a != NULL && out != NULL, "allocator and out must not be NULL");
@@ -24,7 +56,9 @@ mn_status mn_allocator_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
     return MN_OK;
   }
   void *p = NULL;
+  range_open("mnemo.alloc", nbytes);
   mn_status st = a->vtable->alloc(a, nbytes, stream, &p);
+  range_close();
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   *out = p;
   return MN_OK;
@@ -33,7 +67,9 @@ mn_status mn_allocator_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
 mn_status mn_allocator_free(mn_allocator_t *a, void *ptr) {
   MN__CHECK_ARG(a != NULL, "allocator must not be NULL");
   if (!ptr) return MN_OK;
+  range_open("mnemo.free", 0); /* the size of ptr is the allocator's to know */
   mn_status st = a->vtable->free(a, ptr);
+  range_close();
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
@@ -49,7 +85,9 @@ mn_status mn_allocator_record_stream(mn_allocator_t *a, void *ptr, mn_stream_t *
 mn_status mn_allocator_empty_cache(mn_allocator_t *a) {
   MN__CHECK_ARG(a != NULL, "allocator must not be NULL");
   if (!a->vtable->empty_cache) return MN_OK;
+  range_open("mnemo.empty_cache", reserved_bytes(a));
   mn_status st = a->vtable->empty_cache(a);
+  range_close();
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
@@ -138,6 +176,32 @@ static mn_status default_create(mn_device_t dev, mn_allocator_t **out) {
   return mn_caching_allocator_create(dev, &cfg, out);
 }
 
+/* mn_sim_configure's hook: before, every built-in SIM default gives back its
+ * memory (all or none is asked: a refusal comes before any cache is emptied);
+ * after, each re-reads its device. Defaults set by the user are theirs to manage.
+ * Holds g_default_lock throughout, so no default is created or replaced meanwhile. */
+static mn_status sim_defaults_hook(bool before, const char *func) {
+  mn_allocator_t **slot = g_builtin[MN_DEVICE_SIM];
+  int count = 0; /* defaults of devices gone with an earlier configure gave everything back then */
+  mn_status st = mn_device_count(MN_DEVICE_SIM, &count);
+  if (st != MN_OK) return mn__error_wrap(st, func);
+  if (count > MN__ALLOC_MAX_DEVICES) count = MN__ALLOC_MAX_DEVICES;
+  pthread_mutex_lock(&g_default_lock);
+  if (before) {
+    for (int i = 0; i < count && st == MN_OK; i++) {
+      mn_alloc_stats_t s;
+      if (slot[i] && slot[i]->vtable->get_stats && mn_allocator_get_stats(slot[i], &s) == MN_OK &&
+          s.allocation[MN_POOL_ALL].current > 0)
+        st = mn__error(MN_ERR_INVALID_STATE, func, "the default allocator of sim:%d still has %lld live allocations",
+                       i, (long long)s.allocation[MN_POOL_ALL].current);
+    }
+  }
+  for (int i = 0; i < count && st == MN_OK; i++)
+    if (slot[i]) st = before ? mn__caching_release_device(slot[i], func) : mn__caching_refresh_device(slot[i], func);
+  pthread_mutex_unlock(&g_default_lock);
+  return st;
+}
+
 mn_status mn_allocator_get_default(mn_device_t dev, mn_allocator_t **out) {
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
   mn_status st = default_slot_check(__func__, dev);
@@ -145,7 +209,10 @@ mn_status mn_allocator_get_default(mn_device_t dev, mn_allocator_t **out) {
   pthread_mutex_lock(&g_default_lock);
   mn_allocator_t *a = g_user[dev.type][dev.index];
   if (!a) {
-    if (!g_builtin[dev.type][dev.index]) st = default_create(dev, &g_builtin[dev.type][dev.index]);
+    if (!g_builtin[dev.type][dev.index]) {
+      st = default_create(dev, &g_builtin[dev.type][dev.index]);
+      if (st == MN_OK && dev.type == MN_DEVICE_SIM) mn__sim_set_configure_hook(sim_defaults_hook);
+    }
     a = g_builtin[dev.type][dev.index];
   }
   pthread_mutex_unlock(&g_default_lock);

@@ -273,17 +273,9 @@ static mn_status out_of_memory(mn__caching_t *a, size_t nbytes, size_t rounded, 
   return mn__error(MN_ERR_OUT_OF_MEMORY, "caching_alloc", "%s", msg);
 }
 
-static mn_status caching_alloc_locked(mn__caching_t *a, size_t nbytes, mn_stream_t *stream, void **out);
-
+/* The allocation: takes and drops the lock (the "mnemo.alloc" range is the dispatch's). */
 static mn_status caching_alloc(mn_allocator_t *self, size_t nbytes, mn_stream_t *stream, void **out) {
-  mn__nvtx_push("mnemo.alloc", nbytes);
-  mn_status st = caching_alloc_locked(as_caching(self), nbytes, stream, out);
-  mn__nvtx_pop();
-  return st;
-}
-
-/* The allocation itself: takes and drops the lock. */
-static mn_status caching_alloc_locked(mn__caching_t *a, size_t nbytes, mn_stream_t *stream, void **out) {
+  mn__caching_t *a = as_caching(self);
   uint64_t sid = stream ? mn_stream_id(stream) : a->default_stream;
   lock(a);
   if (nbytes > a->total_memory) return out_of_memory(a, nbytes, nbytes, nbytes);
@@ -354,12 +346,10 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
   lock(a);
   mn__block_t *b = mn__live_block(a, (uintptr_t)ptr);
   if (!b) return not_ours(a, __func__, ptr);
-  mn__nvtx_push("mnemo.free", b->size); /* closed at every return below */
   uint32_t n = b->nuses;
   use_end_t local[8], *ends = local;
   if (n > 8 && !(ends = calloc(n, sizeof *ends))) {
     unlock(a);
-    mn__nvtx_pop();
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %u stream events", n);
   }
   bool need_sync = false;
@@ -392,7 +382,6 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
       mn__addrmap_put(&a->live, b->addr, 0, b);
       unlock(a);
       if (ends != local) free(ends);
-      mn__nvtx_pop();
       return mn__error_wrap(st, __func__);
     }
   }
@@ -412,7 +401,6 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
   if (b->event_count == 0) mn__free_block(a, b);
   unlock(a);
   if (ends != local) free(ends);
-  mn__nvtx_pop();
   return MN_OK;
 }
 
@@ -444,7 +432,6 @@ done:
 static mn_status caching_empty_cache(mn_allocator_t *self) {
   mn__caching_t *a = as_caching(self);
   lock(a);
-  mn__nvtx_push("mnemo.empty_cache", (uint64_t)a->stats.reserved_bytes[MN_POOL_ALL].current);
   mn__trace(a, MN_TRACE_EMPTY_CACHE, 0, 0, 0, 0);
   mn_status st = mn__release_cached(a);
   /* Pooled events go too, so an idle allocator holds no device objects. */
@@ -455,7 +442,6 @@ static mn_status caching_empty_cache(mn_allocator_t *self) {
   unlock(a);
   for (size_t i = 0; i < nevents; i++) mn_event_destroy(events[i]);
   free(events);
-  mn__nvtx_pop();
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
@@ -568,6 +554,51 @@ static mn_status as_caching_checked(const char *func, mn_allocator_t *a, mn__cac
   if (!a || a->vtable != &caching_vtable)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "not a caching allocator (%s)", mn_allocator_name(a));
   *out = (mn__caching_t *)a;
+  return MN_OK;
+}
+
+/* Whether the allocator holds anything on its device; pre: lock held. */
+static bool holds_device(const mn__caching_t *a) {
+  return a->segments || a->pending_head || a->nevents || a->stats.allocation[MN_POOL_ALL].current > 0;
+}
+
+mn_status mn__caching_release_device(mn_allocator_t *al, const char *func) {
+  if (al && al->vtable != &caching_vtable) { /* e.g. the async allocator: its own empty_cache */
+    mn_status st = mn_allocator_empty_cache(al);
+    return st == MN_OK ? MN_OK : mn__error_wrap(st, func);
+  }
+  if (!al) return MN_OK;
+  mn__caching_t *a = as_caching(al);
+  char dev[32];
+  mn_device_format(al->device, dev, sizeof dev);
+  mn_status st = caching_empty_cache(al);
+  if (st != MN_OK) return mn__error_wrap(st, func);
+  lock(a);
+  bool held = holds_device(a);
+  unlock(a);
+  if (held)
+    return mn__error(MN_ERR_INVALID_STATE, func, "the default allocator of %s still holds memory (live allocations)",
+                     dev);
+  return MN_OK;
+}
+
+mn_status mn__caching_refresh_device(mn_allocator_t *al, const char *func) {
+  if (!al || al->vtable != &caching_vtable) return MN_OK;
+  mn__caching_t *a = as_caching(al);
+  mn_device_props_t props;
+  mn_stream_t *def = NULL;
+  mn_status st = mn_device_get_properties(al->device, &props);
+  if (st == MN_OK) st = mn_stream_default(al->device, &def);
+  if (st != MN_OK) return mn__error_wrap(st, func);
+  lock(a);
+  if (!holds_device(a)) {
+    a->expandable = a->cfg.expandable_segments && props.supports_vmm;
+    a->total_memory = props.total_memory;
+    a->default_stream = mn_stream_id(def);
+    a->granularity = props.alloc_granularity ? props.alloc_granularity : MN__SMALL_BUFFER;
+    a->allowed_max = (size_t)(a->cfg.per_process_memory_fraction * (double)props.total_memory);
+  }
+  unlock(a);
   return MN_OK;
 }
 

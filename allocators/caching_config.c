@@ -2,13 +2,13 @@
  * ways, validation) and size rules. Thread-safe: pure functions on caller-owned structs. */
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "allocators/caching_internal.h"
 #include "runtime/error.h"
+#include "runtime/strbuf.h"
 
 #define MIB ((size_t)1 << 20)
 /* PyTorch keeps 16 division intervals: [1 MiB, 2 MiB) ... [32 GiB, 64 GiB);
@@ -302,41 +302,26 @@ mn_status mn_caching_config_parse(const char *text, mn_caching_config_t *config)
 
 /* ---- formatting -------------------------------------------------------------------- */
 
-typedef struct out_s {
-  char *buf;
-  size_t size, len;
-} out_t;
-
-static void emit(out_t *o, const char *fmt, ...) MN__PRINTF(2, 3);
-static void emit(out_t *o, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char *dst = o->len < o->size ? o->buf + o->len : NULL;
-  int n = vsnprintf(dst, dst ? o->size - o->len : 0, fmt, ap);
-  va_end(ap);
-  if (n > 0) o->len += (size_t)n;
-}
-
 /* The shortest "%g" form that reads back to the same double. */
-static void emit_double(out_t *o, const char *key, double v) {
+static void emit_double(mn__strbuf_t *o, const char *key, double v) {
   char tmp[40];
   for (int prec = 6; prec <= 17; prec++) {
     snprintf(tmp, sizeof tmp, "%.*g", prec, v);
     if (strtod(tmp, NULL) == v) break;
   }
-  emit(o, "%s%s:%s", o->len ? "," : "", key, tmp);
+  mn__strbuf_printf(o, "%s%s:%s", o->len ? "," : "", key, tmp);
 }
 
 mn_status mn_caching_config_format(const mn_caching_config_t *config, char *buf, size_t bufsize) {
   MN__CHECK_ARG(config != NULL && buf != NULL && bufsize > 0, "config and buf must not be NULL, bufsize > 0");
   const mn_caching_config_t *c = config;
   mn_caching_config_t d = mn_caching_config_default();
-  out_t o = {buf, bufsize, 0};
+  mn__strbuf_t o = {buf, bufsize, 0};
   buf[0] = '\0';
   if (c->max_split_size != d.max_split_size)
-    emit(&o, "%smax_split_size_mb:%zu", o.len ? "," : "", (c->max_split_size + MIB - 1) / MIB);
+    mn__strbuf_printf(&o, "%smax_split_size_mb:%zu", o.len ? "," : "", (c->max_split_size + MIB - 1) / MIB);
   if (c->max_non_split_rounding != d.max_non_split_rounding)
-    emit(&o, "%smax_non_split_rounding_mb:%zu", o.len ? "," : "", (c->max_non_split_rounding + MIB - 1) / MIB);
+    mn__strbuf_printf(&o, "%smax_non_split_rounding_mb:%zu", o.len ? "," : "", (c->max_non_split_rounding + MIB - 1) / MIB);
   if (c->garbage_collection_threshold != 0.0) emit_double(&o, "garbage_collection_threshold", c->garbage_collection_threshold);
   bool uniform = true, any = false;
   for (int b = 0; b < MN_ROUNDUP_BUCKETS; b++) {
@@ -344,18 +329,18 @@ mn_status mn_caching_config_format(const mn_caching_config_t *config, char *buf,
     any |= c->roundup_power2_divisions[b] != 0;
   }
   if (uniform && any) {
-    emit(&o, "%sroundup_power2_divisions:%u", o.len ? "," : "", c->roundup_power2_divisions[0]);
+    mn__strbuf_printf(&o, "%sroundup_power2_divisions:%u", o.len ? "," : "", c->roundup_power2_divisions[0]);
   } else if (any) {
     /* PyTorch's 16 intervals, each written out (no ">" form, which would also overwrite
      * the last listed interval). */
-    emit(&o, "%sroundup_power2_divisions:[", o.len ? "," : "");
+    mn__strbuf_printf(&o, "%sroundup_power2_divisions:[", o.len ? "," : "");
     for (int k = 0; k < PT_INTERVALS; k++)
-      emit(&o, "%s%zu:%u", k ? "," : "", (size_t)1 << k, c->roundup_power2_divisions[PT_FIRST_LOG2 + k]);
-    emit(&o, "]");
+      mn__strbuf_printf(&o, "%s%zu:%u", k ? "," : "", (size_t)1 << k, c->roundup_power2_divisions[PT_FIRST_LOG2 + k]);
+    mn__strbuf_printf(&o, "]");
   }
-  if (c->expandable_segments) emit(&o, "%sexpandable_segments:True", o.len ? "," : "");
+  if (c->expandable_segments) mn__strbuf_printf(&o, "%sexpandable_segments:True", o.len ? "," : "");
   if (c->per_process_memory_fraction != 1.0) emit_double(&o, "per_process_memory_fraction", c->per_process_memory_fraction);
-  if (strcmp(c->backend, "native") != 0) emit(&o, "%sbackend:%.31s", o.len ? "," : "", c->backend);
+  if (strcmp(c->backend, "native") != 0) mn__strbuf_printf(&o, "%sbackend:%.31s", o.len ? "," : "", c->backend);
   if (o.len >= bufsize)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "bufsize=%zu is too small: %zu bytes needed", bufsize,
                      o.len + 1);

@@ -166,6 +166,14 @@ const char *mn__format_size(size_t bytes, char *buf, size_t bufsize);
 
 /* ---- caching.c ------------------------------------------------------------------ */
 
+/* For mn_sim_configure, through the default-allocator table (allocator.c).
+ * Release: empties the cache (segments, pending frees, pooled events), then
+ * MN_ERR_INVALID_STATE naming the device if anything is still held; another
+ * allocator only gets mn_allocator_empty_cache (refresh leaves it alone). Refresh: re-reads the device's properties
+ * (size, granularity, VMM, default stream) into an allocator that holds nothing. */
+mn_status mn__caching_release_device(mn_allocator_t *al, const char *func);
+mn_status mn__caching_refresh_device(mn_allocator_t *al, const char *func);
+
 /* Adds `amount` to the named counter of the ALL pool and of pool `kind`. */
 #define MN__STAT_ADD(a, field, kind, amount)                  \
   do {                                                        \

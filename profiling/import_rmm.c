@@ -1,14 +1,13 @@
 /* profiling/import_rmm.c: imports RMM logging_resource_adaptor CSV logs into a
  * trace, with "<file>:<line>: <what>" errors; pure functions, thread-safe. */
 #include <ctype.h>
-#include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mnemo/mnemo.h"
+#include "profiling/text.h"
 #include "runtime/error.h"
 
 #define MN__RMM_MAX_COLS 16
@@ -34,15 +33,8 @@ typedef struct mn__rmm_s {
   uint64_t origin_us;
 } mn__rmm_t;
 
-static mn_status rerr(const mn__rmm_t *p, const char *fmt, ...) MN__PRINTF(2, 3);
-static mn_status rerr(const mn__rmm_t *p, const char *fmt, ...) {
-  char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return mn__error(MN_ERR_FORMAT, "mn_trace_import_rmm_csv", "%s:%" PRIu64 ": %s", p->name, p->line, msg);
-}
+/* A format error at the current line. */
+#define rerr(p, ...) mn__text_error("mn_trace_import_rmm_csv", (p)->name, (p)->line, __VA_ARGS__)
 
 /* Trims blanks in place; returns the start. */
 static char *trim(char *s) {
@@ -66,24 +58,13 @@ static size_t split_csv(char *buf, char **f) {
   }
 }
 
-static bool parse_u64(const char *s, int base, uint64_t *out) {
-  if (!*s || *s == '-' || *s == '+' || isspace((unsigned char)*s)) return false;
-  errno = 0;
-  char *end = NULL;
-  unsigned long long v = strtoull(s, &end, base);
-  if (errno || *end) return false;
-  *out = v;
-  return true;
-}
-
 /* 0x-prefixed hex, or a decimal; "nullptr"/"(nil)" are 0. */
 static bool parse_ptr(const char *s, uint64_t *out) {
   if (!strcmp(s, "nullptr") || !strcmp(s, "(nil)")) {
     *out = 0;
     return true;
   }
-  if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) return s[2] && strlen(s + 2) <= 16 && parse_u64(s + 2, 16, out);
-  return parse_u64(s, 10, out);
+  return mn__parse_hex(s, out) || mn__parse_dec(s, out);
 }
 
 /* Seconds with an optional fraction ("1634567890.123456"), or a time of day
@@ -170,7 +151,7 @@ static mn_status parse_row(mn__rmm_t *p, char *line) {
   else return rerr(p, "unknown action \"%.40s\" (allocate, free, deallocate, allocate failure)", act);
   const char *ptr = f[p->col[COL_POINTER]], *size = f[p->col[COL_SIZE]];
   if (!parse_ptr(ptr, &e.address)) return rerr(p, "pointer \"%.40s\" is not 0x<hex> or a decimal", ptr);
-  if (!parse_u64(size, 10, &e.size)) return rerr(p, "size \"%.40s\" is not a decimal byte count", size);
+  if (!mn__parse_dec(size, &e.size)) return rerr(p, "size \"%.40s\" is not a decimal byte count", size);
   if (e.action == MN_TRACE_ALLOC && e.size == 0) return rerr(p, "allocate of 0 bytes");
   if (e.action == MN_TRACE_ALLOC && e.address == 0) return rerr(p, "allocate returned a null pointer");
   if (e.action == MN_TRACE_FREE_REQUESTED && e.address == 0) return rerr(p, "free of a null pointer");
@@ -200,29 +181,18 @@ static mn_status parse_row(mn__rmm_t *p, char *line) {
   return MN_OK;
 }
 
-typedef struct mn__rmm_ref_s {
-  uint64_t address;
-  size_t index;
-} mn__rmm_ref_t;
-
-static int ref_cmp(const void *a, const void *b) {
-  const mn__rmm_ref_t *x = a, *y = b;
-  if (x->address != y->address) return x->address < y->address ? -1 : 1;
-  return x->index < y->index ? -1 : x->index > y->index;
-}
-
 /* Liveness: frees of addresses allocated before the log become pre allocs
  * (pre[i] = true; their size is the free's size); a second allocate of a live
  * address is an error naming both lines. */
 static mn_status check_live(mn__rmm_t *p, bool *pre) {
   size_t m = 0;
   for (size_t i = 0; i < p->nev; i++) m += p->ev[i].action != MN_TRACE_OOM;
-  mn__rmm_ref_t *refs = malloc((m ? m : 1) * sizeof *refs);
+  mn__addr_ref_t *refs = malloc((m ? m : 1) * sizeof *refs);
   if (!refs) return mn__error(MN_ERR_OUT_OF_MEMORY, "mn_trace_import_rmm_csv", "out of host memory");
   m = 0;
   for (size_t i = 0; i < p->nev; i++)
-    if (p->ev[i].action != MN_TRACE_OOM) refs[m++] = (mn__rmm_ref_t){p->ev[i].address, i};
-  qsort(refs, m, sizeof *refs, ref_cmp);
+    if (p->ev[i].action != MN_TRACE_OOM) refs[m++] = (mn__addr_ref_t){p->ev[i].address, i, 0};
+  qsort(refs, m, sizeof *refs, mn__addr_ref_cmp);
   size_t bad = SIZE_MAX, bad_prev = SIZE_MAX, bad_kind = 0;
   for (size_t k = 0; k < m;) {
     size_t j = k, live = SIZE_MAX;
@@ -268,40 +238,21 @@ mn_status mn_trace_import_rmm_csv(const char *text, size_t len, const char *name
   bool *pre = NULL;
   bool have_header = false;
   char buf[MN__RMM_LINE_MAX + 1];
-  size_t pos = 0;
+  mn__lines_t lines = {.text = text, .len = len, .max = MN__RMM_LINE_MAX};
+  char why[96];
+  const char *s = NULL;
+  size_t n = 0;
+  mn__line_result lr;
   if (len == 0) {
     p.line = 1;
     st = rerr(&p, "empty file (no RMM log header)");
     goto fail;
   }
-  while (pos < len) {
-    p.line++;
-    if (p.line > UINT32_MAX) {
-      st = rerr(&p, "too many lines");
+  while ((lr = mn__lines_next(&lines, &s, &n, why, sizeof why)) != MN__LINE_END) {
+    p.line = lines.line;
+    if (lr == MN__LINE_BAD || !mn__text_printable(s, n, why, sizeof why)) {
+      st = rerr(&p, "%s", why);
       goto fail;
-    }
-    const char *s = text + pos;
-    size_t rest = len - pos;
-    size_t scan = rest < MN__RMM_LINE_MAX + 2 ? rest : MN__RMM_LINE_MAX + 2;
-    const char *nl = memchr(s, '\n', scan);
-    if (!nl) {
-      st = rest > MN__RMM_LINE_MAX + 1 ? rerr(&p, "line longer than %d bytes", MN__RMM_LINE_MAX)
-                                       : rerr(&p, "truncated file: the last line has no newline");
-      goto fail;
-    }
-    size_t n = (size_t)(nl - s);
-    pos += n + 1;
-    if (n && s[n - 1] == '\r') n--;
-    if (n > MN__RMM_LINE_MAX) {
-      st = rerr(&p, "line longer than %d bytes", MN__RMM_LINE_MAX);
-      goto fail;
-    }
-    for (size_t k = 0; k < n; k++) {
-      unsigned char c = (unsigned char)s[k];
-      if (c != '\t' && (c < 0x20 || c > 0x7e)) {
-        st = rerr(&p, "byte 0x%02x at column %zu is not printable ASCII", c, k + 1);
-        goto fail;
-      }
     }
     memcpy(buf, s, n);
     buf[n] = '\0';
@@ -355,26 +306,11 @@ fail:
 
 mn_status mn_trace_import_rmm_csv_file(const char *path, mn_trace_t **out) {
   MN__CHECK_ARG(path != NULL && out != NULL, "path and out must not be NULL");
-  FILE *f = fopen(path, "rb");
-  if (!f) return mn__error(MN_ERR_IO, __func__, "cannot open %s: %s", path, strerror(errno));
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap);
-  mn_status st = MN_OK;
-  while (buf) {
-    if (len == cap) {
-      char *nb = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
-      if (!nb) break;
-      buf = nb;
-      cap *= 2;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) break;
-  }
-  if (!buf || len == cap) st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory reading %s", path);
-  else if (ferror(f)) st = mn__error(MN_ERR_IO, __func__, "cannot read %s: %s", path, strerror(errno));
-  else st = mn_trace_import_rmm_csv(buf, len, path, out);
+  char *buf = NULL;
+  size_t len = 0;
+  mn_status st = mn__read_whole_file(__func__, path, &buf, &len);
+  if (st != MN_OK) return st;
+  st = mn_trace_import_rmm_csv(buf, len, path, out);
   free(buf);
-  fclose(f);
   return st;
 }

@@ -1,28 +1,13 @@
 /* profiling/summary.c: text tables of allocator statistics (memory_summary, as
  * torch.cuda.memory_summary()) and of snapshots (segments, blocks, fragmentation); pure. */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mnemo/mnemo.h"
 #include "runtime/error.h"
-
-typedef struct mn__out_s {
-  char *buf;
-  size_t size, len; /* len: bytes the full text needs (may exceed size) */
-} mn__out_t;
-
-static void out_printf(mn__out_t *o, const char *fmt, ...) MN__PRINTF(2, 3);
-static void out_printf(mn__out_t *o, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  size_t room = o->len < o->size ? o->size - o->len : 0;
-  int k = vsnprintf(room ? o->buf + o->len : NULL, room, fmt, ap);
-  va_end(ap);
-  if (k > 0) o->len += (size_t)k;
-}
+#include "runtime/strbuf.h"
 
 /* "12.34 GiB" style, right-aligned by the caller. */
 static const char *human(int64_t v, bool bytes, char *b, size_t n) {
@@ -46,15 +31,15 @@ mn_status mn_memory_summary(const mn_alloc_stats_t *stats, const char *title, ch
                             size_t *needed) {
   MN__CHECK_ARG(stats != NULL, "stats must not be NULL");
   MN__CHECK_ARG(buf != NULL || bufsize == 0, "buf must not be NULL when bufsize > 0");
-  mn__out_t o = {buf, bufsize, 0};
+  mn__strbuf_t o = {buf, bufsize, 0};
   const char *rule = "|==================================================================================|\n";
   const char *thin = "|----------------------------------------------------------------------------------|\n";
-  out_printf(&o, "%s", rule);
-  out_printf(&o, "| %-80.80s |\n", title && *title ? title : "mnemo memory summary");
-  out_printf(&o, "%s", thin);
-  out_printf(&o, "| %-28s | %10s | %10s | %10s | %10s |\n", "Metric", "Cur Usage", "Peak Usage", "Tot Alloc",
+  mn__strbuf_printf(&o, "%s", rule);
+  mn__strbuf_printf(&o, "| %-80.80s |\n", title && *title ? title : "mnemo memory summary");
+  mn__strbuf_printf(&o, "%s", thin);
+  mn__strbuf_printf(&o, "| %-28s | %10s | %10s | %10s | %10s |\n", "Metric", "Cur Usage", "Peak Usage", "Tot Alloc",
              "Tot Freed");
-  out_printf(&o, "%s", thin);
+  mn__strbuf_printf(&o, "%s", thin);
   static const char *pool_names[MN_POOL_COUNT] = {"all", "small pool", "large pool"};
   char c1[32], c2[32], c3[32], c4[32], label[64];
 #define MN__SUM_ROW(name, text)                                                                        \
@@ -64,39 +49,39 @@ mn_status mn_memory_summary(const mn_alloc_stats_t *stats, const char *title, ch
       const mn_stat_t *s = &stats->name[k];                                                            \
       if (k == 0) snprintf(label, sizeof label, "%s", #name);                                         \
       else snprintf(label, sizeof label, "    from %s", pool_names[k]);                               \
-      out_printf(&o, "| %-28.28s | %10s | %10s | %10s | %10s |\n", label, human(s->current, bytes, c1, 32), \
+      mn__strbuf_printf(&o, "| %-28.28s | %10s | %10s | %10s | %10s |\n", label, human(s->current, bytes, c1, 32), \
                  human(s->peak, bytes, c2, 32), human(s->allocated, bytes, c3, 32),                    \
                  human(s->freed, bytes, c4, 32));                                                      \
     }                                                                                                  \
-    out_printf(&o, "%s", thin);                                                                        \
+    mn__strbuf_printf(&o, "%s", thin);                                                                        \
   } while (0);
 #define MN__SUM_ROW_X(name, text) MN__SUM_ROW(name, text)
   MN_ALLOC_STATS_MAP(MN__SUM_ROW_X)
   char line[128];
 #undef MN__SUM_ROW_X
 #undef MN__SUM_ROW
-  out_printf(&o, "| %-28s | %10s | %10s | %10s | %10s |\n", "oversize_allocations",
+  mn__strbuf_printf(&o, "| %-28s | %10s | %10s | %10s | %10s |\n", "oversize_allocations",
              human(stats->oversize_allocations.current, false, c1, 32),
              human(stats->oversize_allocations.peak, false, c2, 32),
              human(stats->oversize_allocations.allocated, false, c3, 32),
              human(stats->oversize_allocations.freed, false, c4, 32));
-  out_printf(&o, "| %-28s | %10s | %10s | %10s | %10s |\n", "oversize_segments",
+  mn__strbuf_printf(&o, "| %-28s | %10s | %10s | %10s | %10s |\n", "oversize_segments",
              human(stats->oversize_segments.current, false, c1, 32),
              human(stats->oversize_segments.peak, false, c2, 32),
              human(stats->oversize_segments.allocated, false, c3, 32),
              human(stats->oversize_segments.freed, false, c4, 32));
-  out_printf(&o, "%s", thin);
+  mn__strbuf_printf(&o, "%s", thin);
   snprintf(line, sizeof line, "alloc retries: %" PRId64 ", OOMs: %" PRId64 ", synchronize all streams: %" PRId64,
            stats->num_alloc_retries, stats->num_ooms, stats->num_sync_all_streams);
-  out_printf(&o, "| %-80.80s |\n", line);
+  mn__strbuf_printf(&o, "| %-80.80s |\n", line);
   snprintf(line, sizeof line, "raw device allocs: %" PRId64 ", raw device frees: %" PRId64, stats->num_device_alloc,
            stats->num_device_free);
-  out_printf(&o, "| %-80.80s |\n", line);
+  mn__strbuf_printf(&o, "| %-80.80s |\n", line);
   if (stats->max_split_size >= 0) {
     snprintf(line, sizeof line, "max_split_size: %s", human(stats->max_split_size, true, c1, 32));
-    out_printf(&o, "| %-80.80s |\n", line);
+    mn__strbuf_printf(&o, "| %-80.80s |\n", line);
   }
-  out_printf(&o, "%s", rule);
+  mn__strbuf_printf(&o, "%s", rule);
   if (needed) *needed = o.len + 1;
   if (bufsize == 0) return mn__error(MN_ERR_OVERFLOW, __func__, "the summary needs %zu bytes", o.len + 1);
   if (o.len >= bufsize) {

@@ -9,6 +9,7 @@
 
 #include "mnemo/mnemo.h"
 #include "mnemo/trace.h"
+#include "profiling/text.h"
 #include "runtime/error.h"
 
 #define MN__TRACE_MAX_FIELDS 8
@@ -157,66 +158,17 @@ const char *mn_trace_meta_get(const mn_trace_t *trace, const char *key) {
   return m ? m->value : NULL;
 }
 
-/* A decimal of 1..20 digits that fits in 64 bits. */
-static bool parse_dec(const char *s, uint64_t *out) {
-  size_t n = 0;
-  uint64_t v = 0;
-  for (; s[n]; n++) {
-    if (s[n] < '0' || s[n] > '9' || n >= 20) return false;
-    unsigned d = (unsigned)(s[n] - '0');
-    if (v > (UINT64_MAX - d) / 10) return false;
-    v = v * 10 + d;
-  }
-  if (n == 0) return false;
-  *out = v;
-  return true;
-}
-
-static bool parse_hex(const char *s, uint64_t *out) {
-  if (s[0] != '0' || (s[1] != 'x' && s[1] != 'X')) return false;
-  s += 2;
-  size_t n = 0;
-  uint64_t v = 0;
-  for (; s[n]; n++) {
-    char c = s[n];
-    unsigned d;
-    if (c >= '0' && c <= '9') d = (unsigned)(c - '0');
-    else if (c >= 'a' && c <= 'f') d = (unsigned)(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F') d = (unsigned)(c - 'A' + 10);
-    else return false;
-    if (n >= 16) return false;
-    v = (v << 4) | d;
-  }
-  if (n == 0) return false;
-  *out = v;
-  return true;
-}
-
 mn_status mn_trace_meta_get_u64(const mn_trace_t *trace, const char *key, uint64_t *out) {
   MN__CHECK_ARG(trace != NULL && key != NULL && out != NULL, "trace, key and out must not be NULL");
   const char *v = mn_trace_meta_get(trace, key);
   if (!v) return mn__error(MN_ERR_NOT_FOUND, __func__, "no meta key %s", key);
   uint64_t x;
-  if (!parse_dec(v, &x)) return mn__error(MN_ERR_FORMAT, __func__, "meta %s = \"%.40s\" is not a decimal", key, v);
+  if (!mn__parse_dec(v, &x)) return mn__error(MN_ERR_FORMAT, __func__, "meta %s = \"%.40s\" is not a decimal", key, v);
   *out = x;
   return MN_OK;
 }
 
 /* ---- liveness: pair each free_requested with the alloc it frees ---------- */
-
-typedef struct mn__addr_ref_s {
-  uint64_t address;
-  size_t index;
-  uint32_t device;
-} mn__addr_ref_t;
-
-/* Addresses are per device: (device, address) names an allocation. */
-static int addr_ref_cmp(const void *a, const void *b) {
-  const mn__addr_ref_t *x = a, *y = b;
-  if (x->device != y->device) return x->device < y->device ? -1 : 1;
-  if (x->address != y->address) return x->address < y->address ? -1 : 1;
-  return x->index < y->index ? -1 : (x->index > y->index);
-}
 
 /* Describes entry i for a message: "name:line" or "entry i". */
 static void where(const mn_trace_t *t, size_t i, const char *name, char *buf, size_t n) {
@@ -239,7 +191,7 @@ static mn_status trace_match(const mn_trace_t *t, size_t *match, const char *nam
     if (a == MN_TRACE_ALLOC || a == MN_TRACE_FREE_REQUESTED)
       refs[n++] = (mn__addr_ref_t){t->entries[i].address, i, t->entries[i].device};
   }
-  if (n) qsort(refs, n, sizeof *refs, addr_ref_cmp);
+  if (n) qsort(refs, n, sizeof *refs, mn__addr_ref_cmp);
   size_t bad = SIZE_MAX, bad_other = SIZE_MAX; /* first offending entry, and its live alloc */
   for (size_t k = 0; k < n;) {
     size_t live = SIZE_MAX, j = k;
@@ -304,15 +256,8 @@ typedef struct mn__parser_s {
   mn_trace_t *t;
 } mn__parser_t;
 
-static mn_status perr(const mn__parser_t *p, const char *fmt, ...) MN__PRINTF(2, 3);
-static mn_status perr(const mn__parser_t *p, const char *fmt, ...) {
-  char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return mn__error(MN_ERR_FORMAT, "mn_trace_parse", "%s:%" PRIu64 ": %s", p->name, p->line, msg);
-}
+/* A format error at the current line. */
+#define perr(p, ...) mn__text_error("mn_trace_parse", (p)->name, (p)->line, __VA_ARGS__)
 
 /* Splits buf in place on blanks; returns the field count (at most max). */
 static size_t split_fields(char *buf, char **f, size_t max) {
@@ -336,7 +281,7 @@ static mn_status parse_entry(mn__parser_t *p, char **f, size_t nf, bool pre) {
   if (nf < 5 || nf > maxf)
     return perr(p, "%s line has %zu fields, expected 5 to %zu (%s action stream address size [block_size%s])",
                 pre ? "pre" : "event", nf, maxf, pre ? "pre" : "time_us", maxf == 7 ? " [device]" : "");
-  if (!pre && !parse_dec(f[0], &e.time_us)) return perr(p, "time \"%.32s\" is not a decimal", f[0]);
+  if (!pre && !mn__parse_dec(f[0], &e.time_us)) return perr(p, "time \"%.32s\" is not a decimal", f[0]);
   bool found = false;
   for (int a = 0; a < MN_TRACE_ACTION_COUNT && !found; a++) {
     if (strcmp(f[1], mn_trace_action_name((mn_trace_action)a)) == 0) {
@@ -347,13 +292,13 @@ static mn_status parse_entry(mn__parser_t *p, char **f, size_t nf, bool pre) {
   if (!found) return perr(p, "unknown action \"%.32s\"", f[1]);
   if (pre && !pre_action_ok(e.action))
     return perr(p, "pre line with action %s (only alloc, segment_alloc, segment_map)", f[1]);
-  if (!parse_dec(f[2], &e.stream)) return perr(p, "stream \"%.32s\" is not a decimal", f[2]);
-  if (!parse_hex(f[3], &e.address))
+  if (!mn__parse_dec(f[2], &e.stream)) return perr(p, "stream \"%.32s\" is not a decimal", f[2]);
+  if (!mn__parse_hex(f[3], &e.address))
     return perr(p, "address \"%.32s\" is not 0x followed by 1-16 hex digits", f[3]);
-  if (!parse_dec(f[4], &e.size)) return perr(p, "size \"%.32s\" is not a decimal", f[4]);
-  if (nf >= 6 && !parse_dec(f[5], &e.block_size)) return perr(p, "block_size \"%.32s\" is not a decimal", f[5]);
+  if (!mn__parse_dec(f[4], &e.size)) return perr(p, "size \"%.32s\" is not a decimal", f[4]);
+  if (nf >= 6 && !mn__parse_dec(f[5], &e.block_size)) return perr(p, "block_size \"%.32s\" is not a decimal", f[5]);
   uint64_t dev = 0;
-  if (nf == 7 && (!parse_dec(f[6], &dev) || dev > INT32_MAX))
+  if (nf == 7 && (!mn__parse_dec(f[6], &dev) || dev > INT32_MAX))
     return perr(p, "device \"%.32s\" is not a decimal up to %d", f[6], INT32_MAX);
   e.device = (uint32_t)dev;
   if (e.action == MN_TRACE_ALLOC && e.size == 0) return perr(p, "alloc of 0 bytes");
@@ -399,7 +344,7 @@ static mn_status parse_line(mn__parser_t *p, const char *line, size_t len) {
     if (nf < 1 || strcmp(f[0], "mnemo-trace") != 0)
       return perr(p, "not a mnemo trace: the first line must be \"mnemo-trace %d\"", MN_TRACE_FORMAT_VERSION);
     uint64_t v;
-    if (nf != 2 || !parse_dec(f[1], &v)) return perr(p, "bad version line (expected \"mnemo-trace <version>\")");
+    if (nf != 2 || !mn__parse_dec(f[1], &v)) return perr(p, "bad version line (expected \"mnemo-trace <version>\")");
     if (v < 1 || v > MN_TRACE_FORMAT_VERSION)
       return perr(p, "unsupported trace version %" PRIu64 " (this reader knows versions 1 to %d)", v,
                   MN_TRACE_FORMAT_VERSION);
@@ -412,17 +357,15 @@ static mn_status parse_line(mn__parser_t *p, const char *line, size_t len) {
   if (line[i] == '#') return MN_OK;
   bool is_meta = len - i >= 4 && memcmp(line + i, "meta", 4) == 0 && (len - i == 4 || is_blank(line[i + 4]));
   if (is_meta) return parse_meta(p, line, len);
-  for (size_t k = 0; k < len; k++) {
-    unsigned char c = (unsigned char)line[k];
-    if (c != '\t' && (c < 0x20 || c > 0x7e)) return perr(p, "byte 0x%02x at column %zu is not printable ASCII", c, k + 1);
-  }
+  char why[96];
+  if (!mn__text_printable(line, len, why, sizeof why)) return perr(p, "%s", why);
   char buf[MN_TRACE_LINE_MAX + 1], *f[MN__TRACE_MAX_FIELDS];
   memcpy(buf, line, len);
   buf[len] = '\0';
   size_t nf = split_fields(buf, f, MN__TRACE_MAX_FIELDS);
   if (strcmp(f[0], "end") == 0) {
     uint64_t n;
-    if (nf != 2 || !parse_dec(f[1], &n)) return perr(p, "bad end line (expected \"end <count>\")");
+    if (nf != 2 || !mn__parse_dec(f[1], &n)) return perr(p, "bad end line (expected \"end <count>\")");
     if (n != p->count)
       return perr(p, "end line counts %" PRIu64 " pre and event lines, the file has %" PRIu64
                   " (damaged or edited)", n, p->count);
@@ -447,31 +390,19 @@ mn_status mn_trace_parse(const char *text, size_t len, const char *name, mn_trac
   if (len == 0) return mn__error(MN_ERR_FORMAT, __func__, "%s: empty file (no \"mnemo-trace\" line)", p.name);
   mn_status st = mn_trace_create(&p.t);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
-  size_t pos = 0;
-  while (pos < len) {
-    p.line++;
-    if (p.line > UINT32_MAX) {
-      st = perr(&p, "too many lines");
-      goto fail;
-    }
-    const char *s = text + pos;
-    size_t rest = len - pos;
-    size_t scan = rest < MN_TRACE_LINE_MAX + 2 ? rest : MN_TRACE_LINE_MAX + 2;
-    const char *nl = memchr(s, '\n', scan);
-    if (!nl) {
-      if (rest > MN_TRACE_LINE_MAX + 1) st = perr(&p, "line longer than %d bytes", MN_TRACE_LINE_MAX);
-      else st = perr(&p, "truncated file: the last line has no newline");
-      goto fail;
-    }
-    size_t n = (size_t)(nl - s);
-    if (n > 0 && s[n - 1] == '\r') n--;
-    if (n > MN_TRACE_LINE_MAX) {
-      st = perr(&p, "line longer than %d bytes", MN_TRACE_LINE_MAX);
+  mn__lines_t lines = {.text = text, .len = len, .max = MN_TRACE_LINE_MAX};
+  char why[96];
+  const char *s = NULL;
+  size_t n = 0;
+  mn__line_result lr;
+  while ((lr = mn__lines_next(&lines, &s, &n, why, sizeof why)) != MN__LINE_END) {
+    p.line = lines.line;
+    if (lr == MN__LINE_BAD) {
+      st = perr(&p, "%s", why);
       goto fail;
     }
     st = parse_line(&p, s, n);
     if (st != MN_OK) goto fail;
-    pos += (size_t)(nl - s) + 1;
   }
   if (p.state != ST_END) {
     st = perr(&p, "truncated file: no end line after %" PRIu64 " pre and event lines", p.count);
@@ -488,38 +419,13 @@ fail:
 
 mn_status mn_trace_read(const char *path, mn_trace_t **out) {
   MN__CHECK_ARG(path != NULL && out != NULL, "path and out must not be NULL");
-  FILE *f = fopen(path, "rb");
-  if (!f) return mn__error(MN_ERR_IO, __func__, "cannot open %s: %s", path, strerror(errno));
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap);
-  mn_status st = MN_OK;
-  if (!buf) {
-    st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
-    goto done;
-  }
-  for (;;) {
-    if (len == cap) {
-      char *nb = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
-      if (!nb) {
-        st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory reading %s (%zu bytes)", path, len);
-        goto done;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) break;
-  }
-  if (ferror(f)) {
-    st = mn__error(MN_ERR_IO, __func__, "cannot read %s: %s", path, strerror(errno));
-    goto done;
-  }
+  char *buf = NULL;
+  size_t len = 0;
+  mn_status st = mn__read_whole_file(__func__, path, &buf, &len);
+  if (st != MN_OK) return st;
   st = mn_trace_parse(buf, len, path, out);
   if (st != MN_OK) mn__error_wrap(st, __func__);
-done:
   free(buf);
-  fclose(f);
   return st;
 }
 

@@ -89,10 +89,12 @@ static void export_free(export_ctx *c) {
 static void legacy_deleter(DLManagedTensor *self) { export_free(self->manager_ctx); }
 static void versioned_deleter(DLManagedTensorVersioned *self) { export_free(self->manager_ctx); }
 
-static mn_status export_common(const mn_view_t *v, DLTensor *t, export_ctx **out, const char *func) {
+/* Exports v as a legacy or a versioned managed tensor (c->m.legacy or
+ * c->m.versioned), holding its own view of v's storage. */
+static mn_status export_view(const mn_view_t *v, bool versioned, export_ctx **out, const char *func) {
   if (!v) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "view must not be NULL");
-  DLDataType dt;
-  DLDevice dev;
+  DLDataType dt = {0};
+  DLDevice dev = {0};
   mn_status st = dtype_to_dl(v->dtype, &dt, func);
   if (st == MN_OK) st = device_to_dl(mn_view_device(v), &dev, func);
   if (st != MN_OK) return st;
@@ -107,38 +109,31 @@ static mn_status export_common(const mn_view_t *v, DLTensor *t, export_ctx **out
   }
   memcpy(c->shape, v->sizes, sizeof c->shape);
   memcpy(c->strides, v->strides, sizeof c->strides);
-  *t = (DLTensor){.data = mn_view_data(v), .device = dev, .ndim = v->ndim, .dtype = dt,
-                  .shape = c->shape, .strides = c->strides, .byte_offset = 0};
+  DLTensor t = {.data = mn_view_data(v), .device = dev, .ndim = v->ndim, .dtype = dt,
+                .shape = c->shape, .strides = c->strides, .byte_offset = 0};
+  if (versioned)
+    c->m.versioned = (DLManagedTensorVersioned){.version = {MN_DLPACK_MAJOR, MN_DLPACK_MINOR}, .manager_ctx = c,
+                                                .deleter = versioned_deleter, .flags = 0, .dl_tensor = t};
+  else
+    c->m.legacy = (DLManagedTensor){.dl_tensor = t, .manager_ctx = c, .deleter = legacy_deleter};
   *out = c;
   return MN_OK;
 }
 
 mn_status mn_view_to_dlpack(const mn_view_t *v, DLManagedTensor **out) {
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
-  DLTensor t;
   export_ctx *c = NULL;
-  mn_status st = export_common(v, &t, &c, __func__);
-  if (st != MN_OK) return st;
-  c->m.legacy.dl_tensor = t;
-  c->m.legacy.manager_ctx = c;
-  c->m.legacy.deleter = legacy_deleter;
-  *out = &c->m.legacy;
-  return MN_OK;
+  mn_status st = export_view(v, false, &c, __func__);
+  if (st == MN_OK) *out = &c->m.legacy;
+  return st;
 }
 
 mn_status mn_view_to_dlpack_versioned(const mn_view_t *v, DLManagedTensorVersioned **out) {
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
-  DLTensor t;
   export_ctx *c = NULL;
-  mn_status st = export_common(v, &t, &c, __func__);
-  if (st != MN_OK) return st;
-  c->m.versioned.version = (DLPackVersion){MN_DLPACK_MAJOR, MN_DLPACK_MINOR};
-  c->m.versioned.flags = 0;
-  c->m.versioned.dl_tensor = t;
-  c->m.versioned.manager_ctx = c;
-  c->m.versioned.deleter = versioned_deleter;
-  *out = &c->m.versioned;
-  return MN_OK;
+  mn_status st = export_view(v, true, &c, __func__);
+  if (st == MN_OK) *out = &c->m.versioned;
+  return st;
 }
 
 /* ---- import ------------------------------------------------------------------------ */
@@ -172,20 +167,15 @@ static mn_status import_common(const DLTensor *t, DLManagedTensor *legacy, DLMan
   mn_status st = dtype_from_dl(t->dtype, &dt, func);
   if (st == MN_OK) st = device_from_dl(t->device, &dev, func);
   if (st != MN_OK) return st;
-  int64_t strides[MN_MAX_DIMS];
-  if (t->strides) memcpy(strides, t->strides, (size_t)t->ndim * sizeof *strides);
-  else {
-    for (int d = 0; d < t->ndim; d++)
-      if (t->shape[d] < 0)
-        return mn__error(MN_ERR_INVALID_ARGUMENT, func, "DLPack size %lld at dim %d is negative",
-                         (long long)t->shape[d], d);
-    mn__contiguous_strides(t->shape, t->ndim, strides);
-  }
-  unsigned __int128 elems = 1;
-  for (int d = 0; d < t->ndim; d++) {
+  for (int d = 0; d < t->ndim; d++)
     if (t->shape[d] < 0)
       return mn__error(MN_ERR_INVALID_ARGUMENT, func, "DLPack size %lld at dim %d is negative", (long long)t->shape[d],
                        d);
+  int64_t strides[MN_MAX_DIMS];
+  if (t->strides) memcpy(strides, t->strides, (size_t)t->ndim * sizeof *strides);
+  else mn__contiguous_strides(t->shape, t->ndim, strides);
+  unsigned __int128 elems = 1;
+  for (int d = 0; d < t->ndim; d++) {
     if (strides[d] < 0)
       return mn__error(MN_ERR_NOT_SUPPORTED, func, "DLPack stride %lld at dim %d is negative (not supported)",
                        (long long)strides[d], d);

@@ -586,21 +586,10 @@ mn_status mn_safetensors_load_buffer(const void *data, size_t size, mn_device_t 
     res->count = i + 1;
   }
   free_entries(ents, n);
-  if (st != MN_OK) {
-    mn_named_views_free(res);
-    return st;
-  }
-  *out = res;
-  return MN_OK;
+  return mn__named_views_finish(st, res, out);
 }
 
 mn_status mn_safetensors_load(const char *path, mn_device_t dev, mn_named_views_t **out) {
   MN__CHECK_ARG(path != NULL && out != NULL, "path and out must not be NULL");
-  const void *data = NULL;
-  size_t size = 0;
-  mn_status st = mn__map_file(__func__, path, &data, &size);
-  if (st != MN_OK) return st;
-  st = mn_safetensors_load_buffer(data, size, dev, out);
-  mn__unmap_file(data, size);
-  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+  return mn__load_mapped(__func__, path, dev, mn_safetensors_load_buffer, out);
 }

@@ -118,6 +118,17 @@ mn_status mn__map_file(const char *func, const char *path, const void **data, si
   return MN_OK;
 }
 
+mn_status mn__load_mapped(const char *func, const char *path, mn_device_t dev, mn__load_buffer_fn load,
+                          mn_named_views_t **out) {
+  const void *data = NULL;
+  size_t size = 0;
+  mn_status st = mn__map_file(func, path, &data, &size);
+  if (st != MN_OK) return st;
+  st = load(data, size, dev, out);
+  mn__unmap_file(data, size);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, func);
+}
+
 void mn__unmap_file(const void *data, size_t size) {
   if (data) munmap((void *)data, size);
 }
@@ -165,6 +176,15 @@ mn_status mn__named_views_new(const char *func, size_t count, mn_named_views_t *
     return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   }
   *out = nv;
+  return MN_OK;
+}
+
+mn_status mn__named_views_finish(mn_status st, mn_named_views_t *res, mn_named_views_t **out) {
+  if (st != MN_OK) {
+    mn_named_views_free(res);
+    return st;
+  }
+  *out = res;
   return MN_OK;
 }
 
@@ -467,21 +487,10 @@ mn_status mn_load_buffer(const void *data, size_t size, mn_device_t dev, mn_name
     st = BAD("%zu unread bytes at the end of the header", rd_.end - rd_.at);
   for (uint64_t k = 0; k < ns; k++) mn_storage_release(stor[k]);
   free(stor);
-  if (st != MN_OK) {
-    mn_named_views_free(res);
-    return st;
-  }
-  *out = res;
-  return MN_OK;
+  return mn__named_views_finish(st, res, out);
 }
 
 mn_status mn_load(const char *path, mn_device_t dev, mn_named_views_t **out) {
   MN__CHECK_ARG(path != NULL && out != NULL, "path and out must not be NULL");
-  const void *data = NULL;
-  size_t size = 0;
-  mn_status st = mn__map_file(__func__, path, &data, &size);
-  if (st != MN_OK) return st;
-  st = mn_load_buffer(data, size, dev, out);
-  mn__unmap_file(data, size);
-  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+  return mn__load_mapped(__func__, path, dev, mn_load_buffer, out);
 }

@@ -32,6 +32,12 @@ mn_status mn__write_file_atomic(const char *func, const char *path, const void *
 mn_status mn__map_file(const char *func, const char *path, const void **data, size_t *size);
 void mn__unmap_file(const void *data, size_t size);
 
+/* A loader of one format from memory (mn_load_buffer, mn_safetensors_load_buffer). */
+typedef mn_status (*mn__load_buffer_fn)(const void *data, size_t size, mn_device_t dev, mn_named_views_t **out);
+/* Maps `path` and hands it to `load`; errors are prefixed with func. */
+mn_status mn__load_mapped(const char *func, const char *path, mn_device_t dev, mn__load_buffer_fn load,
+                          mn_named_views_t **out);
+
 /* Refuses NULL, empty or duplicate names and NULL views. */
 mn_status mn__check_names(const char *func, size_t count, const char *const *names, const mn_view_t *const *views);
 /* The storage's bytes readable on the host: *bytes points into the storage
@@ -40,5 +46,7 @@ mn_status mn__storage_host_bytes(const char *func, const mn_storage_t *s, const 
                                  unsigned char **owned);
 /* An empty result with room for `count` views (zeroed). */
 mn_status mn__named_views_new(const char *func, size_t count, mn_named_views_t **out);
+/* Ends a load: on MN_OK hands res to *out, else frees it; returns st. */
+mn_status mn__named_views_finish(mn_status st, mn_named_views_t *res, mn_named_views_t **out);
 
 #endif /* MNEMO_RUNTIME_SERIALIZE_UTIL_H */

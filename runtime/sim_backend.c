@@ -16,6 +16,7 @@
 #include "mnemo/mnemo.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
+#include "runtime/sim_internal.h"
 
 #define SIM_MAX_DEVICES 16
 /* Address space reserved per device, as a multiple of capacity: raw
@@ -1145,10 +1146,17 @@ static bool device_busy(const sim_device *d) {
   return d->nranges || d->streams || d->events || d->default_stream.head;
 }
 
+static _Atomic(mn__sim_configure_hook_fn) g_configure_hook;
+
+void mn__sim_set_configure_hook(mn__sim_configure_hook_fn fn) { atomic_store(&g_configure_hook, fn); }
+
 mn_status mn_sim_configure(const mn_sim_config_t *config) {
   MN__CHECK_ARG(config != NULL, "config must not be NULL");
   mn_status st = validate_config(__func__, config);
   if (st != MN_OK) return st;
+  /* Idle default allocators give back their caches first (outside g_lock: that frees SIM memory). */
+  mn__sim_configure_hook_fn hook = atomic_load(&g_configure_hook);
+  if (hook && (st = hook(true, __func__)) != MN_OK) return st;
   pthread_mutex_lock(&g_lock);
   for (int i = 0; i < SIM_MAX_DEVICES; i++) {
     if (atomic_load(&g_dev[i].ready) && device_busy(&g_dev[i])) {
@@ -1169,7 +1177,7 @@ mn_status mn_sim_configure(const mn_sim_config_t *config) {
   g_cfg_loaded = true;
   atomic_store_explicit(&g_device_count, g_cfg.device_count, memory_order_release);
   pthread_mutex_unlock(&g_lock);
-  return MN_OK;
+  return hook ? hook(false, __func__) : MN_OK;
 }
 
 mn_status mn_sim_get_config(mn_sim_config_t *out) {

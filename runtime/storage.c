@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +15,7 @@
 #include "mnemo/mnemo.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
+#include "runtime/strbuf.h"
 
 struct mn_storage_s {
   atomic_long refcount;
@@ -719,28 +719,13 @@ mn_status mn_storage_from_ipc_handle(mn_device_t dev, const mn_ipc_handle_t *han
 
 /* ---- debug print ---------------------------------------------------------------------- */
 
-typedef struct text_s {
-  char *buf;
-  size_t cap, len; /* len counts everything written, also past cap */
-} text_t;
-
-static void text_add(text_t *t, const char *fmt, ...) MN__PRINTF(2, 3);
-static void text_add(text_t *t, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  size_t room = t->len < t->cap ? t->cap - t->len : 0;
-  int n = vsnprintf(room ? t->buf + t->len : NULL, room, fmt, ap);
-  va_end(ap);
-  if (n > 0) t->len += (size_t)n;
-}
-
-static void text_scalar(text_t *t, mn_scalar_t v) {
+static void text_scalar(mn__strbuf_t *t, mn_scalar_t v) {
   switch (v.kind) {
-    case MN_SCALAR_BOOL: text_add(t, "%s", v.v.b ? "true" : "false"); break;
-    case MN_SCALAR_INT: text_add(t, "%lld", (long long)v.v.i); break;
-    case MN_SCALAR_UINT: text_add(t, "%llu", (unsigned long long)v.v.u); break;
-    case MN_SCALAR_FLOAT: text_add(t, "%.8g", v.v.f); break;
-    case MN_SCALAR_COMPLEX: text_add(t, "(%.8g%+.8gj)", v.v.c[0], v.v.c[1]); break;
+    case MN_SCALAR_BOOL: mn__strbuf_printf(t, "%s", v.v.b ? "true" : "false"); break;
+    case MN_SCALAR_INT: mn__strbuf_printf(t, "%lld", (long long)v.v.i); break;
+    case MN_SCALAR_UINT: mn__strbuf_printf(t, "%llu", (unsigned long long)v.v.u); break;
+    case MN_SCALAR_FLOAT: mn__strbuf_printf(t, "%.8g", v.v.f); break;
+    case MN_SCALAR_COMPLEX: mn__strbuf_printf(t, "(%.8g%+.8gj)", v.v.c[0], v.v.c[1]); break;
   }
 }
 
@@ -783,21 +768,21 @@ mn_status mn_storage_format(const mn_storage_t *s, mn_dtype dtype, size_t max_it
       return mn__error_wrap(st, __func__);
     }
   }
-  text_t t = {buf, bufsize, 0};
+  mn__strbuf_t t = {buf, bufsize, 0};
   char dev[32];
-  text_add(&t, "storage(%s, %zu bytes, %s", mn_device_format(s->device, dev, sizeof dev), s->nbytes,
+  mn__strbuf_printf(&t, "storage(%s, %zu bytes, %s", mn_device_format(s->device, dev, sizeof dev), s->nbytes,
            mn_storage_kind_name(s->kind));
-  if (s->kind == MN_STORAGE_ALLOCATOR) text_add(&t, " '%s'", mn_allocator_name(s->allocator));
-  if (s->kind == MN_STORAGE_FILE) text_add(&t, " '%s' %s", s->filename, s->file_shared ? "shared" : "private");
-  text_add(&t, ", refcount %ld%s%s) as %s [", mn_storage_refcount(s), mn_storage_is_pinned(s) ? ", pinned" : "",
+  if (s->kind == MN_STORAGE_ALLOCATOR) mn__strbuf_printf(&t, " '%s'", mn_allocator_name(s->allocator));
+  if (s->kind == MN_STORAGE_FILE) mn__strbuf_printf(&t, " '%s' %s", s->filename, s->file_shared ? "shared" : "private");
+  mn__strbuf_printf(&t, ", refcount %ld%s%s) as %s [", mn_storage_refcount(s), mn_storage_is_pinned(s) ? ", pinned" : "",
            mn_storage_is_resizable(s) ? ", resizable" : "", mn_dtype_name(dtype));
   for (size_t i = 0; i < n; i++) {
-    if (i) text_add(&t, ", ");
+    if (i) mn__strbuf_printf(&t, ", ");
     text_scalar(&t, vals[i]);
   }
-  if (total > n) text_add(&t, "%s... %zu more", n ? ", " : "", total - n);
-  text_add(&t, "]");
-  if (s->nbytes % item) text_add(&t, " + %zu bytes", s->nbytes % item);
+  if (total > n) mn__strbuf_printf(&t, "%s... %zu more", n ? ", " : "", total - n);
+  mn__strbuf_printf(&t, "]");
+  if (s->nbytes % item) mn__strbuf_printf(&t, " + %zu bytes", s->nbytes % item);
   free(vals);
   if (bufsize) buf[t.len < bufsize ? t.len : bufsize - 1] = '\0';
   if (len) *len = t.len;

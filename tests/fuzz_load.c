@@ -16,12 +16,12 @@
  * Plain driver (every build; CTest `test_fuzz_load`):
  *   build/<dir>/tests/test_fuzz_load [CORPUS_DIR] [ITERATIONS] [SEED]
  */
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_driver.h"
 #include "mnemo/mnemo.h"
 
 static uint32_t crc32_ref(const uint8_t *p, size_t n) {
@@ -113,169 +113,30 @@ static int check_input(const uint8_t *data, size_t size) {
   return bad;
 }
 
-#ifdef MN_FUZZ_LIBFUZZER
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (check_input(data, size)) abort();
-  return 0;
+/* Counted as accepted: either loader takes it once its checksums are repaired. */
+static int accepts(uint8_t *data, size_t size) {
+  repair(data, size);
+  mn_named_views_t *nv = NULL;
+  int ok = mn_load_buffer(data, size, mn_device_cpu(), &nv) == MN_OK ||
+           mn_safetensors_load_buffer(data, size, mn_device_cpu(), &nv) == MN_OK;
+  mn_named_views_free(nv);
+  return ok;
 }
-
-#else
 
 #ifndef MN_LOAD_CORPUS_DIR
 #define MN_LOAD_CORPUS_DIR "tests/corpus/load"
 #endif
 
-typedef struct seed_s {
-  uint8_t *data;
-  size_t size;
-} seed_t;
-
-static uint64_t rng_state;
-static uint64_t rng(void) { /* xorshift64* */
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return rng_state * 2685821657736338717ull;
-}
-
 /* Byte values that reach edge cases when written over a field. */
 static const uint8_t SPECIAL[] = {0, 1, 2, 7, 8, 24, 25, 63, 64, 127, 128, 255, '{', '}', '"', '[', ']', ',', ':', '\\'};
 
-static size_t mutate(uint8_t *buf, size_t len, size_t cap) {
-  int rounds = 1 + (int)(rng() % 4);
-  for (int r = 0; r < rounds; r++) {
-    switch (rng() % 6) {
-      case 0: /* flip a byte */
-        if (len) buf[rng() % len] = (uint8_t)rng();
-        break;
-      case 1: /* an edge value */
-        if (len) buf[rng() % len] = SPECIAL[rng() % sizeof SPECIAL];
-        break;
-      case 2: /* delete a run */
-        if (len) {
-          size_t at = rng() % len, n = 1 + rng() % 16;
-          if (n > len - at) n = len - at;
-          memmove(buf + at, buf + at + n, len - at - n);
-          len -= n;
-        }
-        break;
-      case 3: /* truncate */
-        if (len) len = rng() % len;
-        break;
-      case 4: /* duplicate a run */
-        if (len) {
-          size_t at = rng() % len, n = 1 + rng() % 64;
-          if (n > len - at) n = len - at;
-          if (len + n <= cap) {
-            memmove(buf + at + n, buf + at, len - at);
-            len += n;
-          }
-        }
-        break;
-      default: /* change a digit (JSON numbers) */
-        for (size_t k = 0; len && k < 16; k++) {
-          size_t at = rng() % len;
-          if (buf[at] >= '0' && buf[at] <= '9') {
-            buf[at] = (uint8_t)('0' + rng() % 10);
-            break;
-          }
-        }
-        break;
-    }
-  }
-  return len;
-}
+static const mn_fuzz_driver_t DRIVER = {
+    .corpus_dir = MN_LOAD_CORPUS_DIR,
+    .check = check_input,
+    .accepts = accepts,
+    .every_seed_accepted = 1,
+    .special = SPECIAL,
+    .nspecial = sizeof SPECIAL,
+};
 
-static int load_corpus(const char *dir, seed_t **out, size_t *n) {
-  DIR *d = opendir(dir);
-  if (!d) {
-    fprintf(stderr, "cannot open corpus directory %s\n", dir);
-    return 1;
-  }
-  size_t cap = 16;
-  seed_t *seeds = malloc(cap * sizeof *seeds);
-  *n = 0;
-  struct dirent *de;
-  while (seeds && (de = readdir(d)) != NULL) {
-    if (de->d_name[0] == '.') continue;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-    FILE *f = fopen(path, "rb");
-    if (!f) continue;
-    uint8_t *data = malloc(1 << 16);
-    size_t size = data ? fread(data, 1, 1 << 16, f) : 0;
-    fclose(f);
-    if (*n == cap) {
-      cap *= 2;
-      seed_t *ns = realloc(seeds, cap * sizeof *seeds);
-      if (!ns) {
-        free(data);
-        break;
-      }
-      seeds = ns;
-    }
-    seeds[(*n)++] = (seed_t){data, size};
-  }
-  closedir(d);
-  *out = seeds;
-  return seeds && *n ? 0 : 1;
-}
-
-int main(int argc, char **argv) {
-  const char *dir = argc > 1 ? argv[1] : MN_LOAD_CORPUS_DIR;
-  long iterations = argc > 2 ? atol(argv[2]) : 20000;
-  rng_state = argc > 3 ? strtoull(argv[3], NULL, 10) | 1 : 0x9e3779b97f4a7c15ull;
-  seed_t *seeds = NULL;
-  size_t nseeds = 0;
-  if (load_corpus(dir, &seeds, &nseeds)) {
-    fprintf(stderr, "no seed inputs in %s\n", dir);
-    return 1;
-  }
-  int failures = 0;
-  size_t seeds_ok = 0;
-  for (size_t i = 0; i < nseeds; i++) {
-    failures += check_input(seeds[i].data, seeds[i].size);
-    mn_named_views_t *nv = NULL;
-    if (mn_load_buffer(seeds[i].data, seeds[i].size, mn_device_cpu(), &nv) == MN_OK ||
-        mn_safetensors_load_buffer(seeds[i].data, seeds[i].size, mn_device_cpu(), &nv) == MN_OK)
-      seeds_ok++;
-    mn_named_views_free(nv);
-  }
-  size_t cap = (1 << 16) + 4096, accepted = 0;
-  uint8_t *buf = malloc(cap);
-  for (long it = 0; buf && it < iterations; it++) {
-    const seed_t *s = &seeds[rng() % nseeds];
-    size_t len = s->size < cap ? s->size : cap;
-    memcpy(buf, s->data, len);
-    len = mutate(buf, len, cap);
-    /* An exact-size copy, so ASan sees any read past the end. */
-    uint8_t *exact = malloc(len ? len : 1);
-    if (!exact) break;
-    memcpy(exact, buf, len);
-    if (check_input(exact, len)) {
-      failures++;
-      fprintf(stderr, "  at iteration %ld\n", it);
-    }
-    mn_named_views_t *nv = NULL;
-    repair(exact, len);
-    if (mn_load_buffer(exact, len, mn_device_cpu(), &nv) == MN_OK ||
-        mn_safetensors_load_buffer(exact, len, mn_device_cpu(), &nv) == MN_OK)
-      accepted++;
-    mn_named_views_free(nv);
-    free(exact);
-  }
-  free(buf);
-  for (size_t i = 0; i < nseeds; i++) free(seeds[i].data);
-  free(seeds);
-  printf("%zu seeds (%zu accepted), %ld mutations (%zu accepted), %d failures\n", nseeds, seeds_ok, iterations,
-         accepted, failures);
-  if (seeds_ok != nseeds) {
-    fprintf(stderr, "every seed must load\n");
-    return 1;
-  }
-  return failures ? 1 : 0;
-}
-
-#endif
+MN_FUZZ_ENTRY(DRIVER)

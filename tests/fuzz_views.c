@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_driver.h"
 #include "view_chain.h"
 
 static const char *const DTYPES[] = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16",
@@ -127,25 +128,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 #else
 int main(int argc, char **argv) {
   long iterations = argc > 1 ? atol(argv[1]) : 100000;
-  unsigned long long state = argc > 2 ? strtoull(argv[2], NULL, 10) : 0x9e3779b97f4a7c15ull;
-  if (state == 0) state = 1;
+  mn_fuzz_seed(argc > 2 ? strtoull(argv[2], NULL, 10) : 0x9e3779b97f4a7c15ull);
   mn_sim_config_t c = mn_sim_config_default();
   c.device_count = 1;
   if (mn_sim_configure(&c) != MN_OK) return 1;
   int failures = 0;
   uint8_t buf[96];
   for (long i = 0; i < iterations; i++) {
-    size_t n = 0;
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    size_t len = 1 + (size_t)(state % (i % 2 ? 24 : sizeof buf));
-    for (n = 0; n < len; n++) {
-      state ^= state << 13;
-      state ^= state >> 7;
-      state ^= state << 17;
-      buf[n] = (uint8_t)state;
-    }
+    size_t len = 1 + (size_t)(mn_fuzz_rng() % (i % 2 ? 24 : sizeof buf));
+    for (size_t n = 0; n < len; n++) buf[n] = (uint8_t)mn_fuzz_rng();
     buf[0] &= (uint8_t)(i % 8 == 7 ? 0xff : 0xfe); /* mostly structured chains */
     /* Every 16th input also runs on the simulated GPU. */
     failures += check_input(buf, len, mn_device_cpu());

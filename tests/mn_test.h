@@ -83,7 +83,8 @@ static inline void mn_test_require_cuda(void) {
 }
 
 /* Gives back what the SIM devices' default (caching) allocators keep cached,
- * so that nothing stays mapped: call before mn_sim_configure or a leak check. */
+ * so that nothing stays mapped: call before a leak check (mn_sim_configure
+ * does this itself for idle default allocators). */
 static inline void mn_test_release_sim_caches(void) {
   int n = 0;
   if (mn_device_count(MN_DEVICE_SIM, &n) != MN_OK) return;

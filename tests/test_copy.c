@@ -483,7 +483,6 @@ MN_TEST(sim_views_every_layout_and_path) {
 /* Reconfigures the SIM devices (nothing may be alive on them). */
 static void sim_reconfigure(bool no_peer) {
   MN_CHECK_OK(mn_copy_engine_reset());
-  mn_test_release_sim_caches();
   mn_sim_config_t c;
   MN_CHECK_OK(mn_sim_get_config(&c));
   c.no_peer_access = no_peer;

@@ -301,6 +301,78 @@ MN_TEST(fault_injection) {
   MN_CHECK_OK(mn_event_destroy(e));
 }
 
+/* mn_sim_configure and the built-in default allocators: an idle one gives back
+ * its cache and follows the new size (the same object: pointers stay valid);
+ * one with a live allocation makes the call fail and nothing changes. sim:1's
+ * default uses expandable segments (MNEMO_ALLOC_CONF), whose reservations go too. */
+MN_TEST(configure_refreshes_idle_default_allocators) {
+  const size_t MiB = (size_t)1 << 20;
+  mn_allocator_t *a = NULL, *b = NULL, *again = NULL;
+  MN_CHECK_OK(mn_allocator_get_default(SIM0, &a));
+  setenv("MNEMO_ALLOC_CONF", "expandable_segments:True", 1);
+  MN_CHECK_OK(mn_allocator_get_default(mn_device_sim(1), &b));
+  unsetenv("MNEMO_ALLOC_CONF");
+  void *p = NULL, *q = NULL;
+  MN_CHECK_OK(mn_allocator_alloc(a, 600 * MiB, NULL, &p));
+  MN_CHECK_OK(mn_allocator_free(a, p)); /* cached: 600 MiB still mapped on sim:0 */
+  MN_CHECK_OK(mn_allocator_alloc(b, 300 * MiB, NULL, &q));
+  MN_CHECK_OK(mn_allocator_free(b, q));
+  mn_sim_stats_t st;
+  MN_CHECK_OK(mn_sim_get_stats(SIM0, &st));
+  MN_CHECK(st.mapped_bytes >= 600 * MiB);
+
+  mn_sim_config_t c;
+  MN_CHECK_OK(mn_sim_get_config(&c));
+  c.capacity = (size_t)4 << 30;
+  MN_CHECK_OK(mn_sim_configure(&c));
+  for (int i = 0; i < 2; i++) {
+    MN_CHECK_OK(mn_sim_get_stats(mn_device_sim(i), &st));
+    MN_CHECK(st.mapped_bytes == 0 && st.live_reservations == 0 && st.live_events == 0);
+  }
+  MN_CHECK_OK(mn_allocator_get_default(SIM0, &again));
+  MN_CHECK(again == a);
+  mn_alloc_stats_t as;
+  MN_CHECK_OK(mn_allocator_get_stats(a, &as));
+  MN_CHECK(as.reserved_bytes[MN_POOL_ALL].current == 0);
+  /* 3 GiB: more than the old 1 GiB device, so only the refreshed size allows it. */
+  MN_CHECK_OK(mn_allocator_alloc(a, (size_t)3 << 30, NULL, &p));
+  MN_CHECK_OK(mn_allocator_alloc(b, (size_t)3 << 30, NULL, &q));
+  MN_CHECK_OK(mn_allocator_free(b, q));
+
+  /* A live allocation in a default: refused, naming it; configuration and memory untouched. */
+  c.capacity = (size_t)1 << 30;
+  MN_CHECK_ERR(mn_sim_configure(&c), MN_ERR_INVALID_STATE, "default allocator of sim:0");
+  mn_sim_config_t now;
+  MN_CHECK_OK(mn_sim_get_config(&now));
+  MN_CHECK(now.capacity == (size_t)4 << 30);
+  MN_CHECK_OK(mn_sim_get_stats(mn_device_sim(1), &st));
+  MN_CHECK(st.mapped_bytes > 0); /* sim:1's cache was not emptied by the refused call */
+  MN_CHECK_OK(mn_allocator_free(a, p));
+
+  /* Back to 1 GiB: the defaults follow it down too. */
+  MN_CHECK_OK(mn_sim_configure(&c));
+  MN_CHECK_ERR(mn_allocator_alloc(a, (size_t)2 << 30, NULL, &p), MN_ERR_OUT_OF_MEMORY, "");
+  MN_CHECK_OK(mn_allocator_alloc(a, 8 * MiB, NULL, &p));
+  MN_CHECK_OK(mn_allocator_free(a, p));
+  MN_CHECK_OK(mn_allocator_empty_cache(a));
+
+  /* Another kind of built-in default (the async allocator) gives back its pool too. */
+  c.device_count = 3;
+  MN_CHECK_OK(mn_sim_configure(&c));
+  mn_allocator_t *as2 = NULL;
+  setenv("MNEMO_ALLOC_CONF", "backend:cudaMallocAsync", 1);
+  MN_CHECK_OK(mn_allocator_get_default(mn_device_sim(2), &as2));
+  unsetenv("MNEMO_ALLOC_CONF");
+  MN_CHECK(strcmp(mn_allocator_name(as2), "caching") != 0);
+  MN_CHECK_OK(mn_allocator_alloc(as2, 100 * MiB, NULL, &p));
+  MN_CHECK_ERR(mn_sim_configure(&c), MN_ERR_INVALID_STATE, "default allocator of sim:2");
+  MN_CHECK_OK(mn_allocator_free(as2, p));
+  c.device_count = 2;
+  MN_CHECK_OK(mn_sim_configure(&c));
+  MN_CHECK_OK(mn_sim_get_stats(mn_device_sim(1), &st));
+  MN_CHECK(st.mapped_bytes == 0 && st.live_reservations == 0);
+}
+
 MN_TEST(configure_refused_while_busy_then_eager) {
   void *p = NULL;
   MN_CHECK_OK(mn_device_raw_alloc(SIM0, 100, &p));
@@ -349,6 +421,7 @@ int main(void) {
   MN_RUN(virtual_memory);
   MN_RUN(fault_injection);
   MN_RUN(api_argument_errors);
+  MN_RUN(configure_refreshes_idle_default_allocators);
   MN_RUN(configure_refused_while_busy_then_eager);
   return mn_test_finish();
 }

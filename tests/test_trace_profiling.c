@@ -42,14 +42,14 @@ MN_TEST(nvtx_switch_and_balance) {
   MN_CHECK(c1.pushes == c0.pushes + 1 && c1.pops == c0.pops + 1 && c1.thread_depth == 0);
   MN_CHECK_OK(mn_allocator_free(a, p));
   MN_CHECK_OK(mn_allocator_empty_cache(a));
-  /* A failed free (not ours) opens no range; copies open one each. */
+  /* A failed free (not ours) opens and closes its range too; copies open one each. */
   MN_CHECK_ERR(mn_allocator_free(a, (void *)0x10), MN_ERR_INVALID_ARGUMENT, "");
   char src[64] = "abc", dst[64];
   mn_stream_t *s = NULL;
   MN_CHECK_OK(mn_stream_default(mn_device_cpu(), &s));
   MN_CHECK_OK(mn_copy_bytes(mn_device_cpu(), dst, mn_device_cpu(), src, sizeof src, s, 0));
   mn_nvtx_get_counters(&c1);
-  MN_CHECK(c1.pushes == c0.pushes + 4); /* alloc, free, empty_cache, copy */
+  MN_CHECK(c1.pushes == c0.pushes + 5); /* alloc, free, empty_cache, failed free, copy */
   MN_CHECK(c1.pushes - c1.pops == c0.pushes - c0.pops && c1.thread_depth == 0);
 
   /* OOM recovery (free the cache, retry) opens its own range inside the alloc's:
@@ -67,6 +67,43 @@ MN_TEST(nvtx_switch_and_balance) {
   /* A pop without an open range (switched on between push and pop) changes nothing. */
   mn_nvtx_get_counters(&c0);
   MN_CHECK(c0.thread_depth == 0);
+}
+
+/* Ranges come from the dispatch: every allocator has them, and a stack of
+ * adaptors over an allocator opens one range per call, not one per layer. */
+MN_TEST(nvtx_every_allocator) {
+  mn_nvtx_counters_t c0, c1;
+  mn_allocator_t *naive = NULL, *stats = NULL, *limit = NULL;
+  MN_CHECK_OK(mn_naive_allocator_create(SIM0, &naive));
+  MN_CHECK_OK(mn_statistics_adaptor_create(naive, 0, &stats));
+  MN_CHECK_OK(mn_limiting_adaptor_create(stats, 1 * MiB, 0, &limit));
+  mn_allocator_t *each[] = {naive, stats, limit};
+  const uint64_t ranges[] = {2, 3, 3}; /* the naive allocator has no cache, so no empty_cache range */
+  mn_nvtx_set_enabled(true);
+  for (size_t i = 0; i < sizeof each / sizeof each[0]; i++) {
+    mn_test_case = mn_allocator_name(each[i]);
+    void *p = NULL;
+    mn_nvtx_get_counters(&c0);
+    MN_CHECK_OK(mn_allocator_alloc(each[i], 4096, NULL, &p));
+    mn_nvtx_get_counters(&c1);
+    MN_CHECK(c1.pushes == c0.pushes + 1 && c1.pops == c0.pops + 1 && c1.thread_depth == 0);
+    MN_CHECK_OK(mn_allocator_free(each[i], p));
+    MN_CHECK_OK(mn_allocator_empty_cache(each[i]));
+    mn_nvtx_get_counters(&c1);
+    MN_CHECK(c1.pushes == c0.pushes + ranges[i] && c1.pops == c0.pops + ranges[i] && c1.thread_depth == 0);
+  }
+  /* A refused allocation (over the limit) still closes its range; nbytes == 0 opens none. */
+  void *p = NULL;
+  mn_nvtx_get_counters(&c0);
+  MN_CHECK_ERR(mn_allocator_alloc(limit, 2 * MiB, NULL, &p), MN_ERR_OUT_OF_MEMORY, "");
+  MN_CHECK_OK(mn_allocator_alloc(limit, 0, NULL, &p));
+  MN_CHECK(p == NULL);
+  mn_nvtx_get_counters(&c1);
+  MN_CHECK(c1.pushes == c0.pushes + 1 && c1.pops == c0.pops + 1 && c1.thread_depth == 0);
+  mn_nvtx_set_enabled(false);
+  mn_allocator_destroy(limit);
+  mn_allocator_destroy(stats);
+  mn_allocator_destroy(naive);
 }
 
 /* ---- ring recorder ---------------------------------------------------------------- */
@@ -225,6 +262,18 @@ MN_TEST(recorder_threads_two_devices) {
   mn_trace_recorder_destroy(r);
 }
 
+/* Writes the recorder to a file (then destroys it) and reads the file back;
+ * NULL (a check failed) when either step fails. */
+static mn_trace_t *written_and_read(mn_trace_recorder_t *r, const char *tag) {
+  const char *path = tmp_path(tag);
+  MN_CHECK_OK(mn_trace_recorder_write(r, path));
+  mn_trace_recorder_destroy(r);
+  mn_trace_t *t = NULL;
+  MN_CHECK_OK(mn_trace_read(path, &t));
+  remove(path);
+  return t;
+}
+
 /* Round trip: a live run on SIM recorded by the ring, written, read, replayed
  * on a fresh allocator with the same config: the same peaks. */
 MN_TEST(round_trip_live_equals_replay) {
@@ -261,12 +310,7 @@ MN_TEST(round_trip_live_equals_replay) {
     MN_CHECK_OK(mn_caching_allocator_set_trace_sink(a, NULL, NULL));
     mn_allocator_destroy(a);
     mn_stream_destroy(s2);
-    const char *path = tmp_path("live");
-    MN_CHECK_OK(mn_trace_recorder_write(r, path));
-    mn_trace_recorder_destroy(r);
-    mn_trace_t *t = NULL;
-    MN_CHECK_OK(mn_trace_read(path, &t));
-    remove(path);
+    mn_trace_t *t = written_and_read(r, "live");
     if (!t) return;
     size_t segs = 0, empties = 0;
     for (size_t i = 0; i < t->nentries; i++) {
@@ -312,12 +356,7 @@ MN_TEST(round_trip_peaks_exact) {
   mn_alloc_stats_t live;
   MN_CHECK_OK(mn_allocator_get_stats(a, &live));
   mn_allocator_destroy(a);
-  const char *path = tmp_path("exact");
-  MN_CHECK_OK(mn_trace_recorder_write(r, path));
-  mn_trace_recorder_destroy(r);
-  mn_trace_t *t = NULL;
-  MN_CHECK_OK(mn_trace_read(path, &t));
-  remove(path);
+  mn_trace_t *t = written_and_read(r, "exact");
   if (!t) return;
   mn_allocator_t *b = NULL;
   MN_CHECK_OK(mn_caching_allocator_create(SIM0, NULL, &b));
@@ -558,6 +597,7 @@ int main(int argc, char **argv) {
   mn_test_configure_sim(2, (size_t)1 << 30);
   SIM0 = mn_device_sim(0);
   MN_RUN(nvtx_switch_and_balance);
+  MN_RUN(nvtx_every_allocator);
   MN_RUN(recorder_ring_bound_and_pre);
   MN_RUN(recorder_threads_two_devices);
   MN_RUN(round_trip_live_equals_replay);

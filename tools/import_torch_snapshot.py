@@ -401,22 +401,30 @@ def torch_figures(events, segs, pre_allocs, pre_segs):
     return fig, block_sizes
 
 
-def write_trace(out, source, device, snap, events, pre_allocs, pre_segs, fig, block_sizes):
+FIG_KEYS = ("torch_peak_allocated", "torch_peak_requested", "torch_peak_reserved", "torch_reserved_start",
+            "torch_allocated_start", "torch_segment_allocs", "torch_segment_frees", "torch_ooms",
+            "torch_allocated_method")
+
+
+def _header(version, how, fields, source, snap, device_meta, origin):
+    """The first lines every converted trace starts with: version, comments,
+    source, recorder, devices (device_meta: meta lines), time origin, alloc conf."""
     settings = snap.get("allocator_settings") if isinstance(snap.get("allocator_settings"), dict) else {}
     conf = settings.get("PYTORCH_CUDA_ALLOC_CONF", "")
     conf = conf if isinstance(conf, str) else ""
-    origin = events[0]["time_us"] if events else 0
-    lines = [f"mnemo-trace {FORMAT_VERSION}",
-             f"# converted by tools/import_torch_snapshot.py from a PyTorch memory snapshot",
-             f"# sizes in bytes; times in microseconds since the first event",
+    return ([f"mnemo-trace {version}",
+             f"# converted by tools/import_torch_snapshot.py{how} from a PyTorch memory snapshot",
+             f"# sizes in bytes; times in microseconds since the first event{fields}",
              f"meta source {os.path.basename(source)}",
-             "meta recorded_by pytorch",
-             f"meta device {device}",
-             f"meta time_origin_us {origin}",
-             f"meta torch_alloc_conf {' '.join(conf.split())}".rstrip()]
-    for key in ("torch_peak_allocated", "torch_peak_requested", "torch_peak_reserved",
-                "torch_reserved_start", "torch_allocated_start", "torch_segment_allocs",
-                "torch_segment_frees", "torch_ooms", "torch_allocated_method"):
+             "meta recorded_by pytorch"] + device_meta +
+            [f"meta time_origin_us {origin}",
+             f"meta torch_alloc_conf {' '.join(conf.split())}".rstrip()])
+
+
+def write_trace(out, source, device, snap, events, pre_allocs, pre_segs, fig, block_sizes):
+    origin = events[0]["time_us"] if events else 0
+    lines = _header(FORMAT_VERSION, "", "", source, snap, [f"meta device {device}"], origin)
+    for key in FIG_KEYS:
         lines.append(f"meta {key} {fig[key]}")
     lines.append(f"meta pre_segments {len(pre_segs)}")
     lines.append(f"meta pre_allocs {len(pre_allocs)}")
@@ -439,28 +447,13 @@ def write_trace(out, source, device, snap, events, pre_allocs, pre_segs, fig, bl
     out.write("\n".join(lines) + "\n")
 
 
-FIG_KEYS = ("torch_peak_allocated", "torch_peak_requested", "torch_peak_reserved", "torch_reserved_start",
-            "torch_allocated_start", "torch_segment_allocs", "torch_segment_frees", "torch_ooms",
-            "torch_allocated_method")
-
-
 def write_trace_multi(out, source, snap, per_dev):
     """Version 2: every device's pre lines and events, events in time order,
     each line ending with its device index. per_dev: [(device, events, pre_allocs,
     pre_segs, fig, block_sizes)], lowest device first."""
-    settings = snap.get("allocator_settings") if isinstance(snap.get("allocator_settings"), dict) else {}
-    conf = settings.get("PYTORCH_CUDA_ALLOC_CONF", "")
-    conf = conf if isinstance(conf, str) else ""
     origin = min((d[1][0]["time_us"] for d in per_dev if d[1]), default=0)
-    lines = ["mnemo-trace 2",
-             "# converted by tools/import_torch_snapshot.py --device all from a PyTorch memory snapshot",
-             "# sizes in bytes; times in microseconds since the first event; last field: device",
-             f"meta source {os.path.basename(source)}",
-             "meta recorded_by pytorch",
-             f"meta device {per_dev[0][0]}",
-             "meta devices " + " ".join(str(d[0]) for d in per_dev),
-             f"meta time_origin_us {origin}",
-             f"meta torch_alloc_conf {' '.join(conf.split())}".rstrip()]
+    device_meta = [f"meta device {per_dev[0][0]}", "meta devices " + " ".join(str(d[0]) for d in per_dev)]
+    lines = _header(2, " --device all", "; last field: device", source, snap, device_meta, origin)
     for key in FIG_KEYS:  # the plain keys describe the lowest device (what replay picks by default)
         lines.append(f"meta {key} {per_dev[0][4][key]}")
     for dev, _, _, _, fig, _ in per_dev:
@@ -570,41 +563,23 @@ def main(argv=None):
         print(f"{prog}: warning: {msg}", file=sys.stderr)
 
     if args.table:
-        try:
-            print_table(load_snapshot(args.snapshot), args.blocks)
-        except SnapshotError as e:
-            print(f"{prog}: {args.snapshot}: malformed snapshot: {e}", file=sys.stderr)
-            return 2
-        except OSError as e:
-            print(f"{prog}: {e}", file=sys.stderr)
-            return 1
-        return 0
+        return guarded(prog, args.snapshot, lambda: print_table(load_snapshot(args.snapshot), args.blocks))[0]
     if args.device == "all":
         return main_all(args, prog, warn)
-    try:
+    snap = None
+
+    def read():
+        nonlocal snap
         snap = load_snapshot(args.snapshot)
-        device, events, segs = validate(snap, args.device)
-        pre_allocs, pre_segs = reconstruct_pre(events, segs, warn)
-        fig, block_sizes = torch_figures(events, segs, pre_allocs, pre_segs)
-    except SnapshotError as e:
-        print(f"{prog}: {args.snapshot}: malformed snapshot: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return 1
-    try:
-        if args.output == "-":
-            write_trace(sys.stdout, args.snapshot, device, snap, events, pre_allocs, pre_segs, fig,
-                        block_sizes)
-        else:
-            tmp = args.output + ".tmp"
-            with open(tmp, "w", encoding="ascii", newline="\n") as out:
-                write_trace(out, args.snapshot, device, snap, events, pre_allocs, pre_segs, fig,
-                            block_sizes)
-            os.replace(tmp, args.output)
-    except OSError as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return 1
+        return analyse(snap, args.device, warn)
+    rc, got = guarded(prog, args.snapshot, read)
+    if rc:
+        return rc
+    device, events, pre_allocs, pre_segs, fig, block_sizes = got
+    rc = write_output(prog, args.output, lambda out: write_trace(out, args.snapshot, device, snap, events, pre_allocs,
+                                                                 pre_segs, fig, block_sizes))
+    if rc:
+        return rc
     gib = float(1 << 30)
     print(f"{args.snapshot} (device {device}): {len(events)} events, {len(pre_allocs)} pre-existing "
           f"allocations in {len(pre_segs)} pre-existing segments; PyTorch: peak allocated "
@@ -615,41 +590,60 @@ def main(argv=None):
     return 0
 
 
-def main_all(args, prog, warn):
+def analyse(snap, device, warn):
+    """One device of a loaded snapshot: (device, events, pre_allocs, pre_segs,
+    fig, block_sizes), what the trace writers take."""
+    device, events, segs = validate(snap, device)
+    pre_allocs, pre_segs = reconstruct_pre(events, segs, warn)
+    fig, block_sizes = torch_figures(events, segs, pre_allocs, pre_segs)
+    return device, events, pre_allocs, pre_segs, fig, block_sizes
+
+
+def guarded(prog, path, fn):
+    """(0, fn()), or (2, None) for a malformed snapshot and (1, None) for an
+    I/O error, with the message printed."""
     try:
+        return 0, fn()
+    except SnapshotError as e:
+        print(f"{prog}: {path}: malformed snapshot: {e}", file=sys.stderr)
+        return 2, None
+    except OSError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 1, None
+
+
+def write_output(prog, path, write):
+    """write(stream) to stdout ('-') or to path through a temporary file; 0, or 1 on an I/O error."""
+    def to_file():
+        if path == "-":
+            write(sys.stdout)
+            return
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="ascii", newline="\n") as out:
+            write(out)
+        os.replace(tmp, path)
+    return guarded(prog, path, to_file)[0]
+
+
+def main_all(args, prog, warn):
+    snap = None
+
+    def read():
+        nonlocal snap
         snap = load_snapshot(args.snapshot)
         validate(snap, None)  # the top level, and that some device has events
-        per_dev = []
-        for d, tr in enumerate(snap["device_traces"]):
-            if not tr:
-                continue
-            device, events, segs = validate(snap, d)
-            pre_allocs, pre_segs = reconstruct_pre(events, segs, warn)
-            fig, block_sizes = torch_figures(events, segs, pre_allocs, pre_segs)
-            per_dev.append((device, events, pre_allocs, pre_segs, fig, block_sizes))
-    except SnapshotError as e:
-        print(f"{prog}: {args.snapshot}: malformed snapshot: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return 1
-    try:
-        if args.output == "-":
-            write_trace_multi(sys.stdout, args.snapshot, snap, per_dev)
-        else:
-            tmp = args.output + ".tmp"
-            with open(tmp, "w", encoding="ascii", newline="\n") as out:
-                write_trace_multi(out, args.snapshot, snap, per_dev)
-            os.replace(tmp, args.output)
-    except OSError as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return 1
+        return [analyse(snap, d, warn) for d, tr in enumerate(snap["device_traces"]) if tr]
+    rc, per_dev = guarded(prog, args.snapshot, read)
+    if rc:
+        return rc
+    rc = write_output(prog, args.output, lambda out: write_trace_multi(out, args.snapshot, snap, per_dev))
+    if rc:
+        return rc
     for device, events, pre_allocs, pre_segs, fig, _ in per_dev:
         print(f"{args.snapshot} (device {device}): {len(events)} events, {len(pre_allocs)} pre-existing "
               f"allocations in {len(pre_segs)} pre-existing segments; PyTorch: peak reserved "
               f"{fig['torch_peak_reserved'] / float(1 << 30):.2f} GiB", file=sys.stderr)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -17,8 +17,9 @@ extern "C" {
 
 /* ---- NVTX ---------------------------------------------------------------------
  * mnemo opens NVTX ranges in the domain "mnemo" around allocations, frees,
- * empty_cache, OOM recovery, copies, casts and fills, with the byte count as
- * the range's uint64 payload ("mnemo.alloc", "mnemo.free", ...; docs/PROFILING.md).
+ * empty_cache (of every allocator: mn_allocator_alloc/free/empty_cache), OOM
+ * recovery, copies, casts and fills, with the byte count as the range's uint64
+ * payload (0 for frees) ("mnemo.alloc", "mnemo.free", ...; docs/PROFILING.md).
  * They are off by default (MNEMO_NVTX=1 in the environment switches them on at
  * the first range); when off a range costs one relaxed atomic load. Builds
  * without CUDA have no NVTX: the switch and the counters still work. */

@@ -26,7 +26,16 @@ typedef struct mn_sim_config_s {
 mn_sim_config_t mn_sim_config_default(void);
 /* Reconfigures the SIM devices. Refused (MN_ERR_INVALID_STATE) while any SIM
  * memory, stream or event is alive. The first SIM call without a configure
- * uses the defaults (or MNEMO_SIM_CAPACITY / MNEMO_SIM_EAGER from the environment). */
+ * uses the defaults (or MNEMO_SIM_CAPACITY / MNEMO_SIM_EAGER from the environment).
+ * Built-in default allocators (mn_allocator_get_default on a SIM device, no
+ * mn_allocator_set_default): when none has a live allocation, each first
+ * gives back its cache (cached segments, pending frees, pooled events) and,
+ * once the new configuration is in place, re-reads its device (capacity,
+ * granularity): the same objects, so pointers to them stay valid. While one
+ * has a live allocation the call fails (MN_ERR_INVALID_STATE, naming the
+ * device) before anything is given back or changed. Allocators the caller
+ * created or set as default are the caller's: empty or destroy them first.
+ * No other thread may use the SIM devices during the call. */
 mn_status mn_sim_configure(const mn_sim_config_t *config);
 mn_status mn_sim_get_config(mn_sim_config_t *out);
 
