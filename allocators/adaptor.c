@@ -54,3 +54,8 @@ mn_status mn__adaptor_snapshot(mn_allocator_t *a, mn_snapshot_t **out) {
 mn_status mn__adaptor_check_invariants(mn_allocator_t *a) {
   return mn_allocator_check_invariants(adaptor_of(a)->upstream);
 }
+
+size_t mn__adaptor_size_of(mn_allocator_t *a, const void *ptr) {
+  mn_allocator_t *up = adaptor_of(a)->upstream;
+  return up->vtable->size_of ? up->vtable->size_of(up, ptr) : 0;
+}

@@ -34,5 +34,6 @@ mn_status mn__adaptor_get_stats(mn_allocator_t *a, mn_alloc_stats_t *out);
 mn_status mn__adaptor_reset_peak(mn_allocator_t *a);
 mn_status mn__adaptor_snapshot(mn_allocator_t *a, mn_snapshot_t **out);
 mn_status mn__adaptor_check_invariants(mn_allocator_t *a);
+size_t mn__adaptor_size_of(mn_allocator_t *a, const void *ptr);
 
 #endif /* MNEMO_ALLOCATORS_ADAPTOR_H */

@@ -29,6 +29,13 @@ static void range_close(void) {
   if (--t_range_depth == 0) mn__nvtx_pop();
 }
 
+/* The free payload: the block's size where the allocator can tell (asked only
+ * while ranges are on and for the outermost call: size_of may take a lock). */
+static uint64_t freed_bytes(mn_allocator_t *a, const void *ptr) {
+  if (t_range_depth != 0 || !a->vtable->size_of || !mn_nvtx_enabled()) return 0;
+  return (uint64_t)a->vtable->size_of(a, ptr);
+}
+
 /* The empty_cache payload: the bytes reserved before, where the allocator keeps
  * statistics (asked only while ranges are on: get_stats may take a lock). */
 static uint64_t reserved_bytes(mn_allocator_t *a) {
@@ -67,7 +74,7 @@ mn_status mn_allocator_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
 mn_status mn_allocator_free(mn_allocator_t *a, void *ptr) {
   MN__CHECK_ARG(a != NULL, "allocator must not be NULL");
   if (!ptr) return MN_OK;
-  range_open("mnemo.free", 0); /* the size of ptr is the allocator's to know */
+  range_open("mnemo.free", freed_bytes(a, ptr));
   mn_status st = a->vtable->free(a, ptr);
   range_close();
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);

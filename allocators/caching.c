@@ -495,6 +495,15 @@ static void caching_destroy(mn_allocator_t *self) {
   free(a);
 }
 
+static size_t caching_size_of(mn_allocator_t *self, const void *ptr) {
+  mn__caching_t *a = as_caching(self);
+  lock(a);
+  mn__block_t *b = mn__live_block(a, (uintptr_t)ptr);
+  size_t size = b ? b->size : 0;
+  unlock(a);
+  return size;
+}
+
 static const mn_allocator_vtable_t caching_vtable = {
     .name = "caching",
     .alloc = caching_alloc,
@@ -506,6 +515,7 @@ static const mn_allocator_vtable_t caching_vtable = {
     .snapshot = mn__caching_snapshot,
     .check_invariants = mn__caching_check_invariants,
     .destroy = caching_destroy,
+    .size_of = caching_size_of,
 };
 
 mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t *config, mn_allocator_t **out) {

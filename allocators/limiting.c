@@ -104,6 +104,7 @@ static const mn_allocator_vtable_t limit_vtable = {
     .snapshot = mn__adaptor_snapshot,
     .check_invariants = limit_check_invariants,
     .destroy = limit_destroy,
+    .size_of = mn__adaptor_size_of,
 };
 
 mn_status mn_limiting_adaptor_create(mn_allocator_t *upstream, size_t limit_bytes, unsigned flags,

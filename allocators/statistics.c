@@ -128,6 +128,7 @@ static const mn_allocator_vtable_t stats_vtable = {
     .snapshot = mn__adaptor_snapshot,
     .check_invariants = stats_check_invariants,
     .destroy = stats_destroy,
+    .size_of = mn__adaptor_size_of,
 };
 
 mn_status mn_statistics_adaptor_create(mn_allocator_t *upstream, unsigned flags, mn_allocator_t **out) {

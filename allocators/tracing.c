@@ -109,6 +109,7 @@ static const mn_allocator_vtable_t trace_vtable = {
     .snapshot = mn__adaptor_snapshot,
     .check_invariants = mn__adaptor_check_invariants,
     .destroy = trace_destroy,
+    .size_of = mn__adaptor_size_of,
 };
 
 mn_status mn_tracing_adaptor_create(mn_allocator_t *upstream, mn_trace_sink_fn sink, void *user,

@@ -137,6 +137,7 @@ static const mn_allocator_vtable_t track_vtable = {
     .snapshot = mn__adaptor_snapshot,
     .check_invariants = track_check_invariants,
     .destroy = track_destroy,
+    .size_of = mn__adaptor_size_of,
 };
 
 mn_status mn_tracking_adaptor_create(mn_allocator_t *upstream, unsigned flags, mn_allocator_t **out) {

@@ -16,6 +16,8 @@ static atomic_uint_least64_t g_pushes, g_pops;
 /* Ranges this thread opened while enabled and has not closed: a pop pairs
  * with a push only when one is open, so switching off mid-range stays balanced. */
 static _Thread_local int t_depth;
+static _Thread_local const char *t_last_name;
+static _Thread_local uint64_t t_last_nbytes;
 
 static bool nvtx_on(void) {
   int v = atomic_load_explicit(&g_nvtx_on, memory_order_relaxed);
@@ -39,6 +41,8 @@ void mn_nvtx_get_counters(mn_nvtx_counters_t *out) {
   out->pushes = atomic_load_explicit(&g_pushes, memory_order_relaxed);
   out->pops = atomic_load_explicit(&g_pops, memory_order_relaxed);
   out->thread_depth = t_depth;
+  out->thread_last_name = t_last_name;
+  out->thread_last_nbytes = t_last_nbytes;
 }
 
 #ifdef MNEMO_HAVE_CUDA
@@ -57,6 +61,8 @@ static nvtxDomainHandle_t nvtx_domain(void) {
 void mn__nvtx_push(const char *name, uint64_t nbytes) {
   if (!nvtx_on()) return;
   t_depth++;
+  t_last_name = name;
+  t_last_nbytes = nbytes;
   atomic_fetch_add_explicit(&g_pushes, 1, memory_order_relaxed);
 #ifdef MNEMO_HAVE_CUDA
   nvtxEventAttributes_t a = {0};

@@ -40,7 +40,16 @@ MN_TEST(nvtx_switch_and_balance) {
   MN_CHECK_OK(mn_allocator_alloc(a, 4096, NULL, &p));
   mn_nvtx_get_counters(&c1);
   MN_CHECK(c1.pushes == c0.pushes + 1 && c1.pops == c0.pops + 1 && c1.thread_depth == 0);
+  MN_CHECK(c1.thread_last_name && strcmp(c1.thread_last_name, "mnemo.alloc") == 0 && c1.thread_last_nbytes == 4096);
   MN_CHECK_OK(mn_allocator_free(a, p));
+  mn_nvtx_get_counters(&c1); /* the free's payload is the block's size, through the size_of slot */
+  MN_CHECK(strcmp(c1.thread_last_name, "mnemo.free") == 0 && c1.thread_last_nbytes == 4096);
+  void *odd = NULL;
+  MN_CHECK_OK(mn_allocator_alloc(a, 1000, NULL, &odd));
+  MN_CHECK_OK(mn_allocator_free(a, odd));
+  mn_nvtx_get_counters(&c1);
+  MN_CHECK(c1.thread_last_nbytes == 1024); /* rounded to the 512-byte block multiple */
+  mn_nvtx_get_counters(&c0);
   MN_CHECK_OK(mn_allocator_empty_cache(a));
   /* A failed free (not ours) opens and closes its range too; copies open one each. */
   MN_CHECK_ERR(mn_allocator_free(a, (void *)0x10), MN_ERR_INVALID_ARGUMENT, "");
@@ -49,7 +58,7 @@ MN_TEST(nvtx_switch_and_balance) {
   MN_CHECK_OK(mn_stream_default(mn_device_cpu(), &s));
   MN_CHECK_OK(mn_copy_bytes(mn_device_cpu(), dst, mn_device_cpu(), src, sizeof src, s, 0));
   mn_nvtx_get_counters(&c1);
-  MN_CHECK(c1.pushes == c0.pushes + 5); /* alloc, free, empty_cache, failed free, copy */
+  MN_CHECK(c1.pushes == c0.pushes + 3); /* empty_cache, failed free, copy */
   MN_CHECK(c1.pushes - c1.pops == c0.pushes - c0.pops && c1.thread_depth == 0);
 
   /* OOM recovery (free the cache, retry) opens its own range inside the alloc's:

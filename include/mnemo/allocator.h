@@ -135,6 +135,10 @@ typedef struct mn_allocator_vtable_s {
   mn_status (*snapshot)(mn_allocator_t *self, mn_snapshot_t **out);
   mn_status (*check_invariants)(mn_allocator_t *self);
   void (*destroy)(mn_allocator_t *self);
+  /* Optional (NULL: unknown): the bytes of the live block at ptr (0 when ptr
+   * is not one of this allocator's), for the payload of NVTX free ranges.
+   * Added after destroy: vtables written before it stay valid. */
+  size_t (*size_of)(mn_allocator_t *self, const void *ptr);
 } mn_allocator_vtable_t;
 
 /* Every allocator struct begins with this header. */

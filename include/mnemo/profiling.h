@@ -19,7 +19,8 @@ extern "C" {
  * mnemo opens NVTX ranges in the domain "mnemo" around allocations, frees,
  * empty_cache (of every allocator: mn_allocator_alloc/free/empty_cache), OOM
  * recovery, copies, casts and fills, with the byte count as the range's uint64
- * payload (0 for frees) ("mnemo.alloc", "mnemo.free", ...; docs/PROFILING.md).
+ * payload (a free's block size where the allocator can tell: the caching
+ * allocator and the adaptors over it; 0 elsewhere) ("mnemo.alloc", "mnemo.free", ...; docs/PROFILING.md).
  * They are off by default (MNEMO_NVTX=1 in the environment switches them on at
  * the first range); when off a range costs one relaxed atomic load. Builds
  * without CUDA have no NVTX: the switch and the counters still work. */
@@ -32,6 +33,9 @@ bool mn_nvtx_enabled(void);
 typedef struct mn_nvtx_counters_s {
   uint64_t pushes, pops;
   int thread_depth;
+  /* The calling thread's most recent range while enabled: name and payload. */
+  const char *thread_last_name;
+  uint64_t thread_last_nbytes;
 } mn_nvtx_counters_t;
 void mn_nvtx_get_counters(mn_nvtx_counters_t *out);
 
