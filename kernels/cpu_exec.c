@@ -1,0 +1,273 @@
+/* kernels/cpu_exec.c: the CPU executor (kernels/cpu_exec.h): one typed row
+ * converter per dtype pair (kernels/cast.h, folded by constant dtypes), a
+ * blocked transpose, strided rows and fills, split over the pool. Thread-safe. */
+#include <string.h>
+
+#include "kernels/cast.h"
+#include "kernels/cpu_exec.h"
+#include "kernels/pool.h"
+
+#define MN__PAR_BYTES ((int64_t)1 << 20) /* below this, one thread */
+#define MN__TASK_BYTES ((int64_t)1 << 18) /* roughly the bytes per task */
+
+/* ---- row converters: 17 x 17, each with a unit-step loop that vectorizes ---- */
+
+#define MN__CV_DEF(D, S)                                                                           \
+  static void cv_##D##_##S(char *d, int64_t dstep, const char *s, int64_t sstep, int64_t n) {      \
+    enum { DI = MN__SZ_##D, SI = MN__SZ_##S };               \
+    if (dstep == DI && sstep == SI) {                                                              \
+      for (int64_t i = 0; i < n; i++) mn__cast_elem(MN_DTYPE_##D, d + i * DI, MN_DTYPE_##S, s + i * SI); \
+    } else {                                                                                       \
+      for (int64_t i = 0; i < n; i++) mn__cast_elem(MN_DTYPE_##D, d + i * dstep, MN_DTYPE_##S, s + i * sstep); \
+    }                                                                                              \
+  }
+
+#define MN__SZ_BOOL 1
+#define MN__SZ_UINT8 1
+#define MN__SZ_INT8 1
+#define MN__SZ_INT16 2
+#define MN__SZ_INT32 4
+#define MN__SZ_INT64 8
+#define MN__SZ_FLOAT16 2
+#define MN__SZ_BFLOAT16 2
+#define MN__SZ_FLOAT32 4
+#define MN__SZ_FLOAT64 8
+#define MN__SZ_COMPLEX64 8
+#define MN__SZ_COMPLEX128 16
+#define MN__SZ_FLOAT8_E4M3FN 1
+#define MN__SZ_FLOAT8_E5M2 1
+#define MN__SZ_UINT16 2
+#define MN__SZ_UINT32 4
+#define MN__SZ_UINT64 8
+
+/* Two copies of the dtype list (a macro cannot expand inside itself). */
+#define MN__DT_A(X)                                                                             \
+  X(BOOL) X(UINT8) X(INT8) X(INT16) X(INT32) X(INT64) X(FLOAT16) X(BFLOAT16) X(FLOAT32) X(FLOAT64) \
+  X(COMPLEX64) X(COMPLEX128) X(FLOAT8_E4M3FN) X(FLOAT8_E5M2) X(UINT16) X(UINT32) X(UINT64)
+#define MN__DT_B(X, D)                                                                           \
+  X(D, BOOL) X(D, UINT8) X(D, INT8) X(D, INT16) X(D, INT32) X(D, INT64) X(D, FLOAT16) X(D, BFLOAT16) \
+  X(D, FLOAT32) X(D, FLOAT64) X(D, COMPLEX64) X(D, COMPLEX128) X(D, FLOAT8_E4M3FN) X(D, FLOAT8_E5M2) \
+  X(D, UINT16) X(D, UINT32) X(D, UINT64)
+
+#define MN__CV_ROW(D) MN__DT_B(MN__CV_DEF, D)
+MN__DT_A(MN__CV_ROW)
+
+#define MN__CV_ENTRY(D, S) [MN_DTYPE_##D][MN_DTYPE_##S] = cv_##D##_##S,
+#define MN__CV_TABLE_ROW(D) MN__DT_B(MN__CV_ENTRY, D)
+static const mn__cpu_cast_fn cv_table[MN_DTYPE_COUNT][MN_DTYPE_COUNT] = {MN__DT_A(MN__CV_TABLE_ROW)};
+
+mn__cpu_cast_fn mn__cpu_cast_fn_of(mn_dtype dst, mn_dtype src) {
+  if (!mn_dtype_is_valid(dst) || !mn_dtype_is_valid(src)) return NULL;
+  return cv_table[dst][src];
+}
+
+/* ---- same-dtype rows and fills by item size ----------------------------------- */
+
+#define MN__ROW_CASE(N)                                                                  \
+  case N:                                                                                \
+    for (int64_t i = 0; i < n; i++) memcpy(d + i * dstep, s + i * sstep, N);             \
+    return;
+
+static void copy_row(char *d, int64_t dstep, const char *s, int64_t sstep, int64_t n, size_t item) {
+  if (dstep == (int64_t)item && sstep == (int64_t)item) {
+    memcpy(d, s, (size_t)n * item);
+    return;
+  }
+  switch (item) {
+    MN__ROW_CASE(1)
+    MN__ROW_CASE(2)
+    MN__ROW_CASE(4)
+    MN__ROW_CASE(8)
+    MN__ROW_CASE(16)
+    default:
+      for (int64_t i = 0; i < n; i++) memcpy(d + i * dstep, s + i * sstep, item);
+  }
+}
+
+#define MN__FILL_CASE(N)                                                   \
+  case N: {                                                                \
+    unsigned char v[N];                                                    \
+    memcpy(v, pat, N);                                                     \
+    for (int64_t i = 0; i < n; i++) memcpy(d + i * dstep, v, N);           \
+    return;                                                                \
+  }
+
+static void fill_row(char *d, int64_t dstep, int64_t n, size_t item, const unsigned char *pat) {
+  if (item == 1 && dstep == 1) {
+    memset(d, pat[0], (size_t)n);
+    return;
+  }
+  switch (item) {
+    MN__FILL_CASE(1)
+    MN__FILL_CASE(2)
+    MN__FILL_CASE(4)
+    MN__FILL_CASE(8)
+    MN__FILL_CASE(16)
+    default:
+      for (int64_t i = 0; i < n; i++) memcpy(d + i * dstep, pat, item);
+  }
+}
+
+/* ---- the work of one plan, in tasks --------------------------------------------- */
+
+typedef struct exec_ctx {
+  const mn__plan_t *p;
+  const unsigned char *pattern;
+  mn__cpu_cast_fn cv; /* NULL: same dtype */
+  int64_t ntasks;
+  int64_t units;      /* rows (generic), elements (contig), tile rows x outer (transpose) */
+  /* transpose */
+  int64_t tb;                     /* tile edge in elements */
+  int64_t jblocks;                /* tiles along dim tdim */
+  int nouter;                     /* dims other than 0 and tdim */
+  int64_t osize[MN_MAX_DIMS], ods[MN_MAX_DIMS], oss[MN_MAX_DIMS];
+} exec_ctx;
+
+static void range_of(const exec_ctx *c, int64_t task, int64_t *b, int64_t *e) {
+  int64_t per = c->units / c->ntasks, extra = c->units % c->ntasks;
+  *b = task * per + (task < extra ? task : extra);
+  *e = *b + per + (task < extra ? 1 : 0);
+}
+
+static void contig_task(void *arg, int64_t task) {
+  const exec_ctx *c = arg;
+  const mn__plan_t *p = c->p;
+  int64_t b, e;
+  range_of(c, task, &b, &e);
+  char *d = p->dst + b * (int64_t)p->dst_item;
+  if (p->kind == MN__PLAN_FILL) {
+    fill_row(d, (int64_t)p->dst_item, e - b, p->dst_item, c->pattern);
+    return;
+  }
+  const char *s = p->src + b * (int64_t)p->src_item;
+  if (c->cv)
+    c->cv(d, (int64_t)p->dst_item, s, (int64_t)p->src_item, e - b);
+  else
+    memcpy(d, s, (size_t)(e - b) * p->dst_item);
+}
+
+/* Rows [b, e) of dim 0, walking dims 1.. incrementally. */
+static void rows_task(void *arg, int64_t task) {
+  const exec_ctx *c = arg;
+  const mn__plan_t *p = c->p;
+  int64_t b, e;
+  range_of(c, task, &b, &e);
+  if (b >= e) return;
+  int64_t di = (int64_t)p->dst_item, si = (int64_t)p->src_item;
+  int64_t idx[MN_MAX_DIMS], od = 0, os = 0, rest = b;
+  for (int k = 1; k < p->ndim; k++) {
+    idx[k] = rest % p->sizes[k];
+    rest /= p->sizes[k];
+    od += idx[k] * p->dst_strides[k];
+    os += idx[k] * p->src_strides[k];
+  }
+  int64_t n0 = p->sizes[0], dstep = p->dst_strides[0] * di, sstep = p->src_strides[0] * si;
+  for (int64_t r = b;;) {
+    char *d = p->dst + od * di;
+    if (p->kind == MN__PLAN_FILL)
+      fill_row(d, dstep, n0, p->dst_item, c->pattern);
+    else if (c->cv)
+      c->cv(d, dstep, p->src + os * si, sstep, n0);
+    else
+      copy_row(d, dstep, p->src + os * si, sstep, n0, p->dst_item);
+    if (++r == e) return;
+    for (int k = 1; k < p->ndim; k++) {
+      od += p->dst_strides[k];
+      os += p->src_strides[k];
+      if (++idx[k] < p->sizes[k]) break;
+      od -= p->sizes[k] * p->dst_strides[k];
+      os -= p->sizes[k] * p->src_strides[k];
+      idx[k] = 0;
+    }
+  }
+}
+
+/* One tile: dst[i + j*dsj] = src[i*ssi + j], i < ni, j < nj (bytes strides). */
+#define MN__TR_DEF(N)                                                                              \
+  static void tile_##N(char *d, int64_t dsj, const char *s, int64_t ssi, int64_t ni, int64_t nj) { \
+    for (int64_t j = 0; j < nj; j++)                                                               \
+      for (int64_t i = 0; i < ni; i++) memcpy(d + i * N + j * dsj, s + i * ssi + j * N, N);         \
+  }
+MN__TR_DEF(1)
+MN__TR_DEF(2)
+MN__TR_DEF(4)
+MN__TR_DEF(8)
+MN__TR_DEF(16)
+
+static void transpose_task(void *arg, int64_t task) {
+  const exec_ctx *c = arg;
+  const mn__plan_t *p = c->p;
+  int64_t b, e;
+  range_of(c, task, &b, &e);
+  int64_t di = (int64_t)p->dst_item, si = (int64_t)p->src_item;
+  int64_t ni = p->sizes[0], nj = p->sizes[p->tdim];
+  int64_t dsj = p->dst_strides[p->tdim] * di, ssi = p->src_strides[0] * si;
+  for (int64_t u = b; u < e; u++) {
+    int64_t jb = u % c->jblocks, o = u / c->jblocks, od = 0, os = 0;
+    for (int k = 0; k < c->nouter; k++) {
+      int64_t x = o % c->osize[k];
+      o /= c->osize[k];
+      od += x * c->ods[k];
+      os += x * c->oss[k];
+    }
+    int64_t j0 = jb * c->tb, jn = nj - j0 < c->tb ? nj - j0 : c->tb;
+    char *dbase = p->dst + od * di + j0 * dsj;
+    const char *sbase = p->src + os * si + j0 * si;
+    for (int64_t i0 = 0; i0 < ni; i0 += c->tb) {
+      int64_t in = ni - i0 < c->tb ? ni - i0 : c->tb;
+      char *d = dbase + i0 * di;
+      const char *s = sbase + i0 * ssi;
+      if (c->cv) {
+        for (int64_t j = 0; j < jn; j++) c->cv(d + j * dsj, di, s + j * si, ssi, in);
+        continue;
+      }
+      switch (di) {
+        case 1: tile_1(d, dsj, s, ssi, in, jn); break;
+        case 2: tile_2(d, dsj, s, ssi, in, jn); break;
+        case 4: tile_4(d, dsj, s, ssi, in, jn); break;
+        case 8: tile_8(d, dsj, s, ssi, in, jn); break;
+        default: tile_16(d, dsj, s, ssi, in, jn); break;
+      }
+    }
+  }
+}
+
+void mn__cpu_exec(const mn__plan_t *p, const void *pattern) {
+  if (p->numel == 0) return;
+  exec_ctx c;
+  memset(&c, 0, sizeof c);
+  c.p = p;
+  c.pattern = pattern;
+  if (p->kind != MN__PLAN_FILL && p->dst_dtype != p->src_dtype) c.cv = cv_table[p->dst_dtype][p->src_dtype];
+  int64_t bytes = p->numel * (int64_t)(p->dst_item + (p->kind == MN__PLAN_FILL ? 0 : p->src_item));
+  int64_t want = bytes < MN__PAR_BYTES ? 1 : bytes / MN__TASK_BYTES;
+  void (*fn)(void *, int64_t);
+  bool contig = p->kind == MN__PLAN_CONTIG ||
+                (p->kind == MN__PLAN_FILL && p->ndim == 1 && p->dst_strides[0] == 1);
+  if (contig) {
+    c.units = p->numel;
+    fn = contig_task;
+  } else if (p->kind == MN__PLAN_TRANSPOSE) {
+    size_t wide = p->dst_item > p->src_item ? p->dst_item : p->src_item;
+    c.tb = wide <= 4 ? 64 : 32;
+    c.jblocks = (p->sizes[p->tdim] + c.tb - 1) / c.tb;
+    for (int k = 1; k < p->ndim; k++) {
+      if (k == p->tdim) continue;
+      c.osize[c.nouter] = p->sizes[k];
+      c.ods[c.nouter] = p->dst_strides[k];
+      c.oss[c.nouter] = p->src_strides[k];
+      c.nouter++;
+    }
+    c.units = c.jblocks * (p->numel / (p->sizes[0] * p->sizes[p->tdim]));
+    fn = transpose_task;
+  } else {
+    c.units = p->numel / p->sizes[0];
+    fn = rows_task;
+  }
+  c.ntasks = want < c.units ? want : c.units;
+  if (c.ntasks < 1) c.ntasks = 1;
+  if (c.ntasks == 1)
+    fn(&c, 0);
+  else
+    mn__pool_run(fn, &c, c.ntasks);
+}
