@@ -231,10 +231,8 @@ mn_status mn_kernel_copy_view(mn_stream_t *stream, const mn_view_t *dst, const m
   job.op = JOB_PLAN;
   mn__plan_make(&job.plan, &sd, dt, &ss, stt);
   mn__nvtx_push(dt == stt ? "mnemo.copy" : "mnemo.cast", (uint64_t)mn_view_numel(dst) * mn_dtype_itemsize(dt));
-  if (job.plan.kind == MN__PLAN_CONTIG && dt == stt)
-    st = mn_kernel_copy(stream, job.plan.dst, job.plan.src, (size_t)job.plan.numel * job.plan.dst_item);
-  else
-    st = kernel_job_submit(stream, &job, __func__);
+  /* contiguous same-dtype plans: split memcpy on the CPU pool, cudaMemcpyAsync on CUDA */
+  st = kernel_job_submit(stream, &job, __func__);
   mn__nvtx_pop();
   return st;
 }

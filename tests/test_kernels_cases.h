@@ -414,6 +414,34 @@ MN_TEST(random_fill_statistics) {
   free(a);
 }
 
+/* mn_copy_view sends same-device casts (and strided CUDA copies) to the kernels. */
+MN_TEST(copy_view_uses_the_kernels) {
+  const kc_case c = {"copy_view", 2, {33, 17}, {{1, 0}, {1, 1}, 0, 0}, {{0, 1}, {1, 2}, 0, 1}};
+  static const mn_dtype pairs[][2] = {{MN_DTYPE_FLOAT32, MN_DTYPE_INT32}, {MN_DTYPE_BFLOAT16, MN_DTYPE_BFLOAT16}};
+  for (int k = 0; k < 2; k++) {
+    kc_buf d, s;
+    bool ok = kc_make(&d, pairs[k][0], 2, c.sizes, &c.dst) & kc_make(&s, pairs[k][1], 2, c.sizes, &c.src);
+    unsigned char *got = ok ? malloc(d.nbytes) : NULL;
+    if (got) {
+      mn_test_fill_random(s.host, s.nbytes);
+      kc_upload(&s);
+      memset(d.host, 0xA5, d.nbytes);
+      kc_upload(&d);
+      MN_CHECK_OK(mn_copy_view(d.view, s.view, kc_stream, false)); /* blocking */
+      MN_CHECK_OK(mn_copy_bytes(mn_device_cpu(), got, kc_dev, mn_storage_data(d.st), d.nbytes, kc_stream, 0));
+      MN_CHECK_OK(mn_stream_synchronize(kc_stream));
+      if (pairs[k][0] == pairs[k][1])
+        kc_ref_copy(&d.ref, &s.ref, mn_dtype_itemsize(pairs[k][0]));
+      else
+        mn__ref_copy_cast(&d.ref, pairs[k][0], &s.ref, pairs[k][1], 0, kc_numel(&d.ref));
+      MN_CHECK(memcmp(d.host, got, d.nbytes) == 0);
+    }
+    free(got);
+    kc_free(&d);
+    kc_free(&s);
+  }
+}
+
 /* Runs every case on kc_dev. */
 static void kc_run_all(void) {
   MN_RUN(every_pair_every_layout);
@@ -422,6 +450,7 @@ static void kc_run_all(void) {
   MN_RUN(special_values_every_pair);
   MN_RUN(fills_every_dtype_and_layout);
   MN_RUN(bad_input_is_refused);
+  MN_RUN(copy_view_uses_the_kernels);
   MN_RUN(philox_known_answers);
   MN_RUN(random_fill_reproducible_any_layout);
   MN_RUN(random_fill_statistics);
