@@ -53,6 +53,12 @@ MN__HD double mn__f64_of(uint64_t u) {
   return d;
 }
 
+/* c ? a : b for c in {0, 1}, with masks (vectorizers take it; branches they do not). */
+MN__HD uint32_t mn__sel(uint32_t c, uint32_t a, uint32_t b) {
+  uint32_t m = 0u - c;
+  return (a & m) | (b & ~m);
+}
+
 /* float <-> double with x86's NaN rule spelled out (quiet the NaN, keep the
  * payload's top bits), so that CPU and GPU agree on NaN bits. */
 MN__HD double mn__f32_to_f64(float f) {
@@ -140,30 +146,26 @@ MN__HD uint32_t mn__nf_from_u64(int mbits, int emin, int emax, uint32_t maxf, ui
   return mn__nf_round(mbits, emin, emax, maxf, ovf, nan, signbit, 0, v, 0);
 }
 
-/* float -> half, round to nearest even, with integer and one exact float add
- * (the subnormal case): the classic bit algorithm. */
+/* float -> half, round to nearest even. Every case is computed and one is
+ * selected (no branches: the loops vectorize); the subnormal case lets the FPU
+ * round with one exact float add. */
 MN__HD uint16_t mn__f32_to_f16(float f) {
   uint32_t u = mn__f32_bits(f);
   uint32_t sign = (u >> 16) & 0x8000u;
   u &= 0x7FFFFFFFu;
-  if (u >= 0x47800000u) return (uint16_t)(sign | (u > 0x7F800000u ? 0x7E00u : 0x7C00u));
-  if (u < 0x38800000u) { /* half subnormal or zero: let the FPU round at 2^-24 */
-    float t = MN__FADD(mn__f32_of(u), 0.5f);
-    return (uint16_t)(sign | (mn__f32_bits(t) - 0x3F000000u));
-  }
-  uint32_t odd = (u >> 13) & 1u;
-  u += 0xC8000FFFu + odd; /* rebias the exponent by -112 and round */
-  return (uint16_t)(sign | (u >> 13));
+  uint32_t big = mn__sel(u > 0x7F800000u, 0x7E00u, 0x7C00u);                /* NaN, or inf / overflow */
+  uint32_t sub = mn__f32_bits(MN__FADD(mn__f32_of(u), 0.5f)) - 0x3F000000u; /* units of 2^-24 */
+  uint32_t nor = (u + 0xC8000FFFu + ((u >> 13) & 1u)) >> 13;                /* rebias -112, round */
+  uint32_t r = mn__sel(u >= 0x47800000u, big, mn__sel(u < 0x38800000u, sub, nor));
+  return (uint16_t)(sign | r);
 }
 
 MN__HD float mn__f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
-  if (exp == 0x1F) return mn__f32_of(sign | 0x7F800000u | (man << 13));
-  if (exp == 0) {
-    float v = (float)man * 0x1p-24f;
-    return sign ? -v : v;
-  }
-  return mn__f32_of(sign | ((exp + 112u) << 23) | (man << 13));
+  uint32_t infnan = sign | 0x7F800000u | (man << 13);
+  uint32_t sub = sign | mn__f32_bits(MN__FMUL((float)man, 0x1p-24f));
+  uint32_t nor = sign | ((exp + 112u) << 23) | (man << 13);
+  return mn__f32_of(mn__sel(exp == 0x1Fu, infnan, mn__sel(exp == 0, sub, nor)));
 }
 
 MN__HD uint16_t mn__f32_to_bf16(float f) {
@@ -177,19 +179,37 @@ MN__HD float mn__bf16_to_f32(uint16_t b) { return mn__f32_of((uint32_t)b << 16);
 
 MN__HD float mn__e4m3_to_f32(uint8_t v) {
   uint32_t sign = (uint32_t)(v & 0x80u) << 24, exp = (v >> 3) & 0xFu, man = v & 0x7u;
-  if (exp == 0xF && man == 0x7) return mn__f32_of(sign | 0x7FC00000u);
-  if (exp == 0) {
-    float x = (float)man * 0x1p-9f;
-    return sign ? -x : x;
-  }
-  return mn__f32_of(sign | ((exp + 120u) << 23) | (man << 20));
+  uint32_t nan = sign | 0x7FC00000u;
+  uint32_t sub = sign | mn__f32_bits(MN__FMUL((float)man, 0x1p-9f));
+  uint32_t nor = sign | ((exp + 120u) << 23) | (man << 20);
+  return mn__f32_of(mn__sel((v & 0x7Fu) == 0x7Fu, nan, mn__sel(exp == 0, sub, nor)));
 }
 
 MN__HD float mn__e5m2_to_f32(uint8_t v) { return mn__f16_to_f32((uint16_t)((unsigned)v << 8)); }
 
-/* float -> fp8 from the float's exact value (a float's value is a double's). */
-MN__HD uint8_t mn__f32_to_e4m3(float f) { return (uint8_t)mn__nf_from_f64(MN__NF_E4M3, (double)f); }
-MN__HD uint8_t mn__f32_to_e5m2(float f) { return (uint8_t)mn__nf_from_f64(MN__NF_E5M2, (double)f); }
+/* float -> e4m3fn: RNE, saturating at 448 (0x7E), NaN -> 0x7F (sign kept). */
+MN__HD uint8_t mn__f32_to_e4m3(float f) {
+  uint32_t u = mn__f32_bits(f);
+  uint32_t sign = (u >> 24) & 0x80u;
+  u &= 0x7FFFFFFFu;
+  uint32_t sub = mn__f32_bits(MN__FADD(mn__f32_of(u), 16384.0f)) - 0x46800000u; /* units of 2^-9 */
+  uint32_t nor = (u - 0x3C000000u + 0x7FFFFu + ((u >> 20) & 1u)) >> 20;          /* rebias -120, round */
+  nor = mn__sel(nor > 0x7Eu, 0x7Eu, nor);
+  uint32_t r = mn__sel(u > 0x7F800000u, 0x7Fu, mn__sel(u >= 0x43E00000u, 0x7Eu, mn__sel(u < 0x3C800000u, sub, nor)));
+  return (uint8_t)(sign | r);
+}
+
+/* float -> e5m2: RNE, overflow to inf (0x7C), NaN -> 0x7F (sign kept). */
+MN__HD uint8_t mn__f32_to_e5m2(float f) {
+  uint32_t u = mn__f32_bits(f);
+  uint32_t sign = (u >> 24) & 0x80u;
+  u &= 0x7FFFFFFFu;
+  uint32_t sub = mn__f32_bits(MN__FADD(mn__f32_of(u), 128.0f)) - 0x43000000u; /* units of 2^-16 */
+  uint32_t nor = (u - 0x38000000u + 0xFFFFFu + ((u >> 21) & 1u)) >> 21;       /* rebias -112, round */
+  nor = mn__sel(nor > 0x7Cu, 0x7Cu, nor);
+  uint32_t r = mn__sel(u > 0x7F800000u, 0x7Fu, mn__sel(u >= 0x47800000u, 0x7Cu, mn__sel(u < 0x38800000u, sub, nor)));
+  return (uint8_t)(sign | r);
+}
 
 /* ---- float -> integer: mnemo's one rule ------------------------------------ */
 

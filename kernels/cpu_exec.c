@@ -182,11 +182,12 @@ static void rows_task(void *arg, int64_t task) {
   }
 }
 
-/* One tile: dst[i + j*dsj] = src[i*ssi + j], i < ni, j < nj (bytes strides). */
-#define MN__TR_DEF(N)                                                                              \
-  static void tile_##N(char *d, int64_t dsj, const char *s, int64_t ssi, int64_t ni, int64_t nj) { \
-    for (int64_t j = 0; j < nj; j++)                                                               \
-      for (int64_t i = 0; i < ni; i++) memcpy(d + i * N + j * dsj, s + i * ssi + j * N, N);         \
+/* Second half of a tile: buf holds `in` rows of `jn` dst-typed elements (row
+ * pitch tb); writes dst[i + j*dsj] = buf[i][j], dst rows contiguous in i. */
+#define MN__TR_DEF(N)                                                                                   \
+  static void untile_##N(char *d, int64_t dsj, const unsigned char *buf, int64_t tb, int64_t in, int64_t jn) { \
+    for (int64_t j = 0; j < jn; j++)                                                                    \
+      for (int64_t i = 0; i < in; i++) memcpy(d + i * N + j * dsj, buf + (i * tb + j) * N, N);           \
   }
 MN__TR_DEF(1)
 MN__TR_DEF(2)
@@ -194,6 +195,10 @@ MN__TR_DEF(4)
 MN__TR_DEF(8)
 MN__TR_DEF(16)
 
+/* Tiles of tb x tb go through a 16 KiB buffer: src rows are read (and cast)
+ * contiguously into it, then dst rows written contiguously from it, so that
+ * neither side streams through many lines of one cache set (power-of-two
+ * strides). */
 static void transpose_task(void *arg, int64_t task) {
   const exec_ctx *c = arg;
   const mn__plan_t *p = c->p;
@@ -202,6 +207,7 @@ static void transpose_task(void *arg, int64_t task) {
   int64_t di = (int64_t)p->dst_item, si = (int64_t)p->src_item;
   int64_t ni = p->sizes[0], nj = p->sizes[p->tdim];
   int64_t dsj = p->dst_strides[p->tdim] * di, ssi = p->src_strides[0] * si;
+  _Alignas(64) unsigned char buf[64 * 64 * 4];
   for (int64_t u = b; u < e; u++) {
     int64_t jb = u % c->jblocks, o = u / c->jblocks, od = 0, os = 0;
     for (int k = 0; k < c->nouter; k++) {
@@ -215,18 +221,21 @@ static void transpose_task(void *arg, int64_t task) {
     const char *sbase = p->src + os * si + j0 * si;
     for (int64_t i0 = 0; i0 < ni; i0 += c->tb) {
       int64_t in = ni - i0 < c->tb ? ni - i0 : c->tb;
-      char *d = dbase + i0 * di;
       const char *s = sbase + i0 * ssi;
-      if (c->cv) {
-        for (int64_t j = 0; j < jn; j++) c->cv(d + j * dsj, di, s + j * si, ssi, in);
-        continue;
+      for (int64_t i = 0; i < in; i++) {
+        unsigned char *row = buf + i * c->tb * di;
+        if (c->cv)
+          c->cv((char *)row, di, s + i * ssi, si, jn);
+        else
+          memcpy(row, s + i * ssi, (size_t)(jn * di));
       }
+      char *d = dbase + i0 * di;
       switch (di) {
-        case 1: tile_1(d, dsj, s, ssi, in, jn); break;
-        case 2: tile_2(d, dsj, s, ssi, in, jn); break;
-        case 4: tile_4(d, dsj, s, ssi, in, jn); break;
-        case 8: tile_8(d, dsj, s, ssi, in, jn); break;
-        default: tile_16(d, dsj, s, ssi, in, jn); break;
+        case 1: untile_1(d, dsj, buf, c->tb, in, jn); break;
+        case 2: untile_2(d, dsj, buf, c->tb, in, jn); break;
+        case 4: untile_4(d, dsj, buf, c->tb, in, jn); break;
+        case 8: untile_8(d, dsj, buf, c->tb, in, jn); break;
+        default: untile_16(d, dsj, buf, c->tb, in, jn); break;
       }
     }
   }
@@ -248,8 +257,7 @@ void mn__cpu_exec(const mn__plan_t *p, const void *pattern) {
     c.units = p->numel;
     fn = contig_task;
   } else if (p->kind == MN__PLAN_TRANSPOSE) {
-    size_t wide = p->dst_item > p->src_item ? p->dst_item : p->src_item;
-    c.tb = wide <= 4 ? 64 : 32;
+    c.tb = p->dst_item <= 4 ? 64 : 32; /* tb * tb * dst_item <= 16 KiB */
     c.jblocks = (p->sizes[p->tdim] + c.tb - 1) / c.tb;
     for (int k = 1; k < p->ndim; k++) {
       if (k == p->tdim) continue;
