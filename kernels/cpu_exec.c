@@ -189,9 +189,51 @@ static void rows_task(void *arg, int64_t task) {
     for (int64_t j = 0; j < jn; j++)                                                                    \
       for (int64_t i = 0; i < in; i++) memcpy(d + i * N + j * dsj, buf + (i * tb + j) * N, N);           \
   }
-MN__TR_DEF(1)
-MN__TR_DEF(2)
 MN__TR_DEF(4)
+
+/* One swap stage of a register transpose: units of `bits` between rows a, b. */
+#define MN__SWAP(a, b, bits, mask)                     \
+  do {                                                 \
+    uint64_t t_ = (((a) >> (bits)) ^ (b)) & (mask);    \
+    (b) ^= t_;                                         \
+    (a) ^= t_ << (bits);                               \
+  } while (0)
+
+/* 1-byte elements: 8 x 8 blocks transposed in eight 64-bit registers. */
+static void untile_1(char *d, int64_t dsj, const unsigned char *buf, int64_t tb, int64_t in, int64_t jn) {
+  int64_t i8 = in & ~(int64_t)7, j8 = jn & ~(int64_t)7;
+  for (int64_t j = 0; j < j8; j += 8)
+    for (int64_t i = 0; i < i8; i += 8) {
+      uint64_t x[8];
+      for (int r = 0; r < 8; r++) memcpy(&x[r], buf + (i + r) * tb + j, 8);
+      for (int r = 0; r < 8; r += 2) MN__SWAP(x[r], x[r + 1], 8, UINT64_C(0x00FF00FF00FF00FF));
+      for (int r = 0; r < 8; r += 4) {
+        MN__SWAP(x[r], x[r + 2], 16, UINT64_C(0x0000FFFF0000FFFF));
+        MN__SWAP(x[r + 1], x[r + 3], 16, UINT64_C(0x0000FFFF0000FFFF));
+      }
+      for (int r = 0; r < 4; r++) MN__SWAP(x[r], x[r + 4], 32, UINT64_C(0x00000000FFFFFFFF));
+      for (int r = 0; r < 8; r++) memcpy(d + (j + r) * dsj + i, &x[r], 8);
+    }
+  for (int64_t j = 0; j < jn; j++) /* ragged edges */
+    for (int64_t i = (j < j8 ? i8 : 0); i < in; i++) d[j * dsj + i] = (char)buf[i * tb + j];
+}
+
+/* 2-byte elements: 4 x 4 blocks in four 64-bit registers. */
+static void untile_2(char *d, int64_t dsj, const unsigned char *buf, int64_t tb, int64_t in, int64_t jn) {
+  int64_t i4 = in & ~(int64_t)3, j4 = jn & ~(int64_t)3;
+  for (int64_t j = 0; j < j4; j += 4)
+    for (int64_t i = 0; i < i4; i += 4) {
+      uint64_t x[4];
+      for (int r = 0; r < 4; r++) memcpy(&x[r], buf + ((i + r) * tb + j) * 2, 8);
+      MN__SWAP(x[0], x[1], 16, UINT64_C(0x0000FFFF0000FFFF));
+      MN__SWAP(x[2], x[3], 16, UINT64_C(0x0000FFFF0000FFFF));
+      MN__SWAP(x[0], x[2], 32, UINT64_C(0x00000000FFFFFFFF));
+      MN__SWAP(x[1], x[3], 32, UINT64_C(0x00000000FFFFFFFF));
+      for (int r = 0; r < 4; r++) memcpy(d + (j + r) * dsj + i * 2, &x[r], 8);
+    }
+  for (int64_t j = 0; j < jn; j++)
+    for (int64_t i = (j < j4 ? i4 : 0); i < in; i++) memcpy(d + j * dsj + i * 2, buf + (i * tb + j) * 2, 2);
+}
 MN__TR_DEF(8)
 MN__TR_DEF(16)
 
