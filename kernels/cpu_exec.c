@@ -97,6 +97,15 @@ static void fill_row(char *d, int64_t dstep, int64_t n, size_t item, const unsig
     memset(d, pat[0], (size_t)n);
     return;
   }
+  if (dstep == (int64_t)item && n * dstep >= 8192 && 4096 % item == 0) {
+    /* dense: a 4 KiB block of the pattern, copied out of L1 */
+    _Alignas(64) unsigned char blk[4096];
+    for (size_t k = 0; k < sizeof blk; k += item) memcpy(blk + k, pat, item);
+    size_t total = (size_t)n * item, done = 0;
+    for (; done + sizeof blk <= total; done += sizeof blk) memcpy(d + done, blk, sizeof blk);
+    memcpy(d + done, blk, total - done);
+    return;
+  }
   switch (item) {
     MN__FILL_CASE(1)
     MN__FILL_CASE(2)

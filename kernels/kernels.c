@@ -250,8 +250,7 @@ mn_status mn_kernel_fill_view(mn_stream_t *stream, const mn_view_t *dst, mn_scal
   mn__strided_t sd;
   mn__strided_of_view(dst, &sd);
   mn__plan_make(&job.plan, &sd, mn_view_dtype(dst), NULL, mn_view_dtype(dst));
-  if (job.plan.ndim == 1 && job.plan.dst_strides[0] == 1)
-    return mn_kernel_fill(stream, job.plan.dst, (size_t)job.plan.numel, job.plan.dst_item, job.pattern);
+  /* contiguous fills: split over the CPU pool; the 16-byte pattern kernel on CUDA */
   mn__nvtx_push("mnemo.fill", (uint64_t)mn_view_numel(dst) * job.plan.dst_item);
   st = kernel_job_submit(stream, &job, __func__);
   mn__nvtx_pop();

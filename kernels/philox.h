@@ -114,6 +114,9 @@ MN__HD void mn__normal4(mn__philox_out_t o, float z[4]) {
   }
 }
 
+/* z[l] with a constant index (a run-time index would put z in GPU local memory). */
+MN__HD float mn__pick4(const float z[4], unsigned l) { return l == 0 ? z[0] : l == 1 ? z[1] : l == 2 ? z[2] : z[3]; }
+
 /* Random-fill parameters: uniform [a, a + b) or normal mean a, std b. */
 typedef struct mn__rand_params_s {
   uint64_t seed, offset;
@@ -130,11 +133,11 @@ MN__HD void mn__rand_elem(const mn__rand_params_t *rp, int dtype, uint64_t i, vo
     if (rp->normal) {
       float z[4];
       mn__normal4(mn__philox_block(rp->seed, rp->offset + i / 4), z);
-      x = MN__DADD(MN__DMUL(rp->b, (double)z[i % 4]), rp->a);
+      x = MN__DADD(MN__DMUL(rp->b, (double)mn__pick4(z, (unsigned)(i % 4))), rp->a);
     } else {
       mn__philox_out_t o = mn__philox_block(rp->seed, rp->offset + i / 2);
-      unsigned l = (unsigned)(i % 2) * 2;
-      x = MN__DADD(MN__DMUL(rp->b, mn__u01d(o.v[l], o.v[l + 1])), rp->a);
+      int hi = (int)(i % 2);
+      x = MN__DADD(MN__DMUL(rp->b, mn__u01d(hi ? o.v[2] : o.v[0], hi ? o.v[3] : o.v[1])), rp->a);
     }
     memcpy(p, &x, 8);
     return;
@@ -144,9 +147,11 @@ MN__HD void mn__rand_elem(const mn__rand_params_t *rp, int dtype, uint64_t i, vo
   if (rp->normal) {
     float z[4];
     mn__normal4(o, z);
-    f = MN__FADD(MN__FMUL(rp->bf, z[i % 4]), rp->af);
+    f = MN__FADD(MN__FMUL(rp->bf, mn__pick4(z, (unsigned)(i % 4))), rp->af);
   } else {
-    f = MN__FADD(MN__FMUL(rp->bf, mn__u01f(o.v[i % 4], 0)), rp->af);
+    unsigned l = (unsigned)(i % 4);
+    uint32_t w = l == 0 ? o.v[0] : l == 1 ? o.v[1] : l == 2 ? o.v[2] : o.v[3];
+    f = MN__FADD(MN__FMUL(rp->bf, mn__u01f(w, 0)), rp->af);
   }
   if (dtype == MN_DTYPE_FLOAT32) {
     memcpy(p, &f, 4);

@@ -3,6 +3,7 @@
 # through apt, only where a package is missing. Usage: scripts/deps.sh [extra packages]
 set -euo pipefail
 pkgs=(cmake ninja-build gcc g++ make pkg-config libbenchmark-dev python3 "$@")
+pkgs+=(python3-numpy) # issue 7: bench/cpu_vs_numpy.py (CPU side-by-side)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -293,6 +293,29 @@ MN_TEST(fills_every_dtype_and_layout) {
       }
 }
 
+/* Fills large enough for the pool and the dense 4 KiB-block path. */
+MN_TEST(large_fills) {
+  static const kc_layout layouts[] = {{{0, 1}, {1, 1}, 0, 1}, {{1, 0}, {1, 1}, 0, 0}, {{0, 1}, {1, 2}, 0, 3}};
+  static const mn_dtype dts[] = {MN_DTYPE_FLOAT32, MN_DTYPE_BFLOAT16, MN_DTYPE_COMPLEX128, MN_DTYPE_INT8};
+  const int64_t sizes[2] = {1001, 337};
+  for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++)
+    for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+      kc_buf d;
+      if (kc_make(&d, dts[k], 2, sizes, &layouts[l])) {
+        unsigned char *got = malloc(d.nbytes), pattern[16];
+        memset(d.host, 0xA5, d.nbytes);
+        kc_upload(&d);
+        MN_CHECK_OK(mn_kernel_fill_view(kc_stream, d.view, mn_scalar_complex(-3.25, 0.5)));
+        kc_download(&d, got);
+        MN_CHECK_OK(mn_scalar_to_bytes(mn_scalar_complex(-3.25, 0.5), dts[k], pattern));
+        mn__ref_fill(&d.ref, mn_dtype_itemsize(dts[k]), pattern);
+        MN_CHECK(memcmp(d.host, got, d.nbytes) == 0);
+        free(got);
+      }
+      kc_free(&d);
+    }
+}
+
 MN_TEST(bad_input_is_refused) {
   kc_buf a, b;
   const int64_t sizes[2] = {4, 5}, other[2] = {5, 4};
@@ -449,6 +472,7 @@ static void kc_run_all(void) {
   MN_RUN(contiguous_casts_every_pair);
   MN_RUN(special_values_every_pair);
   MN_RUN(fills_every_dtype_and_layout);
+  MN_RUN(large_fills);
   MN_RUN(bad_input_is_refused);
   MN_RUN(copy_view_uses_the_kernels);
   MN_RUN(philox_known_answers);
