@@ -2,6 +2,9 @@
  * converter per dtype pair (kernels/cast.h, folded by constant dtypes), a
  * blocked transpose, strided rows and fills, split over the pool. Thread-safe. */
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "kernels/cast.h"
 #include "kernels/cpu_exec.h"
@@ -198,7 +201,29 @@ static void rows_task(void *arg, int64_t task) {
     for (int64_t j = 0; j < jn; j++)                                                                    \
       for (int64_t i = 0; i < in; i++) memcpy(d + i * N + j * dsj, buf + (i * tb + j) * N, N);           \
   }
+#if defined(__SSE2__)
+/* 4-byte elements: 4 x 4 blocks transposed in SSE2 registers. */
+static void untile_4(char *d, int64_t dsj, const unsigned char *buf, int64_t tb, int64_t in, int64_t jn) {
+  int64_t i4 = in & ~(int64_t)3, j4 = jn & ~(int64_t)3;
+  for (int64_t j = 0; j < j4; j += 4)
+    for (int64_t i = 0; i < i4; i += 4) {
+      const unsigned char *b = buf + (i * tb + j) * 4;
+      __m128i r0 = _mm_loadu_si128((const __m128i *)b), r1 = _mm_loadu_si128((const __m128i *)(b + tb * 4));
+      __m128i r2 = _mm_loadu_si128((const __m128i *)(b + tb * 8)), r3 = _mm_loadu_si128((const __m128i *)(b + tb * 12));
+      __m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpacklo_epi32(r2, r3);
+      __m128i t2 = _mm_unpackhi_epi32(r0, r1), t3 = _mm_unpackhi_epi32(r2, r3);
+      char *o = d + j * dsj + i * 4;
+      _mm_storeu_si128((__m128i *)o, _mm_unpacklo_epi64(t0, t1));
+      _mm_storeu_si128((__m128i *)(o + dsj), _mm_unpackhi_epi64(t0, t1));
+      _mm_storeu_si128((__m128i *)(o + 2 * dsj), _mm_unpacklo_epi64(t2, t3));
+      _mm_storeu_si128((__m128i *)(o + 3 * dsj), _mm_unpackhi_epi64(t2, t3));
+    }
+  for (int64_t j = 0; j < jn; j++)
+    for (int64_t i = (j < j4 ? i4 : 0); i < in; i++) memcpy(d + j * dsj + i * 4, buf + (i * tb + j) * 4, 4);
+}
+#else
 MN__TR_DEF(4)
+#endif
 
 /* One swap stage of a register transpose: units of `bits` between rows a, b. */
 #define MN__SWAP(a, b, bits, mask)                     \

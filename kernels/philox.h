@@ -53,11 +53,13 @@ MN__HD mn__philox_out_t mn__philox_block(uint64_t seed, uint64_t c) {
 }
 
 /* [0, 1) with 24 bits; (0, 1] when `open_low`. */
-MN__HD float mn__u01f(uint32_t x, int open_low) { return (float)((x >> 8) + (open_low ? 1u : 0u)) * 0x1p-24f; }
+MN__HD float mn__u01f(uint32_t x, int open_low) {
+  return MN__FMUL((float)((x >> 8) + (open_low ? 1u : 0u)), 0x1p-24f);
+}
 
 /* [0, 1) with 53 bits from two words. */
 MN__HD double mn__u01d(uint32_t a, uint32_t b) {
-  return ((double)(a >> 5) * 67108864.0 + (double)(b >> 6)) * 0x1p-53;
+  return MN__DMUL(MN__DADD(MN__DMUL((double)(a >> 5), 67108864.0), (double)(b >> 6)), 0x1p-53);
 }
 
 /* ln(u) for u in (0, 1], float, from + * / only (a few ulp; the same bits everywhere). */
