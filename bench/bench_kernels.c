@@ -113,7 +113,7 @@ static mn_status bufs_make(const bcfg *cfg, bufs *b) {
   mn_status st = mn_stream_create(cfg->dev, &b->stream);
   if (st == MN_OK) st = mn_storage_create(cfg->dev, b->dbytes, NULL, b->stream, &b->ds);
   if (st == MN_OK) st = mn_storage_create(cfg->dev, b->sbytes, NULL, b->stream, &b->ss);
-  if (st == MN_OK) st = mn_storage_create(cfg->dev, b->moved / 2 + 16, NULL, b->stream, &b->cs);
+  if (st == MN_OK) st = mn_storage_create(cfg->dev, b->moved + 256, NULL, b->stream, &b->cs);
   if (st == MN_OK) st = mn_view_create(b->ds, c->dt, c->ndim, c->sizes, NULL, 0, &b->dv);
   if (st == MN_OK)
     st = mn_view_create(b->ss, c->st, c->ndim, c->sizes, c->op == OP_CAST ? NULL : strides, 0, &b->sv);
@@ -123,7 +123,7 @@ static mn_status bufs_make(const bcfg *cfg, bufs *b) {
   if (st == MN_OK) st = mn_kernel_random_uniform(b->stream, tmp, 1234, 0, -100.0, 100.0);
   if (st == MN_OK) st = mn_kernel_cast(b->stream, mn_storage_data(b->ss), c->st, mn_view_data(tmp), F32, (size_t)n);
   if (st == MN_OK) st = mn_kernel_fill(b->stream, mn_storage_data(b->ds), b->dbytes, 1, "\x5a");
-  if (st == MN_OK) st = mn_kernel_fill(b->stream, mn_storage_data(b->cs), b->moved / 2 + 16, 1, "\x11");
+  if (st == MN_OK) st = mn_kernel_fill(b->stream, mn_storage_data(b->cs), b->moved + 256, 1, "\x11");
   if (st == MN_OK) st = mn_stream_synchronize(b->stream);
   mn_view_destroy(tmp);
   if (st != MN_OK) bufs_free(b);
@@ -142,10 +142,12 @@ static mn_status op_once(const bcfg *cfg, const bufs *b) {
 }
 
 /* The ceiling for the same bytes: a device copy of moved/2 bytes (read +
- * write = moved), or a memset of the dst bytes for fills. */
+ * write = moved) inside a scratch storage, or a memset of the dst bytes. */
 static mn_status ceiling_launch(const bcfg *cfg, const bufs *b) {
   if (cfg->c->op == OP_FILL) return mn_memset_async(cfg->dev, mn_storage_data(b->ds), 0x3f, b->dbytes, b->stream);
-  return mn_memcpy_async(cfg->dev, mn_storage_data(b->cs), cfg->dev, mn_storage_data(b->ss), b->moved / 2, b->stream);
+  char *scratch = mn_storage_data(b->cs); /* two halves of moved/2 bytes (256-byte aligned) */
+  size_t half = (b->moved / 2 + 255) & ~(size_t)255;
+  return mn_memcpy_async(cfg->dev, scratch + half, cfg->dev, scratch, b->moved / 2, b->stream);
 }
 
 /* Median GB/s over `reps` timings of a batch of queued operations and one

@@ -120,12 +120,31 @@ static void fill_row(char *d, int64_t dstep, int64_t n, size_t item, const unsig
   }
 }
 
+/* A cast row from a 1-byte source through the 256-entry table. */
+#define MN__LUT_CASE(N)                                                                  \
+  case N:                                                                                \
+    for (int64_t i = 0; i < n; i++) memcpy(d + i * dstep, lut + (size_t)s[i * sstep] * N, N); \
+    return;
+
+static void lut_row(const unsigned char *lut, size_t di, char *d, int64_t dstep, const unsigned char *s,
+                    int64_t sstep, int64_t n) {
+  switch (di) {
+    MN__LUT_CASE(1)
+    MN__LUT_CASE(2)
+    MN__LUT_CASE(4)
+    MN__LUT_CASE(8)
+    MN__LUT_CASE(16)
+    default: break;
+  }
+}
+
 /* ---- the work of one plan, in tasks --------------------------------------------- */
 
 typedef struct exec_ctx {
   const mn__plan_t *p;
   const unsigned char *pattern;
   mn__cpu_cast_fn cv; /* NULL: same dtype */
+  const unsigned char *lut; /* 1-byte sources: the 256 converted values (dst items) */
   int64_t ntasks;
   int64_t units;      /* rows (generic), elements (contig), tile rows x outer (transpose) */
   /* transpose */
@@ -135,10 +154,20 @@ typedef struct exec_ctx {
   int64_t osize[MN_MAX_DIMS], ods[MN_MAX_DIMS], oss[MN_MAX_DIMS];
 } exec_ctx;
 
+/* One cast row: the table for 1-byte sources, the converter otherwise. */
+static void cast_row(const struct exec_ctx *c, char *d, int64_t dstep, const char *s, int64_t sstep, int64_t n);
+
 static void range_of(const exec_ctx *c, int64_t task, int64_t *b, int64_t *e) {
   int64_t per = c->units / c->ntasks, extra = c->units % c->ntasks;
   *b = task * per + (task < extra ? task : extra);
   *e = *b + per + (task < extra ? 1 : 0);
+}
+
+static void cast_row(const exec_ctx *c, char *d, int64_t dstep, const char *s, int64_t sstep, int64_t n) {
+  if (c->lut)
+    lut_row(c->lut, c->p->dst_item, d, dstep, (const unsigned char *)s, sstep, n);
+  else
+    c->cv(d, dstep, s, sstep, n);
 }
 
 static void contig_task(void *arg, int64_t task) {
@@ -153,7 +182,7 @@ static void contig_task(void *arg, int64_t task) {
   }
   const char *s = p->src + b * (int64_t)p->src_item;
   if (c->cv)
-    c->cv(d, (int64_t)p->dst_item, s, (int64_t)p->src_item, e - b);
+    cast_row(c, d, (int64_t)p->dst_item, s, (int64_t)p->src_item, e - b);
   else
     memcpy(d, s, (size_t)(e - b) * p->dst_item);
 }
@@ -179,7 +208,7 @@ static void rows_task(void *arg, int64_t task) {
     if (p->kind == MN__PLAN_FILL)
       fill_row(d, dstep, n0, p->dst_item, c->pattern);
     else if (c->cv)
-      c->cv(d, dstep, p->src + os * si, sstep, n0);
+      cast_row(c, d, dstep, p->src + os * si, sstep, n0);
     else
       copy_row(d, dstep, p->src + os * si, sstep, n0, p->dst_item);
     if (++r == e) return;
@@ -301,7 +330,7 @@ static void transpose_task(void *arg, int64_t task) {
       for (int64_t i = 0; i < in; i++) {
         unsigned char *row = buf + i * c->tb * di;
         if (c->cv)
-          c->cv((char *)row, di, s + i * ssi, si, jn);
+          cast_row(c, (char *)row, di, s + i * ssi, si, jn);
         else
           memcpy(row, s + i * ssi, (size_t)(jn * di));
       }
@@ -324,6 +353,13 @@ void mn__cpu_exec(const mn__plan_t *p, const void *pattern) {
   c.p = p;
   c.pattern = pattern;
   if (p->kind != MN__PLAN_FILL && p->dst_dtype != p->src_dtype) c.cv = cv_table[p->dst_dtype][p->src_dtype];
+  _Alignas(64) unsigned char lut[256 * 16];
+  if (c.cv && p->src_item == 1 && p->numel >= 4096) { /* the same converter, once per byte value */
+    unsigned char all[256];
+    for (int k = 0; k < 256; k++) all[k] = (unsigned char)k;
+    c.cv((char *)lut, (int64_t)p->dst_item, (const char *)all, 1, 256);
+    c.lut = lut;
+  }
   int64_t bytes = p->numel * (int64_t)(p->dst_item + (p->kind == MN__PLAN_FILL ? 0 : p->src_item));
   int64_t want = bytes < MN__PAR_BYTES ? 1 : bytes / MN__TASK_BYTES;
   void (*fn)(void *, int64_t);

@@ -30,7 +30,7 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
   for t in build/cuda/tests/test_*gpu*; do
     [ -x "$t" ] || continue
     for tool in memcheck racecheck; do
-      if compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" >>"$log" 2>&1; then
+      if MNEMO_TEST_QUICK=1 compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" >>"$log" 2>&1; then
         say "  $tool $(basename "$t"): clean"
       else
         say "  $tool $(basename "$t"): ERRORS (see $log)"
