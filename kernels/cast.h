@@ -215,10 +215,10 @@ MN__HD uint8_t mn__f32_to_e5m2(float f) {
 
 /* Truncates toward zero to int64; NaN gives 0, out of range saturates. */
 MN__HD int64_t mn__f64_to_i64_sat(double d) {
-  if (d != d) return 0;
-  if (d >= 0x1p63) return INT64_MAX;
-  if (d <= -0x1p63) return INT64_MIN;
-  return (int64_t)d;
+  int hi = d >= 0x1p63, lo = d <= -0x1p63, in = d == d && !hi && !lo;
+  int64_t r = (int64_t)(in ? d : 0.0); /* selects, no branches: loops vectorize */
+  r = hi ? INT64_MAX : r;
+  return lo ? INT64_MIN : r;
 }
 MN__HD uint64_t mn__f64_to_u64_bits(double d) {
   if (d >= 0x1p63) return d >= 0x1p64 ? UINT64_MAX : (uint64_t)d;

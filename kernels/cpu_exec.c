@@ -15,8 +15,18 @@
 
 /* ---- row converters: 17 x 17, each with a unit-step loop that vectorizes ---- */
 
+/* x86-64 with GCC: each converter also built for AVX2 and AVX-512 (picked at
+ * load time by ifunc); IEEE results are the same on every path (C11: no FMA
+ * contraction). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define MN__CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define MN__CLONES
+#endif
+
 #define MN__CV_DEF(D, S)                                                                           \
-  static void cv_##D##_##S(char *d, int64_t dstep, const char *s, int64_t sstep, int64_t n) {      \
+  MN__CLONES static void cv_##D##_##S(char *d, int64_t dstep, const char *s, int64_t sstep, int64_t n) {      \
     enum { DI = MN__SZ_##D, SI = MN__SZ_##S };               \
     if (dstep == DI && sstep == SI) {                                                              \
       for (int64_t i = 0; i < n; i++) mn__cast_elem(MN_DTYPE_##D, d + i * DI, MN_DTYPE_##S, s + i * SI); \
@@ -100,6 +110,21 @@ static void fill_row(char *d, int64_t dstep, int64_t n, size_t item, const unsig
     memset(d, pat[0], (size_t)n);
     return;
   }
+#if defined(__SSE2__)
+  if (dstep == (int64_t)item && n * dstep >= 65536 && 16 % item == 0) {
+    /* large and dense: 16-byte streaming stores (no read for ownership) */
+    size_t total = (size_t)n * item, head = (16 - ((uintptr_t)d & 15)) & 15, k;
+    unsigned char wide[16];
+    for (k = 0; k < head; k++) d[k] = (char)pat[k % item];
+    for (k = 0; k < 16; k++) wide[k] = pat[(head + k) % item];
+    __m128i w = _mm_loadu_si128((const __m128i *)wide);
+    size_t body = (total - head) & ~(size_t)15;
+    for (k = 0; k < body; k += 16) _mm_stream_si128((__m128i *)(d + head + k), w);
+    for (k = head + body; k < total; k++) d[k] = (char)pat[k % item];
+    _mm_sfence();
+    return;
+  }
+#endif
   if (dstep == (int64_t)item && n * dstep >= 8192 && 4096 % item == 0) {
     /* dense: a 4 KiB block of the pattern, copied out of L1 */
     _Alignas(64) unsigned char blk[4096];
