@@ -277,7 +277,8 @@ MN__HD uint64_t mn__cval_bits(mn__cval_t v, int to_u64) {
   switch (v.cls) {
     case MN__CLS_I: return (uint64_t)v.i;
     case MN__CLS_U: return v.u;
-    case MN__CLS_F: return to_u64 ? mn__f64_to_u64_bits(mn__f32_to_f64(v.f)) : (uint64_t)mn__f64_to_i64_sat(mn__f32_to_f64(v.f));
+    /* a NaN's bits do not matter here (it becomes 0): plain widening */
+    case MN__CLS_F: return to_u64 ? mn__f64_to_u64_bits((double)v.f) : (uint64_t)mn__f64_to_i64_sat((double)v.f);
     default: return to_u64 ? mn__f64_to_u64_bits(v.d) : (uint64_t)mn__f64_to_i64_sat(v.d);
   }
 }
