@@ -409,6 +409,12 @@ void mn__cpu_exec(const mn__plan_t *p, const void *pattern) {
     c.units = p->numel / p->sizes[0];
     fn = rows_task;
   }
+  /* same-dtype contiguous copies: one memcpy per thread (large memcpys take
+   * glibc's streaming-store path; 256 KiB pieces would not) */
+  if (contig && p->kind == MN__PLAN_CONTIG && !c.cv && want > 1) {
+    int64_t th = mn__pool_threads();
+    want = want < th ? want : th;
+  }
   c.ntasks = want < c.units ? want : c.units;
   if (c.ntasks < 1) c.ntasks = 1;
   if (c.ntasks == 1)
