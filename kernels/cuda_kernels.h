@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include "kernels/philox.h"
+#include "kernels/plan.h"
 #include "mnemo/status.h"
 
 #ifdef __cplusplus
@@ -18,6 +20,13 @@ mn_status mn__cuda_fill(int device, void *stream, void *dst, size_t count, size_
                         const void *pattern);
 /* pre: dst and src memory of CUDA device `device`, non-overlapping. */
 mn_status mn__cuda_copy(int device, void *stream, void *dst, const void *src, size_t nbytes);
+/* Runs a plan (kernels/plan.h) on CUDA memory of `device`: vectorized
+ * contiguous casts, tiled transposes, generic N-d copies/casts, strided fills
+ * (pattern: dst_item bytes). CONTIG same-dtype plans go to mn__cuda_copy. */
+mn_status mn__cuda_exec(int device, void *stream, const mn__plan_t *plan, const void *pattern);
+/* Random fill of the strided dst (row-major element order) with Philox. */
+mn_status mn__cuda_random(int device, void *stream, const mn__strided_t *dst, int dtype,
+                          const mn__rand_params_t *params);
 
 #ifdef __cplusplus
 }

@@ -1,12 +1,15 @@
 /* kernels/kernels.c: dispatch of the fill and copy kernels by device: CPU code
  * runs at once on CPU memory and as queued host work on SIM streams; CUDA memory
- * goes to the CUDA launchers. */
+ * goes to the CUDA launchers. Every op is planned first (kernels/plan.h). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu_exec.h"
 #include "kernels/cuda_kernels.h"
-#include "kernels/reference.h"
+#include "kernels/philox.h"
+#include "kernels/plan.h"
+#include "kernels/pool.h"
 #include "mnemo/mnemo.h"
 #include "profiling/nvtx.h"
 #include "runtime/error.h"
@@ -97,54 +100,97 @@ mn_status mn_kernel_copy(mn_stream_t *stream, void *dst, const void *src, size_t
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
-/* ---- strided copy with cast, strided fill, contiguous cast ---------------- */
+/* ---- planned copy with cast, strided fill, contiguous cast, random fill ---- */
 
-/* One strided job: geometry copied out of the views, so SIM streams can run it
- * after the caller's views are gone (the memory itself is the caller's to keep). */
-typedef struct strided_job {
-  mn__strided_t dst, src;
-  mn_dtype dst_dtype, src_dtype;
-  bool fill;
+typedef enum job_op { JOB_PLAN, JOB_RANDOM } job_op;
+
+/* One job: the plan (or the random fill's geometry) copied out of the views,
+ * so SIM streams can run it after the caller's views are gone (the memory
+ * itself is the caller's to keep alive until the stream reaches it). */
+typedef struct kernel_job {
+  job_op op;
+  mn__plan_t plan;
   unsigned char pattern[16];
-} strided_job;
+  /* JOB_RANDOM */
+  mn__strided_t rdst;
+  mn_dtype rdtype;
+  mn__rand_params_t rp;
+} kernel_job;
 
-static void strided_job_run(void *arg) {
-  strided_job *j = arg;
-  int64_t n = 1;
-  for (int d = 0; d < j->dst.ndim; d++) n *= j->dst.sizes[d];
-  if (j->fill)
-    mn__ref_fill(&j->dst, mn_dtype_itemsize(j->dst_dtype), j->pattern);
-  else if (j->dst_dtype == j->src_dtype)
-    mn__cpu_strided_copy(&j->dst, &j->src, mn_dtype_itemsize(j->dst_dtype), 0, n);
-  else
-    mn__ref_copy_cast(&j->dst, j->dst_dtype, &j->src, j->src_dtype, 0, n);
+typedef struct random_ctx {
+  const kernel_job *j;
+  int64_t n, ntasks;
+} random_ctx;
+
+/* Elements [b, e) of the row-major order of the fill's view. */
+static void random_task(void *arg, int64_t task) {
+  const random_ctx *c = arg;
+  const mn__strided_t *v = &c->j->rdst;
+  int64_t per = c->n / c->ntasks, extra = c->n % c->ntasks;
+  int64_t b = task * per + (task < extra ? task : extra), e = b + per + (task < extra ? 1 : 0);
+  if (b >= e) return;
+  int64_t item = (int64_t)mn_dtype_itemsize(c->j->rdtype), idx[MN_MAX_DIMS], off = 0, rest = b;
+  for (int d = v->ndim - 1; d >= 0; d--) {
+    idx[d] = rest % v->sizes[d];
+    rest /= v->sizes[d];
+    off += idx[d] * v->strides[d];
+  }
+  for (int64_t i = b;;) {
+    mn__rand_elem(&c->j->rp, (int)c->j->rdtype, (uint64_t)i, v->data + off * item);
+    if (++i == e) return;
+    for (int d = v->ndim - 1; d >= 0; d--) {
+      off += v->strides[d];
+      if (++idx[d] < v->sizes[d]) break;
+      off -= v->sizes[d] * v->strides[d];
+      idx[d] = 0;
+    }
+  }
 }
 
-static void strided_job_run_free(void *arg) {
-  strided_job_run(arg);
+static void kernel_job_run(void *arg) {
+  kernel_job *j = arg;
+  if (j->op == JOB_PLAN) {
+    mn__cpu_exec(&j->plan, j->pattern);
+    return;
+  }
+  random_ctx c = {.j = j, .n = 1};
+  for (int d = 0; d < j->rdst.ndim; d++) c.n *= j->rdst.sizes[d];
+  int64_t want = c.n / 65536 + 1;
+  c.ntasks = want < 4 * mn__pool_threads() ? want : 4 * mn__pool_threads();
+  mn__pool_run(random_task, &c, c.ntasks);
+}
+
+static void kernel_job_run_free(void *arg) {
+  kernel_job_run(arg);
   free(arg);
 }
 
-/* Runs the job now (CPU) or queues it on the SIM stream; CUDA is not here yet. */
-static mn_status strided_job_submit(mn_stream_t *stream, const strided_job *job, const char *func) {
+/* Runs the job now (CPU), queues it on the SIM stream, or launches the CUDA
+ * kernels on the stream's native stream. */
+static mn_status kernel_job_submit(mn_stream_t *stream, const kernel_job *job, const char *func) {
   mn_device_t dev = mn_stream_device(stream);
   switch (dev.type) {
     case MN_DEVICE_CPU: {
-      strided_job j = *job;
-      strided_job_run(&j);
+      kernel_job_run((void *)job);
       return MN_OK;
     }
     case MN_DEVICE_SIM: {
-      strided_job *j = malloc(sizeof *j);
+      kernel_job *j = malloc(sizeof *j);
       if (!j) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
       *j = *job;
-      mn_status st = mn_stream_launch_host(stream, strided_job_run_free, j);
+      mn_status st = mn_stream_launch_host(stream, kernel_job_run_free, j);
       if (st != MN_OK) free(j);
       return st;
     }
+    case MN_DEVICE_CUDA:
+#ifdef MNEMO_HAVE_CUDA
+      if (job->op == JOB_PLAN) return mn__cuda_exec(dev.index, mn_stream_native(stream), &job->plan, job->pattern);
+      return mn__cuda_random(dev.index, mn_stream_native(stream), &job->rdst, job->rdtype, &job->rp);
+#else
+      return mn__error(MN_ERR_NOT_SUPPORTED, func, "built without CUDA");
+#endif
     default:
-      return mn__error(MN_ERR_NOT_SUPPORTED, func, "strided and casting kernels on %s memory are not implemented yet",
-                       mn_device_type_name(dev.type));
+      return mn__error(MN_ERR_INVALID_ARGUMENT, func, "invalid device type");
   }
 }
 
@@ -175,15 +221,18 @@ mn_status mn_kernel_copy_view(mn_stream_t *stream, const mn_view_t *dst, const m
     MN__CHECK_ARG(mn_view_size(dst, d) == mn_view_size(src, d), "size at dim %d differs (dst %lld, src %lld)", d,
                   (long long)mn_view_size(dst, d), (long long)mn_view_size(src, d));
   if (mn_view_numel(dst) == 0) return MN_OK;
-  strided_job job = {.dst_dtype = mn_view_dtype(dst), .src_dtype = mn_view_dtype(src)};
-  mn__strided_of_view(dst, &job.dst);
-  mn__strided_of_view(src, &job.src);
-  if (job.dst_dtype == job.src_dtype && job.dst.data == job.src.data &&
-      memcmp(job.dst.strides, job.src.strides, sizeof job.dst.strides) == 0)
-    return MN_OK;
-  mn__nvtx_push(job.dst_dtype == job.src_dtype ? "mnemo.copy" : "mnemo.cast",
-                (uint64_t)mn_view_numel(dst) * mn_dtype_itemsize(job.dst_dtype));
-  st = strided_job_submit(stream, &job, __func__);
+  mn__strided_t sd, ss;
+  mn__strided_of_view(dst, &sd);
+  mn__strided_of_view(src, &ss);
+  mn_dtype dt = mn_view_dtype(dst), stt = mn_view_dtype(src);
+  if (dt == stt && sd.data == ss.data && memcmp(sd.strides, ss.strides, sizeof sd.strides) == 0) return MN_OK;
+  kernel_job job;
+  memset(&job, 0, sizeof job);
+  job.op = JOB_PLAN;
+  mn__plan_make(&job.plan, &sd, dt, &ss, stt);
+  mn__nvtx_push(dt == stt ? "mnemo.copy" : "mnemo.cast", (uint64_t)mn_view_numel(dst) * mn_dtype_itemsize(dt));
+  /* contiguous same-dtype plans: split memcpy on the CPU pool, cudaMemcpyAsync on CUDA */
+  st = kernel_job_submit(stream, &job, __func__);
   mn__nvtx_pop();
   return st;
 }
@@ -192,16 +241,18 @@ mn_status mn_kernel_fill_view(mn_stream_t *stream, const mn_view_t *dst, mn_scal
   MN__CHECK_ARG(stream != NULL && dst != NULL, "stream and dst must not be NULL");
   mn_status st = check_operand(stream, dst, true, "dst", __func__);
   if (st != MN_OK) return st;
-  strided_job job = {.dst_dtype = mn_view_dtype(dst), .fill = true};
-  st = mn_scalar_to_bytes(value, job.dst_dtype, job.pattern);
+  kernel_job job;
+  memset(&job, 0, sizeof job);
+  job.op = JOB_PLAN;
+  st = mn_scalar_to_bytes(value, mn_view_dtype(dst), job.pattern);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   if (mn_view_numel(dst) == 0) return MN_OK;
-  if (mn_view_is_contiguous(dst))
-    return mn_kernel_fill(stream, mn_view_data(dst), (size_t)mn_view_numel(dst), mn_dtype_itemsize(job.dst_dtype),
-                          job.pattern);
-  mn__strided_of_view(dst, &job.dst);
-  mn__nvtx_push("mnemo.fill", (uint64_t)mn_view_numel(dst) * mn_dtype_itemsize(job.dst_dtype));
-  st = strided_job_submit(stream, &job, __func__);
+  mn__strided_t sd;
+  mn__strided_of_view(dst, &sd);
+  mn__plan_make(&job.plan, &sd, mn_view_dtype(dst), NULL, mn_view_dtype(dst));
+  /* contiguous fills: split over the CPU pool; the 16-byte pattern kernel on CUDA */
+  mn__nvtx_push("mnemo.fill", (uint64_t)mn_view_numel(dst) * job.plan.dst_item);
+  st = kernel_job_submit(stream, &job, __func__);
   mn__nvtx_pop();
   return st;
 }
@@ -220,11 +271,58 @@ mn_status mn_kernel_cast(mn_stream_t *stream, void *dst, mn_dtype dst_dtype, con
                               (const char *)src + count * si <= (const char *)dst),
                 "dst and src overlap");
   if (dst_dtype == src_dtype) return dst == src ? MN_OK : mn_kernel_copy(stream, dst, src, count * di);
-  strided_job job = {.dst_dtype = dst_dtype, .src_dtype = src_dtype};
-  job.dst = (mn__strided_t){.data = dst, .ndim = 1, .sizes = {(int64_t)count}, .strides = {1}};
-  job.src = (mn__strided_t){.data = (char *)src, .ndim = 1, .sizes = {(int64_t)count}, .strides = {1}};
+  mn__strided_t sd = {.data = dst, .ndim = 1, .sizes = {(int64_t)count}, .strides = {1}};
+  mn__strided_t ss = {.data = (char *)src, .ndim = 1, .sizes = {(int64_t)count}, .strides = {1}};
+  kernel_job job;
+  memset(&job, 0, sizeof job);
+  job.op = JOB_PLAN;
+  mn__plan_make(&job.plan, &sd, dst_dtype, &ss, src_dtype);
   mn__nvtx_push("mnemo.cast", (uint64_t)(count * di));
-  mn_status st = strided_job_submit(stream, &job, __func__);
+  mn_status st = kernel_job_submit(stream, &job, __func__);
   mn__nvtx_pop();
   return st;
+}
+
+uint64_t mn_kernel_random_blocks(mn_dtype dtype, int64_t numel, bool normal) {
+  if (numel <= 0) return 0;
+  uint64_t per = dtype == MN_DTYPE_FLOAT64 && !normal ? 2 : 4;
+  return ((uint64_t)numel + per - 1) / per;
+}
+
+static mn_status random_fill(mn_stream_t *stream, const mn_view_t *dst, uint64_t seed, uint64_t offset, bool normal,
+                             double a, double b, const char *func) {
+  if (stream == NULL || dst == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "stream and dst must not be NULL");
+  mn_status st = check_operand(stream, dst, true, "dst", func);
+  if (st != MN_OK) return st;
+  mn_dtype dt = mn_view_dtype(dst);
+  if (dt != MN_DTYPE_FLOAT16 && dt != MN_DTYPE_BFLOAT16 && dt != MN_DTYPE_FLOAT32 && dt != MN_DTYPE_FLOAT64)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "random fill needs a float16, bfloat16, float32 or float64 view, not %s",
+                     mn_dtype_name(dt));
+  if (!(a == a) || !(b == b) || a - a != 0 || b - b != 0)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "parameters must be finite (%g, %g)", a, b);
+  if (mn_view_numel(dst) == 0) return MN_OK;
+  kernel_job job;
+  memset(&job, 0, sizeof job);
+  job.op = JOB_RANDOM;
+  mn__strided_of_view(dst, &job.rdst);
+  job.rdtype = dt;
+  job.rp = (mn__rand_params_t){.seed = seed, .offset = offset, .normal = normal, .a = a, .b = b,
+                               .af = (float)a, .bf = (float)b};
+  mn__nvtx_push("mnemo.fill", (uint64_t)mn_view_numel(dst) * mn_dtype_itemsize(dt));
+  st = kernel_job_submit(stream, &job, func);
+  mn__nvtx_pop();
+  return st;
+}
+
+mn_status mn_kernel_random_uniform(mn_stream_t *stream, const mn_view_t *dst, uint64_t seed, uint64_t offset,
+                                   double low, double high) {
+  if (!(low <= high))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "low (%g) must not be above high (%g)", low, high);
+  return random_fill(stream, dst, seed, offset, false, low, high - low, __func__);
+}
+
+mn_status mn_kernel_random_normal(mn_stream_t *stream, const mn_view_t *dst, uint64_t seed, uint64_t offset,
+                                  double mean, double std) {
+  if (!(std >= 0)) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "std (%g) must be >= 0", std);
+  return random_fill(stream, dst, seed, offset, true, mean, std, __func__);
 }

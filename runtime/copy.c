@@ -325,12 +325,25 @@ static const char *format_shape(const mn_view_t *v, char *buf, size_t size) {
   return buf;
 }
 
+/* Same-device casting copies, and strided copies inside one CUDA device: the
+ * kernels (mnemo/kernels.h) on `stream` (NULL: the device's default). */
+static mn_status copy_by_kernel(mn_view_t *dst, const mn_view_t *src, mn_stream_t *stream, bool non_blocking) {
+  mn_device_t dev = mn_view_device(dst);
+  mn_stream_t *s = stream;
+  mn_status st = MN_OK;
+  if (s == NULL) st = mn_stream_default(dev, &s);
+  else if (!mn_device_equal(mn_stream_device(s), dev)) {
+    char a[32], b[32];
+    return mn__error(MN_ERR_INVALID_ARGUMENT, "mn_copy_view", "a stream of %s cannot order a kernel copy on %s",
+                     mn_device_format(mn_stream_device(s), a, sizeof a), mn_device_format(dev, b, sizeof b));
+  }
+  if (st == MN_OK) st = mn_kernel_copy_view(s, dst, src);
+  if (st == MN_OK && !non_blocking) st = mn_stream_synchronize(s);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, "mn_copy_view");
+}
+
 mn_status mn_copy_view(mn_view_t *dst, const mn_view_t *src, mn_stream_t *stream, bool non_blocking) {
   MN__CHECK_ARG(dst != NULL && src != NULL, "dst and src must not be NULL");
-  if (mn_view_dtype(dst) != mn_view_dtype(src))
-    return mn__error(MN_ERR_NOT_SUPPORTED, __func__,
-                     "dtypes differ (dst %s, src %s): casting copies belong to the cast kernels, not the copy engine",
-                     mn_dtype_name(mn_view_dtype(dst)), mn_dtype_name(mn_view_dtype(src)));
   bool same = mn_view_ndim(dst) == mn_view_ndim(src);
   for (int d = 0; same && d < mn_view_ndim(dst); d++) same = mn_view_size(dst, d) == mn_view_size(src, d);
   if (!same) {
@@ -343,6 +356,15 @@ mn_status mn_copy_view(mn_view_t *dst, const mn_view_t *src, mn_stream_t *stream
       return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
                        "dst has stride 0 at dim %d (size %lld): its elements would overlap", d,
                        (long long)mn_view_size(dst, d));
+  bool same_dev = mn_device_equal(mn_view_device(dst), mn_view_device(src));
+  if (mn_view_dtype(dst) != mn_view_dtype(src) && !same_dev)
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__,
+                     "dtypes differ (dst %s, src %s) across devices: cast on one device first (mn_kernel_copy_view)",
+                     mn_dtype_name(mn_view_dtype(dst)), mn_dtype_name(mn_view_dtype(src)));
+  if (same_dev && (mn_view_dtype(dst) != mn_view_dtype(src) ||
+                   (mn_view_device(dst).type == MN_DEVICE_CUDA &&
+                    (!mn_view_is_contiguous(dst) || !mn_view_is_contiguous(src)))))
+    return copy_by_kernel(dst, src, stream, non_blocking);
   mn__copy_t c;
   memset(&c, 0, sizeof c);
   c.func = __func__;

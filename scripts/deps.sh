@@ -3,7 +3,7 @@
 # through apt, only where a package is missing. Usage: scripts/deps.sh [extra packages]
 set -euo pipefail
 # Build: compilers, CMake, Ninja, Google Benchmark, the DLPack header.
-# Tests: numpy (DLPack test), PyTorch on CPU (view differential test),
+# Tests: numpy (DLPack test, bench/cpu_vs_numpy.py), PyTorch on CPU (view differential test),
 # headless Chromium (the HTML report test).
 pkgs=(cmake ninja-build gcc g++ make pkg-config libbenchmark-dev libdlpack-dev python3
       python3-numpy python3-torch chromium "$@")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/gpu/run.sh: the one script for a GPU machine: builds mnemo for sm_90,
-# runs the gpu-labelled tests, then every benchmark, and prints one results table.
+# runs the gpu-labelled tests, then every benchmark, and prints one results table,
+# then the kernels' side-by-side with PyTorch (bench/gpu/kernels_vs_torch.py).
 # Usage: bash bench/gpu/run.sh [OUTDIR]   (OUTDIR defaults to $OUT or /tmp/mnemo-gpu)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,7 +30,7 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
   for t in build/cuda/tests/test_*gpu*; do
     [ -x "$t" ] || continue
     for tool in memcheck racecheck; do
-      if compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" >>"$log" 2>&1; then
+      if MNEMO_TEST_QUICK=1 compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" >>"$log" 2>&1; then
         say "  $tool $(basename "$t"): clean"
       else
         say "  $tool $(basename "$t"): ERRORS (see $log)"
@@ -64,4 +65,10 @@ for f in sorted(out.glob("bench_*.json")):
         print(f'| {b["name"]} | {t} | {gbs / 1e9:.1f} |' if gbs else f'| {b["name"]} | {t} | |',
               f'{ips:.3g} |' if ips else ' |')
 PY
+say "== kernels vs PyTorch (CUDA events, same run)"
+if [ -f "$out/bench_kernels.json" ]; then
+  /usr/bin/env python3 bench/gpu/kernels_vs_torch.py "$out/bench_kernels.json" 2>&1 | tee "$out/kernels_vs_torch.md" | tee -a "$log"
+else
+  say "  bench_kernels.json missing: bench_kernels did not run"
+fi
 exit "$gpu_rc"

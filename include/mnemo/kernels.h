@@ -3,7 +3,9 @@
 #ifndef MNEMO_KERNELS_H
 #define MNEMO_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "mnemo/device.h"
 #include "mnemo/dtype.h"
@@ -34,6 +36,21 @@ mn_status mn_kernel_fill_view(mn_stream_t *stream, const mn_view_t *dst, mn_scal
  * equal item sizes), on `stream`. */
 mn_status mn_kernel_cast(mn_stream_t *stream, void *dst, mn_dtype dst_dtype, const void *src, mn_dtype src_dtype,
                          size_t count);
+
+/* Random fill with Philox4x32-10 (docs/KERNELS.md has the counter layout):
+ * the same seed and offset give the same bits on CPU, SIM and CUDA, for any
+ * layout of dst (element i is the i-th in row-major order of dst's shape).
+ * dst is float16, bfloat16, float32 or float64. Uniform: low + (high - low) * u
+ * with u in [0, 1) (24 bits; 53 for float64); rounding may give high itself.
+ * Normal: mean + std * z, z from Box-Muller in float32 (portable log/sincos).
+ * The fill consumes mn_kernel_random_blocks(...) counter blocks from offset:
+ * pass offset + that to the next fill for fresh numbers. */
+mn_status mn_kernel_random_uniform(mn_stream_t *stream, const mn_view_t *dst, uint64_t seed, uint64_t offset,
+                                   double low, double high);
+mn_status mn_kernel_random_normal(mn_stream_t *stream, const mn_view_t *dst, uint64_t seed, uint64_t offset,
+                                  double mean, double std);
+/* Philox counter blocks used by a random fill of numel elements of dtype. */
+uint64_t mn_kernel_random_blocks(mn_dtype dtype, int64_t numel, bool normal);
 
 #ifdef __cplusplus
 }

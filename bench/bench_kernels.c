@@ -1,0 +1,226 @@
+/* bench/bench_kernels.c: the copy, cast and fill kernels on CPU (and CUDA when
+ * present): bytes read + written per second and the ratio to the ceiling
+ * measured in the same run (memcpy/memset on CPU; cudaMemcpy D2D / cudaMemset
+ * via mn_memcpy_async / mn_memset_async on CUDA). Single-threaded bodies. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+#include "bench/harness.h"
+#include "mnemo/mnemo.h"
+
+typedef enum { OP_COPY, OP_CAST, OP_FILL } op_kind;
+
+/* dst is contiguous over `sizes`; src (OP_COPY) lays its dims out in memory
+ * in the order `perm` (outermost first); OP_CAST casts contiguous src. */
+typedef struct kcase {
+  const char *name;
+  op_kind op;
+  mn_dtype dt, st;
+  int ndim;
+  int64_t sizes[4];
+  int perm[4];
+  bool cuda_only, cpu_only;
+} kcase;
+
+#define F32 MN_DTYPE_FLOAT32
+#define BF16 MN_DTYPE_BFLOAT16
+#define F16 MN_DTYPE_FLOAT16
+#define I8 MN_DTYPE_INT8
+#define E4M3 MN_DTYPE_FLOAT8_E4M3FN
+#define I64 MN_DTYPE_INT64
+
+/* Names: op/dtype/shape; the same names are used by bench/cpu_vs_numpy.py and
+ * bench/gpu/kernels_vs_torch.py. CPU shapes are smaller where marked. */
+static const kcase cases[] = {
+    {"copy/f32/16M", OP_COPY, F32, F32, 1, {1 << 24}, {0}, false, false},
+    {"transpose/f32/4096x4096", OP_COPY, F32, F32, 2, {4096, 4096}, {1, 0}, false, false},
+    {"transpose/bf16/4096x4096", OP_COPY, BF16, BF16, 2, {4096, 4096}, {1, 0}, false, false},
+    {"transpose/i8/4096x4096", OP_COPY, I8, I8, 2, {4096, 4096}, {1, 0}, false, false},
+    {"transpose/f32/4095x4097", OP_COPY, F32, F32, 2, {4095, 4097}, {1, 0}, false, false},
+    {"transpose/bf16/4095x4097", OP_COPY, BF16, BF16, 2, {4095, 4097}, {1, 0}, false, false},
+    {"transpose/i8/4095x4097", OP_COPY, I8, I8, 2, {4095, 4097}, {1, 0}, false, false},
+    {"transpose/f32/8192x8192", OP_COPY, F32, F32, 2, {8192, 8192}, {1, 0}, true, false},
+    {"transpose/bf16/8192x8192", OP_COPY, BF16, BF16, 2, {8192, 8192}, {1, 0}, true, false},
+    {"transpose/i8/8192x8192", OP_COPY, I8, I8, 2, {8192, 8192}, {1, 0}, true, false},
+    /* logical dst (N, H, W, C) contiguous, src stored N, C, H, W */
+    {"nchw_to_nhwc/f32/64x256x56x56", OP_COPY, F32, F32, 4, {64, 56, 56, 256}, {0, 3, 1, 2}, true, false},
+    {"nchw_to_nhwc/bf16/64x256x56x56", OP_COPY, BF16, BF16, 4, {64, 56, 56, 256}, {0, 3, 1, 2}, true, false},
+    {"nhwc_to_nchw/bf16/64x256x56x56", OP_COPY, BF16, BF16, 4, {64, 256, 56, 56}, {0, 2, 3, 1}, true, false},
+    {"nchw_to_nhwc/f32/8x256x56x56", OP_COPY, F32, F32, 4, {8, 56, 56, 256}, {0, 3, 1, 2}, false, true},
+    {"nhwc_to_nchw/f32/8x256x56x56", OP_COPY, F32, F32, 4, {8, 256, 56, 56}, {0, 2, 3, 1}, false, true},
+    /* (B, H, S, D) -> its last-two swap made contiguous: logical (B, H, D, S) */
+    {"attn_swap/f16/8x32x1024x128", OP_COPY, F16, F16, 4, {8, 32, 128, 1024}, {0, 1, 3, 2}, true, false},
+    {"attn_swap/f16/4x16x512x128", OP_COPY, F16, F16, 4, {4, 16, 128, 512}, {0, 1, 3, 2}, false, true},
+    {"cast/f32_to_bf16/16M", OP_CAST, BF16, F32, 1, {1 << 24}, {0}, false, false},
+    {"cast/bf16_to_f32/16M", OP_CAST, F32, BF16, 1, {1 << 24}, {0}, false, false},
+    {"cast/f32_to_f16/16M", OP_CAST, F16, F32, 1, {1 << 24}, {0}, false, false},
+    {"cast/f16_to_f32/16M", OP_CAST, F32, F16, 1, {1 << 24}, {0}, false, false},
+    {"cast/f32_to_e4m3/16M", OP_CAST, E4M3, F32, 1, {1 << 24}, {0}, false, false},
+    {"cast/e4m3_to_f32/16M", OP_CAST, F32, E4M3, 1, {1 << 24}, {0}, false, false},
+    {"cast/f32_to_i64/16M", OP_CAST, I64, F32, 1, {1 << 24}, {0}, false, false},
+    {"fill/f32/16M", OP_FILL, F32, F32, 1, {1 << 24}, {0}, false, false},
+    {"fill/bf16/16M", OP_FILL, BF16, BF16, 1, {1 << 24}, {0}, false, false},
+};
+
+typedef struct bcfg {
+  const kcase *c;
+  mn_device_t dev;
+} bcfg;
+
+typedef struct bufs {
+  mn_stream_t *stream;
+  mn_storage_t *ds, *ss, *cs; /* dst, src, ceiling scratch */
+  mn_view_t *dv, *sv;
+  size_t dbytes, sbytes, moved; /* moved: bytes read + written by one op */
+} bufs;
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static void bufs_free(bufs *b) {
+  if (b->stream) mn_stream_synchronize(b->stream);
+  mn_view_destroy(b->dv);
+  mn_view_destroy(b->sv);
+  mn_storage_release(b->ds);
+  mn_storage_release(b->ss);
+  mn_storage_release(b->cs);
+  if (b->stream) mn_stream_destroy(b->stream);
+}
+
+static mn_status bufs_make(const bcfg *cfg, bufs *b) {
+  const kcase *c = cfg->c;
+  memset(b, 0, sizeof *b);
+  int64_t n = 1, strides[4];
+  for (int d = 0; d < c->ndim; d++) n *= c->sizes[d];
+  int64_t acc = 1;
+  for (int i = c->ndim - 1; i >= 0; i--) {
+    strides[c->perm[i]] = acc;
+    acc *= c->sizes[c->perm[i]];
+  }
+  b->dbytes = (size_t)n * mn_dtype_itemsize(c->dt);
+  b->sbytes = (size_t)n * mn_dtype_itemsize(c->st);
+  b->moved = b->dbytes + (c->op == OP_FILL ? 0 : b->sbytes);
+  mn_status st = mn_stream_create(cfg->dev, &b->stream);
+  if (st == MN_OK) st = mn_storage_create(cfg->dev, b->dbytes, NULL, b->stream, &b->ds);
+  if (st == MN_OK) st = mn_storage_create(cfg->dev, b->sbytes, NULL, b->stream, &b->ss);
+  if (st == MN_OK) st = mn_storage_create(cfg->dev, b->moved + 256, NULL, b->stream, &b->cs);
+  if (st == MN_OK) st = mn_view_create(b->ds, c->dt, c->ndim, c->sizes, NULL, 0, &b->dv);
+  if (st == MN_OK)
+    st = mn_view_create(b->ss, c->st, c->ndim, c->sizes, c->op == OP_CAST ? NULL : strides, 0, &b->sv);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  /* MNEMO_BENCH_HUGEPAGES=1: ask for transparent huge pages on the CPU buffers,
+   * as numpy does for its large arrays (where THP is "madvise"). Off by default. */
+  const char *huge = getenv("MNEMO_BENCH_HUGEPAGES");
+  if (st == MN_OK && huge && *huge == '1' && cfg->dev.type == MN_DEVICE_CPU) {
+    mn_storage_t *sts[3] = {b->ds, b->ss, b->cs};
+    for (int k = 0; k < 3; k++) {
+      uintptr_t base = (uintptr_t)mn_storage_data(sts[k]), p = (base + 4095) & ~(uintptr_t)4095;
+      size_t len = mn_storage_nbytes(sts[k]) - (size_t)(p - base);
+      (void)madvise((void *)p, len & ~(size_t)4095, MADV_HUGEPAGE);
+    }
+  }
+#endif
+  /* Random data (never time on zeros): uniform floats, cast to src's dtype. */
+  mn_view_t *tmp = NULL;
+  if (st == MN_OK) st = mn_view_empty(cfg->dev, F32, 1, &n, &tmp);
+  if (st == MN_OK) st = mn_kernel_random_uniform(b->stream, tmp, 1234, 0, -100.0, 100.0);
+  if (st == MN_OK) st = mn_kernel_cast(b->stream, mn_storage_data(b->ss), c->st, mn_view_data(tmp), F32, (size_t)n);
+  if (st == MN_OK) st = mn_kernel_fill(b->stream, mn_storage_data(b->ds), b->dbytes, 1, "\x5a");
+  if (st == MN_OK) st = mn_kernel_fill(b->stream, mn_storage_data(b->cs), b->moved + 256, 1, "\x11");
+  if (st == MN_OK) st = mn_stream_synchronize(b->stream);
+  mn_view_destroy(tmp);
+  if (st != MN_OK) bufs_free(b);
+  return st;
+}
+
+/* One operation, queued (not waited for). */
+static mn_status op_launch(const bcfg *cfg, const bufs *b) {
+  if (cfg->c->op == OP_FILL) return mn_kernel_fill_view(b->stream, b->dv, mn_scalar_float(1.5));
+  return mn_kernel_copy_view(b->stream, b->dv, b->sv);
+}
+
+static mn_status op_once(const bcfg *cfg, const bufs *b) {
+  mn_status st = op_launch(cfg, b);
+  return st == MN_OK ? mn_stream_synchronize(b->stream) : st;
+}
+
+/* The ceiling for the same bytes: a device copy of moved/2 bytes (read +
+ * write = moved) inside a scratch storage, or a memset of the dst bytes. */
+static mn_status ceiling_launch(const bcfg *cfg, const bufs *b) {
+  if (cfg->c->op == OP_FILL) return mn_memset_async(cfg->dev, mn_storage_data(b->ds), 0x3f, b->dbytes, b->stream);
+  char *scratch = mn_storage_data(b->cs); /* two halves of moved/2 bytes (256-byte aligned) */
+  size_t half = (b->moved / 2 + 255) & ~(size_t)255;
+  return mn_memcpy_async(cfg->dev, scratch + half, cfg->dev, scratch, b->moved / 2, b->stream);
+}
+
+/* Median GB/s over `reps` timings of a batch of queued operations and one
+ * synchronize (launch latency overlaps the previous operation on a GPU). */
+static double median_gbps(const bcfg *cfg, const bufs *b, bool ceiling, int reps) {
+  enum { BATCH = 4 };
+  double t[64];
+  for (int r = 0; r < reps; r++) {
+    double t0 = now_s();
+    mn_status st = MN_OK;
+    for (int k = 0; k < BATCH && st == MN_OK; k++) st = ceiling ? ceiling_launch(cfg, b) : op_launch(cfg, b);
+    if (st == MN_OK) st = mn_stream_synchronize(b->stream);
+    t[r] = st == MN_OK ? (now_s() - t0) / BATCH : 1e30;
+  }
+  qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+  return (double)b->moved / t[reps / 2] / 1e9;
+}
+
+static void bench_kernel(mn_bench_t *bb, void *arg) {
+  const bcfg *cfg = arg;
+  bufs b;
+  if (bufs_make(cfg, &b) != MN_OK) {
+    mn_bench_error(bb, mn_last_error());
+    return;
+  }
+  while (mn_bench_next(bb)) {
+    if (op_once(cfg, &b) != MN_OK) {
+      mn_bench_error(bb, mn_last_error());
+      break;
+    }
+  }
+  mn_bench_set_bytes(bb, (int64_t)b.moved);
+  const int reps = 11;
+  double ceil1 = median_gbps(cfg, &b, true, reps), own = median_gbps(cfg, &b, false, reps),
+         ceil2 = median_gbps(cfg, &b, true, reps);
+  double ceiling = ceil1 > ceil2 ? ceil1 : ceil2;
+  mn_bench_counter(bb, "GBps", own);
+  mn_bench_counter(bb, "ceiling_GBps", ceiling);
+  mn_bench_counter(bb, "pct_of_ceiling", 100.0 * own / ceiling);
+  bufs_free(&b);
+}
+
+int main(int argc, char **argv) {
+  enum { NC = sizeof cases / sizeof cases[0] };
+  static bcfg cfgs[2][NC];
+  int ncuda = 0;
+  mn_device_count(MN_DEVICE_CUDA, &ncuda);
+  for (int d = 0; d < 2; d++) {
+    if (d == 1 && ncuda == 0) break;
+    for (int k = 0; k < NC; k++) {
+      const kcase *c = &cases[k];
+      if ((d == 0 && c->cuda_only) || (d == 1 && c->cpu_only)) continue;
+      cfgs[d][k] = (bcfg){.c = c, .dev = d == 0 ? mn_device_cpu() : mn_device_cuda(0)};
+      char name[160];
+      snprintf(name, sizeof name, "kernels/%s/%s", d == 0 ? "cpu" : "cuda", c->name);
+      mn_bench_register(name, bench_kernel, &cfgs[d][k], 0, NULL);
+    }
+  }
+  return mn_bench_main(argc, argv);
+}

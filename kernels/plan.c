@@ -1,0 +1,111 @@
+/* kernels/plan.c: the planner (kernels/plan.h): drop size-1 dims, sort by
+ * dst strides, merge dims contiguous in both, classify. Pure: thread-safe. */
+#include <string.h>
+
+#include "kernels/plan.h"
+
+const char *mn__plan_kind_name(mn__plan_kind kind) {
+  switch (kind) {
+    case MN__PLAN_CONTIG: return "contig";
+    case MN__PLAN_TRANSPOSE: return "transpose";
+    case MN__PLAN_BROADCAST: return "broadcast";
+    case MN__PLAN_FILL: return "fill";
+    case MN__PLAN_GENERIC: return "generic";
+  }
+  return "invalid";
+}
+
+/* Largest byte offset any element of one operand reaches. */
+static uint64_t extent_bytes(const mn__plan_t *p, const int64_t *strides, size_t item) {
+  uint64_t off = 0;
+  for (int d = 0; d < p->ndim; d++) off += (uint64_t)(p->sizes[d] - 1) * (uint64_t)strides[d];
+  return (off + 1) * item;
+}
+
+void mn__plan_make(mn__plan_t *p, const mn__strided_t *dst, mn_dtype dst_dtype, const mn__strided_t *src,
+                   mn_dtype src_dtype) {
+  memset(p, 0, sizeof *p);
+  bool fill = src == NULL;
+  p->dst = dst->data;
+  p->src = fill ? NULL : src->data;
+  p->dst_dtype = dst_dtype;
+  p->src_dtype = fill ? dst_dtype : src_dtype;
+  p->dst_item = mn_dtype_itemsize(dst_dtype);
+  p->src_item = mn_dtype_itemsize(p->src_dtype);
+  p->numel = 1;
+
+  /* Drop size-1 dims; insertion sort (stable) by dst stride, then src stride. */
+  int n = 0;
+  for (int k = 0; k < dst->ndim; k++) {
+    int64_t size = dst->sizes[k];
+    p->numel *= size;
+    if (size == 1) continue;
+    int64_t ds = dst->strides[k], ss = fill ? 0 : src->strides[k];
+    int j = n++;
+    while (j > 0 && (p->dst_strides[j - 1] > ds || (p->dst_strides[j - 1] == ds && p->src_strides[j - 1] > ss))) {
+      p->sizes[j] = p->sizes[j - 1];
+      p->dst_strides[j] = p->dst_strides[j - 1];
+      p->src_strides[j] = p->src_strides[j - 1];
+      j--;
+    }
+    p->sizes[j] = size;
+    p->dst_strides[j] = ds;
+    p->src_strides[j] = ss;
+  }
+  if (n == 0) { /* a single element */
+    n = 1;
+    p->sizes[0] = 1;
+    p->dst_strides[0] = 1;
+    p->src_strides[0] = fill ? 0 : 1;
+  }
+  /* Merge an outer dim into the one inside it when both operands continue. */
+  int m = 0;
+  for (int k = 1; k < n; k++) {
+    if (p->dst_strides[k] == p->dst_strides[m] * p->sizes[m] &&
+        p->src_strides[k] == p->src_strides[m] * p->sizes[m]) {
+      p->sizes[m] *= p->sizes[k];
+      continue;
+    }
+    m++;
+    p->sizes[m] = p->sizes[k];
+    p->dst_strides[m] = p->dst_strides[k];
+    p->src_strides[m] = p->src_strides[k];
+  }
+  p->ndim = m + 1;
+  /* a lone element is contiguous on both sides */
+  if (p->ndim == 1 && p->sizes[0] == 1) {
+    p->dst_strides[0] = 1;
+    p->src_strides[0] = fill ? 0 : 1;
+  }
+
+  if (fill) {
+    p->kind = MN__PLAN_FILL;
+  } else if (p->ndim == 1 && p->dst_strides[0] == 1 && p->src_strides[0] == 1) {
+    p->kind = MN__PLAN_CONTIG;
+  } else {
+    p->kind = MN__PLAN_GENERIC;
+    for (int d = 0; d < p->ndim; d++)
+      if (p->src_strides[d] == 0) p->kind = MN__PLAN_BROADCAST;
+    if (p->kind == MN__PLAN_GENERIC && p->dst_strides[0] == 1 && p->src_strides[0] != 1)
+      for (int d = 1; d < p->ndim; d++)
+        if (p->src_strides[d] == 1) {
+          p->kind = MN__PLAN_TRANSPOSE;
+          p->tdim = d;
+          break;
+        }
+  }
+
+  /* Vector width: elements per access, <= 16 bytes and aligned on both sides. */
+  p->vec = 1;
+  if (p->ndim == 1 && p->dst_strides[0] == 1 && (fill || p->kind == MN__PLAN_CONTIG)) {
+    size_t wide = p->dst_item > p->src_item ? p->dst_item : p->src_item;
+    int v = (int)(16 / wide);
+    while (v > 1 && (((uintptr_t)p->dst % ((size_t)v * p->dst_item)) != 0 ||
+                     (!fill && ((uintptr_t)p->src % ((size_t)v * p->src_item)) != 0)))
+      v /= 2;
+    p->vec = v < 1 ? 1 : v;
+  }
+
+  p->index64 = p->numel > INT32_MAX || extent_bytes(p, p->dst_strides, p->dst_item) > INT32_MAX ||
+               (!fill && extent_bytes(p, p->src_strides, p->src_item) > INT32_MAX);
+}

@@ -1,0 +1,147 @@
+/* tests/test_plan.c: the copy planner (kernels/plan.h) on its own: dropped
+ * and merged dims, sorting by dst strides, path, vector width, 64-bit index. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/plan.h"
+#include "mn_test.h"
+#include "mnemo/mnemo.h"
+
+static mn__strided_t op(void *data, int ndim, const int64_t *sizes, const int64_t *strides) {
+  mn__strided_t s;
+  memset(&s, 0, sizeof s);
+  s.data = data;
+  s.ndim = ndim;
+  for (int d = 0; d < ndim; d++) {
+    s.sizes[d] = sizes[d];
+    s.strides[d] = strides[d];
+  }
+  return s;
+}
+
+static _Alignas(64) char buf[64];
+
+MN_TEST(contiguous_merges_to_one_dim) {
+  int64_t sz[4] = {2, 3, 1, 5}, st[4] = {15, 5, 5, 1};
+  mn__strided_t d = op(buf, 4, sz, st), s = op(buf + 32, 4, sz, st);
+  mn__plan_t p;
+  mn__plan_make(&p, &d, MN_DTYPE_FLOAT32, &s, MN_DTYPE_FLOAT32);
+  MN_CHECK(p.kind == MN__PLAN_CONTIG);
+  MN_CHECK(p.ndim == 1 && p.sizes[0] == 30 && p.numel == 30);
+  MN_CHECK(p.vec == 4); /* 16-byte aligned both sides */
+  MN_CHECK(!p.index64);
+  mn__plan_make(&p, &d, MN_DTYPE_BFLOAT16, &s, MN_DTYPE_FLOAT32);
+  MN_CHECK(p.kind == MN__PLAN_CONTIG && p.vec == 4); /* 4 x 4 src bytes, 4 x 2 dst */
+  d.data = buf + 2;                                  /* dst 2-byte aligned only */
+  mn__plan_make(&p, &d, MN_DTYPE_BFLOAT16, &s, MN_DTYPE_FLOAT32);
+  MN_CHECK(p.vec == 1);
+  d.data = buf + 4;
+  s.data = buf + 36; /* 4-byte aligned only: 1 float per access */
+  mn__plan_make(&p, &d, MN_DTYPE_FLOAT32, &s, MN_DTYPE_FLOAT32);
+  MN_CHECK(p.vec == 1);
+  d.data = buf + 8;
+  s.data = buf + 40;
+  mn__plan_make(&p, &d, MN_DTYPE_FLOAT32, &s, MN_DTYPE_FLOAT32);
+  MN_CHECK(p.vec == 2);
+}
+
+MN_TEST(transpose_2d_and_permutes) {
+  int64_t sz[2] = {64, 48}, ds[2] = {48, 1}, ss[2] = {1, 64};
+  mn__strided_t d = op(buf, 2, sz, ds), s = op(buf, 2, sz, ss);
+  mn__plan_t p;
+  mn__plan_make(&p, &d, MN_DTYPE_FLOAT32, &s, MN_DTYPE_FLOAT32);
+  MN_CHECK(p.kind == MN__PLAN_TRANSPOSE);
+  MN_CHECK(p.ndim == 2 && p.sizes[0] == 48 && p.dst_strides[0] == 1 && p.src_strides[0] == 64);
+  MN_CHECK(p.tdim == 1 && p.src_strides[1] == 1 && p.dst_strides[1] == 48);
+  /* NCHW (src, contiguous) -> NHWC (dst): N=2 C=3 H=4 W=5, dst strides (60, 1, 15, 3) */
+  int64_t s4[4] = {2, 3, 4, 5}, dnhwc[4] = {60, 1, 15, 3}, snchw[4] = {60, 20, 5, 1};
+  d = op(buf, 4, s4, dnhwc);
+  s = op(buf, 4, s4, snchw);
+  mn__plan_make(&p, &d, MN_DTYPE_BFLOAT16, &s, MN_DTYPE_BFLOAT16);
+  MN_CHECK(p.kind == MN__PLAN_TRANSPOSE);
+  /* C innermost in dst; H and W merge (contiguous in both); N outermost */
+  MN_CHECK(p.ndim == 3 && p.sizes[0] == 3 && p.sizes[1] == 20 && p.sizes[2] == 2);
+  MN_CHECK(p.tdim == 1 && p.src_strides[1] == 1 && p.dst_strides[1] == 3);
+  /* (B, H, S, D) -> swap last two: dst contiguous, src strides of the swapped view */
+  int64_t sa[4] = {2, 4, 8, 16}, da[4] = {512, 128, 16, 1}, sb[4] = {512, 128, 1, 8};
+  d = op(buf, 4, sa, da);
+  s = op(buf, 4, sa, sb);
+  mn__plan_make(&p, &d, MN_DTYPE_FLOAT16, &s, MN_DTYPE_FLOAT16);
+  MN_CHECK(p.kind == MN__PLAN_TRANSPOSE && p.ndim == 3 && p.sizes[2] == 8); /* B and H merge */
+}
+
+MN_TEST(generic_broadcast_fill_and_single) {
+  int64_t sz[2] = {6, 10}, ds[2] = {10, 1}, ss[2] = {60, 3}; /* stepped src */
+  mn__strided_t d = op(buf, 2, sz, ds), s = op(buf, 2, sz, ss);
+  mn__plan_t p;
+  mn__plan_make(&p, &d, MN_DTYPE_INT8, &s, MN_DTYPE_INT8);
+  MN_CHECK(p.kind == MN__PLAN_GENERIC && p.ndim == 2 && p.sizes[0] == 10 && p.src_strides[0] == 3);
+  int64_t bs[2] = {0, 1};
+  s = op(buf, 2, sz, bs);
+  mn__plan_make(&p, &d, MN_DTYPE_INT8, &s, MN_DTYPE_FLOAT32);
+  MN_CHECK(p.kind == MN__PLAN_BROADCAST && p.ndim == 2);
+  int64_t zs[2] = {0, 0};
+  s = op(buf, 2, sz, zs);
+  mn__plan_make(&p, &d, MN_DTYPE_INT8, &s, MN_DTYPE_INT8);
+  MN_CHECK(p.kind == MN__PLAN_BROADCAST && p.ndim == 1 && p.sizes[0] == 60 && p.src_strides[0] == 0);
+  mn__plan_make(&p, &d, MN_DTYPE_INT16, NULL, MN_DTYPE_INT16);
+  MN_CHECK(p.kind == MN__PLAN_FILL && p.ndim == 1 && p.sizes[0] == 60 && p.dst_strides[0] == 1);
+  int64_t stepped[2] = {20, 2};
+  d = op(buf, 2, sz, stepped);
+  mn__plan_make(&p, &d, MN_DTYPE_INT16, NULL, MN_DTYPE_INT16);
+  MN_CHECK(p.kind == MN__PLAN_FILL && p.ndim == 1 && p.dst_strides[0] == 2); /* merged: 20 == 2 * 10 */
+  /* 0-d and all-size-1 shapes: one element, contiguous */
+  d = op(buf, 0, NULL, NULL);
+  s = op(buf + 8, 0, NULL, NULL);
+  mn__plan_make(&p, &d, MN_DTYPE_FLOAT64, &s, MN_DTYPE_INT32);
+  MN_CHECK(p.kind == MN__PLAN_CONTIG && p.ndim == 1 && p.numel == 1);
+  int64_t ones[3] = {1, 1, 1}, odd[3] = {7, 3, 9};
+  d = op(buf, 3, ones, odd);
+  s = op(buf, 3, ones, odd);
+  mn__plan_make(&p, &d, MN_DTYPE_FLOAT64, &s, MN_DTYPE_INT32);
+  MN_CHECK(p.kind == MN__PLAN_CONTIG && p.numel == 1);
+}
+
+MN_TEST(dims_sorted_by_dst_strides) {
+  /* dst is a (2,0,1) permutation of its storage; src contiguous */
+  int64_t sz[3] = {3, 4, 5}, ds[3] = {1, 15, 3}, ss[3] = {20, 5, 1};
+  mn__strided_t d = op(buf, 3, sz, ds), s = op(buf, 3, sz, ss);
+  mn__plan_t p;
+  mn__plan_make(&p, &d, MN_DTYPE_UINT8, &s, MN_DTYPE_UINT8);
+  /* sorted: (3; 1, 20), (5; 3, 1), (4; 15, 5); the last two merge */
+  MN_CHECK(p.ndim == 2);
+  MN_CHECK(p.dst_strides[0] == 1 && p.dst_strides[1] == 3 && p.src_strides[1] == 1);
+  MN_CHECK(p.sizes[0] == 3 && p.sizes[1] == 20);
+  MN_CHECK(p.kind == MN__PLAN_TRANSPOSE && p.tdim == 1);
+}
+
+MN_TEST(huge_views_need_64bit_index) {
+  /* planned, never run: 2^31 + 5 elements contiguous; a 3 x 2^30 transpose */
+  int64_t sz[1] = {(INT64_C(1) << 31) + 5}, st[1] = {1};
+  mn__strided_t d = op((void *)(uintptr_t)0x10000, 1, sz, st), s = op((void *)(uintptr_t)0x1000000000, 1, sz, st);
+  mn__plan_t p;
+  mn__plan_make(&p, &d, MN_DTYPE_INT8, &s, MN_DTYPE_INT8);
+  MN_CHECK(p.kind == MN__PLAN_CONTIG && p.index64 && p.numel == sz[0] && p.vec == 16);
+  int64_t small[1] = {INT64_C(1) << 29};
+  d.sizes[0] = s.sizes[0] = small[0];
+  mn__plan_make(&p, &d, MN_DTYPE_INT8, &s, MN_DTYPE_INT8);
+  MN_CHECK(!p.index64);
+  /* 2^29 float32 = 2^31 bytes: byte offsets no longer fit in 31 bits */
+  mn__plan_make(&p, &d, MN_DTYPE_FLOAT32, &s, MN_DTYPE_FLOAT32);
+  MN_CHECK(p.index64);
+  int64_t tz[2] = {3, INT64_C(1) << 30}, tds[2] = {INT64_C(1) << 30, 1}, tss[2] = {1, 3};
+  d = op((void *)(uintptr_t)0x10000, 2, tz, tds);
+  s = op((void *)(uintptr_t)0x1000000000, 2, tz, tss);
+  mn__plan_make(&p, &d, MN_DTYPE_INT8, &s, MN_DTYPE_INT8);
+  MN_CHECK(p.kind == MN__PLAN_TRANSPOSE && p.index64 && p.numel == 3 * (INT64_C(1) << 30));
+}
+
+int main(void) {
+  MN_RUN(contiguous_merges_to_one_dim);
+  MN_RUN(transpose_2d_and_permutes);
+  MN_RUN(generic_broadcast_fill_and_single);
+  MN_RUN(dims_sorted_by_dst_strides);
+  MN_RUN(huge_views_need_64bit_index);
+  return mn_test_finish();
+}
