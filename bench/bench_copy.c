@@ -27,17 +27,6 @@ typedef struct buffers {
   mn_stream_t *stream;
 } buffers;
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 static void buffers_free(const config *c, buffers *b) {
   if (b->stream) mn_stream_synchronize(b->stream);
   if (b->dev) mn_device_raw_free(c->dev, b->dev);
@@ -110,12 +99,11 @@ static mn_status ceiling_once(const config *c, const buffers *b) {
 static double median_gbps(const config *c, const buffers *b, int v, int reps) {
   double t[64];
   for (int r = 0; r < reps; r++) {
-    double t0 = now_s();
+    double t0 = mn_bench_now_s();
     mn_status st = v < 0 ? ceiling_once(c, b) : copy_once(c, b, (variant)v);
-    t[r] = st == MN_OK ? now_s() - t0 : 1e30;
+    t[r] = st == MN_OK ? mn_bench_now_s() - t0 : 1e30;
   }
-  qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-  return (double)b->n / t[reps / 2] / 1e9;
+  return (double)b->n / mn_bench_median(t, (size_t)reps) / 1e9;
 }
 
 static void bench_copy(mn_bench_t *bb, void *arg) {

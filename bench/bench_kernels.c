@@ -79,17 +79,6 @@ typedef struct bufs {
   size_t dbytes, sbytes, moved; /* moved: bytes read + written by one op */
 } bufs;
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 static void bufs_free(bufs *b) {
   if (b->stream) mn_stream_synchronize(b->stream);
   mn_view_destroy(b->dv);
@@ -172,14 +161,13 @@ static double median_gbps(const bcfg *cfg, const bufs *b, bool ceiling, int reps
   enum { BATCH = 4 };
   double t[64];
   for (int r = 0; r < reps; r++) {
-    double t0 = now_s();
+    double t0 = mn_bench_now_s();
     mn_status st = MN_OK;
     for (int k = 0; k < BATCH && st == MN_OK; k++) st = ceiling ? ceiling_launch(cfg, b) : op_launch(cfg, b);
     if (st == MN_OK) st = mn_stream_synchronize(b->stream);
-    t[r] = st == MN_OK ? (now_s() - t0) / BATCH : 1e30;
+    t[r] = st == MN_OK ? (mn_bench_now_s() - t0) / BATCH : 1e30;
   }
-  qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-  return (double)b->moved / t[reps / 2] / 1e9;
+  return (double)b->moved / mn_bench_median(t, (size_t)reps) / 1e9;
 }
 
 static void bench_kernel(mn_bench_t *bb, void *arg) {

@@ -17,11 +17,6 @@ static double now_ns(void) {
   return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* Median over BATCHES of the mean ns of one pair within a batch. */
 static double pair_median_ns(mn_allocator_t *a, size_t n) {
   static double per[BATCHES];
@@ -34,8 +29,7 @@ static double pair_median_ns(mn_allocator_t *a, size_t n) {
     }
     per[b] = (now_ns() - t0) / PAIRS_PER_BATCH;
   }
-  qsort(per, BATCHES, sizeof per[0], cmp_double);
-  return per[BATCHES / 2];
+  return mn_bench_median(per, BATCHES);
 }
 
 /* arg: the device whose pinned pool is measured. */

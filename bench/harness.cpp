@@ -4,6 +4,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -57,6 +59,15 @@ int mn_bench_main(int argc, char **argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
+}
+
+double mn_bench_now_s(void) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double mn_bench_median(double *v, size_t n) {
+  std::sort(v, v + n);
+  return v[n / 2];
 }
 
 }  // extern "C"

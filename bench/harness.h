@@ -4,6 +4,7 @@
 #define MNEMO_BENCH_HARNESS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -35,6 +36,11 @@ void mn_bench_counter(mn_bench_t *b, const char *name, double value);
 void mn_bench_error(mn_bench_t *b, const char *message);
 void mn_bench_pause(mn_bench_t *b);
 void mn_bench_resume(mn_bench_t *b);
+
+/* Monotonic clock in seconds, for bodies that time their own repetitions. */
+double mn_bench_now_s(void);
+/* Sorts v[0..n) and returns its median (v[n / 2]); n > 0. */
+double mn_bench_median(double *v, size_t n);
 
 /* Parses Google Benchmark flags and runs every registered benchmark. */
 int mn_bench_main(int argc, char **argv);

@@ -10,6 +10,7 @@
 #include "kernels/cast.h"
 #include "kernels/cpu_exec.h"
 #include "kernels/pool.h"
+#include "kernels/strided.h"
 
 #define MN__PAR_BYTES ((int64_t)1 << 20) /* below this, one thread */
 #define MN__TASK_BYTES ((int64_t)1 << 18) /* roughly the bytes per task */
@@ -75,28 +76,7 @@ mn__cpu_cast_fn mn__cpu_cast_fn_of(mn_dtype dst, mn_dtype src) {
   return cv_table[dst][src];
 }
 
-/* ---- same-dtype rows and fills by item size ----------------------------------- */
-
-#define MN__ROW_CASE(N)                                                                  \
-  case N:                                                                                \
-    for (int64_t i = 0; i < n; i++) memcpy(d + i * dstep, s + i * sstep, N);             \
-    return;
-
-static void copy_row(char *d, int64_t dstep, const char *s, int64_t sstep, int64_t n, size_t item) {
-  if (dstep == (int64_t)item && sstep == (int64_t)item) {
-    memcpy(d, s, (size_t)n * item);
-    return;
-  }
-  switch (item) {
-    MN__ROW_CASE(1)
-    MN__ROW_CASE(2)
-    MN__ROW_CASE(4)
-    MN__ROW_CASE(8)
-    MN__ROW_CASE(16)
-    default:
-      for (int64_t i = 0; i < n; i++) memcpy(d + i * dstep, s + i * sstep, item);
-  }
-}
+/* ---- same-dtype fills by item size (rows: mn__copy_row, kernels/strided.h) ---- */
 
 #define MN__FILL_CASE(N)                                                   \
   case N: {                                                                \
@@ -236,7 +216,7 @@ static void rows_task(void *arg, int64_t task) {
     else if (c->cv)
       cast_row(c, d, dstep, p->src + os * si, sstep, n0);
     else
-      copy_row(d, dstep, p->src + os * si, sstep, n0, p->dst_item);
+      mn__copy_row(d, dstep, p->src + os * si, sstep, n0, p->dst_item);
     if (++r == e) return;
     for (int k = 1; k < p->ndim; k++) {
       od += p->dst_strides[k];

@@ -187,18 +187,6 @@ __global__ void random_kernel(char *__restrict__ dst, I n, OffCalc c, mn__rand_p
   }
 }
 
-mn_status use_device(const char *func, int device) {
-  int cur = -1;
-  cudaError_t err = cudaGetDevice(&cur);
-  if (err == cudaSuccess && cur == device) return MN_OK;
-  if (err != cudaSuccess) (void)cudaGetLastError();
-  err = cudaSetDevice(device);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    return mn__error(MN_ERR_DEVICE, func, "cudaSetDevice(%d) failed: %s", device, cudaGetErrorString(err));
-  }
-  return MN_OK;
-}
 
 unsigned grid_for(int device, int64_t work) {
   int sms = 0;
@@ -346,7 +334,7 @@ extern "C" mn_status mn__cuda_exec(int device, void *stream, const mn__plan_t *p
     return mn__cuda_copy(device, stream, p->dst, p->src, (size_t)p->numel * p->dst_item);
   if (p->kind == MN__PLAN_FILL && p->ndim == 1 && p->dst_strides[0] == 1)
     return mn__cuda_fill(device, stream, p->dst, (size_t)p->numel, p->dst_item, pattern);
-  mn_status st = use_device(__func__, device);
+  mn_status st = mn__cuda_use_device(__func__, device);
   if (st != MN_OK) return st;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   (void)cudaGetLastError();
@@ -396,7 +384,7 @@ extern "C" mn_status mn__cuda_random(int device, void *stream, const mn__strided
   }
   if (n == 0) return MN_OK;
   for (int k = 0; k < c.ndim; k++) c.div[k].init(c.size[k] < INT32_MAX ? (uint32_t)c.size[k] : 1u);
-  mn_status st = use_device(__func__, device);
+  mn_status st = mn__cuda_use_device(__func__, device);
   if (st != MN_OK) return st;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   (void)cudaGetLastError();

@@ -46,23 +46,6 @@ bool valid_itemsize(size_t itemsize) {
   return itemsize == 1 || itemsize == 2 || itemsize == 4 || itemsize == 8 || itemsize == 16;
 }
 
-// Makes `device` current (cudaSetDevice only when it is not already).
-mn_status use_device(const char *func, int device) {
-  int cur = -1;
-  cudaError_t err = cudaGetDevice(&cur);
-  if (err == cudaSuccess && cur == device) return MN_OK;
-  if (err != cudaSuccess) (void)cudaGetLastError();
-  err = cudaSetDevice(device);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    const bool none = err == cudaErrorInvalidDevice || err == cudaErrorNoDevice ||
-                      err == cudaErrorInsufficientDriver || err == cudaErrorStubLibrary;
-    return mn__error(none ? MN_ERR_NO_DEVICE : MN_ERR_DEVICE, func,
-                     "cudaSetDevice(%d) failed: %s (%s)", device, cudaGetErrorName(err),
-                     cudaGetErrorString(err));
-  }
-  return MN_OK;
-}
 
 unsigned fill_blocks(int device, size_t work) {
   int sms = 0;
@@ -80,6 +63,24 @@ unsigned fill_blocks(int device, size_t work) {
 
 }  // namespace
 
+// Makes `device` current (cudaSetDevice only when it is not already).
+extern "C" mn_status mn__cuda_use_device(const char *func, int device) {
+  int cur = -1;
+  cudaError_t err = cudaGetDevice(&cur);
+  if (err == cudaSuccess && cur == device) return MN_OK;
+  if (err != cudaSuccess) (void)cudaGetLastError();
+  err = cudaSetDevice(device);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    const bool none = err == cudaErrorInvalidDevice || err == cudaErrorNoDevice ||
+                      err == cudaErrorInsufficientDriver || err == cudaErrorStubLibrary;
+    return mn__error(none ? MN_ERR_NO_DEVICE : MN_ERR_DEVICE, func,
+                     "cudaSetDevice(%d) failed: %s (%s)", device, cudaGetErrorName(err),
+                     cudaGetErrorString(err));
+  }
+  return MN_OK;
+}
+
 extern "C" mn_status mn__cuda_fill(int device, void *stream, void *dst, size_t count,
                                    size_t itemsize, const void *pattern) {
   if (count == 0) return MN_OK;
@@ -96,7 +97,7 @@ extern "C" mn_status mn__cuda_fill(int device, void *stream, void *dst, size_t c
                      itemsize);
   }
   const size_t nbytes = count * itemsize;
-  mn_status st = use_device(__func__, device);
+  mn_status st = mn__cuda_use_device(__func__, device);
   if (st != MN_OK) return st;
 
   size_t head = (16u - (size_t)((uintptr_t)dst & 15u)) & 15u;
@@ -134,7 +135,7 @@ extern "C" mn_status mn__cuda_copy(int device, void *stream, void *dst, const vo
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "dst=%p src=%p: both must be non-NULL",
                      dst, src);
   }
-  mn_status st = use_device(__func__, device);
+  mn_status st = mn__cuda_use_device(__func__, device);
   if (st != MN_OK) return st;
   cudaError_t err = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice,
                                     static_cast<cudaStream_t>(stream));

@@ -18,6 +18,9 @@ extern "C" {
  * makes `device` current. Launch errors become MN_ERR_DEVICE with CUDA's text. */
 mn_status mn__cuda_fill(int device, void *stream, void *dst, size_t count, size_t itemsize,
                         const void *pattern);
+/* Makes `device` current (cudaSetDevice only when it is not already); a
+ * missing device or driver is MN_ERR_NO_DEVICE, other failures MN_ERR_DEVICE. */
+mn_status mn__cuda_use_device(const char *func, int device);
 /* pre: dst and src memory of CUDA device `device`, non-overlapping. */
 mn_status mn__cuda_copy(int device, void *stream, void *dst, const void *src, size_t nbytes);
 /* Runs a plan (kernels/plan.h) on CUDA memory of `device`: vectorized

@@ -34,6 +34,9 @@ void mn__strided_packed(void *buf, const mn__strided_t *shape, int64_t begin, mn
 /* Copies the elements [begin, end) (row-major order of the common shape) of
  * src into dst. pre: same ndim and sizes, 0 <= begin <= end <= numel, the
  * two do not overlap. itemsize is any positive size (1..16 are fast paths). */
+/* Copies `run` items of `item` bytes from s to d; steps in bytes (memcpy when
+ * both are dense; fixed-size moves for 1..16-byte items). */
+void mn__copy_row(char *d, int64_t dstep, const char *s, int64_t sstep, int64_t run, size_t item);
 void mn__cpu_strided_copy(const mn__strided_t *dst, const mn__strided_t *src, size_t itemsize, int64_t begin,
                           int64_t end);
 

@@ -64,13 +64,11 @@ static void coalesce(const mn__strided_t *dst, const mn__strided_t *src, coalesc
     for (int64_t i = 0; i < run; i++) memcpy(d + i * dstep, s + i * sstep, N); \
     return;
 
-/* Copies `run` elements of one row; steps in elements. */
-static void copy_row(char *d, int64_t dstride, const char *s, int64_t sstride, int64_t run, size_t item) {
-  if (dstride == 1 && sstride == 1) {
+void mn__copy_row(char *d, int64_t dstep, const char *s, int64_t sstep, int64_t run, size_t item) {
+  if (dstep == (int64_t)item && sstep == (int64_t)item) {
     memcpy(d, s, (size_t)run * item);
     return;
   }
-  int64_t dstep = dstride * (int64_t)item, sstep = sstride * (int64_t)item;
   switch (item) {
     MN__ROW_CASE(1)
     MN__ROW_CASE(2)
@@ -99,7 +97,7 @@ void mn__cpu_strided_copy(const mn__strided_t *dst, const mn__strided_t *src, si
   for (;;) {
     int64_t run = c.size[0] - idx[0];
     if (run > left) run = left;
-    copy_row(dst->data + od * item, c.sd[0], src->data + os * item, c.ss[0], run, itemsize);
+    mn__copy_row(dst->data + od * item, c.sd[0] * item, src->data + os * item, c.ss[0] * item, run, itemsize);
     left -= run;
     if (left == 0) return;
     /* The row is done: back to its start, then carry into the outer dims. */
