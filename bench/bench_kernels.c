@@ -7,7 +7,6 @@
 #include <string.h>
 #include <time.h>
 #if defined(__linux__)
-#include <sys/mman.h>
 #endif
 
 #include "bench/harness.h"
@@ -109,19 +108,6 @@ static mn_status bufs_make(const bcfg *cfg, bufs *b) {
   if (st == MN_OK) st = mn_view_create(b->ds, c->dt, c->ndim, c->sizes, NULL, 0, &b->dv);
   if (st == MN_OK)
     st = mn_view_create(b->ss, c->st, c->ndim, c->sizes, c->op == OP_CAST ? NULL : strides, 0, &b->sv);
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  /* MNEMO_BENCH_HUGEPAGES=1: ask for transparent huge pages on the CPU buffers,
-   * as numpy does for its large arrays (where THP is "madvise"). Off by default. */
-  const char *huge = getenv("MNEMO_BENCH_HUGEPAGES");
-  if (st == MN_OK && huge && *huge == '1' && cfg->dev.type == MN_DEVICE_CPU) {
-    mn_storage_t *sts[3] = {b->ds, b->ss, b->cs};
-    for (int k = 0; k < 3; k++) {
-      uintptr_t base = (uintptr_t)mn_storage_data(sts[k]), p = (base + 4095) & ~(uintptr_t)4095;
-      size_t len = mn_storage_nbytes(sts[k]) - (size_t)(p - base);
-      (void)madvise((void *)p, len & ~(size_t)4095, MADV_HUGEPAGE);
-    }
-  }
-#endif
   /* Random data (never time on zeros): uniform floats, cast to src's dtype. */
   mn_view_t *tmp = NULL;
   if (st == MN_OK) st = mn_view_empty(cfg->dev, F32, 1, &n, &tmp);

@@ -2,9 +2,9 @@
 # bench/cpu_vs_numpy.py: runs bench_kernels' CPU cases and the same operations
 # through numpy (Debian python3-numpy) in one run; prints one markdown table:
 # mnemo GB/s, numpy GB/s, ratio, mnemo % of the memcpy/memset ceiling.
-# Usage: /usr/bin/python3 bench/cpu_vs_numpy.py [BUILD_DIR] [--threads N] [--hugepages]
-# --hugepages: mnemo's CPU buffers get madvise(MADV_HUGEPAGE), as numpy's large
-# arrays do where transparent huge pages are "madvise" (MNEMO_BENCH_HUGEPAGES=1).
+# Usage: /usr/bin/python3 bench/cpu_vs_numpy.py [BUILD_DIR] [--threads N]
+# Both sides get transparent huge pages for large buffers (numpy advises its
+# large arrays; mnemo's CPU backend advises allocations of 4 MiB or more).
 import json
 import os
 import subprocess
@@ -77,13 +77,9 @@ def main():
     args = sys.argv[1:]
     build = "build/cpu"
     threads = None
-    huge = False
     i = 0
     while i < len(args):
-        if args[i] == "--hugepages":
-            huge = True
-            i += 1
-        elif args[i] == "--threads":
+        if args[i] == "--threads":
             threads = args[i + 1]
             i += 2
         else:
@@ -92,16 +88,14 @@ def main():
     env = dict(os.environ)
     if threads:
         env["MNEMO_KERNEL_THREADS"] = threads
-    if huge:
-        env["MNEMO_BENCH_HUGEPAGES"] = "1"
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "k.json")
         subprocess.run([os.path.join(build, "bench", "bench_kernels"), "--benchmark_filter=kernels/cpu/",
                         "--benchmark_min_time=0.2", f"--benchmark_out={out}", "--benchmark_out_format=json"],
                        check=True, env=env, stdout=subprocess.DEVNULL)
         data = json.load(open(out))
-    print(f"numpy {np.__version__}, mnemo threads: {threads or 'default (all CPUs)'}, "
-          f"mnemo huge pages: {'madvise' if huge else 'no'}; numpy is single-threaded")
+    print(f"numpy {np.__version__}, mnemo threads: {threads or 'default (all CPUs)'}; "
+          f"numpy is single-threaded")
     print()
     print("| case | mnemo GB/s | numpy GB/s | mnemo / numpy | mnemo % of ceiling | ceiling GB/s |")
     print("|---|---|---|---|---|---|")
