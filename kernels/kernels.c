@@ -226,6 +226,18 @@ mn_status mn_kernel_copy_view(mn_stream_t *stream, const mn_view_t *dst, const m
   mn__strided_of_view(src, &ss);
   mn_dtype dt = mn_view_dtype(dst), stt = mn_view_dtype(src);
   if (dt == stt && sd.data == ss.data && memcmp(sd.strides, ss.strides, sizeof sd.strides) == 0) return MN_OK;
+  /* ATen's assert_no_partial_overlap: two dense operands whose byte ranges
+   * meet without being the same elements would read what the copy wrote. */
+  if (mn_view_is_non_overlapping_and_dense(dst) && mn_view_is_non_overlapping_and_dense(src)) {
+    /* dense with strides >= 0: element 0 is the lowest address, numel items follow */
+    uintptr_t d0 = (uintptr_t)sd.data, s0 = (uintptr_t)ss.data;
+    uintptr_t d1 = d0 + (uintptr_t)mn_view_numel(dst) * mn_dtype_itemsize(dt);
+    uintptr_t s1 = s0 + (uintptr_t)mn_view_numel(src) * mn_dtype_itemsize(stt);
+    if (d0 < s1 && s0 < d1 && !(d0 == s0 && d1 == s1)) /* the same range (an in-place cast) is allowed */
+      return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                       "unsupported operation: some elements of the input tensor and the written-to tensor refer to "
+                       "a single memory location. Please clone() the tensor before performing the operation.");
+  }
   kernel_job job;
   memset(&job, 0, sizeof job);
   job.op = JOB_PLAN;

@@ -350,6 +350,36 @@ MN_TEST(bad_input_is_refused) {
   kc_free(&c);
 }
 
+/* ATen's partial-overlap rule: dense operands whose bytes meet are refused
+ * unless they cover the same range (an in-place cast, done element by element). */
+MN_TEST(partial_overlap_refused_full_overlap_casts_in_place) {
+  mn_storage_t *st = NULL;
+  MN_CHECK_OK(mn_storage_create(kc_dev, 24 * 4, NULL, kc_stream, &st));
+  const int64_t sizes[2] = {4, 5};
+  mn_view_t *lo = NULL, *hi = NULL, *as_int = NULL, *as_float = NULL;
+  MN_CHECK_OK(mn_view_create(st, MN_DTYPE_FLOAT32, 2, sizes, NULL, 0, &lo));
+  MN_CHECK_OK(mn_view_create(st, MN_DTYPE_FLOAT32, 2, sizes, NULL, 4, &hi));
+  MN_CHECK_ERR(mn_kernel_copy_view(kc_stream, lo, hi), MN_ERR_INVALID_ARGUMENT, "single memory location");
+  MN_CHECK_ERR(mn_kernel_copy_view(kc_stream, hi, lo), MN_ERR_INVALID_ARGUMENT, "single memory location");
+  int32_t ints[20], back_bits[20];
+  for (int i = 0; i < 20; i++) ints[i] = i * 7 - 50;
+  MN_CHECK_OK(mn_copy_bytes(kc_dev, mn_storage_data(st), mn_device_cpu(), ints, sizeof ints, kc_stream, 0));
+  MN_CHECK_OK(mn_view_create(st, MN_DTYPE_INT32, 2, sizes, NULL, 0, &as_int));
+  MN_CHECK_OK(mn_view_create(st, MN_DTYPE_FLOAT32, 2, sizes, NULL, 0, &as_float));
+  MN_CHECK_OK(mn_kernel_copy_view(kc_stream, as_float, as_int));
+  MN_CHECK_OK(mn_copy_bytes(mn_device_cpu(), back_bits, kc_dev, mn_storage_data(st), sizeof back_bits, kc_stream, 0));
+  for (int i = 0; i < 20; i++) {
+    float f;
+    memcpy(&f, &back_bits[i], 4);
+    MN_CHECK(f == (float)(i * 7 - 50));
+  }
+  mn_view_destroy(lo);
+  mn_view_destroy(hi);
+  mn_view_destroy(as_int);
+  mn_view_destroy(as_float);
+  mn_storage_release(st);
+}
+
 /* ---- random fill ------------------------------------------------------------ */
 
 MN_TEST(philox_known_answers) {
@@ -487,6 +517,7 @@ static void kc_run_all(void) {
   MN_RUN(fills_every_dtype_and_layout);
   MN_RUN(large_fills);
   MN_RUN(bad_input_is_refused);
+  MN_RUN(partial_overlap_refused_full_overlap_casts_in_place);
   MN_RUN(copy_view_uses_the_kernels);
   MN_RUN(philox_known_answers);
   MN_RUN(random_fill_reproducible_any_layout);

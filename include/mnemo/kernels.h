@@ -26,7 +26,11 @@ mn_status mn_kernel_copy(mn_stream_t *stream, void *dst, const void *src, size_t
  * both views live on), converting src's dtype to dst's with the cast rules of
  * mn_scalar_to_bytes (mnemo/dtype.h). Same ndim and sizes; src may have
  * stride 0 on any dim (a broadcast source); dst may not (refused). dst and src
- * must not partially overlap; identical same-dtype views are a no-op. */
+ * must not partially overlap: where both are non-overlapping and dense this is
+ * checked (ATen's rule: bytes that meet without covering the same range are
+ * refused; the same range, e.g. an in-place cast, runs element by element);
+ * otherwise it is the caller's duty (mn_view_copy stages through a temporary).
+ * Identical same-dtype views are a no-op. */
 mn_status mn_kernel_copy_view(mn_stream_t *stream, const mn_view_t *dst, const mn_view_t *src);
 /* Writes `value` (cast to dst's dtype) into every element of dst, any layout
  * (a dst with stride 0 on a dim of size > 1 is refused), on `stream`. */
