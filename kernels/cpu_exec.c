@@ -37,33 +37,6 @@
     }                                                                                              \
   }
 
-#define MN__SZ_BOOL 1
-#define MN__SZ_UINT8 1
-#define MN__SZ_INT8 1
-#define MN__SZ_INT16 2
-#define MN__SZ_INT32 4
-#define MN__SZ_INT64 8
-#define MN__SZ_FLOAT16 2
-#define MN__SZ_BFLOAT16 2
-#define MN__SZ_FLOAT32 4
-#define MN__SZ_FLOAT64 8
-#define MN__SZ_COMPLEX64 8
-#define MN__SZ_COMPLEX128 16
-#define MN__SZ_FLOAT8_E4M3FN 1
-#define MN__SZ_FLOAT8_E5M2 1
-#define MN__SZ_UINT16 2
-#define MN__SZ_UINT32 4
-#define MN__SZ_UINT64 8
-
-/* Two copies of the dtype list (a macro cannot expand inside itself). */
-#define MN__DT_A(X)                                                                             \
-  X(BOOL) X(UINT8) X(INT8) X(INT16) X(INT32) X(INT64) X(FLOAT16) X(BFLOAT16) X(FLOAT32) X(FLOAT64) \
-  X(COMPLEX64) X(COMPLEX128) X(FLOAT8_E4M3FN) X(FLOAT8_E5M2) X(UINT16) X(UINT32) X(UINT64)
-#define MN__DT_B(X, D)                                                                           \
-  X(D, BOOL) X(D, UINT8) X(D, INT8) X(D, INT16) X(D, INT32) X(D, INT64) X(D, FLOAT16) X(D, BFLOAT16) \
-  X(D, FLOAT32) X(D, FLOAT64) X(D, COMPLEX64) X(D, COMPLEX128) X(D, FLOAT8_E4M3FN) X(D, FLOAT8_E5M2) \
-  X(D, UINT16) X(D, UINT32) X(D, UINT64)
-
 #define MN__CV_ROW(D) MN__DT_B(MN__CV_DEF, D)
 MN__DT_A(MN__CV_ROW)
 

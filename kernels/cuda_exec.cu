@@ -281,39 +281,15 @@ bool launch_transpose(const mn__plan_t *p, cudaStream_t s, int device) {
 }
 
 // The contiguous-cast kernel of every pair, chosen by a switch over both dtypes.
-#define MN__CU_SZ_BOOL 1
-#define MN__CU_SZ_UINT8 1
-#define MN__CU_SZ_INT8 1
-#define MN__CU_SZ_INT16 2
-#define MN__CU_SZ_INT32 4
-#define MN__CU_SZ_INT64 8
-#define MN__CU_SZ_FLOAT16 2
-#define MN__CU_SZ_BFLOAT16 2
-#define MN__CU_SZ_FLOAT32 4
-#define MN__CU_SZ_FLOAT64 8
-#define MN__CU_SZ_COMPLEX64 8
-#define MN__CU_SZ_COMPLEX128 16
-#define MN__CU_SZ_FLOAT8_E4M3FN 1
-#define MN__CU_SZ_FLOAT8_E5M2 1
-#define MN__CU_SZ_UINT16 2
-#define MN__CU_SZ_UINT32 4
-#define MN__CU_SZ_UINT64 8
-#define MN__CU_DT_A(X)                                                                                  \
-  X(BOOL) X(UINT8) X(INT8) X(INT16) X(INT32) X(INT64) X(FLOAT16) X(BFLOAT16) X(FLOAT32) X(FLOAT64)        \
-  X(COMPLEX64) X(COMPLEX128) X(FLOAT8_E4M3FN) X(FLOAT8_E5M2) X(UINT16) X(UINT32) X(UINT64)
-#define MN__CU_DT_B(X, D)                                                                               \
-  X(D, BOOL) X(D, UINT8) X(D, INT8) X(D, INT16) X(D, INT32) X(D, INT64) X(D, FLOAT16) X(D, BFLOAT16)      \
-  X(D, FLOAT32) X(D, FLOAT64) X(D, COMPLEX64) X(D, COMPLEX128) X(D, FLOAT8_E4M3FN) X(D, FLOAT8_E5M2)     \
-  X(D, UINT16) X(D, UINT32) X(D, UINT64)
 #define MN__CU_CASE_S(D, S)                                                                             \
   case MN_DTYPE_##S:                                                                                    \
-    cast_contig_kernel<MN_DTYPE_##D, MN_DTYPE_##S, MN__CU_SZ_##D, MN__CU_SZ_##S>                        \
+    cast_contig_kernel<MN_DTYPE_##D, MN_DTYPE_##S, MN__SZ_##D, MN__SZ_##S>                        \
         <<<grid, kThreads, 0, s>>>(p->dst, p->src, (int64_t)p->numel, vector);                          \
     return true;
 #define MN__CU_CASE_D(D)                                                                                \
   case MN_DTYPE_##D:                                                                                    \
     switch (p->src_dtype) {                                                                             \
-      MN__CU_DT_B(MN__CU_CASE_S, D)                                                                     \
+      MN__DT_B(MN__CU_CASE_S, D)                                                                     \
       default: return false;                                                                            \
     }
 
@@ -321,7 +297,7 @@ bool launch_cast_contig(const mn__plan_t *p, cudaStream_t s, unsigned grid) {
   size_t wide = p->dst_item > p->src_item ? p->dst_item : p->src_item;
   const bool vector = (size_t)p->vec >= 16 / wide; // aligned for full 16-byte accesses
   switch (p->dst_dtype) {
-    MN__CU_DT_A(MN__CU_CASE_D)
+    MN__DT_A(MN__CU_CASE_D)
     default: return false;
   }
 }
