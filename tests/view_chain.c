@@ -424,7 +424,7 @@ static void print_scalar(sbuf *b, mn_dtype dt, const void *p) {
 static mn_status print_view(sbuf *b, chain_t *c) {
   const mn_view_t *v = c->cur;
   mn_view_t *h = NULL;
-  if (mn_view_numel(v) > MAX_ELEMS) return MN_ERR_NOT_SUPPORTED;
+  if (too_big(c, v)) return c->st; /* a view op may reach it without a copy */
   mn_dtype dt = mn_view_dtype(v);
   int nd = mn_view_ndim(v);
   mn_status st = mn_view_to(v, mn_device_cpu(), dt, false, NULL, &h);
@@ -490,7 +490,7 @@ mn_status mn_chain_run(const char *line, mn_device_t dev, char **json) {
     mn_status st = print_view(&out, &c);
     if (st != MN_OK) {
       out.len = 0;
-      ok = lib_fail(&c, st);
+      ok = c.err[0] ? false : lib_fail(&c, st); /* keep the driver's own refusal */
     }
   }
   if (!ok) {
