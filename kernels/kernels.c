@@ -14,75 +14,6 @@
 #include "profiling/nvtx.h"
 #include "runtime/error.h"
 
-/* Fills count items of itemsize bytes by doubling copies of the first item. */
-static void cpu_fill(void *dst, size_t count, size_t itemsize, const void *pattern) {
-  if (count == 0) return;
-  if (itemsize == 1) {
-    memset(dst, *(const unsigned char *)pattern, count);
-    return;
-  }
-  unsigned char *d = dst;
-  size_t total = count * itemsize, done = itemsize;
-  memcpy(d, pattern, itemsize);
-  while (done < total) {
-    size_t n = done < total - done ? done : total - done;
-    memcpy(d + done, d, n);
-    done += n;
-  }
-}
-
-typedef struct fill_job {
-  void *dst;
-  size_t count, itemsize;
-  unsigned char pattern[16];
-} fill_job;
-
-static void fill_job_run(void *arg) {
-  fill_job *j = arg;
-  cpu_fill(j->dst, j->count, j->itemsize, j->pattern);
-  free(j);
-}
-
-mn_status mn_kernel_fill(mn_stream_t *stream, void *dst, size_t count, size_t itemsize, const void *pattern) {
-  MN__CHECK_ARG(stream != NULL && pattern != NULL, "stream and pattern must not be NULL");
-  MN__CHECK_ARG(itemsize == 1 || itemsize == 2 || itemsize == 4 || itemsize == 8 || itemsize == 16,
-                "itemsize=%zu is not 1, 2, 4, 8 or 16", itemsize);
-  if (count == 0) return MN_OK;
-  MN__CHECK_ARG(dst != NULL, "dst must not be NULL (count=%zu)", count);
-  MN__CHECK_ARG(count <= SIZE_MAX / itemsize, "count=%zu x itemsize=%zu overflows", count, itemsize);
-  mn_device_t dev = mn_stream_device(stream);
-  mn_status st = MN_OK;
-  mn__nvtx_push("mnemo.fill", (uint64_t)(count * itemsize));
-  switch (dev.type) {
-    case MN_DEVICE_CPU:
-      cpu_fill(dst, count, itemsize, pattern);
-      break;
-    case MN_DEVICE_SIM: {
-      fill_job *j = malloc(sizeof *j);
-      if (!j) {
-        st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
-        break;
-      }
-      *j = (fill_job){.dst = dst, .count = count, .itemsize = itemsize};
-      memcpy(j->pattern, pattern, itemsize);
-      st = mn_stream_launch_host(stream, fill_job_run, j);
-      if (st != MN_OK) free(j);
-      break;
-    }
-    case MN_DEVICE_CUDA:
-#ifdef MNEMO_HAVE_CUDA
-      st = mn__cuda_fill(dev.index, mn_stream_native(stream), dst, count, itemsize, pattern);
-#else
-      st = mn__error(MN_ERR_NOT_SUPPORTED, __func__, "built without CUDA");
-#endif
-      break;
-    default:
-      st = mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "invalid device type");
-  }
-  mn__nvtx_pop();
-  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
-}
-
 mn_status mn_kernel_copy(mn_stream_t *stream, void *dst, const void *src, size_t nbytes) {
   MN__CHECK_ARG(stream != NULL, "stream must not be NULL");
   if (nbytes == 0) return MN_OK;
@@ -210,6 +141,21 @@ static mn_status check_operand(mn_stream_t *stream, const mn_view_t *v, bool wri
   return MN_OK;
 }
 
+/* Plans the operation over dst's geometry (src NULL: a fill of `pattern`,
+ * dst_dtype's item size of it) and submits it inside its NVTX range. */
+static mn_status run_plan(mn_stream_t *stream, const mn__strided_t *dst, mn_dtype dst_dtype, const mn__strided_t *src,
+                          mn_dtype src_dtype, const void *pattern, const char *range, const char *func) {
+  kernel_job job;
+  memset(&job, 0, sizeof job);
+  job.op = JOB_PLAN;
+  if (pattern) memcpy(job.pattern, pattern, mn_dtype_itemsize(dst_dtype));
+  mn__plan_make(&job.plan, dst, dst_dtype, src, src_dtype);
+  mn__nvtx_push(range, (uint64_t)job.plan.numel * job.plan.dst_item);
+  mn_status st = kernel_job_submit(stream, &job, func);
+  mn__nvtx_pop();
+  return st;
+}
+
 mn_status mn_kernel_copy_view(mn_stream_t *stream, const mn_view_t *dst, const mn_view_t *src) {
   MN__CHECK_ARG(stream != NULL && dst != NULL && src != NULL, "stream, dst and src must not be NULL");
   mn_status st = check_operand(stream, dst, true, "dst", __func__);
@@ -238,35 +184,47 @@ mn_status mn_kernel_copy_view(mn_stream_t *stream, const mn_view_t *dst, const m
                        "unsupported operation: some elements of the input tensor and the written-to tensor refer to "
                        "a single memory location. Please clone() the tensor before performing the operation.");
   }
-  kernel_job job;
-  memset(&job, 0, sizeof job);
-  job.op = JOB_PLAN;
-  mn__plan_make(&job.plan, &sd, dt, &ss, stt);
-  mn__nvtx_push(dt == stt ? "mnemo.copy" : "mnemo.cast", (uint64_t)mn_view_numel(dst) * mn_dtype_itemsize(dt));
   /* contiguous same-dtype plans: split memcpy on the CPU pool, cudaMemcpyAsync on CUDA */
-  st = kernel_job_submit(stream, &job, __func__);
-  mn__nvtx_pop();
-  return st;
+  return run_plan(stream, &sd, dt, &ss, stt, NULL, dt == stt ? "mnemo.copy" : "mnemo.cast", __func__);
 }
 
 mn_status mn_kernel_fill_view(mn_stream_t *stream, const mn_view_t *dst, mn_scalar_t value) {
   MN__CHECK_ARG(stream != NULL && dst != NULL, "stream and dst must not be NULL");
   mn_status st = check_operand(stream, dst, true, "dst", __func__);
   if (st != MN_OK) return st;
-  kernel_job job;
-  memset(&job, 0, sizeof job);
-  job.op = JOB_PLAN;
-  st = mn_scalar_to_bytes(value, mn_view_dtype(dst), job.pattern);
+  unsigned char pattern[16];
+  st = mn_scalar_to_bytes(value, mn_view_dtype(dst), pattern);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   if (mn_view_numel(dst) == 0) return MN_OK;
   mn__strided_t sd;
   mn__strided_of_view(dst, &sd);
-  mn__plan_make(&job.plan, &sd, mn_view_dtype(dst), NULL, mn_view_dtype(dst));
   /* contiguous fills: split over the CPU pool; the 16-byte pattern kernel on CUDA */
-  mn__nvtx_push("mnemo.fill", (uint64_t)mn_view_numel(dst) * job.plan.dst_item);
-  st = kernel_job_submit(stream, &job, __func__);
-  mn__nvtx_pop();
-  return st;
+  return run_plan(stream, &sd, mn_view_dtype(dst), NULL, mn_view_dtype(dst), pattern, "mnemo.fill", __func__);
+}
+
+/* A dtype of each fill item size: only its size matters to a fill plan. */
+static mn_dtype dtype_of_itemsize(size_t itemsize) {
+  switch (itemsize) {
+    case 1: return MN_DTYPE_UINT8;
+    case 2: return MN_DTYPE_UINT16;
+    case 4: return MN_DTYPE_UINT32;
+    case 8: return MN_DTYPE_UINT64;
+    default: return MN_DTYPE_COMPLEX128;
+  }
+}
+
+mn_status mn_kernel_fill(mn_stream_t *stream, void *dst, size_t count, size_t itemsize, const void *pattern) {
+  MN__CHECK_ARG(stream != NULL && pattern != NULL, "stream and pattern must not be NULL");
+  MN__CHECK_ARG(itemsize == 1 || itemsize == 2 || itemsize == 4 || itemsize == 8 || itemsize == 16,
+                "itemsize=%zu is not 1, 2, 4, 8 or 16", itemsize);
+  if (count == 0) return MN_OK;
+  MN__CHECK_ARG(dst != NULL, "dst must not be NULL (count=%zu)", count);
+  MN__CHECK_ARG(count <= SIZE_MAX / itemsize, "count=%zu x itemsize=%zu overflows", count, itemsize);
+  MN__CHECK_ARG(count <= (size_t)INT64_MAX, "count=%zu is too large", count);
+  mn__strided_t sd = {.data = dst, .ndim = 1, .sizes = {(int64_t)count}, .strides = {1}};
+  mn_status st = run_plan(stream, &sd, dtype_of_itemsize(itemsize), NULL, dtype_of_itemsize(itemsize), pattern,
+                          "mnemo.fill", __func__);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
 mn_status mn_kernel_cast(mn_stream_t *stream, void *dst, mn_dtype dst_dtype, const void *src, mn_dtype src_dtype,
@@ -285,14 +243,7 @@ mn_status mn_kernel_cast(mn_stream_t *stream, void *dst, mn_dtype dst_dtype, con
   if (dst_dtype == src_dtype) return dst == src ? MN_OK : mn_kernel_copy(stream, dst, src, count * di);
   mn__strided_t sd = {.data = dst, .ndim = 1, .sizes = {(int64_t)count}, .strides = {1}};
   mn__strided_t ss = {.data = (char *)src, .ndim = 1, .sizes = {(int64_t)count}, .strides = {1}};
-  kernel_job job;
-  memset(&job, 0, sizeof job);
-  job.op = JOB_PLAN;
-  mn__plan_make(&job.plan, &sd, dst_dtype, &ss, src_dtype);
-  mn__nvtx_push("mnemo.cast", (uint64_t)(count * di));
-  mn_status st = kernel_job_submit(stream, &job, __func__);
-  mn__nvtx_pop();
-  return st;
+  return run_plan(stream, &sd, dst_dtype, &ss, src_dtype, NULL, "mnemo.cast", __func__);
 }
 
 uint64_t mn_kernel_random_blocks(mn_dtype dtype, int64_t numel, bool normal) {
