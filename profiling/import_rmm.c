@@ -306,11 +306,5 @@ fail:
 
 mn_status mn_trace_import_rmm_csv_file(const char *path, mn_trace_t **out) {
   MN__CHECK_ARG(path != NULL && out != NULL, "path and out must not be NULL");
-  char *buf = NULL;
-  size_t len = 0;
-  mn_status st = mn__read_whole_file(__func__, path, &buf, &len);
-  if (st != MN_OK) return st;
-  st = mn_trace_import_rmm_csv(buf, len, path, out);
-  free(buf);
-  return st;
+  return mn__trace_parse_file(__func__, path, mn_trace_import_rmm_csv, out);
 }

@@ -124,3 +124,13 @@ mn_status mn__read_whole_file(const char *func, const char *path, char **buf, si
   *len = n;
   return MN_OK;
 }
+
+mn_status mn__trace_parse_file(const char *func, const char *path, mn__trace_text_fn parse, mn_trace_t **out) {
+  char *buf = NULL;
+  size_t len = 0;
+  mn_status st = mn__read_whole_file(func, path, &buf, &len);
+  if (st != MN_OK) return st;
+  st = parse(buf, len, path, out);
+  free(buf);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, func);
+}

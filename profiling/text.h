@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "mnemo/status.h"
+#include "mnemo/trace.h"
 #include "runtime/error.h"
 
 /* Walks text[0..len) line by line; `line` counts the lines handed out (1-based
@@ -44,6 +45,12 @@ int mn__addr_ref_cmp(const void *a, const void *b);
  * frees it), *len bytes. MN_ERR_IO (cannot open or read) or MN_ERR_OUT_OF_MEMORY,
  * the message prefixed with func. */
 mn_status mn__read_whole_file(const char *func, const char *path, char **buf, size_t *len);
+
+/* A reader of one text format into a trace (mn_trace_parse, mn_trace_import_rmm_csv). */
+typedef mn_status (*mn__trace_text_fn)(const char *text, size_t len, const char *name, mn_trace_t **out);
+/* Reads the file at path whole and hands it to `parse` (path names the lines in
+ * its errors); a failure's message is prefixed with func. */
+mn_status mn__trace_parse_file(const char *func, const char *path, mn__trace_text_fn parse, mn_trace_t **out);
 
 /* MN_ERR_FORMAT with the message "<func>: <name>:<line>: <formatted>". */
 mn_status mn__text_error(const char *func, const char *name, uint64_t line, const char *fmt, ...) MN__PRINTF(4, 5);
