@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "kernels/philox.h"
-#include "kernels/reference.h"
+#include "kernels_reference.h"
 #include "mn_test.h"
 #include "mnemo/mnemo.h"
 

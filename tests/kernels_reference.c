@@ -1,8 +1,8 @@
-/* kernels/reference.c: the scalar reference kernels (kernels/reference.h),
+/* tests/kernels_reference.c: the scalar reference kernels (kernels_reference.h),
  * one multi-index walk and one scalar conversion per element. Thread-safe. */
 #include <string.h>
 
-#include "kernels/reference.h"
+#include "kernels_reference.h"
 
 void mn__ref_cast_element(void *dst, mn_dtype dst_dtype, const void *src, mn_dtype src_dtype) {
   mn_scalar_t v;

@@ -1,7 +1,7 @@
-/* kernels/reference.h: the scalar reference kernels: element-by-element copy
- * with dtype cast and fill over any strided geometry. Slow, obviously correct. */
-#ifndef MNEMO_KERNELS_REFERENCE_H
-#define MNEMO_KERNELS_REFERENCE_H
+/* tests/kernels_reference.h: the tests' oracle for the kernels: element-by-element
+ * copy with dtype cast and fill over any strided geometry. Slow, obviously correct. */
+#ifndef MNEMO_TESTS_KERNELS_REFERENCE_H
+#define MNEMO_TESTS_KERNELS_REFERENCE_H
 
 #include <stdint.h>
 
@@ -25,4 +25,4 @@ void mn__ref_fill(const mn__strided_t *dst, size_t itemsize, const void *pattern
 #ifdef __cplusplus
 }
 #endif
-#endif /* MNEMO_KERNELS_REFERENCE_H */
+#endif /* MNEMO_TESTS_KERNELS_REFERENCE_H */
