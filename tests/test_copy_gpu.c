@@ -248,5 +248,6 @@ int main(void) {
   MN_RUN(pinned_pool_on_cuda);
   MN_RUN(peer_copies_when_two_gpus);
   MN_RUN(nothing_left_behind);
+  mn_test_release_cuda_caches();
   return mn_test_finish();
 }

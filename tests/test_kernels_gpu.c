@@ -9,5 +9,6 @@ int main(void) {
   kc_run_all();
   MN_CHECK_OK(mn_stream_synchronize(kc_stream));
   MN_CHECK_OK(mn_stream_destroy(kc_stream));
+  mn_test_release_cuda_caches();
   return mn_test_finish();
 }

@@ -177,5 +177,6 @@ int main(int argc, char **argv) {
   MN_RUN(operations_on_cuda);
   MN_RUN(save_load_through_the_gpu);
   MN_RUN(ipc_into_another_process);
+  mn_test_release_cuda_caches();
   return mn_test_finish();
 }
