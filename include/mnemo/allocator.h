@@ -174,7 +174,9 @@ const char *mn_allocator_name(const mn_allocator_t *a);
 mn_device_t mn_allocator_device(const mn_allocator_t *a);
 
 /* The naive allocator: every alloc is a raw backend allocation, every free a
- * raw free; nothing is cached and streams are ignored. */
+ * raw free; nothing is cached and streams are ignored. It knows its live
+ * pointers: freeing any other (twice, interior, foreign) is
+ * MN_ERR_INVALID_ARGUMENT and never reaches the backend. */
 mn_status mn_naive_allocator_create(mn_device_t dev, mn_allocator_t **out);
 
 /* The allocator storages use on a device when none is given. Made on first
