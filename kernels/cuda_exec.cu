@@ -177,16 +177,66 @@ __global__ void __launch_bounds__(kTile *kTileRows) transpose_kernel(TrParams p)
   }
 }
 
-// Random fill: element e (row-major) at its strided offset.
-template <int DT, typename I>
+// Random fill: one thread per Philox block (4 elements; 2 for uniform float64),
+// so each block and its Box-Muller pairs are computed once. VEC: dst is dense
+// (one dim, unit stride) and aligned to a whole block's bytes, written with one
+// or two 16-byte (8 for 2-byte items) stores; else ALIGNED: typed stores at the
+// strided offsets; else byte copies (a storage from a foreign buffer may be
+// misaligned for the item).
+template <int N> struct Word;
+template <> struct Word<2> { typedef unsigned short T; };
+template <> struct Word<4> { typedef unsigned int T; };
+template <> struct Word<8> { typedef unsigned long long T; };
+
+enum RandStore { RAND_BYTES = 0, RAND_ALIGNED = 1, RAND_VEC = 2 };
+
+template <int DT, int STORE, typename I>
 __global__ void random_kernel(char *__restrict__ dst, I n, OffCalc c, mn__rand_params_t rp) {
-  for (I e = (I)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (I)gridDim.x * blockDim.x) {
-    I od, os;
-    offsets<I>(c, e, &od, &os);
-    mn__rand_elem(&rp, DT, (uint64_t)e, dst + od);
+  constexpr int N = DT == MN_DTYPE_FLOAT64 ? 8 : DT == MN_DTYPE_FLOAT32 ? 4 : 2;
+  typedef typename Word<N>::T W;
+  const unsigned per = mn__rand_per_block(&rp, DT);
+  const I nblocks = (I)((n + (I)per - 1) / (I)per);
+  for (I b = (I)blockIdx.x * blockDim.x + threadIdx.x; b < nblocks; b += (I)gridDim.x * blockDim.x) {
+    const mn__philox_out_t o = mn__philox_block(rp.seed, rp.offset + (uint64_t)b);
+    float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (rp.normal) mn__normal4(o, z);
+    const I e0 = b * (I)per;
+    if (STORE == RAND_VEC && e0 + (I)per <= n) {
+      W w[4];
+#pragma unroll
+      for (unsigned l = 0; l < 4; l++) w[l] = l < per ? (W)mn__rand_lane_bits(&rp, DT, o, z, l) : (W)0;
+      char *q = dst + (size_t)e0 * N;
+      if (N * 4 == 8 && per == 4) {  // 2-byte items: one 8-byte store
+        uint2 v;
+        v.x = (unsigned)w[0] | ((unsigned)w[1] << 16);
+        v.y = (unsigned)w[2] | ((unsigned)w[3] << 16);
+        *reinterpret_cast<uint2 *>(q) = v;
+      } else if (N == 4) {  // 4 floats: one 16-byte store
+        *reinterpret_cast<uint4 *>(q) = make_uint4((unsigned)w[0], (unsigned)w[1], (unsigned)w[2], (unsigned)w[3]);
+      } else {  // doubles, 2 per 16-byte store
+        const unsigned long long w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
+        reinterpret_cast<uint4 *>(q)[0] =
+            make_uint4((unsigned)w0, (unsigned)(w0 >> 32), (unsigned)w1, (unsigned)(w1 >> 32));
+        if (per == 4)
+          reinterpret_cast<uint4 *>(q)[1] =
+              make_uint4((unsigned)w2, (unsigned)(w2 >> 32), (unsigned)w3, (unsigned)(w3 >> 32));
+      }
+      continue;
+    }
+#pragma unroll
+    for (unsigned l = 0; l < 4; l++) {
+      const I e = e0 + (I)l;
+      if (l >= per || e >= n) break;
+      I od, os;
+      offsets<I>(c, e, &od, &os);
+      const W v = (W)mn__rand_lane_bits(&rp, DT, o, z, l);
+      if (STORE == RAND_BYTES)
+        memcpy(dst + od, &v, N);
+      else
+        *reinterpret_cast<W *>(dst + od) = v;
+    }
   }
 }
-
 
 unsigned grid_for(int device, int64_t work) {
   int sms = 0;
@@ -302,6 +352,14 @@ bool launch_cast_contig(const mn__plan_t *p, cudaStream_t s, unsigned grid) {
   }
 }
 
+// Whether the tiled transpose beats the generic kernel: a side shorter than a
+// tile leaves most of each tile's threads idle (NCHW->NHWC with C=3 uses 3 of 32
+// rows). Measured on an H100 (bench/results/gpu-h100-2026-11-23.md, NCHW->NHWC
+// of 224x224 images, float32 / bfloat16): generic over tiled 11x / 11x at C=2,
+// 2.8x / 3.0x at C=8, 1.45x / 1.6x at C=16, 1.07x / 1.16x at C=24; tiled over
+// generic 1.19x / 1.34x at C=32. So tiles need both sides of at least a tile.
+bool transpose_tiles_pay(const mn__plan_t *p) { return p->sizes[0] >= kTile && p->sizes[p->tdim] >= kTile; }
+
 }  // namespace
 
 extern "C" mn_status mn__cuda_exec(int device, void *stream, const mn__plan_t *p, const void *pattern) {
@@ -321,7 +379,7 @@ extern "C" mn_status mn__cuda_exec(int device, void *stream, const mn__plan_t *p
   if (p->kind == MN__PLAN_CONTIG) {
     what = "contiguous cast";
     ok = launch_cast_contig(p, s, grid);
-  } else if (p->kind == MN__PLAN_TRANSPOSE) {
+  } else if (p->kind == MN__PLAN_TRANSPOSE && transpose_tiles_pay(p)) {
     what = cast ? "transpose with cast" : "transpose";
     ok = cast ? launch_transpose<true>(p, s, device) : launch_transpose<false>(p, s, device);
   } else {
@@ -364,13 +422,27 @@ extern "C" mn_status mn__cuda_random(int device, void *stream, const mn__strided
   if (st != MN_OK) return st;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   (void)cudaGetLastError();
-  const unsigned grid = grid_for(device, n);
-  const bool wide = n > INT32_MAX || maxoff + item > INT32_MAX;
-#define MN__CU_RAND(DT)                                                                            \
-  if (wide)                                                                                        \
-    random_kernel<DT, int64_t><<<grid, kThreads, 0, s>>>(dst->data, (int64_t)n, c, *params);       \
-  else                                                                                             \
-    random_kernel<DT, uint32_t><<<grid, kThreads, 0, s>>>(dst->data, (uint32_t)n, c, *params);
+  const int64_t per = dtype == MN_DTYPE_FLOAT64 && !params->normal ? 2 : 4;
+  const unsigned grid = grid_for(device, (n + per - 1) / per);
+  const bool wide = n + per > INT32_MAX || maxoff + item > INT32_MAX;
+  const uintptr_t base = (uintptr_t)dst->data;
+  const bool dense = c.ndim == 0 || (c.ndim == 1 && c.ds[0] == item);
+  const int store = base % (uintptr_t)item != 0                               ? RAND_BYTES
+                    : dense && base % (uintptr_t)(per * item < 16 ? per * item : 16) == 0 ? RAND_VEC
+                                                                              : RAND_ALIGNED;
+#define MN__CU_RAND_S(DT, ST)                                                                            \
+  if (wide)                                                                                              \
+    random_kernel<DT, ST, int64_t><<<grid, kThreads, 0, s>>>(dst->data, (int64_t)n, c, *params);         \
+  else                                                                                                   \
+    random_kernel<DT, ST, uint32_t><<<grid, kThreads, 0, s>>>(dst->data, (uint32_t)n, c, *params);
+#define MN__CU_RAND(DT)                                                                                  \
+  if (store == RAND_VEC) {                                                                               \
+    MN__CU_RAND_S(DT, RAND_VEC)                                                                          \
+  } else if (store == RAND_ALIGNED) {                                                                    \
+    MN__CU_RAND_S(DT, RAND_ALIGNED)                                                                      \
+  } else {                                                                                               \
+    MN__CU_RAND_S(DT, RAND_BYTES)                                                                        \
+  }
   switch (dtype) {
     case MN_DTYPE_FLOAT16: MN__CU_RAND(MN_DTYPE_FLOAT16) break;
     case MN_DTYPE_BFLOAT16: MN__CU_RAND(MN_DTYPE_BFLOAT16) break;
@@ -380,5 +452,6 @@ extern "C" mn_status mn__cuda_random(int device, void *stream, const mn__strided
       return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "random fill of %s", mn_dtype_name((mn_dtype)dtype));
   }
 #undef MN__CU_RAND
+#undef MN__CU_RAND_S
   return launched(__func__, "random fill", device);
 }

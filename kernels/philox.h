@@ -127,38 +127,52 @@ typedef struct mn__rand_params_s {
   float af, bf; /* narrower results */
 } mn__rand_params_t;
 
-/* Element i (row-major index) of a random fill, written at p as `dtype`
- * (float16, bfloat16, float32 or float64). */
-MN__HD void mn__rand_elem(const mn__rand_params_t *rp, int dtype, uint64_t i, void *p) {
+/* Elements one Philox block serves: 2 for uniform float64 (two words each),
+ * else 4. Element i lies in block offset + i / per, lane i % per. */
+MN__HD unsigned mn__rand_per_block(const mn__rand_params_t *rp, int dtype) {
+  return dtype == MN_DTYPE_FLOAT64 && !rp->normal ? 2u : 4u;
+}
+
+/* The value of lane l of block o as `dtype`'s bits (the low itemsize bytes of
+ * the result: float16, bfloat16, float32 or float64). z holds o's four
+ * normals (mn__normal4) when rp->normal and is not read otherwise, so that a
+ * caller serving a whole block computes the Box-Muller pairs once. */
+MN__HD uint64_t mn__rand_lane_bits(const mn__rand_params_t *rp, int dtype, mn__philox_out_t o, const float z[4],
+                                   unsigned l) {
   if (dtype == MN_DTYPE_FLOAT64) {
     double x;
-    if (rp->normal) {
-      float z[4];
-      mn__normal4(mn__philox_block(rp->seed, rp->offset + i / 4), z);
-      x = MN__DADD(MN__DMUL(rp->b, (double)mn__pick4(z, (unsigned)(i % 4))), rp->a);
-    } else {
-      mn__philox_out_t o = mn__philox_block(rp->seed, rp->offset + i / 2);
-      int hi = (int)(i % 2);
-      x = MN__DADD(MN__DMUL(rp->b, mn__u01d(hi ? o.v[2] : o.v[0], hi ? o.v[3] : o.v[1])), rp->a);
-    }
-    memcpy(p, &x, 8);
-    return;
+    if (rp->normal)
+      x = MN__DADD(MN__DMUL(rp->b, (double)mn__pick4(z, l)), rp->a);
+    else
+      x = MN__DADD(MN__DMUL(rp->b, mn__u01d(l ? o.v[2] : o.v[0], l ? o.v[3] : o.v[1])), rp->a);
+    return mn__f64_bits(x);
   }
-  mn__philox_out_t o = mn__philox_block(rp->seed, rp->offset + i / 4);
   float f;
   if (rp->normal) {
-    float z[4];
-    mn__normal4(o, z);
-    f = MN__FADD(MN__FMUL(rp->bf, mn__pick4(z, (unsigned)(i % 4))), rp->af);
+    f = MN__FADD(MN__FMUL(rp->bf, mn__pick4(z, l)), rp->af);
   } else {
-    unsigned l = (unsigned)(i % 4);
     uint32_t w = l == 0 ? o.v[0] : l == 1 ? o.v[1] : l == 2 ? o.v[2] : o.v[3];
     f = MN__FADD(MN__FMUL(rp->bf, mn__u01f(w, 0)), rp->af);
   }
-  if (dtype == MN_DTYPE_FLOAT32) {
-    memcpy(p, &f, 4);
+  if (dtype == MN_DTYPE_FLOAT32) return mn__f32_bits(f);
+  return dtype == MN_DTYPE_FLOAT16 ? mn__f32_to_f16(f) : mn__f32_to_bf16(f);
+}
+
+/* Element i (row-major index) of a random fill, written at p as `dtype`
+ * (float16, bfloat16, float32 or float64): the one-element form of the above. */
+MN__HD void mn__rand_elem(const mn__rand_params_t *rp, int dtype, uint64_t i, void *p) {
+  const unsigned per = mn__rand_per_block(rp, dtype);
+  mn__philox_out_t o = mn__philox_block(rp->seed, rp->offset + i / per);
+  float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (rp->normal) mn__normal4(o, z);
+  uint64_t bits = mn__rand_lane_bits(rp, dtype, o, z, (unsigned)(i % per));
+  if (dtype == MN_DTYPE_FLOAT64) {
+    memcpy(p, &bits, 8);
+  } else if (dtype == MN_DTYPE_FLOAT32) {
+    uint32_t w = (uint32_t)bits;
+    memcpy(p, &w, 4);
   } else {
-    uint16_t h = dtype == MN_DTYPE_FLOAT16 ? mn__f32_to_f16(f) : mn__f32_to_bf16(f);
+    uint16_t h = (uint16_t)bits;
     memcpy(p, &h, 2);
   }
 }

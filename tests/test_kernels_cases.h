@@ -457,6 +457,60 @@ MN_TEST(random_fill_reproducible_any_layout) {
   MN_CHECK(mn_kernel_random_blocks(MN_DTYPE_FLOAT64, 9, true) == 3);
 }
 
+/* A float32/float64 fill at an address misaligned for the item (a foreign
+ * buffer, mn_storage_from_buffer at base + 1 and + 4): the same bits as the
+ * host's, and the bytes around it untouched. */
+MN_TEST(random_fill_misaligned_buffer) {
+  enum { N = 1001, PAD = 64 };
+  static const mn_dtype dts[] = {MN_DTYPE_FLOAT32, MN_DTYPE_FLOAT64, MN_DTYPE_BFLOAT16};
+  static const size_t shifts[] = {1, 4};
+  for (size_t k = 0; k < 3; k++)
+    for (size_t sh = 0; sh < 2; sh++)
+      for (int normal = 0; normal < 2; normal++) {
+        const size_t item = mn_dtype_itemsize(dts[k]), total = N * item + 2 * PAD;
+        void *raw = NULL;
+        unsigned char *host = malloc(total);
+        if (!host || mn_device_raw_alloc(kc_dev, total, &raw) != MN_OK) {
+          MN_CHECK(false);
+          free(host);
+          return;
+        }
+        memset(host, 0x5A, total);
+        MN_CHECK_OK(mn_copy_bytes(kc_dev, raw, mn_device_cpu(), host, total, kc_stream, 0));
+        mn_storage_t *st = NULL;
+        mn_view_t *v = NULL;
+        const int64_t n = N;
+        MN_CHECK_OK(mn_storage_from_buffer(kc_dev, (char *)raw + PAD + shifts[sh], N * item, NULL, NULL, &st));
+        MN_CHECK_OK(mn_view_create(st, dts[k], 1, &n, NULL, 0, &v));
+        if (v) {
+          if (normal)
+            MN_CHECK_OK(mn_kernel_random_normal(kc_stream, v, 9, 3, 1.0, 2.0));
+          else
+            MN_CHECK_OK(mn_kernel_random_uniform(kc_stream, v, 9, 3, -1.0, 3.0));
+        }
+        MN_CHECK_OK(mn_copy_bytes(mn_device_cpu(), host, kc_dev, raw, total, kc_stream, 0));
+        int64_t bad = 0, around = 0;
+        for (size_t i = 0; i < total; i++) {
+          size_t at = i - PAD - shifts[sh];
+          if (i < PAD + shifts[sh] || at >= N * item) around += host[i] != 0x5A;
+        }
+        for (int64_t i = 0; i < N; i++) {
+          double want = kc_random_host(dts[k], normal, 9, 3, (uint64_t)i);
+          mn_scalar_t got;
+          MN_CHECK_OK(mn_scalar_from_bytes(dts[k], host + PAD + shifts[sh] + (size_t)i * item, &got));
+          bad += memcmp(&want, &got.v.f, sizeof want) != 0;
+        }
+        MN_CHECK(bad == 0 && around == 0);
+        if (bad || around)
+          fprintf(stderr, "  misaligned random %s +%zu normal=%d: %lld differ, %lld bytes around written\n",
+                  mn_dtype_name(dts[k]), shifts[sh], normal, (long long)bad, (long long)around);
+        mn_view_destroy(v);
+        mn_storage_release(st);
+        MN_CHECK_OK(mn_device_raw_free(kc_dev, raw));
+        free(host);
+      }
+}
+
 MN_TEST(random_fill_statistics) {
   enum { R = 256, C = 256, N = R * C };
   double *a = malloc(sizeof(double) * N);
@@ -521,6 +575,7 @@ static void kc_run_all(void) {
   MN_RUN(copy_view_uses_the_kernels);
   MN_RUN(philox_known_answers);
   MN_RUN(random_fill_reproducible_any_layout);
+  MN_RUN(random_fill_misaligned_buffer);
   MN_RUN(random_fill_statistics);
 }
 
