@@ -1,5 +1,8 @@
-/* bench/bench_caching.c: host cost of the caching allocator on the SIM device:
- * a cached alloc+free pair with 10, 1k and 100k cached blocks, and 1-16 threads. */
+/* bench/bench_caching.c: host cost of the caching allocator: a cached
+ * alloc+free pair with 10, 1k and 100k cached blocks on the SIM device and,
+ * where a GPU is present, on cuda:0 next to the stream-ordered allocator
+ * (cudaMallocAsync from a pool of its own); 1-16 threads on SIM.
+ * Single-threaded bodies except the threads benchmark. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,9 +25,10 @@ static size_t size_of(int64_t i) { return (size_t)(1 + i % 64) * 512; }
  * blocks in the allocator's free set (each free block between two live ones,
  * so none coalesce). */
 static void bench_pair(mn_bench_t *b, void *arg) {
+  const mn_device_t *dev = arg;
   int64_t cached = mn_bench_arg(b, 0);
   mn_allocator_t *a = NULL;
-  if (mn_caching_allocator_create(mn_device_sim(0), NULL, &a) != MN_OK) die("create");
+  if (mn_caching_allocator_create(*dev, NULL, &a) != MN_OK) die("create");
   void **live = malloc(sizeof(void *) * (size_t)(2 * cached + 2));
   for (int64_t i = 0; i < 2 * cached + 1; i++)
     if (mn_allocator_alloc(a, size_of(i / 2), NULL, &live[i]) != MN_OK) die("warm alloc");
@@ -42,6 +46,22 @@ static void bench_pair(mn_bench_t *b, void *arg) {
   mn_bench_set_items(b, 1);
   for (int64_t i = 0; i < 2 * cached + 1; i += 2) mn_allocator_free(a, live[i]);
   free(live);
+  mn_allocator_destroy(a);
+}
+
+/* A pair through the stream-ordered allocator (cudaMallocAsync and
+ * cudaFreeAsync on the default stream, its own pool keeping what is freed). */
+static void bench_async_pair(mn_bench_t *b, void *arg) {
+  const mn_device_t *dev = arg;
+  mn_allocator_t *a = NULL;
+  if (mn_async_allocator_create(*dev, &a) != MN_OK) die("async create");
+  void *p = NULL;
+  while (mn_bench_next(b)) {
+    if (mn_allocator_alloc(a, 4096, NULL, &p) != MN_OK) die("async alloc");
+    mn_allocator_free(a, p);
+  }
+  mn_device_synchronize(*dev);
+  mn_bench_set_items(b, 1);
   mn_allocator_destroy(a);
 }
 
@@ -83,7 +103,15 @@ int main(int argc, char **argv) {
   c.capacity = (size_t)64 << 30;
   if (mn_sim_configure(&c) != MN_OK) die("sim configure");
   static const int64_t cached[] = {10, 1000, MAX_BLOCKS};
-  for (int i = 0; i < 3; i++) mn_bench_register("caching/alloc_free_pair", bench_pair, NULL, 1, &cached[i]);
+  static mn_device_t sim, cuda;
+  sim = mn_device_sim(0);
+  cuda = mn_device_cuda(0);
+  for (int i = 0; i < 3; i++) mn_bench_register("caching/alloc_free_pair", bench_pair, &sim, 1, &cached[i]);
+  int ncuda = 0;
+  if (mn_device_count(MN_DEVICE_CUDA, &ncuda) == MN_OK && ncuda > 0) {
+    for (int i = 0; i < 3; i++) mn_bench_register("caching/cuda/alloc_free_pair", bench_pair, &cuda, 1, &cached[i]);
+    mn_bench_register("async/cuda/alloc_free_pair", bench_async_pair, &cuda, 0, NULL);
+  }
   mn_bench_register("sim/raw_alloc_free_pair", bench_raw_pair, NULL, 0, NULL);
   static const int threads[] = {1, 2, 8, 16};
   for (int i = 0; i < 4; i++) mn_bench_register_threads("caching/threads_alloc_free", bench_threads, NULL, threads[i]);
