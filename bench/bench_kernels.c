@@ -33,8 +33,9 @@ typedef struct kcase {
 #define E4M3 MN_DTYPE_FLOAT8_E4M3FN
 #define I64 MN_DTYPE_INT64
 
-/* Names: op/dtype/shape; the same names are used by bench/cpu_vs_numpy.py and
- * bench/gpu/kernels_vs_torch.py. CPU shapes are smaller where marked. */
+/* Names: op/dtype/shape; the same names are used by bench/cpu_vs_numpy.py;
+ * bench/gpu/compare_torch.py measures the CUDA cases at >= 256 MiB against
+ * PyTorch. CPU shapes are smaller where marked. */
 static const kcase cases[] = {
     {"copy/f32/16M", OP_COPY, F32, F32, 1, {1 << 24}, {0}, false, false},
     {"transpose/f32/4096x4096", OP_COPY, F32, F32, 2, {4096, 4096}, {1, 0}, false, false},

@@ -116,12 +116,13 @@ case "$phase" in
     # allocation larger than the GPU), which the tool reports like any failing call.
     # The whole log of every run that is not clean goes into sanitize-logs.tgz.
     export MNEMO_TEST_QUICK=1 MNEMO_TEST_SANITIZER=1
-    mkdir -p "$out/sanitize-logs"
+    [ "$dry" = 0 ] && mkdir -p "$out/sanitize-logs"
     for tool in memcheck racecheck; do
       for t in "${gpu_tests[@]}"; do
         extra=()
         [ "$tool" = memcheck ] && extra=(--leak-check full)
         slog=$out/sanitize-logs/$tool-$t.log
+        [ "$dry" = 1 ] && slog=/dev/null
         run 120 compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 9 "$build/tests/$t" >"$slog" 2>&1
         r=$?
         [ "$dry" = 1 ] && continue
@@ -138,7 +139,10 @@ case "$phase" in
       done
     done
     if [ "$dry" = 0 ]; then
-      tar -C "$out" -czf "$out/sanitize-logs.tgz" sanitize-logs && rm -rf "$out/sanitize-logs"
+      if [ -n "$(ls -A "$out/sanitize-logs")" ]; then
+        tar -C "$out" -czf "$out/sanitize-logs.tgz" sanitize-logs
+      fi
+      rm -rf "$out/sanitize-logs"
     fi
     ;;
   bench)
