@@ -20,19 +20,17 @@ typedef struct naive_s {
 static mn_status naive_alloc(mn_allocator_t *self, size_t nbytes, mn_stream_t *stream, void **out) {
   (void)stream;
   naive_t *a = (naive_t *)self;
-  pthread_mutex_lock(&a->lock);
-  mn_status st = mn__addrmap_reserve(&a->live, 1);
-  pthread_mutex_unlock(&a->lock);
-  if (st != MN_OK) return mn__error(st, "naive allocator", "out of host memory for the live-pointer map");
   void *p = NULL;
-  st = mn_device_raw_alloc(self->device, nbytes, &p);
+  mn_status st = mn_device_raw_alloc(self->device, nbytes, &p);
   if (st != MN_OK) return st;
   pthread_mutex_lock(&a->lock);
   st = mn__addrmap_insert(&a->live, (uintptr_t)p, nbytes, NULL);
   pthread_mutex_unlock(&a->lock);
-  if (st != MN_OK) { /* only if the backend handed out a live address twice */
+  if (st != MN_OK) { /* the map could not grow, or the backend handed out a live address twice */
     mn_device_raw_free(self->device, p);
-    return mn__error(MN_ERR_INTERNAL, "naive allocator", "the backend returned %p, which is still live", p);
+    return st == MN_ERR_OUT_OF_MEMORY
+               ? mn__error(st, "naive allocator", "out of host memory for the live-pointer map")
+               : mn__error(MN_ERR_INTERNAL, "naive allocator", "the backend returned %p, which is still live", p);
   }
   *out = p;
   return MN_OK;

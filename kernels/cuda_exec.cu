@@ -194,7 +194,7 @@ template <int DT, int STORE, typename I>
 __global__ void random_kernel(char *__restrict__ dst, I n, OffCalc c, mn__rand_params_t rp) {
   constexpr int N = DT == MN_DTYPE_FLOAT64 ? 8 : DT == MN_DTYPE_FLOAT32 ? 4 : 2;
   typedef typename Word<N>::T W;
-  const unsigned per = mn__rand_per_block(&rp, DT);
+  const unsigned per = mn__rand_per_block(DT, rp.normal);
   const I nblocks = (I)((n + (I)per - 1) / (I)per);
   for (I b = (I)blockIdx.x * blockDim.x + threadIdx.x; b < nblocks; b += (I)gridDim.x * blockDim.x) {
     const mn__philox_out_t o = mn__philox_block(rp.seed, rp.offset + (uint64_t)b);
@@ -206,7 +206,7 @@ __global__ void random_kernel(char *__restrict__ dst, I n, OffCalc c, mn__rand_p
 #pragma unroll
       for (unsigned l = 0; l < 4; l++) w[l] = l < per ? (W)mn__rand_lane_bits(&rp, DT, o, z, l) : (W)0;
       char *q = dst + (size_t)e0 * N;
-      if (N * 4 == 8 && per == 4) {  // 2-byte items: one 8-byte store
+      if (N == 2) {  // 4 half-precision values: one 8-byte store
         uint2 v;
         v.x = (unsigned)w[0] | ((unsigned)w[1] << 16);
         v.y = (unsigned)w[2] | ((unsigned)w[3] << 16);
@@ -422,7 +422,7 @@ extern "C" mn_status mn__cuda_random(int device, void *stream, const mn__strided
   if (st != MN_OK) return st;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   (void)cudaGetLastError();
-  const int64_t per = dtype == MN_DTYPE_FLOAT64 && !params->normal ? 2 : 4;
+  const int64_t per = mn__rand_per_block(dtype, params->normal);
   const unsigned grid = grid_for(device, (n + per - 1) / per);
   const bool wide = n + per > INT32_MAX || maxoff + item > INT32_MAX;
   const uintptr_t base = (uintptr_t)dst->data;

@@ -248,7 +248,7 @@ mn_status mn_kernel_cast(mn_stream_t *stream, void *dst, mn_dtype dst_dtype, con
 
 uint64_t mn_kernel_random_blocks(mn_dtype dtype, int64_t numel, bool normal) {
   if (numel <= 0) return 0;
-  uint64_t per = dtype == MN_DTYPE_FLOAT64 && !normal ? 2 : 4;
+  const uint64_t per = mn__rand_per_block((int)dtype, normal);
   return ((uint64_t)numel + per - 1) / per;
 }
 

@@ -129,9 +129,7 @@ typedef struct mn__rand_params_s {
 
 /* Elements one Philox block serves: 2 for uniform float64 (two words each),
  * else 4. Element i lies in block offset + i / per, lane i % per. */
-MN__HD unsigned mn__rand_per_block(const mn__rand_params_t *rp, int dtype) {
-  return dtype == MN_DTYPE_FLOAT64 && !rp->normal ? 2u : 4u;
-}
+MN__HD unsigned mn__rand_per_block(int dtype, int normal) { return dtype == MN_DTYPE_FLOAT64 && !normal ? 2u : 4u; }
 
 /* The value of lane l of block o as `dtype`'s bits (the low itemsize bytes of
  * the result: float16, bfloat16, float32 or float64). z holds o's four
@@ -161,7 +159,7 @@ MN__HD uint64_t mn__rand_lane_bits(const mn__rand_params_t *rp, int dtype, mn__p
 /* Element i (row-major index) of a random fill, written at p as `dtype`
  * (float16, bfloat16, float32 or float64): the one-element form of the above. */
 MN__HD void mn__rand_elem(const mn__rand_params_t *rp, int dtype, uint64_t i, void *p) {
-  const unsigned per = mn__rand_per_block(rp, dtype);
+  const unsigned per = mn__rand_per_block(dtype, rp->normal);
   mn__philox_out_t o = mn__philox_block(rp->seed, rp->offset + i / per);
   float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (rp->normal) mn__normal4(o, z);

@@ -73,6 +73,12 @@ static inline int mn_test_finish(void) {
   return mn_test_failures == 0 ? 0 : 1;
 }
 
+/* Whether environment variable `name` is set to something other than "" or "0". */
+static inline bool mn_test_env_flag(const char *name) {
+  const char *v = getenv(name);
+  return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
+}
+
 /* For gpu-labelled tests: exits with the skip code when no CUDA device exists,
  * or fails (exit 1) when MNEMO_REQUIRE_GPU=1 says a device must be there (the
  * GPU script sets it, so that a driver too old for the runtime cannot pass as
@@ -81,8 +87,7 @@ static inline void mn_test_require_cuda(void) {
   int n = 0;
   mn_status st = mn_device_count(MN_DEVICE_CUDA, &n);
   if (st != MN_OK || n == 0) {
-    const char *req = getenv("MNEMO_REQUIRE_GPU");
-    bool required = req != NULL && req[0] != '\0' && strcmp(req, "0") != 0;
+    const bool required = mn_test_env_flag("MNEMO_REQUIRE_GPU");
     printf("%s: no CUDA device (%s; %s)\n", required ? "FAILED (MNEMO_REQUIRE_GPU is set)" : "SKIPPED",
            mn_build_has_cuda() ? "built with CUDA" : "built without CUDA",
            st != MN_OK ? mn_last_error() : "the driver reports 0 devices");
@@ -123,10 +128,7 @@ static inline void mn_test_release_cuda_caches(void) {
  * by bench/gpu/run.sh sanitize): steps that make the CUDA API fail on
  * purpose (an allocation larger than the device) are left out there, since
  * the tool reports every failing API call; the plain test run covers them. */
-static inline bool mn_test_under_sanitizer(void) {
-  const char *v = getenv("MNEMO_TEST_SANITIZER");
-  return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
-}
+static inline bool mn_test_under_sanitizer(void) { return mn_test_env_flag("MNEMO_TEST_SANITIZER"); }
 
 /* Reconfigures the SIM devices (count, capacity in bytes, defaults
  * otherwise); exits with a message when refused. */

@@ -16,14 +16,22 @@ import sys
 
 SKIP = 77
 GPU = "--gpu" in sys.argv[2:]
+
+
+def skip(why):
+    """Skips (77), or fails in --gpu mode where MNEMO_REQUIRE_GPU=1 says the GPU
+    and a CUDA torch must be there (the GPU script sets it)."""
+    if GPU and os.environ.get("MNEMO_REQUIRE_GPU", "0") not in ("", "0"):
+        print(f"FAILED (MNEMO_REQUIRE_GPU is set): {why} ({sys.executable})")
+        sys.exit(1)
+    print(f"SKIPPED: {why}")
+    sys.exit(SKIP)
+
+
 try:
     import numpy as np
 except ImportError:
-    if GPU and os.environ.get("MNEMO_REQUIRE_GPU", "0") not in ("", "0"):
-        print(f"FAILED (MNEMO_REQUIRE_GPU is set): numpy is not installed for {sys.executable}")
-        sys.exit(1)
-    print("SKIPPED: numpy is not installed")
-    sys.exit(SKIP)
+    skip("numpy is not installed")
 
 lib = C.CDLL(sys.argv[1])
 
@@ -255,26 +263,16 @@ def cpu_tests():
     gc.collect()
 
 
-def skip_gpu(why):
-    """Skips (77), or fails where MNEMO_REQUIRE_GPU=1 says the GPU and a CUDA
-    torch must be there (the GPU script sets it)."""
-    if os.environ.get("MNEMO_REQUIRE_GPU", "0") not in ("", "0"):
-        print(f"FAILED (MNEMO_REQUIRE_GPU is set): {why} ({sys.executable})")
-        sys.exit(1)
-    print(f"SKIPPED: {why}")
-    sys.exit(SKIP)
-
-
 def gpu_tests():
     n = C.c_int(0)
     if lib.mn_device_count(1, C.byref(n)) != 0 or n.value == 0:
-        skip_gpu("no CUDA device")
+        skip("no CUDA device")
     try:
         import torch
     except ImportError:
-        skip_gpu("torch is not installed")
+        skip("torch is not installed")
     if not torch.cuda.is_available():
-        skip_gpu("torch has no CUDA")
+        skip("torch has no CUDA")
     cuda = lib.mn_device_cuda(0)
     a = arange_view(12, "float32", cuda)
     m = op(lib.mn_view_view, a, 2, (C.c_int64 * 2)(3, 4))

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/test_gpu_script.sh: the GPU proof's script is wired (label cpu, no GPU
 # needed): every phase of bench/gpu/run.sh runs with --dry-run and names the
-# commands it would run, a wrong phase is refused, and the two Python drivers
-# at least parse (torch_alloc.py also checks its plan with --dry-run).
+# commands it would run, a wrong phase is refused, and the Python drivers
+# (compare_torch.py, torch_alloc.py, record_traces.py) parse.
 # Usage: test_gpu_script.sh SOURCE_DIR PYTHON
 set -uo pipefail
 src=$1
