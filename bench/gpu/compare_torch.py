@@ -30,11 +30,9 @@ import statistics
 import sys
 import time
 
+from mnemo_ctypes import Dev, Lib
+
 MB = 1 << 20
-
-
-class Dev(C.Structure):
-    _fields_ = [("type", C.c_int), ("index", C.c_int)]
 
 
 class Scalar(C.Structure):  # mn_scalar_t: kind, then a union of 16 bytes (8-aligned)
@@ -49,17 +47,15 @@ MN_SCALAR_FLOAT = 3
 MN_COPY_NON_BLOCKING, MN_COPY_SRC_PINNED, MN_COPY_DST_PINNED = 1, 2, 4
 
 
-class Mnemo:
+class Mnemo(Lib):
     """The few entry points this script needs, with their types declared."""
 
     def __init__(self, path):
-        self.lib = L = C.CDLL(path)
         P, S, I64P = C.c_void_p, C.c_size_t, C.POINTER(C.c_int64)
         PP = C.POINTER(C.c_void_p)
-        sigs = {
+        super().__init__(path, {
             "mn_device_cuda": (Dev, [C.c_int]),
             "mn_device_cpu": (Dev, []),
-            "mn_last_error": (C.c_char_p, []),
             "mn_build_has_cuda": (C.c_bool, []),
             "mn_stream_wrap": (C.c_int, [Dev, P, PP]),
             "mn_stream_destroy": (C.c_int, [P]),
@@ -80,20 +76,8 @@ class Mnemo:
             "mn_copy_bytes": (C.c_int, [Dev, P, Dev, P, S, P, C.c_uint]),
             "mn_copy_config_default": (CopyConfig, []),
             "mn_copy_set_config": (C.c_int, [C.POINTER(CopyConfig)]),
-        }
-        for name, (res, args) in sigs.items():
-            f = getattr(L, name)
-            f.restype, f.argtypes = res, args
-        self.cuda, self.cpu = L.mn_device_cuda(0), L.mn_device_cpu()
-
-    def ok(self, status, what):
-        if status != 0:
-            raise RuntimeError(f"{what}: mnemo status {status}: {self.lib.mn_last_error().decode()}")
-
-    def out(self, fn, *args, what=None):
-        p = C.c_void_p()
-        self.ok(fn(*args, C.byref(p)), what or fn.__name__)
-        return p
+        })
+        self.cuda, self.cpu = self.lib.mn_device_cuda(0), self.lib.mn_device_cpu()
 
 
 def torch_dtypes(torch):
@@ -255,7 +239,7 @@ def run_kernels(torch, mn, quick):
                     mn_fn = lambda: mn.ok(L.mn_kernel_random_normal(ms, vd, 1234, 0, 0.0, 1.0), name)
                     t_fn = lambda: d_t.normal_(0.0, 1.0)
             # Correctness first, on a poisoned destination (0xFF bytes: NaN or -1).
-            d_m.view(torch.uint8).fill_(0xFF) if d_m.is_contiguous() else None
+            d_m.view(torch.uint8).fill_(0xFF)
             d_t.view(torch.uint8).fill_(0xFF)
             mn_fn()
             t_fn()

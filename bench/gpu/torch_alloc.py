@@ -58,6 +58,8 @@ import threading
 import time
 import traceback
 
+from mnemo_ctypes import MN_DEVICE_CUDA, MN_DEVICE_SIM, Dev, Lib  # beside this file
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 IMPORTER = os.path.join(ROOT, "tools", "import_torch_snapshot.py")
@@ -87,17 +89,12 @@ def say(msg):
 
 # ---- mnemo's statistics through ctypes (mnemo/allocator.h, mnemo/device.h) -------------
 
-MN_DEVICE_CUDA, MN_DEVICE_SIM = 1, 2
 POOLS = ("all", "small", "large")  # MN_POOL_ALL, MN_POOL_SMALL, MN_POOL_LARGE
 POOLED = ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
           "active_bytes", "inactive_split_bytes", "requested_bytes")  # MN_ALLOC_STATS_MAP, in order
 SCALARS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free",
            "max_split_size")
 STATE_NAMES = ("active", "active_pending_free", "inactive")
-
-
-class MnDevice(ctypes.Structure):  # mn_device_t
-    _fields_ = [("type", ctypes.c_int), ("index", ctypes.c_int)]
 
 
 class MnStat(ctypes.Structure):  # mn_stat_t
@@ -117,7 +114,7 @@ class MnSnapshotBlock(ctypes.Structure):  # mn_snapshot_block_t
 
 
 class MnSnapshotSegment(ctypes.Structure):  # mn_snapshot_segment_t
-    _fields_ = [("device", MnDevice), ("address", ctypes.c_size_t), ("total_size", ctypes.c_size_t),
+    _fields_ = [("device", Dev), ("address", ctypes.c_size_t), ("total_size", ctypes.c_size_t),
                 ("allocated_size", ctypes.c_size_t), ("active_size", ctypes.c_size_t),
                 ("requested_size", ctypes.c_size_t), ("stream_id", ctypes.c_uint64), ("is_large", ctypes.c_bool),
                 ("is_expandable", ctypes.c_bool), ("nblocks", ctypes.c_size_t),
@@ -128,52 +125,34 @@ class MnSnapshot(ctypes.Structure):  # mn_snapshot_t
     _fields_ = [("nsegments", ctypes.c_size_t), ("segments", ctypes.POINTER(MnSnapshotSegment))]
 
 
-class Mnemo:
+class Mnemo(Lib):
     """The default allocator of one device in an already loaded libmnemo.so
     (ctypes.CDLL of the path CUDAPluggableAllocator loaded gives the same instance)."""
 
     def __init__(self, lib_path, dev_type=MN_DEVICE_CUDA, index=0):
         assert ctypes.sizeof(MnAllocStats) == 984 and ctypes.sizeof(MnSnapshotSegment) == 80
-        self.lib = L = ctypes.CDLL(lib_path)
-        self.dev = MnDevice(dev_type, index)
-        L.mn_allocator_get_default.argtypes = [MnDevice, ctypes.POINTER(ctypes.c_void_p)]
-        L.mn_allocator_get_default.restype = ctypes.c_int
-        L.mn_allocator_get_stats.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        L.mn_allocator_get_stats.restype = ctypes.c_int
-        L.mn_allocator_snapshot.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.POINTER(MnSnapshot))]
-        L.mn_allocator_snapshot.restype = ctypes.c_int
-        L.mn_snapshot_free.argtypes = [ctypes.POINTER(MnSnapshot)]
-        L.mn_snapshot_free.restype = None
-        L.mn_allocator_name.argtypes = [ctypes.c_void_p]
-        L.mn_allocator_name.restype = ctypes.c_char_p
-        L.mn_last_error.argtypes = []
-        L.mn_last_error.restype = ctypes.c_char_p
-        L.mnemo_empty_cache.argtypes = [ctypes.c_int]
-        L.mnemo_empty_cache.restype = ctypes.c_int
-        L.mnemo_torch_alloc.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
-        L.mnemo_torch_alloc.restype = ctypes.c_void_p
-        L.mnemo_torch_free.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
-        L.mnemo_torch_free.restype = None
-        L.mn_pluggable_set_device_type.argtypes = [ctypes.c_int]
-        L.mn_pluggable_set_device_type.restype = ctypes.c_int
-
-    def last_error(self):
-        return (self.lib.mn_last_error() or b"").decode(errors="replace")
-
-    def _check(self, rc, what):
-        if rc != 0:
-            raise RuntimeError(f"{what}: status {rc}: {self.last_error()}")
+        P, I, S = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+        super().__init__(lib_path, {
+            "mn_allocator_get_default": (I, [Dev, ctypes.POINTER(P)]),
+            "mn_allocator_get_stats": (I, [P, P]),
+            "mn_allocator_snapshot": (I, [P, ctypes.POINTER(ctypes.POINTER(MnSnapshot))]),
+            "mn_snapshot_free": (None, [ctypes.POINTER(MnSnapshot)]),
+            "mn_allocator_name": (ctypes.c_char_p, [P]),
+            "mnemo_empty_cache": (I, [I]),
+            "mnemo_torch_alloc": (P, [S, I, P]),
+            "mnemo_torch_free": (None, [P, S, I, P]),
+            "mn_pluggable_set_device_type": (I, [I]),
+        })
+        self.dev = Dev(dev_type, index)
 
     def allocator(self):
-        a = ctypes.c_void_p()
-        self._check(self.lib.mn_allocator_get_default(self.dev, ctypes.byref(a)), "mn_allocator_get_default")
-        return a
+        return self.out(self.lib.mn_allocator_get_default, self.dev)
 
     def stats(self):
         """mn_alloc_stats_t as a dict: {name: {pool: {current, peak, allocated, freed}}} plus the scalars."""
         a = self.allocator()
         buf = ctypes.create_string_buffer(4096)  # room for a larger struct from a newer library
-        self._check(self.lib.mn_allocator_get_stats(a, buf), "mn_allocator_get_stats")
+        self.ok(self.lib.mn_allocator_get_stats(a, buf), "mn_allocator_get_stats")
         s = MnAllocStats.from_buffer(buf)
         if s.size != ctypes.sizeof(MnAllocStats) or s.version != 1:
             raise RuntimeError(f"mn_alloc_stats_t is {s.size} bytes, version {s.version}: this mirror "
@@ -189,7 +168,7 @@ class Mnemo:
     def segments(self):
         """A summary of mn_allocator_snapshot: segment and block counts, bytes, expandable runs."""
         snap = ctypes.POINTER(MnSnapshot)()
-        self._check(self.lib.mn_allocator_snapshot(self.allocator(), ctypes.byref(snap)), "mn_allocator_snapshot")
+        self.ok(self.lib.mn_allocator_snapshot(self.allocator(), ctypes.byref(snap)), "mn_allocator_snapshot")
         try:
             out = {"segments": 0, "expandable_segments": 0, "large_segments": 0, "blocks": 0,
                    "total_bytes": 0, "allocated_bytes": 0, "requested_bytes": 0,
@@ -216,7 +195,7 @@ def sim_selfcheck(lib_path):
     """Checks the ctypes mirror against the library without a GPU: the pluggable
     entry points serve the SIM device; known allocations must show in the stats."""
     m = Mnemo(lib_path, MN_DEVICE_SIM, 0)
-    m._check(m.lib.mn_pluggable_set_device_type(MN_DEVICE_SIM), "mn_pluggable_set_device_type")
+    m.ok(m.lib.mn_pluggable_set_device_type(MN_DEVICE_SIM), "mn_pluggable_set_device_type")
     sizes = [1000, 1 << 20, 3 << 20, 12345678]
     ptrs = [m.lib.mnemo_torch_alloc(n, 0, None) for n in sizes]
     if not all(ptrs):
