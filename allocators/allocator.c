@@ -8,7 +8,7 @@
 
 #include "mnemo/mnemo.h"
 #include "allocators/caching_internal.h"
-#include "profiling/nvtx.h"
+#include "runtime/nvtx.h"
 #include "runtime/error.h"
 #include "runtime/sim_internal.h"
 

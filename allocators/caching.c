@@ -6,7 +6,8 @@
 #include <time.h>
 
 #include "allocators/caching_internal.h"
-#include "profiling/nvtx.h"
+#include "runtime/events.h"
+#include "runtime/nvtx.h"
 #include "runtime/error.h"
 
 #define SPARE_BLOCKS_MAX 1024
@@ -551,11 +552,8 @@ mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t
   mn__tree_init(&a->large.unmapped, 0x54u);
   a->stats.size = (uint32_t)sizeof a->stats;
   a->stats.version = MN_ALLOC_STATS_VERSION;
-  mn_trace_recorder_t *rec = mn_trace_recorder_global(); /* MNEMO_TRACE=path: record every allocator */
-  if (rec) {
-    a->sink = mn_trace_recorder_sink_fn;
-    a->sink_user = rec;
-  }
+  /* MNEMO_TRACE=path: the profiling layer's recorder, when registered, records every allocator */
+  mn__event_sink_default(&a->sink, &a->sink_user);
   *out = &a->base;
   return MN_OK;
 }

@@ -6,13 +6,14 @@
 #include <string.h>
 
 #include "kernels/cpu_exec.h"
+#include "kernels/ops.h"
 #include "kernels/cuda_kernels.h"
 #include "kernels/philox.h"
 #include "kernels/plan.h"
 #include "kernels/pool.h"
-#include "mnemo/mnemo.h"
-#include "profiling/nvtx.h"
+#include "mnemo/kernels.h"
 #include "runtime/error.h"
+#include "runtime/nvtx.h"
 
 mn_status mn_kernel_copy(mn_stream_t *stream, void *dst, const void *src, size_t nbytes) {
   MN__CHECK_ARG(stream != NULL, "stream must not be NULL");
@@ -125,20 +126,61 @@ static mn_status kernel_job_submit(mn_stream_t *stream, const kernel_job *job, c
   }
 }
 
-/* Checks that `v` lives on the stream's device and has no stride 0 on a dim
- * of size > 1 when it is written to. */
-static mn_status check_operand(mn_stream_t *stream, const mn_view_t *v, bool written, const char *what,
-                               const char *func) {
-  if (!mn_device_equal(mn_view_device(v), mn_stream_device(stream)))
-    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%s view is on another device than the stream", what);
-  if (written)
-    for (int d = 0; d < mn_view_ndim(v); d++)
-      if (mn_view_stride(v, d) == 0 && mn_view_size(v, d) > 1)
-        return mn__error(MN_ERR_INVALID_ARGUMENT, func,
-                         "unsupported operation: more than one element of the written-to tensor refers to a single "
-                         "memory location (stride 0 at dim %d)",
-                         d);
+static int64_t strided_numel(const mn__strided_t *t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
+  return n;
+}
+
+/* A written operand may not have stride 0 on a dim of size > 1 (ATen's
+ * assert_no_internal_overlap). */
+static mn_status check_written(const mn__strided_t *t, const char *func) {
+  for (int d = 0; d < t->ndim; d++)
+    if (t->strides[d] == 0 && t->sizes[d] > 1)
+      return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                       "unsupported operation: more than one element of the written-to tensor refers to a single "
+                       "memory location (stride 0 at dim %d)",
+                       d);
   return MN_OK;
+}
+
+bool mn__strided_is_dense(const mn__strided_t *t) {
+  int perm[MN_MAX_DIMS], n = 0;
+  for (int d = 0; d < t->ndim; d++)
+    if (t->sizes[d] >= 2) perm[n++] = d;
+  for (int i = 1; i < n; i++) /* insertion sort by stride */
+    for (int j = i; j > 0 && t->strides[perm[j]] < t->strides[perm[j - 1]]; j--) {
+      int x = perm[j];
+      perm[j] = perm[j - 1];
+      perm[j - 1] = x;
+    }
+  int64_t want = 1;
+  for (int i = 0; i < n; i++) {
+    if (t->strides[perm[i]] != want) return false;
+    want *= t->sizes[perm[i]];
+  }
+  return true;
+}
+
+void mn__strided_extent(const mn__strided_t *t, size_t itemsize, uintptr_t *lo, uintptr_t *hi) {
+  uint64_t last = 0;
+  for (int d = 0; d < t->ndim; d++) last += (uint64_t)(t->sizes[d] - 1) * (uint64_t)t->strides[d];
+  *lo = (uintptr_t)t->data;
+  *hi = *lo + (uintptr_t)((last + 1) * itemsize);
+}
+
+mn__overlap mn__strided_overlap(const mn__strided_t *a, size_t aitem, const mn__strided_t *b, size_t bitem) {
+  if (strided_numel(a) == 0 || strided_numel(b) == 0) return MN__OVERLAP_NO;
+  uintptr_t alo, ahi, blo, bhi;
+  mn__strided_extent(a, aitem, &alo, &ahi);
+  mn__strided_extent(b, bitem, &blo, &bhi);
+  if (!(alo < bhi && blo < ahi)) return MN__OVERLAP_NO;
+  if (!mn__strided_is_dense(a) || !mn__strided_is_dense(b)) return MN__OVERLAP_TOO_HARD;
+  /* dense: the extents are exactly their bytes */
+  if (alo == blo && ahi == bhi && a->ndim == b->ndim &&
+      memcmp(a->strides, b->strides, (size_t)a->ndim * sizeof *a->strides) == 0)
+    return MN__OVERLAP_FULL;
+  return MN__OVERLAP_PARTIAL;
 }
 
 /* Plans the operation over dst's geometry (src NULL: a fill of `pattern`,
@@ -156,50 +198,41 @@ static mn_status run_plan(mn_stream_t *stream, const mn__strided_t *dst, mn_dtyp
   return st;
 }
 
-mn_status mn_kernel_copy_view(mn_stream_t *stream, const mn_view_t *dst, const mn_view_t *src) {
-  MN__CHECK_ARG(stream != NULL && dst != NULL && src != NULL, "stream, dst and src must not be NULL");
-  mn_status st = check_operand(stream, dst, true, "dst", __func__);
-  if (st == MN_OK) st = check_operand(stream, src, false, "src", __func__);
+mn_status mn__kernel_copy_strided(mn_stream_t *stream, const mn__strided_t *dst, mn_dtype dst_dtype,
+                                  const mn__strided_t *src, mn_dtype src_dtype, const char *func) {
+  mn_status st = check_written(dst, func);
   if (st != MN_OK) return st;
-  MN__CHECK_ARG(mn_view_ndim(dst) == mn_view_ndim(src), "ndim differs (dst %d, src %d)", mn_view_ndim(dst),
-                mn_view_ndim(src));
-  for (int d = 0; d < mn_view_ndim(dst); d++)
-    MN__CHECK_ARG(mn_view_size(dst, d) == mn_view_size(src, d), "size at dim %d differs (dst %lld, src %lld)", d,
-                  (long long)mn_view_size(dst, d), (long long)mn_view_size(src, d));
-  if (mn_view_numel(dst) == 0) return MN_OK;
-  mn__strided_t sd, ss;
-  mn__strided_of_view(dst, &sd);
-  mn__strided_of_view(src, &ss);
-  mn_dtype dt = mn_view_dtype(dst), stt = mn_view_dtype(src);
-  if (dt == stt && sd.data == ss.data && memcmp(sd.strides, ss.strides, sizeof sd.strides) == 0) return MN_OK;
-  /* ATen's assert_no_partial_overlap: two dense operands whose byte ranges
-   * meet without being the same elements would read what the copy wrote. */
-  if (mn_view_is_non_overlapping_and_dense(dst) && mn_view_is_non_overlapping_and_dense(src)) {
-    /* dense with strides >= 0: element 0 is the lowest address, numel items follow */
-    uintptr_t d0 = (uintptr_t)sd.data, s0 = (uintptr_t)ss.data;
-    uintptr_t d1 = d0 + (uintptr_t)mn_view_numel(dst) * mn_dtype_itemsize(dt);
-    uintptr_t s1 = s0 + (uintptr_t)mn_view_numel(src) * mn_dtype_itemsize(stt);
-    if (d0 < s1 && s0 < d1 && !(d0 == s0 && d1 == s1)) /* the same range (an in-place cast) is allowed */
-      return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
-                       "unsupported operation: some elements of the input tensor and the written-to tensor refer to "
-                       "a single memory location. Please clone() the tensor before performing the operation.");
-  }
+  if (dst->ndim != src->ndim)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "ndim differs (dst %d, src %d)", dst->ndim, src->ndim);
+  for (int d = 0; d < dst->ndim; d++)
+    if (dst->sizes[d] != src->sizes[d])
+      return mn__error(MN_ERR_INVALID_ARGUMENT, func, "size at dim %d differs (dst %lld, src %lld)", d,
+                       (long long)dst->sizes[d], (long long)src->sizes[d]);
+  if (strided_numel(dst) == 0) return MN_OK;
+  if (dst_dtype == src_dtype && dst->data == src->data &&
+      memcmp(dst->strides, src->strides, (size_t)dst->ndim * sizeof dst->strides[0]) == 0)
+    return MN_OK;
+  /* ATen's assert_no_partial_overlap: two dense operands whose bytes meet
+   * without being the same range would read what the copy wrote; the same
+   * range (an in-place cast) runs element by element. */
+  uintptr_t d0, d1, s0, s1;
+  mn__strided_extent(dst, mn_dtype_itemsize(dst_dtype), &d0, &d1);
+  mn__strided_extent(src, mn_dtype_itemsize(src_dtype), &s0, &s1);
+  if (d0 < s1 && s0 < d1 && mn__strided_is_dense(dst) && mn__strided_is_dense(src) && !(d0 == s0 && d1 == s1))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                     "unsupported operation: some elements of the input tensor and the written-to tensor refer to "
+                     "a single memory location. Please clone() the tensor before performing the operation.");
   /* contiguous same-dtype plans: split memcpy on the CPU pool, cudaMemcpyAsync on CUDA */
-  return run_plan(stream, &sd, dt, &ss, stt, NULL, dt == stt ? "mnemo.copy" : "mnemo.cast", __func__);
+  return run_plan(stream, dst, dst_dtype, src, src_dtype, NULL, dst_dtype == src_dtype ? "mnemo.copy" : "mnemo.cast",
+                  func);
 }
 
-mn_status mn_kernel_fill_view(mn_stream_t *stream, const mn_view_t *dst, mn_scalar_t value) {
-  MN__CHECK_ARG(stream != NULL && dst != NULL, "stream and dst must not be NULL");
-  mn_status st = check_operand(stream, dst, true, "dst", __func__);
-  if (st != MN_OK) return st;
-  unsigned char pattern[16];
-  st = mn_scalar_to_bytes(value, mn_view_dtype(dst), pattern);
-  if (st != MN_OK) return mn__error_wrap(st, __func__);
-  if (mn_view_numel(dst) == 0) return MN_OK;
-  mn__strided_t sd;
-  mn__strided_of_view(dst, &sd);
+mn_status mn__kernel_fill_strided(mn_stream_t *stream, const mn__strided_t *dst, mn_dtype dtype, const void *pattern,
+                                  const char *func) {
+  mn_status st = check_written(dst, func);
+  if (st != MN_OK || strided_numel(dst) == 0) return st;
   /* contiguous fills: split over the CPU pool; the 16-byte pattern kernel on CUDA */
-  return run_plan(stream, &sd, mn_view_dtype(dst), NULL, mn_view_dtype(dst), pattern, "mnemo.fill", __func__);
+  return run_plan(stream, dst, dtype, NULL, dtype, pattern, "mnemo.fill", func);
 }
 
 /* A dtype of each fill item size: only its size matters to a fill plan. */
@@ -252,40 +285,27 @@ uint64_t mn_kernel_random_blocks(mn_dtype dtype, int64_t numel, bool normal) {
   return ((uint64_t)numel + per - 1) / per;
 }
 
-static mn_status random_fill(mn_stream_t *stream, const mn_view_t *dst, uint64_t seed, uint64_t offset, bool normal,
-                             double a, double b, const char *func) {
-  if (stream == NULL || dst == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "stream and dst must not be NULL");
-  mn_status st = check_operand(stream, dst, true, "dst", func);
+mn_status mn__kernel_random_strided(mn_stream_t *stream, const mn__strided_t *dst, mn_dtype dtype, uint64_t seed,
+                                    uint64_t offset, bool normal, double a, double b, const char *func) {
+  mn_status st = check_written(dst, func);
   if (st != MN_OK) return st;
-  mn_dtype dt = mn_view_dtype(dst);
-  if (dt != MN_DTYPE_FLOAT16 && dt != MN_DTYPE_BFLOAT16 && dt != MN_DTYPE_FLOAT32 && dt != MN_DTYPE_FLOAT64)
+  if (dtype != MN_DTYPE_FLOAT16 && dtype != MN_DTYPE_BFLOAT16 && dtype != MN_DTYPE_FLOAT32 &&
+      dtype != MN_DTYPE_FLOAT64)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "random fill needs a float16, bfloat16, float32 or float64 view, not %s",
-                     mn_dtype_name(dt));
+                     mn_dtype_name(dtype));
   if (!(a == a) || !(b == b) || a - a != 0 || b - b != 0)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "parameters must be finite (%g, %g)", a, b);
-  if (mn_view_numel(dst) == 0) return MN_OK;
+  int64_t numel = strided_numel(dst);
+  if (numel == 0) return MN_OK;
   kernel_job job;
   memset(&job, 0, sizeof job);
   job.op = JOB_RANDOM;
-  mn__strided_of_view(dst, &job.rdst);
-  job.rdtype = dt;
+  job.rdst = *dst;
+  job.rdtype = dtype;
   job.rp = (mn__rand_params_t){.seed = seed, .offset = offset, .normal = normal, .a = a, .b = b,
                                .af = (float)a, .bf = (float)b};
-  mn__nvtx_push("mnemo.fill", (uint64_t)mn_view_numel(dst) * mn_dtype_itemsize(dt));
+  mn__nvtx_push("mnemo.fill", (uint64_t)numel * mn_dtype_itemsize(dtype));
   st = kernel_job_submit(stream, &job, func);
   mn__nvtx_pop();
   return st;
-}
-
-mn_status mn_kernel_random_uniform(mn_stream_t *stream, const mn_view_t *dst, uint64_t seed, uint64_t offset,
-                                   double low, double high) {
-  if (!(low <= high))
-    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "low (%g) must not be above high (%g)", low, high);
-  return random_fill(stream, dst, seed, offset, false, low, high - low, __func__);
-}
-
-mn_status mn_kernel_random_normal(mn_stream_t *stream, const mn_view_t *dst, uint64_t seed, uint64_t offset,
-                                  double mean, double std) {
-  if (!(std >= 0)) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "std (%g) must be >= 0", std);
-  return random_fill(stream, dst, seed, offset, true, mean, std, __func__);
 }

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "mnemo/view.h"
+#include "mnemo/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,8 +25,6 @@ typedef struct mn__strided_s {
   int64_t origin;
 } mn__strided_t;
 
-/* The operand of a view (data = element 0). */
-void mn__strided_of_view(const mn_view_t *v, mn__strided_t *out);
 /* A contiguous buffer of `shape`'s geometry holding only the elements
  * [begin, ...) of that shape, the first at buf[0]: a staging chunk. */
 void mn__strided_packed(void *buf, const mn__strided_t *shape, int64_t begin, mn__strided_t *out);

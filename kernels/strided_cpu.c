@@ -4,17 +4,6 @@
 #include <string.h>
 
 #include "kernels/strided.h"
-#include "mnemo/mnemo.h"
-
-void mn__strided_of_view(const mn_view_t *v, mn__strided_t *out) {
-  memset(out, 0, sizeof *out);
-  out->data = mn_view_data(v);
-  out->ndim = mn_view_ndim(v);
-  for (int d = 0; d < out->ndim; d++) {
-    out->sizes[d] = mn_view_size(v, d);
-    out->strides[d] = mn_view_stride(v, d);
-  }
-}
 
 void mn__strided_packed(void *buf, const mn__strided_t *shape, int64_t begin, mn__strided_t *out) {
   memset(out, 0, sizeof *out);

@@ -8,6 +8,7 @@
 
 #include "mnemo/mnemo.h"
 #include "runtime/error.h"
+#include "runtime/events.h"
 
 #define MN__RECORDER_MAX_DEVICES 64
 
@@ -257,3 +258,20 @@ mn_trace_recorder_t *mn_trace_recorder_global(void) {
   pthread_once(&g_once, global_init);
   return g_rec;
 }
+
+/* The default-sink provider (runtime/events.h): every new caching allocator
+ * asks it, so MNEMO_TRACE records all of them. Registered when the library is
+ * loaded; the recorder itself is made on the first ask. */
+void mn__trace_recorder_autoload(void);
+static bool global_sink(mn_trace_sink_fn *fn, void **user) {
+  mn_trace_recorder_t *rec = mn_trace_recorder_global();
+  if (!rec) return false;
+  *fn = mn_trace_recorder_sink_fn;
+  *user = rec;
+  return true;
+}
+
+/* Runs when the library loads; a static link keeps this object through the
+ * linker flag --undefined=mn__trace_recorder_autoload (the mnemo_static CMake
+ * target and mnemo.pc carry it). */
+__attribute__((constructor)) void mn__trace_recorder_autoload(void) { mn__event_sink_set_provider(global_sink); }

@@ -966,7 +966,7 @@ static mn_status pool_check(sim_device *d, int index) {
  * for every CUDA device). The registry has its own lock, never held together
  * with a device lock. SIM copies read and write host memory when the stream
  * runs them whether it is pinned or not (an ideal DMA engine); the copy engine
- * (runtime/copy.c) gives pageable memory its CUDA-like meaning. */
+ * (storage/copy.c) gives pageable memory its CUDA-like meaning. */
 
 typedef struct sim_pin {
   uintptr_t start; /* first: starts_find reads it */

@@ -13,6 +13,9 @@
 extern "C" {
 #endif
 
+/* The most dims a view (and a kernel operand) may have. */
+#define MN_MAX_DIMS 25
+
 /* One row per dtype: symbol, value, canonical name, item size in bytes, kind.
  * Values are stable (never renumbered). */
 #define MN_DTYPE_MAP(X)                                \

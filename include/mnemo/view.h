@@ -14,8 +14,6 @@
 extern "C" {
 #endif
 
-#define MN_MAX_DIMS 25
-
 typedef struct mn_view_s mn_view_t;
 
 /* A view of `storage` (retained) with explicit sizes, strides (elements; NULL

@@ -1,7 +1,7 @@
-/* profiling/nvtx.h: NVTX ranges in the "mnemo" domain around mnemo's work;
+/* runtime/nvtx.h: NVTX ranges in the "mnemo" domain around mnemo's work;
  * no-ops without CUDA, and near-free until enabled at run time. */
-#ifndef MNEMO_PROFILING_NVTX_H
-#define MNEMO_PROFILING_NVTX_H
+#ifndef MNEMO_RUNTIME_NVTX_H
+#define MNEMO_RUNTIME_NVTX_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -12,4 +12,4 @@ void mn__nvtx_pop(void);
 /* Switches the ranges on or off (also MNEMO_NVTX=1 in the environment). */
 void mn__nvtx_enable(bool on);
 
-#endif /* MNEMO_PROFILING_NVTX_H */
+#endif /* MNEMO_RUNTIME_NVTX_H */

@@ -1,13 +1,14 @@
-/* runtime/view_copy.c: the view operations that may copy (reshape, flatten,
+/* storage/view_copy.c: the view operations that may copy (reshape, flatten,
  * contiguous, clone, to) and the in-place writes (copy_, fill_, zero_) with
  * PyTorch's overlap rules. Work is queued on streams; see docs/VIEWS.md. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/ops.h"
 #include "mnemo/mnemo.h"
 #include "runtime/error.h"
-#include "runtime/view_internal.h"
+#include "storage/view_internal.h"
 
 #define OVERLAP_MSG                                                                                        \
   "unsupported operation: more than one element of the written-to tensor refers to a single memory location. " \
@@ -25,34 +26,19 @@ static bool internal_overlap(const mn_view_t *v) {
   return false;
 }
 
-/* Element range [lo, hi] the view touches in its storage (numel > 0), in bytes. */
-static void byte_extent(const mn_view_t *v, uint64_t *lo, uint64_t *hi) {
-  uint64_t item = mn_dtype_itemsize(v->dtype), last = (uint64_t)v->offset;
-  for (int d = 0; d < v->ndim; d++) last += (uint64_t)(v->sizes[d] - 1) * (uint64_t)v->strides[d];
-  *lo = (uint64_t)v->offset * item;
-  *hi = (last + 1) * item;
-}
+typedef mn__overlap overlap_t;
+#define OVERLAP_NO MN__OVERLAP_NO
+#define OVERLAP_PARTIAL MN__OVERLAP_PARTIAL
+#define OVERLAP_TOO_HARD MN__OVERLAP_TOO_HARD
 
-typedef enum { OVERLAP_NO, OVERLAP_FULL, OVERLAP_PARTIAL, OVERLAP_TOO_HARD } overlap_t;
-
-/* PyTorch's get_overlap_status, answering TOO_HARD for intersecting ranges of
- * layouts that are not dense (we then copy through a temporary). */
+/* PyTorch's get_overlap_status of two views of one storage (the kernels' one
+ * check, kernels/ops.h); views of different storages do not overlap. */
 static overlap_t overlap_status(const mn_view_t *a, const mn_view_t *b) {
-  if (a->storage != b->storage || mn_view_numel(a) == 0 || mn_view_numel(b) == 0) return OVERLAP_NO;
-  uint64_t alo, ahi, blo, bhi;
-  byte_extent(a, &alo, &ahi);
-  byte_extent(b, &blo, &bhi);
-  if (!(alo < bhi && blo < ahi)) return OVERLAP_NO;
-  if (!mn_view_is_non_overlapping_and_dense(a) || !mn_view_is_non_overlapping_and_dense(b)) return OVERLAP_TOO_HARD;
-  /* Dense views: ranges are exactly their bytes. */
-  alo = (uint64_t)a->offset * mn_dtype_itemsize(a->dtype);
-  ahi = alo + mn_view_nbytes(a);
-  blo = (uint64_t)b->offset * mn_dtype_itemsize(b->dtype);
-  bhi = blo + mn_view_nbytes(b);
-  if (alo == blo && ahi == bhi && a->ndim == b->ndim &&
-      memcmp(a->strides, b->strides, (size_t)a->ndim * sizeof *a->strides) == 0)
-    return OVERLAP_FULL;
-  return OVERLAP_PARTIAL;
+  if (a->storage != b->storage) return OVERLAP_NO;
+  mn__strided_t ta, tb;
+  mn__strided_of_view(a, &ta);
+  mn__strided_of_view(b, &tb);
+  return mn__strided_overlap(&ta, mn_dtype_itemsize(a->dtype), &tb, mn_dtype_itemsize(b->dtype));
 }
 
 /* clone's layout (PyTorch's empty_like with preserve_format): v's strides when

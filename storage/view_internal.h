@@ -1,8 +1,9 @@
-/* runtime/view_internal.h: the view struct and helpers shared by view.c,
+/* storage/view_internal.h: the view struct and helpers shared by view.c,
  * view_ops.c, view_copy.c and dlpack.c. Views are immutable after creation. */
-#ifndef MNEMO_RUNTIME_VIEW_INTERNAL_H
-#define MNEMO_RUNTIME_VIEW_INTERNAL_H
+#ifndef MNEMO_STORAGE_VIEW_INTERNAL_H
+#define MNEMO_STORAGE_VIEW_INTERNAL_H
 
+#include "kernels/strided.h"
 #include "mnemo/mnemo.h"
 
 struct mn_view_s {
@@ -47,5 +48,7 @@ mn_status mn__view_empty_on(mn_device_t dev, mn_dtype dtype, int ndim, const int
                             mn_stream_t *stream, mn_view_t **out);
 /* The stream to use: `given`, or the default stream of dev. */
 mn_status mn__view_stream(mn_device_t dev, mn_stream_t *given, mn_stream_t **out);
+/* The kernels' operand of a view (data = element 0). */
+void mn__strided_of_view(const mn_view_t *v, mn__strided_t *out);
 
-#endif /* MNEMO_RUNTIME_VIEW_INTERNAL_H */
+#endif /* MNEMO_STORAGE_VIEW_INTERNAL_H */

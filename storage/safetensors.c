@@ -1,4 +1,4 @@
-/* runtime/safetensors.c: the safetensors format (8-byte little-endian header
+/* storage/safetensors.c: the safetensors format (8-byte little-endian header
  * length, JSON header, raw tensor bytes): writer and strict reader with its own
  * small JSON parser. Stateless, thread-safe. */
 #include <stdio.h>
@@ -8,7 +8,7 @@
 #include "mnemo/mnemo.h"
 #include "mnemo/serialize.h"
 #include "runtime/error.h"
-#include "runtime/serialize_util.h"
+#include "storage/serialize_util.h"
 
 #define MAX_HEADER 100000000ull /* the reference implementation's limit */
 

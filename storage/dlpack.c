@@ -1,4 +1,4 @@
-/* runtime/dlpack.c: DLPack export (a view's storage reference travels with the
+/* storage/dlpack.c: DLPack export (a view's storage reference travels with the
  * managed tensor) and zero-copy import over foreign-memory storages. Thread-safe. */
 #include "mnemo/dlpack.h"
 
@@ -7,7 +7,7 @@
 
 #include "mnemo/mnemo.h"
 #include "runtime/error.h"
-#include "runtime/view_internal.h"
+#include "storage/view_internal.h"
 
 /* ---- dtype and device mapping ----------------------------------------------- */
 

@@ -1,4 +1,4 @@
-/* runtime/copy_staged.c: the copy engine's staged paths: pageable host
+/* storage/copy_staged.c: the copy engine's staged paths: pageable host
  * memory and device-to-device copies between devices without peer access go
  * through a ring of pinned staging blocks, chunk by chunk; plus the helper
  * streams, cached events and host worker threads they use. Thread-safe: the
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/copy.h"
+#include "storage/copy.h"
 #include "runtime/error.h"
 
 #define MAX_SLOTS 64

@@ -1,11 +1,11 @@
-/* runtime/view_ops.c: the view operations (PyTorch's TensorShape semantics):
+/* storage/view_ops.c: the view operations (PyTorch's TensorShape semantics):
  * each returns a new handle over the same storage and never copies. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "mnemo/mnemo.h"
 #include "runtime/error.h"
-#include "runtime/view_internal.h"
+#include "storage/view_internal.h"
 
 #define CHECK_VO(v, out) MN__CHECK_ARG((v) != NULL && (out) != NULL, "view and out must not be NULL")
 

@@ -1,4 +1,4 @@
-/* runtime/view.c: strided views over storages: construction with bounds
+/* storage/view.c: strided views over storages: construction with bounds
  * checks, the invariant checker, queries and shared geometry helpers.
  * Views are immutable after creation; any thread may read one. */
 #include <stdio.h>
@@ -6,8 +6,9 @@
 #include <string.h>
 
 #include "mnemo/mnemo.h"
+#include "kernels/ops.h"
 #include "runtime/error.h"
-#include "runtime/view_internal.h"
+#include "storage/view_internal.h"
 
 const char *mn__format_sizes(const int64_t *sizes, int ndim, char *buf, size_t n) {
   size_t at = 0;
@@ -299,22 +300,9 @@ bool mn_view_is_contiguous_channels_last_3d(const mn_view_t *v) {
 bool mn_view_is_non_overlapping_and_dense(const mn_view_t *v) {
   if (mn_view_is_contiguous(v) || mn_view_is_contiguous_channels_last(v) || mn_view_is_contiguous_channels_last_3d(v))
     return true;
-  if (v->ndim == 1) return v->sizes[0] < 2 || v->strides[0] == 1;
-  int perm[MN_MAX_DIMS], n = 0;
-  for (int d = 0; d < v->ndim; d++)
-    if (v->sizes[d] >= 2) perm[n++] = d;
-  for (int i = 1; i < n; i++) /* insertion sort by stride */
-    for (int j = i; j > 0 && v->strides[perm[j]] < v->strides[perm[j - 1]]; j--) {
-      int t = perm[j];
-      perm[j] = perm[j - 1];
-      perm[j - 1] = t;
-    }
-  int64_t want = 1;
-  for (int i = 0; i < n; i++) {
-    if (v->strides[perm[i]] != want) return false;
-    want *= v->sizes[perm[i]];
-  }
-  return true;
+  mn__strided_t t;
+  mn__strided_of_view(v, &t);
+  return mn__strided_is_dense(&t);
 }
 
 bool mn_view_shares_storage(const mn_view_t *a, const mn_view_t *b) { return a->storage == b->storage; }

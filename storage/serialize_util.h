@@ -1,7 +1,7 @@
-/* runtime/serialize_util.h: internals the two file formats share (growable
+/* storage/serialize_util.h: internals the two file formats share (growable
  * byte buffer, atomic file write, read-only file mapping, result building). */
-#ifndef MNEMO_RUNTIME_SERIALIZE_UTIL_H
-#define MNEMO_RUNTIME_SERIALIZE_UTIL_H
+#ifndef MNEMO_STORAGE_SERIALIZE_UTIL_H
+#define MNEMO_STORAGE_SERIALIZE_UTIL_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -49,4 +49,4 @@ mn_status mn__named_views_new(const char *func, size_t count, mn_named_views_t *
 /* Ends a load: on MN_OK hands res to *out, else frees it; returns st. */
 mn_status mn__named_views_finish(mn_status st, mn_named_views_t *res, mn_named_views_t **out);
 
-#endif /* MNEMO_RUNTIME_SERIALIZE_UTIL_H */
+#endif /* MNEMO_STORAGE_SERIALIZE_UTIL_H */

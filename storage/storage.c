@@ -1,4 +1,4 @@
-/* runtime/storage.c: storages, ref-counted byte buffers of five kinds (allocator,
+/* storage/storage.c: storages, ref-counted byte buffers of five kinds (allocator,
  * foreign, file, shared memory, CUDA IPC) and the whole storage API on them.
  * The count is atomic; resize/share_memory must not race other uses of a storage. */
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* runtime/serialize.c: mnemo's save/load format (docs/SAVE_FORMAT.md): named
+/* storage/serialize.c: mnemo's save/load format (docs/SAVE_FORMAT.md): named
  * views, storages written once and shared again on load, CRC32 over header and
  * blobs; plus the helpers both formats share. Stateless, thread-safe. */
 #include <errno.h>
@@ -14,7 +14,7 @@
 #include "mnemo/mnemo.h"
 #include "mnemo/serialize.h"
 #include "runtime/error.h"
-#include "runtime/serialize_util.h"
+#include "storage/serialize_util.h"
 
 /* ---- shared helpers ---------------------------------------------------------- */
 

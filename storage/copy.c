@@ -1,4 +1,4 @@
-/* runtime/copy.c: the copy engine's entry points (mnemo/copy.h): argument
+/* storage/copy.c: the copy engine's entry points (mnemo/copy.h): argument
  * checks, the choice of path (direct, staged, peer), completion of blocking
  * copies, and the queued range copy every path is built from. Thread-safe:
  * the configuration is read under a lock when a copy starts. */
@@ -8,9 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "profiling/nvtx.h"
-#include "runtime/copy.h"
+#include "kernels/ops.h"
 #include "runtime/error.h"
+#include "runtime/nvtx.h"
+#include "storage/copy.h"
+#include "storage/view_internal.h"
 
 #define MAX_PEER_INDEX 64
 #define MAX_HOST_THREADS 64
@@ -152,14 +154,6 @@ static void side_from_bytes(mn_device_t dev, const void *p, size_t n, mn__copy_s
   out->contiguous = true;
 }
 
-/* [lo, hi): the bytes a side reaches. pre: numel > 0. */
-static void side_extent(const mn__copy_side_t *s, size_t item, uintptr_t *lo, uintptr_t *hi) {
-  int64_t last = 0;
-  for (int d = 0; d < s->t.ndim; d++) last += (s->t.sizes[d] - 1) * s->t.strides[d];
-  *lo = (uintptr_t)s->t.data;
-  *hi = *lo + (uintptr_t)(last + 1) * item;
-}
-
 static bool same_geometry(const mn__copy_side_t *a, const mn__copy_side_t *b) {
   if (a->t.data != b->t.data || a->t.ndim != b->t.ndim) return false;
   for (int d = 0; d < a->t.ndim; d++)
@@ -173,8 +167,8 @@ static mn_status check_overlap(const mn__copy_t *c, bool *noop) {
   *noop = false;
   if (!mn_device_equal(c->dst.dev, c->src.dev)) return MN_OK;
   uintptr_t dl, dh, sl, sh;
-  side_extent(&c->dst, c->item, &dl, &dh);
-  side_extent(&c->src, c->item, &sl, &sh);
+  mn__strided_extent(&c->dst.t, c->item, &dl, &dh);
+  mn__strided_extent(&c->src.t, c->item, &sl, &sh);
   if (dh <= sl || sh <= dl) return MN_OK;
   if (same_geometry(&c->dst, &c->src)) {
     *noop = true;

@@ -1,8 +1,8 @@
-/* runtime/copy.h: what the copy engine's two files share: a copy as the
+/* storage/copy.h: what the copy engine's two files share: a copy as the
  * engine sees it (two sides of one shape, a stream, flags) and the queued
- * building blocks of runtime/copy_staged.c. Internal; thread-safe functions. */
-#ifndef MNEMO_RUNTIME_COPY_H
-#define MNEMO_RUNTIME_COPY_H
+ * building blocks of storage/copy_staged.c. Internal; thread-safe functions. */
+#ifndef MNEMO_STORAGE_COPY_H
+#define MNEMO_STORAGE_COPY_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -55,4 +55,4 @@ void mn__copy_host_range(const mn__strided_t *dst, const mn__strided_t *src, siz
 /* Releases the helper streams, cached events and idle worker threads. */
 mn_status mn__copy_staged_reset(void);
 
-#endif /* MNEMO_RUNTIME_COPY_H */
+#endif /* MNEMO_STORAGE_COPY_H */

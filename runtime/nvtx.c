@@ -1,10 +1,10 @@
-/* profiling/nvtx.c: NVTX ranges in the "mnemo" domain, through the toolkit's
+/* runtime/nvtx.c: NVTX ranges in the "mnemo" domain, through the toolkit's
  * header-only nvtx3; a relaxed atomic flag makes them free when switched off. Thread-safe. */
 #include <stdatomic.h>
 #include <stdlib.h>
 
 #include "mnemo/profiling.h"
-#include "profiling/nvtx.h"
+#include "runtime/nvtx.h"
 
 #ifdef MNEMO_HAVE_CUDA
 #include <nvtx3/nvToolsExt.h>

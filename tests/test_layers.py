@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""tests/test_layers.py: the layers are one-way (docs/ARCHITECTURE.md).
+
+Reads the symbols every object file of every layer defines and uses (nm) and
+fails when an object uses a symbol defined by a higher layer, naming the file
+and the symbol; also fails when a source file of a layer includes an internal
+header of a higher layer ("storage/view_internal.h" from kernels/). Layers,
+lowest first: runtime < allocators < kernels < storage < profiling < tools.
+A built-in case with a planted upward call checks the checker first.
+
+usage: test_layers.py --nm NM --src SOURCE_DIR LAYER=OBJ[:OBJ...] ...
+(layers in order, lowest first; tools is the CLI's objects)
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+LAYERS = ["runtime", "allocators", "kernels", "storage", "profiling", "tools"]
+DEFINED = set("TDBRVWGCSi")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/[^"]+"', re.M)
+
+
+def read_symbols(nm, obj):
+    """(defined, used) external symbol names of one object file."""
+    out = subprocess.run([nm, "-P", "-g", obj], capture_output=True, text=True, check=True).stdout
+    defined, used = set(), set()
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        name, kind = parts[0], parts[1]
+        if kind in ("U", "w", "v"):
+            used.add(name)
+        elif kind in DEFINED:
+            defined.add(name)
+    return defined, used
+
+
+def upward_uses(objects):
+    """objects: list of (layer, name, defined, used). Returns the violations:
+    (user layer, user object, symbol, definer layer, definer object)."""
+    rank = {l: i for i, l in enumerate(LAYERS)}
+    owner = {}
+    for layer, name, defined, _ in objects:
+        for s in defined:
+            owner.setdefault(s, (layer, name))
+    bad = []
+    for layer, name, _, used in objects:
+        for s in sorted(used):
+            if s in owner and rank[owner[s][0]] > rank[layer]:
+                bad.append((layer, name, s, owner[s][0], owner[s][1]))
+    return bad
+
+
+def upward_includes(src):
+    """(file, included header) where a layer's source includes a higher layer's."""
+    rank = {l: i for i, l in enumerate(LAYERS)}
+    bad = []
+    for layer in LAYERS:
+        folder = os.path.join(src, layer)
+        if not os.path.isdir(folder):
+            continue
+        for f in sorted(os.listdir(folder)):
+            if not f.endswith((".c", ".h", ".cu")):
+                continue
+            text = open(os.path.join(folder, f), encoding="utf-8").read()
+            for m in INCLUDE.finditer(text):
+                inc = m.group(1)
+                if inc in rank and rank[inc] > rank[layer]:
+                    bad.append((f"{layer}/{f}", m.group(0).strip()))
+    return bad
+
+
+def self_test():
+    """The checker must flag a planted upward call and pass a downward one."""
+    objs = [("runtime", "a.o", {"mn_low"}, {"mn_high"}),
+            ("storage", "b.o", {"mn_high"}, {"mn_low"})]
+    bad = upward_uses(objs)
+    assert bad == [("runtime", "a.o", "mn_high", "storage", "b.o")], bad
+    assert upward_uses(objs[1:]) == []
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nm", default="nm")
+    ap.add_argument("--src", required=True)
+    ap.add_argument("layers", nargs="+", help="LAYER=OBJ[:OBJ...]")
+    args = ap.parse_args()
+    self_test()
+
+    objects, seen = [], []
+    for spec in args.layers:
+        layer, _, files = spec.partition("=")
+        if layer not in LAYERS:
+            sys.exit(f"test_layers: unknown layer {layer!r}")
+        seen.append(layer)
+        for obj in filter(None, files.split(":")):
+            d, u = read_symbols(args.nm, obj)
+            rel = os.path.basename(os.path.dirname(obj)) + "/" + os.path.basename(obj)
+            objects.append((layer, rel, d, u))
+    missing = [l for l in LAYERS if l not in seen]
+    if missing:
+        sys.exit(f"test_layers: no objects given for {missing}")
+    if len(objects) < 20:
+        sys.exit(f"test_layers: only {len(objects)} objects: the build lists look wrong")
+
+    failures = 0
+    for layer, name, sym, olayer, oname in upward_uses(objects):
+        print(f"UPWARD CALL: {name} ({layer}) uses {sym}, defined in {oname} ({olayer})")
+        failures += 1
+    for f, inc in upward_includes(args.src):
+        print(f"UPWARD INCLUDE: {f}: {inc}")
+        failures += 1
+    per = {l: sum(1 for o in objects if o[0] == l) for l in LAYERS}
+    print("objects per layer: " + ", ".join(f"{l} {per[l]}" for l in LAYERS))
+    if failures:
+        print(f"test_layers: {failures} upward dependencies")
+        return 1
+    print("test_layers: every layer uses only the layers below it")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
