@@ -4,12 +4,13 @@
 
 #include "allocators/adaptor.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 
 static mn__adaptor_t *adaptor_of(mn_allocator_t *a) { return (mn__adaptor_t *)a; }
 
 mn_status mn__adaptor_new(const char *func, size_t size, const mn_allocator_vtable_t *vtable,
                           mn_allocator_t *upstream, unsigned flags, mn__adaptor_t **out) {
-  mn__adaptor_t *ad = calloc(1, size);
+  mn__adaptor_t *ad = mn__calloc(1, size);
   if (!ad) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   ad->base.vtable = vtable;
   ad->base.device = mn_allocator_device(upstream);

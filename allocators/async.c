@@ -11,6 +11,7 @@
 #include "mnemo/adaptors.h"
 #include "mnemo/mnemo.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 
 /* What the allocator remembers per live allocation. */
 typedef struct async_use {
@@ -39,7 +40,7 @@ static void use_free(async_use *u) {
 static mn_status async_alloc_fn(mn_allocator_t *a, size_t nbytes, mn_stream_t *stream, void **out) {
   async_alloc *x = self_of(a);
   mn_stream_t *s = stream ? stream : x->default_stream;
-  async_use *u = calloc(1, sizeof *u);
+  async_use *u = mn__calloc(1, sizeof *u);
   if (!u) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   u->stream = s;
   void *p = NULL;
@@ -126,7 +127,7 @@ static mn_status async_record_stream(mn_allocator_t *a, void *ptr, mn_stream_t *
     for (size_t i = 0; i < u->nrecorded && !seen; i++) seen = mn_stream_id(u->recorded[i]) == mn_stream_id(stream);
     if (!seen && u->nrecorded == u->cap) {
       size_t cap = u->cap ? u->cap * 2 : 4;
-      mn_stream_t **r = realloc(u->recorded, cap * sizeof *r);
+      mn_stream_t **r = mn__realloc(u->recorded, cap * sizeof *r);
       if (r) {
         u->recorded = r;
         u->cap = cap;
@@ -229,7 +230,7 @@ mn_status mn_async_allocator_create(mn_device_t dev, mn_allocator_t **out) {
    * this also answers NOT_SUPPORTED where the device has no pool. */
   if (st == MN_OK) st = mn_device_pool_set_release_threshold(dev, SIZE_MAX);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
-  async_alloc *x = calloc(1, sizeof *x);
+  async_alloc *x = mn__calloc(1, sizeof *x);
   if (!x) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   x->base.vtable = &async_vtable;
   x->base.device = dev;

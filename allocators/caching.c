@@ -7,6 +7,7 @@
 
 #include "allocators/caching_internal.h"
 #include "runtime/events.h"
+#include "runtime/hostmem.h"
 #include "runtime/nvtx.h"
 #include "runtime/error.h"
 
@@ -37,7 +38,7 @@ void mn__trace(mn__caching_t *a, mn_trace_action action, uint64_t stream, uintpt
 
 mn_status mn__spare_reserve(mn__caching_t *a, size_t n) {
   while (a->nspare < n) {
-    mn__block_t *b = calloc(1, sizeof *b);
+    mn__block_t *b = mn__calloc(1, sizeof *b);
     if (!b) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for block records");
     b->spare_next = a->spare_blocks;
     a->spare_blocks = b;
@@ -178,8 +179,8 @@ static mn__block_t *alloc_block(mn__caching_t *a, params_t *p, bool is_retry) {
     /* The address space is exhausted (SIM has 4x its capacity; ranges of 1 1/8
      * of the device per stream can pass that): fall back to a plain segment. */
   }
-  mn__segment_t *s = calloc(1, sizeof *s);
-  mn__block_t *b = calloc(1, sizeof *b);
+  mn__segment_t *s = mn__calloc(1, sizeof *s);
+  mn__block_t *b = mn__calloc(1, sizeof *b);
   if (!s || !b) {
     free(s);
     free(b);
@@ -349,7 +350,7 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
   if (!b) return not_ours(a, __func__, ptr);
   uint32_t n = b->nuses;
   use_end_t local[8], *ends = local;
-  if (n > 8 && !(ends = calloc(n, sizeof *ends))) {
+  if (n > 8 && !(ends = mn__calloc(n, sizeof *ends))) {
     unlock(a);
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %u stream events", n);
   }
@@ -416,7 +417,7 @@ static mn_status caching_record_stream(mn_allocator_t *self, void *ptr, mn_strea
     if (b->uses[i].id == id) goto done;
   if (b->nuses == b->cap_uses) {
     uint32_t cap = b->cap_uses ? 2 * b->cap_uses : 2;
-    mn__use_t *grown = realloc(b->uses, cap * sizeof *grown);
+    mn__use_t *grown = mn__realloc(b->uses, cap * sizeof *grown);
     if (!grown) {
       unlock(a);
       return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a stream use");
@@ -529,7 +530,7 @@ mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t
   mn_stream_t *def = NULL;
   if (st == MN_OK) st = mn_stream_default(dev, &def);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
-  mn__caching_t *a = calloc(1, sizeof *a);
+  mn__caching_t *a = mn__calloc(1, sizeof *a);
   if (!a) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   if (pthread_mutex_init(&a->lock, NULL) != 0) {
     free(a);

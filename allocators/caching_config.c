@@ -8,6 +8,7 @@
 
 #include "allocators/caching_internal.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 #include "runtime/strbuf.h"
 
 #define MIB ((size_t)1 << 20)
@@ -284,7 +285,7 @@ static mn_status parse_key(const lexer_t *lx, size_t *i, mn_caching_config_t *c)
 
 mn_status mn_caching_config_parse(const char *text, mn_caching_config_t *config) {
   MN__CHECK_ARG(text != NULL && config != NULL, "text and config must not be NULL");
-  lexer_t *lx = malloc(sizeof *lx);
+  lexer_t *lx = mn__malloc(sizeof *lx);
   if (!lx) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   mn_caching_config_t c = *config;
   mn_status st = lex(text, lx);

@@ -5,6 +5,7 @@
 
 #include "allocators/caching_internal.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 
 static bool allocatable(const mn__block_t *b) {
   return b && !b->allocated && b->event_count == 0 && b->nuses == 0;
@@ -49,8 +50,8 @@ static mn__block_t *new_segment(mn__caching_t *a, uint64_t stream, mn__pool_t *p
     *no_va = *st == MN_ERR_OUT_OF_MEMORY;
     return NULL;
   }
-  mn__segment_t *s = calloc(1, sizeof *s);
-  uint8_t *pages = calloc(va / page, 1);
+  mn__segment_t *s = mn__calloc(1, sizeof *s);
+  uint8_t *pages = mn__calloc(va / page, 1);
   mn_status sp = mn__spare_reserve(a, 1);
   if (!s || !pages || sp != MN_OK) {
     free(s);
@@ -226,7 +227,7 @@ void mn__expandable_unmap_free(mn__caching_t *a, mn__release_t *rel, bool unmap_
         if (!b->mapped || !allocatable(b) || !whole_pages(b, &first, &end)) continue;
         if (n == cap) {
           size_t c2 = cap ? 2 * cap : 32;
-          mn__block_t **grown = realloc(todo, c2 * sizeof *grown);
+          mn__block_t **grown = mn__realloc(todo, c2 * sizeof *grown);
           if (!grown) break;
           todo = grown;
           cap = c2;

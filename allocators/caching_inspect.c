@@ -7,6 +7,7 @@
 
 #include "allocators/caching_internal.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 
 static mn__caching_t *as_caching(mn_allocator_t *self) { return (mn__caching_t *)self; }
 
@@ -58,7 +59,7 @@ static bool snap_run(const mn__caching_t *a, const mn__block_t *b, mn_snapshot_s
   for (const mn__block_t *x = b; x && x->mapped; x = x->next) n++;
   *out = (mn_snapshot_segment_t){.device = a->base.device, .address = b->addr, .stream_id = b->stream_id,
                                  .is_large = !b->pool->is_small, .is_expandable = b->seg->expandable};
-  out->blocks = calloc(n, sizeof *out->blocks);
+  out->blocks = mn__calloc(n, sizeof *out->blocks);
   if (!out->blocks) return false;
   for (const mn__block_t *x = b; x && x->mapped; x = x->next) {
     mn_snapshot_block_t *sb = &out->blocks[out->nblocks++];
@@ -78,13 +79,13 @@ static bool snap_run(const mn__caching_t *a, const mn__block_t *b, mn_snapshot_s
 
 mn_status mn__caching_snapshot(mn_allocator_t *self, mn_snapshot_t **out) {
   mn__caching_t *a = as_caching(self);
-  mn_snapshot_t *snap = calloc(1, sizeof *snap);
+  mn_snapshot_t *snap = mn__calloc(1, sizeof *snap);
   if (!snap) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   pthread_mutex_lock(&a->lock);
   size_t runs = 0;
   for (mn__segment_t *s = a->segments; s; s = s->next_seg)
     for (mn__block_t *b = s->head; b; b = b->next) runs += b->mapped && (!b->prev || !b->prev->mapped);
-  snap->segments = calloc(runs ? runs : 1, sizeof *snap->segments);
+  snap->segments = mn__calloc(runs ? runs : 1, sizeof *snap->segments);
   bool ok = snap->segments != NULL;
   for (mn__segment_t *s = a->segments; ok && s; s = s->next_seg)
     for (mn__block_t *b = s->head; ok && b; b = b->next)

@@ -5,6 +5,7 @@
 
 #include "allocators/caching_internal.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 
 #define SYNC_RETRIES 3
 
@@ -22,7 +23,7 @@ mn_event_t *mn__event_get(mn__caching_t *a) {
 void mn__event_put(mn__caching_t *a, mn_event_t *e) {
   if (a->nevents == a->cap_events) {
     size_t cap = a->cap_events ? 2 * a->cap_events : 16;
-    mn_event_t **grown = realloc(a->events, cap * sizeof *grown);
+    mn_event_t **grown = mn__realloc(a->events, cap * sizeof *grown);
     if (!grown) {
       mn_event_destroy(e);
       return;
@@ -36,7 +37,7 @@ void mn__event_put(mn__caching_t *a, mn_event_t *e) {
 mn__pending_t *mn__pending_take(mn__caching_t *a) {
   mn__pending_t *p = a->spare_pending;
   if (p) a->spare_pending = p->next;
-  else p = malloc(sizeof *p);
+  else p = mn__malloc(sizeof *p);
   return p;
 }
 

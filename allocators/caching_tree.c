@@ -6,6 +6,7 @@
 
 #include "allocators/caching_internal.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 
 /* ---- keys ---------------------------------------------------------------------- */
 
@@ -150,7 +151,7 @@ mn__tnode_t *mn__tree_first(const mn__tree_t *t) {
  * stack grows on demand so a degenerate shape is still checked). */
 bool mn__tree_check(const mn__tree_t *t, char *why, size_t whysize) {
   size_t cap = 64, depth = 0, seen = 0;
-  const mn__tnode_t **stack = malloc(cap * sizeof *stack);
+  const mn__tnode_t **stack = mn__malloc(cap * sizeof *stack);
   if (!stack) {
     snprintf(why, whysize, "out of host memory while checking a free set");
     return false;
@@ -165,7 +166,7 @@ bool mn__tree_check(const mn__tree_t *t, char *why, size_t whysize) {
         break;
       }
       if (depth == cap) {
-        const mn__tnode_t **grown = realloc(stack, 2 * cap * sizeof *stack);
+        const mn__tnode_t **grown = mn__realloc(stack, 2 * cap * sizeof *stack);
         if (!grown) {
           snprintf(why, whysize, "out of host memory while checking a free set");
           ok = false;

@@ -10,6 +10,7 @@
 #include "allocators/ptrmap.h"
 #include "mnemo/mnemo.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 
 typedef struct naive_s {
   mn_allocator_t base; /* first: the allocator header */
@@ -83,7 +84,7 @@ mn_status mn_naive_allocator_create(mn_device_t dev, mn_allocator_t **out) {
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
   mn_status st = mn_device_check(dev);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
-  naive_t *a = calloc(1, sizeof *a);
+  naive_t *a = mn__calloc(1, sizeof *a);
   if (!a) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   pthread_mutex_init(&a->lock, NULL);
   mn__addrmap_init(&a->live);

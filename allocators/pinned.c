@@ -11,6 +11,7 @@
 #include "mnemo/mnemo.h"
 #include "mnemo/pinned.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 
 #define MAX_DIVISIONS 8
 #define NBUCKETS (64 * MAX_DIVISIONS)
@@ -175,7 +176,7 @@ static pblock *block_containing(const pinned_pool *p, const void *q) {
 static mn_status block_insert(pinned_pool *p, pblock *b) {
   if (p->nblocks == p->cap_blocks) {
     size_t cap = p->cap_blocks ? p->cap_blocks * 2 : 64;
-    pblock **r = realloc(p->blocks, cap * sizeof *r);
+    pblock **r = mn__realloc(p->blocks, cap * sizeof *r);
     if (!r) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for the block index");
     p->blocks = r;
     p->cap_blocks = cap;
@@ -216,7 +217,7 @@ static void process_events(pinned_pool *p) {
 
 static mn_status raw_pin(pinned_pool *p, size_t size, void **out) {
   if (!p->cfg.use_host_register) return mn_device_host_alloc(p->dev, size, out);
-  void *m = aligned_alloc(MN_PINNED_MIN_CLASS, size); /* size is a multiple of the alignment */
+  void *m = mn__aligned_alloc(MN_PINNED_MIN_CLASS, size); /* size is a multiple of the alignment */
   if (!m) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %zu bytes", size);
   mn_status st = mn_device_host_register(p->dev, m, size);
   if (st != MN_OK) {
@@ -325,7 +326,7 @@ static mn_status pinned_alloc(mn_allocator_t *self, size_t nbytes, mn_stream_t *
     pthread_mutex_unlock(&p->lock);
     return mn__error_wrap(st, __func__);
   }
-  b = calloc(1, sizeof *b);
+  b = mn__calloc(1, sizeof *b);
   if (!b) {
     raw_unpin(p, m);
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a block record");
@@ -360,7 +361,7 @@ static mn_status event_get(pinned_pool *p, mn_device_t dev, pevent **out) {
     }
   }
   pthread_mutex_unlock(&p->lock);
-  pevent *e = calloc(1, sizeof *e);
+  pevent *e = mn__calloc(1, sizeof *e);
   if (!e) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for an event");
   mn_status st = mn_event_create(dev, &e->ev);
   if (st != MN_OK) {
@@ -462,7 +463,7 @@ static mn_status pinned_record_stream(mn_allocator_t *self, void *ptr, mn_stream
     bool seen = false;
     for (size_t k = 0; k < b->nstreams && !seen; k++) seen = b->streams[k] == stream;
     if (!seen && b->nstreams == b->cap_streams) {
-      mn_stream_t **grown = malloc(2 * b->cap_streams * sizeof *grown);
+      mn_stream_t **grown = mn__malloc(2 * b->cap_streams * sizeof *grown);
       if (!grown) {
         st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
       } else {
@@ -515,16 +516,16 @@ static mn_status pinned_reset_peak(mn_allocator_t *self) {
 
 static mn_status pinned_snapshot(mn_allocator_t *self, mn_snapshot_t **out) {
   pinned_pool *p = (pinned_pool *)self;
-  mn_snapshot_t *snap = calloc(1, sizeof *snap);
+  mn_snapshot_t *snap = mn__calloc(1, sizeof *snap);
   if (!snap) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   pthread_mutex_lock(&p->lock);
   size_t n = p->nblocks;
-  snap->segments = n ? calloc(n, sizeof *snap->segments) : NULL;
+  snap->segments = n ? mn__calloc(n, sizeof *snap->segments) : NULL;
   bool ok = n == 0 || snap->segments != NULL;
   for (size_t i = 0; ok && i < n; i++) {
     const pblock *b = p->blocks[i];
     mn_snapshot_segment_t *seg = &snap->segments[i];
-    seg->blocks = calloc(1, sizeof *seg->blocks);
+    seg->blocks = mn__calloc(1, sizeof *seg->blocks);
     if (!seg->blocks) {
       ok = false;
       break;
@@ -654,7 +655,7 @@ mn_status mn_pinned_allocator_create(mn_device_t device_for_events, const mn_pin
   if (st != MN_OK) return st;
   st = mn_device_check(device_for_events);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
-  pinned_pool *p = calloc(1, sizeof *p);
+  pinned_pool *p = mn__calloc(1, sizeof *p);
   if (!p) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   p->base.vtable = &pinned_vtable;
   p->base.device = mn_device_cpu();

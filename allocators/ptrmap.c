@@ -5,6 +5,7 @@
 
 #include "allocators/ptrmap.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 
 #define MN__ADDRMAP_MIN_CAP 64
 
@@ -31,7 +32,7 @@ static void place(mn__addrmap_entry_t *slots, size_t cap, mn__addrmap_entry_t e)
 static bool grow(mn__addrmap_t *m) {
   size_t cap = m->cap ? m->cap * 2 : MN__ADDRMAP_MIN_CAP;
   if (cap < m->cap || cap > SIZE_MAX / sizeof *m->slots) return false;
-  mn__addrmap_entry_t *slots = calloc(cap, sizeof *slots);
+  mn__addrmap_entry_t *slots = mn__calloc(cap, sizeof *slots);
   if (!slots) return false;
   for (size_t i = 0; i < m->cap; i++)
     if (m->slots[i].key) place(slots, cap, m->slots[i]);

@@ -11,6 +11,7 @@
 #include "mnemo/adaptors.h"
 #include "mnemo/mnemo.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 
 typedef struct track_record {
   uint64_t seq;       /* allocation number through this adaptor, from 1 */
@@ -44,7 +45,7 @@ static track_adaptor *self_of(mn_allocator_t *a) { return (track_adaptor *)a; }
 static mn_status track_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stream, void **out) {
   track_adaptor *t = self_of(a);
   /* Made before upstream is asked, so a failure here costs no device call. */
-  track_record *r = calloc(1, sizeof *r);
+  track_record *r = mn__calloc(1, sizeof *r);
   if (!r) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a tracking record");
   r->size = nbytes;
   r->stream_id = stream ? mn_stream_id(stream) : t->default_stream_id;
@@ -199,7 +200,7 @@ mn_status mn_tracking_adaptor_report(mn_allocator_t *a, FILE *out) {
   track_adaptor *t = self_of(a);
   pthread_mutex_lock(&t->ad.lock);
   size_t n = t->ad.live.count, bytes = t->live_bytes, k = 0;
-  report_row *rows = n ? malloc(n * sizeof *rows) : NULL;
+  report_row *rows = n ? mn__malloc(n * sizeof *rows) : NULL;
   if (rows) {
     for (size_t i = 0; i < t->ad.live.cap; i++)
       if (t->ad.live.slots[i].key)

@@ -13,6 +13,7 @@
 #include "kernels/pool.h"
 #include "mnemo/kernels.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 #include "runtime/nvtx.h"
 
 mn_status mn_kernel_copy(mn_stream_t *stream, void *dst, const void *src, size_t nbytes) {
@@ -107,7 +108,7 @@ static mn_status kernel_job_submit(mn_stream_t *stream, const kernel_job *job, c
       return MN_OK;
     }
     case MN_DEVICE_SIM: {
-      kernel_job *j = malloc(sizeof *j);
+      kernel_job *j = mn__malloc(sizeof *j);
       if (!j) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
       *j = *job;
       mn_status st = mn_stream_launch_host(stream, kernel_job_run_free, j);

@@ -9,6 +9,7 @@
 #include "mnemo/mnemo.h"
 #include "profiling/text.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 
 #define MN__RMM_MAX_COLS 16
 #define MN__RMM_LINE_MAX 4096
@@ -172,7 +173,7 @@ static mn_status parse_row(mn__rmm_t *p, char *line) {
   }
   if (p->nev == p->cap) {
     size_t cap = p->cap ? p->cap * 2 : 256;
-    mn__rmm_ev_t *n = realloc(p->ev, cap * sizeof *n);
+    mn__rmm_ev_t *n = mn__realloc(p->ev, cap * sizeof *n);
     if (!n) return mn__error(MN_ERR_OUT_OF_MEMORY, "mn_trace_import_rmm_csv", "out of host memory");
     p->ev = n;
     p->cap = cap;
@@ -187,7 +188,7 @@ static mn_status parse_row(mn__rmm_t *p, char *line) {
 static mn_status check_live(mn__rmm_t *p, bool *pre) {
   size_t m = 0;
   for (size_t i = 0; i < p->nev; i++) m += p->ev[i].action != MN_TRACE_OOM;
-  mn__addr_ref_t *refs = malloc((m ? m : 1) * sizeof *refs);
+  mn__addr_ref_t *refs = mn__malloc((m ? m : 1) * sizeof *refs);
   if (!refs) return mn__error(MN_ERR_OUT_OF_MEMORY, "mn_trace_import_rmm_csv", "out of host memory");
   m = 0;
   for (size_t i = 0; i < p->nev; i++)
@@ -268,7 +269,7 @@ mn_status mn_trace_import_rmm_csv(const char *text, size_t len, const char *name
     st = rerr(&p, "no RMM log header");
     goto fail;
   }
-  pre = calloc(p.nev ? p.nev : 1, sizeof *pre);
+  pre = mn__calloc(p.nev ? p.nev : 1, sizeof *pre);
   if (!pre) {
     st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
     goto fail;

@@ -9,6 +9,7 @@
 #include "mnemo/mnemo.h"
 #include "runtime/error.h"
 #include "runtime/events.h"
+#include "runtime/hostmem.h"
 
 #define MN__RECORDER_MAX_DEVICES 64
 
@@ -23,8 +24,8 @@ mn_status mn_trace_recorder_create(size_t capacity, mn_trace_recorder_t **out) {
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
   MN__CHECK_ARG(capacity >= 1 && capacity <= SIZE_MAX / sizeof(mn_trace_event_t), "capacity %zu is not 1.. %zu",
                 capacity, SIZE_MAX / sizeof(mn_trace_event_t));
-  mn_trace_recorder_t *r = calloc(1, sizeof *r);
-  if (r) r->ring = malloc(capacity * sizeof *r->ring);
+  mn_trace_recorder_t *r = mn__calloc(1, sizeof *r);
+  if (r) r->ring = mn__malloc(capacity * sizeof *r->ring);
   if (!r || !r->ring) {
     free(r);
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %zu events", capacity);
@@ -100,7 +101,7 @@ static int live_cmp(const void *a, const void *b) {
 static mn_status find_pre(const mn_trace_event_t *ev, const uint32_t *dev, size_t n, bool *pre_of) {
   size_t m = 0;
   for (size_t i = 0; i < n; i++) m += ev[i].action == MN_TRACE_ALLOC || ev[i].action == MN_TRACE_FREE_REQUESTED;
-  mn__live_t *refs = malloc((m ? m : 1) * sizeof *refs);
+  mn__live_t *refs = mn__malloc((m ? m : 1) * sizeof *refs);
   if (!refs) return mn__error(MN_ERR_OUT_OF_MEMORY, "mn_trace_recorder_to_trace", "out of host memory");
   m = 0;
   for (size_t i = 0; i < n; i++)
@@ -126,13 +127,13 @@ mn_status mn_trace_recorder_to_trace(mn_trace_recorder_t *rec, mn_trace_t **out)
   MN__CHECK_ARG(rec != NULL && out != NULL, "rec and out must not be NULL");
   pthread_mutex_lock(&rec->lock);
   size_t n = rec->held;
-  mn_trace_event_t *ev = malloc((n ? n : 1) * sizeof *ev);
+  mn_trace_event_t *ev = mn__malloc((n ? n : 1) * sizeof *ev);
   if (ev)
     for (size_t i = 0; i < n; i++) ev[i] = rec->ring[(rec->head + i) % rec->capacity];
   uint64_t overwritten = rec->overwritten;
   pthread_mutex_unlock(&rec->lock);
-  uint32_t *dev = malloc((n ? n : 1) * sizeof *dev);
-  bool *pre_of = calloc(n ? n : 1, sizeof *pre_of);
+  uint32_t *dev = mn__malloc((n ? n : 1) * sizeof *dev);
+  bool *pre_of = mn__calloc(n ? n : 1, sizeof *pre_of);
   mn_trace_t *t = NULL;
   mn_status st = MN_OK;
   if (!ev || !dev || !pre_of) {
@@ -243,7 +244,7 @@ static void global_init(void) {
       cap = (size_t)v;
     }
   }
-  g_path = malloc(strlen(path) + 1);
+  g_path = mn__malloc(strlen(path) + 1);
   if (!g_path || mn_trace_recorder_create(cap, &g_rec) != MN_OK) {
     fprintf(stderr, "mnemo: MNEMO_TRACE: cannot make the recorder: %s\n", g_path ? mn_last_error() : "out of memory");
     free(g_path);

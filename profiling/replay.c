@@ -9,6 +9,7 @@
 #include "mnemo/mnemo.h"
 #include "mnemo/trace.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 
 /* From trace.c: for each free_requested the index of its alloc, and back. */
 mn_status mn__trace_match(const mn_trace_t *trace, size_t *match);
@@ -88,8 +89,8 @@ static mn_status map_streams(mn__replay_t *r) {
   const mn_trace_t *t = r->trace;
   size_t n = 0;
   for (size_t i = 0; i < t->nentries; i++) n += t->entries[i].action == MN_TRACE_ALLOC;
-  r->ids = malloc((n ? n : 1) * sizeof *r->ids);
-  r->sidx = calloc(t->nentries ? t->nentries : 1, sizeof *r->sidx);
+  r->ids = mn__malloc((n ? n : 1) * sizeof *r->ids);
+  r->sidx = mn__calloc(t->nentries ? t->nentries : 1, sizeof *r->sidx);
   if (!r->ids || !r->sidx) return mn__error(MN_ERR_OUT_OF_MEMORY, "mn_trace_replay", "out of host memory");
   uint64_t first = 0;
   bool have_first = false, have_zero = false;
@@ -107,8 +108,8 @@ static mn_status map_streams(mn__replay_t *r) {
     if (u == 0 || r->ids[u - 1] != r->ids[i]) r->ids[u++] = r->ids[i];
   r->nids = u;
   if (u > UINT32_MAX) return mn__error(MN_ERR_OVERFLOW, "mn_trace_replay", "%zu streams is too many", u);
-  r->streams = calloc(u ? u : 1, sizeof *r->streams);
-  r->created = calloc(u ? u : 1, sizeof *r->created);
+  r->streams = mn__calloc(u ? u : 1, sizeof *r->streams);
+  r->created = mn__calloc(u ? u : 1, sizeof *r->created);
   if (!r->streams || !r->created) return mn__error(MN_ERR_OUT_OF_MEMORY, "mn_trace_replay", "out of host memory");
   uint64_t def = have_zero ? 0 : first;
   for (size_t k = 0; k < u; k++) {
@@ -183,8 +184,8 @@ static mn_status replay_one_device(const mn_trace_t *trace, mn_allocator_t *allo
   memset(&res, 0, sizeof res);
   size_t n = trace->nentries;
   mn_status st = MN_OK;
-  r.match = malloc((n ? n : 1) * sizeof *r.match);
-  r.ptrs = calloc(n ? n : 1, sizeof *r.ptrs);
+  r.match = mn__malloc((n ? n : 1) * sizeof *r.match);
+  r.ptrs = mn__calloc(n ? n : 1, sizeof *r.ptrs);
   if (!r.match || !r.ptrs) {
     st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %zu entries", n);
     goto done;
@@ -360,8 +361,8 @@ mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator, co
     mn_trace_t sub;
     memset(&sub, 0, sizeof sub);
     sub.version = trace->version;
-    sub.entries = malloc((trace->nentries ? trace->nentries : 1) * sizeof *sub.entries);
-    size_t *orig = malloc((trace->nentries ? trace->nentries : 1) * sizeof *orig);
+    sub.entries = mn__malloc((trace->nentries ? trace->nentries : 1) * sizeof *sub.entries);
+    size_t *orig = mn__malloc((trace->nentries ? trace->nentries : 1) * sizeof *orig);
     if (!sub.entries || !orig) {
       free(sub.entries);
       free(orig);

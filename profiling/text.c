@@ -1,6 +1,7 @@
 /* profiling/text.c: file reads, lines, numbers, errors and address sorting shared by the
  * trace reader and the RMM importer; no shared state, any thread. */
 #include "profiling/text.h"
+#include "runtime/hostmem.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -97,11 +98,11 @@ mn_status mn__read_whole_file(const char *func, const char *path, char **buf, si
   FILE *f = fopen(path, "rb");
   if (!f) return mn__error(MN_ERR_IO, func, "cannot open %s: %s", path, strerror(errno));
   size_t cap = 1 << 16, n = 0;
-  char *b = malloc(cap);
+  char *b = mn__malloc(cap);
   mn_status st = MN_OK;
   while (b && st == MN_OK) {
     if (n == cap) {
-      char *nb = cap <= SIZE_MAX / 2 ? realloc(b, cap * 2) : NULL;
+      char *nb = cap <= SIZE_MAX / 2 ? mn__realloc(b, cap * 2) : NULL;
       if (!nb) {
         st = mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory reading %s (%zu bytes)", path, n);
         break;

@@ -11,6 +11,7 @@
 #include "mnemo/trace.h"
 #include "profiling/text.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 
 #define MN__TRACE_MAX_FIELDS 8
 
@@ -18,7 +19,7 @@
 
 mn_status mn_trace_create(mn_trace_t **out) {
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
-  mn_trace_t *t = calloc(1, sizeof *t);
+  mn_trace_t *t = mn__calloc(1, sizeof *t);
   if (!t) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   t->version = 1;
   *out = t;
@@ -66,7 +67,7 @@ mn_status mn_trace_append(mn_trace_t *trace, const mn_trace_entry_t *entry) {
     size_t cap = trace->capacity ? trace->capacity * 2 : 256;
     if (cap > SIZE_MAX / sizeof *trace->entries)
       return mn__error(MN_ERR_OVERFLOW, __func__, "%zu entries is too many", trace->nentries);
-    mn_trace_entry_t *e = realloc(trace->entries, cap * sizeof *e);
+    mn_trace_entry_t *e = mn__realloc(trace->entries, cap * sizeof *e);
     if (!e) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %zu entries", cap);
     trace->entries = e;
     trace->capacity = cap;
@@ -98,7 +99,7 @@ static mn_trace_meta_t *meta_find(const mn_trace_t *t, const char *key, size_t k
 }
 
 static char *dup_n(const char *s, size_t n) {
-  char *d = malloc(n + 1);
+  char *d = mn__malloc(n + 1);
   if (d) {
     memcpy(d, s, n);
     d[n] = '\0';
@@ -118,7 +119,7 @@ static mn_status meta_put(mn_trace_t *t, const char *key, size_t klen, const cha
   }
   if (t->nmeta == t->meta_capacity) {
     size_t cap = t->meta_capacity ? t->meta_capacity * 2 : 16;
-    mn_trace_meta_t *nm = realloc(t->meta, cap * sizeof *nm);
+    mn_trace_meta_t *nm = mn__realloc(t->meta, cap * sizeof *nm);
     if (!nm) {
       free(v);
       return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
@@ -182,7 +183,7 @@ static mn_status trace_match(const mn_trace_t *t, size_t *match, const char *nam
   size_t n = 0;
   for (size_t i = 0; i < t->nentries; i++)
     n += t->entries[i].action == MN_TRACE_ALLOC || t->entries[i].action == MN_TRACE_FREE_REQUESTED;
-  mn__addr_ref_t *refs = n ? malloc(n * sizeof *refs) : NULL;
+  mn__addr_ref_t *refs = n ? mn__malloc(n * sizeof *refs) : NULL;
   if (n && !refs) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory for %zu references", n);
   n = 0;
   for (size_t i = 0; i < t->nentries; i++) {
@@ -448,7 +449,7 @@ static void sb_printf(mn__strbuf_t *b, const char *fmt, ...) {
     }
     size_t cap = b->cap ? b->cap : 1 << 16;
     while (cap - b->len <= (size_t)k) cap *= 2;
-    char *np = realloc(b->p, cap);
+    char *np = mn__realloc(b->p, cap);
     if (!np) {
       b->oom = true;
       return;
@@ -518,7 +519,7 @@ mn_status mn_trace_write(const mn_trace_t *trace, const char *path) {
   mn_status st = mn_trace_format(trace, &text, &len);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   size_t plen = strlen(path);
-  char *tmp = malloc(plen + 5);
+  char *tmp = mn__malloc(plen + 5);
   if (!tmp) {
     free(text);
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");

@@ -9,6 +9,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 
 /* Host allocations are aligned like CUDA's (256 bytes) so that vectorized
  * kernels see the same alignment on every device. */
@@ -72,7 +73,7 @@ static mn_status cpu_raw_alloc(int index, size_t nbytes, void **out) {
   bool huge = nbytes >= MN__CPU_HUGE_MIN && cpu_hugepages_wanted();
   size_t align = huge ? MN__CPU_HUGE_ALIGN : MN__CPU_ALIGN;
   size_t rounded = (nbytes + align - 1) / align * align;
-  void *p = aligned_alloc(align, rounded ? rounded : align);
+  void *p = mn__aligned_alloc(align, rounded ? rounded : align);
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   if (p && huge) (void)madvise(p, rounded, MADV_HUGEPAGE); /* advice only: failure changes nothing */
 #endif

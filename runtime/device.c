@@ -11,6 +11,7 @@
 #include "mnemo/mnemo.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 
 #define MN__MAX_DEVICES 64
 
@@ -297,7 +298,7 @@ mn_status mn_stream_default(mn_device_t dev, mn_stream_t **out) {
 }
 
 static mn_status mn__stream_new(mn_device_t dev, void *handle, bool owned, mn_stream_t **out) {
-  struct mn_stream_s *s = calloc(1, sizeof *s);
+  struct mn_stream_s *s = mn__calloc(1, sizeof *s);
   if (!s) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a stream");
   s->device = dev;
   s->handle = handle;
@@ -383,7 +384,7 @@ mn_status mn_event_create(mn_device_t dev, mn_event_t **out) {
   const mn__backend_t *b;
   mn_status st = mn__device_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
-  struct mn_event_s *e = calloc(1, sizeof *e);
+  struct mn_event_s *e = mn__calloc(1, sizeof *e);
   if (!e) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for an event");
   st = b->event_create(dev.index, &e->handle);
   if (st != MN_OK) {

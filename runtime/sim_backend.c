@@ -16,6 +16,7 @@
 #include "mnemo/mnemo.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 #include "runtime/sim_internal.h"
 
 #define SIM_MAX_DEVICES 16
@@ -264,14 +265,14 @@ static mn_status range_insert(sim_device *d, int index, size_t size, bool reserv
                      index, size);
   if (d->nranges == d->cap_ranges) {
     size_t cap = d->cap_ranges ? d->cap_ranges * 2 : 64;
-    sim_range *r = realloc(d->ranges, cap * sizeof *r);
+    sim_range *r = mn__realloc(d->ranges, cap * sizeof *r);
     if (!r) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
     d->ranges = r;
     d->cap_ranges = cap;
   }
   uint8_t *flags = NULL;
   if (reserved) {
-    flags = calloc(size / g_cfg.granularity, 1);
+    flags = mn__calloc(size / g_cfg.granularity, 1);
     if (!flags) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   }
   memmove(&d->ranges[pos + 1], &d->ranges[pos], (d->nranges - pos) * sizeof *d->ranges);
@@ -411,7 +412,7 @@ static mn_status enqueue(sim_device *d, sim_stream *s, sim_op *op) {
 }
 
 static mn_status new_op(sim_op_kind kind, sim_op **out) {
-  sim_op *op = calloc(1, sizeof *op);
+  sim_op *op = mn__calloc(1, sizeof *op);
   if (!op) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a queued operation");
   op->kind = kind;
   *out = op;
@@ -581,7 +582,7 @@ static mn_status sim_mem_unmap(int index, void *addr, size_t nbytes) {
 
 static mn_status sim_stream_create(int index, void **out) {
   SIM_LOCKED(index, d);
-  sim_stream *s = calloc(1, sizeof *s);
+  sim_stream *s = mn__calloc(1, sizeof *s);
   if (!s) return unlock_ret(d, mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory"));
   s->next = d->streams;
   if (d->streams) d->streams->prev = s;
@@ -649,7 +650,7 @@ static mn_status sim_launch_host(int index, void *handle, mn_host_fn fn, void *a
 
 static mn_status sim_event_create(int index, void **out) {
   SIM_LOCKED(index, d);
-  sim_event *e = calloc(1, sizeof *e);
+  sim_event *e = mn__calloc(1, sizeof *e);
   if (!e) return unlock_ret(d, mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory"));
   e->device = index;
   e->next = d->events;
@@ -804,8 +805,8 @@ static mn_status pool_grow(sim_device *d, int index, size_t n, pool_chunk **out)
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__,
                      "sim:%d out of memory: the pool asked %zu bytes (%zu rounded), %zu of %zu in use", index, n,
                      size, d->stats.mapped_bytes, g_cfg.capacity);
-  pool_chunk *c = calloc(1, sizeof *c);
-  pool_block *b = calloc(1, sizeof *b);
+  pool_chunk *c = mn__calloc(1, sizeof *c);
+  pool_block *b = mn__calloc(1, sizeof *b);
   uintptr_t p = 0;
   mn_status st = c && b ? range_insert(d, index, size, false, &p)
                         : mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
@@ -851,7 +852,7 @@ static mn_status sim_alloc_async(int index, size_t nbytes, void *handle, void **
     b = c->blocks;
   }
   if (b->size > n) { /* split: the rest keeps b's state */
-    pool_block *rest = calloc(1, sizeof *rest);
+    pool_block *rest = mn__calloc(1, sizeof *rest);
     if (!rest) return unlock_ret(d, mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory"));
     *rest = *b;
     rest->start = b->start + n;
@@ -989,7 +990,7 @@ static mn_status pin_insert(int index, const char *func, uintptr_t start, size_t
                      index, (void *)start, size);
   if (g_npins == g_cap_pins) {
     size_t cap = g_cap_pins ? g_cap_pins * 2 : 64;
-    sim_pin *r = realloc(g_pins, cap * sizeof *r);
+    sim_pin *r = mn__realloc(g_pins, cap * sizeof *r);
     if (!r) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
     g_pins = r;
     g_cap_pins = cap;
@@ -1026,7 +1027,7 @@ static mn_status sim_host_alloc(int index, size_t nbytes, void **out) {
   if (nbytes > SIZE_MAX - SIM_HOST_ALIGN)
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: cannot pin %zu bytes", index, nbytes);
   size_t rounded = (nbytes + SIM_HOST_ALIGN - 1) / SIM_HOST_ALIGN * SIM_HOST_ALIGN;
-  void *p = aligned_alloc(SIM_HOST_ALIGN, rounded);
+  void *p = mn__aligned_alloc(SIM_HOST_ALIGN, rounded);
   if (!p)
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: out of host memory pinning %zu bytes", index, nbytes);
   pthread_mutex_lock(&g_pin_lock);

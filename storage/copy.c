@@ -10,6 +10,7 @@
 
 #include "kernels/ops.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 #include "runtime/nvtx.h"
 #include "storage/copy.h"
 #include "storage/view_internal.h"
@@ -67,7 +68,7 @@ static void range_job_run(void *arg) {
 
 mn_status mn__copy_launch_host_range(mn_stream_t *stream, const mn__strided_t *dst, const mn__strided_t *src,
                                      size_t item, int64_t begin, int64_t end, unsigned threads) {
-  range_job *j = malloc(sizeof *j);
+  range_job *j = mn__malloc(sizeof *j);
   if (!j) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a queued copy");
   *j = (range_job){.dst = *dst, .src = *src, .item = item, .begin = begin, .end = end, .threads = threads};
   mn_status st = mn_stream_launch_host(stream, range_job_run, j);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/hostmem.h"
 #include "storage/copy.h"
 #include "runtime/error.h"
 
@@ -64,7 +65,7 @@ static void event_give(mn_event_t *ev) {
   if (!ev) return;
   cached_event *e = NULL;
   pthread_mutex_lock(&g_lock);
-  if (g_nevents < MAX_CACHED_EVENTS && (e = malloc(sizeof *e)) != NULL) {
+  if (g_nevents < MAX_CACHED_EVENTS && (e = mn__malloc(sizeof *e)) != NULL) {
     e->ev = ev;
     e->next = g_events;
     g_events = e;

@@ -7,6 +7,7 @@
 
 #include "mnemo/mnemo.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 #include "storage/view_internal.h"
 
 /* ---- dtype and device mapping ----------------------------------------------- */
@@ -98,7 +99,7 @@ static mn_status export_view(const mn_view_t *v, bool versioned, export_ctx **ou
   mn_status st = dtype_to_dl(v->dtype, &dt, func);
   if (st == MN_OK) st = device_to_dl(mn_view_device(v), &dev, func);
   if (st != MN_OK) return st;
-  export_ctx *c = calloc(1, sizeof *c);
+  export_ctx *c = mn__calloc(1, sizeof *c);
   if (!c) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   mn__geom_t g;
   mn__geom_of(v, &g);
@@ -192,7 +193,7 @@ static mn_status import_common(const DLTensor *t, DLManagedTensor *legacy, DLMan
     return mn__error(MN_ERR_OVERFLOW, func, "DLPack tensor spans more bytes than the address space");
   char *data = t->data ? (char *)t->data + t->byte_offset : NULL;
   if (!data && elems) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "DLPack tensor has no data");
-  import_ctx *c = calloc(1, sizeof *c);
+  import_ctx *c = mn__calloc(1, sizeof *c);
   if (!c) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   c->legacy = legacy;
   c->versioned = versioned;

@@ -8,6 +8,7 @@
 #include "mnemo/mnemo.h"
 #include "mnemo/serialize.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 #include "storage/serialize_util.h"
 
 #define MAX_HEADER 100000000ull /* the reference implementation's limit */
@@ -434,9 +435,9 @@ static mn_status parse_metadata(json_t *j, mn_named_views_t *res) {
         free(v);
         return jerr(j, "repeated __metadata__ key");
       }
-    char **nk = realloc(res->meta_keys, (res->nmeta + 1) * sizeof *nk);
+    char **nk = mn__realloc(res->meta_keys, (res->nmeta + 1) * sizeof *nk);
     if (nk) res->meta_keys = nk;
-    char **nv = nk ? realloc(res->meta_values, (res->nmeta + 1) * sizeof *nv) : NULL;
+    char **nv = nk ? mn__realloc(res->meta_values, (res->nmeta + 1) * sizeof *nv) : NULL;
     if (nv) res->meta_values = nv;
     if (!nk || !nv) {
       free(k);
@@ -507,7 +508,7 @@ mn_status mn_safetensors_load_buffer(const void *data, size_t size, mn_device_t 
           if (strcmp(ents[i].name, key) == 0) st = jerr(&j, "repeated tensor name");
         if (st == MN_OK && n == cap) {
           size_t nc = cap ? cap * 2 : 16;
-          entry_t *ne = realloc(ents, nc * sizeof *ne);
+          entry_t *ne = mn__realloc(ents, nc * sizeof *ne);
           if (!ne) st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
           else ents = ne, cap = nc;
         }
@@ -546,7 +547,7 @@ mn_status mn_safetensors_load_buffer(const void *data, size_t size, mn_device_t 
                (unsigned long long)(e->end - e->begin));
   }
   if (st == MN_OK && n) {
-    entry_t *sorted = malloc(n * sizeof *sorted);
+    entry_t *sorted = mn__malloc(n * sizeof *sorted);
     if (!sorted) st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
     else {
       memcpy(sorted, ents, n * sizeof *sorted);
@@ -566,8 +567,8 @@ mn_status mn_safetensors_load_buffer(const void *data, size_t size, mn_device_t 
     st = BAD("%llu bytes of data but no tensors", (unsigned long long)body_len);
   }
   if (st == MN_OK && n) {
-    res->names = calloc(n, sizeof *res->names);
-    res->views = calloc(n, sizeof *res->views);
+    res->names = mn__calloc(n, sizeof *res->names);
+    res->views = mn__calloc(n, sizeof *res->views);
     if (!res->names || !res->views) st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   }
   for (size_t i = 0; i < n && st == MN_OK; i++) {

@@ -14,6 +14,7 @@
 #include "mnemo/mnemo.h"
 #include "mnemo/serialize.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 #include "storage/serialize_util.h"
 
 /* ---- shared helpers ---------------------------------------------------------- */
@@ -27,7 +28,7 @@ void mn__buf_put(mn__buf_t *b, const void *p, size_t n) {
   if (b->len + n > b->cap) {
     size_t cap = b->cap ? b->cap : 4096;
     while (cap < b->len + n) cap = cap > SIZE_MAX / 2 ? b->len + n : cap * 2;
-    unsigned char *d = realloc(b->data, cap);
+    unsigned char *d = mn__realloc(b->data, cap);
     if (!d) {
       b->failed = true;
       return;
@@ -67,7 +68,7 @@ uint64_t mn__le64(const unsigned char *p) { return (uint64_t)mn__le32(p) | (uint
 
 mn_status mn__write_file_atomic(const char *func, const char *path, const void *data, size_t size) {
   size_t n = strlen(path) + 32;
-  char *tmp = malloc(n);
+  char *tmp = mn__malloc(n);
   if (!tmp) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   snprintf(tmp, n, "%s.tmp%ld", path, (long)getpid());
   FILE *f = fopen(tmp, "wb");
@@ -153,7 +154,7 @@ mn_status mn__storage_host_bytes(const char *func, const mn_storage_t *s, const 
     *bytes = mn_storage_data(s);
     return MN_OK;
   }
-  unsigned char *h = malloc(n);
+  unsigned char *h = mn__malloc(n);
   if (!h) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory (%zu bytes)", n);
   mn_status st = mn_copy_bytes(mn_device_cpu(), h, mn_storage_device(s), mn_storage_data(s), n, NULL, 0);
   if (st != MN_OK) {
@@ -166,10 +167,10 @@ mn_status mn__storage_host_bytes(const char *func, const mn_storage_t *s, const 
 }
 
 mn_status mn__named_views_new(const char *func, size_t count, mn_named_views_t **out) {
-  mn_named_views_t *nv = calloc(1, sizeof *nv);
+  mn_named_views_t *nv = mn__calloc(1, sizeof *nv);
   if (nv && count) {
-    nv->names = calloc(count, sizeof *nv->names);
-    nv->views = calloc(count, sizeof *nv->views);
+    nv->names = mn__calloc(count, sizeof *nv->names);
+    nv->views = mn__calloc(count, sizeof *nv->views);
   }
   if (!nv || (count && (!nv->names || !nv->views))) {
     mn_named_views_free(nv);
@@ -264,8 +265,8 @@ mn_status mn_save_buffer(size_t count, const char *const *names, const mn_view_t
     if (strlen(names[i]) > MAX_NAME)
       return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "name %zu is longer than %u bytes", i, MAX_NAME);
   /* the distinct storages, in order of first use */
-  const mn_storage_t **stor = calloc(count ? count : 1, sizeof *stor);
-  uint32_t *index = calloc(count ? count : 1, sizeof *index);
+  const mn_storage_t **stor = mn__calloc(count ? count : 1, sizeof *stor);
+  uint32_t *index = mn__calloc(count ? count : 1, sizeof *index);
   if (!stor || !index) {
     free(stor);
     free(index);
@@ -411,7 +412,7 @@ mn_status mn_load_buffer(const void *data, size_t size, mn_device_t dev, mn_name
   uint64_t end = ns ? at : header_size;
   if (end != size) return BAD("the file has %zu bytes, its contents end at %llu", size, (unsigned long long)end);
   /* storages on dev */
-  mn_storage_t **stor = calloc(ns ? (size_t)ns : 1, sizeof *stor);
+  mn_storage_t **stor = mn__calloc(ns ? (size_t)ns : 1, sizeof *stor);
   mn_named_views_t *res = NULL;
   if (!stor) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   st = mn__named_views_new(__func__, (size_t)nv, &res);
@@ -465,7 +466,7 @@ mn_status mn_load_buffer(const void *data, size_t size, mn_device_t dev, mn_name
       st = BAD("view %llu: a size or stride is negative", (unsigned long long)i);
       break;
     }
-    res->names[i] = malloc(nl + 1);
+    res->names[i] = mn__malloc(nl + 1);
     if (!res->names[i]) {
       st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
       break;

@@ -15,6 +15,7 @@
 #include "mnemo/mnemo.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 #include "runtime/strbuf.h"
 
 struct mn_storage_s {
@@ -45,7 +46,7 @@ const char *mn_storage_kind_name(mn_storage_kind kind) {
 }
 
 static mn_storage_t *storage_new(mn_device_t dev, mn_storage_kind kind) {
-  mn_storage_t *s = calloc(1, sizeof *s);
+  mn_storage_t *s = mn__calloc(1, sizeof *s);
   if (!s) return NULL;
   atomic_init(&s->refcount, 1);
   s->device = dev;
@@ -373,7 +374,7 @@ mn_status mn_storage_byteswap(mn_storage_t *s, size_t item_size, mn_stream_t *st
       swap_bytes(s->data, s->nbytes, item_size);
       return MN_OK;
     case MN_DEVICE_SIM: {
-      swap_job_t *j = malloc(sizeof *j);
+      swap_job_t *j = mn__malloc(sizeof *j);
       if (!j) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
       *j = (swap_job_t){s->data, s->nbytes, item_size};
       st = mn_stream_launch_host(str, swap_job_run, j);
@@ -384,7 +385,7 @@ mn_status mn_storage_byteswap(mn_storage_t *s, size_t item_size, mn_stream_t *st
       return MN_OK;
     }
     default: { /* device memory: through a host copy */
-      unsigned char *h = malloc(s->nbytes);
+      unsigned char *h = mn__malloc(s->nbytes);
       if (!h) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory (%zu bytes)", s->nbytes);
       st = mn_copy_bytes(mn_device_cpu(), h, s->device, s->data, s->nbytes, str, 0);
       if (st == MN_OK) {
@@ -476,7 +477,7 @@ mn_status mn_storage_from_file(const char *path, bool shared, size_t nbytes, mn_
   close(fd);
   fd = -1;
   mn_storage_t *s = storage_new(mn_device_cpu(), MN_STORAGE_FILE);
-  char *name = strdup(path);
+  char *name = mn__strdup(path);
   if (!s || !name) {
     free(s);
     free(name);
@@ -737,7 +738,7 @@ mn_status mn_storage_tolist(const mn_storage_t *s, mn_dtype dtype, mn_scalar_t *
   const unsigned char *src = s->data;
   unsigned char *tmp = NULL;
   if (n && s->device.type != MN_DEVICE_CPU) {
-    tmp = malloc(n * item);
+    tmp = mn__malloc(n * item);
     if (!tmp) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
     mn_status st = mn_copy_bytes(mn_device_cpu(), tmp, s->device, s->data, n * item, NULL, 0);
     if (st != MN_OK) {
@@ -760,7 +761,7 @@ mn_status mn_storage_format(const mn_storage_t *s, mn_dtype dtype, size_t max_it
   size_t n = total < max_items ? total : max_items;
   mn_scalar_t *vals = NULL;
   if (n) {
-    vals = malloc(n * sizeof *vals);
+    vals = mn__malloc(n * sizeof *vals);
     if (!vals) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
     mn_status st = mn_storage_tolist(s, dtype, vals, n, &n);
     if (st != MN_OK) {
@@ -793,7 +794,7 @@ mn_status mn_storage_print(const mn_storage_t *s, mn_dtype dtype, size_t max_ite
   size_t len = 0;
   mn_status st = mn_storage_format(s, dtype, max_items, NULL, 0, &len);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
-  char *buf = malloc(len + 1);
+  char *buf = mn__malloc(len + 1);
   if (!buf) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   st = mn_storage_format(s, dtype, max_items, buf, len + 1, NULL);
   if (st == MN_OK) fprintf(f ? f : stdout, "%s\n", buf);

@@ -8,6 +8,7 @@
 #include "mnemo/mnemo.h"
 #include "kernels/ops.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 #include "storage/view_internal.h"
 
 const char *mn__format_sizes(const int64_t *sizes, int ndim, char *buf, size_t n) {
@@ -94,7 +95,7 @@ static mn_status view_make(mn_storage_t *storage, mn_dtype dtype, int ndim, cons
   mn_status st = check_sizes_product(func, ndim, sizes);
   if (st == MN_OK) st = check_geometry(func, dtype, ndim, sizes, strides, offset, mn_storage_nbytes(storage));
   if (st != MN_OK) return st;
-  mn_view_t *v = calloc(1, sizeof *v);
+  mn_view_t *v = mn__calloc(1, sizeof *v);
   if (!v) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   v->storage = mn_storage_retain(storage);
   v->dtype = dtype;

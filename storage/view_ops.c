@@ -5,6 +5,7 @@
 
 #include "mnemo/mnemo.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 #include "storage/view_internal.h"
 
 #define CHECK_VO(v, out) MN__CHECK_ARG((v) != NULL && (out) != NULL, "view and out must not be NULL")
@@ -448,7 +449,7 @@ void mn_view_list_destroy(mn_view_t **views, int count) {
 static mn_status split_pieces(const mn_view_t *v, int d, int64_t n, int64_t piece, int64_t last, const char *func,
                               mn_view_t ***out, int *count) {
   if (n > 1 << 24) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%lld pieces are too many", (long long)n);
-  mn_view_t **views = calloc((size_t)n, sizeof *views);
+  mn_view_t **views = mn__calloc((size_t)n, sizeof *views);
   if (!views) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   for (int64_t i = 0; i < n; i++) {
     mn_status st = mn_view_narrow(v, d, i * piece, i == n - 1 ? last : piece, &views[i]);
