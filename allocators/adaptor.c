@@ -57,6 +57,5 @@ mn_status mn__adaptor_check_invariants(mn_allocator_t *a) {
 }
 
 size_t mn__adaptor_size_of(mn_allocator_t *a, const void *ptr) {
-  mn_allocator_t *up = adaptor_of(a)->upstream;
-  return up->vtable->size_of ? up->vtable->size_of(up, ptr) : 0;
+  return mn_allocator_size_of(adaptor_of(a)->upstream, ptr); /* 0 where the upstream's vtable has no size_of */
 }

@@ -1,7 +1,9 @@
-/* allocators/allocator.c: the public dispatch of the allocator vtable (shared
- * checks and the NVTX ranges first, then the slot) and the per-device default
- * allocator table (one mutex). */
+/* allocators/allocator.c: the public dispatch of the allocator vtable (the
+ * vtable's size and version, shared checks and the NVTX ranges first, then the
+ * slot) and the per-device default allocator table (one mutex). */
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,10 +11,74 @@
 #include "mnemo/mnemo.h"
 #include "allocators/caching_internal.h"
 #include "runtime/nvtx.h"
+#include "runtime/debug.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/sim_internal.h"
 
 #define MN__ALLOC_MAX_DEVICES 64
+
+/* ---- the vtable's size and version ------------------------------------------
+ * A vtable compiled against an older header is shorter: a slot that ends
+ * beyond vt->size is not there (NULL), whatever the memory after it holds.
+ * After vtable_check has passed, the required slots (name, alloc, free: inside
+ * MN_ALLOCATOR_VTABLE_MIN_SIZE) are read directly, every other one through MN__SLOT. */
+#define MN__SLOT(vt, slot) \
+  ((vt)->size >= offsetof(mn_allocator_vtable_t, slot) + sizeof((vt)->slot) ? (vt)->slot : NULL)
+
+/* What, if anything, keeps vt from being dispatched: it must have a size that
+ * covers the required slots, a version this library knows, and name, alloc
+ * and free set. */
+typedef enum { VT_OK, VT_NULL, VT_SIZE, VT_VERSION, VT_REQUIRED } vt_fault;
+
+static vt_fault vtable_fault(const mn_allocator_vtable_t *vt) {
+  if (!vt) return VT_NULL;
+  if (vt->size < MN_ALLOCATOR_VTABLE_MIN_SIZE) return VT_SIZE;
+  if (vt->version == 0 || vt->version > MN_ALLOCATOR_VTABLE_VERSION) return VT_VERSION;
+  if (!vt->name || !vt->alloc || !vt->free) return VT_REQUIRED;
+  return VT_OK;
+}
+
+/* For the void calls, which leave no error behind. */
+static bool vtable_ok(const mn_allocator_vtable_t *vt) { return vtable_fault(vt) == VT_OK; }
+
+/* MN_OK, or MN_ERR_INVALID_ARGUMENT with a message naming func and the fault. */
+static mn_status vtable_check(const char *func, const mn_allocator_vtable_t *vt) {
+  switch (vtable_fault(vt)) {
+    case VT_OK: return MN_OK;
+    case VT_NULL: return mn__error(MN_ERR_INVALID_ARGUMENT, func, "the allocator has no vtable");
+    case VT_SIZE:
+      return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                       "allocator vtable size %u is smaller than its required part (%zu bytes: size, version, "
+                       "name, alloc, free); set .size = sizeof(mn_allocator_vtable_t)",
+                       (unsigned)vt->size, (size_t)MN_ALLOCATOR_VTABLE_MIN_SIZE);
+    case VT_VERSION:
+      return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                       "allocator vtable version %u is not one this library knows (1 to %d); set .version = "
+                       "MN_ALLOCATOR_VTABLE_VERSION",
+                       (unsigned)vt->version, MN_ALLOCATOR_VTABLE_VERSION);
+    case VT_REQUIRED: break;
+  }
+  return mn__error(MN_ERR_INVALID_ARGUMENT, func, "allocator vtable \"%s\" lacks the required %s slot",
+                   vt->name ? vt->name : "(null)", !vt->name ? "name" : !vt->alloc ? "alloc" : "free");
+}
+
+#define MN__VTABLE_CHECK(a)                                       \
+  do {                                                            \
+    mn_status vst_ = vtable_check(__func__, (a)->vtable);         \
+    if (vst_ != MN_OK) return vst_;                               \
+  } while (0)
+
+mn_status mn_allocator_init(mn_allocator_t *a, const mn_allocator_vtable_t *vtable, mn_device_t device) {
+  MN__CHECK_ARG(a != NULL && vtable != NULL, "allocator and vtable must not be NULL");
+  mn_status st = vtable_check(__func__, vtable);
+  if (st != MN_OK) return st;
+  st = mn_device_check(device);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  a->vtable = vtable;
+  a->device = device;
+  return MN_OK;
+}
 
 /* ---- NVTX ranges -----------------------------------------------------------
  * Every allocator's alloc, free and empty_cache opens its "mnemo.*" range here,
@@ -32,14 +98,14 @@ static void range_close(void) {
 /* The free payload: the block's size where the allocator can tell (asked only
  * while ranges are on and for the outermost call: size_of may take a lock). */
 static uint64_t freed_bytes(mn_allocator_t *a, const void *ptr) {
-  if (t_range_depth != 0 || !a->vtable->size_of || !mn_nvtx_enabled()) return 0;
+  if (t_range_depth != 0 || !MN__SLOT(a->vtable, size_of) || !mn_nvtx_enabled()) return 0;
   return (uint64_t)a->vtable->size_of(a, ptr);
 }
 
 /* The empty_cache payload: the bytes reserved before, where the allocator keeps
  * statistics (asked only while ranges are on: get_stats may take a lock). */
 static uint64_t reserved_bytes(mn_allocator_t *a) {
-  if (t_range_depth != 0 || !a->vtable->get_stats || !mn_nvtx_enabled()) return 0;
+  if (t_range_depth != 0 || !MN__SLOT(a->vtable, get_stats) || !mn_nvtx_enabled()) return 0;
   mn_alloc_stats_t st;
   memset(&st, 0, sizeof st);
   st.size = (uint32_t)sizeof st;
@@ -49,8 +115,41 @@ static uint64_t reserved_bytes(mn_allocator_t *a) {
   return r > 0 ? (uint64_t)r : 0;
 }
 
+/* MNEMO_DEBUG >= 2: the allocator's invariant checker after every operation;
+ * a broken invariant aborts there, naming the operation. (A checker that has
+ * no host memory to check with is let pass.) A check walks every block, so
+ * an allocator holding n > 64 blocks is checked after every (n / 64)th
+ * operation: the checks cost O(1) per operation amortized, not O(n). */
+#if MNEMO_DEBUG >= 2
+static _Atomic uint64_t g_debug_ops;
+
+static void debug_check(mn_allocator_t *a, const char *op) {
+  if (!MN__SLOT(a->vtable, check_invariants)) return;
+  uint64_t n = atomic_fetch_add(&g_debug_ops, 1), every = 1;
+  mn__error_saved_t keep; /* the operation's own message survives the check */
+  mn__error_save(&keep);
+  mn_alloc_stats_t stats;
+  if (mn_allocator_get_stats(a, &stats) == MN_OK) {
+    int64_t blocks = stats.allocation[MN_POOL_ALL].current + stats.segment[MN_POOL_ALL].current;
+    if (blocks > 64) every = (uint64_t)blocks / 64;
+  }
+  if (n % every) {
+    mn__error_restore(&keep);
+    return;
+  }
+  mn_status st = a->vtable->check_invariants(a);
+  if (st != MN_OK && st != MN_ERR_OUT_OF_MEMORY)
+    mn__assert_fail(__FILE__, __LINE__, "check_invariants", "after %s on the %s allocator: %s", op,
+                    a->vtable->name, mn_last_error());
+  mn__error_restore(&keep);
+}
+#else
+#define debug_check(a, op) ((void)0)
+#endif
+
 mn_status mn_allocator_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stream, void **out) {
   MN__CHECK_ARG(a != NULL && out != NULL, "allocator and out must not be NULL");
+  MN__VTABLE_CHECK(a);
   /* Host allocators (device CPU, e.g. the pinned pool) serve every device's streams. */
   if (stream && a->device.type != MN_DEVICE_CPU && !mn_device_equal(mn_stream_device(stream), a->device)) {
     char x[32], y[32];
@@ -66,6 +165,7 @@ mn_status mn_allocator_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
   range_open("mnemo.alloc", nbytes);
   mn_status st = a->vtable->alloc(a, nbytes, stream, &p);
   range_close();
+  debug_check(a, "alloc");
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   *out = p;
   return MN_OK;
@@ -73,34 +173,41 @@ mn_status mn_allocator_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
 
 mn_status mn_allocator_free(mn_allocator_t *a, void *ptr) {
   MN__CHECK_ARG(a != NULL, "allocator must not be NULL");
+  MN__VTABLE_CHECK(a);
   if (!ptr) return MN_OK;
   range_open("mnemo.free", freed_bytes(a, ptr));
   mn_status st = a->vtable->free(a, ptr);
   range_close();
+  debug_check(a, "free");
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
 mn_status mn_allocator_record_stream(mn_allocator_t *a, void *ptr, mn_stream_t *stream) {
   MN__CHECK_ARG(a != NULL && ptr != NULL && stream != NULL, "allocator, ptr and stream must not be NULL");
+  MN__VTABLE_CHECK(a);
   if (a->device.type != MN_DEVICE_CPU && !mn_device_equal(mn_stream_device(stream), a->device))
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "stream is on another device than the allocator");
-  if (!a->vtable->record_stream) return MN_OK;
+  if (!MN__SLOT(a->vtable, record_stream)) return MN_OK;
   mn_status st = a->vtable->record_stream(a, ptr, stream);
+  debug_check(a, "record_stream");
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
 mn_status mn_allocator_empty_cache(mn_allocator_t *a) {
   MN__CHECK_ARG(a != NULL, "allocator must not be NULL");
-  if (!a->vtable->empty_cache) return MN_OK;
+  MN__VTABLE_CHECK(a);
+  if (!MN__SLOT(a->vtable, empty_cache)) return MN_OK;
   range_open("mnemo.empty_cache", reserved_bytes(a));
   mn_status st = a->vtable->empty_cache(a);
   range_close();
+  debug_check(a, "empty_cache");
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
 mn_status mn_allocator_get_stats(mn_allocator_t *a, mn_alloc_stats_t *out) {
   MN__CHECK_ARG(a != NULL && out != NULL, "allocator and out must not be NULL");
-  if (!a->vtable->get_stats)
+  MN__VTABLE_CHECK(a);
+  if (!MN__SLOT(a->vtable, get_stats))
     return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "the %s allocator keeps no statistics", a->vtable->name);
   mn_alloc_stats_t st;
   memset(&st, 0, sizeof st);
@@ -115,7 +222,8 @@ mn_status mn_allocator_get_stats(mn_allocator_t *a, mn_alloc_stats_t *out) {
 
 mn_status mn_allocator_reset_peak(mn_allocator_t *a) {
   MN__CHECK_ARG(a != NULL, "allocator must not be NULL");
-  if (!a->vtable->reset_peak)
+  MN__VTABLE_CHECK(a);
+  if (!MN__SLOT(a->vtable, reset_peak))
     return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "the %s allocator keeps no statistics", a->vtable->name);
   mn_status st = a->vtable->reset_peak(a);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
@@ -123,7 +231,8 @@ mn_status mn_allocator_reset_peak(mn_allocator_t *a) {
 
 mn_status mn_allocator_snapshot(mn_allocator_t *a, mn_snapshot_t **out) {
   MN__CHECK_ARG(a != NULL && out != NULL, "allocator and out must not be NULL");
-  if (!a->vtable->snapshot)
+  MN__VTABLE_CHECK(a);
+  if (!MN__SLOT(a->vtable, snapshot))
     return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "the %s allocator has no snapshots", a->vtable->name);
   mn_snapshot_t *snap = NULL;
   mn_status st = a->vtable->snapshot(a, &snap);
@@ -141,17 +250,27 @@ void mn_snapshot_free(mn_snapshot_t *snap) {
 
 mn_status mn_allocator_check_invariants(mn_allocator_t *a) {
   MN__CHECK_ARG(a != NULL, "allocator must not be NULL");
-  if (!a->vtable->check_invariants) return MN_OK;
+  MN__VTABLE_CHECK(a);
+  if (!MN__SLOT(a->vtable, check_invariants)) return MN_OK;
   mn_status st = a->vtable->check_invariants(a);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
 void mn_allocator_destroy(mn_allocator_t *a) {
-  if (a && a->vtable->destroy) a->vtable->destroy(a);
+  if (a && vtable_ok(a->vtable) && MN__SLOT(a->vtable, destroy)) a->vtable->destroy(a);
 }
 
-const char *mn_allocator_name(const mn_allocator_t *a) { return a ? a->vtable->name : "none"; }
+const char *mn_allocator_name(const mn_allocator_t *a) {
+  if (!a) return "none";
+  return vtable_ok(a->vtable) ? a->vtable->name : "invalid";
+}
+
 mn_device_t mn_allocator_device(const mn_allocator_t *a) { return a->device; }
+
+size_t mn_allocator_size_of(mn_allocator_t *a, const void *ptr) {
+  if (!a || !ptr || !vtable_ok(a->vtable) || !MN__SLOT(a->vtable, size_of)) return 0;
+  return a->vtable->size_of(a, ptr);
+}
 
 /* ---- defaults ------------------------------------------------------------ */
 
@@ -173,11 +292,11 @@ static mn_status default_slot_check(const char *func, mn_device_t dev) {
 static mn_status default_create(mn_device_t dev, mn_allocator_t **out) {
   if (dev.type == MN_DEVICE_CPU) return mn_naive_allocator_create(dev, out);
   mn_caching_config_t cfg = mn_caching_config_default();
-  const char *env = getenv("MNEMO_ALLOC_CONF");
+  const char *env = mn__env(MN__ENV_ALLOC_CONF);
   if (env && *env && mn_caching_config_parse(env, &cfg) != MN_OK) {
     char why[512];
-    snprintf(why, sizeof why, "%s", mn_last_error());
-    return mn__error(MN_ERR_INVALID_ARGUMENT, "MNEMO_ALLOC_CONF", "\"%.200s\": %s", env, why);
+    snprintf(why, sizeof why, "%s", mn__last_error_detail());
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "MNEMO_ALLOC_CONF \"%.200s\": %s", env, why);
   }
   if (strcmp(cfg.backend, "cudaMallocAsync") == 0) return mn_async_allocator_create(dev, out);
   return mn_caching_allocator_create(dev, &cfg, out);
@@ -197,7 +316,7 @@ static mn_status sim_defaults_hook(bool before, const char *func) {
   if (before) {
     for (int i = 0; i < count && st == MN_OK; i++) {
       mn_alloc_stats_t s;
-      if (slot[i] && slot[i]->vtable->get_stats && mn_allocator_get_stats(slot[i], &s) == MN_OK &&
+      if (slot[i] && MN__SLOT(slot[i]->vtable, get_stats) && mn_allocator_get_stats(slot[i], &s) == MN_OK &&
           s.allocation[MN_POOL_ALL].current > 0)
         st = mn__error(MN_ERR_INVALID_STATE, func, "the default allocator of sim:%d still has %lld live allocations",
                        i, (long long)s.allocation[MN_POOL_ALL].current);
@@ -231,6 +350,10 @@ mn_status mn_allocator_get_default(mn_device_t dev, mn_allocator_t **out) {
 mn_status mn_allocator_set_default(mn_device_t dev, mn_allocator_t *a) {
   mn_status st = default_slot_check(__func__, dev);
   if (st != MN_OK) return st;
+  if (a) {
+    st = vtable_check(__func__, a->vtable);
+    if (st != MN_OK) return st;
+  }
   if (a && !mn_device_equal(a->device, dev))
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "allocator is for another device");
   pthread_mutex_lock(&g_default_lock);

@@ -26,6 +26,9 @@ typedef struct async_alloc {
   pthread_mutex_t lock;
   mn__addrmap_t live; /* address -> bytes asked; data = async_use * */
   mn_stat_t count, bytes;
+  /* Frees in flight: out of the map, still counted until the device free
+   * returns (the lock is dropped around it). */
+  size_t freeing, freeing_bytes;
   int64_t num_ooms, num_allocs, num_frees;
 } async_alloc;
 
@@ -64,7 +67,7 @@ static mn_status async_alloc_fn(mn_allocator_t *a, size_t nbytes, mn_stream_t *s
   pthread_mutex_unlock(&x->lock);
   if (st != MN_OK) {
     free(u);
-    (void)mn_device_free_async(a->device, p, s);
+    mn__ignore(mn_device_free_async(a->device, p, s)); /* rollback: the failure being reported comes first */
     return mn__error(st, __func__, "cannot record %zu-byte allocation %p (out of host memory)", nbytes, p);
   }
   *out = p;
@@ -80,7 +83,7 @@ static mn_status wait_for_recorded(mn_device_t dev, mn_stream_t *s, const async_
     st = mn_event_record(e, u->recorded[i]);
     if (st == MN_OK) st = mn_stream_wait_event(s, e); /* captures the point now: e can be re-recorded */
   }
-  if (e) (void)mn_event_destroy(e);
+  if (e) mn__ignore(mn_event_destroy(e)); /* cleanup of a spare event: nothing to report to */
   return st;
 }
 
@@ -89,6 +92,7 @@ static mn_status async_free_fn(mn_allocator_t *a, void *ptr) {
   mn__addrmap_entry_t e;
   pthread_mutex_lock(&x->lock);
   bool found = mn__addrmap_remove(&x->live, (uintptr_t)ptr, &e);
+  if (found) x->freeing++, x->freeing_bytes += e.size;
   pthread_mutex_unlock(&x->lock);
   if (!found)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
@@ -97,12 +101,15 @@ static mn_status async_free_fn(mn_allocator_t *a, void *ptr) {
   mn_status st = wait_for_recorded(a->device, u->stream, u);
   if (st == MN_OK) st = mn_device_free_async(a->device, ptr, u->stream);
   pthread_mutex_lock(&x->lock);
+  x->freeing--, x->freeing_bytes -= e.size;
   if (st == MN_OK) {
     mn__stat_dec(&x->count, 1);
     mn__stat_dec(&x->bytes, (int64_t)e.size);
     x->num_frees++;
   } else if (mn__addrmap_insert(&x->live, e.key, e.size, u) != MN_OK) {
     u = NULL; /* cannot keep it; forget it (freed below) */
+    mn__stat_dec(&x->count, 1);
+    mn__stat_dec(&x->bytes, (int64_t)e.size);
   }
   pthread_mutex_unlock(&x->lock);
   if (st == MN_OK) {
@@ -191,12 +198,13 @@ static mn_status async_check_invariants(mn_allocator_t *a) {
     n++, bytes += e->size;
     ok = ok && u && u->stream && u->nrecorded <= u->cap;
   }
+  n += x->freeing, bytes += x->freeing_bytes;
   ok = ok && (int64_t)n == x->count.current && (int64_t)bytes == x->bytes.current &&
        x->count.allocated - x->count.freed == x->count.current;
   pthread_mutex_unlock(&x->lock);
   if (!ok)
-    return mn__error(MN_ERR_INTERNAL, __func__, "stream-ordered allocator: map holds %zu allocations / %zu bytes, "
-                     "counters disagree", n, bytes);
+    return mn__error(MN_ERR_INTERNAL, __func__, "stream-ordered allocator: map and frees in flight hold %zu "
+                     "allocations / %zu bytes, counters disagree", n, bytes);
   return MN_OK;
 }
 
@@ -211,6 +219,8 @@ static void async_destroy(mn_allocator_t *a) {
 }
 
 static const mn_allocator_vtable_t async_vtable = {
+    .size = sizeof(mn_allocator_vtable_t),
+    .version = MN_ALLOCATOR_VTABLE_VERSION,
     .name = "async",
     .alloc = async_alloc_fn,
     .free = async_free_fn,

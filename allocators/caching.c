@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "allocators/caching_internal.h"
+#include "runtime/debug.h"
 #include "runtime/events.h"
 #include "runtime/hostmem.h"
 #include "runtime/nvtx.h"
@@ -48,6 +49,7 @@ mn_status mn__spare_reserve(mn__caching_t *a, size_t n) {
 }
 
 mn__block_t *mn__block_take(mn__caching_t *a) {
+  MN__ASSERT(a->spare_blocks != NULL && a->nspare > 0, "a block taken without one reserved (reserve first)");
   mn__block_t *b = a->spare_blocks;
   a->spare_blocks = b->spare_next;
   a->nspare--;
@@ -164,6 +166,7 @@ static mn__block_t *get_free_block(mn__caching_t *a, params_t *p) {
 
 /* A new segment (or mapped pages); pre: lock held, dropped around the raw allocation. */
 static mn__block_t *alloc_block(mn__caching_t *a, params_t *p, bool is_retry) {
+  MN__ASSERT_LOCKED(a);
   size_t size = p->alloc_size;
   if (is_retry) a->stats.num_alloc_retries++;
   size_t used = a->reserved + a->inflight;
@@ -222,6 +225,8 @@ static bool should_split(const mn__caching_t *a, const mn__block_t *b, size_t si
 
 /* PyTorch's alloc_found_block; pre: a spare block and a pointer-map slot reserved. */
 static mn__block_t *alloc_found_block(mn__caching_t *a, mn__block_t *b, const params_t *p, size_t requested) {
+  MN__ASSERT_LOCKED(a);
+  MN__ASSERT(a->nspare >= 1, "no spare block reserved before alloc_found_block");
   int kind = p->pool->kind;
   bool already_split = mn__block_is_split(b), expandable = b->seg->expandable;
   if (should_split(a, b, p->size)) {
@@ -442,7 +447,8 @@ static mn_status caching_empty_cache(mn_allocator_t *self) {
   a->events = NULL;
   a->nevents = a->cap_events = 0;
   unlock(a);
-  for (size_t i = 0; i < nevents; i++) mn_event_destroy(events[i]);
+  /* pooled, idle events: a failed destroy leaves nothing of ours to undo */
+  for (size_t i = 0; i < nevents; i++) mn__ignore(mn_event_destroy(events[i]));
   free(events);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
@@ -456,11 +462,12 @@ static void caching_destroy(mn_allocator_t *self) {
   while (a->pending_head) {
     mn__pending_t *p = a->pending_head;
     a->pending_head = p->next;
-    mn_event_synchronize(p->event);
-    mn_event_destroy(p->event);
+    /* destroy returns nothing: a failing device gets its memory freed anyway */
+    mn__ignore(mn_event_synchronize(p->event));
+    mn__ignore(mn_event_destroy(p->event));
     free(p);
   }
-  if (a->exp_segments) mn_device_synchronize(self->device);
+  if (a->exp_segments) mn__ignore(mn_device_synchronize(self->device)); /* destroy cannot report; unmapping follows */
   while (a->segments) {
     mn__segment_t *s = a->segments;
     mn__segment_unlink(a, s);
@@ -472,15 +479,15 @@ static void caching_destroy(mn_allocator_t *self) {
     }
     if (s->expandable) {
       for (size_t k = 0; k < s->npages; k++)
-        if (s->page_mapped[k]) mn_device_mem_unmap(self->device, (void *)(s->base + k * s->page), s->page);
-      mn_device_va_release(self->device, (void *)s->base, s->size);
+        if (s->page_mapped[k]) mn__ignore(mn_device_mem_unmap(self->device, (void *)(s->base + k * s->page), s->page));
+      mn__ignore(mn_device_va_release(self->device, (void *)s->base, s->size)); /* destroy cannot report */
       free(s->page_mapped);
     } else {
-      mn_device_raw_free(self->device, (void *)s->base);
+      mn__ignore(mn_device_raw_free(self->device, (void *)s->base)); /* destroy cannot report */
     }
     free(s);
   }
-  for (size_t i = 0; i < a->nevents; i++) mn_event_destroy(a->events[i]);
+  for (size_t i = 0; i < a->nevents; i++) mn__ignore(mn_event_destroy(a->events[i])); /* destroy cannot report */
   free(a->events);
   while (a->spare_blocks) {
     mn__block_t *b = a->spare_blocks;
@@ -507,6 +514,8 @@ static size_t caching_size_of(mn_allocator_t *self, const void *ptr) {
 }
 
 static const mn_allocator_vtable_t caching_vtable = {
+    .size = sizeof(mn_allocator_vtable_t),
+    .version = MN_ALLOCATOR_VTABLE_VERSION,
     .name = "caching",
     .alloc = caching_alloc,
     .free = caching_free,

@@ -56,7 +56,7 @@ static mn__block_t *new_segment(mn__caching_t *a, uint64_t stream, mn__pool_t *p
   if (!s || !pages || sp != MN_OK) {
     free(s);
     free(pages);
-    mn_device_va_release(a->base.device, base, va);
+    mn__ignore(mn_device_va_release(a->base.device, base, va)); /* rollback: the out-of-memory is reported */
     *st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for an expandable segment");
     return NULL;
   }
@@ -89,6 +89,7 @@ static mn__block_t *find_block(mn__caching_t *a, uint64_t stream, mn__pool_t *po
  * stays an unmapped block. The mapped part merges with free neighbours and is
  * cached. false (and nothing changed) when the device has no memory. */
 static bool map_block(mn__caching_t *a, mn__block_t *b, size_t size, mn_status *st) {
+  MN__ASSERT_LOCKED(a);
   mn__segment_t *s = b->seg;
   size_t first = (b->addr - s->base) / s->page, count = (size + s->page - 1) / s->page;
   size_t bytes = count * s->page;
@@ -97,7 +98,8 @@ static bool map_block(mn__caching_t *a, mn__block_t *b, size_t size, mn_status *
   for (size_t k = 0; k < count; k++) {
     *st = mn_device_mem_map(a->base.device, (void *)(s->base + (first + k) * s->page), s->page);
     if (*st != MN_OK) {
-      while (k--) mn_device_mem_unmap(a->base.device, (void *)(s->base + (first + k) * s->page), s->page);
+      /* rollback of a partial map: the map failure is what the caller hears */
+      while (k--) mn__ignore(mn_device_mem_unmap(a->base.device, (void *)(s->base + (first + k) * s->page), s->page));
       return false;
     }
   }
@@ -171,6 +173,7 @@ bool mn__expandable_has_unmappable(mn__caching_t *a) {
 /* PyTorch's unmap_block: unmap the whole free pages of b, leaving free mapped
  * blocks before and after them. pre: the device was synchronized. */
 static void unmap_block(mn__caching_t *a, mn__block_t *b) {
+  MN__ASSERT_LOCKED(a);
   size_t first, end;
   if (!whole_pages(b, &first, &end) || mn__spare_reserve(a, 2) != MN_OK) return;
   mn__segment_t *s = b->seg;

@@ -230,8 +230,10 @@ static mn_status check_locked(const mn__caching_t *a) {
   const mn__pool_t *pools[2] = {&a->small, &a->large};
   for (int i = 0; i < 2; i++) {
     const mn__pool_t *p = pools[i];
-    if (!mn__tree_check(&p->free, why, sizeof why) || !mn__tree_check(&p->unmapped, why, sizeof why))
-      BROKEN("%s pool: %s", p->is_small ? "small" : "large", why);
+    mn_status ts = mn__tree_check(&p->free, why, sizeof why);
+    if (ts == MN_OK) ts = mn__tree_check(&p->unmapped, why, sizeof why);
+    if (ts != MN_OK) /* broken (internal error) or no host memory to check with */
+      return mn__error(ts, "check_invariants", "%s pool: %s", p->is_small ? "small" : "large", why);
     if (p->free.count != t.free_blocks[p->kind] || p->unmapped.count != t.unmapped_blocks[p->kind])
       BROKEN("%s pool: free set holds %zu (%zu free blocks), unmapped set %zu (%zu unmapped blocks)",
              p->is_small ? "small" : "large", p->free.count, t.free_blocks[p->kind], p->unmapped.count,

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/debug.h"
 #include "allocators/ptrmap.h"
 #include "allocators/stat.h"
 #include "mnemo/mnemo.h"
@@ -54,7 +55,7 @@ mn__tnode_t *mn__tree_next(const mn__tree_t *t, const mn__tnode_t *n);
 mn__tnode_t *mn__tree_prev(const mn__tree_t *t, const mn__tnode_t *n);
 mn__tnode_t *mn__tree_first(const mn__tree_t *t);
 /* Checks order, heap property and count; writes why on failure. */
-bool mn__tree_check(const mn__tree_t *t, char *why, size_t whysize);
+mn_status mn__tree_check(const mn__tree_t *t, char *why, size_t whysize);
 
 
 /* ---- blocks, segments, pools ----------------------------------------------- */
@@ -187,6 +188,20 @@ mn_status mn__caching_refresh_device(mn_allocator_t *al, const char *func);
   } while (0)
 void mn__trace(mn__caching_t *a, mn_trace_action action, uint64_t stream, uintptr_t addr, size_t size,
                size_t requested);
+/* MNEMO_DEBUG >= 1: asserts the allocator lock is held (a precondition of
+ * most functions here). trylock cannot tell which thread holds it; it catches
+ * a call made with the lock not held at all. */
+#if MNEMO_DEBUG >= 1
+static inline bool mn__caching_lock_held(mn__caching_t *a) {
+  if (pthread_mutex_trylock(&a->lock) != 0) return true;
+  pthread_mutex_unlock(&a->lock);
+  return false;
+}
+#define MN__ASSERT_LOCKED(a) MN__ASSERT(mn__caching_lock_held(a), "called without the allocator lock")
+#else
+#define MN__ASSERT_LOCKED(a) ((void)0)
+#endif
+
 /* Spare block structs: reserve first (may fail), then take (never fails). */
 mn_status mn__spare_reserve(mn__caching_t *a, size_t n);
 mn__block_t *mn__block_take(mn__caching_t *a);

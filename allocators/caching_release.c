@@ -25,7 +25,7 @@ void mn__event_put(mn__caching_t *a, mn_event_t *e) {
     size_t cap = a->cap_events ? 2 * a->cap_events : 16;
     mn_event_t **grown = mn__realloc(a->events, cap * sizeof *grown);
     if (!grown) {
-      mn_event_destroy(e);
+      mn__ignore(mn_event_destroy(e)); /* no room to pool it: a spare, idle event */
       return;
     }
     a->events = grown;
@@ -55,6 +55,7 @@ void mn__pending_append(mn__caching_t *a, mn__pending_t *p) {
 
 /* PyTorch's free_block: merge with free neighbours, cache, update the counters. */
 void mn__free_block(mn__caching_t *a, mn__block_t *b) {
+  MN__ASSERT_LOCKED(a);
   mn__trace(a, MN_TRACE_FREE_COMPLETED, b->stream_id, b->addr, b->size, b->requested);
   size_t orig_size = b->size, requested = b->requested;
   int64_t net_blocks = 0, net_bytes = 0;
@@ -164,7 +165,10 @@ void mn__release_block(mn__caching_t *a, mn__block_t *b, mn__release_t *rel) {
   MN__STAT_SUB(a, reserved_bytes, kind, (int64_t)s->size);
   if (s->size >= a->cfg.max_split_size) mn__stat_dec(&a->stats.oversize_segments, 1);
   mn__segment_unlink(a, s);
-  mn__block_put(a, b);
+  /* the segment's record goes with it (alloc_block makes a fresh pair), so
+   * the spare list does not grow by one block per segment released */
+  free(b->uses);
+  free(b);
   s->head = NULL;
   s->next_seg = rel->raw;
   rel->raw = s;
@@ -172,6 +176,7 @@ void mn__release_block(mn__caching_t *a, mn__block_t *b, mn__release_t *rel) {
 
 /* Gives the released segments back to the device; pre: lock held, dropped inside. */
 mn_status mn__do_release(mn__caching_t *a, mn__release_t *rel) {
+  MN__ASSERT_LOCKED(a);
   if (!rel->raw && !rel->va) return MN_OK;
   mn__segment_t *raw = rel->raw, *va = rel->va;
   rel->raw = rel->va = NULL;

@@ -149,13 +149,14 @@ mn__tnode_t *mn__tree_first(const mn__tree_t *t) {
 
 /* In-order walk with an explicit stack (the depth is O(log n) expected; the
  * stack grows on demand so a degenerate shape is still checked). */
-bool mn__tree_check(const mn__tree_t *t, char *why, size_t whysize) {
+mn_status mn__tree_check(const mn__tree_t *t, char *why, size_t whysize) {
   size_t cap = 64, depth = 0, seen = 0;
   const mn__tnode_t **stack = mn__malloc(cap * sizeof *stack);
   if (!stack) {
     snprintf(why, whysize, "out of host memory while checking a free set");
-    return false;
+    return MN_ERR_OUT_OF_MEMORY;
   }
+  mn_status st = MN_OK;
   const mn__tnode_t *x = t->root, *last = NULL;
   bool ok = true;
   while (ok && (x || depth)) {
@@ -169,6 +170,7 @@ bool mn__tree_check(const mn__tree_t *t, char *why, size_t whysize) {
         const mn__tnode_t **grown = mn__realloc(stack, 2 * cap * sizeof *stack);
         if (!grown) {
           snprintf(why, whysize, "out of host memory while checking a free set");
+          st = MN_ERR_OUT_OF_MEMORY;
           ok = false;
           break;
         }
@@ -196,5 +198,5 @@ bool mn__tree_check(const mn__tree_t *t, char *why, size_t whysize) {
     snprintf(why, whysize, "free set holds %zu nodes but counts %zu", seen, t->count);
     ok = false;
   }
-  return ok;
+  return ok ? MN_OK : st != MN_OK ? st : MN_ERR_INTERNAL;
 }

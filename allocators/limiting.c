@@ -47,7 +47,7 @@ static mn_status limit_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
   if (st != MN_OK) l->used -= nbytes;
   pthread_mutex_unlock(&l->ad.lock);
   if (st != MN_OK) {
-    (void)mn_allocator_free(l->ad.upstream, p);
+    mn__ignore(mn_allocator_free(l->ad.upstream, p)); /* rollback: the refusal is reported */
     return mn__error(st, __func__, "cannot record %zu-byte allocation %p (out of host memory)", nbytes, p);
   }
   *out = p;
@@ -94,6 +94,8 @@ static mn_status limit_check_invariants(mn_allocator_t *a) {
 static void limit_destroy(mn_allocator_t *a) { mn__adaptor_delete(&self_of(a)->ad); }
 
 static const mn_allocator_vtable_t limit_vtable = {
+    .size = sizeof(mn_allocator_vtable_t),
+    .version = MN_ALLOCATOR_VTABLE_VERSION,
     .name = "limiting",
     .alloc = limit_alloc,
     .free = limit_free,

@@ -28,7 +28,7 @@ static mn_status naive_alloc(mn_allocator_t *self, size_t nbytes, mn_stream_t *s
   st = mn__addrmap_insert(&a->live, (uintptr_t)p, nbytes, NULL);
   pthread_mutex_unlock(&a->lock);
   if (st != MN_OK) { /* the map could not grow, or the backend handed out a live address twice */
-    mn_device_raw_free(self->device, p);
+    mn__ignore(mn_device_raw_free(self->device, p)); /* rollback: the map failure is reported */
     return st == MN_ERR_OUT_OF_MEMORY
                ? mn__error(st, "naive allocator", "out of host memory for the live-pointer map")
                : mn__error(MN_ERR_INTERNAL, "naive allocator", "the backend returned %p, which is still live", p);
@@ -73,6 +73,8 @@ static void naive_destroy(mn_allocator_t *self) {
 }
 
 static const mn_allocator_vtable_t naive_vtable = {
+    .size = sizeof(mn_allocator_vtable_t),
+    .version = MN_ALLOCATOR_VTABLE_VERSION,
     .name = "naive",
     .alloc = naive_alloc,
     .free = naive_free,

@@ -267,7 +267,7 @@ static pblock *detach_free_blocks(pinned_pool *p) {
 static void events_destroy(pevent *e) {
   while (e) {
     pevent *n = e->next;
-    mn_event_destroy(e->ev);
+    mn__ignore(mn_event_destroy(e->ev)); /* a recorded event, done with; nothing to report to */
     free(e);
     e = n;
   }
@@ -619,7 +619,7 @@ static void pinned_destroy(mn_allocator_t *self) {
   registry_remove(p);
   /* Wait for pending blocks, then everything is unpinned (live blocks too). */
   for (pblock *b = p->pending_head; b; b = b->next)
-    for (pevent *e = b->events; e; e = e->next) mn_event_synchronize(e->ev);
+    for (pevent *e = b->events; e; e = e->next) mn__ignore(mn_event_synchronize(e->ev)); /* destroy cannot report */
   mn_status ignored = MN_OK;
   for (size_t i = 0; i < p->nblocks; i++) {
     events_destroy(p->blocks[i]->events);
@@ -632,6 +632,8 @@ static void pinned_destroy(mn_allocator_t *self) {
 }
 
 static const mn_allocator_vtable_t pinned_vtable = {
+    .size = sizeof(mn_allocator_vtable_t),
+    .version = MN_ALLOCATOR_VTABLE_VERSION,
     .name = "pinned",
     .alloc = pinned_alloc,
     .free = pinned_free,

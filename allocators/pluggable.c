@@ -52,7 +52,7 @@ static mn_status stream_of(const char *func, mn_device_t dev, void *native, mn_s
     if (st == MN_OK) {
       st = mn__addrmap_insert(m, (uintptr_t)native, 0, s);
       if (st != MN_OK) {
-        (void)mn_stream_destroy(s);
+        mn__ignore(mn_stream_destroy(s)); /* a wrapper of the caller's stream: nothing of ours is lost */
         s = NULL;
       }
     }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "allocators/ptrmap.h"
+#include "runtime/debug.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
 
@@ -65,6 +66,9 @@ mn_status mn__addrmap_reserve(mn__addrmap_t *m, size_t extra) {
 }
 
 void mn__addrmap_put(mn__addrmap_t *m, uintptr_t key, size_t size, void *data) {
+  MN__ASSERT(key != 0 && (m->count + 1) * 4 <= m->cap * 3, "put of %#lx without a reserved slot (%zu of %zu)",
+             (unsigned long)key, m->count, m->cap);
+  MN__ASSERT(mn__addrmap_find(m, key) == NULL, "put of %#lx, which is present", (unsigned long)key);
   place(m->slots, m->cap, (mn__addrmap_entry_t){.key = key, .size = size, .data = data});
   m->count++;
 }

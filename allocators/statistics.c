@@ -39,7 +39,7 @@ static mn_status stats_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
   }
   pthread_mutex_unlock(&s->ad.lock);
   if (st != MN_OK) {
-    (void)mn_allocator_free(s->ad.upstream, p); /* give it back: we could not count it */
+    mn__ignore(mn_allocator_free(s->ad.upstream, p)); /* give it back: we could not count it; that is reported */
     return mn__error(st, __func__, "cannot record %zu-byte allocation %p (out of host memory)", nbytes, p);
   }
   *out = p;
@@ -118,6 +118,8 @@ static mn_status stats_check_invariants(mn_allocator_t *a) {
 static void stats_destroy(mn_allocator_t *a) { mn__adaptor_delete(&self_of(a)->ad); }
 
 static const mn_allocator_vtable_t stats_vtable = {
+    .size = sizeof(mn_allocator_vtable_t),
+    .version = MN_ALLOCATOR_VTABLE_VERSION,
     .name = "statistics",
     .alloc = stats_alloc,
     .free = stats_free,

@@ -58,7 +58,7 @@ static mn_status trace_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
   if (st == MN_OK) emit(t, MN_TRACE_ALLOC, sid, p, nbytes);
   pthread_mutex_unlock(&t->ad.lock);
   if (st != MN_OK) {
-    (void)mn_allocator_free(t->ad.upstream, p);
+    mn__ignore(mn_allocator_free(t->ad.upstream, p)); /* rollback: the failure being reported comes first */
     return mn__error(st, __func__, "cannot record %zu-byte allocation %p (out of host memory)", nbytes, p);
   }
   *out = p;
@@ -99,6 +99,8 @@ static mn_status trace_empty_cache(mn_allocator_t *a) {
 static void trace_destroy(mn_allocator_t *a) { mn__adaptor_delete(&self_of(a)->ad); }
 
 static const mn_allocator_vtable_t trace_vtable = {
+    .size = sizeof(mn_allocator_vtable_t),
+    .version = MN_ALLOCATOR_VTABLE_VERSION,
     .name = "tracing",
     .alloc = trace_alloc,
     .free = trace_free,

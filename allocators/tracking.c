@@ -66,7 +66,7 @@ static mn_status track_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
   pthread_mutex_unlock(&t->ad.lock);
   if (st != MN_OK) {
     free(r);
-    (void)mn_allocator_free(t->ad.upstream, p);
+    mn__ignore(mn_allocator_free(t->ad.upstream, p)); /* rollback: the failure being reported comes first */
     return mn__error(st, __func__, "cannot record %zu-byte allocation %p (out of host memory)", nbytes, p);
   }
   *out = p;
@@ -128,6 +128,8 @@ static void track_destroy(mn_allocator_t *a) {
 }
 
 static const mn_allocator_vtable_t track_vtable = {
+    .size = sizeof(mn_allocator_vtable_t),
+    .version = MN_ALLOCATOR_VTABLE_VERSION,
     .name = "tracking",
     .alloc = track_alloc,
     .free = track_free,

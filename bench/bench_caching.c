@@ -32,19 +32,19 @@ static void bench_pair(mn_bench_t *b, void *arg) {
   void **live = malloc(sizeof(void *) * (size_t)(2 * cached + 2));
   for (int64_t i = 0; i < 2 * cached + 1; i++)
     if (mn_allocator_alloc(a, size_of(i / 2), NULL, &live[i]) != MN_OK) die("warm alloc");
-  for (int64_t i = 1; i < 2 * cached + 1; i += 2) mn_allocator_free(a, live[i]);
+  for (int64_t i = 1; i < 2 * cached + 1; i += 2) MN_BENCH_OK(mn_allocator_free(a, live[i]));
   size_t want = size_of(cached / 2);
   void *p = NULL;
   while (mn_bench_next(b)) {
-    mn_allocator_alloc(a, want, NULL, &p);
-    mn_allocator_free(a, p);
+    MN_BENCH_OK(mn_allocator_alloc(a, want, NULL, &p));
+    MN_BENCH_OK(mn_allocator_free(a, p));
   }
   mn_alloc_stats_t st;
-  mn_allocator_get_stats(a, &st);
+  MN_BENCH_OK(mn_allocator_get_stats(a, &st));
   mn_bench_counter(b, "cached_blocks", (double)st.inactive_split[MN_POOL_ALL].current);
   mn_bench_counter(b, "device_allocs", (double)st.num_device_alloc);
   mn_bench_set_items(b, 1);
-  for (int64_t i = 0; i < 2 * cached + 1; i += 2) mn_allocator_free(a, live[i]);
+  for (int64_t i = 0; i < 2 * cached + 1; i += 2) MN_BENCH_OK(mn_allocator_free(a, live[i]));
   free(live);
   mn_allocator_destroy(a);
 }
@@ -58,9 +58,9 @@ static void bench_async_pair(mn_bench_t *b, void *arg) {
   void *p = NULL;
   while (mn_bench_next(b)) {
     if (mn_allocator_alloc(a, 4096, NULL, &p) != MN_OK) die("async alloc");
-    mn_allocator_free(a, p);
+    MN_BENCH_OK(mn_allocator_free(a, p));
   }
-  mn_device_synchronize(*dev);
+  MN_BENCH_OK(mn_device_synchronize(*dev));
   mn_bench_set_items(b, 1);
   mn_allocator_destroy(a);
 }
@@ -69,8 +69,8 @@ static void bench_async_pair(mn_bench_t *b, void *arg) {
 static void bench_raw_pair(mn_bench_t *b, void *arg) {
   void *p = NULL;
   while (mn_bench_next(b)) {
-    mn_device_raw_alloc(mn_device_sim(0), 4096, &p);
-    mn_device_raw_free(mn_device_sim(0), p);
+    MN_BENCH_OK(mn_device_raw_alloc(mn_device_sim(0), 4096, &p));
+    MN_BENCH_OK(mn_device_raw_free(mn_device_sim(0), p));
   }
   mn_bench_set_items(b, 1);
 }
@@ -90,12 +90,12 @@ static void bench_threads(mn_bench_t *b, void *arg) {
   void *p[16];
   int64_t round = mn_bench_thread_index(b);
   while (mn_bench_next(b)) {
-    for (int k = 0; k < 16; k++) mn_allocator_alloc(g_shared, size_of(round + k * 7), s, &p[k]);
-    for (int k = 0; k < 16; k++) mn_allocator_free(g_shared, p[k]);
+    for (int k = 0; k < 16; k++) MN_BENCH_OK(mn_allocator_alloc(g_shared, size_of(round + k * 7), s, &p[k]));
+    for (int k = 0; k < 16; k++) MN_BENCH_OK(mn_allocator_free(g_shared, p[k]));
     round++;
   }
   mn_bench_set_items(b, 32); /* 16 allocs + 16 frees */
-  mn_stream_destroy(s);
+  MN_BENCH_OK(mn_stream_destroy(s));
 }
 
 int main(int argc, char **argv) {

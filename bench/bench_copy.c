@@ -28,12 +28,12 @@ typedef struct buffers {
 } buffers;
 
 static void buffers_free(const config *c, buffers *b) {
-  if (b->stream) mn_stream_synchronize(b->stream);
-  if (b->dev) mn_device_raw_free(c->dev, b->dev);
-  if (b->dev2) mn_device_raw_free(c->dir == PEER ? c->dev2 : c->dev, b->dev2);
-  if (b->pinned) mn_allocator_free(b->pool, b->pinned);
+  if (b->stream) MN_BENCH_OK(mn_stream_synchronize(b->stream));
+  if (b->dev) MN_BENCH_OK(mn_device_raw_free(c->dev, b->dev));
+  if (b->dev2) MN_BENCH_OK(mn_device_raw_free(c->dir == PEER ? c->dev2 : c->dev, b->dev2));
+  if (b->pinned) MN_BENCH_OK(mn_allocator_free(b->pool, b->pinned));
   free(b->pageable);
-  if (b->stream) mn_stream_destroy(b->stream);
+  if (b->stream) MN_BENCH_OK(mn_stream_destroy(b->stream));
 }
 
 static mn_status buffers_make(const config *c, size_t n, buffers *b) {
@@ -145,7 +145,7 @@ int main(int argc, char **argv) {
   static config cfgs[2][12];
   const int64_t gib = (int64_t)1 << 30;
   int ncuda = 0, k = 0;
-  mn_device_count(MN_DEVICE_CUDA, &ncuda);
+  MN_BENCH_OK(mn_device_count(MN_DEVICE_CUDA, &ncuda));
   for (int d = 0; d < 2; d++) {
     mn_device_t dev = d == 0 ? mn_device_sim(0) : mn_device_cuda(0);
     const char *dn = d == 0 ? "sim" : "cuda";

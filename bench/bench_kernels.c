@@ -80,13 +80,13 @@ typedef struct bufs {
 } bufs;
 
 static void bufs_free(bufs *b) {
-  if (b->stream) mn_stream_synchronize(b->stream);
+  if (b->stream) MN_BENCH_OK(mn_stream_synchronize(b->stream));
   mn_view_destroy(b->dv);
   mn_view_destroy(b->sv);
   mn_storage_release(b->ds);
   mn_storage_release(b->ss);
   mn_storage_release(b->cs);
-  if (b->stream) mn_stream_destroy(b->stream);
+  if (b->stream) MN_BENCH_OK(mn_stream_destroy(b->stream));
 }
 
 static mn_status bufs_make(const bcfg *cfg, bufs *b) {
@@ -185,7 +185,7 @@ int main(int argc, char **argv) {
   enum { NC = sizeof cases / sizeof cases[0] };
   static bcfg cfgs[2][NC];
   int ncuda = 0;
-  mn_device_count(MN_DEVICE_CUDA, &ncuda);
+  MN_BENCH_OK(mn_device_count(MN_DEVICE_CUDA, &ncuda));
   for (int d = 0; d < 2; d++) {
     if (d == 1 && ncuda == 0) break;
     for (int k = 0; k < NC; k++) {

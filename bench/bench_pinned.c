@@ -24,8 +24,8 @@ static double pair_median_ns(mn_allocator_t *a, size_t n) {
   for (int b = 0; b < BATCHES; b++) {
     double t0 = now_ns();
     for (int i = 0; i < PAIRS_PER_BATCH; i++) {
-      mn_allocator_alloc(a, n, NULL, &p);
-      mn_allocator_free(a, p);
+      MN_BENCH_OK(mn_allocator_alloc(a, n, NULL, &p));
+      MN_BENCH_OK(mn_allocator_free(a, p));
     }
     per[b] = (now_ns() - t0) / PAIRS_PER_BATCH;
   }
@@ -42,11 +42,11 @@ static void bench_pair(mn_bench_t *b, void *arg) {
     return;
   }
   void *p = NULL;
-  mn_allocator_alloc(a, n, NULL, &p); /* warm: the block is cached from here on */
-  mn_allocator_free(a, p);
+  MN_BENCH_OK(mn_allocator_alloc(a, n, NULL, &p)); /* warm: the block is cached from here on */
+  MN_BENCH_OK(mn_allocator_free(a, p));
   while (mn_bench_next(b)) {
-    mn_allocator_alloc(a, n, NULL, &p);
-    mn_allocator_free(a, p);
+    MN_BENCH_OK(mn_allocator_alloc(a, n, NULL, &p));
+    MN_BENCH_OK(mn_allocator_free(a, p));
   }
   mn_bench_counter(b, "pair_median_ns", pair_median_ns(a, n));
   mn_alloc_stats_t st;
@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
   cpu = mn_device_cpu();
   cuda = mn_device_cuda(0);
   int ncuda = 0;
-  mn_device_count(MN_DEVICE_CUDA, &ncuda);
+  MN_BENCH_OK(mn_device_count(MN_DEVICE_CUDA, &ncuda));
   static const int64_t sizes[] = {4096, 1 << 20, 64 << 20};
   for (int i = 0; i < 3; i++) {
     mn_bench_register("pinned/sim/alloc_free_pair", bench_pair, &sim, 1, &sizes[i]);

@@ -11,8 +11,8 @@ static void bench_cpu_fill(mn_bench_t *b, void *arg) {
   float *buf = aligned_alloc(256, n * sizeof(float));
   float v = 1.5f;
   mn_stream_t *s = NULL;
-  mn_stream_default(mn_device_cpu(), &s);
-  while (mn_bench_next(b)) mn_kernel_fill(s, buf, n, sizeof v, &v);
+  MN_BENCH_OK(mn_stream_default(mn_device_cpu(), &s));
+  while (mn_bench_next(b)) MN_BENCH_OK(mn_kernel_fill(s, buf, n, sizeof v, &v));
   mn_bench_set_bytes(b, (int64_t)(n * sizeof(float)));
   free(buf);
 }
@@ -33,8 +33,8 @@ static void bench_cpu_copy(mn_bench_t *b, void *arg) {
   void *src = aligned_alloc(256, n), *dst = aligned_alloc(256, n);
   memset(src, 3, n);
   mn_stream_t *s = NULL;
-  mn_stream_default(mn_device_cpu(), &s);
-  while (mn_bench_next(b)) mn_kernel_copy(s, dst, src, n);
+  MN_BENCH_OK(mn_stream_default(mn_device_cpu(), &s));
+  while (mn_bench_next(b)) MN_BENCH_OK(mn_kernel_copy(s, dst, src, n));
   mn_bench_set_bytes(b, (int64_t)(2 * n)); /* read + written */
   free(src);
   free(dst);
@@ -43,15 +43,15 @@ static void bench_cpu_copy(mn_bench_t *b, void *arg) {
 static void bench_sim_event_record_query(mn_bench_t *b, void *arg) {
   mn_stream_t *s = NULL;
   mn_event_t *e = NULL;
-  mn_stream_create(mn_device_sim(0), &s);
-  mn_event_create(mn_device_sim(0), &e);
+  MN_BENCH_OK(mn_stream_create(mn_device_sim(0), &s));
+  MN_BENCH_OK(mn_event_create(mn_device_sim(0), &e));
   bool done = false;
   while (mn_bench_next(b)) {
-    mn_event_record(e, s);
-    mn_event_query(e, &done);
+    MN_BENCH_OK(mn_event_record(e, s));
+    MN_BENCH_OK(mn_event_query(e, &done));
   }
-  mn_event_destroy(e);
-  mn_stream_destroy(s);
+  MN_BENCH_OK(mn_event_destroy(e));
+  MN_BENCH_OK(mn_stream_destroy(s));
 }
 
 int main(int argc, char **argv) {

@@ -76,7 +76,7 @@ static void bench_clone(mn_bench_t *b, void *arg) {
   while (mn_bench_next(b)) {
     mn_storage_t *c = NULL;
     if (mn_storage_clone(s, NULL, &c) != MN_OK) mn_bench_error(b, mn_last_error());
-    mn_device_synchronize(*dev);
+    MN_BENCH_OK(mn_device_synchronize(*dev));
     mn_storage_release(c);
   }
   mn_bench_set_bytes(b, (int64_t)total);
@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
   cpu = mn_device_cpu();
   cuda = mn_device_cuda(0);
   int ncuda = 0;
-  mn_device_count(MN_DEVICE_CUDA, &ncuda);
+  MN_BENCH_OK(mn_device_count(MN_DEVICE_CUDA, &ncuda));
   const int64_t sizes[] = {1 << 20, 64 << 20};
   for (int i = 0; i < 2; i++) {
     mn_bench_register("save_load/mnemo/cpu", bench_save_load, (void *)&mnemo_fmt, 1, &sizes[i]);

@@ -4,6 +4,11 @@
 
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
+#include <cstdlib>
+
+#include "mnemo/mnemo.h"
+
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -59,6 +64,11 @@ int mn_bench_main(int argc, char **argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
+}
+
+void mn_bench_fail(const char *call, const char *file, int line) {
+  std::fprintf(stderr, "%s:%d: %s failed: %s\n", file, line, call, mn_last_error());
+  std::exit(1);
 }
 
 double mn_bench_now_s(void) {

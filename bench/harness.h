@@ -37,6 +37,15 @@ void mn_bench_error(mn_bench_t *b, const char *message);
 void mn_bench_pause(mn_bench_t *b);
 void mn_bench_resume(mn_bench_t *b);
 
+/* A call the benchmark needs: when it fails, prints the call and mnemo's
+ * message and exits (a benchmark that failed measured nothing). */
+#define MN_BENCH_OK(call)                                                  \
+  do {                                                                     \
+    int mn_bench_st_ = (int)(call);                                        \
+    if (mn_bench_st_ != 0) mn_bench_fail(#call, __FILE__, __LINE__);       \
+  } while (0)
+void mn_bench_fail(const char *call, const char *file, int line);
+
 /* Monotonic clock in seconds, for bodies that time their own repetitions. */
 double mn_bench_now_s(void);
 /* Sorts v[0..n) and returns its median (v[n / 2]); n > 0. */

@@ -211,35 +211,25 @@ MN__HD uint8_t mn__f32_to_e5m2(float f) {
   return (uint8_t)(sign | r);
 }
 
-/* ---- the dtype list for dispatch tables (CPU rows and CUDA kernels) ---------- */
+/* ---- every dtype pair, for dispatch tables (CPU rows) ------------------------ */
 
-/* Item size of each dtype by its MN_DTYPE_ suffix (usable in templates and enums). */
-#define MN__SZ_BOOL 1
-#define MN__SZ_UINT8 1
-#define MN__SZ_INT8 1
-#define MN__SZ_INT16 2
-#define MN__SZ_INT32 4
-#define MN__SZ_INT64 8
-#define MN__SZ_FLOAT16 2
-#define MN__SZ_BFLOAT16 2
-#define MN__SZ_FLOAT32 4
-#define MN__SZ_FLOAT64 8
-#define MN__SZ_COMPLEX64 8
-#define MN__SZ_COMPLEX128 16
-#define MN__SZ_FLOAT8_E4M3FN 1
-#define MN__SZ_FLOAT8_E5M2 1
-#define MN__SZ_UINT16 2
-#define MN__SZ_UINT32 4
-#define MN__SZ_UINT64 8
-
-/* Two copies of the dtype list (a macro cannot expand inside itself). */
-#define MN__DT_A(X)                                                                             \
-  X(BOOL) X(UINT8) X(INT8) X(INT16) X(INT32) X(INT64) X(FLOAT16) X(BFLOAT16) X(FLOAT32) X(FLOAT64) \
-  X(COMPLEX64) X(COMPLEX128) X(FLOAT8_E4M3FN) X(FLOAT8_E5M2) X(UINT16) X(UINT32) X(UINT64)
-#define MN__DT_B(X, D)                                                                           \
-  X(D, BOOL) X(D, UINT8) X(D, INT8) X(D, INT16) X(D, INT32) X(D, INT64) X(D, FLOAT16) X(D, BFLOAT16) \
-  X(D, FLOAT32) X(D, FLOAT64) X(D, COMPLEX64) X(D, COMPLEX128) X(D, FLOAT8_E4M3FN) X(D, FLOAT8_E5M2) \
-  X(D, UINT16) X(D, UINT32) X(D, UINT64)
+/* MN__DT_PAIRS(X) expands X(D, DSIZE, S, SSIZE) for every ordered pair of
+ * dtypes, dst-major: D and S the MN_DTYPE_ suffixes, DSIZE and SSIZE their item
+ * sizes, all from MN_DTYPE_TABLE (mnemo/dtype_table.h). A macro cannot expand
+ * inside its own expansion, so each outer row leaves the inner table deferred
+ * ("MN__DT_TABLE_AGAIN () (...)", not yet a call); MN__DT_EXPAND's rescan, after
+ * the outer table has ended, expands it. X must not itself use MN_DTYPE_TABLE. */
+#define MN__DT_EMPTY()
+#define MN__DT_DEFER(m) m MN__DT_EMPTY()
+#define MN__DT_EXPAND(...) __VA_ARGS__
+#define MN__DT_TABLE_AGAIN() MN_DTYPE_TABLE
+#define MN__DT_PAIRS(X) MN__DT_EXPAND(MN_DTYPE_TABLE(MN__DT_PAIRS_ROW, X))
+#define MN__DT_PAIRS_ROW(X, D, dval, dname, DSIZE, ...) \
+  MN__DT_DEFER(MN__DT_TABLE_AGAIN)()(MN__DT_PAIRS_CELL, (X, D, DSIZE))
+#define MN__DT_PAIRS_CELL(XD, S, sval, sname, SSIZE, ...) MN__DT_PAIRS_CALL(MN__DT_PAIRS_UNPACK XD, S, SSIZE)
+#define MN__DT_PAIRS_UNPACK(X, D, DSIZE) X, D, DSIZE
+#define MN__DT_PAIRS_CALL(...) MN__DT_PAIRS_CALL2(__VA_ARGS__)
+#define MN__DT_PAIRS_CALL2(X, D, DSIZE, S, SSIZE) X(D, DSIZE, S, SSIZE)
 
 /* ---- float -> integer: mnemo's one rule ------------------------------------ */
 

@@ -27,9 +27,9 @@
 #define MN__CLONES
 #endif
 
-#define MN__CV_DEF(D, S)                                                                           \
+#define MN__CV_DEF(D, DSIZE, S, SSIZE)                                                             \
   MN__CLONES static void cv_##D##_##S(char *d, int64_t dstep, const char *s, int64_t sstep, int64_t n) {      \
-    enum { DI = MN__SZ_##D, SI = MN__SZ_##S };               \
+    enum { DI = DSIZE, SI = SSIZE };                         \
     if (dstep == DI && sstep == SI) {                                                              \
       for (int64_t i = 0; i < n; i++) mn__cast_elem(MN_DTYPE_##D, d + i * DI, MN_DTYPE_##S, s + i * SI); \
     } else {                                                                                       \
@@ -37,12 +37,10 @@
     }                                                                                              \
   }
 
-#define MN__CV_ROW(D) MN__DT_B(MN__CV_DEF, D)
-MN__DT_A(MN__CV_ROW)
+MN__DT_PAIRS(MN__CV_DEF)
 
-#define MN__CV_ENTRY(D, S) [MN_DTYPE_##D][MN_DTYPE_##S] = cv_##D##_##S,
-#define MN__CV_TABLE_ROW(D) MN__DT_B(MN__CV_ENTRY, D)
-static const mn__cpu_cast_fn cv_table[MN_DTYPE_COUNT][MN_DTYPE_COUNT] = {MN__DT_A(MN__CV_TABLE_ROW)};
+#define MN__CV_ENTRY(D, DSIZE, S, SSIZE) [MN_DTYPE_##D][MN_DTYPE_##S] = cv_##D##_##S,
+static const mn__cpu_cast_fn cv_table[MN_DTYPE_COUNT][MN_DTYPE_COUNT] = {MN__DT_PAIRS(MN__CV_ENTRY)};
 
 mn__cpu_cast_fn mn__cpu_cast_fn_of(mn_dtype dst, mn_dtype src) {
   if (!mn_dtype_is_valid(dst) || !mn_dtype_is_valid(src)) return NULL;

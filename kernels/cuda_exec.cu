@@ -330,24 +330,29 @@ bool launch_transpose(const mn__plan_t *p, cudaStream_t s, int device) {
   return false;
 }
 
-// The contiguous-cast kernel of every pair, chosen by a switch over both dtypes.
-#define MN__CU_CASE_S(D, S)                                                                             \
+// The contiguous-cast kernel of every pair, chosen by a switch over both dtypes:
+// the dst switch picks the instantiation (D, its item size DI) whose switch
+// over src launches the kernel; rows from MN_DTYPE_TABLE (mnemo/dtype_table.h).
+#define MN__CU_CASE_S(A, S, sval, sname, SSIZE, ...)                                                    \
   case MN_DTYPE_##S:                                                                                    \
-    cast_contig_kernel<MN_DTYPE_##D, MN_DTYPE_##S, MN__SZ_##D, MN__SZ_##S>                        \
-        <<<grid, kThreads, 0, s>>>(p->dst, p->src, (int64_t)p->numel, vector);                          \
+    cast_contig_kernel<D, MN_DTYPE_##S, DI, SSIZE><<<grid, kThreads, 0, s>>>(p->dst, p->src, (int64_t)p->numel, \
+                                                                            vector);                    \
     return true;
-#define MN__CU_CASE_D(D)                                                                                \
-  case MN_DTYPE_##D:                                                                                    \
-    switch (p->src_dtype) {                                                                             \
-      MN__DT_B(MN__CU_CASE_S, D)                                                                     \
-      default: return false;                                                                            \
-    }
+template <int D, int DI>
+bool launch_cast_contig_to(const mn__plan_t *p, cudaStream_t s, unsigned grid, bool vector) {
+  switch (p->src_dtype) {
+    MN_DTYPE_TABLE(MN__CU_CASE_S, ~)
+    default: return false;
+  }
+}
+#define MN__CU_CASE_D(A, D, dval, dname, DSIZE, ...) \
+  case MN_DTYPE_##D: return launch_cast_contig_to<MN_DTYPE_##D, DSIZE>(p, s, grid, vector);
 
 bool launch_cast_contig(const mn__plan_t *p, cudaStream_t s, unsigned grid) {
   size_t wide = p->dst_item > p->src_item ? p->dst_item : p->src_item;
   const bool vector = (size_t)p->vec >= 16 / wide; // aligned for full 16-byte accesses
   switch (p->dst_dtype) {
-    MN__DT_A(MN__CU_CASE_D)
+    MN_DTYPE_TABLE(MN__CU_CASE_D, ~)
     default: return false;
   }
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "kernels/pool.h"
+#include "runtime/env.h"
 
 #define MN__POOL_MAX 16
 
@@ -57,7 +58,7 @@ static void *worker(void *arg) {
 
 static void pool_start(void) {
   int n = 0;
-  const char *env = getenv("MNEMO_KERNEL_THREADS");
+  const char *env = mn__env(MN__ENV_KERNEL_THREADS);
   if (env && *env) n = atoi(env);
   if (n <= 0) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "mnemo/mnemo.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/events.h"
 #include "runtime/hostmem.h"
@@ -231,10 +232,10 @@ static void write_at_exit(void) {
 }
 
 static void global_init(void) {
-  const char *path = getenv("MNEMO_TRACE");
+  const char *path = mn__env(MN__ENV_TRACE);
   if (!path || !path[0]) return;
   size_t cap = 1000000;
-  const char *c = getenv("MNEMO_TRACE_CAPACITY");
+  const char *c = mn__env(MN__ENV_TRACE_CAPACITY);
   if (c && c[0]) {
     char *end = NULL;
     unsigned long long v = strtoull(c, &end, 10);

@@ -72,10 +72,10 @@ static void step(mn__replay_t *r, size_t i) {
 static void replay_cleanup(mn__replay_t *r) {
   if (r->ptrs) {
     for (size_t i = 0; i < r->trace->nentries; i++)
-      if (r->ptrs[i]) mn_allocator_free(r->a, r->ptrs[i]);
+      if (r->ptrs[i]) mn__ignore(mn_allocator_free(r->a, r->ptrs[i])); /* cleanup: the replay's own status stands */
   }
-  for (size_t k = 0; r->streams && k < r->nids; k++)
-    if (r->created[k] && r->streams[k]) mn_stream_destroy(r->streams[k]);
+  for (size_t k = 0; r->streams && r->created && k < r->nids; k++)
+    if (r->created[k] && r->streams[k]) mn__ignore(mn_stream_destroy(r->streams[k])); /* cleanup, as above */
   free(r->match);
   free(r->ptrs);
   free(r->sidx);
@@ -134,7 +134,7 @@ static void track_mapped(mn__replay_t *r) {
 
 static mn_status op_failed(const mn_trace_entry_t *e, size_t i, mn_status st, const char *what) {
   char msg[768];
-  snprintf(msg, sizeof msg, "%s", mn_last_error());
+  snprintf(msg, sizeof msg, "%s", mn__last_error_detail());
   char w[48];
   if (e->line) snprintf(w, sizeof w, "trace line %" PRIu32, e->line);
   else snprintf(w, sizeof w, "trace entry %zu", i);
@@ -198,8 +198,8 @@ static mn_status replay_one_device(const mn_trace_t *trace, mn_allocator_t *allo
   res.stats_from_allocator = mn_allocator_get_stats(allocator, &s0) == MN_OK;
   r.have_stats = res.stats_from_allocator;
   if (res.stats_from_allocator) {
-    mn_allocator_reset_peak(allocator); /* MN_ERR_NOT_SUPPORTED is fine: peaks then span its life */
-    mn_allocator_get_stats(allocator, &s0);
+    mn__ignore(mn_allocator_reset_peak(allocator)); /* MN_ERR_NOT_SUPPORTED is fine: peaks then span its life */
+    r.have_stats = res.stats_from_allocator = mn_allocator_get_stats(allocator, &s0) == MN_OK;
   }
   mn_sim_stats_t sim0;
   memset(&sim0, 0, sizeof sim0);

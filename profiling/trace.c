@@ -477,7 +477,8 @@ static mn_status check_writable(const mn_trace_t *t) {
       return mn__error(MN_ERR_INVALID_ARGUMENT, "mn_trace_format", "entry %zu breaks the format", i);
   }
   mn_status st = trace_match(t, NULL, NULL, "mn_trace_format");
-  return st == MN_OK ? MN_OK : mn__error_wrap(MN_ERR_INVALID_ARGUMENT, "mn_trace_format");
+  if (st == MN_ERR_FORMAT) st = MN_ERR_INVALID_ARGUMENT; /* a trace to write that breaks the format */
+  return st;
 }
 
 mn_status mn_trace_format(const mn_trace_t *trace, char **text, size_t *len) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "runtime/backend.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
 
@@ -60,7 +61,7 @@ static bool cpu_hugepages_wanted(void) {
   static atomic_int wanted = -1; /* every thread computes the same value */
   int w = atomic_load_explicit(&wanted, memory_order_relaxed);
   if (w < 0) {
-    const char *e = getenv("MNEMO_CPU_HUGEPAGES");
+    const char *e = mn__env(MN__ENV_CPU_HUGEPAGES);
     w = !(e && e[0] == '0');
     atomic_store_explicit(&wanted, w, memory_order_relaxed);
   }

@@ -9,21 +9,27 @@
 
 /* ---- The dtype table ------------------------------------------------------ */
 
-#define MN__DTYPE_ROW(sym, val, nm, size, knd) \
-  [val] = {sym, nm, size, knd, (knd) != MN_KIND_BOOL && (knd) != MN_KIND_UINT},
-static const mn_dtype_info_t mn__dtype_table[MN_DTYPE_COUNT] = {MN_DTYPE_MAP(MN__DTYPE_ROW)};
+#define MN__DTYPE_ROW(A, sfx, val, nm, size, knd, ...) \
+  [val] = {MN_DTYPE_##sfx, nm, size, knd, (knd) != MN_KIND_BOOL && (knd) != MN_KIND_UINT},
+static const mn_dtype_info_t mn__dtype_table[MN_DTYPE_COUNT] = {MN_DTYPE_TABLE(MN__DTYPE_ROW, ~)};
 #undef MN__DTYPE_ROW
 
-#define MN__DTYPE_ONE(sym, val, nm, size, knd) +1
-_Static_assert(0 MN_DTYPE_MAP(MN__DTYPE_ONE) == MN_DTYPE_COUNT,
-               "MN_DTYPE_COUNT must equal the number of rows in MN_DTYPE_MAP");
-#undef MN__DTYPE_ONE
+/* The float format of each dtype (MN_DTYPE_FMT_*), for the scalar conversions. */
+#define MN__DTYPE_FMT(A, sfx, val, nm, size, knd, fmt, ...) [val] = fmt,
+static const unsigned char mn__dtype_fmt[MN_DTYPE_COUNT] = {MN_DTYPE_TABLE(MN__DTYPE_FMT, ~)};
+#undef MN__DTYPE_FMT
 
+/* Values are unique (a duplicate is a duplicate case label below) and below the
+ * row count (a larger one overflows the arrays above): 0 .. MN_DTYPE_COUNT - 1. */
+#define MN__DTYPE_CASE(A, sfx, val, ...) case val:
 const mn_dtype_info_t *mn_dtype_info(mn_dtype dtype) {
-  int v = (int)dtype;
-  if (v < 0 || v >= MN_DTYPE_COUNT) return NULL;
-  return &mn__dtype_table[v];
+  switch ((int)dtype) {
+    MN_DTYPE_TABLE(MN__DTYPE_CASE, ~)
+    return &mn__dtype_table[dtype];
+    default: return NULL;
+  }
 }
+#undef MN__DTYPE_CASE
 
 bool mn_dtype_is_valid(mn_dtype dtype) { return mn_dtype_info(dtype) != NULL; }
 
@@ -391,6 +397,47 @@ static uint32_t mn__scalar_narrow(const mn_scalar_t *v, const mn__nf_format *fmt
   return 0;
 }
 
+/* Stores the low `size` bytes of an integer's bits (as a uintN_t). */
+static bool mn__store_uint(void *out, uint64_t bits, size_t size) {
+  switch (size) {
+    case 1: { uint8_t x = (uint8_t)bits; memcpy(out, &x, sizeof x); return true; }
+    case 2: { uint16_t x = (uint16_t)bits; memcpy(out, &x, sizeof x); return true; }
+    case 4: { uint32_t x = (uint32_t)bits; memcpy(out, &x, sizeof x); return true; }
+    case 8: { uint64_t x = bits; memcpy(out, &x, sizeof x); return true; }
+    default: return false;
+  }
+}
+
+/* Stores the scalar's real value in float format `fmt` (MN_DTYPE_FMT_*); the
+ * bytes written, 0 for a format without a conversion. */
+static size_t mn__store_real(void *out, const mn_scalar_t *v, unsigned fmt) {
+  switch (fmt) {
+    case MN_DTYPE_FMT_BINARY16:
+    case MN_DTYPE_FMT_BFLOAT16: {
+      uint16_t x = (uint16_t)mn__scalar_narrow(v, fmt == MN_DTYPE_FMT_BINARY16 ? &mn__fmt_half : &mn__fmt_bf16);
+      memcpy(out, &x, sizeof x);
+      return sizeof x;
+    }
+    case MN_DTYPE_FMT_E4M3FN:
+    case MN_DTYPE_FMT_E5M2: {
+      uint8_t x = (uint8_t)mn__scalar_narrow(v, fmt == MN_DTYPE_FMT_E4M3FN ? &mn__fmt_e4m3fn : &mn__fmt_e5m2);
+      memcpy(out, &x, sizeof x);
+      return sizeof x;
+    }
+    case MN_DTYPE_FMT_BINARY32: {
+      float x = mn__scalar_f32(v);
+      memcpy(out, &x, sizeof x);
+      return sizeof x;
+    }
+    case MN_DTYPE_FMT_BINARY64: {
+      double x = mn__scalar_f64(v);
+      memcpy(out, &x, sizeof x);
+      return sizeof x;
+    }
+    default: return 0;
+  }
+}
+
 mn_status mn_scalar_to_bytes(mn_scalar_t value, mn_dtype dtype, void *out) {
   const mn_dtype_info_t *info = mn_dtype_info(dtype);
   if (info == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "invalid dtype %d", (int)dtype);
@@ -398,74 +445,67 @@ mn_status mn_scalar_to_bytes(mn_scalar_t value, mn_dtype dtype, void *out) {
   if ((int)value.kind < (int)MN_SCALAR_BOOL || (int)value.kind > (int)MN_SCALAR_COMPLEX)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "invalid scalar kind %d", (int)value.kind);
 
-  switch (dtype) {
-    case MN_DTYPE_BOOL: {
+  const unsigned fmt = mn__dtype_fmt[dtype];
+  switch (info->kind) {
+    case MN_KIND_BOOL: {
       uint8_t b = mn__scalar_truth(&value) ? 1 : 0;
       memcpy(out, &b, 1);
       return MN_OK;
     }
-    case MN_DTYPE_UINT8:
-    case MN_DTYPE_INT8: {
-      uint8_t x = (uint8_t)mn__scalar_int_bits(&value, false);
-      memcpy(out, &x, sizeof x);
-      return MN_OK;
+    case MN_KIND_UINT:
+    case MN_KIND_INT: {
+      /* uint64 alone takes floats >= 2^63 directly */
+      const bool to_u64 = info->kind == MN_KIND_UINT && info->itemsize == 8;
+      if (mn__store_uint(out, mn__scalar_int_bits(&value, to_u64), info->itemsize)) return MN_OK;
+      break;
     }
-    case MN_DTYPE_UINT16:
-    case MN_DTYPE_INT16: {
-      uint16_t x = (uint16_t)mn__scalar_int_bits(&value, false);
-      memcpy(out, &x, sizeof x);
-      return MN_OK;
+    case MN_KIND_FLOAT:
+      if (mn__store_real(out, &value, fmt) == info->itemsize) return MN_OK;
+      break;
+    case MN_KIND_COMPLEX: {
+      /* the real part as the float of its format, then the imaginary part */
+      mn_scalar_t im = mn_scalar_float(value.kind == MN_SCALAR_COMPLEX ? value.v.c[1] : 0.0);
+      size_t part = mn__store_real(out, &value, fmt);
+      if (part != 0 && 2 * part == info->itemsize && mn__store_real((char *)out + part, &im, fmt) == part)
+        return MN_OK;
+      break;
     }
-    case MN_DTYPE_UINT32:
-    case MN_DTYPE_INT32: {
-      uint32_t x = (uint32_t)mn__scalar_int_bits(&value, false);
-      memcpy(out, &x, sizeof x);
-      return MN_OK;
-    }
-    case MN_DTYPE_UINT64:
-    case MN_DTYPE_INT64: {
-      uint64_t x = mn__scalar_int_bits(&value, dtype == MN_DTYPE_UINT64);
-      memcpy(out, &x, sizeof x);
-      return MN_OK;
-    }
-    case MN_DTYPE_FLOAT16:
-    case MN_DTYPE_BFLOAT16: {
-      uint16_t x = (uint16_t)mn__scalar_narrow(
-          &value, dtype == MN_DTYPE_FLOAT16 ? &mn__fmt_half : &mn__fmt_bf16);
-      memcpy(out, &x, sizeof x);
-      return MN_OK;
-    }
-    case MN_DTYPE_FLOAT8_E4M3FN:
-    case MN_DTYPE_FLOAT8_E5M2: {
-      uint8_t x = (uint8_t)mn__scalar_narrow(
-          &value, dtype == MN_DTYPE_FLOAT8_E4M3FN ? &mn__fmt_e4m3fn : &mn__fmt_e5m2);
-      memcpy(out, &x, sizeof x);
-      return MN_OK;
-    }
-    case MN_DTYPE_FLOAT32: {
-      float x = mn__scalar_f32(&value);
-      memcpy(out, &x, sizeof x);
-      return MN_OK;
-    }
-    case MN_DTYPE_FLOAT64: {
-      double x = mn__scalar_f64(&value);
-      memcpy(out, &x, sizeof x);
-      return MN_OK;
-    }
-    case MN_DTYPE_COMPLEX64: {
-      float x[2] = {mn__scalar_f32(&value),
-                    value.kind == MN_SCALAR_COMPLEX ? (float)value.v.c[1] : 0.0f};
-      memcpy(out, x, sizeof x);
-      return MN_OK;
-    }
-    case MN_DTYPE_COMPLEX128: {
-      double x[2] = {mn__scalar_f64(&value), value.kind == MN_SCALAR_COMPLEX ? value.v.c[1] : 0.0};
-      memcpy(out, x, sizeof x);
-      return MN_OK;
-    }
-    case MN_DTYPE_COUNT: break;
   }
   return mn__error(MN_ERR_INTERNAL, __func__, "dtype %s has no conversion", info->name);
+}
+
+/* Reads a float of format `fmt` at `in` as a double; the bytes read, 0 for a
+ * format without a conversion. */
+static size_t mn__load_real(const void *in, unsigned fmt, double *out) {
+  switch (fmt) {
+    case MN_DTYPE_FMT_BINARY16:
+    case MN_DTYPE_FMT_BFLOAT16: {
+      uint16_t x;
+      memcpy(&x, in, sizeof x);
+      *out = fmt == MN_DTYPE_FMT_BINARY16 ? mn_half_to_float(x) : mn_bfloat16_to_float(x);
+      return sizeof x;
+    }
+    case MN_DTYPE_FMT_E4M3FN:
+    case MN_DTYPE_FMT_E5M2: {
+      uint8_t x;
+      memcpy(&x, in, sizeof x);
+      *out = fmt == MN_DTYPE_FMT_E4M3FN ? mn_e4m3fn_to_float(x) : mn_e5m2_to_float(x);
+      return sizeof x;
+    }
+    case MN_DTYPE_FMT_BINARY32: {
+      float x;
+      memcpy(&x, in, sizeof x);
+      *out = x;
+      return sizeof x;
+    }
+    case MN_DTYPE_FMT_BINARY64: {
+      double x;
+      memcpy(&x, in, sizeof x);
+      *out = x;
+      return sizeof x;
+    }
+    default: return 0;
+  }
 }
 
 mn_status mn_scalar_from_bytes(mn_dtype dtype, const void *in, mn_scalar_t *out) {
@@ -474,100 +514,49 @@ mn_status mn_scalar_from_bytes(mn_dtype dtype, const void *in, mn_scalar_t *out)
   if (in == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "in is NULL (dtype %s)", info->name);
   if (out == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "out is NULL (dtype %s)", info->name);
 
-  switch (dtype) {
-    case MN_DTYPE_BOOL: {
+  const unsigned fmt = mn__dtype_fmt[dtype];
+  switch (info->kind) {
+    case MN_KIND_BOOL: {
       uint8_t x;
       memcpy(&x, in, sizeof x);
       *out = mn_scalar_bool(x != 0);
       return MN_OK;
     }
-    case MN_DTYPE_UINT8: {
-      uint8_t x;
-      memcpy(&x, in, sizeof x);
-      *out = mn_scalar_uint(x);
-      return MN_OK;
-    }
-    case MN_DTYPE_UINT16: {
-      uint16_t x;
-      memcpy(&x, in, sizeof x);
-      *out = mn_scalar_uint(x);
-      return MN_OK;
-    }
-    case MN_DTYPE_UINT32: {
-      uint32_t x;
-      memcpy(&x, in, sizeof x);
-      *out = mn_scalar_uint(x);
-      return MN_OK;
-    }
-    case MN_DTYPE_UINT64: {
-      uint64_t x;
-      memcpy(&x, in, sizeof x);
-      *out = mn_scalar_uint(x);
-      return MN_OK;
-    }
-    case MN_DTYPE_INT8: {
-      int8_t x;
-      memcpy(&x, in, sizeof x);
-      *out = mn_scalar_int(x);
-      return MN_OK;
-    }
-    case MN_DTYPE_INT16: {
-      int16_t x;
-      memcpy(&x, in, sizeof x);
-      *out = mn_scalar_int(x);
-      return MN_OK;
-    }
-    case MN_DTYPE_INT32: {
-      int32_t x;
-      memcpy(&x, in, sizeof x);
-      *out = mn_scalar_int(x);
-      return MN_OK;
-    }
-    case MN_DTYPE_INT64: {
-      int64_t x;
-      memcpy(&x, in, sizeof x);
-      *out = mn_scalar_int(x);
-      return MN_OK;
-    }
-    case MN_DTYPE_FLOAT16:
-    case MN_DTYPE_BFLOAT16: {
-      uint16_t x;
-      memcpy(&x, in, sizeof x);
-      *out = mn_scalar_float(dtype == MN_DTYPE_FLOAT16 ? mn_half_to_float(x) : mn_bfloat16_to_float(x));
-      return MN_OK;
-    }
-    case MN_DTYPE_FLOAT8_E4M3FN:
-    case MN_DTYPE_FLOAT8_E5M2: {
-      uint8_t x;
-      memcpy(&x, in, sizeof x);
-      *out = mn_scalar_float(dtype == MN_DTYPE_FLOAT8_E4M3FN ? mn_e4m3fn_to_float(x) : mn_e5m2_to_float(x));
-      return MN_OK;
-    }
-    case MN_DTYPE_FLOAT32: {
-      float x;
-      memcpy(&x, in, sizeof x);
-      *out = mn_scalar_float(x);
-      return MN_OK;
-    }
-    case MN_DTYPE_FLOAT64: {
+    case MN_KIND_UINT:
+      switch (info->itemsize) {
+        case 1: { uint8_t x; memcpy(&x, in, sizeof x); *out = mn_scalar_uint(x); return MN_OK; }
+        case 2: { uint16_t x; memcpy(&x, in, sizeof x); *out = mn_scalar_uint(x); return MN_OK; }
+        case 4: { uint32_t x; memcpy(&x, in, sizeof x); *out = mn_scalar_uint(x); return MN_OK; }
+        case 8: { uint64_t x; memcpy(&x, in, sizeof x); *out = mn_scalar_uint(x); return MN_OK; }
+        default: break;
+      }
+      break;
+    case MN_KIND_INT:
+      switch (info->itemsize) {
+        case 1: { int8_t x; memcpy(&x, in, sizeof x); *out = mn_scalar_int(x); return MN_OK; }
+        case 2: { int16_t x; memcpy(&x, in, sizeof x); *out = mn_scalar_int(x); return MN_OK; }
+        case 4: { int32_t x; memcpy(&x, in, sizeof x); *out = mn_scalar_int(x); return MN_OK; }
+        case 8: { int64_t x; memcpy(&x, in, sizeof x); *out = mn_scalar_int(x); return MN_OK; }
+        default: break;
+      }
+      break;
+    case MN_KIND_FLOAT: {
       double x;
-      memcpy(&x, in, sizeof x);
-      *out = mn_scalar_float(x);
-      return MN_OK;
+      if (mn__load_real(in, fmt, &x) == info->itemsize) {
+        *out = mn_scalar_float(x);
+        return MN_OK;
+      }
+      break;
     }
-    case MN_DTYPE_COMPLEX64: {
-      float x[2];
-      memcpy(x, in, sizeof x);
-      *out = mn_scalar_complex(x[0], x[1]);
-      return MN_OK;
+    case MN_KIND_COMPLEX: {
+      double re, im;
+      size_t part = mn__load_real(in, fmt, &re);
+      if (part != 0 && 2 * part == info->itemsize && mn__load_real((const char *)in + part, fmt, &im) == part) {
+        *out = mn_scalar_complex(re, im);
+        return MN_OK;
+      }
+      break;
     }
-    case MN_DTYPE_COMPLEX128: {
-      double x[2];
-      memcpy(x, in, sizeof x);
-      *out = mn_scalar_complex(x[0], x[1]);
-      return MN_OK;
-    }
-    case MN_DTYPE_COUNT: break;
   }
   return mn__error(MN_ERR_INTERNAL, __func__, "dtype %s has no conversion", info->name);
 }

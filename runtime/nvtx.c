@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "mnemo/profiling.h"
+#include "runtime/env.h"
 #include "runtime/nvtx.h"
 
 #ifdef MNEMO_HAVE_CUDA
@@ -22,7 +23,7 @@ static _Thread_local uint64_t t_last_nbytes;
 static bool nvtx_on(void) {
   int v = atomic_load_explicit(&g_nvtx_on, memory_order_relaxed);
   if (v < 0) {
-    const char *e = getenv("MNEMO_NVTX");
+    const char *e = mn__env(MN__ENV_NVTX);
     v = (e && e[0] == '1') ? 1 : 0;
     int expected = -1; /* a concurrent mn_nvtx_set_enabled wins */
     if (!atomic_compare_exchange_strong_explicit(&g_nvtx_on, &expected, v, memory_order_relaxed,

@@ -15,6 +15,7 @@
 
 #include "mnemo/mnemo.h"
 #include "runtime/backend.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
 #include "runtime/sim_internal.h"
@@ -152,14 +153,14 @@ static mn_status validate_config(const char *func, const mn_sim_config_t *c) {
 static void load_config_locked(void) {
   if (g_cfg_loaded) return;
   g_cfg = mn_sim_config_default();
-  const char *cap = getenv("MNEMO_SIM_CAPACITY");
+  const char *cap = mn__env(MN__ENV_SIM_CAPACITY);
   size_t v;
   if (cap && mn_bytes_parse(cap, &v) == MN_OK) {
     mn_sim_config_t c = g_cfg;
     c.capacity = v;
     if (validate_config(__func__, &c) == MN_OK) g_cfg = c;
   }
-  const char *eager = getenv("MNEMO_SIM_EAGER");
+  const char *eager = mn__env(MN__ENV_SIM_EAGER);
   if (eager && eager[0] == '1') g_cfg.eager = true;
   g_cfg_loaded = true;
   atomic_store_explicit(&g_device_count, g_cfg.device_count, memory_order_release);

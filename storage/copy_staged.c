@@ -72,7 +72,7 @@ static void event_give(mn_event_t *ev) {
     g_nevents++;
   }
   pthread_mutex_unlock(&g_lock);
-  if (!e) mn_event_destroy(ev);
+  if (!e) mn__ignore(mn_event_destroy(ev)); /* no room to keep it: the out-of-memory is reported */
 }
 
 /* ---- host worker threads ------------------------------------------------------- */
@@ -255,7 +255,7 @@ static void chunk_bounds(const ring *r, int64_t k, int64_t *begin, int64_t *end)
 /* Wraps a chunk's failure with which chunk, which bytes and which devices. */
 static mn_status chunk_error(const ring *r, mn_status st, int64_t k) {
   char inner[512], a[32], b[32];
-  snprintf(inner, sizeof inner, "%s", mn_last_error());
+  snprintf(inner, sizeof inner, "%s", mn__last_error_detail());
   int64_t begin, end;
   chunk_bounds(r, k, &begin, &end);
   return mn__error(st, "staged copy", "chunk %lld of %lld (bytes %lld..%lld of %lld) %s -> %s failed: %s",
@@ -410,7 +410,7 @@ mn_status mn__copy_staged_reset(void) {
   pthread_mutex_unlock(&g_lock);
   while (e) {
     cached_event *n = e->next;
-    mn_event_destroy(e->ev);
+    mn__ignore(mn_event_destroy(e->ev)); /* the engine's idle event: nothing to report to */
     free(e);
     e = n;
   }

@@ -12,25 +12,18 @@
 
 /* ---- dtype and device mapping ----------------------------------------------- */
 
+/* The DLPack type of every dtype (mnemo/dtype_table.h). */
+#define DL_ROW(A, sfx, val, nm, size, knd, fmt, real, dlc, dlb, dll, ...) [val] = {.code = dlc, .bits = dlb, .lanes = dll},
+static const DLDataType DL_TYPES[MN_DTYPE_COUNT] = {MN_DTYPE_TABLE(DL_ROW, ~)};
+#undef DL_ROW
+/* The table's DLPack codes are dlpack.h's. */
+_Static_assert(kDLInt == 0 && kDLUInt == 1 && kDLFloat == 2 && kDLBfloat == 4 && kDLComplex == 5 &&
+                   MN_DLPACK_CODE_BOOL == 6 && MN_DLPACK_CODE_FLOAT8_E4M3FN == 10 && MN_DLPACK_CODE_FLOAT8_E5M2 == 12,
+               "DLPack type codes");
+
 static mn_status dtype_to_dl(mn_dtype dt, DLDataType *out, const char *func) {
-  const mn_dtype_info_t *info = mn_dtype_info(dt);
-  if (!info) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "invalid dtype %d", (int)dt);
-  out->bits = (uint8_t)(info->itemsize * 8);
-  out->lanes = 1;
-  switch (dt) {
-    case MN_DTYPE_BOOL: out->code = MN_DLPACK_CODE_BOOL; break;
-    case MN_DTYPE_BFLOAT16: out->code = kDLBfloat; break;
-    case MN_DTYPE_FLOAT8_E4M3FN: out->code = MN_DLPACK_CODE_FLOAT8_E4M3FN; break;
-    case MN_DTYPE_FLOAT8_E5M2: out->code = MN_DLPACK_CODE_FLOAT8_E5M2; break;
-    default:
-      switch (info->kind) {
-        case MN_KIND_UINT: out->code = kDLUInt; break;
-        case MN_KIND_INT: out->code = kDLInt; break;
-        case MN_KIND_FLOAT: out->code = kDLFloat; break;
-        case MN_KIND_COMPLEX: out->code = kDLComplex; break;
-        default: return mn__error(MN_ERR_INTERNAL, func, "no DLPack code for %s", info->name);
-      }
-  }
+  if (!mn_dtype_is_valid(dt)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "invalid dtype %d", (int)dt);
+  *out = DL_TYPES[dt];
   return MN_OK;
 }
 

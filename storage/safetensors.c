@@ -13,24 +13,22 @@
 
 #define MAX_HEADER 100000000ull /* the reference implementation's limit */
 
-/* safetensors dtype codes; complex128 has none. */
-static const struct {
-  const char *code;
-  mn_dtype dtype;
-} CODES[] = {
-    {"BOOL", MN_DTYPE_BOOL},     {"U8", MN_DTYPE_UINT8},     {"I8", MN_DTYPE_INT8},
-    {"I16", MN_DTYPE_INT16},     {"U16", MN_DTYPE_UINT16},   {"I32", MN_DTYPE_INT32},
-    {"U32", MN_DTYPE_UINT32},    {"I64", MN_DTYPE_INT64},    {"U64", MN_DTYPE_UINT64},
-    {"F16", MN_DTYPE_FLOAT16},   {"BF16", MN_DTYPE_BFLOAT16}, {"F32", MN_DTYPE_FLOAT32},
-    {"F64", MN_DTYPE_FLOAT64},   {"C64", MN_DTYPE_COMPLEX64}, {"F8_E4M3", MN_DTYPE_FLOAT8_E4M3FN},
-    {"F8_E5M2", MN_DTYPE_FLOAT8_E5M2},
-};
-#define NCODES (sizeof CODES / sizeof CODES[0])
+/* safetensors dtype codes (mnemo/dtype_table.h), NULL where safetensors has
+ * none (complex128). */
+#define ST_ROW(A, sfx, val, nm, size, knd, fmt, real, dlc, dlb, dll, st, ...) [val] = st,
+static const char *const CODES[MN_DTYPE_COUNT] = {MN_DTYPE_TABLE(ST_ROW, ~)};
+#undef ST_ROW
 
-static const char *code_of(mn_dtype d) {
-  for (size_t i = 0; i < NCODES; i++)
-    if (CODES[i].dtype == d) return CODES[i].code;
-  return NULL;
+static const char *code_of(mn_dtype d) { return mn_dtype_is_valid(d) ? CODES[d] : NULL; }
+
+/* The dtype of a safetensors code; false for an unknown code. */
+static bool dtype_of_code(const char *code, mn_dtype *out) {
+  for (int d = 0; d < MN_DTYPE_COUNT; d++)
+    if (CODES[d] && strcmp(CODES[d], code) == 0) {
+      *out = (mn_dtype)d;
+      return true;
+    }
+  return false;
 }
 
 /* ---- writer -------------------------------------------------------------------- */
@@ -366,16 +364,13 @@ static mn_status parse_tensor(json_t *j, entry_t *e) {
         char *code = NULL;
         st = jstring(j, &code);
         if (st != MN_OK) return st;
-        size_t i = 0;
-        while (i < NCODES && strcmp(CODES[i].code, code) != 0) i++;
-        if (i == NCODES) {
+        if (!dtype_of_code(code, &e->dtype)) {
           char msg[96];
           snprintf(msg, sizeof msg, "unknown dtype \"%.40s\"", code);
           free(code);
           return jerr(j, msg);
         }
         free(code);
-        e->dtype = CODES[i].dtype;
         have_dtype = true;
       } else if (strcmp(key, "shape") == 0 && !have_shape) {
         free(key);
@@ -427,7 +422,7 @@ static mn_status parse_metadata(json_t *j, mn_named_views_t *res) {
     st = jstring(j, &v);
     if (st != MN_OK) {
       free(k);
-      return jerr(j, "__metadata__ values must be strings");
+      return st == MN_ERR_OUT_OF_MEMORY ? st : jerr(j, "__metadata__ values must be strings");
     }
     for (size_t i = 0; i < res->nmeta; i++)
       if (strcmp(res->meta_keys[i], k) == 0) {

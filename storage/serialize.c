@@ -478,9 +478,10 @@ mn_status mn_load_buffer(const void *data, size_t size, mn_device_t dev, mn_name
       if (strcmp(res->names[j], res->names[i]) == 0) st = BAD("name '%s' appears twice", res->names[i]);
     if (st != MN_OK) break;
     st = mn_view_create(stor[si], (mn_dtype)dtype, (int)nd, sizes, strides, (int64_t)off, &res->views[i]);
+    if (st == MN_ERR_OUT_OF_MEMORY) break; /* mn_view_create's message */
     if (st != MN_OK) {
       char why[256];
-      snprintf(why, sizeof why, "%s", mn_last_error());
+      snprintf(why, sizeof why, "%s", mn__last_error_detail());
       st = BAD("view '%s' does not fit its storage: %s", res->names[i], why);
     }
   }

@@ -89,7 +89,7 @@ mn_storage_t *mn_storage_retain(mn_storage_t *s) {
 static void storage_free_bytes(mn_storage_t *s) {
   switch (s->kind) {
     case MN_STORAGE_ALLOCATOR:
-      mn_allocator_free(s->allocator, s->data);
+      mn__ignore(mn_allocator_free(s->allocator, s->data)); /* release returns nothing (see above) */
       break;
     case MN_STORAGE_FOREIGN:
       if (s->deleter) s->deleter(s->ctx, s->data);
@@ -207,14 +207,22 @@ mn_status mn_storage_resize(mn_storage_t *s, size_t nbytes, mn_stream_t *stream)
   size_t keep = nbytes < s->nbytes ? nbytes : s->nbytes;
   if (keep) st = mn_copy_bytes(s->device, p, s->device, s->data, keep, stream, MN_COPY_NON_BLOCKING);
   if (st != MN_OK) {
-    mn_allocator_free(s->allocator, p);
+    mn__ignore(mn_allocator_free(s->allocator, p)); /* rollback: the copy failure is reported */
     return mn__error_wrap(st, __func__);
   }
   if (s->data && stream && keep) {
     /* The old block must outlive the copy queued on `stream`. */
-    if (mn_allocator_record_stream(s->allocator, s->data, stream) != MN_OK) mn_stream_synchronize(stream);
+    if (mn_allocator_record_stream(s->allocator, s->data, stream) != MN_OK) {
+      mn_status sy = mn_stream_synchronize(stream);
+      if (sy != MN_OK) { /* cannot know the copy is done: keep the old block, drop the new */
+        mn__ignore(mn_allocator_free(s->allocator, p));
+        return mn__error_wrap(sy, __func__);
+      }
+    }
   }
-  mn_allocator_free(s->allocator, s->data);
+  /* The storage holds the new block from here; a failed free of the old one
+   * cannot be undone (the allocator counts it). */
+  mn__ignore(mn_allocator_free(s->allocator, s->data));
   s->data = p;
   s->nbytes = nbytes;
   return MN_OK;
@@ -747,7 +755,8 @@ mn_status mn_storage_tolist(const mn_storage_t *s, mn_dtype dtype, mn_scalar_t *
     }
     src = tmp;
   }
-  for (size_t i = 0; i < n; i++) mn_scalar_from_bytes(dtype, src + i * item, &out[i]);
+  /* dtype was checked above: the conversion cannot fail */
+  for (size_t i = 0; i < n; i++) mn__ignore(mn_scalar_from_bytes(dtype, src + i * item, &out[i]));
   free(tmp);
   *count = n;
   return MN_OK;

@@ -223,7 +223,7 @@ mn_status mn_view_check(const mn_view_t *v) {
   mn_status st = check_sizes_product(__func__, v->ndim, v->sizes);
   if (st == MN_OK)
     st = check_geometry(__func__, v->dtype, v->ndim, v->sizes, v->strides, v->offset, mn_storage_nbytes(v->storage));
-  return st == MN_OK ? MN_OK : mn__error(MN_ERR_INTERNAL, __func__, "broken view invariant: %s", mn_last_error());
+  return st == MN_OK ? MN_OK : mn__error(MN_ERR_INTERNAL, __func__, "broken view invariant: %s", mn__last_error_detail());
 }
 
 int mn_view_ndim(const mn_view_t *v) { return v->ndim; }

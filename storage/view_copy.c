@@ -192,6 +192,7 @@ static mn_status copy_impl(mn_view_t *dst, const mn_view_t *src, mn_stream_t *st
   if (internal_overlap(dst)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, OVERLAP_MSG);
   mn_view_t *bsrc = NULL; /* src broadcast to dst's shape */
   mn_status st = mn_view_expand(src, dst->ndim, dst->sizes, &bsrc);
+  if (st != MN_OK && st != MN_ERR_INVALID_ARGUMENT) return mn__error_wrap(st, func);
   if (st != MN_OK) {
     char a[512], b[512];
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "shapes differ: src %s cannot be broadcast to dst %s",
@@ -300,17 +301,15 @@ mn_status mn_view_to(const mn_view_t *v, mn_device_t dev, mn_dtype dtype, bool n
 static bool scalar_overflows(mn_scalar_t value, mn_dtype dtype) {
   const mn_dtype_info_t *info = mn_dtype_info(dtype);
   if (dtype == MN_DTYPE_BOOL || value.kind == MN_SCALAR_BOOL) return false;
-  double fmax = 0;
-  bool has_inf = true;
-  switch (dtype) {
-    case MN_DTYPE_FLOAT16: fmax = 65504.0; break;
-    case MN_DTYPE_BFLOAT16: fmax = 3.3895313892515355e38; break;
-    case MN_DTYPE_FLOAT32: case MN_DTYPE_COMPLEX64: fmax = 3.4028234663852886e38; break;
-    case MN_DTYPE_FLOAT64: case MN_DTYPE_COMPLEX128: fmax = 1.7976931348623157e308; break;
-    case MN_DTYPE_FLOAT8_E4M3FN: fmax = 448.0; has_inf = false; break;
-    case MN_DTYPE_FLOAT8_E5M2: fmax = 57344.0; break;
-    default: break;
-  }
+  /* the largest finite value of a float (or complex part) and whether it has infinities */
+#define FMAX_ROW(A, sfx, val, nm, size, knd, fmt, real, dlc, dlb, dll, st, fmax, inf) [val] = {fmax, inf},
+  static const struct {
+    double fmax;
+    bool has_inf;
+  } RANGE[MN_DTYPE_COUNT] = {MN_DTYPE_TABLE(FMAX_ROW, ~)};
+#undef FMAX_ROW
+  const double fmax = RANGE[dtype].fmax;
+  const bool has_inf = RANGE[dtype].has_inf;
   bool is_int = info->kind == MN_KIND_INT || info->kind == MN_KIND_UINT;
   int bits = is_int ? (int)info->itemsize * 8 : 64;
   /* The integer range (unused for other kinds). */

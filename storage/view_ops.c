@@ -555,7 +555,10 @@ mn_status mn_view_view_dtype(const mn_view_t *v, mn_dtype dtype, mn_view_t **out
 static mn_status complex_part(const mn_view_t *v, int part, const char *func, mn_view_t **out) {
   mn__geom_t g;
   mn__geom_of(v, &g);
-  g.dtype = v->dtype == MN_DTYPE_COMPLEX64 ? MN_DTYPE_FLOAT32 : MN_DTYPE_FLOAT64;
+#define REAL_ROW(A, sfx, val, nm, size, knd, fmt, real, ...) [val] = MN_DTYPE_##real,
+  static const mn_dtype REAL_OF[MN_DTYPE_COUNT] = {MN_DTYPE_TABLE(REAL_ROW, ~)}; /* mnemo/dtype_table.h */
+#undef REAL_ROW
+  g.dtype = REAL_OF[v->dtype];
   for (int d = 0; d < g.ndim; d++) g.strides[d] *= 2;
   g.offset = v->offset * 2 + part;
   return mn__view_from_geom(v, &g, func, out);

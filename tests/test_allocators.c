@@ -1,6 +1,7 @@
 /* tests/test_allocators.c: one conformance battery run against every allocator
  * and stack (naive, async, each adaptor, a stack, caching when built), then
- * per-adaptor, stream-ordered pool and entry-point tests. On SIM by default;
+ * per-adaptor, stream-ordered pool, entry-point and user-vtable (size and
+ * version) tests. On SIM by default;
  * test_allocators_gpu.c includes this file with MN_ALLOC_TEST_GPU for cuda:0. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -660,7 +661,7 @@ static void *cap_worker(void *arg) {
     mn_status st = mn_allocator_alloc(c->l, (size_t)1 << 20, NULL, &p);
     if (st == MN_OK) {
       size_t used = 0, lim = 0;
-      mn_limiting_adaptor_usage(c->l, &used, &lim);
+      c->other += mn_limiting_adaptor_usage(c->l, &used, &lim) != MN_OK; /* counted; checked by the main thread */
       c->over += used > c->cap;
       c->ok++;
       c->other += mn_allocator_free(c->l, p) != MN_OK;
@@ -813,7 +814,7 @@ typedef struct tag_arg {
 static void *tagged_worker(void *arg) {
   tag_arg *a = arg;
   mn_tracking_set_tag("worker");
-  mn_allocator_alloc(a->t, 64, NULL, &a->p);
+  if (mn_allocator_alloc(a->t, 64, NULL, &a->p) != MN_OK) a->p = NULL; /* the main thread checks a->p */
   return NULL;
 }
 
@@ -1009,6 +1010,231 @@ MN_TEST(async_allocator_frees_after_recorded_streams) {
   MN_CHECK_OK(mn_stream_destroy(s3));
 }
 
+/* ---- user-implemented allocators: the vtable's size and version -------------------- */
+
+/* A user allocator over a naive upstream that counts the calls of every slot. */
+enum { U_ALLOC, U_FREE, U_RECORD, U_EMPTY, U_STATS, U_RESET, U_SNAP, U_CHECK, U_DESTROY, U_SIZE_OF, U_COUNT };
+
+typedef struct user_alloc {
+  mn_allocator_t base; /* first: the header mn_allocator_init fills */
+  mn_allocator_t *up;
+  int calls[U_COUNT];
+} user_alloc;
+
+static user_alloc *user_of(mn_allocator_t *a) { return (user_alloc *)a; }
+
+static mn_status user_alloc_fn(mn_allocator_t *a, size_t nbytes, mn_stream_t *stream, void **out) {
+  user_of(a)->calls[U_ALLOC]++;
+  return mn_allocator_alloc(user_of(a)->up, nbytes, stream, out);
+}
+static mn_status user_free_fn(mn_allocator_t *a, void *ptr) {
+  user_of(a)->calls[U_FREE]++;
+  return mn_allocator_free(user_of(a)->up, ptr);
+}
+static mn_status user_record_fn(mn_allocator_t *a, void *ptr, mn_stream_t *stream) {
+  (void)ptr, (void)stream;
+  user_of(a)->calls[U_RECORD]++;
+  return MN_OK;
+}
+static mn_status user_empty_fn(mn_allocator_t *a) {
+  user_of(a)->calls[U_EMPTY]++;
+  return MN_OK;
+}
+static mn_status user_stats_fn(mn_allocator_t *a, mn_alloc_stats_t *out) {
+  user_of(a)->calls[U_STATS]++;
+  out->num_ooms = 7;
+  return MN_OK;
+}
+static mn_status user_reset_fn(mn_allocator_t *a) {
+  user_of(a)->calls[U_RESET]++;
+  return MN_OK;
+}
+static mn_status user_snapshot_fn(mn_allocator_t *a, mn_snapshot_t **out) {
+  user_of(a)->calls[U_SNAP]++;
+  *out = calloc(1, sizeof **out); /* no segments; mn_snapshot_free frees it */
+  return *out ? MN_OK : MN_ERR_OUT_OF_MEMORY;
+}
+static mn_status user_check_fn(mn_allocator_t *a) {
+  user_of(a)->calls[U_CHECK]++;
+  return MN_OK;
+}
+static void user_destroy_fn(mn_allocator_t *a) { user_of(a)->calls[U_DESTROY]++; }
+static size_t user_size_of_fn(mn_allocator_t *a, const void *ptr) {
+  user_of(a)->calls[U_SIZE_OF]++;
+  return mn_allocator_size_of(user_of(a)->up, ptr);
+}
+
+static const mn_allocator_vtable_t USER_VTABLE = {
+    MN_ALLOCATOR_VTABLE_HEADER,
+    .name = "user",
+    .alloc = user_alloc_fn,
+    .free = user_free_fn,
+    .record_stream = user_record_fn,
+    .empty_cache = user_empty_fn,
+    .get_stats = user_stats_fn,
+    .reset_peak = user_reset_fn,
+    .snapshot = user_snapshot_fn,
+    .check_invariants = user_check_fn,
+    .destroy = user_destroy_fn,
+    .size_of = user_size_of_fn,
+};
+
+/* Whether a vtable of `size` bytes holds the slot at [off, off + len). */
+#define USER_HAS(size, slot) \
+  ((size) >= offsetof(mn_allocator_vtable_t, slot) + sizeof(((mn_allocator_vtable_t *)0)->slot))
+
+/* A vtable written against an older, shorter layout: every slot past its size
+ * is absent, even though the memory after it holds working functions here. */
+MN_TEST(user_vtable_of_an_older_shorter_layout_works) {
+  const uint32_t sizes[] = {
+      (uint32_t)MN_ALLOCATOR_VTABLE_MIN_SIZE,                  /* the required slots only */
+      (uint32_t)offsetof(mn_allocator_vtable_t, size_of),      /* the layout before size_of */
+      (uint32_t)sizeof(mn_allocator_vtable_t),                 /* this header's */
+      (uint32_t)sizeof(mn_allocator_vtable_t) + 64,            /* bigger: the slots this library knows */
+  };
+  mn_stream_t *s = NULL;
+  MN_CHECK_OK(mn_stream_create(DEV, &s));
+  const bool nvtx_was_on = mn_nvtx_enabled();
+  mn_nvtx_set_enabled(false); /* size_of is asked only while ranges are on: counted below */
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    mn_allocator_vtable_t vt = USER_VTABLE;
+    vt.size = sizes[k];
+    size_t size = sizes[k];
+    user_alloc u = {0};
+    MN_CHECK_OK(mn_naive_allocator_create(DEV, &u.up));
+    MN_CHECK_OK(mn_allocator_init(&u.base, &vt, DEV));
+    MN_CHECK(u.base.vtable == &vt && mn_device_equal(mn_allocator_device(&u.base), DEV));
+    MN_CHECK(strcmp(mn_allocator_name(&u.base), "user") == 0);
+
+    void *p = NULL;
+    MN_CHECK_OK(mn_allocator_alloc(&u.base, 1000, s, &p));
+    MN_CHECK(p != NULL && u.calls[U_ALLOC] == 1);
+    if (p) MN_CHECK(roundtrip(p, 1000, s, 31));
+    MN_CHECK_OK(mn_allocator_record_stream(&u.base, p, s));
+    MN_CHECK(u.calls[U_RECORD] == (int)USER_HAS(size, record_stream));
+    MN_CHECK_OK(mn_allocator_empty_cache(&u.base));
+    MN_CHECK(u.calls[U_EMPTY] == (int)USER_HAS(size, empty_cache));
+    mn_alloc_stats_t st;
+    mn_snapshot_t *snap = NULL;
+    /* debug tier 2 reads the statistics after every operation too */
+    int stats_before = u.calls[U_STATS];
+    MN_CHECK(MNEMO_DEBUG >= 2 || stats_before == 0);
+    if (USER_HAS(size, get_stats)) {
+      MN_CHECK_OK(mn_allocator_get_stats(&u.base, &st));
+      MN_CHECK(st.num_ooms == 7 && st.size == sizeof st && st.version == MN_ALLOC_STATS_VERSION);
+      MN_CHECK_OK(mn_allocator_reset_peak(&u.base));
+      MN_CHECK_OK(mn_allocator_snapshot(&u.base, &snap));
+      MN_CHECK(snap != NULL && snap->nsegments == 0);
+      mn_snapshot_free(snap);
+    } else {
+      MN_CHECK_ERR(mn_allocator_get_stats(&u.base, &st), MN_ERR_NOT_SUPPORTED, "user allocator keeps no statistics");
+      MN_CHECK_ERR(mn_allocator_reset_peak(&u.base), MN_ERR_NOT_SUPPORTED, "keeps no statistics");
+      MN_CHECK_ERR(mn_allocator_snapshot(&u.base, &snap), MN_ERR_NOT_SUPPORTED, "has no snapshots");
+      MN_CHECK(snap == NULL);
+    }
+    MN_CHECK(u.calls[U_STATS] - stats_before == (int)USER_HAS(size, get_stats) && u.calls[U_RESET] == (int)USER_HAS(size, reset_peak));
+    MN_CHECK(u.calls[U_SNAP] == (int)USER_HAS(size, snapshot));
+    int checks_before = u.calls[U_CHECK]; /* debug tier 2 runs the checker after every operation too */
+    MN_CHECK_OK(mn_allocator_check_invariants(&u.base));
+    MN_CHECK(u.calls[U_CHECK] - checks_before == (int)USER_HAS(size, check_invariants));
+    MN_CHECK(MNEMO_DEBUG >= 2 || checks_before == 0);
+    /* size_of directly, and through an adaptor above it as the payload of the
+     * NVTX free range (asked once, for the outermost call). */
+    MN_CHECK(mn_allocator_size_of(&u.base, p) == (USER_HAS(size, size_of) ? 1000u : 0u));
+    mn_allocator_t *ad = NULL;
+    void *q = NULL;
+    MN_CHECK_OK(mn_statistics_adaptor_create(&u.base, 0, &ad));
+    MN_CHECK_OK(mn_allocator_alloc(ad, 500, NULL, &q));
+    mn_nvtx_set_enabled(true);
+    MN_CHECK_OK(mn_allocator_free(ad, q));
+    mn_nvtx_set_enabled(false);
+    mn_nvtx_counters_t nc;
+    mn_nvtx_get_counters(&nc);
+    MN_CHECK(nc.thread_last_name && strcmp(nc.thread_last_name, "mnemo.free") == 0);
+    MN_CHECK(nc.thread_last_nbytes == (USER_HAS(size, size_of) ? 500u : 0u));
+    mn_allocator_destroy(ad);
+    MN_CHECK(u.calls[U_SIZE_OF] == (USER_HAS(size, size_of) ? 2 : 0));
+    /* As a device's default and as CuPy's param, through the entry points. */
+    MN_CHECK_OK(mn_allocator_set_default(DEV, &u.base));
+    MN_CHECK_OK(mn_pluggable_set_device_type(MN_DEVICE_SIM));
+    void *t = mnemo_torch_alloc(256, 0, NULL), *c = mnemo_cupy_malloc(&u.base, 128, 0);
+    MN_CHECK(t != NULL && c != NULL && u.calls[U_ALLOC] == 4);
+    mnemo_torch_free(t, 256, 0, NULL);
+    mnemo_cupy_free(&u.base, c, 0);
+    MN_CHECK_OK(mn_pluggable_set_device_type(MN_DEVICE_CUDA));
+    MN_CHECK_OK(mn_allocator_set_default(DEV, NULL));
+
+    MN_CHECK_OK(mn_allocator_free(&u.base, p));
+    MN_CHECK(u.calls[U_FREE] == 4);
+    mn_allocator_destroy(&u.base);
+    MN_CHECK(u.calls[U_DESTROY] == (int)USER_HAS(size, destroy));
+    mn_allocator_destroy(u.up);
+  }
+  mn_nvtx_set_enabled(nvtx_was_on);
+  MN_CHECK_OK(mn_stream_destroy(s));
+}
+
+/* A vtable too short for the required slots, of an unknown version or without
+ * a required slot is refused where the allocator is made or registered, and
+ * every dispatch refuses an allocator whose header was filled by hand with one. */
+MN_TEST(user_vtable_bad_size_or_version_is_refused) {
+  user_alloc u = {0};
+  MN_CHECK_OK(mn_naive_allocator_create(DEV, &u.up));
+  mn_allocator_vtable_t vt = USER_VTABLE;
+  vt.size = 0;
+  MN_CHECK_ERR(mn_allocator_init(&u.base, &vt, DEV), MN_ERR_INVALID_ARGUMENT, "vtable size 0 is smaller");
+  vt.size = (uint32_t)MN_ALLOCATOR_VTABLE_MIN_SIZE - 1;
+  MN_CHECK_ERR(mn_allocator_init(&u.base, &vt, DEV), MN_ERR_INVALID_ARGUMENT, "sizeof(mn_allocator_vtable_t)");
+  vt.size = (uint32_t)(offsetof(mn_allocator_vtable_t, alloc) + sizeof vt.alloc); /* ends before free */
+  MN_CHECK_ERR(mn_allocator_init(&u.base, &vt, DEV), MN_ERR_INVALID_ARGUMENT, "required part");
+  vt = USER_VTABLE;
+  vt.version = 0;
+  MN_CHECK_ERR(mn_allocator_init(&u.base, &vt, DEV), MN_ERR_INVALID_ARGUMENT, "vtable version 0");
+  vt.version = MN_ALLOCATOR_VTABLE_VERSION + 1;
+  MN_CHECK_ERR(mn_allocator_init(&u.base, &vt, DEV), MN_ERR_INVALID_ARGUMENT, "not one this library knows");
+  vt = USER_VTABLE;
+  vt.free = NULL;
+  MN_CHECK_ERR(mn_allocator_init(&u.base, &vt, DEV), MN_ERR_INVALID_ARGUMENT, "lacks the required free slot");
+  vt = USER_VTABLE;
+  vt.name = NULL;
+  MN_CHECK_ERR(mn_allocator_init(&u.base, &vt, DEV), MN_ERR_INVALID_ARGUMENT, "required name slot");
+  MN_CHECK_ERR(mn_allocator_init(&u.base, NULL, DEV), MN_ERR_INVALID_ARGUMENT, "must not be NULL");
+  MN_CHECK_ERR(mn_allocator_init(NULL, &USER_VTABLE, DEV), MN_ERR_INVALID_ARGUMENT, "must not be NULL");
+  MN_CHECK_ERR(mn_allocator_init(&u.base, &USER_VTABLE, mn_device_sim(9)), MN_ERR_NO_DEVICE, "sim:9");
+  MN_CHECK(u.base.vtable == NULL); /* untouched on failure */
+
+  /* A header filled by hand with a size-0 vtable (never through mn_allocator_init). */
+  vt = USER_VTABLE;
+  vt.size = 0;
+  u.base.vtable = &vt;
+  u.base.device = DEV;
+  mn_allocator_t *def = NULL, *before = NULL;
+  MN_CHECK_OK(mn_allocator_get_default(DEV, &before));
+  MN_CHECK_ERR(mn_allocator_set_default(DEV, &u.base), MN_ERR_INVALID_ARGUMENT, "vtable size 0");
+  MN_CHECK_OK(mn_allocator_get_default(DEV, &def));
+  MN_CHECK(def == before);
+  void *p = (void *)&u;
+  int local = 0;
+  mn_alloc_stats_t st;
+  MN_CHECK_ERR(mn_allocator_alloc(&u.base, 16, NULL, &p), MN_ERR_INVALID_ARGUMENT, "mn_allocator_alloc");
+  MN_CHECK(p == (void *)&u);
+  MN_CHECK_ERR(mn_allocator_free(&u.base, &local), MN_ERR_INVALID_ARGUMENT, "vtable size 0");
+  MN_CHECK_ERR(mn_allocator_empty_cache(&u.base), MN_ERR_INVALID_ARGUMENT, "vtable size 0");
+  MN_CHECK_ERR(mn_allocator_get_stats(&u.base, &st), MN_ERR_INVALID_ARGUMENT, "vtable size 0");
+  MN_CHECK_ERR(mn_allocator_check_invariants(&u.base), MN_ERR_INVALID_ARGUMENT, "vtable size 0");
+  MN_CHECK(strcmp(mn_allocator_name(&u.base), "invalid") == 0 && mn_allocator_size_of(&u.base, &local) == 0);
+  MN_CHECK_OK(mn_pluggable_set_device_type(MN_DEVICE_SIM));
+  mn_clear_error();
+  MN_CHECK(mnemo_cupy_malloc(&u.base, 16, 0) == NULL && strstr(mn_last_error(), "vtable size 0") != NULL);
+  MN_CHECK_OK(mn_pluggable_set_device_type(MN_DEVICE_CUDA));
+  mn_allocator_destroy(&u.base); /* refused quietly: destroy is not called */
+  vt.size = (uint32_t)sizeof vt;
+  vt.version = MN_ALLOCATOR_VTABLE_VERSION + 1;
+  MN_CHECK_ERR(mn_allocator_alloc(&u.base, 16, NULL, &p), MN_ERR_INVALID_ARGUMENT, "not one this library knows");
+  for (int i = 0; i < U_COUNT; i++) MN_CHECK(u.calls[i] == 0);
+  mn_allocator_destroy(u.up);
+}
+
 MN_TEST(entry_points_on_sim) {
   MN_CHECK_ERR(mn_pluggable_set_device_type(MN_DEVICE_CPU), MN_ERR_INVALID_ARGUMENT, "type=0");
   MN_CHECK_OK(mn_pluggable_set_device_type(MN_DEVICE_SIM));
@@ -1046,6 +1272,8 @@ int main(void) {
   MN_RUN(pool_errors);
   MN_RUN(async_allocator_frees_after_recorded_streams);
   MN_RUN(entry_points_on_sim);
+  MN_RUN(user_vtable_of_an_older_shorter_layout_works);
+  MN_RUN(user_vtable_bad_size_or_version_is_refused);
   /* Nothing outstanding on the device at the end. */
   mn_test_case = "end";
   mn_sim_stats_t ss;

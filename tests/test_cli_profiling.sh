@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # tests/test_cli_profiling.sh: the profiling commands end to end: mnemo import (RMM
 # CSV: good, malformed with its line number, truncated), replay options, snapshot,
-# and MNEMO_TRACE recording at exit whose replay gives the live run's peaks.
+# and MNEMO_TRACE recording at exit whose replay gives the live run's peaks;
+# the environment variables: `mnemo info` and the README list every one of the
+# table (runtime/env.h), and no source but runtime/env.c calls getenv.
 # Usage: test_cli_profiling.sh MNEMO_CLI SOURCE_DIR
 set -u
 cli=$1
@@ -69,6 +71,35 @@ check "recorded-at-exit trace replays to the live peak reserved ($live / $again)
 live=$(grep -o '"peak_allocated": [0-9]*' "$tmp/live")
 again=$(grep -o '"peak_allocated": [0-9]*' "$tmp/again")
 check "... and peak allocated ($live / $again)" test -n "$live" -a "$live" = "$again"
+
+# environment variables: one table (runtime/env.h), one reader (runtime/env.c)
+names=$(sed -n 's/^ *X([A-Z_]*, *"\([A-Z_]*\)".*/\1/p' "$src/runtime/env.h")
+check "the environment table has its 11+ variables" test "$(echo "$names" | wc -l)" -ge 11
+MNEMO_TOOLS_DIR=/no/such/dir "$cli" info >"$tmp/out" 2>&1
+check "mnemo info exits 0" test $? -eq 0
+for n in $names; do
+  check "mnemo info lists $n" grep -q "^  $n[ =]" "$tmp/out"
+done
+# README's table is the same table: a row `| \`NAME\` | meaning | default |` per
+# variable, as `mnemo info` prints them ("  NAME..." then "      meaning; default: D")
+sed -n '/^## Environment variables/,/^## [^E]/p' "$src/README.md" | grep '^| `' >"$tmp/readme_env"
+sed -n '/^environment:/,$p' "$tmp/out" >"$tmp/info_env"
+rows=0
+while IFS= read -r l; do
+  case $l in
+    "      "*)
+      body=${l#      }
+      row="| \`$name\` | ${body%; default: *} | ${body##*; default: } |"
+      rows=$((rows + 1))
+      check "README's environment table has: $row" grep -qxF -- "$row" "$tmp/readme_env" ;;
+    "  "*) name=${l#  }; name=${name%%[ =]*} ;;
+  esac
+done <"$tmp/info_env"
+check "README's environment table has no other rows" test "$(wc -l <"$tmp/readme_env")" -eq "$rows"
+check "mnemo info shows a set value" grep -q '^  MNEMO_TOOLS_DIR="/no/such/dir"$' "$tmp/out"
+(cd "$src" && grep -rnE --include='*.c' --include='*.h' --include='*.cu' --include='*.cpp' 'getenv *\(' \
+  runtime allocators kernels storage profiling tools | grep -v '^runtime/env\.c:') >"$tmp/getenv"
+check "no getenv( outside runtime/env.c (found: $(cat "$tmp/getenv"))" test ! -s "$tmp/getenv"
 
 echo "$fails failed"
 [ "$fails" -eq 0 ]

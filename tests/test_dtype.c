@@ -107,6 +107,139 @@ MN_TEST(test_invalid_dtypes) {
   }
 }
 
+/* ---- the one dtype table (mnemo/dtype_table.h) ---------------------------- */
+
+typedef struct table_row {
+  mn_dtype sym; /* MN_DTYPE_##SFX */
+  int val;
+  const char *name;
+  size_t size;
+  mn_dtype_kind kind;
+  int fmt;
+  mn_dtype real;
+  int dl_code, dl_bits, dl_lanes;
+  const char *st_name;
+  double fmax;
+  int has_inf;
+} table_row;
+
+#define TABLE_ROW(A, sfx, val, nm, size, knd, fmt, real, dlc, dlb, dll, st, fmax, inf) \
+  {MN_DTYPE_##sfx, val, nm, size, knd, fmt, MN_DTYPE_##real, dlc, dlb, dll, st, fmax, inf},
+static const table_row table_rows[] = {MN_DTYPE_TABLE(TABLE_ROW, ~)};
+#undef TABLE_ROW
+#define N_TABLE ((int)(sizeof table_rows / sizeof table_rows[0]))
+
+/* Adds one unit in the last place to a little-endian integer of n bytes. */
+static void bytes_increment(unsigned char *p, size_t n) {
+  for (size_t i = 0; i < n && ++p[i] == 0; i++) {
+  }
+}
+
+/* Every row's columns agree with what the library does with that dtype: its
+ * info and name parsing, scalar bytes (largest finite value, infinities), the
+ * real part of complex views, DLPack export and import, safetensors save and
+ * load. A row with a wrong or missing column fails here. */
+MN_TEST(test_table_columns) {
+  MN_CHECK(N_TABLE == MN_DTYPE_COUNT && MN_DTYPE_TABLE_ROWS == MN_DTYPE_COUNT);
+  mn_device_t cpu = mn_device_cpu();
+  for (int i = 0; i < N_TABLE; ++i) {
+    const table_row *r = &table_rows[i];
+    mn_test_case = r->name;
+    MN_CHECK(r->val == i && (int)r->sym == r->val); /* value order, dense */
+    const mn_dtype d = r->sym;
+    const mn_dtype_info_t *info = mn_dtype_info(d);
+    MN_CHECK(info != NULL);
+    if (info == NULL) continue;
+    MN_CHECK(strcmp(info->name, r->name) == 0 && info->itemsize == r->size && info->kind == r->kind);
+    mn_dtype parsed = MN_DTYPE_COUNT;
+    char torch_name[64];
+    snprintf(torch_name, sizeof torch_name, "torch.%s", r->name);
+    MN_CHECK(mn_dtype_parse(r->name, &parsed) == MN_OK && parsed == d);
+    MN_CHECK(mn_dtype_parse(torch_name, &parsed) == MN_OK && parsed == d);
+
+    /* float format, largest finite value, infinities */
+    const bool floating = r->kind == MN_KIND_FLOAT || r->kind == MN_KIND_COMPLEX;
+    MN_CHECK(floating == (r->fmt != MN_DTYPE_FMT_NONE));
+    MN_CHECK(floating == (r->fmax > 0.0));
+    if (floating) {
+      const size_t part = r->kind == MN_KIND_COMPLEX ? r->size / 2 : r->size;
+      unsigned char b[16] = {0};
+      mn_scalar_t back;
+      MN_CHECK_OK(mn_scalar_to_bytes(mn_scalar_float(r->fmax), d, b));
+      MN_CHECK_OK(mn_scalar_from_bytes(d, b, &back));
+      const double got = r->kind == MN_KIND_COMPLEX ? back.v.c[0] : back.v.f;
+      MN_CHECK(got == r->fmax);     /* representable */
+      bytes_increment(b, part);     /* the next encoding up is inf or NaN */
+      MN_CHECK_OK(mn_scalar_from_bytes(d, b, &back));
+      const double next = r->kind == MN_KIND_COMPLEX ? back.v.c[0] : back.v.f;
+      MN_CHECK(!isfinite(next));
+      MN_CHECK_OK(mn_scalar_to_bytes(mn_scalar_float(INFINITY), d, b));
+      MN_CHECK_OK(mn_scalar_from_bytes(d, b, &back));
+      const double inf = r->kind == MN_KIND_COMPLEX ? back.v.c[0] : back.v.f;
+      MN_CHECK((isinf(inf) != 0) == (r->has_inf != 0));
+    } else {
+      MN_CHECK(r->has_inf == 0);
+    }
+
+    /* the real part */
+    const int64_t two = 2;
+    mn_view_t *v = NULL;
+    MN_CHECK_OK(mn_view_empty(cpu, d, 1, &two, &v));
+    if (v == NULL) continue;
+    MN_CHECK_OK(mn_view_fill(v, mn_scalar_int(0), NULL));
+    if (r->kind == MN_KIND_COMPLEX) {
+      mn_view_t *re = NULL;
+      MN_CHECK_OK(mn_view_real(v, &re));
+      MN_CHECK(re != NULL && mn_view_dtype(re) == r->real);
+      mn_view_destroy(re);
+      MN_CHECK(2 * mn_dtype_itemsize(r->real) == r->size && table_rows[r->real].fmt == r->fmt);
+    } else {
+      MN_CHECK(r->real == d);
+    }
+
+    /* DLPack: the export carries the row's type, the import gives the dtype back */
+    DLManagedTensor *t = NULL;
+    MN_CHECK_OK(mn_view_to_dlpack(v, &t));
+    if (t != NULL) {
+      MN_CHECK(t->dl_tensor.dtype.code == r->dl_code && t->dl_tensor.dtype.bits == r->dl_bits &&
+               t->dl_tensor.dtype.lanes == r->dl_lanes);
+      mn_view_t *imported = NULL;
+      MN_CHECK_OK(mn_view_from_dlpack(t, &imported)); /* takes t */
+      MN_CHECK(imported != NULL && mn_view_dtype(imported) == d);
+      mn_view_destroy(imported);
+    }
+
+    /* safetensors: the row's name in the header, and back; none: refused */
+    const char *names[1] = {"x"};
+    const mn_view_t *views[1] = {v};
+    void *data = NULL;
+    size_t size = 0;
+    mn_status st = mn_safetensors_save_buffer(1, names, views, 0, NULL, NULL, &data, &size);
+    if (r->st_name == NULL) {
+      MN_CHECK(st == MN_ERR_NOT_SUPPORTED);
+    } else {
+      MN_CHECK(st == MN_OK);
+      char want[64];
+      snprintf(want, sizeof want, "\"dtype\":\"%s\"", r->st_name);
+      MN_CHECK(data != NULL && size > 8 && memmem(data, size, want, strlen(want)) != NULL);
+      mn_named_views_t *nv = NULL;
+      MN_CHECK_OK(mn_safetensors_load_buffer(data, size, cpu, &nv));
+      MN_CHECK(nv != NULL && nv->count == 1 && mn_view_dtype(nv->views[0]) == d);
+      mn_named_views_free(nv);
+    }
+    free(data);
+    mn_view_destroy(v);
+  }
+  mn_test_case = "test_table_columns";
+  /* names and safetensors names are unique */
+  for (int i = 0; i < N_TABLE; ++i)
+    for (int j = i + 1; j < N_TABLE; ++j) {
+      MN_CHECK(strcmp(table_rows[i].name, table_rows[j].name) != 0);
+      MN_CHECK(!table_rows[i].st_name || !table_rows[j].st_name ||
+               strcmp(table_rows[i].st_name, table_rows[j].st_name) != 0);
+    }
+}
+
 /* ---- parsing -------------------------------------------------------------- */
 
 static void check_parses(const char *name, mn_dtype want) {
@@ -867,6 +1000,7 @@ int main(void) {
   ref_init();
   MN_RUN(test_table_entries);
   MN_RUN(test_invalid_dtypes);
+  MN_RUN(test_table_columns);
   MN_RUN(test_parse_canonical);
   MN_RUN(test_parse_aliases);
   MN_RUN(test_parse_bad_names);

@@ -233,8 +233,8 @@ MN_TEST(contiguous_casts_every_pair) {
         if (!same && kc_failures_reported++ < 10)
           fprintf(stderr, "  cast %s <- %s off %lld differs\n", mn_dtype_name((mn_dtype)dt),
                   mn_dtype_name((mn_dtype)st), (long long)off);
-        mn_device_raw_free(kc_dev, dd);
-        mn_device_raw_free(kc_dev, sd);
+        MN_CHECK_OK(mn_device_raw_free(kc_dev, dd));
+        MN_CHECK_OK(mn_device_raw_free(kc_dev, sd));
         free(sh);
         free(dh);
         free(want);
@@ -272,8 +272,8 @@ MN_TEST(special_values_every_pair) {
       MN_CHECK(same);
       if (!same && kc_failures_reported++ < 10)
         fprintf(stderr, "  special %s <- %s differs\n", mn_dtype_name((mn_dtype)dt), mn_dtype_name((mn_dtype)st));
-      mn_device_raw_free(kc_dev, dd);
-      mn_device_raw_free(kc_dev, sd);
+      MN_CHECK_OK(mn_device_raw_free(kc_dev, dd));
+      MN_CHECK_OK(mn_device_raw_free(kc_dev, sd));
     }
   }
 }
@@ -424,7 +424,7 @@ static double kc_random_host(mn_dtype dt, bool normal, uint64_t seed, uint64_t o
   unsigned char buf[8];
   mn__rand_elem(&rp, (int)dt, i, buf);
   mn_scalar_t v;
-  mn_scalar_from_bytes(dt, buf, &v);
+  MN_CHECK_OK(mn_scalar_from_bytes(dt, buf, &v));
   return v.v.f;
 }
 

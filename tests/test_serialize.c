@@ -47,9 +47,9 @@ static double elem(const mn_view_t *v, int64_t i) {
   size_t item = mn_dtype_itemsize(mn_view_dtype(v));
   unsigned char buf[16];
   mn_storage_t *s = mn_view_storage(v);
-  mn_copy_bytes(CPU, buf, mn_storage_device(s), (unsigned char *)mn_storage_data(s) + (size_t)off * item, item, NULL, 0);
+  MN_CHECK_OK(mn_copy_bytes(CPU, buf, mn_storage_device(s), (unsigned char *)mn_storage_data(s) + (size_t)off * item, item, NULL, 0));
   mn_scalar_t sc;
-  mn_scalar_from_bytes(mn_view_dtype(v), buf, &sc);
+  MN_CHECK_OK(mn_scalar_from_bytes(mn_view_dtype(v), buf, &sc));
   switch (sc.kind) {
     case MN_SCALAR_BOOL: return sc.v.b;
     case MN_SCALAR_INT: return (double)sc.v.i;

@@ -8,7 +8,7 @@ static mn_device_t SIM0;
 
 static size_t pending(mn_stream_t *s) {
   size_t n = 0;
-  mn_sim_stream_pending(s, &n);
+  MN_CHECK_OK(mn_sim_stream_pending(s, &n));
   return n;
 }
 

@@ -1,8 +1,10 @@
 /* tests/test_status.c: status names and strings, the thread-local last-error
- * message (per thread, cleared, prefixed by the failing call). */
+ * message (per thread, cleared, prefixed by the failing call), and the table
+ * of environment variables (mnemo/env.h, runtime/env.h). */
 #include <pthread.h>
 
 #include "mn_test.h"
+#include "runtime/env.h"
 
 MN_TEST(names_and_strings) {
   MN_CHECK(strcmp(mn_status_name(MN_OK), "ok") == 0);
@@ -76,11 +78,53 @@ MN_TEST(version) {
   MN_CHECK(strcmp(mn_version(), MNEMO_VERSION_STRING) == 0);
 }
 
+/* The table: unique names, MNEMO_ ones (or TMPDIR), each documented; values
+ * read at each call, so setenv shows at once, in the public enumeration and in
+ * the library's reader. */
+MN_TEST(environment_table) {
+  const int n = mn_env_count();
+  MN_CHECK(n == MN__ENV_COUNT && n >= 11);
+  for (int i = 0; i < n; i++) {
+    mn_env_var_t var;
+    MN_CHECK_OK(mn_env_get(i, &var));
+    MN_CHECK(var.name != NULL && (strncmp(var.name, "MNEMO_", 6) == 0 || strcmp(var.name, "TMPDIR") == 0));
+    MN_CHECK(var.meaning != NULL && var.meaning[0] != '\0');
+    MN_CHECK(var.default_value != NULL && var.default_value[0] != '\0');
+    MN_CHECK(strcmp(var.name, mn__env_name((mn__env_id)i)) == 0);
+    for (int j = 0; j < i; j++) {
+      mn_env_var_t other;
+      MN_CHECK_OK(mn_env_get(j, &other));
+      MN_CHECK(strcmp(var.name, other.name) != 0);
+    }
+    /* set, seen; unset, seen; the old value put back */
+    char *old = getenv(var.name) ? strdup(getenv(var.name)) : NULL;
+    char want[64];
+    snprintf(want, sizeof want, "mnemo-test-%d", i);
+    MN_CHECK(setenv(var.name, want, 1) == 0);
+    MN_CHECK_OK(mn_env_get(i, &var));
+    MN_CHECK(var.value != NULL && strcmp(var.value, want) == 0);
+    MN_CHECK(mn__env((mn__env_id)i) != NULL && strcmp(mn__env((mn__env_id)i), want) == 0);
+    MN_CHECK(unsetenv(var.name) == 0);
+    MN_CHECK_OK(mn_env_get(i, &var));
+    MN_CHECK(var.value == NULL && mn__env((mn__env_id)i) == NULL);
+    if (old) setenv(var.name, old, 1);
+    free(old);
+  }
+  mn_env_var_t untouched = {"a", "b", "c", "d"};
+  MN_CHECK(mn_env_get(-1, &untouched) == MN_ERR_INVALID_ARGUMENT);
+  MN_CHECK(mn_env_get(n, &untouched) == MN_ERR_INVALID_ARGUMENT);
+  MN_CHECK(strstr(mn_last_error(), "mn_env_get") != NULL);
+  MN_CHECK(strcmp(untouched.name, "a") == 0 && strcmp(untouched.value, "d") == 0);
+  MN_CHECK(mn_env_get(0, NULL) == MN_ERR_INVALID_ARGUMENT);
+  MN_CHECK(mn__env((mn__env_id)-1) == NULL && mn__env(MN__ENV_COUNT) == NULL);
+}
+
 int main(void) {
   MN_RUN(names_and_strings);
   MN_RUN(last_error_names_call_and_values);
   MN_RUN(thread_local_messages);
   MN_RUN(long_messages_are_truncated_safely);
   MN_RUN(version);
+  MN_RUN(environment_table);
   return mn_test_finish();
 }

@@ -17,7 +17,7 @@ static mn_status parse_str(const char *text, mn_trace_t **out) {
 static size_t sim_mapped(void) {
   mn_sim_stats_t s;
   memset(&s, 0, sizeof s);
-  mn_sim_get_stats(SIM0, &s);
+  MN_CHECK_OK(mn_sim_get_stats(SIM0, &s));
   return s.mapped_bytes;
 }
 

@@ -318,7 +318,7 @@ MN_TEST(round_trip_live_equals_replay) {
     MN_CHECK_OK(mn_allocator_get_stats(a, &live));
     MN_CHECK_OK(mn_caching_allocator_set_trace_sink(a, NULL, NULL));
     mn_allocator_destroy(a);
-    mn_stream_destroy(s2);
+    MN_CHECK_OK(mn_stream_destroy(s2));
     mn_trace_t *t = written_and_read(r, "live");
     if (!t) return;
     size_t segs = 0, empties = 0;

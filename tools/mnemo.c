@@ -8,6 +8,8 @@
 
 #include "mnemo/mnemo.h"
 #include "commands.h"
+#include "runtime/env.h"
+#include "runtime/error.h"
 
 static void print_bytes(size_t n) {
   static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -51,6 +53,14 @@ static int cmd_info(void) {
     if (n == 0) printf("  %-7s none found%s\n", mn_device_type_name(types[t]),
                        types[t] == MN_DEVICE_CUDA && !mn_build_has_cuda() ? " (built without CUDA)" : "");
     for (int i = 0; i < n; i++) print_device((mn_device_t){types[t], i});
+  }
+  printf("environment:\n");
+  for (int i = 0; i < mn_env_count(); i++) {
+    mn_env_var_t var;
+    if (mn_env_get(i, &var) != MN_OK) continue;
+    if (var.value) printf("  %s=\"%s\"\n", var.name, var.value);
+    else printf("  %s (unset)\n", var.name);
+    printf("      %s; default: %s\n", var.meaning, var.default_value);
   }
   return 0;
 }
@@ -126,24 +136,25 @@ static int demo_copy(mn_device_t dev) {
   printf("  copy throughput on %s: %d x 64 MiB host -> device%s in %.1f ms: %.2f GB/s\n", name, reps,
          pinned ? " (pinned)" : "", dt * 1e3, (double)n * reps / dt / 1e9);
 done:
-  if (d) mn_device_raw_free(dev, d);
+  /* the demo's cleanup; its first failure was printed */
+  if (d) mn__ignore(mn_device_raw_free(dev, d));
   if (host) {
-    if (pinned) mn_device_host_free(dev, host);
-    else mn_device_raw_free(dev, host);
+    if (pinned) mn__ignore(mn_device_host_free(dev, host));
+    else mn__ignore(mn_device_raw_free(dev, host));
   }
   return rc;
 }
 
 /* Replays a bundled trace with two allocator settings and writes the report. */
 static int demo_trace(void) {
-  const char *dir = getenv("MNEMO_DATA_DIR");
+  const char *dir = mn__env(MN__ENV_DATA_DIR);
   char trace[1024], report[1024];
   snprintf(trace, sizeof trace, "%s/traces/ctx128_forward_mixed.trace", dir && *dir ? dir : MN_DATA_DIR);
   if (access(trace, R_OK) != 0) {
     printf("  (no bundled trace at %s; set MNEMO_DATA_DIR to the repository's data/ folder)\n", trace);
     return 0;
   }
-  const char *tmp = getenv("TMPDIR");
+  const char *tmp = mn__env(MN__ENV_TMPDIR);
   snprintf(report, sizeof report, "%s/mnemo-demo-report.html", tmp && *tmp ? tmp : "/tmp");
   printf("replaying the bundled PyTorch trace %s on the SIM device:\n", trace);
   char *args[] = {trace, "-o", report, "--title", "demo: ctx128_forward_mixed", "--config", "",

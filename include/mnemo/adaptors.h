@@ -42,17 +42,17 @@ enum {
  * requested_bytes (both the bytes asked for: upstream rounding is not visible
  * to an adaptor) and num_ooms (upstream allocations that failed with
  * MN_ERR_OUT_OF_MEMORY). Other fields are zero. reset_peak sets its peaks. */
-mn_status mn_statistics_adaptor_create(mn_allocator_t *upstream, unsigned flags, mn_allocator_t **out);
+MN_API MN_NODISCARD mn_status mn_statistics_adaptor_create(mn_allocator_t *upstream, unsigned flags, mn_allocator_t **out);
 
 /* ---- limiting -----------------------------------------------------------------
  * Caps the bytes live through it at limit_bytes (bytes asked for). An alloc
  * reserves its bytes first, then calls upstream, and gives the reservation
  * back if upstream fails. Over the cap: MN_ERR_OUT_OF_MEMORY, with the cap,
  * the bytes in use and the bytes asked in the message. */
-mn_status mn_limiting_adaptor_create(mn_allocator_t *upstream, size_t limit_bytes, unsigned flags,
+MN_API MN_NODISCARD mn_status mn_limiting_adaptor_create(mn_allocator_t *upstream, size_t limit_bytes, unsigned flags,
                                      mn_allocator_t **out);
 /* Bytes reserved now (live allocations plus allocations in flight) and the cap. */
-mn_status mn_limiting_adaptor_usage(mn_allocator_t *a, size_t *used_bytes, size_t *limit_bytes);
+MN_API MN_NODISCARD mn_status mn_limiting_adaptor_usage(mn_allocator_t *a, size_t *used_bytes, size_t *limit_bytes);
 
 /* ---- tracing --------------------------------------------------------------------
  * Sends an event to sink(user, event) for every successful alloc
@@ -64,7 +64,7 @@ mn_status mn_limiting_adaptor_usage(mn_allocator_t *a, size_t *used_bytes, size_
  * saw them (a free is reported before its address can be handed out again);
  * the sink runs with that lock held and must not call back into the adaptor.
  * Frees through this adaptor are serialized. */
-mn_status mn_tracing_adaptor_create(mn_allocator_t *upstream, mn_trace_sink_fn sink, void *user,
+MN_API MN_NODISCARD mn_status mn_tracing_adaptor_create(mn_allocator_t *upstream, mn_trace_sink_fn sink, void *user,
                                     unsigned flags, mn_allocator_t **out);
 
 /* ---- tracking -------------------------------------------------------------------
@@ -75,20 +75,20 @@ mn_status mn_tracing_adaptor_create(mn_allocator_t *upstream, mn_trace_sink_fn s
 #define MN_TRACKING_TAG_MAX 64    /* bytes with the NUL; longer tags are cut */
 #define MN_TRACKING_MAX_FRAMES 16
 
-mn_status mn_tracking_adaptor_create(mn_allocator_t *upstream, unsigned flags, mn_allocator_t **out);
+MN_API MN_NODISCARD mn_status mn_tracking_adaptor_create(mn_allocator_t *upstream, unsigned flags, mn_allocator_t **out);
 /* Sets the calling thread's tag (copied; NULL or "" clears it). Every tracking
  * adaptor stamps it on the allocations this thread makes. */
-void mn_tracking_set_tag(const char *tag);
+MN_API void mn_tracking_set_tag(const char *tag);
 /* The calling thread's tag ("" when none). Valid until the next set. */
-const char *mn_tracking_get_tag(void);
+MN_API const char *mn_tracking_get_tag(void);
 /* Live allocations through a tracking adaptor: count and bytes asked. */
-mn_status mn_tracking_adaptor_live(mn_allocator_t *a, size_t *count, size_t *bytes);
+MN_API MN_NODISCARD mn_status mn_tracking_adaptor_live(mn_allocator_t *a, size_t *count, size_t *bytes);
 /* Writes the live allocations to `out`, oldest first: a header line
  * "mnemo tracking <device>: N live allocations, B bytes", then per allocation
  * "  #<seq> <address> <bytes> bytes stream <id> tag \"<tag>\"" and, when
  * captured, its frames (symbolized by backtrace_symbols; build with -rdynamic
  * for function names). MN_ERR_IO when writing fails. */
-mn_status mn_tracking_adaptor_report(mn_allocator_t *a, FILE *out);
+MN_API MN_NODISCARD mn_status mn_tracking_adaptor_report(mn_allocator_t *a, FILE *out);
 
 /* ---- the stream-ordered pool (cudaMallocAsync) -----------------------------------
  * An allocator over the device's stream-ordered pool (mn_device_alloc_async:
@@ -106,7 +106,7 @@ mn_status mn_tracking_adaptor_report(mn_allocator_t *a, FILE *out);
  *    the device's pool counts), num_ooms.
  * Creating one sets the pool's release threshold to SIZE_MAX (keep freed
  * memory cached until empty_cache), as PyTorch does. */
-mn_status mn_async_allocator_create(mn_device_t dev, mn_allocator_t **out);
+MN_API MN_NODISCARD mn_status mn_async_allocator_create(mn_device_t dev, mn_allocator_t **out);
 
 #ifdef __cplusplus
 }

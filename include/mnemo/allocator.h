@@ -117,12 +117,27 @@ typedef struct mn_trace_event_s {
  * back into the allocator. */
 typedef void (*mn_trace_sink_fn)(void *user, const mn_trace_event_t *event);
 /* "alloc", "free_requested", ... (PyTorch's trace action names); "invalid". */
-const char *mn_trace_action_name(mn_trace_action action);
+MN_API const char *mn_trace_action_name(mn_trace_action action);
 
-/* The slots an allocator implements. alloc/free are required; a NULL
- * record_stream or empty_cache means "nothing to do". Slots are called only
- * through the mn_allocator_* functions, which validate arguments first. */
+/* The layout version of mn_allocator_vtable_t (1: size and version in front). */
+#define MN_ALLOCATOR_VTABLE_VERSION 1
+
+/* The slots an allocator implements. Like mn_alloc_stats_t the vtable starts
+ * with its own size and version: set .size = sizeof(mn_allocator_vtable_t) and
+ * .version = MN_ALLOCATOR_VTABLE_VERSION (MN_ALLOCATOR_VTABLE_HEADER does both).
+ * Slots are only ever appended, so a vtable compiled against an older header
+ * (a smaller size) stays valid: every slot that lies beyond its `size` is
+ * treated as absent, exactly as a NULL optional slot. name, alloc and free are
+ * required, so `size` must cover at least MN_ALLOCATOR_VTABLE_MIN_SIZE bytes.
+ * mn_allocator_init and mn_allocator_set_default refuse (MN_ERR_INVALID_ARGUMENT,
+ * with a message) a vtable whose size is smaller than that, whose version is 0
+ * or newer than MN_ALLOCATOR_VTABLE_VERSION, or whose name, alloc or free is
+ * NULL; every dispatch below refuses an allocator with such a vtable the same
+ * way. A NULL record_stream or empty_cache means "nothing to do". Slots are
+ * called only through the mn_allocator_* functions, which validate arguments first. */
 typedef struct mn_allocator_vtable_s {
+  uint32_t size;    /* sizeof(mn_allocator_vtable_t) as the allocator was compiled */
+  uint32_t version; /* MN_ALLOCATOR_VTABLE_VERSION as the allocator was compiled */
   const char *name;
   mn_status (*alloc)(mn_allocator_t *self, size_t nbytes, mn_stream_t *stream, void **out);
   mn_status (*free)(mn_allocator_t *self, void *ptr);
@@ -137,9 +152,19 @@ typedef struct mn_allocator_vtable_s {
   void (*destroy)(mn_allocator_t *self);
   /* Optional (NULL: unknown): the bytes of the live block at ptr (0 when ptr
    * is not one of this allocator's), for the payload of NVTX free ranges.
-   * Added after destroy: vtables written before it stay valid. */
+   * Added after destroy: a vtable whose size ends at destroy has none. */
   size_t (*size_of)(mn_allocator_t *self, const void *ptr);
+  /* New slots go here, after the last one, with a new MN_ALLOCATOR_VTABLE_VERSION. */
 } mn_allocator_vtable_t;
+
+/* The smallest valid vtable size: size, version and the required slots (name,
+ * alloc, free). */
+#define MN_ALLOCATOR_VTABLE_MIN_SIZE \
+  (offsetof(mn_allocator_vtable_t, free) + sizeof(((mn_allocator_vtable_t *)0)->free))
+/* The first two members of a vtable initializer of this header's layout:
+ * static const mn_allocator_vtable_t my_vtable = {MN_ALLOCATOR_VTABLE_HEADER, .name = ...}; */
+#define MN_ALLOCATOR_VTABLE_HEADER \
+  .size = (uint32_t)sizeof(mn_allocator_vtable_t), .version = MN_ALLOCATOR_VTABLE_VERSION
 
 /* Every allocator struct begins with this header. */
 struct mn_allocator_s {
@@ -147,44 +172,56 @@ struct mn_allocator_s {
   mn_device_t device;
 };
 
+/* Fills the header of a user-implemented allocator (a struct that begins with
+ * mn_allocator_t) with `vtable` and `device`, after checking the vtable as
+ * described above and that the device exists; `a` is untouched on failure.
+ * The vtable must outlive the allocator. The allocator is then used through
+ * the mn_allocator_* calls, and may be a device's default or an adaptor's upstream. */
+MN_API MN_NODISCARD mn_status mn_allocator_init(mn_allocator_t *a, const mn_allocator_vtable_t *vtable, mn_device_t device);
+
 /* Allocates nbytes (> 0) of device memory usable on `stream` (NULL: the
  * device's default stream). Host allocators (whose device is the CPU, such as
  * the pinned pool) accept a stream of any device, here and in record_stream. nbytes == 0 succeeds with *out = NULL, as
  * PyTorch. *out is untouched on failure. */
-mn_status mn_allocator_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stream, void **out);
+MN_API MN_NODISCARD mn_status mn_allocator_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stream, void **out);
 /* Frees memory from this allocator; NULL is a no-op. */
-mn_status mn_allocator_free(mn_allocator_t *a, void *ptr);
+MN_API MN_NODISCARD mn_status mn_allocator_free(mn_allocator_t *a, void *ptr);
 /* Marks `ptr` as used by `stream`, so it is not reused before that stream's
  * work queued so far has completed. */
-mn_status mn_allocator_record_stream(mn_allocator_t *a, void *ptr, mn_stream_t *stream);
+MN_API MN_NODISCARD mn_status mn_allocator_record_stream(mn_allocator_t *a, void *ptr, mn_stream_t *stream);
 /* Returns cached, unused memory to the backend. */
-mn_status mn_allocator_empty_cache(mn_allocator_t *a);
+MN_API MN_NODISCARD mn_status mn_allocator_empty_cache(mn_allocator_t *a);
 /* Statistics (MN_ERR_NOT_SUPPORTED where the allocator keeps none). */
-mn_status mn_allocator_get_stats(mn_allocator_t *a, mn_alloc_stats_t *out);
+MN_API MN_NODISCARD mn_status mn_allocator_get_stats(mn_allocator_t *a, mn_alloc_stats_t *out);
 /* Sets every peak to its current value. */
-mn_status mn_allocator_reset_peak(mn_allocator_t *a);
+MN_API MN_NODISCARD mn_status mn_allocator_reset_peak(mn_allocator_t *a);
 /* A snapshot the caller frees with mn_snapshot_free. */
-mn_status mn_allocator_snapshot(mn_allocator_t *a, mn_snapshot_t **out);
-void mn_snapshot_free(mn_snapshot_t *snap);
+MN_API MN_NODISCARD mn_status mn_allocator_snapshot(mn_allocator_t *a, mn_snapshot_t **out);
+MN_API void mn_snapshot_free(mn_snapshot_t *snap);
 /* MN_OK when the allocator's internal invariants hold (or it has no checker). */
-mn_status mn_allocator_check_invariants(mn_allocator_t *a);
-/* Destroys an allocator made by a mn_*_allocator_create call. */
-void mn_allocator_destroy(mn_allocator_t *a);
-const char *mn_allocator_name(const mn_allocator_t *a);
-mn_device_t mn_allocator_device(const mn_allocator_t *a);
+MN_API MN_NODISCARD mn_status mn_allocator_check_invariants(mn_allocator_t *a);
+/* Destroys an allocator made by a mn_*_allocator_create call (for a user
+ * allocator: calls its destroy slot; nothing when absent or the vtable is invalid). */
+MN_API void mn_allocator_destroy(mn_allocator_t *a);
+/* The vtable's name; "none" for NULL, "invalid" when the vtable is refused. */
+MN_API const char *mn_allocator_name(const mn_allocator_t *a);
+MN_API mn_device_t mn_allocator_device(const mn_allocator_t *a);
+/* The bytes of the live block at ptr through the size_of slot; 0 when the
+ * allocator cannot tell (no slot) or ptr is not one of its blocks. */
+MN_API size_t mn_allocator_size_of(mn_allocator_t *a, const void *ptr);
 
 /* The naive allocator: every alloc is a raw backend allocation, every free a
  * raw free; nothing is cached and streams are ignored. It knows its live
  * pointers: freeing any other (twice, interior, foreign) is
  * MN_ERR_INVALID_ARGUMENT and never reaches the backend. */
-mn_status mn_naive_allocator_create(mn_device_t dev, mn_allocator_t **out);
+MN_API MN_NODISCARD mn_status mn_naive_allocator_create(mn_device_t dev, mn_allocator_t **out);
 
 /* The allocator storages use on a device when none is given. Made on first
  * use (the naive allocator until a better default is set); owned by mnemo. */
-mn_status mn_allocator_get_default(mn_device_t dev, mn_allocator_t **out);
+MN_API MN_NODISCARD mn_status mn_allocator_get_default(mn_device_t dev, mn_allocator_t **out);
 /* Replaces the device's default (NULL restores the built-in one). The caller
  * keeps ownership of `a` and must keep it alive while it is the default. */
-mn_status mn_allocator_set_default(mn_device_t dev, mn_allocator_t *a);
+MN_API MN_NODISCARD mn_status mn_allocator_set_default(mn_device_t dev, mn_allocator_t *a);
 
 #ifdef __cplusplus
 }

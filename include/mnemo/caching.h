@@ -38,7 +38,7 @@ typedef struct mn_caching_config_s {
   char backend[32];
 } mn_caching_config_t;
 
-mn_caching_config_t mn_caching_config_default(void);
+MN_API mn_caching_config_t mn_caching_config_default(void);
 /* Applies a PyTorch-style option string ("max_split_size_mb:512,
  * expandable_segments:True,roundup_power2_divisions:[256:1,512:2,>:8]") on top
  * of *config. Keys: max_split_size_mb, max_non_split_rounding_mb,
@@ -46,22 +46,22 @@ mn_caching_config_t mn_caching_config_default(void);
  * [size_mb:divisions,...,>:divisions] list), expandable_segments,
  * per_process_memory_fraction, backend. Unknown keys and bad values are
  * MN_ERR_INVALID_ARGUMENT with the key and value named; *config is untouched on failure. */
-mn_status mn_caching_config_parse(const char *text, mn_caching_config_t *config);
+MN_API MN_NODISCARD mn_status mn_caching_config_parse(const char *text, mn_caching_config_t *config);
 /* Writes the configuration back as an option string (always NUL-terminated). */
-mn_status mn_caching_config_format(const mn_caching_config_t *config, char *buf, size_t bufsize);
+MN_API MN_NODISCARD mn_status mn_caching_config_format(const mn_caching_config_t *config, char *buf, size_t bufsize);
 
 /* A caching allocator for `dev` (CUDA or SIM; the CPU works too, without
  * VMM). config NULL: the defaults. */
-mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t *config, mn_allocator_t **out);
+MN_API MN_NODISCARD mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t *config, mn_allocator_t **out);
 
 /* Called before an allocation fails with MN_ERR_OUT_OF_MEMORY, with the
  * request and the statistics at that moment. */
 typedef void (*mn_oom_observer_fn)(void *user, mn_device_t dev, size_t requested,
                                    const mn_alloc_stats_t *stats);
-mn_status mn_caching_allocator_set_oom_observer(mn_allocator_t *a, mn_oom_observer_fn fn, void *user);
+MN_API MN_NODISCARD mn_status mn_caching_allocator_set_oom_observer(mn_allocator_t *a, mn_oom_observer_fn fn, void *user);
 /* Sends every allocator event (alloc, frees, segment alloc/free/map/unmap,
  * empty_cache, oom) to `sink` (NULL stops). */
-mn_status mn_caching_allocator_set_trace_sink(mn_allocator_t *a, mn_trace_sink_fn sink, void *user);
+MN_API MN_NODISCARD mn_status mn_caching_allocator_set_trace_sink(mn_allocator_t *a, mn_trace_sink_fn sink, void *user);
 
 #ifdef __cplusplus
 }

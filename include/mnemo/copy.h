@@ -43,11 +43,11 @@ typedef struct mn_copy_config_s {
   unsigned host_threads;
 } mn_copy_config_t;
 
-mn_copy_config_t mn_copy_config_default(void);
+MN_API mn_copy_config_t mn_copy_config_default(void);
 /* Sets the process-wide configuration (NULL: the defaults). Copies already
  * running keep the one they started with. */
-mn_status mn_copy_set_config(const mn_copy_config_t *config);
-mn_status mn_copy_get_config(mn_copy_config_t *out);
+MN_API MN_NODISCARD mn_status mn_copy_set_config(const mn_copy_config_t *config);
+MN_API MN_NODISCARD mn_status mn_copy_get_config(mn_copy_config_t *out);
 
 /* Copies nbytes from src (memory of src_dev) to dst (memory of dst_dev),
  * ordered on `stream`: a stream of dst_dev or src_dev (NULL: the default
@@ -57,7 +57,7 @@ mn_status mn_copy_get_config(mn_copy_config_t *out);
  * device (memmove semantics on the CPU). On failure the destination is
  * unspecified; work already queued may still write it until the stream is
  * synchronized; every staging block is given back to the pool. */
-mn_status mn_copy_bytes(mn_device_t dst_dev, void *dst, mn_device_t src_dev, const void *src, size_t nbytes,
+MN_API MN_NODISCARD mn_status mn_copy_bytes(mn_device_t dst_dev, void *dst, mn_device_t src_dev, const void *src, size_t nbytes,
                         mn_stream_t *stream, unsigned flags);
 
 /* Copies view src into view dst: same dtype (casts belong to the cast
@@ -67,13 +67,13 @@ mn_status mn_copy_bytes(mn_device_t dst_dev, void *dst, mn_device_t src_dev, con
  * memory must be identical (a no-op) or disjoint; a destination with stride 0
  * on a dim of size > 1 is refused. Stream and completion as
  * mn_copy_bytes with MN_COPY_NON_BLOCKING when non_blocking. */
-mn_status mn_copy_view(mn_view_t *dst, const mn_view_t *src, mn_stream_t *stream, bool non_blocking);
+MN_API MN_NODISCARD mn_status mn_copy_view(mn_view_t *dst, const mn_view_t *src, mn_stream_t *stream, bool non_blocking);
 
 /* Waits for and destroys the engine's helper streams (made on first use, one
  * per device), cached events and worker threads, then empties the default
  * pinned pools (mn_allocator_empty_cache: blocks still pending stay). Call it
  * when no copy is running: before mn_sim_configure, or to leave nothing behind. */
-mn_status mn_copy_engine_reset(void);
+MN_API MN_NODISCARD mn_status mn_copy_engine_reset(void);
 
 #ifdef __cplusplus
 }

@@ -38,35 +38,35 @@ typedef struct mn_device_props_s {
   bool is_host_accessible;       /* memory readable by host code (CPU, SIM) */
 } mn_device_props_t;
 
-mn_device_t mn_device_cpu(void);
-mn_device_t mn_device_cuda(int index);
-mn_device_t mn_device_sim(int index);
-bool mn_device_equal(mn_device_t a, mn_device_t b);
+MN_API mn_device_t mn_device_cpu(void);
+MN_API mn_device_t mn_device_cuda(int index);
+MN_API mn_device_t mn_device_sim(int index);
+MN_API bool mn_device_equal(mn_device_t a, mn_device_t b);
 /* "cpu", "cuda", "sim". */
-const char *mn_device_type_name(mn_device_type type);
+MN_API const char *mn_device_type_name(mn_device_type type);
 /* Parses "cpu", "cuda", "cuda:1", "sim:0" (index defaults to 0). */
-mn_status mn_device_parse(const char *text, mn_device_t *out);
+MN_API MN_NODISCARD mn_status mn_device_parse(const char *text, mn_device_t *out);
 /* Writes "cuda:0" etc. into buf (always NUL-terminated); returns buf. */
-const char *mn_device_format(mn_device_t dev, char *buf, size_t bufsize);
+MN_API const char *mn_device_format(mn_device_t dev, char *buf, size_t bufsize);
 
 /* Number of devices of a type: 1 for CPU; 0 for CUDA when the build has no
  * CUDA, no driver or no GPU is present (a normal answer, not an error). */
-mn_status mn_device_count(mn_device_type type, int *count);
+MN_API MN_NODISCARD mn_status mn_device_count(mn_device_type type, int *count);
 /* MN_ERR_NO_DEVICE when the device does not exist. */
-mn_status mn_device_check(mn_device_t dev);
-mn_status mn_device_get_properties(mn_device_t dev, mn_device_props_t *props);
+MN_API MN_NODISCARD mn_status mn_device_check(mn_device_t dev);
+MN_API MN_NODISCARD mn_status mn_device_get_properties(mn_device_t dev, mn_device_props_t *props);
 /* Free and total device memory in bytes (host RAM for the CPU). */
-mn_status mn_device_mem_info(mn_device_t dev, size_t *free_bytes, size_t *total_bytes);
+MN_API MN_NODISCARD mn_status mn_device_mem_info(mn_device_t dev, size_t *free_bytes, size_t *total_bytes);
 /* Waits for all work on every stream of the device. */
-mn_status mn_device_synchronize(mn_device_t dev);
+MN_API MN_NODISCARD mn_status mn_device_synchronize(mn_device_t dev);
 /* The best device present: CUDA 0 if any, else the CPU. */
-mn_device_t mn_device_best(void);
+MN_API mn_device_t mn_device_best(void);
 /* Parses a byte count: decimal digits with an optional K, M, G or T suffix
  * (powers of 1024; "KiB", "MB" and "M" all mean 2^20 for M). MN_ERR_INVALID_ARGUMENT
  * for anything else or on overflow; *out untouched on failure. */
-mn_status mn_bytes_parse(const char *text, size_t *out);
+MN_API MN_NODISCARD mn_status mn_bytes_parse(const char *text, size_t *out);
 /* Whether this build was compiled with CUDA support. */
-bool mn_build_has_cuda(void);
+MN_API bool mn_build_has_cuda(void);
 
 /* ---- Streams ---------------------------------------------------------------
  * A stream is an ordered queue of device work. Every device has a default
@@ -74,62 +74,62 @@ bool mn_build_has_cuda(void);
  * until the stream is advanced (mnemo/sim.h) or synchronized. */
 typedef struct mn_stream_s mn_stream_t;
 
-mn_status mn_stream_create(mn_device_t dev, mn_stream_t **out);
+MN_API MN_NODISCARD mn_status mn_stream_create(mn_device_t dev, mn_stream_t **out);
 /* Wraps a native stream (cudaStream_t on CUDA) without taking ownership. */
-mn_status mn_stream_wrap(mn_device_t dev, void *native, mn_stream_t **out);
+MN_API MN_NODISCARD mn_status mn_stream_wrap(mn_device_t dev, void *native, mn_stream_t **out);
 /* The default stream of a device (NULL stream on CUDA). */
-mn_status mn_stream_default(mn_device_t dev, mn_stream_t **out);
+MN_API MN_NODISCARD mn_status mn_stream_default(mn_device_t dev, mn_stream_t **out);
 /* Destroys a stream made by create or wrap; the default stream is refused. */
-mn_status mn_stream_destroy(mn_stream_t *stream);
-mn_device_t mn_stream_device(const mn_stream_t *stream);
+MN_API MN_NODISCARD mn_status mn_stream_destroy(mn_stream_t *stream);
+MN_API mn_device_t mn_stream_device(const mn_stream_t *stream);
 /* A process-unique id (default streams included), stable for the stream's life. */
-uint64_t mn_stream_id(const mn_stream_t *stream);
+MN_API uint64_t mn_stream_id(const mn_stream_t *stream);
 /* The backend's handle (cudaStream_t on CUDA). */
-void *mn_stream_native(const mn_stream_t *stream);
+MN_API void *mn_stream_native(const mn_stream_t *stream);
 /* *done = true when all work queued so far has completed. */
-mn_status mn_stream_query(mn_stream_t *stream, bool *done);
-mn_status mn_stream_synchronize(mn_stream_t *stream);
+MN_API MN_NODISCARD mn_status mn_stream_query(mn_stream_t *stream, bool *done);
+MN_API MN_NODISCARD mn_status mn_stream_synchronize(mn_stream_t *stream);
 /* Later work on `stream` waits until `event` completes. */
 typedef struct mn_event_s mn_event_t;
-mn_status mn_stream_wait_event(mn_stream_t *stream, mn_event_t *event);
+MN_API MN_NODISCARD mn_status mn_stream_wait_event(mn_stream_t *stream, mn_event_t *event);
 
 /* ---- Events ---------------------------------------------------------------
  * An event marks a point in a stream. Before any record it reports complete. */
-mn_status mn_event_create(mn_device_t dev, mn_event_t **out);
-mn_status mn_event_destroy(mn_event_t *event);
-mn_status mn_event_record(mn_event_t *event, mn_stream_t *stream);
+MN_API MN_NODISCARD mn_status mn_event_create(mn_device_t dev, mn_event_t **out);
+MN_API MN_NODISCARD mn_status mn_event_destroy(mn_event_t *event);
+MN_API MN_NODISCARD mn_status mn_event_record(mn_event_t *event, mn_stream_t *stream);
 /* *done = true when the stream has reached the last recorded point. */
-mn_status mn_event_query(mn_event_t *event, bool *done);
-mn_status mn_event_synchronize(mn_event_t *event);
-mn_device_t mn_event_device(const mn_event_t *event);
+MN_API MN_NODISCARD mn_status mn_event_query(mn_event_t *event, bool *done);
+MN_API MN_NODISCARD mn_status mn_event_synchronize(mn_event_t *event);
+MN_API mn_device_t mn_event_device(const mn_event_t *event);
 
 /* ---- Raw memory -------------------------------------------------------------
  * Direct backend allocations (cudaMalloc on CUDA), no caching: what allocators
  * are built on. Sizes in bytes. */
-mn_status mn_device_raw_alloc(mn_device_t dev, size_t nbytes, void **out);
-mn_status mn_device_raw_free(mn_device_t dev, void *ptr);
+MN_API MN_NODISCARD mn_status mn_device_raw_alloc(mn_device_t dev, size_t nbytes, void **out);
+MN_API MN_NODISCARD mn_status mn_device_raw_free(mn_device_t dev, void *ptr);
 
 /* Virtual memory (devices whose props say supports_vmm): reserve an address
  * range with no memory behind it, then map and unmap physical memory into it
  * in multiples of alloc_granularity. Unmapping frees the physical memory. */
-mn_status mn_device_va_reserve(mn_device_t dev, size_t nbytes, void **base);
-mn_status mn_device_va_release(mn_device_t dev, void *base, size_t nbytes);
-mn_status mn_device_mem_map(mn_device_t dev, void *addr, size_t nbytes);
-mn_status mn_device_mem_unmap(mn_device_t dev, void *addr, size_t nbytes);
+MN_API MN_NODISCARD mn_status mn_device_va_reserve(mn_device_t dev, size_t nbytes, void **base);
+MN_API MN_NODISCARD mn_status mn_device_va_release(mn_device_t dev, void *base, size_t nbytes);
+MN_API MN_NODISCARD mn_status mn_device_mem_map(mn_device_t dev, void *addr, size_t nbytes);
+MN_API MN_NODISCARD mn_status mn_device_mem_unmap(mn_device_t dev, void *addr, size_t nbytes);
 
 /* Byte copies ordered on `stream` (whose device must be one of the two; a
  * CPU<->CPU copy may pass any stream or NULL). The call returns when the copy
  * is queued; host memory involved must stay valid until the stream reaches it.
  * On CUDA, pageable host memory makes the copy synchronous, as cudaMemcpyAsync. */
-mn_status mn_memcpy_async(mn_device_t dst_dev, void *dst, mn_device_t src_dev,
+MN_API MN_NODISCARD mn_status mn_memcpy_async(mn_device_t dst_dev, void *dst, mn_device_t src_dev,
                           const void *src, size_t nbytes, mn_stream_t *stream);
 /* Sets nbytes bytes at dst to `value` (low 8 bits), ordered on `stream`. */
-mn_status mn_memset_async(mn_device_t dev, void *dst, int value, size_t nbytes,
+MN_API MN_NODISCARD mn_status mn_memset_async(mn_device_t dev, void *dst, int value, size_t nbytes,
                           mn_stream_t *stream);
 /* Runs fn(arg) on the host once the stream reaches this point (at once on the
  * CPU; when advanced on SIM; cudaLaunchHostFunc on CUDA). */
 typedef void (*mn_host_fn)(void *arg);
-mn_status mn_stream_launch_host(mn_stream_t *stream, mn_host_fn fn, void *arg);
+MN_API MN_NODISCARD mn_status mn_stream_launch_host(mn_stream_t *stream, mn_host_fn fn, void *arg);
 
 /* ---- Stream-ordered pool -------------------------------------------------------
  * The device's stream-ordered memory pool (cudaMallocAsync on CUDA, using the
@@ -138,23 +138,23 @@ mn_status mn_stream_launch_host(mn_stream_t *stream, mn_host_fn fn, void *arg);
  * the device's default stream). A free is queued on `stream`: later
  * allocations on that stream may reuse the memory at once, other streams only
  * once `stream` has reached the free. Sizes in bytes. */
-mn_status mn_device_alloc_async(mn_device_t dev, size_t nbytes, mn_stream_t *stream, void **out);
-mn_status mn_device_free_async(mn_device_t dev, void *ptr, mn_stream_t *stream);
+MN_API MN_NODISCARD mn_status mn_device_alloc_async(mn_device_t dev, size_t nbytes, mn_stream_t *stream, void **out);
+MN_API MN_NODISCARD mn_status mn_device_free_async(mn_device_t dev, void *ptr, mn_stream_t *stream);
 /* Releases unused pool memory until at most keep_bytes stay reserved. Memory
  * whose free the device has not reached yet stays. */
-mn_status mn_device_pool_trim(mn_device_t dev, size_t keep_bytes);
+MN_API MN_NODISCARD mn_status mn_device_pool_trim(mn_device_t dev, size_t keep_bytes);
 
 typedef struct mn_device_pool_stats_s {
   size_t reserved_current, reserved_high; /* bytes the pool holds from the device */
   size_t used_current, used_high;         /* bytes of it allocated (not yet freed back) */
 } mn_device_pool_stats_t;
 
-mn_status mn_device_pool_stats(mn_device_t dev, mn_device_pool_stats_t *out);
+MN_API MN_NODISCARD mn_status mn_device_pool_stats(mn_device_t dev, mn_device_pool_stats_t *out);
 /* Reserved bytes the pool keeps at synchronization points instead of releasing
  * them (CUDA's default is 0; SIZE_MAX keeps everything until a trim). */
-mn_status mn_device_pool_set_release_threshold(mn_device_t dev, size_t bytes);
+MN_API MN_NODISCARD mn_status mn_device_pool_set_release_threshold(mn_device_t dev, size_t bytes);
 /* Sets reserved_high and used_high to their current values. */
-mn_status mn_device_pool_reset_peak(mn_device_t dev);
+MN_API MN_NODISCARD mn_status mn_device_pool_reset_peak(mn_device_t dev);
 
 /* ---- Pinned host memory and peer access ------------------------------------
  * Page-locked ("pinned") host memory lets a device copy to and from the host
@@ -163,26 +163,26 @@ mn_status mn_device_pool_reset_peak(mn_device_t dev);
  * (ordinary memory recorded as pinned for every SIM device) or the CPU (plain
  * memory, never reported pinned). Most code wants the caching pool of
  * mnemo/pinned.h rather than these raw calls. Sizes in bytes. */
-mn_status mn_device_host_alloc(mn_device_t dev, size_t nbytes, void **out);
+MN_API MN_NODISCARD mn_status mn_device_host_alloc(mn_device_t dev, size_t nbytes, void **out);
 /* Frees memory from mn_device_host_alloc of the same device type; NULL is a no-op. */
-mn_status mn_device_host_free(mn_device_t dev, void *ptr);
+MN_API MN_NODISCARD mn_status mn_device_host_free(mn_device_t dev, void *ptr);
 /* Page-locks existing host memory [ptr, ptr + nbytes) (cudaHostRegister);
  * unregister takes the same ptr. Overlapping registrations are refused. */
-mn_status mn_device_host_register(mn_device_t dev, void *ptr, size_t nbytes);
-mn_status mn_device_host_unregister(mn_device_t dev, void *ptr);
+MN_API MN_NODISCARD mn_status mn_device_host_register(mn_device_t dev, void *ptr, size_t nbytes);
+MN_API MN_NODISCARD mn_status mn_device_host_unregister(mn_device_t dev, void *ptr);
 /* *pinned = true when ptr lies in host memory page-locked by dev's backend
  * (cudaPointerGetAttributes on CUDA); false for NULL and for device memory. */
-mn_status mn_device_host_is_pinned(mn_device_t dev, const void *ptr, bool *pinned);
+MN_API MN_NODISCARD mn_status mn_device_host_is_pinned(mn_device_t dev, const void *ptr, bool *pinned);
 /* *can = whether `dev` can access `peer`'s memory directly
  * (cudaDeviceCanAccessPeer); false for the same device or different types. */
-mn_status mn_device_can_access_peer(mn_device_t dev, mn_device_t peer, bool *can);
+MN_API MN_NODISCARD mn_status mn_device_can_access_peer(mn_device_t dev, mn_device_t peer, bool *can);
 /* Lets `dev` access `peer`'s memory (cudaDeviceEnablePeerAccess); enabling
  * an already enabled pair succeeds. */
-mn_status mn_device_enable_peer_access(mn_device_t dev, mn_device_t peer);
+MN_API MN_NODISCARD mn_status mn_device_enable_peer_access(mn_device_t dev, mn_device_t peer);
 /* A copy between the memories of two devices of one type
  * (cudaMemcpyPeerAsync), ordered on `stream`, a stream of either device
  * (NULL: dst's default stream). Returns when queued. */
-mn_status mn_memcpy_peer_async(mn_device_t dst_dev, void *dst, mn_device_t src_dev,
+MN_API MN_NODISCARD mn_status mn_memcpy_peer_async(mn_device_t dst_dev, void *dst, mn_device_t src_dev,
                                const void *src, size_t nbytes, mn_stream_t *stream);
 
 #ifdef __cplusplus

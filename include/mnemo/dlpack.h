@@ -107,8 +107,8 @@ typedef struct DLManagedTensorVersioned {
  * byte_offset 0). The tensor holds a storage reference: the memory stays
  * alive until the consumer calls (*out)->deleter(*out), exactly once. CPU ->
  * kDLCPU, CUDA -> kDLCUDA, SIM -> kDLExtDev (device_id = SIM index). */
-mn_status mn_view_to_dlpack(const mn_view_t *v, DLManagedTensor **out);
-mn_status mn_view_to_dlpack_versioned(const mn_view_t *v, DLManagedTensorVersioned **out);
+MN_API MN_NODISCARD mn_status mn_view_to_dlpack(const mn_view_t *v, DLManagedTensor **out);
+MN_API MN_NODISCARD mn_status mn_view_to_dlpack_versioned(const mn_view_t *v, DLManagedTensorVersioned **out);
 
 /* Imports a DLPack tensor as a view without a copy. On success mnemo owns
  * `t`: its deleter runs when the last view of the new storage is destroyed;
@@ -117,8 +117,8 @@ mn_status mn_view_to_dlpack_versioned(const mn_view_t *v, DLManagedTensorVersion
  * devices other than kDLCPU/kDLCUDAHost (CPU), kDLCUDA/kDLCUDAManaged (CUDA),
  * kDLExtDev (SIM); versioned: a major version other than 1 and read-only
  * tensors (mnemo views are writable). NULL strides mean row-major. */
-mn_status mn_view_from_dlpack(DLManagedTensor *t, mn_view_t **out);
-mn_status mn_view_from_dlpack_versioned(DLManagedTensorVersioned *t, mn_view_t **out);
+MN_API MN_NODISCARD mn_status mn_view_from_dlpack(DLManagedTensor *t, mn_view_t **out);
+MN_API MN_NODISCARD mn_status mn_view_from_dlpack_versioned(DLManagedTensorVersioned *t, mn_view_t **out);
 
 #ifdef __cplusplus
 }

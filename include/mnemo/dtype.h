@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mnemo/dtype_table.h"
 #include "mnemo/status.h"
 
 #ifdef __cplusplus
@@ -17,25 +18,10 @@ extern "C" {
 #define MN_MAX_DIMS 25
 
 /* One row per dtype: symbol, value, canonical name, item size in bytes, kind.
- * Values are stable (never renumbered). */
-#define MN_DTYPE_MAP(X)                                \
-  X(MN_DTYPE_BOOL, 0, "bool", 1, MN_KIND_BOOL)         \
-  X(MN_DTYPE_UINT8, 1, "uint8", 1, MN_KIND_UINT)       \
-  X(MN_DTYPE_INT8, 2, "int8", 1, MN_KIND_INT)          \
-  X(MN_DTYPE_INT16, 3, "int16", 2, MN_KIND_INT)        \
-  X(MN_DTYPE_INT32, 4, "int32", 4, MN_KIND_INT)        \
-  X(MN_DTYPE_INT64, 5, "int64", 8, MN_KIND_INT)        \
-  X(MN_DTYPE_FLOAT16, 6, "float16", 2, MN_KIND_FLOAT)  \
-  X(MN_DTYPE_BFLOAT16, 7, "bfloat16", 2, MN_KIND_FLOAT) \
-  X(MN_DTYPE_FLOAT32, 8, "float32", 4, MN_KIND_FLOAT)  \
-  X(MN_DTYPE_FLOAT64, 9, "float64", 8, MN_KIND_FLOAT)  \
-  X(MN_DTYPE_COMPLEX64, 10, "complex64", 8, MN_KIND_COMPLEX) \
-  X(MN_DTYPE_COMPLEX128, 11, "complex128", 16, MN_KIND_COMPLEX) \
-  X(MN_DTYPE_FLOAT8_E4M3FN, 12, "float8_e4m3fn", 1, MN_KIND_FLOAT) \
-  X(MN_DTYPE_FLOAT8_E5M2, 13, "float8_e5m2", 1, MN_KIND_FLOAT) \
-  X(MN_DTYPE_UINT16, 14, "uint16", 2, MN_KIND_UINT)    \
-  X(MN_DTYPE_UINT32, 15, "uint32", 4, MN_KIND_UINT)    \
-  X(MN_DTYPE_UINT64, 16, "uint64", 8, MN_KIND_UINT)
+ * Values are stable (never renumbered). The first columns of MN_DTYPE_TABLE
+ * (mnemo/dtype_table.h, which holds every per-dtype fact). */
+#define MN__DTYPE_MAP_ROW(X, sfx, val, name, size, kind, ...) X(MN_DTYPE_##sfx, val, name, size, kind)
+#define MN_DTYPE_MAP(X) MN_DTYPE_TABLE(MN__DTYPE_MAP_ROW, X)
 
 typedef enum mn_dtype_kind {
   MN_KIND_BOOL = 0,
@@ -46,10 +32,10 @@ typedef enum mn_dtype_kind {
 } mn_dtype_kind;
 
 typedef enum mn_dtype {
-#define MN__DTYPE_ENUM(sym, val, name, size, kind) sym = val,
-  MN_DTYPE_MAP(MN__DTYPE_ENUM)
+#define MN__DTYPE_ENUM(A, sfx, val, ...) MN_DTYPE_##sfx = val,
+  MN_DTYPE_TABLE(MN__DTYPE_ENUM, ~)
 #undef MN__DTYPE_ENUM
-  MN_DTYPE_COUNT = 17
+  MN_DTYPE_COUNT = MN_DTYPE_TABLE_ROWS
 } mn_dtype;
 
 typedef struct mn_dtype_info_s {
@@ -61,20 +47,20 @@ typedef struct mn_dtype_info_s {
 } mn_dtype_info_t;
 
 /* Info for a dtype; NULL for values outside the table. */
-const mn_dtype_info_t *mn_dtype_info(mn_dtype dtype);
-bool mn_dtype_is_valid(mn_dtype dtype);
+MN_API const mn_dtype_info_t *mn_dtype_info(mn_dtype dtype);
+MN_API bool mn_dtype_is_valid(mn_dtype dtype);
 /* Canonical name, or "invalid". */
-const char *mn_dtype_name(mn_dtype dtype);
+MN_API const char *mn_dtype_name(mn_dtype dtype);
 /* Bytes per element; 0 for an invalid dtype. */
-size_t mn_dtype_itemsize(mn_dtype dtype);
-bool mn_dtype_is_floating(mn_dtype dtype); /* float kinds (not complex) */
-bool mn_dtype_is_complex(mn_dtype dtype);
+MN_API size_t mn_dtype_itemsize(mn_dtype dtype);
+MN_API bool mn_dtype_is_floating(mn_dtype dtype); /* float kinds (not complex) */
+MN_API bool mn_dtype_is_complex(mn_dtype dtype);
 
 /* Parses canonical names, PyTorch names with or without "torch." ("float",
  * "half", "long", "cfloat", ...) and short forms ("bf16", "f32", "fp8_e4m3",
  * "i64", "u8"), case-insensitively. MN_ERR_INVALID_ARGUMENT for others;
  * *out is untouched on failure. */
-mn_status mn_dtype_parse(const char *name, mn_dtype *out);
+MN_API MN_NODISCARD mn_status mn_dtype_parse(const char *name, mn_dtype *out);
 
 /* A scalar value of any dtype, as PyTorch's c10::Scalar: bool, signed or
  * unsigned integer, double or complex double. */
@@ -97,11 +83,11 @@ typedef struct mn_scalar_s {
   } v;
 } mn_scalar_t;
 
-mn_scalar_t mn_scalar_bool(bool v);
-mn_scalar_t mn_scalar_int(int64_t v);
-mn_scalar_t mn_scalar_uint(uint64_t v);
-mn_scalar_t mn_scalar_float(double v);
-mn_scalar_t mn_scalar_complex(double re, double im);
+MN_API mn_scalar_t mn_scalar_bool(bool v);
+MN_API mn_scalar_t mn_scalar_int(int64_t v);
+MN_API mn_scalar_t mn_scalar_uint(uint64_t v);
+MN_API mn_scalar_t mn_scalar_float(double v);
+MN_API mn_scalar_t mn_scalar_complex(double re, double im);
 
 /* Writes `value` converted to `dtype` into out[0 .. itemsize) with PyTorch's
  * cast rules: round to nearest even for narrow floats, x != 0 for bool (NaN is
@@ -110,20 +96,20 @@ mn_scalar_t mn_scalar_complex(double re, double im);
  * zero to int64, NaN giving 0 and out-of-range saturating at INT64_MIN/MAX,
  * then wrap to the target width (-1.5 -> uint8 255, 300.0 -> int8 44, as
  * PyTorch on CPU); uint64 takes values >= 2^63 directly (saturating). */
-mn_status mn_scalar_to_bytes(mn_scalar_t value, mn_dtype dtype, void *out);
+MN_API MN_NODISCARD mn_status mn_scalar_to_bytes(mn_scalar_t value, mn_dtype dtype, void *out);
 /* Reads one element of `dtype` at `in` into a scalar (exact: integers stay
  * integers, narrow floats widen to double, complex stays complex). */
-mn_status mn_scalar_from_bytes(mn_dtype dtype, const void *in, mn_scalar_t *out);
+MN_API MN_NODISCARD mn_status mn_scalar_from_bytes(mn_dtype dtype, const void *in, mn_scalar_t *out);
 
 /* Exact narrow-float conversions used by the scalar code and the CPU kernels. */
-uint16_t mn_float_to_half(float f);    /* round to nearest even */
-float mn_half_to_float(uint16_t h);
-uint16_t mn_float_to_bfloat16(float f); /* round to nearest even; NaN stays NaN */
-float mn_bfloat16_to_float(uint16_t b);
-uint8_t mn_float_to_e4m3fn(float f);   /* RNE; saturates to +-448; NaN -> NaN */
-float mn_e4m3fn_to_float(uint8_t v);
-uint8_t mn_float_to_e5m2(float f);     /* RNE; overflow to inf (PyTorch rule) */
-float mn_e5m2_to_float(uint8_t v);
+MN_API uint16_t mn_float_to_half(float f);    /* round to nearest even */
+MN_API float mn_half_to_float(uint16_t h);
+MN_API uint16_t mn_float_to_bfloat16(float f); /* round to nearest even; NaN stays NaN */
+MN_API float mn_bfloat16_to_float(uint16_t b);
+MN_API uint8_t mn_float_to_e4m3fn(float f);   /* RNE; saturates to +-448; NaN -> NaN */
+MN_API float mn_e4m3fn_to_float(uint8_t v);
+MN_API uint8_t mn_float_to_e5m2(float f);     /* RNE; overflow to inf (PyTorch rule) */
+MN_API float mn_e5m2_to_float(uint8_t v);
 
 #ifdef __cplusplus
 }

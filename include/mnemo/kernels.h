@@ -17,10 +17,10 @@ extern "C" {
 
 /* Writes the `itemsize`-byte pattern (1, 2, 4, 8 or 16 bytes) `count` times
  * from dst, on `stream` (device memory of the stream's device). */
-mn_status mn_kernel_fill(mn_stream_t *stream, void *dst, size_t count, size_t itemsize,
+MN_API MN_NODISCARD mn_status mn_kernel_fill(mn_stream_t *stream, void *dst, size_t count, size_t itemsize,
                          const void *pattern);
 /* Copies nbytes inside one device's memory, on `stream` (non-overlapping). */
-mn_status mn_kernel_copy(mn_stream_t *stream, void *dst, const void *src, size_t nbytes);
+MN_API MN_NODISCARD mn_status mn_kernel_copy(mn_stream_t *stream, void *dst, const void *src, size_t nbytes);
 
 /* Copies src into dst element by element on `stream` (a stream of the device
  * both views live on), converting src's dtype to dst's with the cast rules of
@@ -31,14 +31,14 @@ mn_status mn_kernel_copy(mn_stream_t *stream, void *dst, const void *src, size_t
  * refused; the same range, e.g. an in-place cast, runs element by element);
  * otherwise it is the caller's duty (mn_view_copy stages through a temporary).
  * Identical same-dtype views are a no-op. */
-mn_status mn_kernel_copy_view(mn_stream_t *stream, const mn_view_t *dst, const mn_view_t *src);
+MN_API MN_NODISCARD mn_status mn_kernel_copy_view(mn_stream_t *stream, const mn_view_t *dst, const mn_view_t *src);
 /* Writes `value` (cast to dst's dtype) into every element of dst, any layout
  * (a dst with stride 0 on a dim of size > 1 is refused), on `stream`. */
-mn_status mn_kernel_fill_view(mn_stream_t *stream, const mn_view_t *dst, mn_scalar_t value);
+MN_API MN_NODISCARD mn_status mn_kernel_fill_view(mn_stream_t *stream, const mn_view_t *dst, mn_scalar_t value);
 /* Converts `count` contiguous elements of src_dtype at src into dst_dtype at
  * dst (memory of the stream's device; non-overlapping unless dst == src with
  * equal item sizes), on `stream`. */
-mn_status mn_kernel_cast(mn_stream_t *stream, void *dst, mn_dtype dst_dtype, const void *src, mn_dtype src_dtype,
+MN_API MN_NODISCARD mn_status mn_kernel_cast(mn_stream_t *stream, void *dst, mn_dtype dst_dtype, const void *src, mn_dtype src_dtype,
                          size_t count);
 
 /* Random fill with Philox4x32-10 (docs/KERNELS.md has the counter layout):
@@ -49,12 +49,12 @@ mn_status mn_kernel_cast(mn_stream_t *stream, void *dst, mn_dtype dst_dtype, con
  * Normal: mean + std * z, z from Box-Muller in float32 (portable log/sincos).
  * The fill consumes mn_kernel_random_blocks(...) counter blocks from offset:
  * pass offset + that to the next fill for fresh numbers. */
-mn_status mn_kernel_random_uniform(mn_stream_t *stream, const mn_view_t *dst, uint64_t seed, uint64_t offset,
+MN_API MN_NODISCARD mn_status mn_kernel_random_uniform(mn_stream_t *stream, const mn_view_t *dst, uint64_t seed, uint64_t offset,
                                    double low, double high);
-mn_status mn_kernel_random_normal(mn_stream_t *stream, const mn_view_t *dst, uint64_t seed, uint64_t offset,
+MN_API MN_NODISCARD mn_status mn_kernel_random_normal(mn_stream_t *stream, const mn_view_t *dst, uint64_t seed, uint64_t offset,
                                   double mean, double std);
 /* Philox counter blocks used by a random fill of numel elements of dtype. */
-uint64_t mn_kernel_random_blocks(mn_dtype dtype, int64_t numel, bool normal);
+MN_API uint64_t mn_kernel_random_blocks(mn_dtype dtype, int64_t numel, bool normal);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
 
 #include "mnemo/status.h"
 #include "mnemo/dtype.h"
+#include "mnemo/env.h"
 #include "mnemo/device.h"
 #include "mnemo/sim.h"
 #include "mnemo/allocator.h"
@@ -32,7 +33,7 @@ extern "C" {
 #endif
 
 /* The library's version string at run time ("0.1.0"). */
-const char *mn_version(void);
+MN_API const char *mn_version(void);
 
 #ifdef __cplusplus
 }

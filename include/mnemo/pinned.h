@@ -27,11 +27,11 @@ typedef struct mn_pinned_config_s {
   bool use_host_register;
 } mn_pinned_config_t;
 
-mn_pinned_config_t mn_pinned_config_default(void);
+MN_API mn_pinned_config_t mn_pinned_config_default(void);
 
 /* The size class (bytes) a request of nbytes is rounded to under `config`
  * (NULL: the defaults); 0 when nbytes is too large to round. */
-size_t mn_pinned_size_class(const mn_pinned_config_t *config, size_t nbytes);
+MN_API size_t mn_pinned_size_class(const mn_pinned_config_t *config, size_t nbytes);
 
 /* A pinned host pool. Its memory is pinned by the backend of
  * `device_for_events` (CUDA, SIM, or the CPU for plain memory) and its reuse
@@ -55,18 +55,18 @@ size_t mn_pinned_size_class(const mn_pinned_config_t *config, size_t nbytes);
  *     memory, live allocations included.
  * Statistics fill the MN_POOL_ALL row (each block counts as a segment).
  * Do not call the pool from a stream's host function. */
-mn_status mn_pinned_allocator_create(mn_device_t device_for_events, const mn_pinned_config_t *config,
+MN_API MN_NODISCARD mn_status mn_pinned_allocator_create(mn_device_t device_for_events, const mn_pinned_config_t *config,
                                      mn_allocator_t **out);
 /* The process-wide pool of `dev` (default configuration), made on first use
  * and owned by mnemo. The copy engine stages through it. */
-mn_status mn_pinned_allocator_get_default(mn_device_t dev, mn_allocator_t **out);
+MN_API MN_NODISCARD mn_status mn_pinned_allocator_get_default(mn_device_t dev, mn_allocator_t **out);
 /* The pinned pool that holds `ptr` (any address inside a live, pending or
  * cached block): MN_ERR_NOT_FOUND when none does. */
-mn_status mn_pinned_allocator_lookup(const void *ptr, mn_allocator_t **out);
+MN_API MN_NODISCARD mn_status mn_pinned_allocator_lookup(const void *ptr, mn_allocator_t **out);
 
 /* Whether ptr lies in page-locked host memory: a block of any pinned pool, or
  * memory the SIM or CUDA backend reports pinned (mn_device_host_is_pinned). */
-bool mn_is_pinned(const void *ptr);
+MN_API bool mn_is_pinned(const void *ptr);
 
 #ifdef __cplusplus
 }

@@ -22,25 +22,25 @@ extern "C" {
  * stream); each (device, stream) pair is wrapped once (mn_stream_wrap) and the
  * wrapper is kept for the process's life, so its mn_stream_id is stable.
  * size 0 returns NULL. */
-void *mnemo_torch_alloc(size_t size, int device, void *stream);
+MN_API void *mnemo_torch_alloc(size_t size, int device, void *stream);
 /* `size` and `stream` are not needed: the allocator knows the block. */
-void mnemo_torch_free(void *ptr, size_t size, int device, void *stream);
+MN_API void mnemo_torch_free(void *ptr, size_t size, int device, void *stream);
 
 /* CuPy: cupy.cuda.memory.CFunctionAllocator(param, mnemo_cupy_malloc,
  * mnemo_cupy_free, owner). `param` is NULL (the device's default allocator) or
  * an mn_allocator_t * for that device, which is then used instead. CuPy passes
  * no stream: the default stream is used. */
-void *mnemo_cupy_malloc(void *param, size_t size, int device);
-void mnemo_cupy_free(void *param, void *ptr, int device);
+MN_API void *mnemo_cupy_malloc(void *param, size_t size, int device);
+MN_API void mnemo_cupy_free(void *param, void *ptr, int device);
 
 /* Returns the cached memory of the device's default allocator to the device.
  * 0 on success, else an mn_status value (message in mn_last_error). */
-int mnemo_empty_cache(int device);
+MN_API int mnemo_empty_cache(int device);
 
 /* For tests without a GPU: serve the entry points from devices of `type`
  * (MN_DEVICE_CUDA, the default, or MN_DEVICE_SIM). Off CUDA, `stream`
  * arguments are mn_stream_t * of that device (or NULL), not native handles. */
-mn_status mn_pluggable_set_device_type(mn_device_type type);
+MN_API MN_NODISCARD mn_status mn_pluggable_set_device_type(mn_device_type type);
 
 #ifdef __cplusplus
 }

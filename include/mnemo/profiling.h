@@ -24,8 +24,8 @@ extern "C" {
  * They are off by default (MNEMO_NVTX=1 in the environment switches them on at
  * the first range); when off a range costs one relaxed atomic load. Builds
  * without CUDA have no NVTX: the switch and the counters still work. */
-void mn_nvtx_set_enabled(bool on);
-bool mn_nvtx_enabled(void);
+MN_API void mn_nvtx_set_enabled(bool on);
+MN_API bool mn_nvtx_enabled(void);
 
 /* Ranges opened and closed since the process started, while enabled (all
  * threads), and the calling thread's open ranges. For tests and sanity checks:
@@ -37,7 +37,7 @@ typedef struct mn_nvtx_counters_s {
   const char *thread_last_name;
   uint64_t thread_last_nbytes;
 } mn_nvtx_counters_t;
-void mn_nvtx_get_counters(mn_nvtx_counters_t *out);
+MN_API void mn_nvtx_get_counters(mn_nvtx_counters_t *out);
 
 /* ---- trace recorder --------------------------------------------------------------
  * A bounded ring buffer of allocator events (every mn_trace_action: alloc,
@@ -49,11 +49,11 @@ void mn_nvtx_get_counters(mn_nvtx_counters_t *out);
 typedef struct mn_trace_recorder_s mn_trace_recorder_t;
 
 /* capacity: events kept (>= 1). */
-mn_status mn_trace_recorder_create(size_t capacity, mn_trace_recorder_t **out);
-void mn_trace_recorder_destroy(mn_trace_recorder_t *rec);
+MN_API MN_NODISCARD mn_status mn_trace_recorder_create(size_t capacity, mn_trace_recorder_t **out);
+MN_API void mn_trace_recorder_destroy(mn_trace_recorder_t *rec);
 /* The mn_trace_sink_fn to pass with the recorder as `user` (caching allocator:
  * mn_caching_allocator_set_trace_sink; any allocator: mn_tracing_adaptor_create). */
-void mn_trace_recorder_sink_fn(void *user, const mn_trace_event_t *event);
+MN_API void mn_trace_recorder_sink_fn(void *user, const mn_trace_event_t *event);
 
 typedef struct mn_trace_recorder_stats_s {
   uint64_t recorded;    /* events received */
@@ -61,23 +61,23 @@ typedef struct mn_trace_recorder_stats_s {
   size_t held;          /* events in the buffer now */
   size_t capacity;
 } mn_trace_recorder_stats_t;
-mn_status mn_trace_recorder_get_stats(mn_trace_recorder_t *rec, mn_trace_recorder_stats_t *out);
-void mn_trace_recorder_clear(mn_trace_recorder_t *rec);
+MN_API MN_NODISCARD mn_status mn_trace_recorder_get_stats(mn_trace_recorder_t *rec, mn_trace_recorder_stats_t *out);
+MN_API void mn_trace_recorder_clear(mn_trace_recorder_t *rec);
 
 /* The held events as a trace (docs/TRACE_FORMAT.md), oldest first, times in
  * microseconds since the oldest held event. Allocations freed in the window
  * but made before it (overwritten) become `pre alloc` lines, so the trace is
  * valid and replayable. Several devices: each entry keeps its device index and
  * the trace is version 2 (meta device_types lists each index's type). */
-mn_status mn_trace_recorder_to_trace(mn_trace_recorder_t *rec, mn_trace_t **out);
+MN_API MN_NODISCARD mn_status mn_trace_recorder_to_trace(mn_trace_recorder_t *rec, mn_trace_t **out);
 /* mn_trace_recorder_to_trace + mn_trace_write. */
-mn_status mn_trace_recorder_write(mn_trace_recorder_t *rec, const char *path);
+MN_API MN_NODISCARD mn_status mn_trace_recorder_write(mn_trace_recorder_t *rec, const char *path);
 
 /* The process-wide recorder, made on first use when MNEMO_TRACE=path is set
  * (MNEMO_TRACE_CAPACITY=events, default 1,000,000); it is written to that path
  * at exit. Every caching allocator created while it exists and that has no
  * sink of its own feeds it. NULL (no error) when MNEMO_TRACE is unset. */
-mn_trace_recorder_t *mn_trace_recorder_global(void);
+MN_API mn_trace_recorder_t *mn_trace_recorder_global(void);
 
 /* ---- importers --------------------------------------------------------------------
  * RMM's logging_resource_adaptor CSV log (header "Thread,Time,Action,Pointer,
@@ -85,9 +85,9 @@ mn_trace_recorder_t *mn_trace_recorder_global(void);
  * newer ones may add columns, which are ignored; actions allocate, free,
  * allocate failure). Errors are MN_ERR_FORMAT "<name>:<line>: <what>";
  * a truncated last line is reported, never guessed. */
-mn_status mn_trace_import_rmm_csv(const char *text, size_t len, const char *name, mn_trace_t **out);
+MN_API MN_NODISCARD mn_status mn_trace_import_rmm_csv(const char *text, size_t len, const char *name, mn_trace_t **out);
 /* Reads the file and imports it. */
-mn_status mn_trace_import_rmm_csv_file(const char *path, mn_trace_t **out);
+MN_API MN_NODISCARD mn_status mn_trace_import_rmm_csv_file(const char *path, mn_trace_t **out);
 
 /* ---- text summaries ------------------------------------------------------------------
  * A table of statistics like torch.cuda.memory_summary(): current, peak,
@@ -95,14 +95,14 @@ mn_status mn_trace_import_rmm_csv_file(const char *path, mn_trace_t **out);
  * pools, plus the event counters. Writes at most bufsize bytes (NUL
  * included); *needed (may be NULL) gets the full length. MN_ERR_OVERFLOW when
  * the buffer is too small (it then holds a cut, NUL-terminated text). */
-mn_status mn_memory_summary(const mn_alloc_stats_t *stats, const char *title, char *buf, size_t bufsize,
+MN_API MN_NODISCARD mn_status mn_memory_summary(const mn_alloc_stats_t *stats, const char *title, char *buf, size_t bufsize,
                             size_t *needed);
 /* mn_allocator_get_stats + mn_memory_summary. */
-mn_status mn_allocator_memory_summary(mn_allocator_t *a, char *buf, size_t bufsize, size_t *needed);
+MN_API MN_NODISCARD mn_status mn_allocator_memory_summary(mn_allocator_t *a, char *buf, size_t bufsize, size_t *needed);
 /* A table of a snapshot: one row per segment (address, stream, pool, size,
  * allocated, active, free bytes, largest free block, blocks, fragmentation =
  * 1 - largest free / free), its blocks when `blocks` is true, and totals. */
-mn_status mn_snapshot_print(const mn_snapshot_t *snap, bool blocks, FILE *out);
+MN_API MN_NODISCARD mn_status mn_snapshot_print(const mn_snapshot_t *snap, bool blocks, FILE *out);
 
 #ifdef __cplusplus
 }

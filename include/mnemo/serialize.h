@@ -26,35 +26,35 @@ typedef struct mn_named_views_s {
 } mn_named_views_t;
 
 /* Destroys the views (dropping their storages' references) and the names. NULL is a no-op. */
-void mn_named_views_free(mn_named_views_t *nv);
+MN_API void mn_named_views_free(mn_named_views_t *nv);
 /* The view called `name`, borrowed; NULL when there is none. */
-mn_view_t *mn_named_views_find(const mn_named_views_t *nv, const char *name);
+MN_API mn_view_t *mn_named_views_find(const mn_named_views_t *nv, const char *name);
 
 /* ---- mnemo format (docs/SAVE_FORMAT.md) ---------------------------------------
  * Saves `count` views under unique, non-empty names. Every storage reached is
  * written once, whole, whatever its device (device memory is copied to the
  * host, blocking); views keep dtype, sizes, strides and offset. The file is
  * written under a temporary name and renamed into place. */
-mn_status mn_save(const char *path, size_t count, const char *const *names, const mn_view_t *const *views);
+MN_API MN_NODISCARD mn_status mn_save(const char *path, size_t count, const char *const *names, const mn_view_t *const *views);
 /* The same bytes into a malloc'd buffer (*data; the caller frees it). */
-mn_status mn_save_buffer(size_t count, const char *const *names, const mn_view_t *const *views, void **data,
+MN_API MN_NODISCARD mn_status mn_save_buffer(size_t count, const char *const *names, const mn_view_t *const *views, void **data,
                          size_t *size);
 /* Loads a file onto `dev` (storages from its default allocator): views that
  * shared a storage share one again. A truncated, corrupt (checksums) or
  * malformed file is MN_ERR_FORMAT with a message; a missing one
  * MN_ERR_NOT_FOUND. *out untouched on failure. */
-mn_status mn_load(const char *path, mn_device_t dev, mn_named_views_t **out);
-mn_status mn_load_buffer(const void *data, size_t size, mn_device_t dev, mn_named_views_t **out);
+MN_API MN_NODISCARD mn_status mn_load(const char *path, mn_device_t dev, mn_named_views_t **out);
+MN_API MN_NODISCARD mn_status mn_load_buffer(const void *data, size_t size, mn_device_t dev, mn_named_views_t **out);
 
 /* ---- safetensors ------------------------------------------------------------------
  * Writes views that do not alias (two views whose byte ranges in one storage
  * overlap are refused), each stored contiguously whatever its layout, with
  * optional "__metadata__" string pairs. complex128 has no safetensors dtype
  * (MN_ERR_NOT_SUPPORTED). */
-mn_status mn_safetensors_save(const char *path, size_t count, const char *const *names,
+MN_API MN_NODISCARD mn_status mn_safetensors_save(const char *path, size_t count, const char *const *names,
                               const mn_view_t *const *views, size_t nmeta, const char *const *meta_keys,
                               const char *const *meta_values);
-mn_status mn_safetensors_save_buffer(size_t count, const char *const *names, const mn_view_t *const *views,
+MN_API MN_NODISCARD mn_status mn_safetensors_save_buffer(size_t count, const char *const *names, const mn_view_t *const *views,
                                      size_t nmeta, const char *const *meta_keys, const char *const *meta_values,
                                      void **data, size_t *size);
 /* Reads a safetensors file onto `dev`: one contiguous view (and storage) per
@@ -62,8 +62,8 @@ mn_status mn_safetensors_save_buffer(size_t count, const char *const *names, con
  * MN_ERR_FORMAT for bad JSON, unknown dtypes, shapes that do not match their
  * byte ranges, ranges out of the buffer, overlapping or leaving holes, and
  * header lengths over 100,000,000 bytes or past the end of the file. */
-mn_status mn_safetensors_load(const char *path, mn_device_t dev, mn_named_views_t **out);
-mn_status mn_safetensors_load_buffer(const void *data, size_t size, mn_device_t dev, mn_named_views_t **out);
+MN_API MN_NODISCARD mn_status mn_safetensors_load(const char *path, mn_device_t dev, mn_named_views_t **out);
+MN_API MN_NODISCARD mn_status mn_safetensors_load_buffer(const void *data, size_t size, mn_device_t dev, mn_named_views_t **out);
 
 #ifdef __cplusplus
 }

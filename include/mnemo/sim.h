@@ -23,7 +23,7 @@ typedef struct mn_sim_config_s {
 } mn_sim_config_t;
 
 /* The defaults above. */
-mn_sim_config_t mn_sim_config_default(void);
+MN_API mn_sim_config_t mn_sim_config_default(void);
 /* Reconfigures the SIM devices. Refused (MN_ERR_INVALID_STATE) while any SIM
  * memory, stream or event is alive. The first SIM call without a configure
  * uses the defaults (or MNEMO_SIM_CAPACITY / MNEMO_SIM_EAGER from the environment).
@@ -36,16 +36,16 @@ mn_sim_config_t mn_sim_config_default(void);
  * device) before anything is given back or changed. Allocators the caller
  * created or set as default are the caller's: empty or destroy them first.
  * No other thread may use the SIM devices during the call. */
-mn_status mn_sim_configure(const mn_sim_config_t *config);
-mn_status mn_sim_get_config(mn_sim_config_t *out);
+MN_API MN_NODISCARD mn_status mn_sim_configure(const mn_sim_config_t *config);
+MN_API MN_NODISCARD mn_status mn_sim_get_config(mn_sim_config_t *out);
 
 /* Runs up to `n` queued operations of a SIM stream, in order; stops early at a
  * wait on an event that has not completed. *ran (optional) gets the count run. */
-mn_status mn_sim_stream_advance(mn_stream_t *stream, size_t n, size_t *ran);
+MN_API MN_NODISCARD mn_status mn_sim_stream_advance(mn_stream_t *stream, size_t n, size_t *ran);
 /* Runs everything queued on every stream of the device that can run. */
-mn_status mn_sim_device_drain(mn_device_t dev);
+MN_API MN_NODISCARD mn_status mn_sim_device_drain(mn_device_t dev);
 /* Operations queued and not yet run on a SIM stream. */
-mn_status mn_sim_stream_pending(mn_stream_t *stream, size_t *count);
+MN_API MN_NODISCARD mn_status mn_sim_stream_pending(mn_stream_t *stream, size_t *count);
 
 typedef enum mn_sim_fault {
   MN_SIM_FAULT_RAW_ALLOC = 0,   /* a raw allocation (alloc, map or pinned host alloc) fails: out of memory */
@@ -57,8 +57,8 @@ typedef enum mn_sim_fault {
 
 /* The `nth` next call of that kind on the device fails (1 = the very next),
  * then `count` calls in all fail (count >= 1), then calls succeed again. */
-mn_status mn_sim_fault_inject(mn_device_t dev, mn_sim_fault fault, uint64_t nth, uint64_t count);
-mn_status mn_sim_fault_clear(mn_device_t dev);
+MN_API MN_NODISCARD mn_status mn_sim_fault_inject(mn_device_t dev, mn_sim_fault fault, uint64_t nth, uint64_t count);
+MN_API MN_NODISCARD mn_status mn_sim_fault_clear(mn_device_t dev);
 
 typedef struct mn_sim_stats_s {
   size_t mapped_bytes;       /* physical memory in use (raw allocs + mapped pages) */
@@ -71,10 +71,10 @@ typedef struct mn_sim_stats_s {
   size_t live_streams, live_events, live_reservations;
 } mn_sim_stats_t;
 
-mn_status mn_sim_get_stats(mn_device_t dev, mn_sim_stats_t *out);
+MN_API MN_NODISCARD mn_status mn_sim_get_stats(mn_device_t dev, mn_sim_stats_t *out);
 /* Checks the SIM device's own bookkeeping (address ranges disjoint, byte
  * counts equal the sums); MN_ERR_INTERNAL with a message when broken. */
-mn_status mn_sim_check_invariants(mn_device_t dev);
+MN_API MN_NODISCARD mn_status mn_sim_check_invariants(mn_device_t dev);
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,8 @@
 #ifndef MNEMO_STATUS_H
 #define MNEMO_STATUS_H
 
+#include "mnemo/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -30,18 +32,18 @@ typedef enum mn_status {
 } mn_status;
 
 /* "invalid_argument" etc.; "unknown" for values outside the table. */
-const char *mn_status_name(mn_status status);
+MN_API const char *mn_status_name(mn_status status);
 /* A one-line English description of the status. */
-const char *mn_status_string(mn_status status);
+MN_API const char *mn_status_string(mn_status status);
 
 /* The message of the last failed mnemo call on this thread, naming the call and
  * the offending values ("mn_storage_create: nbytes=... exceeds ..."). Empty
  * string when no call has failed. Valid until the next mnemo call on this thread. */
-const char *mn_last_error(void);
+MN_API const char *mn_last_error(void);
 /* The status of the last failed call on this thread (MN_OK if none). */
-mn_status mn_last_status(void);
+MN_API MN_NODISCARD mn_status mn_last_status(void);
 /* Forget the last error on this thread. */
-void mn_clear_error(void);
+MN_API void mn_clear_error(void);
 
 #ifdef __cplusplus
 }

@@ -32,36 +32,36 @@ typedef enum mn_storage_kind {
 } mn_storage_kind;
 
 /* "allocator", "foreign", "file", "shared", "ipc"; "invalid" otherwise. */
-const char *mn_storage_kind_name(mn_storage_kind kind);
+MN_API const char *mn_storage_kind_name(mn_storage_kind kind);
 
 /* A new storage of nbytes on `dev`, from `allocator` (NULL: the device's
  * default), ordered on `stream` (NULL: default stream). Contents undefined.
  * The caller holds one reference. */
-mn_status mn_storage_create(mn_device_t dev, size_t nbytes, mn_allocator_t *allocator,
+MN_API MN_NODISCARD mn_status mn_storage_create(mn_device_t dev, size_t nbytes, mn_allocator_t *allocator,
                             mn_stream_t *stream, mn_storage_t **out);
 /* Adds a reference; returns the storage. */
-mn_storage_t *mn_storage_retain(mn_storage_t *s);
+MN_API mn_storage_t *mn_storage_retain(mn_storage_t *s);
 /* Drops a reference; the last one frees the bytes (allocator free, deleter,
  * munmap, ...). NULL is a no-op. */
-void mn_storage_release(mn_storage_t *s);
-size_t mn_storage_nbytes(const mn_storage_t *s);
-void *mn_storage_data(const mn_storage_t *s);
-mn_device_t mn_storage_device(const mn_storage_t *s);
+MN_API void mn_storage_release(mn_storage_t *s);
+MN_API size_t mn_storage_nbytes(const mn_storage_t *s);
+MN_API void *mn_storage_data(const mn_storage_t *s);
+MN_API mn_device_t mn_storage_device(const mn_storage_t *s);
 /* The owning allocator; NULL for every kind but MN_STORAGE_ALLOCATOR. */
-mn_allocator_t *mn_storage_allocator(const mn_storage_t *s);
+MN_API mn_allocator_t *mn_storage_allocator(const mn_storage_t *s);
 /* Current reference count (for tests and debugging). */
-long mn_storage_refcount(const mn_storage_t *s);
-mn_storage_kind mn_storage_get_kind(const mn_storage_t *s);
+MN_API long mn_storage_refcount(const mn_storage_t *s);
+MN_API mn_storage_kind mn_storage_get_kind(const mn_storage_t *s);
 /* Whether mn_storage_resize may change the size (allocator-owned storages). */
-bool mn_storage_is_resizable(const mn_storage_t *s);
+MN_API bool mn_storage_is_resizable(const mn_storage_t *s);
 /* Whether the bytes are page-locked host memory (a pinned pool block or
  * memory the SIM/CUDA backend reports pinned); false off the CPU. */
-bool mn_storage_is_pinned(const mn_storage_t *s);
+MN_API bool mn_storage_is_pinned(const mn_storage_t *s);
 /* The path of an mmap'd file storage; NULL for other kinds. */
-const char *mn_storage_filename(const mn_storage_t *s);
+MN_API const char *mn_storage_filename(const mn_storage_t *s);
 /* Whether the storage lives in memory another process can map: shared
  * memory, a MAP_SHARED file, or a CUDA IPC import. */
-bool mn_storage_is_shared(const mn_storage_t *s);
+MN_API bool mn_storage_is_shared(const mn_storage_t *s);
 
 /* ---- foreign memory ----------------------------------------------------------- */
 typedef void (*mn_storage_deleter_t)(void *ctx, void *data);
@@ -69,11 +69,11 @@ typedef void (*mn_storage_deleter_t)(void *ctx, void *data);
  * not resizable. `deleter` (NULL: the caller keeps ownership) runs once,
  * deleter(ctx, data), when the last reference goes. On failure the deleter
  * does not run (the caller still owns data). */
-mn_status mn_storage_from_buffer(mn_device_t dev, void *data, size_t nbytes, mn_storage_deleter_t deleter,
+MN_API MN_NODISCARD mn_status mn_storage_from_buffer(mn_device_t dev, void *data, size_t nbytes, mn_storage_deleter_t deleter,
                                  void *ctx, mn_storage_t **out);
 /* A new storage on `dev` (default allocator) holding a copy of nbytes of host
  * memory at `data`; returns once the copy is complete. */
-mn_status mn_storage_from_buffer_copy(mn_device_t dev, const void *data, size_t nbytes, mn_storage_t **out);
+MN_API MN_NODISCARD mn_status mn_storage_from_buffer_copy(mn_device_t dev, const void *data, size_t nbytes, mn_storage_t **out);
 
 /* ---- size and contents -------------------------------------------------------
  * `stream` (NULL: the device's default stream) orders device work; calls
@@ -84,42 +84,42 @@ mn_status mn_storage_from_buffer_copy(mn_device_t dev, const void *data, size_t 
  * copies the prefix on it, then frees the old block (recorded on `stream`).
  * MN_ERR_INVALID_STATE for other kinds; on any failure the storage keeps its
  * old bytes and size. */
-mn_status mn_storage_resize(mn_storage_t *s, size_t nbytes, mn_stream_t *stream);
+MN_API MN_NODISCARD mn_status mn_storage_resize(mn_storage_t *s, size_t nbytes, mn_stream_t *stream);
 /* Sets every byte to `value` (low 8 bits). */
-mn_status mn_storage_fill(mn_storage_t *s, int value, mn_stream_t *stream);
+MN_API MN_NODISCARD mn_status mn_storage_fill(mn_storage_t *s, int value, mn_stream_t *stream);
 /* Writes `value` converted to `dtype` into every element (nbytes must be a
  * multiple of the dtype's item size). */
-mn_status mn_storage_fill_typed(mn_storage_t *s, mn_dtype dtype, mn_scalar_t value, mn_stream_t *stream);
+MN_API MN_NODISCARD mn_status mn_storage_fill_typed(mn_storage_t *s, mn_dtype dtype, mn_scalar_t value, mn_stream_t *stream);
 /* Copies src into dst (same nbytes, any two devices) through the copy
  * engine; blocking unless non_blocking (then ordered on `stream`, see
  * mn_copy_bytes). */
-mn_status mn_storage_copy(mn_storage_t *dst, const mn_storage_t *src, bool non_blocking, mn_stream_t *stream);
+MN_API MN_NODISCARD mn_status mn_storage_copy(mn_storage_t *dst, const mn_storage_t *src, bool non_blocking, mn_stream_t *stream);
 /* A new storage with the same bytes on the same device (the same allocator
  * for allocator-owned storages, else the device's default), copied on `stream`. */
-mn_status mn_storage_clone(const mn_storage_t *s, mn_stream_t *stream, mn_storage_t **out);
+MN_API MN_NODISCARD mn_status mn_storage_clone(const mn_storage_t *s, mn_stream_t *stream, mn_storage_t **out);
 /* The storage on `dev`: `s` itself, retained, when it is already there (as
  * PyTorch); else a copy in the device's default allocator. A non_blocking
  * copy from a device to the CPU lands in pinned memory (the source device's
  * pinned pool) so it can be asynchronous; wait on `stream` before reading. */
-mn_status mn_storage_to(const mn_storage_t *s, mn_device_t dev, bool non_blocking, mn_stream_t *stream,
+MN_API MN_NODISCARD mn_status mn_storage_to(const mn_storage_t *s, mn_device_t dev, bool non_blocking, mn_stream_t *stream,
                         mn_storage_t **out);
 /* A pinned copy of a CPU storage from the default pinned pool of
  * `pin_device` (the CUDA or SIM device that will copy it; the CPU gives plain
  * memory). MN_ERR_INVALID_ARGUMENT for storages off the CPU. */
-mn_status mn_storage_pin_memory(const mn_storage_t *s, mn_device_t pin_device, mn_storage_t **out);
+MN_API MN_NODISCARD mn_status mn_storage_pin_memory(const mn_storage_t *s, mn_device_t pin_device, mn_storage_t **out);
 /* Reverses the byte order of every item_size-byte item (1: nothing to do; 2,
  * 4, 8, 16). nbytes must be a multiple of item_size. Host-accessible
  * storages are swapped in place ordered on `stream`; CUDA storages through a
  * host copy (blocking). */
-mn_status mn_storage_byteswap(mn_storage_t *s, size_t item_size, mn_stream_t *stream);
+MN_API MN_NODISCARD mn_status mn_storage_byteswap(mn_storage_t *s, size_t item_size, mn_stream_t *stream);
 /* byteswap for elements of `dtype`: complex dtypes swap each of the two
  * parts (PyTorch's UntypedStorage.byteswap(dtype)). */
-mn_status mn_storage_byteswap_dtype(mn_storage_t *s, mn_dtype dtype, mn_stream_t *stream);
+MN_API MN_NODISCARD mn_status mn_storage_byteswap_dtype(mn_storage_t *s, mn_dtype dtype, mn_stream_t *stream);
 /* Reinterprets the bytes as src_dtype elements and converts them to a new
  * storage of dst_dtype elements on the same device (mn_kernel_cast), as
  * PyTorch's storage.float(), .half(), ... nbytes must be a multiple of
  * src_dtype's item size. */
-mn_status mn_storage_convert(const mn_storage_t *s, mn_dtype src_dtype, mn_dtype dst_dtype,
+MN_API MN_NODISCARD mn_status mn_storage_convert(const mn_storage_t *s, mn_dtype src_dtype, mn_dtype dst_dtype,
                              mn_stream_t *stream, mn_storage_t **out);
 
 /* ---- files and shared memory ---------------------------------------------------
@@ -129,7 +129,7 @@ mn_status mn_storage_convert(const mn_storage_t *s, mn_dtype src_dtype, mn_dtype
  * file is created (0644) or extended to nbytes as needed and writes reach it.
  * !shared: MAP_PRIVATE; the file must exist and hold at least nbytes; writes
  * stay private. nbytes == 0 maps the file's whole current size. */
-mn_status mn_storage_from_file(const char *path, bool shared, size_t nbytes, mn_storage_t **out);
+MN_API MN_NODISCARD mn_status mn_storage_from_file(const char *path, bool shared, size_t nbytes, mn_storage_t **out);
 
 /* Moves a CPU storage into shared memory in place (PyTorch's share_memory_):
  * new shared memory is made, the bytes are copied, the old memory is freed
@@ -138,20 +138,20 @@ mn_status mn_storage_from_file(const char *path, bool shared, size_t nbytes, mn_
  * storages (use mn_storage_ipc_export). MN_ERR_NOT_SUPPORTED on SIM.
  * The memory has no name in /dev/shm at any time (docs/STORAGE.md), so no
  * entry can outlive the processes that map it. */
-mn_status mn_storage_share_memory(mn_storage_t *s);
+MN_API MN_NODISCARD mn_status mn_storage_share_memory(mn_storage_t *s);
 /* The descriptor of a shared-memory storage (owned by the storage; pass it
  * to another process by SCM_RIGHTS or fork). MN_ERR_INVALID_STATE for other kinds. */
-mn_status mn_storage_shm_fd(const mn_storage_t *s, int *fd);
+MN_API MN_NODISCARD mn_status mn_storage_shm_fd(const mn_storage_t *s, int *fd);
 /* A shared-memory storage over nbytes of the shared-memory descriptor `fd`
  * (duplicated; the caller keeps fd). */
-mn_status mn_storage_from_shm_fd(int fd, size_t nbytes, mn_storage_t **out);
+MN_API MN_NODISCARD mn_status mn_storage_from_shm_fd(int fd, size_t nbytes, mn_storage_t **out);
 
 #define MN_SHM_HANDLE_MAX 64
 /* A text handle "mnemo-shm:<pid>:<fd>:<nbytes>" another process of the same
  * user opens with mn_storage_from_shm_handle while this storage lives (it
  * names /proc/<pid>/fd/<fd>). bufsize >= MN_SHM_HANDLE_MAX is always enough. */
-mn_status mn_storage_shm_handle(const mn_storage_t *s, char *buf, size_t bufsize);
-mn_status mn_storage_from_shm_handle(const char *handle, mn_storage_t **out);
+MN_API MN_NODISCARD mn_status mn_storage_shm_handle(const mn_storage_t *s, char *buf, size_t bufsize);
+MN_API MN_NODISCARD mn_status mn_storage_from_shm_handle(const char *handle, mn_storage_t **out);
 
 /* ---- CUDA IPC -------------------------------------------------------------------- */
 #define MN_IPC_HANDLE_BYTES 64
@@ -168,10 +168,10 @@ typedef struct mn_ipc_handle_s {
  * The exporter must keep the storage alive while importers use it.
  * MN_ERR_NOT_SUPPORTED for CPU storages (use shared memory), SIM storages
  * and expandable (VMM) segments. */
-mn_status mn_storage_ipc_export(const mn_storage_t *s, mn_ipc_handle_t *out);
+MN_API MN_NODISCARD mn_status mn_storage_ipc_export(const mn_storage_t *s, mn_ipc_handle_t *out);
 /* Opens a handle exported by another process on cuda:<dev.index>; the
  * storage (MN_STORAGE_IPC) closes the mapping when released. */
-mn_status mn_storage_from_ipc_handle(mn_device_t dev, const mn_ipc_handle_t *handle, mn_storage_t **out);
+MN_API MN_NODISCARD mn_status mn_storage_from_ipc_handle(mn_device_t dev, const mn_ipc_handle_t *handle, mn_storage_t **out);
 
 /* ---- debug print -------------------------------------------------------------------- */
 /* Writes "storage(cpu, 16 bytes, allocator 'naive', refcount 1, not pinned)
@@ -179,13 +179,13 @@ mn_status mn_storage_from_ipc_handle(mn_device_t dev, const mn_ipc_handle_t *han
  * bufsize): device, nbytes, kind, refcount, flags and at most max_items
  * elements of `dtype` ("..." after them). Device memory is copied to the
  * host first (blocking). *len (may be NULL) gets the full text length. */
-mn_status mn_storage_format(const mn_storage_t *s, mn_dtype dtype, size_t max_items, char *buf, size_t bufsize,
+MN_API MN_NODISCARD mn_status mn_storage_format(const mn_storage_t *s, mn_dtype dtype, size_t max_items, char *buf, size_t bufsize,
                             size_t *len);
 /* mn_storage_format to `f` (NULL: stdout) with a newline. */
-mn_status mn_storage_print(const mn_storage_t *s, mn_dtype dtype, size_t max_items, FILE *f);
+MN_API MN_NODISCARD mn_status mn_storage_print(const mn_storage_t *s, mn_dtype dtype, size_t max_items, FILE *f);
 /* Reads up to `max` elements of `dtype` from the start into out (as
  * mn_scalar_from_bytes); *count gets how many (PyTorch's tolist). Blocking. */
-mn_status mn_storage_tolist(const mn_storage_t *s, mn_dtype dtype, mn_scalar_t *out, size_t max, size_t *count);
+MN_API MN_NODISCARD mn_status mn_storage_tolist(const mn_storage_t *s, mn_dtype dtype, mn_scalar_t *out, size_t max, size_t *count);
 
 #ifdef __cplusplus
 }

@@ -50,40 +50,40 @@ typedef struct mn_trace_s {
 } mn_trace_t;
 
 /* An empty trace; free it with mn_trace_destroy. */
-mn_status mn_trace_create(mn_trace_t **out);
-void mn_trace_destroy(mn_trace_t *trace);
+MN_API MN_NODISCARD mn_status mn_trace_create(mn_trace_t **out);
+MN_API void mn_trace_destroy(mn_trace_t *trace);
 
 /* Reads a trace file. Errors: MN_ERR_IO (cannot open or read), MN_ERR_FORMAT
  * with "<path>:<line>: <what>" for anything the format does not allow,
  * including a truncated file. *out is untouched on failure. */
-mn_status mn_trace_read(const char *path, mn_trace_t **out);
+MN_API MN_NODISCARD mn_status mn_trace_read(const char *path, mn_trace_t **out);
 /* Parses a trace held in memory (len bytes, need not be NUL-terminated);
  * `name` (may be NULL: "<memory>") prefixes error messages. */
-mn_status mn_trace_parse(const char *text, size_t len, const char *name, mn_trace_t **out);
+MN_API MN_NODISCARD mn_status mn_trace_parse(const char *text, size_t len, const char *name, mn_trace_t **out);
 /* Writes the trace in the format (version line, meta, pre lines, events, end
  * line); fails with MN_ERR_INVALID_ARGUMENT, writing nothing, when an entry or
  * meta key breaks the format's rules. Writes through a temporary file renamed
  * over `path`. */
-mn_status mn_trace_write(const mn_trace_t *trace, const char *path);
+MN_API MN_NODISCARD mn_status mn_trace_write(const mn_trace_t *trace, const char *path);
 /* The same text into a malloc'ed, NUL-terminated buffer (*len without the NUL). */
-mn_status mn_trace_format(const mn_trace_t *trace, char **text, size_t *len);
+MN_API MN_NODISCARD mn_status mn_trace_format(const mn_trace_t *trace, char **text, size_t *len);
 
 /* Appends an entry (its `line` is ignored and set to 0). Pre entries must
  * come before the first event entry (MN_ERR_INVALID_STATE otherwise). Only
  * syntax is checked here; liveness is checked by mn_trace_validate. */
-mn_status mn_trace_append(mn_trace_t *trace, const mn_trace_entry_t *entry);
+MN_API MN_NODISCARD mn_status mn_trace_append(mn_trace_t *trace, const mn_trace_entry_t *entry);
 /* Sets (or replaces) a meta key; the value must hold no newline or NUL. */
-mn_status mn_trace_meta_set(mn_trace_t *trace, const char *key, const char *value);
+MN_API MN_NODISCARD mn_status mn_trace_meta_set(mn_trace_t *trace, const char *key, const char *value);
 /* The value of a meta key, or NULL when absent. */
-const char *mn_trace_meta_get(const mn_trace_t *trace, const char *key);
+MN_API const char *mn_trace_meta_get(const mn_trace_t *trace, const char *key);
 /* A meta value read as a decimal (MN_ERR_NOT_FOUND when absent, MN_ERR_FORMAT
  * when not a decimal that fits). *out is untouched on failure. */
-mn_status mn_trace_meta_get_u64(const mn_trace_t *trace, const char *key, uint64_t *out);
+MN_API MN_NODISCARD mn_status mn_trace_meta_get_u64(const mn_trace_t *trace, const char *key, uint64_t *out);
 /* Checks the liveness rules (an address is allocated at most once at a time,
  * frees free a live address); the message names the line (or entry index). */
-mn_status mn_trace_validate(const mn_trace_t *trace);
+MN_API MN_NODISCARD mn_status mn_trace_validate(const mn_trace_t *trace);
 /* Parses an action name ("alloc", "free_requested", ...). */
-mn_status mn_trace_action_parse(const char *name, mn_trace_action *out);
+MN_API MN_NODISCARD mn_status mn_trace_action_parse(const char *name, mn_trace_action *out);
 
 /* ---- recording -------------------------------------------------------------
  * A mn_trace_sink_fn that appends each allocator event to the mn_trace_t
@@ -92,7 +92,7 @@ mn_status mn_trace_action_parse(const char *name, mn_trace_action *out);
  * block size goes to block_size). Never fails: events it cannot store are
  * counted in trace->dropped. Not thread-safe across allocators: give each
  * allocator its own trace (an allocator's lock serializes its own events). */
-void mn_trace_recorder_sink(void *user, const mn_trace_event_t *event);
+MN_API void mn_trace_recorder_sink(void *user, const mn_trace_event_t *event);
 
 /* ---- replay ------------------------------------------------------------------
  * Drives an allocator through a trace: the pre allocations first, in order,
@@ -131,7 +131,7 @@ typedef struct mn_replay_options_s {
   void *at_stop_user;
 } mn_replay_options_t;
 
-mn_replay_options_t mn_replay_options_default(void);
+MN_API mn_replay_options_t mn_replay_options_default(void);
 
 typedef struct mn_replay_result_s {
   uint64_t allocs, frees;      /* replayed event operations (pre allocs excluded) */
@@ -166,7 +166,7 @@ typedef struct mn_replay_result_s {
 
 /* options NULL: the defaults. The allocator should be fresh (its peaks are
  * reset first when it supports that). *out is untouched on failure. */
-mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator,
+MN_API MN_NODISCARD mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator,
                           const mn_replay_options_t *options, mn_replay_result_t *out);
 
 #ifdef __cplusplus
