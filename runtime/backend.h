@@ -78,7 +78,7 @@ typedef struct mn__backend_s {
   mn_status (*pool_set_release_threshold)(int index, size_t bytes);
   mn_status (*pool_reset_peak)(int index);
 
-  /* ---- pinned host memory and peer access (issue 4) -----------------------
+  /* ---- pinned host memory and peer access -----------------------
    * Page-locked host memory that every device of this backend can copy to and
    * from asynchronously: CUDA pins with cudaHostAlloc/cudaHostRegister
    * (portable); SIM records ordinary host ranges in a process-wide registry;
@@ -97,8 +97,7 @@ typedef struct mn__backend_s {
    * backend, ordered on `stream` of device `index` (one of the two). */
   mn_status (*memcpy_peer_async)(int index, void *dst, int dst_index, const void *src,
                                  int src_index, size_t nbytes, void *stream);
-  /* ---- end of issue 4 slots ---- */
-  /* ---- CUDA IPC (issue 5): NULL where not supported (CPU, SIM) ----------
+  /* ---- CUDA IPC: NULL where not supported (CPU, SIM) ----------
    *   ipc_export: the IPC handle (MN_IPC_HANDLE_BYTES bytes into handle) of
    *     the allocation holding ptr and ptr's offset from its base.
    *   ipc_open: maps a handle of another process; *base is the allocation's base.

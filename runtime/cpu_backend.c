@@ -119,7 +119,7 @@ static mn_status cpu_memset(int index, void *dst, int value, size_t nbytes, void
   return MN_OK;
 }
 
-/* ---- pinned host memory (issue 4): plain memory, never reported pinned ---- */
+/* ---- pinned host memory: plain memory, never reported pinned ---- */
 
 static mn_status cpu_host_register(int index, void *ptr, size_t nbytes) { return MN_OK; }
 static mn_status cpu_host_unregister(int index, void *ptr) { return MN_OK; }
@@ -150,7 +150,7 @@ const mn__backend_t mn__cpu_backend = {
     .event_synchronize = cpu_handle_nothing,
     .memcpy_async = cpu_memcpy,
     .memset_async = cpu_memset,
-    /* issue 4: the CPU has no peers */
+    /* the CPU has no peers */
     .host_alloc = cpu_raw_alloc,
     .host_free = cpu_raw_free,
     .host_register = cpu_host_register,

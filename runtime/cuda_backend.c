@@ -139,7 +139,7 @@ const mn__backend_t mn__cuda_backend = {
     .event_synchronize = mn__nocuda_event_synchronize,
     .memcpy_async = mn__nocuda_memcpy_async,
     .memset_async = mn__nocuda_memset_async,
-    /* issue 4: the slots stay NULL (NOT_SUPPORTED); no CUDA device exists to reach them */
+    /* the slots stay NULL (NOT_SUPPORTED); no CUDA device exists to reach them */
 };
 
 #else /* MNEMO_HAVE_CUDA */
@@ -897,7 +897,7 @@ static mn_status mn__cuda_pool_reset_peak(int index) {
   return MN_OK;
 }
 
-/* ---- Pinned host memory and peer access (issue 4) ---------------------------- */
+/* ---- Pinned host memory and peer access ---------------------------- */
 
 /* Portable: every CUDA context sees the memory as pinned, whichever device
  * `index` made it (with unified addressing it would be anyway). */
@@ -989,9 +989,8 @@ static mn_status mn__cuda_memcpy_peer_async(int index, void *dst, int dst_index,
   return MN_OK;
 }
 
-/* ---- end of issue 4 ---- */
 
-/* ---- CUDA IPC (issue 5) -------------------------------------------------------
+/* ---- CUDA IPC -------------------------------------------------------
  * A block inside a larger cudaMalloc allocation (a caching-allocator segment) is
  * exported as the allocation's handle plus the block's offset: the driver's
  * cuMemGetAddressRange finds the base. VMM memory (expandable segments) has no
@@ -1048,7 +1047,6 @@ static mn_status mn__cuda_ipc_close(int index, void *base) {
   return MN_OK;
 }
 
-/* ---- end of issue 5 ---- */
 
 const mn__backend_t mn__cuda_backend = {
     .name = "cuda",
@@ -1082,7 +1080,7 @@ const mn__backend_t mn__cuda_backend = {
     .pool_stats = mn__cuda_pool_stats,
     .pool_set_release_threshold = mn__cuda_pool_set_release_threshold,
     .pool_reset_peak = mn__cuda_pool_reset_peak,
-    /* issue 4 */
+    /* pinned host memory and peer access */
     .host_alloc = mn__cuda_host_alloc,
     .host_free = mn__cuda_host_free,
     .host_register = mn__cuda_host_register,
@@ -1091,7 +1089,7 @@ const mn__backend_t mn__cuda_backend = {
     .can_access_peer = mn__cuda_can_access_peer,
     .enable_peer_access = mn__cuda_enable_peer_access,
     .memcpy_peer_async = mn__cuda_memcpy_peer_async,
-    /* issue 5 */
+    /* CUDA IPC */
     .ipc_export = mn__cuda_ipc_export,
     .ipc_open = mn__cuda_ipc_open,
     .ipc_close = mn__cuda_ipc_close,

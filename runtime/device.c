@@ -578,7 +578,7 @@ mn_status mn_device_pool_reset_peak(mn_device_t dev) {
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
-/* ---- pinned host memory and peer access (issue 4) ----------------------- */
+/* ---- pinned host memory and peer access ----------------------- */
 
 /* Validates dev and returns its backend when it has `slot`. */
 #define MN__HOST_BACKEND(func, dev, slot, out)                                                    \
@@ -700,4 +700,3 @@ mn_status mn_memcpy_peer_async(mn_device_t dst_dev, void *dst, mn_device_t src_d
   st = b->memcpy_peer_async(s->device.index, dst, dst_dev.index, src, src_dev.index, nbytes, s->handle);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
-/* ---- end of issue 4 ---- */

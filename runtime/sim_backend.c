@@ -962,7 +962,7 @@ static mn_status pool_check(sim_device *d, int index) {
   return MN_OK;
 }
 
-/* ---- pinned host memory and peer access (issue 4) ------------------------
+/* ---- pinned host memory and peer access ------------------------
  * "Pinned" SIM memory is ordinary host memory recorded in one process-wide
  * registry, pinned for every SIM device (as cudaHostAllocPortable memory is
  * for every CUDA device). The registry has its own lock, never held together
@@ -1097,7 +1097,6 @@ static mn_status sim_memcpy_peer_async(int index, void *dst, int dst_index, cons
   return sim_memcpy_async(index, dst, src, nbytes, index == dst_index ? MN__COPY_H2D : MN__COPY_D2H, handle);
 }
 
-/* ---- end of issue 4 ---- */
 
 const mn__backend_t mn__sim_backend = {
     .name = "sim",
@@ -1131,7 +1130,7 @@ const mn__backend_t mn__sim_backend = {
     .pool_stats = sim_pool_stats,
     .pool_set_release_threshold = sim_pool_set_release_threshold,
     .pool_reset_peak = sim_pool_reset_peak,
-    /* issue 4 */
+    /* pinned host memory and peer access */
     .host_alloc = sim_host_alloc,
     .host_free = sim_host_free,
     .host_register = sim_host_register,

@@ -77,7 +77,7 @@ MN_TEST(storage_refcount_and_views) {
            mn_view_stride(a, -1) == 1 && mn_view_size(a, -2) == 3 && mn_view_size(a, 2) == -1);
   MN_CHECK_OK(mn_view_create(s, MN_DTYPE_INT32, 2, sizes, tstrides, 0, &t));
   MN_CHECK(!mn_view_is_contiguous(t));
-  MN_CHECK_OK(mn_view_fill(t, mn_scalar_int(1), NULL)); /* any layout (issue 6) */
+  MN_CHECK_OK(mn_view_fill(t, mn_scalar_int(1), NULL)); /* any layout */
   MN_CHECK_OK(mn_view_fill(a, mn_scalar_int(9), NULL));
   MN_CHECK(((int32_t *)mn_view_data(t))[11] == 9); /* aliasing: one storage */
   mn_storage_release(s);                          /* views keep it alive */
@@ -116,7 +116,7 @@ MN_TEST(view_geometry_errors) {
   mn_view_t *a = NULL, *b = NULL;
   MN_CHECK_OK(mn_view_create(s, MN_DTYPE_INT32, 2, sizes, NULL, 0, &a));
   MN_CHECK_OK(mn_view_empty(mn_device_cpu(), MN_DTYPE_FLOAT32, 2, sizes, &b));
-  MN_CHECK_OK(mn_view_copy(b, a, NULL)); /* casting copy_ (issue 6), queued on sim:0 */
+  MN_CHECK_OK(mn_view_copy(b, a, NULL)); /* casting copy_, queued on sim:0 */
   MN_CHECK_OK(mn_device_synchronize(mn_device_sim(0)));
   mn_view_destroy(b);
   MN_CHECK_OK(mn_view_empty(mn_device_cpu(), MN_DTYPE_INT32, 2, big, &b));

@@ -119,6 +119,44 @@ MN_TEST(environment_table) {
   MN_CHECK(mn__env((mn__env_id)-1) == NULL && mn__env(MN__ENV_COUNT) == NULL);
 }
 
+/* A failure passes up through internal functions; the message names the
+ * public call the user made, once, then the innermost detail. */
+static void once(const char *call, mn_status st, const char *want_start) {
+  const char *m = mn_last_error();
+  MN_CHECK(st != MN_OK && strncmp(m, want_start, strlen(want_start)) == 0);
+  /* no internal name, and no second call name after the first */
+  MN_CHECK(strstr(m, "mn__") == NULL && strstr(m + 1, ": mn_") == NULL);
+  if (st == MN_OK || strncmp(m, want_start, strlen(want_start)) != 0 || strstr(m, "mn__") || strstr(m + 1, ": mn_"))
+    fprintf(stderr, "  %s: \"%s\"\n", call, m);
+}
+
+MN_TEST(error_messages_name_the_public_call_once) {
+  mn_view_t *v = NULL;
+  mn_storage_t *s = NULL;
+  const int64_t neg = -1, big = (int64_t)1 << 42;
+  once("view_empty", mn_view_empty(mn_device_cpu(), MN_DTYPE_FLOAT32, 1, &neg, &v),
+       "mn_view_empty: size -1 at dim 0 is negative");
+  MN_CHECK(strcmp(mn_last_error(), "mn_view_empty: size -1 at dim 0 is negative") == 0);
+  /* an OOM: the public call, then the allocator's PyTorch-worded message */
+  once("view_empty sim", mn_view_empty(mn_device_sim(0), MN_DTYPE_FLOAT32, 1, &big, &v),
+       "mn_view_empty: sim:0 out of memory. Tried to allocate 16384.00 GiB");
+  once("storage_create", mn_storage_create(mn_device_sim(0), (size_t)1 << 45, NULL, NULL, &s),
+       "mn_storage_create: sim:0 out of memory. Tried to allocate");
+  once("view_empty cpu", mn_view_empty(mn_device_cpu(), MN_DTYPE_FLOAT32, 1, &big, &v),
+       "mn_view_empty: cpu: out of host memory allocating");
+  const int64_t sizes[2] = {2, 3}, other[2] = {3, 2};
+  mn_view_t *a = NULL, *b = NULL;
+  MN_CHECK_OK(mn_view_empty(mn_device_cpu(), MN_DTYPE_INT32, 2, sizes, &a));
+  MN_CHECK_OK(mn_view_empty(mn_device_cpu(), MN_DTYPE_INT32, 2, other, &b));
+  once("view_copy", mn_view_copy(a, b, NULL), "mn_view_copy: shapes differ");
+  const int64_t bad = -2;
+  once("view_reshape", mn_view_reshape(a, 1, &bad, NULL, &v), "mn_view_reshape: ");
+  mn_view_destroy(a);
+  mn_view_destroy(b);
+  once("load", mn_load("/nonexistent/x.mnemo", mn_device_cpu(), NULL), "mn_load: ");
+  MN_CHECK(v == NULL && s == NULL);
+}
+
 int main(void) {
   MN_RUN(names_and_strings);
   MN_RUN(last_error_names_call_and_values);
@@ -126,5 +164,6 @@ int main(void) {
   MN_RUN(long_messages_are_truncated_safely);
   MN_RUN(version);
   MN_RUN(environment_table);
+  MN_RUN(error_messages_name_the_public_call_once);
   return mn_test_finish();
 }

@@ -1,4 +1,4 @@
-/* tests/test_trace_profiling.c: issue 8's recording side: the NVTX switch and
+/* tests/test_trace_profiling.c: the recording side: the NVTX switch and
  * range balance, the ring recorder (bound, threads, round trip to replay), trace
  * version 2 (devices), the RMM CSV importer and the text summaries. */
 #include <pthread.h>

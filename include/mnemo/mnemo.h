@@ -23,9 +23,9 @@
 #include "mnemo/copy.h"
 #include "mnemo/kernels.h"
 #include "mnemo/trace.h"
-#include "mnemo/serialize.h" /* issue 5 */
+#include "mnemo/serialize.h"
 #include "mnemo/profiling.h"
-/* issue 6: DLPack interchange of views */
+/* DLPack interchange of views */
 #include "mnemo/dlpack.h"
 
 #ifdef __cplusplus
