@@ -614,6 +614,40 @@ MN_TEST(nothing_left_behind) {
   }
 }
 
+/* The three ways to copy views, and what each accepts: mn_view_copy (users:
+ * broadcast, cast, any devices), mn_copy_view (the engine: same sizes, casts
+ * on one device only), mn_kernel_copy_view (one stream's device, same sizes). */
+MN_TEST(entry_points_and_their_rules) {
+  const int64_t row_size[2] = {1, 3}, full[2] = {2, 3};
+  mn_view_t *row = NULL, *cpu32 = NULL, *cpu64 = NULL, *sim_i = NULL;
+  MN_CHECK_OK(mn_view_empty(CPU, MN_DTYPE_FLOAT32, 2, row_size, &row));
+  MN_CHECK_OK(mn_view_empty(CPU, MN_DTYPE_FLOAT32, 2, full, &cpu32));
+  MN_CHECK_OK(mn_view_empty(CPU, MN_DTYPE_FLOAT64, 2, full, &cpu64));
+  MN_CHECK_OK(mn_view_empty(SIM0, MN_DTYPE_INT32, 2, full, &sim_i));
+  MN_CHECK_OK(mn_view_fill(row, mn_scalar_float(2.5), NULL));
+  /* mn_view_copy: broadcast and cast, across devices */
+  MN_CHECK_OK(mn_view_copy(cpu32, row, NULL));
+  MN_CHECK_OK(mn_view_copy(sim_i, cpu32, NULL));
+  MN_CHECK_OK(mn_view_copy(cpu64, sim_i, NULL));
+  MN_CHECK_OK(mn_device_synchronize(SIM0));
+  MN_CHECK(((double *)mn_view_data(cpu64))[5] == 2.0); /* 2.5 -> int32 2 -> 2.0 */
+  /* mn_copy_view: casts on one device; no broadcasting; no cast across devices */
+  MN_CHECK_OK(mn_copy_view(cpu64, cpu32, NULL, false));
+  MN_CHECK(((double *)mn_view_data(cpu64))[5] == 2.5);
+  MN_CHECK_ERR(mn_copy_view(cpu32, row, NULL, false), MN_ERR_INVALID_ARGUMENT, "mn_copy_view: shapes differ");
+  MN_CHECK_ERR(mn_copy_view(sim_i, cpu32, NULL, false), MN_ERR_NOT_SUPPORTED, "mn_copy_view: dtypes differ");
+  /* mn_kernel_copy_view: both views on the stream's device, same sizes */
+  mn_stream_t *cs = NULL;
+  MN_CHECK_OK(mn_stream_default(CPU, &cs));
+  MN_CHECK_OK(mn_kernel_copy_view(cs, cpu32, cpu64));
+  MN_CHECK_ERR(mn_kernel_copy_view(cs, cpu32, row), MN_ERR_INVALID_ARGUMENT, "mn_kernel_copy_view: size at dim 0");
+  MN_CHECK_ERR(mn_kernel_copy_view(cs, sim_i, cpu32), MN_ERR_INVALID_ARGUMENT, "on another device than the stream");
+  mn_view_destroy(row);
+  mn_view_destroy(cpu32);
+  mn_view_destroy(cpu64);
+  mn_view_destroy(sim_i);
+}
+
 int main(void) {
   SIM0 = mn_device_sim(0);
   SIM1 = mn_device_sim(1);
@@ -633,6 +667,7 @@ int main(void) {
   MN_RUN(sim_views_every_layout_and_path);
   MN_RUN(between_devices_without_peer_access);
   MN_RUN(view_errors);
+  MN_RUN(entry_points_and_their_rules);
   MN_RUN(host_threads_split_large_chunks);
   MN_RUN(concurrent_copies_on_several_streams);
   MN_RUN(nothing_left_behind);

@@ -1,6 +1,8 @@
-/* mnemo/copy.h: the copy engine, one entry point for bytes and for strided
- * views between any two devices (CPU, CUDA, SIM), blocking or non_blocking,
- * staging pageable host memory through the pinned pool. Thread-safe.
+/* mnemo/copy.h: the copy engine (storage layer), one entry point for bytes
+ * and one for strided views between any two devices (CPU, CUDA, SIM),
+ * blocking or non_blocking, staging pageable host memory through the pinned
+ * pool. Users copying views call mn_view_copy (mnemo/view.h), which adds
+ * broadcasting, casts and PyTorch's overlap rules on top. Thread-safe.
  * docs/COPY.md gives every path, its ordering and its completion point. */
 #ifndef MNEMO_COPY_H
 #define MNEMO_COPY_H
@@ -60,13 +62,16 @@ MN_API MN_NODISCARD mn_status mn_copy_get_config(mn_copy_config_t *out);
 MN_API MN_NODISCARD mn_status mn_copy_bytes(mn_device_t dst_dev, void *dst, mn_device_t src_dev, const void *src, size_t nbytes,
                         mn_stream_t *stream, unsigned flags);
 
-/* Copies view src into view dst: same dtype (casts belong to the cast
- * kernels: MN_ERR_NOT_SUPPORTED) and same sizes, any strides, any devices.
- * Non-contiguous CUDA views are MN_ERR_NOT_SUPPORTED (they need the strided
- * CUDA kernels); CPU and SIM views may have any layout. Views that share
- * memory must be identical (a no-op) or disjoint; a destination with stride 0
- * on a dim of size > 1 is refused. Stream and completion as
- * mn_copy_bytes with MN_COPY_NON_BLOCKING when non_blocking. */
+/* The copy engine's view entry point, lower level than mn_view_copy (which
+ * users want: it broadcasts, casts on any pair of devices and handles
+ * overlap by PyTorch's rules, and calls this). Copies src into dst of the
+ * same sizes, any strides, any devices. On one device a cast (or a strided
+ * CUDA copy) runs as a kernel (mn_kernel_copy_view); across devices the
+ * dtypes must match (MN_ERR_NOT_SUPPORTED otherwise: cast on one side first).
+ * No broadcasting: a destination with stride 0 on a dim of size > 1 is
+ * refused. Views that share memory must be identical (a no-op) or disjoint.
+ * Stream and completion as mn_copy_bytes with MN_COPY_NON_BLOCKING when
+ * non_blocking. */
 MN_API MN_NODISCARD mn_status mn_copy_view(mn_view_t *dst, const mn_view_t *src, mn_stream_t *stream, bool non_blocking);
 
 /* Waits for and destroys the engine's helper streams (made on first use, one

@@ -1,5 +1,10 @@
 /* mnemo/kernels.h: the device kernels behind fill and copy, dispatched by
- * device: CPU code on CPU and SIM memory, CUDA kernels on CUDA memory. */
+ * device: CPU code on CPU and SIM memory, CUDA kernels on CUDA memory. The
+ * lowest level of copying: one stream, one device, no broadcasting of dst,
+ * no staging through temporaries (mn_view_copy in mnemo/view.h does all of
+ * that). The raw-memory functions are the kernels layer's; the *_view and
+ * random functions are the storage layer's wrappers that turn views into the
+ * kernels' strided operands (kernels/ops.h). Thread-safe. */
 #ifndef MNEMO_KERNELS_H
 #define MNEMO_KERNELS_H
 
