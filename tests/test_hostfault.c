@@ -142,6 +142,14 @@ static mn_status make_views(mn_device_t dev, mn_view_t **v) {
   return st;
 }
 
+/* What a save/load round trip made: the views, the buffer, the two loads. */
+static void free_round_trip(mn_view_t **v, void *buf, mn_named_views_t *got, mn_named_views_t *got2) {
+  for (int i = 0; i < 3; i++) mn_view_destroy(v[i]);
+  free(buf);
+  mn_named_views_free(got);
+  mn_named_views_free(got2);
+}
+
 static mn_status w_save_load(void) {
   mn_status st = MN_OK;
   mn_view_t *v[3] = {0};
@@ -160,10 +168,7 @@ static mn_status w_save_load(void) {
   if (got->count != 3 || ((float *)mn_view_data(mn_named_views_find(got, "a_t")))[5] != 2.0f)
     st = wrong("loaded views differ");
 done:
-  for (int i = 0; i < 3; i++) mn_view_destroy(v[i]);
-  free(buf);
-  mn_named_views_free(got);
-  mn_named_views_free(got2);
+  free_round_trip(v, buf, got, got2);
   return st;
 }
 
@@ -188,10 +193,7 @@ static mn_status w_safetensors(void) {
   if (got2->count != 2 || ((int16_t *)mn_view_data(mn_named_views_find(got2, "bias")))[2] != -3)
     st = wrong("loaded tensors differ");
 done:
-  for (int i = 0; i < 3; i++) mn_view_destroy(v[i]);
-  free(buf);
-  mn_named_views_free(got);
-  mn_named_views_free(got2);
+  free_round_trip(v, buf, got, got2);
   return st;
 }
 
