@@ -48,11 +48,11 @@ mn_status mn__copy_staged_d2h(const mn__copy_t *c);
 mn_status mn__copy_staged_d2d(const mn__copy_t *c);
 
 /* The CPU strided copy of [begin, end), split over `threads` threads (the
- * caller and workers) when it moves at least 1 MiB. */
+ * caller and the kernels' CPU pool) when it moves at least 1 MiB. */
 void mn__copy_host_range(const mn__strided_t *dst, const mn__strided_t *src, size_t item, int64_t begin, int64_t end,
                          unsigned threads);
 
-/* Releases the helper streams, cached events and idle worker threads. */
+/* Releases the helper streams and cached events. */
 mn_status mn__copy_staged_reset(void);
 
 #endif /* MNEMO_STORAGE_COPY_H */

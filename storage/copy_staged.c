@@ -1,13 +1,15 @@
 /* storage/copy_staged.c: the copy engine's staged paths: pageable host
  * memory and device-to-device copies between devices without peer access go
  * through a ring of pinned staging blocks, chunk by chunk; plus the helper
- * streams, cached events and host worker threads they use. Thread-safe: the
+ * streams and cached events they use. Host-side range copies split over the
+ * kernels' CPU pool (kernels/pool.h), the library's one worker pool. Thread-safe: the
  * shared tables have one lock each; a copy's ring is its own. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/pool.h"
 #include "runtime/hostmem.h"
 #include "storage/copy.h"
 #include "runtime/error.h"
@@ -15,7 +17,6 @@
 #define MAX_SLOTS 64
 #define MAX_HELPER_INDEX 64
 #define MAX_CACHED_EVENTS 256
-#define MAX_WORKERS 63
 #define SPLIT_MIN_BYTES ((int64_t)1 << 20)
 
 /* ---- helper streams and cached events ------------------------------------------ */
@@ -75,96 +76,33 @@ static void event_give(mn_event_t *ev) {
   if (!e) mn__ignore(mn_event_destroy(ev)); /* no room to keep it: the out-of-memory is reported */
 }
 
-/* ---- host worker threads ------------------------------------------------------- */
+/* ---- host-side range copies on the kernels' CPU pool ------------------------------ */
 
-typedef struct host_batch {
-  pthread_mutex_t m;
-  pthread_cond_t done;
-  int remaining;
-} host_batch;
-
-typedef struct host_task {
+typedef struct range_split {
   const mn__strided_t *dst, *src;
   size_t item;
-  int64_t begin, end;
-  host_batch *batch;
-  struct host_task *next;
-} host_task;
+  int64_t begin, n;
+  int64_t parts;
+} range_split;
 
-static pthread_mutex_t g_wq_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t g_wq_cond = PTHREAD_COND_INITIALIZER;
-static host_task *g_wq_head, *g_wq_tail;
-static pthread_t g_workers[MAX_WORKERS];
-static unsigned g_nworkers;
-static bool g_wq_stop;
-
-static void *worker_main(void *arg) {
-  (void)arg;
-  pthread_mutex_lock(&g_wq_lock);
-  for (;;) {
-    while (!g_wq_head && !g_wq_stop) pthread_cond_wait(&g_wq_cond, &g_wq_lock);
-    if (!g_wq_head) break; /* stopping, nothing left */
-    host_task *t = g_wq_head;
-    g_wq_head = t->next;
-    if (!g_wq_head) g_wq_tail = NULL;
-    pthread_mutex_unlock(&g_wq_lock);
-    mn__cpu_strided_copy(t->dst, t->src, t->item, t->begin, t->end);
-    host_batch *b = t->batch; /* t lives on the waiter's stack: not touched after this */
-    pthread_mutex_lock(&b->m);
-    if (--b->remaining == 0) pthread_cond_signal(&b->done);
-    pthread_mutex_unlock(&b->m);
-    pthread_mutex_lock(&g_wq_lock);
-  }
-  pthread_mutex_unlock(&g_wq_lock);
-  return NULL;
-}
-
-/* Starts workers up to n (fewer if threads cannot be made); returns how many run. */
-static unsigned workers_ensure(unsigned n) {
-  pthread_mutex_lock(&g_wq_lock);
-  while (g_nworkers < n && g_nworkers < MAX_WORKERS &&
-         pthread_create(&g_workers[g_nworkers], NULL, worker_main, NULL) == 0)
-    g_nworkers++;
-  unsigned have = g_nworkers;
-  pthread_mutex_unlock(&g_wq_lock);
-  return have;
+/* Part t of the range: [begin + t*n/parts, begin + (t+1)*n/parts). */
+static void range_part(void *ctx, int64_t t) {
+  const range_split *r = ctx;
+  int64_t b = r->begin + t * r->n / r->parts, e = r->begin + (t + 1) * r->n / r->parts;
+  if (b < e) mn__cpu_strided_copy(r->dst, r->src, r->item, b, e);
 }
 
 void mn__copy_host_range(const mn__strided_t *dst, const mn__strided_t *src, size_t item, int64_t begin, int64_t end,
                          unsigned threads) {
   int64_t n = end - begin;
-  unsigned parts = threads;
-  if (parts > 1 && n * (int64_t)item >= SPLIT_MIN_BYTES) {
-    unsigned have = workers_ensure(parts - 1);
-    if (parts > have + 1) parts = have + 1;
-  } else {
-    parts = 1;
-  }
-  if (parts <= 1) {
+  if (threads <= 1 || n * (int64_t)item < SPLIT_MIN_BYTES) {
     mn__cpu_strided_copy(dst, src, item, begin, end);
     return;
   }
-  host_task tasks[MAX_WORKERS + 1];
-  host_batch batch = {.remaining = (int)parts - 1};
-  pthread_mutex_init(&batch.m, NULL);
-  pthread_cond_init(&batch.done, NULL);
-  int64_t per = n / parts;
-  pthread_mutex_lock(&g_wq_lock);
-  for (unsigned i = 0; i + 1 < parts; i++) {
-    tasks[i] = (host_task){.dst = dst, .src = src, .item = item, .begin = begin + (int64_t)i * per,
-                           .end = begin + (int64_t)(i + 1) * per, .batch = &batch};
-    if (g_wq_tail) g_wq_tail->next = &tasks[i];
-    else g_wq_head = &tasks[i];
-    g_wq_tail = &tasks[i];
-  }
-  pthread_cond_broadcast(&g_wq_cond);
-  pthread_mutex_unlock(&g_wq_lock);
-  mn__cpu_strided_copy(dst, src, item, begin + (int64_t)(parts - 1) * per, end); /* the last part: ours */
-  pthread_mutex_lock(&batch.m);
-  while (batch.remaining > 0) pthread_cond_wait(&batch.done, &batch.m);
-  pthread_mutex_unlock(&batch.m);
-  pthread_cond_destroy(&batch.done);
-  pthread_mutex_destroy(&batch.m);
+  /* the one CPU pool of the library (kernels/pool.h): the caller takes part,
+   * and runs every part itself when the pool is busy with another caller */
+  range_split r = {.dst = dst, .src = src, .item = item, .begin = begin, .n = n, .parts = threads};
+  mn__pool_run(range_part, &r, r.parts);
 }
 
 /* ---- the staging ring ------------------------------------------------------------ */
@@ -414,15 +352,5 @@ mn_status mn__copy_staged_reset(void) {
     free(e);
     e = n;
   }
-  pthread_mutex_lock(&g_wq_lock);
-  g_wq_stop = true;
-  pthread_cond_broadcast(&g_wq_cond);
-  unsigned n = g_nworkers;
-  pthread_mutex_unlock(&g_wq_lock);
-  for (unsigned i = 0; i < n; i++) pthread_join(g_workers[i], NULL);
-  pthread_mutex_lock(&g_wq_lock);
-  g_nworkers = 0;
-  g_wq_stop = false;
-  pthread_mutex_unlock(&g_wq_lock);
   return first;
 }

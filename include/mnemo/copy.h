@@ -39,9 +39,10 @@ typedef struct mn_copy_config_s {
   /* Pinned staging blocks one copy cycles through (default 4; at least 2):
    * the host waits for the device only when a copy needs more chunks. */
   unsigned staging_buffers;
-  /* Threads that share each chunk's host-side copy into or out of staging
-   * (default 1: the calling thread, or the stream's host function; up to 64).
-   * Chunks of less than 1 MiB are never split. */
+  /* Parts each chunk's host-side copy into or out of staging is split into
+   * (default 1: the calling thread, or the stream's host function; up to 64),
+   * run on the library's CPU pool with the calling thread taking part (its
+   * threads: MNEMO_KERNEL_THREADS). Chunks of less than 1 MiB are never split. */
   unsigned host_threads;
 } mn_copy_config_t;
 
@@ -75,7 +76,7 @@ MN_API MN_NODISCARD mn_status mn_copy_bytes(mn_device_t dst_dev, void *dst, mn_d
 MN_API MN_NODISCARD mn_status mn_copy_view(mn_view_t *dst, const mn_view_t *src, mn_stream_t *stream, bool non_blocking);
 
 /* Waits for and destroys the engine's helper streams (made on first use, one
- * per device), cached events and worker threads, then empties the default
+ * per device) and cached events, then empties the default
  * pinned pools (mn_allocator_empty_cache: blocks still pending stay). Call it
  * when no copy is running: before mn_sim_configure, or to leave nothing behind. */
 MN_API MN_NODISCARD mn_status mn_copy_engine_reset(void);
