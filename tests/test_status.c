@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include "mn_test.h"
+#include "runtime/hostmem.h"
 #include "runtime/env.h"
 
 MN_TEST(names_and_strings) {
@@ -142,8 +143,14 @@ MN_TEST(error_messages_name_the_public_call_once) {
        "mn_view_empty: sim:0 out of memory. Tried to allocate 16384.00 GiB");
   once("storage_create", mn_storage_create(mn_device_sim(0), (size_t)1 << 45, NULL, NULL, &s),
        "mn_storage_create: sim:0 out of memory. Tried to allocate");
-  once("view_empty cpu", mn_view_empty(mn_device_cpu(), MN_DTYPE_FLOAT32, 1, &big, &v),
-       "mn_view_empty: cpu: out of host memory allocating");
+  /* host memory runs out part way (runtime/hostmem.h's fault) */
+  const int64_t small = 1000;
+  mn__hostmem_fail_nth(2);
+  mn_status host_oom = mn_view_empty(mn_device_cpu(), MN_DTYPE_FLOAT32, 1, &small, &v);
+  MN_CHECK(mn__hostmem_fault_fired());
+  mn__hostmem_fail_nth(0);
+  once("view_empty host", host_oom, "mn_view_empty: ");
+  MN_CHECK(host_oom == MN_ERR_OUT_OF_MEMORY && strstr(mn_last_error(), "out of host memory") != NULL);
   const int64_t sizes[2] = {2, 3}, other[2] = {3, 2};
   mn_view_t *a = NULL, *b = NULL;
   MN_CHECK_OK(mn_view_empty(mn_device_cpu(), MN_DTYPE_INT32, 2, sizes, &a));
