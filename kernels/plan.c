@@ -22,6 +22,54 @@ static uint64_t extent_bytes(const mn__plan_t *p, const int64_t *strides, size_t
   return (off + 1) * item;
 }
 
+int mn__plan_dims(const mn__strided_t *dst, const mn__strided_t *src, bool sort, int64_t *sizes, int64_t *dstr,
+                  int64_t *sstr) {
+  bool fill = src == NULL;
+  /* Drop size-1 dims, innermost first: in row-major order (the last dim
+   * first), or, sorting, by dst stride then src stride (stable). */
+  int n = 0;
+  for (int i = 0; i < dst->ndim; i++) {
+    int k = sort ? i : dst->ndim - 1 - i;
+    int64_t size = dst->sizes[k];
+    if (size == 1) continue;
+    int64_t ds = dst->strides[k], ss = fill ? 0 : src->strides[k];
+    int j = n++;
+    while (sort && j > 0 && (dstr[j - 1] > ds || (dstr[j - 1] == ds && sstr[j - 1] > ss))) {
+      sizes[j] = sizes[j - 1];
+      dstr[j] = dstr[j - 1];
+      sstr[j] = sstr[j - 1];
+      j--;
+    }
+    sizes[j] = size;
+    dstr[j] = ds;
+    sstr[j] = ss;
+  }
+  if (n == 0) { /* a single element */
+    n = 1;
+    sizes[0] = 1;
+    dstr[0] = 1;
+    sstr[0] = fill ? 0 : 1;
+  }
+  /* Merge an outer dim into the one inside it when both operands continue. */
+  int m = 0;
+  for (int k = 1; k < n; k++) {
+    if (dstr[k] == dstr[m] * sizes[m] && sstr[k] == sstr[m] * sizes[m]) {
+      sizes[m] *= sizes[k];
+      continue;
+    }
+    m++;
+    sizes[m] = sizes[k];
+    dstr[m] = dstr[k];
+    sstr[m] = sstr[k];
+  }
+  /* a lone element is contiguous on both sides */
+  if (m == 0 && sizes[0] == 1) {
+    dstr[0] = 1;
+    sstr[0] = fill ? 0 : 1;
+  }
+  return m + 1;
+}
+
 void mn__plan_make(mn__plan_t *p, const mn__strided_t *dst, mn_dtype dst_dtype, const mn__strided_t *src,
                    mn_dtype src_dtype) {
   memset(p, 0, sizeof *p);
@@ -34,49 +82,8 @@ void mn__plan_make(mn__plan_t *p, const mn__strided_t *dst, mn_dtype dst_dtype, 
   p->src_item = mn_dtype_itemsize(p->src_dtype);
   p->numel = 1;
 
-  /* Drop size-1 dims; insertion sort (stable) by dst stride, then src stride. */
-  int n = 0;
-  for (int k = 0; k < dst->ndim; k++) {
-    int64_t size = dst->sizes[k];
-    p->numel *= size;
-    if (size == 1) continue;
-    int64_t ds = dst->strides[k], ss = fill ? 0 : src->strides[k];
-    int j = n++;
-    while (j > 0 && (p->dst_strides[j - 1] > ds || (p->dst_strides[j - 1] == ds && p->src_strides[j - 1] > ss))) {
-      p->sizes[j] = p->sizes[j - 1];
-      p->dst_strides[j] = p->dst_strides[j - 1];
-      p->src_strides[j] = p->src_strides[j - 1];
-      j--;
-    }
-    p->sizes[j] = size;
-    p->dst_strides[j] = ds;
-    p->src_strides[j] = ss;
-  }
-  if (n == 0) { /* a single element */
-    n = 1;
-    p->sizes[0] = 1;
-    p->dst_strides[0] = 1;
-    p->src_strides[0] = fill ? 0 : 1;
-  }
-  /* Merge an outer dim into the one inside it when both operands continue. */
-  int m = 0;
-  for (int k = 1; k < n; k++) {
-    if (p->dst_strides[k] == p->dst_strides[m] * p->sizes[m] &&
-        p->src_strides[k] == p->src_strides[m] * p->sizes[m]) {
-      p->sizes[m] *= p->sizes[k];
-      continue;
-    }
-    m++;
-    p->sizes[m] = p->sizes[k];
-    p->dst_strides[m] = p->dst_strides[k];
-    p->src_strides[m] = p->src_strides[k];
-  }
-  p->ndim = m + 1;
-  /* a lone element is contiguous on both sides */
-  if (p->ndim == 1 && p->sizes[0] == 1) {
-    p->dst_strides[0] = 1;
-    p->src_strides[0] = fill ? 0 : 1;
-  }
+  for (int k = 0; k < dst->ndim; k++) p->numel *= dst->sizes[k];
+  p->ndim = mn__plan_dims(dst, src, true, p->sizes, p->dst_strides, p->src_strides);
 
   if (fill) {
     p->kind = MN__PLAN_FILL;

@@ -45,6 +45,17 @@ typedef struct mn__plan_s {
   bool index64;
 } mn__plan_t;
 
+/* The planner's first step, shared by every strided walk of the library (the
+ * plans below and the CPU strided copy of kernels/strided.h): size-1 dims
+ * dropped and dims contiguous in both operands merged, innermost first, into
+ * sizes/dstr/sstr (MN_MAX_DIMS each; strides in elements; src NULL: a fill,
+ * src strides 0). sort = false keeps row-major order (element i of the
+ * result is element i of the operands); sort = true first orders the dims by
+ * dst stride, then src stride. Returns the number of dims (>= 1; a single
+ * element is one dim of size 1, contiguous). */
+int mn__plan_dims(const mn__strided_t *dst, const mn__strided_t *src, bool sort, int64_t *sizes, int64_t *dstr,
+                  int64_t *sstr);
+
 /* Plans a copy (src != NULL) or a fill (src == NULL) over dst's shape. pre:
  * same ndim and sizes, valid dtypes, non-negative strides, numel > 0. */
 void mn__plan_make(mn__plan_t *plan, const mn__strided_t *dst, mn_dtype dst_dtype, const mn__strided_t *src,

@@ -1,8 +1,10 @@
 /* kernels/strided_cpu.c: the generic CPU strided copy (kernels/strided.h):
- * dims of size 1 dropped, mergeable dims coalesced, then rows copied with
+ * dims of size 1 dropped, mergeable dims coalesced (the planner's
+ * mn__plan_dims, in row-major order), then rows copied with
  * memcpy when both sides are dense, element by element otherwise. Thread-safe. */
 #include <string.h>
 
+#include "kernels/plan.h"
 #include "kernels/strided.h"
 
 void mn__strided_packed(void *buf, const mn__strided_t *shape, int64_t begin, mn__strided_t *out) {
@@ -18,8 +20,8 @@ void mn__strided_packed(void *buf, const mn__strided_t *shape, int64_t begin, mn
   out->origin = begin;
 }
 
-/* The common shape with size-1 dims dropped and dims merged where both
- * operands allow it; innermost first. */
+/* The common shape in row-major order, innermost first, size-1 dims dropped
+ * and dims merged where both operands allow it: the planner's first step. */
 typedef struct coalesced {
   int n;
   int64_t size[MN_MAX_DIMS];
@@ -27,25 +29,7 @@ typedef struct coalesced {
 } coalesced;
 
 static void coalesce(const mn__strided_t *dst, const mn__strided_t *src, coalesced *c) {
-  c->n = 0;
-  for (int k = dst->ndim - 1; k >= 0; k--) {
-    int64_t size = dst->sizes[k];
-    if (size == 1) continue;
-    int m = c->n - 1;
-    if (m >= 0 && dst->strides[k] == c->sd[m] * c->size[m] && src->strides[k] == c->ss[m] * c->size[m]) {
-      c->size[m] *= size;
-      continue;
-    }
-    c->size[c->n] = size;
-    c->sd[c->n] = dst->strides[k];
-    c->ss[c->n] = src->strides[k];
-    c->n++;
-  }
-  if (c->n == 0) { /* a single element */
-    c->n = 1;
-    c->size[0] = 1;
-    c->sd[0] = c->ss[0] = 1;
-  }
+  c->n = mn__plan_dims(dst, src, false, c->size, c->sd, c->ss);
 }
 
 #define MN__ROW_CASE(N)                                                         \

@@ -137,7 +137,32 @@ MN_TEST(huge_views_need_64bit_index) {
   MN_CHECK(p.kind == MN__PLAN_TRANSPOSE && p.index64 && p.numel == 3 * (INT64_C(1) << 30));
 }
 
+/* The planner's first step in both orders: the strided CPU copy keeps
+ * row-major order (its element ranges are row-major), plans sort by dst. */
+MN_TEST(dims_in_row_major_or_sorted_order) {
+  /* dst (2,0,1)-permuted, src contiguous, one size-1 dim */
+  int64_t sz[4] = {3, 1, 4, 5}, ds[4] = {1, 60, 15, 3}, ss[4] = {20, 20, 5, 1};
+  mn__strided_t d = op(buf, 4, sz, ds), s = op(buf, 4, sz, ss);
+  int64_t size[MN_MAX_DIMS], dst[MN_MAX_DIMS], src[MN_MAX_DIMS];
+  int n = mn__plan_dims(&d, &s, false, size, dst, src);
+  /* row-major, innermost first: dims 3 and 2 merge (both sides continue), then dim 0; dim 1 dropped */
+  MN_CHECK(n == 2 && size[0] == 20 && size[1] == 3);
+  MN_CHECK(dst[0] == 3 && dst[1] == 1 && src[0] == 1 && src[1] == 20);
+  n = mn__plan_dims(&d, &s, true, size, dst, src);
+  MN_CHECK(n == 2 && size[0] == 3 && size[1] == 20 && dst[0] == 1 && dst[1] == 3 && src[0] == 20 && src[1] == 1);
+  /* contiguous on both sides merges to one dim either way; a fill has src strides 0 */
+  int64_t cs[4] = {20, 20, 5, 1};
+  mn__strided_t c = op(buf, 4, sz, cs);
+  MN_CHECK(mn__plan_dims(&c, &c, false, size, dst, src) == 1 && size[0] == 60 && dst[0] == 1 && src[0] == 1);
+  MN_CHECK(mn__plan_dims(&c, NULL, false, size, dst, src) == 1 && size[0] == 60 && src[0] == 0);
+  /* a single element is one contiguous dim */
+  int64_t one[2] = {1, 1}, os[2] = {7, 9};
+  mn__strided_t e = op(buf, 2, one, os);
+  MN_CHECK(mn__plan_dims(&e, &e, false, size, dst, src) == 1 && size[0] == 1 && dst[0] == 1 && src[0] == 1);
+}
+
 int main(void) {
+  MN_RUN(dims_in_row_major_or_sorted_order);
   MN_RUN(contiguous_merges_to_one_dim);
   MN_RUN(transpose_2d_and_permutes);
   MN_RUN(generic_broadcast_fill_and_single);
