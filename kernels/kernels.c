@@ -170,8 +170,17 @@ void mn__strided_extent(const mn__strided_t *t, size_t itemsize, uintptr_t *lo, 
   *hi = *lo + (uintptr_t)((last + 1) * itemsize);
 }
 
+/* The same elements: same start, item size, sizes and strides (size-1 dims aside). */
+static bool same_operand(const mn__strided_t *a, size_t aitem, const mn__strided_t *b, size_t bitem) {
+  if (a->data != b->data || aitem != bitem || a->ndim != b->ndim) return false;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->sizes[d] != b->sizes[d] || (a->sizes[d] > 1 && a->strides[d] != b->strides[d])) return false;
+  return true;
+}
+
 mn__overlap mn__strided_overlap(const mn__strided_t *a, size_t aitem, const mn__strided_t *b, size_t bitem) {
   if (strided_numel(a) == 0 || strided_numel(b) == 0) return MN__OVERLAP_NO;
+  if (same_operand(a, aitem, b, bitem)) return MN__OVERLAP_FULL; /* ATen: a is b */
   uintptr_t alo, ahi, blo, bhi;
   mn__strided_extent(a, aitem, &alo, &ahi);
   mn__strided_extent(b, bitem, &blo, &bhi);
@@ -214,12 +223,10 @@ mn_status mn__kernel_copy_strided(mn_stream_t *stream, const mn__strided_t *dst,
       memcmp(dst->strides, src->strides, (size_t)dst->ndim * sizeof dst->strides[0]) == 0)
     return MN_OK;
   /* ATen's assert_no_partial_overlap: two dense operands whose bytes meet
-   * without being the same range would read what the copy wrote; the same
-   * range (an in-place cast) runs element by element. */
-  uintptr_t d0, d1, s0, s1;
-  mn__strided_extent(dst, mn_dtype_itemsize(dst_dtype), &d0, &d1);
-  mn__strided_extent(src, mn_dtype_itemsize(src_dtype), &s0, &s1);
-  if (d0 < s1 && s0 < d1 && mn__strided_is_dense(dst) && mn__strided_is_dense(src) && !(d0 == s0 && d1 == s1))
+   * without being the same elements would read what the copy wrote; the same
+   * bytes with the same strides (an in-place cast) run element by element. */
+  if (mn__strided_overlap(dst, mn_dtype_itemsize(dst_dtype), src, mn_dtype_itemsize(src_dtype)) ==
+      MN__OVERLAP_PARTIAL)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func,
                      "unsupported operation: some elements of the input tensor and the written-to tensor refer to "
                      "a single memory location. Please clone() the tensor before performing the operation.");

@@ -18,10 +18,11 @@
 extern "C" {
 #endif
 
-/* ATen's overlap status of two operands (get_overlap_status): NO when their
- * byte ranges do not meet, FULL when both are non-overlapping and dense over
- * the same bytes with the same strides, PARTIAL when both are dense and meet
- * otherwise, TOO_HARD when the ranges meet and one is not dense. */
+/* ATen's overlap status of two operands (get_overlap_status), the library's
+ * one overlap check: NO when their byte ranges do not meet; FULL when they
+ * are the same elements, or both are non-overlapping and dense over the same
+ * bytes with the same strides; PARTIAL when both are dense and meet
+ * otherwise; TOO_HARD when the ranges meet and one is not dense. */
 typedef enum mn__overlap {
   MN__OVERLAP_NO = 0,
   MN__OVERLAP_FULL,

@@ -155,27 +155,22 @@ static void side_from_bytes(mn_device_t dev, const void *p, size_t n, mn__copy_s
   out->contiguous = true;
 }
 
-static bool same_geometry(const mn__copy_side_t *a, const mn__copy_side_t *b) {
-  if (a->t.data != b->t.data || a->t.ndim != b->t.ndim) return false;
-  for (int d = 0; d < a->t.ndim; d++)
-    if (a->t.sizes[d] > 1 && a->t.strides[d] != b->t.strides[d]) return false;
-  return true;
-}
-
-/* Sides in one device's memory must be identical (*noop) or disjoint; the
- * CPU also allows overlapping contiguous ranges (memmove). */
+/* Sides in one device's memory must be the same elements (*noop) or
+ * disjoint (the kernels' overlap check, kernels/ops.h); the CPU also allows
+ * overlapping contiguous ranges (memmove). */
 static mn_status check_overlap(const mn__copy_t *c, bool *noop) {
   *noop = false;
   if (!mn_device_equal(c->dst.dev, c->src.dev)) return MN_OK;
-  uintptr_t dl, dh, sl, sh;
-  mn__strided_extent(&c->dst.t, c->item, &dl, &dh);
-  mn__strided_extent(&c->src.t, c->item, &sl, &sh);
-  if (dh <= sl || sh <= dl) return MN_OK;
-  if (same_geometry(&c->dst, &c->src)) {
+  mn__overlap ov = mn__strided_overlap(&c->dst.t, c->item, &c->src.t, c->item);
+  if (ov == MN__OVERLAP_NO) return MN_OK;
+  if (ov == MN__OVERLAP_FULL) { /* the same elements: nothing to copy */
     *noop = true;
     return MN_OK;
   }
   if (is_cpu(c->dst.dev) && c->dst.contiguous && c->src.contiguous) return MN_OK;
+  uintptr_t dl, dh, sl, sh;
+  mn__strided_extent(&c->dst.t, c->item, &dl, &dh);
+  mn__strided_extent(&c->src.t, c->item, &sl, &sh);
   return mn__error(MN_ERR_INVALID_ARGUMENT, c->func, "dst [%p, %p) and src [%p, %p) overlap", (void *)dl, (void *)dh,
                    (void *)sl, (void *)sh);
 }

@@ -1,9 +1,11 @@
 /* tests/test_plan.c: the copy planner (kernels/plan.h) on its own: dropped
- * and merged dims, sorting by dst strides, path, vector width, 64-bit index. */
+ * and merged dims, sorting by dst strides, path, vector width, 64-bit index;
+ * and the one overlap check (kernels/ops.h), with ATen's answers. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/ops.h"
 #include "kernels/plan.h"
 #include "mn_test.h"
 #include "mnemo/mnemo.h"
@@ -161,7 +163,32 @@ MN_TEST(dims_in_row_major_or_sorted_order) {
   MN_CHECK(mn__plan_dims(&e, &e, false, size, dst, src) == 1 && size[0] == 1 && dst[0] == 1 && src[0] == 1);
 }
 
+MN_TEST(overlap_status_as_aten) {
+  static _Alignas(64) char mem[4096];
+  int64_t sz[2] = {4, 8}, row[2] = {8, 1}, col[2] = {1, 8}, gap[2] = {16, 1};
+  mn__strided_t a = op(mem, 2, sz, row), b = op(mem + 512, 2, sz, row);
+  MN_CHECK(mn__strided_overlap(&a, 4, &b, 4) == MN__OVERLAP_NO);
+  MN_CHECK(mn__strided_overlap(&a, 4, &a, 4) == MN__OVERLAP_FULL);
+  mn__strided_t shifted = op(mem + 4, 2, sz, row);
+  MN_CHECK(mn__strided_overlap(&a, 4, &shifted, 4) == MN__OVERLAP_PARTIAL);
+  /* the same bytes in another order is a partial overlap in ATen */
+  int64_t tsz[2] = {8, 4};
+  mn__strided_t t = op(mem, 2, tsz, col);
+  MN_CHECK(mn__strided_overlap(&a, 4, &t, 4) == MN__OVERLAP_PARTIAL);
+  /* an in-place cast between equal item sizes: the same elements */
+  MN_CHECK(mn__strided_overlap(&a, 4, &a, 4) == MN__OVERLAP_FULL);
+  /* not dense and meeting: too hard to tell; but the very same operand is full */
+  mn__strided_t g = op(mem, 2, sz, gap), g2 = op(mem + 4, 2, sz, gap);
+  MN_CHECK(!mn__strided_is_dense(&g) && mn__strided_is_dense(&a) && mn__strided_is_dense(&t));
+  MN_CHECK(mn__strided_overlap(&g, 4, &g2, 4) == MN__OVERLAP_TOO_HARD);
+  MN_CHECK(mn__strided_overlap(&g, 4, &g, 4) == MN__OVERLAP_FULL);
+  int64_t zero[2] = {0, 8};
+  mn__strided_t empty = op(mem, 2, zero, row);
+  MN_CHECK(mn__strided_overlap(&a, 4, &empty, 4) == MN__OVERLAP_NO);
+}
+
 int main(void) {
+  MN_RUN(overlap_status_as_aten);
   MN_RUN(dims_in_row_major_or_sorted_order);
   MN_RUN(contiguous_merges_to_one_dim);
   MN_RUN(transpose_2d_and_permutes);
