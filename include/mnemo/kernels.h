@@ -32,8 +32,9 @@ MN_API MN_NODISCARD mn_status mn_kernel_copy(mn_stream_t *stream, void *dst, con
  * mn_scalar_to_bytes (mnemo/dtype.h). Same ndim and sizes; src may have
  * stride 0 on any dim (a broadcast source); dst may not (refused). dst and src
  * must not partially overlap: where both are non-overlapping and dense this is
- * checked (ATen's rule: bytes that meet without covering the same range are
- * refused; the same range, e.g. an in-place cast, runs element by element);
+ * checked (ATen's rule: bytes that meet without being the same elements, i.e.
+ * the same range with the same strides, are refused; the same elements, e.g.
+ * an in-place cast, run element by element);
  * otherwise it is the caller's duty (mn_view_copy stages through a temporary).
  * Identical same-dtype views are a no-op. */
 MN_API MN_NODISCARD mn_status mn_kernel_copy_view(mn_stream_t *stream, const mn_view_t *dst, const mn_view_t *src);
