@@ -401,6 +401,17 @@ static bool checkers_pass(void) {
 }
 
 static int64_t g_points, g_absorbed;
+
+#ifdef MN_HAVE_LSAN
+/* LSan's leak check now, with caches emptied first; `what` says which run. */
+static void leak_check(const workload *w, int64_t n, const char *site, const char *what) {
+  settle();
+  if (__lsan_do_recoverable_leak_check()) {
+    MN_CHECK(false);
+    fprintf(stderr, "  %s: %sfault %lld at %s leaked\n", w->name, what, (long long)n, site);
+  }
+}
+#endif
 #define HEAP_SLACK 256
 
 static void sweep(const workload *w) {
@@ -444,11 +455,7 @@ static void sweep(const workload *w) {
       fprintf(stderr, "  %s: fault %lld at %s broke an invariant\n", w->name, (long long)n, site);
     }
 #ifdef MN_HAVE_LSAN
-    settle();
-    if (__lsan_do_recoverable_leak_check()) {
-      MN_CHECK(false);
-      fprintf(stderr, "  %s: fault %lld at %s leaked\n", w->name, (long long)n, site);
-    }
+    leak_check(w, n, site, "");
 #else
     /* glibc's figure moves by a few bytes with its own bookkeeping; a leak
      * grows it point after point (ASan builds check each point exactly) */
@@ -466,11 +473,7 @@ static void sweep(const workload *w) {
       fprintf(stderr, "  %s: after fault %lld at %s\n", w->name, (long long)n, site);
     }
 #ifdef MN_HAVE_LSAN
-    settle();
-    if (__lsan_do_recoverable_leak_check()) {
-      MN_CHECK(false);
-      fprintf(stderr, "  %s: the clean run after fault %lld at %s leaked\n", w->name, (long long)n, site);
-    }
+    leak_check(w, n, site, "the clean run after ");
 #endif
   }
   MN_CHECK(n > calls); /* every allocation of the clean run was failed once */
