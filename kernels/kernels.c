@@ -219,14 +219,13 @@ mn_status mn__kernel_copy_strided(mn_stream_t *stream, const mn__strided_t *dst,
       return mn__error(MN_ERR_INVALID_ARGUMENT, func, "size at dim %d differs (dst %lld, src %lld)", d,
                        (long long)dst->sizes[d], (long long)src->sizes[d]);
   if (strided_numel(dst) == 0) return MN_OK;
-  if (dst_dtype == src_dtype && dst->data == src->data &&
-      memcmp(dst->strides, src->strides, (size_t)dst->ndim * sizeof dst->strides[0]) == 0)
-    return MN_OK;
   /* ATen's assert_no_partial_overlap: two dense operands whose bytes meet
-   * without being the same elements would read what the copy wrote; the same
-   * bytes with the same strides (an in-place cast) run element by element. */
-  if (mn__strided_overlap(dst, mn_dtype_itemsize(dst_dtype), src, mn_dtype_itemsize(src_dtype)) ==
-      MN__OVERLAP_PARTIAL)
+   * without being the same elements would read what the copy wrote. The same
+   * elements are a no-op of one dtype, an in-place cast (element by element)
+   * of two. */
+  mn__overlap ov = mn__strided_overlap(dst, mn_dtype_itemsize(dst_dtype), src, mn_dtype_itemsize(src_dtype));
+  if (ov == MN__OVERLAP_FULL && dst_dtype == src_dtype) return MN_OK;
+  if (ov == MN__OVERLAP_PARTIAL)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func,
                      "unsupported operation: some elements of the input tensor and the written-to tensor refer to "
                      "a single memory location. Please clone() the tensor before performing the operation.");
