@@ -12,6 +12,7 @@
 #include "kernels/plan.h"
 #include "kernels/pool.h"
 #include "mnemo/kernels.h"
+#include "runtime/checked.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
 #include "runtime/nvtx.h"
@@ -164,10 +165,10 @@ bool mn__strided_is_dense(const mn__strided_t *t) {
 }
 
 void mn__strided_extent(const mn__strided_t *t, size_t itemsize, uintptr_t *lo, uintptr_t *hi) {
-  uint64_t last = 0;
-  for (int d = 0; d < t->ndim; d++) last += (uint64_t)(t->sizes[d] - 1) * (uint64_t)t->strides[d];
+  size_t bytes = 0; /* an operand that passed its view's bounds check always fits; saturate otherwise */
+  if (!mn__strided_span_bytes(t->ndim, t->sizes, t->strides, 0, itemsize, &bytes)) bytes = SIZE_MAX;
   *lo = (uintptr_t)t->data;
-  *hi = *lo + (uintptr_t)((last + 1) * itemsize);
+  *hi = bytes > UINTPTR_MAX - *lo ? UINTPTR_MAX : *lo + bytes;
 }
 
 /* The same elements: same start, item size, sizes and strides (size-1 dims aside). */

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "kernels/plan.h"
+#include "runtime/checked.h"
 
 const char *mn__plan_kind_name(mn__plan_kind kind) {
   switch (kind) {
@@ -17,9 +18,8 @@ const char *mn__plan_kind_name(mn__plan_kind kind) {
 
 /* Largest byte offset any element of one operand reaches. */
 static uint64_t extent_bytes(const mn__plan_t *p, const int64_t *strides, size_t item) {
-  uint64_t off = 0;
-  for (int d = 0; d < p->ndim; d++) off += (uint64_t)(p->sizes[d] - 1) * (uint64_t)strides[d];
-  return (off + 1) * item;
+  size_t bytes = 0;
+  return mn__strided_span_bytes(p->ndim, p->sizes, strides, 0, item, &bytes) ? bytes : UINT64_MAX;
 }
 
 int mn__plan_dims(const mn__strided_t *dst, const mn__strided_t *src, bool sort, int64_t *sizes, int64_t *dstr,

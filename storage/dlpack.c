@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "mnemo/mnemo.h"
+#include "runtime/checked.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
 #include "storage/view_internal.h"
@@ -167,31 +168,26 @@ static mn_status import_common(const DLTensor *t, DLManagedTensor *legacy, DLMan
                        d);
   int64_t strides[MN_MAX_DIMS];
   if (t->strides) memcpy(strides, t->strides, (size_t)t->ndim * sizeof *strides);
-  else mn__contiguous_strides(t->shape, t->ndim, strides);
-  unsigned __int128 elems = 1;
+  else if (!mn__contiguous_strides(t->shape, t->ndim, strides))
+    return mn__error(MN_ERR_OVERFLOW, func, "DLPack tensor's contiguous strides overflow int64");
   for (int d = 0; d < t->ndim; d++) {
     if (strides[d] < 0)
       return mn__error(MN_ERR_NOT_SUPPORTED, func, "DLPack stride %lld at dim %d is negative (not supported)",
                        (long long)strides[d], d);
   }
-  for (int d = 0; d < t->ndim; d++) {
-    if (t->shape[d] == 0) {
-      elems = 0;
-      break;
-    }
-    elems += (unsigned __int128)(t->shape[d] - 1) * (unsigned __int128)strides[d];
-  }
-  size_t item = mn_dtype_itemsize(dt);
-  if (elems > (unsigned __int128)(SIZE_MAX / item) / 2)
-    return mn__error(MN_ERR_OVERFLOW, func, "DLPack tensor spans more bytes than the address space");
+  /* The bytes the geometry reaches, addressable from data + byte_offset. */
+  size_t nbytes = 0;
+  bool ovf = !mn__strided_span_bytes(t->ndim, t->shape, strides, 0, mn_dtype_itemsize(dt), &nbytes);
+  if (!ovf && t->data) mn__ck_size_add(mn__ck_size_add((uintptr_t)t->data, t->byte_offset, &ovf), nbytes, &ovf);
+  if (ovf) return mn__error(MN_ERR_OVERFLOW, func, "DLPack tensor spans more bytes than the address space");
   char *data = t->data ? (char *)t->data + t->byte_offset : NULL;
-  if (!data && elems) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "DLPack tensor has no data");
+  if (!data && nbytes) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "DLPack tensor has no data");
   import_ctx *c = mn__calloc(1, sizeof *c);
   if (!c) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   c->legacy = legacy;
   c->versioned = versioned;
   mn_storage_t *s = NULL;
-  st = mn_storage_from_buffer(dev, data, (size_t)elems * item, import_deleter, c, &s);
+  st = mn_storage_from_buffer(dev, data, nbytes, import_deleter, c, &s);
   if (st != MN_OK) {
     free(c);
     return mn__error_wrap(st, func);

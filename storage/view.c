@@ -7,6 +7,7 @@
 
 #include "mnemo/mnemo.h"
 #include "kernels/ops.h"
+#include "runtime/checked.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
 #include "storage/view_internal.h"
@@ -20,12 +21,14 @@ const char *mn__format_sizes(const int64_t *sizes, int ndim, char *buf, size_t n
   return buf;
 }
 
-void mn__contiguous_strides(const int64_t *sizes, int ndim, int64_t *strides) {
+bool mn__contiguous_strides(const int64_t *sizes, int ndim, int64_t *strides) {
+  bool ovf = false;
   int64_t acc = 1;
   for (int d = ndim - 1; d >= 0; d--) {
     strides[d] = acc;
-    acc *= sizes[d] > 1 ? sizes[d] : 1;
+    if (d > 0) acc = mn__ck_mul(acc, sizes[d] > 1 ? sizes[d] : 1, &ovf);
   }
+  return !ovf;
 }
 
 mn_status mn__wrap_dim(int64_t dim, int ndim, bool wrap_scalar, const char *func, int *out) {
@@ -52,40 +55,46 @@ mn_status mn__view_stream(mn_device_t dev, mn_stream_t *given, mn_stream_t **out
   return mn_stream_default(dev, out);
 }
 
-/* Checks that every element the geometry reaches lies inside nbytes of storage. */
+/* Checks that every element the geometry reaches lies inside nbytes of
+ * storage, in overflow-checked arithmetic (runtime/checked.h): PyTorch's
+ * computeStorageNbytes refuses a geometry whose extent overflows as well. */
 static mn_status check_geometry(const char *func, mn_dtype dtype, int ndim, const int64_t *sizes,
                                 const int64_t *strides, int64_t offset, size_t nbytes) {
   size_t item = mn_dtype_itemsize(dtype);
   if (offset < 0) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "storage offset %lld is negative", (long long)offset);
-  bool empty = false;
   for (int d = 0; d < ndim; d++) {
     if (sizes[d] < 0)
       return mn__error(MN_ERR_INVALID_ARGUMENT, func, "size %lld at dim %d is negative", (long long)sizes[d], d);
     if (strides[d] < 0)
       return mn__error(MN_ERR_INVALID_ARGUMENT, func, "stride %lld at dim %d is negative", (long long)strides[d], d);
-    if (sizes[d] == 0) empty = true;
+  }
+  /* Even a view of no elements keeps a byte offset that must be computable. */
+  bool ovf = false;
+  mn__ck_size_mul(mn__ck_to_size(offset, &ovf), item, &ovf);
+  size_t need = 0;
+  if (ovf || !mn__strided_span_bytes(ndim, sizes, strides, offset, item, &need)) {
+    char sz[512], st[512];
+    return mn__error(MN_ERR_OVERFLOW, func,
+                     "storage size calculation overflowed with sizes=%s, strides=%s, offset %lld and itemsize %zu",
+                     mn__format_sizes(sizes, ndim, sz, sizeof sz), mn__format_sizes(strides, ndim, st, sizeof st),
+                     (long long)offset, item);
   }
   /* A view of no elements reaches nothing (PyTorch skips the check too). */
-  if (empty) return MN_OK;
-  /* The last reachable element: offset + sum((size-1) * stride). */
-  unsigned __int128 last = (unsigned __int128)offset;
-  for (int d = 0; d < ndim; d++) last += (unsigned __int128)(sizes[d] - 1) * (unsigned __int128)strides[d];
-  unsigned __int128 need = (last + 1) * item;
   if (need > nbytes)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func,
-                     "view reaches byte %llu but the storage has %zu bytes (offset %lld, itemsize %zu)",
-                     (unsigned long long)(need > (unsigned __int128)UINT64_MAX ? UINT64_MAX : (uint64_t)need), nbytes,
+                     "view reaches byte %zu but the storage has %zu bytes (offset %lld, itemsize %zu)", need, nbytes,
                      (long long)offset, item);
   return MN_OK;
 }
 
 static mn_status check_sizes_product(const char *func, int ndim, const int64_t *sizes) {
   /* numel must fit in int64 (PyTorch's limit as well). */
-  unsigned __int128 n = 1;
+  bool ovf = false;
+  int64_t n = 1;
   for (int d = 0; d < ndim; d++) {
     if (sizes[d] < 0) continue; /* reported by check_geometry */
-    n *= (unsigned __int128)sizes[d];
-    if (n > (unsigned __int128)INT64_MAX) return mn__error(MN_ERR_OVERFLOW, func, "numel overflows at dim %d", d);
+    n = mn__ck_mul(n, sizes[d], &ovf);
+    if (ovf) return mn__error(MN_ERR_OVERFLOW, func, "numel overflows at dim %d", d);
   }
   return MN_OK;
 }
@@ -117,13 +126,10 @@ mn_status mn_view_create(mn_storage_t *storage, mn_dtype dtype, int ndim, const 
   MN__CHECK_ARG(ndim == 0 || sizes != NULL, "sizes must not be NULL when ndim=%d", ndim);
   int64_t contig[MN_MAX_DIMS];
   if (!strides) {
-    int64_t acc = 1;
-    for (int d = ndim - 1; d >= 0; d--) {
-      contig[d] = acc;
-      if (sizes[d] > 0 && acc > INT64_MAX / sizes[d])
-        return mn__error(MN_ERR_OVERFLOW, __func__, "contiguous strides overflow at dim %d", d);
-      acc *= sizes[d] > 1 ? sizes[d] : 1;
-    }
+    for (int d = 0; d < ndim; d++)
+      MN__CHECK_ARG(sizes[d] >= 0, "size %lld at dim %d is negative", (long long)sizes[d], d);
+    if (!mn__contiguous_strides(sizes, ndim, contig))
+      return mn__error(MN_ERR_OVERFLOW, __func__, "contiguous strides overflow");
     strides = contig;
   }
   return view_make(storage, dtype, ndim, sizes, strides, offset, __func__, out);
@@ -139,6 +145,9 @@ void mn__geom_of(const mn_view_t *v, mn__geom_t *g) {
 }
 
 mn_status mn__view_from_geom(const mn_view_t *v, const mn__geom_t *g, const char *func, mn_view_t **out) {
+  if (g->overflow)
+    return mn__error(MN_ERR_OVERFLOW, func, "the result's sizes, strides or offset overflow int64 (view of sizes %s)",
+                     mn__format_sizes(v->sizes, v->ndim, (char[512]){0}, 512));
   if (g->ndim < 0 || g->ndim > MN_MAX_DIMS)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "the result would have %d dims; at most %d are supported",
                      g->ndim, MN_MAX_DIMS);
@@ -165,24 +174,16 @@ mn_status mn__view_empty_on(mn_device_t dev, mn_dtype dtype, int ndim, const int
   mn_status st = check_sizes_product(__func__, ndim, sizes);
   if (st != MN_OK) return st;
   if (!strides) {
-    mn__contiguous_strides(sizes, ndim, contig);
+    if (!mn__contiguous_strides(sizes, ndim, contig))
+      return mn__error(MN_ERR_OVERFLOW, __func__, "contiguous strides overflow");
     strides = contig;
   }
-  /* Storage elements: 1 + sum((size-1)*stride), or 0 when empty. */
-  unsigned __int128 elems = 1;
-  for (int d = 0; d < ndim; d++) {
-    if (sizes[d] == 0) {
-      elems = 0;
-      break;
-    }
-    elems += (unsigned __int128)(sizes[d] - 1) * (unsigned __int128)strides[d];
-  }
-  size_t item = mn_dtype_itemsize(dtype);
-  if (elems > (unsigned __int128)(SIZE_MAX / item))
+  size_t nbytes = 0;
+  if (!mn__strided_span_bytes(ndim, sizes, strides, 0, mn_dtype_itemsize(dtype), &nbytes))
     return mn__error(MN_ERR_OVERFLOW, __func__, "storage size overflows");
   mn_storage_t *s = NULL;
   if (stream && !mn_device_equal(mn_stream_device(stream), dev)) stream = NULL;
-  st = mn_storage_create(dev, (size_t)elems * item, NULL, stream, &s);
+  st = mn_storage_create(dev, nbytes, NULL, stream, &s);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   st = view_make(s, dtype, ndim, sizes, strides, 0, __func__, out);
   mn_storage_release(s); /* the view holds its own reference */
@@ -253,11 +254,17 @@ int64_t mn_view_numel(const mn_view_t *v) {
   return n;
 }
 
-size_t mn_view_nbytes(const mn_view_t *v) { return (size_t)mn_view_numel(v) * mn_dtype_itemsize(v->dtype); }
+size_t mn_view_nbytes(const mn_view_t *v) {
+  bool ovf = false; /* an expanded view can hold more elements than bytes exist */
+  size_t n = mn__ck_size_mul(mn__ck_to_size(mn_view_numel(v), &ovf), mn_dtype_itemsize(v->dtype), &ovf);
+  return ovf ? SIZE_MAX : n;
+}
 
 void *mn_view_data(const mn_view_t *v) {
   char *base = mn_storage_data(v->storage);
-  return base ? base + (size_t)v->offset * mn_dtype_itemsize(v->dtype) : NULL;
+  /* An empty view may sit past its storage (PyTorch allows any offset when
+   * nothing is reached): integer arithmetic, as no byte there is ever used. */
+  return base ? (void *)((uintptr_t)base + (uintptr_t)v->offset * mn_dtype_itemsize(v->dtype)) : NULL;
 }
 
 /* PyTorch's rule: dims of size 1 are ignored; empty views are contiguous. */

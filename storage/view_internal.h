@@ -22,6 +22,9 @@ typedef struct mn__geom_s {
   int64_t sizes[MN_MAX_DIMS];
   int64_t strides[MN_MAX_DIMS];
   int64_t offset;
+  /* Set by the mn__ck_* helpers (runtime/checked.h) while the fields are
+   * computed; mn__view_from_geom then refuses the view with MN_ERR_OVERFLOW. */
+  bool overflow;
 } mn__geom_t;
 
 /* The geometry of v. */
@@ -33,8 +36,8 @@ mn_status mn__view_from_geom(const mn_view_t *v, const mn__geom_t *g, const char
 mn_status mn__wrap_dim(int64_t dim, int ndim, bool wrap_scalar, const char *func, int *out);
 /* Writes "[a, b, c]" into buf. */
 const char *mn__format_sizes(const int64_t *sizes, int ndim, char *buf, size_t n);
-/* Contiguous strides for sizes. */
-void mn__contiguous_strides(const int64_t *sizes, int ndim, int64_t *strides);
+/* Contiguous strides for sizes (>= 0); false when one overflows int64. */
+bool mn__contiguous_strides(const int64_t *sizes, int ndim, int64_t *strides);
 /* PyTorch's computeStride: strides that let `newshape` view memory laid out as
  * (oldshape, oldstride), or false when no such strides exist. */
 bool mn__compute_stride(const int64_t *oldshape, const int64_t *oldstride, int oldn, const int64_t *newshape,

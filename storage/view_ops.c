@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "mnemo/mnemo.h"
+#include "runtime/checked.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
 #include "storage/view_internal.h"
@@ -33,6 +34,19 @@ static void geom_insert(mn__geom_t *g, int d, int64_t size, int64_t stride) {
 static mn_status too_many_dims(const char *func, int ndim) {
   return mn__error(MN_ERR_INVALID_ARGUMENT, func, "the result would have %d dims; at most %d are supported", ndim,
                    MN_MAX_DIMS);
+}
+
+/* The stride of a dim stepped by `step` (slice, unfold). A dim of at most one
+ * element never moves by its stride: when the product overflows there (a
+ * step of INT64_MAX), the dim keeps its stride instead of failing, so that
+ * x[::INT64_MAX] gives one element as in PyTorch. */
+static int64_t step_stride(int64_t stride, int64_t step, int64_t size, bool *overflow) {
+  bool ovf = false;
+  int64_t r = mn__ck_mul(stride, step, &ovf);
+  if (!ovf) return r;
+  if (size <= 1) return stride;
+  *overflow = true;
+  return 0;
 }
 
 /* ---- shape inference and the view rule -------------------------------------- */
@@ -76,8 +90,9 @@ bool mn__compute_stride(const int64_t *oldshape, const int64_t *oldstride, int o
     for (int d = 0; d < newn; d++) newstride[d] = 1;
     return true;
   }
+  bool ovf = false;
   int64_t numel = 1;
-  for (int d = 0; d < oldn; d++) numel *= oldshape[d];
+  for (int d = 0; d < oldn; d++) numel = mn__ck_mul(numel, oldshape[d], &ovf);
   if (numel == 0) {
     bool same = oldn == newn;
     for (int d = 0; same && d < oldn; d++) same = oldshape[d] == newshape[d];
@@ -86,22 +101,25 @@ bool mn__compute_stride(const int64_t *oldshape, const int64_t *oldstride, int o
       return true;
     }
     for (int d = newn - 1; d >= 0; d--)
-      newstride[d] = d == newn - 1 ? 1 : (newshape[d + 1] > 1 ? newshape[d + 1] : 1) * newstride[d + 1];
-    return true;
+      newstride[d] = d == newn - 1 ? 1 : mn__ck_mul(newshape[d + 1] > 1 ? newshape[d + 1] : 1, newstride[d + 1], &ovf);
+    return !ovf;
   }
   int view_d = newn - 1;
   int64_t chunk_base_stride = oldstride[oldn - 1];
   int64_t tensor_numel = 1, view_numel = 1;
   for (int tensor_d = oldn - 1; tensor_d >= 0; tensor_d--) {
-    tensor_numel *= oldshape[tensor_d];
-    /* A chunk ends where the next dim out is not contiguous with this one. */
-    if (tensor_d == 0 ||
-        (oldshape[tensor_d - 1] != 1 && oldstride[tensor_d - 1] != tensor_numel * chunk_base_stride)) {
+    tensor_numel = mn__ck_mul(tensor_numel, oldshape[tensor_d], &ovf);
+    /* A chunk ends where the next dim out is not contiguous with this one
+     * (a stride the product cannot even reach ends it too). */
+    bool far = false;
+    int64_t reach = tensor_d == 0 ? 0 : mn__ck_mul(tensor_numel, chunk_base_stride, &far);
+    if (tensor_d == 0 || (oldshape[tensor_d - 1] != 1 && (far || oldstride[tensor_d - 1] != reach))) {
       while (view_d >= 0 && (view_numel < tensor_numel || newshape[view_d] == 1)) {
-        newstride[view_d] = view_numel * chunk_base_stride;
-        view_numel *= newshape[view_d];
+        newstride[view_d] = mn__ck_mul(view_numel, chunk_base_stride, &ovf);
+        view_numel = mn__ck_mul(view_numel, newshape[view_d], &ovf);
         view_d--;
       }
+      if (ovf) return false;
       if (view_numel != tensor_numel) return false;
       if (tensor_d > 0) {
         chunk_base_stride = oldstride[tensor_d - 1];
@@ -226,9 +244,9 @@ mn_status mn_view_slice(const mn_view_t *v, int dim, int64_t start, int64_t end,
   else if (end > n) end = n;
   mn__geom_t g;
   mn__geom_of(v, &g);
-  g.offset = v->offset + start * v->strides[d];
-  g.sizes[d] = (end - start + step - 1) / step;
-  g.strides[d] = v->strides[d] * step;
+  g.offset = mn__ck_add(v->offset, mn__ck_mul(start, v->strides[d], &g.overflow), &g.overflow);
+  g.sizes[d] = mn__ceil_div(end - start, step);
+  g.strides[d] = step_stride(v->strides[d], step, g.sizes[d], &g.overflow);
   return mn__view_from_geom(v, &g, __func__, out);
 }
 
@@ -272,7 +290,7 @@ mn_status mn_view_select(const mn_view_t *v, int dim, int64_t index, mn_view_t *
   if (index < 0) index += n;
   mn__geom_t g;
   mn__geom_of(v, &g);
-  g.offset = v->offset + index * v->strides[d];
+  g.offset = mn__ck_add(v->offset, mn__ck_mul(index, v->strides[d], &g.overflow), &g.overflow);
   geom_erase(&g, d);
   return mn__view_from_geom(v, &g, __func__, out);
 }
@@ -287,7 +305,7 @@ mn_status mn_view_unsqueeze(const mn_view_t *v, int dim, mn_view_t **out) {
   if (v->ndim >= MN_MAX_DIMS) return too_many_dims(__func__, v->ndim + 1);
   mn__geom_t g;
   mn__geom_of(v, &g);
-  geom_insert(&g, d, 1, d >= v->ndim ? 1 : v->sizes[d] * v->strides[d]);
+  geom_insert(&g, d, 1, d >= v->ndim ? 1 : mn__ck_mul(v->sizes[d], v->strides[d], &g.overflow));
   return mn__view_from_geom(v, &g, __func__, out);
 }
 
@@ -326,7 +344,8 @@ mn_status mn_view_expand(const mn_view_t *v, int ndim, const int64_t *sizes, mn_
   for (int i = ndim - 1; i >= 0; i--) {
     int d = v->ndim - (ndim - i);
     int64_t size = d >= 0 ? v->sizes[d] : 1;
-    int64_t stride = d >= 0 ? v->strides[d] : (i + 1 < ndim ? g.sizes[i + 1] * g.strides[i + 1] : 0);
+    int64_t stride =
+        d >= 0 ? v->strides[d] : (i + 1 < ndim ? mn__ck_mul(g.sizes[i + 1], g.strides[i + 1], &g.overflow) : 0);
     int64_t target = sizes[i];
     if (target == -1) {
       if (d < 0)
@@ -396,14 +415,19 @@ mn_status mn_view_diagonal(const mn_view_t *v, int64_t offset, int dim1, int dim
   int64_t n;
   mn__geom_t g;
   mn__geom_of(v, &g);
+  /* Sizes are >= 0, so size - offset (offset >= 0) and size + offset (< 0) cannot overflow. */
   if (offset >= 0) {
     n = v->sizes[b] - offset < v->sizes[a] ? v->sizes[b] - offset : v->sizes[a];
   } else {
     n = v->sizes[a] + offset < v->sizes[b] ? v->sizes[a] + offset : v->sizes[b];
   }
   if (n < 0) n = 0;
-  if (n > 0) g.offset += offset >= 0 ? offset * v->strides[b] : -offset * v->strides[a];
-  int64_t stride = v->strides[a] + v->strides[b];
+  if (n > 0) /* then -offset < sizes[a]: no overflow negating it */
+    g.offset = mn__ck_add(g.offset,
+                          offset >= 0 ? mn__ck_mul(offset, v->strides[b], &g.overflow)
+                                      : mn__ck_mul(-offset, v->strides[a], &g.overflow),
+                          &g.overflow);
+  int64_t stride = mn__ck_add(v->strides[a], v->strides[b], &g.overflow);
   geom_erase(&g, a > b ? a : b);
   geom_erase(&g, a > b ? b : a);
   g.sizes[g.ndim] = n;
@@ -432,7 +456,7 @@ mn_status mn_view_unfold(const mn_view_t *v, int dim, int64_t size, int64_t step
   g.ndim++;
   if (v->ndim > 0) {
     g.sizes[d] = (v->sizes[d] - size) / step + 1;
-    g.strides[d] = step * v->strides[d];
+    g.strides[d] = step_stride(v->strides[d], step, g.sizes[d], &g.overflow);
   }
   return mn__view_from_geom(v, &g, __func__, out);
 }
@@ -477,9 +501,9 @@ mn_status mn_view_split(const mn_view_t *v, int64_t split_size, int dim, mn_view
   if (split_size == 0 && n != 0)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
                      "split_size can only be 0 if dimension size is 0, but got dimension size of %lld", (long long)n);
-  int64_t pieces = split_size ? (n + split_size - 1) / split_size : 1;
+  int64_t pieces = split_size ? mn__ceil_div(n, split_size) : 1;
   if (pieces < 1) pieces = 1;
-  int64_t last = split_size - (split_size * pieces - n);
+  int64_t last = n - split_size * (pieces - 1); /* split_size * (pieces - 1) < n */
   return split_pieces(v, d, pieces, split_size, last, __func__, out, count);
 }
 
@@ -494,7 +518,7 @@ mn_status mn_view_chunk(const mn_view_t *v, int64_t chunks, int dim, mn_view_t *
   mn_status st = mn__wrap_dim(dim, v->ndim, false, __func__, &d);
   if (st != MN_OK) return st;
   int64_t n = v->sizes[d];
-  int64_t split_size = (n + chunks - 1) / chunks;
+  int64_t split_size = mn__ceil_div(n, chunks);
   if (split_size == 0 && n == 0) return split_pieces(v, d, chunks, 0, 0, __func__, out, count);
   st = mn_view_split(v, split_size, d, out, count);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
@@ -521,9 +545,9 @@ mn_status mn_view_view_dtype(const mn_view_t *v, mn_dtype dtype, mn_view_t **out
                        (long long)v->strides[last]);
     if (have > want) {
       int64_t r = have / want;
-      g.offset = v->offset * r;
-      for (int d = 0; d < last; d++) g.strides[d] = v->strides[d] * r;
-      g.sizes[last] = v->sizes[last] * r;
+      g.offset = mn__ck_mul(v->offset, r, &g.overflow);
+      for (int d = 0; d < last; d++) g.strides[d] = mn__ck_mul(v->strides[d], r, &g.overflow);
+      g.sizes[last] = mn__ck_mul(v->sizes[last], r, &g.overflow);
     } else {
       int64_t r = want / have;
       if (v->sizes[last] % r)
@@ -559,8 +583,8 @@ static mn_status complex_part(const mn_view_t *v, int part, const char *func, mn
   static const mn_dtype REAL_OF[MN_DTYPE_COUNT] = {MN_DTYPE_TABLE(REAL_ROW, ~)}; /* mnemo/dtype_table.h */
 #undef REAL_ROW
   g.dtype = REAL_OF[v->dtype];
-  for (int d = 0; d < g.ndim; d++) g.strides[d] *= 2;
-  g.offset = v->offset * 2 + part;
+  for (int d = 0; d < g.ndim; d++) g.strides[d] = mn__ck_mul(g.strides[d], 2, &g.overflow);
+  g.offset = mn__ck_add(mn__ck_mul(v->offset, 2, &g.overflow), part, &g.overflow);
   return mn__view_from_geom(v, &g, func, out);
 }
 

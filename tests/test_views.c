@@ -418,6 +418,131 @@ MN_TEST(errors_leave_nothing) {
   mn_view_destroy(a);
 }
 
+static uint32_t crc32_ieee(const uint8_t *p, size_t n) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; i++) {
+    c ^= p[i];
+    for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+  }
+  return c ^ 0xFFFFFFFFu;
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n) {
+  for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Issue 14, defect 1 and 7: size, stride and offset arithmetic that used to
+ * wrap. Each case is the essence of a reproducer. */
+MN_TEST(overflow_regressions) {
+  const int64_t BIG = INT64_MAX, P61 = (int64_t)1 << 61;
+  mn_view_t *c = NULL, *out = NULL;
+  MN_CHECK_OK(mn_view_empty(CPU, MN_DTYPE_COMPLEX128, 1, (int64_t[]){1}, &c)); /* 16 bytes */
+  mn_storage_t *s = mn_view_storage(c);
+  /* (2^61 + 1 - 1) * INT64_MAX + 2^61 used to wrap in 128 bits times 16 bytes:
+   * element (1, 0) lay 16 bytes before the data. */
+  MN_CHECK_ERR(mn_view_create(s, MN_DTYPE_COMPLEX128, 2, (int64_t[]){P61 + 1, 2}, (int64_t[]){BIG, P61}, 0, &out),
+               MN_ERR_OVERFLOW, "overflowed");
+  MN_CHECK_ERR(mn_view_as_strided(c, 2, (int64_t[]){P61 + 1, 2}, (int64_t[]){BIG, P61}, 0, &out), MN_ERR_OVERFLOW,
+               "overflowed");
+  MN_CHECK_ERR(mn_view_create(s, MN_DTYPE_FLOAT64, 1, (int64_t[]){2}, (int64_t[]){BIG}, 0, &out),
+               MN_ERR_OVERFLOW, "overflowed");
+  MN_CHECK_ERR(mn_view_create(s, MN_DTYPE_COMPLEX128, 0, NULL, NULL, BIG / 8, &out), MN_ERR_OVERFLOW, "overflowed");
+  MN_CHECK_ERR(mn_view_create(s, MN_DTYPE_UINT8, 1, (int64_t[]){17}, NULL, 0, &out), MN_ERR_INVALID_ARGUMENT,
+               "reaches byte 17");
+  /* Size-1 dims never move: any stride is legal there (as in PyTorch). */
+  MN_CHECK_OK(mn_view_as_strided(c, 2, (int64_t[]){1, 1}, (int64_t[]){BIG, BIG}, 0, &out));
+  mn_view_destroy(out);
+  out = NULL;
+  /* The same geometry in a 144-byte save file: save a [1, 1] complex128 view,
+   * patch its sizes and strides, recompute the header checksum. */
+  mn_view_t *v2 = NULL;
+  MN_CHECK_OK(mn_view_view(c, 2, (int64_t[]){1, 1}, &v2));
+  void *buf = NULL;
+  size_t len = 0;
+  MN_CHECK_OK(mn_save_buffer(1, (const char *const[]){"x"}, (const mn_view_t *const[]){v2}, &buf, &len));
+  MN_CHECK(len == 144);
+  if (len == 144) {
+    uint8_t *b = buf;
+    put_le(b + 85, (uint64_t)P61 + 1, 8);
+    put_le(b + 93, 2, 8);
+    put_le(b + 101, (uint64_t)BIG, 8);
+    put_le(b + 109, (uint64_t)P61, 8);
+    put_le(b + 117, crc32_ieee(b, 117), 4);
+    mn_named_views_t *nv = NULL;
+    MN_CHECK_ERR(mn_load_buffer(buf, len, CPU, &nv), MN_ERR_FORMAT, "overflowed");
+    MN_CHECK(nv == NULL);
+  }
+  free(buf);
+  mn_view_destroy(v2);
+  /* slice with step INT64_MAX: one element (PyTorch), the stride kept. */
+  mn_view_t *a = arange(CPU, 100), *m = NULL;
+  MN_CHECK_OK(mn_view_view(a, 2, (int64_t[]){10, 10}, &m));
+  MN_CHECK_OK(mn_view_slice(a, 0, 0, BIG, BIG, &out));
+  MN_CHECK(SIZES(out, 1) && STRIDES(out, BIG));
+  mn_view_destroy(out);
+  MN_CHECK_OK(mn_view_slice(m, 0, 3, BIG, BIG, &out));
+  MN_CHECK(SIZES(out, 1, 10) && STRIDES(out, 10, 1) && mn_view_offset(out) == 30);
+  mn_view_destroy(out);
+  MN_CHECK_OK(mn_view_slice(m, 1, INT64_MIN, BIG, BIG / 2, &out));
+  MN_CHECK(SIZES(out, 10, 1) && mn_view_offset(out) == 0);
+  mn_view_destroy(out);
+  MN_CHECK_OK(mn_view_unfold(m, 0, 2, BIG, &out));
+  MN_CHECK(SIZES(out, 1, 10, 2) && STRIDES(out, 10, 1, 10));
+  mn_view_destroy(out);
+  /* chunk and split with huge counts and sizes. */
+  mn_view_t **parts = NULL;
+  int n = 0;
+  MN_CHECK_OK(mn_view_chunk(a, BIG, 0, &parts, &n));
+  MN_CHECK(n == 100 && SIZES(parts[99], 1) && mn_view_offset(parts[99]) == 99);
+  mn_view_list_destroy(parts, n);
+  MN_CHECK_OK(mn_view_split(a, BIG, 0, &parts, &n));
+  MN_CHECK(n == 1 && SIZES(parts[0], 100));
+  mn_view_list_destroy(parts, n);
+  /* diagonal with extreme offsets is empty; expand to INT64_MAX elements. */
+  MN_CHECK_OK(mn_view_diagonal(m, BIG, 0, 1, &out));
+  MN_CHECK(SIZES(out, 0));
+  mn_view_destroy(out);
+  MN_CHECK_OK(mn_view_diagonal(m, INT64_MIN, 0, 1, &out));
+  MN_CHECK(SIZES(out, 0));
+  mn_view_destroy(out);
+  mn_view_t *one = NULL, *e = NULL;
+  MN_CHECK_OK(mn_view_select(a, 0, -1, &one));
+  MN_CHECK_OK(mn_view_expand(one, 1, (int64_t[]){BIG}, &e));
+  MN_CHECK(SIZES(e, BIG) && STRIDES(e, 0) && mn_view_nbytes(e) == SIZE_MAX);
+  MN_CHECK_ERR(mn_view_expand(one, 2, (int64_t[]){BIG, 2}, &out), MN_ERR_OVERFLOW, "numel overflows");
+  mn_view_t *big = NULL;
+  MN_CHECK(mn_view_contiguous(e, NULL, &big) != MN_OK && big == NULL); /* too large to allocate, nothing left */
+  /* A stride that cannot be multiplied any further: unsqueeze in front of it. */
+  mn_view_t *w = NULL;
+  MN_CHECK_ERR(mn_view_as_strided(a, 2, (int64_t[]){1, 2}, (int64_t[]){1, BIG / 2}, 0, &w), MN_ERR_OVERFLOW,
+               "overflowed"); /* 2 int64s BIG/2 apart: more bytes than a size_t holds */
+  MN_CHECK_OK(mn_view_as_strided(a, 1, (int64_t[]){1}, (int64_t[]){BIG}, 0, &w));
+  MN_CHECK_OK(mn_view_unsqueeze(w, 0, &out)); /* size 1 * stride INT64_MAX fits */
+  MN_CHECK(STRIDES(out, BIG, BIG));
+  mn_view_destroy(out);
+  mn_view_destroy(w);
+  mn_view_destroy(e);
+  mn_view_destroy(one);
+  mn_view_destroy(m);
+  mn_view_destroy(a);
+  out = NULL;
+  /* DLPack: a huge shape with row-major (NULL) strides; one that spans more than the address space. */
+  static int64_t huge[3] = {(int64_t)1 << 40, (int64_t)1 << 40, (int64_t)1 << 40};
+  DLManagedTensor t = {.dl_tensor = {.data = mn_view_data(c), .device = {kDLCPU, 0}, .ndim = 3,
+                                     .dtype = {kDLFloat, 64, 1}, .shape = huge}};
+  MN_CHECK_ERR(mn_view_from_dlpack(&t, &out), MN_ERR_OVERFLOW, "overflow");
+  static int64_t two[1] = {2}, far[1] = {(int64_t)1 << 62};
+  t.dl_tensor.ndim = 1;
+  t.dl_tensor.shape = two;
+  t.dl_tensor.strides = far;
+  MN_CHECK_ERR(mn_view_from_dlpack(&t, &out), MN_ERR_OVERFLOW, "address space");
+  t.dl_tensor.strides = NULL;
+  t.dl_tensor.byte_offset = UINT64_MAX - 8;
+  MN_CHECK_ERR(mn_view_from_dlpack(&t, &out), MN_ERR_OVERFLOW, "address space");
+  MN_CHECK(out == NULL && mn_storage_refcount(s) == 1);
+  mn_view_destroy(c);
+}
+
 static int legacy_deleted;
 static void count_legacy(DLManagedTensor *t) { (void)t, legacy_deleted++; }
 
@@ -524,6 +649,7 @@ int main(void) {
   MN_RUN(split_chunk_dtype_views_and_dims);
   MN_RUN(errors_leave_nothing);
   MN_RUN(dlpack_roundtrip);
+  MN_RUN(overflow_regressions);
   MN_RUN(nothing_left_on_sim);
   return mn_test_finish();
 }

@@ -69,7 +69,8 @@ MN_API bool mn_view_is_non_overlapping_and_dense(const mn_view_t *v);
 MN_API bool mn_view_shares_storage(const mn_view_t *a, const mn_view_t *b);
 /* Same storage, dtype, offset, sizes and strides (every element aliased). */
 MN_API bool mn_view_same_storage_and_layout(const mn_view_t *a, const mn_view_t *b);
-/* Bytes the view's elements span: numel * itemsize. */
+/* Bytes the view's elements span: numel * itemsize; SIZE_MAX when that does
+ * not fit a size_t (an expanded view of more elements than bytes exist). */
 MN_API size_t mn_view_nbytes(const mn_view_t *v);
 
 /* ---- View operations (never copy) ------------------------------------------ */
