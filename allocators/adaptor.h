@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "allocators/ptrmap.h"
+#include "runtime/ptrmap.h"
 #include "mnemo/mnemo.h"
 
 typedef struct mn__adaptor_s {

@@ -6,14 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "allocators/ptrmap.h"
+#include "runtime/ptrmap.h"
 #include "allocators/stat.h"
 #include "mnemo/adaptors.h"
 #include "mnemo/mnemo.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
+#include "runtime/stream_hold.h"
 
-/* What the allocator remembers per live allocation. */
+/* What the allocator remembers per live allocation. Every stream in it is
+ * held (runtime/stream_hold.h) until use_free: the free is ordered on them. */
 typedef struct async_use {
   mn_stream_t *stream;   /* allocated on, freed on */
   size_t nrecorded, cap;
@@ -34,8 +36,11 @@ typedef struct async_alloc {
 
 static async_alloc *self_of(mn_allocator_t *a) { return (async_alloc *)a; }
 
+/* Drops the use and its holds on its streams. */
 static void use_free(async_use *u) {
   if (!u) return;
+  for (size_t i = 0; i < u->nrecorded; i++) mn__stream_unhold(u->recorded[i]);
+  if (u->stream) mn__stream_unhold(u->stream);
   free(u->recorded);
   free(u);
 }
@@ -46,10 +51,11 @@ static mn_status async_alloc_fn(mn_allocator_t *a, size_t nbytes, mn_stream_t *s
   async_use *u = mn__calloc(1, sizeof *u);
   if (!u) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   u->stream = s;
+  mn__stream_hold(s);
   void *p = NULL;
   mn_status st = mn_device_alloc_async(a->device, nbytes, s, &p);
   if (st != MN_OK) {
-    free(u);
+    use_free(u);
     if (st == MN_ERR_OUT_OF_MEMORY) {
       pthread_mutex_lock(&x->lock);
       x->num_ooms++;
@@ -66,8 +72,8 @@ static mn_status async_alloc_fn(mn_allocator_t *a, size_t nbytes, mn_stream_t *s
   }
   pthread_mutex_unlock(&x->lock);
   if (st != MN_OK) {
-    free(u);
     mn__ignore(mn_device_free_async(a->device, p, s)); /* rollback: the failure being reported comes first */
+    use_free(u);
     return mn__error(st, __func__, "cannot record %zu-byte allocation %p (out of host memory)", nbytes, p);
   }
   *out = p;
@@ -142,7 +148,10 @@ static mn_status async_record_stream(mn_allocator_t *a, void *ptr, mn_stream_t *
         st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
       }
     }
-    if (!seen && st == MN_OK) u->recorded[u->nrecorded++] = stream;
+    if (!seen && st == MN_OK) {
+      mn__stream_hold(stream);
+      u->recorded[u->nrecorded++] = stream;
+    }
   }
   pthread_mutex_unlock(&x->lock);
   return st;
@@ -208,7 +217,8 @@ static mn_status async_check_invariants(mn_allocator_t *a) {
   return MN_OK;
 }
 
-/* Live allocations are not freed: their streams may be gone. */
+/* Live allocations are not freed (they stay allocated in the device's pool);
+ * their uses are dropped, and with them the holds on their streams. */
 static void async_destroy(mn_allocator_t *a) {
   async_alloc *x = self_of(a);
   for (size_t i = 0; i < x->live.cap; i++)

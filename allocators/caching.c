@@ -11,6 +11,7 @@
 #include "runtime/hostmem.h"
 #include "runtime/nvtx.h"
 #include "runtime/error.h"
+#include "runtime/stream_hold.h"
 
 #define SPARE_BLOCKS_MAX 1024
 
@@ -404,6 +405,10 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
     mn__pending_append(a, ends[i].entry);
     b->event_count++;
   }
+  /* The events (or the synchronizes) have taken each use: its stream is no
+   * longer needed, and may be destroyed from here on (ids are never reused,
+   * so the pending entries' stream_id can name no other stream). */
+  for (uint32_t i = 0; i < n; i++) mn__stream_unhold(b->uses[i].stream);
   b->nuses = 0;
   if (b->event_count == 0) mn__free_block(a, b);
   unlock(a);
@@ -430,6 +435,7 @@ static mn_status caching_record_stream(mn_allocator_t *self, void *ptr, mn_strea
     b->uses = grown;
     b->cap_uses = cap;
   }
+  mn__stream_hold(stream); /* the pointer is kept until free records its event */
   b->uses[b->nuses++] = (mn__use_t){id, stream};
 done:
   unlock(a);
@@ -473,6 +479,7 @@ static void caching_destroy(mn_allocator_t *self) {
     mn__segment_unlink(a, s);
     for (mn__block_t *b = s->head; b;) {
       mn__block_t *next = b->next;
+      for (uint32_t i = 0; i < b->nuses; i++) mn__stream_unhold(b->uses[i].stream); /* live blocks' uses */
       free(b->uses);
       free(b);
       b = next;

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "runtime/debug.h"
-#include "allocators/ptrmap.h"
+#include "runtime/ptrmap.h"
 #include "allocators/stat.h"
 #include "mnemo/mnemo.h"
 
@@ -85,7 +85,8 @@ typedef struct mn__block_s {
   int event_count;                /* outstanding stream events (pending free) */
   int64_t gc_count_base;          /* pool->get_free_calls when cached */
   uint32_t nuses, cap_uses;
-  mn__use_t *uses;                /* record_stream streams other than stream_id */
+  mn__use_t *uses;                /* record_stream streams other than stream_id, each held
+                                   * (runtime/stream_hold.h) until free has recorded its event */
   struct mn__block_s *spare_next; /* link in the spare list */
 } mn__block_t;
 

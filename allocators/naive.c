@@ -7,7 +7,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "allocators/ptrmap.h"
+#include "runtime/ptrmap.h"
 #include "mnemo/mnemo.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"

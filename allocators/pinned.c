@@ -12,6 +12,7 @@
 #include "mnemo/pinned.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
+#include "runtime/stream_hold.h"
 
 #define MAX_DIVISIONS 8
 #define NBUCKETS (64 * MAX_DIVISIONS)
@@ -33,7 +34,8 @@ typedef struct pblock {
   unsigned bucket;
   bstate state;
   struct pblock *next, *prev; /* its bucket's free list, or the pending list */
-  mn_stream_t **streams;      /* recorded while live; inline_streams or the heap */
+  mn_stream_t **streams;      /* recorded while live, each held (runtime/stream_hold.h)
+                               * until free has recorded its event; inline_streams or the heap */
   size_t nstreams, cap_streams;
   mn_stream_t *inline_streams[INLINE_STREAMS];
   pevent *events; /* pending: the events still to complete */
@@ -238,6 +240,8 @@ static mn_status raw_unpin(pinned_pool *p, void *m) {
 static void block_free(pinned_pool *p, pblock *b, mn_status *first_error) {
   mn_status st = raw_unpin(p, b->ptr);
   if (st != MN_OK && *first_error == MN_OK) *first_error = st;
+  for (size_t i = 0; i < b->nstreams; i++) mn__stream_unhold(b->streams[i]); /* a live block's (destroy) */
+  b->nstreams = 0;
   if (b->streams != b->inline_streams) free(b->streams);
   free(b);
 }
@@ -434,6 +438,7 @@ static mn_status pinned_free(mn_allocator_t *self, void *ptr) {
     pthread_mutex_unlock(&p->lock);
     return mn__error_wrap(st, __func__);
   }
+  for (size_t k = 0; k < b->nstreams; k++) mn__stream_unhold(b->streams[k]); /* the events stand for them now */
   b->nstreams = 0;
   b->events = recorded;
   if (recorded) {
@@ -473,7 +478,10 @@ static mn_status pinned_record_stream(mn_allocator_t *self, void *ptr, mn_stream
         b->cap_streams *= 2;
       }
     }
-    if (!seen && st == MN_OK) b->streams[b->nstreams++] = stream;
+    if (!seen && st == MN_OK) {
+      mn__stream_hold(stream);
+      b->streams[b->nstreams++] = stream;
+    }
   }
   pthread_mutex_unlock(&p->lock);
   return st;

@@ -5,7 +5,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "allocators/ptrmap.h"
+#include "runtime/ptrmap.h"
 #include "mnemo/mnemo.h"
 #include "mnemo/pluggable.h"
 #include "runtime/error.h"

@@ -3,8 +3,10 @@
 #ifndef MNEMO_RUNTIME_BACKEND_H
 #define MNEMO_RUNTIME_BACKEND_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "mnemo/device.h"
 
@@ -121,6 +123,9 @@ struct mn_stream_s {
   uint64_t id;
   bool is_default;
   bool owned;         /* false for wrapped native streams */
+  /* Allocator uses that keep this stream's pointer (runtime/stream_hold.h);
+   * mn_stream_destroy answers MN_ERR_BUSY while it is not 0. */
+  _Atomic uint32_t holds;
 };
 
 struct mn_event_s {

@@ -1,5 +1,9 @@
 /* runtime/cpu_backend.c: the CPU backend: host memory from the C library,
- * streams that run work at once, events that are always complete. Thread-safe. */
+ * known by a set of live allocations so that a double, interior or foreign
+ * free is refused (as SIM and cudaFree do) instead of reaching free();
+ * streams that run work at once, events that are always complete.
+ * Thread-safe: one mutex guards the live set, held for the map operation only. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -11,6 +15,7 @@
 #include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
+#include "runtime/ptrmap.h"
 
 /* Host allocations are aligned like CUDA's (256 bytes) so that vectorized
  * kernels see the same alignment on every device. */
@@ -68,6 +73,35 @@ static bool cpu_hugepages_wanted(void) {
   return w == 1;
 }
 
+/* ---- the live set: address -> bytes asked, for raw and host allocations alike
+ * (both are plain host memory here, so either free takes either). One map and
+ * one mutex, as the naive allocator above it has: the table only grows (at
+ * 3/4 load), so a workload run twice allocates for it only the first time
+ * (the host-fault sweep counts on that). It lives for the process. */
+static pthread_mutex_t mn__cpu_live_lock = PTHREAD_MUTEX_INITIALIZER;
+static mn__addrmap_t mn__cpu_live;
+
+/* Records p as live; false when the set cannot grow (p is then not recorded). */
+static bool cpu_live_add(void *p, size_t nbytes) {
+  pthread_mutex_lock(&mn__cpu_live_lock);
+  mn__addrmap_entry_t *e = mn__addrmap_find(&mn__cpu_live, (uintptr_t)p);
+  bool ok = true;
+  if (e) /* the C library handed p out again: it was freed behind our back (free(), not raw_free) */
+    e->size = nbytes;
+  else
+    ok = mn__addrmap_insert(&mn__cpu_live, (uintptr_t)p, nbytes, NULL) == MN_OK;
+  pthread_mutex_unlock(&mn__cpu_live_lock);
+  return ok;
+}
+
+/* Takes p out of the live set; false when it is not there. */
+static bool cpu_live_remove(void *p) {
+  pthread_mutex_lock(&mn__cpu_live_lock);
+  bool found = mn__addrmap_remove(&mn__cpu_live, (uintptr_t)p, NULL);
+  pthread_mutex_unlock(&mn__cpu_live_lock);
+  return found;
+}
+
 static mn_status cpu_raw_alloc(int index, size_t nbytes, void **out) {
   if (nbytes > SIZE_MAX - MN__CPU_HUGE_ALIGN)
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "cpu: cannot allocate %zu bytes", nbytes);
@@ -81,11 +115,21 @@ static mn_status cpu_raw_alloc(int index, size_t nbytes, void **out) {
   if (!p)
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__,
                      "cpu: out of host memory allocating %zu bytes", nbytes);
+  if (!cpu_live_add(p, nbytes)) {
+    free(p);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__,
+                     "cpu: out of host memory for the set of live allocations (allocating %zu bytes)", nbytes);
+  }
   *out = p;
   return MN_OK;
 }
 
+/* pre: ptr != NULL (the dispatcher answers NULL itself). */
 static mn_status cpu_raw_free(int index, void *ptr) {
+  if (!cpu_live_remove(ptr))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                     "cpu: %p is not a live allocation of the CPU device (freed already, not the start of "
+                     "one, or memory it did not allocate)", ptr);
   free(ptr);
   return MN_OK;
 }

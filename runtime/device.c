@@ -10,8 +10,10 @@
 
 #include "mnemo/mnemo.h"
 #include "runtime/backend.h"
+#include "runtime/debug.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
+#include "runtime/stream_hold.h"
 
 #define MN__MAX_DEVICES 64
 
@@ -332,9 +334,45 @@ mn_status mn_stream_wrap(mn_device_t dev, void *native, mn_stream_t **out) {
   return mn__stream_new(dev, native, false, out);
 }
 
+/* ---- holds (runtime/stream_hold.h) ---- */
+
+void mn__stream_hold(mn_stream_t *s) {
+  if (s->is_default) return;
+  uint32_t was = atomic_fetch_add_explicit(&s->holds, 1, memory_order_relaxed);
+  MN__ASSERT(was < UINT32_MAX, "stream %llu: hold count overflows", (unsigned long long)s->id);
+  (void)was;
+}
+
+void mn__stream_unhold(mn_stream_t *s) {
+  if (s->is_default) return;
+  /* release: the holder's last use of the stream comes before its destroy */
+  uint32_t was = atomic_fetch_sub_explicit(&s->holds, 1, memory_order_release);
+  MN__ASSERT(was > 0, "stream %llu: unhold without a hold", (unsigned long long)s->id);
+  (void)was;
+}
+
+uint32_t mn__stream_holds(const mn_stream_t *s) {
+  return s->is_default ? 0 : atomic_load_explicit(&((mn_stream_t *)s)->holds, memory_order_acquire);
+}
+
+/* A held stream is refused rather than freed under its holders (the
+ * caching allocator and the pinned pool keep a block's record_stream uses
+ * until the block is freed; the stream-ordered allocator keeps a live
+ * allocation's stream and its recorded streams). CUDA lets a stream with
+ * queued work be destroyed (the work completes): so do we, holds aside. */
 mn_status mn_stream_destroy(mn_stream_t *s) {
   MN__CHECK_ARG(s != NULL, "stream must not be NULL");
   MN__CHECK_ARG(!s->is_default, "the default stream of a device cannot be destroyed");
+  uint32_t holds = mn__stream_holds(s);
+  if (holds != 0) {
+    char dev[32];
+    return mn__error(MN_ERR_BUSY, __func__,
+                     "stream %llu of %s is still used by %u allocator block%s (blocks recorded on it with "
+                     "mn_allocator_record_stream, or stream-ordered allocations made on it); free %s first, "
+                     "then destroy the stream",
+                     (unsigned long long)s->id, mn_device_format(s->device, dev, sizeof dev), holds,
+                     holds == 1 ? "" : "s", holds == 1 ? "it" : "them");
+  }
   if (s->owned) {
     mn_status st = mn__backend_for(s->device.type)->stream_destroy(s->device.index, s->handle);
     if (st != MN_OK) return mn__error_wrap(st, __func__);

@@ -1,17 +1,18 @@
 /* tests/test_allocators.c: one conformance battery run against every allocator
- * and stack (naive, async, each adaptor, a stack, caching when built), then
- * per-adaptor, stream-ordered pool, entry-point and user-vtable (size and
- * version) tests. On SIM by default;
+ * and stack (naive, async, each adaptor, a stack, caching, the CPU default), then
+ * per-adaptor, stream-ordered pool, stream-hold, CPU bad-free, entry-point and
+ * user-vtable (size and version) tests. On SIM by default;
  * test_allocators_gpu.c includes this file with MN_ALLOC_TEST_GPU for cuda:0. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "allocators/ptrmap.h"
+#include "runtime/ptrmap.h"
 #include "mn_test.h"
 
 static mn_device_t DEV; /* the device under test: sim:0 or cuda:0 */
+static mn_device_t ADEV; /* the battery's allocator's device: DEV, or the CPU for the CPU default */
 static bool ON_SIM;
 
 /* ---- helpers ------------------------------------------------------------------- */
@@ -20,15 +21,15 @@ static void pattern(unsigned char *buf, size_t n, unsigned seed) {
   for (size_t i = 0; i < n; i++) buf[i] = (unsigned char)(i * 31u + seed * 7u + (i >> 8));
 }
 
-/* Writes a pattern into device memory p on s, reads it back, compares. */
+/* Writes a pattern into memory p of ADEV on s, reads it back, compares. */
 static bool roundtrip(void *p, size_t n, mn_stream_t *s, unsigned seed) {
   unsigned char *src = malloc(n), *dst = calloc(1, n);
   bool ok = src && dst;
   if (ok) {
     pattern(src, n, seed);
-    ok = mn_memcpy_async(DEV, p, mn_device_cpu(), src, n, s) == MN_OK &&
-         mn_memcpy_async(mn_device_cpu(), dst, DEV, p, n, s) == MN_OK &&
-         (s ? mn_stream_synchronize(s) : mn_device_synchronize(DEV)) == MN_OK && memcmp(src, dst, n) == 0;
+    ok = mn_memcpy_async(ADEV, p, mn_device_cpu(), src, n, s) == MN_OK &&
+         mn_memcpy_async(mn_device_cpu(), dst, ADEV, p, n, s) == MN_OK &&
+         (s ? mn_stream_synchronize(s) : mn_device_synchronize(ADEV)) == MN_OK && memcmp(src, dst, n) == 0;
   }
   free(src);
   free(dst);
@@ -106,24 +107,33 @@ static mn_status make_stack_async(mn_allocator_t **out) { return make_stack_over
 
 static mn_status make_caching(mn_allocator_t **out) { return mn_caching_allocator_create(DEV, NULL, out); }
 static mn_status make_stack_caching(mn_allocator_t **out) { return make_stack_over(make_caching, out); }
+/* What mn_allocator_get_default(cpu) makes (a fresh one: the battery destroys it). */
+static mn_status make_cpu_default(mn_allocator_t **out) { return mn_naive_allocator_create(mn_device_cpu(), out); }
+
+/* Which streams an allocator keeps the pointer of, and so holds against
+ * mn_stream_destroy (runtime/stream_hold.h). */
+enum { HOLDS_RECORDED = 1, HOLDS_ALLOCATING = 2 };
 
 typedef struct fixture {
   const char *name;
   mn_status (*make)(mn_allocator_t **out);
+  unsigned holds;
 } fixture;
 
 static const fixture FIXTURES[] = {
-    {"naive", make_naive},
-    {"async", make_async},
-    {"statistics(naive)", make_statistics},
-    {"limiting(naive)", make_limiting},
-    {"tracing(naive)", make_tracing},
-    {"tracking(naive)", make_tracking},
-    {"tracking(limiting(statistics(naive)))", make_stack},
-    {"tracking(limiting(statistics(async)))", make_stack_async},
-    {"caching", make_caching},
-    {"tracking(limiting(statistics(caching)))", make_stack_caching},
+    {"naive", make_naive, 0},
+    {"async", make_async, HOLDS_RECORDED | HOLDS_ALLOCATING},
+    {"statistics(naive)", make_statistics, 0},
+    {"limiting(naive)", make_limiting, 0},
+    {"tracing(naive)", make_tracing, 0},
+    {"tracking(naive)", make_tracking, 0},
+    {"tracking(limiting(statistics(naive)))", make_stack, 0},
+    {"tracking(limiting(statistics(async)))", make_stack_async, HOLDS_RECORDED | HOLDS_ALLOCATING},
+    {"caching", make_caching, HOLDS_RECORDED},
+    {"tracking(limiting(statistics(caching)))", make_stack_caching, HOLDS_RECORDED},
+    {"naive(cpu): the CPU default", make_cpu_default, 0},
 };
+static const fixture *g_fixture; /* the one the battery runs */
 
 /* ---- the battery ---------------------------------------------------------------------- */
 
@@ -131,7 +141,7 @@ static void case_sizes_roundtrip(mn_allocator_t *a) {
   static const size_t sizes[] = {1, 7, 512, 513, 4096, 65536, (size_t)1 << 20, ((size_t)3 << 20) + 5};
   enum { N = sizeof sizes / sizeof sizes[0] };
   mn_stream_t *s = NULL;
-  MN_CHECK_OK(mn_stream_create(DEV, &s));
+  MN_CHECK_OK(mn_stream_create(ADEV, &s));
   void *p[N] = {0};
   span sp[N];
   for (size_t i = 0; i < N; i++) {
@@ -155,10 +165,17 @@ static void case_zero_size_and_bad_args(mn_allocator_t *a) {
   mn_stream_t *cpu = NULL;
   MN_CHECK_OK(mn_stream_create(mn_device_cpu(), &cpu));
   p = NULL;
-  MN_CHECK_ERR(mn_allocator_alloc(a, 16, cpu, &p), MN_ERR_INVALID_ARGUMENT, "stream of cpu");
-  MN_CHECK(p == NULL);
+  if (ADEV.type != MN_DEVICE_CPU) {
+    MN_CHECK_ERR(mn_allocator_alloc(a, 16, cpu, &p), MN_ERR_INVALID_ARGUMENT, "stream of cpu");
+    MN_CHECK(p == NULL);
+  } else { /* a host allocator takes any device's stream */
+    mn_stream_t *dev = NULL;
+    MN_CHECK_OK(mn_stream_default(DEV, &dev));
+    MN_CHECK_OK(mn_allocator_alloc(a, 16, dev, &p));
+    MN_CHECK_OK(mn_allocator_free(a, p));
+  }
   MN_CHECK_OK(mn_stream_destroy(cpu));
-  MN_CHECK(mn_device_equal(mn_allocator_device(a), DEV));
+  MN_CHECK(mn_device_equal(mn_allocator_device(a), ADEV));
 }
 
 static void case_double_free_is_error(mn_allocator_t *a) {
@@ -200,22 +217,22 @@ static void case_foreign_pointer_is_error(mn_allocator_t *a) {
 static void case_record_stream(mn_allocator_t *a) {
   enum { N = 4096 };
   mn_stream_t *s1 = NULL, *s2 = NULL;
-  MN_CHECK_OK(mn_stream_create(DEV, &s1));
-  MN_CHECK_OK(mn_stream_create(DEV, &s2));
+  MN_CHECK_OK(mn_stream_create(ADEV, &s1));
+  MN_CHECK_OK(mn_stream_create(ADEV, &s2));
   unsigned char *want = malloc(N), *other = malloc(N), *got = calloc(1, N);
   pattern(want, N, 11);
   pattern(other, N, 12);
   void *p = NULL, *q = NULL;
   MN_CHECK_OK(mn_allocator_alloc(a, N, s1, &p));
   if (p) {
-    MN_CHECK_OK(mn_memcpy_async(DEV, p, mn_device_cpu(), want, N, s1));
+    MN_CHECK_OK(mn_memcpy_async(ADEV, p, mn_device_cpu(), want, N, s1));
     MN_CHECK_OK(mn_stream_synchronize(s1));
     MN_CHECK_OK(mn_allocator_record_stream(a, p, s2));
     MN_CHECK_ERR(mn_allocator_record_stream(a, p, NULL), MN_ERR_INVALID_ARGUMENT, "stream");
-    MN_CHECK_OK(mn_memcpy_async(mn_device_cpu(), got, DEV, p, N, s2)); /* queued on s2 */
+    MN_CHECK_OK(mn_memcpy_async(mn_device_cpu(), got, ADEV, p, N, s2)); /* queued on s2 */
     MN_CHECK_OK(mn_allocator_free(a, p));
     MN_CHECK_OK(mn_allocator_alloc(a, N, s1, &q));
-    if (q) MN_CHECK_OK(mn_memcpy_async(DEV, q, mn_device_cpu(), other, N, s1));
+    if (q) MN_CHECK_OK(mn_memcpy_async(ADEV, q, mn_device_cpu(), other, N, s1));
     MN_CHECK_OK(mn_stream_synchronize(s1));
     MN_CHECK_OK(mn_stream_synchronize(s2));
     MN_CHECK(memcmp(got, want, N) == 0);
@@ -337,6 +354,39 @@ static void case_threads(mn_allocator_t *a) {
   MN_CHECK_OK(mn_allocator_check_invariants(a));
 }
 
+/* A stream whose pointer the allocator keeps (a record_stream use of a live
+ * block; the stream-ordered allocator's allocating stream) cannot be
+ * destroyed under it: MN_ERR_BUSY, the stream intact, until the block is
+ * freed. A stream it keeps no pointer of may go at once; the free after it is
+ * safe either way (the destroy-then-free order used to be a use-after-free). */
+static void case_stream_destroy_while_used(mn_allocator_t *a) {
+  enum { N = 4096 };
+  mn_stream_t *s1 = NULL, *s2 = NULL;
+  MN_CHECK_OK(mn_stream_create(ADEV, &s1));
+  MN_CHECK_OK(mn_stream_create(ADEV, &s2));
+  void *p = NULL;
+  MN_CHECK_OK(mn_allocator_alloc(a, N, s1, &p));
+  MN_CHECK_OK(mn_allocator_record_stream(a, p, s2));
+  mn_stream_t **ss[2] = {&s2, &s1};
+  const unsigned held[2] = {HOLDS_RECORDED, HOLDS_ALLOCATING};
+  for (int k = 0; k < 2; k++) {
+    mn_clear_error();
+    mn_status st = mn_stream_destroy(*ss[k]);
+    if (g_fixture->holds & held[k]) {
+      MN_CHECK(st == MN_ERR_BUSY && strstr(mn_last_error(), "is still used by 1 allocator block") != NULL);
+      MN_CHECK_OK(mn_stream_synchronize(*ss[k])); /* still a working stream */
+    } else {
+      MN_CHECK_OK(st);
+      *ss[k] = NULL;
+    }
+  }
+  if (p) MN_CHECK(roundtrip(p, N, NULL, 9));
+  MN_CHECK_OK(mn_allocator_free(a, p)); /* every hold ends here */
+  if (s2) MN_CHECK_OK(mn_stream_destroy(s2));
+  if (s1) MN_CHECK_OK(mn_stream_destroy(s1));
+  MN_CHECK_OK(mn_allocator_check_invariants(a));
+}
+
 typedef struct battery_case {
   const char *name;
   void (*fn)(mn_allocator_t *a);
@@ -348,6 +398,7 @@ static const battery_case CASES[] = {
     {"double_free_is_error", case_double_free_is_error},
     {"foreign_pointer_is_error", case_foreign_pointer_is_error},
     {"record_stream", case_record_stream},
+    {"stream_destroy_while_used", case_stream_destroy_while_used},
     {"empty_cache_returns_memory", case_empty_cache_returns_memory},
     {"stats_consistency", case_stats_consistency},
     {"many_small", case_many_small},
@@ -366,7 +417,10 @@ static void run_battery(const fixture *f) {
     mn_allocator_t *a = NULL;
     MN_CHECK_OK(f->make(&a));
     if (a) {
+      g_fixture = f;
+      ADEV = mn_allocator_device(a);
       CASES[c].fn(a);
+      ADEV = DEV;
       MN_CHECK_OK(mn_allocator_check_invariants(a));
       MN_CHECK_OK(mn_allocator_empty_cache(a));
       mn_allocator_destroy(a);
@@ -1010,6 +1064,111 @@ MN_TEST(async_allocator_frees_after_recorded_streams) {
   MN_CHECK_OK(mn_stream_destroy(s3));
 }
 
+/* The stream-ordered allocator orders a free on the allocating stream, after
+ * the recorded ones: it holds them all until the free (or its own destroy). */
+MN_TEST(async_allocator_holds_its_streams) {
+  mn_allocator_t *a = NULL;
+  mn_stream_t *s1 = NULL, *s2 = NULL;
+  MN_CHECK_OK(mn_async_allocator_create(DEV, &a));
+  MN_CHECK_OK(mn_stream_create(DEV, &s1));
+  MN_CHECK_OK(mn_stream_create(DEV, &s2));
+  void *p = NULL, *q = NULL;
+  MN_CHECK_OK(mn_allocator_alloc(a, 4096, s1, &p));
+  MN_CHECK_OK(mn_allocator_alloc(a, 4096, s1, &q));
+  MN_CHECK_ERR(mn_stream_destroy(s1), MN_ERR_BUSY, "still used by 2 allocator blocks");
+  MN_CHECK(strstr(mn_last_error(), "free them first") != NULL);
+  MN_CHECK_OK(mn_stream_destroy(s2)); /* nothing kept of it yet */
+  MN_CHECK_OK(mn_stream_create(DEV, &s2));
+  MN_CHECK_OK(mn_allocator_record_stream(a, p, s2));
+  MN_CHECK_ERR(mn_stream_destroy(s2), MN_ERR_BUSY, "still used by 1 allocator block ");
+  MN_CHECK_OK(mn_memset_async(DEV, p, 7, 4096, s2)); /* s2 still works */
+  MN_CHECK_OK(mn_allocator_free(a, p)); /* s1 waits for s2, then frees */
+  MN_CHECK_OK(mn_stream_destroy(s2));
+  MN_CHECK_ERR(mn_stream_destroy(s1), MN_ERR_BUSY, "1 allocator block");
+  MN_CHECK_OK(mn_allocator_free(a, q));
+  MN_CHECK_OK(mn_stream_destroy(s1)); /* its queued frees complete */
+  MN_CHECK_OK(mn_allocator_check_invariants(a));
+  /* A failed free keeps the allocation and its holds. */
+  MN_CHECK_OK(mn_stream_create(DEV, &s1));
+  MN_CHECK_OK(mn_stream_create(DEV, &s2));
+  MN_CHECK_OK(mn_allocator_alloc(a, 100, s1, &p));
+  MN_CHECK_OK(mn_allocator_record_stream(a, p, s2));
+  MN_CHECK_OK(mn_sim_fault_inject(DEV, MN_SIM_FAULT_EVENT_RECORD, 1, 1));
+  MN_CHECK_ERR(mn_allocator_free(a, p), MN_ERR_DEVICE, "injected");
+  MN_CHECK_ERR(mn_stream_destroy(s2), MN_ERR_BUSY, "allocator block");
+  MN_CHECK_ERR(mn_stream_destroy(s1), MN_ERR_BUSY, "allocator block");
+  /* The allocator's destroy drops the uses of what is still live (the memory
+   * stays in the device pool: given back here by hand). */
+  mn_allocator_destroy(a);
+  MN_CHECK_OK(mn_stream_destroy(s2));
+  MN_CHECK_OK(mn_device_free_async(DEV, p, s1));
+  MN_CHECK_OK(mn_stream_destroy(s1));
+  MN_CHECK_OK(mn_device_synchronize(DEV));
+  MN_CHECK_OK(mn_device_pool_trim(DEV, 0));
+  MN_CHECK(pool_stats().reserved_current == 0);
+}
+
+/* ---- the CPU: the backend's raw and host memory, the default allocator -------------- */
+
+/* The CPU backend knows its live allocations: a double, interior or foreign
+ * free is refused, as on SIM and CUDA, instead of reaching free(). */
+MN_TEST(cpu_backend_refuses_bad_frees) {
+  const mn_device_t cpu = mn_device_cpu();
+  for (int host = 0; host < 2; host++) {
+    mn_status (*alloc_fn)(mn_device_t, size_t, void **) = host ? mn_device_host_alloc : mn_device_raw_alloc;
+    mn_status (*free_fn)(mn_device_t, void *) = host ? mn_device_host_free : mn_device_raw_free;
+    const char *call = host ? "mn_device_host_free: " : "mn_device_raw_free: ";
+    char *p = NULL, *q = NULL;
+    MN_CHECK_OK(alloc_fn(cpu, 1000, (void **)&p));
+    MN_CHECK_OK(alloc_fn(cpu, (size_t)5 << 20, (void **)&q)); /* the huge-page path */
+    if (!p || !q) return;
+    memset(p, 0x61, 1000);
+    MN_CHECK_ERR(free_fn(cpu, p + 256), MN_ERR_INVALID_ARGUMENT, "not a live allocation of the CPU device");
+    MN_CHECK(strstr(mn_last_error(), call) == mn_last_error());
+    void *m = malloc(64);
+    int local = 0;
+    MN_CHECK_ERR(free_fn(cpu, m), MN_ERR_INVALID_ARGUMENT, "memory it did not allocate");
+    MN_CHECK_ERR(free_fn(cpu, &local), MN_ERR_INVALID_ARGUMENT, "not a live allocation");
+    free(m);
+    MN_CHECK_OK(free_fn(cpu, NULL)); /* as free(NULL) */
+    MN_CHECK(p[999] == 0x61); /* untouched by the refusals */
+    MN_CHECK_OK(free_fn(cpu, p));
+    MN_CHECK_ERR(free_fn(cpu, p), MN_ERR_INVALID_ARGUMENT, "freed already");
+    MN_CHECK_OK(free_fn(cpu, q));
+    MN_CHECK_ERR(free_fn(cpu, q), MN_ERR_INVALID_ARGUMENT, "freed already");
+    /* still works, and raw and host memory are the same plain memory here */
+    MN_CHECK_OK(alloc_fn(cpu, 64, (void **)&p));
+    MN_CHECK_OK((host ? mn_device_raw_free : mn_device_host_free)(cpu, p));
+  }
+}
+
+/* What mn_allocator_get_default(cpu) hands out refuses the same frees. */
+MN_TEST(cpu_default_allocator_refuses_bad_frees) {
+  mn_allocator_t *d = NULL;
+  MN_CHECK_OK(mn_allocator_get_default(mn_device_cpu(), &d));
+  char *p = NULL, *q = NULL;
+  MN_CHECK_OK(mn_allocator_alloc(d, 300, NULL, (void **)&p));
+  if (!p) return;
+  memset(p, 0x62, 300);
+  MN_CHECK_ERR(mn_allocator_free(d, p + 16), MN_ERR_INVALID_ARGUMENT, "not allocated by this allocator");
+  void *m = malloc(32);
+  MN_CHECK_ERR(mn_allocator_free(d, m), MN_ERR_INVALID_ARGUMENT, "not allocated by this allocator");
+  free(m);
+  MN_CHECK_OK(mn_allocator_free(d, NULL));
+  MN_CHECK(p[299] == 0x62);
+  MN_CHECK_OK(mn_allocator_free(d, p));
+  MN_CHECK_ERR(mn_allocator_free(d, p), MN_ERR_INVALID_ARGUMENT, "freed already");
+  /* A pointer of another allocator on the same device is foreign too. */
+  mn_allocator_t *other = NULL;
+  MN_CHECK_OK(mn_naive_allocator_create(mn_device_cpu(), &other));
+  MN_CHECK_OK(mn_allocator_alloc(other, 300, NULL, (void **)&q));
+  MN_CHECK_ERR(mn_allocator_free(d, q), MN_ERR_INVALID_ARGUMENT, "not allocated by this allocator");
+  MN_CHECK_OK(mn_allocator_free(other, q));
+  mn_allocator_destroy(other);
+  MN_CHECK_OK(mn_allocator_alloc(d, 300, NULL, (void **)&p)); /* still works */
+  MN_CHECK_OK(mn_allocator_free(d, p));
+}
+
 /* ---- user-implemented allocators: the vtable's size and version -------------------- */
 
 /* A user allocator over a naive upstream that counts the calls of every slot. */
@@ -1255,7 +1414,7 @@ int main(void) {
     fprintf(stderr, "mn_sim_configure: %s\n", mn_last_error());
     return 1;
   }
-  DEV = mn_device_sim(0);
+  DEV = ADEV = mn_device_sim(0);
   ON_SIM = true;
   for (size_t i = 0; i < sizeof FIXTURES / sizeof FIXTURES[0]; i++) run_battery(&FIXTURES[i]);
   MN_RUN(addrmap_matches_a_reference);
@@ -1271,6 +1430,9 @@ int main(void) {
   MN_RUN(pool_splits_coalesces_grows_and_releases);
   MN_RUN(pool_errors);
   MN_RUN(async_allocator_frees_after_recorded_streams);
+  MN_RUN(async_allocator_holds_its_streams);
+  MN_RUN(cpu_backend_refuses_bad_frees);
+  MN_RUN(cpu_default_allocator_refuses_bad_frees);
   MN_RUN(entry_points_on_sim);
   MN_RUN(user_vtable_of_an_older_shorter_layout_works);
   MN_RUN(user_vtable_bad_size_or_version_is_refused);
@@ -1320,7 +1482,7 @@ MN_TEST(gpu_entry_points) {
 
 int main(void) {
   mn_test_require_cuda();
-  DEV = mn_device_cuda(0);
+  DEV = ADEV = mn_device_cuda(0);
   ON_SIM = false;
   for (size_t i = 0; i < sizeof FIXTURES / sizeof FIXTURES[0]; i++) run_battery(&FIXTURES[i]);
   MN_RUN(gpu_pool_stats_and_trim);

@@ -1,12 +1,14 @@
 /* tests/test_caching.c: the caching allocator on the SIM device: size rules, split and
  * merge, best fit per stream, oversize rules, stream safety, OOM recovery and message,
- * faults, memory fraction, expandable segments, stats, snapshots, config, bad input
- * (label sim; the randomized runs are in test_caching_random.c). */
+ * faults, memory fraction, expandable segments, stats, snapshots, config, bad input,
+ * streams destroyed while the allocator holds them (label sim; the randomized runs
+ * are in test_caching_random.c). */
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "allocators/caching_internal.h"
 #include "caching_test_util.h"
+#include "runtime/hostmem.h"
 
 static uint64_t g_seed = 20240611;
 
@@ -627,6 +629,123 @@ MN_TEST(destroy_with_live_allocations) {
   }
 }
 
+/* ---- streams and their lifetime (docs/ALLOCATOR.md) ------------------------------------------ */
+
+/* A record_stream use keeps the stream's pointer until free records its event
+ * there: destroying the stream meanwhile is refused (it used to be freed, and
+ * the free then recorded an event on freed memory). */
+MN_TEST(stream_destroy_while_recorded_is_busy) {
+  mn_allocator_t *a = mk(NULL);
+  mn_stream_t *s1 = new_stream(), *s2 = new_stream();
+  char *p = alloc_on(a, 4096, s1), *q = alloc_on(a, 4096, s1);
+  MN_CHECK_OK(mn_memset_async(SIM0, p, 0x44, 64, s2)); /* queued on s2, not run */
+  MN_CHECK_OK(mn_allocator_record_stream(a, p, s2));
+  MN_CHECK_OK(mn_allocator_record_stream(a, p, s2)); /* twice: one use, one hold */
+  MN_CHECK_ERR(mn_stream_destroy(s2), MN_ERR_BUSY, "still used by 1 allocator block ");
+  MN_CHECK(strstr(mn_last_error(), "mn_stream_destroy: ") == mn_last_error());
+  MN_CHECK(strstr(mn_last_error(), "record_stream") != NULL && strstr(mn_last_error(), "free it first") != NULL);
+  MN_CHECK_OK(mn_allocator_record_stream(a, q, s2));
+  MN_CHECK_ERR(mn_stream_destroy(s2), MN_ERR_BUSY, "still used by 2 allocator blocks");
+  /* refused, and intact: its queued work is there and more can be queued */
+  MN_CHECK(pending_ops(s2) == 1);
+  MN_CHECK_OK(mn_memset_async(SIM0, p + 64, 0x45, 64, s2));
+  MN_CHECK(pending_ops(s2) == 2);
+  MN_CHECK_OK(mn_allocator_free(a, q));
+  MN_CHECK_ERR(mn_stream_destroy(s2), MN_ERR_BUSY, "still used by 1 allocator block ");
+  MN_CHECK_OK(mn_allocator_free(a, p)); /* its event on s2 stands for the use: the hold ends */
+  MN_CHECK(stats_of(a).active[MN_POOL_ALL].current == 2); /* both pending on s2 */
+  MN_CHECK_OK(mn_stream_destroy(s2)); /* as CUDA: its queued work completes */
+  MN_CHECK((unsigned char)p[0] == 0x44 && (unsigned char)p[64] == 0x45);
+  /* The pending events' stream is gone: they count as reached, the blocks are reused. */
+  char *r = alloc_on(a, 4096, s1);
+  MN_CHECK(r == p || r == q);
+  MN_CHECK(stats_of(a).active[MN_POOL_ALL].current == 1);
+  MN_CHECK_OK(mn_allocator_free(a, r));
+  MN_CHECK(sim_stats().illegal_accesses == 0);
+  done(a);
+  MN_CHECK_OK(mn_stream_destroy(s1));
+  MN_CHECK(sim_stats().live_events == 0 && sim_stats().live_streams == 0);
+}
+
+/* The allocating stream is kept as an id only (free lists are keyed by it, ids
+ * are never reused): it may be destroyed while its blocks live. Their memory
+ * then serves no other stream and goes back with empty_cache. */
+MN_TEST(allocating_stream_destroyed_before_free) {
+  mn_allocator_t *a = mk(NULL);
+  mn_stream_t *s1 = new_stream();
+  char *p = alloc_on(a, 4096, s1), *big = alloc_on(a, 30 * MB, s1);
+  MN_CHECK_OK(mn_memset_async(SIM0, p, 0x55, 64, s1));
+  MN_CHECK_OK(mn_stream_destroy(s1)); /* nothing keeps its pointer; its work completes */
+  MN_CHECK((unsigned char)p[0] == 0x55);
+  MN_CHECK_OK(mn_allocator_free(a, p));
+  MN_CHECK_OK(mn_allocator_free(a, big));
+  inv(a);
+  mn_stream_t *s3 = new_stream();
+  char *q = alloc_on(a, 4096, s3); /* another stream: the old block is not its to take */
+  MN_CHECK(q != p);
+  MN_CHECK_OK(mn_allocator_free(a, q));
+  MN_CHECK(stats_of(a).segment[MN_POOL_ALL].current == 3);
+  MN_CHECK(sim_stats().illegal_accesses == 0);
+  done(a); /* empty_cache gives every segment back, the dead stream's too */
+  MN_CHECK_OK(mn_stream_destroy(s3));
+}
+
+/* The normal order needs nothing special: alloc, record, free, synchronize,
+ * empty_cache, destroy; and the allocator's destroy drops the holds of blocks
+ * still live (and recorded) at that point. */
+MN_TEST(stream_lifetime_normal_flow_and_allocator_destroy) {
+  mn_allocator_t *a = mk(NULL);
+  mn_stream_t *s1 = new_stream(), *s2 = new_stream();
+  void *p = alloc_on(a, 1 * MB, s1);
+  MN_CHECK_OK(mn_memset_async(SIM0, p, 1, MB, s2));
+  MN_CHECK_OK(mn_allocator_record_stream(a, p, s2));
+  MN_CHECK_OK(mn_allocator_free(a, p));
+  MN_CHECK_OK(mn_stream_synchronize(s2));
+  MN_CHECK_OK(mn_allocator_empty_cache(a));
+  MN_CHECK_OK(mn_stream_destroy(s2));
+  MN_CHECK_OK(mn_stream_destroy(s1));
+  done(a);
+
+  a = mk("expandable_segments:True");
+  s1 = new_stream();
+  s2 = new_stream();
+  (void)alloc_on(a, 4096, s1); /* live at destroy */
+  void *q = alloc_on(a, 4096, NULL);
+  MN_CHECK_OK(mn_allocator_record_stream(a, q, s1));
+  MN_CHECK_OK(mn_allocator_record_stream(a, q, s2));
+  MN_CHECK_ERR(mn_stream_destroy(s1), MN_ERR_BUSY, "1 allocator block");
+  mn_allocator_destroy(a); /* frees everything, drops every hold */
+  MN_CHECK_OK(mn_stream_destroy(s1));
+  MN_CHECK_OK(mn_stream_destroy(s2));
+  mn_sim_stats_t ss = sim_stats();
+  MN_CHECK(ss.mapped_bytes == 0 && ss.live_reservations == 0 && ss.live_streams == 0 && ss.live_events == 0);
+}
+
+/* A free that fails changes nothing: the block stays live with its uses, so
+ * its streams stay held; the retry releases them. */
+MN_TEST(failed_free_keeps_stream_holds) {
+  enum { NS = 9 }; /* more uses than free's on-stack array: it needs a host allocation */
+  mn_allocator_t *a = mk(NULL);
+  mn_stream_t *s[NS];
+  void *p = alloc_on(a, 4096, NULL);
+  for (int i = 0; i < NS; i++) {
+    s[i] = new_stream();
+    MN_CHECK_OK(mn_allocator_record_stream(a, p, s[i]));
+  }
+  mn__hostmem_fail_nth(1);
+  MN_CHECK_ERR(mn_allocator_free(a, p), MN_ERR_OUT_OF_MEMORY, "stream events");
+  mn__hostmem_fail_nth(0);
+  inv(a);
+  MN_CHECK(stats_of(a).allocation[MN_POOL_ALL].current == 1);
+  MN_CHECK_ERR(mn_stream_destroy(s[4]), MN_ERR_BUSY, "1 allocator block");
+  MN_CHECK_OK(mn_allocator_free(a, p));
+  for (int i = 0; i < NS; i++) MN_CHECK_OK(mn_stream_destroy(s[i]));
+  void *q = alloc_on(a, 4096, NULL); /* the events on the destroyed streams count as reached */
+  MN_CHECK(q == p);
+  MN_CHECK_OK(mn_allocator_free(a, q));
+  done(a);
+}
+
 MN_TEST(garbage_collection) {
   mn_allocator_t *a = mk("garbage_collection_threshold:0.5,per_process_memory_fraction:0.5");
   void *p[3];
@@ -672,6 +791,10 @@ int main(void) {
   MN_RUN(default_allocator);
   MN_RUN(cpu_device);
   MN_RUN(destroy_with_live_allocations);
+  MN_RUN(stream_destroy_while_recorded_is_busy);
+  MN_RUN(allocating_stream_destroyed_before_free);
+  MN_RUN(stream_lifetime_normal_flow_and_allocator_destroy);
+  MN_RUN(failed_free_keeps_stream_holds);
   MN_RUN(garbage_collection);
   return mn_test_finish();
 }

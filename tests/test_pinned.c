@@ -1,6 +1,7 @@
 /* tests/test_pinned.c: the pinned host pool on SIM: size classes, reuse only
  * after the streams that used a block passed its free, stats, empty_cache,
- * faults, threads; and the backend's raw pinned memory and pointer query. */
+ * faults, threads, streams destroyed while a block records them; and the
+ * backend's raw pinned memory and pointer query. */
 #include <pthread.h>
 #include <stdint.h>
 
@@ -258,6 +259,49 @@ MN_TEST(every_stream_must_pass) {
   mn_allocator_destroy(a);
 }
 
+/* A recorded stream's pointer is kept until free records its event there:
+ * destroying it meanwhile is refused (it used to be freed, and free then
+ * recorded an event on freed memory); after the free it may go, with its
+ * queued work completing, and the pending block becomes reusable. */
+MN_TEST(stream_destroy_while_recorded_is_busy) {
+  mn_allocator_t *a = NULL;
+  mn_stream_t *s = NULL, *t = NULL;
+  void *dev = NULL, *p = NULL, *q = NULL;
+  MN_CHECK_OK(mn_pinned_allocator_create(SIM0, NULL, &a));
+  MN_CHECK_OK(mn_stream_create(SIM0, &s));
+  MN_CHECK_OK(mn_stream_create(SIM0, &t));
+  MN_CHECK_OK(mn_device_raw_alloc(SIM0, 4096, &dev));
+  MN_CHECK_OK(mn_allocator_alloc(a, 4096, t, &p)); /* the pool keeps no allocating stream */
+  MN_CHECK_OK(mn_stream_destroy(t));
+  memset(p, 0x5a, 4096);
+  MN_CHECK_OK(mn_memcpy_async(SIM0, dev, mn_device_cpu(), p, 4096, s)); /* queued, not run */
+  MN_CHECK_OK(mn_allocator_record_stream(a, p, s));
+  MN_CHECK_OK(mn_allocator_record_stream(a, (char *)p + 100, s)); /* twice: one hold */
+  MN_CHECK_ERR(mn_stream_destroy(s), MN_ERR_BUSY, "still used by 1 allocator block ");
+  MN_CHECK(strstr(mn_last_error(), "free it first") != NULL);
+  size_t pending = 0;
+  MN_CHECK_OK(mn_sim_stream_pending(s, &pending));
+  MN_CHECK(pending == 1); /* intact */
+  MN_CHECK_OK(mn_stream_launch_host(s, nothing_fn, NULL)); /* and usable */
+  MN_CHECK_OK(mn_allocator_free(a, p));
+  mn_alloc_stats_t st = stats_of(a);
+  MN_CHECK(CUR(st, active) == 1);
+  MN_CHECK_OK(mn_stream_destroy(s)); /* the copy runs now, as CUDA finishes a destroyed stream's work */
+  MN_CHECK(((unsigned char *)dev)[4095] == 0x5a);
+  MN_CHECK_OK(mn_allocator_alloc(a, 4096, NULL, &q));
+  MN_CHECK(q == p); /* the event's stream is gone: reached */
+  MN_CHECK_OK(mn_allocator_free(a, q));
+  /* A block still live at the pool's destroy gives its holds back. */
+  MN_CHECK_OK(mn_stream_create(SIM0, &s));
+  MN_CHECK_OK(mn_allocator_alloc(a, 4096, NULL, &p));
+  MN_CHECK_OK(mn_allocator_record_stream(a, p, s));
+  MN_CHECK_ERR(mn_stream_destroy(s), MN_ERR_BUSY, "allocator block");
+  MN_CHECK_OK(mn_allocator_check_invariants(a));
+  mn_allocator_destroy(a);
+  MN_CHECK_OK(mn_stream_destroy(s));
+  MN_CHECK_OK(mn_device_raw_free(SIM0, dev));
+}
+
 MN_TEST(events_are_pooled_and_released_by_empty_cache) {
   size_t base = sim_live_events();
   mn_allocator_t *a = NULL;
@@ -432,6 +476,7 @@ int main(void) {
   MN_RUN(cached_reuse_and_stats);
   MN_RUN(block_used_by_unfinished_copy_is_never_reused);
   MN_RUN(every_stream_must_pass);
+  MN_RUN(stream_destroy_while_recorded_is_busy);
   MN_RUN(events_are_pooled_and_released_by_empty_cache);
   MN_RUN(faults);
   MN_RUN(host_register_mode_and_storages);

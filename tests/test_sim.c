@@ -1,8 +1,10 @@
 /* tests/test_sim.c: the SIM device's semantics: memory and capacity, lazy
- * streams that run only when advanced, events, waits, VMM, fault injection. */
+ * streams that run only when advanced, events, waits, VMM, fault injection,
+ * destroying a stream that is held. */
 #include <stdint.h>
 
 #include "mn_test.h"
+#include "runtime/stream_hold.h"
 
 static mn_device_t SIM0;
 
@@ -393,6 +395,32 @@ MN_TEST(configure_refused_while_busy_then_eager) {
   MN_CHECK(st.live_streams == 0 && st.live_events == 0 && st.mapped_bytes == 0);
 }
 
+/* The runtime side of stream holds (runtime/stream_hold.h): a held stream's
+ * destroy is refused and changes nothing; the last unhold lets it go, its
+ * queued work completing first; default streams are never counted. */
+MN_TEST(held_stream_destroy_is_busy) {
+  int ran = 0;
+  mn_stream_t *s = NULL, *def = NULL;
+  MN_CHECK_OK(mn_stream_create(SIM0, &s));
+  MN_CHECK_OK(mn_stream_launch_host(s, counter_fn, &ran));
+  mn__stream_hold(s);
+  mn__stream_hold(s);
+  MN_CHECK(mn__stream_holds(s) == 2);
+  MN_CHECK_ERR(mn_stream_destroy(s), MN_ERR_BUSY, "still used by 2 allocator blocks");
+  MN_CHECK(mn_last_status() == MN_ERR_BUSY && ran == 0 && pending(s) == 1);
+  mn__stream_unhold(s);
+  MN_CHECK_ERR(mn_stream_destroy(s), MN_ERR_BUSY, "still used by 1 allocator block ");
+  mn__stream_unhold(s);
+  MN_CHECK(mn__stream_holds(s) == 0);
+  MN_CHECK_OK(mn_stream_destroy(s));
+  MN_CHECK(ran == 1); /* as CUDA: a destroyed stream's work completes */
+  MN_CHECK_OK(mn_stream_default(SIM0, &def));
+  mn__stream_hold(def);
+  MN_CHECK(mn__stream_holds(def) == 0);
+  mn__stream_unhold(def);
+  MN_CHECK_ERR(mn_stream_destroy(def), MN_ERR_INVALID_ARGUMENT, "default stream");
+}
+
 MN_TEST(api_argument_errors) {
   MN_CHECK_ERR(mn_sim_stream_advance(NULL, 1, NULL), MN_ERR_INVALID_ARGUMENT, "stream");
   mn_stream_t *cpu = NULL;
@@ -420,6 +448,7 @@ int main(void) {
   MN_RUN(raw_free_synchronizes_and_illegal_access_is_caught);
   MN_RUN(virtual_memory);
   MN_RUN(fault_injection);
+  MN_RUN(held_stream_destroy_is_busy);
   MN_RUN(api_argument_errors);
   MN_RUN(configure_refreshes_idle_default_allocators);
   MN_RUN(configure_refused_while_busy_then_eager);

@@ -11,6 +11,8 @@ MN_TEST(names_and_strings) {
   MN_CHECK(strcmp(mn_status_name(MN_OK), "ok") == 0);
   MN_CHECK(strcmp(mn_status_name(MN_ERR_OUT_OF_MEMORY), "out_of_memory") == 0);
   MN_CHECK(strcmp(mn_status_name((mn_status)999), "unknown") == 0);
+  MN_CHECK(MN_ERR_BUSY == 12 && strcmp(mn_status_name(MN_ERR_BUSY), "busy") == 0); /* the newest code */
+  MN_CHECK(strstr(mn_status_string(MN_ERR_BUSY), "still in use") != NULL);
   MN_CHECK(strcmp(mn_status_string(MN_ERR_NOT_SUPPORTED), "not supported by this build or device") == 0);
   MN_CHECK(strcmp(mn_status_string((mn_status)-3), "unknown status") == 0);
   /* Every code in the table has a distinct name. */

@@ -187,7 +187,8 @@ MN_API MN_NODISCARD mn_status mn_allocator_alloc(mn_allocator_t *a, size_t nbyte
 /* Frees memory from this allocator; NULL is a no-op. */
 MN_API MN_NODISCARD mn_status mn_allocator_free(mn_allocator_t *a, void *ptr);
 /* Marks `ptr` as used by `stream`, so it is not reused before that stream's
- * work queued so far has completed. */
+ * work queued so far has completed. The allocator holds the stream until the
+ * block is freed: mn_stream_destroy on it is MN_ERR_BUSY until then. */
 MN_API MN_NODISCARD mn_status mn_allocator_record_stream(mn_allocator_t *a, void *ptr, mn_stream_t *stream);
 /* Returns cached, unused memory to the backend. */
 MN_API MN_NODISCARD mn_status mn_allocator_empty_cache(mn_allocator_t *a);

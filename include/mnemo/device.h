@@ -79,7 +79,11 @@ MN_API MN_NODISCARD mn_status mn_stream_create(mn_device_t dev, mn_stream_t **ou
 MN_API MN_NODISCARD mn_status mn_stream_wrap(mn_device_t dev, void *native, mn_stream_t **out);
 /* The default stream of a device (NULL stream on CUDA). */
 MN_API MN_NODISCARD mn_status mn_stream_default(mn_device_t dev, mn_stream_t **out);
-/* Destroys a stream made by create or wrap; the default stream is refused. */
+/* Destroys a stream made by create or wrap; the default stream is refused.
+ * MN_ERR_BUSY (the stream left intact) while an allocator still holds it: a
+ * live block recorded on it (mn_allocator_record_stream) or a stream-ordered
+ * allocation made on it; free those first (docs/ALLOCATOR.md, "Streams and
+ * their lifetime"). Queued work completes, as with cudaStreamDestroy. */
 MN_API MN_NODISCARD mn_status mn_stream_destroy(mn_stream_t *stream);
 MN_API mn_device_t mn_stream_device(const mn_stream_t *stream);
 /* A process-unique id (default streams included), stable for the stream's life. */

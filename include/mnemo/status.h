@@ -23,7 +23,8 @@ extern "C" {
   X(MN_ERR_NOT_FOUND, 8, "not_found", "not found")                              \
   X(MN_ERR_FORMAT, 9, "format_error", "malformed or corrupt input data")        \
   X(MN_ERR_OVERFLOW, 10, "overflow", "a size or index computation overflows")  \
-  X(MN_ERR_INTERNAL, 11, "internal_error", "an internal invariant failed")
+  X(MN_ERR_INTERNAL, 11, "internal_error", "an internal invariant failed")      \
+  X(MN_ERR_BUSY, 12, "busy", "the object is still in use and cannot be destroyed yet")
 
 typedef enum mn_status {
 #define MN__STATUS_ENUM(sym, val, name, text) sym = val,

@@ -1,9 +1,10 @@
-/* allocators/ptrmap.c: the address -> (size, data) hash map of the adaptors
- * (open addressing, linear probing). Not thread-safe: callers lock. */
+/* runtime/ptrmap.c: the address -> (size, data) hash map of the CPU backend,
+ * the allocators and the adaptors (open addressing, linear probing).
+ * Not thread-safe: callers lock. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "allocators/ptrmap.h"
+#include "runtime/ptrmap.h"
 #include "runtime/debug.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
