@@ -1,5 +1,8 @@
-/* bench/bench_storage.c: storage and save-format costs on the CPU (and cuda:0
- * when present): save/load buffers in both formats, share_memory, clone. Single-threaded. */
+/* bench/bench_storage.c: storage and file-format costs on the CPU (and cuda:0
+ * when present): save/load buffers in both formats, loads of 100k-entry files
+ * of each format and of a trace with 100k meta keys (the name checks are
+ * linear: target < 100 ms each), share_memory, clone. Single-threaded. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +55,99 @@ static void bench_save_load(mn_bench_t *b, void *arg) {
   mn_storage_release(s);
 }
 
+/* ---- many entries: a load is linear in the file's size ---------------------------- */
+
+#define MANY_MAX 100000
+
+/* n one-element float32 views of one storage, named "v000000"...; the file
+ * bytes of both formats. */
+typedef struct many_s {
+  mn_storage_t *s;
+  mn_view_t *v[MANY_MAX];
+  char *names[MANY_MAX];
+} many_t;
+
+static mn_status many_make(many_t *m, size_t n) {
+  mn_status st = mn_storage_create(mn_device_cpu(), n * 4, NULL, NULL, &m->s);
+  if (st == MN_OK) st = mn_storage_fill(m->s, 0, NULL);
+  int64_t one = 1;
+  for (size_t i = 0; i < n && st == MN_OK; i++) {
+    m->names[i] = malloc(24);
+    if (!m->names[i]) return MN_ERR_OUT_OF_MEMORY;
+    snprintf(m->names[i], 24, "v%06zu", i);
+    st = mn_view_create(m->s, MN_DTYPE_FLOAT32, 1, &one, NULL, (int64_t)i, &m->v[i]);
+  }
+  return st;
+}
+
+static void many_free(many_t *m, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    mn_view_destroy(m->v[i]);
+    free(m->names[i]);
+  }
+  mn_storage_release(m->s);
+}
+
+/* arg: 0 mnemo format, 1 safetensors; bench arg 0: entries. Times the load
+ * of a file of that many views (tensors) from memory: the mnemo file's views
+ * share one storage, the safetensors file's each get their own (its format's
+ * rule), so the latter also times n storage creations. */
+static void bench_load_many(mn_bench_t *b, void *arg) {
+  int safetensors = *(const int *)arg;
+  size_t n = (size_t)mn_bench_arg(b, 0);
+  many_t *m = calloc(1, sizeof *m);
+  void *data = NULL;
+  size_t size = 0;
+  mn_status st = m ? many_make(m, n) : MN_ERR_OUT_OF_MEMORY;
+  const char *const *names = (const char *const *)m->names;
+  const mn_view_t *const *views = (const mn_view_t *const *)m->v;
+  if (st == MN_OK)
+    st = safetensors ? mn_safetensors_save_buffer(n, names, views, 0, NULL, NULL, &data, &size)
+                     : mn_save_buffer(n, names, views, &data, &size);
+  if (st != MN_OK) {
+    mn_bench_error(b, mn_last_error());
+  } else {
+    while (mn_bench_next(b)) {
+      mn_named_views_t *nv = NULL;
+      st = safetensors ? mn_safetensors_load_buffer(data, size, mn_device_cpu(), &nv)
+                       : mn_load_buffer(data, size, mn_device_cpu(), &nv);
+      if (st != MN_OK) mn_bench_error(b, mn_last_error());
+      mn_bench_pause(b); /* the load is timed, not freeing what it made */
+      mn_named_views_free(nv);
+      mn_bench_resume(b);
+    }
+    mn_bench_set_items(b, (int64_t)n);
+    mn_bench_set_bytes(b, (int64_t)size);
+  }
+  free(data);
+  if (m) many_free(m, n);
+  free(m);
+}
+
+/* A trace of `n` meta keys (bench arg 0) parsed from memory. */
+static void bench_trace_parse_meta(mn_bench_t *b, void *arg) {
+  (void)arg;
+  size_t n = (size_t)mn_bench_arg(b, 0), cap = 32 + n * 22, len = 0;
+  char *text = malloc(cap);
+  if (!text) {
+    mn_bench_error(b, "out of memory");
+    return;
+  }
+  len += (size_t)snprintf(text + len, cap - len, "mnemo-trace 1\n");
+  for (size_t i = 0; i < n; i++) len += (size_t)snprintf(text + len, cap - len, "meta k%06zu v%06zu\n", i, i);
+  len += (size_t)snprintf(text + len, cap - len, "end 0\n");
+  while (mn_bench_next(b)) {
+    mn_trace_t *t = NULL;
+    if (mn_trace_parse(text, len, "bench.trace", &t) != MN_OK) mn_bench_error(b, mn_last_error());
+    mn_bench_pause(b);
+    mn_trace_destroy(t);
+    mn_bench_resume(b);
+  }
+  mn_bench_set_items(b, (int64_t)n);
+  mn_bench_set_bytes(b, (int64_t)len);
+  free(text);
+}
+
 static void bench_share_memory(mn_bench_t *b, void *arg) {
   (void)arg;
   size_t total = (size_t)mn_bench_arg(b, 0);
@@ -97,6 +193,12 @@ int main(int argc, char **argv) {
     mn_bench_register("share_memory/cpu", bench_share_memory, NULL, 1, &sizes[i]);
     mn_bench_register("clone/cpu", bench_clone, &cpu, 1, &sizes[i]);
     if (ncuda > 0) mn_bench_register("clone/cuda", bench_clone, &cuda, 1, &sizes[i]);
+  }
+  const int64_t many[] = {1000, 10000, MANY_MAX};
+  for (int i = 0; i < 3; i++) {
+    mn_bench_register("load_many/mnemo/cpu", bench_load_many, (void *)&mnemo_fmt, 1, &many[i]);
+    mn_bench_register("load_many/safetensors/cpu", bench_load_many, (void *)&st_fmt, 1, &many[i]);
+    mn_bench_register("load_many/trace_meta", bench_trace_parse_meta, NULL, 1, &many[i]);
   }
   return mn_bench_main(argc, argv);
 }

@@ -1,9 +1,8 @@
-/* profiling/text.c: file reads, lines, numbers, errors and address sorting shared by the
+/* profiling/text.c: file reads (runtime/fileio.h), lines, numbers, errors and address sorting shared by the
  * trace reader and the RMM importer; no shared state, any thread. */
 #include "profiling/text.h"
-#include "runtime/hostmem.h"
+#include "runtime/fileio.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -95,34 +94,15 @@ int mn__addr_ref_cmp(const void *a, const void *b) {
 }
 
 mn_status mn__read_whole_file(const char *func, const char *path, char **buf, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return mn__error(MN_ERR_IO, func, "cannot open %s: %s", path, strerror(errno));
-  size_t cap = 1 << 16, n = 0;
-  char *b = mn__malloc(cap);
-  mn_status st = MN_OK;
-  while (b && st == MN_OK) {
-    if (n == cap) {
-      char *nb = cap <= SIZE_MAX / 2 ? mn__realloc(b, cap * 2) : NULL;
-      if (!nb) {
-        st = mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory reading %s (%zu bytes)", path, n);
-        break;
-      }
-      b = nb;
-      cap *= 2;
-    }
-    size_t got = fread(b + n, 1, cap - n, f);
-    n += got;
-    if (got == 0) break;
+  void *b = NULL;
+  mn_status st = mn__file_read_all(func, path, &b, len);
+  if (st == MN_ERR_NOT_FOUND) { /* the trace readers' documented error for a file they cannot open */
+    char why[600];
+    snprintf(why, sizeof why, "%s", mn__last_error_detail());
+    return mn__error(MN_ERR_IO, func, "%s", why);
   }
-  if (!b) st = mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
-  else if (st == MN_OK && ferror(f)) st = mn__error(MN_ERR_IO, func, "cannot read %s: %s", path, strerror(errno));
-  fclose(f);
-  if (st != MN_OK) {
-    free(b);
-    return st;
-  }
+  if (st != MN_OK) return st;
   *buf = b;
-  *len = n;
   return MN_OK;
 }
 

@@ -1,17 +1,23 @@
 /* profiling/trace.c: the trace file format (docs/TRACE_FORMAT.md): a strict
- * reader with file:line errors, a writer, and a recorder for allocator trace sinks. */
+ * reader with file:line errors (linear in the file's size), a writer, and a
+ * recorder for allocator trace sinks. No shared state: any thread, one thread
+ * at a time per trace. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mnemo/mnemo.h"
 #include "mnemo/trace.h"
 #include "profiling/text.h"
 #include "runtime/error.h"
+#include "runtime/fileio.h"
 #include "runtime/hostmem.h"
+#include "runtime/nameset.h"
 
 #define MN__TRACE_MAX_FIELDS 8
 
@@ -107,16 +113,10 @@ static char *dup_n(const char *s, size_t n) {
   return d;
 }
 
-/* Adds or replaces key (klen bytes) = value (vlen bytes, already trimmed). */
-static mn_status meta_put(mn_trace_t *t, const char *key, size_t klen, const char *value, size_t vlen) {
+/* Appends key (klen bytes, not in the trace yet) = value (vlen bytes, already trimmed). */
+static mn_status meta_append(mn_trace_t *t, const char *key, size_t klen, const char *value, size_t vlen) {
   char *v = dup_n(value, vlen);
   if (!v) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
-  mn_trace_meta_t *m = meta_find(t, key, klen);
-  if (m) {
-    free(m->value);
-    m->value = v;
-    return MN_OK;
-  }
   if (t->nmeta == t->meta_capacity) {
     size_t cap = t->meta_capacity ? t->meta_capacity * 2 : 16;
     mn_trace_meta_t *nm = mn__realloc(t->meta, cap * sizeof *nm);
@@ -135,6 +135,17 @@ static mn_status meta_put(mn_trace_t *t, const char *key, size_t klen, const cha
   t->meta[t->nmeta].key = k;
   t->meta[t->nmeta].value = v;
   t->nmeta++;
+  return MN_OK;
+}
+
+/* Adds or replaces key (klen bytes) = value (vlen bytes, already trimmed). */
+static mn_status meta_put(mn_trace_t *t, const char *key, size_t klen, const char *value, size_t vlen) {
+  mn_trace_meta_t *m = meta_find(t, key, klen);
+  if (!m) return meta_append(t, key, klen, value, vlen);
+  char *v = dup_n(value, vlen);
+  if (!v) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  free(m->value);
+  m->value = v;
   return MN_OK;
 }
 
@@ -255,6 +266,7 @@ typedef struct mn__parser_s {
   mn__parse_state state;
   uint64_t count; /* pre + event lines */
   mn_trace_t *t;
+  mn__nameset_t meta_keys; /* the meta keys so far (keys point into the text parsed) */
 } mn__parser_t;
 
 /* A format error at the current line. */
@@ -327,8 +339,12 @@ static mn_status parse_meta(mn__parser_t *p, const char *line, size_t len) {
   size_t vlen = len - i;
   while (vlen > 0 && is_blank(line[i + vlen - 1])) vlen--;
   if (memchr(line + i, '\r', vlen)) return perr(p, "carriage return inside the meta value");
-  if (meta_find(p->t, line + k0, klen)) return perr(p, "duplicate meta key %.*s", (int)klen, line + k0);
-  mn_status st = meta_put(p->t, line + k0, klen, line + i, vlen);
+  switch (mn__nameset_insert(&p->meta_keys, line + k0, klen, p->t->nmeta, NULL)) {
+    case MN__NAMESET_NEW: break;
+    case MN__NAMESET_DUPLICATE: return perr(p, "duplicate meta key %.*s", (int)klen, line + k0);
+    case MN__NAMESET_NOMEM: return mn__error(MN_ERR_OUT_OF_MEMORY, "mn_trace_parse", "out of host memory");
+  }
+  mn_status st = meta_append(p->t, line + k0, klen, line + i, vlen);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, "mn_trace_parse");
 }
 
@@ -391,6 +407,7 @@ mn_status mn_trace_parse(const char *text, size_t len, const char *name, mn_trac
   if (len == 0) return mn__error(MN_ERR_FORMAT, __func__, "%s: empty file (no \"mnemo-trace\" line)", p.name);
   mn_status st = mn_trace_create(&p.t);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
+  mn__nameset_init(&p.meta_keys, 0);
   mn__lines_t lines = {.text = text, .len = len, .max = MN_TRACE_LINE_MAX};
   char why[96];
   const char *s = NULL;
@@ -411,9 +428,11 @@ mn_status mn_trace_parse(const char *text, size_t len, const char *name, mn_trac
   }
   st = trace_match(p.t, NULL, p.name, __func__);
   if (st != MN_OK) goto fail;
+  mn__nameset_free(&p.meta_keys);
   *out = p.t;
   return MN_OK;
 fail:
+  mn__nameset_free(&p.meta_keys);
   mn_trace_destroy(p.t);
   return st;
 }
@@ -460,23 +479,34 @@ static void sb_printf(mn__strbuf_t *b, const char *fmt, ...) {
 }
 
 static mn_status check_writable(const mn_trace_t *t) {
-  for (size_t i = 0; i < t->nmeta; i++) {
+  mn__nameset_t seen;
+  mn__nameset_init(&seen, t->nmeta);
+  mn_status st = MN_OK;
+  for (size_t i = 0; i < t->nmeta && st == MN_OK; i++) {
     const char *k = t->meta[i].key, *v = t->meta[i].value;
     if (!k || !v || !meta_key_ok(k, strlen(k)) || strpbrk(v, "\r\n") || is_blank(v[0]) ||
-        (v[0] && is_blank(v[strlen(v) - 1])) || 5 + strlen(k) + 1 + strlen(v) > MN_TRACE_LINE_MAX)
-      return mn__error(MN_ERR_INVALID_ARGUMENT, "mn_trace_format", "meta entry %zu (%.64s) breaks the format", i,
-                       k ? k : "(null)");
-    for (size_t j = 0; j < i; j++)
-      if (strcmp(t->meta[j].key, k) == 0)
-        return mn__error(MN_ERR_INVALID_ARGUMENT, "mn_trace_format", "duplicate meta key %s", k);
+        (v[0] && is_blank(v[strlen(v) - 1])) || 5 + strlen(k) + 1 + strlen(v) > MN_TRACE_LINE_MAX) {
+      st = mn__error(MN_ERR_INVALID_ARGUMENT, "mn_trace_format", "meta entry %zu (%.64s) breaks the format", i,
+                     k ? k : "(null)");
+      break;
+    }
+    switch (mn__nameset_insert(&seen, k, strlen(k), i, NULL)) {
+      case MN__NAMESET_NEW: break;
+      case MN__NAMESET_DUPLICATE:
+        st = mn__error(MN_ERR_INVALID_ARGUMENT, "mn_trace_format", "duplicate meta key %s", k);
+        break;
+      case MN__NAMESET_NOMEM: st = mn__error(MN_ERR_OUT_OF_MEMORY, "mn_trace_format", "out of host memory"); break;
+    }
   }
+  mn__nameset_free(&seen);
+  if (st != MN_OK) return st;
   for (size_t i = 0; i < t->nentries; i++) {
     const mn_trace_entry_t *e = &t->entries[i];
     if ((unsigned)e->action >= MN_TRACE_ACTION_COUNT || (e->pre && !pre_action_ok(e->action)) ||
         (e->pre && i > 0 && !t->entries[i - 1].pre) || (e->action == MN_TRACE_ALLOC && e->size == 0))
       return mn__error(MN_ERR_INVALID_ARGUMENT, "mn_trace_format", "entry %zu breaks the format", i);
   }
-  mn_status st = trace_match(t, NULL, NULL, "mn_trace_format");
+  st = trace_match(t, NULL, NULL, "mn_trace_format");
   if (st == MN_ERR_FORMAT) st = MN_ERR_INVALID_ARGUMENT; /* a trace to write that breaks the format */
   return st;
 }
@@ -527,14 +557,33 @@ mn_status mn_trace_write(const mn_trace_t *trace, const char *path) {
   }
   memcpy(tmp, path, plen);
   memcpy(tmp + plen, ".tmp", 5);
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    st = mn__error(MN_ERR_IO, __func__, "cannot create %s: %s", tmp, strerror(errno));
-  } else {
-    bool ok = fwrite(text, 1, len, f) == len;
-    int err = errno;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok) err = errno ? errno : err;
+  /* never rename over a folder, FIFO or device; never open the temporary
+   * name blocking (a FIFO planted there) or through a symbolic link */
+  int fd = -1;
+  st = mn__file_check_destination(__func__, path);
+  if (st == MN_OK) {
+    st = mn__file_open_regular(__func__, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0666, &fd, NULL);
+    if (st != MN_OK && st != MN_ERR_OUT_OF_MEMORY) {
+      if (st == MN_ERR_NOT_FOUND) st = MN_ERR_IO; /* this call's error for a path it cannot create */
+      char why[600];
+      snprintf(why, sizeof why, "%s", mn__last_error_detail());
+      st = mn__error(st, __func__, "cannot create %s: %s", tmp, why);
+    }
+  }
+  if (st == MN_OK) {
+    size_t done = 0;
+    bool ok = true;
+    while (ok && done < len) {
+      ssize_t w = write(fd, text + done, len - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) ok = false;
+      else done += (size_t)w;
+    }
+    int err = ok ? 0 : errno ? errno : EIO;
+    if (close(fd) != 0 && ok) {
+      ok = false;
+      err = errno;
+    }
     if (!ok) st = mn__error(MN_ERR_IO, __func__, "cannot write %s: %s", tmp, strerror(err));
     else if (rename(tmp, path) != 0) st = mn__error(MN_ERR_IO, __func__, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
     if (st != MN_OK) remove(tmp);

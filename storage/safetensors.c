@@ -9,6 +9,7 @@
 #include "mnemo/serialize.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
+#include "runtime/nameset.h"
 #include "storage/serialize_util.h"
 
 #define MAX_HEADER 100000000ull /* the reference implementation's limit */
@@ -84,6 +85,61 @@ static void gather(mn__buf_t *b, const mn_view_t *v, const unsigned char *base) 
   }
 }
 
+/* A non-empty view's bytes in its storage, for the aliasing check. */
+typedef struct extent_s {
+  const mn_storage_t *storage;
+  uint64_t lo, hi;
+  size_t index;
+} extent_t;
+
+static int by_storage_then_lo(const void *a, const void *b) {
+  const extent_t *x = a, *y = b;
+  uintptr_t sx = (uintptr_t)x->storage, sy = (uintptr_t)y->storage;
+  if (sx != sy) return sx < sy ? -1 : 1;
+  if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
+  return x->index < y->index ? -1 : (x->index > y->index);
+}
+
+/* Refuses two non-empty views over overlapping bytes of one storage: sorted
+ * by storage and first byte, a view overlaps an earlier one exactly when it
+ * starts before the furthest end seen so far in its storage (n log n). */
+static mn_status check_aliasing(size_t count, const char *const *names, const mn_view_t *const *views) {
+  const char *func = "mn_safetensors_save_buffer";
+  size_t n = 0;
+  for (size_t i = 0; i < count; i++) n += mn_view_numel(views[i]) != 0;
+  if (n < 2) return MN_OK;
+  extent_t *e = mn__malloc(n * sizeof *e);
+  if (!e) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
+  n = 0;
+  for (size_t i = 0; i < count; i++) {
+    if (mn_view_numel(views[i]) == 0) continue;
+    e[n].storage = mn_view_storage(views[i]);
+    e[n].index = i;
+    byte_extent(views[i], &e[n].lo, &e[n].hi);
+    n++;
+  }
+  qsort(e, n, sizeof *e, by_storage_then_lo);
+  mn_status st = MN_OK;
+  size_t far = 0; /* the entry of this storage reaching furthest so far */
+  for (size_t k = 1; k < n && st == MN_OK; k++) {
+    if (e[k].storage != e[far].storage) {
+      far = k;
+      continue;
+    }
+    if (e[k].lo < e[far].hi) {
+      const extent_t *x = e[far].index < e[k].index ? &e[far] : &e[k], *y = x == &e[far] ? &e[k] : &e[far];
+      st = mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                     "views '%s' and '%s' share memory (bytes %llu..%llu and %llu..%llu of one storage); "
+                     "safetensors cannot keep aliasing: save clones",
+                     names[x->index], names[y->index], (unsigned long long)x->lo, (unsigned long long)x->hi,
+                     (unsigned long long)y->lo, (unsigned long long)y->hi);
+    }
+    if (e[k].hi > e[far].hi) far = k;
+  }
+  free(e);
+  return st;
+}
+
 mn_status mn_safetensors_save_buffer(size_t count, const char *const *names, const mn_view_t *const *views,
                                      size_t nmeta, const char *const *meta_keys, const char *const *meta_values,
                                      void **data, size_t *size) {
@@ -98,30 +154,23 @@ mn_status mn_safetensors_save_buffer(size_t count, const char *const *names, con
       return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "view '%s': safetensors has no dtype for %s", names[i],
                        mn_dtype_name(mn_view_dtype(views[i])));
   }
-  for (size_t i = 0; i < nmeta; i++) {
-    if (!meta_keys[i] || !meta_values[i])
-      return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "metadata entry %zu is NULL", i);
-    for (size_t j = 0; j < i; j++)
-      if (strcmp(meta_keys[i], meta_keys[j]) == 0)
-        return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "metadata key '%s' is used twice", meta_keys[i]);
-  }
-  /* aliasing: two non-empty views over overlapping bytes of one storage */
-  for (size_t i = 0; i < count; i++) {
-    if (mn_view_numel(views[i]) == 0) continue;
-    uint64_t lo, hi;
-    byte_extent(views[i], &lo, &hi);
-    for (size_t j = 0; j < i; j++) {
-      if (mn_view_numel(views[j]) == 0 || mn_view_storage(views[j]) != mn_view_storage(views[i])) continue;
-      uint64_t lo2, hi2;
-      byte_extent(views[j], &lo2, &hi2);
-      if (lo < hi2 && lo2 < hi)
-        return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
-                         "views '%s' and '%s' share memory (bytes %llu..%llu and %llu..%llu of one storage); "
-                         "safetensors cannot keep aliasing: save clones",
-                         names[j], names[i], (unsigned long long)lo2, (unsigned long long)hi2,
-                         (unsigned long long)lo, (unsigned long long)hi);
+  mn__nameset_t seen;
+  mn__nameset_init(&seen, nmeta);
+  for (size_t i = 0; i < nmeta && st == MN_OK; i++) {
+    if (!meta_keys[i] || !meta_values[i]) {
+      st = mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "metadata entry %zu is NULL", i);
+      break;
     }
+    mn__nameset_result r = mn__nameset_insert(&seen, meta_keys[i], strlen(meta_keys[i]), i, NULL);
+    if (r == MN__NAMESET_DUPLICATE)
+      st = mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "metadata key '%s' is used twice", meta_keys[i]);
+    else if (r == MN__NAMESET_NOMEM)
+      st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   }
+  mn__nameset_free(&seen);
+  if (st != MN_OK) return st;
+  st = check_aliasing(count, names, views);
+  if (st != MN_OK) return st;
   /* body: each view contiguous; header: offsets into the body */
   mn__buf_t body = {0}, hdr = {0};
   put_str(&hdr, "{");
@@ -234,12 +283,20 @@ static bool read_hex4(json_t *j, unsigned *out) {
   return true;
 }
 
-/* Parses a string into a malloc'd UTF-8 C string (no NUL inside). */
-static mn_status jstring(json_t *j, char **out) {
+/* Parses a string into a UTF-8 C string (no NUL inside): into buf (cap bytes)
+ * when its text in the header fits there, else malloc'd to that size (decoding
+ * never lengthens it, so a name costs what it takes in the file); *out is buf
+ * or the allocation. jstring: always malloc'd. */
+static mn_status jstring_in(json_t *j, char *buf, size_t cap, char **out) {
   jws(j);
   if (j->p >= j->end || *j->p != '"') return jerr(j, "expected a string");
   j->p++;
-  mn__buf_t b = {0};
+  const char *q = j->p;
+  while (q < j->end && *q != '"') q += *q == '\\' && j->end - q > 1 ? 2 : 1;
+  size_t need = (size_t)(q - j->p) + 1;
+  char *o = need <= cap ? buf : mn__malloc(need);
+  if (!o) return mn__error(MN_ERR_OUT_OF_MEMORY, j->func, "out of host memory");
+  size_t n = 0;
   mn_status st = MN_OK;
   for (;;) {
     if (j->p >= j->end) {
@@ -253,7 +310,7 @@ static mn_status jstring(json_t *j, char **out) {
       break;
     }
     if (c != '\\') {
-      mn__buf_put(&b, &c, 1);
+      o[n++] = (char)c;
       continue;
     }
     if (j->p >= j->end) {
@@ -264,7 +321,7 @@ static mn_status jstring(json_t *j, char **out) {
     const char *simple = strchr("\"\\/bfnrt", e);
     if (e && simple) {
       static const char map[] = "\"\\/\b\f\n\r\t";
-      mn__buf_put(&b, &map[simple - "\"\\/bfnrt"], 1);
+      o[n++] = map[simple - "\"\\/bfnrt"];
       continue;
     }
     unsigned cp = 0, lo = 0;
@@ -287,27 +344,26 @@ static mn_status jstring(json_t *j, char **out) {
       st = jerr(j, "\\u0000 in a string");
       break;
     }
-    unsigned char u[4];
-    size_t n;
-    if (cp < 0x80) u[0] = (unsigned char)cp, n = 1;
-    else if (cp < 0x800) u[0] = (unsigned char)(0xC0 | cp >> 6), u[1] = (unsigned char)(0x80 | (cp & 0x3F)), n = 2;
+    unsigned char *u = (unsigned char *)o + n;
+    if (cp < 0x80) u[0] = (unsigned char)cp, n += 1;
+    else if (cp < 0x800) u[0] = (unsigned char)(0xC0 | cp >> 6), u[1] = (unsigned char)(0x80 | (cp & 0x3F)), n += 2;
     else if (cp < 0x10000)
       u[0] = (unsigned char)(0xE0 | cp >> 12), u[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F)),
-      u[2] = (unsigned char)(0x80 | (cp & 0x3F)), n = 3;
+      u[2] = (unsigned char)(0x80 | (cp & 0x3F)), n += 3;
     else
       u[0] = (unsigned char)(0xF0 | cp >> 18), u[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F)),
-      u[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F)), u[3] = (unsigned char)(0x80 | (cp & 0x3F)), n = 4;
-    mn__buf_put(&b, u, n);
+      u[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F)), u[3] = (unsigned char)(0x80 | (cp & 0x3F)), n += 4;
   }
-  mn__buf_put(&b, "", 1);
-  if (st == MN_OK && b.failed) st = mn__error(MN_ERR_OUT_OF_MEMORY, j->func, "out of host memory");
   if (st != MN_OK) {
-    free(b.data);
+    if (o != buf) free(o);
     return st;
   }
-  *out = (char *)b.data;
+  o[n] = '\0';
+  *out = o;
   return MN_OK;
 }
+
+static mn_status jstring(json_t *j, char **out) { return jstring_in(j, NULL, 0, out); }
 
 static mn_status juint(json_t *j, uint64_t *out) {
   jws(j);
@@ -347,33 +403,41 @@ typedef struct entry_s {
   uint64_t begin, end;
 } entry_t;
 
+/* A tensor's keys and dtype code: short strings, decoded on the stack. */
+#define SHORT_STR 64
+
+static void free_short(char *s, const char *buf) {
+  if (s != buf) free(s);
+}
+
 static mn_status parse_tensor(json_t *j, entry_t *e) {
   if (!jeat(j, '{')) return jerr(j, "expected a tensor object");
   bool have_dtype = false, have_shape = false, have_off = false;
+  char kbuf[SHORT_STR], cbuf[SHORT_STR];
   if (!jeat(j, '}'))
     for (;;) {
       char *key = NULL;
-      mn_status st = jstring(j, &key);
+      mn_status st = jstring_in(j, kbuf, sizeof kbuf, &key);
       if (st != MN_OK) return st;
       if (!jeat(j, ':')) {
-        free(key);
+        free_short(key, kbuf);
         return jerr(j, "expected ':'");
       }
       if (strcmp(key, "dtype") == 0 && !have_dtype) {
-        free(key);
+        free_short(key, kbuf);
         char *code = NULL;
-        st = jstring(j, &code);
+        st = jstring_in(j, cbuf, sizeof cbuf, &code);
         if (st != MN_OK) return st;
         if (!dtype_of_code(code, &e->dtype)) {
           char msg[96];
           snprintf(msg, sizeof msg, "unknown dtype \"%.40s\"", code);
-          free(code);
+          free_short(code, cbuf);
           return jerr(j, msg);
         }
-        free(code);
+        free_short(code, cbuf);
         have_dtype = true;
       } else if (strcmp(key, "shape") == 0 && !have_shape) {
-        free(key);
+        free_short(key, kbuf);
         uint64_t v[MN_MAX_DIMS];
         size_t n = 0;
         st = juint_array(j, v, MN_MAX_DIMS, &n);
@@ -385,7 +449,7 @@ static mn_status parse_tensor(json_t *j, entry_t *e) {
         e->ndim = (int)n;
         have_shape = true;
       } else if (strcmp(key, "data_offsets") == 0 && !have_off) {
-        free(key);
+        free_short(key, kbuf);
         uint64_t v[2];
         size_t n = 0;
         st = juint_array(j, v, 2, &n);
@@ -397,7 +461,7 @@ static mn_status parse_tensor(json_t *j, entry_t *e) {
       } else {
         char msg[96];
         snprintf(msg, sizeof msg, "unknown or repeated tensor key \"%.40s\"", key);
-        free(key);
+        free_short(key, kbuf);
         return jerr(j, msg);
       }
       if (jeat(j, '}')) break;
@@ -407,48 +471,73 @@ static mn_status parse_tensor(json_t *j, entry_t *e) {
   return MN_OK;
 }
 
-/* "__metadata__": {"k": "v", ...}; appends to res. */
+/* "__metadata__": {"k": "v", ...}; appends to res (arrays grown by doubling,
+ * keys checked for repeats in a hash set: linear in the header's size). */
 static mn_status parse_metadata(json_t *j, mn_named_views_t *res) {
   if (!jeat(j, '{')) return jerr(j, "__metadata__ must be an object");
   if (jeat(j, '}')) return MN_OK;
+  mn__nameset_t seen;
+  mn__nameset_init(&seen, 0);
+  size_t cap = 0;
+  mn_status st = MN_OK;
   for (;;) {
     char *k = NULL, *v = NULL;
-    mn_status st = jstring(j, &k);
-    if (st != MN_OK) return st;
+    st = jstring(j, &k);
+    if (st != MN_OK) break;
     if (!jeat(j, ':')) {
       free(k);
-      return jerr(j, "expected ':'");
+      st = jerr(j, "expected ':'");
+      break;
     }
     st = jstring(j, &v);
     if (st != MN_OK) {
       free(k);
-      return st == MN_ERR_OUT_OF_MEMORY ? st : jerr(j, "__metadata__ values must be strings");
+      if (st != MN_ERR_OUT_OF_MEMORY) st = jerr(j, "__metadata__ values must be strings");
+      break;
     }
-    for (size_t i = 0; i < res->nmeta; i++)
-      if (strcmp(res->meta_keys[i], k) == 0) {
-        free(k);
-        free(v);
-        return jerr(j, "repeated __metadata__ key");
+    if (res->nmeta == cap) {
+      size_t nc = cap ? cap * 2 : 8;
+      char **nk = nc <= SIZE_MAX / sizeof *nk ? mn__realloc(res->meta_keys, nc * sizeof *nk) : NULL;
+      if (nk) res->meta_keys = nk;
+      char **nv = nk ? mn__realloc(res->meta_values, nc * sizeof *nv) : NULL;
+      if (nv) res->meta_values = nv;
+      if (!nk || !nv) st = mn__error(MN_ERR_OUT_OF_MEMORY, j->func, "out of host memory");
+      else cap = nc;
+    }
+    if (st == MN_OK) switch (mn__nameset_insert(&seen, k, strlen(k), res->nmeta, NULL)) {
+        case MN__NAMESET_NEW: break;
+        case MN__NAMESET_DUPLICATE: st = jerr(j, "repeated __metadata__ key"); break;
+        case MN__NAMESET_NOMEM: st = mn__error(MN_ERR_OUT_OF_MEMORY, j->func, "out of host memory"); break;
       }
-    char **nk = mn__realloc(res->meta_keys, (res->nmeta + 1) * sizeof *nk);
-    if (nk) res->meta_keys = nk;
-    char **nv = nk ? mn__realloc(res->meta_values, (res->nmeta + 1) * sizeof *nv) : NULL;
-    if (nv) res->meta_values = nv;
-    if (!nk || !nv) {
+    if (st != MN_OK) {
       free(k);
       free(v);
-      return mn__error(MN_ERR_OUT_OF_MEMORY, j->func, "out of host memory");
+      break;
     }
     res->meta_keys[res->nmeta] = k;
     res->meta_values[res->nmeta++] = v;
-    if (jeat(j, '}')) return MN_OK;
-    if (!jeat(j, ',')) return jerr(j, "expected ',' or '}'");
+    if (jeat(j, '}')) break;
+    if (!jeat(j, ',')) {
+      st = jerr(j, "expected ',' or '}'");
+      break;
+    }
   }
+  mn__nameset_free(&seen);
+  return st;
 }
 
+/* A tensor's byte range and its index in ents, sorted to check the tiling
+ * (small, so the sort moves 24 bytes per tensor, not the whole entry). */
+typedef struct span_s {
+  uint64_t begin, end;
+  size_t index;
+} span_t;
+
 static int by_begin(const void *a, const void *b) {
-  const entry_t *x = a, *y = b;
-  return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : x->end < y->end ? -1 : x->end > y->end;
+  const span_t *x = a, *y = b;
+  if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+  if (x->end != y->end) return x->end < y->end ? -1 : 1;
+  return x->index < y->index ? -1 : (x->index > y->index); /* ties (empty tensors) in file order */
 }
 
 static void free_entries(entry_t *e, size_t n) {
@@ -477,6 +566,8 @@ mn_status mn_safetensors_load_buffer(const void *data, size_t size, mn_device_t 
   if (st != MN_OK) return st;
   entry_t *ents = NULL;
   size_t n = 0, cap = 0;
+  mn__nameset_t names; /* the tensor names so far (the keys are ents[].name) */
+  mn__nameset_init(&names, 0);
   jeat(&j, '{');
   bool seen_meta = false;
   if (!jeat(&j, '}'))
@@ -499,14 +590,17 @@ mn_status mn_safetensors_load_buffer(const void *data, size_t size, mn_device_t 
         st = parse_metadata(&j, res);
         if (st != MN_OK) break;
       } else {
-        for (size_t i = 0; i < n && st == MN_OK; i++)
-          if (strcmp(ents[i].name, key) == 0) st = jerr(&j, "repeated tensor name");
-        if (st == MN_OK && n == cap) {
+        if (n == cap) {
           size_t nc = cap ? cap * 2 : 16;
-          entry_t *ne = mn__realloc(ents, nc * sizeof *ne);
+          entry_t *ne = nc <= SIZE_MAX / sizeof *ne ? mn__realloc(ents, nc * sizeof *ne) : NULL;
           if (!ne) st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
           else ents = ne, cap = nc;
         }
+        if (st == MN_OK) switch (mn__nameset_insert(&names, key, strlen(key), n, NULL)) {
+            case MN__NAMESET_NEW: break;
+            case MN__NAMESET_DUPLICATE: st = jerr(&j, "repeated tensor name"); break;
+            case MN__NAMESET_NOMEM: st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory"); break;
+          }
         if (st != MN_OK) {
           free(key);
           break;
@@ -522,6 +616,7 @@ mn_status mn_safetensors_load_buffer(const void *data, size_t size, mn_device_t 
         break;
       }
     }
+  mn__nameset_free(&names);
   if (st == MN_OK) {
     jws(&j);
     if (j.p != j.end) st = jerr(&j, "trailing bytes after the header object");
@@ -541,22 +636,21 @@ mn_status mn_safetensors_load_buffer(const void *data, size_t size, mn_device_t 
       st = BAD("tensor '%s': shape needs %llu bytes but data_offsets give %llu", e->name, (unsigned long long)bytes,
                (unsigned long long)(e->end - e->begin));
   }
+  span_t *sorted = NULL;
   if (st == MN_OK && n) {
-    entry_t *sorted = mn__malloc(n * sizeof *sorted);
+    sorted = mn__malloc(n * sizeof *sorted);
     if (!sorted) st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
     else {
-      memcpy(sorted, ents, n * sizeof *sorted);
+      for (size_t i = 0; i < n; i++) sorted[i] = (span_t){ents[i].begin, ents[i].end, i};
       qsort(sorted, n, sizeof *sorted, by_begin);
       uint64_t at = 0;
       for (size_t i = 0; i < n && st == MN_OK; i++) {
-        if (sorted[i].begin < at) st = BAD("tensor '%s' overlaps another tensor's bytes", sorted[i].name);
-        else if (sorted[i].begin > at) st = BAD("a hole of %llu bytes before tensor '%s'", (unsigned long long)(sorted[i].begin - at), sorted[i].name);
+        const char *name = ents[sorted[i].index].name;
+        if (sorted[i].begin < at) st = BAD("tensor '%s' overlaps another tensor's bytes", name);
+        else if (sorted[i].begin > at) st = BAD("a hole of %llu bytes before tensor '%s'", (unsigned long long)(sorted[i].begin - at), name);
         at = sorted[i].end;
       }
       if (st == MN_OK && at != body_len) st = BAD("%llu bytes of data follow the last tensor", (unsigned long long)(body_len - at));
-      /* keep file order of offsets */
-      if (st == MN_OK) memcpy(ents, sorted, n * sizeof *ents);
-      free(sorted);
     }
   } else if (st == MN_OK && body_len) {
     st = BAD("%llu bytes of data but no tensors", (unsigned long long)body_len);
@@ -566,26 +660,29 @@ mn_status mn_safetensors_load_buffer(const void *data, size_t size, mn_device_t 
     res->views = mn__calloc(n, sizeof *res->views);
     if (!res->names || !res->views) st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   }
+  /* the views in the order of their data in the file */
   for (size_t i = 0; i < n && st == MN_OK; i++) {
+    entry_t *e = &ents[sorted[i].index];
     mn_storage_t *s = NULL;
-    st = mn_storage_from_buffer_copy(dev, body + ents[i].begin, (size_t)(ents[i].end - ents[i].begin), &s);
+    st = mn_storage_from_buffer_copy(dev, body + e->begin, (size_t)(e->end - e->begin), &s);
     if (st == MN_OK) {
-      st = mn_view_create(s, ents[i].dtype, ents[i].ndim, ents[i].shape, NULL, 0, &res->views[i]);
+      st = mn_view_create(s, e->dtype, e->ndim, e->shape, NULL, 0, &res->views[i]);
       mn_storage_release(s);
     }
     if (st != MN_OK) {
       st = mn__error_wrap(st, __func__);
       break;
     }
-    res->names[i] = ents[i].name;
-    ents[i].name = NULL;
+    res->names[i] = e->name;
+    e->name = NULL;
     res->count = i + 1;
   }
+  free(sorted);
   free_entries(ents, n);
   return mn__named_views_finish(st, res, out);
 }
 
 mn_status mn_safetensors_load(const char *path, mn_device_t dev, mn_named_views_t **out) {
   MN__CHECK_ARG(path != NULL && out != NULL, "path and out must not be NULL");
-  return mn__load_mapped(__func__, path, dev, mn_safetensors_load_buffer, out);
+  return mn__load_file(__func__, path, dev, mn_safetensors_load_buffer, out);
 }

@@ -7,14 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "mnemo/mnemo.h"
 #include "mnemo/serialize.h"
 #include "runtime/error.h"
+#include "runtime/fileio.h"
 #include "runtime/hostmem.h"
+#include "runtime/nameset.h"
 #include "storage/serialize_util.h"
 
 /* ---- shared helpers ---------------------------------------------------------- */
@@ -67,23 +67,42 @@ uint32_t mn__le32(const unsigned char *p) {
 uint64_t mn__le64(const unsigned char *p) { return (uint64_t)mn__le32(p) | (uint64_t)mn__le32(p + 4) << 32; }
 
 mn_status mn__write_file_atomic(const char *func, const char *path, const void *data, size_t size) {
+  /* never rename over a folder, FIFO or device (/dev/null stays a device) */
+  mn_status st = mn__file_check_destination(func, path);
+  if (st != MN_OK) return st;
   size_t n = strlen(path) + 32;
   char *tmp = mn__malloc(n);
   if (!tmp) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   snprintf(tmp, n, "%s.tmp%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    int err = errno;
+  /* O_NOFOLLOW: a symbolic link planted at the temporary name is not written through */
+  int fd = -1;
+  st = mn__file_open_regular(func, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0666, &fd, NULL);
+  if (st != MN_OK) {
     free(tmp);
-    return mn__error(err == ENOENT ? MN_ERR_NOT_FOUND : MN_ERR_IO, func, "cannot create '%s': %s", path,
-                     strerror(err));
+    if (st == MN_ERR_OUT_OF_MEMORY) return st;
+    char why[600];
+    snprintf(why, sizeof why, "%s", mn__last_error_detail());
+    return mn__error(st, func, "cannot create '%s': %s", path, why);
   }
-  bool ok = fwrite(data, 1, size, f) == size;
-  ok = fflush(f) == 0 && ok;
-  ok = fclose(f) == 0 && ok;
-  if (ok && rename(tmp, path) != 0) ok = false;
+  const unsigned char *p = data;
+  size_t done = 0;
+  bool ok = true;
+  while (ok && done < size) {
+    ssize_t w = write(fd, p + done, size - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) ok = false;
+    else done += (size_t)w;
+  }
+  int err = ok ? 0 : errno ? errno : EIO;
+  if (close(fd) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
+  if (ok && rename(tmp, path) != 0) {
+    ok = false;
+    err = errno;
+  }
   if (!ok) {
-    int err = errno;
     unlink(tmp);
     free(tmp);
     return mn__error(MN_ERR_IO, func, "writing '%s' failed: %s", path, strerror(err));
@@ -92,58 +111,36 @@ mn_status mn__write_file_atomic(const char *func, const char *path, const void *
   return MN_OK;
 }
 
-mn_status mn__map_file(const char *func, const char *path, const void **data, size_t *size) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int err = errno;
-    return mn__error(err == ENOENT ? MN_ERR_NOT_FOUND : MN_ERR_IO, func, "cannot open '%s': %s", path,
-                     strerror(err));
-  }
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    close(fd);
-    return mn__error(MN_ERR_IO, func, "'%s' is not a readable regular file", path);
-  }
-  void *p = NULL;
-  if (sb.st_size > 0) {
-    p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      int err = errno;
-      close(fd);
-      return mn__error(MN_ERR_IO, func, "cannot map '%s': %s", path, strerror(err));
-    }
-  }
-  close(fd);
-  *data = p;
-  *size = (size_t)sb.st_size;
-  return MN_OK;
-}
-
-mn_status mn__load_mapped(const char *func, const char *path, mn_device_t dev, mn__load_buffer_fn load,
-                          mn_named_views_t **out) {
-  const void *data = NULL;
+mn_status mn__load_file(const char *func, const char *path, mn_device_t dev, mn__load_buffer_fn load,
+                        mn_named_views_t **out) {
+  void *data = NULL;
   size_t size = 0;
-  mn_status st = mn__map_file(func, path, &data, &size);
+  mn_status st = mn__file_read_all(func, path, &data, &size);
   if (st != MN_OK) return st;
   st = load(data, size, dev, out);
-  mn__unmap_file(data, size);
+  free(data);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, func);
-}
-
-void mn__unmap_file(const void *data, size_t size) {
-  if (data) munmap((void *)data, size);
 }
 
 mn_status mn__check_names(const char *func, size_t count, const char *const *names, const mn_view_t *const *views) {
   if (count && (!names || !views)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "names and views must not be NULL");
-  for (size_t i = 0; i < count; i++) {
-    if (!names[i] || !names[i][0]) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "name %zu is NULL or empty", i);
-    if (!views[i]) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "view %zu ('%s') is NULL", i, names[i]);
-    for (size_t j = 0; j < i; j++)
-      if (strcmp(names[i], names[j]) == 0)
-        return mn__error(MN_ERR_INVALID_ARGUMENT, func, "name '%s' is used twice (views %zu and %zu)", names[i], j, i);
+  mn__nameset_t seen;
+  mn__nameset_init(&seen, count);
+  mn_status st = MN_OK;
+  for (size_t i = 0; i < count && st == MN_OK; i++) {
+    size_t j = 0;
+    if (!names[i] || !names[i][0]) st = mn__error(MN_ERR_INVALID_ARGUMENT, func, "name %zu is NULL or empty", i);
+    else if (!views[i]) st = mn__error(MN_ERR_INVALID_ARGUMENT, func, "view %zu ('%s') is NULL", i, names[i]);
+    else switch (mn__nameset_insert(&seen, names[i], strlen(names[i]), i, &j)) {
+      case MN__NAMESET_NEW: break;
+      case MN__NAMESET_DUPLICATE:
+        st = mn__error(MN_ERR_INVALID_ARGUMENT, func, "name '%s' is used twice (views %zu and %zu)", names[i], j, i);
+        break;
+      case MN__NAMESET_NOMEM: st = mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory"); break;
+    }
   }
-  return MN_OK;
+  mn__nameset_free(&seen);
+  return st;
 }
 
 mn_status mn__storage_host_bytes(const char *func, const mn_storage_t *s, const unsigned char **bytes,
@@ -272,14 +269,25 @@ mn_status mn_save_buffer(size_t count, const char *const *names, const mn_view_t
     free(index);
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   }
+  /* keyed by the pointer's bytes, held in stor[] itself (a slot is only
+   * reused while its storage is not in the set) */
+  mn__nameset_t seen;
+  mn__nameset_init(&seen, count);
   size_t ns = 0;
   for (size_t i = 0; i < count; i++) {
-    const mn_storage_t *s = mn_view_storage(views[i]);
-    size_t k = 0;
-    while (k < ns && stor[k] != s) k++;
-    if (k == ns) stor[ns++] = s;
+    size_t k = ns;
+    stor[ns] = mn_view_storage(views[i]);
+    mn__nameset_result r = mn__nameset_insert(&seen, (const char *)&stor[ns], sizeof stor[ns], ns, &k);
+    if (r == MN__NAMESET_NOMEM) {
+      mn__nameset_free(&seen);
+      free(stor);
+      free(index);
+      return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+    }
+    if (r == MN__NAMESET_NEW) ns++;
     index[i] = (uint32_t)k;
   }
+  mn__nameset_free(&seen);
   mn__buf_t b = {0};
   mn__buf_put(&b, MAGIC, 8);
   mn__buf_u32(&b, FORMAT_VERSION);
@@ -415,6 +423,8 @@ mn_status mn_load_buffer(const void *data, size_t size, mn_device_t dev, mn_name
   mn_storage_t **stor = mn__calloc(ns ? (size_t)ns : 1, sizeof *stor);
   mn_named_views_t *res = NULL;
   if (!stor) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  mn__nameset_t seen; /* the names so far: a duplicate is found in linear time */
+  mn__nameset_init(&seen, (size_t)nv);
   st = mn__named_views_new(__func__, (size_t)nv, &res);
   for (uint64_t k = 0; k < ns && st == MN_OK; k++) {
     const unsigned char *r = recs + k * STORAGE_RECORD;
@@ -474,8 +484,11 @@ mn_status mn_load_buffer(const void *data, size_t size, mn_device_t dev, mn_name
     memcpy(res->names[i], name, nl);
     res->names[i][nl] = '\0';
     res->count = (size_t)i + 1;
-    for (uint64_t j = 0; j < i && st == MN_OK; j++)
-      if (strcmp(res->names[j], res->names[i]) == 0) st = BAD("name '%s' appears twice", res->names[i]);
+    switch (mn__nameset_insert(&seen, res->names[i], nl, (size_t)i, NULL)) {
+      case MN__NAMESET_NEW: break;
+      case MN__NAMESET_DUPLICATE: st = BAD("name '%s' appears twice", res->names[i]); break;
+      case MN__NAMESET_NOMEM: st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory"); break;
+    }
     if (st != MN_OK) break;
     st = mn_view_create(stor[si], (mn_dtype)dtype, (int)nd, sizes, strides, (int64_t)off, &res->views[i]);
     if (st == MN_ERR_OUT_OF_MEMORY) break; /* mn_view_create's message */
@@ -487,6 +500,7 @@ mn_status mn_load_buffer(const void *data, size_t size, mn_device_t dev, mn_name
   }
   if (st == MN_OK && rd_.at != rd_.end)
     st = BAD("%zu unread bytes at the end of the header", rd_.end - rd_.at);
+  mn__nameset_free(&seen);
   for (uint64_t k = 0; k < ns; k++) mn_storage_release(stor[k]);
   free(stor);
   return mn__named_views_finish(st, res, out);
@@ -494,5 +508,5 @@ mn_status mn_load_buffer(const void *data, size_t size, mn_device_t dev, mn_name
 
 mn_status mn_load(const char *path, mn_device_t dev, mn_named_views_t **out) {
   MN__CHECK_ARG(path != NULL && out != NULL, "path and out must not be NULL");
-  return mn__load_mapped(__func__, path, dev, mn_load_buffer, out);
+  return mn__load_file(__func__, path, dev, mn_load_buffer, out);
 }

@@ -1,5 +1,5 @@
 /* storage/serialize_util.h: internals the two file formats share (growable
- * byte buffer, atomic file write, read-only file mapping, result building). */
+ * byte buffer, atomic file write, whole-file load, result building). */
 #ifndef MNEMO_STORAGE_SERIALIZE_UTIL_H
 #define MNEMO_STORAGE_SERIALIZE_UTIL_H
 
@@ -26,17 +26,18 @@ void mn__buf_u64(mn__buf_t *b, uint64_t v);
 uint32_t mn__le32(const unsigned char *p);
 uint64_t mn__le64(const unsigned char *p);
 
-/* Writes size bytes to `path` through a temporary file renamed into place. */
+/* Writes size bytes to `path` through a temporary file renamed into place;
+ * refuses a `path` that exists and is not a regular file. */
 mn_status mn__write_file_atomic(const char *func, const char *path, const void *data, size_t size);
-/* Maps a whole file read-only (*data NULL for an empty file); release with mn__unmap_file. */
-mn_status mn__map_file(const char *func, const char *path, const void **data, size_t *size);
-void mn__unmap_file(const void *data, size_t size);
 
 /* A loader of one format from memory (mn_load_buffer, mn_safetensors_load_buffer). */
 typedef mn_status (*mn__load_buffer_fn)(const void *data, size_t size, mn_device_t dev, mn_named_views_t **out);
-/* Maps `path` and hands it to `load`; errors are prefixed with func. */
-mn_status mn__load_mapped(const char *func, const char *path, mn_device_t dev, mn__load_buffer_fn load,
-                          mn_named_views_t **out);
+/* Reads `path` (a regular file, runtime/fileio.h) into a heap buffer and hands
+ * it to `load`: the bytes validated are the bytes used, whatever happens to
+ * the file meanwhile (no mapping that could shrink: no SIGBUS). Errors are
+ * prefixed with func. */
+mn_status mn__load_file(const char *func, const char *path, mn_device_t dev, mn__load_buffer_fn load,
+                        mn_named_views_t **out);
 
 /* Refuses NULL, empty or duplicate names and NULL views. */
 mn_status mn__check_names(const char *func, size_t count, const char *const *names, const mn_view_t *const *views);

@@ -15,6 +15,7 @@
 #include "mnemo/mnemo.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
+#include "runtime/fileio.h"
 #include "runtime/hostmem.h"
 #include "runtime/strbuf.h"
 
@@ -448,20 +449,12 @@ static mn_status errno_error(const char *func, int err, const char *what, const 
 
 mn_status mn_storage_from_file(const char *path, bool shared, size_t nbytes, mn_storage_t **out) {
   MN__CHECK_ARG(path != NULL && out != NULL, "path and out must not be NULL");
-  int fd = open(path, shared ? O_RDWR | O_CREAT | O_CLOEXEC : O_RDONLY | O_CLOEXEC, 0644);
-  if (fd < 0) return errno_error(__func__, errno, "open", path);
-  mn_status st = MN_OK;
+  /* regular files only, and open() never waits (a FIFO, a device) */
+  int fd = -1;
+  size_t size = 0;
+  mn_status st = mn__file_open_regular(__func__, path, shared ? O_RDWR | O_CREAT : O_RDONLY, 0644, &fd, &size);
+  if (st != MN_OK) return st;
   void *p = NULL;
-  struct stat sb;
-  if (fstat(fd, &sb) != 0) {
-    st = errno_error(__func__, errno, "fstat", path);
-    goto fail;
-  }
-  if (!S_ISREG(sb.st_mode)) {
-    st = mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "'%s' is not a regular file", path);
-    goto fail;
-  }
-  size_t size = (size_t)sb.st_size;
   if (nbytes == 0) nbytes = size;
   if (size < nbytes) {
     if (!shared) {

@@ -1,11 +1,15 @@
 /* tests/test_serialize.c: save/load (sharing, offsets, strides, devices,
  * checksums, corrupt and truncated files) and safetensors (round trips, a
- * file written by Python, strict header checks) on CPU and SIM. */
+ * file written by Python, strict header checks) on CPU and SIM; 100k-entry
+ * files of both formats load in linear time; the path-taking calls refuse a
+ * FIFO, a folder or a device at once (alarm() turns a hang into a failure). */
 #include <stdint.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mn_test.h"
+#include "runtime/nameset.h"
 
 #ifndef MN_TEST_DATA_DIR
 #define MN_TEST_DATA_DIR "tests/data"
@@ -410,6 +414,305 @@ MN_TEST(safetensors_refuses_bad_headers) {
   mn_named_views_free(nv);
 }
 
+/* ---- 100k entries: linear-time name checks ------------------------------------------ */
+
+#define MANY 100000
+/* A quadratic check takes tens of seconds on 100k names (issue 14); a
+ * linear one well under a second in a release build. The bound leaves
+ * room for sanitizers and a loaded machine. */
+#define MANY_SECONDS 10.0
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* MANY one-element float32 views of one storage (view i holds i at element
+ * i), named "v000000", "v000001", ... */
+typedef struct many_s {
+  mn_storage_t *storage;
+  mn_view_t **views;
+  char **names;
+} many_t;
+
+static bool many_make(many_t *m) {
+  memset(m, 0, sizeof *m);
+  float *f = malloc(MANY * sizeof *f);
+  m->views = calloc(MANY, sizeof *m->views);
+  m->names = calloc(MANY, sizeof *m->names);
+  if (!f || !m->views || !m->names) {
+    free(f);
+    return false;
+  }
+  for (size_t i = 0; i < MANY; i++) f[i] = (float)i;
+  MN_CHECK_OK(mn_storage_from_buffer_copy(CPU, f, MANY * sizeof *f, &m->storage));
+  free(f);
+  if (!m->storage) return false;
+  int64_t one = 1;
+  for (size_t i = 0; i < MANY; i++) {
+    m->names[i] = malloc(8);
+    if (!m->names[i]) return false;
+    snprintf(m->names[i], 8, "v%06zu", i);
+    if (mn_view_create(m->storage, MN_DTYPE_FLOAT32, 1, &one, NULL, (int64_t)i, &m->views[i]) != MN_OK) return false;
+  }
+  return true;
+}
+
+static void many_free(many_t *m) {
+  for (size_t i = 0; m->views && i < MANY; i++) mn_view_destroy(m->views[i]);
+  for (size_t i = 0; m->names && i < MANY; i++) free(m->names[i]);
+  free(m->views);
+  free(m->names);
+  mn_storage_release(m->storage);
+}
+
+/* Overwrites the one copy of `from` in p[0..n) with `to` (same length). */
+static bool patch_once(unsigned char *p, size_t n, const char *from, const char *to) {
+  size_t k = strlen(from);
+  unsigned char *at = memmem(p, n, from, k);
+  if (!at || memmem(at + 1, n - (size_t)(at + 1 - p), from, k)) return false;
+  memcpy(at, to, k);
+  return true;
+}
+
+/* The hash set the loaders check names with (runtime/nameset.h). */
+MN_TEST(nameset_finds_every_repeat) {
+  enum { N = 20000 };
+  static char keys[N][16];
+  mn__nameset_t s;
+  for (int hint = 0; hint <= N; hint += N) {
+    mn__nameset_init(&s, (size_t)hint);
+    MN_CHECK(!mn__nameset_find(&s, "x", 1, NULL));
+    size_t prev = 0, val = 0;
+    int fresh = 0, repeats = 0, found = 0;
+    for (int i = 0; i < N; i++) {
+      /* byte strings: the same text at different lengths, a NUL inside */
+      int n = snprintf(keys[i], sizeof keys[i], "k%d", i / 2);
+      size_t len = (size_t)n + (size_t)(i % 2);
+      fresh += mn__nameset_insert(&s, keys[i], len, (size_t)i, NULL) == MN__NAMESET_NEW;
+    }
+    MN_CHECK(fresh == N && s.count == N);
+    for (int i = 0; i < N; i++) {
+      size_t len = strlen(keys[i]) + (size_t)(i % 2);
+      repeats += mn__nameset_insert(&s, keys[i], len, 0, &prev) == MN__NAMESET_DUPLICATE && prev == (size_t)i;
+      found += mn__nameset_find(&s, keys[i], len, &val) && val == (size_t)i;
+    }
+    MN_CHECK(repeats == N && found == N && s.count == N);
+    MN_CHECK(mn__nameset_find(&s, "k9999", 5, &val) && val == 19998);
+    MN_CHECK(!mn__nameset_find(&s, "k10000", 6, NULL) && !mn__nameset_find(&s, "", 0, NULL));
+    MN_CHECK(mn__nameset_insert(&s, "", 0, 7, NULL) == MN__NAMESET_NEW);
+    MN_CHECK(mn__nameset_insert(&s, "", 0, 8, &prev) == MN__NAMESET_DUPLICATE && prev == 7);
+    mn__nameset_free(&s);
+    MN_CHECK(s.count == 0 && !mn__nameset_find(&s, "k1", 2, NULL));
+    MN_CHECK(mn__nameset_insert(&s, "k1", 2, 1, NULL) == MN__NAMESET_NEW); /* usable again */
+    mn__nameset_free(&s);
+  }
+}
+
+MN_TEST(many_views_load_in_linear_time) {
+  many_t m;
+  bool made = many_make(&m);
+  MN_CHECK(made);
+  if (!made) {
+    many_free(&m);
+    return;
+  }
+  const char *const *names = (const char *const *)m.names;
+  const mn_view_t *const *views = (const mn_view_t *const *)m.views;
+  unsigned char *data = NULL;
+  size_t size = 0;
+  double t0 = now_s();
+  MN_CHECK_OK(mn_save_buffer(MANY, names, views, (void **)&data, &size));
+  double t1 = now_s();
+  mn_named_views_t *nv = NULL;
+  MN_CHECK_OK(mn_load_buffer(data, size, CPU, &nv));
+  double t2 = now_s();
+  printf("  mnemo format, %d views (%zu bytes): save %.3f s, load %.3f s\n", MANY, size, t1 - t0, t2 - t1);
+  MN_CHECK(t1 - t0 < MANY_SECONDS && t2 - t1 < MANY_SECONDS);
+  if (nv) {
+    MN_CHECK(nv->count == MANY && strcmp(nv->names[MANY - 1], "v099999") == 0);
+    MN_CHECK(elem(nv->views[MANY - 1], 0) == (double)(MANY - 1));
+    MN_CHECK(mn_view_storage(nv->views[0]) == mn_view_storage(nv->views[MANY - 1])); /* one storage */
+    MN_CHECK(mn_named_views_find(nv, "v054321") == nv->views[54321]);
+  }
+  mn_named_views_free(nv);
+  nv = NULL;
+  /* the same through a file */
+  char path[300];
+  tmp_path(path, sizeof path, "many.mnemo");
+  FILE *f = fopen(path, "wb");
+  MN_CHECK(f && fwrite(data, 1, size, f) == size);
+  if (f) fclose(f);
+  t0 = now_s();
+  MN_CHECK_OK(mn_load(path, CPU, &nv));
+  MN_CHECK(now_s() - t0 < MANY_SECONDS);
+  MN_CHECK(nv && nv->count == MANY);
+  mn_named_views_free(nv);
+  nv = NULL;
+  unlink(path);
+  /* a duplicate at the very end is still found, with a valid header checksum */
+  if (data) {
+    uint64_t hs = le64(data + 16);
+    MN_CHECK(hs <= size && patch_once(data, (size_t)hs, "v099999", "v000000"));
+    put_le32(data + hs - 4, crc32_ref(data, (size_t)hs - 4));
+    t0 = now_s();
+    MN_CHECK_ERR(mn_load_buffer(data, size, CPU, &nv), MN_ERR_FORMAT, "name 'v000000' appears twice");
+    MN_CHECK(nv == NULL && now_s() - t0 < MANY_SECONDS);
+  }
+  free(data);
+  data = NULL;
+  /* and refused on save, naming both views */
+  char *last = m.names[MANY - 1];
+  m.names[MANY - 1] = m.names[0];
+  MN_CHECK_ERR(mn_save_buffer(MANY, names, views, (void **)&data, &size), MN_ERR_INVALID_ARGUMENT,
+               "name 'v000000' is used twice (views 0 and 99999)");
+  m.names[MANY - 1] = last;
+  MN_CHECK(data == NULL);
+  many_free(&m);
+}
+
+MN_TEST(many_tensors_load_in_linear_time) {
+  many_t m;
+  bool made = many_make(&m);
+  char **keys = calloc(MANY, sizeof *keys);
+  const char **vals = calloc(MANY, sizeof *vals);
+  MN_CHECK(made && keys && vals);
+  for (size_t i = 0; keys && vals && i < MANY; i++) {
+    keys[i] = malloc(8);
+    if (keys[i]) snprintf(keys[i], 8, "k%06zu", i);
+    vals[i] = "x";
+  }
+  const char *const *names = (const char *const *)m.names;
+  const mn_view_t *const *views = (const mn_view_t *const *)m.views;
+  const char *const *ck = (const char *const *)keys;
+  unsigned char *data = NULL;
+  size_t size = 0;
+  if (made && keys && vals) {
+    double t0 = now_s();
+    MN_CHECK_OK(mn_safetensors_save_buffer(MANY, names, views, MANY, ck, vals, (void **)&data, &size));
+    double t1 = now_s();
+    mn_named_views_t *nv = NULL;
+    MN_CHECK_OK(mn_safetensors_load_buffer(data, size, CPU, &nv));
+    double t2 = now_s();
+    printf("  safetensors, %d tensors and %d metadata keys (%zu bytes): save %.3f s, load %.3f s\n", MANY, MANY,
+           size, t1 - t0, t2 - t1);
+    MN_CHECK(t1 - t0 < MANY_SECONDS && t2 - t1 < MANY_SECONDS);
+    if (nv) {
+      MN_CHECK(nv->count == MANY && nv->nmeta == MANY);
+      MN_CHECK(strcmp(nv->names[MANY - 1], "v099999") == 0 && elem(nv->views[MANY - 1], 0) == (double)(MANY - 1));
+      MN_CHECK(strcmp(nv->meta_keys[MANY - 1], "k099999") == 0 && strcmp(nv->meta_values[MANY - 1], "x") == 0);
+    }
+    mn_named_views_free(nv);
+    nv = NULL;
+    /* the same through a file */
+    char path[300];
+    tmp_path(path, sizeof path, "many.safetensors");
+    FILE *f = fopen(path, "wb");
+    MN_CHECK(f && fwrite(data, 1, size, f) == size);
+    if (f) fclose(f);
+    t0 = now_s();
+    MN_CHECK_OK(mn_safetensors_load(path, CPU, &nv));
+    MN_CHECK(now_s() - t0 < MANY_SECONDS);
+    MN_CHECK(nv && nv->count == MANY);
+    mn_named_views_free(nv);
+    nv = NULL;
+    unlink(path);
+    /* a repeated name, then a repeated metadata key, at the very end */
+    if (data) {
+      size_t hend = 8 + (size_t)le64(data);
+      unsigned char *copy = malloc(size);
+      memcpy(copy, data, size);
+      MN_CHECK(patch_once(copy, hend, "\"v099999\"", "\"v000000\""));
+      MN_CHECK_ERR(mn_safetensors_load_buffer(copy, size, CPU, &nv), MN_ERR_FORMAT, "repeated tensor name");
+      memcpy(copy, data, size);
+      MN_CHECK(patch_once(copy, hend, "\"k099999\"", "\"k000000\""));
+      MN_CHECK_ERR(mn_safetensors_load_buffer(copy, size, CPU, &nv), MN_ERR_FORMAT, "repeated __metadata__ key");
+      MN_CHECK(nv == NULL);
+      free(copy);
+    }
+    free(data);
+    data = NULL;
+    /* refused on save: a repeated key, two views over the same bytes */
+    char *last = keys[MANY - 1];
+    keys[MANY - 1] = keys[0];
+    MN_CHECK_ERR(mn_safetensors_save_buffer(MANY, names, views, MANY, ck, vals, (void **)&data, &size),
+                 MN_ERR_INVALID_ARGUMENT, "metadata key 'k000000' is used twice");
+    keys[MANY - 1] = last;
+    mn_view_t *v_last = m.views[MANY - 1];
+    m.views[MANY - 1] = m.views[0];
+    MN_CHECK_ERR(mn_safetensors_save_buffer(MANY, names, views, 0, NULL, NULL, (void **)&data, &size),
+                 MN_ERR_INVALID_ARGUMENT, "views 'v000000' and 'v099999' share memory (bytes 0..4 and 0..4");
+    m.views[MANY - 1] = v_last;
+    MN_CHECK(data == NULL);
+  }
+  for (size_t i = 0; keys && i < MANY; i++) free(keys[i]);
+  free(keys);
+  free(vals);
+  many_free(&m);
+}
+
+/* ---- path-taking calls: regular files only, never a blocking open ---------------- */
+
+static bool is_fifo(const char *path) {
+  struct stat sb;
+  return lstat(path, &sb) == 0 && S_ISFIFO(sb.st_mode);
+}
+
+MN_TEST(paths_refuse_fifos_folders_and_devices) {
+  char fifo[300], tmpfifo[340], file[300];
+  tmp_path(fifo, sizeof fifo, "fifo");
+  tmp_path(file, sizeof file, "file.mnemo");
+  MN_CHECK(mkfifo(fifo, 0600) == 0);
+  const char *bad[3] = {fifo, tmpdir, "/dev/null"};
+  mn_view_t *v[NV];
+  make_views(CPU, CPU, v);
+  const mn_view_t *const *cv = (const mn_view_t *const *)v;
+  alarm(60); /* a blocking open() fails the test (SIGALRM) instead of hanging it */
+  for (int k = 0; k < 3; k++) {
+    mn_named_views_t *nv = NULL;
+    mn_storage_t *s = NULL;
+    MN_CHECK_ERR(mn_load(bad[k], CPU, &nv), MN_ERR_INVALID_ARGUMENT, "is not a regular file");
+    MN_CHECK_ERR(mn_safetensors_load(bad[k], CPU, &nv), MN_ERR_INVALID_ARGUMENT, "is not a regular file");
+    MN_CHECK_ERR(mn_storage_from_file(bad[k], false, 8, &s), MN_ERR_INVALID_ARGUMENT, "is not a regular file");
+    MN_CHECK_ERR(mn_storage_from_file(bad[k], true, 8, &s), MN_ERR_INVALID_ARGUMENT, "is not a regular file");
+    MN_CHECK(nv == NULL && s == NULL);
+    if (k == 2) continue; /* /dev/null as a destination: not even tried */
+    /* destinations: refused, never replaced by the new file */
+    MN_CHECK_ERR(mn_save(bad[k], NV, NAMES, cv), MN_ERR_INVALID_ARGUMENT, "is not a regular file");
+    MN_CHECK_ERR(mn_safetensors_save(bad[k], 1, NAMES, cv, 0, NULL, NULL), MN_ERR_INVALID_ARGUMENT,
+                 "is not a regular file");
+  }
+  MN_CHECK(is_fifo(fifo));
+  /* a FIFO planted at the writer's temporary name: refused, not opened blocking */
+  snprintf(tmpfifo, sizeof tmpfifo, "%s.tmp%ld", file, (long)getpid());
+  MN_CHECK(mkfifo(tmpfifo, 0600) == 0);
+  MN_CHECK_ERR(mn_save(file, NV, NAMES, cv), MN_ERR_INVALID_ARGUMENT, "is not a regular file");
+  MN_CHECK(is_fifo(tmpfifo) && access(file, F_OK) != 0);
+  alarm(0);
+  unlink(tmpfifo);
+  unlink(fifo);
+  /* the writers still work and the loaders read what they wrote */
+  mn_named_views_t *nv = NULL;
+  MN_CHECK_OK(mn_save(file, NV, NAMES, cv));
+  MN_CHECK_OK(mn_load(file, CPU, &nv));
+  MN_CHECK(nv && nv->count == NV);
+  mn_named_views_free(nv);
+  nv = NULL;
+  /* a file cut short or emptied before the load: a format error, never a fault */
+  MN_CHECK(truncate(file, 100) == 0);
+  MN_CHECK_ERR(mn_load(file, CPU, &nv), MN_ERR_FORMAT, "mn_load");
+  MN_CHECK(truncate(file, 0) == 0);
+  MN_CHECK_ERR(mn_load(file, CPU, &nv), MN_ERR_FORMAT, "truncated");
+  MN_CHECK_ERR(mn_safetensors_load(file, CPU, &nv), MN_ERR_FORMAT, "truncated");
+  MN_CHECK_OK(mn_safetensors_save(file, 1, NAMES, cv, 0, NULL, NULL));
+  MN_CHECK(truncate(file, 20) == 0);
+  MN_CHECK_ERR(mn_safetensors_load(file, CPU, &nv), MN_ERR_FORMAT, "past the end");
+  MN_CHECK(nv == NULL);
+  unlink(file);
+  destroy_views(v, NV);
+}
+
 MN_TEST(nothing_left_behind) {
   MN_CHECK_OK(mn_copy_engine_reset());
   mn_test_release_sim_caches();
@@ -463,6 +766,10 @@ int main(int argc, char **argv) {
   MN_RUN(safetensors_round_trip);
   MN_RUN(safetensors_file_from_python);
   MN_RUN(safetensors_refuses_bad_headers);
+  MN_RUN(nameset_finds_every_repeat);
+  MN_RUN(many_views_load_in_linear_time);
+  MN_RUN(many_tensors_load_in_linear_time);
+  MN_RUN(paths_refuse_fifos_folders_and_devices);
   MN_RUN(nothing_left_behind);
   rmdir(tmpdir);
   return mn_test_finish();

@@ -1,7 +1,11 @@
 /* tests/test_trace.c: the trace format (docs/TRACE_FORMAT.md): parser accepts and
- * rejects with line numbers, writer round trip, recorder sink, replay on SIM. */
+ * rejects with line numbers, writer round trip, recorder sink, replay on SIM;
+ * 100k meta keys parse and write in linear time; the readers (trace, RMM CSV)
+ * and the writer refuse a FIFO, a folder or a device at once. */
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mn_test.h"
@@ -279,6 +283,99 @@ MN_TEST(write_read_round_trip) {
   MN_CHECK_ERR(mn_trace_action_parse("snapshot", &a), MN_ERR_FORMAT, "snapshot");
 }
 
+#define MANY 100000
+#define MANY_SECONDS 10.0 /* quadratic: tens of seconds; linear: well under one in release */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+MN_TEST(many_meta_keys_in_linear_time) {
+  /* "mnemo-trace 1", MANY "meta kNNNNNN vNNNNNN" lines, "end 0" */
+  size_t cap = 32 + (size_t)MANY * 22, n = 0;
+  char *text = malloc(cap);
+  if (!text) return;
+  n += (size_t)snprintf(text + n, cap - n, "mnemo-trace 1\n");
+  for (int i = 0; i < MANY; i++) n += (size_t)snprintf(text + n, cap - n, "meta k%06d v%06d\n", i, i);
+  n += (size_t)snprintf(text + n, cap - n, "end 0\n");
+  mn_trace_t *t = NULL;
+  double t0 = now_s();
+  MN_CHECK_OK(mn_trace_parse(text, n, "t.trace", &t));
+  double t1 = now_s();
+  char *out = NULL;
+  size_t len = 0;
+  if (t) MN_CHECK_OK(mn_trace_format(t, &out, &len));
+  double t2 = now_s();
+  printf("  %d meta keys (%zu bytes): parse %.3f s, format %.3f s\n", MANY, n, t1 - t0, t2 - t1);
+  MN_CHECK(t1 - t0 < MANY_SECONDS && t2 - t1 < MANY_SECONDS);
+  if (t) {
+    MN_CHECK(t->nmeta == MANY && strcmp(t->meta[MANY - 1].key, "k099999") == 0);
+    MN_CHECK(!strcmp(mn_trace_meta_get(t, "k054321"), "v054321"));
+    MN_CHECK(out && len == n && memcmp(out, text, n) == 0); /* the writer gives the same text back */
+  }
+  free(out);
+  /* a repeated key in the trace to write is refused too */
+  if (t) {
+    char *k = t->meta[MANY - 1].key;
+    t->meta[MANY - 1].key = t->meta[0].key;
+    out = NULL;
+    MN_CHECK_ERR(mn_trace_format(t, &out, &len), MN_ERR_INVALID_ARGUMENT, "duplicate meta key k000000");
+    MN_CHECK(out == NULL);
+    t->meta[MANY - 1].key = k;
+  }
+  mn_trace_destroy(t);
+  /* a duplicate at the very end is still found, with its line */
+  char *last = strstr(text, "meta k099999");
+  MN_CHECK(last != NULL);
+  if (last) memcpy(last, "meta k000000", 12);
+  t = NULL;
+  t0 = now_s();
+  MN_CHECK_ERR(mn_trace_parse(text, n, "t.trace", &t), MN_ERR_FORMAT, "t.trace:100001: duplicate meta key k000000");
+  MN_CHECK(t == NULL && now_s() - t0 < MANY_SECONDS);
+  free(text);
+}
+
+static bool is_fifo(const char *path) {
+  struct stat sb;
+  return lstat(path, &sb) == 0 && S_ISFIFO(sb.st_mode);
+}
+
+MN_TEST(paths_refuse_fifos_folders_and_devices) {
+  char fifo[300], dir[300], tmpfifo[320];
+  snprintf(fifo, sizeof fifo, "%s/mnemo_test_trace_%d.fifo", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+           (int)getpid());
+  snprintf(dir, sizeof dir, "%s/mnemo_test_trace_%d.dir", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+           (int)getpid());
+  MN_CHECK(mkfifo(fifo, 0600) == 0 && mkdir(dir, 0700) == 0);
+  const char *bad[3] = {fifo, dir, "/dev/null"};
+  mn_trace_t *w = NULL;
+  MN_CHECK_OK(mn_trace_create(&w));
+  alarm(60); /* a blocking open() fails the test (SIGALRM) instead of hanging it */
+  for (int k = 0; k < 3; k++) {
+    mn_trace_t *t = NULL;
+    MN_CHECK_ERR(mn_trace_read(bad[k], &t), MN_ERR_INVALID_ARGUMENT, "is not a regular file");
+    MN_CHECK_ERR(mn_trace_import_rmm_csv_file(bad[k], &t), MN_ERR_INVALID_ARGUMENT, "is not a regular file");
+    MN_CHECK(t == NULL);
+    if (k < 2 && w) MN_CHECK_ERR(mn_trace_write(w, bad[k]), MN_ERR_INVALID_ARGUMENT, "is not a regular file");
+  }
+  MN_CHECK(is_fifo(fifo));
+  /* a FIFO planted at the writer's temporary name */
+  const char *p = tmp_path("planted");
+  snprintf(tmpfifo, sizeof tmpfifo, "%s.tmp", p);
+  MN_CHECK(mkfifo(tmpfifo, 0600) == 0);
+  if (w) MN_CHECK_ERR(mn_trace_write(w, p), MN_ERR_INVALID_ARGUMENT, "is not a regular file");
+  MN_CHECK(is_fifo(tmpfifo) && access(p, F_OK) != 0);
+  alarm(0);
+  unlink(tmpfifo);
+  if (w) MN_CHECK_OK(mn_trace_write(w, p));
+  remove(p);
+  mn_trace_destroy(w);
+  unlink(fifo);
+  rmdir(dir);
+}
+
 MN_TEST(recorder_sink) {
   mn_trace_t *t = NULL;
   MN_CHECK_OK(mn_trace_create(&t));
@@ -518,6 +615,8 @@ int main(void) {
   MN_RUN(parse_rejects_with_line_numbers);
   MN_RUN(read_files_and_truncation);
   MN_RUN(write_read_round_trip);
+  MN_RUN(many_meta_keys_in_linear_time);
+  MN_RUN(paths_refuse_fifos_folders_and_devices);
   MN_RUN(recorder_sink);
   MN_RUN(replay_naive);
   MN_RUN(replay_caching_and_record);

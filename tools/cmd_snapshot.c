@@ -1,5 +1,7 @@
 /* tools/cmd_snapshot.c: `mnemo snapshot` (segment/block tables and memory_summary of
  * a trace's replay at a point, or of a PyTorch snapshot) and `mnemo import` (RMM CSV, PyTorch). */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 #include "commands.h"
 #include "runtime/env.h"
 #include "runtime/error.h"
+#include "runtime/fileio.h"
 
 const char cmd_snapshot_usage[] =
     "  snapshot FILE [--at peak|end|ENTRY] [--config ALLOC_CONF] [--blocks]\n"
@@ -55,12 +58,22 @@ static int run_python_importer(char *const *args, int nargs) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
+/* Whether path is a regular file that starts like a pickle; anything else
+ * (a FIFO or device included: opened without blocking and refused) is left
+ * to mn_trace_read, whose message says what is wrong with it. */
 static bool is_pickle(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return false;
-  int c = fgetc(f);
-  fclose(f);
-  return c == 0x80; /* pickle protocol 2 and later start with PROTO */
+  int fd = -1;
+  if (mn__file_open_regular("mnemo snapshot", path, O_RDONLY, 0, &fd, NULL) != MN_OK) {
+    mn_clear_error();
+    return false;
+  }
+  unsigned char c = 0;
+  ssize_t n;
+  do {
+    n = read(fd, &c, 1);
+  } while (n < 0 && errno == EINTR);
+  close(fd);
+  return n == 1 && c == 0x80; /* pickle protocol 2 and later start with PROTO */
 }
 
 typedef struct peak_s {

@@ -53,7 +53,9 @@ typedef struct mn_trace_s {
 MN_API MN_NODISCARD mn_status mn_trace_create(mn_trace_t **out);
 MN_API void mn_trace_destroy(mn_trace_t *trace);
 
-/* Reads a trace file. Errors: MN_ERR_IO (cannot open or read), MN_ERR_FORMAT
+/* Reads a trace file. Errors: MN_ERR_IO (cannot open or read),
+ * MN_ERR_INVALID_ARGUMENT (not a regular file: a FIFO, folder or device is
+ * refused without blocking), MN_ERR_FORMAT
  * with "<path>:<line>: <what>" for anything the format does not allow,
  * including a truncated file. *out is untouched on failure. */
 MN_API MN_NODISCARD mn_status mn_trace_read(const char *path, mn_trace_t **out);

@@ -1,0 +1,112 @@
+/* runtime/fileio.c: opening by path without blocking, regular files only, and
+ * whole-file reads (runtime/fileio.h). No shared state, any thread. */
+#include "runtime/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "runtime/error.h"
+#include "runtime/hostmem.h"
+
+#ifndef O_NOCTTY
+#define O_NOCTTY 0
+#endif
+
+static mn_status not_regular(const char *func, const char *path) {
+  return mn__error(MN_ERR_INVALID_ARGUMENT, func, "'%s' is not a regular file", path);
+}
+
+mn_status mn__file_open_regular(const char *func, const char *path, int flags, mode_t mode, int *fd, size_t *size) {
+  /* A first look without opening: a device or FIFO is refused before open()
+   * can have any effect on it; the fstat below is the check that counts. */
+  struct stat sb;
+  if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) return not_regular(func, path);
+  int f;
+  do {
+    f = open(path, flags | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, mode);
+  } while (f < 0 && errno == EINTR);
+  if (f < 0) {
+    int err = errno;
+    /* a folder opened for writing, a FIFO with no reader opened for writing, a socket */
+    if (err == EISDIR || err == ENXIO) return not_regular(func, path);
+    mn_status code = err == ENOENT || err == ENOTDIR ? MN_ERR_NOT_FOUND : err == ENOMEM ? MN_ERR_OUT_OF_MEMORY : MN_ERR_IO;
+    return mn__error(code, func, "cannot open '%s': %s", path, strerror(err));
+  }
+  if (fstat(f, &sb) != 0) {
+    int err = errno;
+    close(f);
+    return mn__error(MN_ERR_IO, func, "cannot stat '%s': %s", path, strerror(err));
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    close(f);
+    return not_regular(func, path);
+  }
+  if (sb.st_size < 0 || (uintmax_t)sb.st_size > SIZE_MAX) {
+    close(f);
+    return mn__error(MN_ERR_IO, func, "'%s' has a size of %jd bytes, which this host cannot address", path,
+                     (intmax_t)sb.st_size);
+  }
+  int fl = fcntl(f, F_GETFL);
+  if (fl < 0 || fcntl(f, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    int err = errno;
+    close(f);
+    return mn__error(MN_ERR_IO, func, "cannot set '%s' blocking: %s", path, strerror(err));
+  }
+  *fd = f;
+  if (size) *size = (size_t)sb.st_size;
+  return MN_OK;
+}
+
+mn_status mn__file_read_all(const char *func, const char *path, void **buf, size_t *len) {
+  int fd = -1;
+  size_t size = 0;
+  mn_status st = mn__file_open_regular(func, path, O_RDONLY, 0, &fd, &size);
+  if (st != MN_OK) return st;
+  /* room for the size fstat gave and one byte more, which the read that
+   * finds the end of file uses: no second allocation unless the file grew */
+  size_t cap = size < SIZE_MAX ? size + 1 : size, n = 0;
+  unsigned char *b = mn__malloc(cap);
+  if (!b) {
+    close(fd);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory reading '%s' (%zu bytes)", path, size);
+  }
+  for (;;) {
+    if (n == cap) {
+      size_t nc = cap <= SIZE_MAX / 2 ? cap * 2 : SIZE_MAX;
+      unsigned char *nb = nc > cap ? mn__realloc(b, nc) : NULL;
+      if (!nb) {
+        st = mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory reading '%s' (%zu bytes)", path, n);
+        break;
+      }
+      b = nb;
+      cap = nc;
+    }
+    ssize_t got = read(fd, b + n, cap - n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      st = mn__error(MN_ERR_IO, func, "cannot read '%s': %s", path, strerror(errno));
+      break;
+    }
+    if (got == 0) break;
+    n += (size_t)got;
+  }
+  close(fd);
+  if (st != MN_OK) {
+    free(b);
+    return st;
+  }
+  *buf = b;
+  *len = n;
+  return MN_OK;
+}
+
+mn_status mn__file_check_destination(const char *func, const char *path) {
+  struct stat sb;
+  if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) return not_regular(func, path);
+  return MN_OK;
+}

@@ -1,0 +1,35 @@
+/* runtime/fileio.h: the one way mnemo opens a file it was given by path:
+ * never blocking in open() (a FIFO with no writer, a device), only regular
+ * files accepted, and a whole-file read into a heap buffer for the loaders
+ * (what they validate is what they use: no mapping that can shrink under
+ * them). No shared state, any thread. */
+#ifndef MNEMO_RUNTIME_FILEIO_H
+#define MNEMO_RUNTIME_FILEIO_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "mnemo/status.h"
+
+/* Opens path with `flags` (O_RDONLY, O_RDWR | O_CREAT, ...; `mode` for
+ * O_CREAT) plus O_NONBLOCK | O_CLOEXEC | O_NOCTTY, so open() never waits;
+ * refuses anything but a regular file, then clears O_NONBLOCK. *fd the open
+ * descriptor (the caller closes it), *size (when not NULL) its size now.
+ * Errors, the message prefixed with func: MN_ERR_NOT_FOUND (no such file or
+ * folder), MN_ERR_INVALID_ARGUMENT "'<path>' is not a regular file" (a
+ * folder, FIFO, socket or device), MN_ERR_OUT_OF_MEMORY, else MN_ERR_IO. */
+mn_status mn__file_open_regular(const char *func, const char *path, int flags, mode_t mode, int *fd, size_t *size);
+
+/* Reads the regular file at path whole into *buf (malloc'd through
+ * runtime/hostmem.h, never NULL on success, one spare byte after the data;
+ * the caller frees it), *len bytes: the bytes read() returned up to the end
+ * of file, so a file that changes meanwhile gives a short or longer buffer,
+ * never a fault. Errors as mn__file_open_regular's, MN_ERR_IO when a read fails. */
+mn_status mn__file_read_all(const char *func, const char *path, void **buf, size_t *len);
+
+/* Refuses an existing `path` that is not a regular file (a folder, FIFO,
+ * device...) with MN_ERR_INVALID_ARGUMENT, before a writer renames a new
+ * file over it; a missing path is fine. */
+mn_status mn__file_check_destination(const char *func, const char *path);
+
+#endif /* MNEMO_RUNTIME_FILEIO_H */
