@@ -498,13 +498,24 @@ fail:
 }
 
 /* ---- shared memory -------------------------------------------------------------------
- * Linux: memfd_create, an anonymous tmpfs file that never has a name in
- * /dev/shm. Elsewhere: shm_open of a unique name, unlinked at once. */
+ * Linux: memfd_create("mnemo-shm"), an anonymous tmpfs file that never has a
+ * name in /dev/shm, sized and then sealed (F_SEAL_SHRINK | F_SEAL_GROW |
+ * F_SEAL_SEAL): its size never changes again, so no mapping of it can raise
+ * SIGBUS. A descriptor or handle is opened only when it is such memory: a
+ * regular file whose /proc link is "/memfd:mnemo-shm (deleted)", sealed
+ * against shrinking and growing, open read-write (shm_check_origin,
+ * shm_check_open). Elsewhere: shm_open of a unique name, unlinked at once;
+ * nothing can be sealed or told apart there, and handles are refused. */
+
+#define MN__SHM_NAME "mnemo-shm"
+#ifdef __linux__
+#define MN__SHM_LINK "/memfd:" MN__SHM_NAME " (deleted)"
+#endif
 
 static mn_status shm_make(const char *func, size_t nbytes, int *fd_out) {
   int fd;
 #ifdef __linux__
-  fd = memfd_create("mnemo-shm", MFD_CLOEXEC);
+  fd = memfd_create(MN__SHM_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return mn__error(MN_ERR_IO, func, "memfd_create failed: %s", strerror(errno));
 #else
   static atomic_ulong counter;
@@ -523,7 +534,88 @@ static mn_status shm_make(const char *func, size_t nbytes, int *fd_out) {
     return mn__error(err == ENOSPC || err == ENOMEM ? MN_ERR_OUT_OF_MEMORY : MN_ERR_IO, func,
                      "sizing shared memory to %zu bytes failed: %s", nbytes, strerror(err));
   }
+#ifdef __linux__
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    int err = errno;
+    close(fd);
+    return mn__error(MN_ERR_IO, func, "sealing shared memory against size changes failed: %s", strerror(err));
+  }
+#endif
   *fd_out = fd;
+  return MN_OK;
+}
+
+static const char *file_type_name(mode_t mode) {
+  return S_ISDIR(mode)    ? "a directory"
+         : S_ISFIFO(mode) ? "a pipe or FIFO"
+         : S_ISSOCK(mode) ? "a socket"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+                          : "not a regular file";
+}
+
+/* Refuses descriptor fd (`what` names it in messages; fd may be O_PATH)
+ * unless it is mnemo's shared memory: a regular file, on Linux the memfd
+ * named mnemo-shm. What it is goes into the message. */
+static mn_status shm_check_origin(const char *func, int fd, const char *what) {
+  struct stat sb;
+  if (fstat(fd, &sb) != 0)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%s: fstat failed: %s", what, strerror(errno));
+  if (!S_ISREG(sb.st_mode))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%s is %s, not mnemo shared memory; refused", what,
+                     file_type_name(sb.st_mode));
+#ifdef __linux__
+  char self[40], link[256];
+  snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(self, link, sizeof link - 1);
+  if (n < 0)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                     "%s: cannot tell whether it is mnemo shared memory (readlink %s: %s); refused", what, self,
+                     strerror(errno));
+  link[n] = '\0';
+  if (strcmp(link, MN__SHM_LINK) != 0)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                     "%s is '%.120s', not mnemo shared memory (a memfd named " MN__SHM_NAME "); refused", what, link);
+#endif
+  return MN_OK;
+}
+
+/* Refuses descriptor fd (checked by shm_check_origin) unless it is open
+ * read-write, (Linux) sealed against shrinking and growing and not against
+ * writes, and holds exactly (exact) or at least nbytes. */
+static mn_status shm_check_open(const char *func, int fd, size_t nbytes, bool exact, const char *what) {
+  int fl = fcntl(fd, F_GETFL);
+  bool rw = fl >= 0 && (fl & O_ACCMODE) == O_RDWR;
+#ifdef O_PATH
+  if (fl >= 0 && (fl & O_PATH)) rw = false;
+#endif
+  if (!rw) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%s is not open for reading and writing", what);
+#ifdef __linux__
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                     "%s is a memfd named " MN__SHM_NAME " but not sealed against shrinking and growing, as mnemo "
+                     "seals its shared memory (memory that can shrink under a mapping raises SIGBUS); refused",
+                     what);
+  int write_seals = F_SEAL_WRITE;
+#ifdef F_SEAL_FUTURE_WRITE
+  write_seals |= F_SEAL_FUTURE_WRITE;
+#endif
+  if (seals & write_seals)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%s is sealed against writes; mnemo shared memory never is",
+                     what);
+#endif
+  struct stat sb;
+  if (fstat(fd, &sb) != 0)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%s: fstat failed: %s", what, strerror(errno));
+  unsigned long long size = (unsigned long long)sb.st_size;
+  if (exact && size != nbytes)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                     "%s holds %llu bytes, not the %zu the handle names (a stale or forged handle); refused", what,
+                     size, nbytes);
+  if (size < nbytes)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "shared memory of %s has %llu bytes, fewer than %zu", what,
+                     size, nbytes);
   return MN_OK;
 }
 
@@ -577,20 +669,11 @@ mn_status mn_storage_shm_fd(const mn_storage_t *s, int *fd) {
   return MN_OK;
 }
 
-mn_status mn_storage_from_shm_fd(int fd, size_t nbytes, mn_storage_t **out) {
-  MN__CHECK_ARG(out != NULL, "out must not be NULL");
-  MN__CHECK_ARG(fd >= 0, "fd=%d is not a descriptor", fd);
-  struct stat sb;
-  if (fstat(fd, &sb) != 0) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "fd=%d: %s", fd, strerror(errno));
-  if (!S_ISREG(sb.st_mode))
-    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "fd=%d is not a shared-memory file", fd);
-  if ((size_t)sb.st_size < nbytes)
-    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "shared memory of fd=%d has %lld bytes, fewer than %zu", fd,
-                     (long long)sb.st_size, nbytes);
-  int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (own < 0) return mn__error(MN_ERR_IO, __func__, "dup of fd=%d failed: %s", fd, strerror(errno));
+/* Maps nbytes of checked descriptor `own` into a new shared-memory storage,
+ * which takes `own` over; closes it on failure. */
+static mn_status shm_adopt(const char *func, int own, size_t nbytes, mn_storage_t **out) {
   void *p = NULL;
-  mn_status st = shm_map(__func__, own, nbytes, &p);
+  mn_status st = shm_map(func, own, nbytes, &p);
   if (st != MN_OK) {
     close(own);
     return st;
@@ -599,7 +682,7 @@ mn_status mn_storage_from_shm_fd(int fd, size_t nbytes, mn_storage_t **out) {
   if (!s) {
     if (p) munmap(p, nbytes);
     close(own);
-    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+    return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   }
   s->data = p;
   s->nbytes = nbytes;
@@ -607,6 +690,26 @@ mn_status mn_storage_from_shm_fd(int fd, size_t nbytes, mn_storage_t **out) {
   s->fd = own;
   *out = s;
   return MN_OK;
+}
+
+mn_status mn_storage_from_shm_fd(int fd, size_t nbytes, mn_storage_t **out) {
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  MN__CHECK_ARG(fd >= 0, "fd=%d is not a descriptor", fd);
+  char what[32];
+  snprintf(what, sizeof what, "fd=%d", fd);
+  int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (own < 0) {
+    int err = errno;
+    return mn__error(err == EBADF ? MN_ERR_INVALID_ARGUMENT : MN_ERR_IO, __func__, "dup of fd=%d failed: %s", fd,
+                     strerror(err));
+  }
+  mn_status st = shm_check_origin(__func__, own, what);
+  if (st == MN_OK) st = shm_check_open(__func__, own, nbytes, false, what);
+  if (st != MN_OK) {
+    close(own);
+    return st;
+  }
+  return shm_adopt(__func__, own, nbytes, out);
 }
 
 mn_status mn_storage_shm_handle(const mn_storage_t *s, char *buf, size_t bufsize) {
@@ -645,23 +748,43 @@ mn_status mn_storage_from_shm_handle(const char *handle, mn_storage_t **out) {
       !parse_u64(&p, '\0', &nbytes) || pid == 0 || pid > INT32_MAX || fd > INT32_MAX || nbytes > SIZE_MAX)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
                      "'%.80s' is not a handle of the form mnemo-shm:<pid>:<fd>:<nbytes>", handle);
-  char path[64];
+#ifndef __linux__
+  return mn__error(MN_ERR_NOT_SUPPORTED, __func__,
+                   "handle '%s': shared-memory handles need Linux's /proc/<pid>/fd and sealed memfds; pass the "
+                   "descriptor instead (mn_storage_shm_fd, SCM_RIGHTS)",
+                   handle);
+#else
+  char path[64], what[192];
   snprintf(path, sizeof path, "/proc/%llu/fd/%llu", pid, fd);
-  int f = open(path, O_RDWR | O_CLOEXEC);
-  if (f < 0) {
+  snprintf(what, sizeof what, "handle %s (%s)", handle, path);
+  /* O_PATH: nothing is opened for real (no device open, no FIFO wait) before
+   * the descriptor is known to be mnemo's shared memory. */
+  int pf = open(path, O_PATH | O_CLOEXEC);
+  if (pf < 0) {
     int err = errno;
+    if (err == EACCES || err == EPERM)
+      return mn__error(MN_ERR_IO, __func__, "cannot open %s: %s (another user's process, or one not ptrace-readable)",
+                       path, strerror(err));
     return mn__error(err == ENOENT ? MN_ERR_NOT_FOUND : MN_ERR_IO, __func__,
-                     "cannot open %s (has the creating process exited?): %s", path, strerror(err));
+                     "cannot open %s (has the creating process exited or released the storage?): %s", path,
+                     strerror(err));
   }
-  /* Only anonymous (nameless) shared memory: never another process's regular file. */
-  struct stat sb;
-  if (fstat(f, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_nlink != 0) {
-    close(f);
-    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "%s is not anonymous shared memory", path);
+  mn_status st = shm_check_origin(__func__, pf, what);
+  int f = -1;
+  if (st == MN_OK) {
+    char self[40];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", pf);
+    f = open(self, O_RDWR | O_CLOEXEC | O_NOCTTY);
+    if (f < 0) st = mn__error(MN_ERR_IO, __func__, "cannot open %s read-write: %s", path, strerror(errno));
   }
-  mn_status st = mn_storage_from_shm_fd(f, (size_t)nbytes, out);
-  close(f);
-  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+  close(pf);
+  if (st == MN_OK) st = shm_check_open(__func__, f, (size_t)nbytes, true, what);
+  if (st != MN_OK) {
+    if (f >= 0) close(f);
+    return st;
+  }
+  return shm_adopt(__func__, f, (size_t)nbytes, out);
+#endif
 }
 
 /* ---- CUDA IPC ----------------------------------------------------------------------- */

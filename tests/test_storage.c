@@ -1,10 +1,12 @@
 /* tests/test_storage.c: the storage API on CPU and SIM: every operation, every
  * kind (allocator, foreign, file, shared memory), cross-process sharing, bad input. */
 #include <dirent.h>
+#include <errno.h>
 #include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -470,7 +472,7 @@ MN_TEST(share_memory_in_place) {
     fputs("0123456789", f);
     fflush(f);
     snprintf(bad, sizeof bad, "mnemo-shm:%ld:%d:4", (long)getpid(), fileno(f));
-    MN_CHECK_ERR(mn_storage_from_shm_handle(bad, &u), MN_ERR_INVALID_ARGUMENT, "not anonymous shared memory");
+    MN_CHECK_ERR(mn_storage_from_shm_handle(bad, &u), MN_ERR_INVALID_ARGUMENT, "not mnemo shared memory");
     fclose(f);
     unlink(path);
   }
@@ -591,6 +593,219 @@ MN_TEST(child_maps_shared_memory_and_file) {
   unlink(path);
 }
 
+/* ---- shared-memory handles open only mnemo's memory (issue 14, defect 4) ---------- */
+#ifdef __linux__
+/* Open descriptors of this process (the directory's own included, so equal
+ * counts compare). */
+static int count_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+/* Lines of /proc/self/maps that mention `needle`. */
+static int count_maps(const char *needle) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f) return -1;
+  char line[512];
+  int n = 0;
+  while (fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
+  fclose(f);
+  return n;
+}
+
+/* A memfd of `size` bytes named `name`, with `seals` added (0: none; -1:
+ * made without MFD_ALLOW_SEALING). */
+static int make_memfd(const char *name, size_t size, int seals) {
+  int fd = memfd_create(name, MFD_CLOEXEC | (seals >= 0 ? MFD_ALLOW_SEALING : 0));
+  MN_CHECK(fd >= 0);
+  if (fd < 0) return -1;
+  MN_CHECK(ftruncate(fd, (off_t)size) == 0);
+  if (seals > 0) MN_CHECK(fcntl(fd, F_ADD_SEALS, seals) == 0);
+  return fd;
+}
+
+/* The handle text for descriptor fd of this process. */
+static void handle_of(char *buf, size_t n, int fd, size_t nbytes) {
+  snprintf(buf, n, "mnemo-shm:%ld:%d:%zu", (long)getpid(), fd, nbytes);
+}
+
+/* Checks that handle text h and descriptor fd are both refused with
+ * MN_ERR_INVALID_ARGUMENT mentioning `why`, leaving *out untouched. */
+static void refused(const char *h, int fd, size_t nbytes, const char *why) {
+  mn_storage_t *sentinel = (mn_storage_t *)&mn_test_failures, *u = sentinel;
+  if (h) MN_CHECK_ERR(mn_storage_from_shm_handle(h, &u), MN_ERR_INVALID_ARGUMENT, why);
+  MN_CHECK(u == sentinel);
+  if (fd >= 0) MN_CHECK_ERR(mn_storage_from_shm_fd(fd, nbytes, &u), MN_ERR_INVALID_ARGUMENT, why);
+  MN_CHECK(u == sentinel);
+}
+
+MN_TEST(shm_handles_open_only_mnemo_memory) {
+  enum { N = 4096 };
+  int fds0 = count_fds(), maps0 = count_maps("memfd:"), deleted0 = count_maps("(deleted)");
+  mn_storage_t *s = make(CPU, N), *u = NULL;
+  memset(mn_storage_data(s), 0x5a, N);
+  MN_CHECK_OK(mn_storage_share_memory(s));
+  int sfd = -1;
+  MN_CHECK_OK(mn_storage_shm_fd(s, &sfd));
+  char h[MN_SHM_HANDLE_MAX], bad[96];
+
+  /* mnemo's memory is sealed: it cannot shrink (no SIGBUS) nor grow */
+  MN_CHECK((fcntl(sfd, F_GET_SEALS) & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) ==
+           (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
+  MN_CHECK(ftruncate(sfd, 0) != 0 && errno == EPERM);
+  MN_CHECK(ftruncate(sfd, 2 * N) != 0 && errno == EPERM);
+
+  /* the real handle works, and aliases the storage */
+  MN_CHECK_OK(mn_storage_shm_handle(s, h, sizeof h));
+  MN_CHECK_OK(mn_storage_from_shm_handle(h, &u));
+  if (u) {
+    MN_CHECK(mn_storage_nbytes(u) == N && mn_storage_get_kind(u) == MN_STORAGE_SHARED);
+    ((unsigned char *)mn_storage_data(u))[N - 1] = 0x33;
+    MN_CHECK(((unsigned char *)mn_storage_data(s))[N - 1] == 0x33 && ((unsigned char *)mn_storage_data(u))[0] == 0x5a);
+    mn_storage_release(u);
+    u = NULL;
+  }
+  /* the wrong nbytes: a handle must name the exact size; a descriptor at least nbytes */
+  handle_of(bad, sizeof bad, sfd, N + 1);
+  refused(bad, -1, 0, "not the 4097 the handle names");
+  handle_of(bad, sizeof bad, sfd, N - 1);
+  refused(bad, -1, 0, "holds 4096 bytes");
+  handle_of(bad, sizeof bad, sfd, 0);
+  refused(bad, -1, 0, "not the 0 the handle names");
+  refused(NULL, sfd, N + 1, "fewer than 4097");
+  MN_CHECK_OK(mn_storage_from_shm_fd(sfd, N - 1, &u)); /* a prefix */
+  MN_CHECK(u && mn_storage_nbytes(u) == N - 1);
+  mn_storage_release(u);
+  u = NULL;
+
+  /* an unlinked regular temporary file of this process (its contents were readable before) */
+  char path[300];
+  tmp_path(path, sizeof path, "secret.tmp");
+  int tfd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  MN_CHECK(tfd >= 0);
+  MN_CHECK(ftruncate(tfd, N) == 0 && pwrite(tfd, "secret", 6, 0) == 6);
+  unlink(path);
+  handle_of(bad, sizeof bad, tfd, N);
+  refused(bad, tfd, N, "not mnemo shared memory");
+  refused(bad, -1, 0, "secret.tmp (deleted)"); /* the message says what it is */
+  close(tfd);
+
+  /* memfds: another name; mnemo's name but unsealed, or sealed only against
+   * shrinking, or made without sealing; sealed against writes */
+  int other = make_memfd("other", N, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  handle_of(bad, sizeof bad, other, N);
+  refused(bad, other, N, "'/memfd:other (deleted)', not mnemo shared memory");
+  close(other);
+  int seal_cases[] = {0, F_SEAL_SHRINK, -1};
+  for (size_t i = 0; i < sizeof seal_cases / sizeof seal_cases[0]; i++) {
+    int m = make_memfd("mnemo-shm", N, seal_cases[i]);
+    handle_of(bad, sizeof bad, m, N);
+    refused(bad, m, N, "not sealed against shrinking and growing");
+    close(m);
+  }
+  int wsealed = make_memfd("mnemo-shm", N, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE);
+  handle_of(bad, sizeof bad, wsealed, N);
+  refused(bad, wsealed, N, "sealed against writes");
+  close(wsealed);
+
+  /* not files at all: refused by type, never opened for real (no FIFO wait) */
+  int pp[2];
+  MN_CHECK(pipe(pp) == 0);
+  handle_of(bad, sizeof bad, pp[0], 0);
+  refused(bad, pp[1], 0, "a pipe or FIFO");
+  close(pp[0]);
+  close(pp[1]);
+  int dfd = open(tmpdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  handle_of(bad, sizeof bad, dfd, 0);
+  refused(bad, dfd, 0, "a directory");
+  close(dfd);
+  int nfd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  handle_of(bad, sizeof bad, nfd, 0);
+  refused(bad, nfd, 0, "a character device");
+  close(nfd);
+  /* a descriptor of mnemo's memory open read-only */
+  char self[64];
+  snprintf(self, sizeof self, "/proc/self/fd/%d", sfd);
+  int ro = open(self, O_RDONLY | O_CLOEXEC);
+  refused(NULL, ro, N, "not open for reading and writing");
+  close(ro);
+  /* a closed descriptor */
+  refused(NULL, ro, N, "dup of fd=");
+
+  mn_storage_release(s);
+  /* the storage's descriptor is closed: its handle no longer opens */
+  mn_storage_t *sentinel = (mn_storage_t *)&mn_test_failures;
+  u = sentinel;
+  mn_status st = mn_storage_from_shm_handle(h, &u);
+  MN_CHECK(st != MN_OK && u == sentinel);
+  MN_CHECK(count_fds() == fds0);
+  MN_CHECK(count_maps("memfd:") == maps0 && count_maps("(deleted)") == deleted0);
+}
+
+/* Another process's handles: its real one opens, one naming its unlinked
+ * temporary file is refused. Forks: run before helper threads exist. */
+MN_TEST(shm_handles_of_another_process) {
+  enum { N = 512 };
+  int up[2], down[2];
+  MN_CHECK(pipe(up) == 0 && pipe(down) == 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(up[0]);
+    close(down[1]);
+    mn_storage_t *s = NULL;
+    if (mn_storage_create(CPU, N, NULL, NULL, &s) != MN_OK) _exit(10);
+    memset(mn_storage_data(s), 0x77, N);
+    if (mn_storage_share_memory(s) != MN_OK) _exit(11);
+    char path[300], msg[2 * MN_SHM_HANDLE_MAX + 2];
+    tmp_path(path, sizeof path, "child-secret.tmp");
+    int t = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (t < 0 || pwrite(t, "child secret", 12, 0) != 12) _exit(12);
+    unlink(path);
+    size_t hl;
+    if (mn_storage_shm_handle(s, msg, MN_SHM_HANDLE_MAX) != MN_OK) _exit(13);
+    hl = strlen(msg);
+    snprintf(msg + hl, sizeof msg - hl, "\nmnemo-shm:%ld:%d:12", (long)getpid(), t);
+    size_t len = strlen(msg) + 1;
+    char c = 0;
+    if (write(up[1], msg, len) != (ssize_t)len || read(down[0], &c, 1) != 1) _exit(14);
+    _exit(((unsigned char *)mn_storage_data(s))[0] == 0x42 ? 0 : 15);
+  }
+  close(up[1]);
+  close(down[0]);
+  char msg[2 * MN_SHM_HANDLE_MAX + 2] = {0};
+  size_t got = 0;
+  ssize_t r;
+  while (got < sizeof msg - 1 && (r = read(up[0], msg + got, sizeof msg - 1 - got)) > 0) {
+    got += (size_t)r;
+    if (memchr(msg, '\0', got)) break; /* the child's one write ends with its NUL */
+  }
+  char *nl = strchr(msg, '\n');
+  MN_CHECK(nl != NULL);
+  if (nl) {
+    *nl = '\0';
+    mn_storage_t *u = NULL;
+    MN_CHECK_OK(mn_storage_from_shm_handle(msg, &u));
+    if (u) {
+      unsigned char *p = mn_storage_data(u);
+      MN_CHECK(mn_storage_nbytes(u) == N && p[0] == 0x77 && p[N - 1] == 0x77);
+      p[0] = 0x42;
+      mn_storage_release(u);
+    }
+    refused(nl + 1, -1, 0, "child-secret.tmp (deleted)', not mnemo shared memory");
+  }
+  MN_CHECK(write(down[1], "d", 1) == 1);
+  MN_CHECK(wait_child(pid) == 0);
+  close(up[0]);
+  close(down[1]);
+}
+#endif
+
 /* Names in /dev/shm, sorted, joined by '\n' (the caller frees). */
 static char *list_dev_shm(void) {
   size_t cap = 1 << 16, len = 0;
@@ -685,6 +900,9 @@ int main(void) {
   /* the fork tests first, before any helper thread exists */
   MN_RUN(child_maps_shared_memory_and_file);
   MN_RUN(sigkilled_process_leaves_no_dev_shm_entry);
+#ifdef __linux__
+  MN_RUN(shm_handles_of_another_process);
+#endif
   mn_test_configure_sim(2, (size_t)1 << 28);
   MN_RUN(create_and_queries);
   MN_RUN(resize_keeps_prefix);
@@ -699,6 +917,9 @@ int main(void) {
   MN_RUN(refcount_across_threads);
   MN_RUN(from_file_shared_and_private);
   MN_RUN(share_memory_in_place);
+#ifdef __linux__
+  MN_RUN(shm_handles_open_only_mnemo_memory);
+#endif
   MN_RUN(ipc_not_on_host_devices);
   MN_RUN(format_and_tolist);
   MN_RUN(nothing_left_behind);

@@ -143,13 +143,21 @@ MN_API MN_NODISCARD mn_status mn_storage_share_memory(mn_storage_t *s);
  * to another process by SCM_RIGHTS or fork). MN_ERR_INVALID_STATE for other kinds. */
 MN_API MN_NODISCARD mn_status mn_storage_shm_fd(const mn_storage_t *s, int *fd);
 /* A shared-memory storage over nbytes of the shared-memory descriptor `fd`
- * (duplicated; the caller keeps fd). */
+ * (duplicated; the caller keeps fd). Only memory mnemo created is accepted:
+ * a sealed (fixed-size, writable) memfd named "mnemo-shm" of at least nbytes,
+ * open read-write; anything else (a file, another memfd, a pipe) is
+ * MN_ERR_INVALID_ARGUMENT (docs/STORAGE.md). */
 MN_API MN_NODISCARD mn_status mn_storage_from_shm_fd(int fd, size_t nbytes, mn_storage_t **out);
 
 #define MN_SHM_HANDLE_MAX 64
 /* A text handle "mnemo-shm:<pid>:<fd>:<nbytes>" another process of the same
  * user opens with mn_storage_from_shm_handle while this storage lives (it
- * names /proc/<pid>/fd/<fd>). bufsize >= MN_SHM_HANDLE_MAX is always enough. */
+ * names /proc/<pid>/fd/<fd>). bufsize >= MN_SHM_HANDLE_MAX is always enough.
+ * Opening checks the target as mn_storage_from_shm_fd does, and that its size
+ * is exactly nbytes: a handle grants read-write access to that one storage's
+ * bytes, to processes allowed to read the owner's /proc/<pid>/fd (ptrace
+ * rules), and nothing else; it is not a secret (Linux only:
+ * MN_ERR_NOT_SUPPORTED elsewhere). */
 MN_API MN_NODISCARD mn_status mn_storage_shm_handle(const mn_storage_t *s, char *buf, size_t bufsize);
 MN_API MN_NODISCARD mn_status mn_storage_from_shm_handle(const char *handle, mn_storage_t **out);
 
