@@ -79,6 +79,7 @@ size_t mn_fuzz_mutate(const mn_fuzz_driver_t *d, uint8_t *buf, size_t len, size_
         break;
     }
   }
+  if (d->mutate && (mn_fuzz_rng() & 1)) len = d->mutate(buf, len, cap);
   return len;
 }
 

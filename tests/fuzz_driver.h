@@ -26,6 +26,10 @@ typedef struct mn_fuzz_driver_s {
   size_t ntokens;
   const uint8_t *special; /* byte values written over one byte (may be NULL) */
   size_t nspecial;
+  /* A structure-aware mutation (may be NULL): edits one field of buf[0..len)
+   * (capacity cap) knowing the format, repairs checksums; the new length.
+   * Applied after the generic edits to every other input, by both drivers. */
+  size_t (*mutate)(uint8_t *buf, size_t len, size_t cap);
 } mn_fuzz_driver_t;
 
 /* xorshift64*: the deterministic generator every driver uses. */
@@ -37,11 +41,22 @@ size_t mn_fuzz_mutate(const mn_fuzz_driver_t *d, uint8_t *buf, size_t len, size_
 int mn_fuzz_main(const mn_fuzz_driver_t *d, int argc, char **argv);
 
 #ifdef MN_FUZZ_LIBFUZZER
-#define MN_FUZZ_ENTRY(driver)                                        \
-  int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);      \
-  int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {     \
-    if ((driver).check(data, size)) abort();                         \
-    return 0;                                                        \
+size_t LLVMFuzzerMutate(uint8_t *data, size_t size, size_t max);
+/* libFuzzer's own mutations, then (every other input) the driver's structure-aware one. */
+#define MN_FUZZ_ENTRY(driver)                                                            \
+  int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);                          \
+  int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {                         \
+    if ((driver).check(data, size)) abort();                                             \
+    return 0;                                                                            \
+  }                                                                                      \
+  size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max, unsigned seed); \
+  size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max, unsigned seed) { \
+    size = LLVMFuzzerMutate(data, size, max);                                            \
+    if ((driver).mutate && (seed & 1)) {                                                 \
+      mn_fuzz_seed(seed);                                                                \
+      size = (driver).mutate(data, size, max);                                           \
+    }                                                                                    \
+    return size;                                                                         \
   }
 #else
 #define MN_FUZZ_ENTRY(driver) \

@@ -8,6 +8,11 @@
  * every intermediate view passing mn_view_check (no element outside its
  * storage), or be refused with a status and a non-empty message
  * (mn_chain_run reports MN_ERR_INTERNAL otherwise, and the target aborts).
+ * Chains include as_strided, DLPack round trips and imports of foreign
+ * geometry (dlpack_as), and legal but extreme int64 arguments (INT64_MAX,
+ * INT64_MIN, 2^61 + 1, ...) to slice, narrow, select, diagonal, unfold,
+ * split, chunk and expand; every view is finally copied out element by
+ * element, so under ASan/UBSan a view outside its storage is a report.
  *
  * libFuzzer (clang builds; CTest `fuzz_views` runs it for 20 s):
  *   CC=clang cmake -S . -B build/fuzz -G Ninja -DMNEMO_CUDA=OFF
@@ -47,10 +52,24 @@ static void add(char *buf, size_t cap, const char *fmt, int a, int b, int c, int
   if (len + 64 < cap) snprintf(buf + len, cap - len, fmt, a, b, c, d);
 }
 
+static void add64(char *buf, size_t cap, const char *fmt, long long a, long long b, long long c, long long d) {
+  size_t len = strlen(buf);
+  if (len + 128 < cap) snprintf(buf + len, cap - len, fmt, a, b, c, d);
+}
+
+/* Legal but extreme int64 arguments: the overflow edges of size, stride and
+ * offset arithmetic (PyTorch takes all of them as start, end, step, ...). */
+static long long huge(reader *r) {
+  static const long long H[] = {INT64_MAX, INT64_MIN, INT64_MAX - 1, INT64_MIN + 1, (long long)1 << 62,
+                                ((long long)1 << 61) + 1, (long long)1 << 32, -((long long)1 << 62), 0, 1, -1};
+  int v = next(r);
+  return v < 176 ? H[v % 11] : (long long)(v - 216); /* mostly edges, else -40..39 */
+}
+
 static void build_chain(reader *r, char *buf, size_t cap) {
   snprintf(buf, cap, "arange %d %s", next(r) % 37, DTYPES[next(r) % NDT]);
   while (r->at < r->n && strlen(buf) + 128 < cap) {
-    int op = next(r) % 29, a = small(r), b = small(r), c = small(r), d = small(r);
+    int op = next(r) % 38, a = small(r), b = small(r), c = small(r), d = small(r);
     switch (op) {
       case 0: add(buf, cap, " | view %d %d", size_arg(r), -1, 0, 0); break;
       case 1: add(buf, cap, " | reshape %d %d %d", size_arg(r), size_arg(r), -1, 0); break;
@@ -86,6 +105,25 @@ static void build_chain(reader *r, char *buf, size_t cap) {
       case 25: add(buf, cap, " | fill %d", a * 100, 0, 0, 0); break;
       case 26: add(buf, cap, " | zero", 0, 0, 0, 0); break;
       case 27: add(buf, cap, " | base", 0, 0, 0, 0); break;
+      case 28: add64(buf, cap, " | slice %lld %lld %lld %lld", a, huge(r), huge(r), huge(r)); break;
+      case 29: add64(buf, cap, " | narrow %lld %lld %lld", a, huge(r), huge(r), 0); break;
+      case 30:
+        add64(buf, cap, b & 1 ? " | select %lld %lld" : " | diagonal %lld %lld %lld", b & 1 ? a : huge(r),
+              b & 1 ? huge(r) : a, c, 0);
+        break;
+      case 31: add64(buf, cap, " | unfold %lld %lld %lld", a, huge(r), huge(r), 0); break;
+      case 32: add64(buf, cap, b & 1 ? " | split %lld %lld 0" : " | chunk %lld %lld 0", huge(r), a, 0, 0); break;
+      case 33: add64(buf, cap, " | expand %lld %lld", huge(r), -1, 0, 0); break;
+      case 34:
+        add64(buf, cap, " | as_strided %lld,%lld %lld,%lld", huge(r), huge(r), huge(r), huge(r));
+        add64(buf, cap, c & 1 ? " none" : " %lld", huge(r), 0, 0, 0);
+        break;
+      case 35: add(buf, cap, a & 1 ? " | dlpack versioned" : " | dlpack", 0, 0, 0, 0); break;
+      case 36:
+        add64(buf, cap, " | dlpack_as %lld,%lld", b & 1 ? huge(r) : size_arg(r), c & 1 ? huge(r) : size_arg(r), 0, 0);
+        if (d & 1) add(buf, cap, " none", 0, 0, 0, 0);
+        else add64(buf, cap, " %lld,%lld", a & 1 ? huge(r) : size_arg(r), size_arg(r), 0, 0);
+        break;
       default: add(buf, cap, " | as_strided %d %d none", size_arg(r), b + 3, 0, 0); break;
     }
   }

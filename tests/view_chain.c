@@ -2,6 +2,8 @@
  * "creation | op | op ...", runs it with the mn_view_* API and prints JSON. */
 #include "view_chain.h"
 
+#include "mnemo/dlpack.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -218,6 +220,79 @@ static bool run_create(chain_t *c, op_t *op) {
   return true;
 }
 
+/* ---- DLPack as a producer that tells the truth or lies about its shape ---- */
+
+typedef struct {
+  DLManagedTensor t;        /* what we hand to the importer */
+  DLManagedTensor *export_; /* keeps the exported storage alive */
+  int64_t shape[MN_MAX_DIMS + 1], strides[MN_MAX_DIMS + 1];
+} producer_t;
+
+static void producer_delete(DLManagedTensor *t) {
+  producer_t *p = t->manager_ctx;
+  p->export_->deleter(p->export_);
+  free(p);
+}
+
+/* dlpack: cur through mn_view_to_dlpack and back (legacy, versioned when
+ * `versioned`). dlpack_as SIZES STRIDES|none: a tensor of cur's dtype over
+ * cur's whole storage with the given geometry, as a foreign producer would
+ * hand it over; the import must refuse what overflows, and what it accepts
+ * is used only when it lies inside the storage (a producer that claims more
+ * memory than it has is outside any importer's reach). */
+static mn_status dlpack_import(const mn_view_t *cur, int n1, const int64_t *sizes, int n2, const int64_t *strides,
+                               bool as, bool versioned, mn_view_t **next) {
+  if (!as && versioned) {
+    DLManagedTensorVersioned *v = NULL;
+    mn_status st = mn_view_to_dlpack_versioned(cur, &v);
+    if (st == MN_OK && (st = mn_view_from_dlpack_versioned(v, next)) != MN_OK) v->deleter(v);
+    return st;
+  }
+  DLManagedTensor *e = NULL;
+  mn_status st = mn_view_to_dlpack(cur, &e);
+  if (st != MN_OK) return st;
+  if (!as) {
+    if ((st = mn_view_from_dlpack(e, next)) != MN_OK) e->deleter(e); /* a refusal leaves it ours */
+    return st;
+  }
+  producer_t *p = calloc(1, sizeof *p);
+  if (!p) {
+    e->deleter(e);
+    return MN_ERR_OUT_OF_MEMORY;
+  }
+  p->export_ = e;
+  p->t.dl_tensor = e->dl_tensor;
+  p->t.dl_tensor.data = mn_storage_data(mn_view_storage(cur));
+  p->t.dl_tensor.byte_offset = 0;
+  p->t.dl_tensor.ndim = n1;
+  memcpy(p->shape, sizes, (size_t)n1 * sizeof *sizes);
+  p->t.dl_tensor.shape = p->shape;
+  if (n2 >= 0) memcpy(p->strides, strides, (size_t)n2 * sizeof *strides);
+  p->t.dl_tensor.strides = n2 >= 0 ? p->strides : NULL;
+  p->t.manager_ctx = p;
+  p->t.deleter = producer_delete;
+  st = mn_view_from_dlpack(&p->t, next);
+  if (st != MN_OK) {
+    producer_delete(&p->t); /* a refusal leaves the tensor with its producer */
+    return st;
+  }
+  return MN_OK;
+}
+
+static bool run_dlpack(chain_t *c, int n1, const int64_t *sizes, int n2, const int64_t *strides, bool as,
+                       bool versioned, mn_view_t **next) {
+  mn_status st = dlpack_import(c->cur, n1, sizes, n2, strides, as, versioned, next);
+  if (st != MN_OK) return lib_fail(c, st);
+  if (mn_storage_nbytes(mn_view_storage(*next)) > mn_storage_nbytes(mn_view_storage(c->cur))) {
+    mn_view_destroy(*next); /* runs producer_delete */
+    *next = NULL;
+    c->st = MN_ERR_INVALID_ARGUMENT;
+    snprintf(c->err, sizeof c->err, "dlpack_as: the geometry reaches beyond the producer's storage");
+    return false;
+  }
+  return true;
+}
+
 #define NEED(cond, what)                                    \
   do {                                                      \
     if (!(cond)) return parse_fail(c, "bad arguments to %s", what); \
@@ -310,7 +385,10 @@ static bool run_op(chain_t *c, op_t *op) {
     st = mn_view_unfold(cur, d0, x, y, &next);
   } else if (strcmp(name, "split") == 0 || strcmp(name, "chunk") == 0) {
     NEED(na == 3 && parse_i64(a[0], &x) && parse_int(a[1], &d0) && parse_i64(a[2], &y), name);
-    if (name[0] == 'c' && x > 4096) return parse_fail(c, "%s: too many chunks", name);
+    /* chunk(n) makes min(n, size) pieces (all n when the dim is empty) */
+    int64_t dim_size = mn_view_size(cur, d0);
+    if (name[0] == 'c' && x > 4096 && (dim_size > 4096 || dim_size == 0))
+      return parse_fail(c, "%s: too many chunks", name);
     mn_view_t **views = NULL;
     int count = 0;
     st = name[0] == 's' ? mn_view_split(cur, x, d0, &views, &count) : mn_view_chunk(cur, x, d0, &views, &count);
@@ -338,6 +416,14 @@ static bool run_op(chain_t *c, op_t *op) {
              parse_opt(a[2], MN_VIEW_OFFSET_KEEP, &x),
          name);
     st = mn_view_as_strided(cur, n1, l1, l2, x, &next);
+  } else if (strcmp(name, "dlpack") == 0) {
+    NEED(na <= 1 && (na == 0 || strcmp(a[0], "versioned") == 0), name);
+    if (!run_dlpack(c, 0, NULL, 0, NULL, false, na == 1, &next)) return false;
+  } else if (strcmp(name, "dlpack_as") == 0) {
+    NEED(na == 2 && parse_list(a[0], l1, &n1) && n1 <= MN_MAX_DIMS &&
+             (strcmp(a[1], "none") == 0 || (parse_list(a[1], l2, &n2) && n2 == n1)),
+         name);
+    if (!run_dlpack(c, n1, l1, strcmp(a[1], "none") == 0 ? -1 : n2, l2, true, false, &next)) return false;
   } else if (strcmp(name, "contiguous") == 0 || strcmp(name, "clone") == 0) {
     NEED(na == 0, name);
     if (too_big(c, cur)) return false;
