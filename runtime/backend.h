@@ -102,10 +102,11 @@ typedef struct mn__backend_s {
   /* ---- CUDA IPC: NULL where not supported (CPU, SIM) ----------
    *   ipc_export: the IPC handle (MN_IPC_HANDLE_BYTES bytes into handle) of
    *     the allocation holding ptr and ptr's offset from its base.
-   *   ipc_open: maps a handle of another process; *base is the allocation's base.
+   *   ipc_open: maps a handle of another process; *base is the allocation's
+   *     base and *size its bytes (what a handle's offset + nbytes must fit).
    *   ipc_close: unmaps a base from ipc_open. */
   mn_status (*ipc_export)(int index, const void *ptr, void *handle, size_t *offset);
-  mn_status (*ipc_open)(int index, const void *handle, void **base);
+  mn_status (*ipc_open)(int index, const void *handle, void **base, size_t *size);
   mn_status (*ipc_close)(int index, void *base);
 } mn__backend_t;
 

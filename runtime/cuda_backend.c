@@ -1004,7 +1004,10 @@ static void mn__cu_range_load(void) {
 }
 
 static mn_status mn__cuda_ipc_export(int index, const void *ptr, void *handle, size_t *offset) {
-  MN__CUDA_USE(index);
+  /* A driver call follows: force the context current, as the VMM paths do
+   * (a fresh thread whose cudaGetDevice already says `index` has none yet). */
+  mn_status st = mn__cuda_use(__func__, index, true);
+  if (st != MN_OK) return st;
   pthread_once(&mn__cu_range_once, mn__cu_range_load);
   if (!mn__cu_get_address_range)
     return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "driver entry point cuMemGetAddressRange not found");
@@ -1029,14 +1032,26 @@ static mn_status mn__cuda_ipc_export(int index, const void *ptr, void *handle, s
   return MN_OK;
 }
 
-static mn_status mn__cuda_ipc_open(int index, const void *handle, void **base) {
+static mn_status mn__cuda_ipc_open(int index, const void *handle, void **base, size_t *size) {
   MN__CUDA_USE(index);
+  pthread_once(&mn__cu_range_once, mn__cu_range_load);
+  if (!mn__cu_get_address_range)
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "driver entry point cuMemGetAddressRange not found");
   cudaIpcMemHandle_t h;
   memcpy(&h, handle, sizeof h);
   void *p = NULL;
   cudaError_t err = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
   if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaIpcOpenMemHandle");
+  /* The opened allocation's size: the importer checks the handle's range against it. */
+  CUdeviceptr b = 0;
+  size_t n = 0;
+  CUresult res = mn__cu_get_address_range(&b, &n, (CUdeviceptr)(uintptr_t)p);
+  if (res != CUDA_SUCCESS) {
+    (void)cudaIpcCloseMemHandle(p);
+    return mn__cu_fail(res, __func__, index, "cuMemGetAddressRange(ptr=%p)", p);
+  }
   *base = p;
+  *size = n - (size_t)((uintptr_t)p - (uintptr_t)b);
   return MN_OK;
 }
 

@@ -831,10 +831,18 @@ mn_status mn_storage_from_ipc_handle(mn_device_t dev, const mn_ipc_handle_t *han
   if (st != MN_OK) return st;
   mn_storage_t *s = storage_new(dev, MN_STORAGE_IPC);
   if (!s) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
-  st = b->ipc_open(dev.index, handle->bytes, &s->ipc_base);
+  size_t size = 0;
+  st = b->ipc_open(dev.index, handle->bytes, &s->ipc_base, &size);
   if (st != MN_OK) {
     free(s);
     return mn__error_wrap(st, __func__);
+  }
+  if (handle->offset + handle->nbytes > size) { /* a stale or forged handle: nothing outside the allocation */
+    mn__ignore(b->ipc_close(dev.index, s->ipc_base)); /* the refusal is what is reported */
+    free(s);
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                     "handle offset %" PRIu64 " + nbytes %" PRIu64 " exceeds the %zu-byte allocation it names",
+                     handle->offset, handle->nbytes, size);
   }
   s->data = (char *)s->ipc_base + handle->offset;
   s->nbytes = (size_t)handle->nbytes;

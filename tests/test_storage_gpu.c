@@ -116,11 +116,21 @@ static int unhex(const char *s, void *p, size_t n) {
   return 1;
 }
 
-/* The child: opens the handle, checks the bytes (i & 0xff), writes 0xee at byte 0. */
-static int ipc_child(const char *text) {
+/* The child: opens the handle, checks the bytes (i & 0xff), writes 0xee at
+ * byte 0. "forged": the same handle claiming 1 TiB more must be refused. */
+static int ipc_child(const char *text, bool forged) {
   mn_ipc_handle_t h;
   if (!unhex(text, &h, sizeof h)) return 10;
   mn_storage_t *s = NULL;
+  if (forged) {
+    h.nbytes += (uint64_t)1 << 40;
+    mn_status st = mn_storage_from_ipc_handle(mn_device_cuda(0), &h, &s);
+    if (st != MN_ERR_INVALID_ARGUMENT || s != NULL || !strstr(mn_last_error(), "exceeds")) {
+      fprintf(stderr, "child: a forged range gave %s: %s\n", mn_status_name(st), mn_last_error());
+      return 15;
+    }
+    return 0;
+  }
   if (mn_storage_from_ipc_handle(mn_device_cuda(0), &h, &s) != MN_OK) {
     fprintf(stderr, "child: %s\n", mn_last_error());
     return 11;
@@ -153,14 +163,16 @@ MN_TEST(ipc_into_another_process) {
   MN_CHECK(h.nbytes == 3000 && h.offset > 0); /* a block inside a segment: base handle + offset */
   char text[2 * sizeof h + 1];
   hex(&h, sizeof h, text);
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid == 0) {
-    execl("/proc/self/exe", "test_storage_gpu", "ipc-child", text, (char *)NULL);
-    _exit(127);
+  for (int forged = 1; forged >= 0; forged--) { /* the refusal first: the real open then writes 0xee */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+      execl("/proc/self/exe", "test_storage_gpu", forged ? "ipc-forged" : "ipc-child", text, (char *)NULL);
+      _exit(127);
+    }
+    int status = 0;
+    MN_CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
   }
-  int status = 0;
-  MN_CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
   unsigned char x = 0;
   MN_CHECK_OK(mn_copy_bytes(CPU, &x, GPU, mn_storage_data(s), 1, NULL, 0));
   MN_CHECK(x == 0xee);
@@ -172,7 +184,8 @@ MN_TEST(ipc_into_another_process) {
 int main(int argc, char **argv) {
   CPU = mn_device_cpu();
   GPU = mn_device_cuda(0);
-  if (argc == 3 && strcmp(argv[1], "ipc-child") == 0) return ipc_child(argv[2]);
+  if (argc == 3 && strcmp(argv[1], "ipc-child") == 0) return ipc_child(argv[2], false);
+  if (argc == 3 && strcmp(argv[1], "ipc-forged") == 0) return ipc_child(argv[2], true);
   mn_test_require_cuda();
   MN_RUN(operations_on_cuda);
   MN_RUN(save_load_through_the_gpu);
