@@ -549,46 +549,8 @@ mn_status mn_trace_write(const mn_trace_t *trace, const char *path) {
   size_t len = 0;
   mn_status st = mn_trace_format(trace, &text, &len);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
-  size_t plen = strlen(path);
-  char *tmp = mn__malloc(plen + 5);
-  if (!tmp) {
-    free(text);
-    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
-  }
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp", 5);
-  /* never rename over a folder, FIFO or device; never open the temporary
-   * name blocking (a FIFO planted there) or through a symbolic link */
-  int fd = -1;
-  st = mn__file_check_destination(__func__, path);
-  if (st == MN_OK) {
-    st = mn__file_open_regular(__func__, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0666, &fd, NULL);
-    if (st != MN_OK && st != MN_ERR_OUT_OF_MEMORY) {
-      if (st == MN_ERR_NOT_FOUND) st = MN_ERR_IO; /* this call's error for a path it cannot create */
-      char why[600];
-      snprintf(why, sizeof why, "%s", mn__last_error_detail());
-      st = mn__error(st, __func__, "cannot create %s: %s", tmp, why);
-    }
-  }
-  if (st == MN_OK) {
-    size_t done = 0;
-    bool ok = true;
-    while (ok && done < len) {
-      ssize_t w = write(fd, text + done, len - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) ok = false;
-      else done += (size_t)w;
-    }
-    int err = ok ? 0 : errno ? errno : EIO;
-    if (close(fd) != 0 && ok) {
-      ok = false;
-      err = errno;
-    }
-    if (!ok) st = mn__error(MN_ERR_IO, __func__, "cannot write %s: %s", tmp, strerror(err));
-    else if (rename(tmp, path) != 0) st = mn__error(MN_ERR_IO, __func__, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-    if (st != MN_OK) remove(tmp);
-  }
-  free(tmp);
+  st = mn__file_write_atomic(__func__, path, text, len);
+  if (st == MN_ERR_NOT_FOUND) st = MN_ERR_IO; /* this call's status for a folder it cannot write in */
   free(text);
   return st;
 }

@@ -19,50 +19,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
-static inline int64_t mn__ck_add(int64_t a, int64_t b, bool *overflow) {
-  int64_t r;
-  if (__builtin_add_overflow(a, b, &r)) {
-    *overflow = true;
-    return 0;
+/* mn__ck_add, mn__ck_sub, mn__ck_mul (int64_t) and mn__ck_size_add,
+ * mn__ck_size_mul (size_t): a op b, or 0 with *overflow set. */
+#define MN__CK_DEFINE(name, type, op)                         \
+  static inline type name(type a, type b, bool *overflow) {   \
+    type r;                                                   \
+    if (__builtin_##op##_overflow(a, b, &r)) {                \
+      *overflow = true;                                       \
+      return 0;                                               \
+    }                                                         \
+    return r;                                                 \
   }
-  return r;
-}
-
-static inline int64_t mn__ck_sub(int64_t a, int64_t b, bool *overflow) {
-  int64_t r;
-  if (__builtin_sub_overflow(a, b, &r)) {
-    *overflow = true;
-    return 0;
-  }
-  return r;
-}
-
-static inline int64_t mn__ck_mul(int64_t a, int64_t b, bool *overflow) {
-  int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) {
-    *overflow = true;
-    return 0;
-  }
-  return r;
-}
-
-static inline size_t mn__ck_size_add(size_t a, size_t b, bool *overflow) {
-  size_t r;
-  if (__builtin_add_overflow(a, b, &r)) {
-    *overflow = true;
-    return 0;
-  }
-  return r;
-}
-
-static inline size_t mn__ck_size_mul(size_t a, size_t b, bool *overflow) {
-  size_t r;
-  if (__builtin_mul_overflow(a, b, &r)) {
-    *overflow = true;
-    return 0;
-  }
-  return r;
-}
+MN__CK_DEFINE(mn__ck_add, int64_t, add)
+MN__CK_DEFINE(mn__ck_sub, int64_t, sub)
+MN__CK_DEFINE(mn__ck_mul, int64_t, mul)
+MN__CK_DEFINE(mn__ck_size_add, size_t, add)
+MN__CK_DEFINE(mn__ck_size_mul, size_t, mul)
+#undef MN__CK_DEFINE
 
 /* Converts a non-negative int64 to size_t (always fits on 64-bit hosts). */
 static inline size_t mn__ck_to_size(int64_t a, bool *overflow) {

@@ -3,8 +3,10 @@
 #include "runtime/fileio.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -108,5 +110,50 @@ mn_status mn__file_read_all(const char *func, const char *path, void **buf, size
 mn_status mn__file_check_destination(const char *func, const char *path) {
   struct stat sb;
   if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) return not_regular(func, path);
+  return MN_OK;
+}
+
+mn_status mn__file_write_atomic(const char *func, const char *path, const void *data, size_t size) {
+  /* never rename over a folder, FIFO or device (/dev/null stays a device) */
+  mn_status st = mn__file_check_destination(func, path);
+  if (st != MN_OK) return st;
+  size_t n = strlen(path) + 32;
+  char *tmp = mn__malloc(n);
+  if (!tmp) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
+  snprintf(tmp, n, "%s.tmp%ld", path, (long)getpid());
+  /* O_NOFOLLOW: a symbolic link planted at the temporary name is not written through */
+  int fd = -1;
+  st = mn__file_open_regular(func, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0666, &fd, NULL);
+  if (st != MN_OK) {
+    free(tmp);
+    if (st == MN_ERR_OUT_OF_MEMORY) return st;
+    char why[600];
+    snprintf(why, sizeof why, "%s", mn__last_error_detail());
+    return mn__error(st, func, "cannot create '%s': %s", path, why);
+  }
+  const unsigned char *p = data;
+  size_t done = 0;
+  bool ok = true;
+  while (ok && done < size) {
+    ssize_t w = write(fd, p + done, size - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) ok = false;
+    else done += (size_t)w;
+  }
+  int err = ok ? 0 : errno ? errno : EIO;
+  if (close(fd) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
+  if (ok && rename(tmp, path) != 0) {
+    ok = false;
+    err = errno;
+  }
+  if (!ok) {
+    unlink(tmp);
+    free(tmp);
+    return mn__error(MN_ERR_IO, func, "writing '%s' failed: %s", path, strerror(err));
+  }
+  free(tmp);
   return MN_OK;
 }

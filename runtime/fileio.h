@@ -32,4 +32,12 @@ mn_status mn__file_read_all(const char *func, const char *path, void **buf, size
  * file over it; a missing path is fine. */
 mn_status mn__file_check_destination(const char *func, const char *path);
 
+/* Writes size bytes of data to `path` through "<path>.tmp<pid>" renamed into
+ * place (a reader never sees half a file), after mn__file_check_destination;
+ * the temporary name is opened without following a link or blocking.
+ * Errors: those of the checks and of creating the temporary file ("cannot
+ * create '<path>': ..."), MN_ERR_IO "writing '<path>' failed" (the
+ * temporary file removed). */
+mn_status mn__file_write_atomic(const char *func, const char *path, const void *data, size_t size);
+
 #endif /* MNEMO_RUNTIME_FILEIO_H */

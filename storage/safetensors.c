@@ -8,6 +8,7 @@
 #include "mnemo/mnemo.h"
 #include "mnemo/serialize.h"
 #include "runtime/error.h"
+#include "runtime/fileio.h"
 #include "runtime/hostmem.h"
 #include "runtime/nameset.h"
 #include "storage/serialize_util.h"
@@ -234,7 +235,7 @@ mn_status mn_safetensors_save(const char *path, size_t count, const char *const 
   size_t size = 0;
   mn_status st = mn_safetensors_save_buffer(count, names, views, nmeta, meta_keys, meta_values, &data, &size);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
-  st = mn__write_file_atomic(__func__, path, data, size);
+  st = mn__file_write_atomic(__func__, path, data, size);
   free(data);
   return st;
 }

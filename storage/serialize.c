@@ -66,51 +66,6 @@ uint32_t mn__le32(const unsigned char *p) {
 
 uint64_t mn__le64(const unsigned char *p) { return (uint64_t)mn__le32(p) | (uint64_t)mn__le32(p + 4) << 32; }
 
-mn_status mn__write_file_atomic(const char *func, const char *path, const void *data, size_t size) {
-  /* never rename over a folder, FIFO or device (/dev/null stays a device) */
-  mn_status st = mn__file_check_destination(func, path);
-  if (st != MN_OK) return st;
-  size_t n = strlen(path) + 32;
-  char *tmp = mn__malloc(n);
-  if (!tmp) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
-  snprintf(tmp, n, "%s.tmp%ld", path, (long)getpid());
-  /* O_NOFOLLOW: a symbolic link planted at the temporary name is not written through */
-  int fd = -1;
-  st = mn__file_open_regular(func, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0666, &fd, NULL);
-  if (st != MN_OK) {
-    free(tmp);
-    if (st == MN_ERR_OUT_OF_MEMORY) return st;
-    char why[600];
-    snprintf(why, sizeof why, "%s", mn__last_error_detail());
-    return mn__error(st, func, "cannot create '%s': %s", path, why);
-  }
-  const unsigned char *p = data;
-  size_t done = 0;
-  bool ok = true;
-  while (ok && done < size) {
-    ssize_t w = write(fd, p + done, size - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) ok = false;
-    else done += (size_t)w;
-  }
-  int err = ok ? 0 : errno ? errno : EIO;
-  if (close(fd) != 0 && ok) {
-    ok = false;
-    err = errno;
-  }
-  if (ok && rename(tmp, path) != 0) {
-    ok = false;
-    err = errno;
-  }
-  if (!ok) {
-    unlink(tmp);
-    free(tmp);
-    return mn__error(MN_ERR_IO, func, "writing '%s' failed: %s", path, strerror(err));
-  }
-  free(tmp);
-  return MN_OK;
-}
-
 mn_status mn__load_file(const char *func, const char *path, mn_device_t dev, mn__load_buffer_fn load,
                         mn_named_views_t **out) {
   void *data = NULL;
@@ -360,7 +315,7 @@ mn_status mn_save(const char *path, size_t count, const char *const *names, cons
   size_t size = 0;
   mn_status st = mn_save_buffer(count, names, views, &data, &size);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
-  st = mn__write_file_atomic(__func__, path, data, size);
+  st = mn__file_write_atomic(__func__, path, data, size);
   free(data);
   return st;
 }

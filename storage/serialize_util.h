@@ -26,9 +26,6 @@ void mn__buf_u64(mn__buf_t *b, uint64_t v);
 uint32_t mn__le32(const unsigned char *p);
 uint64_t mn__le64(const unsigned char *p);
 
-/* Writes size bytes to `path` through a temporary file renamed into place;
- * refuses a `path` that exists and is not a regular file. */
-mn_status mn__write_file_atomic(const char *func, const char *path, const void *data, size_t size);
 
 /* A loader of one format from memory (mn_load_buffer, mn_safetensors_load_buffer). */
 typedef mn_status (*mn__load_buffer_fn)(const void *data, size_t size, mn_device_t dev, mn_named_views_t **out);

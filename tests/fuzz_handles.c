@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "fuzz_driver.h"
+#include "test_bytes.h"
 #include "mnemo/mnemo.h"
 
 #define NREAL 3
@@ -68,26 +69,6 @@ static struct {
   int last_accepted;
   unsigned long shm_accepted, shm_refused, ipc_accepted, ipc_refused;
 } G;
-
-static int count_fds(void) {
-  DIR *d = opendir("/proc/self/fd");
-  if (!d) return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) n += e->d_name[0] != '.';
-  closedir(d);
-  return n;
-}
-
-static int count_maps(const char *needle) {
-  FILE *f = fopen("/proc/self/maps", "r");
-  if (!f) return -1;
-  char line[1024];
-  int n = 0;
-  while (fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
-  fclose(f);
-  return n;
-}
 
 static void add_decoy(int fd) {
   if (fd < 0) return;
@@ -144,34 +125,34 @@ static int setup(void) {
   }
   add_decoy(open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   add_decoy(open("/dev/null", O_RDWR | O_CLOEXEC));
-  G.fds = count_fds();
-  G.maps_memfd = count_maps("memfd:");
-  G.maps_del = count_maps("(deleted)");
+  G.fds = mn_test_count_fds();
+  G.maps_memfd = mn_test_count_maps("memfd:");
+  G.maps_del = mn_test_count_maps("(deleted)");
   G.ready = true;
   return 0;
 }
 
 /* ---- shared-memory handle strings ---- */
 
-/* The library's grammar: mnemo-shm:<pid>:<fd>:<nbytes>, 1..19 digits each. */
-static bool parse_num(const char **p, char end, unsigned long long *out) {
-  const char *q = *p;
-  unsigned long long v = 0;
-  int digits = 0;
-  while (*q >= '0' && *q <= '9') {
-    if (++digits > 19) return false;
-    v = v * 10 + (unsigned long long)(*q++ - '0');
-  }
-  if (!digits || *q != end) return false;
-  *p = end ? q + 1 : q;
-  *out = v;
-  return true;
-}
-
+/* The grammar, mnemo-shm:<pid>:<fd>:<nbytes> with 1..19 decimal digits per
+ * field, checked another way than the library does (character classes and
+ * field lengths, then sscanf), so that the oracle does not share its bugs. */
 static bool parse_handle(const char *h, unsigned long long *pid, unsigned long long *fd, unsigned long long *nb) {
-  const char *p = h;
-  return strncmp(p, "mnemo-shm:", 10) == 0 && (p += 10, parse_num(&p, ':', pid)) && parse_num(&p, ':', fd) &&
-         parse_num(&p, '\0', nb);
+  if (strncmp(h, "mnemo-shm:", 10) != 0) return false;
+  const char *r = h + 10;
+  size_t len = strlen(r), run = 0;
+  int colons = 0;
+  if (strspn(r, "0123456789:") != len) return false;
+  for (size_t i = 0; i <= len; i++) {
+    if (r[i] == ':' || r[i] == '\0') {
+      if (run == 0 || run > 19) return false;
+      colons += r[i] == ':';
+      run = 0;
+    } else {
+      run++;
+    }
+  }
+  return colons == 2 && sscanf(r, "%llu:%llu:%llu", pid, fd, nb) == 3;
 }
 
 static int check_shm(const char *h) {
@@ -398,7 +379,7 @@ static int check_input(const uint8_t *data, size_t size) {
   G.last_accepted = 0;
   if (!size) return 0;
   G.calls++;
-  int fds = count_fds(), bad = 0;
+  int fds = mn_test_count_fds(), bad = 0;
   char h[HMAX];
   switch (data[0] % 3) {
     case 0: {
@@ -414,11 +395,11 @@ static int check_input(const uint8_t *data, size_t size) {
       break;
     default: bad = check_ipc(data + 1, size - 1); break;
   }
-  if (count_fds() != fds) {
-    fprintf(stderr, "descriptors: %d before the call, %d after\n", fds, count_fds());
+  if (mn_test_count_fds() != fds) {
+    fprintf(stderr, "descriptors: %d before the call, %d after\n", fds, mn_test_count_fds());
     bad = 1;
   }
-  if (G.calls % 256 == 0 && (count_maps("memfd:") != G.maps_memfd || count_maps("(deleted)") != G.maps_del)) {
+  if (G.calls % 256 == 0 && (mn_test_count_maps("memfd:") != G.maps_memfd || mn_test_count_maps("(deleted)") != G.maps_del)) {
     fprintf(stderr, "a mapping was left behind\n");
     bad = 1;
   }
@@ -475,7 +456,7 @@ static const mn_fuzz_driver_t DRIVER = {
 MN_FUZZ_ENTRY(DRIVER)
 #else
 int main(int argc, char **argv) {
-  int fds0 = count_fds(), memfd0 = count_maps("memfd:"), del0 = count_maps("(deleted)");
+  int fds0 = mn_test_count_fds(), memfd0 = mn_test_count_maps("memfd:"), del0 = mn_test_count_maps("(deleted)");
   if (setup()) return 1;
   int rc = mn_fuzz_main(&DRIVER, argc, argv);
   for (int i = 0; i < NREAL; i++) mn_storage_release(G.real[i]);
@@ -488,9 +469,9 @@ int main(int argc, char **argv) {
     rc = 1;
   }
 #endif
-  if (count_fds() != fds0 || count_maps("memfd:") != memfd0 || count_maps("(deleted)") != del0) {
+  if (mn_test_count_fds() != fds0 || mn_test_count_maps("memfd:") != memfd0 || mn_test_count_maps("(deleted)") != del0) {
     fprintf(stderr, "left behind: %d descriptors, %d memfd mappings, %d deleted-file mappings\n",
-            count_fds() - fds0, count_maps("memfd:") - memfd0, count_maps("(deleted)") - del0);
+            mn_test_count_fds() - fds0, mn_test_count_maps("memfd:") - memfd0, mn_test_count_maps("(deleted)") - del0);
     rc = 1;
   }
   return rc;

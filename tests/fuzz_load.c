@@ -27,38 +27,20 @@
 
 #include "fuzz_driver.h"
 #include "mnemo/mnemo.h"
-
-static uint32_t crc32_ref(const uint8_t *p, size_t n) {
-  uint32_t c = 0xFFFFFFFFu;
-  for (size_t i = 0; i < n; i++) {
-    c ^= p[i];
-    for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-  }
-  return c ^ 0xFFFFFFFFu;
-}
-
-static uint64_t rd64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
-
-static void wr32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
+#include "test_bytes.h"
 
 /* Recomputes the blob and header checksums of a mnemo file in place where the
  * fields that locate them are in range. Returns whether anything was done. */
 static int repair(uint8_t *d, size_t n) {
   if (n < 44 || memcmp(d, "MNEMOSAV", 8) != 0) return 0;
-  uint64_t hs = rd64(d + 16), ns = rd64(d + 24);
+  uint64_t hs = mn_test_rd_le(d + 16, 8), ns = mn_test_rd_le(d + 24, 8);
   if (hs < 44 || hs > n || ns > (hs - 40) / 24) return 0;
   for (uint64_t k = 0; k < ns; k++) {
     uint8_t *r = d + 40 + k * 24;
-    uint64_t len = rd64(r), off = rd64(r + 8);
-    if (off <= n && len <= n - off) wr32(r + 16, crc32_ref(d + off, (size_t)len));
+    uint64_t len = mn_test_rd_le(r, 8), off = mn_test_rd_le(r + 8, 8);
+    if (off <= n && len <= n - off) mn_test_wr_le(r + 16, mn_test_crc32(d + off, (size_t)len), 4);
   }
-  wr32(d + hs - 4, crc32_ref(d, (size_t)hs - 4));
+  mn_test_wr_le(d + hs - 4, mn_test_crc32(d, (size_t)hs - 4), 4);
   return 1;
 }
 
@@ -75,16 +57,6 @@ static const uint64_t EDGE64[] = {0, 1, 2, 3, 7, 8, 16, 255, 65535, 1ull << 31, 
 static const char *const EDGE_TEXT[] = {"0", "1", "2", "-1", "4294967296", "9223372036854775807",
                                         "9223372036854775808", "18446744073709551615", "2305843009213693953",
                                         "4611686018427387904", "99999999999999999999999"};
-
-static void wr_le(uint8_t *p, uint64_t v, int width) {
-  for (int i = 0; i < width; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t rd_le(const uint8_t *p, int width) {
-  uint64_t v = 0;
-  for (int i = width - 1; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
 
 typedef struct {
   size_t at[512];
@@ -103,7 +75,7 @@ static void field(fields_t *f, size_t at, int width, size_t end) {
 static void mnemo_fields(const uint8_t *d, size_t n, fields_t *f) {
   f->n = 0;
   if (n < 40 || memcmp(d, "MNEMOSAV", 8) != 0) return;
-  uint64_t hs = rd64(d + 16), ns = rd64(d + 24), nviews = rd64(d + 32);
+  uint64_t hs = mn_test_rd_le(d + 16, 8), ns = mn_test_rd_le(d + 24, 8), nviews = mn_test_rd_le(d + 32, 8);
   size_t end = hs >= 4 && hs <= n ? (size_t)hs - 4 : n;
   for (size_t at = 8; at < 40; at += 8) field(f, at, at == 8 ? 4 : 8, end);
   field(f, 12, 4, end);
@@ -114,13 +86,13 @@ static void mnemo_fields(const uint8_t *d, size_t n, fields_t *f) {
   }
   for (uint64_t k = 0; k < nviews && pos + 4 <= end; k++) {
     field(f, pos, 4, end);
-    pos += 4 + (size_t)rd_le(d + pos, 4);
+    pos += 4 + (size_t)mn_test_rd_le(d + pos, 4);
     if (pos + 16 > end) break;
     field(f, pos, 4, end);
     field(f, pos + 4, 2, end);
     field(f, pos + 6, 2, end);
     field(f, pos + 8, 8, end);
-    size_t ndim = (size_t)rd_le(d + pos + 6, 2);
+    size_t ndim = (size_t)mn_test_rd_le(d + pos + 6, 2);
     pos += 16;
     for (size_t i = 0; i < 2 * ndim && pos + 8 <= end; i++, pos += 8) field(f, pos, 8, end);
   }
@@ -148,12 +120,12 @@ static size_t mutate_wrap(uint8_t *d, size_t n) {
   size_t nrec = view_records(d, n, recs, 64);
   if (!nrec) return n;
   size_t at = recs[mn_fuzz_rng() % nrec];
-  int dtype = (int)rd_le(d + at + 4, 2), ndim = (int)rd_le(d + at + 6, 2);
+  int dtype = (int)mn_test_rd_le(d + at + 4, 2), ndim = (int)mn_test_rd_le(d + at + 6, 2);
   if (!mn_dtype_is_valid((mn_dtype)dtype) || ndim < 2 || ndim > MN_MAX_DIMS || at + 16 + 16 * (size_t)ndim > n) return n;
   unsigned __int128 item = mn_dtype_itemsize((mn_dtype)dtype);
   unsigned __int128 m = mn_fuzz_rng() & 1 ? ((unsigned __int128)1 << 64) : ~(unsigned __int128)0;
   unsigned __int128 left = m / item + (m == ~(unsigned __int128)0 && m % item == item - 1 ? 1 : 0);
-  left -= rd64(d + at + 8) + 1; /* offset + 1 */
+  left -= mn_test_rd_le(d + at + 8, 8) + 1; /* offset + 1 */
   uint64_t sizes[MN_MAX_DIMS], strides[MN_MAX_DIMS];
   unsigned __int128 numel = 1;
   for (int k = 0; k < ndim; k++) {
@@ -172,8 +144,8 @@ static size_t mutate_wrap(uint8_t *d, size_t n) {
     if (numel > (unsigned __int128)INT64_MAX) return n;
   }
   for (int k = 0; k < ndim; k++) {
-    wr_le(d + at + 16 + 8 * (size_t)k, sizes[k], 8);
-    wr_le(d + at + 16 + 8 * (size_t)(ndim + k), strides[k], 8);
+    mn_test_wr_le(d + at + 16 + 8 * (size_t)k, sizes[k], 8);
+    mn_test_wr_le(d + at + 16 + 8 * (size_t)(ndim + k), strides[k], 8);
   }
   repair(d, n);
   return n;
@@ -187,12 +159,12 @@ static size_t mutate_mnemo(uint8_t *d, size_t n) {
   size_t k = (size_t)(mn_fuzz_rng() % f.n);
   uint64_t v = EDGE64[mn_fuzz_rng() % (sizeof EDGE64 / sizeof *EDGE64)];
   switch (mn_fuzz_rng() % 4) {
-    case 0: v = rd_le(d + f.at[k], f.width[k]) + 1; break;
-    case 1: v = rd_le(d + f.at[k], f.width[k]) - 1; break;
+    case 0: v = mn_test_rd_le(d + f.at[k], f.width[k]) + 1; break;
+    case 1: v = mn_test_rd_le(d + f.at[k], f.width[k]) - 1; break;
     case 2: v = mn_fuzz_rng() % 64; break;
     default: break;
   }
-  wr_le(d + f.at[k], v, f.width[k]);
+  mn_test_wr_le(d + f.at[k], v, f.width[k]);
   repair(d, n);
   return n;
 }
@@ -200,7 +172,7 @@ static size_t mutate_mnemo(uint8_t *d, size_t n) {
 /* One number of a safetensors header replaced by an edge value. */
 static size_t mutate_safetensors(uint8_t *d, size_t n, size_t cap) {
   if (n < 10) return n;
-  uint64_t hl = rd64(d);
+  uint64_t hl = mn_test_rd_le(d, 8);
   if (hl > n - 8 || d[8] != '{') return n;
   size_t starts[256], ns = 0;
   for (size_t i = 8; i < 8 + hl && ns < 256; i++)
@@ -213,7 +185,7 @@ static size_t mutate_safetensors(uint8_t *d, size_t n, size_t cap) {
   if (n - old + tl > cap) return n;
   memmove(d + at + tl, d + end, n - end);
   memcpy(d + at, t, tl);
-  wr_le(d, hl - old + tl, 8);
+  mn_test_wr_le(d, hl - old + tl, 8);
   return n - old + tl;
 }
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "mn_test.h"
+#include "test_bytes.h"
 
 static mn_device_t CPU, SIM0, SIM1;
 static char tmpdir[256];
@@ -595,29 +596,6 @@ MN_TEST(child_maps_shared_memory_and_file) {
 
 /* ---- shared-memory handles open only mnemo's memory (issue 14, defect 4) ---------- */
 #ifdef __linux__
-/* Open descriptors of this process (the directory's own included, so equal
- * counts compare). */
-static int count_fds(void) {
-  DIR *d = opendir("/proc/self/fd");
-  if (!d) return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) n += e->d_name[0] != '.';
-  closedir(d);
-  return n;
-}
-
-/* Lines of /proc/self/maps that mention `needle`. */
-static int count_maps(const char *needle) {
-  FILE *f = fopen("/proc/self/maps", "r");
-  if (!f) return -1;
-  char line[512];
-  int n = 0;
-  while (fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
-  fclose(f);
-  return n;
-}
-
 /* A memfd of `size` bytes named `name`, with `seals` added (0: none; -1:
  * made without MFD_ALLOW_SEALING). */
 static int make_memfd(const char *name, size_t size, int seals) {
@@ -646,7 +624,7 @@ static void refused(const char *h, int fd, size_t nbytes, const char *why) {
 
 MN_TEST(shm_handles_open_only_mnemo_memory) {
   enum { N = 4096 };
-  int fds0 = count_fds(), maps0 = count_maps("memfd:"), deleted0 = count_maps("(deleted)");
+  int fds0 = mn_test_count_fds(), maps0 = mn_test_count_maps("memfd:"), deleted0 = mn_test_count_maps("(deleted)");
   mn_storage_t *s = make(CPU, N), *u = NULL;
   memset(mn_storage_data(s), 0x5a, N);
   MN_CHECK_OK(mn_storage_share_memory(s));
@@ -743,8 +721,8 @@ MN_TEST(shm_handles_open_only_mnemo_memory) {
   u = sentinel;
   mn_status st = mn_storage_from_shm_handle(h, &u);
   MN_CHECK(st != MN_OK && u == sentinel);
-  MN_CHECK(count_fds() == fds0);
-  MN_CHECK(count_maps("memfd:") == maps0 && count_maps("(deleted)") == deleted0);
+  MN_CHECK(mn_test_count_fds() == fds0);
+  MN_CHECK(mn_test_count_maps("memfd:") == maps0 && mn_test_count_maps("(deleted)") == deleted0);
 }
 
 /* Another process's handles: its real one opens, one naming its unlinked

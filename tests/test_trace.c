@@ -5,7 +5,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "mn_test.h"
@@ -283,16 +282,11 @@ MN_TEST(write_read_round_trip) {
   MN_CHECK_ERR(mn_trace_action_parse("snapshot", &a), MN_ERR_FORMAT, "snapshot");
 }
 
+/* 100k meta keys took 36 s with the old pairwise check (issue 14); the
+ * speed is bench_storage's load_many/trace, this test checks the answers. */
 #define MANY 100000
-#define MANY_SECONDS 10.0 /* quadratic: tens of seconds; linear: well under one in release */
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-MN_TEST(many_meta_keys_in_linear_time) {
+MN_TEST(many_meta_keys) {
   /* "mnemo-trace 1", MANY "meta kNNNNNN vNNNNNN" lines, "end 0" */
   size_t cap = 32 + (size_t)MANY * 22, n = 0;
   char *text = malloc(cap);
@@ -301,15 +295,10 @@ MN_TEST(many_meta_keys_in_linear_time) {
   for (int i = 0; i < MANY; i++) n += (size_t)snprintf(text + n, cap - n, "meta k%06d v%06d\n", i, i);
   n += (size_t)snprintf(text + n, cap - n, "end 0\n");
   mn_trace_t *t = NULL;
-  double t0 = now_s();
   MN_CHECK_OK(mn_trace_parse(text, n, "t.trace", &t));
-  double t1 = now_s();
   char *out = NULL;
   size_t len = 0;
   if (t) MN_CHECK_OK(mn_trace_format(t, &out, &len));
-  double t2 = now_s();
-  printf("  %d meta keys (%zu bytes): parse %.3f s, format %.3f s\n", MANY, n, t1 - t0, t2 - t1);
-  MN_CHECK(t1 - t0 < MANY_SECONDS && t2 - t1 < MANY_SECONDS);
   if (t) {
     MN_CHECK(t->nmeta == MANY && strcmp(t->meta[MANY - 1].key, "k099999") == 0);
     MN_CHECK(!strcmp(mn_trace_meta_get(t, "k054321"), "v054321"));
@@ -331,9 +320,8 @@ MN_TEST(many_meta_keys_in_linear_time) {
   MN_CHECK(last != NULL);
   if (last) memcpy(last, "meta k000000", 12);
   t = NULL;
-  t0 = now_s();
   MN_CHECK_ERR(mn_trace_parse(text, n, "t.trace", &t), MN_ERR_FORMAT, "t.trace:100001: duplicate meta key k000000");
-  MN_CHECK(t == NULL && now_s() - t0 < MANY_SECONDS);
+  MN_CHECK(t == NULL);
   free(text);
 }
 
@@ -363,7 +351,7 @@ MN_TEST(paths_refuse_fifos_folders_and_devices) {
   MN_CHECK(is_fifo(fifo));
   /* a FIFO planted at the writer's temporary name */
   const char *p = tmp_path("planted");
-  snprintf(tmpfifo, sizeof tmpfifo, "%s.tmp", p);
+  snprintf(tmpfifo, sizeof tmpfifo, "%s.tmp%ld", p, (long)getpid()); /* runtime/fileio.c's temporary name */
   MN_CHECK(mkfifo(tmpfifo, 0600) == 0);
   if (w) MN_CHECK_ERR(mn_trace_write(w, p), MN_ERR_INVALID_ARGUMENT, "is not a regular file");
   MN_CHECK(is_fifo(tmpfifo) && access(p, F_OK) != 0);
@@ -615,7 +603,7 @@ int main(void) {
   MN_RUN(parse_rejects_with_line_numbers);
   MN_RUN(read_files_and_truncation);
   MN_RUN(write_read_round_trip);
-  MN_RUN(many_meta_keys_in_linear_time);
+  MN_RUN(many_meta_keys);
   MN_RUN(paths_refuse_fifos_folders_and_devices);
   MN_RUN(recorder_sink);
   MN_RUN(replay_naive);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "mn_test.h"
+#include "test_bytes.h"
 #include "mnemo/dlpack.h"
 #include "view_chain.h"
 
@@ -418,19 +419,6 @@ MN_TEST(errors_leave_nothing) {
   mn_view_destroy(a);
 }
 
-static uint32_t crc32_ieee(const uint8_t *p, size_t n) {
-  uint32_t c = 0xFFFFFFFFu;
-  for (size_t i = 0; i < n; i++) {
-    c ^= p[i];
-    for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-  }
-  return c ^ 0xFFFFFFFFu;
-}
-
-static void put_le(uint8_t *p, uint64_t v, int n) {
-  for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
 /* Issue 14, defect 1 and 7: size, stride and offset arithmetic that used to
  * wrap. Each case is the essence of a reproducer. */
 MN_TEST(overflow_regressions) {
@@ -463,11 +451,11 @@ MN_TEST(overflow_regressions) {
   MN_CHECK(len == 144);
   if (len == 144) {
     uint8_t *b = buf;
-    put_le(b + 85, (uint64_t)P61 + 1, 8);
-    put_le(b + 93, 2, 8);
-    put_le(b + 101, (uint64_t)BIG, 8);
-    put_le(b + 109, (uint64_t)P61, 8);
-    put_le(b + 117, crc32_ieee(b, 117), 4);
+    mn_test_wr_le(b + 85, (uint64_t)P61 + 1, 8);
+    mn_test_wr_le(b + 93, 2, 8);
+    mn_test_wr_le(b + 101, (uint64_t)BIG, 8);
+    mn_test_wr_le(b + 109, (uint64_t)P61, 8);
+    mn_test_wr_le(b + 117, mn_test_crc32(b, 117), 4);
     mn_named_views_t *nv = NULL;
     MN_CHECK_ERR(mn_load_buffer(buf, len, CPU, &nv), MN_ERR_FORMAT, "overflowed");
     MN_CHECK(nv == NULL);
