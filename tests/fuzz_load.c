@@ -233,7 +233,9 @@ static int touch(mn_view_t *v) {
     fprintf(stderr, "\n");
     return 1;
   }
-  if (n > MAX_TOUCH) return 0;
+  /* Nothing to touch in an empty view (its contiguous strides may not even
+   * exist: sizes {0, 2^40, 2^40}, refused by empty/clone as in PyTorch). */
+  if (n == 0 || n > MAX_TOUCH) return 0;
   mn_view_t *before = NULL, *after = NULL, *ones = NULL;
   mn_status st = mn_view_clone(v, NULL, &before);
   if (st == MN_OK) {
