@@ -1,6 +1,7 @@
 /* tools/cmd_report.c: `mnemo report`: replays a trace on the SIM device and writes
  * one self-contained HTML page (inline CSS, JS and SVG; no network) about its memory. */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "mnemo/mnemo.h"
 #include "commands.h"
 #include "report_page.h"
+#include "runtime/fileio.h"
 
 const char cmd_report_usage[] =
     "  report TRACE -o REPORT.html [--config ALLOC_CONF]... [--capacity BYTES]\n"
@@ -250,10 +252,13 @@ int cmd_report(int argc, char **argv) {
     goto done;
   }
 
-  /* 3: the page. */
-  f = fopen(out_path, "w");
+  /* 3: the page, built in memory and written through a temporary file renamed
+   * into place (regular files only: a FIFO or device is refused, not waited on). */
+  char *page = NULL;
+  size_t page_len = 0;
+  f = open_memstream(&page, &page_len);
   if (!f) {
-    perror(out_path);
+    fprintf(stderr, "mnemo report: out of host memory\n");
     goto done;
   }
   fputs(mn_report_page_head, f);
@@ -314,12 +319,15 @@ int cmd_report(int argc, char **argv) {
   }
   fprintf(f, "]}\n</script>\n");
   fputs(mn_report_page_tail, f);
-  if (fclose(f) != 0) {
-    f = NULL;
-    perror(out_path);
+  bool built = !ferror(f);
+  built = fclose(f) == 0 && built;
+  f = NULL;
+  mn_status wst = built ? mn__file_write_atomic("mnemo report", out_path, page, page_len) : MN_ERR_OUT_OF_MEMORY;
+  free(page);
+  if (wst != MN_OK) {
+    fprintf(stderr, "%s\n", built ? mn_last_error() : "mnemo report: out of host memory building the page");
     goto done;
   }
-  f = NULL;
   /* 4: the summary on stdout. */
   char x[32], y[32];
   printf("report %s: %zu entries, %zu configs\n", out_path, t->nentries, nconfigs);

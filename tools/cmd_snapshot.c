@@ -234,6 +234,14 @@ int cmd_import(int argc, char **argv) {
     return 2;
   }
   if (!strcmp(from, "torch")) {
+    /* The Python importer would read a FIFO or /dev/zero forever: hand it
+     * regular files only, as the C loaders take. */
+    int fd = -1;
+    if (mn__file_open_regular("mnemo import", in, O_RDONLY, 0, &fd, NULL) != MN_OK) {
+      fprintf(stderr, "%s\n", mn_last_error()); /* "mnemo import: '<in>' is not a regular file" */
+      return 1;
+    }
+    close(fd);
     char *args[5] = {(char *)in, "-o", (char *)out, "--device", (char *)device};
     return run_python_importer(args, device ? 5 : 3);
   }

@@ -186,7 +186,7 @@ static void usage(FILE *f) {
           "%s%s%s%s", cmd_replay_usage, cmd_report_usage, cmd_snapshot_usage, cmd_import_usage);
 }
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
     return 2;
@@ -209,4 +209,14 @@ int main(int argc, char **argv) {
   fprintf(stderr, "mnemo: unknown command \"%s\"\n", cmd);
   usage(stderr);
   return 2;
+}
+
+int main(int argc, char **argv) {
+  int rc = run(argc, argv);
+  /* Output that could not be written (a full disk, /dev/full) is a failure. */
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "mnemo: writing the output failed\n");
+    return rc ? rc : 1;
+  }
+  return rc;
 }
