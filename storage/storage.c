@@ -594,8 +594,8 @@ static mn_status shm_check_open(const char *func, int fd, size_t nbytes, bool ex
   int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
     return mn__error(MN_ERR_INVALID_ARGUMENT, func,
-                     "%s is a memfd named " MN__SHM_NAME " but not sealed against shrinking and growing, as mnemo "
-                     "seals its shared memory (memory that can shrink under a mapping raises SIGBUS); refused",
+                     "%s is not sealed against shrinking and growing as mnemo's shared memory is (not a memfd "
+                     "mnemo made, or memory that can shrink under a mapping and raise SIGBUS); refused",
                      what);
   int write_seals = F_SEAL_WRITE;
 #ifdef F_SEAL_FUTURE_WRITE
@@ -740,6 +740,29 @@ static bool parse_u64(const char **p, char end, unsigned long long *out) {
   return true;
 }
 
+#ifdef __linux__
+/* A handle grants what the owner's descriptor grants: reopening through /proc
+ * would make a read-only (or O_PATH) descriptor writable, so the owner's
+ * open flags (/proc/<pid>/fdinfo/<fd>) must be read-write, as
+ * mn_storage_from_shm_fd requires of a descriptor handed over directly. */
+static mn_status shm_check_owner_mode(const char *func, int pid, int fd, const char *what) {
+  char path[64], line[128];
+  snprintf(path, sizeof path, "/proc/%d/fdinfo/%d", pid, fd);
+  FILE *f = fopen(path, "re");
+  if (!f) return mn__error(MN_ERR_IO, func, "%s: cannot read %s: %s", what, path, strerror(errno));
+  unsigned long flags = 0;
+  bool found = false;
+  while (!found && fgets(line, sizeof line, f)) found = sscanf(line, "flags: %lo", &flags) == 1;
+  fclose(f);
+  bool rw = found && (flags & O_ACCMODE) == O_RDWR && !(flags & O_PATH);
+  if (!rw)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                     "%s: the owner's descriptor is not open for reading and writing (flags %lo); refused", what,
+                     flags);
+  return MN_OK;
+}
+#endif
+
 mn_status mn_storage_from_shm_handle(const char *handle, mn_storage_t **out) {
   MN__CHECK_ARG(handle != NULL && out != NULL, "handle and out must not be NULL");
   const char *p = handle;
@@ -770,6 +793,7 @@ mn_status mn_storage_from_shm_handle(const char *handle, mn_storage_t **out) {
                      strerror(err));
   }
   mn_status st = shm_check_origin(__func__, pf, what);
+  if (st == MN_OK) st = shm_check_owner_mode(__func__, (int)pid, (int)fd, what);
   int f = -1;
   if (st == MN_OK) {
     char self[40];

@@ -661,6 +661,20 @@ MN_TEST(shm_handles_open_only_mnemo_memory) {
   mn_storage_release(u);
   u = NULL;
 
+  /* a read-only (or O_PATH) descriptor of mnemo's memory: a handle grants what
+   * its descriptor grants, not read-write through /proc (fresh adversarial pass) */
+  char sfd_path[40];
+  snprintf(sfd_path, sizeof sfd_path, "/proc/self/fd/%d", sfd);
+  int modes[] = {O_RDONLY, O_WRONLY, O_PATH};
+  for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+    int ro = open(sfd_path, modes[i] | O_CLOEXEC);
+    MN_CHECK(ro >= 0);
+    handle_of(bad, sizeof bad, ro, N);
+    refused(bad, -1, 0, "the owner's descriptor is not open for reading and writing");
+    refused(NULL, ro, N, "not open for reading and writing");
+    close(ro);
+  }
+
   /* an unlinked regular temporary file of this process (its contents were readable before) */
   char path[300];
   tmp_path(path, sizeof path, "secret.tmp");
