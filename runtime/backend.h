@@ -99,6 +99,11 @@ typedef struct mn__backend_s {
    * backend, ordered on `stream` of device `index` (one of the two). */
   mn_status (*memcpy_peer_async)(int index, void *dst, int dst_index, const void *src,
                                  int src_index, size_t nbytes, void *stream);
+  /* Whether [ptr, ptr + nbytes) is memory of device `index` that is mapped
+   * now: MN_OK, else MN_ERR_INVALID_ARGUMENT with a message. NULL where the
+   * backend cannot tell (CPU: any host memory; CUDA: not checked). Used to
+   * refuse a foreign pointer wrapped as device memory (storage from_buffer). */
+  mn_status (*check_range)(int index, const void *ptr, size_t nbytes);
   /* ---- CUDA IPC: NULL where not supported (CPU, SIM) ----------
    *   ipc_export: the IPC handle (MN_IPC_HANDLE_BYTES bytes into handle) of
    *     the allocation holding ptr and ptr's offset from its base.

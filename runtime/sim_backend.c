@@ -1098,7 +1098,17 @@ static mn_status sim_memcpy_peer_async(int index, void *dst, int dst_index, cons
 }
 
 
+static mn_status sim_check_range(int index, const void *ptr, size_t nbytes) {
+  SIM_LOCKED(index, d);
+  bool ok = range_is_mapped(d, ptr, nbytes);
+  pthread_mutex_unlock(&d->lock);
+  if (ok) return MN_OK;
+  return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "[%p, +%zu) is not mapped memory of sim:%d", ptr, nbytes,
+                   index);
+}
+
 const mn__backend_t mn__sim_backend = {
+    .check_range = sim_check_range,
     .name = "sim",
     .type = MN_DEVICE_SIM,
     .device_count = sim_device_count,

@@ -142,6 +142,9 @@ mn_status mn_storage_from_buffer(mn_device_t dev, void *data, size_t nbytes, mn_
   MN__CHECK_ARG(data != NULL || nbytes == 0, "data must not be NULL (nbytes=%zu)", nbytes);
   mn_status st = mn_device_check(dev);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
+  const mn__backend_t *b = mn__backend_for(dev.type);
+  if (nbytes && b->check_range && (st = b->check_range(dev.index, data, nbytes)) != MN_OK)
+    return mn__error_wrap(st, __func__); /* a pointer the device does not own */
   mn_storage_t *s = storage_new(dev, MN_STORAGE_FOREIGN);
   if (!s) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   s->data = data;

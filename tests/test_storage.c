@@ -594,6 +594,28 @@ MN_TEST(child_maps_shared_memory_and_file) {
   unlink(path);
 }
 
+/* from_buffer on SIM takes only memory of that device (fresh adversarial pass:
+ * a host pointer wrapped as SIM memory let the kernels write anywhere). */
+MN_TEST(sim_from_buffer_refuses_foreign_pointers) {
+  mn_storage_t *s = make(SIM0, 256), *w = NULL;
+  char host[64];
+  MN_CHECK_ERR(mn_storage_from_buffer(SIM0, host, sizeof host, NULL, NULL, &w), MN_ERR_INVALID_ARGUMENT,
+               "is not mapped memory of sim:0");
+  MN_CHECK_ERR(mn_storage_from_buffer(SIM0, (void *)(uintptr_t)0x1000, 16, NULL, NULL, &w), MN_ERR_INVALID_ARGUMENT,
+               "not mapped memory");
+  char *d = mn_storage_data(s);
+  MN_CHECK_ERR(mn_storage_from_buffer(SIM0, d + 128, (size_t)1 << 30, NULL, NULL, &w), MN_ERR_INVALID_ARGUMENT,
+               "not mapped memory"); /* runs past the device allocation (the cached segment) */
+  MN_CHECK_ERR(mn_storage_from_buffer(SIM1, d, 16, NULL, NULL, &w), MN_ERR_INVALID_ARGUMENT, "sim:1");
+  MN_CHECK(w == NULL);
+  MN_CHECK_OK(mn_storage_from_buffer(SIM0, d + 128, 128, NULL, NULL, &w)); /* inside it: fine */
+  if (w) MN_CHECK_OK(mn_storage_fill(w, 7, NULL));
+  mn_storage_release(w);
+  MN_CHECK_OK(mn_storage_from_buffer(CPU, host, sizeof host, NULL, NULL, &w)); /* any host memory on the CPU */
+  mn_storage_release(w);
+  mn_storage_release(s);
+}
+
 /* ---- shared-memory handles open only mnemo's memory (issue 14, defect 4) ---------- */
 #ifdef __linux__
 /* A memfd of `size` bytes named `name`, with `seals` added (0: none; -1:
@@ -898,6 +920,7 @@ int main(void) {
   mn_test_configure_sim(2, (size_t)1 << 28);
   MN_RUN(create_and_queries);
   MN_RUN(resize_keeps_prefix);
+  MN_RUN(sim_from_buffer_refuses_foreign_pointers);
   MN_RUN(resize_failure_keeps_old_bytes);
   MN_RUN(resize_refused_for_fixed_kinds);
   MN_RUN(fill_bytes_and_typed);

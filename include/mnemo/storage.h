@@ -68,7 +68,9 @@ typedef void (*mn_storage_deleter_t)(void *ctx, void *data);
 /* Wraps nbytes of caller memory at `data` (memory of `dev`) without a copy;
  * not resizable. `deleter` (NULL: the caller keeps ownership) runs once,
  * deleter(ctx, data), when the last reference goes. On failure the deleter
- * does not run (the caller still owns data). */
+ * does not run (the caller still owns data). On SIM, [data, data + nbytes)
+ * must be mapped memory of that device (MN_ERR_INVALID_ARGUMENT otherwise);
+ * CPU takes any host memory and CUDA pointers are not checked. */
 MN_API MN_NODISCARD mn_status mn_storage_from_buffer(mn_device_t dev, void *data, size_t nbytes, mn_storage_deleter_t deleter,
                                  void *ctx, mn_storage_t **out);
 /* A new storage on `dev` (default allocator) holding a copy of nbytes of host
