@@ -3,13 +3,16 @@
 #include "runtime/fileio.h"
 
 #include <errno.h>
-#include <stdbool.h>
 #include <fcntl.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runtime/error.h"
@@ -113,17 +116,42 @@ mn_status mn__file_check_destination(const char *func, const char *path) {
   return MN_OK;
 }
 
+/* When getrandom() is not there: the clock, the address of a local and a
+ * counter, mixed (only uniqueness and unpredictability to others matter). */
+static uint64_t mn__file_fallback_random(void) {
+  static _Atomic uint64_t counter;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)(uintptr_t)&ts ^
+               (atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull);
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  return x ^ (x >> 33);
+}
+
+static bool file_exists_now(const char *path) {
+  struct stat sb;
+  return lstat(path, &sb) == 0;
+}
+
 mn_status mn__file_write_atomic(const char *func, const char *path, const void *data, size_t size) {
   /* never rename over a folder, FIFO or device (/dev/null stays a device) */
   mn_status st = mn__file_check_destination(func, path);
   if (st != MN_OK) return st;
-  size_t n = strlen(path) + 32;
+  size_t n = strlen(path) + 48;
   char *tmp = mn__malloc(n);
   if (!tmp) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
-  snprintf(tmp, n, "%s.tmp%ld", path, (long)getpid());
-  /* O_NOFOLLOW: a symbolic link planted at the temporary name is not written through */
+  /* An unpredictable name created exclusively (O_EXCL, O_NOFOLLOW): nothing
+   * planted in the folder beforehand (a link, a FIFO) is written through or
+   * makes the save fail; a name taken by chance is drawn again. */
   int fd = -1;
-  st = mn__file_open_regular(func, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0666, &fd, NULL);
+  for (int attempt = 0; attempt < 16; attempt++) {
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) r = mn__file_fallback_random();
+    snprintf(tmp, n, "%s.tmp%ld.%016llx", path, (long)getpid(), (unsigned long long)r);
+    st = mn__file_open_regular(func, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0666, &fd, NULL);
+    if (st == MN_OK || !file_exists_now(tmp)) break; /* EEXIST: draw another name */
+  }
   if (st != MN_OK) {
     free(tmp);
     if (st == MN_ERR_OUT_OF_MEMORY) return st;

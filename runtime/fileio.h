@@ -32,9 +32,10 @@ mn_status mn__file_read_all(const char *func, const char *path, void **buf, size
  * file over it; a missing path is fine. */
 mn_status mn__file_check_destination(const char *func, const char *path);
 
-/* Writes size bytes of data to `path` through "<path>.tmp<pid>" renamed into
- * place (a reader never sees half a file), after mn__file_check_destination;
- * the temporary name is opened without following a link or blocking.
+/* Writes size bytes of data to `path` through "<path>.tmp<pid>.<random>"
+ * renamed into place (a reader never sees half a file), after
+ * mn__file_check_destination; the temporary name is unpredictable and created
+ * exclusively, without following a link or blocking.
  * Errors: those of the checks and of creating the temporary file ("cannot
  * create '<path>': ..."), MN_ERR_IO "writing '<path>' failed" (the
  * temporary file removed). */
