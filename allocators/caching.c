@@ -75,6 +75,14 @@ void mn__pool_insert(mn__pool_t *p, mn__block_t *b) {
     mn__tree_insert(&p->free, &b->node, (mn__key_t){b->stream_id, b->size, b->addr});
     b->where = MN__IN_FREE;
     b->gc_count_base = p->get_free_calls;
+    if (!p->largest_dirty && b->size > p->largest_free) p->largest_free = b->size;
+    if (mn__whole_raw_segment(b)) { /* a free block is never split or merged in place */
+      b->whole_prev = NULL;
+      b->whole_next = p->whole;
+      if (p->whole) p->whole->whole_prev = b;
+      p->whole = b;
+      b->in_whole = true;
+    }
   } else {
     mn__tree_insert(&p->unmapped, &b->node, (mn__key_t){b->stream_id, 0, b->addr});
     b->where = MN__IN_UNMAPPED;
@@ -82,9 +90,32 @@ void mn__pool_insert(mn__pool_t *p, mn__block_t *b) {
 }
 
 void mn__pool_remove(mn__pool_t *p, mn__block_t *b) {
-  if (b->where == MN__IN_FREE) mn__tree_remove(&p->free, &b->node);
-  else if (b->where == MN__IN_UNMAPPED) mn__tree_remove(&p->unmapped, &b->node);
+  if (b->where == MN__IN_FREE) {
+    mn__tree_remove(&p->free, &b->node);
+    if (b->size >= p->largest_free) p->largest_dirty = true;
+  } else if (b->where == MN__IN_UNMAPPED) {
+    mn__tree_remove(&p->unmapped, &b->node);
+  }
+  if (b->in_whole) {
+    if (b->whole_prev) b->whole_prev->whole_next = b->whole_next;
+    else p->whole = b->whole_next;
+    if (b->whole_next) b->whole_next->whole_prev = b->whole_prev;
+    b->whole_prev = b->whole_next = NULL;
+    b->in_whole = false;
+  }
   b->where = MN__IN_NONE;
+}
+
+size_t mn__pool_largest_free(const mn__caching_t *a, mn__pool_t *p) {
+  if (!p->largest_dirty) return p->largest_free;
+  size_t largest = 0;
+  for (const mn__segment_t *s = a->segments; s; s = s->next_seg)
+    if (s->pool == p)
+      for (const mn__block_t *b = s->head; b; b = b->next)
+        if (b->where == MN__IN_FREE && b->size > largest) largest = b->size;
+  p->largest_free = largest;
+  p->largest_dirty = false;
+  return largest;
 }
 
 bool mn__block_is_split(const mn__block_t *b) { return b->prev != NULL || b->next != NULL; }

@@ -234,6 +234,28 @@ static mn_status check_locked(const mn__caching_t *a) {
     if (ts == MN_OK) ts = mn__tree_check(&p->unmapped, why, sizeof why);
     if (ts != MN_OK) /* broken (internal error) or no host memory to check with */
       return mn__error(ts, "check_invariants", "%s pool: %s", p->is_small ? "small" : "large", why);
+    size_t whole = 0, largest = 0;
+    for (const mn__segment_t *s = a->segments; s; s = s->next_seg)
+      for (const mn__block_t *b = s->head; s->pool == p && b; b = b->next) {
+        bool want = b->where == MN__IN_FREE && mn__whole_raw_segment(b);
+        if (b->in_whole != want)
+          BROKEN("block %#lx: %s the pool's list of whole free segments", (unsigned long)b->addr,
+                 want ? "missing from" : "wrongly in");
+        whole += want;
+        if (b->where == MN__IN_FREE && b->size > largest) largest = b->size;
+      }
+    size_t listed = 0;
+    for (const mn__block_t *b = p->whole; b && listed <= whole; b = b->whole_next) {
+      if (b->pool != p || (b->whole_next && b->whole_next->whole_prev != b))
+        BROKEN("%s pool: the list of whole free segments is broken at %#lx", p->is_small ? "small" : "large",
+               (unsigned long)b->addr);
+      listed++;
+    }
+    if (listed != whole)
+      BROKEN("%s pool: %zu whole free segments listed, %zu counted", p->is_small ? "small" : "large", listed, whole);
+    if (!p->largest_dirty && p->largest_free != largest)
+      BROKEN("%s pool: largest free block kept as %zu, the blocks say %zu", p->is_small ? "small" : "large",
+             p->largest_free, largest);
     if (p->free.count != t.free_blocks[p->kind] || p->unmapped.count != t.unmapped_blocks[p->kind])
       BROKEN("%s pool: free set holds %zu (%zu free blocks), unmapped set %zu (%zu unmapped blocks)",
              p->is_small ? "small" : "large", p->free.count, t.free_blocks[p->kind], p->unmapped.count,
@@ -282,10 +304,8 @@ void mn__caching_oom_message(mn__caching_t *a, size_t requested, size_t rounded,
   char dev[32], req[32], seg[32], tot[32], fr[32], allowed[48] = "", al[32], un[32], rs[32], big[32];
   size_t free_b = 0, total = a->total_memory;
   if (mn_device_mem_info(a->base.device, &free_b, &total) != MN_OK) free_b = 0;
-  size_t largest = 0;
-  for (const mn__segment_t *s = a->segments; s; s = s->next_seg)
-    for (const mn__block_t *b = s->head; b; b = b->next)
-      if (b->mapped && inactive(b) && b->size > largest) largest = b->size;
+  size_t largest = mn__pool_largest_free(a, &a->small), large = mn__pool_largest_free(a, &a->large);
+  if (large > largest) largest = large;
   int64_t allocated = a->stats.allocated_bytes[MN_POOL_ALL].current;
   int64_t reserved = a->stats.reserved_bytes[MN_POOL_ALL].current;
   size_t unallocated = reserved > allocated ? (size_t)(reserved - allocated) : 0;

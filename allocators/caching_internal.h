@@ -88,6 +88,10 @@ typedef struct mn__block_s {
   mn__use_t *uses;                /* record_stream streams other than stream_id, each held
                                    * (runtime/stream_hold.h) until free has recorded its event */
   struct mn__block_s *spare_next; /* link in the spare list */
+  /* In pool->whole while a free block that is a whole raw segment (what
+   * mn__release_cached frees), so releasing walks those only. */
+  struct mn__block_s *whole_prev, *whole_next;
+  bool in_whole;
 } mn__block_t;
 
 struct mn__segment_s {
@@ -109,6 +113,13 @@ struct mn__pool_s {
   bool is_small;
   int kind;            /* MN_POOL_SMALL or MN_POOL_LARGE */
   int64_t get_free_calls;
+  mn__block_t *whole;  /* the free blocks that are whole raw segments, any order */
+  /* The largest block in `free` (0 when empty), exact unless largest_dirty:
+   * the OOM message asks for it on every failed allocation, so it is kept
+   * instead of walking every block each time; removing the largest marks it
+   * dirty and the next ask recomputes it (mn__pool_largest_free). */
+  size_t largest_free;
+  bool largest_dirty;
 };
 
 /* An outstanding event of a pending-free block; one list in record order. */
@@ -209,6 +220,9 @@ mn__block_t *mn__block_take(mn__caching_t *a);
 void mn__block_put(mn__caching_t *a, mn__block_t *b);
 void mn__pool_insert(mn__pool_t *p, mn__block_t *b);
 void mn__pool_remove(mn__pool_t *p, mn__block_t *b);
+/* The largest block in p's free set (recomputed, walking a's segments, when
+ * the largest was removed since the last ask). */
+size_t mn__pool_largest_free(const mn__caching_t *a, mn__pool_t *p);
 /* Merges src into dst when src is an inactive block of the same mapping;
  * returns the bytes absorbed (0: no merge). src is freed. */
 size_t mn__try_merge(mn__caching_t *a, mn__block_t *dst, mn__block_t *src);

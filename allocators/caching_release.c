@@ -260,12 +260,12 @@ mn_status mn__release_cached(mn__caching_t *a) {
   mn_status first = sync_and_free_events(a);
   mn__release_t rel = {NULL, NULL};
   mn__pool_t *pools[2] = {&a->large, &a->small};
-  for (int i = 0; i < 2; i++) {
-    mn__tnode_t *n = mn__tree_first(&pools[i]->free);
-    while (n) {
-      mn__tnode_t *next = mn__tree_next(&pools[i]->free, n);
-      if (mn__whole_raw_segment((mn__block_t *)n)) mn__release_block(a, (mn__block_t *)n, &rel);
-      n = next;
+  for (int i = 0; i < 2; i++) { /* the whole free segments only: O(those), not O(every free block) */
+    mn__block_t *b = pools[i]->whole;
+    while (b) {
+      mn__block_t *next = b->whole_next;
+      mn__release_block(a, b, &rel);
+      b = next;
     }
   }
   if (a->exp_segments) {

@@ -1,7 +1,8 @@
 /* bench/bench_caching.c: host cost of the caching allocator: a cached
  * alloc+free pair with 10, 1k and 100k cached blocks on the SIM device and,
  * where a GPU is present, on cuda:0 next to the stream-ordered allocator
- * (cudaMallocAsync from a pool of its own); 1-16 threads on SIM.
+ * (cudaMallocAsync from a pool of its own); 1-16 threads on SIM; one failed
+ * (out-of-memory) allocation with 10, 1k and 100k cached blocks.
  * Single-threaded bodies except the threads benchmark. */
 #include <pthread.h>
 #include <stdio.h>
@@ -98,6 +99,34 @@ static void bench_threads(mn_bench_t *b, void *arg) {
   MN_BENCH_OK(mn_stream_destroy(s));
 }
 
+/* One failed allocation (more than the device holds, less than its total, so
+ * the whole out-of-memory path runs: release of cached segments, the message)
+ * with `cached` split free blocks in the cache, none of them releasable. Each
+ * used to cost a walk of every free block and every block (issue 14's
+ * adversarial pass: a crafted trace replayed in O(OOMs x blocks)). */
+static void bench_failed_alloc(mn_bench_t *b, void *arg) {
+  const mn_device_t *dev = arg;
+  int64_t cached = mn_bench_arg(b, 0);
+  mn_allocator_t *a = NULL;
+  if (mn_caching_allocator_create(*dev, NULL, &a) != MN_OK) die("create");
+  void **live = malloc(sizeof(void *) * (size_t)(2 * cached + 2));
+  for (int64_t i = 0; i < 2 * cached + 1; i++)
+    if (mn_allocator_alloc(a, size_of(i / 2), NULL, &live[i]) != MN_OK) die("warm alloc");
+  for (int64_t i = 1; i < 2 * cached + 1; i += 2) MN_BENCH_OK(mn_allocator_free(a, live[i]));
+  size_t free_b = 0, total = 0;
+  MN_BENCH_OK(mn_device_mem_info(*dev, &free_b, &total));
+  void *p = NULL;
+  while (mn_bench_next(b))
+    if (mn_allocator_alloc(a, total - ((size_t)1 << 20), NULL, &p) != MN_ERR_OUT_OF_MEMORY) {
+      mn_bench_error(b, "the allocation did not fail with out_of_memory");
+      break;
+    }
+  mn_bench_set_items(b, 1);
+  for (int64_t i = 0; i < 2 * cached + 1; i += 2) MN_BENCH_OK(mn_allocator_free(a, live[i]));
+  free(live);
+  mn_allocator_destroy(a);
+}
+
 int main(int argc, char **argv) {
   mn_sim_config_t c = mn_sim_config_default();
   c.capacity = (size_t)64 << 30;
@@ -107,6 +136,7 @@ int main(int argc, char **argv) {
   sim = mn_device_sim(0);
   cuda = mn_device_cuda(0);
   for (int i = 0; i < 3; i++) mn_bench_register("caching/alloc_free_pair", bench_pair, &sim, 1, &cached[i]);
+  for (int i = 0; i < 3; i++) mn_bench_register("caching/failed_alloc", bench_failed_alloc, &sim, 1, &cached[i]);
   int ncuda = 0;
   if (mn_device_count(MN_DEVICE_CUDA, &ncuda) == MN_OK && ncuda > 0) {
     for (int i = 0; i < 3; i++) mn_bench_register("caching/cuda/alloc_free_pair", bench_pair, &cuda, 1, &cached[i]);
