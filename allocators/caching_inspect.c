@@ -117,8 +117,6 @@ static void add(int64_t *field, int kind, int64_t v) {
   field[kind] += v;
 }
 
-static bool inactive(const mn__block_t *b) { return !b->allocated && b->event_count == 0 && b->nuses == 0; }
-
 static mn_status check_block(const mn__caching_t *a, const mn__segment_t *s, const mn__block_t *b, tally_t *t) {
   const mn__pool_t *pool = s->pool;
   unsigned long addr = (unsigned long)b->addr;
@@ -160,7 +158,7 @@ static mn_status check_block(const mn__caching_t *a, const mn__segment_t *s, con
       add(t->inactive_split, kind, 1);
       add(t->inactive_split_bytes, kind, (int64_t)b->size);
     }
-    if (b->prev && inactive(b->prev) && b->prev->mapped == b->mapped)
+    if (b->prev && mn__block_inactive(b->prev) && b->prev->mapped == b->mapped)
       BROKEN("blocks %#lx and %#lx: two neighbouring free blocks were not merged", (unsigned long)b->prev->addr, addr);
   }
   if (s->expandable) {

@@ -4,19 +4,17 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
+#include "runtime/random.h"
 
 #ifndef O_NOCTTY
 #define O_NOCTTY 0
@@ -116,19 +114,6 @@ mn_status mn__file_check_destination(const char *func, const char *path) {
   return MN_OK;
 }
 
-/* When getrandom() is not there: the clock, the address of a local and a
- * counter, mixed (only uniqueness and unpredictability to others matter). */
-static uint64_t mn__file_fallback_random(void) {
-  static _Atomic uint64_t counter;
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)(uintptr_t)&ts ^
-               (atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull);
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  return x ^ (x >> 33);
-}
-
 static bool file_exists_now(const char *path) {
   struct stat sb;
   return lstat(path, &sb) == 0;
@@ -146,9 +131,7 @@ mn_status mn__file_write_atomic(const char *func, const char *path, const void *
    * makes the save fail; a name taken by chance is drawn again. */
   int fd = -1;
   for (int attempt = 0; attempt < 16; attempt++) {
-    uint64_t r = 0;
-    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) r = mn__file_fallback_random();
-    snprintf(tmp, n, "%s.tmp%ld.%016llx", path, (long)getpid(), (unsigned long long)r);
+    snprintf(tmp, n, "%s.tmp%ld.%016llx", path, (long)getpid(), (unsigned long long)mn__random_u64());
     st = mn__file_open_regular(func, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0666, &fd, NULL);
     if (st == MN_OK || !file_exists_now(tmp)) break; /* EEXIST: draw another name */
   }

@@ -6,13 +6,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
-#if defined(__linux__)
-#include <sys/random.h>
-#endif
 
 #include "runtime/hostmem.h"
+#include "runtime/random.h"
 
 #define MIN_CAP 16u
 #define MAX_HINT ((size_t)1 << 20) /* a hint from a file header sizes no more than this up front */
@@ -22,29 +18,9 @@
 static uint64_t sip_k0, sip_k1;
 static pthread_once_t sip_once = PTHREAD_ONCE_INIT;
 
-static uint64_t mix64(uint64_t x) { /* splitmix64's finaliser */
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 static void sip_key_init(void) {
-  uint64_t k[2] = {0, 0};
-  bool ok = false;
-#if defined(__linux__)
-  ok = getrandom(k, sizeof k, GRND_NONBLOCK) == (ssize_t)sizeof k;
-#endif
-  if (!ok) { /* no entropy source at hand: the clock, the pid and where things were loaded */
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t a = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    k[0] = mix64(a ^ (uint64_t)(uintptr_t)&sip_k0);
-    k[1] = mix64(k[0] ^ (uint64_t)getpid() ^ (uint64_t)(uintptr_t)&ts);
-  }
-  sip_k0 = k[0];
-  sip_k1 = k[1];
+  sip_k0 = mn__random_u64();
+  sip_k1 = mn__random_u64();
 }
 
 #define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))

@@ -583,16 +583,22 @@ static mn_status shm_check_origin(const char *func, int fd, const char *what) {
   return MN_OK;
 }
 
+/* Whether open flags (F_GETFL, or fdinfo's "flags:") allow reading and
+ * writing: O_RDWR, and not an O_PATH descriptor. */
+static bool flags_read_write(unsigned long flags) {
+  bool rw = (flags & O_ACCMODE) == O_RDWR;
+#ifdef O_PATH
+  if (flags & O_PATH) rw = false;
+#endif
+  return rw;
+}
+
 /* Refuses descriptor fd (checked by shm_check_origin) unless it is open
  * read-write, (Linux) sealed against shrinking and growing and not against
  * writes, and holds exactly (exact) or at least nbytes. */
 static mn_status shm_check_open(const char *func, int fd, size_t nbytes, bool exact, const char *what) {
   int fl = fcntl(fd, F_GETFL);
-  bool rw = fl >= 0 && (fl & O_ACCMODE) == O_RDWR;
-#ifdef O_PATH
-  if (fl >= 0 && (fl & O_PATH)) rw = false;
-#endif
-  if (!rw) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%s is not open for reading and writing", what);
+  if (fl < 0 || !flags_read_write((unsigned long)fl)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%s is not open for reading and writing", what);
 #ifdef __linux__
   int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
@@ -757,8 +763,7 @@ static mn_status shm_check_owner_mode(const char *func, int pid, int fd, const c
   bool found = false;
   while (!found && fgets(line, sizeof line, f)) found = sscanf(line, "flags: %lo", &flags) == 1;
   fclose(f);
-  bool rw = found && (flags & O_ACCMODE) == O_RDWR && !(flags & O_PATH);
-  if (!rw)
+  if (!found || !flags_read_write(flags))
     return mn__error(MN_ERR_INVALID_ARGUMENT, func,
                      "%s: the owner's descriptor is not open for reading and writing (flags %lo); refused", what,
                      flags);
