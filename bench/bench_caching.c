@@ -22,18 +22,34 @@ static void die(const char *what) {
  * so the free set holds many distinct (size, address) keys. */
 static size_t size_of(int64_t i) { return (size_t)(1 + i % 64) * 512; }
 
+/* A caching allocator on dev with `cached` free blocks in its free set, each
+ * between two live ones so that none coalesce; the live blocks sit at the
+ * even indexes of *live (cool() frees them and the allocator). */
+static mn_allocator_t *warm(const mn_device_t *dev, int64_t cached, void ***live) {
+  mn_allocator_t *a = NULL;
+  if (mn_caching_allocator_create(*dev, NULL, &a) != MN_OK) die("create");
+  void **l = malloc(sizeof(void *) * (size_t)(2 * cached + 2));
+  if (!l) die("malloc");
+  for (int64_t i = 0; i < 2 * cached + 1; i++)
+    if (mn_allocator_alloc(a, size_of(i / 2), NULL, &l[i]) != MN_OK) die("warm alloc");
+  for (int64_t i = 1; i < 2 * cached + 1; i += 2) MN_BENCH_OK(mn_allocator_free(a, l[i]));
+  *live = l;
+  return a;
+}
+
+static void cool(mn_allocator_t *a, int64_t cached, void **live) {
+  for (int64_t i = 0; i < 2 * cached + 1; i += 2) MN_BENCH_OK(mn_allocator_free(a, live[i]));
+  free(live);
+  mn_allocator_destroy(a);
+}
+
 /* alloc+free of a size that a cached block fits exactly, with `cached` free
- * blocks in the allocator's free set (each free block between two live ones,
- * so none coalesce). */
+ * blocks in the allocator's free set (warm()). */
 static void bench_pair(mn_bench_t *b, void *arg) {
   const mn_device_t *dev = arg;
   int64_t cached = mn_bench_arg(b, 0);
-  mn_allocator_t *a = NULL;
-  if (mn_caching_allocator_create(*dev, NULL, &a) != MN_OK) die("create");
-  void **live = malloc(sizeof(void *) * (size_t)(2 * cached + 2));
-  for (int64_t i = 0; i < 2 * cached + 1; i++)
-    if (mn_allocator_alloc(a, size_of(i / 2), NULL, &live[i]) != MN_OK) die("warm alloc");
-  for (int64_t i = 1; i < 2 * cached + 1; i += 2) MN_BENCH_OK(mn_allocator_free(a, live[i]));
+  void **live = NULL;
+  mn_allocator_t *a = warm(dev, cached, &live);
   size_t want = size_of(cached / 2);
   void *p = NULL;
   while (mn_bench_next(b)) {
@@ -45,9 +61,7 @@ static void bench_pair(mn_bench_t *b, void *arg) {
   mn_bench_counter(b, "cached_blocks", (double)st.inactive_split[MN_POOL_ALL].current);
   mn_bench_counter(b, "device_allocs", (double)st.num_device_alloc);
   mn_bench_set_items(b, 1);
-  for (int64_t i = 0; i < 2 * cached + 1; i += 2) MN_BENCH_OK(mn_allocator_free(a, live[i]));
-  free(live);
-  mn_allocator_destroy(a);
+  cool(a, cached, live);
 }
 
 /* A pair through the stream-ordered allocator (cudaMallocAsync and
@@ -107,12 +121,8 @@ static void bench_threads(mn_bench_t *b, void *arg) {
 static void bench_failed_alloc(mn_bench_t *b, void *arg) {
   const mn_device_t *dev = arg;
   int64_t cached = mn_bench_arg(b, 0);
-  mn_allocator_t *a = NULL;
-  if (mn_caching_allocator_create(*dev, NULL, &a) != MN_OK) die("create");
-  void **live = malloc(sizeof(void *) * (size_t)(2 * cached + 2));
-  for (int64_t i = 0; i < 2 * cached + 1; i++)
-    if (mn_allocator_alloc(a, size_of(i / 2), NULL, &live[i]) != MN_OK) die("warm alloc");
-  for (int64_t i = 1; i < 2 * cached + 1; i += 2) MN_BENCH_OK(mn_allocator_free(a, live[i]));
+  void **live = NULL;
+  mn_allocator_t *a = warm(dev, cached, &live);
   size_t free_b = 0, total = 0;
   MN_BENCH_OK(mn_device_mem_info(*dev, &free_b, &total));
   void *p = NULL;
@@ -122,9 +132,7 @@ static void bench_failed_alloc(mn_bench_t *b, void *arg) {
       break;
     }
   mn_bench_set_items(b, 1);
-  for (int64_t i = 0; i < 2 * cached + 1; i += 2) MN_BENCH_OK(mn_allocator_free(a, live[i]));
-  free(live);
-  mn_allocator_destroy(a);
+  cool(a, cached, live);
 }
 
 int main(int argc, char **argv) {
