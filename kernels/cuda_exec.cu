@@ -10,6 +10,7 @@
 
 #include "kernels/cast.h"
 #include "kernels/cuda_kernels.h"
+#include "kernels/cuda_launch.h"
 #include "kernels/philox.h"
 #include "runtime/error.h"
 
@@ -250,9 +251,9 @@ unsigned grid_for(int device, int64_t work) {
   return blocks < 1 ? 1u : (unsigned)blocks;
 }
 
-mn_status launched(const char *func, const char *what, int device) {
-  cudaError_t err = cudaGetLastError();
+mn_status launched(cudaError_t err, const char *func, const char *what, int device) {
   if (err == cudaSuccess) return MN_OK;
+  (void)cudaGetLastError();  // the failed launch's own error, reported here
   return mn__error(MN_ERR_DEVICE, func, "launching %s on cuda:%d failed: %s (%s)", what, device,
                    cudaGetErrorName(err), cudaGetErrorString(err));
 }
@@ -269,32 +270,35 @@ void offcalc_of_plan(const mn__plan_t *p, OffCalc *c) {
 }
 
 template <int DN, int MODE>
-void launch_generic_n(const mn__plan_t *p, const OffCalc &c, cudaStream_t s, unsigned grid, const void *pattern) {
+cudaError_t launch_generic_n(const mn__plan_t *p, const OffCalc &c, cudaStream_t s, unsigned grid,
+                             const void *pattern) {
   typename Bytes<DN>::T pat;
   memset(&pat, 0, sizeof pat);
   if (pattern) memcpy(&pat, pattern, DN);
   if (p->index64)
-    generic_kernel<DN, MODE, int64_t><<<grid, kThreads, 0, s>>>(p->dst, p->src, (int64_t)p->numel, c, p->dst_dtype,
-                                                                  p->src_dtype, pat);
-  else
-    generic_kernel<DN, MODE, uint32_t><<<grid, kThreads, 0, s>>>(p->dst, p->src, (uint32_t)p->numel, c,
-                                                                   p->dst_dtype, p->src_dtype, pat);
+    return mn__launch(generic_kernel<DN, MODE, int64_t>, grid, kThreads, 0, s, p->dst, p->src, (int64_t)p->numel, c,
+                      (int)p->dst_dtype, (int)p->src_dtype, pat);
+  return mn__launch(generic_kernel<DN, MODE, uint32_t>, grid, kThreads, 0, s, p->dst, p->src, (uint32_t)p->numel, c,
+                    (int)p->dst_dtype, (int)p->src_dtype, pat);
 }
 
+// Each launcher returns false when no kernel fits the plan, else true with the
+// launch's error in *err.
 template <int MODE>
-bool launch_generic(const mn__plan_t *p, const OffCalc &c, cudaStream_t s, unsigned grid, const void *pattern) {
+bool launch_generic(const mn__plan_t *p, const OffCalc &c, cudaStream_t s, unsigned grid, const void *pattern,
+                    cudaError_t *err) {
   switch (p->dst_item) {
-    case 1: launch_generic_n<1, MODE>(p, c, s, grid, pattern); return true;
-    case 2: launch_generic_n<2, MODE>(p, c, s, grid, pattern); return true;
-    case 4: launch_generic_n<4, MODE>(p, c, s, grid, pattern); return true;
-    case 8: launch_generic_n<8, MODE>(p, c, s, grid, pattern); return true;
-    case 16: launch_generic_n<16, MODE>(p, c, s, grid, pattern); return true;
+    case 1: *err = launch_generic_n<1, MODE>(p, c, s, grid, pattern); return true;
+    case 2: *err = launch_generic_n<2, MODE>(p, c, s, grid, pattern); return true;
+    case 4: *err = launch_generic_n<4, MODE>(p, c, s, grid, pattern); return true;
+    case 8: *err = launch_generic_n<8, MODE>(p, c, s, grid, pattern); return true;
+    case 16: *err = launch_generic_n<16, MODE>(p, c, s, grid, pattern); return true;
   }
   return false;
 }
 
 template <bool CAST>
-bool launch_transpose(const mn__plan_t *p, cudaStream_t s, int device) {
+bool launch_transpose(const mn__plan_t *p, cudaStream_t s, cudaError_t *err) {
   TrParams t;
   memset(&t, 0, sizeof t);
   t.dst = p->dst;
@@ -319,13 +323,12 @@ bool launch_transpose(const mn__plan_t *p, cudaStream_t s, int device) {
   dim3 grid((unsigned)(it < 65535 ? it : 65535), (unsigned)(jt < 65535 ? jt : 65535),
             (unsigned)(t.nbatch < 65535 ? t.nbatch : 65535));
   dim3 block(kTile, kTileRows);
-  (void)device;
   switch (p->dst_item) {
-    case 1: transpose_kernel<1, CAST><<<grid, block, 0, s>>>(t); return true;
-    case 2: transpose_kernel<2, CAST><<<grid, block, 0, s>>>(t); return true;
-    case 4: transpose_kernel<4, CAST><<<grid, block, 0, s>>>(t); return true;
-    case 8: transpose_kernel<8, CAST><<<grid, block, 0, s>>>(t); return true;
-    case 16: transpose_kernel<16, CAST><<<grid, block, 0, s>>>(t); return true;
+    case 1: *err = mn__launch(transpose_kernel<1, CAST>, grid, block, 0, s, t); return true;
+    case 2: *err = mn__launch(transpose_kernel<2, CAST>, grid, block, 0, s, t); return true;
+    case 4: *err = mn__launch(transpose_kernel<4, CAST>, grid, block, 0, s, t); return true;
+    case 8: *err = mn__launch(transpose_kernel<8, CAST>, grid, block, 0, s, t); return true;
+    case 16: *err = mn__launch(transpose_kernel<16, CAST>, grid, block, 0, s, t); return true;
   }
   return false;
 }
@@ -335,20 +338,20 @@ bool launch_transpose(const mn__plan_t *p, cudaStream_t s, int device) {
 // over src launches the kernel; rows from MN_DTYPE_TABLE (mnemo/dtype_table.h).
 #define MN__CU_CASE_S(A, S, sval, sname, SSIZE, ...)                                                    \
   case MN_DTYPE_##S:                                                                                    \
-    cast_contig_kernel<D, MN_DTYPE_##S, DI, SSIZE><<<grid, kThreads, 0, s>>>(p->dst, p->src, (int64_t)p->numel, \
-                                                                            vector);                    \
+    *err = mn__launch(cast_contig_kernel<D, MN_DTYPE_##S, DI, SSIZE>, grid, kThreads, 0, s, p->dst, p->src,    \
+                      (int64_t)p->numel, vector);                                                       \
     return true;
 template <int D, int DI>
-bool launch_cast_contig_to(const mn__plan_t *p, cudaStream_t s, unsigned grid, bool vector) {
+bool launch_cast_contig_to(const mn__plan_t *p, cudaStream_t s, unsigned grid, bool vector, cudaError_t *err) {
   switch (p->src_dtype) {
     MN_DTYPE_TABLE(MN__CU_CASE_S, ~)
     default: return false;
   }
 }
 #define MN__CU_CASE_D(A, D, dval, dname, DSIZE, ...) \
-  case MN_DTYPE_##D: return launch_cast_contig_to<MN_DTYPE_##D, DSIZE>(p, s, grid, vector);
+  case MN_DTYPE_##D: return launch_cast_contig_to<MN_DTYPE_##D, DSIZE>(p, s, grid, vector, err);
 
-bool launch_cast_contig(const mn__plan_t *p, cudaStream_t s, unsigned grid) {
+bool launch_cast_contig(const mn__plan_t *p, cudaStream_t s, unsigned grid, cudaError_t *err) {
   size_t wide = p->dst_item > p->src_item ? p->dst_item : p->src_item;
   const bool vector = (size_t)p->vec >= 16 / wide; // aligned for full 16-byte accesses
   switch (p->dst_dtype) {
@@ -376,29 +379,29 @@ extern "C" mn_status mn__cuda_exec(int device, void *stream, const mn__plan_t *p
   mn_status st = mn__cuda_use_device(__func__, device);
   if (st != MN_OK) return st;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  (void)cudaGetLastError();
   const unsigned grid = grid_for(device, p->numel);
   const bool cast = p->kind != MN__PLAN_FILL && p->dst_dtype != p->src_dtype;
   bool ok;
+  cudaError_t err = cudaSuccess;
   const char *what;
   if (p->kind == MN__PLAN_CONTIG) {
     what = "contiguous cast";
-    ok = launch_cast_contig(p, s, grid);
+    ok = launch_cast_contig(p, s, grid, &err);
   } else if (p->kind == MN__PLAN_TRANSPOSE && transpose_tiles_pay(p)) {
     what = cast ? "transpose with cast" : "transpose";
-    ok = cast ? launch_transpose<true>(p, s, device) : launch_transpose<false>(p, s, device);
+    ok = cast ? launch_transpose<true>(p, s, &err) : launch_transpose<false>(p, s, &err);
   } else {
     OffCalc c;
     offcalc_of_plan(p, &c);
     what = p->kind == MN__PLAN_FILL ? "strided fill" : cast ? "strided cast" : "strided copy";
-    ok = p->kind == MN__PLAN_FILL ? launch_generic<FILL>(p, c, s, grid, pattern)
-         : cast                   ? launch_generic<CAST>(p, c, s, grid, NULL)
-                                  : launch_generic<COPY>(p, c, s, grid, NULL);
+    ok = p->kind == MN__PLAN_FILL ? launch_generic<FILL>(p, c, s, grid, pattern, &err)
+         : cast                   ? launch_generic<CAST>(p, c, s, grid, NULL, &err)
+                                  : launch_generic<COPY>(p, c, s, grid, NULL, &err);
   }
   if (!ok)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "no CUDA kernel for %s (%s <- %s, item %zu)", what,
                      mn_dtype_name(p->dst_dtype), mn_dtype_name(p->src_dtype), p->dst_item);
-  return launched(__func__, what, device);
+  return launched(err, __func__, what, device);
 }
 
 extern "C" mn_status mn__cuda_random(int device, void *stream, const mn__strided_t *dst, int dtype,
@@ -426,7 +429,7 @@ extern "C" mn_status mn__cuda_random(int device, void *stream, const mn__strided
   mn_status st = mn__cuda_use_device(__func__, device);
   if (st != MN_OK) return st;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  (void)cudaGetLastError();
+  cudaError_t err = cudaSuccess;
   const int64_t per = mn__rand_per_block(dtype, params->normal);
   const unsigned grid = grid_for(device, (n + per - 1) / per);
   const bool wide = n + per > INT32_MAX || maxoff + item > INT32_MAX;
@@ -437,9 +440,9 @@ extern "C" mn_status mn__cuda_random(int device, void *stream, const mn__strided
                                                                               : RAND_ALIGNED;
 #define MN__CU_RAND_S(DT, ST)                                                                            \
   if (wide)                                                                                              \
-    random_kernel<DT, ST, int64_t><<<grid, kThreads, 0, s>>>(dst->data, (int64_t)n, c, *params);         \
+    err = mn__launch(random_kernel<DT, ST, int64_t>, grid, kThreads, 0, s, dst->data, (int64_t)n, c, *params); \
   else                                                                                                   \
-    random_kernel<DT, ST, uint32_t><<<grid, kThreads, 0, s>>>(dst->data, (uint32_t)n, c, *params);
+    err = mn__launch(random_kernel<DT, ST, uint32_t>, grid, kThreads, 0, s, dst->data, (uint32_t)n, c, *params);
 #define MN__CU_RAND(DT)                                                                                  \
   if (store == RAND_VEC) {                                                                               \
     MN__CU_RAND_S(DT, RAND_VEC)                                                                          \
@@ -458,5 +461,5 @@ extern "C" mn_status mn__cuda_random(int device, void *stream, const mn__strided
   }
 #undef MN__CU_RAND
 #undef MN__CU_RAND_S
-  return launched(__func__, "random fill", device);
+  return launched(err, __func__, "random fill", device);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/cuda_kernels.h"
+#include "kernels/cuda_launch.h"
 #include "runtime/error.h"
 
 namespace {
@@ -112,11 +113,10 @@ extern "C" mn_status mn__cuda_fill(int device, void *stream, void *dst, size_t c
 
   const size_t work = nvec > 16 ? nvec : 16;
   const unsigned blocks = fill_blocks(device, work);
-  (void)cudaGetLastError();  // a stale error from an earlier call is not this launch's
-  mn_fill_kernel<<<blocks, kFillThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      static_cast<unsigned char *>(dst), nbytes, head, nvec, wide);
-  cudaError_t err = cudaGetLastError();
+  cudaError_t err = mn__launch(mn_fill_kernel, blocks, kFillThreads, 0, static_cast<cudaStream_t>(stream),
+                               static_cast<unsigned char *>(dst), nbytes, head, nvec, wide);
   if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // the failed launch's own error, reported here
     return mn__error(MN_ERR_DEVICE, __func__,
                      "launching fill (dst=%p, count=%zu, itemsize=%zu, %u blocks) on cuda:%d "
                      "stream=%p failed: %s (%s)",

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "runtime/backend.h"
+#include "runtime/cuda_device.h"
 #include "runtime/error.h"
 
 #ifndef MNEMO_HAVE_CUDA
@@ -213,6 +214,8 @@ typedef CUresult(CUDAAPI *mn__pfn_cuGetErrorText)(CUresult error, const char **t
 typedef CUresult(CUDAAPI *mn__pfn_cuDeviceGet)(CUdevice *device, int ordinal);
 typedef CUresult(CUDAAPI *mn__pfn_cuDeviceGetAttribute)(int *value, CUdevice_attribute attrib,
                                                          CUdevice device);
+typedef CUresult(CUDAAPI *mn__pfn_cuDevicePrimaryCtxGetState)(CUdevice dev, unsigned int *flags,
+                                                              int *active);
 
 static struct {
   bool ok; /* every VMM entry point below was found */
@@ -228,6 +231,7 @@ static struct {
   mn__pfn_cuMemGetAllocationGranularity mem_get_granularity;
   mn__pfn_cuGetErrorText get_error_name;   /* optional */
   mn__pfn_cuGetErrorText get_error_string; /* optional */
+  mn__pfn_cuDevicePrimaryCtxGetState primary_ctx_state; /* optional */
   char why[160]; /* why ok is false */
 } mn__cu;
 
@@ -276,6 +280,8 @@ static void mn__cu_load(void) {
   memcpy(why, mn__cu.why, sizeof why);
   mn__cu.get_error_name = (mn__pfn_cuGetErrorText)mn__cu_symbol("cuGetErrorName");
   mn__cu.get_error_string = (mn__pfn_cuGetErrorText)mn__cu_symbol("cuGetErrorString");
+  mn__cu.primary_ctx_state =
+      (mn__pfn_cuDevicePrimaryCtxGetState)mn__cu_symbol("cuDevicePrimaryCtxGetState");
   memcpy(mn__cu.why, why, sizeof why); /* the optional ones do not explain !ok */
 }
 
@@ -323,18 +329,29 @@ static mn_status mn__cu_fail(CUresult res, const char *func, int index, const ch
 
 /* ---- Device selection -------------------------------------------------------- */
 
-/* Makes `index` the calling thread's current device (cudaSetDevice only when it
- * is not already). The previous device is not restored: restoring would create a
- * context on a device the thread never asked for (cudaGetDevice answers 0 on a
- * fresh thread). `force` always calls cudaSetDevice, which (CUDA >= 12) also
- * makes the primary context current, as the driver-API VMM calls need. */
-static mn_status mn__cuda_use(const char *func, int index, bool force) {
-  if (!force) {
-    int cur = -1;
-    cudaError_t got = cudaGetDevice(&cur);
-    if (got == cudaSuccess && cur == index) return MN_OK;
-    if (got != cudaSuccess) (void)cudaGetLastError();
+/* Whether `index`'s primary context is active (made current somewhere): only
+ * such a device is made current again when a guard is left. Without the driver
+ * entry point, assume it is (restoring is what the caller expects). */
+static bool mn__cuda_primary_active(int index) {
+  (void)mn__cu_loaded();
+  if (!mn__cu.primary_ctx_state || !mn__cu.device_get) return true;
+  CUdevice dev;
+  unsigned flags = 0;
+  int active = 0;
+  if (mn__cu.device_get(&dev, index) != CUDA_SUCCESS) return false;
+  if (mn__cu.primary_ctx_state(dev, &flags, &active) != CUDA_SUCCESS) return false;
+  return active != 0;
+}
+
+mn_status mn__cuda_guard_enter(mn__cuda_guard_t *g, const char *func, int index, bool force) {
+  g->restore = -1;
+  int cur = -1;
+  cudaError_t got = cudaGetDevice(&cur);
+  if (got != cudaSuccess) {
+    (void)cudaGetLastError();
+    cur = -1;
   }
+  if (!force && cur == index) return MN_OK;
   cudaError_t err = cudaSetDevice(index);
   if (err != cudaSuccess) {
     if (err == cudaErrorInvalidDevice) {
@@ -344,7 +361,20 @@ static mn_status mn__cuda_use(const char *func, int index, bool force) {
     }
     return mn__cuda_fail(err, func, index, "cudaSetDevice(%d)", index);
   }
+  if (cur >= 0 && cur != index && mn__cuda_primary_active(cur)) g->restore = cur;
   return MN_OK;
+}
+
+void mn__cuda_guard_leave(mn__cuda_guard_t *g) {
+  if (g->restore < 0) return;
+  if (cudaSetDevice(g->restore) != cudaSuccess) (void)cudaGetLastError();
+  g->restore = -1;
+}
+
+/* Makes `index` current and leaves it current (a guard that is never left). */
+static mn_status mn__cuda_use(const char *func, int index, bool force) {
+  mn__cuda_guard_t g;
+  return mn__cuda_guard_enter(&g, func, index, force);
 }
 
 #define MN__CUDA_USE(index)                                           \
