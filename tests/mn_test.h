@@ -83,19 +83,37 @@ static inline bool mn_test_env_flag(const char *name) {
   return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
 }
 
-/* For gpu-labelled tests: exits with the skip code when no CUDA device exists,
- * or fails (exit 1) when MNEMO_REQUIRE_GPU=1 says a device must be there (the
- * GPU script sets it, so that a driver too old for the runtime cannot pass as
- * "skipped"). */
+/* Whether the machine has an NVIDIA GPU whatever CUDA says: a device node
+ * from the kernel driver (/dev/nvidia0), or a GPU listed by it. */
+static inline bool mn_test_gpu_node_present(void) {
+  FILE *f = fopen("/dev/nvidia0", "rb");
+  if (f != NULL) {
+    fclose(f);
+    return true;
+  }
+  f = fopen("/proc/driver/nvidia/gpus", "rb");
+  if (f != NULL) fclose(f);
+  return f != NULL;
+}
+
+/* For gpu-labelled tests: exits with the skip code when no CUDA device exists.
+ * It fails (exit 1) instead when MNEMO_REQUIRE_GPU=1 says a device must be
+ * there (the GPU script sets it), or when a CUDA build sees no device on a
+ * machine that has an NVIDIA GPU (a driver too old for the runtime, a broken
+ * install): a device that cannot be used is a failure, never "skipped". */
 static inline void mn_test_require_cuda(void) {
   int n = 0;
   mn_status st = mn_device_count(MN_DEVICE_CUDA, &n);
   if (st != MN_OK || n == 0) {
     const bool required = mn_test_env_flag("MNEMO_REQUIRE_GPU");
-    printf("%s: no CUDA device (%s; %s)\n", required ? "FAILED (MNEMO_REQUIRE_GPU is set)" : "SKIPPED",
+    const bool unusable = mn_build_has_cuda() && mn_test_gpu_node_present();
+    printf("%s: no CUDA device (%s; %s)\n",
+           required   ? "FAILED (MNEMO_REQUIRE_GPU is set)"
+           : unusable ? "FAILED (an NVIDIA GPU is present but CUDA cannot use it)"
+                      : "SKIPPED",
            mn_build_has_cuda() ? "built with CUDA" : "built without CUDA",
            st != MN_OK ? mn_last_error() : "the driver reports 0 devices");
-    exit(required ? 1 : MN_TEST_SKIP_CODE);
+    exit(required || unusable ? 1 : MN_TEST_SKIP_CODE);
   }
 }
 

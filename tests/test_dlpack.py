@@ -86,6 +86,7 @@ for name, res, args in [
     ("mn_view_from_dlpack", C.c_int, [VP, C.POINTER(VP)]),
     ("mn_last_error", C.c_char_p, []),
     ("mn_device_synchronize", C.c_int, [Device]),
+    ("mn_build_has_cuda", C.c_bool, []),
 ]:
     f = getattr(lib, name)
     f.restype = res
@@ -266,6 +267,9 @@ def cpu_tests():
 def gpu_tests():
     n = C.c_int(0)
     if lib.mn_device_count(1, C.byref(n)) != 0 or n.value == 0:
+        if lib.mn_build_has_cuda() and (os.path.exists("/dev/nvidia0") or os.path.exists("/proc/driver/nvidia/gpus")):
+            print("FAILED: an NVIDIA GPU is present but mnemo's CUDA build cannot use it")
+            sys.exit(1)
         skip("no CUDA device")
     try:
         import torch
