@@ -1,6 +1,7 @@
 /* allocators/async.c: the stream-ordered pool allocator (backend:cudaMallocAsync)
- * over mn_device_alloc_async / mn_device_free_async, with record_stream by
- * events. Thread-safe: one mutex guards the pointer map and counters; device calls run unlocked. */
+ * over a pool of its own (runtime/backend.h: mn__device_pool_*; the device's
+ * default pool is left alone), with record_stream by events. Thread-safe: one
+ * mutex guards the pointer map and counters; device calls run unlocked. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "allocators/stat.h"
 #include "mnemo/adaptors.h"
 #include "mnemo/mnemo.h"
+#include "runtime/backend.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
 #include "runtime/stream_hold.h"
@@ -25,6 +27,7 @@ typedef struct async_use {
 typedef struct async_alloc {
   mn_allocator_t base; /* first: the vtable header */
   mn_stream_t *default_stream;
+  void *pool; /* the device pool it allocates from (its own) */
   pthread_mutex_t lock;
   mn__addrmap_t live; /* address -> bytes asked; data = async_use * */
   mn_stat_t count, bytes;
@@ -53,7 +56,7 @@ static mn_status async_alloc_fn(mn_allocator_t *a, size_t nbytes, mn_stream_t *s
   u->stream = s;
   mn__stream_hold(s);
   void *p = NULL;
-  mn_status st = mn_device_alloc_async(a->device, nbytes, s, &p);
+  mn_status st = mn__device_pool_alloc(a->device, x->pool, nbytes, s, &p);
   if (st != MN_OK) {
     use_free(u);
     if (st == MN_ERR_OUT_OF_MEMORY) {
@@ -72,7 +75,7 @@ static mn_status async_alloc_fn(mn_allocator_t *a, size_t nbytes, mn_stream_t *s
   }
   pthread_mutex_unlock(&x->lock);
   if (st != MN_OK) {
-    mn__ignore(mn_device_free_async(a->device, p, s)); /* rollback: the failure being reported comes first */
+    mn__ignore(mn__device_pool_free(a->device, x->pool, p, s)); /* rollback: the failure being reported comes first */
     use_free(u);
     return mn__error(st, __func__, "cannot record %zu-byte allocation %p (out of host memory)", nbytes, p);
   }
@@ -105,7 +108,7 @@ static mn_status async_free_fn(mn_allocator_t *a, void *ptr) {
                      "%p was not allocated by this stream-ordered allocator (or is freed already)", ptr);
   async_use *u = e.data;
   mn_status st = wait_for_recorded(a->device, u->stream, u);
-  if (st == MN_OK) st = mn_device_free_async(a->device, ptr, u->stream);
+  if (st == MN_OK) st = mn__device_pool_free(a->device, x->pool, ptr, u->stream);
   pthread_mutex_lock(&x->lock);
   x->freeing--, x->freeing_bytes -= e.size;
   if (st == MN_OK) {
@@ -160,14 +163,14 @@ static mn_status async_record_stream(mn_allocator_t *a, void *ptr, mn_stream_t *
 /* Waits for all queued frees, then gives every unused pool byte back. */
 static mn_status async_empty_cache(mn_allocator_t *a) {
   mn_status st = mn_device_synchronize(a->device);
-  if (st == MN_OK) st = mn_device_pool_trim(a->device, 0);
+  if (st == MN_OK) st = mn__device_pool_trim_to(a->device, self_of(a)->pool, 0);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
 static mn_status async_get_stats(mn_allocator_t *a, mn_alloc_stats_t *out) {
   async_alloc *x = self_of(a);
   mn_device_pool_stats_t ps;
-  mn_status st = mn_device_pool_stats(a->device, &ps);
+  mn_status st = mn__device_pool_stats_of(a->device, x->pool, &ps);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   pthread_mutex_lock(&x->lock);
   out->allocation[MN_POOL_ALL] = x->count;
@@ -186,7 +189,7 @@ static mn_status async_get_stats(mn_allocator_t *a, mn_alloc_stats_t *out) {
 
 static mn_status async_reset_peak(mn_allocator_t *a) {
   async_alloc *x = self_of(a);
-  mn_status st = mn_device_pool_reset_peak(a->device);
+  mn_status st = mn__device_pool_reset_peak_of(a->device, x->pool);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   pthread_mutex_lock(&x->lock);
   x->count.peak = x->count.current;
@@ -217,12 +220,23 @@ static mn_status async_check_invariants(mn_allocator_t *a) {
   return MN_OK;
 }
 
-/* Live allocations are not freed (they stay allocated in the device's pool);
- * their uses are dropped, and with them the holds on their streams. */
+/* Frees the live allocations (each on its stream, after its recorded
+ * streams' work), waits for the device and destroys the pool; their uses are
+ * dropped, and with them the holds on their streams. destroy cannot report: a
+ * failing device keeps what it could not free (CUDA releases a destroyed
+ * pool's memory once its frees have run). */
 static void async_destroy(mn_allocator_t *a) {
   async_alloc *x = self_of(a);
-  for (size_t i = 0; i < x->live.cap; i++)
-    if (x->live.slots[i].key) use_free(x->live.slots[i].data);
+  for (size_t i = 0; i < x->live.cap; i++) {
+    mn__addrmap_entry_t *e = &x->live.slots[i];
+    if (!e->key) continue;
+    async_use *u = e->data;
+    if (wait_for_recorded(a->device, u->stream, u) == MN_OK)
+      mn__ignore(mn__device_pool_free(a->device, x->pool, (void *)e->key, u->stream)); /* destroy cannot report */
+    use_free(u);
+  }
+  mn__ignore(mn_device_synchronize(a->device)); /* destroy cannot report; the queued frees run */
+  mn__ignore(mn__device_pool_destroy(a->device, x->pool));
   mn__addrmap_fini(&x->live);
   pthread_mutex_destroy(&x->lock);
   free(x);
@@ -245,16 +259,22 @@ static const mn_allocator_vtable_t async_vtable = {
 mn_status mn_async_allocator_create(mn_device_t dev, mn_allocator_t **out) {
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
   mn_stream_t *def = NULL;
+  void *pool = NULL;
   mn_status st = mn_stream_default(dev, &def);
-  /* Keep freed memory in the pool until empty_cache (PyTorch does the same);
-   * this also answers NOT_SUPPORTED where the device has no pool. */
-  if (st == MN_OK) st = mn_device_pool_set_release_threshold(dev, SIZE_MAX);
-  if (st != MN_OK) return mn__error_wrap(st, __func__);
-  async_alloc *x = mn__calloc(1, sizeof *x);
-  if (!x) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  /* A pool of its own (NOT_SUPPORTED where the device has none) that keeps
+   * freed memory until empty_cache (PyTorch sets the same threshold). */
+  if (st == MN_OK) st = mn__device_pool_create(dev, &pool);
+  if (st == MN_OK) st = mn__device_pool_set_threshold(dev, pool, SIZE_MAX);
+  async_alloc *x = st == MN_OK ? mn__calloc(1, sizeof *x) : NULL;
+  if (st == MN_OK && !x) st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  if (st != MN_OK) {
+    if (pool) mn__ignore(mn__device_pool_destroy(dev, pool)); /* rollback: the failure is reported */
+    return mn__error_wrap(st, __func__);
+  }
   x->base.vtable = &async_vtable;
   x->base.device = dev;
   x->default_stream = def;
+  x->pool = pool;
   pthread_mutex_init(&x->lock, NULL);
   mn__addrmap_init(&x->live);
   *out = &x->base;

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "allocators/caching_internal.h"
+#include "runtime/backend.h"
 #include "runtime/debug.h"
 #include "runtime/events.h"
 #include "runtime/hostmem.h"
@@ -517,7 +518,8 @@ static void caching_destroy(mn_allocator_t *self) {
     }
     if (s->expandable) {
       for (size_t k = 0; k < s->npages; k++)
-        if (s->page_mapped[k]) mn__ignore(mn_device_mem_unmap(self->device, (void *)(s->base + k * s->page), s->page));
+        if (s->page_mapped[k]) /* synchronized above, once */
+          mn__ignore(mn__device_mem_unmap_synced(self->device, (void *)(s->base + k * s->page), s->page));
       mn__ignore(mn_device_va_release(self->device, (void *)s->base, s->size)); /* destroy cannot report */
       free(s->page_mapped);
     } else {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "allocators/caching_internal.h"
+#include "runtime/backend.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
 
@@ -98,8 +99,10 @@ static bool map_block(mn__caching_t *a, mn__block_t *b, size_t size, mn_status *
   for (size_t k = 0; k < count; k++) {
     *st = mn_device_mem_map(a->base.device, (void *)(s->base + (first + k) * s->page), s->page);
     if (*st != MN_OK) {
-      /* rollback of a partial map: the map failure is what the caller hears */
-      while (k--) mn__ignore(mn_device_mem_unmap(a->base.device, (void *)(s->base + (first + k) * s->page), s->page));
+      /* rollback of a partial map: the map failure is what the caller hears; no
+       * work can touch pages mapped just now, so no synchronize is needed */
+      while (k--)
+        mn__ignore(mn__device_mem_unmap_synced(a->base.device, (void *)(s->base + (first + k) * s->page), s->page));
       return false;
     }
   }
@@ -171,14 +174,15 @@ bool mn__expandable_has_unmappable(mn__caching_t *a) {
 }
 
 /* PyTorch's unmap_block: unmap the whole free pages of b, leaving free mapped
- * blocks before and after them. pre: the device was synchronized. */
+ * blocks before and after them. pre: the device was synchronized (once for the
+ * whole release: the pages are unmapped without a synchronize each). */
 static void unmap_block(mn__caching_t *a, mn__block_t *b) {
   MN__ASSERT_LOCKED(a);
   size_t first, end;
   if (!whole_pages(b, &first, &end) || mn__spare_reserve(a, 2) != MN_OK) return;
   mn__segment_t *s = b->seg;
   for (size_t k = first; k < end; k++)
-    if (mn_device_mem_unmap(a->base.device, (void *)(s->base + k * s->page), s->page) != MN_OK) {
+    if (mn__device_mem_unmap_synced(a->base.device, (void *)(s->base + k * s->page), s->page) != MN_OK) {
       end = k; /* the rest stays mapped (and cached) */
       break;
     }

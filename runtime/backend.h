@@ -40,7 +40,12 @@ typedef struct mn__backend_s {
   mn_status (*va_reserve)(int index, size_t nbytes, void **base);
   mn_status (*va_release)(int index, void *base, size_t nbytes);
   mn_status (*mem_map)(int index, void *addr, size_t nbytes);
-  mn_status (*mem_unmap)(int index, void *addr, size_t nbytes);
+  /* Unmaps (and frees) [addr, addr + nbytes). Work still queued may touch the
+   * range, so the backend synchronizes the device first, as cudaFree does;
+   * with `synced` the caller says it synchronized the device after the last
+   * work on the range (an allocator unmapping many pages after one
+   * synchronize), and the backend does not. */
+  mn_status (*mem_unmap)(int index, void *addr, size_t nbytes, bool synced);
 
   mn_status (*stream_create)(int index, void **out);
   mn_status (*stream_destroy)(int index, void *stream);
@@ -60,8 +65,15 @@ typedef struct mn__backend_s {
                             mn__copy_kind kind, void *stream);
   mn_status (*memset_async)(int index, void *dst, int value, size_t nbytes, void *stream);
 
-  /* Stream-ordered allocation from the device's pool (cudaMallocAsync); all
-   * six NULL when the backend has no pool (the CPU).
+  /* Stream-ordered allocation from a pool (cudaMallocAsync); all eight NULL
+   * when the backend has no pool (the CPU). `pool` is a handle from
+   * pool_create, or NULL for the device's default pool (which only the public
+   * mn_device_pool_* calls use: mnemo's allocators make pools of their own and
+   * never change the default pool's settings).
+   *   pool_create: a new, empty pool of device `index`.
+   *   pool_destroy: a pool whose allocations are all freed and whose queued
+   *     frees have run (the caller synchronized); else MN_ERR_BUSY (SIM) or
+   *     whatever the backend does with the rest (CUDA releases it later).
    *   alloc_async: nbytes > 0 from the pool, usable in `stream` order.
    *   free_async: ptr (from alloc_async) goes back to the pool in `stream`
    *     order: reusable at once by later allocations on `stream`, by other
@@ -72,13 +84,15 @@ typedef struct mn__backend_s {
    *   pool_set_release_threshold: reserved bytes the pool keeps at a
    *     synchronization point instead of releasing them.
    *   pool_reset_peak: sets both high marks to their current values. */
-  mn_status (*alloc_async)(int index, size_t nbytes, void *stream, void **out);
-  mn_status (*free_async)(int index, void *ptr, void *stream);
-  mn_status (*pool_trim)(int index, size_t keep_bytes);
-  mn_status (*pool_stats)(int index, size_t *reserved_current, size_t *reserved_high, size_t *used_current,
-                          size_t *used_high);
-  mn_status (*pool_set_release_threshold)(int index, size_t bytes);
-  mn_status (*pool_reset_peak)(int index);
+  mn_status (*pool_create)(int index, void **pool);
+  mn_status (*pool_destroy)(int index, void *pool);
+  mn_status (*alloc_async)(int index, void *pool, size_t nbytes, void *stream, void **out);
+  mn_status (*free_async)(int index, void *pool, void *ptr, void *stream);
+  mn_status (*pool_trim)(int index, void *pool, size_t keep_bytes);
+  mn_status (*pool_stats)(int index, void *pool, size_t *reserved_current, size_t *reserved_high,
+                          size_t *used_current, size_t *used_high);
+  mn_status (*pool_set_release_threshold)(int index, void *pool, size_t bytes);
+  mn_status (*pool_reset_peak)(int index, void *pool);
 
   /* ---- pinned host memory and peer access -----------------------
    * Page-locked host memory that every device of this backend can copy to and
@@ -121,6 +135,25 @@ extern const mn__backend_t mn__cuda_backend; /* answers 0 devices without CUDA *
 
 /* The backend of a device type (never NULL for a valid type). */
 const mn__backend_t *mn__backend_for(mn_device_type type);
+
+/* mn_device_mem_unmap for mnemo's allocators, which synchronize the device
+ * once and then unmap page after page: the backend's mem_unmap with synced
+ * (no synchronize per page). pre: no work queued since the last synchronize
+ * of `dev` touches [addr, addr + nbytes). Defined in runtime/device.c. */
+mn_status mn__device_mem_unmap_synced(mn_device_t dev, void *addr, size_t nbytes);
+
+/* Stream-ordered pools of mnemo's own (the async allocator's): the public
+ * mn_device_alloc_async / mn_device_pool_* calls on `pool` (from
+ * mn__device_pool_create; NULL: the device's default pool, as the public
+ * calls). MN_ERR_NOT_SUPPORTED where the device has no pools. */
+mn_status mn__device_pool_create(mn_device_t dev, void **pool);
+mn_status mn__device_pool_destroy(mn_device_t dev, void *pool);
+mn_status mn__device_pool_alloc(mn_device_t dev, void *pool, size_t nbytes, mn_stream_t *stream, void **out);
+mn_status mn__device_pool_free(mn_device_t dev, void *pool, void *ptr, mn_stream_t *stream);
+mn_status mn__device_pool_trim_to(mn_device_t dev, void *pool, size_t keep_bytes);
+mn_status mn__device_pool_stats_of(mn_device_t dev, void *pool, mn_device_pool_stats_t *out);
+mn_status mn__device_pool_set_threshold(mn_device_t dev, void *pool, size_t bytes);
+mn_status mn__device_pool_reset_peak_of(mn_device_t dev, void *pool);
 
 /* Stream and event objects as the runtime sees them. */
 struct mn_stream_s {

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/backend.h"
@@ -55,8 +56,8 @@ static mn_status mn__nocuda_mem_map(int index, void *addr, size_t nbytes) {
   (void)index, (void)addr, (void)nbytes;
   return mn__nocuda(__func__);
 }
-static mn_status mn__nocuda_mem_unmap(int index, void *addr, size_t nbytes) {
-  (void)index, (void)addr, (void)nbytes;
+static mn_status mn__nocuda_mem_unmap(int index, void *addr, size_t nbytes, bool synced) {
+  (void)index, (void)addr, (void)nbytes, (void)synced;
   return mn__nocuda(__func__);
 }
 static mn_status mn__nocuda_stream_create(int index, void **out) {
@@ -114,6 +115,15 @@ static mn_status mn__nocuda_memset_async(int index, void *dst, int value, size_t
   return mn__nocuda(__func__);
 }
 
+mn_status mn__cuda_get_current(int *index) {
+  (void)index;
+  return mn__nocuda(__func__);
+}
+mn_status mn__cuda_set_current(int index) {
+  (void)index;
+  return mn__nocuda(__func__);
+}
+
 const mn__backend_t mn__cuda_backend = {
     .name = "cuda",
     .type = MN_DEVICE_CUDA,
@@ -146,6 +156,7 @@ const mn__backend_t mn__cuda_backend = {
 #else /* MNEMO_HAVE_CUDA */
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include <cuda.h> /* driver types only: libcuda is never linked */
 #include <cuda_runtime.h>
@@ -371,17 +382,40 @@ void mn__cuda_guard_leave(mn__cuda_guard_t *g) {
   g->restore = -1;
 }
 
-/* Makes `index` current and leaves it current (a guard that is never left). */
-static mn_status mn__cuda_use(const char *func, int index, bool force) {
-  mn__cuda_guard_t g;
-  return mn__cuda_guard_enter(&g, func, index, force);
+/* The scoped guard. MN__CUDA_GUARD(g) declares a guard that is left whenever
+ * g goes out of scope, on every return path, through the cleanup attribute:
+ * a GNU extension of gcc and clang, the only compilers mnemo builds with (Linux).
+ * Handles made under the guard (streams, events, memory) stay valid after the
+ * caller's device is current again: they belong to the device they were made on. */
+static void mn__cuda_guard_cleanup(mn__cuda_guard_t *g) { mn__cuda_guard_leave(g); }
+#define MN__CUDA_GUARD(g) \
+  mn__cuda_guard_t g __attribute__((cleanup(mn__cuda_guard_cleanup))) = {.restore = -1}
+
+/* Makes `index` current until the enclosing function returns (then the
+ * caller's device is current again); returns the failure from the function.
+ * MN__CUDA_USE_CTX also forces the primary context current: for driver calls. */
+#define MN__CUDA_USE_(index, force)                                                   \
+  MN__CUDA_GUARD(mn__guard);                                                          \
+  do {                                                                                \
+    mn_status mn__use_st = mn__cuda_guard_enter(&mn__guard, __func__, (index), (force)); \
+    if (mn__use_st != MN_OK) return mn__use_st;                                       \
+  } while (0)
+#define MN__CUDA_USE(index) MN__CUDA_USE_((index), false)
+#define MN__CUDA_USE_CTX(index) MN__CUDA_USE_((index), true)
+
+mn_status mn__cuda_get_current(int *index) {
+  int cur = -1;
+  cudaError_t err = cudaGetDevice(&cur);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, 0, "cudaGetDevice()");
+  *index = cur;
+  return MN_OK;
 }
 
-#define MN__CUDA_USE(index)                                           \
-  do {                                                                \
-    mn_status mn__use_st = mn__cuda_use(__func__, (index), false);    \
-    if (mn__use_st != MN_OK) return mn__use_st;                       \
-  } while (0)
+mn_status mn__cuda_set_current(int index) {
+  cudaError_t err = cudaSetDevice(index);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaSetDevice(%d)", index);
+  return MN_OK;
+}
 
 /* ---- Devices ----------------------------------------------------------------- */
 
@@ -403,7 +437,38 @@ static mn_status mn__cuda_device_count(int *count) {
  * when the driver or the device has no VMM, with the reason in why[0..why_size).
  * The runtime API has no attribute for VMM support, so the driver's
  * CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is asked. */
+/* The granularity and CUdevice of each device once known (asked once per
+ * device, not once per page mapped); a device without VMM is asked again
+ * (that path fails anyway). Lock-free: a race asks the driver twice and
+ * stores the same answer. */
+#define MN__CUDA_VMM_CACHE 64
+static struct {
+  _Atomic size_t granularity; /* 0: not known yet; published after dev */
+  _Atomic int dev;
+} mn__cuda_vmm_cache[MN__CUDA_VMM_CACHE];
+
+static size_t mn__cuda_vmm_granularity_ask(int index, CUdevice *dev_out, char *why, size_t why_size);
+
 static size_t mn__cuda_vmm_granularity(int index, CUdevice *dev_out, char *why, size_t why_size) {
+  bool cacheable = index >= 0 && index < MN__CUDA_VMM_CACHE;
+  if (cacheable) {
+    size_t g = atomic_load_explicit(&mn__cuda_vmm_cache[index].granularity, memory_order_acquire);
+    if (g != 0) {
+      if (dev_out) *dev_out = (CUdevice)atomic_load_explicit(&mn__cuda_vmm_cache[index].dev, memory_order_relaxed);
+      return g;
+    }
+  }
+  CUdevice dev = 0;
+  size_t g = mn__cuda_vmm_granularity_ask(index, &dev, why, why_size);
+  if (g != 0 && cacheable) {
+    atomic_store_explicit(&mn__cuda_vmm_cache[index].dev, (int)dev, memory_order_relaxed);
+    atomic_store_explicit(&mn__cuda_vmm_cache[index].granularity, g, memory_order_release);
+  }
+  if (g != 0 && dev_out) *dev_out = dev;
+  return g;
+}
+
+static size_t mn__cuda_vmm_granularity_ask(int index, CUdevice *dev_out, char *why, size_t why_size) {
   if (!mn__cu_loaded()) {
     snprintf(why, why_size, "%s", mn__cu.why);
     return 0;
@@ -517,11 +582,12 @@ static mn_status mn__cuda_raw_free(int index, void *ptr) {
 /* ---- Virtual memory ------------------------------------------------------------ */
 
 /* Checks VMM is usable on `index`, that [addr, addr + nbytes) is granularity-aligned
- * (addr may be NULL for a reservation) and makes `index` current with its context.
- * Gives the granularity and the CUdevice. */
-static mn_status mn__cuda_vmm_enter(const char *func, int index, const void *addr, size_t nbytes,
-                                    size_t *granularity, CUdevice *dev) {
-  mn_status st = mn__cuda_use(func, index, true);
+ * (addr may be NULL for a reservation) and makes `index` current with its context
+ * through the caller's guard (left when the caller returns). Gives the
+ * granularity and the CUdevice. */
+static mn_status mn__cuda_vmm_enter(mn__cuda_guard_t *guard, const char *func, int index, const void *addr,
+                                    size_t nbytes, size_t *granularity, CUdevice *dev) {
+  mn_status st = mn__cuda_guard_enter(guard, func, index, true);
   if (st != MN_OK) return st;
   char why[160];
   size_t g = mn__cuda_vmm_granularity(index, dev, why, sizeof why);
@@ -545,7 +611,8 @@ static mn_status mn__cuda_vmm_enter(const char *func, int index, const void *add
 static mn_status mn__cuda_va_reserve(int index, size_t nbytes, void **base) {
   size_t g = 0;
   CUdevice dev = 0;
-  mn_status st = mn__cuda_vmm_enter(__func__, index, NULL, nbytes, &g, &dev);
+  MN__CUDA_GUARD(guard);
+  mn_status st = mn__cuda_vmm_enter(&guard, __func__, index, NULL, nbytes, &g, &dev);
   if (st != MN_OK) return st;
   CUdeviceptr p = 0;
   CUresult res = mn__cu.mem_address_reserve(&p, nbytes, g, 0, 0);
@@ -559,7 +626,8 @@ static mn_status mn__cuda_va_reserve(int index, size_t nbytes, void **base) {
 static mn_status mn__cuda_va_release(int index, void *base, size_t nbytes) {
   size_t g = 0;
   CUdevice dev = 0;
-  mn_status st = mn__cuda_vmm_enter(__func__, index, base, nbytes, &g, &dev);
+  MN__CUDA_GUARD(guard);
+  mn_status st = mn__cuda_vmm_enter(&guard, __func__, index, base, nbytes, &g, &dev);
   if (st != MN_OK) return st;
   CUresult res = mn__cu.mem_address_free((CUdeviceptr)(uintptr_t)base, nbytes);
   if (res != CUDA_SUCCESS) {
@@ -569,14 +637,61 @@ static mn_status mn__cuda_va_release(int index, void *base, size_t nbytes) {
   return MN_OK;
 }
 
+/* ---- Peers of VMM memory ------------------------------------------------------
+ * cudaDeviceEnablePeerAccess covers cudaMalloc memory only: memory mapped with
+ * cuMemMap is reachable by exactly the devices cuMemSetAccess names. So, as
+ * PyTorch's expandable segments keep their peers, the backend keeps per
+ * device the peers that enabled access to its memory through mnemo
+ * (enable_peer_access) and the ranges mapped now; a map grants the device and
+ * its peers, and a new peer is granted every range mapped so far. One lock
+ * orders maps, unmaps and enables, so no range misses a peer. */
+typedef struct mn__cuda_vrange {
+  uintptr_t addr;
+  size_t nbytes;
+} mn__cuda_vrange;
+
+typedef struct mn__cuda_vmm_state {
+  uint64_t peers; /* bit p: device p enabled access to this device's memory */
+  mn__cuda_vrange *maps;
+  size_t nmaps, cap;
+} mn__cuda_vmm_state;
+static mn__cuda_vmm_state mn__cuda_vmm[MN__CUDA_VMM_CACHE];
+static pthread_mutex_t mn__cuda_vmm_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Read-write access to [va, va + nbytes) for device `dev` and every peer of
+ * `index` set in `peers`. pre: the lock is held. */
+static CUresult mn__cuda_grant(int index, CUdevice dev, uint64_t peers, CUdeviceptr va, size_t nbytes) {
+  CUmemAccessDesc access[MN__CUDA_VMM_CACHE];
+  size_t n = 0;
+  memset(access, 0, sizeof access);
+  access[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access[n].location.id = (int)dev;
+  access[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  for (int p = 0; p < MN__CUDA_VMM_CACHE; p++) {
+    if (p == index || !(peers >> p & 1)) continue;
+    access[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access[n].location.id = p; /* a runtime device index is its CUdevice ordinal */
+    access[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  }
+  return mn__cu.mem_set_access(va, nbytes, access, n);
+}
+
+static void mn__cuda_forget_maps(int index, void *addr, size_t nbytes);
+
 /* Backs [addr, addr + nbytes) with new device memory, readable and writable by
- * the device. The handle is released at once: the mapping keeps the memory
- * alive until cuMemUnmap. Every failure undoes what was done. */
+ * the device and by the peers that enabled access to it. The handle is
+ * released at once: the mapping keeps the memory alive until cuMemUnmap.
+ * Every failure undoes what was done. */
 static mn_status mn__cuda_mem_map(int index, void *addr, size_t nbytes) {
   size_t g = 0;
   CUdevice dev = 0;
-  mn_status st = mn__cuda_vmm_enter(__func__, index, addr, nbytes, &g, &dev);
+  MN__CUDA_GUARD(guard);
+  mn_status st = mn__cuda_vmm_enter(&guard, __func__, index, addr, nbytes, &g, &dev);
   if (st != MN_OK) return st;
+  if (index >= MN__CUDA_VMM_CACHE) {
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "cuda:%d: VMM on devices past %d is not supported", index,
+                     MN__CUDA_VMM_CACHE - 1);
+  }
   CUdeviceptr va = (CUdeviceptr)(uintptr_t)addr;
 
   CUmemAllocationProp prop;
@@ -596,46 +711,78 @@ static mn_status mn__cuda_mem_map(int index, void *addr, size_t nbytes) {
     (void)mn__cu.mem_release(handle);
     return st;
   }
-  CUmemAccessDesc access;
-  memset(&access, 0, sizeof access);
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = (int)dev;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  res = mn__cu.mem_set_access(va, nbytes, &access, 1);
+  pthread_mutex_lock(&mn__cuda_vmm_lock);
+  mn__cuda_vmm_state *v = &mn__cuda_vmm[index];
+  if (v->nmaps == v->cap) {
+    size_t cap = v->cap ? 2 * v->cap : 64;
+    mn__cuda_vrange *grown = realloc(v->maps, cap * sizeof *grown);
+    if (grown) {
+      v->maps = grown;
+      v->cap = cap;
+    }
+  }
+  if (v->nmaps == v->cap) {
+    pthread_mutex_unlock(&mn__cuda_vmm_lock);
+    (void)mn__cu.mem_unmap(va, nbytes);
+    (void)mn__cu.mem_release(handle);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory recording a mapping of cuda:%d", index);
+  }
+  res = mn__cuda_grant(index, dev, v->peers, va, nbytes);
   if (res != CUDA_SUCCESS) {
-    st = mn__cu_fail(res, __func__, index, "cuMemSetAccess(addr=%p, nbytes=%zu, readwrite)", addr,
-                     nbytes);
+    pthread_mutex_unlock(&mn__cuda_vmm_lock);
+    st = mn__cu_fail(res, __func__, index, "cuMemSetAccess(addr=%p, nbytes=%zu, readwrite, peers %#llx)", addr,
+                     nbytes, (unsigned long long)v->peers);
     (void)mn__cu.mem_unmap(va, nbytes);
     (void)mn__cu.mem_release(handle);
     return st;
   }
+  v->maps[v->nmaps++] = (mn__cuda_vrange){(uintptr_t)addr, nbytes};
+  pthread_mutex_unlock(&mn__cuda_vmm_lock);
   res = mn__cu.mem_release(handle);
   if (res != CUDA_SUCCESS) {
     st = mn__cu_fail(res, __func__, index, "cuMemRelease(nbytes=%zu) after mapping addr=%p",
                      nbytes, addr);
     (void)mn__cu.mem_unmap(va, nbytes);
+    mn__cuda_forget_maps(index, addr, nbytes);
     return st;
   }
   return MN_OK;
 }
 
+/* Forgets the mappings inside [addr, addr + nbytes) (unmapped). */
+static void mn__cuda_forget_maps(int index, void *addr, size_t nbytes) {
+  if (index >= MN__CUDA_VMM_CACHE) return;
+  uintptr_t lo = (uintptr_t)addr, hi = lo + nbytes;
+  pthread_mutex_lock(&mn__cuda_vmm_lock);
+  mn__cuda_vmm_state *v = &mn__cuda_vmm[index];
+  for (size_t k = 0; k < v->nmaps;) {
+    if (v->maps[k].addr >= lo && v->maps[k].addr < hi) v->maps[k] = v->maps[--v->nmaps];
+    else k++;
+  }
+  pthread_mutex_unlock(&mn__cuda_vmm_lock);
+}
+
 /* Unmaps (and so frees) the memory behind [addr, addr + nbytes). cuMemUnmap does
  * not wait for queued work that may still touch the range, so the device is
- * synchronized first, as cudaFree does. */
-static mn_status mn__cuda_mem_unmap(int index, void *addr, size_t nbytes) {
+ * synchronized first, as cudaFree does, unless the caller has (`synced`). */
+static mn_status mn__cuda_mem_unmap(int index, void *addr, size_t nbytes, bool synced) {
   size_t g = 0;
   CUdevice dev = 0;
-  mn_status st = mn__cuda_vmm_enter(__func__, index, addr, nbytes, &g, &dev);
+  MN__CUDA_GUARD(guard);
+  mn_status st = mn__cuda_vmm_enter(&guard, __func__, index, addr, nbytes, &g, &dev);
   if (st != MN_OK) return st;
-  cudaError_t err = cudaDeviceSynchronize();
-  if (err != cudaSuccess) {
-    return mn__cuda_fail(err, __func__, index, "cudaDeviceSynchronize() before unmapping addr=%p",
-                         addr);
+  if (!synced) {
+    cudaError_t err = cudaDeviceSynchronize();
+    if (err != cudaSuccess) {
+      return mn__cuda_fail(err, __func__, index, "cudaDeviceSynchronize() before unmapping addr=%p",
+                           addr);
+    }
   }
   CUresult res = mn__cu.mem_unmap((CUdeviceptr)(uintptr_t)addr, nbytes);
   if (res != CUDA_SUCCESS) {
     return mn__cu_fail(res, __func__, index, "cuMemUnmap(addr=%p, nbytes=%zu)", addr, nbytes);
   }
+  mn__cuda_forget_maps(index, addr, nbytes);
   return MN_OK;
 }
 
@@ -804,13 +951,9 @@ static mn_status mn__cuda_memset_async(int index, void *dst, int value, size_t n
   return MN_OK;
 }
 
-/* ---- Stream-ordered pool (cudaMallocAsync) ------------------------------------- */
+/* ---- Stream-ordered pools (cudaMallocAsync) ------------------------------------- */
 
-/* The device's default memory pool, after checking the device has pools.
- * Makes `index` current. */
-static mn_status mn__cuda_default_pool(const char *func, int index, cudaMemPool_t *out) {
-  mn_status st = mn__cuda_use(func, index, false);
-  if (st != MN_OK) return st;
+static mn_status mn__cuda_pools_supported(const char *func, int index) {
   int supported = 0;
   cudaError_t err = cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, index);
   if (err != cudaSuccess) {
@@ -819,27 +962,75 @@ static mn_status mn__cuda_default_pool(const char *func, int index, cudaMemPool_
   if (!supported) {
     return mn__error(MN_ERR_NOT_SUPPORTED, func, "cuda:%d has no stream-ordered memory pools", index);
   }
-  cudaMemPool_t pool = NULL;
-  err = cudaDeviceGetDefaultMemPool(&pool, index);
-  if (err != cudaSuccess) {
-    return mn__cuda_fail(err, func, index, "cudaDeviceGetDefaultMemPool(device=%d)", index);
-  }
-  *out = pool;
   return MN_OK;
 }
 
-static mn_status mn__cuda_alloc_async(int index, size_t nbytes, void *stream, void **out) {
-  MN__CUDA_USE(index);
-  void *p = NULL;
-  cudaError_t err = cudaMallocAsync(&p, nbytes, (cudaStream_t)stream);
+/* The pool a slot works on: `pool` itself, or (NULL) the device's default
+ * pool after checking the device has pools. Makes `index` current through the
+ * caller's guard (left when the caller returns). */
+static mn_status mn__cuda_pool_of(mn__cuda_guard_t *guard, const char *func, int index, void *pool,
+                                  cudaMemPool_t *out) {
+  mn_status st = mn__cuda_guard_enter(guard, func, index, false);
+  if (st != MN_OK) return st;
+  if (pool) {
+    *out = (cudaMemPool_t)pool;
+    return MN_OK;
+  }
+  st = mn__cuda_pools_supported(func, index);
+  if (st != MN_OK) return st;
+  cudaMemPool_t p = NULL;
+  cudaError_t err = cudaDeviceGetDefaultMemPool(&p, index);
   if (err != cudaSuccess) {
-    return mn__cuda_fail(err, __func__, index, "cudaMallocAsync(nbytes=%zu, stream=%p)", nbytes, stream);
+    return mn__cuda_fail(err, func, index, "cudaDeviceGetDefaultMemPool(device=%d)", index);
   }
   *out = p;
   return MN_OK;
 }
 
-static mn_status mn__cuda_free_async(int index, void *ptr, void *stream) {
+/* A pool of device memory of `index` of mnemo's own: its settings (the
+ * release threshold) never touch the device's default pool, which other
+ * libraries of the process (PyTorch, CuPy) use too. */
+static mn_status mn__cuda_pool_create(int index, void **out) {
+  MN__CUDA_USE(index);
+  mn_status st = mn__cuda_pools_supported(__func__, index);
+  if (st != MN_OK) return st;
+  struct cudaMemPoolProps props;
+  memset(&props, 0, sizeof props);
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = index;
+  cudaMemPool_t pool = NULL;
+  cudaError_t err = cudaMemPoolCreate(&pool, &props);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaMemPoolCreate(device=%d)", index);
+  *out = (void *)pool;
+  return MN_OK;
+}
+
+/* CUDA releases what is still allocated from the pool when it is freed. */
+static mn_status mn__cuda_pool_destroy(int index, void *pool) {
+  MN__CUDA_USE(index);
+  cudaError_t err = cudaMemPoolDestroy((cudaMemPool_t)pool);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaMemPoolDestroy(pool=%p)", pool);
+  return MN_OK;
+}
+
+static mn_status mn__cuda_alloc_async(int index, void *pool, size_t nbytes, void *stream, void **out) {
+  MN__CUDA_USE(index);
+  void *p = NULL;
+  cudaError_t err = pool ? cudaMallocFromPoolAsync(&p, nbytes, (cudaMemPool_t)pool, (cudaStream_t)stream)
+                         : cudaMallocAsync(&p, nbytes, (cudaStream_t)stream);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "%s(nbytes=%zu, pool=%p, stream=%p)",
+                         pool ? "cudaMallocFromPoolAsync" : "cudaMallocAsync", nbytes, pool, stream);
+  }
+  *out = p;
+  return MN_OK;
+}
+
+/* cudaFreeAsync finds the pool from the pointer. */
+static mn_status mn__cuda_free_async(int index, void *pool, void *ptr, void *stream) {
+  (void)pool;
   MN__CUDA_USE(index);
   cudaError_t err = cudaFreeAsync(ptr, (cudaStream_t)stream);
   if (err != cudaSuccess) {
@@ -848,11 +1039,12 @@ static mn_status mn__cuda_free_async(int index, void *ptr, void *stream) {
   return MN_OK;
 }
 
-static mn_status mn__cuda_pool_trim(int index, size_t keep_bytes) {
-  cudaMemPool_t pool = NULL;
-  mn_status st = mn__cuda_default_pool(__func__, index, &pool);
+static mn_status mn__cuda_pool_trim(int index, void *pool, size_t keep_bytes) {
+  cudaMemPool_t mp = NULL;
+  MN__CUDA_GUARD(guard);
+  mn_status st = mn__cuda_pool_of(&guard, __func__, index, pool, &mp);
   if (st != MN_OK) return st;
-  cudaError_t err = cudaMemPoolTrimTo(pool, keep_bytes);
+  cudaError_t err = cudaMemPoolTrimTo(mp, keep_bytes);
   if (err != cudaSuccess) {
     return mn__cuda_fail(err, __func__, index, "cudaMemPoolTrimTo(keep_bytes=%zu)", keep_bytes);
   }
@@ -868,25 +1060,26 @@ static mn_status mn__cuda_pool_get(const char *func, int index, cudaMemPool_t po
   return MN_OK;
 }
 
-static mn_status mn__cuda_pool_stats(int index, size_t *reserved_current, size_t *reserved_high,
+static mn_status mn__cuda_pool_stats(int index, void *pool, size_t *reserved_current, size_t *reserved_high,
                                      size_t *used_current, size_t *used_high) {
-  cudaMemPool_t pool = NULL;
-  mn_status st = mn__cuda_default_pool(__func__, index, &pool);
+  cudaMemPool_t mp = NULL;
+  MN__CUDA_GUARD(guard);
+  mn_status st = mn__cuda_pool_of(&guard, __func__, index, pool, &mp);
   size_t v[4] = {0, 0, 0, 0};
   if (st == MN_OK) {
-    st = mn__cuda_pool_get(__func__, index, pool, cudaMemPoolAttrReservedMemCurrent,
+    st = mn__cuda_pool_get(__func__, index, mp, cudaMemPoolAttrReservedMemCurrent,
                            "cudaMemPoolAttrReservedMemCurrent", &v[0]);
   }
   if (st == MN_OK) {
-    st = mn__cuda_pool_get(__func__, index, pool, cudaMemPoolAttrReservedMemHigh,
+    st = mn__cuda_pool_get(__func__, index, mp, cudaMemPoolAttrReservedMemHigh,
                            "cudaMemPoolAttrReservedMemHigh", &v[1]);
   }
   if (st == MN_OK) {
-    st = mn__cuda_pool_get(__func__, index, pool, cudaMemPoolAttrUsedMemCurrent,
+    st = mn__cuda_pool_get(__func__, index, mp, cudaMemPoolAttrUsedMemCurrent,
                            "cudaMemPoolAttrUsedMemCurrent", &v[2]);
   }
   if (st == MN_OK) {
-    st = mn__cuda_pool_get(__func__, index, pool, cudaMemPoolAttrUsedMemHigh,
+    st = mn__cuda_pool_get(__func__, index, mp, cudaMemPoolAttrUsedMemHigh,
                            "cudaMemPoolAttrUsedMemHigh", &v[3]);
   }
   if (st != MN_OK) return st;
@@ -897,12 +1090,13 @@ static mn_status mn__cuda_pool_stats(int index, size_t *reserved_current, size_t
   return MN_OK;
 }
 
-static mn_status mn__cuda_pool_set_release_threshold(int index, size_t bytes) {
-  cudaMemPool_t pool = NULL;
-  mn_status st = mn__cuda_default_pool(__func__, index, &pool);
+static mn_status mn__cuda_pool_set_release_threshold(int index, void *pool, size_t bytes) {
+  cudaMemPool_t mp = NULL;
+  MN__CUDA_GUARD(guard);
+  mn_status st = mn__cuda_pool_of(&guard, __func__, index, pool, &mp);
   if (st != MN_OK) return st;
   cuuint64_t v = (cuuint64_t)bytes;
-  cudaError_t err = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &v);
+  cudaError_t err = cudaMemPoolSetAttribute(mp, cudaMemPoolAttrReleaseThreshold, &v);
   if (err != cudaSuccess) {
     return mn__cuda_fail(err, __func__, index,
                          "cudaMemPoolSetAttribute(cudaMemPoolAttrReleaseThreshold, %zu)", bytes);
@@ -911,16 +1105,17 @@ static mn_status mn__cuda_pool_set_release_threshold(int index, size_t bytes) {
 }
 
 /* The high marks can only be reset to 0, which CUDA takes as "the current value". */
-static mn_status mn__cuda_pool_reset_peak(int index) {
-  cudaMemPool_t pool = NULL;
-  mn_status st = mn__cuda_default_pool(__func__, index, &pool);
+static mn_status mn__cuda_pool_reset_peak(int index, void *pool) {
+  cudaMemPool_t mp = NULL;
+  MN__CUDA_GUARD(guard);
+  mn_status st = mn__cuda_pool_of(&guard, __func__, index, pool, &mp);
   if (st != MN_OK) return st;
   cuuint64_t zero = 0;
-  cudaError_t err = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &zero);
+  cudaError_t err = cudaMemPoolSetAttribute(mp, cudaMemPoolAttrReservedMemHigh, &zero);
   if (err != cudaSuccess) {
     return mn__cuda_fail(err, __func__, index, "cudaMemPoolSetAttribute(cudaMemPoolAttrReservedMemHigh, 0)");
   }
-  err = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero);
+  err = cudaMemPoolSetAttribute(mp, cudaMemPoolAttrUsedMemHigh, &zero);
   if (err != cudaSuccess) {
     return mn__cuda_fail(err, __func__, index, "cudaMemPoolSetAttribute(cudaMemPoolAttrUsedMemHigh, 0)");
   }
@@ -993,17 +1188,37 @@ static mn_status mn__cuda_can_access_peer(int index, int peer, bool *can) {
   return MN_OK;
 }
 
+/* Also grants `index` the VMM memory `peer` has mapped (expandable segments)
+ * and will map: cudaDeviceEnablePeerAccess alone covers cudaMalloc memory only. */
 static mn_status mn__cuda_enable_peer_access(int index, int peer) {
-  MN__CUDA_USE(index);
+  MN__CUDA_USE_CTX(index); /* cuMemSetAccess below is a driver call */
   cudaError_t err = cudaDeviceEnablePeerAccess(peer, 0);
   if (err == cudaErrorPeerAccessAlreadyEnabled) {
     (void)cudaGetLastError();
-    return MN_OK;
-  }
-  if (err != cudaSuccess) {
+  } else if (err != cudaSuccess) {
     return mn__cuda_fail(err, __func__, index, "cudaDeviceEnablePeerAccess(peer=%d)", peer);
   }
-  return MN_OK;
+  if (index >= MN__CUDA_VMM_CACHE || peer >= MN__CUDA_VMM_CACHE || !mn__cu_loaded()) return MN_OK;
+  pthread_mutex_lock(&mn__cuda_vmm_lock);
+  mn__cuda_vmm_state *v = &mn__cuda_vmm[peer];
+  mn_status st = MN_OK;
+  if (!(v->peers >> index & 1)) {
+    CUmemAccessDesc access;
+    memset(&access, 0, sizeof access);
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = index;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    for (size_t k = 0; k < v->nmaps && st == MN_OK; k++) {
+      CUresult res = mn__cu.mem_set_access((CUdeviceptr)v->maps[k].addr, v->maps[k].nbytes, &access, 1);
+      if (res != CUDA_SUCCESS) {
+        st = mn__cu_fail(res, __func__, index, "cuMemSetAccess(addr=%p, nbytes=%zu) for peer cuda:%d of cuda:%d",
+                         (void *)v->maps[k].addr, v->maps[k].nbytes, index, peer);
+      }
+    }
+    if (st == MN_OK) v->peers |= (uint64_t)1 << index; /* else a retry grants again */
+  }
+  pthread_mutex_unlock(&mn__cuda_vmm_lock);
+  return st;
 }
 
 static mn_status mn__cuda_memcpy_peer_async(int index, void *dst, int dst_index, const void *src,
@@ -1034,10 +1249,10 @@ static void mn__cu_range_load(void) {
 }
 
 static mn_status mn__cuda_ipc_export(int index, const void *ptr, void *handle, size_t *offset) {
-  /* A driver call follows: force the context current, as the VMM paths do
-   * (a fresh thread whose cudaGetDevice already says `index` has none yet). */
-  mn_status st = mn__cuda_use(__func__, index, true);
-  if (st != MN_OK) return st;
+  /* A driver call comes first: force the primary context current, as the VMM
+   * paths do (on a fresh thread cudaGetDevice already says 0 with no context
+   * current, and a non-forcing guard would then set nothing). */
+  MN__CUDA_USE_CTX(index);
   pthread_once(&mn__cu_range_once, mn__cu_range_load);
   if (!mn__cu_get_address_range)
     return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "driver entry point cuMemGetAddressRange not found");
@@ -1062,8 +1277,11 @@ static mn_status mn__cuda_ipc_export(int index, const void *ptr, void *handle, s
   return MN_OK;
 }
 
+/* Forced like ipc_export: the handle is opened in `index`'s primary context
+ * (not whatever context the caller has current), the context the driver call
+ * after it asks and ipc_close closes it in. */
 static mn_status mn__cuda_ipc_open(int index, const void *handle, void **base, size_t *size) {
-  MN__CUDA_USE(index);
+  MN__CUDA_USE_CTX(index);
   pthread_once(&mn__cu_range_once, mn__cu_range_load);
   if (!mn__cu_get_address_range)
     return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "driver entry point cuMemGetAddressRange not found");
@@ -1086,7 +1304,7 @@ static mn_status mn__cuda_ipc_open(int index, const void *handle, void **base, s
 }
 
 static mn_status mn__cuda_ipc_close(int index, void *base) {
-  MN__CUDA_USE(index);
+  MN__CUDA_USE_CTX(index); /* the primary context ipc_open opened it in */
   cudaError_t err = cudaIpcCloseMemHandle(base);
   if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaIpcCloseMemHandle(%p)", base);
   return MN_OK;
@@ -1119,6 +1337,8 @@ const mn__backend_t mn__cuda_backend = {
     .event_synchronize = mn__cuda_event_synchronize,
     .memcpy_async = mn__cuda_memcpy_async,
     .memset_async = mn__cuda_memset_async,
+    .pool_create = mn__cuda_pool_create,
+    .pool_destroy = mn__cuda_pool_destroy,
     .alloc_async = mn__cuda_alloc_async,
     .free_async = mn__cuda_free_async,
     .pool_trim = mn__cuda_pool_trim,

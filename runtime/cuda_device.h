@@ -31,6 +31,11 @@ mn_status mn__cuda_guard_enter(mn__cuda_guard_t *g, const char *func, int index,
 /* Restores the device recorded by enter (errors are cleared, not reported). */
 void mn__cuda_guard_leave(mn__cuda_guard_t *g);
 
+/* For tests: the calling thread's current CUDA device (cudaGetDevice) and
+ * cudaSetDevice; MN_ERR_NO_DEVICE in builds without CUDA. */
+mn_status mn__cuda_get_current(int *index);
+mn_status mn__cuda_set_current(int index);
+
 #ifdef __cplusplus
 }
 #endif

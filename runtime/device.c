@@ -255,13 +255,22 @@ mn_status mn_device_mem_map(mn_device_t dev, void *addr, size_t nbytes) {
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
-mn_status mn_device_mem_unmap(mn_device_t dev, void *addr, size_t nbytes) {
-  MN__CHECK_ARG(addr != NULL && nbytes > 0, "addr must not be NULL and nbytes > 0 (nbytes=%zu)", nbytes);
+static mn_status mn__mem_unmap(const char *func, mn_device_t dev, void *addr, size_t nbytes, bool synced) {
+  if (addr == NULL || nbytes == 0)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "addr must not be NULL and nbytes > 0 (nbytes=%zu)", nbytes);
   const mn__backend_t *b;
-  mn_status st = mn__vmm_backend(__func__, dev, &b);
+  mn_status st = mn__vmm_backend(func, dev, &b);
   if (st != MN_OK) return st;
-  st = b->mem_unmap(dev.index, addr, nbytes);
-  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+  st = b->mem_unmap(dev.index, addr, nbytes, synced);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, func);
+}
+
+mn_status mn_device_mem_unmap(mn_device_t dev, void *addr, size_t nbytes) {
+  return mn__mem_unmap(__func__, dev, addr, nbytes, false);
+}
+
+mn_status mn__device_mem_unmap_synced(mn_device_t dev, void *addr, size_t nbytes) {
+  return mn__mem_unmap(__func__, dev, addr, nbytes, true);
 }
 
 /* ---- streams ------------------------------------------------------------- */
@@ -554,67 +563,123 @@ static mn_status mn__pool_stream(const char *func, mn_device_t dev, mn_stream_t 
   return MN_OK;
 }
 
-mn_status mn_device_alloc_async(mn_device_t dev, size_t nbytes, mn_stream_t *stream, void **out) {
-  MN__CHECK_ARG(out != NULL, "out must not be NULL");
-  MN__CHECK_ARG(nbytes > 0, "nbytes must be > 0");
+static mn_status mn__pool_alloc(const char *func, mn_device_t dev, void *pool, size_t nbytes, mn_stream_t *stream,
+                                void **out) {
+  if (out == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "out must not be NULL");
+  if (nbytes == 0) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "nbytes must be > 0");
   const mn__backend_t *b;
   void *h = NULL;
-  mn_status st = mn__pool_backend(__func__, dev, &b);
-  if (st == MN_OK) st = mn__pool_stream(__func__, dev, stream, &h);
+  mn_status st = mn__pool_backend(func, dev, &b);
+  if (st == MN_OK) st = mn__pool_stream(func, dev, stream, &h);
   if (st != MN_OK) return st;
   void *p = NULL;
-  st = b->alloc_async(dev.index, nbytes, h, &p);
-  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  st = b->alloc_async(dev.index, pool, nbytes, h, &p);
+  if (st != MN_OK) return mn__error_wrap(st, func);
   *out = p;
   return MN_OK;
 }
 
-mn_status mn_device_free_async(mn_device_t dev, void *ptr, mn_stream_t *stream) {
+static mn_status mn__pool_free(const char *func, mn_device_t dev, void *pool, void *ptr, mn_stream_t *stream) {
   const mn__backend_t *b;
   void *h = NULL;
-  mn_status st = mn__pool_backend(__func__, dev, &b);
-  if (st == MN_OK) st = mn__pool_stream(__func__, dev, stream, &h);
+  mn_status st = mn__pool_backend(func, dev, &b);
+  if (st == MN_OK) st = mn__pool_stream(func, dev, stream, &h);
   if (st != MN_OK) return st;
   if (!ptr) return MN_OK;
-  st = b->free_async(dev.index, ptr, h);
-  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+  st = b->free_async(dev.index, pool, ptr, h);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, func);
 }
 
-mn_status mn_device_pool_trim(mn_device_t dev, size_t keep_bytes) {
+static mn_status mn__pool_trim(const char *func, mn_device_t dev, void *pool, size_t keep_bytes) {
   const mn__backend_t *b;
-  mn_status st = mn__pool_backend(__func__, dev, &b);
+  mn_status st = mn__pool_backend(func, dev, &b);
   if (st != MN_OK) return st;
-  st = b->pool_trim(dev.index, keep_bytes);
-  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+  st = b->pool_trim(dev.index, pool, keep_bytes);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, func);
 }
 
-mn_status mn_device_pool_stats(mn_device_t dev, mn_device_pool_stats_t *out) {
-  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+static mn_status mn__pool_stats(const char *func, mn_device_t dev, void *pool, mn_device_pool_stats_t *out) {
+  if (out == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "out must not be NULL");
   const mn__backend_t *b;
-  mn_status st = mn__pool_backend(__func__, dev, &b);
+  mn_status st = mn__pool_backend(func, dev, &b);
   if (st != MN_OK) return st;
   mn_device_pool_stats_t s = {0};
-  st = b->pool_stats(dev.index, &s.reserved_current, &s.reserved_high, &s.used_current, &s.used_high);
-  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  st = b->pool_stats(dev.index, pool, &s.reserved_current, &s.reserved_high, &s.used_current, &s.used_high);
+  if (st != MN_OK) return mn__error_wrap(st, func);
   *out = s;
   return MN_OK;
 }
 
-mn_status mn_device_pool_set_release_threshold(mn_device_t dev, size_t bytes) {
+static mn_status mn__pool_threshold(const char *func, mn_device_t dev, void *pool, size_t bytes) {
   const mn__backend_t *b;
-  mn_status st = mn__pool_backend(__func__, dev, &b);
+  mn_status st = mn__pool_backend(func, dev, &b);
   if (st != MN_OK) return st;
-  st = b->pool_set_release_threshold(dev.index, bytes);
-  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+  st = b->pool_set_release_threshold(dev.index, pool, bytes);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, func);
 }
 
-mn_status mn_device_pool_reset_peak(mn_device_t dev) {
+static mn_status mn__pool_reset(const char *func, mn_device_t dev, void *pool) {
+  const mn__backend_t *b;
+  mn_status st = mn__pool_backend(func, dev, &b);
+  if (st != MN_OK) return st;
+  st = b->pool_reset_peak(dev.index, pool);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, func);
+}
+
+/* The public calls: the device's default pool. */
+mn_status mn_device_alloc_async(mn_device_t dev, size_t nbytes, mn_stream_t *stream, void **out) {
+  return mn__pool_alloc(__func__, dev, NULL, nbytes, stream, out);
+}
+mn_status mn_device_free_async(mn_device_t dev, void *ptr, mn_stream_t *stream) {
+  return mn__pool_free(__func__, dev, NULL, ptr, stream);
+}
+mn_status mn_device_pool_trim(mn_device_t dev, size_t keep_bytes) {
+  return mn__pool_trim(__func__, dev, NULL, keep_bytes);
+}
+mn_status mn_device_pool_stats(mn_device_t dev, mn_device_pool_stats_t *out) {
+  return mn__pool_stats(__func__, dev, NULL, out);
+}
+mn_status mn_device_pool_set_release_threshold(mn_device_t dev, size_t bytes) {
+  return mn__pool_threshold(__func__, dev, NULL, bytes);
+}
+mn_status mn_device_pool_reset_peak(mn_device_t dev) { return mn__pool_reset(__func__, dev, NULL); }
+
+/* mnemo's own pools (runtime/backend.h). */
+mn_status mn__device_pool_create(mn_device_t dev, void **pool) {
+  MN__CHECK_ARG(pool != NULL, "pool must not be NULL");
   const mn__backend_t *b;
   mn_status st = mn__pool_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
-  st = b->pool_reset_peak(dev.index);
+  void *p = NULL;
+  st = b->pool_create(dev.index, &p);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  *pool = p;
+  return MN_OK;
+}
+mn_status mn__device_pool_destroy(mn_device_t dev, void *pool) {
+  MN__CHECK_ARG(pool != NULL, "the device's default pool cannot be destroyed");
+  const mn__backend_t *b;
+  mn_status st = mn__pool_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  st = b->pool_destroy(dev.index, pool);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
+mn_status mn__device_pool_alloc(mn_device_t dev, void *pool, size_t nbytes, mn_stream_t *stream, void **out) {
+  return mn__pool_alloc(__func__, dev, pool, nbytes, stream, out);
+}
+mn_status mn__device_pool_free(mn_device_t dev, void *pool, void *ptr, mn_stream_t *stream) {
+  return mn__pool_free(__func__, dev, pool, ptr, stream);
+}
+mn_status mn__device_pool_trim_to(mn_device_t dev, void *pool, size_t keep_bytes) {
+  return mn__pool_trim(__func__, dev, pool, keep_bytes);
+}
+mn_status mn__device_pool_stats_of(mn_device_t dev, void *pool, mn_device_pool_stats_t *out) {
+  return mn__pool_stats(__func__, dev, pool, out);
+}
+mn_status mn__device_pool_set_threshold(mn_device_t dev, void *pool, size_t bytes) {
+  return mn__pool_threshold(__func__, dev, pool, bytes);
+}
+mn_status mn__device_pool_reset_peak_of(mn_device_t dev, void *pool) { return mn__pool_reset(__func__, dev, pool); }
 
 /* ---- pinned host memory and peer access ----------------------- */
 

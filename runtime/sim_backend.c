@@ -45,6 +45,7 @@ typedef struct sim_op {
   sim_stream *wait_stream; /* OP_WAIT: satisfied when it has completed wait_target ops */
   uint64_t wait_target;
   uint64_t free_id;        /* OP_POOL_FREE: the pool free it completes */
+  struct sim_pool *pool;   /* OP_POOL_FREE: in this pool */
 } sim_op;
 
 struct sim_stream {
@@ -65,6 +66,7 @@ typedef struct sim_range {
   uintptr_t start;
   size_t size;
   uint8_t *mapped; /* reservations only: one flag per granule; NULL for raw allocations */
+  uint16_t *access; /* reservations only: per granule, bit p = sim:p may access it (as cuMemSetAccess) */
   bool pool;       /* a chunk of the stream-ordered pool (not a raw allocation) */
 } sim_range;
 
@@ -96,6 +98,7 @@ typedef struct pool_chunk {
 } pool_chunk;
 
 typedef struct sim_pool {
+  struct sim_pool *next;  /* the device's list of created pools */
   pool_chunk *chunks;
   size_t reserved, reserved_high; /* bytes of chunks */
   size_t used, used_high;         /* bytes of USED and PENDING blocks */
@@ -115,7 +118,9 @@ typedef struct sim_device {
   sim_event *events;
   sim_fault_arm faults[MN_SIM_FAULT_COUNT];
   mn_sim_stats_t stats;
-  sim_pool pool;
+  sim_pool pool;   /* the default pool */
+  sim_pool *pools; /* pools made by pool_create */
+  uint16_t peers;  /* bit p: sim:p enabled peer access to this device's memory */
 } sim_device;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -272,12 +277,17 @@ static mn_status range_insert(sim_device *d, int index, size_t size, bool reserv
     d->cap_ranges = cap;
   }
   uint8_t *flags = NULL;
+  uint16_t *access = NULL;
   if (reserved) {
     flags = mn__calloc(size / g_cfg.granularity, 1);
-    if (!flags) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+    access = flags ? mn__calloc(size / g_cfg.granularity, sizeof *access) : NULL;
+    if (!access) {
+      free(flags);
+      return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+    }
   }
   memmove(&d->ranges[pos + 1], &d->ranges[pos], (d->nranges - pos) * sizeof *d->ranges);
-  d->ranges[pos] = (sim_range){.start = cursor, .size = size, .mapped = flags};
+  d->ranges[pos] = (sim_range){.start = cursor, .size = size, .mapped = flags, .access = access};
   d->nranges++;
   *out = cursor;
   return MN_OK;
@@ -285,6 +295,7 @@ static mn_status range_insert(sim_device *d, int index, size_t size, bool reserv
 
 static void range_remove(sim_device *d, size_t pos) {
   free(d->ranges[pos].mapped);
+  free(d->ranges[pos].access);
   memmove(&d->ranges[pos], &d->ranges[pos + 1], (d->nranges - pos - 1) * sizeof *d->ranges);
   d->nranges--;
 }
@@ -330,7 +341,7 @@ static sim_stream *stream_of(sim_device *d, void *handle) {
   return handle ? (sim_stream *)handle : &d->default_stream;
 }
 
-static void pool_complete_free(sim_device *d, uint64_t free_id);
+static void pool_complete_free(sim_pool *pool, uint64_t free_id);
 
 static bool op_ready(const sim_op *op) {
   return op->kind != OP_WAIT || !op->wait_stream || op->wait_stream->completed >= op->wait_target;
@@ -362,7 +373,7 @@ static void op_run(sim_device *d, const sim_op *op) {
     case OP_WAIT:
       return;
     case OP_POOL_FREE:
-      pool_complete_free(d, op->free_id);
+      pool_complete_free(op->pool, op->free_id);
       return;
   }
 }
@@ -396,6 +407,12 @@ static void stream_run_to(sim_device *d, sim_stream *s, uint64_t target) {
 static void device_drain(sim_device *d) {
   stream_run_to(d, &d->default_stream, d->default_stream.queued);
   for (sim_stream *s = d->streams; s; s = s->next) stream_run_to(d, s, s->queued);
+}
+
+/* A whole-device synchronization (cudaDeviceSynchronize): drains and counts. */
+static void device_sync(sim_device *d) {
+  device_drain(d);
+  d->stats.synchronizes++;
 }
 
 /* Queues op on s (taking ownership); eager devices run it at once. */
@@ -455,7 +472,7 @@ static mn_status sim_mem_info(int index, size_t *free_bytes, size_t *total_bytes
 
 static mn_status sim_synchronize(int index) {
   SIM_LOCKED(index, d);
-  device_drain(d);
+  device_sync(d);
   return unlock_ret(d, MN_OK);
 }
 
@@ -490,7 +507,7 @@ static mn_status sim_raw_free(int index, void *ptr) {
     return unlock_ret(d, mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
                                    "sim:%d: %p is not a live raw allocation", index, ptr));
   /* As cudaFree, freeing synchronizes the device first. */
-  device_drain(d);
+  device_sync(d);
   size_t size = d->ranges[i].size;
   pages_release(ptr, size);
   range_remove(d, (size_t)i);
@@ -559,23 +576,42 @@ static mn_status sim_mem_map(int index, void *addr, size_t nbytes) {
     st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: mprotect failed: %s", index, strerror(errno));
   if (st != MN_OK) return unlock_ret(d, st);
   memset(r->mapped + first, 1, count);
+  /* the device and the peers that enabled access to it, as the CUDA backend grants */
+  for (size_t k = first; k < first + count; k++) r->access[k] = (uint16_t)(1u << index | d->peers);
   phys_add(d, nbytes);
   d->stats.maps++;
   return unlock_ret(d, MN_OK);
 }
 
-static mn_status sim_mem_unmap(int index, void *addr, size_t nbytes) {
+/* The reservation holding [addr, addr+n), every page of it mapped. */
+static mn_status find_mapped(sim_device *d, int index, const char *func, void *addr, size_t n, sim_range **out) {
+  sim_range *r = NULL;
+  mn_status st = find_reserved(d, index, func, addr, n, &r);
+  if (st != MN_OK) return st;
+  size_t g = g_cfg.granularity, first = ((uintptr_t)addr - r->start) / g;
+  for (size_t k = first; k < first + n / g; k++)
+    if (!r->mapped[k])
+      return mn__error(MN_ERR_INVALID_ARGUMENT, func, "sim:%d: page %p is not mapped", index,
+                       (void *)(r->start + k * g));
+  *out = r;
+  return MN_OK;
+}
+
+/* As CUDA's mem_unmap: synchronizes the device first unless the caller did. */
+static mn_status sim_mem_unmap(int index, void *addr, size_t nbytes, bool synced) {
   SIM_LOCKED(index, d);
   sim_range *r = NULL;
-  mn_status st = find_reserved(d, index, __func__, addr, nbytes, &r);
+  mn_status st = find_mapped(d, index, __func__, addr, nbytes, &r);
+  if (st == MN_OK && !synced) {
+    device_sync(d);
+    /* the work it ran (host functions, pool frees) may have moved the ranges */
+    st = find_mapped(d, index, __func__, addr, nbytes, &r);
+  }
   if (st != MN_OK) return unlock_ret(d, st);
   size_t g = g_cfg.granularity, first = ((uintptr_t)addr - r->start) / g, count = nbytes / g;
-  for (size_t k = first; k < first + count; k++)
-    if (!r->mapped[k])
-      return unlock_ret(d, mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "sim:%d: page %p is not mapped",
-                                     index, (void *)(r->start + k * g)));
   pages_release(addr, nbytes);
   memset(r->mapped + first, 0, count);
+  memset(r->access + first, 0, count * sizeof *r->access);
   d->stats.mapped_bytes -= nbytes;
   d->stats.unmaps++;
   return unlock_ret(d, MN_OK);
@@ -761,47 +797,47 @@ static pool_block *block_coalesce(pool_block *b) {
 }
 
 /* The queued free with this id has run: its blocks become FREE. */
-static void pool_complete_free(sim_device *d, uint64_t free_id) {
-  for (pool_chunk *c = d->pool.chunks; c; c = c->next) {
+static void pool_complete_free(sim_pool *pool, uint64_t free_id) {
+  for (pool_chunk *c = pool->chunks; c; c = c->next) {
     for (pool_block *b = c->blocks; b; b = b->next) {
       if (b->state != PB_PENDING || b->free_id != free_id) continue;
       b->state = PB_FREE;
       b->stream = NULL;
-      d->pool.used -= b->size;
+      pool->used -= b->size;
       b = block_coalesce(b);
     }
   }
 }
 
-static void chunk_release(sim_device *d, pool_chunk **link) {
+static void chunk_release(sim_device *d, sim_pool *pool, pool_chunk **link) {
   pool_chunk *c = *link;
   *link = c->next;
   pages_release((void *)c->start, c->size);
   range_remove(d, (size_t)range_find(d, c->start));
   d->stats.mapped_bytes -= c->size;
   d->stats.raw_frees++;
-  d->pool.reserved -= c->size;
+  pool->reserved -= c->size;
   free(c->blocks);
   free(c);
 }
 
 /* Releases unused chunks while more than keep bytes are reserved. */
-static void pool_release(sim_device *d, size_t keep) {
-  for (pool_chunk **link = &d->pool.chunks; *link && d->pool.reserved > keep;) {
+static void pool_release(sim_device *d, sim_pool *pool, size_t keep) {
+  for (pool_chunk **link = &pool->chunks; *link && pool->reserved > keep;) {
     if (chunk_unused(*link))
-      chunk_release(d, link);
+      chunk_release(d, pool, link);
     else
       link = &(*link)->next;
   }
 }
 
 /* A new chunk of at least n bytes (a granularity multiple), front of the list. */
-static mn_status pool_grow(sim_device *d, int index, size_t n, pool_chunk **out) {
+static mn_status pool_grow(sim_device *d, sim_pool *pool, int index, size_t n, pool_chunk **out) {
   size_t size = round_gran(n);
   if (fault_fires(d, MN_SIM_FAULT_RAW_ALLOC))
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: injected fault: pool growth by %zu bytes failed",
                      index, size);
-  if (size == 0 || size > g_cfg.capacity - d->stats.mapped_bytes) pool_release(d, 0);
+  if (size == 0 || size > g_cfg.capacity - d->stats.mapped_bytes) pool_release(d, pool, 0);
   if (size == 0 || size > g_cfg.capacity - d->stats.mapped_bytes)
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__,
                      "sim:%d out of memory: the pool asked %zu bytes (%zu rounded), %zu of %zu in use", index, n,
@@ -824,31 +860,63 @@ static mn_status pool_grow(sim_device *d, int index, size_t n, pool_chunk **out)
   phys_add(d, size);
   d->stats.raw_allocs++;
   *b = (pool_block){.start = p, .size = size, .state = PB_FREE};
-  *c = (pool_chunk){.next = d->pool.chunks, .start = p, .size = size, .blocks = b};
-  d->pool.chunks = c;
-  d->pool.reserved += size;
-  if (d->pool.reserved > d->pool.reserved_high) d->pool.reserved_high = d->pool.reserved;
+  *c = (pool_chunk){.next = pool->chunks, .start = p, .size = size, .blocks = b};
+  pool->chunks = c;
+  pool->reserved += size;
+  if (pool->reserved > pool->reserved_high) pool->reserved_high = pool->reserved;
   *out = c;
   return MN_OK;
 }
 
 /* First fit of n bytes for stream s: a FREE block, or one PENDING on s. */
-static pool_block *pool_fit(sim_device *d, sim_stream *s, size_t n) {
-  for (pool_chunk *c = d->pool.chunks; c; c = c->next)
+static pool_block *pool_fit(sim_pool *pool, sim_stream *s, size_t n) {
+  for (pool_chunk *c = pool->chunks; c; c = c->next)
     for (pool_block *b = c->blocks; b; b = b->next)
       if (b->size >= n && (b->state == PB_FREE || (b->state == PB_PENDING && b->stream == s))) return b;
   return NULL;
 }
 
-static mn_status sim_alloc_async(int index, size_t nbytes, void *handle, void **out) {
+static sim_pool *pool_of(sim_device *d, void *pool) { return pool ? (sim_pool *)pool : &d->pool; }
+
+/* A new pool; the device's list keeps it until pool_destroy. */
+static mn_status sim_pool_create(int index, void **out) {
   SIM_LOCKED(index, d);
-  pool_release(d, d->pool.release_threshold);
+  sim_pool *p = mn__calloc(1, sizeof *p);
+  if (!p) return unlock_ret(d, mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory"));
+  p->next = d->pools;
+  d->pools = p;
+  *out = p;
+  return unlock_ret(d, MN_OK);
+}
+
+/* Refused while a block is in use or its queued free has not run. */
+static mn_status sim_pool_destroy(int index, void *handle) {
+  SIM_LOCKED(index, d);
+  sim_pool *p = handle, **link = &d->pools;
+  while (*link && *link != p) link = &(*link)->next;
+  if (!*link)
+    return unlock_ret(d, mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "sim:%d: %p is not a pool of this device",
+                                   index, handle));
+  if (p->used)
+    return unlock_ret(d, mn__error(MN_ERR_BUSY, __func__,
+                                   "sim:%d: pool %p still has %zu bytes allocated or waiting for their queued free",
+                                   index, handle, p->used));
+  pool_release(d, p, 0);
+  *link = p->next;
+  free(p);
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_alloc_async(int index, void *handle_pool, size_t nbytes, void *handle, void **out) {
+  SIM_LOCKED(index, d);
+  sim_pool *pool = pool_of(d, handle_pool);
+  pool_release(d, pool, pool->release_threshold);
   size_t n = nbytes > SIZE_MAX - POOL_ALIGN ? 0 : (nbytes + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN;
   sim_stream *s = stream_of(d, handle);
-  pool_block *b = n ? pool_fit(d, s, n) : NULL;
+  pool_block *b = n ? pool_fit(pool, s, n) : NULL;
   if (!b) {
     pool_chunk *c = NULL;
-    mn_status st = pool_grow(d, index, n ? n : SIZE_MAX, &c);
+    mn_status st = pool_grow(d, pool, index, n ? n : SIZE_MAX, &c);
     if (st != MN_OK) return unlock_ret(d, st);
     b = c->blocks;
   }
@@ -863,8 +931,8 @@ static mn_status sim_alloc_async(int index, size_t nbytes, void *handle, void **
     b->next = rest;
     b->size = n;
   }
-  if (b->state == PB_FREE) d->pool.used += n; /* a PENDING block was counted already */
-  if (d->pool.used > d->pool.used_high) d->pool.used_high = d->pool.used;
+  if (b->state == PB_FREE) pool->used += n; /* a PENDING block was counted already */
+  if (pool->used > pool->used_high) pool->used_high = pool->used;
   b->state = PB_USED;
   b->stream = NULL;
   b->free_id = 0;
@@ -873,8 +941,8 @@ static mn_status sim_alloc_async(int index, size_t nbytes, void *handle, void **
 }
 
 /* The block starting at p, or NULL. */
-static pool_block *pool_find(sim_device *d, uintptr_t p) {
-  for (pool_chunk *c = d->pool.chunks; c; c = c->next) {
+static pool_block *pool_find(sim_pool *pool, uintptr_t p) {
+  for (pool_chunk *c = pool->chunks; c; c = c->next) {
     if (p < c->start || p - c->start >= c->size) continue;
     for (pool_block *b = c->blocks; b; b = b->next)
       if (b->start == p) return b;
@@ -883,59 +951,62 @@ static pool_block *pool_find(sim_device *d, uintptr_t p) {
   return NULL;
 }
 
-static mn_status sim_free_async(int index, void *ptr, void *handle) {
+static mn_status sim_free_async(int index, void *handle_pool, void *ptr, void *handle) {
   SIM_LOCKED(index, d);
-  pool_block *b = pool_find(d, (uintptr_t)ptr);
+  sim_pool *pool = pool_of(d, handle_pool);
+  pool_block *b = pool_find(pool, (uintptr_t)ptr);
   if (!b || b->state != PB_USED)
     return unlock_ret(d, mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
-                                   "sim:%d: %p is not a live stream-ordered allocation", index, ptr));
+                                   "sim:%d: %p is not a live stream-ordered allocation of %s", index, ptr,
+                                   handle_pool ? "this pool" : "the default pool"));
   sim_op *op = NULL;
   mn_status st = new_op(OP_POOL_FREE, &op);
   if (st != MN_OK) return unlock_ret(d, st);
   sim_stream *s = stream_of(d, handle);
-  op->free_id = ++d->pool.next_free_id;
+  op->free_id = ++pool->next_free_id;
+  op->pool = pool;
   b->state = PB_PENDING;
   b->stream = s;
   b->free_id = op->free_id;
   return unlock_ret(d, enqueue(d, s, op)); /* eager devices complete it at once */
 }
 
-static mn_status sim_pool_trim(int index, size_t keep_bytes) {
+static mn_status sim_pool_trim(int index, void *handle_pool, size_t keep_bytes) {
   SIM_LOCKED(index, d);
-  pool_release(d, keep_bytes);
+  pool_release(d, pool_of(d, handle_pool), keep_bytes);
   return unlock_ret(d, MN_OK);
 }
 
-static mn_status sim_pool_stats(int index, size_t *reserved_current, size_t *reserved_high, size_t *used_current,
-                                size_t *used_high) {
+static mn_status sim_pool_stats(int index, void *handle_pool, size_t *reserved_current, size_t *reserved_high,
+                                size_t *used_current, size_t *used_high) {
   SIM_LOCKED(index, d);
-  pool_release(d, d->pool.release_threshold); /* a synchronization point, as on CUDA */
-  *reserved_current = d->pool.reserved;
-  *reserved_high = d->pool.reserved_high;
-  *used_current = d->pool.used;
-  *used_high = d->pool.used_high;
+  sim_pool *pool = pool_of(d, handle_pool);
+  pool_release(d, pool, pool->release_threshold); /* a synchronization point, as on CUDA */
+  *reserved_current = pool->reserved;
+  *reserved_high = pool->reserved_high;
+  *used_current = pool->used;
+  *used_high = pool->used_high;
   return unlock_ret(d, MN_OK);
 }
 
-static mn_status sim_pool_set_release_threshold(int index, size_t bytes) {
+static mn_status sim_pool_set_release_threshold(int index, void *handle_pool, size_t bytes) {
   SIM_LOCKED(index, d);
-  d->pool.release_threshold = bytes;
+  pool_of(d, handle_pool)->release_threshold = bytes;
   return unlock_ret(d, MN_OK);
 }
 
-static mn_status sim_pool_reset_peak(int index) {
+static mn_status sim_pool_reset_peak(int index, void *handle_pool) {
   SIM_LOCKED(index, d);
-  d->pool.reserved_high = d->pool.reserved;
-  d->pool.used_high = d->pool.used;
+  sim_pool *pool = pool_of(d, handle_pool);
+  pool->reserved_high = pool->reserved;
+  pool->used_high = pool->used;
   return unlock_ret(d, MN_OK);
 }
 
-/* The pool's bookkeeping: chunks are pool ranges tiled by their blocks, no
- * two FREE blocks touch, and the byte counts are the sums. pre: lock held. */
-static mn_status pool_check(sim_device *d, int index) {
-  size_t reserved = 0, used = 0, chunks = 0, pool_ranges = 0;
-  for (size_t i = 0; i < d->nranges; i++) pool_ranges += d->ranges[i].pool;
-  for (pool_chunk *c = d->pool.chunks; c; c = c->next, chunks++) {
+/* One pool's chunks and counts; *chunks += its chunk count. pre: lock held. */
+static mn_status pool_check_one(sim_device *d, int index, const sim_pool *pool, size_t *chunks) {
+  size_t reserved = 0, used = 0;
+  for (pool_chunk *c = pool->chunks; c; c = c->next, (*chunks)++) {
     long r = range_find(d, c->start);
     if (r < 0 || !d->ranges[r].pool || d->ranges[r].start != c->start || d->ranges[r].size != c->size)
       return mn__error(MN_ERR_INTERNAL, "mn_sim_check_invariants", "sim:%d: pool chunk %p has no pool range", index,
@@ -955,11 +1026,24 @@ static mn_status pool_check(sim_device *d, int index) {
                        index, (void *)c->start);
     reserved += c->size;
   }
-  if (chunks != pool_ranges || reserved != d->pool.reserved || used != d->pool.used || used > reserved)
+  if (reserved != pool->reserved || used != pool->used || used > reserved)
     return mn__error(MN_ERR_INTERNAL, "mn_sim_check_invariants",
-                     "sim:%d: pool counts %zu reserved / %zu used bytes, %zu chunks; found %zu / %zu, %zu pool ranges",
-                     index, d->pool.reserved, d->pool.used, chunks, reserved, used, pool_ranges);
+                     "sim:%d: pool %p counts %zu reserved / %zu used bytes; found %zu / %zu", index, (void *)pool,
+                     pool->reserved, pool->used, reserved, used);
   return MN_OK;
+}
+
+/* Every pool's bookkeeping: chunks are pool ranges tiled by their blocks, no
+ * two FREE blocks side by side, the counts equal the sums. */
+static mn_status pool_check(sim_device *d, int index) {
+  size_t chunks = 0, pool_ranges = 0;
+  for (size_t i = 0; i < d->nranges; i++) pool_ranges += d->ranges[i].pool;
+  mn_status st = pool_check_one(d, index, &d->pool, &chunks);
+  for (const sim_pool *p = d->pools; p && st == MN_OK; p = p->next) st = pool_check_one(d, index, p, &chunks);
+  if (st == MN_OK && chunks != pool_ranges)
+    return mn__error(MN_ERR_INTERNAL, "mn_sim_check_invariants", "sim:%d: %zu pool chunks but %zu pool ranges", index,
+                     chunks, pool_ranges);
+  return st;
 }
 
 /* ---- pinned host memory and peer access ------------------------
@@ -1075,7 +1159,24 @@ static mn_status sim_can_access_peer(int index, int peer, bool *can) {
   return MN_OK;
 }
 
-static mn_status sim_enable_peer_access(int index, int peer) { return MN_OK; }
+/* `index` may access `peer`'s memory from now on: raw memory at once (as
+ * cudaDeviceEnablePeerAccess), mapped VMM pages because the peer's pages
+ * mapped so far are granted now and its later maps include it (as the CUDA
+ * backend does with cuMemSetAccess). */
+static mn_status sim_enable_peer_access(int index, int peer) {
+  SIM_LOCKED(peer, d);
+  uint16_t bit = (uint16_t)(1u << index);
+  if (!(d->peers & bit)) {
+    d->peers |= bit;
+    for (size_t i = 0; i < d->nranges; i++) {
+      sim_range *r = &d->ranges[i];
+      if (!r->mapped) continue;
+      for (size_t k = 0; k < r->size / g_cfg.granularity; k++)
+        if (r->mapped[k]) r->access[k] |= bit;
+    }
+  }
+  return unlock_ret(d, MN_OK);
+}
 
 /* The other device's side is checked when queued (its lock is taken and
  * dropped before this device's: the two locks are never held together); this
@@ -1134,6 +1235,8 @@ const mn__backend_t mn__sim_backend = {
     .event_synchronize = sim_event_synchronize,
     .memcpy_async = sim_memcpy_async,
     .memset_async = sim_memset_async,
+    .pool_create = sim_pool_create,
+    .pool_destroy = sim_pool_destroy,
     .alloc_async = sim_alloc_async,
     .free_async = sim_free_async,
     .pool_trim = sim_pool_trim,
@@ -1154,7 +1257,7 @@ const mn__backend_t mn__sim_backend = {
 /* ---- the public SIM API (mnemo/sim.h) ------------------------------------ */
 
 static bool device_busy(const sim_device *d) {
-  return d->nranges || d->streams || d->events || d->default_stream.head;
+  return d->nranges || d->streams || d->events || d->default_stream.head; /* pools' chunks are ranges */
 }
 
 static _Atomic(mn__sim_configure_hook_fn) g_configure_hook;
@@ -1182,7 +1285,11 @@ mn_status mn_sim_configure(const mn_sim_config_t *config) {
     munmap(d->base, d->va_size);
     free(d->ranges);
     pthread_mutex_destroy(&d->lock);
+    /* Created pools are empty here (their chunks would be ranges): they stay,
+     * so their owners' handles (an async allocator's) stay valid. */
+    sim_pool *pools = d->pools;
     memset(d, 0, sizeof *d);
+    d->pools = pools;
   }
   g_cfg = *config;
   g_cfg_loaded = true;
@@ -1256,6 +1363,33 @@ mn_status mn_sim_fault_clear(mn_device_t dev) {
   SIM_LOCKED(dev.index, d);
   memset(d->faults, 0, sizeof d->faults);
   return unlock_ret(d, MN_OK);
+}
+
+mn_status mn_sim_check_access(mn_device_t accessor, mn_device_t owner, const void *ptr, size_t nbytes) {
+  mn_status st = sim_device_arg(__func__, accessor);
+  if (st == MN_OK) st = sim_device_arg(__func__, owner);
+  if (st != MN_OK) return st;
+  MN__CHECK_ARG(ptr != NULL && nbytes > 0, "ptr must not be NULL and nbytes > 0 (nbytes=%zu)", nbytes);
+  SIM_LOCKED(owner.index, d);
+  bool mapped = range_is_mapped(d, ptr, nbytes), ok = mapped;
+  if (ok && accessor.index != owner.index) {
+    uint16_t bit = (uint16_t)(1u << accessor.index);
+    const sim_range *r = &d->ranges[range_find(d, (uintptr_t)ptr)];
+    if (!r->mapped) {
+      ok = (d->peers & bit) != 0;
+    } else {
+      size_t g = g_cfg.granularity, off = (uintptr_t)ptr - r->start;
+      for (size_t k = off / g; ok && k <= (off + nbytes - 1) / g; k++) ok = (r->access[k] & bit) != 0;
+    }
+  }
+  pthread_mutex_unlock(&d->lock);
+  if (ok) return MN_OK;
+  if (!mapped)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "[%p, +%zu) is not mapped memory of sim:%d", ptr, nbytes,
+                     owner.index);
+  return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                   "[%p, +%zu) of sim:%d is not accessible from sim:%d (no peer access enabled to it)", ptr, nbytes,
+                   owner.index, accessor.index);
 }
 
 mn_status mn_sim_get_stats(mn_device_t dev, mn_sim_stats_t *out) {

@@ -1066,6 +1066,38 @@ MN_TEST(async_allocator_frees_after_recorded_streams) {
 
 /* The stream-ordered allocator orders a free on the allocating stream, after
  * the recorded ones: it holds them all until the free (or its own destroy). */
+/* The async allocator allocates from a pool of its own and sets the release
+ * threshold on that pool only: the device's default pool (shared with other
+ * libraries) keeps its threshold, here 0 (release at the next pool call). */
+MN_TEST(async_allocator_leaves_the_default_pool_alone) {
+  MN_CHECK_OK(mn_device_synchronize(DEV));
+  MN_CHECK_OK(mn_device_pool_trim(DEV, 0));
+  MN_CHECK_OK(mn_device_pool_set_release_threshold(DEV, 0));
+  mn_allocator_t *a = NULL;
+  MN_CHECK_OK(mn_async_allocator_create(DEV, &a));
+  if (!a) return;
+  void *p = NULL;
+  mn_alloc_stats_t s;
+  MN_CHECK_OK(mn_allocator_alloc(a, 1 << 20, NULL, &p));
+  MN_CHECK(pool_stats().reserved_current == 0); /* not from the default pool */
+  MN_CHECK_OK(mn_allocator_get_stats(a, &s));
+  MN_CHECK(s.reserved_bytes[MN_POOL_ALL].current >= (1 << 20));
+  MN_CHECK_OK(mn_allocator_free(a, p));
+  MN_CHECK_OK(mn_device_synchronize(DEV));
+  MN_CHECK_OK(mn_allocator_get_stats(a, &s));
+  MN_CHECK(s.reserved_bytes[MN_POOL_ALL].current >= (1 << 20)); /* its own pool keeps it (threshold SIZE_MAX) */
+  void *q = NULL;
+  MN_CHECK_OK(mn_device_alloc_async(DEV, 1 << 20, NULL, &q));
+  MN_CHECK(pool_stats().reserved_current > 0);
+  MN_CHECK_OK(mn_device_free_async(DEV, q, NULL));
+  MN_CHECK_OK(mn_device_synchronize(DEV));
+  MN_CHECK(pool_stats().reserved_current == 0); /* the default pool's threshold is still 0 */
+  MN_CHECK_OK(mn_allocator_empty_cache(a));
+  MN_CHECK_OK(mn_allocator_get_stats(a, &s));
+  MN_CHECK(s.reserved_bytes[MN_POOL_ALL].current == 0);
+  mn_allocator_destroy(a);
+}
+
 MN_TEST(async_allocator_holds_its_streams) {
   mn_allocator_t *a = NULL;
   mn_stream_t *s1 = NULL, *s2 = NULL;
@@ -1097,14 +1129,17 @@ MN_TEST(async_allocator_holds_its_streams) {
   MN_CHECK_ERR(mn_allocator_free(a, p), MN_ERR_DEVICE, "injected");
   MN_CHECK_ERR(mn_stream_destroy(s2), MN_ERR_BUSY, "allocator block");
   MN_CHECK_ERR(mn_stream_destroy(s1), MN_ERR_BUSY, "allocator block");
-  /* The allocator's destroy drops the uses of what is still live (the memory
-   * stays in the device pool: given back here by hand). */
+  /* The allocator's destroy frees what is still live (after its recorded
+   * streams), drops its uses and destroys its own pool: nothing is left, and
+   * the device's default pool was never used. */
+  mn_sim_stats_t before;
+  MN_CHECK_OK(mn_sim_get_stats(DEV, &before));
   mn_allocator_destroy(a);
+  mn_sim_stats_t after;
+  MN_CHECK_OK(mn_sim_get_stats(DEV, &after));
+  MN_CHECK(after.mapped_bytes < before.mapped_bytes);
   MN_CHECK_OK(mn_stream_destroy(s2));
-  MN_CHECK_OK(mn_device_free_async(DEV, p, s1));
   MN_CHECK_OK(mn_stream_destroy(s1));
-  MN_CHECK_OK(mn_device_synchronize(DEV));
-  MN_CHECK_OK(mn_device_pool_trim(DEV, 0));
   MN_CHECK(pool_stats().reserved_current == 0);
 }
 
@@ -1431,6 +1466,7 @@ int main(void) {
   MN_RUN(pool_errors);
   MN_RUN(async_allocator_frees_after_recorded_streams);
   MN_RUN(async_allocator_holds_its_streams);
+  MN_RUN(async_allocator_leaves_the_default_pool_alone);
   MN_RUN(cpu_backend_refuses_bad_frees);
   MN_RUN(cpu_default_allocator_refuses_bad_frees);
   MN_RUN(entry_points_on_sim);

@@ -409,6 +409,32 @@ MN_TEST(expandable_grow_and_shrink) {
   done(a);
 }
 
+/* Giving back many pages synchronizes the device once, not once per page
+ * (the pages are unmapped after the allocator's own synchronize), and so does
+ * destroying an allocator with pages still mapped. */
+MN_TEST(expandable_release_synchronizes_once) {
+  mn_allocator_t *a = mk("expandable_segments:True");
+  char *x = alloc_on(a, 200 * MB, NULL); /* 10 pages of 20 MiB */
+  char *y = alloc_on(a, 20 * MB, NULL);
+  mn_sim_stats_t s0 = sim_stats();
+  MN_CHECK_OK(mn_allocator_free(a, x));
+  MN_CHECK_OK(mn_allocator_empty_cache(a));
+  mn_sim_stats_t s1 = sim_stats();
+  MN_CHECK(s1.unmaps - s0.unmaps == 10);
+  MN_CHECK(s1.synchronizes - s0.synchronizes == 1);
+  MN_CHECK(s1.mapped_bytes == 20 * MB);
+  inv(a);
+  /* destroy with y still live: one synchronize for every page it unmaps */
+  char *z = alloc_on(a, 60 * MB, NULL);
+  MN_CHECK(z != NULL);
+  s0 = sim_stats();
+  mn_allocator_destroy(a);
+  s1 = sim_stats();
+  MN_CHECK(s1.unmaps - s0.unmaps == 4 && s1.synchronizes - s0.synchronizes == 1);
+  MN_CHECK(s1.mapped_bytes == 0 && s1.live_reservations == 0);
+  (void)y;
+}
+
 /* ---- statistics, snapshots, trace --------------------------------------------------------- */
 
 MN_TEST(stats_and_peaks) {
@@ -784,6 +810,7 @@ int main(void) {
   MN_RUN(fault_raw_alloc);
   MN_RUN(fault_events);
   MN_RUN(expandable_grow_and_shrink);
+  MN_RUN(expandable_release_synchronizes_once);
   MN_RUN(stats_and_peaks);
   MN_RUN(trace_events);
   MN_RUN(config_parse_and_format);

@@ -10,6 +10,7 @@
 
 #include "mn_test.h"
 #include "mnemo/mnemo.h"
+#include "runtime/cuda_device.h"
 
 #define MB ((size_t)1 << 20)
 #define GUARD 0x5A
@@ -601,6 +602,100 @@ MN_TEST(test_vmm) {
   MN_CHECK_OK(mn_stream_destroy(s));
 }
 
+/* ---- the caller's current device ----------------------------------------------------
+ * Every mnemo call on a CUDA device leaves the calling thread's current device as
+ * it found it (runtime/cuda_device.h): a PyTorch process using mnemo as its
+ * allocator keeps its device. */
+
+static int current_device(void) {
+  int d = -1;
+  MN_CHECK_OK(mn__cuda_get_current(&d));
+  return d;
+}
+
+/* Runs `call` (a status) and checks the thread's current device is still `want`. */
+#define KEEPS(want, call)                                                                        \
+  do {                                                                                           \
+    MN_CHECK_OK(call);                                                                           \
+    int now_ = current_device();                                                                 \
+    if (now_ != (want)) fprintf(stderr, "  %s left device %d current (was %d)\n", #call, now_, (want)); \
+    MN_CHECK(now_ == (want));                                                                    \
+  } while (0)
+
+/* Memory, streams, events, copies, VMM and allocators on `dev` while `want` is current. */
+static void work_keeps_device(mn_device_t dev, int want) {
+  mn_device_props_t p;
+  size_t fb = 0, tb = 0;
+  KEEPS(want, mn_device_get_properties(dev, &p));
+  KEEPS(want, mn_device_mem_info(dev, &fb, &tb));
+  void *d = NULL;
+  KEEPS(want, mn_device_raw_alloc(dev, 1 << 20, &d));
+  mn_stream_t *s = NULL;
+  mn_event_t *e = NULL;
+  KEEPS(want, mn_stream_create(dev, &s));
+  KEEPS(want, mn_event_create(dev, &e));
+  if (!d || !s || !e) return;
+  unsigned char h[4096];
+  memset(h, 0x11, sizeof h);
+  KEEPS(want, mn_memset_async(dev, d, 0x22, 1 << 20, s));
+  KEEPS(want, mn_memcpy_async(dev, d, mn_device_cpu(), h, sizeof h, s));
+  KEEPS(want, mn_memcpy_async(mn_device_cpu(), h, dev, (unsigned char *)d + 4096, sizeof h, s));
+  KEEPS(want, mn_event_record(e, s));
+  bool done = false;
+  KEEPS(want, mn_event_query(e, &done));
+  KEEPS(want, mn_event_synchronize(e));
+  KEEPS(want, mn_stream_query(s, &done));
+  KEEPS(want, mn_stream_synchronize(s));
+  MN_CHECK(h[0] == 0x22 && h[sizeof h - 1] == 0x22);
+  KEEPS(want, mn_device_synchronize(dev));
+  if (p.supports_vmm) {
+    void *base = NULL;
+    KEEPS(want, mn_device_va_reserve(dev, 2 * p.alloc_granularity, &base));
+    if (base) {
+      KEEPS(want, mn_device_mem_map(dev, base, p.alloc_granularity));
+      KEEPS(want, mn_device_mem_unmap(dev, base, p.alloc_granularity));
+      KEEPS(want, mn_device_va_release(dev, base, 2 * p.alloc_granularity));
+    }
+  }
+  mn_allocator_t *a = NULL;
+  mn_caching_config_t cfg = mn_caching_config_default();
+  cfg.expandable_segments = p.supports_vmm;
+  KEEPS(want, mn_caching_allocator_create(dev, &cfg, &a));
+  if (a) {
+    void *x = NULL;
+    KEEPS(want, mn_allocator_alloc(a, 3 << 20, s, &x));
+    if (x) KEEPS(want, mn_allocator_free(a, x));
+    KEEPS(want, mn_allocator_empty_cache(a));
+    mn_allocator_destroy(a);
+    MN_CHECK(current_device() == want);
+  }
+  void *y = NULL;
+  mn_status st = mn_device_alloc_async(dev, 1 << 20, s, &y);
+  MN_CHECK(current_device() == want);
+  if (st == MN_OK) KEEPS(want, mn_device_free_async(dev, y, s));
+  else mn_clear_error(); /* a device without stream-ordered pools */
+  KEEPS(want, mn_stream_synchronize(s));
+  KEEPS(want, mn_event_destroy(e));
+  KEEPS(want, mn_stream_destroy(s));
+  KEEPS(want, mn_device_raw_free(dev, d));
+}
+
+MN_TEST(test_current_device_kept) {
+  int n = 0;
+  MN_CHECK_OK(mn_device_count(MN_DEVICE_CUDA, &n));
+  MN_CHECK_OK(mn__cuda_set_current(0));
+  MN_CHECK(current_device() == 0);
+  work_keeps_device(mn_device_cuda(0), 0);
+  if (n < 2) {
+    printf("  (one CUDA device: working on cuda:0 while cuda:1 is current is left out)\n");
+    return;
+  }
+  MN_CHECK_OK(mn__cuda_set_current(1));
+  work_keeps_device(mn_device_cuda(0), 1);
+  MN_CHECK_OK(mn__cuda_set_current(0));
+  work_keeps_device(mn_device_cuda(1), 0);
+}
+
 /* ---- errors ---------------------------------------------------------------------- */
 
 MN_TEST(test_errors) {
@@ -665,6 +760,7 @@ int main(void) {
   MN_RUN(test_kernel_fill);
   MN_RUN(test_kernel_copy);
   MN_RUN(test_vmm);
+  MN_RUN(test_current_device_kept);
   mn_test_release_cuda_caches();
   return mn_test_finish();
 }

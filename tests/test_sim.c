@@ -251,7 +251,18 @@ MN_TEST(virtual_memory) {
   MN_CHECK_OK(mn_device_synchronize(SIM0));
   MN_CHECK_OK(mn_sim_get_stats(SIM0, &st1));
   MN_CHECK(base[8] == 9 && st1.illegal_accesses == st0.illegal_accesses + 1);
+  /* Unmapping waits for the device first (as cudaFree): queued work on the
+   * range runs, and the synchronization is counted. */
+  mn_stream_t *s = NULL;
+  MN_CHECK_OK(mn_stream_create(SIM0, &s));
+  MN_CHECK_OK(mn_memset_async(SIM0, base + 2 * g, 5, 16, s));
+  MN_CHECK(pending(s) == 1);
+  MN_CHECK_OK(mn_sim_get_stats(SIM0, &st0));
   MN_CHECK_OK(mn_device_mem_unmap(SIM0, base + 2 * g, g)); /* shrink */
+  MN_CHECK_OK(mn_sim_get_stats(SIM0, &st1));
+  MN_CHECK(pending(s) == 0 && st1.synchronizes == st0.synchronizes + 1);
+  MN_CHECK(st1.illegal_accesses == st0.illegal_accesses && st1.unmaps == st0.unmaps + 1);
+  MN_CHECK_OK(mn_stream_destroy(s));
   MN_CHECK_OK(mn_device_mem_unmap(SIM0, base, 2 * g));
   MN_CHECK_OK(mn_device_mem_info(SIM0, &f1, &t));
   MN_CHECK(f1 == f0);
@@ -430,6 +441,70 @@ MN_TEST(api_argument_errors) {
   MN_CHECK_ERR(mn_sim_configure(NULL), MN_ERR_INVALID_ARGUMENT, "config");
 }
 
+/* VMM memory (expandable segments) reaches exactly the devices that enabled
+ * peer access to its device, whether mapped before or after the enabling (as
+ * the CUDA backend grants with cuMemSetAccess); raw memory as
+ * cudaDeviceEnablePeerAccess. Restores the configuration main() set. */
+MN_TEST(vmm_memory_reaches_enabled_peers) {
+  mn_sim_config_t keep, c = mn_sim_config_default();
+  MN_CHECK_OK(mn_sim_get_config(&keep));
+  c.device_count = 3;
+  c.capacity = (size_t)1 << 30;
+  MN_CHECK_OK(mn_sim_configure(&c));
+  const mn_device_t d0 = mn_device_sim(0), d1 = mn_device_sim(1), d2 = mn_device_sim(2);
+  const size_t g = c.granularity;
+  char *base = NULL;
+  void *raw = NULL;
+  MN_CHECK_OK(mn_device_va_reserve(d0, 4 * g, (void **)&base));
+  MN_CHECK_OK(mn_device_raw_alloc(d0, g, &raw));
+  if (!base || !raw) return;
+  MN_CHECK_OK(mn_device_mem_map(d0, base, g)); /* mapped before sim:1 enables */
+  MN_CHECK_OK(mn_sim_check_access(d0, d0, base, g));
+  MN_CHECK_ERR(mn_sim_check_access(d1, d0, base, g), MN_ERR_INVALID_ARGUMENT, "not accessible from sim:1");
+  MN_CHECK_ERR(mn_sim_check_access(d1, d0, raw, g), MN_ERR_INVALID_ARGUMENT, "not accessible from sim:1");
+  MN_CHECK_OK(mn_device_enable_peer_access(d1, d0));
+  MN_CHECK_OK(mn_device_mem_map(d0, base + g, g)); /* mapped after */
+  MN_CHECK_OK(mn_sim_check_access(d1, d0, base, 2 * g));
+  MN_CHECK_OK(mn_sim_check_access(d1, d0, raw, g));
+  MN_CHECK_ERR(mn_sim_check_access(d2, d0, base, g), MN_ERR_INVALID_ARGUMENT, "not accessible from sim:2");
+  MN_CHECK_ERR(mn_sim_check_access(d2, d0, base + g, g), MN_ERR_INVALID_ARGUMENT, "not accessible from sim:2");
+  MN_CHECK_ERR(mn_sim_check_access(d2, d0, raw, g), MN_ERR_INVALID_ARGUMENT, "not accessible from sim:2");
+  MN_CHECK_ERR(mn_sim_check_access(d0, d1, base, g), MN_ERR_INVALID_ARGUMENT, "not mapped memory of sim:1");
+  MN_CHECK_ERR(mn_sim_check_access(d1, d0, base + g, 2 * g), MN_ERR_INVALID_ARGUMENT, "not mapped");
+  MN_CHECK_OK(mn_device_mem_unmap(d0, base, 2 * g));
+  MN_CHECK_ERR(mn_sim_check_access(d1, d0, base, g), MN_ERR_INVALID_ARGUMENT, "not mapped");
+  MN_CHECK_OK(mn_device_mem_map(d0, base, g)); /* a new map includes the peer */
+  MN_CHECK_OK(mn_sim_check_access(d1, d0, base, g));
+  MN_CHECK_OK(mn_device_mem_unmap(d0, base, g));
+  MN_CHECK_OK(mn_device_va_release(d0, base, 4 * g));
+  MN_CHECK_OK(mn_device_raw_free(d0, raw));
+
+  /* The caching allocator's expandable segments on sim:2: sim:1 enables
+   * access between two allocations and reaches both; sim:0 reaches neither. */
+  mn_caching_config_t cc = mn_caching_config_default();
+  cc.expandable_segments = true;
+  mn_allocator_t *a = NULL;
+  MN_CHECK_OK(mn_caching_allocator_create(d2, &cc, &a));
+  void *p = NULL, *q = NULL;
+  const size_t n = (size_t)30 << 20;
+  if (a) MN_CHECK_OK(mn_allocator_alloc(a, n, NULL, &p));
+  if (p) MN_CHECK_ERR(mn_sim_check_access(d1, d2, p, n), MN_ERR_INVALID_ARGUMENT, "not accessible from sim:1");
+  MN_CHECK_OK(mn_device_enable_peer_access(d1, d2));
+  if (a) MN_CHECK_OK(mn_allocator_alloc(a, n, NULL, &q));
+  if (p && q) {
+    MN_CHECK_OK(mn_sim_check_access(d1, d2, p, n));
+    MN_CHECK_OK(mn_sim_check_access(d1, d2, q, n));
+    MN_CHECK_ERR(mn_sim_check_access(d0, d2, q, n), MN_ERR_INVALID_ARGUMENT, "not accessible from sim:0");
+    MN_CHECK_OK(mn_allocator_free(a, p));
+    MN_CHECK_OK(mn_allocator_free(a, q));
+  }
+  mn_allocator_destroy(a);
+  MN_CHECK_OK(mn_sim_configure(&keep)); /* forgets the peers */
+  MN_CHECK_OK(mn_device_raw_alloc(d0, g, &raw));
+  MN_CHECK_ERR(mn_sim_check_access(d1, d0, raw, g), MN_ERR_INVALID_ARGUMENT, "not accessible from sim:1");
+  MN_CHECK_OK(mn_device_raw_free(d0, raw));
+}
+
 int main(void) {
   SIM0 = mn_device_sim(0);
   mn_sim_config_t c = mn_sim_config_default();
@@ -450,6 +525,7 @@ int main(void) {
   MN_RUN(fault_injection);
   MN_RUN(held_stream_destroy_is_busy);
   MN_RUN(api_argument_errors);
+  MN_RUN(vmm_memory_reaches_enabled_peers);
   MN_RUN(configure_refreshes_idle_default_allocators);
   MN_RUN(configure_refused_while_busy_then_eager);
   return mn_test_finish();

@@ -91,9 +91,11 @@ MN_API MN_NODISCARD mn_status mn_tracking_adaptor_live(mn_allocator_t *a, size_t
 MN_API MN_NODISCARD mn_status mn_tracking_adaptor_report(mn_allocator_t *a, FILE *out);
 
 /* ---- the stream-ordered pool (cudaMallocAsync) -----------------------------------
- * An allocator over the device's stream-ordered pool (mn_device_alloc_async:
- * cudaMallocAsync on CUDA, an emulated pool on SIM; not on the CPU:
- * MN_ERR_NOT_SUPPORTED). What PyTorch calls backend:cudaMallocAsync.
+ * An allocator over a stream-ordered pool of its own on the device
+ * (cudaMemPoolCreate + cudaMallocFromPoolAsync on CUDA, an emulated pool on
+ * SIM; not on the CPU: MN_ERR_NOT_SUPPORTED). What PyTorch calls
+ * backend:cudaMallocAsync. The device's default pool (mn_device_alloc_async,
+ * shared with other libraries of the process) is never used nor changed.
  *  - alloc: from the pool, ordered on the stream (NULL: the default stream).
  *  - free: cudaFreeAsync on the stream the block was allocated on; for every
  *    stream given to record_stream it first records an event there and makes
@@ -102,10 +104,12 @@ MN_API MN_NODISCARD mn_status mn_tracking_adaptor_report(mn_allocator_t *a, FILE
  *    allocation.
  *  - empty_cache: synchronizes the device, then trims the pool to 0 bytes.
  *  - stats: allocation / allocated_bytes / requested_bytes (bytes asked) from
- *    its own counts, reserved_bytes from the pool (device-wide: every user of
- *    the device's pool counts), num_ooms.
- * Creating one sets the pool's release threshold to SIZE_MAX (keep freed
- * memory cached until empty_cache), as PyTorch does. */
+ *    its own counts, reserved_bytes from its pool, num_ooms.
+ *  - destroy: frees the live allocations (in their streams' order, after
+ *    their recorded streams' work), synchronizes the device and destroys the
+ *    pool: no pointer from it may be used afterwards.
+ * Its pool's release threshold is SIZE_MAX (freed memory stays cached until
+ * empty_cache), as PyTorch sets it. */
 MN_API MN_NODISCARD mn_status mn_async_allocator_create(mn_device_t dev, mn_allocator_t **out);
 
 #ifdef __cplusplus

@@ -69,9 +69,21 @@ typedef struct mn_sim_stats_s {
   uint64_t faults_fired;
   uint64_t illegal_accesses; /* queued copies/sets that touched unmapped memory (skipped) */
   size_t live_streams, live_events, live_reservations;
+  /* Whole-device synchronizations: mn_device_synchronize, and the ones a raw
+   * free and an unmap do first (as cudaFree); an allocator unmapping pages it
+   * synchronized for itself adds none per page. */
+  uint64_t synchronizes;
 } mn_sim_stats_t;
 
 MN_API MN_NODISCARD mn_status mn_sim_get_stats(mn_device_t dev, mn_sim_stats_t *out);
+/* Whether a kernel on `accessor` could touch [ptr, ptr + nbytes) of `owner`'s
+ * memory: MN_OK when every byte is mapped memory of owner that accessor may
+ * reach (its own; raw memory of a device it enabled peer access to; VMM pages
+ * granted to it: mapped after, or mapped before and granted by,
+ * mn_device_enable_peer_access(accessor, owner)), else MN_ERR_INVALID_ARGUMENT
+ * saying why. */
+MN_API MN_NODISCARD mn_status mn_sim_check_access(mn_device_t accessor, mn_device_t owner, const void *ptr,
+                                                  size_t nbytes);
 /* Checks the SIM device's own bookkeeping (address ranges disjoint, byte
  * counts equal the sums); MN_ERR_INTERNAL with a message when broken. */
 MN_API MN_NODISCARD mn_status mn_sim_check_invariants(mn_device_t dev);
