@@ -1,21 +1,15 @@
 /* kernels/cast.h: the element conversions of every dtype pair, shared by the
  * CPU executor (C) and the CUDA kernels (host+device), bit-exact with
- * mn_scalar_to_bytes(mn_scalar_from_bytes(...)). Pure inline functions. */
+ * mn_scalar_to_bytes(mn_scalar_from_bytes(...)); and the item loads and stores
+ * (typed when aligned in device code). Pure inline functions: thread-safe. */
 #ifndef MNEMO_KERNELS_CAST_H
 #define MNEMO_KERNELS_CAST_H
 
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/hd.h"
 #include "mnemo/dtype.h"
-
-#if defined(__CUDACC__)
-#define MN__HD __host__ __device__ __forceinline__
-#elif defined(__GNUC__) || defined(__clang__)
-#define MN__HD static inline __attribute__((always_inline))
-#else
-#define MN__HD static inline
-#endif
 
 /* Exact float arithmetic that no compiler contracts into an FMA (the random
  * fill must give the same bits on CPU and GPU). C11 builds do not contract. */
@@ -261,7 +255,47 @@ typedef struct mn__cval_s {
   double im;
 } mn__cval_t;
 
-MN__HD mn__cval_t mn__cast_load(int S, const void *p) {
+/* Items in memory. A device access through memcpy becomes one byte access
+ * per byte (ld.u8 / st.u8), so the kernels load and store an item through a
+ * naturally aligned type of its size when they know the address is aligned to
+ * the item size (al != 0): a typed dereference in device code and in its host
+ * emulation (MN_CUDA_EMULATION, where UBSan's alignment check then catches
+ * what would fault on a GPU), memcpy on the host (as fast there, and no
+ * alignment assumed). al = 0: memcpy everywhere (any address; registers). */
+#if defined(__CUDA_ARCH__) || defined(MN_CUDA_EMULATION)
+#define MN__TYPED_ACCESS 1
+#else
+#define MN__TYPED_ACCESS 0
+#endif
+#if defined(__cplusplus)
+#define MN__ALIGNAS(n) alignas(n)
+#else
+#define MN__ALIGNAS(n) _Alignas(n)
+#endif
+/* complex items: one 8-byte (complex64) or 16-byte (complex128) access */
+typedef struct mn__c64_s {
+  MN__ALIGNAS(8) float v[2];
+} mn__c64_t;
+typedef struct mn__c128_s {
+  MN__ALIGNAS(16) double v[2];
+} mn__c128_t;
+#define MN__LOAD(T, x, p, al)                                           \
+  do {                                                                  \
+    if (MN__TYPED_ACCESS && (al))                                       \
+      (x) = *(const T *)(p);                                            \
+    else                                                                \
+      memcpy(&(x), (p), sizeof(T));                                     \
+  } while (0)
+#define MN__STORE(T, p, x, al)                                          \
+  do {                                                                  \
+    if (MN__TYPED_ACCESS && (al))                                       \
+      *(T *)(p) = (x);                                                  \
+    else                                                                \
+      memcpy((p), &(x), sizeof(T));                                     \
+  } while (0)
+
+/* Loads the item of dtype S at p; al: p is aligned to S's item size. */
+MN__HD mn__cval_t mn__cast_load_al(int S, const void *p, int al) {
   mn__cval_t v;
   v.cls = MN__CLS_U;
   v.i = 0;
@@ -270,27 +304,28 @@ MN__HD mn__cval_t mn__cast_load(int S, const void *p) {
   v.d = 0.0;
   v.im = 0.0;
   switch (S) {
-    case MN_DTYPE_BOOL: { uint8_t x; memcpy(&x, p, 1); v.u = x != 0; break; }
-    case MN_DTYPE_UINT8: { uint8_t x; memcpy(&x, p, 1); v.u = x; break; }
-    case MN_DTYPE_UINT16: { uint16_t x; memcpy(&x, p, 2); v.u = x; break; }
-    case MN_DTYPE_UINT32: { uint32_t x; memcpy(&x, p, 4); v.u = x; break; }
-    case MN_DTYPE_UINT64: { uint64_t x; memcpy(&x, p, 8); v.u = x; break; }
-    case MN_DTYPE_INT8: { int8_t x; memcpy(&x, p, 1); v.cls = MN__CLS_I; v.i = x; break; }
-    case MN_DTYPE_INT16: { int16_t x; memcpy(&x, p, 2); v.cls = MN__CLS_I; v.i = x; break; }
-    case MN_DTYPE_INT32: { int32_t x; memcpy(&x, p, 4); v.cls = MN__CLS_I; v.i = x; break; }
-    case MN_DTYPE_INT64: { int64_t x; memcpy(&x, p, 8); v.cls = MN__CLS_I; v.i = x; break; }
-    case MN_DTYPE_FLOAT16: { uint16_t x; memcpy(&x, p, 2); v.cls = MN__CLS_F; v.f = mn__f16_to_f32(x); break; }
-    case MN_DTYPE_BFLOAT16: { uint16_t x; memcpy(&x, p, 2); v.cls = MN__CLS_F; v.f = mn__bf16_to_f32(x); break; }
-    case MN_DTYPE_FLOAT8_E4M3FN: { uint8_t x; memcpy(&x, p, 1); v.cls = MN__CLS_F; v.f = mn__e4m3_to_f32(x); break; }
-    case MN_DTYPE_FLOAT8_E5M2: { uint8_t x; memcpy(&x, p, 1); v.cls = MN__CLS_F; v.f = mn__e5m2_to_f32(x); break; }
-    case MN_DTYPE_FLOAT32: { float x; memcpy(&x, p, 4); v.cls = MN__CLS_F; v.f = x; break; }
-    case MN_DTYPE_FLOAT64: { double x; memcpy(&x, p, 8); v.cls = MN__CLS_D; v.d = x; break; }
-    case MN_DTYPE_COMPLEX64: { float x[2]; memcpy(x, p, 8); v.cls = MN__CLS_F; v.f = x[0]; v.im = mn__f32_to_f64(x[1]); break; }
-    case MN_DTYPE_COMPLEX128: { double x[2]; memcpy(x, p, 16); v.cls = MN__CLS_D; v.d = x[0]; v.im = x[1]; break; }
+    case MN_DTYPE_BOOL: { uint8_t x; MN__LOAD(uint8_t, x, p, al); v.u = x != 0; break; }
+    case MN_DTYPE_UINT8: { uint8_t x; MN__LOAD(uint8_t, x, p, al); v.u = x; break; }
+    case MN_DTYPE_UINT16: { uint16_t x; MN__LOAD(uint16_t, x, p, al); v.u = x; break; }
+    case MN_DTYPE_UINT32: { uint32_t x; MN__LOAD(uint32_t, x, p, al); v.u = x; break; }
+    case MN_DTYPE_UINT64: { uint64_t x; MN__LOAD(uint64_t, x, p, al); v.u = x; break; }
+    case MN_DTYPE_INT8: { int8_t x; MN__LOAD(int8_t, x, p, al); v.cls = MN__CLS_I; v.i = x; break; }
+    case MN_DTYPE_INT16: { int16_t x; MN__LOAD(int16_t, x, p, al); v.cls = MN__CLS_I; v.i = x; break; }
+    case MN_DTYPE_INT32: { int32_t x; MN__LOAD(int32_t, x, p, al); v.cls = MN__CLS_I; v.i = x; break; }
+    case MN_DTYPE_INT64: { int64_t x; MN__LOAD(int64_t, x, p, al); v.cls = MN__CLS_I; v.i = x; break; }
+    case MN_DTYPE_FLOAT16: { uint16_t x; MN__LOAD(uint16_t, x, p, al); v.cls = MN__CLS_F; v.f = mn__f16_to_f32(x); break; }
+    case MN_DTYPE_BFLOAT16: { uint16_t x; MN__LOAD(uint16_t, x, p, al); v.cls = MN__CLS_F; v.f = mn__bf16_to_f32(x); break; }
+    case MN_DTYPE_FLOAT8_E4M3FN: { uint8_t x; MN__LOAD(uint8_t, x, p, al); v.cls = MN__CLS_F; v.f = mn__e4m3_to_f32(x); break; }
+    case MN_DTYPE_FLOAT8_E5M2: { uint8_t x; MN__LOAD(uint8_t, x, p, al); v.cls = MN__CLS_F; v.f = mn__e5m2_to_f32(x); break; }
+    case MN_DTYPE_FLOAT32: { float x; MN__LOAD(float, x, p, al); v.cls = MN__CLS_F; v.f = x; break; }
+    case MN_DTYPE_FLOAT64: { double x; MN__LOAD(double, x, p, al); v.cls = MN__CLS_D; v.d = x; break; }
+    case MN_DTYPE_COMPLEX64: { mn__c64_t x; MN__LOAD(mn__c64_t, x, p, al); v.cls = MN__CLS_F; v.f = x.v[0]; v.im = mn__f32_to_f64(x.v[1]); break; }
+    case MN_DTYPE_COMPLEX128: { mn__c128_t x; MN__LOAD(mn__c128_t, x, p, al); v.cls = MN__CLS_D; v.d = x.v[0]; v.im = x.v[1]; break; }
     default: break;
   }
   return v;
 }
+MN__HD mn__cval_t mn__cast_load(int S, const void *p) { return mn__cast_load_al(S, p, 0); }
 
 /* The value as 64-bit two's complement bits (float: saturating truncation). */
 MN__HD uint64_t mn__cval_bits(mn__cval_t v, int to_u64) {
@@ -348,30 +383,48 @@ MN__CVAL_NARROW(mn__cval_e4m3, MN__NF_E4M3, mn__f32_to_e4m3)
 MN__CVAL_NARROW(mn__cval_e5m2, MN__NF_E5M2, mn__f32_to_e5m2)
 #undef MN__CVAL_NARROW
 
-MN__HD void mn__cast_store(int D, void *p, mn__cval_t v) {
+/* Stores v as dtype D at p; al: p is aligned to D's item size. */
+MN__HD void mn__cast_store_al(int D, void *p, mn__cval_t v, int al) {
   switch (D) {
-    case MN_DTYPE_BOOL: { uint8_t x = (uint8_t)mn__cval_truth(v); memcpy(p, &x, 1); break; }
+    case MN_DTYPE_BOOL: { uint8_t x = (uint8_t)mn__cval_truth(v); MN__STORE(uint8_t, p, x, al); break; }
     case MN_DTYPE_UINT8:
-    case MN_DTYPE_INT8: { uint8_t x = (uint8_t)mn__cval_bits(v, 0); memcpy(p, &x, 1); break; }
+    case MN_DTYPE_INT8: { uint8_t x = (uint8_t)mn__cval_bits(v, 0); MN__STORE(uint8_t, p, x, al); break; }
     case MN_DTYPE_UINT16:
-    case MN_DTYPE_INT16: { uint16_t x = (uint16_t)mn__cval_bits(v, 0); memcpy(p, &x, 2); break; }
+    case MN_DTYPE_INT16: { uint16_t x = (uint16_t)mn__cval_bits(v, 0); MN__STORE(uint16_t, p, x, al); break; }
     case MN_DTYPE_UINT32:
-    case MN_DTYPE_INT32: { uint32_t x = (uint32_t)mn__cval_bits(v, 0); memcpy(p, &x, 4); break; }
-    case MN_DTYPE_INT64: { uint64_t x = mn__cval_bits(v, 0); memcpy(p, &x, 8); break; }
-    case MN_DTYPE_UINT64: { uint64_t x = mn__cval_bits(v, 1); memcpy(p, &x, 8); break; }
-    case MN_DTYPE_FLOAT16: { uint16_t x = (uint16_t)mn__cval_f16(v); memcpy(p, &x, 2); break; }
-    case MN_DTYPE_BFLOAT16: { uint16_t x = (uint16_t)mn__cval_bf16(v); memcpy(p, &x, 2); break; }
-    case MN_DTYPE_FLOAT8_E4M3FN: { uint8_t x = (uint8_t)mn__cval_e4m3(v); memcpy(p, &x, 1); break; }
-    case MN_DTYPE_FLOAT8_E5M2: { uint8_t x = (uint8_t)mn__cval_e5m2(v); memcpy(p, &x, 1); break; }
-    case MN_DTYPE_FLOAT32: { float x = mn__cval_f32(v); memcpy(p, &x, 4); break; }
-    case MN_DTYPE_FLOAT64: { double x = mn__cval_f64(v); memcpy(p, &x, 8); break; }
-    case MN_DTYPE_COMPLEX64: { float x[2] = {mn__cval_f32(v), mn__f64_to_f32(v.im)}; memcpy(p, x, 8); break; }
-    case MN_DTYPE_COMPLEX128: { double x[2] = {mn__cval_f64(v), v.im}; memcpy(p, x, 16); break; }
+    case MN_DTYPE_INT32: { uint32_t x = (uint32_t)mn__cval_bits(v, 0); MN__STORE(uint32_t, p, x, al); break; }
+    case MN_DTYPE_INT64: { uint64_t x = mn__cval_bits(v, 0); MN__STORE(uint64_t, p, x, al); break; }
+    case MN_DTYPE_UINT64: { uint64_t x = mn__cval_bits(v, 1); MN__STORE(uint64_t, p, x, al); break; }
+    case MN_DTYPE_FLOAT16: { uint16_t x = (uint16_t)mn__cval_f16(v); MN__STORE(uint16_t, p, x, al); break; }
+    case MN_DTYPE_BFLOAT16: { uint16_t x = (uint16_t)mn__cval_bf16(v); MN__STORE(uint16_t, p, x, al); break; }
+    case MN_DTYPE_FLOAT8_E4M3FN: { uint8_t x = (uint8_t)mn__cval_e4m3(v); MN__STORE(uint8_t, p, x, al); break; }
+    case MN_DTYPE_FLOAT8_E5M2: { uint8_t x = (uint8_t)mn__cval_e5m2(v); MN__STORE(uint8_t, p, x, al); break; }
+    case MN_DTYPE_FLOAT32: { float x = mn__cval_f32(v); MN__STORE(float, p, x, al); break; }
+    case MN_DTYPE_FLOAT64: { double x = mn__cval_f64(v); MN__STORE(double, p, x, al); break; }
+    case MN_DTYPE_COMPLEX64: {
+      mn__c64_t x;
+      x.v[0] = mn__cval_f32(v);
+      x.v[1] = mn__f64_to_f32(v.im);
+      MN__STORE(mn__c64_t, p, x, al);
+      break;
+    }
+    case MN_DTYPE_COMPLEX128: {
+      mn__c128_t x;
+      x.v[0] = mn__cval_f64(v);
+      x.v[1] = v.im;
+      MN__STORE(mn__c128_t, p, x, al);
+      break;
+    }
     default: break;
   }
 }
+MN__HD void mn__cast_store(int D, void *p, mn__cval_t v) { mn__cast_store_al(D, p, v, 0); }
 
-/* Converts one element; D and S are mn_dtype values (constants for speed). */
-MN__HD void mn__cast_elem(int D, void *dst, int S, const void *src) { mn__cast_store(D, dst, mn__cast_load(S, src)); }
+/* Converts one element; D and S are mn_dtype values (constants for speed);
+ * al: both addresses are aligned to their item sizes. */
+MN__HD void mn__cast_elem_al(int D, void *dst, int S, const void *src, int al) {
+  mn__cast_store_al(D, dst, mn__cast_load_al(S, src, al), al);
+}
+MN__HD void mn__cast_elem(int D, void *dst, int S, const void *src) { mn__cast_elem_al(D, dst, S, src, 0); }
 
 #endif /* MNEMO_KERNELS_CAST_H */

@@ -1,7 +1,21 @@
 // kernels/cuda_exec.cu: the CUDA executor of plans (kernels/plan.h): vectorized
 // contiguous casts, tiled shared-memory transposes, generic N-d copy/cast/fill
-// with magic-number division, and the Philox random fill; all launched on the
-// caller's stream. Conversions come from kernels/cast.h (the CPU's, bit-exact).
+// with magic-number division (kernels/divmod.h), and the Philox random fill;
+// all launched on the caller's stream inside a device guard that restores the
+// caller's device. Conversions come from kernels/cast.h (the CPU's, bit-exact).
+//
+// Alignment: the fast kernels (contiguous casts, transposes) and the generic
+// kernels' ALIGNED variants access items through naturally aligned types, so
+// they run only when both base addresses are aligned to their item sizes
+// (strides are in items); a storage over a foreign buffer
+// (mn_storage_from_buffer, DLPack) may not be, and then the generic kernels'
+// byte-wise variants run: such an operand never faults the context.
+// Overlap: dst and src may share bytes (an in-place cast of one storage: the
+// same elements, same item size; or views the overlap check cannot decide).
+// The kernels whose pointers are __restrict__ and load through the read-only
+// cache (__ldg) run only when the byte ranges of dst and src are disjoint;
+// otherwise the generic kernels run with plain loads (their `alias` flag).
+// Threading: any thread; no state but kernels/cuda_grid.h's caches.
 #include <cuda_runtime.h>
 
 #include <stddef.h>
@@ -9,9 +23,12 @@
 #include <string.h>
 
 #include "kernels/cast.h"
+#include "kernels/cuda_grid.h"
 #include "kernels/cuda_kernels.h"
 #include "kernels/cuda_launch.h"
+#include "kernels/divmod.h"
 #include "kernels/philox.h"
+#include "runtime/cuda_device.h"
 #include "runtime/error.h"
 
 namespace {
@@ -28,44 +45,20 @@ template <> struct Bytes<4> { typedef unsigned int T; };
 template <> struct Bytes<8> { typedef uint2 T; };
 template <> struct Bytes<16> { typedef uint4 T; };
 
-// Division by a fixed d < 2^31 of n < 2^31 with one multiply-high and a shift
-// (Granlund-Montgomery): q = (umulhi(n, m) + n) >> s.
-struct Div32 {
-  uint32_t d, m, s;
-  __host__ void init(uint32_t div) {
-    d = div;
-    s = 0;
-    while ((1ull << s) < div) s++;
-    m = (uint32_t)((((1ull << 32) * ((1ull << s) - div)) / div) + 1);
-  }
-  __device__ __forceinline__ uint32_t div(uint32_t n) const {
-    return (uint32_t)(((uint64_t)__umulhi(n, m) + n) >> s);
-  }
-};
+typedef mn__offcalc_t OffCalc;
 
-// Byte offsets of element e in dst and src: dims innermost first.
-struct OffCalc {
-  int ndim;
-  Div32 div[MN_MAX_DIMS];
-  int64_t size[MN_MAX_DIMS];
-  int64_t ds[MN_MAX_DIMS], ss[MN_MAX_DIMS];  // bytes
-};
-
-template <typename I>
-__device__ __forceinline__ void offsets(const OffCalc &c, I e, I *od, I *os) {
-  I d = 0, s = 0;
+// Byte offsets of element e in dst and src: kernels/divmod.h's walk for 32-bit
+// indices (every size < 2^31), 64-bit division otherwise.
+__device__ __forceinline__ void offsets(const OffCalc &c, uint32_t e, uint32_t *od, uint32_t *os) {
+  mn__offcalc_offsets32(&c, e, od, os);
+}
+__device__ __forceinline__ void offsets(const OffCalc &c, int64_t e, int64_t *od, int64_t *os) {
+  int64_t d = 0, s = 0;
 #pragma unroll 4
   for (int k = 0; k < c.ndim; k++) {
-    I q, r;
-    if (sizeof(I) == 4) {
-      q = (I)c.div[k].div((uint32_t)e);
-      r = e - q * (I)c.size[k];
-    } else {
-      q = e / (I)c.size[k];
-      r = e - q * (I)c.size[k];
-    }
-    d += r * (I)c.ds[k];
-    s += r * (I)c.ss[k];
+    const int64_t q = e / c.size[k], r = e - q * c.size[k];
+    d += r * c.ds[k];
+    s += r * c.ss[k];
     e = q;
   }
   *od = d;
@@ -74,29 +67,44 @@ __device__ __forceinline__ void offsets(const OffCalc &c, I e, I *od, I *os) {
 
 enum Mode { COPY = 0, CAST = 1, FILL = 2 };
 
-// Generic N-d: one element per thread and step; DN = dst item bytes, SN = src
-// item bytes (COPY: equal), casts through the runtime-dtype conversion.
-template <int DN, int MODE, typename I>
-__global__ void generic_kernel(char *__restrict__ dst, const char *__restrict__ src, I n, OffCalc c, int D, int S,
-                               typename Bytes<DN>::T pattern) {
+// Generic N-d: one element per thread and step; DN = dst item bytes (COPY: the
+// src's too), casts through the runtime-dtype conversion. ALIGNED: both base
+// addresses are aligned to their item sizes, items move through naturally
+// aligned types; else byte by byte. alias: dst and src may share bytes, so no
+// read-only-cache loads (no __restrict__ either: the pointers may alias).
+template <int DN, int MODE, typename I, bool ALIGNED>
+__global__ void generic_kernel(char *dst, const char *src, I n, OffCalc c, int D, int S,
+                               typename Bytes<DN>::T pattern, bool alias) {
   typedef typename Bytes<DN>::T T;
   for (I e = (I)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (I)gridDim.x * blockDim.x) {
     I od, os;
-    offsets<I>(c, e, &od, &os);
+    offsets(c, e, &od, &os);
     if (MODE == FILL) {
-      *reinterpret_cast<T *>(dst + od) = pattern;
+      if (ALIGNED)
+        *reinterpret_cast<T *>(dst + od) = pattern;
+      else
+        memcpy(dst + od, &pattern, DN);
     } else if (MODE == COPY) {
-      *reinterpret_cast<T *>(dst + od) = __ldg(reinterpret_cast<const T *>(src + os));
-    } else {
+      if (ALIGNED) {
+        const T *sp = reinterpret_cast<const T *>(src + os);
+        *reinterpret_cast<T *>(dst + od) = alias ? *sp : __ldg(sp);
+      } else {
+        memcpy(dst + od, src + os, DN);
+      }
+    } else {  // load typed, convert into a register, store DN bytes
       T v;
-      mn__cast_elem(D, &v, S, src + os);
-      *reinterpret_cast<T *>(dst + od) = v;
+      mn__cast_store(D, &v, mn__cast_load_al(S, src + os, ALIGNED));
+      if (ALIGNED)
+        *reinterpret_cast<T *>(dst + od) = v;
+      else
+        memcpy(dst + od, &v, DN);
     }
   }
 }
 
 // Contiguous cast: each thread converts VEC elements per step with one load of
 // VEC*SI bytes and one store of VEC*DI bytes (16 bytes on the wider side).
+// pre: dst and src aligned to their item sizes, their bytes disjoint.
 template <int D, int S, int DI, int SI>
 __global__ void cast_contig_kernel(char *__restrict__ dst, const char *__restrict__ src, int64_t n, bool vector) {
   constexpr int W = DI > SI ? DI : SI;
@@ -117,12 +125,13 @@ __global__ void cast_contig_kernel(char *__restrict__ dst, const char *__restric
     }
     done = nvec * VEC;
   }
-  for (int64_t i = done + tid; i < n; i += step) mn__cast_elem(D, dst + i * DI, S, src + i * SI);
+  for (int64_t i = done + tid; i < n; i += step) mn__cast_elem_al(D, dst + i * DI, S, src + i * SI, 1);
 }
 
 // Transpose tiles: dst[i + j*dsj] = src[i*ssi + j] over (i, j) in ni x nj,
 // for every outer index. Reads along j and writes along i are both coalesced;
 // the tile's row pitch makes column accesses bank-conflict-free.
+// pre: dst and src aligned to their item sizes, their bytes disjoint.
 struct TrParams {
   char *dst;
   const char *src;
@@ -160,7 +169,7 @@ __global__ void __launch_bounds__(kTile *kTileRows) transpose_kernel(TrParams p)
             const char *sp = p.src + os + i * p.ssi + j * p.SI;
             T v;
             if (CAST)
-              mn__cast_elem(p.D, &v, p.S, sp);
+              mn__cast_store(p.D, &v, mn__cast_load_al(p.S, sp, 1));
             else
               v = __ldg(reinterpret_cast<const T *>(sp));
             tile[ty + r][tx] = v;
@@ -229,7 +238,7 @@ __global__ void random_kernel(char *__restrict__ dst, I n, OffCalc c, mn__rand_p
       const I e = e0 + (I)l;
       if (l >= per || e >= n) break;
       I od, os;
-      offsets<I>(c, e, &od, &os);
+      offsets(c, e, &od, &os);
       const W v = (W)mn__rand_lane_bits(&rp, DT, o, z, l);
       if (STORE == RAND_BYTES)
         memcpy(dst + od, &v, N);
@@ -239,18 +248,6 @@ __global__ void random_kernel(char *__restrict__ dst, I n, OffCalc c, mn__rand_p
   }
 }
 
-unsigned grid_for(int device, int64_t work) {
-  int sms = 0;
-  int64_t cap = 1024;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && sms > 0)
-    cap = (int64_t)sms * 8;
-  else
-    (void)cudaGetLastError();
-  int64_t blocks = (work + kThreads - 1) / kThreads;
-  if (blocks > cap) blocks = cap;
-  return blocks < 1 ? 1u : (unsigned)blocks;
-}
-
 mn_status launched(cudaError_t err, const char *func, const char *what, int device) {
   if (err == cudaSuccess) return MN_OK;
   (void)cudaGetLastError();  // the failed launch's own error, reported here
@@ -258,41 +255,75 @@ mn_status launched(cudaError_t err, const char *func, const char *what, int devi
                    cudaGetErrorName(err), cudaGetErrorString(err));
 }
 
-void offcalc_of_plan(const mn__plan_t *p, OffCalc *c) {
-  memset(c, 0, sizeof *c);
-  c->ndim = p->ndim;
-  for (int k = 0; k < p->ndim; k++) {
-    c->size[k] = p->sizes[k];
-    c->div[k].init(p->sizes[k] < INT32_MAX ? (uint32_t)p->sizes[k] : 1u);
-    c->ds[k] = p->dst_strides[k] * (int64_t)p->dst_item;
-    c->ss[k] = p->src_strides[k] * (int64_t)p->src_item;
-  }
+// Launches a grid-stride kernel of kThreads-thread blocks over `work` items,
+// its grid sized by its own occupancy on `device` (kernels/cuda_grid.h).
+template <auto K, typename... A>
+cudaError_t launch_1d(int device, int64_t work, cudaStream_t s, A... args) {
+  return mn__launch(K, mn_grid::grid_for<K, kThreads>(device, work), kThreads, 0, s, args...);
+}
+
+// Both base addresses aligned to their item sizes (strides are in items, so
+// every element is): the typed kernels may run.
+bool plan_aligned(const mn__plan_t *p) {
+  return (uintptr_t)p->dst % p->dst_item == 0 &&
+         (p->kind == MN__PLAN_FILL || (uintptr_t)p->src % p->src_item == 0);
+}
+
+// One past the last byte an operand of the plan reaches from its start.
+uintptr_t plan_end(const char *base, const int64_t *strides, size_t item, const mn__plan_t *p) {
+  uintptr_t end = (uintptr_t)base + item;
+  for (int k = 0; k < p->ndim; k++) end += (uintptr_t)((p->sizes[k] - 1) * strides[k] * (int64_t)item);
+  return end;
+}
+
+// Whether the byte ranges of dst and src meet (conservative: interleaved
+// operands that share no byte count too; they only lose __ldg).
+bool plan_overlaps(const mn__plan_t *p) {
+  if (p->kind == MN__PLAN_FILL) return false;
+  const uintptr_t d0 = (uintptr_t)p->dst, s0 = (uintptr_t)p->src;
+  return d0 < plan_end(p->src, p->src_strides, p->src_item, p) && s0 < plan_end(p->dst, p->dst_strides, p->dst_item, p);
+}
+
+template <int DN, int MODE, bool ALIGNED>
+cudaError_t launch_generic_a(int device, const mn__plan_t *p, const OffCalc &c, cudaStream_t s,
+                             typename Bytes<DN>::T pat, bool alias) {
+  if (p->index64)
+    return launch_1d<generic_kernel<DN, MODE, int64_t, ALIGNED>>(device, p->numel, s, p->dst, p->src,
+                                                                 (int64_t)p->numel, c, (int)p->dst_dtype,
+                                                                 (int)p->src_dtype, pat, alias);
+  return launch_1d<generic_kernel<DN, MODE, uint32_t, ALIGNED>>(device, p->numel, s, p->dst, p->src,
+                                                                (uint32_t)p->numel, c, (int)p->dst_dtype,
+                                                                (int)p->src_dtype, pat, alias);
 }
 
 template <int DN, int MODE>
-cudaError_t launch_generic_n(const mn__plan_t *p, const OffCalc &c, cudaStream_t s, unsigned grid,
-                             const void *pattern) {
+cudaError_t launch_generic_n(int device, const mn__plan_t *p, const OffCalc &c, cudaStream_t s, const void *pattern,
+                             bool aligned, bool alias) {
   typename Bytes<DN>::T pat;
   memset(&pat, 0, sizeof pat);
   if (pattern) memcpy(&pat, pattern, DN);
-  if (p->index64)
-    return mn__launch(generic_kernel<DN, MODE, int64_t>, grid, kThreads, 0, s, p->dst, p->src, (int64_t)p->numel, c,
-                      (int)p->dst_dtype, (int)p->src_dtype, pat);
-  return mn__launch(generic_kernel<DN, MODE, uint32_t>, grid, kThreads, 0, s, p->dst, p->src, (uint32_t)p->numel, c,
-                    (int)p->dst_dtype, (int)p->src_dtype, pat);
+  // one-byte copies and fills are always aligned: no byte-wise variant of them
+  if constexpr (DN == 1 && MODE != CAST) {
+    return launch_generic_a<DN, MODE, true>(device, p, c, s, pat, alias);
+  } else {
+    if (aligned) return launch_generic_a<DN, MODE, true>(device, p, c, s, pat, alias);
+    return launch_generic_a<DN, MODE, false>(device, p, c, s, pat, alias);
+  }
 }
 
 // Each launcher returns false when no kernel fits the plan, else true with the
 // launch's error in *err.
 template <int MODE>
-bool launch_generic(const mn__plan_t *p, const OffCalc &c, cudaStream_t s, unsigned grid, const void *pattern,
+bool launch_generic(int device, const mn__plan_t *p, cudaStream_t s, const void *pattern, bool aligned, bool alias,
                     cudaError_t *err) {
+  OffCalc c;
+  mn__offcalc_of_plan(p, &c);
   switch (p->dst_item) {
-    case 1: *err = launch_generic_n<1, MODE>(p, c, s, grid, pattern); return true;
-    case 2: *err = launch_generic_n<2, MODE>(p, c, s, grid, pattern); return true;
-    case 4: *err = launch_generic_n<4, MODE>(p, c, s, grid, pattern); return true;
-    case 8: *err = launch_generic_n<8, MODE>(p, c, s, grid, pattern); return true;
-    case 16: *err = launch_generic_n<16, MODE>(p, c, s, grid, pattern); return true;
+    case 1: *err = launch_generic_n<1, MODE>(device, p, c, s, pattern, aligned, alias); return true;
+    case 2: *err = launch_generic_n<2, MODE>(device, p, c, s, pattern, aligned, alias); return true;
+    case 4: *err = launch_generic_n<4, MODE>(device, p, c, s, pattern, aligned, alias); return true;
+    case 8: *err = launch_generic_n<8, MODE>(device, p, c, s, pattern, aligned, alias); return true;
+    case 16: *err = launch_generic_n<16, MODE>(device, p, c, s, pattern, aligned, alias); return true;
   }
   return false;
 }
@@ -336,22 +367,22 @@ bool launch_transpose(const mn__plan_t *p, cudaStream_t s, cudaError_t *err) {
 // The contiguous-cast kernel of every pair, chosen by a switch over both dtypes:
 // the dst switch picks the instantiation (D, its item size DI) whose switch
 // over src launches the kernel; rows from MN_DTYPE_TABLE (mnemo/dtype_table.h).
-#define MN__CU_CASE_S(A, S, sval, sname, SSIZE, ...)                                                    \
-  case MN_DTYPE_##S:                                                                                    \
-    *err = mn__launch(cast_contig_kernel<D, MN_DTYPE_##S, DI, SSIZE>, grid, kThreads, 0, s, p->dst, p->src,    \
-                      (int64_t)p->numel, vector);                                                       \
+#define MN__CU_CASE_S(A, S, sval, sname, SSIZE, ...)                                                          \
+  case MN_DTYPE_##S:                                                                                          \
+    *err = launch_1d<cast_contig_kernel<D, MN_DTYPE_##S, DI, SSIZE>>(device, p->numel, s, p->dst, p->src,    \
+                                                                     (int64_t)p->numel, vector);              \
     return true;
 template <int D, int DI>
-bool launch_cast_contig_to(const mn__plan_t *p, cudaStream_t s, unsigned grid, bool vector, cudaError_t *err) {
+bool launch_cast_contig_to(int device, const mn__plan_t *p, cudaStream_t s, bool vector, cudaError_t *err) {
   switch (p->src_dtype) {
     MN_DTYPE_TABLE(MN__CU_CASE_S, ~)
     default: return false;
   }
 }
 #define MN__CU_CASE_D(A, D, dval, dname, DSIZE, ...) \
-  case MN_DTYPE_##D: return launch_cast_contig_to<MN_DTYPE_##D, DSIZE>(p, s, grid, vector, err);
+  case MN_DTYPE_##D: return launch_cast_contig_to<MN_DTYPE_##D, DSIZE>(device, p, s, vector, err);
 
-bool launch_cast_contig(const mn__plan_t *p, cudaStream_t s, unsigned grid, cudaError_t *err) {
+bool launch_cast_contig(int device, const mn__plan_t *p, cudaStream_t s, cudaError_t *err) {
   size_t wide = p->dst_item > p->src_item ? p->dst_item : p->src_item;
   const bool vector = (size_t)p->vec >= 16 / wide; // aligned for full 16-byte accesses
   switch (p->dst_dtype) {
@@ -376,28 +407,28 @@ extern "C" mn_status mn__cuda_exec(int device, void *stream, const mn__plan_t *p
     return mn__cuda_copy(device, stream, p->dst, p->src, (size_t)p->numel * p->dst_item);
   if (p->kind == MN__PLAN_FILL && p->ndim == 1 && p->dst_strides[0] == 1)
     return mn__cuda_fill(device, stream, p->dst, (size_t)p->numel, p->dst_item, pattern);
-  mn_status st = mn__cuda_use_device(__func__, device);
+  mn__cuda_guard_t guard;
+  mn_status st = mn__cuda_guard_enter(&guard, __func__, device, false);
   if (st != MN_OK) return st;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const unsigned grid = grid_for(device, p->numel);
   const bool cast = p->kind != MN__PLAN_FILL && p->dst_dtype != p->src_dtype;
+  const bool aligned = plan_aligned(p), alias = plan_overlaps(p);
   bool ok;
   cudaError_t err = cudaSuccess;
   const char *what;
-  if (p->kind == MN__PLAN_CONTIG) {
+  if (p->kind == MN__PLAN_CONTIG && aligned && !alias) {
     what = "contiguous cast";
-    ok = launch_cast_contig(p, s, grid, &err);
-  } else if (p->kind == MN__PLAN_TRANSPOSE && transpose_tiles_pay(p)) {
+    ok = launch_cast_contig(device, p, s, &err);
+  } else if (p->kind == MN__PLAN_TRANSPOSE && transpose_tiles_pay(p) && aligned && !alias) {
     what = cast ? "transpose with cast" : "transpose";
     ok = cast ? launch_transpose<true>(p, s, &err) : launch_transpose<false>(p, s, &err);
   } else {
-    OffCalc c;
-    offcalc_of_plan(p, &c);
     what = p->kind == MN__PLAN_FILL ? "strided fill" : cast ? "strided cast" : "strided copy";
-    ok = p->kind == MN__PLAN_FILL ? launch_generic<FILL>(p, c, s, grid, pattern, &err)
-         : cast                   ? launch_generic<CAST>(p, c, s, grid, NULL, &err)
-                                  : launch_generic<COPY>(p, c, s, grid, NULL, &err);
+    ok = p->kind == MN__PLAN_FILL ? launch_generic<FILL>(device, p, s, pattern, aligned, alias, &err)
+         : cast                   ? launch_generic<CAST>(device, p, s, NULL, aligned, alias, &err)
+                                  : launch_generic<COPY>(device, p, s, NULL, aligned, alias, &err);
   }
+  mn__cuda_guard_leave(&guard);
   if (!ok)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "no CUDA kernel for %s (%s <- %s, item %zu)", what,
                      mn_dtype_name(p->dst_dtype), mn_dtype_name(p->src_dtype), p->dst_item);
@@ -408,41 +439,30 @@ extern "C" mn_status mn__cuda_random(int device, void *stream, const mn__strided
                                      const mn__rand_params_t *params) {
   // Logical row-major dims, innermost first, size-1 dropped, neighbours merged.
   OffCalc c;
-  memset(&c, 0, sizeof c);
-  int64_t n = 1, item = (int64_t)mn_dtype_itemsize((mn_dtype)dtype), maxoff = 0;
-  for (int d = dst->ndim - 1; d >= 0; d--) {
-    int64_t size = dst->sizes[d], stride = dst->strides[d] * item;
-    n *= size;
-    maxoff += (size - 1) * stride;
-    if (size == 1) continue;
-    int m = c.ndim - 1;
-    if (m >= 0 && stride == c.ds[m] * c.size[m]) {
-      c.size[m] *= size;
-      continue;
-    }
-    c.size[c.ndim] = size;
-    c.ds[c.ndim] = stride;
-    c.ndim++;
-  }
+  int64_t n = 0, end = 0;
+  const int64_t item = (int64_t)mn_dtype_itemsize((mn_dtype)dtype);
+  mn__offcalc_of_rows(dst, (size_t)item, &c, &n, &end);
   if (n == 0) return MN_OK;
-  for (int k = 0; k < c.ndim; k++) c.div[k].init(c.size[k] < INT32_MAX ? (uint32_t)c.size[k] : 1u);
-  mn_status st = mn__cuda_use_device(__func__, device);
+  if (dtype != MN_DTYPE_FLOAT16 && dtype != MN_DTYPE_BFLOAT16 && dtype != MN_DTYPE_FLOAT32 &&
+      dtype != MN_DTYPE_FLOAT64)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "random fill of %s", mn_dtype_name((mn_dtype)dtype));
+  mn__cuda_guard_t guard;
+  mn_status st = mn__cuda_guard_enter(&guard, __func__, device, false);
   if (st != MN_OK) return st;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   cudaError_t err = cudaSuccess;
-  const int64_t per = mn__rand_per_block(dtype, params->normal);
-  const unsigned grid = grid_for(device, (n + per - 1) / per);
-  const bool wide = n + per > INT32_MAX || maxoff + item > INT32_MAX;
+  const int64_t per = mn__rand_per_block(dtype, params->normal), blocks = (n + per - 1) / per;
+  const bool wide = n + per > INT32_MAX || end > INT32_MAX;
   const uintptr_t base = (uintptr_t)dst->data;
   const bool dense = c.ndim == 0 || (c.ndim == 1 && c.ds[0] == item);
-  const int store = base % (uintptr_t)item != 0                               ? RAND_BYTES
+  const int store = base % (uintptr_t)item != 0                                             ? RAND_BYTES
                     : dense && base % (uintptr_t)(per * item < 16 ? per * item : 16) == 0 ? RAND_VEC
-                                                                              : RAND_ALIGNED;
-#define MN__CU_RAND_S(DT, ST)                                                                            \
-  if (wide)                                                                                              \
-    err = mn__launch(random_kernel<DT, ST, int64_t>, grid, kThreads, 0, s, dst->data, (int64_t)n, c, *params); \
-  else                                                                                                   \
-    err = mn__launch(random_kernel<DT, ST, uint32_t>, grid, kThreads, 0, s, dst->data, (uint32_t)n, c, *params);
+                                                                                            : RAND_ALIGNED;
+#define MN__CU_RAND_S(DT, ST)                                                                                   \
+  if (wide)                                                                                                     \
+    err = launch_1d<random_kernel<DT, ST, int64_t>>(device, blocks, s, dst->data, (int64_t)n, c, *params);     \
+  else                                                                                                          \
+    err = launch_1d<random_kernel<DT, ST, uint32_t>>(device, blocks, s, dst->data, (uint32_t)n, c, *params);
 #define MN__CU_RAND(DT)                                                                                  \
   if (store == RAND_VEC) {                                                                               \
     MN__CU_RAND_S(DT, RAND_VEC)                                                                          \
@@ -455,11 +475,10 @@ extern "C" mn_status mn__cuda_random(int device, void *stream, const mn__strided
     case MN_DTYPE_FLOAT16: MN__CU_RAND(MN_DTYPE_FLOAT16) break;
     case MN_DTYPE_BFLOAT16: MN__CU_RAND(MN_DTYPE_BFLOAT16) break;
     case MN_DTYPE_FLOAT32: MN__CU_RAND(MN_DTYPE_FLOAT32) break;
-    case MN_DTYPE_FLOAT64: MN__CU_RAND(MN_DTYPE_FLOAT64) break;
-    default:
-      return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "random fill of %s", mn_dtype_name((mn_dtype)dtype));
+    default: MN__CU_RAND(MN_DTYPE_FLOAT64) break;
   }
 #undef MN__CU_RAND
 #undef MN__CU_RAND_S
+  mn__cuda_guard_leave(&guard);
   return launched(err, __func__, "random fill", device);
 }

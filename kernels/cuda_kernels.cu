@@ -1,20 +1,23 @@
 // kernels/cuda_kernels.cu: the CUDA fill and copy behind mn_kernel_fill and
 // mn_kernel_copy on CUDA memory, launched on a caller's stream (extern "C").
+// Each launcher makes its device current inside a device guard
+// (runtime/cuda_device.h) and restores the caller's before returning.
+// Threading: any thread; no state but kernels/cuda_grid.h's caches (atomics).
 #include <cuda_runtime.h>
 
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/cuda_grid.h"
 #include "kernels/cuda_kernels.h"
 #include "kernels/cuda_launch.h"
+#include "runtime/cuda_device.h"
 #include "runtime/error.h"
 
 namespace {
 
 constexpr unsigned kFillThreads = 256;   // >= 16: head and tail bytes need 16 threads
-constexpr unsigned kBlocksPerSm = 8;     // with 256 threads: a full H100/A100 SM
-constexpr unsigned kFallbackBlocks = 1024;
 
 // Byte j (0..15, little-endian) of a 16-byte unit, without spilling it to memory.
 __device__ __forceinline__ unsigned char byte_of(uint4 w, size_t j) {
@@ -47,40 +50,7 @@ bool valid_itemsize(size_t itemsize) {
   return itemsize == 1 || itemsize == 2 || itemsize == 4 || itemsize == 8 || itemsize == 16;
 }
 
-
-unsigned fill_blocks(int device, size_t work) {
-  int sms = 0;
-  size_t cap = kFallbackBlocks;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
-      sms > 0) {
-    cap = (size_t)sms * kBlocksPerSm;
-  } else {
-    (void)cudaGetLastError();
-  }
-  size_t blocks = (work + kFillThreads - 1) / kFillThreads;
-  if (blocks > cap) blocks = cap;
-  return blocks == 0 ? 1u : (unsigned)blocks;
-}
-
 }  // namespace
-
-// Makes `device` current (cudaSetDevice only when it is not already).
-extern "C" mn_status mn__cuda_use_device(const char *func, int device) {
-  int cur = -1;
-  cudaError_t err = cudaGetDevice(&cur);
-  if (err == cudaSuccess && cur == device) return MN_OK;
-  if (err != cudaSuccess) (void)cudaGetLastError();
-  err = cudaSetDevice(device);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    const bool none = err == cudaErrorInvalidDevice || err == cudaErrorNoDevice ||
-                      err == cudaErrorInsufficientDriver || err == cudaErrorStubLibrary;
-    return mn__error(none ? MN_ERR_NO_DEVICE : MN_ERR_DEVICE, func,
-                     "cudaSetDevice(%d) failed: %s (%s)", device, cudaGetErrorName(err),
-                     cudaGetErrorString(err));
-  }
-  return MN_OK;
-}
 
 extern "C" mn_status mn__cuda_fill(int device, void *stream, void *dst, size_t count,
                                    size_t itemsize, const void *pattern) {
@@ -98,7 +68,8 @@ extern "C" mn_status mn__cuda_fill(int device, void *stream, void *dst, size_t c
                      itemsize);
   }
   const size_t nbytes = count * itemsize;
-  mn_status st = mn__cuda_use_device(__func__, device);
+  mn__cuda_guard_t guard;
+  mn_status st = mn__cuda_guard_enter(&guard, __func__, device, false);
   if (st != MN_OK) return st;
 
   size_t head = (16u - (size_t)((uintptr_t)dst & 15u)) & 15u;
@@ -112,9 +83,10 @@ extern "C" mn_status mn__cuda_fill(int device, void *stream, void *dst, size_t c
   memcpy(&wide, w, sizeof wide);
 
   const size_t work = nvec > 16 ? nvec : 16;
-  const unsigned blocks = fill_blocks(device, work);
+  const unsigned blocks = mn_grid::grid_for<mn_fill_kernel, kFillThreads>(device, (int64_t)work);
   cudaError_t err = mn__launch(mn_fill_kernel, blocks, kFillThreads, 0, static_cast<cudaStream_t>(stream),
                                static_cast<unsigned char *>(dst), nbytes, head, nvec, wide);
+  mn__cuda_guard_leave(&guard);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();  // the failed launch's own error, reported here
     return mn__error(MN_ERR_DEVICE, __func__,
@@ -135,10 +107,12 @@ extern "C" mn_status mn__cuda_copy(int device, void *stream, void *dst, const vo
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "dst=%p src=%p: both must be non-NULL",
                      dst, src);
   }
-  mn_status st = mn__cuda_use_device(__func__, device);
+  mn__cuda_guard_t guard;
+  mn_status st = mn__cuda_guard_enter(&guard, __func__, device, false);
   if (st != MN_OK) return st;
   cudaError_t err = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice,
                                     static_cast<cudaStream_t>(stream));
+  mn__cuda_guard_leave(&guard);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     return mn__error(MN_ERR_DEVICE, __func__,

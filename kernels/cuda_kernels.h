@@ -1,5 +1,6 @@
 /* kernels/cuda_kernels.h: the extern "C" launchers of the CUDA kernels, called
- * by kernels/kernels.c only when the build has CUDA. */
+ * by kernels/kernels.c only when the build has CUDA (or the kernel emulation).
+ * Threading: any thread, any stream of the device. */
 #ifndef MNEMO_KERNELS_CUDA_KERNELS_H
 #define MNEMO_KERNELS_CUDA_KERNELS_H
 
@@ -14,13 +15,12 @@ extern "C" {
 #endif
 
 /* pre: dst is memory of CUDA device `device`; stream is a cudaStream_t of that
- * device (NULL = the default stream); itemsize in {1,2,4,8,16}. The launcher
- * makes `device` current. Launch errors become MN_ERR_DEVICE with CUDA's text. */
+ * device (NULL = the default stream); itemsize in {1,2,4,8,16}. Every launcher
+ * makes `device` current for its CUDA calls and restores the calling thread's
+ * device before it returns (runtime/cuda_device.h). A missing device or driver
+ * is MN_ERR_NO_DEVICE; launch errors become MN_ERR_DEVICE with CUDA's text. */
 mn_status mn__cuda_fill(int device, void *stream, void *dst, size_t count, size_t itemsize,
                         const void *pattern);
-/* Makes `device` current (cudaSetDevice only when it is not already); a
- * missing device or driver is MN_ERR_NO_DEVICE, other failures MN_ERR_DEVICE. */
-mn_status mn__cuda_use_device(const char *func, int device);
 /* pre: dst and src memory of CUDA device `device`, non-overlapping. */
 mn_status mn__cuda_copy(int device, void *stream, void *dst, const void *src, size_t nbytes);
 /* Runs a plan (kernels/plan.h) on CUDA memory of `device`: vectorized

@@ -116,3 +116,37 @@ void mn__plan_make(mn__plan_t *p, const mn__strided_t *dst, mn_dtype dst_dtype, 
   p->index64 = p->numel > INT32_MAX || extent_bytes(p, p->dst_strides, p->dst_item) > INT32_MAX ||
                (!fill && extent_bytes(p, p->src_strides, p->src_item) > INT32_MAX);
 }
+
+void mn__offcalc_of_plan(const mn__plan_t *p, mn__offcalc_t *c) {
+  memset(c, 0, sizeof *c);
+  c->ndim = p->ndim;
+  for (int k = 0; k < p->ndim; k++) {
+    c->size[k] = p->sizes[k];
+    c->div[k] = mn__div32_of_size(p->sizes[k]);
+    c->ds[k] = p->dst_strides[k] * (int64_t)p->dst_item;
+    c->ss[k] = p->src_strides[k] * (int64_t)p->src_item;
+  }
+}
+
+void mn__offcalc_of_rows(const mn__strided_t *dst, size_t item, mn__offcalc_t *c, int64_t *numel, int64_t *max_end) {
+  memset(c, 0, sizeof *c);
+  int64_t n = 1, end = (int64_t)item;
+  for (int d = dst->ndim - 1; d >= 0; d--) {
+    const int64_t size = dst->sizes[d], stride = dst->strides[d] * (int64_t)item;
+    n *= size;
+    if (size == 0) continue;
+    end += (size - 1) * stride;
+    if (size == 1) continue;
+    const int m = c->ndim - 1;
+    if (m >= 0 && stride == c->ds[m] * c->size[m]) {
+      c->size[m] *= size;
+      continue;
+    }
+    c->size[c->ndim] = size;
+    c->ds[c->ndim] = stride;
+    c->ndim++;
+  }
+  for (int k = 0; k < c->ndim; k++) c->div[k] = mn__div32_of_size(c->size[k]);
+  *numel = n;
+  *max_end = n == 0 ? 0 : end;
+}

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/divmod.h"
 #include "kernels/strided.h"
 #include "mnemo/dtype.h"
 
@@ -61,6 +62,14 @@ int mn__plan_dims(const mn__strided_t *dst, const mn__strided_t *src, bool sort,
 void mn__plan_make(mn__plan_t *plan, const mn__strided_t *dst, mn_dtype dst_dtype, const mn__strided_t *src,
                    mn_dtype src_dtype);
 const char *mn__plan_kind_name(mn__plan_kind kind);
+
+/* The offsets walk of the CUDA generic kernels over a plan's dims (byte
+ * strides; divisors exact whenever the plan has no index64). */
+void mn__offcalc_of_plan(const mn__plan_t *plan, mn__offcalc_t *c);
+/* The offsets walk of a random fill of dst: dst's logical row-major dims,
+ * innermost first, size-1 dims dropped and neighbours merged (src strides 0).
+ * Sets *numel and *max_end, the byte offset just past the farthest element. */
+void mn__offcalc_of_rows(const mn__strided_t *dst, size_t item, mn__offcalc_t *c, int64_t *numel, int64_t *max_end);
 
 #ifdef __cplusplus
 }

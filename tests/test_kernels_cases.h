@@ -69,6 +69,7 @@ typedef struct kc_buf {
   size_t nbytes;
   unsigned char *host; /* the storage's bytes on the host */
   mn__strided_t ref;   /* the view's geometry over `host` */
+  void *raw;           /* a foreign storage's device block (kc_make_at) */
 } kc_buf;
 
 static void kc_upload(kc_buf *b) {
@@ -82,14 +83,24 @@ static void kc_download(const kc_buf *b, unsigned char *out) {
   MN_CHECK_OK(mn_stream_synchronize(kc_stream));
 }
 
-static bool kc_make(kc_buf *b, mn_dtype dt, int ndim, const int64_t *sizes, const kc_layout *l) {
+/* A storage of the layout's size with a view of it. shift < 0: from the
+ * device's allocator; else a foreign buffer (mn_storage_from_buffer) at
+ * `shift` bytes past a raw device block, so the view's address may be
+ * misaligned for its items (as DLPack imports and caller buffers may be). */
+static bool kc_make_at(kc_buf *b, mn_dtype dt, int ndim, const int64_t *sizes, const kc_layout *l, int shift) {
   memset(b, 0, sizeof *b);
   int64_t strides[4] = {0};
   int64_t elems = kc_strides(ndim, sizes, l, strides);
   size_t item = mn_dtype_itemsize(dt);
   b->nbytes = (size_t)elems * item;
   b->host = malloc(b->nbytes);
-  MN_CHECK_OK(mn_storage_create(kc_dev, b->nbytes, NULL, kc_stream, &b->st));
+  if (shift < 0) {
+    MN_CHECK_OK(mn_storage_create(kc_dev, b->nbytes, NULL, kc_stream, &b->st));
+  } else {
+    MN_CHECK_OK(mn_device_raw_alloc(kc_dev, b->nbytes + (size_t)shift, &b->raw));
+    if (b->raw)
+      MN_CHECK_OK(mn_storage_from_buffer(kc_dev, (char *)b->raw + shift, b->nbytes, NULL, NULL, &b->st));
+  }
   if (!b->st || !b->host) return false;
   MN_CHECK_OK(mn_view_create(b->st, dt, ndim, sizes, strides, l->offset, &b->view));
   if (!b->view) return false;
@@ -103,9 +114,14 @@ static bool kc_make(kc_buf *b, mn_dtype dt, int ndim, const int64_t *sizes, cons
   return true;
 }
 
+static bool kc_make(kc_buf *b, mn_dtype dt, int ndim, const int64_t *sizes, const kc_layout *l) {
+  return kc_make_at(b, dt, ndim, sizes, l, -1);
+}
+
 static void kc_free(kc_buf *b) {
   mn_view_destroy(b->view);
   mn_storage_release(b->st);
+  if (b->raw) MN_CHECK_OK(mn_device_raw_free(kc_dev, b->raw));
   free(b->host);
 }
 
@@ -133,10 +149,12 @@ static void kc_ref_copy(const mn__strided_t *dst, const mn__strided_t *src, size
 static int kc_failures_reported;
 
 /* Copies src (random bytes) into a poisoned dst; checks the whole dst storage
- * against the reference, for two poisons (unwritten elements cannot hide). */
-static void kc_check_copy(const kc_case *c, mn_dtype dt, mn_dtype st) {
+ * against the reference, for two poisons (unwritten elements cannot hide).
+ * dshift, sshift: kc_make_at's shift of each operand (-1: an allocation). */
+static void kc_check_copy_at(const kc_case *c, mn_dtype dt, mn_dtype st, int dshift, int sshift) {
   kc_buf d, s;
-  bool ok = kc_make(&d, dt, c->ndim, c->sizes, &c->dst) & kc_make(&s, st, c->ndim, c->sizes, &c->src);
+  bool ok = kc_make_at(&d, dt, c->ndim, c->sizes, &c->dst, dshift) &
+            kc_make_at(&s, st, c->ndim, c->sizes, &c->src, sshift);
   unsigned char *want = ok ? malloc(d.nbytes) : NULL, *got = ok ? malloc(d.nbytes) : NULL;
   if (ok && want && got) {
     mn_test_fill_random(s.host, s.nbytes);
@@ -156,8 +174,8 @@ static void kc_check_copy(const kc_case *c, mn_dtype dt, mn_dtype st) {
       if (!same && kc_failures_reported++ < 10) {
         size_t k = 0;
         while (want[k] == got[k]) k++;
-        fprintf(stderr, "  %s %s <- %s: byte %zu: want 0x%02x got 0x%02x\n", c->name, mn_dtype_name(dt),
-                mn_dtype_name(st), k, want[k], got[k]);
+        fprintf(stderr, "  %s %s <- %s (shifts %d, %d): byte %zu: want 0x%02x got 0x%02x\n", c->name,
+                mn_dtype_name(dt), mn_dtype_name(st), dshift, sshift, k, want[k], got[k]);
       }
     }
   }
@@ -166,6 +184,8 @@ static void kc_check_copy(const kc_case *c, mn_dtype dt, mn_dtype st) {
   kc_free(&d);
   kc_free(&s);
 }
+
+static void kc_check_copy(const kc_case *c, mn_dtype dt, mn_dtype st) { kc_check_copy_at(c, dt, st, -1, -1); }
 
 /* MNEMO_TEST_QUICK=1 (set by bench/gpu/run.sh under compute-sanitizer): every
  * 5th dtype pair only, same-dtype pairs always. */
@@ -380,6 +400,115 @@ MN_TEST(partial_overlap_refused_full_overlap_casts_in_place) {
   mn_storage_release(st);
 }
 
+/* ---- foreign buffers, misaligned addresses, in-place casts ------------------- */
+
+/* Storages over foreign buffers 1, 2, 4 and 8 bytes past an allocation, as
+ * dst and as src: operands misaligned for their items take the byte-wise
+ * kernels, aligned ones the typed kernels (tiles for the transpose); every
+ * item size, contiguous, strided and transposed, copies and casts. */
+MN_TEST(foreign_buffers_at_odd_addresses) {
+  static const kc_case shapes[] = {
+      {"foreign_contiguous", 1, {203}, {{0}, {1}, 0, 0}, {{0}, {1}, 0, 0}},
+      {"foreign_stepped", 2, {6, 10}, {{0, 1}, {1, 2}, 0, 1}, {{0, 1}, {2, 3}, 0, 5}},
+      {"foreign_transposed", 2, {40, 36}, {{0, 1}, {1, 1}, 0, 0}, {{1, 0}, {1, 1}, 0, 1}},
+  };
+  static const mn_dtype dts[] = {MN_DTYPE_UINT8, MN_DTYPE_BFLOAT16,  MN_DTYPE_FLOAT32,
+                                 MN_DTYPE_INT64, MN_DTYPE_COMPLEX64, MN_DTYPE_COMPLEX128};
+  static const int shifts[][2] = {{1, 0}, {0, 1}, {0, 2}, {4, 1}, {8, 8}, {2, 8}, {8, 4}};
+  enum { ND = sizeof dts / sizeof dts[0] };
+  for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+    for (size_t sh = 0; sh < sizeof shifts / sizeof shifts[0]; sh++)
+      for (int i = 0; i < ND; i++)
+        for (int j = 0; j < ND; j++)
+          if (!kc_quick_skip(i, j)) kc_check_copy_at(&shapes[k], dts[i], dts[j], shifts[sh][0], shifts[sh][1]);
+}
+
+/* Fills `value` into a poisoned view; the whole storage against the reference. */
+static void kc_check_fill_at(mn_dtype dt, int ndim, const int64_t *sizes, const kc_layout *l, mn_scalar_t value,
+                             int shift) {
+  kc_buf d;
+  if (kc_make_at(&d, dt, ndim, sizes, l, shift)) {
+    unsigned char *got = malloc(d.nbytes), pattern[16];
+    memset(d.host, 0xA5, d.nbytes);
+    kc_upload(&d);
+    MN_CHECK_OK(mn_kernel_fill_view(kc_stream, d.view, value));
+    kc_download(&d, got);
+    MN_CHECK_OK(mn_scalar_to_bytes(value, dt, pattern));
+    mn__ref_fill(&d.ref, mn_dtype_itemsize(dt), pattern);
+    bool same = got && memcmp(d.host, got, d.nbytes) == 0;
+    MN_CHECK(same);
+    if (!same && kc_failures_reported++ < 10)
+      fprintf(stderr, "  fill %s ndim %d shift %d differs\n", mn_dtype_name(dt), ndim, shift);
+    free(got);
+  }
+  kc_free(&d);
+}
+
+MN_TEST(foreign_buffer_fills) {
+  static const kc_layout layouts[] = {{{0, 1}, {1, 1}, 0, 0}, {{0, 1}, {1, 2}, 0, 1}, {{1, 0}, {1, 1}, 0, 3}};
+  static const mn_dtype dts[] = {MN_DTYPE_BOOL, MN_DTYPE_FLOAT16, MN_DTYPE_INT32, MN_DTYPE_FLOAT64,
+                                 MN_DTYPE_COMPLEX128};
+  static const int shifts[] = {1, 2, 4, 8};
+  const int64_t sizes[2] = {13, 21};
+  for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++)
+    for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++)
+      for (size_t sh = 0; sh < sizeof shifts / sizeof shifts[0]; sh++)
+        kc_check_fill_at(dts[k], 2, sizes, &layouts[l], mn_scalar_complex(1.5, -2.0), shifts[sh]);
+}
+
+/* In-place casts: a view cast onto another view of the same elements (same
+ * storage, same geometry, another dtype of the same item size), contiguous,
+ * strided and transposed, in an allocation and in a misaligned foreign
+ * buffer. The kernels must read each element before writing it and may not
+ * assume the operands disjoint. */
+MN_TEST(in_place_casts) {
+  static const kc_case shapes[] = {
+      {"in_place_contiguous", 1, {1001}, {{0}, {1}, 0, 1}, {{0}, {1}, 0, 1}},
+      {"in_place_stepped", 2, {20, 30}, {{0, 1}, {1, 2}, 0, 3}, {{0, 1}, {1, 2}, 0, 3}},
+      {"in_place_stepped_transposed", 2, {40, 36}, {{1, 0}, {2, 1}, 0, 0}, {{1, 0}, {2, 1}, 0, 0}},
+  };
+  static const mn_dtype pairs[][2] = {{MN_DTYPE_FLOAT32, MN_DTYPE_INT32},        {MN_DTYPE_INT32, MN_DTYPE_FLOAT32},
+                                      {MN_DTYPE_FLOAT16, MN_DTYPE_INT16},        {MN_DTYPE_BFLOAT16, MN_DTYPE_FLOAT16},
+                                      {MN_DTYPE_FLOAT64, MN_DTYPE_INT64},        {MN_DTYPE_COMPLEX64, MN_DTYPE_UINT64},
+                                      {MN_DTYPE_FLOAT8_E4M3FN, MN_DTYPE_UINT8}, {MN_DTYPE_BOOL, MN_DTYPE_FLOAT8_E5M2}};
+  static const int shifts[] = {-1, 1, 8};
+  for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+    for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++)
+      for (size_t sh = 0; sh < sizeof shifts / sizeof shifts[0]; sh++) {
+        const kc_case *c = &shapes[k];
+        const mn_dtype dt = pairs[p][0], st = pairs[p][1];
+        kc_buf s;
+        mn_view_t *dv = NULL;
+        unsigned char *want = NULL, *got = NULL;
+        if (kc_make_at(&s, st, c->ndim, c->sizes, &c->src, shifts[sh])) {
+          int64_t strides[4] = {0};
+          kc_strides(c->ndim, c->sizes, &c->src, strides);
+          MN_CHECK_OK(mn_view_create(s.st, dt, c->ndim, c->sizes, strides, c->src.offset, &dv));
+          want = malloc(s.nbytes);
+          got = malloc(s.nbytes);
+        }
+        if (dv && want && got) {
+          mn_test_fill_random(s.host, s.nbytes);
+          kc_upload(&s);
+          MN_CHECK_OK(mn_kernel_copy_view(kc_stream, dv, s.view));
+          kc_download(&s, got);
+          memcpy(want, s.host, s.nbytes);
+          mn__strided_t wref = s.ref;
+          wref.data = (char *)want + (s.ref.data - (char *)s.host);
+          mn__ref_copy_cast(&wref, dt, &s.ref, st, 0, kc_numel(&s.ref));
+          bool same = memcmp(want, got, s.nbytes) == 0;
+          MN_CHECK(same);
+          if (!same && kc_failures_reported++ < 10)
+            fprintf(stderr, "  %s %s <- %s shift %d differs\n", c->name, mn_dtype_name(dt), mn_dtype_name(st),
+                    shifts[sh]);
+        }
+        free(want);
+        free(got);
+        mn_view_destroy(dv);
+        kc_free(&s);
+      }
+}
+
 /* ---- random fill ------------------------------------------------------------ */
 
 MN_TEST(philox_known_answers) {
@@ -392,14 +521,14 @@ MN_TEST(philox_known_answers) {
   MN_CHECK(o.v[0] == 0xd16cfe09u && o.v[1] == 0x94fdccebu && o.v[2] == 0x5001e420u && o.v[3] == 0x24126ea1u);
 }
 
-/* Fills a view of `n` x `m` (transposed when asked) and reads the logical
- * row-major values back as float64 on the host. */
-static void kc_random(mn_dtype dt, bool transposed, bool normal, uint64_t seed, uint64_t offset, int64_t n, int64_t m,
-                      double *out) {
+/* Fills a view of `n` x `m` (transposed when asked; shift as kc_make_at's)
+ * and reads the logical row-major values back as float64 on the host. */
+static void kc_random_at(mn_dtype dt, bool transposed, bool normal, uint64_t seed, uint64_t offset, int64_t n,
+                         int64_t m, int shift, double *out) {
   const int64_t sizes[2] = {n, m};
   const kc_layout l = {{transposed ? 1 : 0, transposed ? 0 : 1}, {1, 1}, 0, 1};
   kc_buf d;
-  if (kc_make(&d, dt, 2, sizes, &l)) {
+  if (kc_make_at(&d, dt, 2, sizes, &l, shift)) {
     if (normal)
       MN_CHECK_OK(mn_kernel_random_normal(kc_stream, d.view, seed, offset, 1.0, 2.0));
     else
@@ -415,6 +544,11 @@ static void kc_random(mn_dtype dt, bool transposed, bool normal, uint64_t seed, 
       }
   }
   kc_free(&d);
+}
+
+static void kc_random(mn_dtype dt, bool transposed, bool normal, uint64_t seed, uint64_t offset, int64_t n, int64_t m,
+                      double *out) {
+  kc_random_at(dt, transposed, normal, seed, offset, n, m, -1, out);
 }
 
 /* The values the host computes for element i: the oracle for every device. */
@@ -511,6 +645,30 @@ MN_TEST(random_fill_misaligned_buffer) {
       }
 }
 
+/* Random fills of row-major and transposed views in foreign buffers at odd
+ * addresses: the host's values, element for element. */
+MN_TEST(random_fill_foreign_strided) {
+  enum { R = 13, C = 11, N = R * C };
+  static const mn_dtype dts[] = {MN_DTYPE_FLOAT32, MN_DTYPE_FLOAT64, MN_DTYPE_FLOAT16, MN_DTYPE_BFLOAT16};
+  static const int shifts[] = {1, 2, 8};
+  double got[N];
+  for (size_t k = 0; k < 4; k++)
+    for (size_t sh = 0; sh < 3; sh++)
+      for (int t = 0; t < 2; t++)
+        for (int normal = 0; normal < 2; normal++) {
+          kc_random_at(dts[k], t, normal, 5, 11, R, C, shifts[sh], got);
+          int64_t bad = 0;
+          for (int64_t i = 0; i < N; i++) {
+            double want = kc_random_host(dts[k], normal, 5, 11, (uint64_t)i);
+            bad += memcmp(&want, &got[i], sizeof want) != 0;
+          }
+          MN_CHECK(bad == 0);
+          if (bad)
+            fprintf(stderr, "  random %s shift %d transposed=%d normal=%d: %lld differ\n", mn_dtype_name(dts[k]),
+                    shifts[sh], t, normal, (long long)bad);
+        }
+}
+
 MN_TEST(random_fill_statistics) {
   enum { R = 256, C = 256, N = R * C };
   double *a = malloc(sizeof(double) * N);
@@ -572,10 +730,14 @@ static void kc_run_all(void) {
   MN_RUN(large_fills);
   MN_RUN(bad_input_is_refused);
   MN_RUN(partial_overlap_refused_full_overlap_casts_in_place);
+  MN_RUN(foreign_buffers_at_odd_addresses);
+  MN_RUN(foreign_buffer_fills);
+  MN_RUN(in_place_casts);
   MN_RUN(copy_view_uses_the_kernels);
   MN_RUN(philox_known_answers);
   MN_RUN(random_fill_reproducible_any_layout);
   MN_RUN(random_fill_misaligned_buffer);
+  MN_RUN(random_fill_foreign_strided);
   MN_RUN(random_fill_statistics);
 }
 

@@ -1,10 +1,13 @@
 /* tests/test_plan.c: the copy planner (kernels/plan.h) on its own: dropped
  * and merged dims, sorting by dst strides, path, vector width, 64-bit index;
- * and the one overlap check (kernels/ops.h), with ATen's answers. */
+ * the one overlap check (kernels/ops.h), with ATen's answers; and the CUDA
+ * kernels' magic-number division and offsets walk (kernels/divmod.h), exact
+ * up to 2^31-1. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/divmod.h"
 #include "kernels/ops.h"
 #include "kernels/plan.h"
 #include "mn_test.h"
@@ -187,6 +190,130 @@ MN_TEST(overlap_status_as_aten) {
   MN_CHECK(mn__strided_overlap(&a, 4, &empty, 4) == MN__OVERLAP_NO);
 }
 
+/* ---- kernels/divmod.h ---------------------------------------------------------- */
+
+/* Counts n in [lo, hi] (clamped to [0, 2^31-1]) whose quotient by v is wrong. */
+static int64_t div32_bad(mn__div32_t v, int64_t lo, int64_t hi) {
+  int64_t bad = 0;
+  if (lo < 0) lo = 0;
+  if (hi > (int64_t)MN__DIV32_MAX) hi = MN__DIV32_MAX;
+  for (int64_t n = lo; n <= hi; n++) bad += mn__div32(v, (uint32_t)n) != (uint32_t)(n / v.d);
+  return bad;
+}
+
+/* The quotient is exact for every divisor up to 2^31-1 (the size the old
+ * `< INT32_MAX` guard replaced by 1) around every edge: small n, multiples of
+ * d and their neighbours, and the largest n. */
+MN_TEST(div32_exact_near_the_edges) {
+  const int64_t top = MN__DIV32_MAX;
+  static const int64_t ds[] = {1, 2, 3, 5, 7, 10, 641, 65535, 65536, 65537, 1 << 20, (1 << 20) + 1, 0x55555555,
+                               (int64_t)1 << 30, ((int64_t)1 << 30) + 1, 0x7FFFFFFD, 0x7FFFFFFE, 0x7FFFFFFF};
+  int64_t bad = 0, checked = 0;
+  for (size_t k = 0; k < sizeof ds / sizeof ds[0]; k++) {
+    const int64_t d = ds[k];
+    mn__div32_t v = mn__div32_make((uint32_t)d);
+    MN_CHECK(v.d == (uint32_t)d);
+    bad += div32_bad(v, 0, 4096);
+    bad += div32_bad(v, top - 4096, top);
+    /* multiples of d: the first 64, the last 64 below 2^31, and some between */
+    const int64_t kmax = top / d;
+    for (int64_t q = 0; q <= kmax; q = q < 64 || q >= kmax - 64 ? q + 1 : q + (kmax - 128) / 61 + 1)
+      bad += div32_bad(v, q * d - 3, q * d + 3);
+    checked++;
+  }
+  /* every divisor near the small and large edges, against the n most likely to break them */
+  for (int64_t d = 1; d <= 70000; d++) {
+    mn__div32_t v = mn__div32_make((uint32_t)d);
+    const int64_t kmax = top / d;
+    bad += div32_bad(v, top - 2, top);
+    bad += div32_bad(v, kmax * d - 1, kmax * d);
+    bad += div32_bad(v, d - 1, d);
+  }
+  for (int64_t d = top - 70000; d <= top; d++) {
+    mn__div32_t v = mn__div32_make((uint32_t)d);
+    bad += div32_bad(v, d - 1, d);
+    bad += div32_bad(v, top - 1, top);
+    bad += div32_bad(v, 0, 1);
+  }
+  MN_CHECK(checked == (int64_t)(sizeof ds / sizeof ds[0]));
+  MN_CHECK(bad == 0);
+  if (bad) fprintf(stderr, "  %lld wrong quotients\n", (long long)bad);
+}
+
+/* Every size of a plan without index64 gets its exact divisor (2^31-1
+ * included: a broadcast into 2^31-1 elements used to get divisor 1 and write
+ * out of bounds), and the 32-bit walk gives the reference offsets. */
+MN_TEST(offsets_setup_exact_divisors) {
+  static const int64_t sizes[] = {1, 2, 3, 65535, 65537, (int64_t)1 << 30, 0x7FFFFFFE, 0x7FFFFFFF};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+    MN_CHECK(mn__div32_of_size(sizes[k]).d == (uint32_t)sizes[k]);
+  /* sizes of index64 plans are never divided in 32 bits */
+  MN_CHECK(mn__div32_of_size((int64_t)1 << 31).d == 1 && mn__div32_of_size((int64_t)1 << 40).d == 1);
+  MN_CHECK(mn__div32_of_size(0).d == 1);
+
+  /* a broadcast of one byte into 2^31-1 bytes: 32-bit, one dim of 2^31-1 */
+  int64_t n1[1] = {0x7FFFFFFF}, unit[1] = {1}, zero[1] = {0};
+  mn__strided_t d = op(buf, 1, n1, unit), s = op(buf, 1, n1, zero);
+  mn__plan_t p;
+  mn__offcalc_t c;
+  mn__plan_make(&p, &d, MN_DTYPE_UINT8, &s, MN_DTYPE_UINT8);
+  MN_CHECK(p.kind == MN__PLAN_BROADCAST && !p.index64 && p.ndim == 1);
+  mn__offcalc_of_plan(&p, &c);
+  MN_CHECK(c.ndim == 1 && c.div[0].d == 0x7FFFFFFFu);
+  int64_t bad = 0;
+  for (uint32_t e = 0x7FFFFFFFu - 1000; e < 0x7FFFFFFFu; e++) {
+    uint32_t od = 1, os = 1;
+    mn__offcalc_offsets32(&c, e, &od, &os);
+    bad += od != e || os != 0;
+  }
+  MN_CHECK(bad == 0);
+
+  /* 2-d plans of (almost) 2^31-1 elements: transposed src, strided dst */
+  static const int64_t shapes[][2] = {{3, 715827882}, {715827882, 3}, {46337, 46343}, {0x7FFFFFFF, 1}, {1, 2}};
+  for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+    const int64_t r = shapes[k][0], m = shapes[k][1];
+    int64_t sz[2] = {r, m}, row[2] = {m, 1}, col[2] = {1, r};
+    d = op(buf, 2, sz, row);
+    s = op(buf, 2, sz, col);
+    mn__plan_make(&p, &d, MN_DTYPE_INT8, &s, MN_DTYPE_UINT8);
+    MN_CHECK(!p.index64);
+    mn__offcalc_of_plan(&p, &c);
+    for (int j = 0; j < c.ndim; j++) MN_CHECK(c.div[j].d == (uint32_t)c.size[j] && c.size[j] == p.sizes[j]);
+    /* element e of the plan (innermost first) against the obvious walk */
+    const int64_t n = p.numel;
+    for (int64_t e0 = 0; e0 < n; e0 += n > 4096 ? n / 1024 : 1) {
+      for (int64_t e = e0; e < e0 + 3 && e < n; e++) {
+        uint32_t od, os;
+        mn__offcalc_offsets32(&c, (uint32_t)e, &od, &os);
+        int64_t rest = e, wd = 0, ws = 0;
+        for (int j = 0; j < p.ndim; j++) {
+          wd += rest % p.sizes[j] * p.dst_strides[j];
+          ws += rest % p.sizes[j] * p.src_strides[j];
+          rest /= p.sizes[j];
+        }
+        bad += (int64_t)od != wd || (int64_t)os != ws;
+      }
+    }
+    uint32_t od, os;
+    mn__offcalc_offsets32(&c, (uint32_t)(n - 1), &od, &os);
+    bad += (int64_t)od != (r - 1) * m + (m - 1) || (int64_t)os != (r - 1) + (m - 1) * r;
+  }
+  MN_CHECK(bad == 0);
+
+  /* the random fill's row-major dims: exact divisors, merged neighbours, the end */
+  int64_t rsz[3] = {2, 1, 0x3FFFFFFF}, rst[3] = {0x3FFFFFFF, 5, 1};
+  mn__strided_t rd = op(buf, 3, rsz, rst);
+  int64_t numel = 0, end = 0;
+  mn__offcalc_of_rows(&rd, 1, &c, &numel, &end);
+  MN_CHECK(c.ndim == 1 && c.size[0] == 0x7FFFFFFE && c.div[0].d == 0x7FFFFFFEu && c.ds[0] == 1);
+  MN_CHECK(numel == 0x7FFFFFFE && end == 0x7FFFFFFE);
+  int64_t tsz[2] = {3, 5}, tst[2] = {1, 3};
+  rd = op(buf, 2, tsz, tst);
+  mn__offcalc_of_rows(&rd, 4, &c, &numel, &end);
+  MN_CHECK(c.ndim == 2 && c.size[0] == 5 && c.ds[0] == 12 && c.size[1] == 3 && c.ds[1] == 4);
+  MN_CHECK(c.div[0].d == 5 && c.div[1].d == 3 && numel == 15 && end == 60);
+}
+
 int main(void) {
   MN_RUN(overlap_status_as_aten);
   MN_RUN(dims_in_row_major_or_sorted_order);
@@ -195,5 +322,7 @@ int main(void) {
   MN_RUN(generic_broadcast_fill_and_single);
   MN_RUN(dims_sorted_by_dst_strides);
   MN_RUN(huge_views_need_64bit_index);
+  MN_RUN(div32_exact_near_the_edges);
+  MN_RUN(offsets_setup_exact_divisors);
   return mn_test_finish();
 }
