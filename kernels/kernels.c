@@ -2,6 +2,7 @@
  * runs at once on CPU memory and as queued host work on SIM streams; CUDA memory
  * goes to the CUDA launchers. Every op is planned first (kernels/plan.h). */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +44,7 @@ typedef enum job_op { JOB_PLAN, JOB_RANDOM } job_op;
  * itself is the caller's to keep alive until the stream reaches it). */
 typedef struct kernel_job {
   job_op op;
+  bool emulated; /* MNEMO_KERNEL_EMU: a SIM job run by the emulated CUDA kernels */
   mn__plan_t plan;
   unsigned char pattern[16];
   /* JOB_RANDOM */
@@ -83,6 +85,21 @@ static void random_task(void *arg, int64_t task) {
 
 static void kernel_job_run(void *arg) {
   kernel_job *j = arg;
+#ifdef MNEMO_KERNEL_EMU
+  /* The SIM device is mnemo's simulated GPU: in this build its kernels are the
+   * CUDA kernels, run on the host by tests/cuda_emu (one emulated device, the
+   * launch complete when it returns). A refused launch is a launcher bug the
+   * tests must see: stop loudly. */
+  if (j->emulated) {
+    mn_status st = j->op == JOB_PLAN ? mn__cuda_exec(0, NULL, &j->plan, j->pattern)
+                                     : mn__cuda_random(0, NULL, &j->rdst, (int)j->rdtype, &j->rp);
+    if (st != MN_OK) {
+      fprintf(stderr, "mnemo: emulated CUDA kernel failed: %s\n", mn_last_error());
+      abort();
+    }
+    return;
+  }
+#endif
   if (j->op == JOB_PLAN) {
     mn__cpu_exec(&j->plan, j->pattern);
     return;
@@ -112,6 +129,9 @@ static mn_status kernel_job_submit(mn_stream_t *stream, const kernel_job *job, c
       kernel_job *j = mn__malloc(sizeof *j);
       if (!j) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
       *j = *job;
+#ifdef MNEMO_KERNEL_EMU
+      j->emulated = true;
+#endif
       mn_status st = mn_stream_launch_host(stream, kernel_job_run_free, j);
       if (st != MN_OK) free(j);
       return st;
