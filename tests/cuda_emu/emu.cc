@@ -108,14 +108,8 @@ cudaError_t fail(cudaError_t err) {
 
 struct Sched;
 
-// One emulated thread: a stack and the context it is suspended in.
-struct Fiber {
-  Sched *sched = nullptr;
-  unsigned index = 0;
-  char *map = nullptr;    // the mapping: a guard page, then the stack
-  char *stack = nullptr;  // lowest usable byte
-  size_t stack_size = 0;
-  bool done = false, waiting = false;
+// Where a suspended stack resumes, and ASan's fake-stack handle for it.
+struct Ctx {
 #ifdef MN_EMU_UCONTEXT
   ucontext_t uc;
 #else
@@ -124,16 +118,22 @@ struct Fiber {
   void *asan_fake = nullptr;
 };
 
+// One emulated thread: a stack and the context it is suspended in.
+struct Fiber {
+  Sched *sched = nullptr;
+  unsigned index = 0;
+  char *map = nullptr;    // the mapping: a guard page, then the stack
+  char *stack = nullptr;  // lowest usable byte
+  size_t stack_size = 0;
+  bool done = false, waiting = false;
+  Ctx ctx;
+};
+
 // A host thread's fibers and the context that schedules them.
 struct Sched {
   std::vector<Fiber *> fibers;
   const std::function<void()> *body = nullptr;
-#ifdef MN_EMU_UCONTEXT
-  ucontext_t uc;
-#else
-  void *sp = nullptr;
-#endif
-  void *asan_fake = nullptr;
+  Ctx ctx;
   const void *host_stack = nullptr;  // the host thread's stack (ASan)
   size_t host_stack_size = 0;
 };
@@ -156,35 +156,34 @@ thread_local Sched *my_sched = nullptr;
 thread_local Fiber *running = nullptr;   // the fiber now running on this thread
 thread_local Fiber *starting = nullptr;  // handed to a fiber's first entry
 
-void to_fiber(Sched &s, Fiber &f) {
-  running = &f;
+// Suspends the running code in `from` and resumes `to`, whose stack is
+// [stack, stack + size) (ASan is told of the switch).
+void switch_ctx(Ctx &from, Ctx &to, const void *stack, size_t size) {
 #ifdef MN_EMU_ASAN
-  __sanitizer_start_switch_fiber(&s.asan_fake, f.stack, f.stack_size);
+  __sanitizer_start_switch_fiber(&from.asan_fake, stack, size);
+#else
+  (void)stack;
+  (void)size;
 #endif
 #ifdef MN_EMU_UCONTEXT
-  if (swapcontext(&s.uc, &f.uc) != 0) die("swapcontext failed");
+  if (swapcontext(&from.uc, &to.uc) != 0) die("swapcontext failed");
 #else
-  mn_emu_switch(&s.sp, f.sp);
+  mn_emu_switch(&from.sp, to.sp);
 #endif
 #ifdef MN_EMU_ASAN
-  __sanitizer_finish_switch_fiber(s.asan_fake, nullptr, nullptr);
+  __sanitizer_finish_switch_fiber(from.asan_fake, nullptr, nullptr);
 #endif
+}
+
+void to_fiber(Sched &s, Fiber &f) {
+  running = &f;
+  switch_ctx(s.ctx, f.ctx, f.stack, f.stack_size);
   running = nullptr;
 }
 
 void to_sched(Fiber &f) {
   Sched &s = *f.sched;
-#ifdef MN_EMU_ASAN
-  __sanitizer_start_switch_fiber(&f.asan_fake, s.host_stack, s.host_stack_size);
-#endif
-#ifdef MN_EMU_UCONTEXT
-  if (swapcontext(&f.uc, &s.uc) != 0) die("swapcontext failed");
-#else
-  mn_emu_switch(&f.sp, s.sp);
-#endif
-#ifdef MN_EMU_ASAN
-  __sanitizer_finish_switch_fiber(f.asan_fake, nullptr, nullptr);
-#endif
+  switch_ctx(f.ctx, s.ctx, s.host_stack, s.host_stack_size);
 }
 
 // A fiber's whole life: run the block's body, report done, wait for the next
@@ -218,11 +217,11 @@ Fiber *new_fiber(Sched &s, unsigned index) {
   f->stack = f->map + page;
   f->stack_size = kStackBytes;
 #ifdef MN_EMU_UCONTEXT
-  if (getcontext(&f->uc) != 0) die("getcontext failed");
-  f->uc.uc_stack.ss_sp = f->stack;
-  f->uc.uc_stack.ss_size = f->stack_size;
-  f->uc.uc_link = nullptr;
-  makecontext(&f->uc, fiber_main, 0);
+  if (getcontext(&f->ctx.uc) != 0) die("getcontext failed");
+  f->ctx.uc.uc_stack.ss_sp = f->stack;
+  f->ctx.uc.uc_stack.ss_size = f->stack_size;
+  f->ctx.uc.uc_link = nullptr;
+  makecontext(&f->ctx.uc, fiber_main, 0);
 #else
   // The frame mn_emu_switch pops: control words, six registers, then "return"
   // into fiber_main with the stack as right after a call (rsp % 16 == 8).
@@ -232,7 +231,7 @@ Fiber *new_fiber(Sched &s, unsigned index) {
   *--sp = (uint64_t)(uintptr_t)&fiber_main;    // where mn_emu_switch returns to
   for (int r = 0; r < 6; r++) *--sp = 0;       // rbp rbx r12 r13 r14 r15
   *--sp = 0x1F80ull | (0x037Full << 32);       // MXCSR, x87 control word: the defaults
-  f->sp = sp;
+  f->ctx.sp = sp;
 #endif
   return f;
 }
