@@ -13,6 +13,11 @@ set -euo pipefail
 threshold=${1:-95}
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${2:-$root/build/emu}
+if [[ ! -d $build ]]; then
+  echo "emu_coverage: no build directory $build: cmake --preset emu && cmake --build --preset emu" >&2
+  exit 2
+fi
+build=$(cd "$build" && pwd) # gcov runs elsewhere: the path must be absolute
 objdir=$build/CMakeFiles/mnemo_kernels.dir/kernels
 test_bin=$build/tests/test_kernels_emu
 sources=(cuda_exec.cu cuda_kernels.cu)
