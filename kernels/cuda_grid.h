@@ -20,18 +20,27 @@ constexpr int kDevices = 64;              // devices cached; others are asked ev
 constexpr int kFallbackBlocksPerSm = 8;   // the occupancy query failed
 constexpr int64_t kFallbackBlocks = 1024; // the SM count query failed
 
-// SMs of `device`; 0 when CUDA cannot tell (its error cleared).
-static inline int sm_count(int device) {
-  static std::atomic<int> cache[kDevices];
+// A positive per-device figure, asked of CUDA through `query` (0 when CUDA
+// cannot tell, its error cleared) until it answers, then kept in `cache`.
+template <typename Q>
+static inline int cached_per_device(std::atomic<int> *cache, int device, Q query) {
   const bool cached = device >= 0 && device < kDevices;
   int v = cached ? cache[device].load(std::memory_order_relaxed) : 0;
   if (v > 0) return v;
-  if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || v <= 0) {
+  v = query();
+  if (v > 0 && cached) cache[device].store(v, std::memory_order_relaxed);
+  return v;
+}
+
+// SMs of `device`; 0 when CUDA cannot tell (its error cleared).
+static inline int sm_count(int device) {
+  static std::atomic<int> cache[kDevices];
+  return cached_per_device(cache, device, [device] {
+    int v = 0;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && v > 0) return v;
     (void)cudaGetLastError();
     return 0;
-  }
-  if (cached) cache[device].store(v, std::memory_order_relaxed);
-  return v;
+  });
 }
 
 // Blocks of THREADS threads (no dynamic shared memory) of kernel K one SM of
@@ -39,15 +48,13 @@ static inline int sm_count(int device) {
 template <auto K, int THREADS>
 int blocks_per_sm(int device) {
   static std::atomic<int> cache[kDevices];
-  const bool cached = device >= 0 && device < kDevices;
-  int v = cached ? cache[device].load(std::memory_order_relaxed) : 0;
-  if (v > 0) return v;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, K, THREADS, 0) != cudaSuccess || v <= 0) {
+  const int v = cached_per_device(cache, device, [] {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, K, THREADS, 0) == cudaSuccess && n > 0) return n;
     (void)cudaGetLastError();
-    v = kFallbackBlocksPerSm;
-  }
-  if (cached) cache[device].store(v, std::memory_order_relaxed);
-  return v;
+    return 0;
+  });
+  return v > 0 ? v : kFallbackBlocksPerSm;
 }
 
 // Blocks of THREADS threads for `work` items of kernel K (one item per thread
