@@ -84,11 +84,17 @@ static void replay_cleanup(mn__replay_t *r) {
   free(r->created);
 }
 
-/* Maps trace stream ids to streams: 0 (or else the first id) to the default stream. */
+/* Whether entry e takes part in the replay with a stream: allocations, and pre
+ * segments when they are reserved as recorded. */
+static bool uses_stream(const mn__replay_t *r, const mn_trace_entry_t *e) {
+  return e->action == MN_TRACE_ALLOC || (e->pre && e->action == MN_TRACE_SEGMENT_ALLOC && !r->opt->skip_pre_segments);
+}
+
+/* Maps trace stream ids to streams: 0 (or else the first allocation's id) to the default stream. */
 static mn_status map_streams(mn__replay_t *r) {
   const mn_trace_t *t = r->trace;
   size_t n = 0;
-  for (size_t i = 0; i < t->nentries; i++) n += t->entries[i].action == MN_TRACE_ALLOC;
+  for (size_t i = 0; i < t->nentries; i++) n += uses_stream(r, &t->entries[i]);
   r->ids = mn__malloc((n ? n : 1) * sizeof *r->ids);
   r->sidx = mn__calloc(t->nentries ? t->nentries : 1, sizeof *r->sidx);
   if (!r->ids || !r->sidx) return mn__error(MN_ERR_OUT_OF_MEMORY, "mn_trace_replay", "out of host memory");
@@ -96,9 +102,11 @@ static mn_status map_streams(mn__replay_t *r) {
   bool have_first = false, have_zero = false;
   n = 0;
   for (size_t i = 0; i < t->nentries; i++) {
-    if (t->entries[i].action != MN_TRACE_ALLOC) continue;
-    if (!have_first) first = t->entries[i].stream;
-    have_first = true;
+    if (!uses_stream(r, &t->entries[i])) continue;
+    if (!have_first && t->entries[i].action == MN_TRACE_ALLOC) {
+      first = t->entries[i].stream;
+      have_first = true;
+    }
     have_zero |= t->entries[i].stream == 0;
     r->ids[n++] = t->entries[i].stream;
   }
@@ -118,7 +126,7 @@ static mn_status map_streams(mn__replay_t *r) {
     r->created[k] = r->ids[k] != def;
   }
   for (size_t i = 0; i < t->nentries; i++) {
-    if (t->entries[i].action != MN_TRACE_ALLOC) continue;
+    if (!uses_stream(r, &t->entries[i])) continue;
     const uint64_t *hit = bsearch(&t->entries[i].stream, r->ids, u, sizeof *r->ids, u64_cmp);
     r->sidx[i] = (uint32_t)(hit - r->ids);
   }
@@ -172,6 +180,240 @@ static mn_status do_alloc(mn__replay_t *r, size_t i, uint64_t *ns, bool *oom) {
   return MN_OK;
 }
 
+/* ---- the pre segments, reserved as recorded ------------------------------
+ * PyTorch's pool rules that decide how a recorded segment can be laid out by
+ * allocations: a 2 MiB segment is a small-pool one (requests up to 1 MiB), any
+ * other size a large-pool one (requests above 1 MiB); blocks are multiples of 512 B. */
+#define PRE_SMALL_SEGMENT ((uint64_t)2 << 20)
+#define PRE_SMALL_REQUEST ((uint64_t)1 << 20)
+#define PRE_ROUND 512u
+
+typedef struct pre_piece_s {
+  uint64_t addr, size;
+  size_t entry; /* the pre alloc it is, or SIZE_MAX for a free gap */
+} pre_piece_t;
+
+typedef struct pre_build_s {
+  void **hold;       /* gaps and placeholders, freed when every segment is built */
+  size_t nhold, cap;
+  bool failed;       /* the allocator does not make segments of the recorded sizes */
+} pre_build_t;
+
+static int64_t reserved_now(mn__replay_t *r) {
+  mn_alloc_stats_t st;
+  return mn_allocator_get_stats(r->a, &st) == MN_OK ? st.reserved_bytes[MN_POOL_ALL].current : -1;
+}
+
+static mn_status hold(pre_build_t *b, void *p) {
+  if (b->nhold == b->cap) {
+    size_t cap = b->cap ? 2 * b->cap : 64;
+    void **n = realloc(b->hold, cap * sizeof *n);
+    if (!n) return mn__error(MN_ERR_OUT_OF_MEMORY, "mn_trace_replay", "out of host memory");
+    b->hold = n;
+    b->cap = cap;
+  }
+  b->hold[b->nhold++] = p;
+  return MN_OK;
+}
+
+/* Allocations that fill [base, base + size) of a free segment, each within the
+ * pool's request limit; false when the allocator put one elsewhere. */
+static mn_status occupy(mn__replay_t *r, mn_stream_t *s, char *base, uint64_t size, bool small, pre_build_t *b,
+                        bool *ok) {
+  *ok = true;
+  for (uint64_t off = 0; off < size && *ok;) {
+    uint64_t n = small && size - off > PRE_SMALL_REQUEST ? PRE_SMALL_REQUEST : size - off;
+    void *p = NULL;
+    mn_status st = mn_allocator_alloc(r->a, (size_t)n, s, &p);
+    if (st == MN_ERR_OUT_OF_MEMORY) {
+      mn_clear_error();
+      *ok = false;
+      return MN_OK;
+    }
+    if (st != MN_OK) return st;
+    if ((st = hold(b, p)) != MN_OK) {
+      mn__ignore(mn_allocator_free(r->a, p)); /* the out-of-memory error stands */
+      return st;
+    }
+    *ok = (char *)p == base + off;
+    off += n;
+  }
+  return MN_OK;
+}
+
+/* Reserves pre segment `si` and lays out its pieces (gaps and pre allocations, in
+ * address order, covering it exactly). *laid_out: the pre allocations are at their
+ * offsets (their pointers in r->ptrs); else the segment is held by placeholders. */
+static mn_status build_segment(mn__replay_t *r, size_t si, const pre_piece_t *pc, size_t np, pre_build_t *b,
+                               bool *laid_out) {
+  const mn_trace_entry_t *seg = &r->trace->entries[si];
+  mn_stream_t *s = r->streams[r->sidx[si]];
+  bool small = seg->size == PRE_SMALL_SEGMENT;
+  *laid_out = false;
+  int64_t before = reserved_now(r);
+  void *p = NULL;
+  mn_status st = mn_allocator_alloc(r->a, small ? PRE_ROUND : (size_t)seg->size, s, &p);
+  if (st == MN_ERR_OUT_OF_MEMORY) {
+    mn_clear_error();
+    b->failed = true;
+    return MN_OK;
+  }
+  if (st != MN_OK) return st;
+  int64_t after = reserved_now(r);
+  if (before < 0 || after - before != (int64_t)seg->size) { /* another segment size: no rebuild at all */
+    b->failed = true;
+    if ((st = hold(b, p)) != MN_OK) mn__ignore(mn_allocator_free(r->a, p)); /* the out-of-memory error stands */
+    return st;
+  }
+  char *base = p;
+  if ((st = mn_allocator_free(r->a, p)) != MN_OK) return st;
+  /* Lay the pieces out, each from the start of the segment's one free block. */
+  bool ok = true;
+  void **mine = calloc(np ? np : 1, sizeof *mine);
+  if (!mine) return mn__error(MN_ERR_OUT_OF_MEMORY, "mn_trace_replay", "out of host memory");
+  for (size_t k = 0; k < np && ok; k++) {
+    bool gap = pc[k].entry == SIZE_MAX;
+    bool limit_ok = small ? pc[k].size <= PRE_SMALL_REQUEST || gap : pc[k].size > PRE_SMALL_REQUEST;
+    if (!limit_ok || pc[k].size % PRE_ROUND) {
+      ok = false;
+      break;
+    }
+    for (uint64_t off = 0; off < pc[k].size && ok;) { /* a gap in a small segment: pieces of at most 1 MiB */
+      uint64_t n = small && pc[k].size - off > PRE_SMALL_REQUEST ? PRE_SMALL_REQUEST : pc[k].size - off;
+      void *q = NULL;
+      st = mn_allocator_alloc(r->a, (size_t)n, s, &q);
+      if (st == MN_ERR_OUT_OF_MEMORY) {
+        mn_clear_error();
+        ok = false;
+        break;
+      }
+      if (st != MN_OK) goto fail;
+      if (gap) {
+        if ((st = hold(b, q)) != MN_OK) {
+          mn__ignore(mn_allocator_free(r->a, q)); /* the out-of-memory error stands */
+          goto fail;
+        }
+      } else {
+        mine[k] = q;
+      }
+      ok = (char *)q == base + (pc[k].addr - seg->address) + off;
+      off += n;
+    }
+  }
+  if (ok) {
+    for (size_t k = 0; k < np; k++)
+      if (pc[k].entry != SIZE_MAX) {
+        r->ptrs[pc[k].entry] = mine[k];
+        r->cur_req += (int64_t)r->trace->entries[pc[k].entry].size;
+      }
+    if (r->cur_req > r->peak_req) r->peak_req = r->cur_req;
+    *laid_out = true;
+    free(mine);
+    return MN_OK;
+  }
+  /* Not laid out as recorded: free what was placed in it (the gaps are freed with
+   * the rest), and hold the whole segment with placeholders so no other segment's
+   * allocation lands in it; its pre allocations then replay as usual. */
+  for (size_t k = 0; k < np; k++)
+    if (mine[k] && (st = mn_allocator_free(r->a, mine[k])) != MN_OK) goto fail;
+  free(mine);
+  mine = NULL;
+  bool held;
+  if ((st = occupy(r, s, base, seg->size, small, b, &held)) != MN_OK) return st;
+  if (!held) b->failed = true; /* the freed segment did not take them back: give up the rebuild */
+  return MN_OK;
+fail:
+  for (size_t k = 0; mine && k < np; k++)
+    if (mine[k]) mn__ignore(mn_allocator_free(r->a, mine[k])); /* the failure's status stands */
+  free(mine);
+  return st;
+}
+
+static int piece_cmp(const void *a, const void *b) {
+  const pre_piece_t *x = a, *y = b;
+  return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+/* Reserves every pre segment_alloc of the trace as recorded (see
+ * mn_replay_options_t.skip_pre_segments). */
+static mn_status build_pre_segments(mn__replay_t *r, mn_replay_result_t *res) {
+  const mn_trace_t *t = r->trace;
+  size_t nseg = 0, nalloc = 0;
+  for (size_t i = 0; i < t->nentries && t->entries[i].pre; i++) {
+    nseg += t->entries[i].action == MN_TRACE_SEGMENT_ALLOC;
+    nalloc += t->entries[i].action == MN_TRACE_ALLOC;
+  }
+  if (nseg == 0 || reserved_now(r) < 0) return MN_OK;
+  mn_clear_error();
+  pre_piece_t *segs = calloc(nseg, sizeof *segs), *allocs = calloc(nalloc ? nalloc : 1, sizeof *allocs);
+  pre_piece_t *pc = calloc(2 * nalloc + nseg + 1, sizeof *pc);
+  pre_build_t b = {0};
+  mn_status st = MN_OK;
+  if (!segs || !allocs || !pc) {
+    st = mn__error(MN_ERR_OUT_OF_MEMORY, "mn_trace_replay", "out of host memory");
+    goto done;
+  }
+  size_t ns = 0, na = 0;
+  for (size_t i = 0; i < t->nentries && t->entries[i].pre; i++) {
+    const mn_trace_entry_t *e = &t->entries[i];
+    if (e->action == MN_TRACE_SEGMENT_ALLOC) segs[ns++] = (pre_piece_t){e->address, e->size, i};
+    else if (e->action == MN_TRACE_ALLOC) {
+      uint64_t bs = e->block_size ? e->block_size : (e->size + PRE_ROUND - 1) / PRE_ROUND * PRE_ROUND;
+      allocs[na++] = (pre_piece_t){e->address, bs, i};
+    }
+  }
+  qsort(segs, ns, sizeof *segs, piece_cmp);
+  qsort(allocs, na, sizeof *allocs, piece_cmp);
+  size_t a = 0;
+  for (size_t k = 0; k < ns && !b.failed; k++) {
+    const pre_piece_t *sg = &segs[k];
+    if (k && sg->addr < segs[k - 1].addr + segs[k - 1].size) continue; /* overlapping segment lines: leave it */
+    while (a < na && allocs[a].addr < sg->addr) a++;
+    size_t np = 0;
+    uint64_t at = sg->addr, end = sg->addr + sg->size;
+    bool fits = sg->size > 0 && end > sg->addr;
+    for (; a < na && allocs[a].addr < end; a++) {
+      if (allocs[a].addr < at || allocs[a].size > end - allocs[a].addr) fits = false;
+      if (!fits) continue;
+      if (allocs[a].addr > at) pc[np++] = (pre_piece_t){at, allocs[a].addr - at, SIZE_MAX};
+      pc[np++] = allocs[a];
+      at = allocs[a].addr + allocs[a].size;
+    }
+    if (at < end) pc[np++] = (pre_piece_t){at, end - at, SIZE_MAX};
+    bool laid_out = false;
+    if (!fits) np = 0; /* blocks overlap or spill: reserve it, lay nothing out */
+    if (np == 0) pc[np++] = (pre_piece_t){sg->addr, sg->size, SIZE_MAX};
+    if ((st = build_segment(r, sg->entry, pc, np, &b, &laid_out)) != MN_OK) goto done;
+    if (!b.failed) {
+      res->pre_segments++;
+      res->pre_segments_laid_out += laid_out && fits;
+    }
+  }
+done:
+  /* The gaps and placeholders go back to the cache: free blocks of their segments. */
+  for (size_t k = 0; k < b.nhold; k++) {
+    mn_status fs = mn_allocator_free(r->a, b.hold[k]);
+    if (st == MN_OK && fs != MN_OK) st = fs;
+  }
+  if (st == MN_OK && b.failed) {
+    /* The allocator makes other segment sizes than the recording one: undo it all
+     * (free the laid-out pre allocations, release the cache) and replay cold. */
+    for (size_t i = 0; i < t->nentries && t->entries[i].pre; i++)
+      if (r->ptrs[i]) {
+        if ((st = mn_allocator_free(r->a, r->ptrs[i])) != MN_OK) break;
+        r->ptrs[i] = NULL;
+        r->cur_req -= (int64_t)t->entries[i].size;
+      }
+    if (st == MN_OK) st = mn_allocator_empty_cache(r->a);
+    res->pre_segments = res->pre_segments_laid_out = 0;
+  }
+  free(b.hold);
+  free(segs);
+  free(allocs);
+  free(pc);
+  return st;
+}
+
 static mn_status replay_one_device(const mn_trace_t *trace, mn_allocator_t *allocator, mn_replay_options_t opt,
                                    mn_replay_result_t *out) {
   mn__replay_t r;
@@ -211,12 +453,23 @@ static mn_status replay_one_device(const mn_trace_t *trace, mn_allocator_t *allo
   uint64_t pre_ns = 0;
   size_t i = 0;
   bool stopped = false; /* past opt.stop_after */
+  if (!opt.skip_pre && !opt.skip_pre_segments && r.have_stats) {
+    if ((st = build_pre_segments(&r, &res)) != MN_OK) goto done;
+    /* the gaps were allocated while the segments were laid out: not the trace's peak */
+    mn__ignore(mn_allocator_reset_peak(allocator)); /* MN_ERR_NOT_SUPPORTED: checked at the start */
+    track_mapped(&r);
+  }
   for (; i < n && trace->entries[i].pre; i++) {
     if (i > opt.stop_after) {
       stopped = true;
       break;
     }
     if (trace->entries[i].action != MN_TRACE_ALLOC || opt.skip_pre) continue;
+    if (r.ptrs[i]) { /* laid out in its recorded segment */
+      res.pre_allocs++;
+      step(&r, i);
+      continue;
+    }
     bool oom;
     if ((st = do_alloc(&r, i, &pre_ns, &oom)) != MN_OK) goto done;
     res.pre_allocs++;

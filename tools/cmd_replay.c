@@ -8,15 +8,19 @@
 
 #include "mnemo/mnemo.h"
 #include "commands.h"
+#include "trace_input.h"
 
 const char cmd_replay_usage[] =
     "  replay TRACE [--config ALLOC_CONF]... [--allocator caching|naive] [--json]\n"
     "            [--device sim|cuda] [--capacity BYTES] [--retries N] [--trace-device N]\n"
-    "            [--no-pre] [--no-empty-cache] [--repeat N] [--progress|--no-progress]\n"
-    "            replay a trace (docs/TRACE_FORMAT.md) on the SIM device (or cuda:0),\n"
-    "            once per --config (PYTORCH_CUDA_ALLOC_CONF syntax; default: the\n"
-    "            defaults), and compare peak allocated/reserved bytes with the recorded\n"
-    "            run; --capacity: SIM device size (OOMs beyond it); --retries N: on OOM\n"
+    "            [--no-pre] [--no-pre-segments] [--no-empty-cache] [--repeat N]\n"
+    "            [--progress|--no-progress]\n"
+    "            replay a trace (docs/TRACE_FORMAT.md) or a PyTorch snapshot (.pickle,\n"
+    "            imported on the fly) on the SIM device (or cuda:0), once per --config\n"
+    "            (PYTORCH_CUDA_ALLOC_CONF syntax; default: as recorded, the settings in\n"
+    "            the trace), and compare peak allocated/reserved bytes with the recorded\n"
+    "            run; the pre-existing segments are reserved as recorded (the warm\n"
+    "            cache recording began with) unless --no-pre-segments; --capacity: SIM device size (OOMs beyond it); --retries N: on OOM\n"
     "            empty the cache and retry up to N times; --repeat N: N fresh replays\n"
     "            per config, median ns/op; a progress bar on stderr when it is a terminal\n";
 
@@ -25,6 +29,7 @@ const char cmd_replay_usage[] =
 
 typedef struct replay_run_s {
   const char *config; /* as given; "" for the defaults */
+  bool as_recorded;   /* no --config: the trace's recorded settings (meta config) */
   char effective[512];
   mn_replay_result_t res;
 } replay_run_t;
@@ -72,18 +77,20 @@ static void print_json_run(const char *trace_path, const char *allocator, const 
   json_string(run->config);
   printf(", \"config_effective\": ");
   json_string(run->effective);
+  printf(", \"as_recorded\": %s", run->as_recorded ? "true" : "false");
   printf(", \"peak_allocated\": %" PRId64 ", \"peak_reserved\": %" PRId64 ", \"peak_requested\": %" PRId64
          ", \"ratio\": %.4f, \"device_allocs\": %" PRId64 ", \"device_allocs_events\": %" PRId64 ", \"device_frees\": %" PRId64 ", \"peak_device_mapped\": %" PRId64
          ", \"reserved_after_pre\": %" PRId64 ", \"allocated_after_pre\": %" PRId64
          ", \"ns_per_op\": %.1f, \"allocs\": %" PRIu64 ", \"frees\": %" PRIu64 ", \"pre_allocs\": %" PRIu64
          ", \"ooms\": %" PRIu64 ", \"skipped_frees\": %" PRIu64 ", \"streams\": %zu, \"stats_from_allocator\": %s"
          ", \"retries\": %" PRIu64 ", \"empty_caches\": %" PRIu64 ", \"trace_device\": %" PRIu32
-         ", \"trace_devices\": %" PRIu32 ", \"device\": \"%s\"",
+         ", \"trace_devices\": %" PRIu32 ", \"pre_segments\": %" PRIu64 ", \"pre_segments_laid_out\": %" PRIu64
+         ", \"device\": \"%s\"",
          r->peak_allocated, r->peak_reserved, r->peak_requested, r->ratio, r->device_allocs, r->device_allocs_events,
          r->device_frees, r->peak_device_mapped,
          r->reserved_after_pre, r->allocated_after_pre, r->ns_per_op, r->allocs, r->frees, r->pre_allocs, r->ooms,
          r->skipped_frees, r->streams, r->stats_from_allocator ? "true" : "false", r->retries, r->empty_caches,
-         r->trace_device, r->trace_devices, g_devname);
+         r->trace_device, r->trace_devices, r->pre_segments, r->pre_segments_laid_out, g_devname);
   if (tf->has_allocated || tf->has_reserved) {
     printf(", \"torch\": {");
     const char *sep = "";
@@ -100,6 +107,16 @@ static void print_json_run(const char *trace_path, const char *allocator, const 
   printf("}");
 }
 
+/* The row label of a run: its config, "(defaults)", or "as recorded (...)". */
+static const char *run_label(const replay_run_t *run, bool naive, char *buf, size_t n) {
+  if (naive) return "(naive)";
+  if (run->as_recorded) {
+    snprintf(buf, n, "as recorded (%s)", run->config[0] ? run->config : "defaults");
+    return buf;
+  }
+  return run->config[0] ? run->config : "(defaults)";
+}
+
 static void print_table(const char *trace_path, const mn_trace_t *t, const char *allocator, const replay_run_t *runs,
                         size_t nruns, const torch_figs_t *tf) {
   size_t pre = 0;
@@ -111,7 +128,7 @@ static void print_table(const char *trace_path, const mn_trace_t *t, const char 
          nruns ? runs[0].res.streams : 0, g_devname, allocator);
   printf("%-40s %12s %12s %7s %9s %8s %7s %9s %5s\n", "config", "peak alloc", "peak reserv", "res/all",
          "res/torch", "seg/torch", "dev.all", "ns/op", "OOMs");
-  char a[32], b[32], rt[16], sg[32];
+  char a[32], b[32], rt[16], sg[32], lb[600];
   for (size_t k = 0; k < nruns; k++) {
     const mn_replay_result_t *r = &runs[k].res;
     if (tf->has_reserved && tf->peak_reserved && r->peak_reserved >= 0)
@@ -121,7 +138,7 @@ static void print_table(const char *trace_path, const mn_trace_t *t, const char 
       snprintf(sg, sizeof sg, "%.3f", (double)r->device_allocs_events / (double)tf->segment_allocs);
     else snprintf(sg, sizeof sg, "-");
     printf("%-40.40s %12s %12s %7.3f %9s %8s %7" PRId64 " %9.1f %5" PRIu64 "\n",
-           runs[k].config[0] ? runs[k].config : (allocator_naive ? "(naive)" : "(defaults)"), gib(r->peak_allocated, a, sizeof a),
+           run_label(&runs[k], allocator_naive, lb, sizeof lb), gib(r->peak_allocated, a, sizeof a),
            gib(r->peak_reserved, b, sizeof b), r->ratio, rt, sg, r->device_allocs, r->ns_per_op, r->ooms);
   }
   if (tf->has_allocated || tf->has_reserved) {
@@ -136,10 +153,12 @@ static void print_table(const char *trace_path, const mn_trace_t *t, const char 
          "events; dev.all: raw allocations in all; ns/op: host time per alloc/free call.\n");
   for (size_t k = 0; k < nruns; k++) {
     const mn_replay_result_t *r = &runs[k].res;
-    printf("  %s: after the pre-existing allocations reserved %s",
-           runs[k].config[0] ? runs[k].config : (allocator_naive ? "(naive)" : "(defaults)"),
+    printf("  %s: after the pre-existing allocations reserved %s", run_label(&runs[k], allocator_naive, lb, sizeof lb),
            gib(r->reserved_after_pre, a, sizeof a));
     if (tf->has_start) printf(" (pytorch %s)", gib((int64_t)tf->reserved_start, b, sizeof b));
+    if (r->pre_segments)
+      printf(" in %" PRIu64 " pre-existing segments reserved as recorded (%" PRIu64 " laid out)", r->pre_segments,
+             r->pre_segments_laid_out);
     printf(", %" PRId64 " raw allocations during the events", r->device_allocs_events);
     if (tf->has_segments) printf(" (pytorch %" PRIu64 ")", tf->segment_allocs);
     printf(", %" PRId64 " raw frees", r->device_frees);
@@ -171,7 +190,7 @@ static void progress_step(void *user, const mn_replay_step_t *s) {
 
 /* Options of one `mnemo replay` call that every run shares. */
 typedef struct replay_args_s {
-  bool naive, skip_pre, skip_empty_cache, progress;
+  bool naive, skip_pre, skip_pre_segments, skip_empty_cache, progress;
   int repeat, trace_device;
   unsigned retries;
   mn_device_t device;
@@ -200,6 +219,7 @@ static int replay_one(const mn_trace_t *t, const replay_args_t *ra, replay_run_t
     mn_replay_options_t opt = mn_replay_options_default();
     opt.skip_pre = skip_pre;
     opt.skip_empty_cache = ra->skip_empty_cache;
+    opt.skip_pre_segments = ra->skip_pre_segments;
     opt.oom_retries = ra->retries;
     opt.trace_device = ra->trace_device;
     progress_t prog = {t->nentries, 0, run->config[0] ? run->config : "(defaults)"};
@@ -245,6 +265,8 @@ int cmd_replay(int argc, char **argv) {
       json = true;
     } else if (!strcmp(arg, "--no-pre")) {
       skip_pre = true;
+    } else if (!strcmp(arg, "--no-pre-segments")) {
+      ra.skip_pre_segments = true;
     } else if (!strcmp(arg, "--no-empty-cache")) {
       ra.skip_empty_cache = true;
     } else if (!strcmp(arg, "--progress") || !strcmp(arg, "--no-progress")) {
@@ -326,7 +348,7 @@ int cmd_replay(int argc, char **argv) {
     fprintf(stderr, "usage: mnemo\n%s", cmd_replay_usage);
     return 2;
   }
-  if (nconfigs == 0) configs[nconfigs++] = "";
+  bool as_recorded = nconfigs == 0 && !naive;
   if (naive && nconfigs > 1) {
     fprintf(stderr, "mnemo replay: --config applies to the caching allocator, not --allocator naive\n");
     return 2;
@@ -345,10 +367,10 @@ int cmd_replay(int argc, char **argv) {
   }
   mn_device_format(ra.device, g_devname, sizeof g_devname);
   mn_trace_t *t = NULL;
-  if (mn_trace_read(path, &t) != MN_OK) {
-    fprintf(stderr, "mnemo replay: %s\n", mn_last_error());
-    return 1;
-  }
+  int lrc = mn__tools_trace_load("mnemo replay", path, ra.trace_device, &t);
+  if (lrc) return lrc;
+  /* No --config: replay as recorded, with the settings the trace was recorded with. */
+  if (nconfigs == 0) configs[nconfigs++] = naive ? "" : mn__tools_recorded_config("mnemo replay", t);
   replay_run_t *runs = calloc(nconfigs, sizeof *runs);
   if (!runs) {
     mn_trace_destroy(t);
@@ -358,6 +380,7 @@ int cmd_replay(int argc, char **argv) {
   int rc = 0;
   for (size_t k = 0; k < nconfigs && rc == 0; k++) {
     runs[k].config = configs[k];
+    runs[k].as_recorded = as_recorded;
     ra.naive = naive;
     ra.skip_pre = skip_pre;
     ra.repeat = repeat;

@@ -14,67 +14,27 @@
 #include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/fileio.h"
+#include "trace_input.h"
 
 const char cmd_snapshot_usage[] =
     "  snapshot FILE [--at peak|end|ENTRY] [--config ALLOC_CONF] [--blocks]\n"
     "            FILE a mnemo trace: replay it on the SIM device up to the peak of\n"
     "            reserved bytes (default), its end or an entry index, and print the\n"
     "            segments (free space, fragmentation), with --blocks their blocks, and\n"
-    "            the memory_summary table; FILE a PyTorch snapshot pickle: its segments\n"
-    "            (through tools/import_torch_snapshot.py --table)\n";
+    "            the memory_summary table (with the recorded allocator settings\n"
+    "            unless --config is given); FILE a PyTorch snapshot pickle: its\n"
+    "            segments as dumped (import_torch_snapshot.py --table)\n";
 
 const char cmd_import_usage[] =
     "  import --from rmm|torch INPUT -o TRACE [--device N]\n"
     "            convert an RMM logging_resource_adaptor CSV log or a PyTorch memory\n"
-    "            snapshot (python3 tools/import_torch_snapshot.py) into a mnemo trace\n";
+    "            snapshot (import_torch_snapshot.py) into a mnemo trace\n";
 
-/* Runs python3 on the importer with the given arguments; returns its exit status. */
-static int run_python_importer(char *const *args, int nargs) {
-  char script[1024];
-  const char *dir = mn__env(MN__ENV_TOOLS_DIR);
-  snprintf(script, sizeof script, "%s/import_torch_snapshot.py", dir && *dir ? dir : MN_TOOLS_DIR);
-  if (access(script, R_OK) != 0) {
-    fprintf(stderr, "mnemo: cannot find %s (set MNEMO_TOOLS_DIR to the folder that holds it)\n", script);
-    return 1;
-  }
-  char **argv = calloc((size_t)nargs + 3, sizeof *argv);
-  if (!argv) return 1;
-  argv[0] = "python3";
-  argv[1] = script;
-  for (int i = 0; i < nargs; i++) argv[2 + i] = args[i];
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid == 0) {
-    execvp("python3", argv);
-    perror("mnemo: python3");
-    _exit(127);
-  }
-  free(argv);
-  int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) < 0) {
-    perror("mnemo: cannot run python3");
-    return 1;
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-}
-
-/* Whether path is a regular file that starts like a pickle; anything else
- * (a FIFO or device included: opened without blocking and refused) is left
- * to mn_trace_read, whose message says what is wrong with it. */
-static bool is_pickle(const char *path) {
-  int fd = -1;
-  if (mn__file_open_regular("mnemo snapshot", path, O_RDONLY, 0, &fd, NULL) != MN_OK) {
-    mn_clear_error();
-    return false;
-  }
-  unsigned char c = 0;
-  ssize_t n;
-  do {
-    n = read(fd, &c, 1);
-  } while (n < 0 && errno == EINTR);
-  close(fd);
-  return n == 1 && c == 0x80; /* pickle protocol 2 and later start with PROTO */
-}
+const char cmd_export_usage[] =
+    "  export --to torch TRACE -o SNAPSHOT.pickle [--device N]\n"
+    "            write a trace (any: imported, recorded by mnemo) as a PyTorch memory\n"
+    "            snapshot, stacks included, that PyTorch's memory_viz opens\n"
+    "            (export_torch_snapshot.py)\n";
 
 typedef struct peak_s {
   int64_t reserved;
@@ -117,7 +77,7 @@ static void print_state(void *user, mn_allocator_t *a) {
 }
 
 int cmd_snapshot(int argc, char **argv) {
-  const char *path = NULL, *at = "peak", *config = "";
+  const char *path = NULL, *at = "peak", *config = NULL;
   bool blocks = false;
   for (int i = 0; i < argc; i++) {
     const char *arg = argv[i];
@@ -144,19 +104,26 @@ int cmd_snapshot(int argc, char **argv) {
     fprintf(stderr, "usage: mnemo\n%s", cmd_snapshot_usage);
     return 2;
   }
-  if (is_pickle(path)) {
+  if (mn__tools_is_snapshot(path)) {
     char *args[3] = {(char *)path, "--table", blocks ? "--blocks" : NULL};
-    return run_python_importer(args, blocks ? 3 : 2);
+    return mn__tools_run_script("mnemo snapshot", "import_torch_snapshot.py", args, blocks ? 3 : 2);
   }
   mn_caching_config_t cfg = mn_caching_config_default();
-  if (mn_caching_config_parse(config, &cfg) != MN_OK) {
+  if (config && mn_caching_config_parse(config, &cfg) != MN_OK) {
     fprintf(stderr, "mnemo snapshot: bad --config \"%s\": %s\n", config, mn_last_error());
     return 2;
   }
   mn_trace_t *t = NULL;
-  if (mn_trace_read(path, &t) != MN_OK) {
-    fprintf(stderr, "mnemo snapshot: %s\n", mn_last_error());
-    return 1;
+  int lrc = mn__tools_trace_load("mnemo snapshot", path, -1, &t);
+  if (lrc) return lrc;
+  bool as_recorded = !config;
+  if (as_recorded) {
+    config = mn__tools_recorded_config("mnemo snapshot", t);
+    if (mn_caching_config_parse(config, &cfg) != MN_OK) { /* checked by mn__tools_recorded_config */
+      fprintf(stderr, "mnemo snapshot: %s\n", mn_last_error());
+      mn_trace_destroy(t);
+      return 1;
+    }
   }
   size_t stop = SIZE_MAX;
   int rc = 1;
@@ -185,7 +152,8 @@ int cmd_snapshot(int argc, char **argv) {
     }
     stop = (size_t)n;
   }
-  printf("snapshot of %s replayed on sim:0 (%s) after entry %zu", path, config[0] ? config : "defaults", stop);
+  printf("snapshot of %s replayed on sim:0 (%s%s) after entry %zu", path, as_recorded ? "as recorded: " : "",
+         config[0] ? config : "defaults", stop);
   if (stop < t->nentries && t->entries[stop].line) printf(" (line %" PRIu32 ")", t->entries[stop].line);
   printf(" [%s]\n", at);
   stop_t s = {blocks, 0};
@@ -243,7 +211,7 @@ int cmd_import(int argc, char **argv) {
     }
     close(fd);
     char *args[5] = {(char *)in, "-o", (char *)out, "--device", (char *)device};
-    return run_python_importer(args, device ? 5 : 3);
+    return mn__tools_run_script("mnemo import", "import_torch_snapshot.py", args, device ? 5 : 3);
   }
   if (device) {
     fprintf(stderr, "mnemo import: --device applies to --from torch\n");
@@ -265,4 +233,46 @@ int cmd_import(int argc, char **argv) {
   }
   mn_trace_destroy(t);
   return rc;
+}
+
+int cmd_export(int argc, char **argv) {
+  const char *to = NULL, *in = NULL, *out = NULL, *device = NULL;
+  for (int i = 0; i < argc; i++) {
+    const char *arg = argv[i];
+    if (!strcmp(arg, "--to") || !strcmp(arg, "-o") || !strcmp(arg, "--device")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "mnemo export: %s needs a value\n", arg);
+        return 2;
+      }
+      const char *v = argv[++i];
+      if (!strcmp(arg, "--to")) to = v;
+      else if (!strcmp(arg, "-o")) out = v;
+      else device = v;
+    } else if (arg[0] == '-' && arg[1]) {
+      fprintf(stderr, "mnemo export: unknown option %s\nusage: mnemo\n%s", arg, cmd_export_usage);
+      return 2;
+    } else if (!in) {
+      in = arg;
+    } else {
+      fprintf(stderr, "mnemo export: one trace at a time\n");
+      return 2;
+    }
+  }
+  if (!to || !in || !out) {
+    fprintf(stderr, "usage: mnemo\n%s", cmd_export_usage);
+    return 2;
+  }
+  if (strcmp(to, "torch") != 0) {
+    fprintf(stderr, "mnemo export: --to torch is the one format (not \"%s\")\n", to);
+    return 2;
+  }
+  /* Regular files only, as the C readers take: a FIFO would block the script. */
+  int fd = -1;
+  if (mn__file_open_regular("mnemo export", in, O_RDONLY, 0, &fd, NULL) != MN_OK) {
+    fprintf(stderr, "%s\n", mn_last_error());
+    return 1;
+  }
+  close(fd);
+  char *args[5] = {(char *)in, "-o", (char *)out, "--device", (char *)device};
+  return mn__tools_run_script("mnemo export", "export_torch_snapshot.py", args, device ? 5 : 3);
 }

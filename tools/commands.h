@@ -19,4 +19,8 @@ extern const char cmd_snapshot_usage[];
 int cmd_import(int argc, char **argv);
 extern const char cmd_import_usage[];
 
+/* mnemo export --to torch TRACE -o SNAPSHOT.pickle (tools/cmd_snapshot.c) */
+int cmd_export(int argc, char **argv);
+extern const char cmd_export_usage[];
+
 #endif /* MNEMO_TOOLS_COMMANDS_H */

@@ -8,6 +8,7 @@
 
 #include "mnemo/mnemo.h"
 #include "commands.h"
+#include "trace_input.h"
 #include "runtime/env.h"
 #include "runtime/error.h"
 
@@ -147,11 +148,9 @@ done:
 
 /* Replays a bundled trace with two allocator settings and writes the report. */
 static int demo_trace(void) {
-  const char *dir = mn__env(MN__ENV_DATA_DIR);
   char trace[1024], report[1024];
-  snprintf(trace, sizeof trace, "%s/traces/ctx128_forward_mixed.trace", dir && *dir ? dir : MN_DATA_DIR);
-  if (access(trace, R_OK) != 0) {
-    printf("  (no bundled trace at %s; set MNEMO_DATA_DIR to the repository's data/ folder)\n", trace);
+  if (!mn__tools_find(MN__TOOLS_DATA, "traces/ctx128_forward_mixed.trace", trace, sizeof trace)) {
+    printf("  (no bundled trace at %s; set MNEMO_DATA_DIR to the folder that holds traces/)\n", trace);
     return 0;
   }
   const char *tmp = mn__env(MN__ENV_TMPDIR);
@@ -183,7 +182,8 @@ static void usage(FILE *f) {
           "  demo      run the walking skeleton on the best device (and the SIM device),\n"
           "            replay a bundled trace with its report, time copies on the best device\n"
           "  version   print the version\n"
-          "%s%s%s%s", cmd_replay_usage, cmd_report_usage, cmd_snapshot_usage, cmd_import_usage);
+          "%s%s%s%s%s", cmd_replay_usage, cmd_report_usage, cmd_snapshot_usage, cmd_import_usage,
+          cmd_export_usage);
 }
 
 static int run(int argc, char **argv) {
@@ -198,6 +198,7 @@ static int run(int argc, char **argv) {
   if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
   if (!strcmp(cmd, "snapshot")) return cmd_snapshot(argc - 2, argv + 2);
   if (!strcmp(cmd, "import")) return cmd_import(argc - 2, argv + 2);
+  if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
   if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
     printf("mnemo %s\n", mn_version());
     return 0;

@@ -131,6 +131,16 @@ typedef struct mn_replay_options_s {
   size_t stop_after;
   void (*at_stop)(void *user, mn_allocator_t *allocator);
   void *at_stop_user;
+  /* By default the trace's pre segments (segment_alloc lines: the device memory
+   * the recording allocator held when recording began) are reserved as
+   * recorded before the pre allocations: each one a segment of its size, the
+   * live pre allocations at their offsets in it, the rest cached free blocks,
+   * so the replay starts from the recording allocator's warm cache. Where the
+   * replayed allocator cannot lay a segment out so (other rounding, another
+   * pool), that segment stays reserved, free, and its allocations replay as
+   * usual. true: leave the pre segments out (a cold cache: only the pre
+   * allocations are replayed, in segments the allocator makes for them). */
+  bool skip_pre_segments;
 } mn_replay_options_t;
 
 MN_API mn_replay_options_t mn_replay_options_default(void);
@@ -164,6 +174,8 @@ typedef struct mn_replay_result_s {
   uint64_t op_ns;              /* host time inside alloc/free calls (CLOCK_MONOTONIC), events only */
   double ns_per_op;            /* op_ns / (allocs + frees) */
   bool stats_from_allocator;
+  uint64_t pre_segments;        /* pre segments reserved as recorded (skip_pre_segments unset) */
+  uint64_t pre_segments_laid_out; /* of which with their pre allocations at the recorded offsets */
 } mn_replay_result_t;
 
 /* options NULL: the defaults. The allocator should be fresh (its peaks are

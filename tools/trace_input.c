@@ -1,0 +1,155 @@
+/* tools/trace_input.c: reads a trace or a PyTorch snapshot (imported on the fly),
+ * gives the recorded allocator settings, and finds the CLI's scripts and sample
+ * traces relative to the executable. Single-threaded (the CLI's main thread). */
+#include "trace_input.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "mnemo/mnemo.h"
+#include "runtime/env.h"
+#include "runtime/error.h"
+#include "runtime/fileio.h"
+
+/* The folder of the running executable, resolved; false when unknown. */
+static bool exe_dir(char *buf, size_t size) {
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return false;
+  exe[n] = '\0';
+  char *slash = strrchr(exe, '/');
+  if (!slash) return false;
+  *slash = '\0';
+  return (size_t)snprintf(buf, size, "%s", exe) < size;
+}
+
+/* Whether the executable is the one the build tree made (then the source tree's
+ * tools/ and data/ are its own); compared as resolved paths. */
+static bool in_build_tree(const char *dir) {
+  char a[PATH_MAX], b[PATH_MAX];
+  return realpath(dir, a) && realpath(MN_BUILD_BIN_DIR, b) && !strcmp(a, b);
+}
+
+bool mn__tools_find(mn__tools_kind kind, const char *name, char *buf, size_t size) {
+  const char *env = mn__env(kind == MN__TOOLS_SCRIPT ? MN__ENV_TOOLS_DIR : MN__ENV_DATA_DIR);
+  char first[PATH_MAX] = "", dir[PATH_MAX];
+  const char *places[3];
+  size_t n = 0;
+  char share[PATH_MAX + 32];
+  if (env && *env) places[n++] = env;
+  if (exe_dir(dir, sizeof dir)) {
+    snprintf(share, sizeof share, "%s/../share/mnemo", dir);
+    places[n++] = share;
+    if (in_build_tree(dir)) places[n++] = kind == MN__TOOLS_SCRIPT ? MN_TOOLS_DIR : MN_DATA_DIR;
+  }
+  for (size_t i = 0; i < n; i++) {
+    int len = snprintf(buf, size, "%s/%s", places[i], name);
+    if (len < 0 || (size_t)len >= size) continue;
+    if (!first[0]) snprintf(first, sizeof first, "%s", buf);
+    if (access(buf, R_OK) == 0) return true;
+  }
+  snprintf(buf, size, "%s", first[0] ? first : name);
+  return false;
+}
+
+int mn__tools_run_script(const char *prog, const char *script, char *const *args, int nargs) {
+  char path[PATH_MAX];
+  if (!mn__tools_find(MN__TOOLS_SCRIPT, script, path, sizeof path)) {
+    fprintf(stderr, "%s: cannot find %s (looked in $MNEMO_TOOLS_DIR and next to the executable, first at %s)\n",
+            prog, script, path);
+    return 1;
+  }
+  char **argv = calloc((size_t)nargs + 3, sizeof *argv);
+  if (!argv) {
+    fprintf(stderr, "%s: out of host memory\n", prog);
+    return 1;
+  }
+  argv[0] = "python3";
+  argv[1] = path;
+  for (int i = 0; i < nargs; i++) argv[2 + i] = args[i];
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execvp("python3", argv);
+    fprintf(stderr, "%s: cannot run python3: %s\n", prog, strerror(errno));
+    _exit(127);
+  }
+  free(argv);
+  int status = 0;
+  while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (pid < 0) {
+    fprintf(stderr, "%s: cannot run python3: %s\n", prog, strerror(errno));
+    return 1;
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) return 1; /* python3 missing: said by the child */
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+bool mn__tools_is_snapshot(const char *path) {
+  int fd = -1;
+  if (mn__file_open_regular("mnemo", path, O_RDONLY, 0, &fd, NULL) != MN_OK) {
+    mn_clear_error();
+    return false;
+  }
+  unsigned char c[2] = {0, 0};
+  ssize_t n;
+  do {
+    n = read(fd, c, sizeof c);
+  } while (n < 0 && errno == EINTR);
+  close(fd);
+  /* pickle protocol 2 and later start with PROTO (0x80); gzip with 1f 8b */
+  return (n >= 1 && c[0] == 0x80) || (n == 2 && c[0] == 0x1f && c[1] == 0x8b);
+}
+
+int mn__tools_trace_load(const char *prog, const char *path, int device, mn_trace_t **out) {
+  if (!mn__tools_is_snapshot(path)) {
+    if (mn_trace_read(path, out) != MN_OK) {
+      fprintf(stderr, "%s: %s\n", prog, mn_last_error());
+      return 1;
+    }
+    return 0;
+  }
+  /* A PyTorch snapshot: import it into a temporary trace, read that, remove it. */
+  const char *tmpdir = mn__env(MN__ENV_TMPDIR);
+  char tmp[PATH_MAX];
+  snprintf(tmp, sizeof tmp, "%s/mnemo-import-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    fprintf(stderr, "%s: cannot make a temporary file in %s: %s\n", prog, tmpdir && *tmpdir ? tmpdir : "/tmp",
+            strerror(errno));
+    return 1;
+  }
+  close(fd);
+  char dev[16];
+  snprintf(dev, sizeof dev, "%d", device);
+  char *args[] = {(char *)path, "-o", tmp, "--device", dev};
+  int rc = mn__tools_run_script(prog, "import_torch_snapshot.py", args, device >= 0 ? 5 : 3);
+  if (rc == 0 && mn_trace_read(tmp, out) != MN_OK) {
+    fprintf(stderr, "%s: reading the imported %s: %s\n", prog, path, mn_last_error());
+    rc = 1;
+  }
+  unlink(tmp);
+  return rc;
+}
+
+const char *mn__tools_recorded_config(const char *prog, const mn_trace_t *t) {
+  const char *conf = mn_trace_meta_get(t, "config");
+  if (!conf) return "";
+  mn_caching_config_t cfg = mn_caching_config_default();
+  if (mn_caching_config_parse(conf, &cfg) != MN_OK) {
+    if (prog) fprintf(stderr, "%s: warning: the trace's recorded settings \"%s\" are not mnemo's (%s); replaying with the defaults\n",
+                      prog, conf, mn_last_error());
+    mn_clear_error();
+    return "";
+  }
+  return conf;
+}
