@@ -2,11 +2,14 @@
  * alloc+free pair with 10, 1k and 100k cached blocks on the SIM device and,
  * where a GPU is present, on cuda:0 next to the stream-ordered allocator
  * (cudaMallocAsync from a pool of its own); 1-16 threads on SIM; one failed
- * (out-of-memory) allocation with 10, 1k and 100k cached blocks.
+ * (out-of-memory) allocation with 10, 1k and 100k cached blocks; the cached
+ * pair on SIM fed to the ring recorder without and with C stacks
+ * (recorder_pair/0, /16, /64: max frames).
  * Single-threaded bodies except the threads benchmark. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bench/harness.h"
 #include "mnemo/mnemo.h"
@@ -62,6 +65,71 @@ static void bench_pair(mn_bench_t *b, void *arg) {
   mn_bench_counter(b, "device_allocs", (double)st.num_device_alloc);
   mn_bench_set_items(b, 1);
   cool(a, cached, live);
+}
+
+/* The cached pair of bench_pair (10 cached blocks, SIM) with the allocator's
+ * events going to a ring recorder (2^16 events, so it wraps: the steady state
+ * of a long run) that takes C stacks of up to arg 0 frames (0: no stacks).
+ * Reports the events per pair; the cost per event is (this - alloc_free_pair/10)
+ * / events_per_pair. */
+static void bench_recorder_pair(mn_bench_t *b, void *arg) {
+  const mn_device_t *dev = arg;
+  unsigned frames = (unsigned)mn_bench_arg(b, 0);
+  void **live = NULL;
+  mn_allocator_t *a = warm(dev, 10, &live);
+  mn_trace_recorder_t *r = NULL;
+  MN_BENCH_OK(mn_trace_recorder_create((size_t)1 << 16, &r));
+  MN_BENCH_OK(mn_trace_recorder_set_stacks(r, frames));
+  MN_BENCH_OK(mn_caching_allocator_set_trace_sink(a, mn_trace_recorder_sink_fn, r));
+  size_t want = size_of(5);
+  void *p = NULL;
+  int64_t pairs = 0;
+  while (mn_bench_next(b)) {
+    MN_BENCH_OK(mn_allocator_alloc(a, want, NULL, &p));
+    MN_BENCH_OK(mn_allocator_free(a, p));
+    pairs++;
+  }
+  MN_BENCH_OK(mn_caching_allocator_set_trace_sink(a, NULL, NULL));
+  mn_trace_recorder_stats_t rs;
+  MN_BENCH_OK(mn_trace_recorder_get_stats(r, &rs));
+  mn_bench_counter(b, "events_per_pair", pairs ? (double)rs.recorded / (double)pairs : 0);
+  mn_bench_counter(b, "stacks", (double)rs.stacks);
+  mn_bench_counter(b, "frames_unwound", rs.stacks ? (double)rs.stack_pcs / (double)rs.stacks + 1 : 0);
+  if (frames && rs.stackless) mn_bench_error(b, "events without a stack");
+  mn_bench_set_items(b, 1);
+  mn_trace_recorder_destroy(r);
+  cool(a, 10, live);
+}
+
+/* For instruction counts (callgrind), outside Google Benchmark: `bench_caching
+ * --recorder-pairs N FRAMES` runs N such pairs (FRAMES -1: no recorder; 0:
+ * the recorder without stacks). Two runs with different N give the
+ * instructions per pair without the setup:
+ *   valgrind --tool=callgrind bench_caching --recorder-pairs 20000 16  (and 10000) */
+static int recorder_pairs(long long n, int frames) {
+  mn_device_t sim = mn_device_sim(0);
+  void **live = NULL;
+  mn_allocator_t *a = warm(&sim, 10, &live);
+  mn_trace_recorder_t *r = NULL;
+  if (frames >= 0) {
+    MN_BENCH_OK(mn_trace_recorder_create((size_t)1 << 16, &r));
+    MN_BENCH_OK(mn_trace_recorder_set_stacks(r, (unsigned)frames));
+    MN_BENCH_OK(mn_caching_allocator_set_trace_sink(a, mn_trace_recorder_sink_fn, r));
+  }
+  void *p = NULL;
+  for (long long i = 0; i < n; i++) {
+    MN_BENCH_OK(mn_allocator_alloc(a, size_of(5), NULL, &p));
+    MN_BENCH_OK(mn_allocator_free(a, p));
+  }
+  if (r) MN_BENCH_OK(mn_caching_allocator_set_trace_sink(a, NULL, NULL));
+  mn_trace_recorder_stats_t rs = {0};
+  if (r) MN_BENCH_OK(mn_trace_recorder_get_stats(r, &rs));
+  mn_trace_recorder_destroy(r);
+  cool(a, 10, live);
+  printf("%lld pairs, recorder %s, %.1f frames unwound per event\n", n,
+         frames < 0 ? "off" : frames ? "with stacks" : "without stacks",
+         rs.stacks ? (double)rs.stack_pcs / (double)rs.stacks + 1 : 0.0);
+  return 0;
 }
 
 /* A pair through the stream-ordered allocator (cudaMallocAsync and
@@ -137,14 +205,18 @@ static void bench_failed_alloc(mn_bench_t *b, void *arg) {
 
 int main(int argc, char **argv) {
   mn_sim_config_t c = mn_sim_config_default();
-  c.capacity = (size_t)64 << 30;
+  bool pairs = argc == 4 && !strcmp(argv[1], "--recorder-pairs");
+  c.capacity = (size_t)(pairs ? 1 : 64) << 30; /* 1 GiB: fits valgrind's address space */
   if (mn_sim_configure(&c) != MN_OK) die("sim configure");
+  if (pairs) return recorder_pairs(atoll(argv[2]), atoi(argv[3]));
   static const int64_t cached[] = {10, 1000, MAX_BLOCKS};
   static mn_device_t sim, cuda;
   sim = mn_device_sim(0);
   cuda = mn_device_cuda(0);
   for (int i = 0; i < 3; i++) mn_bench_register("caching/alloc_free_pair", bench_pair, &sim, 1, &cached[i]);
   for (int i = 0; i < 3; i++) mn_bench_register("caching/failed_alloc", bench_failed_alloc, &sim, 1, &cached[i]);
+  static const int64_t frames[] = {0, 16, 64};
+  for (int i = 0; i < 3; i++) mn_bench_register("caching/recorder_pair", bench_recorder_pair, &sim, 1, &frames[i]);
   int ncuda = 0;
   if (mn_device_count(MN_DEVICE_CUDA, &ncuda) == MN_OK && ncuda > 0) {
     for (int i = 0; i < 3; i++) mn_bench_register("caching/cuda/alloc_free_pair", bench_pair, &cuda, 1, &cached[i]);

@@ -280,8 +280,15 @@ static mn_status build_segment(mn__replay_t *r, size_t si, const pre_piece_t *pc
     }
     for (uint64_t off = 0; off < pc[k].size && ok;) { /* a gap in a small segment: pieces of at most 1 MiB */
       uint64_t n = small && pc[k].size - off > PRE_SMALL_REQUEST ? PRE_SMALL_REQUEST : pc[k].size - off;
+      /* a block that is its request rounded to 512 B is asked for with the request
+       * itself, so the allocator's requested bytes (and snapshots) see it */
+      uint64_t ask = n;
+      if (!gap) {
+        uint64_t req = r->trace->entries[pc[k].entry].size;
+        if (req > 0 && (req + PRE_ROUND - 1) / PRE_ROUND * PRE_ROUND == n) ask = req;
+      }
       void *q = NULL;
-      st = mn_allocator_alloc(r->a, (size_t)n, s, &q);
+      st = mn_allocator_alloc(r->a, (size_t)ask, s, &q);
       if (st == MN_ERR_OUT_OF_MEMORY) {
         mn_clear_error();
         ok = false;
@@ -532,6 +539,7 @@ static mn_status replay_one_device(const mn_trace_t *trace, mn_allocator_t *allo
       step(&r, i);
     }
   }
+  if (opt.live_ptrs) memcpy(opt.live_ptrs, r.ptrs, n * sizeof *r.ptrs);
   if (opt.at_stop) opt.at_stop(opt.at_stop_user, allocator);
   res.retries = r.retries;
 
@@ -635,12 +643,26 @@ mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator, co
     }
     if (opt.stop_after != SIZE_MAX) opt.stop_after = stop == SIZE_MAX ? 0 : stop;
     sub.capacity = sub.nentries;
+    void **want_ptrs = opt.live_ptrs;
+    if (want_ptrs) { /* the sub-trace's slots, copied back to the original indices below */
+      memset(want_ptrs, 0, trace->nentries * sizeof *want_ptrs);
+      opt.live_ptrs = mn__calloc(sub.nentries, sizeof *opt.live_ptrs);
+      if (!opt.live_ptrs) {
+        free(sub.entries);
+        free(orig);
+        return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+      }
+    }
     mn__sub_step_t ss = {orig, opt.on_step, opt.on_step_user};
     if (opt.on_step) {
       opt.on_step = sub_step;
       opt.on_step_user = &ss;
     }
     st = replay_one_device(&sub, allocator, opt, &res);
+    if (want_ptrs) {
+      for (size_t k = 0; st == MN_OK && k < sub.nentries; k++) want_ptrs[orig[k]] = opt.live_ptrs[k];
+      free(opt.live_ptrs);
+    }
     free(sub.entries);
     free(orig);
   }

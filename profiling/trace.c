@@ -1,10 +1,13 @@
 /* profiling/trace.c: the trace file format (docs/TRACE_FORMAT.md): a strict
- * reader with file:line errors (linear in the file's size), a writer, and a
- * recorder for allocator trace sinks. No shared state: any thread, one thread
- * at a time per trace. */
+ * reader with file:line errors (linear in the file's size), a writer, the
+ * interned frames and stacks of version 3 (hash tables, so interning is
+ * linear too), and a recorder for allocator trace sinks. No shared state but
+ * the hash seed (made once, pthread_once): any thread, one thread at a time
+ * per trace. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,10 +21,13 @@
 #include "runtime/fileio.h"
 #include "runtime/hostmem.h"
 #include "runtime/nameset.h"
+#include "runtime/random.h"
 
 #define MN__TRACE_MAX_FIELDS 8
 
 /* ---- the in-memory trace ---------------------------------------------------- */
+
+static void mn__trace_intern_free(struct mn__trace_intern_s *in);
 
 mn_status mn_trace_create(mn_trace_t **out) {
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
@@ -40,6 +46,11 @@ void mn_trace_destroy(mn_trace_t *trace) {
   }
   free(trace->meta);
   free(trace->entries);
+  for (size_t i = 0; i < trace->nframes; i++) free(trace->frames[i].file); /* name shares its block */
+  free(trace->frames);
+  free(trace->stack_start);
+  free(trace->stack_frames);
+  mn__trace_intern_free(trace->intern_);
   free(trace);
 }
 
@@ -67,6 +78,8 @@ mn_status mn_trace_append(mn_trace_t *trace, const mn_trace_entry_t *entry) {
                 mn_trace_action_name(entry->action));
   MN__CHECK_ARG(entry->action != MN_TRACE_ALLOC || entry->size > 0, "alloc of 0 bytes");
   MN__CHECK_ARG(entry->device <= INT32_MAX, "device index %" PRIu32 " is over %d", entry->device, INT32_MAX);
+  MN__CHECK_ARG(entry->stack <= trace->nstacks, "stack %" PRIu32 " is not a stack id (the trace has %zu stacks)",
+                entry->stack, trace->nstacks);
   if (entry->pre && trace->nentries > 0 && !trace->entries[trace->nentries - 1].pre)
     return mn__error(MN_ERR_INVALID_STATE, __func__, "pre entry after %zu event entries", trace->nentries);
   if (trace->nentries == trace->capacity) {
@@ -180,6 +193,278 @@ mn_status mn_trace_meta_get_u64(const mn_trace_t *trace, const char *key, uint64
   return MN_OK;
 }
 
+/* ---- frames and stacks (version 3): interning --------------------------------
+ * Frames and stacks live in the trace's public arrays; two open-addressing
+ * tables of ids (0: empty slot; linear probing over a power-of-two table at
+ * most half full) find an equal one in O(1). Each frame's (and stack's) hash
+ * is kept, so growing a table never re-reads the strings. The hash is keyed by
+ * a per-process random seed, so a crafted file cannot choose colliding frames.
+ * A frame's file and name share one allocation (file first). */
+
+struct mn__trace_intern_s {
+  size_t frames_cap, frame_hash_cap; /* slots of frames[] and frame_hash[] */
+  size_t start_cap, stack_hash_cap;  /* slots of stack_start[] (nstacks + 1 used) and stack_hash[] */
+  size_t ids_cap;                    /* slots of stack_frames[] */
+  uint64_t *frame_hash;              /* frame id - 1 -> hash */
+  uint64_t *stack_hash;              /* stack id - 1 -> hash */
+  uint32_t *frame_slots, *stack_slots;
+  size_t frame_slots_cap, stack_slots_cap;
+  size_t frame_slots_used, stack_slots_used;
+};
+
+static void mn__trace_intern_free(struct mn__trace_intern_s *in) {
+  if (!in) return;
+  free(in->frame_hash);
+  free(in->stack_hash);
+  free(in->frame_slots);
+  free(in->stack_slots);
+  free(in);
+}
+
+static uint64_t g_hash_seed;
+static pthread_once_t g_hash_once = PTHREAD_ONCE_INIT;
+static void hash_seed_init(void) { g_hash_seed = mn__random_u64(); }
+
+/* MurmurHash3's 64-bit finalizer: a bijection that mixes every bit. */
+static uint64_t mix64(uint64_t h) {
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
+  return h;
+}
+
+/* Folds n bytes into h, 8 at a time (the length first, so "ab" + "c" != "a" + "bc"). */
+static uint64_t hash_bytes(uint64_t h, const void *data, size_t n) {
+  const unsigned char *p = data;
+  h = mix64(h ^ (uint64_t)n);
+  for (; n >= 8; n -= 8, p += 8) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    h = mix64(h ^ w) + 0x9e3779b97f4a7c15ull;
+  }
+  uint64_t w = 0;
+  for (size_t i = 0; i < n; i++) w |= (uint64_t)p[i] << (8 * i);
+  return mix64(h ^ w ^ 0x5bd1e9955bd1e995ull);
+}
+
+static uint64_t frame_hash(const char *file, size_t flen, const char *name, size_t nlen, uint32_t line) {
+  pthread_once(&g_hash_once, hash_seed_init);
+  return hash_bytes(hash_bytes(g_hash_seed ^ line, file, flen), name, nlen);
+}
+
+static uint64_t stack_hash(const uint32_t *ids, size_t n) {
+  pthread_once(&g_hash_once, hash_seed_init);
+  return hash_bytes(~g_hash_seed, ids, n * sizeof *ids);
+}
+
+/* Grows a[] (elem bytes each, *cap slots) to hold `need`; false (a unchanged) on failure. */
+static bool grow(void **a, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return true;
+  size_t ncap = *cap ? *cap : 16;
+  while (ncap < need) {
+    if (ncap > SIZE_MAX / 2) return false;
+    ncap *= 2;
+  }
+  if (ncap > SIZE_MAX / elem) return false;
+  void *na = mn__realloc(*a, ncap * elem);
+  if (!na) return false;
+  *a = na;
+  *cap = ncap;
+  return true;
+}
+
+/* Makes room in a table for one more id (hashes[id - 1] places the ids already
+ * in); false (table unchanged) for want of memory. */
+static bool table_reserve(uint32_t **slots, size_t *cap, size_t used, const uint64_t *hashes) {
+  if ((used + 1) * 2 <= *cap) return true;
+  size_t ncap = *cap ? *cap * 2 : 64;
+  uint32_t *ns = mn__calloc(ncap, sizeof *ns);
+  if (!ns) return false;
+  for (size_t i = 0; i < *cap; i++) {
+    uint32_t id = (*slots)[i];
+    if (!id) continue;
+    size_t k = (size_t)hashes[id - 1] & (ncap - 1);
+    while (ns[k]) k = (k + 1) & (ncap - 1);
+    ns[k] = id;
+  }
+  free(*slots);
+  *slots = ns;
+  *cap = ncap;
+  return true;
+}
+
+static void table_put(uint32_t *slots, size_t cap, uint64_t h, uint32_t id) {
+  size_t k = (size_t)h & (cap - 1);
+  while (slots[k]) k = (k + 1) & (cap - 1);
+  slots[k] = id;
+}
+
+static uint32_t frame_find(const mn_trace_t *t, uint64_t h, const char *file, size_t flen, const char *name,
+                           size_t nlen, uint32_t line) {
+  const struct mn__trace_intern_s *in = t->intern_;
+  if (!in || !in->frame_slots_cap) return 0;
+  for (size_t k = (size_t)h & (in->frame_slots_cap - 1);; k = (k + 1) & (in->frame_slots_cap - 1)) {
+    uint32_t id = in->frame_slots[k];
+    if (!id) return 0;
+    const mn_trace_frame_t *f = &t->frames[id - 1];
+    if (in->frame_hash[id - 1] == h && f->line == line && strncmp(f->file, file, flen) == 0 &&
+        f->file[flen] == '\0' && strncmp(f->name, name, nlen) == 0 && f->name[nlen] == '\0')
+      return id;
+  }
+}
+
+/* Appends a frame (file[0..flen), name[0..nlen), no NUL inside) whose hash is
+ * h; it enters the table unless `repeat` (an equal frame is there already: a
+ * file may repeat one). Nothing changes on failure. */
+static mn_status frame_push(mn_trace_t *t, const char *func, const char *file, size_t flen, const char *name,
+                            size_t nlen, uint32_t line, uint64_t h, bool repeat, uint32_t *id) {
+  if (t->nframes >= UINT32_MAX - 1)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%zu frames is the most a trace holds", t->nframes);
+  if (!t->intern_) t->intern_ = mn__calloc(1, sizeof *t->intern_);
+  struct mn__trace_intern_s *in = t->intern_;
+  char *buf = in ? mn__malloc(flen + nlen + 2) : NULL;
+  if (!buf || !grow((void **)&t->frames, &in->frames_cap, t->nframes + 1, sizeof *t->frames) ||
+      !grow((void **)&in->frame_hash, &in->frame_hash_cap, t->nframes + 1, sizeof *in->frame_hash) ||
+      (!repeat && !table_reserve(&in->frame_slots, &in->frame_slots_cap, in->frame_slots_used, in->frame_hash))) {
+    free(buf);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory for %zu frames", t->nframes + 1);
+  }
+  memcpy(buf, file, flen);
+  buf[flen] = '\0';
+  memcpy(buf + flen + 1, name, nlen);
+  buf[flen + 1 + nlen] = '\0';
+  t->frames[t->nframes] = (mn_trace_frame_t){.file = buf, .name = buf + flen + 1, .line = line};
+  in->frame_hash[t->nframes] = h;
+  t->nframes++;
+  if (!repeat) {
+    table_put(in->frame_slots, in->frame_slots_cap, h, (uint32_t)t->nframes);
+    in->frame_slots_used++;
+  }
+  *id = (uint32_t)t->nframes;
+  return MN_OK;
+}
+
+static uint32_t stack_find(const mn_trace_t *t, uint64_t h, const uint32_t *ids, size_t n) {
+  const struct mn__trace_intern_s *in = t->intern_;
+  if (!in || !in->stack_slots_cap) return 0;
+  for (size_t k = (size_t)h & (in->stack_slots_cap - 1);; k = (k + 1) & (in->stack_slots_cap - 1)) {
+    uint32_t id = in->stack_slots[k];
+    if (!id) return 0;
+    uint32_t a = t->stack_start[id - 1], b = t->stack_start[id];
+    if (in->stack_hash[id - 1] == h && b - a == n && memcmp(t->stack_frames + a, ids, n * sizeof *ids) == 0)
+      return id;
+  }
+}
+
+/* Appends a stack of n >= 1 existing frame ids whose hash is h, like frame_push. */
+static mn_status stack_push(mn_trace_t *t, const char *func, const uint32_t *ids, size_t n, uint64_t h, bool repeat,
+                            uint32_t *id) {
+  uint32_t used = t->nstacks ? t->stack_start[t->nstacks] : 0;
+  if (t->nstacks >= UINT32_MAX - 1 || n > UINT32_MAX - used)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%zu stacks of %" PRIu32 " frame ids is the most a trace holds",
+                     t->nstacks, used);
+  if (!t->intern_) t->intern_ = mn__calloc(1, sizeof *t->intern_);
+  struct mn__trace_intern_s *in = t->intern_;
+  if (!in || !grow((void **)&t->stack_start, &in->start_cap, t->nstacks + 2, sizeof *t->stack_start) ||
+      !grow((void **)&in->stack_hash, &in->stack_hash_cap, t->nstacks + 1, sizeof *in->stack_hash) ||
+      !grow((void **)&t->stack_frames, &in->ids_cap, (size_t)used + n, sizeof *t->stack_frames) ||
+      (!repeat && !table_reserve(&in->stack_slots, &in->stack_slots_cap, in->stack_slots_used, in->stack_hash)))
+    return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory for %zu stacks", t->nstacks + 1);
+  memcpy(t->stack_frames + used, ids, n * sizeof *ids);
+  t->stack_start[t->nstacks] = used;
+  t->stack_start[t->nstacks + 1] = used + (uint32_t)n;
+  in->stack_hash[t->nstacks] = h;
+  t->nstacks++;
+  if (!repeat) {
+    table_put(in->stack_slots, in->stack_slots_cap, h, (uint32_t)t->nstacks);
+    in->stack_slots_used++;
+  }
+  *id = (uint32_t)t->nstacks;
+  return MN_OK;
+}
+
+/* ---- percent-encoding of frame files and names ---- */
+
+/* Whether byte i of s[0..n) is written %XX: in a file a blank, `%`, a control
+ * byte or >= 0x7f (and the file "-" whole, which would mean unknown); in a
+ * name the same but inner blanks (a leading or trailing one is escaped, as a
+ * reader trims them). */
+static bool must_escape(const char *s, size_t n, size_t i, bool is_file) {
+  unsigned char c = (unsigned char)s[i];
+  if (c < 0x20 || c >= 0x7f || c == '%') return true;
+  if (c == ' ') return is_file || i == 0 || i == n - 1;
+  return is_file && n == 1 && c == '-';
+}
+
+static size_t encoded_len(const char *s, size_t n, bool is_file) {
+  if (is_file && n == 0) return 1; /* "-" */
+  size_t len = 0;
+  for (size_t i = 0; i < n; i++) len += must_escape(s, n, i, is_file) ? 3 : 1;
+  return len;
+}
+
+/* Decimal digits of v. */
+static size_t dec_len(uint64_t v) {
+  size_t d = 1;
+  while (v >= 10) {
+    v /= 10;
+    d++;
+  }
+  return d;
+}
+
+/* The length of frame id's line as a writer writes it, newline excluded. */
+static size_t frame_line_len(size_t id, const char *file, size_t flen, const char *name, size_t nlen, uint32_t line) {
+  size_t len = 6 + dec_len(id) + 1 + dec_len(line) + 1 + encoded_len(file, flen, true);
+  return nlen ? len + 1 + encoded_len(name, nlen, false) : len;
+}
+
+mn_status mn_trace_frame_add(mn_trace_t *t, const char *file, uint32_t line, const char *name, uint32_t *id) {
+  MN__CHECK_ARG(t != NULL && id != NULL, "t and id must not be NULL");
+  if (!file) file = "";
+  if (!name) name = "";
+  size_t flen = strlen(file), nlen = strlen(name);
+  uint64_t h = frame_hash(file, flen, name, nlen, line);
+  uint32_t found = frame_find(t, h, file, flen, name, nlen, line);
+  if (found) {
+    *id = found;
+    return MN_OK;
+  }
+  size_t ll = frame_line_len(t->nframes + 1, file, flen, name, nlen, line);
+  MN__CHECK_ARG(ll <= MN_TRACE_LINE_MAX, "the frame's line would be %zu bytes, over the %d-byte line (file %.40s...)",
+                ll, MN_TRACE_LINE_MAX, file);
+  return frame_push(t, __func__, file, flen, name, nlen, line, h, false, id);
+}
+
+mn_status mn_trace_stack_add(mn_trace_t *t, const uint32_t *frame_ids, size_t n, uint32_t *id) {
+  MN__CHECK_ARG(t != NULL && id != NULL, "t and id must not be NULL");
+  MN__CHECK_ARG(n >= 1 && frame_ids != NULL, "a stack holds at least one frame id (n = %zu)", n);
+  for (size_t i = 0; i < n; i++)
+    MN__CHECK_ARG(frame_ids[i] >= 1 && frame_ids[i] <= t->nframes,
+                  "frame id %" PRIu32 " (position %zu) is not a frame of the trace (1..%zu)", frame_ids[i], i,
+                  t->nframes);
+  uint64_t h = stack_hash(frame_ids, n);
+  uint32_t found = stack_find(t, h, frame_ids, n);
+  if (found) {
+    *id = found;
+    return MN_OK;
+  }
+  return stack_push(t, __func__, frame_ids, n, h, false, id);
+}
+
+size_t mn_trace_stack_get(const mn_trace_t *t, uint32_t id, const uint32_t **frame_ids) {
+  if (!t || id == 0 || id > t->nstacks || !t->stack_start) return 0;
+  if (frame_ids) *frame_ids = t->stack_frames + t->stack_start[id - 1];
+  return t->stack_start[id] - t->stack_start[id - 1];
+}
+
+const mn_trace_frame_t *mn_trace_frame_get(const mn_trace_t *t, uint32_t id) {
+  if (!t || id == 0 || id > t->nframes) return NULL;
+  return &t->frames[id - 1];
+}
+
 /* ---- liveness: pair each free_requested with the alloc it frees ---------- */
 
 /* Describes entry i for a message: "name:line" or "entry i". */
@@ -258,13 +543,13 @@ mn_status mn__trace_match(const mn_trace_t *trace, size_t *match) {
 
 /* ---- reader ------------------------------------------------------------------ */
 
-typedef enum { ST_VERSION, ST_META, ST_PRE, ST_EVENTS, ST_END } mn__parse_state;
+typedef enum { ST_VERSION, ST_META, ST_FRAMES, ST_STACKS, ST_PRE, ST_EVENTS, ST_END } mn__parse_state;
 
 typedef struct mn__parser_s {
   const char *name;
   uint64_t line;
   mn__parse_state state;
-  uint64_t count; /* pre + event lines */
+  uint64_t count; /* pre + event lines (not frame and stack lines) */
   mn_trace_t *t;
   mn__nameset_t meta_keys; /* the meta keys so far (keys point into the text parsed) */
 } mn__parser_t;
@@ -290,10 +575,11 @@ static mn_status parse_entry(mn__parser_t *p, char **f, size_t nf, bool pre) {
   mn_trace_entry_t e;
   memset(&e, 0, sizeof e);
   e.pre = pre;
-  size_t maxf = p->t->version >= 2 ? 7 : 6;
+  size_t maxf = p->t->version >= 3 ? 8 : p->t->version == 2 ? 7 : 6;
   if (nf < 5 || nf > maxf)
     return perr(p, "%s line has %zu fields, expected 5 to %zu (%s action stream address size [block_size%s])",
-                pre ? "pre" : "event", nf, maxf, pre ? "pre" : "time_us", maxf == 7 ? " [device]" : "");
+                pre ? "pre" : "event", nf, maxf, pre ? "pre" : "time_us",
+                maxf == 8 ? " [device [stack]]" : maxf == 7 ? " [device]" : "");
   if (!pre && !mn__parse_dec(f[0], &e.time_us)) return perr(p, "time \"%.32s\" is not a decimal", f[0]);
   bool found = false;
   for (int a = 0; a < MN_TRACE_ACTION_COUNT && !found; a++) {
@@ -311,9 +597,13 @@ static mn_status parse_entry(mn__parser_t *p, char **f, size_t nf, bool pre) {
   if (!mn__parse_dec(f[4], &e.size)) return perr(p, "size \"%.32s\" is not a decimal", f[4]);
   if (nf >= 6 && !mn__parse_dec(f[5], &e.block_size)) return perr(p, "block_size \"%.32s\" is not a decimal", f[5]);
   uint64_t dev = 0;
-  if (nf == 7 && (!mn__parse_dec(f[6], &dev) || dev > INT32_MAX))
+  if (nf >= 7 && (!mn__parse_dec(f[6], &dev) || dev > INT32_MAX))
     return perr(p, "device \"%.32s\" is not a decimal up to %d", f[6], INT32_MAX);
   e.device = (uint32_t)dev;
+  uint64_t stack = 0;
+  if (nf == 8 && (!mn__parse_dec(f[7], &stack) || stack > p->t->nstacks))
+    return perr(p, "stack \"%.32s\" is not 0 or a stack id (the file has %zu stacks)", f[7], p->t->nstacks);
+  e.stack = (uint32_t)stack;
   if (e.action == MN_TRACE_ALLOC && e.size == 0) return perr(p, "alloc of 0 bytes");
   mn_status st = mn_trace_append(p->t, &e);
   if (st != MN_OK) return mn__error_wrap(st, "mn_trace_parse");
@@ -322,7 +612,132 @@ static mn_status parse_entry(mn__parser_t *p, char **f, size_t nf, bool pre) {
   return MN_OK;
 }
 
+static int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+/* Percent-decodes s[0..n) into out (n + 1 bytes); false with why set for a bad
+ * escape or a NUL. `what` names the field for the message. */
+static bool decode(const char *s, size_t n, char *out, size_t *outlen, const char *what, char *why, size_t whysize) {
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] != '%') {
+      out[k++] = s[i];
+      continue;
+    }
+    int hi = -1, lo = -1;
+    if (i + 2 < n) {
+      hi = hex_digit(s[i + 1]);
+      lo = hex_digit(s[i + 2]);
+    }
+    if (hi < 0 || lo < 0) {
+      snprintf(why, whysize, "bad %% escape \"%.*s\" in the frame's %s (%%XX, two hex digits)",
+               (int)(n - i < 3 ? n - i : 3), s + i, what);
+      return false;
+    }
+    if (hi == 0 && lo == 0) {
+      snprintf(why, whysize, "%%00 (a NUL byte) in the frame's %s", what);
+      return false;
+    }
+    out[k++] = (char)(hi * 16 + lo);
+    i += 2;
+  }
+  out[k] = '\0';
+  *outlen = k;
+  return true;
+}
+
+/* `frame <id> <line> <file> <name>` (version 3). */
+static mn_status parse_frame(mn__parser_t *p, const char *line, size_t len) {
+  if (p->t->version < 3)
+    return perr(p, "frame line in a version %u file (frame and stack lines need version 3)", p->t->version);
+  if (p->state > ST_FRAMES)
+    return perr(p, "frame line after the first %s line", p->state == ST_STACKS ? "stack"
+                                                         : p->state == ST_PRE  ? "pre" : "event");
+  p->state = ST_FRAMES;
+  const char *tok[3];
+  size_t tlen[3], i = 0;
+  while (i < len && is_blank(line[i])) i++;
+  i += 5; /* "frame" */
+  for (int k = 0; k < 3; k++) {
+    while (i < len && is_blank(line[i])) i++;
+    tok[k] = line + i;
+    while (i < len && !is_blank(line[i])) i++;
+    tlen[k] = (size_t)(line + i - tok[k]);
+    if (tlen[k] == 0) return perr(p, "frame line without %s (frame <id> <line> <file> <name>)",
+                                  k == 0 ? "an id" : k == 1 ? "a line number" : "a file");
+  }
+  while (i < len && is_blank(line[i])) i++;
+  const char *name = line + i;
+  size_t nlen = len - i;
+  while (nlen > 0 && is_blank(name[nlen - 1])) nlen--;
+  if (memchr(name, '\t', nlen)) return perr(p, "tab inside the frame's name (writers write %%09)");
+  char num[24];
+  uint64_t id, ln;
+  snprintf(num, sizeof num, "%.*s", (int)(tlen[0] < 23 ? tlen[0] : 23), tok[0]);
+  if (tlen[0] > 20 || !mn__parse_dec(num, &id)) return perr(p, "frame id \"%s\" is not a decimal", num);
+  if (id != p->t->nframes + 1) return perr(p, "frame id %" PRIu64 ", expected %zu", id, p->t->nframes + 1);
+  snprintf(num, sizeof num, "%.*s", (int)(tlen[1] < 23 ? tlen[1] : 23), tok[1]);
+  if (tlen[1] > 20 || !mn__parse_dec(num, &ln) || ln > UINT32_MAX)
+    return perr(p, "frame line number \"%s\" is not a decimal below 2^32", num);
+  char file[MN_TRACE_LINE_MAX + 1], nm[MN_TRACE_LINE_MAX + 1], why[96];
+  size_t flen = 0, dnlen = 0;
+  if (tlen[2] == 1 && tok[2][0] == '-') file[0] = '\0';
+  else if (!decode(tok[2], tlen[2], file, &flen, "file", why, sizeof why)) return perr(p, "%s", why);
+  if (!decode(name, nlen, nm, &dnlen, "name", why, sizeof why)) return perr(p, "%s", why);
+  uint64_t h = frame_hash(file, flen, nm, dnlen, (uint32_t)ln);
+  bool repeat = frame_find(p->t, h, file, flen, nm, dnlen, (uint32_t)ln) != 0;
+  uint32_t got;
+  mn_status st = frame_push(p->t, "mn_trace_parse", file, flen, nm, dnlen, (uint32_t)ln, h, repeat, &got);
+  return st;
+}
+
+/* `stack <id> <frame_id> [<frame_id>...]` (version 3). */
+static mn_status parse_stack(mn__parser_t *p, const char *line, size_t len) {
+  if (p->t->version < 3)
+    return perr(p, "stack line in a version %u file (frame and stack lines need version 3)", p->t->version);
+  if (p->state > ST_STACKS)
+    return perr(p, "stack line after the first %s line", p->state == ST_PRE ? "pre" : "event");
+  p->state = ST_STACKS;
+  uint32_t ids[MN_TRACE_LINE_MAX / 2 + 1];
+  size_t n = 0, i = 0;
+  uint64_t id = 0;
+  while (i < len && is_blank(line[i])) i++;
+  i += 5; /* "stack" */
+  for (bool first = true;; first = false) {
+    while (i < len && is_blank(line[i])) i++;
+    if (i == len) break;
+    const char *tok = line + i;
+    while (i < len && !is_blank(line[i])) i++;
+    size_t tl = (size_t)(line + i - tok);
+    char num[24];
+    uint64_t v;
+    snprintf(num, sizeof num, "%.*s", (int)(tl < 23 ? tl : 23), tok);
+    bool ok = tl <= 20 && mn__parse_dec(num, &v);
+    if (first) {
+      if (!ok) return perr(p, "stack id \"%s\" is not a decimal", num);
+      if (v != p->t->nstacks + 1) return perr(p, "stack id %" PRIu64 ", expected %zu", v, p->t->nstacks + 1);
+      id = v;
+      continue;
+    }
+    if (!ok || v == 0 || v > p->t->nframes)
+      return perr(p, "stack %" PRIu64 ": frame \"%s\" is not a frame id (the file has %zu frames)", id, num,
+                  p->t->nframes);
+    ids[n++] = (uint32_t)v;
+  }
+  if (id == 0) return perr(p, "stack line without an id (stack <id> <frame_id> [<frame_id>...])");
+  if (n == 0) return perr(p, "stack %" PRIu64 " has no frames", id);
+  uint64_t h = stack_hash(ids, n);
+  bool repeat = stack_find(p->t, h, ids, n) != 0;
+  uint32_t got;
+  return stack_push(p->t, "mn_trace_parse", ids, n, h, repeat, &got);
+}
+
 static mn_status parse_meta(mn__parser_t *p, const char *line, size_t len) {
+  if (p->state == ST_FRAMES || p->state == ST_STACKS) return perr(p, "meta line after a frame or stack line");
   if (p->state != ST_META) return perr(p, "meta line after the first pre or event line");
   size_t i = 0;
   while (i < len && is_blank(line[i])) i++;
@@ -376,6 +791,10 @@ static mn_status parse_line(mn__parser_t *p, const char *line, size_t len) {
   if (is_meta) return parse_meta(p, line, len);
   char why[96];
   if (!mn__text_printable(line, len, why, sizeof why)) return perr(p, "%s", why);
+  size_t wlen = 0;
+  while (i + wlen < len && !is_blank(line[i + wlen])) wlen++;
+  if (wlen == 5 && memcmp(line + i, "frame", 5) == 0) return parse_frame(p, line, len);
+  if (wlen == 5 && memcmp(line + i, "stack", 5) == 0) return parse_stack(p, line, len);
   char buf[MN_TRACE_LINE_MAX + 1], *f[MN__TRACE_MAX_FIELDS];
   memcpy(buf, line, len);
   buf[len] = '\0';
@@ -398,7 +817,8 @@ static mn_status parse_line(mn__parser_t *p, const char *line, size_t len) {
     p->state = ST_EVENTS;
     return parse_entry(p, f, nf, false);
   }
-  return perr(p, "unknown line kind \"%.32s\" (expected meta, pre, end, # or a time)", f[0]);
+  return perr(p, "unknown line kind \"%.32s\" (expected meta, %spre, end, # or a time)", f[0],
+              p->t->version >= 3 ? "frame, stack, " : "");
 }
 
 mn_status mn_trace_parse(const char *text, size_t len, const char *name, mn_trace_t **out) {
@@ -478,6 +898,32 @@ static void sb_printf(mn__strbuf_t *b, const char *fmt, ...) {
   }
 }
 
+/* Appends s[0..n) percent-encoded (a file: "-" when empty). */
+static void sb_encode(mn__strbuf_t *b, const char *s, size_t n, bool is_file) {
+  static const char hex[] = "0123456789ABCDEF";
+  if (is_file && n == 0) {
+    sb_printf(b, "-");
+    return;
+  }
+  char chunk[256];
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (k + 3 > sizeof chunk) {
+      sb_printf(b, "%.*s", (int)k, chunk);
+      k = 0;
+    }
+    unsigned char c = (unsigned char)s[i];
+    if (must_escape(s, n, i, is_file)) {
+      chunk[k++] = '%';
+      chunk[k++] = hex[c >> 4];
+      chunk[k++] = hex[c & 15];
+    } else {
+      chunk[k++] = (char)c;
+    }
+  }
+  sb_printf(b, "%.*s", (int)k, chunk);
+}
+
 static mn_status check_writable(const mn_trace_t *t) {
   mn__nameset_t seen;
   mn__nameset_init(&seen, t->nmeta);
@@ -503,8 +949,25 @@ static mn_status check_writable(const mn_trace_t *t) {
   for (size_t i = 0; i < t->nentries; i++) {
     const mn_trace_entry_t *e = &t->entries[i];
     if ((unsigned)e->action >= MN_TRACE_ACTION_COUNT || (e->pre && !pre_action_ok(e->action)) ||
-        (e->pre && i > 0 && !t->entries[i - 1].pre) || (e->action == MN_TRACE_ALLOC && e->size == 0))
+        (e->pre && i > 0 && !t->entries[i - 1].pre) || (e->action == MN_TRACE_ALLOC && e->size == 0) ||
+        e->device > INT32_MAX || e->stack > t->nstacks)
       return mn__error(MN_ERR_INVALID_ARGUMENT, "mn_trace_format", "entry %zu breaks the format", i);
+  }
+  for (size_t i = 0; i < t->nframes; i++) {
+    const mn_trace_frame_t *f = &t->frames[i];
+    if (!f->file || !f->name ||
+        frame_line_len(i + 1, f->file, strlen(f->file), f->name, strlen(f->name), f->line) > MN_TRACE_LINE_MAX)
+      return mn__error(MN_ERR_INVALID_ARGUMENT, "mn_trace_format", "frame %zu breaks the format", i + 1);
+  }
+  if (t->nstacks && (!t->stack_start || !t->stack_frames || t->stack_start[0] != 0))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, "mn_trace_format", "the stack arrays are missing");
+  for (size_t s = 1; s <= t->nstacks; s++) {
+    if (t->stack_start[s] <= t->stack_start[s - 1])
+      return mn__error(MN_ERR_INVALID_ARGUMENT, "mn_trace_format", "stack %zu has no frames", s);
+    for (uint32_t k = t->stack_start[s - 1]; k < t->stack_start[s]; k++)
+      if (t->stack_frames[k] == 0 || t->stack_frames[k] > t->nframes)
+        return mn__error(MN_ERR_INVALID_ARGUMENT, "mn_trace_format", "stack %zu names frame %" PRIu32
+                         ", not a frame of the trace", s, t->stack_frames[k]);
   }
   st = trace_match(t, NULL, NULL, "mn_trace_format");
   if (st == MN_ERR_FORMAT) st = MN_ERR_INVALID_ARGUMENT; /* a trace to write that breaks the format */
@@ -516,12 +979,33 @@ mn_status mn_trace_format(const mn_trace_t *trace, char **text, size_t *len) {
   mn_status st = check_writable(trace);
   if (st != MN_OK) return st;
   mn__strbuf_t b = {0};
-  bool v2 = false; /* version 1 unless an entry is on another device than 0 */
+  /* Version 3 when there are frames (stacks need them), else 1 unless an
+   * entry is on another device than 0. */
+  bool v3 = trace->nframes > 0, v2 = v3;
   for (size_t i = 0; i < trace->nentries && !v2; i++) v2 = trace->entries[i].device != 0;
-  sb_printf(&b, "mnemo-trace %d\n", v2 ? 2 : 1);
+  sb_printf(&b, "mnemo-trace %d\n", v3 ? 3 : v2 ? 2 : 1);
   for (size_t i = 0; i < trace->nmeta; i++) {
     if (trace->meta[i].value[0]) sb_printf(&b, "meta %s %s\n", trace->meta[i].key, trace->meta[i].value);
     else sb_printf(&b, "meta %s\n", trace->meta[i].key);
+  }
+  for (size_t i = 0; i < trace->nframes; i++) {
+    const mn_trace_frame_t *f = &trace->frames[i];
+    sb_printf(&b, "frame %zu %" PRIu32 " ", i + 1, f->line);
+    sb_encode(&b, f->file, strlen(f->file), true);
+    if (f->name[0]) {
+      sb_printf(&b, " ");
+      sb_encode(&b, f->name, strlen(f->name), false);
+    }
+    sb_printf(&b, "\n");
+  }
+  for (size_t s = 1; s <= trace->nstacks; s++) {
+    /* The innermost MN_TRACE_STACK_MAX frames, fewer when the line would be too long. */
+    const uint32_t *ids = trace->stack_frames + trace->stack_start[s - 1];
+    size_t n = trace->stack_start[s] - trace->stack_start[s - 1], k = 0, ll = 6 + dec_len(s);
+    while (k < n && k < MN_TRACE_STACK_MAX && ll + 1 + dec_len(ids[k]) <= MN_TRACE_LINE_MAX) ll += 1 + dec_len(ids[k++]);
+    sb_printf(&b, "stack %zu", s);
+    for (size_t j = 0; j < k; j++) sb_printf(&b, " %" PRIu32, ids[j]);
+    sb_printf(&b, "\n");
   }
   for (size_t i = 0; i < trace->nentries; i++) {
     const mn_trace_entry_t *e = &trace->entries[i];
@@ -529,7 +1013,8 @@ mn_status mn_trace_format(const mn_trace_t *trace, char **text, size_t *len) {
     else sb_printf(&b, "%" PRIu64, e->time_us);
     sb_printf(&b, " %s %" PRIu64 " 0x%" PRIx64 " %" PRIu64, mn_trace_action_name(e->action), e->stream,
               e->address, e->size);
-    if (v2) sb_printf(&b, " %" PRIu64 " %" PRIu32, e->block_size, e->device);
+    if (v3) sb_printf(&b, " %" PRIu64 " %" PRIu32 " %" PRIu32, e->block_size, e->device, e->stack);
+    else if (v2) sb_printf(&b, " %" PRIu64 " %" PRIu32, e->block_size, e->device);
     else if (e->block_size) sb_printf(&b, " %" PRIu64, e->block_size);
     sb_printf(&b, "\n");
   }

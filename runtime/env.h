@@ -19,6 +19,8 @@
     "a path: record every caching allocator's events in a ring, written there as a trace at exit",                \
     "no recording")                                                                                         \
   X(TRACE_CAPACITY, "MNEMO_TRACE_CAPACITY", "events the MNEMO_TRACE ring holds", "1000000")                       \
+  X(TRACE_STACKS, "MNEMO_TRACE_STACKS",                                                                           \
+    "1 (16 frames) or a frame count up to 64: the MNEMO_TRACE ring keeps each event's C call stack", "off")          \
   X(KERNEL_THREADS, "MNEMO_KERNEL_THREADS", "threads of the CPU kernels' pool", "online CPUs, at most 16")         \
   X(CPU_HUGEPAGES, "MNEMO_CPU_HUGEPAGES",                                                                         \
     "0: no transparent-huge-page advice on CPU allocations of 4 MiB or more", "on")                               \

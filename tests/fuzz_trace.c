@@ -1,4 +1,4 @@
-/* tests/fuzz_trace.c: fuzzes the trace reader (versions 1 and 2) and the RMM CSV
+/* tests/fuzz_trace.c: fuzzes the trace reader (versions 1 to 3) and the RMM CSV
  * importer: a libFuzzer target (clang, MN_FUZZ_LIBFUZZER) and a plain driver that
  * mutates the seed corpus (any compiler). */
 /*
@@ -86,7 +86,10 @@ static const char *const TOKENS[] = {
     "1 free_requested 0 0x10 16\n", "end 0\n", "end 1\n", "0x", "18446744073709551615", "18446744073709551616",
     "\r\n", "\t", " ", "#", "\n", "pre segment_alloc 0 0x0 0\n", "0xffffffffffffffff", "\0", "\xff",
     "mnemo-trace 2\n", " 0 1\n", " 2147483648", "Thread,Time,Action,Pointer,Size,Stream\n", ",allocate,",
-    ",free,", ",allocate failure,", "1,0.5,allocate,0x10,8,0x0\n", "12:00:01.5", ","};
+    ",free,", ",allocate failure,", "1,0.5,allocate,0x10,8,0x0\n", "12:00:01.5", ",",
+    /* version 3: frames, stacks, percent escapes, the stack field */
+    "mnemo-trace 3\n", "frame 1 0 f n\n", "frame 2 7 - a b\n", "stack 1 1\n", "stack 2 2 1\n", " 0 0 1\n", "%",
+    "%2", "%00", "%C3%A9", "%25", "%20", " -", "frame ", "stack ", " 4294967296", "\xc3\xa9"};
 
 static const mn_fuzz_driver_t DRIVER = {
     .corpus_dir = MN_TRACE_CORPUS_DIR,

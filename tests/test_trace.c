@@ -1,5 +1,6 @@
 /* tests/test_trace.c: the trace format (docs/TRACE_FORMAT.md): parser accepts and
- * rejects with line numbers, writer round trip, recorder sink, replay on SIM;
+ * rejects with line numbers, writer round trip, version 3 (frames, stacks,
+ * percent-encoding, interning, the writer's cuts), recorder sink, replay on SIM;
  * 100k meta keys parse and write in linear time; the readers (trace, RMM CSV)
  * and the writer refuse a FIFO, a folder or a device at once. */
 #include <stdint.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include "mn_test.h"
+#include "runtime/hostmem.h"
 
 #define MiB ((uint64_t)1 << 20)
 
@@ -100,7 +102,7 @@ MN_TEST(parse_rejects_with_line_numbers) {
       {"mnemo-trace 1\n", "t.trace:1: truncated file: no end line"},
       {"hello\nend 0\n", "t.trace:1: not a mnemo trace"},
       {"# comment first\nmnemo-trace 1\nend 0\n", "t.trace:1: not a mnemo trace"},
-      {"mnemo-trace 3\nend 0\n", "t.trace:1: unsupported trace version 3"},
+      {"mnemo-trace 4\nend 0\n", "t.trace:1: unsupported trace version 4"},
       {"mnemo-trace 1\n0 alloc 0 0x10 8 0 1\nend 1\n", "t.trace:2: event line has 7 fields, expected 5 to 6"},
       {"mnemo-trace 2\n0 alloc 0 0x10 8 0 x\nend 1\n", "t.trace:2: device \"x\" is not a decimal"},
       {"mnemo-trace x\nend 0\n", "t.trace:1: bad version line"},
@@ -325,6 +327,342 @@ MN_TEST(many_meta_keys) {
   free(text);
 }
 
+/* ---- version 3: frames and stacks ---------------------------------------------- */
+
+/* Every frame, stack and entry of a and b agree (the line numbers aside). */
+static void same_v3(const mn_trace_t *a, const mn_trace_t *b) {
+  MN_CHECK(a->nframes == b->nframes && a->nstacks == b->nstacks && a->nentries == b->nentries);
+  for (uint32_t i = 1; i <= a->nframes && i <= b->nframes; i++) {
+    const mn_trace_frame_t *x = mn_trace_frame_get(a, i), *y = mn_trace_frame_get(b, i);
+    MN_CHECK(x && y && x->line == y->line && !strcmp(x->file, y->file) && !strcmp(x->name, y->name));
+  }
+  for (uint32_t s = 1; s <= a->nstacks && s <= b->nstacks; s++) {
+    const uint32_t *x = NULL, *y = NULL;
+    size_t nx = mn_trace_stack_get(a, s, &x), ny = mn_trace_stack_get(b, s, &y);
+    MN_CHECK(nx >= 1 && nx == ny && !memcmp(x, y, nx * sizeof *x));
+  }
+  for (size_t i = 0; i < a->nentries && i < b->nentries; i++) {
+    const mn_trace_entry_t *x = &a->entries[i], *y = &b->entries[i];
+    MN_CHECK(x->action == y->action && x->pre == y->pre && x->time_us == y->time_us && x->address == y->address &&
+             x->size == y->size && x->block_size == y->block_size && x->device == y->device && x->stack == y->stack);
+  }
+}
+
+/* Frames with blanks, %, tabs and UTF-8 in names and files, an unknown file,
+ * a file named "-", stacks, entries with and without one (pre lines too), a
+ * device: written as version 3, read back the same, the text stable. */
+MN_TEST(v3_round_trip) {
+  mn_trace_t *t = NULL;
+  MN_CHECK_OK(mn_trace_create(&t));
+  if (!t) return;
+  MN_CHECK_OK(mn_trace_meta_set(t, "source", "v3 test"));
+  uint32_t f[8] = {0};
+  MN_CHECK_OK(mn_trace_frame_add(t, "/src/my model.py", 42, "forward(self, x: Tensor)", &f[0]));
+  MN_CHECK_OK(mn_trace_frame_add(t, "", 0, "", &f[1]));                          /* unknown, no name */
+  MN_CHECK_OK(mn_trace_frame_add(t, "-", 7, " 100%\tdone ", &f[2]));            /* a file named "-" */
+  MN_CHECK_OK(mn_trace_frame_add(t, "/caf\xc3\xa9/\xe6\xa8\xa1.py", 3, "na\xc3\xafve  fn", &f[3])); /* UTF-8 */
+  MN_CHECK_OK(mn_trace_frame_add(t, NULL, 0, NULL, &f[4]));                      /* = frame 2 */
+  MN_CHECK(f[0] == 1 && f[1] == 2 && f[2] == 3 && f[3] == 4 && f[4] == 2 && t->nframes == 4);
+  uint32_t s1 = 0, s2 = 0;
+  uint32_t ids1[] = {1, 2, 3, 4}, ids2[] = {4};
+  MN_CHECK_OK(mn_trace_stack_add(t, ids1, 4, &s1));
+  MN_CHECK_OK(mn_trace_stack_add(t, ids2, 1, &s2));
+  MN_CHECK(s1 == 1 && s2 == 2 && t->nstacks == 2);
+  mn_trace_entry_t e = {.action = MN_TRACE_ALLOC, .pre = true, .address = 0x100, .size = 10, .stack = 2};
+  MN_CHECK_OK(mn_trace_append(t, &e));
+  e = (mn_trace_entry_t){.action = MN_TRACE_ALLOC, .time_us = 5, .stream = 3, .address = 0x200, .size = 20,
+                         .block_size = 512, .device = 1, .stack = 1};
+  MN_CHECK_OK(mn_trace_append(t, &e));
+  e = (mn_trace_entry_t){.action = MN_TRACE_FREE_REQUESTED, .time_us = 6, .stream = 3, .address = 0x200, .size = 20,
+                         .device = 1};
+  MN_CHECK_OK(mn_trace_append(t, &e));
+  e = (mn_trace_entry_t){.action = MN_TRACE_FREE_REQUESTED, .time_us = 7, .address = 0x100, .size = 10, .stack = 2};
+  MN_CHECK_OK(mn_trace_append(t, &e));
+  char *text = NULL;
+  size_t len = 0;
+  MN_CHECK_OK(mn_trace_format(t, &text, &len));
+  static const char want[] = "mnemo-trace 3\n"
+                             "meta source v3 test\n"
+                             "frame 1 42 /src/my%20model.py forward(self, x: Tensor)\n"
+                             "frame 2 0 -\n"
+                             "frame 3 7 %2D %20100%25%09done%20\n"
+                             "frame 4 3 /caf%C3%A9/%E6%A8%A1.py na%C3%AFve  fn\n"
+                             "stack 1 1 2 3 4\n"
+                             "stack 2 4\n"
+                             "pre alloc 0 0x100 10 0 0 2\n"
+                             "5 alloc 3 0x200 20 512 1 1\n"
+                             "6 free_requested 3 0x200 20 0 1 0\n"
+                             "7 free_requested 0 0x100 10 0 0 2\n"
+                             "end 4\n";
+  MN_CHECK(text && len == sizeof want - 1 && !strcmp(text, want));
+  if (text && strcmp(text, want)) printf("  got:\n%s", text);
+  mn_trace_t *u = NULL;
+  if (text) MN_CHECK_OK(mn_trace_parse(text, len, "v3.trace", &u));
+  if (u) {
+    MN_CHECK(u->version == 3);
+    same_v3(t, u);
+    MN_CHECK(!strcmp(u->frames[2].file, "-") && !strcmp(u->frames[2].name, " 100%\tdone "));
+    MN_CHECK(!strcmp(u->frames[1].file, "") && !strcmp(u->frames[1].name, ""));
+    MN_CHECK(u->entries[0].pre && u->entries[0].stack == 2 && u->entries[1].line == 10);
+    /* What was read is interned as well: adding a frame or stack it has gives its id. */
+    uint32_t id = 0;
+    MN_CHECK_OK(mn_trace_frame_add(u, "/caf\xc3\xa9/\xe6\xa8\xa1.py", 3, "na\xc3\xafve  fn", &id));
+    MN_CHECK(id == 4 && u->nframes == 4);
+    MN_CHECK_OK(mn_trace_stack_add(u, ids1, 4, &id));
+    MN_CHECK(id == 1 && u->nstacks == 2);
+    char *text2 = NULL;
+    size_t len2 = 0;
+    MN_CHECK_OK(mn_trace_format(u, &text2, &len2));
+    MN_CHECK(text2 && len2 == len && !memcmp(text, text2, len));
+    free(text2);
+  }
+  mn_trace_destroy(u);
+  /* Through a file too. */
+  const char *p = tmp_path("v3");
+  MN_CHECK_OK(mn_trace_write(t, p));
+  u = NULL;
+  MN_CHECK_OK(mn_trace_read(p, &u));
+  if (u) same_v3(t, u);
+  mn_trace_destroy(u);
+  remove(p);
+  free(text);
+  mn_trace_destroy(t);
+
+  /* A reader's liberties: lowercase escapes, extra blanks, leading zeros, an
+   * omitted stack field, a repeated frame or stack (kept under its own id). */
+  static const char loose[] = "mnemo-trace 3\n"
+                              "frame 1 0 a%2fb   spaced  name  \t\n"
+                              "frame 002 10 a%2Fb spaced  name\n"
+                              "frame 3 1 %2d\n"
+                              "  stack 1 2 1  \n"
+                              "stack 2 2 1\n"
+                              "stack 3 3\n"
+                              "pre alloc 0 0x10 1\n"
+                              "1 alloc 0 0x20 1 0 0\n"
+                              "2 alloc 0 0x30 1 0 0 03\n"
+                              "end 3\n";
+  u = NULL;
+  MN_CHECK_OK(mn_trace_parse(loose, sizeof loose - 1, "loose", &u));
+  if (u) {
+    MN_CHECK(u->nframes == 3 && !strcmp(u->frames[0].file, "a/b") && !strcmp(u->frames[0].name, "spaced  name"));
+    MN_CHECK(u->frames[1].line == 10 && !strcmp(u->frames[2].file, "-") && !strcmp(u->frames[2].name, ""));
+    MN_CHECK(u->nstacks == 3 && u->entries[0].stack == 0 && u->entries[1].stack == 0 && u->entries[2].stack == 3);
+    const uint32_t *ids = NULL;
+    MN_CHECK(mn_trace_stack_get(u, 2, &ids) == 2 && ids[0] == 2 && ids[1] == 1);
+    MN_CHECK(mn_trace_stack_get(u, 0, &ids) == 0 && mn_trace_stack_get(u, 4, &ids) == 0);
+    MN_CHECK(mn_trace_frame_get(u, 0) == NULL && mn_trace_frame_get(u, 4) == NULL);
+    char *out = NULL;
+    size_t olen = 0;
+    MN_CHECK_OK(mn_trace_format(u, &out, &olen));
+    MN_CHECK(out && strstr(out, "frame 1 0 a/b spaced  name\nframe 2 10 a/b spaced  name\nframe 3 1 %2D\n"
+                                "stack 1 2 1\nstack 2 2 1\nstack 3 3\npre alloc 0 0x10 1 0 0 0\n"));
+    free(out);
+  }
+  mn_trace_destroy(u);
+  /* Versions 1 and 2 are written as before when there are no frames. */
+  u = NULL;
+  MN_CHECK_OK(parse_str("mnemo-trace 3\n1 alloc 0 0x20 1 0 1 0\nend 1\n", &u));
+  if (u) {
+    char *out = NULL;
+    MN_CHECK_OK(mn_trace_format(u, &out, NULL));
+    MN_CHECK(out && !strcmp(out, "mnemo-trace 2\n1 alloc 0 0x20 1 0 1\nend 1\n"));
+    free(out);
+  }
+  mn_trace_destroy(u);
+}
+
+MN_TEST(v3_rejects_with_line_numbers) {
+  static const bad_case_t cases[] = {
+      {"mnemo-trace 3\nframe 2 0 f n\nend 0\n", "t.trace:2: frame id 2, expected 1"},
+      {"mnemo-trace 3\nframe 1 0 f n\nframe 5 0 f m\nend 0\n", "t.trace:3: frame id 5, expected 2"},
+      {"mnemo-trace 3\nframe x 0 f n\nend 0\n", "t.trace:2: frame id \"x\" is not a decimal"},
+      {"mnemo-trace 3\nframe 1 4294967296 f n\nend 0\n", "t.trace:2: frame line number \"4294967296\""},
+      {"mnemo-trace 3\nframe 1 0\nend 0\n", "t.trace:2: frame line without a file"},
+      {"mnemo-trace 3\nframe\nend 0\n", "t.trace:2: frame line without an id"},
+      {"mnemo-trace 3\nframe 1 0 a%2 n\nend 0\n", "t.trace:2: bad % escape \"%2\" in the frame's file"},
+      {"mnemo-trace 3\nframe 1 0 f n%zz\nend 0\n", "t.trace:2: bad % escape \"%zz\" in the frame's name"},
+      {"mnemo-trace 3\nframe 1 0 f 100%\nend 0\n", "t.trace:2: bad % escape \"%\" in the frame's name"},
+      {"mnemo-trace 3\nframe 1 0 f%00 n\nend 0\n", "t.trace:2: %00 (a NUL byte) in the frame's file"},
+      {"mnemo-trace 3\nframe 1 0 f a\tb\nend 0\n", "t.trace:2: tab inside the frame's name"},
+      {"mnemo-trace 3\nframe 1 0 f caf\xc3\xa9\nend 0\n", "t.trace:2: byte 0xc3 at column"},
+      {"mnemo-trace 3\nframe 1 0 f n\nstack 1 2\nend 0\n", "t.trace:3: stack 1: frame \"2\" is not a frame id"},
+      {"mnemo-trace 3\nframe 1 0 f n\nstack 1 0\nend 0\n", "t.trace:3: stack 1: frame \"0\" is not a frame id"},
+      {"mnemo-trace 3\nframe 1 0 f n\nstack 1 1 x\nend 0\n", "t.trace:3: stack 1: frame \"x\""},
+      {"mnemo-trace 3\nframe 1 0 f n\nstack 1\nend 0\n", "t.trace:3: stack 1 has no frames"},
+      {"mnemo-trace 3\nstack\nend 0\n", "t.trace:2: stack line without an id"},
+      {"mnemo-trace 3\nframe 1 0 f n\nstack 2 1\nend 0\n", "t.trace:3: stack id 2, expected 1"},
+      {"mnemo-trace 3\n0 alloc 0 0x10 1 0 0 1\nend 1\n", "t.trace:2: stack \"1\" is not 0 or a stack id"},
+      {"mnemo-trace 3\nframe 1 0 f n\nstack 1 1\n0 alloc 0 0x10 1 0 0 2\nend 1\n",
+       "t.trace:4: stack \"2\" is not 0 or a stack id (the file has 1 stacks)"},
+      {"mnemo-trace 3\nframe 1 0 f n\nstack 1 1\npre alloc 0 0x10 1 0 0 2\nend 1\n", "t.trace:4: stack \"2\""},
+      {"mnemo-trace 3\n0 alloc 0 0x10 1 0 0 0 9\nend 1\n", "t.trace:2: event line has 9 fields, expected 5 to 8"},
+      {"mnemo-trace 2\n0 alloc 0 0x10 1 0 0 0\nend 1\n", "t.trace:2: event line has 8 fields, expected 5 to 7"},
+      {"mnemo-trace 2\npre alloc 0 0x10 1 0 0 0\nend 1\n", "t.trace:2: pre line has 8 fields, expected 5 to 7"},
+      {"mnemo-trace 1\nframe 1 0 f n\nend 0\n", "t.trace:2: frame line in a version 1 file"},
+      {"mnemo-trace 2\nstack 1 1\nend 0\n", "t.trace:2: stack line in a version 2 file"},
+      {"mnemo-trace 3\npre alloc 0 0x10 1\nframe 1 0 f n\nend 1\n", "t.trace:3: frame line after the first pre line"},
+      {"mnemo-trace 3\n0 alloc 0 0x10 1\nframe 1 0 f n\nend 1\n", "t.trace:3: frame line after the first event line"},
+      {"mnemo-trace 3\nframe 1 0 f n\nstack 1 1\nframe 2 0 f n\nend 0\n",
+       "t.trace:4: frame line after the first stack line"},
+      {"mnemo-trace 3\nframe 1 0 f n\n0 alloc 0 0x10 1\nstack 1 1\nend 1\n",
+       "t.trace:4: stack line after the first event line"},
+      {"mnemo-trace 3\nframe 1 0 f n\nmeta k v\nend 0\n", "t.trace:3: meta line after a frame or stack line"},
+      {"mnemo-trace 3\nframe 1 0 f n\nend 1\n", "t.trace:3: end line counts 1 pre and event lines, the file has 0"},
+      {"mnemo-trace 3\nframes 1 0 f n\nend 0\n", "t.trace:2: unknown line kind \"frames\" (expected meta, frame, stack"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    mn_trace_t *t = (mn_trace_t *)&cases[i]; /* must stay untouched */
+    mn_trace_t *before = t;
+    MN_CHECK_ERR(parse_str(cases[i].text, &t), MN_ERR_FORMAT, cases[i].needle);
+    MN_CHECK(t == before);
+  }
+}
+
+/* The API's checks: interning, unknown ids, the line limit; the writer keeps
+ * the innermost MN_TRACE_STACK_MAX frames of a longer stack. */
+MN_TEST(v3_interning_and_cuts) {
+  mn_trace_t *t = NULL;
+  MN_CHECK_OK(mn_trace_create(&t));
+  if (!t) return;
+  uint32_t a = 0, b = 0, c = 0, d = 0;
+  MN_CHECK_OK(mn_trace_frame_add(t, "x.c", 1, "f", &a));
+  MN_CHECK_OK(mn_trace_frame_add(t, "x.c", 1, "f", &b));
+  MN_CHECK_OK(mn_trace_frame_add(t, "x.c", 2, "f", &c)); /* another line */
+  MN_CHECK_OK(mn_trace_frame_add(t, "x.c", 1, "g", &d)); /* another name */
+  MN_CHECK(a == 1 && b == 1 && c == 2 && d == 3 && t->nframes == 3);
+  MN_CHECK_OK(mn_trace_frame_add(t, "x.cf", 1, "", &b)); /* "x.c"+"f" is not "x.cf"+"" */
+  MN_CHECK(b == 4);
+  uint32_t s = 0, s2 = 0, ids[3] = {1, 2, 3};
+  MN_CHECK_OK(mn_trace_stack_add(t, ids, 3, &s));
+  MN_CHECK_OK(mn_trace_stack_add(t, ids, 3, &s2));
+  MN_CHECK(s == 1 && s2 == 1);
+  MN_CHECK_OK(mn_trace_stack_add(t, ids, 2, &s2)); /* a prefix is another stack */
+  MN_CHECK(s2 == 2 && t->nstacks == 2 && t->stack_start[0] == 0 && t->stack_start[2] == 5);
+  uint32_t bad[2] = {1, 5};
+  MN_CHECK_ERR(mn_trace_stack_add(t, bad, 2, &s2), MN_ERR_INVALID_ARGUMENT, "frame id 5 (position 1)");
+  bad[1] = 0;
+  MN_CHECK_ERR(mn_trace_stack_add(t, bad, 2, &s2), MN_ERR_INVALID_ARGUMENT, "frame id 0");
+  MN_CHECK_ERR(mn_trace_stack_add(t, ids, 0, &s2), MN_ERR_INVALID_ARGUMENT, "at least one frame");
+  MN_CHECK(t->nstacks == 2);
+  mn_trace_entry_t e = {.action = MN_TRACE_ALLOC, .address = 0x10, .size = 1, .stack = 3};
+  MN_CHECK_ERR(mn_trace_append(t, &e), MN_ERR_INVALID_ARGUMENT, "stack 3 is not a stack id (the trace has 2 stacks)");
+  MN_CHECK(t->nentries == 0);
+  /* Many frames: the tables grow and still find every one. */
+  char name[32];
+  for (int i = 0; i < 5000; i++) {
+    snprintf(name, sizeof name, "fn%d", i);
+    MN_CHECK_OK(mn_trace_frame_add(t, "many.c", (uint32_t)i, name, &a));
+    if (a != (uint32_t)(5 + i)) {
+      MN_CHECK(a == (uint32_t)(5 + i));
+      break;
+    }
+  }
+  MN_CHECK_OK(mn_trace_frame_add(t, "many.c", 1234, "fn1234", &a));
+  MN_CHECK(a == 5 + 1234 && t->nframes == 5004);
+  /* A frame whose line would pass 4096 bytes is refused; one that fits is kept and reads back. */
+  size_t room = MN_TRACE_LINE_MAX - strlen("frame 5005 0 f ");
+  char *big = malloc(room + 2);
+  if (big) {
+    memset(big, 'n', room + 1);
+    big[room + 1] = '\0';
+    MN_CHECK_ERR(mn_trace_frame_add(t, "f", 0, big, &a), MN_ERR_INVALID_ARGUMENT, "over the 4096-byte line");
+    big[room] = '\0';
+    MN_CHECK_OK(mn_trace_frame_add(t, "f", 0, big, &a));
+    MN_CHECK(a == 5005);
+    memset(big, '%', room / 3 + 1); /* each escaped to 3 bytes */
+    big[room / 3 + 1] = '\0';
+    MN_CHECK_ERR(mn_trace_frame_add(t, "g", 0, big, &b), MN_ERR_INVALID_ARGUMENT, "over the 4096-byte line");
+    free(big);
+  }
+  /* A stack of 300 frames is written cut to its innermost 128. */
+  uint32_t deep[300];
+  for (int i = 0; i < 300; i++) deep[i] = (uint32_t)(5000 - i);
+  MN_CHECK_OK(mn_trace_stack_add(t, deep, 300, &s));
+  MN_CHECK(s == 3 && mn_trace_stack_get(t, 3, NULL) == 300);
+  e.stack = 3;
+  MN_CHECK_OK(mn_trace_append(t, &e));
+  char *text = NULL;
+  size_t len = 0;
+  MN_CHECK_OK(mn_trace_format(t, &text, &len));
+  mn_trace_t *u = NULL;
+  if (text) MN_CHECK_OK(mn_trace_parse(text, len, "cut", &u));
+  if (u) {
+    const uint32_t *got = NULL;
+    MN_CHECK(mn_trace_stack_get(u, 3, &got) == MN_TRACE_STACK_MAX && got[0] == 5000 && got[127] == 5000 - 127);
+    MN_CHECK(u->nframes == 5005 && strlen(u->frames[5004].name) == room && u->entries[0].stack == 3);
+    mn_trace_destroy(u);
+  }
+  /* A file's stack of more than 128 frames is read whole (the writer then cuts it). */
+  if (text) {
+    char *st3 = strstr(text, "stack 3 ");
+    MN_CHECK(st3 && strchr(st3, '\n') - st3 < 128 * 6);
+  }
+  free(text);
+  mn_trace_destroy(t);
+  size_t cap = 64 + 300 * 12, n = 0;
+  char *lines = malloc(cap);
+  if (!lines) return;
+  n += (size_t)snprintf(lines + n, cap - n, "mnemo-trace 3\nframe 1 0 f a\nframe 2 0 f b\nstack 1");
+  for (int i = 0; i < 300; i++) n += (size_t)snprintf(lines + n, cap - n, " %d", 1 + i % 2);
+  n += (size_t)snprintf(lines + n, cap - n, "\nend 0\n");
+  u = NULL;
+  MN_CHECK_OK(mn_trace_parse(lines, n, "long", &u));
+  if (u) MN_CHECK(mn_trace_stack_get(u, 1, NULL) == 300);
+  mn_trace_destroy(u);
+  free(lines);
+}
+
+/* Builds a version 3 trace through the API (enough frames and stacks to grow
+ * every table twice), formats, parses and formats it again. */
+static mn_status v3_workload(void) {
+  mn_trace_t *t = NULL, *u = NULL;
+  char *text = NULL, *text2 = NULL;
+  size_t len = 0, len2 = 0;
+  mn_status st = mn_trace_create(&t);
+  char name[32];
+  uint32_t ids[3], s = 0;
+  for (int i = 0; i < 300 && st == MN_OK; i++) {
+    snprintf(name, sizeof name, "fn %d%%", i);
+    st = mn_trace_frame_add(t, i % 3 ? "a.c" : "", (uint32_t)i, name, &ids[i % 3]);
+    if (st == MN_OK && i >= 2) st = mn_trace_stack_add(t, ids, 1 + (size_t)i % 3, &s);
+    mn_trace_entry_t e = {.action = MN_TRACE_ALLOC, .time_us = (uint64_t)i, .address = 16 * (uint64_t)(i + 1),
+                          .size = 8, .stack = s};
+    if (st == MN_OK) st = mn_trace_append(t, &e);
+  }
+  if (st == MN_OK) st = mn_trace_format(t, &text, &len);
+  if (st == MN_OK) st = mn_trace_parse(text, len, "sweep", &u);
+  if (st == MN_OK) st = mn_trace_format(u, &text2, &len2);
+  if (st == MN_OK && (len != len2 || memcmp(text, text2, len) != 0)) st = MN_ERR_INTERNAL;
+  free(text);
+  free(text2);
+  mn_trace_destroy(t);
+  mn_trace_destroy(u);
+  return st;
+}
+
+/* Every host allocation of v3_workload fails in turn: the workload then fails
+ * with MN_ERR_OUT_OF_MEMORY and a message (nothing leaks: LSan in the ASan
+ * build), and runs clean again after. */
+MN_TEST(v3_host_faults) {
+  mn__hostmem_fail_nth(INT64_MAX);
+  MN_CHECK_OK(v3_workload());
+  int64_t calls = mn__hostmem_calls();
+  mn__hostmem_fail_nth(0);
+  MN_CHECK(calls > 20);
+  for (int64_t k = 1; k <= calls; k++) {
+    mn__hostmem_fail_nth(k);
+    mn_status st = v3_workload();
+    bool fired = mn__hostmem_fault_fired();
+    mn__hostmem_fail_nth(0);
+    MN_CHECK(fired && st == MN_ERR_OUT_OF_MEMORY && strstr(mn_last_error(), "out of host memory"));
+    if (!fired || st != MN_ERR_OUT_OF_MEMORY) {
+      printf("  fault %lld of %lld: %s %s\n", (long long)k, (long long)calls, mn_status_name(st), mn_last_error());
+      break;
+    }
+  }
+  MN_CHECK_OK(v3_workload());
+}
+
 static bool is_fifo(const char *path) {
   struct stat sb;
   return lstat(path, &sb) == 0 && S_ISFIFO(sb.st_mode);
@@ -441,6 +779,116 @@ MN_TEST(replay_naive) {
   mn_allocator_destroy(a);
   mn_trace_destroy(t);
   MN_CHECK_OK(mn_sim_check_invariants(SIM0));
+}
+
+/* Replays `text` on a fresh caching allocator (config NULL: defaults). */
+static mn_status replay_text(const char *text, const mn_replay_options_t *o, mn_replay_result_t *r) {
+  mn_trace_t *t = NULL;
+  mn_allocator_t *a = NULL;
+  mn_status st = parse_str(text, &t);
+  if (st == MN_OK) st = mn_caching_allocator_create(SIM0, NULL, &a);
+  if (st == MN_OK) st = mn_trace_replay(t, a, o, r);
+  mn_allocator_destroy(a);
+  mn_trace_destroy(t);
+  return st;
+}
+
+/* The pre segments reserved as recorded: laid out when the allocator's rules
+ * allow it, reserved but not laid out when a block breaks them, not rebuilt at
+ * all when the allocator makes other segment sizes. */
+MN_TEST(replay_pre_segments_as_recorded) {
+  if (!have_caching()) {
+    printf("  (caching allocator not in this build: skipped)\n");
+    return;
+  }
+  mn_replay_result_t r;
+  /* A 20 MiB large segment: 4 MiB live at 0 and at 10 MiB, 6 MiB free twice. A
+   * 6 MiB request then fits in a gap: no new segment. */
+  const char *large = "mnemo-trace 1\n"
+                      "pre segment_alloc 0 0x10000000 20971520\n"
+                      "pre alloc 0 0x10000000 4194304 4194304\n"
+                      "pre alloc 0 0x10a00000 4194000 4194304\n"
+                      "1 alloc 0 0x20000000 6291456\n"
+                      "2 free_requested 0 0x20000000 6291456\n"
+                      "end 5\n";
+  MN_CHECK_OK(replay_text(large, NULL, &r));
+  MN_CHECK(r.pre_segments == 1 && r.pre_segments_laid_out == 1);
+  MN_CHECK(r.reserved_after_pre == 20971520 && r.peak_reserved == 20971520);
+  MN_CHECK(r.device_allocs_events == 0);
+  MN_CHECK(r.allocated_after_pre == 8388608 && r.peak_allocated == 8388608 + 6291456);
+  MN_CHECK(r.pre_allocs == 2 && r.allocs == 1 && r.frees == 1);
+  /* The same from a cold cache: the pre allocations packed at the start of a
+   * 20 MiB segment the allocator makes for them (the same reserved bytes here). */
+  mn_replay_options_t o = mn_replay_options_default();
+  o.skip_pre_segments = true;
+  MN_CHECK_OK(replay_text(large, &o, &r));
+  MN_CHECK(r.pre_segments == 0 && r.reserved_after_pre == 20971520 && r.device_allocs_events == 0);
+  /* A small (2 MiB) segment: 512 B live at 0 and 1.5 MiB; a 1 MiB request fits
+   * between them (the gap of 1.5 MiB is laid out in pieces of at most 1 MiB). */
+  const char *small = "mnemo-trace 1\n"
+                      "pre segment_alloc 0 0x10000000 2097152\n"
+                      "pre alloc 0 0x10000000 100 512\n"
+                      "pre alloc 0 0x10180000 512 512\n"
+                      "1 alloc 0 0x20000000 1048576\n"
+                      "end 4\n";
+  MN_CHECK_OK(replay_text(small, NULL, &r));
+  MN_CHECK(r.pre_segments == 1 && r.pre_segments_laid_out == 1);
+  MN_CHECK(r.reserved_after_pre == 2097152 && r.peak_reserved == 2097152 && r.device_allocs_events == 0);
+  /* A block that breaks the pool rules (1 KiB in a large segment): the segment is
+   * reserved, not laid out; the allocation replays as usual (a small segment). */
+  const char *odd = "mnemo-trace 1\n"
+                    "pre segment_alloc 0 0x10000000 20971520\n"
+                    "pre alloc 0 0x10000000 1024 1024\n"
+                    "end 2\n";
+  MN_CHECK_OK(replay_text(odd, NULL, &r));
+  MN_CHECK(r.pre_segments == 1 && r.pre_segments_laid_out == 0);
+  MN_CHECK(r.reserved_after_pre == 20971520 + 2097152 && r.pre_allocs == 1);
+  /* A segment size this allocator never makes (3 MiB: it would take 20 MiB):
+   * nothing rebuilt, a cold start, nothing left over. */
+  const char *other = "mnemo-trace 1\n"
+                      "pre segment_alloc 0 0x10000000 3145728\n"
+                      "pre alloc 0 0x10000000 2097152 2097152\n"
+                      "end 2\n";
+  MN_CHECK_OK(replay_text(other, NULL, &r));
+  MN_CHECK(r.pre_segments == 0 && r.pre_segments_laid_out == 0);
+  MN_CHECK(r.reserved_after_pre == 20971520 && r.allocated_after_pre == 2097152);
+  MN_CHECK(r.peak_allocated == 2097152);
+  /* Blocks that overlap or spill out of their segment: reserved, not laid out. */
+  const char *spill = "mnemo-trace 1\n"
+                      "pre segment_alloc 0 0x10000000 20971520\n"
+                      "pre alloc 0 0x11300000 2097152 2097152\n"
+                      "end 2\n";
+  MN_CHECK_OK(replay_text(spill, NULL, &r));
+  MN_CHECK(r.pre_segments == 1 && r.pre_segments_laid_out == 0 && r.pre_allocs == 1);
+}
+
+/* live_ptrs: at the stop, the pointers of the allocations still live, NULL elsewhere. */
+MN_TEST(replay_live_ptrs) {
+  if (!have_caching()) {
+    printf("  (caching allocator not in this build: skipped)\n");
+    return;
+  }
+  const char *text = "mnemo-trace 2\n"
+                     "pre alloc 0 0x1000 4096 4096 0\n"
+                     "1 alloc 0 0x2000 8192 8192 1\n"
+                     "2 alloc 0 0x3000 8192 8192 0\n"
+                     "3 free_requested 0 0x1000 4096 0 0\n"
+                     "4 alloc 0 0x4000 512 512 0\n"
+                     "end 5\n";
+  void *live[5];
+  mn_replay_options_t o = mn_replay_options_default();
+  o.live_ptrs = live;
+  o.stop_after = 3; /* device 0's entries 0, 2, 3 replayed: 0x3000 live */
+  mn_replay_result_t r;
+  memset(live, 0xab, sizeof live);
+  MN_CHECK_OK(replay_text(text, &o, &r));
+  MN_CHECK(!live[0] && !live[1] && live[2] && !live[3] && !live[4]);
+  o.stop_after = SIZE_MAX;
+  MN_CHECK_OK(replay_text(text, &o, &r));
+  MN_CHECK(!live[0] && !live[1] && live[2] && !live[3] && live[4] && live[2] != live[4]);
+  o.trace_device = 1;
+  MN_CHECK_OK(replay_text(text, &o, &r));
+  MN_CHECK(!live[0] && live[1] && !live[2] && !live[3] && !live[4]);
 }
 
 MN_TEST(replay_caching_and_record) {
@@ -623,11 +1071,17 @@ int main(void) {
   MN_RUN(parse_rejects_with_line_numbers);
   MN_RUN(read_files_and_truncation);
   MN_RUN(write_read_round_trip);
+  MN_RUN(v3_round_trip);
+  MN_RUN(v3_rejects_with_line_numbers);
+  MN_RUN(v3_interning_and_cuts);
+  MN_RUN(v3_host_faults);
   MN_RUN(many_meta_keys);
   MN_RUN(paths_refuse_fifos_folders_and_devices);
   MN_RUN(recorder_sink);
   MN_RUN(replay_naive);
   MN_RUN(replay_caching_and_record);
+  MN_RUN(replay_pre_segments_as_recorded);
+  MN_RUN(replay_live_ptrs);
 #ifdef MN_SOURCE_DIR
   /* The recorded GPU had 80 GB: give the SIM device as much (memory is lazily backed). */
   c.capacity = (size_t)80 << 30;

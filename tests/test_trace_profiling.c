@@ -1,5 +1,6 @@
 /* tests/test_trace_profiling.c: the recording side: the NVTX switch and
- * range balance, the ring recorder (bound, threads, round trip to replay), trace
+ * range balance, the ring recorder (bound, threads, round trip to replay, C
+ * stacks and MNEMO_TRACE_STACKS with --stacks-env), trace
  * version 2 (devices), the RMM CSV importer and the text summaries. */
 #include <pthread.h>
 #include <stdint.h>
@@ -7,6 +8,7 @@
 #include <unistd.h>
 
 #include "mn_test.h"
+#include "runtime/hostmem.h"
 
 #define MiB ((uint64_t)1 << 20)
 #define KiB ((uint64_t)1 << 10)
@@ -378,6 +380,264 @@ MN_TEST(round_trip_peaks_exact) {
   mn_trace_destroy(t);
 }
 
+/* ---- C stacks (mn_trace_recorder_set_stacks) --------------------------------------
+ * The call sites the stacks must name: exported (this test links with
+ * ENABLE_EXPORTS, -rdynamic, so dladdr finds them) and never inlined. */
+__attribute__((noinline)) mn_status prof_site_alloc(mn_allocator_t *a, size_t n, void **p);
+__attribute__((noinline)) mn_status prof_site_free(mn_allocator_t *a, void *p);
+__attribute__((noinline)) mn_status prof_site_alloc(mn_allocator_t *a, size_t n, void **p) {
+  mn_status st = mn_allocator_alloc(a, n, NULL, p);
+  __asm__ volatile("" ::: "memory"); /* keeps the call from being a tail call */
+  return st;
+}
+__attribute__((noinline)) mn_status prof_site_free(mn_allocator_t *a, void *p) {
+  mn_status st = mn_allocator_free(a, p);
+  __asm__ volatile("" ::: "memory");
+  return st;
+}
+
+/* round_trip_peaks_exact's workload through the two sites; *live gets the stats. */
+static void stacks_workload(mn_trace_recorder_t *r, mn_alloc_stats_t *live) {
+  mn_allocator_t *a = NULL;
+  MN_CHECK_OK(mn_caching_allocator_create(SIM0, NULL, &a));
+  if (!a) return;
+  MN_CHECK_OK(mn_caching_allocator_set_trace_sink(a, mn_trace_recorder_sink_fn, r));
+  void *p[32] = {0};
+  for (int i = 0; i < 2000; i++) {
+    int k = (i * 17) % 32;
+    if (p[k]) MN_CHECK_OK(prof_site_free(a, p[k]));
+    p[k] = NULL;
+    MN_CHECK_OK(prof_site_alloc(a, (size_t)((i * 104729) % (30 * MiB)) + 1, &p[k]));
+  }
+  for (int k = 0; k < 32; k++)
+    if (p[k]) MN_CHECK_OK(prof_site_free(a, p[k]));
+  MN_CHECK_OK(mn_allocator_get_stats(a, live));
+  mn_allocator_destroy(a);
+}
+
+/* Whether every alloc and free_requested of t has a stack whose innermost
+ * frame is this test's site, in this executable. */
+static bool stacks_name_sites(const mn_trace_t *t) {
+  size_t checked = 0;
+  for (size_t i = 0; i < t->nentries; i++) {
+    const mn_trace_entry_t *e = &t->entries[i];
+    if (e->pre || (e->action != MN_TRACE_ALLOC && e->action != MN_TRACE_FREE_REQUESTED &&
+                   e->action != MN_TRACE_SEGMENT_ALLOC))
+      continue;
+    const uint32_t *ids = NULL;
+    size_t n = mn_trace_stack_get(t, e->stack, &ids);
+    const mn_trace_frame_t *f = n ? mn_trace_frame_get(t, ids[0]) : NULL;
+    const char *want = e->action == MN_TRACE_FREE_REQUESTED ? "prof_site_free" : "prof_site_alloc";
+    if (!f || strcmp(f->name, want) != 0 || !strstr(f->file, "test_trace_profiling") || f->line != 0) {
+      printf("  entry %zu (%s): stack %u, innermost frame %s in %s\n", i, mn_trace_action_name(e->action),
+             (unsigned)e->stack, f ? f->name : "(none)", f ? f->file : "");
+      return false;
+    }
+    /* the caller of the site is this file's workload (static: a name near it, or an offset) */
+    if (n < 2) return false;
+    checked++;
+  }
+  return checked > 0;
+}
+
+/* A live run on SIM recorded with stacks: written and read back it is a
+ * version 3 trace whose stacks start at this test's call sites, and it
+ * replays to the same peaks as the run (and as the same run without stacks). */
+MN_TEST(recorder_stacks) {
+  mn_trace_recorder_t *r = NULL, *plain = NULL;
+  MN_CHECK_OK(mn_trace_recorder_create(100000, &r));
+  MN_CHECK_OK(mn_trace_recorder_create(100000, &plain));
+  if (!r || !plain) return;
+  MN_CHECK_ERR(mn_trace_recorder_set_stacks(r, MN_TRACE_RECORDER_STACK_MAX + 1), MN_ERR_INVALID_ARGUMENT, "65");
+  MN_CHECK_OK(mn_trace_recorder_set_stacks(r, 8));
+  mn_trace_recorder_stats_t rs;
+  MN_CHECK_OK(mn_trace_recorder_get_stats(r, &rs));
+  MN_CHECK(rs.max_frames == 8 && rs.stacks == 0 && rs.stackless == 0);
+  mn_alloc_stats_t live, live_plain;
+  stacks_workload(r, &live);
+  stacks_workload(plain, &live_plain);
+  MN_CHECK_OK(mn_trace_recorder_get_stats(r, &rs));
+  MN_CHECK(rs.stacks > 0 && rs.stacks < 100 && rs.stack_pcs > rs.stacks && rs.stackless == 0);
+  MN_CHECK(live.allocated_bytes[MN_POOL_ALL].peak == live_plain.allocated_bytes[MN_POOL_ALL].peak &&
+           live.reserved_bytes[MN_POOL_ALL].peak == live_plain.reserved_bytes[MN_POOL_ALL].peak);
+  mn_trace_t *t = written_and_read(r, "stacks"), *tp = written_and_read(plain, "plain");
+  if (t && tp) {
+    MN_CHECK(t->version == 3 && tp->version == 1 && tp->nframes == 0);
+    MN_CHECK(t->nentries == tp->nentries && t->nstacks >= 2 && t->nframes >= 3);
+    MN_CHECK(stacks_name_sites(t));
+    for (uint32_t s = 1; s <= t->nstacks; s++) MN_CHECK(mn_trace_stack_get(t, s, NULL) <= 8);
+    mn_replay_result_t res[2];
+    for (int k = 0; k < 2; k++) {
+      mn_allocator_t *b = NULL;
+      MN_CHECK_OK(mn_caching_allocator_create(SIM0, NULL, &b));
+      MN_CHECK_OK(mn_trace_replay(k ? tp : t, b, NULL, &res[k]));
+      mn_allocator_destroy(b);
+    }
+    MN_CHECK(res[0].peak_allocated == live.allocated_bytes[MN_POOL_ALL].peak &&
+             res[0].peak_reserved == live.reserved_bytes[MN_POOL_ALL].peak);
+    MN_CHECK(res[0].peak_allocated == res[1].peak_allocated && res[0].peak_reserved == res[1].peak_reserved &&
+             res[0].peak_requested == res[1].peak_requested && res[0].device_allocs == res[1].device_allocs);
+  }
+  mn_trace_destroy(t);
+  mn_trace_destroy(tp); /* written_and_read destroyed both recorders */
+  /* On, then off again: new events get no stack; clear drops the table. */
+  MN_CHECK_OK(mn_trace_recorder_create(100000, &r));
+  if (!r) return;
+  MN_CHECK_OK(mn_trace_recorder_set_stacks(r, 2));
+  mn_alloc_stats_t again;
+  stacks_workload(r, &again);
+  MN_CHECK_OK(mn_trace_recorder_get_stats(r, &rs));
+  MN_CHECK(rs.stacks > 0 && rs.held > 0);
+  MN_CHECK_OK(mn_trace_recorder_set_stacks(r, 0));
+  mn_trace_recorder_clear(r);
+  MN_CHECK_OK(mn_trace_recorder_get_stats(r, &rs));
+  MN_CHECK(rs.max_frames == 0 && rs.stacks == 0 && rs.stack_pcs == 0 && rs.held == 0);
+  stacks_workload(r, &again);
+  t = NULL;
+  MN_CHECK_OK(mn_trace_recorder_to_trace(r, &t));
+  if (t) MN_CHECK(t->nframes == 0 && t->nstacks == 0 && t->nentries > 0);
+  mn_trace_destroy(t);
+  mn_trace_recorder_destroy(r);
+}
+
+typedef struct stack_thread_s {
+  mn_allocator_t *a;
+  int seed, failures; /* the thread's own count: the check macros are not thread-safe */
+} stack_thread_t;
+
+static void *stack_thread(void *arg) {
+  stack_thread_t *st = arg;
+  for (int i = 0; i < 300; i++) {
+    void *p = NULL;
+    st->failures += prof_site_alloc(st->a, (size_t)(1 + (i * 7919 + st->seed) % 100000), &p) != MN_OK;
+    if (p) st->failures += prof_site_free(st->a, p) != MN_OK;
+  }
+  return NULL;
+}
+
+/* Four threads, four allocators, one recorder with stacks: every event is kept
+ * with the right stack. */
+MN_TEST(recorder_stacks_threads) {
+  mn_trace_recorder_t *r = NULL;
+  MN_CHECK_OK(mn_trace_recorder_create(10000, &r));
+  if (!r) return;
+  MN_CHECK_OK(mn_trace_recorder_set_stacks(r, MN_TRACE_RECORDER_STACK_MAX));
+  stack_thread_t args[4];
+  pthread_t th[4];
+  for (int k = 0; k < 4; k++) {
+    args[k].seed = k;
+    args[k].failures = 0;
+    args[k].a = NULL;
+    MN_CHECK_OK(mn_caching_allocator_create(SIM0, NULL, &args[k].a));
+    if (args[k].a) MN_CHECK_OK(mn_caching_allocator_set_trace_sink(args[k].a, mn_trace_recorder_sink_fn, r));
+  }
+  for (int k = 0; k < 4; k++) MN_CHECK(pthread_create(&th[k], NULL, stack_thread, &args[k]) == 0);
+  for (int k = 0; k < 4; k++) pthread_join(th[k], NULL);
+  for (int k = 0; k < 4; k++) MN_CHECK(args[k].failures == 0);
+  for (int k = 0; k < 4; k++) {
+    MN_CHECK_OK(mn_caching_allocator_set_trace_sink(args[k].a, NULL, NULL));
+    mn_allocator_destroy(args[k].a);
+  }
+  mn_trace_t *t = NULL;
+  MN_CHECK_OK(mn_trace_recorder_to_trace(r, &t));
+  if (t) {
+    size_t allocs = 0;
+    for (size_t i = 0; i < t->nentries; i++) allocs += t->entries[i].action == MN_TRACE_ALLOC;
+    MN_CHECK(allocs == 1200 && stacks_name_sites(t));
+  }
+  mn_trace_destroy(t);
+  mn_trace_recorder_destroy(r);
+}
+
+/* The recorder with stacks, every host allocation failing in turn: a failed
+ * intern in the sink leaves the event without a stack (absorbed, counted in
+ * stackless); anything else fails with MN_ERR_OUT_OF_MEMORY; nothing leaks
+ * (LSan in the ASan build). */
+static mn_status stacks_fault_workload(uint64_t *stackless) {
+  mn_trace_recorder_t *r = NULL;
+  mn_allocator_t *a = NULL;
+  mn_trace_t *t = NULL;
+  char *text = NULL;
+  mn_status st = mn_trace_recorder_create(64, &r);
+  if (st == MN_OK) st = mn_trace_recorder_set_stacks(r, 4);
+  if (st == MN_OK) st = mn_caching_allocator_create(SIM0, NULL, &a);
+  if (st == MN_OK) st = mn_caching_allocator_set_trace_sink(a, mn_trace_recorder_sink_fn, r);
+  for (int i = 0; i < 8 && st == MN_OK; i++) {
+    void *p = NULL;
+    st = mn_allocator_alloc(a, (size_t)(i + 1) * 1000, NULL, &p);
+    if (st == MN_OK) st = mn_allocator_free(a, p);
+  }
+  if (a) mn_allocator_destroy(a);
+  if (st == MN_OK) st = mn_trace_recorder_to_trace(r, &t);
+  if (st == MN_OK) st = mn_trace_format(t, &text, NULL);
+  mn_trace_recorder_stats_t rs;
+  if (st == MN_OK) st = mn_trace_recorder_get_stats(r, &rs);
+  if (st == MN_OK) *stackless = rs.stackless;
+  if (st == MN_OK && (t->nstacks == 0) != (rs.stackless == rs.recorded)) st = MN_ERR_INTERNAL;
+  free(text);
+  mn_trace_destroy(t);
+  mn_trace_recorder_destroy(r);
+  return st;
+}
+
+MN_TEST(recorder_stacks_host_faults) {
+  uint64_t stackless = 0;
+  mn__hostmem_fail_nth(INT64_MAX);
+  MN_CHECK_OK(stacks_fault_workload(&stackless));
+  int64_t calls = mn__hostmem_calls();
+  mn__hostmem_fail_nth(0);
+  MN_CHECK(calls > 10 && stackless == 0);
+  int absorbed = 0;
+  for (int64_t k = 1; k <= calls; k++) {
+    stackless = 0;
+    mn__hostmem_fail_nth(k);
+    mn_status st = stacks_fault_workload(&stackless);
+    mn__hostmem_fail_nth(0);
+    absorbed += st == MN_OK && stackless > 0;
+    MN_CHECK(st == MN_OK || (st == MN_ERR_OUT_OF_MEMORY && mn_last_error()[0]));
+    if (st != MN_OK && st != MN_ERR_OUT_OF_MEMORY) printf("  fault %lld: %s\n", (long long)k, mn_last_error());
+  }
+  MN_CHECK(absorbed > 0); /* the sink's own allocations were among them */
+  MN_CHECK_OK(stacks_fault_workload(&stackless));
+}
+
+/* --stacks-env: MNEMO_TRACE and MNEMO_TRACE_STACKS=4 set before the
+ * process-wide recorder is made; the file written at exit is checked (and
+ * removed) by an exit handler that runs after the recorder's. */
+static char g_env_path[256];
+
+static void check_env_trace_at_exit(void) {
+  mn_trace_t *t = NULL;
+  bool ok = mn_trace_read(g_env_path, &t) == MN_OK && t->version == 3 && stacks_name_sites(t);
+  if (!ok) fprintf(stderr, "stacks_env: the trace written at exit: %s\n", t ? "no stacks" : mn_last_error());
+  else printf("stacks_env: the trace written at exit has %zu stacks\n", t->nstacks);
+  mn_trace_destroy(t);
+  remove(g_env_path);
+  if (!ok) _exit(1);
+}
+
+static int stacks_env(void) {
+  mn_test_case = "stacks_env";
+  snprintf(g_env_path, sizeof g_env_path, "%s", tmp_path("env"));
+  setenv("MNEMO_TRACE", g_env_path, 1);
+  setenv("MNEMO_TRACE_STACKS", "4", 1);
+  atexit(check_env_trace_at_exit); /* before the recorder's own handler: runs after it */
+  mn_trace_recorder_t *g = mn_trace_recorder_global();
+  MN_CHECK(g != NULL);
+  if (!g) return mn_test_finish();
+  mn_trace_recorder_stats_t rs;
+  MN_CHECK_OK(mn_trace_recorder_get_stats(g, &rs));
+  MN_CHECK(rs.max_frames == 4);
+  mn_alloc_stats_t live;
+  stacks_workload(g, &live);
+  mn_trace_t *t = NULL;
+  MN_CHECK_OK(mn_trace_recorder_to_trace(g, &t));
+  if (t) MN_CHECK(stacks_name_sites(t));
+  for (uint32_t s = 1; t && s <= t->nstacks; s++) MN_CHECK(mn_trace_stack_get(t, s, NULL) <= 4);
+  mn_trace_destroy(t);
+  return mn_test_finish();
+}
+
 /* Replay options: stop_after + at_stop, on_step, oom_retries. */
 static void count_step(void *user, const mn_replay_step_t *s) {
   int64_t *peak = user;
@@ -605,12 +865,16 @@ int main(int argc, char **argv) {
   }
   mn_test_configure_sim(2, (size_t)1 << 30);
   SIM0 = mn_device_sim(0);
+  if (argc > 1 && !strcmp(argv[1], "--stacks-env")) return stacks_env();
   MN_RUN(nvtx_switch_and_balance);
   MN_RUN(nvtx_every_allocator);
   MN_RUN(recorder_ring_bound_and_pre);
   MN_RUN(recorder_threads_two_devices);
   MN_RUN(round_trip_live_equals_replay);
   MN_RUN(round_trip_peaks_exact);
+  MN_RUN(recorder_stacks);
+  MN_RUN(recorder_stacks_threads);
+  MN_RUN(recorder_stacks_host_faults);
   MN_RUN(replay_options);
   MN_RUN(rmm_import_samples);
   MN_RUN(rmm_import_errors);

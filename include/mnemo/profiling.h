@@ -60,9 +60,31 @@ typedef struct mn_trace_recorder_stats_s {
   uint64_t overwritten; /* oldest events lost to the bound */
   size_t held;          /* events in the buffer now */
   size_t capacity;
+  unsigned max_frames;  /* mn_trace_recorder_set_stacks (0: off) */
+  size_t stacks;        /* distinct raw stacks kept (the table's bound: 262,144) */
+  size_t stack_pcs;     /* return addresses they hold (bound: 2,097,152, 16 MiB) */
+  uint64_t stackless;   /* events recorded with stacks on whose stack the full table could not keep (stack 0) */
 } mn_trace_recorder_stats_t;
 MN_API MN_NODISCARD mn_status mn_trace_recorder_get_stats(mn_trace_recorder_t *rec, mn_trace_recorder_stats_t *out);
 MN_API void mn_trace_recorder_clear(mn_trace_recorder_t *rec);
+
+/* C call stacks: with max_frames > 0 the sink takes each event's stack
+ * (glibc backtrace(), on the calling thread, outside the recorder's lock) and
+ * keeps an id of it per event: the raw return addresses are interned in a
+ * table bounded at 2^18 distinct stacks and 2^21 addresses (about 20 MiB);
+ * once full, events with a new stack get none (stats.stackless). Only
+ * mn_trace_recorder_to_trace / _write symbolize them (dladdr): frame file =
+ * the module's path, name = the nearest exported symbol or "0x<offset in the
+ * module>" (addr2line -e <file> <offset>), line 0; the recorder's and the
+ * allocator's own frames are cut, so a stack starts at the caller of
+ * mn_allocator_alloc / free (needs symbols: libmnemo.so, or a static link
+ * with -rdynamic), and keeps max_frames frames. The trace is then version 3.
+ * 0 (the default) switches it off; max_frames <= MN_TRACE_RECORDER_STACK_MAX.
+ * MNEMO_TRACE_STACKS=1 (16 frames) or =N does it for the MNEMO_TRACE recorder.
+ * Cost: glibc's unwinder takes about 0.25 us per frame, several us per event
+ * (docs/PROFILING.md has the figures); without stacks the sink costs ~35 ns. */
+#define MN_TRACE_RECORDER_STACK_MAX 64
+MN_API MN_NODISCARD mn_status mn_trace_recorder_set_stacks(mn_trace_recorder_t *rec, unsigned max_frames);
 
 /* The held events as a trace (docs/TRACE_FORMAT.md), oldest first, times in
  * microseconds since the oldest held event. Allocations freed in the window
@@ -74,7 +96,8 @@ MN_API MN_NODISCARD mn_status mn_trace_recorder_to_trace(mn_trace_recorder_t *re
 MN_API MN_NODISCARD mn_status mn_trace_recorder_write(mn_trace_recorder_t *rec, const char *path);
 
 /* The process-wide recorder, made on first use when MNEMO_TRACE=path is set
- * (MNEMO_TRACE_CAPACITY=events, default 1,000,000); it is written to that path
+ * (MNEMO_TRACE_CAPACITY=events, default 1,000,000; MNEMO_TRACE_STACKS=1 or a
+ * frame count: C stacks, mn_trace_recorder_set_stacks); it is written to that path
  * at exit. Every caching allocator created while it exists and that has no
  * sink of its own feeds it. NULL (no error) when MNEMO_TRACE is unset. */
 MN_API mn_trace_recorder_t *mn_trace_recorder_global(void);

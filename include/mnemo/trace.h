@@ -13,10 +13,12 @@
 extern "C" {
 #endif
 
-#define MN_TRACE_FORMAT_VERSION 2 /* the newest version; mn_trace_write writes 1 when
+#define MN_TRACE_FORMAT_VERSION 3 /* the newest version; mn_trace_write writes 3 when
+                                     the trace holds frames (stacks), else 1 when
                                      every entry is on device 0, else 2 */
 #define MN_TRACE_LINE_MAX 4096    /* bytes per line, newline excluded */
 #define MN_TRACE_META_KEY_MAX 63  /* bytes per meta key */
+#define MN_TRACE_STACK_MAX 128    /* frames per stack that writers keep (the innermost) */
 
 /* One pre or event line of a trace file. */
 typedef struct mn_trace_entry_s {
@@ -29,7 +31,15 @@ typedef struct mn_trace_entry_s {
   uint64_t block_size; /* bytes the recording allocator gave; 0 when unknown */
   uint32_t device;     /* the trace's device index (version 2; 0 in version 1 files) */
   uint32_t line;       /* line in the file it was read from; 0 when not read */
+  uint32_t stack;      /* stack id (version 3): 1..nstacks of the trace; 0: none */
 } mn_trace_entry_t;
+
+/* One source location of a call stack (a `frame` line, version 3). */
+typedef struct mn_trace_frame_s {
+  char *file;    /* decoded; "" when unknown */
+  char *name;    /* decoded (function name, may hold blanks); may be "" */
+  uint32_t line; /* 0 when unknown */
+} mn_trace_frame_t;
 
 typedef struct mn_trace_meta_s {
   char *key;   /* [A-Za-z0-9_.-]{1,63} */
@@ -39,7 +49,7 @@ typedef struct mn_trace_meta_s {
 /* A trace in memory. Fields are read-only for callers: change it through
  * the functions below, which keep the arrays valid. */
 typedef struct mn_trace_s {
-  unsigned version;          /* the version read (1 or 2); 1 for a new trace */
+  unsigned version;          /* the version read (1 to 3); 1 for a new trace */
   size_t nentries;           /* pre lines first, then events, in file order */
   mn_trace_entry_t *entries;
   size_t nmeta;
@@ -47,6 +57,16 @@ typedef struct mn_trace_s {
   size_t capacity, meta_capacity;
   uint64_t origin_ns;        /* recorder: clock value of time 0 */
   uint64_t dropped;          /* recorder: events lost for want of host memory */
+  /* Version 3: interned frames and stacks (read-only; add them with
+   * mn_trace_frame_add / mn_trace_stack_add). */
+  size_t nframes;            /* frames[i] has id i + 1 */
+  mn_trace_frame_t *frames;
+  size_t nstacks;            /* stack id s (1..nstacks) holds the frame ids
+                                stack_frames[stack_start[s-1] .. stack_start[s]-1],
+                                innermost (most recent call) first */
+  uint32_t *stack_start;     /* nstacks + 1 offsets, stack_start[0] = 0 (NULL while nstacks = 0) */
+  uint32_t *stack_frames;
+  struct mn__trace_intern_s *intern_; /* private: capacities and the intern hash tables */
 } mn_trace_t;
 
 /* An empty trace; free it with mn_trace_destroy. */
@@ -62,8 +82,9 @@ MN_API MN_NODISCARD mn_status mn_trace_read(const char *path, mn_trace_t **out);
 /* Parses a trace held in memory (len bytes, need not be NUL-terminated);
  * `name` (may be NULL: "<memory>") prefixes error messages. */
 MN_API MN_NODISCARD mn_status mn_trace_parse(const char *text, size_t len, const char *name, mn_trace_t **out);
-/* Writes the trace in the format (version line, meta, pre lines, events, end
- * line); fails with MN_ERR_INVALID_ARGUMENT, writing nothing, when an entry or
+/* Writes the trace in the format (version line, meta, frames, stacks, pre
+ * lines, events, end line; version 3 when the trace has frames, else 2 when
+ * an entry is on a device other than 0, else 1); fails with MN_ERR_INVALID_ARGUMENT, writing nothing, when an entry or
  * meta key breaks the format's rules. Writes through a temporary file renamed
  * over `path`. */
 MN_API MN_NODISCARD mn_status mn_trace_write(const mn_trace_t *trace, const char *path);
@@ -72,7 +93,8 @@ MN_API MN_NODISCARD mn_status mn_trace_format(const mn_trace_t *trace, char **te
 
 /* Appends an entry (its `line` is ignored and set to 0). Pre entries must
  * come before the first event entry (MN_ERR_INVALID_STATE otherwise). Only
- * syntax is checked here; liveness is checked by mn_trace_validate. */
+ * syntax is checked here (its `stack` must be 0 or an existing stack id:
+ * MN_ERR_INVALID_ARGUMENT); liveness is checked by mn_trace_validate. */
 MN_API MN_NODISCARD mn_status mn_trace_append(mn_trace_t *trace, const mn_trace_entry_t *entry);
 /* Sets (or replaces) a meta key; the value must hold no newline or NUL. */
 MN_API MN_NODISCARD mn_status mn_trace_meta_set(mn_trace_t *trace, const char *key, const char *value);
@@ -81,6 +103,25 @@ MN_API const char *mn_trace_meta_get(const mn_trace_t *trace, const char *key);
 /* A meta value read as a decimal (MN_ERR_NOT_FOUND when absent, MN_ERR_FORMAT
  * when not a decimal that fits). *out is untouched on failure. */
 MN_API MN_NODISCARD mn_status mn_trace_meta_get_u64(const mn_trace_t *trace, const char *key, uint64_t *out);
+/* ---- frames and stacks (version 3) ---------------------------------------------
+ * Interns a frame: the same file, line and name give the same id; *id from 1.
+ * file and name are C strings of any bytes but NUL (the writer percent-encodes
+ * them); file NULL or "" is unknown. MN_ERR_INVALID_ARGUMENT when its frame
+ * line would be over MN_TRACE_LINE_MAX bytes or ids would pass UINT32_MAX. */
+MN_API MN_NODISCARD mn_status mn_trace_frame_add(mn_trace_t *t, const char *file, uint32_t line,
+                                                 const char *name, uint32_t *id);
+/* Interns a stack of frame ids, innermost first: the same sequence gives the
+ * same id; n >= 1 and every id must exist (MN_ERR_INVALID_ARGUMENT); *id from 1.
+ * Any n is kept; writers write the innermost MN_TRACE_STACK_MAX that fit a line. */
+MN_API MN_NODISCARD mn_status mn_trace_stack_add(mn_trace_t *t, const uint32_t *frame_ids, size_t n,
+                                                 uint32_t *id);
+/* The frame ids of stack `id`, innermost first (*frame_ids points into the
+ * trace, valid until it changes; may be NULL); returns their count, 0 for id 0
+ * or an unknown id. */
+MN_API size_t mn_trace_stack_get(const mn_trace_t *t, uint32_t id, const uint32_t **frame_ids);
+/* Frame `id` (1..nframes), or NULL. */
+MN_API const mn_trace_frame_t *mn_trace_frame_get(const mn_trace_t *t, uint32_t id);
+
 /* Checks the liveness rules (an address is allocated at most once at a time,
  * frees free a live address); the message names the line (or entry index). */
 MN_API MN_NODISCARD mn_status mn_trace_validate(const mn_trace_t *trace);
@@ -141,6 +182,12 @@ typedef struct mn_replay_options_s {
    * usual. true: leave the pre segments out (a cold cache: only the pre
    * allocations are replayed, in segments the allocator makes for them). */
   bool skip_pre_segments;
+  /* NULL, or trace->nentries slots the replay fills when it stops (before
+   * at_stop; at the end when it runs to the end, before the live allocations
+   * are freed): for each alloc entry still live, the pointer the allocator gave
+   * it; NULL for every other entry. Maps the blocks of a snapshot taken in
+   * at_stop back to the trace lines (and stacks) that allocated them. */
+  void **live_ptrs;
 } mn_replay_options_t;
 
 MN_API mn_replay_options_t mn_replay_options_default(void);
