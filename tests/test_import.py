@@ -1,14 +1,23 @@
 #!/usr/bin/env python3
-# tests/test_import.py: tests tools/import_torch_snapshot.py on synthetic PyTorch
-# snapshots: pre-existing state, PyTorch's figures, refused globals, malformed input.
+# tests/test_import.py: tests tools/import_torch_snapshot.py and tools/export_torch_snapshot.py
+# on synthetic PyTorch snapshots and the bundled traces: every snapshot shape, stacks
+# (format version 3), allocator settings, empty-cache points, errors, the round trip
+# through the exporter, PyTorch's viewers on exported snapshots, and a mutation fuzz.
 """Usage: test_import.py IMPORTER [MNEMO_CLI]
 
-IMPORTER is tools/import_torch_snapshot.py; MNEMO_CLI (optional) is the built
-`mnemo` tool, used to check that the C reader accepts what the importer writes.
+IMPORTER is tools/import_torch_snapshot.py (the exporter is found next to it);
+MNEMO_CLI (optional) is the built `mnemo` tool, used to check that the C reader,
+replay, report and snapshot accept what the importer writes. Deterministic;
+torch (1.13 here) runs its _memory_viz functions on exported snapshots.
 """
 
+import contextlib
+import gzip
+import importlib.util
+import io
 import os
 import pickle
+import random
 import subprocess
 import sys
 import tempfile
@@ -16,7 +25,25 @@ import unittest
 
 MiB = 1 << 20
 IMPORTER = None
+EXPORTER = None
 CLI = None
+imp = None   # the importer, loaded as a module
+exp = None   # the exporter, loaded as a module
+HERE = os.path.dirname(os.path.abspath(__file__))
+SAMPLES = os.path.join(HERE, "data", "torch")
+TRACES = os.path.join(HERE, "..", "data", "traces")
+
+
+def load_module(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def load_sample(name):
+    with open(os.path.join(SAMPLES, name), "rb") as f:
+        return pickle.load(f)
 
 
 def ev(action, addr, size, stream=0, t=0):
@@ -73,12 +100,12 @@ def example_snapshot():
 def parse_trace(text):
     """A minimal independent reader of the format (what another language would do)."""
     lines = text.split("\n")
-    assert lines[0] == "mnemo-trace 1", lines[0]
+    assert lines[0].startswith("mnemo-trace "), lines[0]
     assert text.endswith("\n")
     meta, pre, events, end = {}, [], [], None
     for line in lines[1:]:
         f = line.split()
-        if not f or f[0].startswith("#"):
+        if not f or f[0].startswith("#") or f[0] in ("frame", "stack"):
             continue
         if f[0] == "meta":
             meta[f[1]] = line.split(None, 2)[2] if len(f) > 2 else ""
@@ -91,6 +118,115 @@ def parse_trace(text):
     assert end == len(pre) + len(events), (end, len(pre), len(events))
     return meta, pre, events
 
+
+def body(text):
+    """The lines after the meta lines (frames, stacks, pre, events, end)."""
+    return [l for l in text.splitlines()[1:] if l and not l.startswith(("#", "meta "))]
+
+
+def metas(text):
+    return {l.split()[1]: l.split(None, 2)[2] if len(l.split()) > 2 else ""
+            for l in text.splitlines() if l.startswith("meta ")}
+
+
+def convert(name_or_bytes, device=None):
+    """The importer in process: (text, devices, version, stacks, warnings)."""
+    data = name_or_bytes
+    if isinstance(data, str):
+        with open(os.path.join(SAMPLES, data), "rb") as f:
+            data = f.read()
+    warnings = []
+    text, devs, version, stacks = imp.convert(data, device, "snap.pickle", warnings.append)
+    exp.parse_trace(text.encode(), "import")   # every written trace passes the strict reader
+    return text, devs, version, stacks, warnings
+
+
+def run_cli(*args):
+    r = subprocess.run([CLI, *args], capture_output=True, text=True)
+    return r
+
+
+# ---- the viewer's rules ------------------------------------------------------------------
+
+def check_viewer(tc, snap):
+    """PyTorch's memory_viz (torch/utils/viz/MemoryViz.js) draws the state at an
+    event by undoing every later event from the final state: it computes block
+    addresses by tiling each segment, merges a free_requested directly followed
+    by its free_completed into 'free', needs the block of every free_requested
+    undone, a segment for every block at every point, and for a segment_map
+    undone a mapping that contains it. Checked here event by event."""
+    live = ("active_allocated", "active_pending_free")
+    for dev, trace in enumerate(snap["device_traces"]):
+        evs = []
+        for t in trace:
+            tc.assertIn("frames", t)
+            if t["action"] == "free_completed" and evs and evs[-1]["action"] == "free_requested" and \
+                    evs[-1]["addr"] == t["addr"]:
+                evs[-1] = dict(evs[-1], action="free")
+                continue
+            evs.append(t)
+        segs = []
+        blocks = {}
+        for s in snap["segments"]:
+            if s["device"] != dev:
+                continue
+            segs.append([s["address"], s["total_size"], s["stream"]])
+            addr = s["address"]
+            for b in s["blocks"]:
+                tc.assertEqual(b["address"], addr, "blocks tile their segment")
+                tc.assertGreater(b["size"], 0)
+                if b["state"] in live:
+                    blocks[addr] = b["state"] == "active_pending_free"
+                addr += b["size"]
+            tc.assertEqual(addr, s["address"] + s["total_size"], "blocks fill their segment")
+
+        def in_seg(a):
+            return any(s[0] <= a < s[0] + s[1] for s in segs)
+
+        for a in blocks:
+            tc.assertTrue(in_seg(a), f"device {dev}: block 0x{a:x} in no segment at the end")
+        for i in range(len(evs) - 1, -1, -1):
+            e = evs[i]
+            a, where = e["action"], f"device {dev} event {i} {e['action']}"
+            if a in ("free", "free_completed"):
+                blocks[e["addr"]] = a == "free_completed"
+                tc.assertTrue(in_seg(e["addr"]), f"{where}: block 0x{e['addr']:x} in no segment")
+            elif a == "free_requested":
+                tc.assertIn(e["addr"], blocks, f"{where}: no block to undo the free of")
+                blocks[e["addr"]] = False
+            elif a == "alloc":
+                tc.assertIn(e["addr"], blocks, f"{where}: no block to undo")
+                del blocks[e["addr"]]
+            elif a in ("segment_free", "segment_unmap"):
+                seg = [e["addr"], e["size"], e["stream"]]
+                segs.append(seg)
+                segs.sort()
+                if a == "segment_unmap":   # merged with same-stream neighbours
+                    k = segs.index(seg)
+                    if k + 1 < len(segs) and seg[0] + seg[1] == segs[k + 1][0] and seg[2] == segs[k + 1][2]:
+                        seg[1] += segs.pop(k + 1)[1]
+                    if k > 0 and segs[k - 1][0] + segs[k - 1][1] == seg[0] and segs[k - 1][2] == seg[2]:
+                        segs[k - 1][1] += segs.pop(k)[1]
+            elif a in ("segment_alloc", "segment_map"):
+                start, end = e["addr"], e["addr"] + e["size"]
+                if a == "segment_alloc":
+                    k = next((k for k, s in enumerate(segs) if s[0] == start), None)
+                    tc.assertIsNotNone(k, f"{where}: no segment at 0x{start:x} to undo")
+                    segs.pop(k)
+                else:
+                    k = next((k for k, s in enumerate(segs) if s[0] <= start and end <= s[0] + s[1]), None)
+                    tc.assertIsNotNone(k, f"{where}: no mapping holds 0x{start:x}+{e['size']}")
+                    s = segs.pop(k)
+                    if s[0] < start:
+                        segs.append([s[0], start - s[0], s[2]])
+                    if end < s[0] + s[1]:
+                        segs.append([end, s[0] + s[1] - end, s[2]])
+                    segs.sort()
+                for b in blocks:
+                    tc.assertFalse(start <= b < end and not in_seg(b), f"{where}: block 0x{b:x} left without segment")
+
+
+# ---- the importer ------------------------------------------------------------------------
 
 class ImporterTest(unittest.TestCase):
     def setUp(self):
@@ -108,33 +244,38 @@ class ImporterTest(unittest.TestCase):
         if os.path.exists(out):
             os.remove(out)
         p = subprocess.run([sys.executable, IMPORTER, src, "-o", out, *args], capture_output=True, text=True)
-        text = open(out).read() if os.path.exists(out) else None
+        text = None
+        if os.path.exists(out):
+            with open(out) as f:
+                text = f.read()
         return p, text
 
     def test_example(self):
         p, text = self.run_importer(example_snapshot())
         self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(text.startswith("mnemo-trace 3\n"))   # every event has frames
         meta, pre, events = parse_trace(text)
         S0, S1, S2 = 0x10000000, 0x20000000, 0x30000000
         # Pre-existing: S0 (20 MiB), P (alive at dump), Q (freed without an alloc).
-        self.assertEqual(pre[0], ["segment_alloc", "0", hex(S0), str(20 * MiB)])
-        self.assertEqual(pre[1], ["alloc", "0", hex(S0), "10000000", "10485760"])
+        self.assertEqual(pre[0], ["segment_alloc", "0", hex(S0), str(20 * MiB), "0", "0", "0"])
+        self.assertEqual(pre[1], ["alloc", "0", hex(S0), "10000000", "10485760", "0", "0"])
         # Q's block size is rebuilt: 4 MiB request, and the 6 MiB gap after it
         # would have been split (> 1 MiB), so its block is 4 MiB.
-        self.assertEqual(pre[2], ["alloc", "0", hex(S0 + 10485760), str(4 * MiB), str(4 * MiB)])
+        self.assertEqual(pre[2], ["alloc", "0", hex(S0 + 10485760), str(4 * MiB), str(4 * MiB), "0", "0"])
         self.assertEqual(len(pre), 3)
         self.assertEqual(meta["pre_segments"], "1")
         self.assertEqual(meta["pre_allocs"], "2")
         self.assertEqual(meta["device"], "0")
         self.assertEqual(meta["torch_alloc_conf"], "max_split_size_mb:512")
+        self.assertEqual(meta["config"], "max_split_size_mb:512")
         self.assertEqual(meta["time_origin_us"], "100")
         # 9 events (the 'snapshot' entry is dropped); times relative to the first.
         self.assertEqual(len(events), 9)
-        self.assertEqual(events[0], ["0", "segment_alloc", "0", hex(S1), str(20 * MiB)])
-        self.assertEqual(events[1], ["1", "alloc", "0", hex(S1), "10240000", "10240000"])
+        self.assertEqual(events[0], ["0", "segment_alloc", "0", hex(S1), str(20 * MiB), "0", "0", "1"])
+        self.assertEqual(events[1], ["1", "alloc", "0", hex(S1), "10240000", "10240000", "0", "1"])
         # B takes the unsplit remainder: block 20 MiB - 10,240,000 B.
-        self.assertEqual(events[2], ["2", "alloc", "0", hex(S1 + 10240000), "10240000", str(20 * MiB - 10240000)])
-        self.assertEqual(events[8], ["7", "alloc", "5", hex(S2), str(MiB), str(MiB)])
+        self.assertEqual(events[2][:6], ["2", "alloc", "0", hex(S1 + 10240000), "10240000", str(20 * MiB - 10240000)])
+        self.assertEqual(events[8][:6], ["7", "alloc", "5", hex(S2), str(MiB), str(MiB)])
         # PyTorch's figures. Reserved: 20 MiB at start, 42 MiB after both segment allocs.
         self.assertEqual(int(meta["torch_reserved_start"]), 20 * MiB)
         self.assertEqual(int(meta["torch_peak_reserved"]), 42 * MiB)
@@ -146,11 +287,23 @@ class ImporterTest(unittest.TestCase):
         # Requested: 10,000,000 + 4 MiB + 2 x 10,240,000.
         self.assertEqual(int(meta["torch_peak_requested"]), 10000000 + 4 * MiB + 2 * 10240000)
         if CLI:
-            r = subprocess.run([CLI, "replay", os.path.join(self.tmp, "out.trace"), "--allocator", "naive",
-                                "--json"], capture_output=True, text=True)
+            r = run_cli("replay", os.path.join(self.tmp, "out.trace"), "--allocator", "naive", "--json")
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn('"pre_allocs": 2', r.stdout)
             self.assertIn('"allocs": 3', r.stdout)
+
+    def test_no_frames_stays_version_1(self):
+        snap = example_snapshot()
+        for e in snap["device_traces"][0]:
+            e.pop("frames", None)
+        p, text = self.run_importer(snap)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(text.startswith("mnemo-trace 1\n"))
+        meta, pre, events = parse_trace(text)
+        self.assertEqual(pre[0], ["segment_alloc", "0", "0x10000000", str(20 * MiB)])
+        self.assertEqual(pre[1], ["alloc", "0", "0x10000000", "10000000", "10485760"])
+        self.assertEqual(events[0], ["0", "segment_alloc", "0", "0x20000000", str(20 * MiB)])
+        self.assertEqual(events[1], ["1", "alloc", "0", "0x20000000", "10240000", "10240000"])
 
     def test_device_choice(self):
         snap = example_snapshot()
@@ -169,6 +322,10 @@ class ImporterTest(unittest.TestCase):
         p, _ = self.run_importer(snap, args=("--device", "2"))
         self.assertEqual(p.returncode, 2)
         self.assertIn("--device 2", p.stderr)
+        # all: every device with events or segments
+        p, text = self.run_importer(snap, args=("--device", "all"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(metas(text)["devices"], "0 1")
 
     def test_refuses_globals(self):
         marker = os.path.join(self.tmp, "pwned")
@@ -185,21 +342,40 @@ class ImporterTest(unittest.TestCase):
         p, _ = self.run_importer(raw=pickle.dumps(os.system))
         self.assertEqual(p.returncode, 2)
         self.assertIn("system", p.stderr)
+        p, _ = self.run_importer(raw=gzip.compress(pickle.dumps([Evil()])))
+        self.assertEqual(p.returncode, 2)
+        self.assertFalse(os.path.exists(marker))
 
     def test_malformed(self):
         good = example_snapshot()
+        state = pickle.dumps({"segments": [segment(0x1000, 2 * MiB, [])], "device_traces": [[]]})
         cases = [
-            (None, b"not a pickle at all", "not a readable pickle"),
-            (None, pickle.dumps({"segments": []})[:-3], "not a readable pickle"),
-            ([1, 2], None, "top level is a list"),
-            ({"segments": []}, None, "device_traces"),
-            ({"segments": [], "device_traces": [[]]}, None, "no device has trace events"),
+            (None, b"", "empty file"),
+            (None, state[:-7], "truncated pickle"),
+            (None, state[:2], "truncated pickle"),
+            (None, gzip.compress(state)[:-9], "truncated or damaged gzip"),
+            (None, gzip.compress(b""), "empty file (inside the gzip data)"),
+            (None, b"mnemo-trace 1\nend 0\n",
+             "not a PyTorch snapshot pickle (it starts with 'mnemo-trace 1\\nend 0\\n')"),
+            (None, b"not a pickle at all", "not a PyTorch snapshot pickle (it starts with 'not a pickle at all')"),
+            (None, b"\x80\x04\xff", "damaged pickle"),
+            (7, None, "top level is a int"),
+            ("segments", None, "top level is a str"),
+            ({"foo": 1, "bar": 2}, None, "a dict without 'segments' or 'device_traces' (keys: 'foo', 'bar')"),
+            ([1, 2], None, "segments[0]: not a dict"),
+            ({"segments": [], "device_traces": [7]}, None, "'device_traces' is not a list of lists"),
             ({"segments": [], "device_traces": [[{"action": "alloc", "addr": "x", "size": 1, "stream": 0}]]},
              None, "'addr'"),
             ({"segments": [], "device_traces": [[{"action": "alloc", "addr": 1, "size": -1, "stream": 0}]]},
              None, "'size'"),
             ({"segments": [], "device_traces": [[{"action": "teleport", "addr": 1, "size": 1, "stream": 0}]]},
              None, "unknown action 'teleport'"),
+            ({"segments": [], "device_traces": [[dict(ev("alloc", 16, 16), time_us=float("nan"))]]},
+             None, "'time_us'"),
+            ({"segments": [], "device_traces": [[dict(ev("alloc", 16, 16), frames=[{"name": 3}])]]},
+             None, "'name' or 'filename' is not a string"),
+            ({"segments": [], "device_traces": [[dict(ev("alloc", 16, 16), frames="f")]]},
+             None, "'frames' is not a list"),
             ({"segments": [], "device_traces": [[ev("alloc", 16, 16), ev("alloc", 16, 16)]]},
              None, "already allocated"),
             ({"segments": [], "device_traces": [[ev("alloc", 16, 16), ev("free_requested", 16, 16),
@@ -208,13 +384,23 @@ class ImporterTest(unittest.TestCase):
             ({"segments": "x", "device_traces": good["device_traces"]}, None, "'segments' is not a list"),
             ({"segments": [segment(0, 100, [block(50, 100, 1, "active_allocated")])],
               "device_traces": good["device_traces"]}, None, "outside its segment"),
+            ([{"address": 0, "total_size": 100, "blocks": [{"size": 10}]}], None, "not a dict with a 'state'"),
+            ([{"address": 0, "total_size": 100, "device": -1}], None, "'device' = -1 out of range"),
         ]
         for obj, raw, needle in cases:
             with self.subTest(needle=needle):
+                data = raw if raw is not None else pickle.dumps(obj)
+                with self.assertRaises(imp.SnapshotError) as cm:
+                    imp.convert(data, None, "snap.pickle")
+                self.assertIn(needle, str(cm.exception))
+        # Through the command line: exit status 2, the message, no output file.
+        for obj, raw, needle in cases[:3] + cases[5:6] + cases[8:11]:
+            with self.subTest(cli=needle):
                 p, text = self.run_importer(obj, raw=raw)
                 self.assertEqual(p.returncode, 2, p.stderr)
-                self.assertIn("malformed snapshot", p.stderr)
+                self.assertIn("malformed snapshot: ", p.stderr)
                 self.assertIn(needle, p.stderr)
+                self.assertNotIn("Traceback", p.stderr)
                 self.assertIsNone(text)
 
     def test_missing_file(self):
@@ -222,9 +408,6 @@ class ImporterTest(unittest.TestCase):
                             os.path.join(self.tmp, "o.trace")], capture_output=True, text=True)
         self.assertEqual(p.returncode, 1)
         self.assertIn("none.pickle", p.stderr)
-
-
-SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "torch")
 
 
 class TestSamples(unittest.TestCase):
@@ -240,7 +423,7 @@ class TestSamples(unittest.TestCase):
         meta, rest = {}, []
         for line in text.splitlines()[1:]:
             f = line.split()
-            if not f or f[0].startswith("#"):
+            if not f or f[0].startswith("#") or f[0] in ("frame", "stack"):
                 continue
             if f[0] == "meta":
                 meta[f[1]] = " ".join(f[2:])
@@ -291,13 +474,18 @@ class TestSamples(unittest.TestCase):
 
     def test_expandable(self):
         meta, rest = self.lines(self.convert("expandable.pickle"))
+        # The mapping before recording, rebuilt by undoing the trace's map/unmap from the dump's range.
         self.assertIn(["pre", "segment_map", "0", "0x7f0000000000", str(4 * MiB)], rest)
         self.assertEqual(meta["torch_reserved_start"], str(4 * MiB))
         self.assertEqual(meta["torch_peak_reserved"], str(6 * MiB))
         self.assertTrue(meta["torch_allocated_method"].startswith("rounded"))
+        self.assertEqual(meta["config"], "expandable_segments:True")
         acts = [f[1] for f in rest if f[0] not in ("pre", "end")]
         self.assertEqual(acts.count("segment_map"), 2)
         self.assertEqual(acts.count("segment_unmap"), 1)
+        # the unmap run is an empty_cache point (no oom after it, no garbage collector)
+        self.assertEqual(acts[acts.index("segment_unmap") - 1], "empty_cache")
+        self.assertEqual(meta["torch_empty_cache_points"], "1")
         out = self.replay(self.convert("expandable.pickle"), "--config", "expandable_segments:True")
         if out:
             self.assertIn('"pre_allocs": 1', out)
@@ -305,10 +493,225 @@ class TestSamples(unittest.TestCase):
     def test_oom(self):
         meta, rest = self.lines(self.convert("oom.pickle"))
         self.assertEqual(meta["torch_ooms"], "1")
+        # PyTorch writes the device's free bytes as 'device_free': the address field
         self.assertIn(["2", "oom", "0", "0x100000", str(40 * MiB)], rest)
         out = self.replay(self.convert("oom.pickle"))
         if out:
             self.assertIn('"ooms": 0', out)  # the replay itself had room
+        # the older hand-made form with 'addr' reads the same
+        snap = load_sample("oom.pickle")
+        snap["device_traces"][0][2]["addr"] = snap["device_traces"][0][2].pop("device_free")
+        self.assertEqual(body(convert(pickle.dumps(snap))[0]), body(convert("oom.pickle")[0]))
+
+    def test_state_only(self):
+        text, devs, version, stacks, warnings = convert("state_only.pickle")
+        self.assertEqual(version, 3)   # the dump's blocks have frames
+        self.assertEqual(body(text), [
+            "frame 1 12 /src/model.py make_weights",
+            "frame 2 3 /src/train.py <module>",
+            "frame 3 20 /src/model.py bias",
+            "stack 1 1 2",
+            "stack 2 3",
+            "pre segment_alloc 0 0x10000000 20971520 0 0 1",   # the segment's own frames
+            "pre segment_alloc 7 0x20000000 2097152 0 0 0",
+            "pre segment_map 0 0x7f0000200000 6291456 0 0 0",  # expandable: a mapping
+            "pre alloc 0 0x10000000 4000000 4194304 0 1",
+            "pre alloc 0 0x10400000 2097152 2097152 0 0",        # active_pending_free: still live
+            "pre alloc 7 0x20000000 100 512 0 2",
+            "pre alloc 0 0x7f0000200000 2097152 2097152 0 0",
+            "end 7"])
+        m = metas(text)
+        self.assertEqual(m["state_only"], "1")
+        self.assertEqual(m["config"], "expandable_segments:True")
+        self.assertEqual(int(m["torch_peak_reserved"]), 28 * MiB)
+        self.assertEqual(int(m["torch_reserved_start"]), 28 * MiB)
+        self.assertEqual(int(m["torch_peak_allocated"]), 4 * MiB + 2 * MiB + 512 + 2 * MiB)
+        self.assertEqual(int(m["torch_peak_requested"]), 4000000 + 2 * MiB + 100 + 2 * MiB)
+        self.assertTrue(m["torch_allocated_method"].startswith("state"))
+        self.assertEqual(m["torch_segment_allocs"], "0")
+        # device 1, and every device
+        text1 = convert("state_only.pickle", 1)[0]
+        self.assertEqual(body(text1), ["pre segment_alloc 0 0x10000000 20971520",
+                                       "pre alloc 0 0x10000000 1048576 1048576", "end 2"])
+        self.assertEqual(metas(text1)["device"], "1")
+        alltext = convert("state_only.pickle", "all")[0]
+        self.assertTrue(alltext.startswith("mnemo-trace 3\n"))
+        self.assertEqual(metas(alltext)["devices"], "0 1")
+        self.assertIn("pre alloc 0 0x10000000 1048576 1048576 1 0", body(alltext))
+        self.assertIn("pre alloc 0 0x10000000 4000000 4194304 0 1", body(alltext))
+        # gzip-compressed: the same trace
+        gz = convert("state_only.pickle.gz")[0]
+        self.assertEqual(body(gz), body(text))
+        # device_traces missing altogether, or no device_traces and no segments
+        snap = load_sample("state_only.pickle")
+        del snap["device_traces"]
+        self.assertEqual(body(convert(pickle.dumps(snap))[0]), body(text))
+        self.assertEqual(body(convert(pickle.dumps({"segments": []}))[0]), ["end 0"])
+        with self.assertRaises(imp.SnapshotError) as cm:
+            convert("state_only.pickle", 2)
+        self.assertIn("--device 2", str(cm.exception))
+        if CLI:   # replay, report and snapshot take a trace of pre lines only
+            with tempfile.TemporaryDirectory() as d:
+                path = os.path.join(d, "state.trace")
+                with open(path, "w") as f:
+                    f.write(text)
+                r = run_cli("replay", path, "--json", "--no-progress")
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn('"pre_allocs": 4', r.stdout)
+                self.assertIn('"allocs": 0', r.stdout)
+                r = run_cli("report", path, "-o", os.path.join(d, "r.html"))
+                self.assertEqual(r.returncode, 0, r.stderr)
+                r = run_cli("snapshot", path, "--at", "end")
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn("segments", r.stdout)
+
+    def test_legacy_list(self):
+        text, devs, version, _, _ = convert("legacy_list.pickle")
+        self.assertEqual(body(text), ["frame 1 5 /src/data.py load", "stack 1 1",
+                                      "pre segment_alloc 0 0x30000000 20971520 0 0 0",
+                                      "pre alloc 0 0x30000000 8000000 8388608 0 1",   # history[0]: size and frames
+                                      "end 2"])
+        self.assertEqual(metas(text)["state_only"], "1")
+        text1 = convert("legacy_list.pickle", 1)[0]   # no history: requested = block size
+        self.assertTrue(text1.startswith("mnemo-trace 1\n"))
+        self.assertEqual(body(text1), ["pre segment_alloc 0 0x40000000 2097152",
+                                       "pre alloc 0 0x40000000 1048576 1048576", "end 2"])
+        alltext = convert("legacy_list.pickle", "all")[0]
+        self.assertEqual(metas(alltext)["devices"], "0 1")
+        self.assertEqual(body(alltext)[-3:], ["pre alloc 0 0x30000000 8000000 8388608 0 1",
+                                              "pre alloc 0 0x40000000 1048576 1048576 1 0", "end 4"])
+        p = subprocess.run([sys.executable, IMPORTER, os.path.join(SAMPLES, "legacy_list.pickle"), "--table"],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("device 1: 1 segments, 2 blocks", p.stdout)
+
+    def test_old_dict(self):
+        text, devs, version, _, _ = convert("old_dict.pickle")
+        self.assertEqual(body(text), [
+            "frame 1 30 /src/train.py step", "stack 1 1",
+            "0 segment_alloc 0 0x50000000 20971520 0 0 1",   # no time_us: all at 0, in order
+            "0 alloc 0 0x50000000 5242880 5242880 0 1",
+            "0 oom 0 0x4d2 85899345920 0 0 1",               # device_free 1234
+            "0 free_requested 0 0x50000000 5242880 0 0 0",   # no 'frames': no stack
+            "0 free_completed 0 0x50000000 5242880 0 0 0",
+            "end 5"])
+        self.assertEqual(metas(text)["config"], "")
+        self.assertEqual(metas(text)["time_origin_us"], "0")
+
+    def test_frames_v3(self):
+        text, devs, version, stacks, _ = convert("framed.pickle")
+        lines = body(text)
+        deep = [f"frame {7 + i} {i} /src/deep.py rec" for i in range(124)]   # 128 frames kept per stack
+        self.assertEqual(lines[:6], [
+            "frame 1 42 /src/model.py forward",
+            "frame 2 7 /src/train.py <module>",
+            "frame 3 0 - c10::cuda::Foo<int, 2>::bar(unsigned long)",          # '??': unknown
+            "frame 4 5 /dir%20with%20space/100%25.py %20spaced  name%20",     # blanks, '%' encoded
+            "frame 5 0 - caf%C3%A9",                                          # UTF-8 encoded, '' unknown
+            "frame 6 1 %2D dash"])                                            # a file named '-'
+        self.assertEqual(lines[6:130], deep)
+        long_frame = lines[130]
+        self.assertTrue(long_frame.startswith("frame 131 1 /src/long.py xxxx"))
+        self.assertLessEqual(len(long_frame), 4096)   # the 5000-byte name cut to fit a line
+        self.assertEqual(lines[131:134], ["stack 1 1 2", "stack 2 " + " ".join(str(i) for i in range(3, 131)),
+                                          "stack 3 131"])
+        self.assertEqual(lines[134:], [
+            "0 segment_alloc 0 0x60000000 20971520 0 0 1",
+            "1 alloc 0 0x60000000 3145728 3145728 0 1",
+            "2 alloc 0 0x60300000 1048577 1049088 0 2",
+            "3 free_requested 0 0x60000000 3145728 0 0 3",
+            "4 free_completed 0 0x60000000 3145728 0 0 3",
+            "end 5"])
+        # the strict reader decodes the frames back
+        t = exp.parse_trace(text.encode())
+        self.assertEqual(t.stack_frames(2)[:4], [("", 0, "c10::cuda::Foo<int, 2>::bar(unsigned long)"),
+                                                 ("/dir with space/100%.py", 5, " spaced  name "),
+                                                 ("", 0, "caf\u00e9"), ("-", 1, "dash")])
+        m = metas(text)
+        self.assertEqual(m["config"], "max_split_size_mb:512,roundup_power2_divisions:[" + ",".join(
+            f"{1 << k}:{4 if k < 6 else 8}" for k in range(16)) + "]")
+        # several devices: the device field is the CUDA index, stacks shared
+        alltext = convert("framed.pickle", "all")[0]
+        self.assertIn("1 segment_alloc 0 0x60000000 2097152 0 1 1", body(alltext))
+        self.assertIn("2 alloc 0 0x60000000 4096 4096 1 1", body(alltext))
+        if CLI:
+            for t in (text, alltext):
+                self.replay(t)
+
+    def test_config(self):
+        cfg = lambda s: imp.alloc_config(s, lambda m: None)   # noqa: E731
+        rd0 = {str(1 << k): 0 for k in range(16)}
+        self.assertEqual(cfg({}), "")
+        self.assertEqual(cfg({"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1,
+                              "garbage_collection_threshold": 0.0, "expandable_segments": False,
+                              "roundup_power2_divisions": rd0}), "")
+        self.assertEqual(cfg({"max_split_size": (1 << 64) - 1}), "")
+        self.assertEqual(cfg({"expandable_segments": True}), "expandable_segments:True")
+        self.assertEqual(cfg({"max_split_size": 300 * MiB}), "max_split_size_mb:300")
+        self.assertEqual(cfg({"max_split_size": 300 * MiB + 1}), "max_split_size_mb:301")
+        self.assertEqual(cfg({"garbage_collection_threshold": 0.6}), "garbage_collection_threshold:0.6")
+        self.assertEqual(cfg({"roundup_power2_divisions": dict(rd0, **{k: 4 for k in rd0})}),
+                         "roundup_power2_divisions:4")
+        self.assertEqual(cfg({"roundup_power2_divisions": dict(rd0, **{"256": 2})}),
+                         "roundup_power2_divisions:[" + ",".join(
+                             f"{1 << k}:{2 if k == 8 else 0}" for k in range(16)) + "]")
+        # the string fills in what the structured fields lack; pinned_*/backend do not change the device allocator
+        self.assertEqual(cfg({"PYTORCH_CUDA_ALLOC_CONF": "backend:native, max_non_split_rounding_mb:40,"
+                                                         "expandable_segments:True,max_split_size_mb:256,"
+                                                         "pinned_num_register_threads:8"}),
+                         "max_split_size_mb:256,max_non_split_rounding_mb:40,expandable_segments:True")
+        self.assertEqual(cfg({"PYTORCH_CUDA_ALLOC_CONF": "roundup_power2_divisions:[256:1,512:2,>:4]"}),
+                         "roundup_power2_divisions:[" + ",".join(
+                             f"{1 << k}:{1 if k <= 8 else 4}" for k in range(16)) + "]")   # '>': from 512 on
+        self.assertEqual(cfg({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512", "max_split_size": -1}), "")
+        warned = []
+        self.assertEqual(imp.alloc_config({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:lots,"
+                                                                      "expandable_segments:True"}, warned.append),
+                         "expandable_segments:True")
+        self.assertIn("max_split_size_mb", warned[0])
+        # mnemo's own parser takes every form (and replay uses it by default)
+        if CLI:
+            for conf in ("max_split_size_mb:301,garbage_collection_threshold:0.6,roundup_power2_divisions:[" +
+                         ",".join(f"{1 << k}:{2 if k == 8 else 0}" for k in range(16)) + "],expandable_segments:True",
+                         "max_non_split_rounding_mb:40,roundup_power2_divisions:4"):
+                r = run_cli("replay", os.path.join(HERE, "corpus", "trace", "small.trace"), "--json",
+                            "--no-progress", "--config", conf)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn(f'"config_effective": "{conf}"', r.stdout)
+
+    def test_empty_cache_points(self):
+        text = convert("empty_cache.pickle")[0]
+        _, _, events = parse_trace(text)
+        acts = [e[1] for e in events]
+        self.assertEqual(metas(text)["torch_empty_cache_points"], "2")
+        self.assertEqual(acts.count("empty_cache"), 2)
+        # before the first run (an alloc follows), not before the one an oom follows,
+        # one for the final run of two segment frees
+        self.assertEqual(events[4], ["3", "empty_cache", "0", "0x0", "0"])
+        self.assertEqual(acts[4:6], ["empty_cache", "segment_free"])
+        i = acts.index("oom")
+        self.assertEqual(acts[i - 2:i + 1], ["free_completed", "segment_free", "oom"])
+        self.assertEqual(acts[-3:], ["empty_cache", "segment_free", "segment_free"])
+        # garbage collector on: a run followed by a segment_alloc is the collector's
+        text = convert("gc.pickle")[0]
+        _, _, events = parse_trace(text)
+        acts = [e[1] for e in events]
+        self.assertEqual(metas(text)["config"], "garbage_collection_threshold:0.6")
+        self.assertEqual(metas(text)["torch_empty_cache_points"], "1")
+        self.assertEqual(acts[4:6], ["segment_free", "segment_alloc"])
+        self.assertEqual(acts[-2:], ["empty_cache", "segment_free"])
+        # the same run with the collector off is an empty_cache point
+        snap = load_sample("gc.pickle")
+        snap["allocator_settings"] = {}
+        self.assertEqual(metas(convert(pickle.dumps(snap))[0])["torch_empty_cache_points"], "2")
+        # an explicit empty_cache event (mnemo's recorder, the exporter) is not doubled
+        e = lambda a, addr=0, size=0: {"action": a, "addr": addr, "size": size, "stream": 0}   # noqa: E731
+        evs, n = imp.infer_empty_cache([dict(e("empty_cache"), index=0, time_us=0, frames=()),
+                                        dict(e("segment_free", 16, 16), index=1, time_us=0, frames=())], False)
+        self.assertEqual((n, [x["action"] for x in evs]), (0, ["empty_cache", "segment_free"]))
+        if CLI:
+            out = self.replay(text)
+            self.assertIn('"empty_caches": 1', out)
 
     def test_table(self):
         p = subprocess.run([sys.executable, IMPORTER, os.path.join(SAMPLES, "multi_device.pickle"), "--table",
@@ -319,8 +722,7 @@ class TestSamples(unittest.TestCase):
         self.assertIn("active_allocated", p.stdout)
         self.assertIn("20.0%", p.stdout)  # device 1: 15 MiB free, largest free block 12 MiB
         if CLI:
-            r = subprocess.run([CLI, "snapshot", os.path.join(SAMPLES, "multi_device.pickle")], capture_output=True,
-                               text=True)
+            r = run_cli("snapshot", os.path.join(SAMPLES, "multi_device.pickle"))
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn("device 1: 1 segments", r.stdout)
 
@@ -330,11 +732,372 @@ class TestSamples(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn("--device must be an index or 'all'", p.stderr)
 
+    def test_real_snapshots(self):
+        """The bundled recorded snapshots (data/traces/*.pickle.gz): the events and
+        pre lines are those of the committed traces; stacks come with them."""
+        for name in sorted(os.listdir(TRACES)):
+            if not name.endswith(".pickle.gz"):
+                continue
+            with self.subTest(name=name):
+                with open(os.path.join(TRACES, name), "rb") as f:
+                    text, devs, version, stacks, _ = convert(f.read())
+                self.assertEqual(version, 3)
+                self.assertGreater(len(stacks.stack_lines), 0)
+                trace = os.path.join(TRACES, name[:-len(".pickle.gz")] + ".trace")
+                if os.path.exists(trace):
+                    with open(trace) as f:
+                        committed = f.read()
+                    a, b = exp.parse_trace(committed.encode()), exp.parse_trace(text.encode())
+                    key = lambda e: (e.pre, e.time, e.action, e.stream, e.addr, e.size, e.bs)   # noqa: E731
+                    self.assertEqual([key(e) for e in a.entries], [key(e) for e in b.entries])
+
+
+# ---- the exporter ------------------------------------------------------------------------
+
+def canonical(text, segments=True):
+    """What a round trip keeps of a trace: every pre and event line with times
+    from the first event, block sizes, devices, and stacks as frames."""
+    t = exp.parse_trace(text.encode())
+    t0 = next((e.time for e in t.entries if not e.pre), 0)
+    out = []
+    for e in t.entries:
+        if not segments and e.action.startswith("segment"):
+            continue
+        out.append((e.pre, None if e.pre else e.time - t0, e.action, e.stream, e.addr, e.size, e.bs, e.dev,
+                    tuple(t.stack_frames(e.stack))))
+    pre = sorted(x for x in out if x[0])   # the importer writes pre lines in address order
+    return pre + [x for x in out if not x[0]], t
+
+
+class TestExport(unittest.TestCase):
+    def export(self, text, device=None):
+        notes = []
+        blob, snap, synthetic = exp.export_bytes(text.encode(), device, "t", notes.append)
+        self.assertEqual(pickle.loads(blob), snap)
+        self.assertEqual(bool(notes), synthetic > 0)
+        check_viewer(self, snap)
+        return blob, snap, synthetic
+
+    def round_trip(self, text, device=None, segments=True):
+        blob, snap, synthetic = self.export(text, device)
+        back = convert(blob, "all" if device is None and "meta devices" in text else device)[0]
+        a, ta = canonical(text, segments)
+        b, tb = canonical(back, segments)
+        self.assertEqual(len(a), len(b))
+        for x, y in zip(a, b):
+            if not (x[6] and y[6]):   # block sizes unknown on one side (expandable segments: not rebuilt)
+                x, y = x[:6] + x[7:], y[:6] + y[7:]
+            self.assertEqual(x, y)
+        for key in ("config", "time_origin_us", "torch_peak_allocated", "torch_peak_reserved",
+                    "torch_peak_requested", "torch_ooms", "torch_empty_cache_points"):
+            if key in ta.meta:
+                self.assertEqual(ta.meta[key], tb.meta[key], key)
+        return snap, synthetic
+
+    def test_bundled_traces(self):
+        """data/traces/*.trace (version 1, from PyTorch) and the version 3 traces of the
+        bundled snapshots: import(export(trace)) is the trace."""
+        for name in sorted(os.listdir(TRACES)):
+            path = os.path.join(TRACES, name)
+            with self.subTest(name=name):
+                if name.endswith(".trace"):
+                    with open(path) as f:
+                        snap, synthetic = self.round_trip(f.read())
+                elif name.endswith(".pickle.gz"):
+                    with open(path, "rb") as f:
+                        text = convert(f.read())[0]
+                    snap, synthetic = self.round_trip(text)
+                    self.assertTrue(any(e["frames"] for e in snap["device_traces"][0]))
+                else:
+                    continue
+                self.assertEqual(synthetic, 0)
+
+    def test_samples(self):
+        for name in sorted(os.listdir(SAMPLES)):
+            if not name.endswith((".pickle", ".pickle.gz")):
+                continue
+            with self.subTest(name=name):
+                text = convert(name)[0]
+                self.round_trip(text)
+                alltext = convert(name, "all")[0]
+                self.round_trip(alltext)
+
+    def test_without_segments_or_completions(self):
+        """An RMM log (no segment lines, no free_completed): each allocation gets a
+        segment of its own, each free a completion, all marked synthetic."""
+        with open(os.path.join(HERE, "corpus", "trace", "small.trace")) as f:
+            small = f.read()
+        # (the segments of their own alive at the end come back as segments of the dump)
+        snap, synthetic = self.round_trip(small, segments=False)
+        self.assertGreater(synthetic, 0)
+        rmm = ("mnemo-trace 1\nmeta recorded_by rmm\nmeta time_origin_us 5\npre alloc 0 0x7000 4096\n"
+               "0 alloc 0 0x1000 100\n1 alloc 0 0x1064 2048\n2 free_requested 0 0x1000 100\n"
+               "3 free_requested 0 0x7000 4096\n4 oom 0 0x0 1099511627776\nend 6\n")
+        blob, snap, synthetic = self.export(rmm)
+        evs = snap["device_traces"][0]
+        self.assertEqual([(e["action"], e.get(imp.SYNTHETIC_KEY, False)) for e in evs], [
+            ("segment_alloc", True), ("alloc", False), ("segment_alloc", True), ("alloc", False),
+            ("free_requested", False), ("free_completed", True), ("segment_free", True),
+            ("free_requested", False), ("free_completed", True), ("segment_free", True), ("oom", False)])
+        self.assertEqual(evs[0]["size"], 100)   # a segment the allocation's size: no overlap at 0x1064
+        self.assertEqual(evs[-1]["device_free"], 0)
+        self.assertEqual(evs[0]["time_us"], 5)
+        # one segment per allocation alive at the end
+        self.assertEqual([(s["address"], s["total_size"], [b["state"] for b in s["blocks"]])
+                          for s in snap["segments"]], [(0x1064, 2048, ["active_allocated"])])
+        self.round_trip(rmm, segments=False)
+
+    def test_mnemo_recordings(self):
+        """Traces mnemo records itself (MNEMO_TRACE): plain and expandable segments, empty_cache."""
+        if not CLI:
+            self.skipTest("no mnemo CLI given")
+        with tempfile.TemporaryDirectory() as d:
+            for conf in ("", "expandable_segments:True"):
+                with self.subTest(conf=conf):
+                    rec = os.path.join(d, "rec.trace")
+                    env = dict(os.environ, MNEMO_TRACE=rec)
+                    args = [CLI, "replay", os.path.join(HERE, "corpus", "trace", "small.trace"), "--json",
+                            "--no-progress"] + (["--config", conf] if conf else [])
+                    r = subprocess.run(args, capture_output=True, text=True, env=env)
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    with open(rec) as f:
+                        text = f.read()
+                    self.assertIn("empty_cache", text)
+                    snap, synthetic = self.round_trip(text)
+                    self.assertEqual(synthetic, 0)
+                    self.assertEqual(any(s["is_expandable"] for s in snap["segments"]) or
+                                     any(e["action"] == "segment_map" for e in snap["device_traces"][0]), bool(conf))
+
+    def test_pending_free_and_expandable_state(self):
+        """Frees not completed at the end stay 'active_pending_free'; expandable
+        mappings are one segment per contiguous range."""
+        text = ("mnemo-trace 1\nmeta config expandable_segments:True\npre segment_map 0 0x100000 2097152\n"
+                "pre alloc 0 0x100000 1000\n0 segment_map 0 0x300000 2097152\n1 alloc 0 0x300000 4096 4096\n"
+                "2 free_requested 0 0x300000 4096\n3 segment_map 0 0x900000 2097152\n"
+                "4 free_requested 0 0x100000 1000\n5 free_completed 0 0x100000 1000\nend 8\n")
+        blob, snap, synthetic = self.export(text)
+        self.assertEqual(synthetic, 0)
+        segs = [(s["address"], s["total_size"], s["is_expandable"], [(b["state"], b["size"]) for b in s["blocks"]])
+                for s in snap["segments"]]
+        self.assertEqual(segs, [(0x100000, 4 * MiB, True, [("inactive", 2 * MiB), ("active_pending_free", 4096),
+                                                           ("inactive", 2 * MiB - 4096)]),
+                                (0x900000, 2 * MiB, True, [("inactive", 2 * MiB)])])
+        self.assertEqual(snap["allocator_settings"]["expandable_segments"], True)
+        self.assertEqual(snap["allocator_settings"]["PYTORCH_CUDA_ALLOC_CONF"], "expandable_segments:True")
+
+    def test_torch_viewers(self):
+        """torch.cuda._memory_viz of the installed PyTorch runs on exported snapshots."""
+        try:
+            import torch.cuda._memory_viz as viz
+        except Exception as e:  # noqa: BLE001
+            print(f"test_torch_viewers: skipped: torch is not importable ({e})")
+            self.skipTest("torch is not importable")
+        names = [n for n in ("segments", "memory", "compare", "stats", "segsum", "trace") if hasattr(viz, n)]
+        print(f"torch {getattr(sys.modules.get('torch'), '__version__', '?')}: _memory_viz has {names}")
+        self.assertIn("segments", names)
+        ident = lambda s: s   # noqa: E731  (format_flamegraph would download flamegraph.pl)
+        inputs = [convert("framed.pickle", "all")[0], convert("state_only.pickle", "all")[0],
+                  convert("expandable.pickle")[0]]
+        with open(os.path.join(TRACES, "ctx128_forward_mixed.trace")) as f:
+            inputs.append(f.read())
+        with open(os.path.join(TRACES, "resnet50_train.pickle.gz"), "rb") as f:
+            inputs.append(convert(f.read())[0])
+        for i, text in enumerate(inputs):
+            with self.subTest(input=i):
+                blob, _, _ = self.export(text)
+                snap = pickle.loads(blob)   # what PyTorch's tools read: pickle.load of the file
+                segs = snap["segments"]
+                total = sum(s["total_size"] for s in segs)
+                # PyTorch 1.13's functions take the list of segments (its snapshot was
+                # one); later versions (those with segsum) the dict.
+                arg = snap if "segsum" in names else segs
+                lines = viz.segments(arg, format_flamegraph=ident).splitlines()
+                self.assertEqual(len(lines), sum(len(s["blocks"]) for s in segs))
+                sizes = sum(int(line.rsplit(" ", 1)[1]) for line in lines)
+                if hasattr(viz, "_block_extra"):   # later versions count requested bytes
+                    self.assertLessEqual(sizes, total)
+                else:                              # 1.13: block sizes, which tile the segments
+                    self.assertEqual(sizes, total)
+                viz.memory(arg, format_flamegraph=ident)
+                if "stats" in names:
+                    st = viz.stats(arg)
+                    self.assertEqual(st["total_size"].value, total)
+                    self.assertEqual(st["segments"], len(segs))
+                if "segsum" in names:
+                    viz.segsum(snap)
+                if "trace" in names:
+                    viz.trace(snap)
+                with contextlib.redirect_stdout(io.StringIO()):
+                    viz.compare(segs, [], format_flamegraph=ident)
+
+    def test_command_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "t.trace")
+            with open(src, "w") as f:
+                f.write(convert("framed.pickle", "all")[0])
+            out = os.path.join(d, "x.pickle")
+            p = subprocess.run([sys.executable, EXPORTER, src, "-o", out], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(out, "rb") as f:
+                snap = imp.Snapshot(imp.parse_bytes(f.read()))   # the restricted unpickler reads it
+            self.assertEqual(len(snap.traces), 2)
+            p = subprocess.run([sys.executable, EXPORTER, src, "-o", out, "--device", "1"], capture_output=True,
+                               text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(out, "rb") as f:
+                one = pickle.load(f)
+            self.assertEqual([len(t) for t in one["device_traces"]], [0, 2])
+            self.assertEqual({s["device"] for s in one["segments"]}, {1})
+            for args, needle, rc in (([src, "-o", out, "--device", "5"], "--device 5", 2),
+                                     ([os.path.join(d, "none.trace"), "-o", out], "none.trace", 1)):
+                p = subprocess.run([sys.executable, EXPORTER, *args], capture_output=True, text=True)
+                self.assertEqual(p.returncode, rc, p.stderr)
+                self.assertIn(needle, p.stderr)
+            bad = os.path.join(d, "bad.trace")
+            with open(bad, "w") as f:
+                f.write("mnemo-trace 1\n0 alloc 0 0x10 16\n0 alloc 0 0x10 16\nend 2\n")
+            p = subprocess.run([sys.executable, EXPORTER, bad, "-o", out], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 2)
+            self.assertIn("bad.trace:3: alloc at 0x10, which is live", p.stderr)
+
+    def test_strict_reader(self):
+        ok = "mnemo-trace 3\nframe 1 3 a.py f\nstack 1 1\n0 alloc 0 0x10 16 16 0 1\nend 1\n"
+        exp.parse_trace(ok.encode())
+        cases = [
+            ("", "empty file"),
+            ("mnemo-trace 1\nend 0", "no line feed"),
+            ("mnemo-trace 4\nend 0\n", "unsupported trace version 4"),
+            ("mnemo-trace 1\n", "no end line"),
+            ("mnemo-trace 1\nend 1\n", "end count 1"),
+            ("mnemo-trace 1\nend 0\n# late\n", "after the end line"),
+            ("mnemo-trace 1\nmeta a 1\nmeta a 2\nend 0\n", "duplicate meta key"),
+            ("mnemo-trace 1\n0 alloc 0 0x10 16\nmeta a 1\nend 1\n", "meta line after"),
+            ("mnemo-trace 1\nframe 1 0 - f\nend 0\n", "frame line in a version 1 trace"),
+            ("mnemo-trace 3\nframe 2 0 - f\nend 0\n", "frame id 2, expected 1"),
+            ("mnemo-trace 3\nframe 1 0 a%2 f\nend 0\n", "bad % escape"),
+            ("mnemo-trace 3\nstack 1 1\nend 0\n", "unknown frame id 1"),
+            ("mnemo-trace 3\n0 alloc 0 0x10 16 16 0 1\nend 1\n", "unknown stack id 1"),
+            ("mnemo-trace 2\n0 alloc 0 0x10 16 16 0 1\nend 1\n", "has 8 fields, expected 5 to 7"),
+            ("mnemo-trace 1\n0 alloc 0 0x10 0\nend 1\n", "alloc of 0 bytes"),
+            ("mnemo-trace 1\n0 free_requested 0 0x10 16\nend 1\n", "not live"),
+            ("mnemo-trace 1\n0 alloc 0 10 16\nend 1\n", "is not 0x"),
+            ("mnemo-trace 1\n0 teleport 0 0x10 16\nend 1\n", "unknown action"),
+            ("mnemo-trace 1\npre free_requested 0 0x10 16\nend 1\n", "unknown pre action"),
+            ("mnemo-trace 1\n0 alloc 0 0x10 16\npre alloc 0 0x20 16\nend 2\n", "pre line after an event"),
+            ("mnemo-trace 1\n0 alloc 0 0x10 99999999999999999999999\nend 1\n", "is not a decimal"),
+            ("mnemo-trace 1\n" + "#" * 5000 + "\nend 0\n", "longer than 4096"),
+            ("mnemo-trace 1\n0 alloc\x01 0 0x10 16\nend 1\n", "outside printable ASCII"),
+        ]
+        for text, needle in cases:
+            with self.subTest(needle=needle):
+                with self.assertRaises(exp.TraceError) as cm:
+                    exp.parse_trace(text.encode(), "t")
+                self.assertIn(needle, str(cm.exception))
+                self.assertTrue(str(cm.exception).startswith("t:"))
+
+
+# ---- fuzz --------------------------------------------------------------------------------
+
+def _mutate_obj(rng, obj):
+    """A random structural change somewhere in a snapshot object: a field deleted,
+    a value of another type, a list cut, an element repeated."""
+    nodes = []
+
+    def walk(x, depth):
+        if depth > 8:
+            return
+        if isinstance(x, dict):
+            nodes.append(x)
+            for v in x.values():
+                walk(v, depth + 1)
+        elif isinstance(x, list):
+            nodes.append(x)
+            for v in x:
+                walk(v, depth + 1)
+    walk(obj, 0)
+    node = rng.choice(nodes)
+    weird = [None, -1, 0, 1 << 70, 2.5, float("nan"), float("inf"), True, "x", "", [], {}, (0, 0), b"b",
+             [{"name": 1}], {"a": 1}, 1 << 64, -(1 << 63)]
+    if isinstance(node, dict) and node:
+        key = rng.choice(list(node))
+        r = rng.random()
+        if r < 0.35:
+            del node[key]
+        elif r < 0.85:
+            node[key] = rng.choice(weird)
+        else:
+            node[rng.choice(weird[:9] + ["action", "addr"]) if rng.random() < 0.5 else f"{key}_x"] = node.pop(key)
+    elif isinstance(node, list) and node:
+        r = rng.random()
+        if r < 0.4:
+            del node[rng.randrange(len(node)):]
+        elif r < 0.7:
+            node[rng.randrange(len(node))] = rng.choice(weird)
+        else:
+            node.append(node[rng.randrange(len(node))])
+    return obj
+
+
+class TestFuzz(unittest.TestCase):
+    def test_mutations(self):
+        """Thousands of mutated snapshots (fields deleted, types swapped, pickle bytes
+        cut or changed): the importer writes a valid trace or raises SnapshotError
+        (exit status 2 with its message), never anything else."""
+        rng = random.Random(20261123)
+        seeds = {}
+        for name in ("state_only.pickle", "legacy_list.pickle", "framed.pickle", "empty_cache.pickle",
+                     "expandable.pickle", "old_dict.pickle", "multi_device.pickle"):
+            with open(os.path.join(SAMPLES, name), "rb") as f:
+                seeds[name] = f.read()
+        seeds["example"] = pickle.dumps(example_snapshot(), protocol=2)
+        names = sorted(seeds)
+        outcomes = {"ok": 0, "error": 0}
+        for i in range(3000):
+            name = rng.choice(names)
+            data = seeds[name]
+            kind = rng.random()
+            if kind < 0.5:
+                obj = pickle.loads(data)
+                for _ in range(rng.randint(1, 3)):
+                    obj = _mutate_obj(rng, obj)
+                data = pickle.dumps(obj, protocol=rng.choice((0, 2, 4)))
+            elif kind < 0.7:
+                data = data[:rng.randrange(len(data))]
+            elif kind < 0.9:
+                b = bytearray(data)
+                for _ in range(rng.randint(1, 4)):
+                    b[rng.randrange(len(b))] = rng.randrange(256)
+                data = bytes(b)
+            else:
+                data = gzip.compress(data, mtime=0)
+                data = data[:rng.randrange(len(data))] if rng.random() < 0.5 else data
+            device = rng.choice((None, None, "all", 0, 1, 3))
+            try:
+                text, _, _, _ = imp.convert(data, device, "fuzz.pickle")
+            except imp.SnapshotError as e:
+                self.assertTrue(str(e), f"mutation {i}: empty message")
+                outcomes["error"] += 1
+                continue
+            except Exception as e:  # noqa: BLE001
+                self.fail(f"mutation {i} of {name} (device {device}): {type(e).__name__}: {e}\n"
+                          f"input: {data[:200]!r}")
+            try:
+                exp.parse_trace(text.encode(), "written")
+            except exp.TraceError as e:
+                self.fail(f"mutation {i} of {name}: the importer wrote an invalid trace: {e}")
+            outcomes["ok"] += 1
+        print(f"fuzz: {outcomes['ok']} converted, {outcomes['error']} refused with a message")
+        self.assertGreater(outcomes["ok"], 300)
+        self.assertGreater(outcomes["error"], 300)
+
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
-    IMPORTER = sys.argv[1]
+    IMPORTER = os.path.abspath(sys.argv[1])
+    EXPORTER = os.path.join(os.path.dirname(IMPORTER), "export_torch_snapshot.py")
     CLI = sys.argv[2] if len(sys.argv) > 2 else None
-    unittest.main(argv=[sys.argv[0], "-v"])
+    imp = load_module("import_torch_snapshot", IMPORTER)
+    exp = load_module("export_torch_snapshot", EXPORTER)
+    unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[3:])

@@ -1,32 +1,54 @@
 #!/usr/bin/env python3
 # tools/import_torch_snapshot.py: converts a PyTorch memory snapshot (pickle from
-# torch.cuda.memory._dump_snapshot) into a mnemo trace (docs/TRACE_FORMAT.md).
-"""Convert a PyTorch memory snapshot's device trace into a mnemo trace.
+# torch.cuda.memory._dump_snapshot / _snapshot / memory_snapshot) into a mnemo trace
+# (docs/TRACE_FORMAT.md). Single-threaded command-line tool; standard library only.
+"""Convert a PyTorch memory snapshot into a mnemo trace.
 
-Usage: import_torch_snapshot.py SNAPSHOT.pickle -o TRACE [--device N|all]
-       import_torch_snapshot.py SNAPSHOT.pickle --table [--blocks]
+Usage: import_torch_snapshot.py SNAPSHOT -o TRACE [--device N|all]
+       import_torch_snapshot.py SNAPSHOT --table [--blocks]
 
-The snapshot is read with a restricted unpickler that refuses every global, so
-a malicious file cannot run code. Only the Python standard library is used.
+SNAPSHOT is a pickle (or a gzip-compressed pickle, e.g. NAME.pickle.gz). It is
+read with a restricted unpickler that refuses every global, so a malicious
+file cannot run code. Only the Python standard library is used.
+
+Every shape PyTorch writes is accepted:
+  * the dict of torch.cuda.memory._snapshot() / _dump_snapshot(), from its
+    first version (segments + device_traces, blocks with 'history', no time_us)
+    to the current one (allocator_settings, external_annotations, segment_map /
+    segment_unmap events, compile_context, user_metadata, segment_pool_id);
+    missing optional fields take PyTorch's own defaults (see _segments and
+    _events);
+  * state-only snapshots (no trace events: _snapshot() without
+    _record_memory_history) and the legacy bare list of segments
+    (torch.cuda.memory_snapshot(), and what PyTorch 1.13's _snapshot() gave):
+    the trace holds the state as `pre` lines and no events (`meta state_only 1`).
 
 What it writes (see docs/TRACE_FORMAT.md):
   * `pre` lines for the state before recording began: segments that existed
     (in the dump but never allocated by the trace, or freed by the trace
-    without being allocated in it) and live allocations (addresses the trace
-    frees without allocating them, and blocks alive at dump time that the
-    trace never allocated);
-  * one line per trace event, times relative to the first event;
-  * PyTorch's own figures for the run in `meta` lines: peak allocated (block
-    bytes, from a reconstruction of the allocator's block layout), peak
-    requested, peak reserved, reserved and allocated at the start, and the
-    number of segment_alloc events.
+    without being allocated in it; expandable mappings rebuilt by undoing the
+    trace's map/unmap events from the dump's mapped ranges) and live
+    allocations (addresses the trace frees without allocating them, and blocks
+    alive at dump time that the trace never allocated);
+  * one line per trace event, times relative to the first event, and one
+    `empty_cache` line before each run of segment frees the program caused by
+    emptying the cache (infer_empty_cache);
+  * with stack frames in the snapshot: trace format version 3 (frame and stack
+    lines, the stack id as the 8th field of every pre and event line);
+    without: version 1 (version 2 for --device all), as before;
+  * PyTorch's own figures for the run in `meta` lines (peak allocated from a
+    reconstruction of the allocator's block layout, peak requested, peak
+    reserved, reserved and allocated at the start, segment_alloc events,
+    empty-cache points), the run's allocator settings as `meta config` in
+    PYTORCH_CUDA_ALLOC_CONF syntax (what `mnemo replay` uses by default) and
+    the raw string as `meta torch_alloc_conf`.
 
-Every snapshot variant: several devices (`--device all` writes a version 2
-trace whose event lines carry the device index; figures per device in meta
-keys `devN.torch_*`), several streams, expandable segments (segment_map /
-segment_unmap; the mappings that existed before recording become `pre
-segment_map` lines), and oom events (kept as `oom` lines, counted in
-torch_ooms). `--table` prints the snapshot's segments instead (mnemo snapshot).
+Several devices (`--device all` writes one trace whose lines carry the device
+index; figures per device in meta keys `devN.torch_*`), several streams,
+expandable segments and oom events (kept as `oom` lines, the device's free
+bytes as the address) are handled. `--table` prints the snapshot's segments
+instead (mnemo snapshot). Events marked `mnemo_synthetic` (written by
+tools/export_torch_snapshot.py to keep PyTorch's viewer consistent) are skipped.
 
 Exit status: 0 on success, 2 on bad usage or a malformed snapshot, 1 when a
 file cannot be read or written.
@@ -34,18 +56,28 @@ file cannot be read or written.
 
 import argparse
 import bisect
+import contextlib
+import gzip
+import heapq
 import io
 import os
 import pickle
 import sys
+import zlib
 
 FORMAT_VERSION = 1
 MIN_BLOCK = 512            # PyTorch kMinBlockSize: rounding unit, small-pool split threshold
 SMALL_SIZE = 1 << 20       # kSmallSize: requests up to this go to the small pool
+MIB = 1 << 20
+LARGE_BUFFER = 20 * MIB    # kLargeBuffer: the least max_split_size PyTorch (and mnemo) accept
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
            "segment_map", "segment_unmap", "empty_cache", "oom")
 DROPPED_ACTIONS = ("snapshot", "user_defined")   # PyTorch actions with no mnemo meaning
 LIVE_STATES = ("active_allocated", "active_pending_free")
+SYNTHETIC_KEY = "mnemo_synthetic"   # events tools/export_torch_snapshot.py made up
+LINE_MAX = 4096            # MN_TRACE_LINE_MAX
+STACK_FRAMES_MAX = 128     # frames kept per stack (the outermost are cut)
+ROUNDUP_INTERVALS = 16     # PyTorch's roundup_power2_divisions intervals: 1 MiB ... 32 GiB
 
 
 class SnapshotError(Exception):
@@ -58,21 +90,45 @@ class _RestrictedUnpickler(pickle.Unpickler):
                             "holds only plain dicts, lists and numbers")
 
 
-def load_snapshot(path):
-    with open(path, "rb") as f:
-        data = f.read()
+def _head(data):
+    """The first bytes of a file, for messages."""
+    text = data[:24].decode("ascii", "backslashreplace")
+    return repr(text + ("..." if len(data) > 24 else ""))
+
+
+def parse_bytes(data):
+    """The object pickled in data (gzip-compressed or not); SnapshotError otherwise."""
+    if not data:
+        raise SnapshotError("empty file")
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise SnapshotError(f"truncated or damaged gzip data ({e})") from None
+        if not data:
+            raise SnapshotError("empty file (inside the gzip data)")
     try:
-        return _RestrictedUnpickler(io.BytesIO(data)).load()
+        # A damaged length field can make CPython's unpickler ask for an
+        # impossible bytearray; CPython (3.11) may then print a stray internal
+        # "SystemError: deallocated bytearray object has exported buffers"
+        # before raising MemoryError: kept off the user's terminal.
+        with contextlib.redirect_stderr(io.StringIO()):
+            return _RestrictedUnpickler(io.BytesIO(data)).load()
     except SnapshotError:
         raise
     except Exception as e:  # any unpickling failure means a malformed file
-        raise SnapshotError(f"not a readable pickle: {type(e).__name__}: {e}") from None
+        if data[:1] != b"\x80":  # pickles of protocol 2 and later start with PROTO
+            hint = " (a mnemo trace is used as it is)" if data.startswith(b"mnemo-trace") else ""
+            raise SnapshotError(f"not a PyTorch snapshot pickle (it starts with {_head(data)}){hint}") from None
+        if isinstance(e, EOFError) or "truncated" in str(e):
+            raise SnapshotError(f"truncated pickle ({e or 'ran out of input'})") from None
+        raise SnapshotError(f"damaged pickle: {type(e).__name__}: {e}") from None
 
 
-def _int(d, key, where, minimum=0):
-    v = d.get(key) if isinstance(d, dict) else None
+def _int(d, key, where, minimum=0, default=None):
+    v = d.get(key, default)
     if isinstance(v, bool) or not isinstance(v, int):
-        raise SnapshotError(f"{where}: field '{key}' missing or not an integer (got {v!r})")
+        raise SnapshotError(f"{where}: field '{key}' missing or not an integer (got {v!r:.60})")
     if v < minimum or v >= 1 << 64:
         raise SnapshotError(f"{where}: field '{key}' = {v} out of range")
     return v
@@ -82,77 +138,580 @@ def round_size(n):
     return MIN_BLOCK if n < MIN_BLOCK else (n + MIN_BLOCK - 1) // MIN_BLOCK * MIN_BLOCK
 
 
-def validate(snap, device):
-    """Returns (events, segments) of `device` (None: first device with events)."""
-    if not isinstance(snap, dict):
-        raise SnapshotError(f"top level is a {type(snap).__name__}, expected a dict")
-    traces = snap.get("device_traces")
-    if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
-        raise SnapshotError("'device_traces' missing or not a list of lists (was the snapshot "
-                            "taken with torch.cuda.memory._record_memory_history enabled?)")
-    segments = snap.get("segments", [])
-    if not isinstance(segments, list):
-        raise SnapshotError("'segments' is not a list")
-    if device is None:
-        device = next((i for i, t in enumerate(traces) if t), None)
-        if device is None:
-            raise SnapshotError("no device has trace events")
-    elif not 0 <= device < len(traces):
-        raise SnapshotError(f"--device {device}: the snapshot has traces for {len(traces)} device(s)")
+# ---- the snapshot's shape ---------------------------------------------------------------
+
+class Snapshot:
+    """A loaded snapshot, whatever its shape: traces (list of per-device event
+    lists, possibly empty), segments (list), settings (dict), state_only."""
+
+    def __init__(self, obj):
+        self.settings = {}
+        if isinstance(obj, list):  # torch.cuda.memory_snapshot(): the segments alone
+            self.legacy, self.traces, self.segments = True, [], obj
+        elif isinstance(obj, dict):
+            self.legacy = False
+            if "segments" not in obj and "device_traces" not in obj:
+                keys = ", ".join(repr(k) for k in list(obj)[:6])
+                raise SnapshotError(f"a dict without 'segments' or 'device_traces' (keys: {keys or 'none'}): "
+                                    "not a PyTorch memory snapshot")
+            self.traces = obj.get("device_traces", [])
+            if not isinstance(self.traces, list) or not all(isinstance(t, list) for t in self.traces):
+                raise SnapshotError("'device_traces' is not a list of lists")
+            self.segments = obj.get("segments", [])
+            if not isinstance(self.segments, list):
+                raise SnapshotError("'segments' is not a list")
+            if isinstance(obj.get("allocator_settings"), dict):
+                self.settings = obj["allocator_settings"]
+        else:
+            raise SnapshotError(f"top level is a {type(obj).__name__}, expected a dict "
+                                "(torch.cuda.memory._snapshot()) or a list of segments "
+                                "(torch.cuda.memory_snapshot())")
+        self.state_only = not any(self.traces)
+        self.seg_devices = set()
+        for i, s in enumerate(self.segments):
+            if not isinstance(s, dict):
+                raise SnapshotError(f"segments[{i}]: not a dict")
+            self.seg_devices.add(_int(s, "device", f"segments[{i}]", default=0))
+
+    def event_devices(self):
+        return [i for i, t in enumerate(self.traces) if t]
+
+    def default_device(self):
+        evd = self.event_devices()
+        if evd:
+            return evd[0]
+        return min(self.seg_devices, default=0)
+
+    def check_device(self, device):
+        if device in self.seg_devices or 0 <= device < len(self.traces) or (
+                device == 0 and not self.traces and not self.seg_devices):
+            return
+        raise SnapshotError(f"--device {device}: the snapshot has traces for {len(self.traces)} device(s) and "
+                            f"segments on device(s) {sorted(self.seg_devices) or 'none'}")
+
+    def all_devices(self):
+        devs = sorted(set(self.event_devices()) | self.seg_devices)
+        return devs or [0]
+
+
+# ---- stack frames ------------------------------------------------------------------------
+
+class _FrameParser:
+    """PyTorch frame lists -> tuples of (file, line, name), innermost first.
+    Snapshots share frame lists and dicts between events: both are cached by
+    identity (the snapshot keeps them alive)."""
+
+    def __init__(self):
+        self.lists = {}
+        self.dicts = {}
+
+    def frame(self, f, where):
+        got = self.dicts.get(id(f))
+        if got is not None:
+            return got[1]
+        if not isinstance(f, dict):
+            raise SnapshotError(f"{where}: a frame is not a dict")
+        name, filename, line = f.get("name", ""), f.get("filename", ""), f.get("line", 0)
+        if not isinstance(name, str) or not isinstance(filename, str):
+            raise SnapshotError(f"{where}: a frame's 'name' or 'filename' is not a string")
+        if isinstance(line, bool) or not isinstance(line, int):
+            raise SnapshotError(f"{where}: a frame's 'line' is not an integer")
+        if not 0 <= line < 1 << 32:
+            line = 0  # unknown
+        fr = ("" if filename == "??" else filename, line, name)
+        self.dicts[id(f)] = (f, fr)
+        return fr
+
+    def frames(self, frames, where):
+        """frames: a list of frame dicts or None (absent)."""
+        if frames is None:
+            return ()
+        got = self.lists.get(id(frames))
+        if got is not None:
+            return got[1]
+        if not isinstance(frames, list):
+            raise SnapshotError(f"{where}: 'frames' is not a list")
+        fr = tuple(self.frame(f, where) for f in frames)
+        self.lists[id(frames)] = (frames, fr)
+        return fr
+
+
+def _pct(text, encode_blank):
+    """Percent-encoding of the format (version 3): every byte that is a control
+    byte, '%', >= 0x7f (UTF-8 of non-ASCII) or, when encode_blank, a blank."""
+    if text.isascii() and text.isprintable() and "%" not in text and not (encode_blank and " " in text):
+        return text
+    out = []
+    for b in text.encode("utf-8", "surrogatepass"):
+        if b < 0x20 or b >= 0x7f or b == 0x25 or (b == 0x20 and encode_blank):
+            out.append("%%%02X" % b)
+        else:
+            out.append(chr(b))
+    return "".join(out)
+
+
+def _cut(enc, room):
+    """enc cut to at most room characters, never inside a %XX escape."""
+    if len(enc) <= room:
+        return enc
+    enc = enc[:max(room, 0)]
+    pct = enc.rfind("%", max(len(enc) - 2, 0))
+    return enc[:pct] if pct >= 0 else enc
+
+
+class Stacks:
+    """Interned frame and stack lines, ids from 1 in the order first used."""
+
+    def __init__(self):
+        self.frame_ids = {}
+        self.by_frame = {}   # (file, line, name) as given -> frame id
+        self.frame_lines = []
+        self.stack_ids = {}
+        self.stack_lines = []
+        self.by_tuple = {}   # id(frames tuple) -> (tuple, stack id)
+        self.by_frames = {}  # frames tuple -> stack id
+
+    def _frame_id(self, fr):
+        fid = self.by_frame.get(fr)
+        if fid is None:
+            fid = self.by_frame[fr] = self._new_frame_id(fr)
+        return fid
+
+    def _new_frame_id(self, fr):
+        filename, line, name = fr
+        if filename == "":
+            f = "-"
+        elif filename == "-":
+            f = "%2D"
+        else:
+            f = _pct(filename, True)
+        n = _pct(name, False)
+        if n[:1] == " ":   # leading and trailing blanks would be lost to the line's field rules
+            n = "%20" + n[1:]
+        if n[-1:] == " ":
+            n = n[:-1] + "%20"
+        head = f"frame {'9' * 10} {line} "   # the longest id: cuts do not depend on the count
+        if len(head) + len(f) + 1 + len(n) > LINE_MAX:   # keep the line within the format's limit
+            f = _cut(f, LINE_MAX - len(head) - 1) or "-"
+            n = _cut(n, LINE_MAX - len(head) - len(f) - 1)
+        key = (f, line, n)
+        fid = self.frame_ids.get(key)
+        if fid is None:
+            fid = len(self.frame_lines) + 1
+            self.frame_ids[key] = fid
+            self.frame_lines.append(f"frame {fid} {line} {f} {n}".rstrip())
+        return fid
+
+    def stack_id(self, frames):
+        """The stack id of a frames tuple (innermost first); 0 when empty."""
+        if not frames:
+            return 0
+        got = self.by_tuple.get(id(frames))
+        if got is not None:
+            return got[1]
+        sid = self.by_frames.get(frames)
+        if sid is None:
+            sid = self.by_frames[frames] = self._new_stack_id(frames)
+        self.by_tuple[id(frames)] = (frames, sid)
+        return sid
+
+    def _new_stack_id(self, frames):
+        ids = [self._frame_id(fr) for fr in frames[:STACK_FRAMES_MAX]]
+        head = len(f"stack {len(self.stack_lines) + 1}")
+        length = head + sum(len(str(i)) + 1 for i in ids)
+        while length > LINE_MAX:   # cut the outermost frames
+            length -= len(str(ids.pop())) + 1
+        key = tuple(ids)
+        sid = self.stack_ids.get(key)
+        if sid is None:
+            sid = len(self.stack_lines) + 1
+            self.stack_ids[key] = sid
+            self.stack_lines.append(f"stack {sid} " + " ".join(map(str, ids)))
+        return sid
+
+
+# ---- validation --------------------------------------------------------------------------
+
+def _events(snap, device, fp):
+    """The kept events of one device, each a dict: action, addr, size, stream,
+    time_us, index (position in the device's list), frames.
+    Defaults for what older PyTorch versions did not write: time_us 0 (the
+    first dict snapshots had no times; line order is kept), stream 0. oom
+    events carry the device's free bytes in 'device_free' (every PyTorch
+    version); they become the address field. 'frames' is absent on events
+    recorded without context; 'cpp_frames' (C++ frames as strings, early
+    versions), 'compile_context' and 'user_metadata' are ignored."""
     events = []
-    for i, e in enumerate(traces[device]):
+    trace = snap.traces[device] if device < len(snap.traces) else []
+    for i, e in enumerate(trace):
         where = f"device_traces[{device}][{i}]"
         if not isinstance(e, dict):
             raise SnapshotError(f"{where}: not a dict")
         action = e.get("action")
         if not isinstance(action, str):
             raise SnapshotError(f"{where}: 'action' missing or not a string")
-        if action in DROPPED_ACTIONS:
+        if action in DROPPED_ACTIONS or e.get(SYNTHETIC_KEY) is True:
             continue
         if action not in ACTIONS:
-            raise SnapshotError(f"{where}: unknown action '{action}'")
+            raise SnapshotError(f"{where}: unknown action '{action:.40}'")
         t = e.get("time_us", 0)
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0:
-            raise SnapshotError(f"{where}: 'time_us' is not a non-negative number (got {t!r})")
-        ev = {"action": action, "addr": _int(e, "addr", where), "size": _int(e, "size", where),
-              "stream": _int(e, "stream", where), "time_us": int(t), "index": i}
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < 1 << 63 or t != t:
+            raise SnapshotError(f"{where}: 'time_us' is not a non-negative number (got {t!r:.40})")
+        if action == "oom" and "addr" not in e:
+            addr = _int(e, "device_free", where, default=0)
+        else:
+            addr = _int(e, "addr", where)
+        ev = {"action": action, "addr": addr, "size": _int(e, "size", where),
+              "stream": _int(e, "stream", where, default=0), "time_us": int(t), "index": i,
+              "frames": fp.frames(e.get("frames"), where)}
         if action == "alloc" and ev["size"] == 0:
             raise SnapshotError(f"{where}: alloc of 0 bytes")
         events.append(ev)
+    return events
+
+
+def _block_extras(b, bw, fp):
+    """(requested_size, frames) of a block. Blocks of the early dict snapshots
+    and of PyTorch 1.13 have neither field: a 'history' list (most recent
+    allocation first, {addr, real_size, frames}) when recorded, else nothing;
+    as PyTorch's viewer does, the first history entry then gives them, and
+    without it the requested size is the block size."""
+    hist = b.get("history")
+    h0 = hist[0] if isinstance(hist, list) and hist and isinstance(hist[0], dict) else None
+    if "requested_size" in b:
+        req = _int(b, "requested_size", bw)
+    elif h0 is not None and "real_size" in h0:
+        req = _int(h0, "real_size", bw + ".history[0]")
+    else:
+        req = b.get("size", 0)
+    if "frames" in b:
+        frames = fp.frames(b["frames"], bw)
+    elif h0 is not None:
+        frames = fp.frames(h0.get("frames"), bw + ".history[0]")
+    else:
+        frames = ()
+    return req, frames
+
+
+def _segments(snap, device, fp):
+    """The segments of one device, with their blocks. Defaults for older
+    versions: 'device' 0 (absent: one device), 'stream' 0, 'is_expandable'
+    False (before expandable segments existed), block 'address' counted from
+    the segment's address (blocks tile their segment in order; PyTorch wrote
+    no block address before 2.1), 'frames' [] (recorded without context)."""
     segs = []
-    for i, s in enumerate(segments):
+    for i, s in enumerate(snap.segments):
         where = f"segments[{i}]"
-        if not isinstance(s, dict):
-            raise SnapshotError(f"{where}: not a dict")
-        if _int(s, "device", where) != device:
+        if _int(s, "device", where, default=0) != device:
             continue
         seg = {"address": _int(s, "address", where), "total_size": _int(s, "total_size", where),
-               "stream": _int(s, "stream", where), "blocks": [],
-               "expandable": bool(s.get("is_expandable", False))}
+               "stream": _int(s, "stream", where, default=0), "blocks": [],
+               "expandable": bool(s.get("is_expandable", False)),
+               "frames": fp.frames(s.get("frames"), where), "pool": str(s.get("segment_type", "?"))[:16]}
         blocks = s.get("blocks", [])
         if not isinstance(blocks, list):
             raise SnapshotError(f"{where}: 'blocks' is not a list")
+        addr = seg["address"]
         for j, b in enumerate(blocks):
             bw = f"{where}.blocks[{j}]"
             if not isinstance(b, dict) or not isinstance(b.get("state"), str):
                 raise SnapshotError(f"{bw}: not a dict with a 'state' string")
-            blk = {"address": _int(b, "address", bw), "size": _int(b, "size", bw, 1),
-                   "requested_size": _int(b, "requested_size", bw), "state": b["state"]}
+            req, frames = _block_extras(b, bw, fp)
+            blk = {"address": _int(b, "address", bw, default=addr), "size": _int(b, "size", bw, 1),
+                   "requested_size": req, "state": b["state"], "frames": frames}
+            if isinstance(req, bool) or not isinstance(req, int) or not 0 <= req < 1 << 64:
+                raise SnapshotError(f"{bw}: requested size {req!r:.40} is not a byte count")
             # An expandable segment's blocks span its virtual range, which may
             # exceed the bytes mapped (total_size): only its start is checked.
             end = seg["address"] + seg["total_size"] if not seg["expandable"] else 1 << 64
             if not seg["address"] <= blk["address"] < blk["address"] + blk["size"] <= end:
                 raise SnapshotError(f"{bw}: block lies outside its segment")
+            addr = blk["address"] + blk["size"]
             seg["blocks"].append(blk)
         segs.append(seg)
-    return device, events, segs
+    return segs
+
+
+def infer_empty_cache(events, gc_enabled):
+    """Inserts an `empty_cache` event before every run of consecutive
+    segment_free / segment_unmap events that the program caused by emptying
+    the cache: torch.cuda.empty_cache(), or PyTorch freeing its cache to retry
+    a failed cudaMalloc (which leaves the same state). A run is not one when
+      * an oom event follows it before any alloc/free event (the cache was
+        freed for an allocation that failed anyway: the oom line records it),
+      * garbage_collection_threshold is on and a segment_alloc (segment_map)
+        follows it directly (the garbage collector freed idle blocks to make
+        room for that allocation),
+      * an empty_cache event is right before it (already explicit).
+    Returns (events, number inserted)."""
+    out = []
+    n = 0
+    i = 0
+    frees = ("segment_free", "segment_unmap")
+    while i < len(events):
+        ev = events[i]
+        if ev["action"] not in frees:
+            out.append(ev)
+            i += 1
+            continue
+        j = i
+        while j < len(events) and events[j]["action"] in frees:
+            j += 1
+        explicit = bool(out) and out[-1]["action"] == "empty_cache"
+        oom = False
+        for k in range(j, len(events)):
+            a = events[k]["action"]
+            if a == "oom":
+                oom = True
+                break
+            if a in ("alloc", "free_requested", "free_completed"):
+                break
+        gc = gc_enabled and j < len(events) and events[j]["action"] in ("segment_alloc", "segment_map")
+        if not (explicit or oom or gc):
+            out.append({"action": "empty_cache", "addr": 0, "size": 0, "stream": 0, "time_us": ev["time_us"],
+                        "index": ev["index"] - 0.5, "frames": ()})
+            n += 1
+        out.extend(events[i:j])
+        i = j
+    return out, n
+
+
+# ---- allocator settings -> meta config -----------------------------------------------------
+
+def _lex_conf(text):
+    """PYTORCH_CUDA_ALLOC_CONF tokens: , : [ ] each alone, blanks dropped."""
+    toks, cur = [], ""
+    for ch in text:
+        if ch in ",:[]":
+            if cur:
+                toks.append(cur)
+            toks.append(ch)
+            cur = ""
+        elif not ch.isspace():
+            cur += ch
+    if cur:
+        toks.append(cur)
+    return toks
+
+
+def _pow2(v):
+    return v > 0 and v & (v - 1) == 0
+
+
+def _divisions_list(toks, i):
+    """roundup_power2_divisions value at toks[i]: a number, or [mb:div,...,>:div]
+    with PyTorch's semantics (the first listed interval also covers the smaller
+    ones, '>' every interval from the last listed one). (16 divisions, next i)."""
+    pt = [0] * ROUNDUP_INTERVALS
+    if toks[i] != "[":
+        d = int(toks[i])
+        if d and not _pow2(d):
+            raise ValueError("divisions must be 0 or a power of two")
+        return [d] * ROUNDUP_INTERVALS, i + 1
+    first, last = True, 0
+    i += 1
+    while toks[i] != "]":
+        iv, colon, dv = toks[i], toks[i + 1], toks[i + 2]
+        d = int(dv)
+        if colon != ":" or (d and not _pow2(d)):
+            raise ValueError("expected size_mb:divisions, divisions 0 or a power of two")
+        if iv == ">":
+            for k in range(last, ROUNDUP_INTERVALS):
+                pt[k] = d
+        else:
+            mb = int(iv)
+            if not _pow2(mb):
+                raise ValueError("interval sizes must be powers of two (MiB)")
+            idx = min(mb.bit_length() - 1, ROUNDUP_INTERVALS - 1)
+            if first:
+                for k in range(idx):
+                    pt[k] = d
+                first = False
+            pt[idx] = d
+            last = idx
+        i += 3
+        if toks[i] == ",":
+            i += 1
+    return pt, i + 1
+
+
+def _parse_conf(text, warn):
+    """The device-allocator keys of a PYTORCH_CUDA_ALLOC_CONF string that
+    mnemo's parser accepts: {key: value}. Other keys (backend, pinned_*,
+    release_lock_on_cudamalloc, ...) are skipped; a bad value is warned about
+    and skipped (PyTorch would have refused it at startup)."""
+    out = {}
+    toks = _lex_conf(text) + ["", "", ""]
+    i = 0
+    while i < len(toks) and toks[i]:
+        key = toks[i]
+        if key == ",":
+            i += 1
+            continue
+        try:
+            if toks[i + 1] != ":":
+                raise ValueError("expected key:value")
+            v = toks[i + 2]
+            if key in ("max_split_size_mb", "max_non_split_rounding_mb"):
+                if not v.isdigit():
+                    raise ValueError("expected a whole number of MiB")
+                out[key] = max(int(v), LARGE_BUFFER // MIB)
+                i += 3
+            elif key == "garbage_collection_threshold":
+                d = float(v)
+                if not 0.0 < d < 1.0:
+                    raise ValueError("must be in (0, 1)")
+                out[key] = d
+                i += 3
+            elif key == "expandable_segments":
+                if v not in ("True", "true", "1", "False", "false", "0"):
+                    raise ValueError("expected True or False")
+                out[key] = v in ("True", "true", "1")
+                i += 3
+            elif key == "roundup_power2_divisions":
+                out[key], i = _divisions_list(toks, i + 2)
+            else:   # a key with no effect on the device allocator's layout: skip its value
+                i += 3
+                if toks[i - 1] == "[":
+                    while i < len(toks) and toks[i] not in ("]", ""):
+                        i += 1
+                    i += 1
+        except (ValueError, IndexError) as e:
+            warn(f"allocator settings: PYTORCH_CUDA_ALLOC_CONF '{text:.80}': key '{key:.40}' ignored ({e})")
+            while i < len(toks) and toks[i] not in (",", ""):
+                i += 1
+    return out
+
+
+def _fmt_double(v):
+    """The shortest %g form that reads back to v (as mn_caching_config_format)."""
+    for prec in range(6, 18):
+        s = "%.*g" % (prec, v)
+        if float(s) == v:
+            return s
+    return repr(v)
+
+
+def alloc_config(settings, warn):
+    """PyTorch's allocator settings -> mnemo's config string (PYTORCH_CUDA_ALLOC_CONF
+    syntax, mn_caching_config_format's key order), holding only the keys that
+    change the device allocator: max_split_size_mb, max_non_split_rounding_mb,
+    garbage_collection_threshold, roundup_power2_divisions, expandable_segments.
+    "" for PyTorch's defaults. The structured fields of allocator_settings
+    (the values in effect) win over the PYTORCH_CUDA_ALLOC_CONF string, which
+    fills in what they lack: max_split_size is in bytes (-1, i.e. SIZE_MAX,
+    when unset), roundup_power2_divisions a dict of interval (MiB, '1' ..
+    '32768') -> divisions (all 0: unset)."""
+    conf = settings.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    vals = _parse_conf(conf if isinstance(conf, str) else "", warn)
+
+    def num(key):
+        v = settings.get(key)
+        return None if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v else v
+
+    mss = num("max_split_size")
+    if isinstance(mss, int):
+        vals.pop("max_split_size_mb", None)
+        if 0 <= mss < (1 << 63) - 1:
+            vals["max_split_size_mb"] = max(-(-mss // MIB), LARGE_BUFFER // MIB)
+    mnsr = num("max_non_split_rounding")   # not in any snapshot yet; bytes if a version adds it
+    if isinstance(mnsr, int) and 0 <= mnsr < (1 << 63) - 1:
+        vals["max_non_split_rounding_mb"] = max(-(-mnsr // MIB), LARGE_BUFFER // MIB)
+    gc = num("garbage_collection_threshold")
+    if gc is not None:
+        vals.pop("garbage_collection_threshold", None)
+        if 0.0 < gc < 1.0:
+            vals["garbage_collection_threshold"] = float(gc)
+        elif gc != 0:
+            warn(f"allocator settings: garbage_collection_threshold {gc} is outside (0, 1); ignored")
+    exp = settings.get("expandable_segments")
+    if isinstance(exp, (bool, int)):
+        vals["expandable_segments"] = bool(exp)
+    rd = settings.get("roundup_power2_divisions")
+    if isinstance(rd, dict):
+        pt = [0] * ROUNDUP_INTERVALS
+        try:
+            for k, v in rd.items():
+                k = int(k)
+                if not _pow2(k) or k > 1 << (ROUNDUP_INTERVALS - 1):
+                    raise ValueError(f"interval {k}")
+                if isinstance(v, bool) or not isinstance(v, int) or (v and not _pow2(v)):
+                    raise ValueError(f"divisions {v!r:.20}")
+                pt[k.bit_length() - 1] = v
+            vals["roundup_power2_divisions"] = pt
+        except (ValueError, TypeError, OverflowError) as e:
+            warn(f"allocator settings: roundup_power2_divisions ignored ({e})")
+    parts = []
+    if "max_split_size_mb" in vals:
+        parts.append(f"max_split_size_mb:{vals['max_split_size_mb']}")
+    if vals.get("max_non_split_rounding_mb", LARGE_BUFFER // MIB) != LARGE_BUFFER // MIB:
+        parts.append(f"max_non_split_rounding_mb:{vals['max_non_split_rounding_mb']}")
+    if "garbage_collection_threshold" in vals:
+        parts.append("garbage_collection_threshold:" + _fmt_double(vals["garbage_collection_threshold"]))
+    pt = vals.get("roundup_power2_divisions")
+    if pt and any(pt):
+        if all(d == pt[0] for d in pt):
+            parts.append(f"roundup_power2_divisions:{pt[0]}")
+        else:
+            parts.append("roundup_power2_divisions:[" + ",".join(f"{1 << k}:{d}" for k, d in enumerate(pt)) + "]")
+    if vals.get("expandable_segments"):
+        parts.append("expandable_segments:True")
+    return ",".join(parts)
+
+
+def gc_enabled(settings):
+    """Whether the run's garbage collector was on (garbage_collection_threshold > 0)."""
+    gc = settings.get("garbage_collection_threshold")
+    if isinstance(gc, (int, float)) and not isinstance(gc, bool):
+        return gc > 0
+    conf = settings.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    return "garbage_collection_threshold" in _parse_conf(conf if isinstance(conf, str) else "", lambda m: None)
+
+
+# ---- the state before recording ----------------------------------------------------------
+
+class _Ranges:
+    """Disjoint address ranges [start, end) with a stream and frames each."""
+
+    def __init__(self):
+        self.r = []   # sorted [start, end, stream, frames]
+
+    def add(self, start, end, stream, frames):
+        self.remove(start, end)
+        bisect.insort(self.r, [start, end, stream, frames])
+
+    def remove(self, start, end):
+        """Returns the bytes of [start, end) that were in the set."""
+        removed = 0
+        out = []
+        for s, e, st, fr in self.r:
+            if e <= start or s >= end:
+                out.append([s, e, st, fr])
+                continue
+            removed += min(e, end) - max(s, start)
+            if s < start:
+                out.append([s, start, st, fr])
+            if e > end:
+                out.append([end, e, st, fr])
+        self.r = out
+        return removed
+
+    def merged(self):
+        """Contiguous ranges of one stream joined: [start, end, stream, frames]."""
+        out = []
+        for s, e, st, fr in self.r:
+            if out and out[-1][1] == s and out[-1][2] == st:
+                out[-1][1] = e
+            else:
+                out.append([s, e, st, fr])
+        return out
 
 
 def reconstruct_pre(events, segs, warn):
     """The allocations and segments alive before the first event."""
     live = {}           # address -> its alloc event
     seen = set()        # addresses allocated or freed so far
-    pre_allocs = {}     # address -> dict(size, block_size, stream, freed)
+    pre_allocs = {}     # address -> dict(size, block_size, stream, freed, frames)
     for ev in events:
         a = ev["action"]
         if a == "alloc":
@@ -169,7 +728,7 @@ def reconstruct_pre(events, segs, warn):
             else:
                 seen.add(ev["addr"])
                 pre_allocs[ev["addr"]] = {"size": max(ev["size"], 1), "block_size": 0,
-                                          "stream": ev["stream"], "freed": True}
+                                          "stream": ev["stream"], "freed": True, "frames": ()}
     allocated_in_trace = {ev["addr"] for ev in events if ev["action"] == "alloc"}
     for s in segs:
         for b in s["blocks"]:
@@ -179,49 +738,46 @@ def reconstruct_pre(events, segs, warn):
                 warn(f"block 0x{b['address']:x} alive at dump time was freed by the trace; skipped")
                 continue
             pre_allocs[b["address"]] = {"size": b["requested_size"] or b["size"],
-                                        "block_size": b["size"], "stream": s["stream"], "freed": False}
+                                        "block_size": b["size"], "stream": s["stream"], "freed": False,
+                                        "frames": b["frames"]}
     seg_by_addr = {s["address"]: s for s in segs if not s["expandable"]}
-    exp_starts = sorted(s["address"] for s in segs if s["expandable"])
-
-    def in_expandable(addr):
-        i = bisect.bisect_right(exp_starts, addr) - 1
-        return i >= 0
 
     seg_alive = {}
     pre_segs = {}
     for ev in events:
         a = ev["action"]
-        if a in ("segment_map", "segment_unmap") and in_expandable(ev["addr"]):
-            continue  # expandable segments: counted below from the dump's mapped size
-        if a in ("segment_alloc", "segment_map"):
+        if a == "segment_alloc":
             seg_alive[ev["addr"]] = True
-        elif a in ("segment_free", "segment_unmap"):
+        elif a == "segment_free":
             if ev["addr"] not in seg_alive and ev["addr"] not in pre_segs:
-                pre_segs[ev["addr"]] = {"size": ev["size"], "stream": ev["stream"],
-                                        "kind": "segment_map" if a == "segment_unmap" else "segment_alloc"}
+                pre_segs[ev["addr"]] = {"size": ev["size"], "stream": ev["stream"], "kind": "segment_alloc",
+                                        "frames": ()}
             seg_alive.pop(ev["addr"], None)
-    traced_segs = {ev["addr"] for ev in events if ev["action"] in ("segment_alloc", "segment_map")}
+    traced_segs = {ev["addr"] for ev in events if ev["action"] == "segment_alloc"}
     for addr, s in seg_by_addr.items():
         if addr not in traced_segs and addr not in pre_segs:
-            pre_segs[addr] = {"size": s["total_size"], "stream": s["stream"], "kind": "segment_alloc"}
-    # An expandable segment mapped P bytes before recording, mapped M and
-    # unmapped U during it, and holds total_size = P + M - U at the dump.
-    for k, start in enumerate(exp_starts):
-        end = exp_starts[k + 1] if k + 1 < len(exp_starts) else 1 << 64
-        s = next(x for x in segs if x["expandable"] and x["address"] == start)
-        net = 0
-        for ev in events:
-            if start <= ev["addr"] < end:
-                if ev["action"] == "segment_map":
-                    net += ev["size"]
-                elif ev["action"] == "segment_unmap":
-                    net -= ev["size"]
-        pre = s["total_size"] - net
-        if pre < 0:
-            raise SnapshotError(f"expandable segment 0x{start:x}: the trace maps {net} bytes net, more than "
-                                f"the {s['total_size']} bytes mapped at the dump")
-        if pre > 0:
-            pre_segs[start] = {"size": pre, "stream": s["stream"], "kind": "segment_map"}
+            pre_segs[addr] = {"size": s["total_size"], "stream": s["stream"], "kind": "segment_alloc",
+                              "frames": s["frames"]}
+    # Expandable segments: the dump holds each contiguous mapped range as a
+    # segment; undoing the trace's map/unmap events from the last to the first
+    # gives the ranges mapped before recording.
+    mapped = _Ranges()
+    for s in segs:
+        if s["expandable"] and s["total_size"]:
+            mapped.add(s["address"], s["address"] + s["total_size"], s["stream"], s["frames"])
+    for ev in reversed(events):
+        a = ev["action"]
+        if a == "segment_map":
+            got = mapped.remove(ev["addr"], ev["addr"] + ev["size"])
+            if got != ev["size"]:
+                warn(f"device trace event {ev['index']}: segment_map of 0x{ev['addr']:x} (+{ev['size']}) "
+                     f"is not mapped at the dump nor unmapped later ({got} of its bytes are)")
+        elif a == "segment_unmap":
+            mapped.add(ev["addr"], ev["addr"] + ev["size"], ev["stream"], ())
+    for start, end, stream, frames in mapped.merged():
+        if start in pre_segs:
+            raise SnapshotError(f"0x{start:x} is both a segment and an expandable mapping")
+        pre_segs[start] = {"size": end - start, "stream": stream, "kind": "segment_map", "frames": frames}
     return pre_allocs, pre_segs
 
 
@@ -292,7 +848,7 @@ def _pre_blocks(seg_addr, seg_size, allocs):
     gaps between them (merged, as PyTorch leaves them)."""
     blocks = {}
     p, end = seg_addr, seg_addr + seg_size
-    for addr, pa in sorted(allocs):
+    for addr, pa in sorted(allocs, key=lambda x: x[0]):
         if addr < p:
             raise ValueError(f"pre-existing blocks overlap at 0x{addr:x}")
         if addr > p:
@@ -403,86 +959,154 @@ def torch_figures(events, segs, pre_allocs, pre_segs):
 
 FIG_KEYS = ("torch_peak_allocated", "torch_peak_requested", "torch_peak_reserved", "torch_reserved_start",
             "torch_allocated_start", "torch_segment_allocs", "torch_segment_frees", "torch_ooms",
-            "torch_allocated_method")
+            "torch_allocated_method", "torch_empty_cache_points")
 
 
-def _header(version, how, fields, source, snap, device_meta, origin):
+class Device:
+    """One device of a snapshot, analysed: what the trace writers take."""
+
+    def __init__(self, snap, device, fp, warn):
+        self.device = device
+        events = _events(snap, device, fp)
+        segs = _segments(snap, device, fp)
+        self.events, _ = infer_empty_cache(events, gc_enabled(snap.settings))
+        self.pre_allocs, self.pre_segs = reconstruct_pre(self.events, segs, warn)
+        self.fig, self.block_sizes = torch_figures(self.events, segs, self.pre_allocs, self.pre_segs)
+        # empty_cache lines: inferred here, or explicit (mnemo recordings exported to PyTorch's form)
+        self.fig["torch_empty_cache_points"] = sum(ev["action"] == "empty_cache" for ev in self.events)
+        if snap.state_only:
+            # No events: reserved = the dump's segments, allocated = its live blocks' sizes.
+            self.fig["torch_allocated_method"] = "state (live block sizes of the dump; no trace events)"
+
+    def pre_records(self, dev):
+        """(kind, record) of the pre lines, segments then allocations, address order."""
+        segs = [("pre", ps.get("kind", "segment_alloc"), ps["stream"], addr, ps["size"], None, 0, dev, ps["frames"])
+                for addr, ps in sorted(self.pre_segs.items())]
+        allocs = [("pre", "alloc", pa["stream"], addr, pa["size"], pa["block_size"] or None, pa["block_size"], dev,
+                   pa["frames"]) for addr, pa in sorted(self.pre_allocs.items())]
+        return segs, allocs
+
+    def event_records(self, dev, origin):
+        out = []
+        for ev in self.events:
+            bs = self.block_sizes.get(ev["index"])
+            out.append((max(ev["time_us"] - origin, 0), ev["action"], ev["stream"], ev["addr"], ev["size"], bs,
+                        bs or 0, dev, ev["frames"]))
+        return out
+
+
+# ---- writing ---------------------------------------------------------------------------
+
+def _header(version, how, fields, source, snap, device_meta, origin, warn):
     """The first lines every converted trace starts with: version, comments,
     source, recorder, devices (device_meta: meta lines), time origin, alloc conf."""
-    settings = snap.get("allocator_settings") if isinstance(snap.get("allocator_settings"), dict) else {}
-    conf = settings.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    conf = snap.settings.get("PYTORCH_CUDA_ALLOC_CONF", "")
     conf = conf if isinstance(conf, str) else ""
-    return ([f"mnemo-trace {version}",
-             f"# converted by tools/import_torch_snapshot.py{how} from a PyTorch memory snapshot",
-             f"# sizes in bytes; times in microseconds since the first event{fields}",
-             f"meta source {os.path.basename(source)}",
-             "meta recorded_by pytorch"] + device_meta +
-            [f"meta time_origin_us {origin}",
-             f"meta torch_alloc_conf {' '.join(conf.split())}".rstrip()])
+    lines = ([f"mnemo-trace {version}",
+              f"# converted by tools/import_torch_snapshot.py{how} from a PyTorch memory snapshot",
+              f"# sizes in bytes; times in microseconds since the first event{fields}",
+              f"meta source {_meta_value(os.path.basename(source))}",
+              "meta recorded_by pytorch"] + device_meta +
+             [f"meta time_origin_us {origin}",
+              f"meta torch_alloc_conf {_meta_value(' '.join(conf.split()))}".rstrip(),
+              f"meta config {alloc_config(snap.settings, warn)}".rstrip()])
+    if snap.state_only:
+        lines.append("meta state_only 1")
+    return lines
 
 
-def write_trace(out, source, device, snap, events, pre_allocs, pre_segs, fig, block_sizes):
-    origin = events[0]["time_us"] if events else 0
-    lines = _header(FORMAT_VERSION, "", "", source, snap, [f"meta device {device}"], origin)
-    for key in FIG_KEYS:
-        lines.append(f"meta {key} {fig[key]}")
-    lines.append(f"meta pre_segments {len(pre_segs)}")
-    lines.append(f"meta pre_allocs {len(pre_allocs)}")
-    # Pre-existing segments, then pre-existing allocations grouped by segment
-    # in address order (replay allocates them in this order).
-    for addr in sorted(pre_segs):
-        ps = pre_segs[addr]
-        lines.append(f"pre {ps.get('kind', 'segment_alloc')} {ps['stream']} 0x{addr:x} {ps['size']}")
-    for addr in sorted(pre_allocs):
-        pa = pre_allocs[addr]
-        extra = f" {pa['block_size']}" if pa["block_size"] else ""
-        lines.append(f"pre alloc {pa['stream']} 0x{addr:x} {pa['size']}{extra}")
-    nevents = len(pre_segs) + len(pre_allocs)
-    for ev in events:
-        t = max(ev["time_us"] - origin, 0)
-        extra = f" {block_sizes[ev['index']]}" if ev["index"] in block_sizes else ""
-        lines.append(f"{t} {ev['action']} {ev['stream']} 0x{ev['addr']:x} {ev['size']}{extra}")
-        nevents += 1
-    lines.append(f"end {nevents}")
-    out.write("\n".join(lines) + "\n")
+def _meta_value(s):
+    """A meta value: any byte but NUL and CR/LF (the format's rule; those are
+    dropped), as UTF-8 (what cannot be encoded is written as a backslash escape)."""
+    s = "".join(ch for ch in s if ch not in "\0\r\n")
+    return s.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def write_trace_multi(out, source, snap, per_dev):
-    """Version 2: every device's pre lines and events, events in time order,
-    each line ending with its device index. per_dev: [(device, events, pre_allocs,
-    pre_segs, fig, block_sizes)], lowest device first."""
-    origin = min((d[1][0]["time_us"] for d in per_dev if d[1]), default=0)
-    device_meta = [f"meta device {per_dev[0][0]}", "meta devices " + " ".join(str(d[0]) for d in per_dev)]
-    lines = _header(2, " --device all", "; last field: device", source, snap, device_meta, origin)
-    for key in FIG_KEYS:  # the plain keys describe the lowest device (what replay picks by default)
-        lines.append(f"meta {key} {per_dev[0][4][key]}")
-    for dev, _, _, _, fig, _ in per_dev:
+def _format_records(records, version, stacks):
+    """Trace lines of (time|'pre', action, stream, addr, size, bs_v1, bs, dev, frames)
+    records. Version 1: block size only where known; 2: block size and device;
+    3: block size, device and stack id."""
+    out = []
+    for tag, action, stream, addr, size, bs1, bs, dev, frames in records:
+        if version == 1:
+            out.append(f"{tag} {action} {stream} 0x{addr:x} {size}" + (f" {bs1}" if bs1 else ""))
+        elif version == 2:
+            out.append(f"{tag} {action} {stream} 0x{addr:x} {size} {bs} {dev}")
+        else:
+            out.append(f"{tag} {action} {stream} 0x{addr:x} {size} {bs} {dev} {stacks.stack_id(frames)}")
+    return out
+
+
+def _with_stacks(records):
+    """A Stacks table interning every record's frames (empty: no frames anywhere)."""
+    stacks = Stacks()
+    for r in records:
+        stacks.stack_id(r[8])
+    return stacks
+
+
+def trace_text(source, snap, devs, multi, warn):
+    """The trace of analysed devices (Device objects, lowest first): version 1
+    (one device) or 2 (multi), 3 when any line has frames."""
+    origin = min((d.events[0]["time_us"] for d in devs if d.events), default=0)
+    pre_s, pre_a, evs = [], [], []
+    for d in devs:
+        s, a = d.pre_records(d.device if multi else 0)
+        pre_s += s
+        pre_a += a
+    if multi:
+        # Devices interleaved by time (ties: lowest device first); each device's
+        # events stay in their own order even where its times go backwards.
+        per_dev = [[(ev["time_us"], d.device, rec) for ev, rec in zip(d.events, d.event_records(d.device, origin))]
+                   for d in devs]
+        evs = [m[2] for m in heapq.merge(*per_dev, key=lambda m: (m[0], m[1]))]
+    else:
+        evs = devs[0].event_records(0, origin)
+    records = pre_s + pre_a + evs
+    stacks = _with_stacks(records)
+    version = 3 if stacks.stack_lines else (2 if multi else FORMAT_VERSION)
+    fields = "; last fields: block size, device, stack" if version == 3 else (
+        "; last field: device" if multi else "")
+    if multi:
+        device_meta = [f"meta device {devs[0].device}", "meta devices " + " ".join(str(d.device) for d in devs)]
+        lines = _header(version, " --device all", fields, source, snap, device_meta, origin, warn)
+        for key in FIG_KEYS:  # the plain keys describe the lowest device (what replay picks by default)
+            lines.append(f"meta {key} {devs[0].fig[key]}")
+        for d in devs:
+            for key in FIG_KEYS:
+                lines.append(f"meta dev{d.device}.{key} {d.fig[key]}")
+    else:
+        lines = _header(version, "", fields, source, snap, [f"meta device {devs[0].device}"], origin, warn)
         for key in FIG_KEYS:
-            lines.append(f"meta dev{dev}.{key} {fig[key]}")
-    lines.append(f"meta pre_segments {sum(len(d[3]) for d in per_dev)}")
-    lines.append(f"meta pre_allocs {sum(len(d[2]) for d in per_dev)}")
-    count = 0
-    for dev, _, pre_allocs, pre_segs, _, _ in per_dev:
-        for addr in sorted(pre_segs):
-            ps = pre_segs[addr]
-            lines.append(f"pre {ps.get('kind', 'segment_alloc')} {ps['stream']} 0x{addr:x} {ps['size']} 0 {dev}")
-            count += 1
-    for dev, _, pre_allocs, pre_segs, _, _ in per_dev:
-        for addr in sorted(pre_allocs):
-            pa = pre_allocs[addr]
-            lines.append(f"pre alloc {pa['stream']} 0x{addr:x} {pa['size']} {pa['block_size']} {dev}")
-            count += 1
-    merged = []
-    for dev, events, _, _, _, block_sizes in per_dev:
-        for ev in events:
-            merged.append((ev["time_us"], dev, ev["index"], ev, block_sizes.get(ev["index"], 0)))
-    merged.sort(key=lambda m: (m[0], m[1], m[2]))
-    for t, dev, _, ev, bs in merged:
-        lines.append(f"{max(t - origin, 0)} {ev['action']} {ev['stream']} 0x{ev['addr']:x} {ev['size']} {bs} {dev}")
-        count += 1
-    lines.append(f"end {count}")
-    out.write("\n".join(lines) + "\n")
+            lines.append(f"meta {key} {devs[0].fig[key]}")
+    lines.append(f"meta pre_segments {len(pre_s)}")
+    lines.append(f"meta pre_allocs {len(pre_a)}")
+    lines += stacks.frame_lines + stacks.stack_lines
+    lines += _format_records(records, version, stacks)
+    lines.append(f"end {len(records)}")
+    return "\n".join(lines) + "\n", version, stacks
 
+
+def convert(data, device=None, source="snapshot.pickle", warn=lambda m: None):
+    """Snapshot bytes -> (trace text, [Device], version, Stacks). device: an
+    index, 'all', or None (the first device with events; for a state-only
+    snapshot the lowest device with segments). SnapshotError on bad input."""
+    snap = Snapshot(parse_bytes(data))
+    fp = _FrameParser()
+    if device == "all":
+        devs = [Device(snap, d, fp, warn) for d in snap.all_devices()]
+        text, version, stacks = trace_text(source, snap, devs, True, warn)
+        return text, devs, version, stacks
+    if device is None:
+        device = snap.default_device()
+    else:
+        snap.check_device(device)
+    devs = [Device(snap, device, fp, warn)]
+    text, version, stacks = trace_text(source, snap, devs, False, warn)
+    return text, devs, version, stacks
+
+
+# ---- --table ---------------------------------------------------------------------------
 
 def _human(n):
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -491,36 +1115,22 @@ def _human(n):
         n /= 1024.0
 
 
-def print_table(snap, blocks, out=sys.stdout):
+def print_table(obj, blocks, out=sys.stdout):
     """The snapshot's segments, as `mnemo snapshot` prints its own."""
-    if not isinstance(snap, dict) or not isinstance(snap.get("segments"), list):
-        raise SnapshotError("'segments' missing or not a list")
+    snap = Snapshot(obj)
+    fp = _FrameParser()
     rows = []
-    for i, s in enumerate(snap["segments"]):
-        where = f"segments[{i}]"
-        if not isinstance(s, dict):
-            raise SnapshotError(f"{where}: not a dict")
-        bl = s.get("blocks", [])
-        if not isinstance(bl, list):
-            raise SnapshotError(f"{where}: 'blocks' is not a list")
-        seg = {"device": _int(s, "device", where), "address": _int(s, "address", where),
-               "total_size": _int(s, "total_size", where), "stream": _int(s, "stream", where),
-               "pool": str(s.get("segment_type", "?")), "expandable": bool(s.get("is_expandable", False)),
-               "blocks": []}
-        for j, b in enumerate(bl):
-            bw = f"{where}.blocks[{j}]"
-            if not isinstance(b, dict) or not isinstance(b.get("state"), str):
-                raise SnapshotError(f"{bw}: not a dict with a 'state' string")
-            seg["blocks"].append((_int(b, "address", bw), _int(b, "size", bw), _int(b, "requested_size", bw),
-                                  b["state"]))
-        rows.append(seg)
+    for dev in sorted(snap.seg_devices):
+        for s in _segments(snap, dev, fp):
+            s["device"] = dev
+            rows.append(s)
     rows.sort(key=lambda r: (r["device"], r["address"]))
     print(f"{'dev':>3} {'segment':<18} {'stream':<14} {'pool':<5} {'size':>12} {'allocated':>12} {'free':>12} "
           f"{'largest free':>12} {'blocks':>6} {'frag':>6}", file=out)
     tot = {}
     for r in rows:
-        alloc = sum(b[1] for b in r["blocks"] if b[3] in LIVE_STATES)
-        free = [b[1] for b in r["blocks"] if b[3] == "inactive"]
+        alloc = sum(b["size"] for b in r["blocks"] if b["state"] in LIVE_STATES)
+        free = [b["size"] for b in r["blocks"] if b["state"] == "inactive"]
         fr, lf = sum(free), max(free, default=0)
         frag = 1 - lf / fr if fr else 0.0
         print(f"{r['device']:>3} 0x{r['address']:016x} {r['stream']:<14} {r['pool'][:5]:<5} "
@@ -528,7 +1138,8 @@ def print_table(snap, blocks, out=sys.stdout):
               f"{len(r['blocks']):>6} {100 * frag:5.1f}%{' expandable' if r['expandable'] else ''}", file=out)
         if blocks:
             for b in r["blocks"]:
-                print(f"    0x{b[0]:016x} {_human(b[1]):>12} {b[3]:<20} requested {_human(b[2])}", file=out)
+                print(f"    0x{b['address']:016x} {_human(b['size']):>12} {b['state']:<20} "
+                      f"requested {_human(b['requested_size'])}", file=out)
         t = tot.setdefault(r["device"], [0, 0, 0, 0, 0])
         t[0] += 1
         t[1] += r["total_size"]
@@ -541,63 +1152,7 @@ def print_table(snap, blocks, out=sys.stdout):
               f"free {_human(fr)} ({100 * fr / size if size else 0:.1f}% of reserved)", file=out)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description="Convert a PyTorch memory snapshot to a mnemo trace.")
-    ap.add_argument("snapshot", help="pickle written by torch.cuda.memory._dump_snapshot")
-    ap.add_argument("-o", "--output", help="trace file to write ('-' for stdout)")
-    ap.add_argument("--device", default=None,
-                    help="device index, or 'all' (default: the first device with trace events)")
-    ap.add_argument("--table", action="store_true", help="print the snapshot's segments instead")
-    ap.add_argument("--blocks", action="store_true", help="with --table: every block too")
-    args = ap.parse_args(argv)
-    if not args.table and not args.output:
-        ap.error("-o/--output is required (or --table)")
-    if args.device not in (None, "all"):
-        try:
-            args.device = int(args.device)
-        except ValueError:
-            ap.error(f"--device must be an index or 'all', not {args.device!r}")
-    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "import_torch_snapshot.py"
-
-    def warn(msg):
-        print(f"{prog}: warning: {msg}", file=sys.stderr)
-
-    if args.table:
-        return guarded(prog, args.snapshot, lambda: print_table(load_snapshot(args.snapshot), args.blocks))[0]
-    if args.device == "all":
-        return main_all(args, prog, warn)
-    snap = None
-
-    def read():
-        nonlocal snap
-        snap = load_snapshot(args.snapshot)
-        return analyse(snap, args.device, warn)
-    rc, got = guarded(prog, args.snapshot, read)
-    if rc:
-        return rc
-    device, events, pre_allocs, pre_segs, fig, block_sizes = got
-    rc = write_output(prog, args.output, lambda out: write_trace(out, args.snapshot, device, snap, events, pre_allocs,
-                                                                 pre_segs, fig, block_sizes))
-    if rc:
-        return rc
-    gib = float(1 << 30)
-    print(f"{args.snapshot} (device {device}): {len(events)} events, {len(pre_allocs)} pre-existing "
-          f"allocations in {len(pre_segs)} pre-existing segments; PyTorch: peak allocated "
-          f"{fig['torch_peak_allocated'] / gib:.2f} GiB, peak reserved "
-          f"{fig['torch_peak_reserved'] / gib:.2f} GiB "
-          f"({fig['torch_peak_reserved'] / max(fig['torch_peak_allocated'], 1):.3f}), "
-          f"{fig['torch_segment_allocs']} segment allocs", file=sys.stderr)
-    return 0
-
-
-def analyse(snap, device, warn):
-    """One device of a loaded snapshot: (device, events, pre_allocs, pre_segs,
-    fig, block_sizes), what the trace writers take."""
-    device, events, segs = validate(snap, device)
-    pre_allocs, pre_segs = reconstruct_pre(events, segs, warn)
-    fig, block_sizes = torch_figures(events, segs, pre_allocs, pre_segs)
-    return device, events, pre_allocs, pre_segs, fig, block_sizes
-
+# ---- command line ----------------------------------------------------------------------
 
 def guarded(prog, path, fn):
     """(0, fn()), or (2, None) for a malformed snapshot and (1, None) for an
@@ -612,38 +1167,70 @@ def guarded(prog, path, fn):
         return 1, None
 
 
-def write_output(prog, path, write):
-    """write(stream) to stdout ('-') or to path through a temporary file; 0, or 1 on an I/O error."""
+def write_output(prog, path, text):
+    """text to stdout ('-') or to path through a temporary file; 0, or 1 on an I/O error."""
     def to_file():
         if path == "-":
-            write(sys.stdout)
+            sys.stdout.write(text)
             return
         tmp = path + ".tmp"
-        with open(tmp, "w", encoding="ascii", newline="\n") as out:
-            write(out)
+        with open(tmp, "w", encoding="utf-8", newline="\n") as out:
+            out.write(text)
         os.replace(tmp, path)
     return guarded(prog, path, to_file)[0]
 
 
-def main_all(args, prog, warn):
-    snap = None
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Convert a PyTorch memory snapshot to a mnemo trace.")
+    ap.add_argument("snapshot", help="pickle (or .pickle.gz) written by torch.cuda.memory._dump_snapshot")
+    ap.add_argument("-o", "--output", help="trace file to write ('-' for stdout)")
+    ap.add_argument("--device", default=None,
+                    help="device index, or 'all' (default: the first device with trace events)")
+    ap.add_argument("--table", action="store_true", help="print the snapshot's segments instead")
+    ap.add_argument("--blocks", action="store_true", help="with --table: every block too")
+    args = ap.parse_args(argv)
+    if not args.table and not args.output:
+        ap.error("-o/--output is required (or --table)")
+    if args.device not in (None, "all"):
+        try:
+            args.device = int(args.device)
+        except ValueError:
+            ap.error(f"--device must be an index or 'all', not {args.device!r}")
+        if args.device < 0:
+            ap.error(f"--device must be an index or 'all', not {args.device}")
+    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "import_torch_snapshot.py"
+
+    def warn(msg):
+        print(f"{prog}: warning: {msg}", file=sys.stderr)
 
     def read():
-        nonlocal snap
-        snap = load_snapshot(args.snapshot)
-        validate(snap, None)  # the top level, and that some device has events
-        return [analyse(snap, d, warn) for d, tr in enumerate(snap["device_traces"]) if tr]
-    rc, per_dev = guarded(prog, args.snapshot, read)
+        with open(args.snapshot, "rb") as f:
+            return f.read()
+
+    if args.table:
+        return guarded(prog, args.snapshot, lambda: print_table(parse_bytes(read()), args.blocks))[0]
+    rc, got = guarded(prog, args.snapshot,
+                      lambda: convert(read(), args.device, args.snapshot, warn))
     if rc:
         return rc
-    rc = write_output(prog, args.output, lambda out: write_trace_multi(out, args.snapshot, snap, per_dev))
+    text, devs, version, stacks = got
+    rc = write_output(prog, args.output, text)
     if rc:
         return rc
-    for device, events, pre_allocs, pre_segs, fig, _ in per_dev:
-        print(f"{args.snapshot} (device {device}): {len(events)} events, {len(pre_allocs)} pre-existing "
-              f"allocations in {len(pre_segs)} pre-existing segments; PyTorch: peak reserved "
-              f"{fig['torch_peak_reserved'] / float(1 << 30):.2f} GiB", file=sys.stderr)
+    gib = float(1 << 30)
+    for d in devs:
+        fig = d.fig
+        print(f"{args.snapshot} (device {d.device}): {len(d.events)} events, {len(d.pre_allocs)} pre-existing "
+              f"allocations in {len(d.pre_segs)} pre-existing segments; PyTorch: peak allocated "
+              f"{fig['torch_peak_allocated'] / gib:.2f} GiB, peak reserved "
+              f"{fig['torch_peak_reserved'] / gib:.2f} GiB "
+              f"({fig['torch_peak_reserved'] / max(fig['torch_peak_allocated'], 1):.3f}), "
+              f"{fig['torch_segment_allocs']} segment allocs, {fig['torch_empty_cache_points']} empty-cache points",
+              file=sys.stderr)
+    print(f"trace version {version}: {len(stacks.frame_lines)} frames, {len(stacks.stack_lines)} stacks",
+          file=sys.stderr)
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())
