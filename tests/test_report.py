@@ -1,24 +1,35 @@
 #!/usr/bin/env python3
-# tests/test_report.py: `mnemo report` in headless Chromium: the page renders (its
-# JS writes a status marker), logs no console error, and shows the replay's numbers.
+# tests/test_report.py: `mnemo report` in headless Chromium, driven through its DevTools
+# protocol over a pipe (standard library only): the page renders with no console
+# message and no external load, shows the replay's numbers, and answers the mouse.
 """Usage: test_report.py MNEMO_CLI TRACE
 
-Exits 77 (skipped) when no chromium is installed. Checks:
-  * the page is self-contained (no external URL is loaded);
-  * Chromium renders it: the status marker says "rendered", the error box is
-    empty, stderr holds no console message;
-  * the peaks the page computes from its timeline equal `mnemo replay --json`'s,
-    and so does every row of the config table;
-  * a page whose script throws is caught (status "error"), so the check is live.
+Exits 77 (skipped) when no chromium is installed. Pages checked:
+  * TRACE (a bundled one) with two --config: the peaks and every config row equal
+    `mnemo replay --json`'s; the recorded PyTorch curves peak at the trace's
+    `meta torch_peak_*`; the "who holds the peak" total equals a walk of the trace
+    (bytes) and the snapshot's active blocks (count); folded segments add up;
+  * TRACE with a `meta config` and no --config: the first row is "as recorded";
+  * a small version 3 trace with stacks, written here with known answers: the groups
+    of "who holds the peak" (top 2 frames, torch and C++ frames skipped), and the
+    mouse: over the peak marker the tooltip names the peak entry and its reserved
+    bytes (time and entry axes), over a band the allocation and its stack; wheel
+    zoom, drag-select, reset; a click expands a group's stack;
+  * a 100,000-entry synthetic trace: renders, hover works, the page stays small;
+  * a page whose script throws is reported (status "error"), so the checks are live.
 """
 
+import fcntl
 import json
 import os
+import random
 import re
+import select
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 CONFIGS = ["", "expandable_segments:True"]
 
@@ -31,23 +42,283 @@ def chromium():
     return None
 
 
-def dump_dom(browser, page, profile):
-    r = subprocess.run([browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                        f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
-                        "--virtual-time-budget=5000", "--dump-dom", "file://" + os.path.abspath(page)],
-                       capture_output=True, text=True, timeout=240)
-    if r.returncode != 0:
-        raise SystemExit(f"chromium failed ({r.returncode}): {r.stderr[-2000:]}")
-    return r.stdout, r.stderr
+class Browser:
+    """Headless Chromium through --remote-debugging-pipe: it reads commands on fd 3 and
+    writes replies and events on fd 4, each a JSON message ended by a NUL byte."""
+
+    def __init__(self, exe, profile, width=1280, height=1000):
+        cmd_r, cmd_w = os.pipe()
+        res_r, res_w = os.pipe()
+        hi_r = fcntl.fcntl(cmd_r, fcntl.F_DUPFD_CLOEXEC, 100)
+        hi_w = fcntl.fcntl(res_w, fcntl.F_DUPFD_CLOEXEC, 100)
+        os.close(cmd_r)
+        os.close(res_w)
+
+        def child():  # the pipe ends become the child's fds 3 and 4 (inheritable)
+            os.dup2(hi_r, 3)
+            os.dup2(hi_w, 4)
+
+        self.log = open(profile + ".log", "wb")
+        self.p = subprocess.Popen(
+            [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--remote-debugging-pipe",
+             "--hide-scrollbars", f"--window-size={width},{height}", f"--user-data-dir={profile}", "about:blank"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log, close_fds=False, preexec_fn=child)
+        os.close(hi_r)
+        os.close(hi_w)
+        self.w, self.r = cmd_w, res_r
+        self.buf = b""
+        self.next_id = 0
+        self.events = []
+        self.session = None
+        self.width, self.height = width, height
+
+    def _read(self, timeout):
+        while b"\0" not in self.buf:
+            ready, _, _ = select.select([self.r], [], [], timeout)
+            if not ready:
+                raise TimeoutError("chromium did not answer in time")
+            chunk = os.read(self.r, 1 << 20)
+            if not chunk:
+                raise EOFError("chromium closed its DevTools pipe")
+            self.buf += chunk
+        msg, self.buf = self.buf.split(b"\0", 1)
+        return json.loads(msg)
+
+    def send(self, method, params=None, session=True, timeout=60):
+        self.next_id += 1
+        msg = {"id": self.next_id, "method": method, "params": params or {}}
+        if session and self.session:
+            msg["sessionId"] = self.session
+        os.write(self.w, json.dumps(msg).encode() + b"\0")
+        deadline = time.time() + timeout
+        while True:
+            m = self._read(max(0.1, deadline - time.time()))
+            if m.get("id") == self.next_id:
+                if "error" in m:
+                    raise RuntimeError(f"{method}: {m['error']}")
+                return m.get("result", {})
+            self.events.append(m)
+
+    def wait_event(self, method, timeout=60):
+        for k, m in enumerate(self.events):
+            if m.get("method") == method:
+                return self.events.pop(k)
+        deadline = time.time() + timeout
+        while True:
+            m = self._read(max(0.1, deadline - time.time()))
+            if m.get("method") == method:
+                return m
+            self.events.append(m)
+
+    def open(self):
+        t = self.send("Target.createTarget", {"url": "about:blank"}, session=False)
+        self.session = self.send("Target.attachToTarget", {"targetId": t["targetId"], "flatten": True},
+                                 session=False)["sessionId"]
+        for d in ("Runtime", "Log", "Network", "Page"):
+            self.send(d + ".enable")
+        self.send("Emulation.setDeviceMetricsOverride",
+                  {"width": self.width, "height": self.height, "deviceScaleFactor": 1, "mobile": False})
+
+    def navigate(self, path):
+        self.events = []
+        self.send("Page.navigate", {"url": "file://" + os.path.abspath(path)})
+        self.wait_event("Page.loadEventFired", 120)
+
+    def eval(self, expr):
+        r = self.send("Runtime.evaluate", {"expression": expr, "returnByValue": True})
+        if "exceptionDetails" in r:
+            raise RuntimeError(f"{expr}: {r['exceptionDetails'].get('exception', {}).get('description', r)}")
+        return r["result"].get("value")
+
+    def mouse(self, kind, x, y, **kw):
+        self.send("Input.dispatchMouseEvent", dict({"type": kind, "x": x, "y": y}, **kw))
+
+    def problems(self):
+        """Console messages, exceptions, log entries, and loads of anything but the page."""
+        out = []
+        for m in self.events:
+            meth, p = m.get("method"), m.get("params", {})
+            if meth == "Runtime.consoleAPICalled":
+                out.append("console." + p.get("type", "") + ": " +
+                           " ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", [])))
+            elif meth == "Runtime.exceptionThrown":
+                out.append("exception: " + json.dumps(p.get("exceptionDetails", {}))[:300])
+            elif meth == "Log.entryAdded":
+                out.append("log " + p["entry"].get("level", "") + ": " + p["entry"].get("text", ""))
+            elif meth == "Network.requestWillBeSent":
+                url = p.get("request", {}).get("url", "")
+                if not url.startswith("file:") and url != "about:blank":
+                    out.append("load: " + url)
+        return out
+
+    def close(self):
+        try:
+            self.send("Browser.close", session=False, timeout=10)
+        except Exception:
+            pass
+        try:
+            self.p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+        os.close(self.w)
+        os.close(self.r)
+        self.log.close()
 
 
-def attr(dom, elem_id, name):
-    m = re.search(r'<[^>]*\bid="%s"[^>]*>' % re.escape(elem_id), dom)
-    if not m:
-        return None
-    a = re.search(r'\b%s="([^"]*)"' % re.escape(name), m.group(0))
-    return a.group(1) if a else None
+# ---- the trace, walked here (the oracle) -------------------------------------------
 
+def read_trace(path):
+    """Entries as dicts (index order), meta, frames {id: (file, line, name)}, stacks {id: [frame ids]}."""
+    entries, meta, frames, stacks = [], {}, {}, {}
+    with open(path, encoding="latin-1") as f:
+        for line in f:
+            w = line.split()
+            if not w or w[0].startswith("#") or w[0] in ("mnemo-trace", "end"):
+                continue
+            if w[0] == "meta":
+                meta[w[1]] = line.split(None, 2)[2].strip() if len(w) > 2 else ""
+            elif w[0] == "frame":
+                frames[int(w[1])] = (w[3], int(w[2]), line.split(None, 4)[4].strip() if len(w) > 4 else "")
+            elif w[0] == "stack":
+                stacks[int(w[1])] = [int(x) for x in w[2:]]
+            else:
+                x = [int(v, 16) if v.startswith("0x") else int(v) for v in w[2:]] + [0, 0, 0, 0]
+                entries.append({"pre": w[0] == "pre", "time": 0 if w[0] == "pre" else int(w[0]), "action": w[1],
+                                "stream": x[0], "address": x[1], "size": x[2], "block": x[3], "device": x[4],
+                                "stack": x[5]})
+    return entries, meta, frames, stacks
+
+
+def live_after(entries, upto):
+    """Indices of the allocations alive after entry `upto`."""
+    live = {}
+    for i, e in enumerate(entries[:upto + 1]):
+        if e["action"] == "alloc":
+            live[e["address"]] = i
+        elif e["action"] == "free_requested":
+            live.pop(e["address"], None)
+    return sorted(live.values())
+
+
+def recorded_curves(entries):
+    """PyTorch's reserved and allocated bytes after each entry, from the trace."""
+    res, alc, live, out = 0, 0, {}, []
+    for e in entries:
+        a = e["action"]
+        if a in ("segment_alloc", "segment_map"):
+            res += e["size"]
+        elif a in ("segment_free", "segment_unmap"):
+            res -= e["size"]
+        elif a == "alloc":
+            b = e["block"] or (e["size"] + 511) // 512 * 512
+            live[e["address"]] = b
+            alc += b
+        elif a == "free_requested" and e["address"] in live:
+            alc -= live.pop(e["address"])
+        out.append((res, alc))
+    return out
+
+
+def page_data(html):
+    return json.loads(re.search(r'<script id="mn-data" type="application/json">(.*?)</script>', html, re.S).group(1))
+
+
+# ---- synthetic traces ----------------------------------------------------------------
+
+# frames: (line, file as written (percent-encoded), name); 1-based ids
+STACK_FRAMES = [
+    (10, "/home/u/train.py", "main"),                                                 # 1
+    (42, "/home/u/model.py", "forward"),                                              # 2
+    (120, "/usr/lib/python3/site-packages/torch/nn/modules/linear.py", "forward"),    # 3 internal
+    (1790, "/usr/lib/python3/site-packages/torch/nn/modules/module.py", "_call_impl"),  # 4 internal
+    (0, "-", "c10::cuda::CUDACachingAllocator::malloc(int, unsigned long)"),          # 5 internal (C++)
+    (55, "/home/u/model.py", "forward"),                                              # 6
+    (12, "/home/u/my%20optim.py", "step"),                                            # 7 (a blank in the file)
+]
+STACKS = {1: [3, 4, 2, 1], 2: [5, 3, 4, 6, 1], 3: [7, 1]}
+EXPECTED_KEYS = {  # top 2 frames after skipping torch/ and C++ frames, innermost first
+    1: "/home/u/model.py:42 forward\n/home/u/train.py:10 main",
+    2: "/home/u/model.py:55 forward\n/home/u/train.py:10 main",
+    3: "/home/u/my optim.py:12 step\n/home/u/train.py:10 main",
+}
+MIB = 1 << 20
+
+
+def write_stacks_trace(path):
+    """A version 3 trace with known stacks: pre segments and allocations (one with a
+    stack), then 60 steps of activations (stacks 1 and 2), a few without a stack, and
+    optimizer state (stack 3) that stays; PyTorch's segment events alongside."""
+    rnd = random.Random(7)
+    lines = ["mnemo-trace 3", "meta source synthetic stacks", "meta recorded_by pytorch"]
+    lines += [f"frame {i + 1} {ln} {f} {name}" for i, (ln, f, name) in enumerate(STACK_FRAMES)]
+    lines += [f"stack {s} " + " ".join(map(str, fr)) for s, fr in STACKS.items()]
+    lines += ["pre segment_alloc 0 0x100000000 67108864 0 0 0",
+              "pre alloc 0 0x100000000 8388608 8388608 0 0",
+              "pre alloc 0 0x100800000 4194000 4194304 0 3"]
+    t, addr, live, seg_free = 0, 0x200000000, [], 0
+    for step in range(60):
+        t += 100
+        for k in range(3):
+            size = rnd.choice([3, 5, 7]) * MIB + rnd.randrange(0, 4096)
+            stack = 1 if k < 2 else (2 if step % 3 else 0)
+            if seg_free < size:
+                lines.append(f"{t} segment_alloc 0 0x{addr + 0x10000000:x} {32 * MIB}")
+                seg_free += 32 * MIB
+            seg_free -= size
+            lines.append(f"{t} alloc 0 0x{addr:x} {size} 0 0 {stack}")
+            live.append((addr, size))
+            addr += 0x1000000
+            t += 3
+        if step % 10 == 9:  # optimizer state, never freed
+            lines.append(f"{t} alloc 0 0x{addr:x} {2 * MIB} 0 0 3")
+            addr += 0x1000000
+        while len(live) > 12 - (step // 20) * 3:
+            a, size = live.pop(rnd.randrange(len(live)))
+            lines.append(f"{t} free_requested 0 0x{a:x} {size} 0 0 0")
+            lines.append(f"{t + 1} free_completed 0 0x{a:x} {size} 0 0 0")
+            seg_free += size
+            t += 2
+    n = sum(1 for x in lines if x.split()[0] not in ("mnemo-trace", "meta", "frame", "stack"))
+    lines.append(f"end {n}")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def write_big_trace(path, n_target=100_000):
+    """~100,000 entries: allocations of varied sizes and lifetimes on two streams,
+    30 stacks, segment events (so the recorded curves are drawn)."""
+    rnd = random.Random(1)
+    lines = ["mnemo-trace 3", "meta source synthetic 100k", "meta recorded_by pytorch"]
+    for i in range(40):
+        lines.append(f"frame {i + 1} {10 + i} /home/u/mod{i % 7}.py f{i}")
+    for s in range(30):
+        lines.append(f"stack {s + 1} " + " ".join(str(1 + (s * 3 + k) % 40) for k in range(1 + s % 6)))
+    live, t, addr, n, seg_free = [], 0, 0x10000000, 0, 0
+    while n < n_target:
+        t += rnd.randrange(1, 20)
+        if live and (len(live) > 1500 or rnd.random() < 0.48):
+            a, size, stream = live.pop(rnd.randrange(len(live)))
+            lines.append(f"{t} free_requested {stream} 0x{a:x} {size}")
+            seg_free += size
+        else:
+            size = int(rnd.choice([512, 4096, 65536, 1 << 20, 4 << 20, 16 << 20]) * rnd.uniform(0.5, 1.5))
+            stream = rnd.choice([0, 0, 0, 7])
+            if seg_free < size:
+                lines.append(f"{t} segment_alloc {stream} 0x{0x900000000 + addr:x} {64 << 20}")
+                seg_free += 64 << 20
+                n += 1
+            seg_free -= size
+            lines.append(f"{t} alloc {stream} 0x{addr:x} {size} 0 0 {rnd.randrange(0, 31)}")
+            live.append((addr, size, stream))
+            addr += 0x100000
+        n += 1
+    lines.append(f"end {n}")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+# ---- the test ------------------------------------------------------------------------
 
 def main():
     cli, trace = sys.argv[1], sys.argv[2]
@@ -62,52 +333,224 @@ def main():
         if not cond:
             fails.append(what)
 
+    def report(src, page, args=()):
+        out = subprocess.run([cli, "report", src, "-o", page] + list(args), capture_output=True, text=True)
+        check(out.returncode == 0, f"mnemo report {os.path.basename(src)} exits 0 ({out.stderr.strip()[:300]})")
+        return out
+
+    def replay_json(src, args=()):
+        r = subprocess.run([cli, "replay", src, "--json", "--no-progress"] + list(args), capture_output=True,
+                           text=True, check=True)
+        runs = json.loads(r.stdout)
+        return runs if isinstance(runs, list) else [runs]
+
+    def render(b, page, name):
+        """Loads the page; checks it rendered with no problem; returns its data."""
+        t0 = time.time()
+        b.navigate(page)
+        status = None
+        for _ in range(100):
+            status = b.eval("document.getElementById('mn-status').dataset.status")
+            if status != "loading":
+                break
+            time.sleep(0.1)
+        check(status == "rendered", f"{name}: the page's script ran to the end (status {status})")
+        check(b.eval("document.getElementById('mn-errors').textContent") == "", f"{name}: no error caught by onerror")
+        probs = b.problems()
+        check(not probs, f"{name}: no console message, exception or external load ({probs[:3]})")
+        print(f"      {name}: rendered in {time.time() - t0:.2f} s")
+        return b.eval("JSON.stringify({tl: +document.getElementById('mn-timeline').dataset.drawn, "
+                      "act: +document.getElementById('mn-active').dataset.drawn, "
+                      "seg: +document.getElementById('mn-segmap').dataset.drawn})")
+
+    def tooltip(b):
+        return b.eval("document.getElementById('mn-tip').textContent"), \
+            b.eval("document.getElementById('mn-tip').dataset.kind")
+
+    def hover(b, expr):
+        p = json.loads(b.eval(f"JSON.stringify({expr})"))
+        b.mouse("mouseMoved", p["x"], p["y"])
+        return tooltip(b)
+
     with tempfile.TemporaryDirectory() as tmp:
-        cargs = []
-        for c in CONFIGS:
-            cargs += ["--config", c]
-        rep = subprocess.run([cli, "replay", trace, "--json", "--no-progress"] + cargs, capture_output=True, text=True,
-                             check=True)
-        runs = json.loads(rep.stdout)
-        page = os.path.join(tmp, "report.html")
-        out = subprocess.run([cli, "report", trace, "-o", page] + cargs, capture_output=True, text=True)
-        check(out.returncode == 0, f"mnemo report exits 0 ({out.stderr.strip()[:200]})")
-        html = open(page, encoding="utf-8").read()
-        external = re.findall(r'(?:src|href)\s*=\s*["\']?(?:https?:)?//|@import|<link\b', html)
-        check(not external, f"self-contained: no external resource ({external[:3]})")
-        check(str(runs[0]["peak_reserved"]) in out.stdout, "the summary on stdout gives the replay's peak reserved")
+        b = Browser(browser, os.path.join(tmp, "profile"))
+        try:
+            b.open()
+            # 1. the bundled trace, two configs
+            cargs = []
+            for c in CONFIGS:
+                cargs += ["--config", c]
+            runs = replay_json(trace, cargs)
+            page = os.path.join(tmp, "report.html")
+            out = report(trace, page, cargs)
+            html = open(page, encoding="utf-8").read()
+            external = re.findall(r'(?:src|href)\s*=\s*["\']?(?:https?:)?//|@import|<link\b|\burl\(', html)
+            check(not external, f"self-contained: no external resource ({external[:3]})")
+            check(str(runs[0]["peak_reserved"]) in out.stdout, "the summary on stdout gives the replay's peak reserved")
+            d = page_data(html)
+            entries, meta, _, _ = read_trace(trace)
+            live = live_after(entries, d["peak_entry"])
+            active = sum(1 for seg in d["segments"] for blk in seg["blocks"] if blk[2] != 2)
+            check(active == d["live_at_peak"] == len(live) > 0,
+                  f"live allocations at the peak: trace walk {len(live)} == page {d['live_at_peak']} == "
+                  f"snapshot's active blocks {active}")
+            folded = sum(c for _, c in d["free_segments"])
+            check(folded + len(d["segments"]) == d["nsegments"],
+                  f"folded free segments {folded} + others {len(d['segments'])} == {d['nsegments']} segments")
+            total = sum(s * c for s, c in d["free_segments"]) + sum(seg["size"] for seg in d["segments"])
+            check(total == runs[0]["peak_reserved"], "the segments at the peak add up to the peak reserved")
+            check(not any(all(blk[2] == 2 for blk in seg["blocks"]) for seg in d["segments"]),
+                  "no fully free segment left unfolded")
+            if "torch_peak_reserved" in meta:
+                rec = recorded_curves(entries)
+                check(max(d["points"]["rr"]) == max(r for r, _ in rec) == int(meta["torch_peak_reserved"]),
+                      f"recorded reserved peaks at meta torch_peak_reserved ({meta['torch_peak_reserved']})")
+                check(max(d["points"]["ra"]) == max(a for _, a in rec),
+                      f"recorded allocated peak {max(d['points']['ra'])} == the trace walk's")
+            drawn = json.loads(render(b, page, "bundled"))
+            check(drawn["tl"] > 0 and drawn["act"] > 0 and drawn["seg"] > 0, f"the three canvases are drawn ({drawn})")
+            got = lambda elem, attr: b.eval(f"(document.getElementById('{elem}') || {{dataset: {{}}}}).dataset.{attr}")
+            check(got("mn-peak-reserved", "bytes") == str(runs[0]["peak_reserved"]),
+                  f"page peak reserved {got('mn-peak-reserved', 'bytes')} == replay {runs[0]['peak_reserved']}")
+            check(got("mn-peak-allocated", "bytes") == str(runs[0]["peak_allocated"]),
+                  f"page peak allocated {got('mn-peak-allocated', 'bytes')} == replay {runs[0]['peak_allocated']}")
+            rows = b.eval("Array.from(document.querySelectorAll('#mn-config-table tr[data-peak-reserved]'))"
+                          ".map(function (r) { return r.dataset.peakReserved; })")
+            check(rows == [str(r["peak_reserved"]) for r in runs],
+                  f"config table rows {rows} == replay {[r['peak_reserved'] for r in runs]}")
+            held = sum(entries[i]["size"] for i in live)
+            check(got("mn-holders-total", "bytes") == str(held) and got("mn-holders-total", "count") == str(len(live)),
+                  f"who holds the peak: {got('mn-holders-total', 'count')} allocations, {got('mn-holders-total', 'bytes')}"
+                  f" B == the trace walk's {len(live)}, {held} B")
+            check(got("segsum", "segments") == str(d["nsegments"]) and got("segsum", "folded") == str(folded) and
+                  got("segsum", "reserved") == str(runs[0]["peak_reserved"]),
+                  f"segment map: {got('segsum', 'segments')} segments, {got('segsum', 'folded')} folded, reserved "
+                  f"{got('segsum', 'reserved')}")
+            tip, kind = hover(b, "mnReport.peakPixel()")
+            check(kind == "timeline" and f"entry {d['peak_entry']} " in tip and str(runs[0]["peak_reserved"]) in tip,
+                  f"hover on the peak marker names entry {d['peak_entry']} and {runs[0]['peak_reserved']} B ({tip[:90]!r})")
 
-        data = json.loads(re.search(r'<script id="mn-data" type="application/json">(.*?)</script>', html,
-                                    re.S).group(1))
-        active = sum(1 for seg in data["segments"] for b in seg["blocks"] if b[2] != 2)
-        check(active == data["live_at_peak"] and data["live_at_peak"] > 0,
-              f"live allocations at the peak: trace walk {data['live_at_peak']} == snapshot's active blocks {active}")
-        check(sum(seg["size"] for seg in data["segments"]) == runs[0]["peak_reserved"],
-              "the segments at the peak add up to the peak reserved")
-        dom, err = dump_dom(browser, page, os.path.join(tmp, "profile"))
-        check(attr(dom, "mn-status", "data-status") == "rendered", "the page's script ran to the end (status rendered)")
-        m = re.search(r'id="mn-errors"[^>]*>([^<]*)<', dom)
-        check(m is not None and m.group(1).strip() == "", "no error caught by window.onerror")
-        console = [l for l in err.splitlines() if "CONSOLE" in l]
-        check(not console, f"no console message ({console[:2]})")
-        check(attr(dom, "mn-peak-reserved", "data-bytes") == str(runs[0]["peak_reserved"]),
-              f"page peak reserved {attr(dom, 'mn-peak-reserved', 'data-bytes')} == replay {runs[0]['peak_reserved']}")
-        check(attr(dom, "mn-peak-allocated", "data-bytes") == str(runs[0]["peak_allocated"]),
-              f"page peak allocated {attr(dom, 'mn-peak-allocated', 'data-bytes')} == replay {runs[0]['peak_allocated']}")
-        rows = re.findall(r'<tr data-peak-reserved="(\d+)"', dom)
-        check(rows == [str(r["peak_reserved"]) for r in runs],
-              f"config table rows {rows} == replay {[r['peak_reserved'] for r in runs]}")
-        check("<svg" in dom and 'id="mn-timeline-svg"' in dom and "<polyline" in dom, "timeline SVG drawn")
-        check('id="mn-segmap-svg"' in dom and "<rect" in dom, "segment map drawn")
-        nseg = attr(dom, "segsum", "data-segments")
-        check(nseg is not None and int(nseg) > 0, f"segment map holds {nseg} segments")
+            # 2. as recorded: the trace's meta config, no --config
+            with open(trace) as f:
+                text = f.read()
+            rec_trace = os.path.join(tmp, "recorded.trace")
+            with open(rec_trace, "w") as f:
+                first, rest = text.split("\n", 1)
+                f.write(first + "\nmeta config expandable_segments:True\n" + rest)
+            rec_runs = replay_json(rec_trace)
+            rec_page = os.path.join(tmp, "recorded.html")
+            report(rec_trace, rec_page)
+            rd = page_data(open(rec_page, encoding="utf-8").read())
+            check(rec_runs[0].get("as_recorded") is True and rd["as_recorded"] is True and
+                  rd["results"][0]["peak_reserved"] == rec_runs[0]["peak_reserved"] == runs[1]["peak_reserved"],
+                  "no --config: replayed as recorded (meta config), as `mnemo replay --json` does")
+            render(b, rec_page, "as recorded")
+            label = b.eval("document.querySelector('#mn-config-table tr[data-peak-reserved] td').textContent")
+            check(label == "as recorded (expandable_segments:True)", f"first config row labelled {label!r}")
 
-        # A page whose data is broken must show the error marker (the check above is live).
-        bad = html.replace('"timeline": [', '"timeline": 5, "x": [', 1)
-        bad_page = os.path.join(tmp, "bad.html")
-        open(bad_page, "w", encoding="utf-8").write(bad)
-        dom2, _ = dump_dom(browser, bad_page, os.path.join(tmp, "profile2"))
-        check(attr(dom2, "mn-status", "data-status") == "error", "a throwing page is reported (status error)")
+            # 3. stacks: known groups, hover, zoom, expand
+            st_trace, st_page = os.path.join(tmp, "stacks.trace"), os.path.join(tmp, "stacks.html")
+            write_stacks_trace(st_trace)
+            st_runs = replay_json(st_trace)
+            report(st_trace, st_page)
+            sd = page_data(open(st_page, encoding="utf-8").read())
+            sentries, _, _, _ = read_trace(st_trace)
+            slive = live_after(sentries, sd["peak_entry"])
+            want = {}
+            for i in slive:
+                e = sentries[i]
+                key = EXPECTED_KEYS[e["stack"]] if e["stack"] else \
+                    "(no stack: allocated before recording)" if e["pre"] else "(no stack recorded)"
+                n, byt = want.get(key, (0, 0))
+                want[key] = (n + 1, byt + e["size"])
+            render(b, st_page, "stacks")
+            groups = json.loads(b.eval(
+                "JSON.stringify(Array.from(document.querySelectorAll('#mn-holders-table tr.grp')).map(function (r) {"
+                " return [r.cells[0].textContent.replace(/^[\\u25b8\\u25be]/, ''), +r.dataset.count, +r.dataset.bytes]; }))"))
+            got_groups = {k: (n, byt) for k, n, byt in groups}
+            check(got_groups == want, f"who holds the peak, by top 2 user frames: {got_groups} == {want}")
+            check([g[2] for g in groups] == sorted((g[2] for g in groups), reverse=True), "groups largest first")
+            b.eval("document.querySelector('#mn-holders-table tr.grp td .tog:not(:empty)').parentNode.parentNode.click(); 1")
+            opened = b.eval("(function () { var r = Array.from(document.querySelectorAll('#mn-holders-table tr.stk'))"
+                            ".filter(function (x) { return x.style.display !== 'none'; }); return r.length ? "
+                            "r[0].textContent : ''; })()")
+            check("full stack" in opened and "torch/nn/modules/linear.py:120 forward" in opened,
+                  f"a click expands the group to its full stack ({opened[:80]!r})")
+            pe = sd["peak_entry"]
+            check(str(st_runs[0]["peak_reserved"]) == b.eval("document.getElementById('mn-peak-reserved').dataset.bytes"),
+                  "stacks: page peak reserved == replay")
+            for mode in ("time", "entry"):
+                b.eval(f"mnReport.setMode('{mode}'); mnReport.reset(); 1")
+                tip, kind = hover(b, "mnReport.peakPixel()")
+                check(kind == "timeline" and f"entry {pe} " in tip and str(st_runs[0]["peak_reserved"]) in tip and
+                      "PyTorch (recorded)" in tip and "stack:" in tip and "/home/u/" in tip,
+                      f"{mode} axis: hover on the peak names entry {pe}, its reserved bytes, recorded curves, stack "
+                      f"({tip[:100]!r})")
+            bands = sd["bands"]
+            k = max(range(len(bands)), key=lambda j: (bands[j][4], -j))
+            tip, kind = hover(b, f"mnReport.bandPixel({k})")
+            expect_frame = {1: "/home/u/model.py:42 forward", 2: "/home/u/model.py:55 forward",
+                            3: "/home/u/my optim.py:12 step"}.get(sentries[bands[k][0]]["stack"], "no stack")
+            check(kind == "band" and f"entry {bands[k][0]}:" in tip and str(bands[k][4]) in tip and expect_frame in tip,
+                  f"hover on the largest band names its allocation (entry {bands[k][0]}, {bands[k][4]} B, "
+                  f"{expect_frame!r}) ({tip[:100]!r})")
+            # zoom: the wheel narrows the view, a drag selects a range, reset restores it
+            full = json.loads(b.eval("JSON.stringify([mnReport.view.x0, mnReport.view.x1])"))
+            r = json.loads(b.eval("(function () { var c = document.getElementById('mn-timeline'); c.scrollIntoView({block: 'center'});"
+                                  " var r = c.getBoundingClientRect(); return JSON.stringify([r.left, r.top, r.width, r.height]); })()"))
+            cx, cy = r[0] + r[2] / 2, r[1] + r[3] / 2
+            b.send("Input.dispatchMouseEvent", {"type": "mouseWheel", "x": cx, "y": cy, "deltaX": 0, "deltaY": -400})
+            time.sleep(0.1)
+            zoomed = json.loads(b.eval("JSON.stringify([mnReport.view.x0, mnReport.view.x1])"))
+            check(zoomed[1] - zoomed[0] < 0.8 * (full[1] - full[0]), f"the wheel zooms in ({full} -> {zoomed})")
+            b.eval("mnReport.reset(); 1")
+            x1, x2 = r[0] + 80 + 100, r[0] + 80 + 300
+            b.mouse("mousePressed", x1, cy, button="left", clickCount=1)
+            b.mouse("mouseMoved", (x1 + x2) / 2, cy, button="left")
+            b.mouse("mouseMoved", x2, cy, button="left")
+            b.mouse("mouseReleased", x2, cy, button="left", clickCount=1)
+            time.sleep(0.1)
+            sel = json.loads(b.eval("JSON.stringify([mnReport.view.x0, mnReport.view.x1])"))
+            pw = r[2] - 80 - 14
+            exp = [full[0] + 100 / pw * (full[1] - full[0]), full[0] + 300 / pw * (full[1] - full[0])]
+            check(abs(sel[0] - exp[0]) <= 0.01 * (full[1] - full[0]) and abs(sel[1] - exp[1]) <= 0.01 * (full[1] - full[0]),
+                  f"a drag selects the range {exp} -> view {sel}")
+            b.eval("document.getElementById('mn-reset').click(); 1")
+            time.sleep(0.1)
+            back = json.loads(b.eval("JSON.stringify([mnReport.view.x0, mnReport.view.x1])"))
+            check(back == full, f"reset zoom restores the whole range ({back})")
+            tip, kind = hover(b, "(function () { var c = document.getElementById('mn-segmap'); c.scrollIntoView({block: 'center'});"
+                                 " var r = c.getBoundingClientRect(); return {x: r.left + 400, y: r.top + 6}; })()")
+            check(kind == "segment" and "B)" in tip, f"hover on the segment map names a block or folded row ({tip[:80]!r})")
+
+            # 4. 100,000 entries
+            big, big_page = os.path.join(tmp, "big.trace"), os.path.join(tmp, "big.html")
+            write_big_trace(big)
+            bruns = replay_json(big)
+            t0 = time.time()
+            report(big, big_page)
+            t_report = time.time() - t0
+            size = os.path.getsize(big_page)
+            bd = page_data(open(big_page, encoding="utf-8").read())
+            print(f"      100k: {bd['entries']} entries, report {t_report:.2f} s, page {size} bytes, "
+                  f"{bd['points']['n']} timeline points, {len(bd['bands'])} bands")
+            check(bd["entries"] >= 100_000 and size < 3_000_000, f"100k entries: the page holds {size} bytes (< 3 MB)")
+            drawn = json.loads(render(b, big_page, "100k"))
+            check(drawn["tl"] > 0 and drawn["act"] > 0, f"100k: canvases drawn ({drawn})")
+            check(b.eval("document.getElementById('mn-peak-reserved').dataset.bytes") == str(bruns[0]["peak_reserved"]),
+                  "100k: page peak reserved == replay (the bucketing keeps the exact peak)")
+            tip, kind = hover(b, "mnReport.peakPixel()")
+            check(kind == "timeline" and f"entry {bd['peak_entry']} " in tip, f"100k: hover names the peak ({tip[:60]!r})")
+
+            # 5. a throwing page is reported
+            bad_page = os.path.join(tmp, "bad.html")
+            with open(bad_page, "w", encoding="utf-8") as f:
+                f.write(html.replace('"bands": [', '"bands": 5, "x": [', 1))
+            b.navigate(bad_page)
+            check(b.eval("document.getElementById('mn-status').dataset.status") == "error",
+                  "a throwing page is reported (status error)")
+        finally:
+            b.close()
     print(f"{len(fails)} failed")
     return 1 if fails else 0
 

@@ -1,5 +1,24 @@
 /* tools/cmd_report.c: `mnemo report`: replays a trace on the SIM device and writes
- * one self-contained HTML page (inline CSS, JS and SVG; no network) about its memory. */
+ * one self-contained HTML page (inline CSS and JavaScript, canvas drawing; no
+ * network) about its memory. Single-threaded (the CLI's main thread).
+ *
+ * The page's data (a JSON object in the page, read by tools/report_page.html) stays
+ * bounded whatever the trace's length:
+ *  - timeline: the replayed device's entries that change a curve (alloc,
+ *    free_requested, empty_cache, segment events, pre lines included). Up to
+ *    FULL_POINTS of them are all kept; beyond, they are cut into BUCKETS buckets and
+ *    each bucket keeps the entries where a curve is highest (replay reserved,
+ *    allocated, requested and the recorded curves) and where replay allocated is
+ *    lowest, so every peak drawn is the exact peak; the PEAK_WINDOW entries each
+ *    side of the peak are all kept, so zooming in there shows every step. Each kept
+ *    point is a real entry with all its values (hover names it);
+ *  - active memory: the BANDS_MAX largest allocations are bands of their own; the
+ *    others are summed per point (`g`), the grey band on top;
+ *  - stacks: only those the page refers to, cut to STACK_HOVER_MAX frames
+ *    (innermost) unless a "who holds the peak" group needs the whole stack;
+ *  - segments at the peak: fully free ones folded into one row per size.
+ * Everything else (stacking the bands, grouping by frames, zoom) is done by the
+ * page's script. */
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -10,17 +29,24 @@
 #include "commands.h"
 #include "report_page.h"
 #include "runtime/fileio.h"
+#include "trace_input.h"
 
 const char cmd_report_usage[] =
     "  report TRACE -o REPORT.html [--config ALLOC_CONF]... [--capacity BYTES]\n"
     "            [--trace-device N] [--title TEXT]\n"
-    "            replay the trace on the SIM device (first --config for the timeline\n"
-    "            and the segment map at the peak; every --config in the comparison)\n"
-    "            and write one self-contained HTML page; prints its summary\n";
+    "            replay the trace (or a PyTorch snapshot .pickle, imported on the fly)\n"
+    "            on the SIM device (first --config, default: as recorded, for the\n"
+    "            timeline and the segment map at the peak; every --config in the\n"
+    "            comparison) and write one self-contained HTML page; prints its summary\n";
 
 #define MAX_CONFIGS 16
-#define MAX_POINTS 1500
+#define FULL_POINTS 6000   /* timeline entries kept all when there are at most this many */
+#define BUCKETS 1500       /* else this many buckets, each keeping its extremes */
+#define PEAK_WINDOW 400    /* timeline entries each side of the peak kept all */
+#define BANDS_MAX 2000     /* allocations drawn as bands of their own (the largest) */
+#define STACK_HOVER_MAX 24 /* frames kept of a stack shown only in tooltips */
 #define TOP_ALLOCS 25
+#define RECORDED_ROUND 512u /* PyTorch's block rounding, for allocs without a block size */
 
 typedef struct sample_s {
   size_t entry;
@@ -53,14 +79,36 @@ static void at_stop(void *user, mn_allocator_t *a) {
   if (mn_allocator_snapshot(a, snap) != MN_OK) *snap = NULL;
 }
 
+/* A JSON string; UTF-8 passes through when valid (else U+FFFD), '<' is escaped so
+ * the data never closes its script element. */
 static void json_str(FILE *f, const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
   fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c == '<') fputs("\\u003c", f); /* never closes the script element */
-    else if (c < 0x20 || c >= 0x7f) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
+  while (*p) {
+    unsigned char c = *p;
+    if (c == '"' || c == '\\') {
+      fprintf(f, "\\%c", c);
+    } else if (c == '<') {
+      fputs("\\u003c", f);
+    } else if (c < 0x20 || c == 0x7f) {
+      fprintf(f, "\\u%04x", c);
+    } else if (c < 0x80) {
+      fputc(c, f);
+    } else {
+      size_t len = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+      size_t k = 1;
+      while (len && k < len && (p[k] & 0xc0) == 0x80) k++;
+      if (!len || k < len || (c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] >= 0xa0) ||
+          (c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] >= 0x90)) {
+        fputs("\\ufffd", f);
+        p++;
+        continue;
+      }
+      fwrite(p, 1, len, f);
+      p += len;
+      continue;
+    }
+    p++;
   }
   fputc('"', f);
 }
@@ -76,7 +124,7 @@ static int cmp_ref(const void *a, const void *b) {
   return x->index < y->index ? -1 : x->index > y->index;
 }
 
-static const mn_trace_t *g_sort_trace;
+static const mn_trace_t *g_sort_trace; /* for the qsort comparators below (single-threaded) */
 static int cmp_entry_size(const void *a, const void *b) {
   const mn_trace_entry_t *x = &g_sort_trace->entries[*(const size_t *)a];
   const mn_trace_entry_t *y = &g_sort_trace->entries[*(const size_t *)b];
@@ -84,33 +132,375 @@ static int cmp_entry_size(const void *a, const void *b) {
   return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
 }
 
-/* The trace's allocations on `dev` still alive after entry `upto`, largest
- * first: indices into t->entries in *out (malloc'ed); returns the count. */
-static size_t live_at(const mn_trace_t *t, uint32_t dev, size_t upto, size_t **out) {
-  size_t n = 0;
-  ref_t *refs = malloc((t->nentries ? t->nentries : 1) * sizeof *refs);
-  size_t *live = malloc((t->nentries ? t->nentries : 1) * sizeof *live);
-  if (!refs || !live) {
-    free(refs);
-    free(live);
-    *out = NULL;
-    return 0;
+static int cmp_size_t(const void *a, const void *b) {
+  size_t x = *(const size_t *)a, y = *(const size_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int cmp_u64_desc(const void *a, const void *b) { return cmp_u64(b, a); }
+
+/* Per entry flags. */
+enum { F_DEV = 1, F_SERIES = 2, F_KEEP = 4, F_BAND = 8 };
+
+/* A "who holds the peak" group: live allocations at the peak with one stack. */
+typedef struct holder_s {
+  uint32_t stack; /* trace stack id, 0: none */
+  int kind;       /* 0: with a stack; 1: no stack, allocated before recording; 2: no stack recorded */
+  size_t count;
+  uint64_t bytes, block_bytes;
+} holder_t;
+
+static int cmp_holder_key(const void *a, const void *b) {
+  const holder_t *x = a, *y = b;
+  if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+  return x->stack < y->stack ? -1 : x->stack > y->stack;
+}
+
+static int cmp_holder_bytes(const void *a, const void *b) {
+  const holder_t *x = a, *y = b;
+  if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
+  return cmp_holder_key(a, b);
+}
+
+/* What the page shows about the trace itself, for the replayed device. */
+typedef struct report_s {
+  const mn_trace_t *t;
+  uint32_t dev;
+  size_t n;                              /* t->nentries */
+  uint8_t *flag;                         /* per entry: F_* */
+  size_t *pair;                          /* per alloc / free_requested: its partner, SIZE_MAX none */
+  int64_t *rep_a, *rep_r, *rep_q;        /* per entry: the replay's bytes after it (carried forward) */
+  int64_t *rec_a, *rec_r;                /* per entry: the recording allocator's, from the trace */
+  int64_t *live, *agg;                   /* per entry: bytes asked for and live; of which not in a band */
+  uint64_t *tmono;                       /* per entry on the device: time_us, never decreasing (pre: 0) */
+  size_t *keep, nkeep;                   /* timeline points: entries, ascending */
+  size_t *bands, nbands;                 /* allocations drawn as bands, ascending */
+  size_t *held, nheld;                   /* allocations alive at the peak, largest first */
+  holder_t *holders;
+  size_t nholders;
+  uint64_t *streams;
+  size_t nstreams;                       /* distinct stream ids on the device, sorted */
+  uint32_t *smap, *sdepth, *sout;        /* stack id -> page index + 1; frames kept; page index -> id */
+  size_t nsout;
+  uint32_t *fmap, *fout;                 /* frame id -> page index + 1; page index -> id */
+  size_t nfout;
+  bool has_recorded;                     /* segment events or `meta recorded_by pytorch` */
+  bool decimated;                        /* more than FULL_POINTS timeline entries: bucketed */
+  size_t first_event;                    /* first non-pre entry on the device; SIZE_MAX: none */
+  uint64_t t_first, t_last;
+} report_t;
+
+static void report_free(report_t *r) {
+  free(r->flag);
+  free(r->pair);
+  free(r->rep_a);
+  free(r->rep_r);
+  free(r->rep_q);
+  free(r->rec_a);
+  free(r->rec_r);
+  free(r->live);
+  free(r->agg);
+  free(r->tmono);
+  free(r->keep);
+  free(r->bands);
+  free(r->held);
+  free(r->holders);
+  free(r->streams);
+  free(r->smap);
+  free(r->sdepth);
+  free(r->sout);
+  free(r->fmap);
+  free(r->fout);
+}
+
+static bool is_segment_action(mn_trace_action a) {
+  return a == MN_TRACE_SEGMENT_ALLOC || a == MN_TRACE_SEGMENT_FREE || a == MN_TRACE_SEGMENT_MAP ||
+         a == MN_TRACE_SEGMENT_UNMAP;
+}
+
+/* The bytes PyTorch counted as allocated for an alloc entry: its recorded block
+ * size, or the request rounded up to 512 B when none was recorded. */
+static int64_t recorded_block(const mn_trace_entry_t *e) {
+  if (e->block_size) return (int64_t)e->block_size;
+  uint64_t s = e->size;
+  return (int64_t)(s > UINT64_MAX - RECORDED_ROUND ? s : (s + RECORDED_ROUND - 1) / RECORDED_ROUND * RECORDED_ROUND);
+}
+
+static size_t stream_index(const report_t *r, uint64_t id) {
+  const uint64_t *hit = bsearch(&id, r->streams, r->nstreams, sizeof *r->streams, cmp_u64);
+  return hit ? (size_t)(hit - r->streams) : 0;
+}
+
+/* Marks stack `id` as shown by the page: `full` keeps every frame. */
+static void ref_stack(report_t *r, uint32_t id, bool full) {
+  if (id == 0 || id > r->t->nstacks) return;
+  uint32_t want = full ? UINT32_MAX : STACK_HOVER_MAX;
+  if (!r->smap[id]) {
+    r->sout[r->nsout++] = id;
+    r->smap[id] = (uint32_t)r->nsout;
   }
-  for (size_t i = 0; i < t->nentries && i <= upto; i++) {
+  if (r->sdepth[id] < want) r->sdepth[id] = want;
+}
+
+static uint32_t stack_out(const report_t *r, uint32_t id) {
+  return id && id <= r->t->nstacks ? r->smap[id] : 0;
+}
+
+/* Keeps entry i of the device's timeline entries when it beats *best by `better`. */
+#define TAKE_BEST(best, i, arr, cmp) \
+  do {                               \
+    if ((best) == SIZE_MAX || (arr)[i] cmp (arr)[best]) (best) = (i); \
+  } while (0)
+
+/* The device's entries, its streams, each alloc's free (by address, in order) and
+ * the bands (the largest allocations); idx and refs: scratch of n entries. */
+static bool scan_device(report_t *r, ref_t *refs, size_t *idx) {
+  const mn_trace_t *t = r->t;
+  size_t n = r->n;
+  size_t nrefs = 0, nallocs = 0;
+  r->first_event = SIZE_MAX;
+  const char *by = mn_trace_meta_get(t, "recorded_by");
+  r->has_recorded = by && !strcmp(by, "pytorch");
+  for (size_t i = 0; i < n; i++) {
     const mn_trace_entry_t *e = &t->entries[i];
-    if (e->device == dev && (e->action == MN_TRACE_ALLOC || e->action == MN_TRACE_FREE_REQUESTED))
-      refs[n++] = (ref_t){e->address, i};
+    r->pair[i] = SIZE_MAX;
+    if (e->device != r->dev) continue;
+    r->flag[i] = F_DEV;
+    r->streams[r->nstreams++] = e->stream;
+    if (!e->pre && r->first_event == SIZE_MAX) r->first_event = i;
+    if (e->action == MN_TRACE_ALLOC || e->action == MN_TRACE_FREE_REQUESTED) refs[nrefs++] = (ref_t){e->address, i};
+    if (e->action == MN_TRACE_ALLOC) idx[nallocs++] = i;
+    if (is_segment_action(e->action)) r->has_recorded = true;
+    if (e->action == MN_TRACE_ALLOC || e->action == MN_TRACE_FREE_REQUESTED || e->action == MN_TRACE_EMPTY_CACHE ||
+        is_segment_action(e->action))
+      r->flag[i] |= F_SERIES;
   }
-  qsort(refs, n, sizeof *refs, cmp_ref);
-  size_t k = 0;
-  for (size_t i = 0; i < n; i++) /* the last entry of each address decides */
-    if ((i + 1 == n || refs[i + 1].address != refs[i].address) && t->entries[refs[i].index].action == MN_TRACE_ALLOC)
-      live[k++] = refs[i].index;
-  free(refs);
+  qsort(r->streams, r->nstreams, sizeof *r->streams, cmp_u64);
+  size_t u = 0;
+  for (size_t k = 0; k < r->nstreams; k++)
+    if (u == 0 || r->streams[u - 1] != r->streams[k]) r->streams[u++] = r->streams[k];
+  r->nstreams = u;
+  qsort(refs, nrefs, sizeof *refs, cmp_ref);
+  for (size_t k = 0; k + 1 < nrefs; k++) {
+    const ref_t *a = &refs[k], *b = &refs[k + 1];
+    if (a->address == b->address && t->entries[a->index].action == MN_TRACE_ALLOC &&
+        t->entries[b->index].action == MN_TRACE_FREE_REQUESTED) {
+      r->pair[a->index] = b->index;
+      r->pair[b->index] = a->index;
+    }
+  }
+
   g_sort_trace = t;
-  qsort(live, k, sizeof *live, cmp_entry_size);
-  *out = live;
-  return k;
+  qsort(idx, nallocs, sizeof *idx, cmp_entry_size);
+  for (size_t k = 0; k < nallocs && k < BANDS_MAX; k++) r->flag[idx[k]] |= F_BAND;
+  r->nbands = nallocs < BANDS_MAX ? nallocs : BANDS_MAX;
+  r->bands = malloc((r->nbands ? r->nbands : 1) * sizeof *r->bands);
+  if (!r->bands) return false;
+  memcpy(r->bands, idx, r->nbands * sizeof *idx);
+  qsort(r->bands, r->nbands, sizeof *r->bands, cmp_size_t);
+
+  return true;
+}
+
+/* The curves, entry by entry: the replay's (carried forward from its steps), the
+ * recording allocator's, the live bytes and those outside the bands, and the time. */
+static void compute_curves(report_t *r, const timeline_t *tl) {
+  const mn_trace_t *t = r->t;
+  size_t n = r->n;
+  int64_t ra = 0, rr = 0, rq = 0, ca = 0, cr = 0, lv = 0, ag = 0;
+  uint64_t tm = 0;
+  bool have_time = false;
+  size_t si = 0;
+  for (size_t i = 0; i < n; i++) {
+    const mn_trace_entry_t *e = &t->entries[i];
+    while (si < tl->n && tl->s[si].entry <= i) {
+      ra = tl->s[si].allocated;
+      rr = tl->s[si].reserved;
+      rq = tl->s[si].requested;
+      si++;
+    }
+    if (!e->pre && (r->flag[i] & F_DEV)) {
+      if (!have_time || e->time_us > tm) tm = e->time_us;
+      if (!have_time) r->t_first = tm;
+      have_time = true;
+    }
+    if (r->flag[i] & F_DEV) {
+      if (e->action == MN_TRACE_ALLOC) {
+        ca += recorded_block(e);
+        lv += (int64_t)e->size;
+        if (!(r->flag[i] & F_BAND)) ag += (int64_t)e->size;
+      } else if (e->action == MN_TRACE_FREE_REQUESTED && r->pair[i] != SIZE_MAX) {
+        const mn_trace_entry_t *a = &t->entries[r->pair[i]];
+        ca -= recorded_block(a);
+        lv -= (int64_t)a->size;
+        if (!(r->flag[r->pair[i]] & F_BAND)) ag -= (int64_t)a->size;
+      } else if (e->action == MN_TRACE_SEGMENT_ALLOC || e->action == MN_TRACE_SEGMENT_MAP) {
+        cr += (int64_t)e->size;
+      } else if (e->action == MN_TRACE_SEGMENT_FREE || e->action == MN_TRACE_SEGMENT_UNMAP) {
+        cr -= (int64_t)e->size;
+      }
+    }
+    r->rep_a[i] = ra;
+    r->rep_r[i] = rr;
+    r->rep_q[i] = rq;
+    r->rec_a[i] = ca;
+    r->rec_r[i] = cr;
+    r->live[i] = lv;
+    r->agg[i] = ag;
+    r->tmono[i] = e->pre ? 0 : tm;
+  }
+  r->t_last = tm;
+
+}
+
+/* The timeline points: the device's curve-changing entries, bucketed when there are
+ * more than FULL_POINTS; idx: scratch of n entries. */
+static bool choose_points(report_t *r, size_t *idx, size_t peak_entry) {
+  size_t n = r->n;
+  size_t ns = 0;
+  for (size_t i = 0; i < n; i++)
+    if (r->flag[i] & F_SERIES) idx[ns++] = i;
+  r->decimated = ns > FULL_POINTS;
+  if (!r->decimated) {
+    for (size_t k = 0; k < ns; k++) r->flag[idx[k]] |= F_KEEP;
+  } else {
+    size_t per = (ns + BUCKETS - 1) / BUCKETS;
+    for (size_t b = 0; b < ns; b += per) {
+      size_t best[7] = {SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX};
+      for (size_t k = b; k < b + per && k < ns; k++) {
+        size_t i = idx[k];
+        TAKE_BEST(best[0], i, r->rep_r, >);
+        TAKE_BEST(best[1], i, r->rep_a, >);
+        TAKE_BEST(best[2], i, r->rep_a, <);
+        TAKE_BEST(best[3], i, r->rep_q, >);
+        TAKE_BEST(best[4], i, r->live, >);
+        if (r->has_recorded) {
+          TAKE_BEST(best[5], i, r->rec_r, >);
+          TAKE_BEST(best[6], i, r->rec_a, >);
+        }
+      }
+      for (size_t k = 0; k < 7; k++)
+        if (best[k] != SIZE_MAX) r->flag[best[k]] |= F_KEEP;
+    }
+    size_t at = 0; /* the peak's position among them */
+    while (at < ns && idx[at] < peak_entry) at++;
+    for (size_t k = at > PEAK_WINDOW ? at - PEAK_WINDOW : 0; k < ns && k <= at + PEAK_WINDOW; k++)
+      r->flag[idx[k]] |= F_KEEP;
+    r->flag[idx[0]] |= F_KEEP;
+    r->flag[idx[ns - 1]] |= F_KEEP;
+  }
+  if (peak_entry < n && (r->flag[peak_entry] & F_DEV)) r->flag[peak_entry] |= F_KEEP;
+  if (r->first_event != SIZE_MAX && (r->flag[r->first_event] & F_SERIES)) r->flag[r->first_event] |= F_KEEP;
+  for (size_t i = 0; i < n; i++)
+    if (r->flag[i] & F_KEEP) r->nkeep++;
+  r->keep = malloc((r->nkeep ? r->nkeep : 1) * sizeof *r->keep);
+  if (!r->keep) return false;
+  r->nkeep = 0;
+  for (size_t i = 0; i < n; i++)
+    if (r->flag[i] & F_KEEP) r->keep[r->nkeep++] = i;
+
+  return true;
+}
+
+/* Who holds the peak: the allocations alive after the peak entry, largest first,
+ * and grouped by stack (and, without one, by whether it was made before recording). */
+static bool find_holders(report_t *r, size_t peak_entry) {
+  const mn_trace_t *t = r->t;
+  size_t n = r->n;
+  for (size_t i = 0; i < n && i <= peak_entry; i++)
+    if ((r->flag[i] & F_DEV) && t->entries[i].action == MN_TRACE_ALLOC &&
+        (r->pair[i] == SIZE_MAX || r->pair[i] > peak_entry))
+      r->nheld++;
+  r->held = malloc((r->nheld ? r->nheld : 1) * sizeof *r->held);
+  r->holders = malloc((r->nheld ? r->nheld : 1) * sizeof *r->holders);
+  if (!r->held || !r->holders) return false;
+  r->nheld = 0;
+  for (size_t i = 0; i < n && i <= peak_entry; i++)
+    if ((r->flag[i] & F_DEV) && t->entries[i].action == MN_TRACE_ALLOC &&
+        (r->pair[i] == SIZE_MAX || r->pair[i] > peak_entry)) {
+      const mn_trace_entry_t *e = &t->entries[i];
+      r->holders[r->nheld] = (holder_t){e->stack, e->stack ? 0 : e->pre ? 1 : 2, 1, e->size, (uint64_t)recorded_block(e)};
+      r->held[r->nheld++] = i;
+    }
+  qsort(r->held, r->nheld, sizeof *r->held, cmp_entry_size);
+  qsort(r->holders, r->nheld, sizeof *r->holders, cmp_holder_key);
+  for (size_t k = 0; k < r->nheld; k++) {
+    holder_t *h = &r->holders[k];
+    if (r->nholders && !cmp_holder_key(&r->holders[r->nholders - 1], h)) {
+      holder_t *g = &r->holders[r->nholders - 1];
+      g->count++;
+      g->bytes += h->bytes;
+      g->block_bytes += h->block_bytes;
+    } else {
+      r->holders[r->nholders++] = *h;
+    }
+  }
+  qsort(r->holders, r->nholders, sizeof *r->holders, cmp_holder_bytes);
+
+  return true;
+}
+
+/* The stacks the page shows (page indices in the order first needed), and their frames. */
+static bool collect_stacks(report_t *r) {
+  const mn_trace_t *t = r->t;
+  size_t nst = t->nstacks;
+  r->smap = calloc(nst + 1, sizeof *r->smap);
+  r->sdepth = calloc(nst + 1, sizeof *r->sdepth);
+  r->sout = malloc((nst ? nst : 1) * sizeof *r->sout);
+  r->fmap = calloc(t->nframes + 1, sizeof *r->fmap);
+  r->fout = malloc((t->nframes ? t->nframes : 1) * sizeof *r->fout);
+  if (!r->smap || !r->sdepth || !r->sout || !r->fmap || !r->fout) return false;
+  for (size_t k = 0; k < r->nholders; k++) ref_stack(r, r->holders[k].stack, true);
+  for (size_t k = 0; k < r->nkeep; k++) {
+    size_t i = r->keep[k];
+    ref_stack(r, t->entries[i].stack, false);
+    if (t->entries[i].action == MN_TRACE_FREE_REQUESTED && r->pair[i] != SIZE_MAX)
+      ref_stack(r, t->entries[r->pair[i]].stack, false);
+  }
+  for (size_t k = 0; k < r->nbands; k++) ref_stack(r, t->entries[r->bands[k]].stack, false);
+  for (size_t k = 0; k < r->nsout; k++) {
+    const uint32_t *fr = NULL;
+    size_t d = mn_trace_stack_get(t, r->sout[k], &fr);
+    if (d > r->sdepth[r->sout[k]]) d = r->sdepth[r->sout[k]];
+    for (size_t j = 0; j < d; j++)
+      if (fr[j] && fr[j] <= t->nframes && !r->fmap[fr[j]]) {
+        r->fout[r->nfout++] = fr[j];
+        r->fmap[fr[j]] = (uint32_t)r->nfout;
+      }
+  }
+  return true;
+}
+
+/* Fills the report from the trace and the replay's steps; false when out of host memory. */
+static bool analyze(report_t *r, const timeline_t *tl, size_t peak_entry) {
+  size_t m = r->n ? r->n : 1;
+  r->flag = calloc(m, sizeof *r->flag);
+  r->pair = malloc(m * sizeof *r->pair);
+  r->rep_a = malloc(m * sizeof *r->rep_a);
+  r->rep_r = malloc(m * sizeof *r->rep_r);
+  r->rep_q = malloc(m * sizeof *r->rep_q);
+  r->rec_a = malloc(m * sizeof *r->rec_a);
+  r->rec_r = malloc(m * sizeof *r->rec_r);
+  r->live = malloc(m * sizeof *r->live);
+  r->agg = malloc(m * sizeof *r->agg);
+  r->tmono = malloc(m * sizeof *r->tmono);
+  r->streams = malloc(m * sizeof *r->streams);
+  ref_t *refs = malloc(m * sizeof *refs);
+  size_t *idx = malloc(m * sizeof *idx);
+  bool ok = r->flag && r->pair && r->rep_a && r->rep_r && r->rep_q && r->rec_a && r->rec_r && r->live && r->agg &&
+            r->tmono && r->streams && refs && idx && scan_device(r, refs, idx);
+  if (ok) {
+    compute_curves(r, tl);
+    ok = choose_points(r, idx, peak_entry) && find_holders(r, peak_entry) && collect_stacks(r);
+  }
+  free(refs);
+  free(idx);
+  return ok;
 }
 
 static mn_status make_allocator(const char *config, mn_allocator_t **out) {
@@ -129,6 +519,198 @@ static void write_result(FILE *f, const char *config, const mn_replay_result_t *
           ", \"ns_per_op\": %.1f}",
           r->peak_allocated, r->peak_reserved, r->peak_requested, r->ratio, r->device_allocs, r->ooms, r->retries,
           r->ns_per_op);
+}
+
+/* One column of the timeline: `expr` of entry i for every kept point. */
+#define POINT_COLUMN(name, fmt, expr)                          \
+  do {                                                         \
+    fprintf(f, ",\n \"" name "\": [");                         \
+    for (size_t k_ = 0; k_ < r->nkeep; k_++) {                 \
+      size_t i = r->keep[k_];                                  \
+      fprintf(f, "%s" fmt, k_ ? "," : "", expr);               \
+    }                                                          \
+    fputc(']', f);                                             \
+  } while (0)
+
+static void write_points(FILE *f, const report_t *r) {
+  const mn_trace_t *t = r->t;
+  fprintf(f, "{\"n\": %zu, \"dec\": %s", r->nkeep, r->decimated ? "true" : "false");
+  POINT_COLUMN("e", "%zu", i);
+  POINT_COLUMN("t", "%" PRId64, t->entries[i].pre ? (int64_t)-1 : (int64_t)r->tmono[i]);
+  POINT_COLUMN("act", "%d", (int)t->entries[i].action);
+  POINT_COLUMN("sz", "%" PRIu64, t->entries[i].size);
+  POINT_COLUMN("s", "%zu", stream_index(r, t->entries[i].stream));
+  POINT_COLUMN("k", "%" PRIu32, stack_out(r, t->entries[i].stack));
+  POINT_COLUMN("m", "%" PRId64, r->pair[i] == SIZE_MAX ? (int64_t)-1 : (int64_t)r->pair[i]);
+  POINT_COLUMN("mk", "%" PRIu32,
+               t->entries[i].action == MN_TRACE_FREE_REQUESTED && r->pair[i] != SIZE_MAX
+                   ? stack_out(r, t->entries[r->pair[i]].stack)
+                   : 0u);
+  POINT_COLUMN("ln", "%" PRIu32, t->entries[i].line);
+  POINT_COLUMN("a", "%" PRId64, r->rep_a[i]);
+  POINT_COLUMN("r", "%" PRId64, r->rep_r[i]);
+  POINT_COLUMN("q", "%" PRId64, r->rep_q[i]);
+  POINT_COLUMN("lv", "%" PRId64, r->live[i]);
+  POINT_COLUMN("g", "%" PRId64, r->agg[i]);
+  if (r->has_recorded) {
+    POINT_COLUMN("ra", "%" PRId64, r->rec_a[i]);
+    POINT_COLUMN("rr", "%" PRId64, r->rec_r[i]);
+  }
+  fputc('}', f);
+}
+
+static void write_stacks(FILE *f, const report_t *r) {
+  const mn_trace_t *t = r->t;
+  fprintf(f, ",\n\"stacks\": [");
+  for (size_t k = 0; k < r->nsout; k++) {
+    const uint32_t *fr = NULL;
+    size_t full = mn_trace_stack_get(t, r->sout[k], &fr), d = full;
+    if (d > r->sdepth[r->sout[k]]) d = r->sdepth[r->sout[k]];
+    /* [frames kept (page frame indices), frames in the whole stack] */
+    fprintf(f, "%s[[", k ? "," : "");
+    const char *sep = "";
+    for (size_t j = 0; j < d; j++)
+      if (fr[j] && fr[j] <= t->nframes && r->fmap[fr[j]]) { /* always, for a trace the reader accepted */
+        fprintf(f, "%s%" PRIu32, sep, r->fmap[fr[j]] - 1);
+        sep = ",";
+      }
+    fprintf(f, "],%zu]", full);
+  }
+  fprintf(f, "],\n\"frames\": [");
+  for (size_t k = 0; k < r->nfout; k++) {
+    const mn_trace_frame_t *fm = mn_trace_frame_get(t, r->fout[k]);
+    fprintf(f, "%s\n [", k ? "," : "");
+    json_str(f, fm && fm->file ? fm->file : "");
+    fprintf(f, ",%" PRIu32 ",", fm ? fm->line : 0);
+    json_str(f, fm && fm->name ? fm->name : "");
+    fputc(']', f);
+  }
+  fputc(']', f);
+}
+
+/* The allocator's segments at the peak: fully free ones folded by size. */
+static bool write_segments(FILE *f, const mn_snapshot_t *snap) {
+  uint64_t *fsz = malloc((snap->nsegments ? snap->nsegments : 1) * sizeof *fsz);
+  if (!fsz) return false;
+  size_t nfree = 0;
+  fprintf(f, ",\n\"nsegments\": %zu, \"segments\": [", snap->nsegments);
+  const char *sep = "";
+  for (size_t i = 0; i < snap->nsegments; i++) {
+    const mn_snapshot_segment_t *s = &snap->segments[i];
+    bool all_free = true;
+    for (size_t b = 0; b < s->nblocks; b++) all_free &= s->blocks[b].state == MN_BLOCK_INACTIVE;
+    if (all_free) {
+      fsz[nfree++] = s->total_size;
+      continue;
+    }
+    fprintf(f, "%s\n  {\"address\": \"0x%" PRIxPTR "\", \"size\": %zu, \"allocated\": %zu, \"stream\": %" PRIu64
+            ", \"large\": %s, \"expandable\": %s, \"blocks\": [",
+            sep, s->address, s->total_size, s->allocated_size, s->stream_id, s->is_large ? "true" : "false",
+            s->is_expandable ? "true" : "false");
+    sep = ",";
+    for (size_t b = 0; b < s->nblocks; b++)
+      fprintf(f, "%s[%zu,%zu,%d]", b ? "," : "", s->blocks[b].size, s->blocks[b].requested_size,
+              (int)s->blocks[b].state);
+    fprintf(f, "]}");
+  }
+  qsort(fsz, nfree, sizeof *fsz, cmp_u64_desc);
+  fprintf(f, "],\n\"free_segments\": [");
+  for (size_t i = 0, k = 0; i < nfree; i = k) {
+    while (k < nfree && fsz[k] == fsz[i]) k++;
+    fprintf(f, "%s[%" PRIu64 ",%zu]", i ? "," : "", fsz[i], k - i);
+  }
+  fputc(']', f);
+  free(fsz);
+  return true;
+}
+
+typedef struct page_args_s {
+  const char *path, *title;
+  const char *const *configs;
+  size_t nconfigs;
+  bool as_recorded;
+  const mn_replay_result_t *res;
+  size_t peak_entry;
+  const mn_snapshot_t *snap;
+} page_args_t;
+
+/* The page: head, data, tail. false when out of host memory. */
+static bool write_page(FILE *f, const report_t *r, const page_args_t *p) {
+  const mn_trace_t *t = r->t;
+  fputs(mn_report_page_head, f);
+  fprintf(f, "<script id=\"mn-data\" type=\"application/json\">\n{\"trace\": ");
+  json_str(f, p->path);
+  fprintf(f, ", \"title\": ");
+  json_str(f, p->title ? p->title : p->path);
+  const char *src = mn_trace_meta_get(t, "source");
+  fprintf(f, ", \"source\": ");
+  json_str(f, src ? src : "");
+  const char *by = mn_trace_meta_get(t, "recorded_by");
+  fprintf(f, ", \"recorded_by\": ");
+  json_str(f, by ? by : "");
+  fprintf(f, ",\n\"entries\": %zu, \"device\": %" PRIu32 ", \"peak_entry\": %zu, \"peak_line\": %" PRIu32
+          ", \"live_at_peak\": %zu, \"first_event\": %" PRId64 ", \"t_first\": %" PRIu64 ", \"t_last\": %" PRIu64
+          ", \"has_stacks\": %s, \"has_recorded\": %s, \"as_recorded\": %s",
+          t->nentries, r->dev, p->peak_entry, p->peak_entry < t->nentries ? t->entries[p->peak_entry].line : 0,
+          r->nheld, r->first_event == SIZE_MAX ? (int64_t)-1 : (int64_t)r->first_event, r->t_first, r->t_last,
+          t->nstacks ? "true" : "false", r->has_recorded ? "true" : "false", p->as_recorded ? "true" : "false");
+  fprintf(f, ",\n\"limits\": {\"full_points\": %d, \"buckets\": %d, \"peak_window\": %d, \"bands\": %d, "
+          "\"stack_hover\": %d}", FULL_POINTS, BUCKETS, PEAK_WINDOW, BANDS_MAX, STACK_HOVER_MAX);
+  fprintf(f, ",\n\"actions\": [");
+  for (int a = 0; a < MN_TRACE_ACTION_COUNT; a++) {
+    fputs(a ? "," : "", f);
+    json_str(f, mn_trace_action_name((mn_trace_action)a));
+  }
+  fprintf(f, "], \"streams\": [");
+  for (size_t k = 0; k < r->nstreams; k++) fprintf(f, "%s\"%" PRIu64 "\"", k ? "," : "", r->streams[k]);
+  uint64_t v;
+  fprintf(f, "],\n\"torch\": {");
+  const char *sep = "";
+  static const char *const tkeys[] = {"torch_peak_allocated", "torch_peak_reserved", "torch_peak_requested"};
+  for (size_t k = 0; k < 3; k++)
+    if (mn_trace_meta_get_u64(t, tkeys[k], &v) == MN_OK) {
+      fprintf(f, "%s\"%s\": %" PRIu64, sep, tkeys[k] + 6, v);
+      sep = ", ";
+    }
+  mn_clear_error();
+  fprintf(f, "}, \"results\": [");
+  for (size_t k = 0; k < p->nconfigs; k++) {
+    fprintf(f, "%s\n  ", k ? "," : "");
+    write_result(f, p->configs[k], &p->res[k]);
+  }
+  fprintf(f, "],\n\"points\": ");
+  write_points(f, r);
+  /* bands: [alloc entry, its time (-1: pre), free entry (-1: never), its time, bytes, stream, stack] */
+  fprintf(f, ",\n\"bands\": [");
+  for (size_t k = 0; k < r->nbands; k++) {
+    size_t i = r->bands[k], j = r->pair[i];
+    const mn_trace_entry_t *e = &t->entries[i];
+    fprintf(f, "%s[%zu,%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRIu64 ",%zu,%" PRIu32 "]", k ? "," : "", i,
+            e->pre ? (int64_t)-1 : (int64_t)r->tmono[i], j == SIZE_MAX ? (int64_t)-1 : (int64_t)j,
+            j == SIZE_MAX ? (int64_t)-1 : (int64_t)r->tmono[j], e->size, stream_index(r, e->stream),
+            stack_out(r, e->stack));
+  }
+  /* holders: [stack (page index + 1, 0: none), kind, count, bytes asked, recorded block bytes] */
+  fprintf(f, "],\n\"holders\": [");
+  for (size_t k = 0; k < r->nholders; k++) {
+    const holder_t *h = &r->holders[k];
+    fprintf(f, "%s[%" PRIu32 ",%d,%zu,%" PRIu64 ",%" PRIu64 "]", k ? "," : "", stack_out(r, h->stack), h->kind,
+            h->count, h->bytes, h->block_bytes);
+  }
+  fputc(']', f);
+  write_stacks(f, r);
+  if (!write_segments(f, p->snap)) return false;
+  /* largest: [trace line, entry, stream id, asked, recorded block, time, pre, stack] */
+  fprintf(f, ",\n\"largest\": [");
+  for (size_t k = 0; k < r->nheld && k < TOP_ALLOCS; k++) {
+    const mn_trace_entry_t *e = &t->entries[r->held[k]];
+    fprintf(f, "%s[%" PRIu32 ",%zu,\"%" PRIu64 "\",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%d,%" PRIu32 "]", k ? "," : "",
+            e->line, r->held[k], e->stream, e->size, e->block_size, e->time_us, e->pre ? 1 : 0,
+            stack_out(r, e->stack));
+  }
+  fprintf(f, "]}\n</script>\n");
+  fputs(mn_report_page_tail, f);
+  return true;
 }
 
 int cmd_report(int argc, char **argv) {
@@ -180,7 +762,6 @@ int cmd_report(int argc, char **argv) {
     fprintf(stderr, "usage: mnemo\n%s", cmd_report_usage);
     return 2;
   }
-  if (nconfigs == 0) configs[nconfigs++] = "";
   for (size_t k = 0; k < nconfigs; k++) {
     mn_caching_config_t cfg = mn_caching_config_default();
     if (mn_caching_config_parse(configs[k], &cfg) != MN_OK) {
@@ -197,17 +778,25 @@ int cmd_report(int argc, char **argv) {
     }
   }
   mn_trace_t *t = NULL;
-  if (mn_trace_read(path, &t) != MN_OK) {
-    fprintf(stderr, "mnemo report: %s\n", mn_last_error());
-    return 1;
+  int lrc = mn__tools_trace_load("mnemo report", path, trace_device, &t);
+  if (lrc) return lrc;
+  /* No --config: replay as recorded, with the settings the trace was recorded with
+   * (its `meta config`; the defaults when it has none or mnemo refuses them). */
+  bool as_recorded = false;
+  if (nconfigs == 0) {
+    const char *meta = mn_trace_meta_get(t, "config");
+    configs[nconfigs++] = mn__tools_recorded_config("mnemo report", t);
+    as_recorded = meta && !strcmp(meta, configs[0]);
   }
   int rc = 1;
   timeline_t tl = {0};
+  report_t rep;
+  memset(&rep, 0, sizeof rep);
   mn_snapshot_t *snap = NULL;
   mn_replay_result_t res[MAX_CONFIGS];
   mn_allocator_t *a = NULL;
-  size_t *top = NULL;
   FILE *f = NULL;
+  char *page = NULL;
   /* 1: every config, the first with the timeline. */
   for (size_t k = 0; k < nconfigs; k++) {
     if (make_allocator(configs[k], &a) != MN_OK) goto fail;
@@ -246,91 +835,36 @@ int cmd_report(int argc, char **argv) {
   }
   size_t nblocks = 0;
   for (size_t i = 0; i < snap->nsegments; i++) nblocks += snap->segments[i].nblocks;
-  size_t nact = live_at(t, res[0].trace_device, peak_entry, &top);
-  if (!top) {
+  /* 3: what the trace itself says, for the replayed device. */
+  rep.t = t;
+  rep.n = t->nentries;
+  rep.dev = res[0].trace_device;
+  if (!analyze(&rep, &tl, peak_entry)) {
     fprintf(stderr, "mnemo report: out of host memory\n");
     goto done;
   }
 
-  /* 3: the page, built in memory and written through a temporary file renamed
+  /* 4: the page, built in memory and written through a temporary file renamed
    * into place (regular files only: a FIFO or device is refused, not waited on). */
-  char *page = NULL;
   size_t page_len = 0;
   f = open_memstream(&page, &page_len);
   if (!f) {
     fprintf(stderr, "mnemo report: out of host memory\n");
     goto done;
   }
-  fputs(mn_report_page_head, f);
-  fprintf(f, "<script id=\"mn-data\" type=\"application/json\">\n{\"trace\": ");
-  json_str(f, path);
-  fprintf(f, ", \"title\": ");
-  json_str(f, title ? title : path);
-  const char *src = mn_trace_meta_get(t, "source");
-  fprintf(f, ", \"source\": ");
-  json_str(f, src ? src : "");
-  fprintf(f, ", \"entries\": %zu, \"peak_entry\": %zu, \"peak_line\": %" PRIu32 ", \"live_at_peak\": %zu",
-          t->nentries, peak_entry, peak_entry < t->nentries ? t->entries[peak_entry].line : 0, nact);
-  uint64_t v;
-  fprintf(f, ", \"torch\": {");
-  const char *sep = "";
-  static const char *const tkeys[] = {"torch_peak_allocated", "torch_peak_reserved", "torch_peak_requested"};
-  for (size_t k = 0; k < 3; k++)
-    if (mn_trace_meta_get_u64(t, tkeys[k], &v) == MN_OK) {
-      fprintf(f, "%s\"%s\": %" PRIu64, sep, tkeys[k] + 6, v);
-      sep = ", ";
-    }
-  mn_clear_error();
-  fprintf(f, "}, \"results\": [");
-  for (size_t k = 0; k < nconfigs; k++) {
-    fprintf(f, "%s\n  ", k ? "," : "");
-    write_result(f, configs[k], &res[k]);
-  }
-  /* Timeline, at most MAX_POINTS buckets; each keeps its step of highest
-   * reserved (then allocated), so the peaks survive the thinning. */
-  fprintf(f, "],\n\"timeline\": [");
-  size_t per = tl.n / MAX_POINTS + 1;
-  for (size_t b = 0; b < tl.n; b += per) {
-    size_t best = b, best_alloc = b;
-    for (size_t i = b; i < b + per && i < tl.n; i++) {
-      if (tl.s[i].reserved > tl.s[best].reserved) best = i;
-      if (tl.s[i].allocated > tl.s[best_alloc].allocated) best_alloc = i;
-    }
-    fprintf(f, "%s[%zu,%" PRId64 ",%" PRId64 ",%" PRId64 "]", b ? "," : "", tl.s[best].entry,
-            tl.s[best_alloc].allocated, tl.s[best].reserved, tl.s[best].requested);
-  }
-  fprintf(f, "],\n\"segments\": [");
-  for (size_t i = 0; i < snap->nsegments; i++) {
-    const mn_snapshot_segment_t *s = &snap->segments[i];
-    fprintf(f, "%s\n  {\"address\": \"0x%" PRIxPTR "\", \"size\": %zu, \"allocated\": %zu, \"stream\": %" PRIu64
-            ", \"large\": %s, \"expandable\": %s, \"blocks\": [",
-            i ? "," : "", s->address, s->total_size, s->allocated_size, s->stream_id, s->is_large ? "true" : "false",
-            s->is_expandable ? "true" : "false");
-    for (size_t b = 0; b < s->nblocks; b++)
-      fprintf(f, "%s[%zu,%zu,%d]", b ? "," : "", s->blocks[b].size, s->blocks[b].requested_size,
-              (int)s->blocks[b].state);
-    fprintf(f, "]}");
-  }
-  fprintf(f, "],\n\"largest\": [");
-  for (size_t i = 0; i < nact && i < TOP_ALLOCS; i++) {
-    const mn_trace_entry_t *e = &t->entries[top[i]];
-    fprintf(f, "%s[%" PRIu32 ",%zu,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%d]", i ? "," : "", e->line,
-            top[i], e->stream, e->size, e->block_size, e->time_us, e->pre ? 1 : 0);
-  }
-  fprintf(f, "]}\n</script>\n");
-  fputs(mn_report_page_tail, f);
-  bool built = !ferror(f);
+  page_args_t pa = {path, title, configs, nconfigs, as_recorded, res, peak_entry, snap};
+  bool built = write_page(f, &rep, &pa);
+  built = !ferror(f) && built;
   built = fclose(f) == 0 && built;
   f = NULL;
   mn_status wst = built ? mn__file_write_atomic("mnemo report", out_path, page, page_len) : MN_ERR_OUT_OF_MEMORY;
-  free(page);
   if (wst != MN_OK) {
     fprintf(stderr, "%s\n", built ? mn_last_error() : "mnemo report: out of host memory building the page");
     goto done;
   }
-  /* 4: the summary on stdout. */
+  /* 5: the summary on stdout. */
   char x[32], y[32];
-  printf("report %s: %zu entries, %zu configs\n", out_path, t->nentries, nconfigs);
+  printf("report %s: %zu entries, %zu configs, %zu bytes\n", out_path, t->nentries, nconfigs, page_len);
   printf("  peak reserved %" PRId64 " B (%.2f GiB) at entry %zu; peak allocated %" PRId64 " B (%.2f GiB)\n",
          res[0].peak_reserved, (double)res[0].peak_reserved / 1073741824.0, peak_entry, res[0].peak_allocated,
          (double)res[0].peak_allocated / 1073741824.0);
@@ -345,13 +879,17 @@ int cmd_report(int argc, char **argv) {
   snprintf(y, sizeof y, "%.2f MiB", (double)largest_free / 1048576.0);
   printf("  at the peak: %zu segments, %zu blocks, %s free in segments (largest free block %s)\n", snap->nsegments,
          nblocks, x, y);
-  if (nact)
-    printf("  %zu allocations alive at the peak; the largest: %.2f MiB (trace line %" PRIu32 ")\n", nact,
-           (double)t->entries[top[0]].size / 1048576.0, t->entries[top[0]].line);
-  for (size_t k = 0; k < nconfigs; k++)
-    printf("  %-40.40s reserved %.2f GiB, allocated %.2f GiB, ratio %.3f, %" PRIu64 " OOMs\n",
-           configs[k][0] ? configs[k] : "(defaults)", (double)res[k].peak_reserved / 1073741824.0,
-           (double)res[k].peak_allocated / 1073741824.0, res[k].ratio, res[k].ooms);
+  if (rep.nheld)
+    printf("  %zu allocations alive at the peak; the largest: %.2f MiB (trace line %" PRIu32 ")\n", rep.nheld,
+           (double)t->entries[rep.held[0]].size / 1048576.0, t->entries[rep.held[0]].line);
+  for (size_t k = 0; k < nconfigs; k++) {
+    char lb[64];
+    if (k == 0 && as_recorded) snprintf(lb, sizeof lb, "as recorded (%.40s)", configs[0][0] ? configs[0] : "defaults");
+    else snprintf(lb, sizeof lb, "%s", configs[k][0] ? configs[k] : "(defaults)");
+    printf("  %-40.40s reserved %.2f GiB, allocated %.2f GiB, ratio %.3f, %" PRIu64 " OOMs\n", lb,
+           (double)res[k].peak_reserved / 1073741824.0, (double)res[k].peak_allocated / 1073741824.0, res[k].ratio,
+           res[k].ooms);
+  }
   uint64_t tr = 0, ta = 0;
   if (mn_trace_meta_get_u64(t, "torch_peak_reserved", &tr) == MN_OK &&
       mn_trace_meta_get_u64(t, "torch_peak_allocated", &ta) == MN_OK)
@@ -364,8 +902,9 @@ fail:
   fprintf(stderr, "mnemo report: %s\n", mn_last_error());
 done:
   if (f) fclose(f);
+  free(page);
   mn_allocator_destroy(a);
-  free(top);
+  report_free(&rep);
   if (snap) mn_snapshot_free(snap);
   free(tl.s);
   mn_trace_destroy(t);
