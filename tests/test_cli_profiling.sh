@@ -58,6 +58,12 @@ check "replay: no progress bar when stderr is not a terminal" test ! -s "$tmp/er
 "$cli" snapshot "$src/tests/corpus/trace/small.trace" --at end --blocks >"$tmp/out" 2>&1
 check "snapshot of a trace: segment table" has "$tmp/out" "largest free"
 check "snapshot of a trace: memory summary" has "$tmp/out" "mnemo memory summary, device sim:0"
+# a trace with stacks: who holds the memory at the peak, grouped by stack
+"$cli" snapshot "$src/data/traces/gpt2_train_2s.trace" --blocks >"$tmp/out" 2>&1
+check "snapshot: replayed as recorded" has "$tmp/out" "(as recorded: defaults)"
+check "snapshot of a v3 trace: who holds the memory" has "$tmp/out" "who holds the memory: 700 live allocations"
+check "... the largest group's innermost frame" has "$tmp/out" "forward  (/opt/torch/.venv/lib/python3.12/site-packages/transformers/activations.py:66)"
+check "... --blocks: the live allocations with their innermost frame" has "$tmp/out" "      at forward"
 "$cli" snapshot "$trace" --at 99999999 >"$tmp/out" 2>&1
 check "snapshot --at out of range: usage error" test $? -eq 2
 

@@ -431,8 +431,8 @@ def main():
                   f"hover on the peak marker names entry {d['peak_entry']} and {runs[0]['peak_reserved']} B ({tip[:90]!r})")
 
             # 2. as recorded: the trace's meta config, no --config
-            with open(trace) as f:
-                text = f.read()
+            with open(trace) as f:  # its own meta config (the importer writes one) replaced
+                text = "".join(l for l in f.read().splitlines(True) if l.split()[:2] != ["meta", "config"])
             rec_trace = os.path.join(tmp, "recorded.trace")
             with open(rec_trace, "w") as f:
                 first, rest = text.split("\n", 1)

@@ -52,7 +52,96 @@ static void find_peak(void *user, const mn_replay_step_t *s) {
 typedef struct stop_s {
   bool blocks;
   int rc;
+  const mn_trace_t *t;
+  void **live; /* the replay's live pointer per entry at the stop */
 } stop_t;
+
+#define TOP_STACKS 10
+#define FRAMES_SHOWN 6
+#define BLOCKS_SHOWN 50
+
+static const mn_trace_t *g_t;
+static const uint64_t *g_bytes;
+static int cmp_bytes_desc(const void *a, const void *b) {
+  uint64_t x = g_bytes[*(const size_t *)a], y = g_bytes[*(const size_t *)b];
+  if (x != y) return x < y ? 1 : -1;
+  return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
+}
+static int cmp_entry_size_desc(const void *a, const void *b) {
+  uint64_t x = g_t->entries[*(const size_t *)a].size, y = g_t->entries[*(const size_t *)b].size;
+  if (x != y) return x < y ? 1 : -1;
+  return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
+}
+
+static void print_frame(const mn_trace_t *t, uint32_t id, const char *indent) {
+  const mn_trace_frame_t *f = mn_trace_frame_get(t, id);
+  if (!f) return;
+  printf("%s%s", indent, f->name[0] ? f->name : "?");
+  if (f->file[0]) printf("  (%s%s", f->file, f->line ? "" : ")");
+  if (f->file[0] && f->line) printf(":%" PRIu32 ")", f->line);
+  printf("\n");
+}
+
+/* Who holds the memory at the stop: the live allocations grouped by the stack
+ * that allocated them (traces with stacks), and with --blocks the largest ones. */
+static int print_holders(const stop_t *s) {
+  const mn_trace_t *t = s->t;
+  if (t->nstacks == 0 && !s->blocks) return 0;
+  uint64_t *bytes = calloc(t->nstacks + 1, sizeof *bytes), *count = calloc(t->nstacks + 1, sizeof *count);
+  size_t *order = calloc(t->nstacks + 1, sizeof *order), *live = calloc(t->nentries ? t->nentries : 1, sizeof *live);
+  int rc = 0;
+  if (!bytes || !count || !order || !live) {
+    fprintf(stderr, "mnemo snapshot: out of host memory\n");
+    rc = 1;
+    goto done;
+  }
+  size_t nlive = 0;
+  uint64_t total = 0;
+  for (size_t i = 0; i < t->nentries; i++) {
+    if (!s->live[i]) continue;
+    const mn_trace_entry_t *e = &t->entries[i];
+    uint32_t k = e->stack <= t->nstacks ? e->stack : 0;
+    bytes[k] += e->size;
+    count[k]++;
+    total += e->size;
+    live[nlive++] = i;
+  }
+  if (t->nstacks) {
+    for (size_t k = 0; k <= t->nstacks; k++) order[k] = k;
+    g_bytes = bytes;
+    qsort(order, t->nstacks + 1, sizeof *order, cmp_bytes_desc);
+    printf("\nwho holds the memory: %zu live allocations, %.2f MiB asked for, by the stack that allocated them\n",
+           nlive, (double)total / 1048576.0);
+    for (size_t j = 0; j < TOP_STACKS && j <= t->nstacks && bytes[order[j]]; j++) {
+      size_t k = order[j];
+      printf("  %10.2f MiB %5.1f%% in %" PRIu64 " allocation%s%s\n", (double)bytes[k] / 1048576.0,
+             total ? 100.0 * (double)bytes[k] / (double)total : 0.0, count[k], count[k] == 1 ? "" : "s",
+             k ? "" : ", no stack (allocated before recording, or not recorded)");
+      const uint32_t *fr = NULL;
+      size_t nf = mn_trace_stack_get(t, (uint32_t)k, &fr);
+      for (size_t f = 0; f < nf && f < FRAMES_SHOWN; f++) print_frame(t, fr[f], "      ");
+      if (nf > FRAMES_SHOWN) printf("      ... %zu more frames\n", nf - FRAMES_SHOWN);
+    }
+  }
+  if (s->blocks) {
+    g_t = t;
+    qsort(live, nlive, sizeof *live, cmp_entry_size_desc);
+    printf("\nlive allocations, largest first (%zu of %zu):\n", nlive < BLOCKS_SHOWN ? nlive : BLOCKS_SHOWN, nlive);
+    for (size_t j = 0; j < nlive && j < BLOCKS_SHOWN; j++) {
+      const mn_trace_entry_t *e = &t->entries[live[j]];
+      printf("  %p %12.2f KiB  trace %s %" PRIu32 "%s\n", s->live[live[j]], (double)e->size / 1024.0,
+             e->line ? "line" : "entry", e->line ? e->line : (uint32_t)live[j], e->pre ? " (before recording)" : "");
+      const uint32_t *fr = NULL;
+      if (mn_trace_stack_get(t, e->stack, &fr)) print_frame(t, fr[0], "      at ");
+    }
+  }
+done:
+  free(bytes);
+  free(count);
+  free(order);
+  free(live);
+  return rc;
+}
 
 static void print_state(void *user, mn_allocator_t *a) {
   stop_t *s = user;
@@ -156,15 +245,23 @@ int cmd_snapshot(int argc, char **argv) {
          config[0] ? config : "defaults", stop);
   if (stop < t->nentries && t->entries[stop].line) printf(" (line %" PRIu32 ")", t->entries[stop].line);
   printf(" [%s]\n", at);
-  stop_t s = {blocks, 0};
+  stop_t s = {blocks, 0, t, calloc(t->nentries ? t->nentries : 1, sizeof(void *))};
+  if (!s.live) {
+    fprintf(stderr, "mnemo snapshot: out of host memory\n");
+    goto done;
+  }
   mn_replay_options_t o = mn_replay_options_default();
   o.stop_after = stop;
   o.at_stop = print_state;
   o.at_stop_user = &s;
+  o.live_ptrs = s.live;
   mn_replay_result_t r;
-  if (mn_caching_allocator_create(mn_device_sim(0), &cfg, &a) != MN_OK || mn_trace_replay(t, a, &o, &r) != MN_OK)
+  if (mn_caching_allocator_create(mn_device_sim(0), &cfg, &a) != MN_OK || mn_trace_replay(t, a, &o, &r) != MN_OK) {
+    free(s.live);
     goto fail;
-  rc = s.rc;
+  }
+  rc = s.rc ? s.rc : print_holders(&s);
+  free(s.live);
   goto done;
 fail:
   fprintf(stderr, "mnemo snapshot: %s\n", mn_last_error());

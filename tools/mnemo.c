@@ -55,6 +55,11 @@ static int cmd_info(void) {
                        types[t] == MN_DEVICE_CUDA && !mn_build_has_cuda() ? " (built without CUDA)" : "");
     for (int i = 0; i < n; i++) print_device((mn_device_t){types[t], i});
   }
+  char where[1024];
+  bool found = mn__tools_find(MN__TOOLS_SCRIPT, "import_torch_snapshot.py", where, sizeof where);
+  printf("PyTorch snapshot importer: %s%s\n", where, found ? "" : " (not found)");
+  found = mn__tools_find(MN__TOOLS_DATA, "traces", where, sizeof where);
+  printf("sample traces: %s%s\n", where, found ? "" : " (not found)");
   printf("environment:\n");
   for (int i = 0; i < mn_env_count(); i++) {
     mn_env_var_t var;

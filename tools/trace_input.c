@@ -42,11 +42,11 @@ bool mn__tools_find(mn__tools_kind kind, const char *name, char *buf, size_t siz
   char first[PATH_MAX] = "", dir[PATH_MAX];
   const char *places[3];
   size_t n = 0;
-  char share[PATH_MAX + 32];
+  char share[PATH_MAX + 32], resolved[PATH_MAX];
   if (env && *env) places[n++] = env;
   if (exe_dir(dir, sizeof dir)) {
     snprintf(share, sizeof share, "%s/../share/mnemo", dir);
-    places[n++] = share;
+    places[n++] = realpath(share, resolved) ? resolved : share; /* <prefix>/share/mnemo, without the bin/.. */
     if (in_build_tree(dir)) places[n++] = kind == MN__TOOLS_SCRIPT ? MN_TOOLS_DIR : MN_DATA_DIR;
   }
   for (size_t i = 0; i < n; i++) {

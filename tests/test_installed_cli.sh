@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# tests/test_installed_cli.sh: the installed mnemo CLI works where it is installed,
+# from any prefix, without the source tree: it finds its PyTorch importer and
+# exporter and the sample traces in <prefix>/share/mnemo relative to itself. Installs
+# the build into a scratch prefix, moves the prefix elsewhere (so no path compiled
+# in at install time can be what it uses), and drives replay, report, snapshot,
+# import, export and demo on a real snapshot with MNEMO_TOOLS_DIR/MNEMO_DATA_DIR
+# unset. Single-threaded; writes only its scratch folder.
+#
+# usage: test_installed_cli.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+build=$1 src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+unset MNEMO_TOOLS_DIR MNEMO_DATA_DIR
+fails=0
+check() {
+  local what=$1
+  shift
+  if "$@"; then echo "ok    $what"; else echo "FAIL  $what"; fails=$((fails + 1)); fi
+}
+has() { grep -q -- "$2" "$1"; }
+
+cmake --install "$build" --prefix "$tmp/first" >/dev/null || { echo "FAIL  install"; exit 1; }
+mv "$tmp/first" "$tmp/moved"
+cli=$tmp/moved/bin/mnemo
+share=$tmp/moved/share/mnemo
+check "importer installed" test -x "$share/import_torch_snapshot.py"
+check "exporter installed" test -x "$share/export_torch_snapshot.py"
+check "sample traces installed" test -s "$share/traces/ctx128_forward_mixed.trace"
+
+"$cli" info >"$tmp/out" 2>&1
+check "info: the importer found next to the moved executable" has "$tmp/out" "importer: $share/import_torch_snapshot.py"
+check "info: the sample traces found there too" has "$tmp/out" "sample traces: $share/traces"
+check "info: nothing from the source tree" test "$(grep -c "$src" "$tmp/out")" -eq 0
+
+snap=$src/data/traces/resnet50_train.pickle.gz
+"$cli" replay "$snap" --json --no-progress >"$tmp/replay" 2>"$tmp/err"
+check "replay of a .pickle.gz from the moved prefix" test $? -eq 0
+check "... replayed as recorded" has "$tmp/replay" '"as_recorded": true'
+check "... to PyTorch's peak reserved" grep -q '"reserved_vs_torch": 1.0000' "$tmp/replay"
+
+"$cli" report "$snap" -o "$tmp/report.html" >"$tmp/out" 2>&1
+check "report of a .pickle.gz" test $? -eq 0 -a -s "$tmp/report.html"
+"$cli" snapshot "$snap" >"$tmp/out" 2>&1
+check "snapshot of a .pickle.gz: its segment table" has "$tmp/out" "largest free"
+"$cli" import --from torch "$snap" -o "$tmp/r.trace" >"$tmp/out" 2>&1
+check "import --from torch" test $? -eq 0 -a -s "$tmp/r.trace"
+"$cli" export --to torch "$share/traces/ctx128_forward_mixed.trace" -o "$tmp/x.pickle" >"$tmp/out" 2>&1
+check "export --to torch of an installed sample trace" test $? -eq 0 -a -s "$tmp/x.pickle"
+"$cli" replay "$tmp/x.pickle" --json --no-progress >"$tmp/out" 2>&1
+check "... and the exported snapshot replays" has "$tmp/out" '"peak_reserved"'
+TMPDIR=$tmp "$cli" demo >"$tmp/out" 2>&1
+check "demo replays the installed sample trace" has "$tmp/out" "replaying the bundled PyTorch trace $share/traces"
+
+# A copy of the executable with no share/mnemo beside it says what it misses.
+mkdir -p "$tmp/lonely/bin"
+cp "$cli" "$tmp/lonely/bin/mnemo"
+"$tmp/lonely/bin/mnemo" replay "$snap" --no-progress >"$tmp/out" 2>&1
+rc=$?
+check "without its share folder: exit 1" test $rc -eq 1
+check "... naming the place it looked" has "$tmp/out" "cannot find import_torch_snapshot.py"
+
+if [ "$fails" -ne 0 ]; then
+  echo "$fails failed"
+  exit 1
+fi
+echo "all passed"
