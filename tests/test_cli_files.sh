@@ -28,6 +28,8 @@ expect "snapshot of a FIFO" "not a regular file" "$cli" snapshot "$d/f"
 expect "import --from rmm of a FIFO" "not a regular file" "$cli" import --from rmm "$d/f" -o "$d/o.trace"
 expect "import --from torch of a FIFO" "not a regular file" "$cli" import --from torch "$d/f" -o "$d/o.trace"
 expect "import --from torch of /dev/zero" "not a regular file" "$cli" import --from torch /dev/zero -o "$d/o.trace"
+expect "export of a FIFO" "not a regular file" "$cli" export --to torch "$d/f" -o "$d/o.pickle"
+expect "replay of a FIFO" "not a regular file" "$cli" replay "$d/f"
 expect "report into a FIFO" "not a regular file" "$cli" report "$trace" -o "$d/f"
 expect "report into /dev/full" "not a regular file" "$cli" report "$trace" -o /dev/full
 expect "replay with stdout on /dev/full" "writing the output failed" sh -c "exec '$cli' replay '$trace' >/dev/full"

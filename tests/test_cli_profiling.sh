@@ -34,6 +34,22 @@ check "truncated RMM log: reported with its line" has "$tmp/err" "truncated.csv:
 check "import torch through the python importer" has "$tmp/oom.trace" " oom 0 0x100000 41943040"
 "$cli" import --from csv x -o y >/dev/null 2>&1
 check "import: bad --from is a usage error" test $? -eq 2
+"$cli" export --to rmm "$tmp/oom.trace" -o "$tmp/x.pickle" >"$tmp/out" 2>&1
+check "export: a format other than torch is a usage error" test $? -eq 2
+"$cli" export --to torch "$tmp/missing.trace" -o "$tmp/x.pickle" >"$tmp/out" 2>&1
+check "export of a missing trace: exit 1" test $? -eq 1
+"$cli" export --to torch "$tmp/oom.trace" >"$tmp/out" 2>&1
+check "export without -o: usage" has "$tmp/out" "export --to torch TRACE -o SNAPSHOT.pickle"
+"$cli" export --to torch "$tmp/oom.trace" -o "$tmp/oom.pickle" >"$tmp/out" 2>&1
+"$cli" import --from torch "$tmp/oom.pickle" -o "$tmp/oom2.trace" 2>"$tmp/err"
+check "export then import keeps the oom event" has "$tmp/oom2.trace" " oom 0 0x100000 41943040"
+printf 'not a snapshot' >"$tmp/junk.pickle"
+"$cli" replay "$tmp/junk.pickle" --no-progress >"$tmp/out" 2>&1
+check "replay of a file that is neither: the trace reader's message" has "$tmp/out" "junk.pickle:1"
+printf '\x80\x04junk' >"$tmp/trunc.pickle"
+"$cli" replay "$tmp/trunc.pickle" --no-progress >"$tmp/out" 2>&1
+check "replay of a damaged pickle: exit 2, the importer's message" test $? -eq 2
+check "... saying malformed snapshot" has "$tmp/out" "malformed snapshot"
 
 # replay
 trace=$src/data/traces/ctx128_forward_mixed.trace

@@ -271,30 +271,50 @@ done:
   return rc;
 }
 
-int cmd_import(int argc, char **argv) {
-  const char *from = NULL, *in = NULL, *out = NULL, *device = NULL;
+/* The arguments of `mnemo import` and `mnemo export`: FORMAT_OPT (--from or --to)
+ * FORMAT, one input, -o OUTPUT, optional --device N. Returns -1 when they parse,
+ * else the exit status (2) after saying why on stderr. */
+typedef struct io_args_s {
+  const char *format, *in, *out, *device;
+} io_args_t;
+
+static int parse_io_args(const char *prog, const char *format_opt, const char *usage, int argc, char **argv,
+                         io_args_t *a) {
+  memset(a, 0, sizeof *a);
   for (int i = 0; i < argc; i++) {
     const char *arg = argv[i];
-    if (!strcmp(arg, "--from") || !strcmp(arg, "-o") || !strcmp(arg, "--device")) {
+    if (!strcmp(arg, format_opt) || !strcmp(arg, "-o") || !strcmp(arg, "--device")) {
       if (i + 1 >= argc) {
-        fprintf(stderr, "mnemo import: %s needs a value\n", arg);
+        fprintf(stderr, "%s: %s needs a value\n", prog, arg);
         return 2;
       }
       const char *v = argv[++i];
-      if (!strcmp(arg, "--from")) from = v;
-      else if (!strcmp(arg, "-o")) out = v;
-      else device = v;
+      if (!strcmp(arg, format_opt)) a->format = v;
+      else if (!strcmp(arg, "-o")) a->out = v;
+      else a->device = v;
     } else if (arg[0] == '-' && arg[1]) {
-      fprintf(stderr, "mnemo import: unknown option %s\nusage: mnemo\n%s", arg, cmd_import_usage);
+      fprintf(stderr, "%s: unknown option %s\nusage: mnemo\n%s", prog, arg, usage);
       return 2;
-    } else if (!in) {
-      in = arg;
+    } else if (!a->in) {
+      a->in = arg;
     } else {
-      fprintf(stderr, "mnemo import: one input at a time\n");
+      fprintf(stderr, "%s: one input at a time\n", prog);
       return 2;
     }
   }
-  if (!from || !in || !out || (strcmp(from, "rmm") && strcmp(from, "torch"))) {
+  if (!a->format || !a->in || !a->out) {
+    fprintf(stderr, "usage: mnemo\n%s", usage);
+    return 2;
+  }
+  return -1;
+}
+
+int cmd_import(int argc, char **argv) {
+  io_args_t io;
+  int prc = parse_io_args("mnemo import", "--from", cmd_import_usage, argc, argv, &io);
+  if (prc >= 0) return prc;
+  const char *from = io.format, *in = io.in, *out = io.out, *device = io.device;
+  if (strcmp(from, "rmm") && strcmp(from, "torch")) {
     fprintf(stderr, "usage: mnemo\n%s", cmd_import_usage);
     return 2;
   }
@@ -333,32 +353,10 @@ int cmd_import(int argc, char **argv) {
 }
 
 int cmd_export(int argc, char **argv) {
-  const char *to = NULL, *in = NULL, *out = NULL, *device = NULL;
-  for (int i = 0; i < argc; i++) {
-    const char *arg = argv[i];
-    if (!strcmp(arg, "--to") || !strcmp(arg, "-o") || !strcmp(arg, "--device")) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "mnemo export: %s needs a value\n", arg);
-        return 2;
-      }
-      const char *v = argv[++i];
-      if (!strcmp(arg, "--to")) to = v;
-      else if (!strcmp(arg, "-o")) out = v;
-      else device = v;
-    } else if (arg[0] == '-' && arg[1]) {
-      fprintf(stderr, "mnemo export: unknown option %s\nusage: mnemo\n%s", arg, cmd_export_usage);
-      return 2;
-    } else if (!in) {
-      in = arg;
-    } else {
-      fprintf(stderr, "mnemo export: one trace at a time\n");
-      return 2;
-    }
-  }
-  if (!to || !in || !out) {
-    fprintf(stderr, "usage: mnemo\n%s", cmd_export_usage);
-    return 2;
-  }
+  io_args_t io;
+  int prc = parse_io_args("mnemo export", "--to", cmd_export_usage, argc, argv, &io);
+  if (prc >= 0) return prc;
+  const char *to = io.format, *in = io.in, *out = io.out, *device = io.device;
   if (strcmp(to, "torch") != 0) {
     fprintf(stderr, "mnemo export: --to torch is the one format (not \"%s\")\n", to);
     return 2;

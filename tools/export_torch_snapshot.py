@@ -54,7 +54,12 @@ import pickle
 import re
 import sys
 
-MIN_BLOCK = 512
+# The importer beside this script (installed together in share/mnemo) holds the one
+# reader of the config syntax and PyTorch's block rounding.
+sys.dont_write_bytecode = True   # no __pycache__ in the install or source folder
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from import_torch_snapshot import _parse_conf, round_size  # noqa: E402
+
 MIB = 1 << 20
 LINE_MAX = 4096
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
@@ -265,78 +270,26 @@ def parse_trace(data, name="trace"):
 
 # ---- allocator settings ------------------------------------------------------------------
 
-def _lex(text):
-    toks, cur = [], ""
-    for ch in text:
-        if ch in ",:[]":
-            if cur:
-                toks.append(cur)
-            toks.append(ch)
-            cur = ""
-        elif not ch.isspace():
-            cur += ch
-    if cur:
-        toks.append(cur)
-    return toks
-
-
 def allocator_settings(conf, raw_conf):
     """PyTorch's allocator_settings dict for a config string (PYTORCH_CUDA_ALLOC_CONF
-    syntax). Keys it cannot read are left to the string."""
+    syntax), read by the importer's parser (one reader of that syntax). Keys it
+    cannot read are left to the string."""
     s = {"PYTORCH_CUDA_ALLOC_CONF": raw_conf, "max_split_size": -1, "garbage_collection_threshold": 0.0,
          "expandable_segments": False,
          "roundup_power2_divisions": {str(1 << k): 0 for k in range(ROUNDUP_INTERVALS)}}
-    toks = _lex(conf) + ["", "", ""]
-    i = 0
-    while toks[i]:
-        key, colon, v = toks[i], toks[i + 1], toks[i + 2]
-        if colon != ":":
-            i += 1
-            continue
-        i += 3
-        try:
-            if key == "max_split_size_mb":
-                s["max_split_size"] = int(v) * MIB
-            elif key == "garbage_collection_threshold":
-                s["garbage_collection_threshold"] = float(v)
-            elif key == "expandable_segments":
-                s["expandable_segments"] = v in ("True", "true", "1")
-            elif key == "roundup_power2_divisions":
-                pt = [0] * ROUNDUP_INTERVALS
-                if v != "[":
-                    pt = [int(v)] * ROUNDUP_INTERVALS
-                else:
-                    first, last = True, 0
-                    while toks[i] not in ("]", ""):
-                        iv, d = toks[i], int(toks[i + 2])
-                        if iv == ">":
-                            pt[last:] = [d] * (ROUNDUP_INTERVALS - last)
-                        else:
-                            idx = min(int(iv).bit_length() - 1, ROUNDUP_INTERVALS - 1)
-                            if first:
-                                pt[:idx] = [d] * idx
-                                first = False
-                            pt[idx] = d
-                            last = idx
-                        i += 3
-                        if toks[i] == ",":
-                            i += 1
-                    i += 1
-                s["roundup_power2_divisions"] = {str(1 << k): d for k, d in enumerate(pt)}
-            elif v == "[":
-                while toks[i] not in ("]", ""):
-                    i += 1
-                i += 1
-        except (ValueError, IndexError):
-            pass   # the string keeps what the structured fields cannot say
+    keys = _parse_conf(conf, lambda msg: None)   # the string keeps what the structured fields cannot say
+    if "max_split_size_mb" in keys:
+        s["max_split_size"] = keys["max_split_size_mb"] * MIB
+    if "garbage_collection_threshold" in keys:
+        s["garbage_collection_threshold"] = keys["garbage_collection_threshold"]
+    if "expandable_segments" in keys:
+        s["expandable_segments"] = keys["expandable_segments"]
+    if "roundup_power2_divisions" in keys:
+        s["roundup_power2_divisions"] = {str(1 << k): d for k, d in enumerate(keys["roundup_power2_divisions"])}
     return s
 
 
 # ---- the snapshot ------------------------------------------------------------------------
-
-def round_size(n):
-    return MIN_BLOCK if n < MIN_BLOCK else (n + MIN_BLOCK - 1) // MIN_BLOCK * MIN_BLOCK
-
 
 class _DeviceState:
     """The allocator state of one device while walking the trace."""
