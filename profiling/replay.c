@@ -356,6 +356,7 @@ static mn_status build_pre_segments(mn__replay_t *r, mn_replay_result_t *res) {
   pre_piece_t *pc = calloc(2 * nalloc + nseg + 1, sizeof *pc);
   pre_build_t b = {0};
   mn_status st = MN_OK;
+  int64_t expect_reserved = 0; /* reserved before the rebuild, plus each segment reserved */
   if (!segs || !allocs || !pc) {
     st = mn__error(MN_ERR_OUT_OF_MEMORY, "mn_trace_replay", "out of host memory");
     goto done;
@@ -371,6 +372,7 @@ static mn_status build_pre_segments(mn__replay_t *r, mn_replay_result_t *res) {
   }
   qsort(segs, ns, sizeof *segs, piece_cmp);
   qsort(allocs, na, sizeof *allocs, piece_cmp);
+  expect_reserved = reserved_now(r);
   size_t a = 0;
   for (size_t k = 0; k < ns && !b.failed; k++) {
     const pre_piece_t *sg = &segs[k];
@@ -394,6 +396,7 @@ static mn_status build_pre_segments(mn__replay_t *r, mn_replay_result_t *res) {
     if (!b.failed) {
       res->pre_segments++;
       res->pre_segments_laid_out += laid_out && fits;
+      expect_reserved += (int64_t)sg->size;
     }
   }
 done:
@@ -402,6 +405,9 @@ done:
     mn_status fs = mn_allocator_free(r->a, b.hold[k]);
     if (st == MN_OK && fs != MN_OK) st = fs;
   }
+  /* A piece the allocator placed in a segment of its own (it did not fit where it
+   * was recorded) reserved more than the recording held: not a rebuild either. */
+  if (st == MN_OK && !b.failed && reserved_now(r) != expect_reserved) b.failed = true;
   if (st == MN_OK && b.failed) {
     /* The allocator makes other segment sizes than the recording one: undo it all
      * (free the laid-out pre allocations, release the cache) and replay cold. */
