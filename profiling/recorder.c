@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "mnemo/mnemo.h"
+#include "profiling/idtable.h"
 #include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/events.h"
@@ -122,18 +123,6 @@ static uint64_t pcs_hash(const uintptr_t *pc, size_t n) {
   return h ^ (h >> 32);
 }
 
-/* Grows a[] (elem bytes each, *cap slots) to hold need (<= the table's bound). */
-static bool grow_to(void **a, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return true;
-  size_t ncap = *cap ? *cap * 2 : 256;
-  while (ncap < need) ncap *= 2;
-  void *na = mn__realloc(*a, ncap * elem);
-  if (!na) return false;
-  *a = na;
-  *cap = ncap;
-  return true;
-}
-
 /* The id of pc[0..n) in the table, added when new; 0 when the table is full
  * (or out of host memory). Under the lock. */
 static uint32_t pc_stack_intern(mn__pc_stacks_t *t, const uintptr_t *pc, size_t n, uint64_t h) {
@@ -148,31 +137,17 @@ static uint32_t pc_stack_intern(mn__pc_stacks_t *t, const uintptr_t *pc, size_t 
   }
   size_t used = t->n ? t->start[t->n] : 0;
   if (t->n >= MN__STACKS_MAX || used + n > MN__STACK_PCS_MAX) return 0;
-  if (!grow_to((void **)&t->pcs, &t->pcs_cap, used + n, sizeof *t->pcs) ||
-      !grow_to((void **)&t->start, &t->start_cap, t->n + 2, sizeof *t->start) ||
-      !grow_to((void **)&t->hash, &t->hash_cap, t->n + 1, sizeof *t->hash))
+  if (!mn__array_grow((void **)&t->pcs, &t->pcs_cap, used + n, sizeof *t->pcs) ||
+      !mn__array_grow((void **)&t->start, &t->start_cap, t->n + 2, sizeof *t->start) ||
+      !mn__array_grow((void **)&t->hash, &t->hash_cap, t->n + 1, sizeof *t->hash) ||
+      !mn__idtable_reserve(&t->slots, &t->slots_cap, t->n, t->hash))
     return 0;
-  if ((t->n + 1) * 2 > t->slots_cap) {
-    size_t ncap = t->slots_cap ? t->slots_cap * 2 : 512;
-    uint32_t *ns = mn__calloc(ncap, sizeof *ns);
-    if (!ns) return 0;
-    for (uint32_t id = 1; id <= t->n; id++) {
-      size_t k = (size_t)t->hash[id - 1] & (ncap - 1);
-      while (ns[k]) k = (k + 1) & (ncap - 1);
-      ns[k] = id;
-    }
-    free(t->slots);
-    t->slots = ns;
-    t->slots_cap = ncap;
-  }
   memcpy(t->pcs + used, pc, n * sizeof *pc);
   t->start[0] = 0;
   t->start[t->n + 1] = (uint32_t)(used + n);
   t->hash[t->n] = h;
   t->n++;
-  size_t k = (size_t)h & (t->slots_cap - 1);
-  while (t->slots[k]) k = (k + 1) & (t->slots_cap - 1);
-  t->slots[k] = (uint32_t)t->n;
+  mn__idtable_put(t->slots, t->slots_cap, h, (uint32_t)t->n);
   return (uint32_t)t->n;
 }
 

@@ -17,6 +17,7 @@
 #include "mnemo/mnemo.h"
 #include "mnemo/trace.h"
 #include "profiling/text.h"
+#include "profiling/idtable.h"
 #include "runtime/error.h"
 #include "runtime/fileio.h"
 #include "runtime/hostmem.h"
@@ -259,48 +260,6 @@ static uint64_t stack_hash(const uint32_t *ids, size_t n) {
   return hash_bytes(~g_hash_seed, ids, n * sizeof *ids);
 }
 
-/* Grows a[] (elem bytes each, *cap slots) to hold `need`; false (a unchanged) on failure. */
-static bool grow(void **a, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return true;
-  size_t ncap = *cap ? *cap : 16;
-  while (ncap < need) {
-    if (ncap > SIZE_MAX / 2) return false;
-    ncap *= 2;
-  }
-  if (ncap > SIZE_MAX / elem) return false;
-  void *na = mn__realloc(*a, ncap * elem);
-  if (!na) return false;
-  *a = na;
-  *cap = ncap;
-  return true;
-}
-
-/* Makes room in a table for one more id (hashes[id - 1] places the ids already
- * in); false (table unchanged) for want of memory. */
-static bool table_reserve(uint32_t **slots, size_t *cap, size_t used, const uint64_t *hashes) {
-  if ((used + 1) * 2 <= *cap) return true;
-  size_t ncap = *cap ? *cap * 2 : 64;
-  uint32_t *ns = mn__calloc(ncap, sizeof *ns);
-  if (!ns) return false;
-  for (size_t i = 0; i < *cap; i++) {
-    uint32_t id = (*slots)[i];
-    if (!id) continue;
-    size_t k = (size_t)hashes[id - 1] & (ncap - 1);
-    while (ns[k]) k = (k + 1) & (ncap - 1);
-    ns[k] = id;
-  }
-  free(*slots);
-  *slots = ns;
-  *cap = ncap;
-  return true;
-}
-
-static void table_put(uint32_t *slots, size_t cap, uint64_t h, uint32_t id) {
-  size_t k = (size_t)h & (cap - 1);
-  while (slots[k]) k = (k + 1) & (cap - 1);
-  slots[k] = id;
-}
-
 static uint32_t frame_find(const mn_trace_t *t, uint64_t h, const char *file, size_t flen, const char *name,
                            size_t nlen, uint32_t line) {
   const struct mn__trace_intern_s *in = t->intern_;
@@ -325,9 +284,9 @@ static mn_status frame_push(mn_trace_t *t, const char *func, const char *file, s
   if (!t->intern_) t->intern_ = mn__calloc(1, sizeof *t->intern_);
   struct mn__trace_intern_s *in = t->intern_;
   char *buf = in ? mn__malloc(flen + nlen + 2) : NULL;
-  if (!buf || !grow((void **)&t->frames, &in->frames_cap, t->nframes + 1, sizeof *t->frames) ||
-      !grow((void **)&in->frame_hash, &in->frame_hash_cap, t->nframes + 1, sizeof *in->frame_hash) ||
-      (!repeat && !table_reserve(&in->frame_slots, &in->frame_slots_cap, in->frame_slots_used, in->frame_hash))) {
+  if (!buf || !mn__array_grow((void **)&t->frames, &in->frames_cap, t->nframes + 1, sizeof *t->frames) ||
+      !mn__array_grow((void **)&in->frame_hash, &in->frame_hash_cap, t->nframes + 1, sizeof *in->frame_hash) ||
+      (!repeat && !mn__idtable_reserve(&in->frame_slots, &in->frame_slots_cap, in->frame_slots_used, in->frame_hash))) {
     free(buf);
     return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory for %zu frames", t->nframes + 1);
   }
@@ -339,7 +298,7 @@ static mn_status frame_push(mn_trace_t *t, const char *func, const char *file, s
   in->frame_hash[t->nframes] = h;
   t->nframes++;
   if (!repeat) {
-    table_put(in->frame_slots, in->frame_slots_cap, h, (uint32_t)t->nframes);
+    mn__idtable_put(in->frame_slots, in->frame_slots_cap, h, (uint32_t)t->nframes);
     in->frame_slots_used++;
   }
   *id = (uint32_t)t->nframes;
@@ -367,10 +326,10 @@ static mn_status stack_push(mn_trace_t *t, const char *func, const uint32_t *ids
                      t->nstacks, used);
   if (!t->intern_) t->intern_ = mn__calloc(1, sizeof *t->intern_);
   struct mn__trace_intern_s *in = t->intern_;
-  if (!in || !grow((void **)&t->stack_start, &in->start_cap, t->nstacks + 2, sizeof *t->stack_start) ||
-      !grow((void **)&in->stack_hash, &in->stack_hash_cap, t->nstacks + 1, sizeof *in->stack_hash) ||
-      !grow((void **)&t->stack_frames, &in->ids_cap, (size_t)used + n, sizeof *t->stack_frames) ||
-      (!repeat && !table_reserve(&in->stack_slots, &in->stack_slots_cap, in->stack_slots_used, in->stack_hash)))
+  if (!in || !mn__array_grow((void **)&t->stack_start, &in->start_cap, t->nstacks + 2, sizeof *t->stack_start) ||
+      !mn__array_grow((void **)&in->stack_hash, &in->stack_hash_cap, t->nstacks + 1, sizeof *in->stack_hash) ||
+      !mn__array_grow((void **)&t->stack_frames, &in->ids_cap, (size_t)used + n, sizeof *t->stack_frames) ||
+      (!repeat && !mn__idtable_reserve(&in->stack_slots, &in->stack_slots_cap, in->stack_slots_used, in->stack_hash)))
     return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory for %zu stacks", t->nstacks + 1);
   memcpy(t->stack_frames + used, ids, n * sizeof *ids);
   t->stack_start[t->nstacks] = used;
@@ -378,7 +337,7 @@ static mn_status stack_push(mn_trace_t *t, const char *func, const uint32_t *ids
   in->stack_hash[t->nstacks] = h;
   t->nstacks++;
   if (!repeat) {
-    table_put(in->stack_slots, in->stack_slots_cap, h, (uint32_t)t->nstacks);
+    mn__idtable_put(in->stack_slots, in->stack_slots_cap, h, (uint32_t)t->nstacks);
     in->stack_slots_used++;
   }
   *id = (uint32_t)t->nstacks;
