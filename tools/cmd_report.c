@@ -46,7 +46,6 @@ const char cmd_report_usage[] =
 #define BANDS_MAX 2000     /* allocations drawn as bands of their own (the largest) */
 #define STACK_HOVER_MAX 24 /* frames kept of a stack shown only in tooltips */
 #define TOP_ALLOCS 25
-#define RECORDED_ROUND 512u /* PyTorch's block rounding, for allocs without a block size */
 
 typedef struct sample_s {
   size_t entry;
@@ -124,14 +123,6 @@ static int cmp_ref(const void *a, const void *b) {
   return x->index < y->index ? -1 : x->index > y->index;
 }
 
-static const mn_trace_t *g_sort_trace; /* for the qsort comparators below (single-threaded) */
-static int cmp_entry_size(const void *a, const void *b) {
-  const mn_trace_entry_t *x = &g_sort_trace->entries[*(const size_t *)a];
-  const mn_trace_entry_t *y = &g_sort_trace->entries[*(const size_t *)b];
-  if (x->size != y->size) return x->size < y->size ? 1 : -1;
-  return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
-}
-
 static int cmp_size_t(const void *a, const void *b) {
   size_t x = *(const size_t *)a, y = *(const size_t *)b;
   return x < y ? -1 : x > y;
@@ -147,26 +138,6 @@ static int cmp_u64_desc(const void *a, const void *b) { return cmp_u64(b, a); }
 /* Per entry flags. */
 enum { F_DEV = 1, F_SERIES = 2, F_KEEP = 4, F_BAND = 8 };
 
-/* A "who holds the peak" group: live allocations at the peak with one stack. */
-typedef struct holder_s {
-  uint32_t stack; /* trace stack id, 0: none */
-  int kind;       /* 0: with a stack; 1: no stack, allocated before recording; 2: no stack recorded */
-  size_t count;
-  uint64_t bytes, block_bytes;
-} holder_t;
-
-static int cmp_holder_key(const void *a, const void *b) {
-  const holder_t *x = a, *y = b;
-  if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
-  return x->stack < y->stack ? -1 : x->stack > y->stack;
-}
-
-static int cmp_holder_bytes(const void *a, const void *b) {
-  const holder_t *x = a, *y = b;
-  if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
-  return cmp_holder_key(a, b);
-}
-
 /* What the page shows about the trace itself, for the replayed device. */
 typedef struct report_s {
   const mn_trace_t *t;
@@ -181,7 +152,7 @@ typedef struct report_s {
   size_t *keep, nkeep;                   /* timeline points: entries, ascending */
   size_t *bands, nbands;                 /* allocations drawn as bands, ascending */
   size_t *held, nheld;                   /* allocations alive at the peak, largest first */
-  holder_t *holders;
+  mn__tools_holder_t *holders;         /* those grouped by stack, the most bytes first */
   size_t nholders;
   uint64_t *streams;
   size_t nstreams;                       /* distinct stream ids on the device, sorted */
@@ -221,14 +192,6 @@ static void report_free(report_t *r) {
 static bool is_segment_action(mn_trace_action a) {
   return a == MN_TRACE_SEGMENT_ALLOC || a == MN_TRACE_SEGMENT_FREE || a == MN_TRACE_SEGMENT_MAP ||
          a == MN_TRACE_SEGMENT_UNMAP;
-}
-
-/* The bytes PyTorch counted as allocated for an alloc entry: its recorded block
- * size, or the request rounded up to 512 B when none was recorded. */
-static int64_t recorded_block(const mn_trace_entry_t *e) {
-  if (e->block_size) return (int64_t)e->block_size;
-  uint64_t s = e->size;
-  return (int64_t)(s > UINT64_MAX - RECORDED_ROUND ? s : (s + RECORDED_ROUND - 1) / RECORDED_ROUND * RECORDED_ROUND);
 }
 
 static size_t stream_index(const report_t *r, uint64_t id) {
@@ -295,8 +258,7 @@ static bool scan_device(report_t *r, ref_t *refs, size_t *idx) {
     }
   }
 
-  g_sort_trace = t;
-  qsort(idx, nallocs, sizeof *idx, cmp_entry_size);
+  mn__tools_sort_by_size(t, idx, nallocs);
   for (size_t k = 0; k < nallocs && k < BANDS_MAX; k++) r->flag[idx[k]] |= F_BAND;
   r->nbands = nallocs < BANDS_MAX ? nallocs : BANDS_MAX;
   r->bands = malloc((r->nbands ? r->nbands : 1) * sizeof *r->bands);
@@ -331,12 +293,12 @@ static void compute_curves(report_t *r, const timeline_t *tl) {
     }
     if (r->flag[i] & F_DEV) {
       if (e->action == MN_TRACE_ALLOC) {
-        ca += recorded_block(e);
+        ca += mn__tools_recorded_block(e);
         lv += (int64_t)e->size;
         if (!(r->flag[i] & F_BAND)) ag += (int64_t)e->size;
       } else if (e->action == MN_TRACE_FREE_REQUESTED && r->pair[i] != SIZE_MAX) {
         const mn_trace_entry_t *a = &t->entries[r->pair[i]];
-        ca -= recorded_block(a);
+        ca -= mn__tools_recorded_block(a);
         lv -= (int64_t)a->size;
         if (!(r->flag[r->pair[i]] & F_BAND)) ag -= (int64_t)a->size;
       } else if (e->action == MN_TRACE_SEGMENT_ALLOC || e->action == MN_TRACE_SEGMENT_MAP) {
@@ -417,32 +379,13 @@ static bool find_holders(report_t *r, size_t peak_entry) {
         (r->pair[i] == SIZE_MAX || r->pair[i] > peak_entry))
       r->nheld++;
   r->held = malloc((r->nheld ? r->nheld : 1) * sizeof *r->held);
-  r->holders = malloc((r->nheld ? r->nheld : 1) * sizeof *r->holders);
-  if (!r->held || !r->holders) return false;
+  if (!r->held) return false;
   r->nheld = 0;
   for (size_t i = 0; i < n && i <= peak_entry; i++)
     if ((r->flag[i] & F_DEV) && t->entries[i].action == MN_TRACE_ALLOC &&
-        (r->pair[i] == SIZE_MAX || r->pair[i] > peak_entry)) {
-      const mn_trace_entry_t *e = &t->entries[i];
-      r->holders[r->nheld] = (holder_t){e->stack, e->stack ? 0 : e->pre ? 1 : 2, 1, e->size, (uint64_t)recorded_block(e)};
+        (r->pair[i] == SIZE_MAX || r->pair[i] > peak_entry))
       r->held[r->nheld++] = i;
-    }
-  qsort(r->held, r->nheld, sizeof *r->held, cmp_entry_size);
-  qsort(r->holders, r->nheld, sizeof *r->holders, cmp_holder_key);
-  for (size_t k = 0; k < r->nheld; k++) {
-    holder_t *h = &r->holders[k];
-    if (r->nholders && !cmp_holder_key(&r->holders[r->nholders - 1], h)) {
-      holder_t *g = &r->holders[r->nholders - 1];
-      g->count++;
-      g->bytes += h->bytes;
-      g->block_bytes += h->block_bytes;
-    } else {
-      r->holders[r->nholders++] = *h;
-    }
-  }
-  qsort(r->holders, r->nholders, sizeof *r->holders, cmp_holder_bytes);
-
-  return true;
+  return mn__tools_holders(t, r->held, r->nheld, &r->holders, &r->nholders);
 }
 
 /* The stacks the page shows (page indices in the order first needed), and their frames. */
@@ -693,7 +636,7 @@ static bool write_page(FILE *f, const report_t *r, const page_args_t *p) {
   /* holders: [stack (page index + 1, 0: none), kind, count, bytes asked, recorded block bytes] */
   fprintf(f, "],\n\"holders\": [");
   for (size_t k = 0; k < r->nholders; k++) {
-    const holder_t *h = &r->holders[k];
+    const mn__tools_holder_t *h = &r->holders[k];
     fprintf(f, "%s[%" PRIu32 ",%d,%zu,%" PRIu64 ",%" PRIu64 "]", k ? "," : "", stack_out(r, h->stack), h->kind,
             h->count, h->bytes, h->block_bytes);
   }

@@ -60,19 +60,6 @@ typedef struct stop_s {
 #define FRAMES_SHOWN 6
 #define BLOCKS_SHOWN 50
 
-static const mn_trace_t *g_t;
-static const uint64_t *g_bytes;
-static int cmp_bytes_desc(const void *a, const void *b) {
-  uint64_t x = g_bytes[*(const size_t *)a], y = g_bytes[*(const size_t *)b];
-  if (x != y) return x < y ? 1 : -1;
-  return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
-}
-static int cmp_entry_size_desc(const void *a, const void *b) {
-  uint64_t x = g_t->entries[*(const size_t *)a].size, y = g_t->entries[*(const size_t *)b].size;
-  if (x != y) return x < y ? 1 : -1;
-  return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
-}
-
 static void print_frame(const mn_trace_t *t, uint32_t id, const char *indent) {
   const mn_trace_frame_t *f = mn_trace_frame_get(t, id);
   if (!f) return;
@@ -87,45 +74,35 @@ static void print_frame(const mn_trace_t *t, uint32_t id, const char *indent) {
 static int print_holders(const stop_t *s) {
   const mn_trace_t *t = s->t;
   if (t->nstacks == 0 && !s->blocks) return 0;
-  uint64_t *bytes = calloc(t->nstacks + 1, sizeof *bytes), *count = calloc(t->nstacks + 1, sizeof *count);
-  size_t *order = calloc(t->nstacks + 1, sizeof *order), *live = calloc(t->nentries ? t->nentries : 1, sizeof *live);
-  int rc = 0;
-  if (!bytes || !count || !order || !live) {
-    fprintf(stderr, "mnemo snapshot: out of host memory\n");
-    rc = 1;
-    goto done;
-  }
-  size_t nlive = 0;
+  size_t *live = malloc((t->nentries ? t->nentries : 1) * sizeof *live), nlive = 0, ngroups = 0;
+  mn__tools_holder_t *groups = NULL;
   uint64_t total = 0;
-  for (size_t i = 0; i < t->nentries; i++) {
-    if (!s->live[i]) continue;
-    const mn_trace_entry_t *e = &t->entries[i];
-    uint32_t k = e->stack <= t->nstacks ? e->stack : 0;
-    bytes[k] += e->size;
-    count[k]++;
-    total += e->size;
-    live[nlive++] = i;
+  for (size_t i = 0; live && i < t->nentries; i++)
+    if (s->live[i]) {
+      live[nlive++] = i;
+      total += t->entries[i].size;
+    }
+  if (!live || !mn__tools_holders(t, live, nlive, &groups, &ngroups)) { /* live: sorted, largest first */
+    free(live);
+    fprintf(stderr, "mnemo snapshot: out of host memory\n");
+    return 1;
   }
+  static const char *const no_stack[] = {"", ", no stack: allocated before recording", ", no stack recorded"};
   if (t->nstacks) {
-    for (size_t k = 0; k <= t->nstacks; k++) order[k] = k;
-    g_bytes = bytes;
-    qsort(order, t->nstacks + 1, sizeof *order, cmp_bytes_desc);
     printf("\nwho holds the memory: %zu live allocations, %.2f MiB asked for, by the stack that allocated them\n",
            nlive, (double)total / 1048576.0);
-    for (size_t j = 0; j < TOP_STACKS && j <= t->nstacks && bytes[order[j]]; j++) {
-      size_t k = order[j];
-      printf("  %10.2f MiB %5.1f%% in %" PRIu64 " allocation%s%s\n", (double)bytes[k] / 1048576.0,
-             total ? 100.0 * (double)bytes[k] / (double)total : 0.0, count[k], count[k] == 1 ? "" : "s",
-             k ? "" : ", no stack (allocated before recording, or not recorded)");
+    for (size_t j = 0; j < TOP_STACKS && j < ngroups; j++) {
+      const mn__tools_holder_t *g = &groups[j];
+      printf("  %10.2f MiB %5.1f%% in %zu allocation%s%s\n", (double)g->bytes / 1048576.0,
+             total ? 100.0 * (double)g->bytes / (double)total : 0.0, g->count, g->count == 1 ? "" : "s",
+             no_stack[g->kind]);
       const uint32_t *fr = NULL;
-      size_t nf = mn_trace_stack_get(t, (uint32_t)k, &fr);
+      size_t nf = mn_trace_stack_get(t, g->stack, &fr);
       for (size_t f = 0; f < nf && f < FRAMES_SHOWN; f++) print_frame(t, fr[f], "      ");
       if (nf > FRAMES_SHOWN) printf("      ... %zu more frames\n", nf - FRAMES_SHOWN);
     }
   }
   if (s->blocks) {
-    g_t = t;
-    qsort(live, nlive, sizeof *live, cmp_entry_size_desc);
     printf("\nlive allocations, largest first (%zu of %zu):\n", nlive < BLOCKS_SHOWN ? nlive : BLOCKS_SHOWN, nlive);
     for (size_t j = 0; j < nlive && j < BLOCKS_SHOWN; j++) {
       const mn_trace_entry_t *e = &t->entries[live[j]];
@@ -135,12 +112,9 @@ static int print_holders(const stop_t *s) {
       if (mn_trace_stack_get(t, e->stack, &fr)) print_frame(t, fr[0], "      at ");
     }
   }
-done:
-  free(bytes);
-  free(count);
-  free(order);
+  free(groups);
   free(live);
-  return rc;
+  return 0;
 }
 
 static void print_state(void *user, mn_allocator_t *a) {

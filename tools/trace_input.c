@@ -153,3 +153,62 @@ const char *mn__tools_recorded_config(const char *prog, const mn_trace_t *t) {
   }
   return conf;
 }
+
+#define RECORDED_ROUND 512u /* PyTorch's block rounding (kMinBlockSize) */
+
+int64_t mn__tools_recorded_block(const mn_trace_entry_t *e) {
+  if (e->block_size) return (int64_t)e->block_size;
+  uint64_t n = e->size;
+  return (int64_t)(n > UINT64_MAX - RECORDED_ROUND ? n : (n + RECORDED_ROUND - 1) / RECORDED_ROUND * RECORDED_ROUND);
+}
+
+static const mn_trace_t *g_sort_trace; /* for cmp_entry_size (the CLI is single-threaded) */
+static int cmp_entry_size(const void *a, const void *b) {
+  const mn_trace_entry_t *x = &g_sort_trace->entries[*(const size_t *)a];
+  const mn_trace_entry_t *y = &g_sort_trace->entries[*(const size_t *)b];
+  if (x->size != y->size) return x->size < y->size ? 1 : -1;
+  return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
+}
+
+void mn__tools_sort_by_size(const mn_trace_t *t, size_t *idx, size_t n) {
+  g_sort_trace = t;
+  qsort(idx, n, sizeof *idx, cmp_entry_size);
+}
+
+static int cmp_holder_key(const void *a, const void *b) {
+  const mn__tools_holder_t *x = a, *y = b;
+  if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+  return x->stack < y->stack ? -1 : x->stack > y->stack;
+}
+
+static int cmp_holder_bytes(const void *a, const void *b) {
+  const mn__tools_holder_t *x = a, *y = b;
+  if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
+  return cmp_holder_key(a, b);
+}
+
+bool mn__tools_holders(const mn_trace_t *t, size_t *live, size_t n, mn__tools_holder_t **groups, size_t *ngroups) {
+  mn__tools_holder_t *g = malloc((n ? n : 1) * sizeof *g);
+  if (!g) return false;
+  mn__tools_sort_by_size(t, live, n);
+  for (size_t k = 0; k < n; k++) {
+    const mn_trace_entry_t *e = &t->entries[live[k]];
+    g[k] = (mn__tools_holder_t){e->stack, e->stack ? 0 : e->pre ? 1 : 2, 1, e->size,
+                                (uint64_t)mn__tools_recorded_block(e)};
+  }
+  qsort(g, n, sizeof *g, cmp_holder_key);
+  size_t m = 0;
+  for (size_t k = 0; k < n; k++) {
+    if (m && !cmp_holder_key(&g[m - 1], &g[k])) {
+      g[m - 1].count++;
+      g[m - 1].bytes += g[k].bytes;
+      g[m - 1].block_bytes += g[k].block_bytes;
+    } else {
+      g[m++] = g[k];
+    }
+  }
+  qsort(g, m, sizeof *g, cmp_holder_bytes);
+  *groups = g;
+  *ngroups = m;
+  return true;
+}

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "mnemo/trace.h"
 
@@ -26,6 +27,27 @@ bool mn__tools_is_snapshot(const char *path);
  * "" when the trace has none or mnemo's parser refuses it (then, with prog not
  * NULL, a warning says so on stderr). */
 const char *mn__tools_recorded_config(const char *prog, const mn_trace_t *t);
+
+/* The bytes the recording allocator counted for an alloc entry: its recorded
+ * block size, or the request rounded up to PyTorch's 512 B when none was recorded. */
+int64_t mn__tools_recorded_block(const mn_trace_entry_t *e);
+
+/* Sorts idx[0..n) (entry indices of t) by the entries' size, largest first (ties:
+ * the earlier entry first). */
+void mn__tools_sort_by_size(const mn_trace_t *t, size_t *idx, size_t n);
+
+/* A group of live allocations that one stack allocated ("who holds the memory"). */
+typedef struct mn__tools_holder_s {
+  uint32_t stack; /* trace stack id, 0: none */
+  int kind;       /* 0: with a stack; 1: no stack, allocated before recording; 2: no stack recorded */
+  size_t count;
+  uint64_t bytes, block_bytes; /* asked for; recorded block bytes (mn__tools_recorded_block) */
+} mn__tools_holder_t;
+
+/* Sorts live[0..n) (indices of alloc entries of t) largest request first, and
+ * groups them by the stack that allocated them into *groups (malloc'ed, the most
+ * bytes first; *ngroups). false (nothing allocated) for want of host memory. */
+bool mn__tools_holders(const mn_trace_t *t, size_t *live, size_t n, mn__tools_holder_t **groups, size_t *ngroups);
 
 /* Where the CLI finds what it ships: MN__TOOLS_SCRIPT for import_torch_snapshot.py
  * and export_torch_snapshot.py, MN__TOOLS_DATA for the sample traces' folder
