@@ -348,7 +348,6 @@ int cmd_replay(int argc, char **argv) {
     fprintf(stderr, "usage: mnemo\n%s", cmd_replay_usage);
     return 2;
   }
-  bool as_recorded = nconfigs == 0 && !naive;
   if (naive && nconfigs > 1) {
     fprintf(stderr, "mnemo replay: --config applies to the caching allocator, not --allocator naive\n");
     return 2;
@@ -370,7 +369,8 @@ int cmd_replay(int argc, char **argv) {
   int lrc = mn__tools_trace_load("mnemo replay", path, ra.trace_device, &t);
   if (lrc) return lrc;
   /* No --config: replay as recorded, with the settings the trace was recorded with. */
-  if (nconfigs == 0) configs[nconfigs++] = naive ? "" : mn__tools_recorded_config("mnemo replay", t);
+  bool as_recorded = false;
+  if (nconfigs == 0) configs[nconfigs++] = naive ? "" : mn__tools_recorded_config("mnemo replay", t, &as_recorded);
   replay_run_t *runs = calloc(nconfigs, sizeof *runs);
   if (!runs) {
     mn_trace_destroy(t);

@@ -726,11 +726,7 @@ int cmd_report(int argc, char **argv) {
   /* No --config: replay as recorded, with the settings the trace was recorded with
    * (its `meta config`; the defaults when it has none or mnemo refuses them). */
   bool as_recorded = false;
-  if (nconfigs == 0) {
-    const char *meta = mn_trace_meta_get(t, "config");
-    configs[nconfigs++] = mn__tools_recorded_config("mnemo report", t);
-    as_recorded = meta && !strcmp(meta, configs[0]);
-  }
+  if (nconfigs == 0) configs[nconfigs++] = mn__tools_recorded_config("mnemo report", t, &as_recorded);
   int rc = 1;
   timeline_t tl = {0};
   report_t rep;

@@ -179,9 +179,9 @@ int cmd_snapshot(int argc, char **argv) {
   mn_trace_t *t = NULL;
   int lrc = mn__tools_trace_load("mnemo snapshot", path, -1, &t);
   if (lrc) return lrc;
-  bool as_recorded = !config;
-  if (as_recorded) {
-    config = mn__tools_recorded_config("mnemo snapshot", t);
+  bool as_recorded = false;
+  if (!config) {
+    config = mn__tools_recorded_config("mnemo snapshot", t, &as_recorded);
     if (mn_caching_config_parse(config, &cfg) != MN_OK) { /* checked by mn__tools_recorded_config */
       fprintf(stderr, "mnemo snapshot: %s\n", mn_last_error());
       mn_trace_destroy(t);

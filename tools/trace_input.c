@@ -141,8 +141,9 @@ int mn__tools_trace_load(const char *prog, const char *path, int device, mn_trac
   return rc;
 }
 
-const char *mn__tools_recorded_config(const char *prog, const mn_trace_t *t) {
+const char *mn__tools_recorded_config(const char *prog, const mn_trace_t *t, bool *as_recorded) {
   const char *conf = mn_trace_meta_get(t, "config");
+  *as_recorded = false;
   if (!conf) return "";
   mn_caching_config_t cfg = mn_caching_config_default();
   if (mn_caching_config_parse(conf, &cfg) != MN_OK) {
@@ -151,6 +152,7 @@ const char *mn__tools_recorded_config(const char *prog, const mn_trace_t *t) {
     mn_clear_error();
     return "";
   }
+  *as_recorded = true;
   return conf;
 }
 

@@ -23,10 +23,11 @@ int mn__tools_trace_load(const char *prog, const char *path, int device, mn_trac
 bool mn__tools_is_snapshot(const char *path);
 
 /* The allocator settings the trace was recorded with (its `meta config`, in
- * PYTORCH_CUDA_ALLOC_CONF syntax), which replays use when no --config is given;
- * "" when the trace has none or mnemo's parser refuses it (then, with prog not
- * NULL, a warning says so on stderr). */
-const char *mn__tools_recorded_config(const char *prog, const mn_trace_t *t);
+ * PYTORCH_CUDA_ALLOC_CONF syntax), which every command replays with when no
+ * --config is given; *as_recorded says it had them (the row is then labelled
+ * "as recorded"). "" and false when the trace has none or mnemo's parser refuses
+ * them (then, with prog not NULL, a warning says so on stderr). */
+const char *mn__tools_recorded_config(const char *prog, const mn_trace_t *t, bool *as_recorded);
 
 /* The bytes the recording allocator counted for an alloc entry: its recorded
  * block size, or the request rounded up to PyTorch's 512 B when none was recorded. */
