@@ -1,0 +1,152 @@
+"""mnemo.device: devices (cpu, cuda:N, sim:N), their properties, counts and
+synchronization.
+
+``mnemo.device("cuda:0")``, ``mnemo.device("sim")``, ``mnemo.device(("cuda", 1))``
+or a Device give a Device; every function of the package that takes a device
+takes any of those forms (and a torch.device, by its string).
+
+Threading: Device objects are immutable values; any thread may use them.
+"""
+import ctypes as C
+
+from ._lib import Device as _CDevice, MnemoError, declare, lib
+
+__all__ = ["Device", "device", "device_count", "synchronize", "best_device", "build_has_cuda", "cpu", "sim",
+           "cuda", "is_available"]
+
+_TYPES = ("cpu", "cuda", "sim")
+
+declare("mn_device_parse", "status", [C.c_char_p, C.POINTER(_CDevice)])
+declare("mn_device_count", "status", [C.c_int, C.POINTER(C.c_int)])
+declare("mn_device_check", "status", [_CDevice])
+declare("mn_device_synchronize", "status", [_CDevice])
+declare("mn_device_mem_info", "status", [_CDevice, C.POINTER(C.c_size_t), C.POINTER(C.c_size_t)])
+declare("mn_device_best", _CDevice, [])
+declare("mn_build_has_cuda", C.c_bool, [])
+
+
+class _Props(C.Structure):
+    _fields_ = [("device", _CDevice), ("name", C.c_char * 96), ("total_memory", C.c_size_t),
+                ("cc_major", C.c_int), ("cc_minor", C.c_int), ("multiprocessors", C.c_int),
+                ("alloc_granularity", C.c_size_t), ("supports_vmm", C.c_bool), ("is_host_accessible", C.c_bool)]
+
+
+declare("mn_device_get_properties", "status", [_CDevice, C.POINTER(_Props)])
+
+
+class Device:
+    """A device: ``type`` ("cpu", "cuda" or "sim") and ``index``. Hashable,
+    compares by value, prints as "cuda:0" (the CPU as "cpu")."""
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, type, index=0):
+        if type not in _TYPES:
+            raise ValueError(f"mnemo: unknown device type {type!r} (cpu, cuda or sim)")
+        if not isinstance(index, int) or index < 0:
+            raise ValueError(f"mnemo: device index must be an int >= 0, got {index!r}")
+        object.__setattr__(self, "type", type)
+        object.__setattr__(self, "index", 0 if type == "cpu" else index)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("mnemo.Device is immutable")
+
+    @property
+    def _c(self):
+        """The mn_device_t of this device."""
+        return _CDevice(_TYPES.index(self.type), self.index)
+
+    @classmethod
+    def _from_c(cls, d):
+        return cls(_TYPES[d.type], d.index)
+
+    def __eq__(self, other):
+        return isinstance(other, Device) and (self.type, self.index) == (other.type, other.index)
+
+    def __hash__(self):
+        return hash((self.type, self.index))
+
+    def __str__(self):
+        return "cpu" if self.type == "cpu" else f"{self.type}:{self.index}"
+
+    def __repr__(self):
+        return f"mnemo.device({str(self)!r})"
+
+    def properties(self):
+        """A dict: name, total_memory (bytes), compute_capability (major, minor),
+        multiprocessors, alloc_granularity, supports_vmm, is_host_accessible."""
+        p = _Props()
+        lib.mn_device_get_properties(self._c, C.byref(p))
+        return {"name": p.name.decode(errors="replace"), "total_memory": p.total_memory,
+                "compute_capability": (p.cc_major, p.cc_minor), "multiprocessors": p.multiprocessors,
+                "alloc_granularity": p.alloc_granularity, "supports_vmm": p.supports_vmm,
+                "is_host_accessible": p.is_host_accessible}
+
+    def mem_info(self):
+        """(free, total) bytes of the device (host RAM for the CPU)."""
+        free, total = C.c_size_t(), C.c_size_t()
+        lib.mn_device_mem_info(self._c, C.byref(free), C.byref(total))
+        return free.value, total.value
+
+    def synchronize(self):
+        """Waits for all work queued on every stream of the device."""
+        lib.mn_device_synchronize(self._c)
+
+
+def device(spec="cpu", index=None):
+    """A Device from "cpu", "cuda", "cuda:1", "sim:0", ("sim", 0), a Device,
+    or anything whose str() is such a name (a torch.device). The device need
+    not exist; functions that use it check."""
+    if isinstance(spec, Device):
+        return spec if index is None else Device(spec.type, index)
+    if isinstance(spec, tuple) and len(spec) == 2:
+        return Device(spec[0], spec[1])
+    text = spec if isinstance(spec, str) else str(spec)
+    out = _CDevice()
+    lib.mn_device_parse(text.encode(), C.byref(out))
+    d = Device._from_c(out)
+    return d if index is None else Device(d.type, index)
+
+
+def device_count(type="cuda"):
+    """How many devices of a type exist (0 for cuda without a GPU or a CUDA build)."""
+    n = C.c_int()
+    lib.mn_device_count(_TYPES.index(type) if type in _TYPES else -1, C.byref(n))
+    return n.value
+
+
+def is_available(dev):
+    """Whether the device exists (True/False, never raises for a well-formed name)."""
+    try:
+        lib.mn_device_check(device(dev)._c)
+        return True
+    except MnemoError:
+        return False
+
+
+def synchronize(dev="cpu"):
+    """Waits for all work on every stream of the device."""
+    device(dev).synchronize()
+
+
+def best_device():
+    """cuda:0 when a GPU is present, else the CPU (mn_device_best)."""
+    return Device._from_c(lib.mn_device_best())
+
+
+def build_has_cuda():
+    """Whether libmnemo.so was built with the CUDA backend."""
+    return bool(lib.mn_build_has_cuda())
+
+
+cpu = Device("cpu")
+
+
+def sim(index=0):
+    """The simulated GPU sim:<index> (deterministic; no hardware needed)."""
+    return Device("sim", index)
+
+
+def cuda(index=0):
+    """The GPU cuda:<index>."""
+    return Device("cuda", index)
