@@ -5,7 +5,8 @@
 # the build into a scratch prefix, moves the prefix elsewhere (so no path compiled
 # in at install time can be what it uses), and drives replay, report, snapshot,
 # import, export and demo on a real snapshot with MNEMO_TOOLS_DIR/MNEMO_DATA_DIR
-# unset. Single-threaded; writes only its scratch folder.
+# unset, and imports the installed Python package from there. Single-threaded;
+# writes only its scratch folder.
 #
 # usage: test_installed_cli.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
@@ -52,6 +53,25 @@ check "export --to torch of an installed sample trace" test $? -eq 0 -a -s "$tmp
 check "... and the exported snapshot replays" has "$tmp/out" '"peak_reserved"'
 TMPDIR=$tmp "$cli" demo >"$tmp/out" 2>&1
 check "demo replays the installed sample trace" has "$tmp/out" "replaying the bundled PyTorch trace $share/traces"
+
+# The Python package from the moved prefix loads the prefix's own libmnemo.so
+# and finds the prefix's CLI (the paths it was installed with are relative).
+# (Python cannot load a sanitized library: sanitizer builds set MNEMO_TEST_NO_PYTHON.)
+pkg=$(find "$tmp/moved" -path '*/mnemo/__init__.py' | head -n 1)
+check "python package installed" test -n "$pkg"
+if [ -n "$pkg" ] && [ -z "${MNEMO_TEST_NO_PYTHON:-}" ]; then
+  PYTHONPATH=$(dirname "$(dirname "$pkg")") "${MNEMO_PYTHON:-/usr/bin/python3}" -c '
+import os, sys, mnemo
+from mnemo import _paths
+here = os.path.dirname(mnemo.__file__)
+cli = os.path.normpath(os.path.join(here, _paths.CLI))
+print(mnemo.library_path, cli)
+assert os.path.realpath(mnemo.library_path).startswith(os.path.realpath(sys.argv[1])), mnemo.library_path
+assert os.path.realpath(cli) == os.path.realpath(sys.argv[1] + "/bin/mnemo"), cli
+assert mnemo.device("sim:0").properties()["name"]
+' "$tmp/moved" >"$tmp/out" 2>&1
+  check "python: import mnemo from the moved prefix uses its libmnemo.so and CLI" test $? -eq 0 || cat "$tmp/out"
+fi
 
 # A copy of the executable with no share/mnemo beside it says what it misses.
 mkdir -p "$tmp/lonely/bin"
