@@ -17,3 +17,29 @@ __all__ = ["MnemoError", "OutOfMemoryError", "library_path", "__version__", "Dev
            "is_available", "synchronize", "best_device", "build_has_cuda", "cpu", "sim", "cuda"]
 # ---- the helpers' modules add their imports and names below, one block each ----
 
+# allocators, statistics, profiling (helper h2); mnemo.torch and mnemo.cupy are opt-in: import them yourself
+from . import allocator, profiling
+from .allocator import (Allocator, CachingAllocator, NaiveAllocator, PinnedAllocator, default_allocator, empty_cache,
+                        max_memory_allocated, max_memory_reserved, memory_allocated, memory_reserved, memory_snapshot,
+                        memory_stats, memory_summary, reset_peak_memory_stats, set_default_allocator)
+
+__all__ += ["allocator", "profiling", "Allocator", "CachingAllocator", "NaiveAllocator", "PinnedAllocator",
+            "default_allocator", "set_default_allocator", "memory_stats", "memory_snapshot", "memory_summary",
+            "empty_cache", "reset_peak_memory_stats", "memory_allocated", "memory_reserved", "max_memory_allocated",
+            "max_memory_reserved"]
+
+# dtypes, storages, views, interchange, save/load (helper h1); mnemo.safetensors is a submodule
+from . import dtype as _dtype_module, interop, serialize
+from .dtype import *  # noqa: F401,F403 (mnemo.float32, mnemo.bfloat16, ... every dtype of the table)
+from .dtype import ALIASES as _ALIASES, DTYPE_NAMES as _DTYPE_NAMES, dtype
+from .interop import asarray, from_dlpack
+from .serialize import load, load_bytes, safetensors, save, save_bytes
+from .storage import Storage
+from .view import (View, channels_last, channels_last_3d, contiguous_format, empty, empty_like, empty_strided, full,
+                   full_like, ones, ones_like, preserve_format, tensor, zeros, zeros_like)
+
+globals().update({_a: getattr(_dtype_module, _a) for _a in _ALIASES})  # mnemo.half, mnemo.long, ...
+__all__ += ["dtype", "Storage", "View", "empty", "empty_strided", "zeros", "ones", "full", "empty_like", "zeros_like",
+            "ones_like", "full_like", "tensor", "from_dlpack", "asarray", "save", "load", "save_bytes", "load_bytes",
+            "safetensors", "interop", "serialize", "contiguous_format", "channels_last", "channels_last_3d",
+            "preserve_format"] + [_n for _n in _DTYPE_NAMES if _n != "bool"]

@@ -1,0 +1,792 @@
+"""mnemo.view: View, PyTorch's strided tensor metadata over a Storage (an
+mn_view_t: dtype, shape, strides and offset in elements), every view
+operation of include/mnemo/view.h under PyTorch's names, indexing, copies,
+casts and fills between any two devices, and the factories (empty, zeros,
+ones, full, empty_strided, tensor).
+
+Views are immutable handles: every operation returns a new View that holds
+its own storage reference; views of one storage see each other's writes.
+Host reads (numpy() of a SIM view, tolist, item, repr) synchronize the
+device first. CPU views hand numpy their memory without a copy
+(``numpy()``, ``__array_interface__``, ``__array__``); CUDA views refuse
+host reads (copy them with ``.to("cpu")``). DLPack and the array interfaces
+are in mnemo.interop.
+
+Threading: a View may be used from any thread (the metadata never changes);
+in-place writes (fill_, copy_, __setitem__) to memory other threads read
+need the caller's synchronization, as in PyTorch. Writes on SIM and CUDA are
+queued on the device's default stream, like PyTorch's CUDA work; copy_ and
+to() wait for completion unless non_blocking.
+"""
+import ctypes as C
+import numbers
+
+from . import _core
+from ._core import VIEW_END, VP, VPP, as_dim, as_int, as_shape, i64_array, int_array, out_handle
+from ._lib import Scalar, lib
+from .device import Device, device as _device
+from .dtype import dtype as _dtype
+from .storage import Storage
+
+__all__ = ["View", "empty", "empty_strided", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like",
+           "full_like", "tensor", "contiguous_format", "channels_last", "channels_last_3d", "preserve_format"]
+
+contiguous_format = "contiguous_format"
+channels_last = "channels_last"
+channels_last_3d = "channels_last_3d"
+preserve_format = "preserve_format"
+_FLOAT32 = _dtype("float32")
+
+
+def _is_dtype_like(x):
+    """A mnemo, torch or numpy dtype (or numpy scalar type, or Python's
+    bool/int/float/complex): not a numpy scalar value."""
+    if isinstance(x, _dtype):
+        return True
+    if isinstance(x, type):
+        return x.__module__ == "numpy" or x in (bool, int, float, complex)
+    t = type(x)
+    if t.__module__.startswith("torch"):
+        return t.__name__ == "dtype"
+    return t.__module__ == "numpy" and t.__name__.startswith("dtype")
+
+
+def _is_device_like(x):
+    if isinstance(x, (Device, tuple)):
+        return True
+    if isinstance(x, str):
+        return x.split(":")[0] in _core.DEVICE_TYPES
+    return type(x).__module__.startswith("torch") and type(x).__name__ == "device"
+
+
+def _infer_dtype(value):
+    """PyTorch's dtype for a Python scalar: bool, int64, float32, complex64."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return _dtype("bool")
+    if isinstance(value, numbers.Integral):
+        return _dtype("int64")
+    if isinstance(value, numbers.Real):
+        return _FLOAT32
+    if isinstance(value, numbers.Complex):
+        return _dtype("complex64")
+    raise TypeError(f"mnemo: expected a bool, int, float or complex value, got {type(value).__name__}")
+
+
+def _ctype_sizes(shape):
+    return i64_array(shape) if shape else None
+
+
+class View:
+    """A strided view over a storage: ``View(storage, dtype, shape,
+    strides=None, offset=0)`` (strides and offset in elements; None:
+    contiguous) is mn_view_create; every element must lie inside the storage.
+    Most views come from the factories (mnemo.empty, zeros, tensor, ...) and
+    from other views' operations."""
+
+    __slots__ = ("_handle", "_keep", "__weakref__")
+
+    def __init__(self, storage, dtype, shape, strides=None, offset=0):
+        self._handle = None
+        if not isinstance(storage, Storage):
+            raise TypeError(f"mnemo: View() takes a Storage, got {type(storage).__name__}")
+        dt = _dtype(dtype)
+        shape = as_shape((shape,))
+        st = None
+        if strides is not None:
+            st = as_shape((strides,), "strides")
+            if len(st) != len(shape):
+                raise ValueError(f"mnemo: {len(shape)} sizes but {len(st)} strides")
+        off = as_int(offset, "offset")
+        self._keep = storage._keep
+        self._handle = out_handle(lib.mn_view_create, storage._h(), dt.value, len(shape), _ctype_sizes(shape),
+                                  _ctype_sizes(st) if st is not None else None, off)
+
+    @classmethod
+    def _wrap(cls, handle, keep=()):
+        v = object.__new__(cls)
+        v._handle = handle
+        v._keep = keep
+        return v
+
+    def _new(self, handle):
+        return View._wrap(handle, self._keep)
+
+    def _op(self, fn, *args):
+        return View._wrap(out_handle(fn, self._handle, *args), self._keep)
+
+    def __del__(self, _destroy=lib.mn_view_destroy):
+        h = getattr(self, "_handle", None)
+        if h:
+            self._handle = None
+            _destroy(h)
+
+    # ---- metadata -------------------------------------------------------------------
+    @property
+    def shape(self):
+        """The sizes, a tuple of ints."""
+        n = lib.mn_view_ndim(self._handle)
+        return tuple(lib.mn_view_sizes(self._handle)[:n]) if n else ()
+
+    def size(self, dim=None):
+        """The shape, or the size of one dim (negative allowed)."""
+        shape = self.shape
+        return shape if dim is None else shape[self._wrap_dim(dim)]
+
+    def stride(self, dim=None):
+        """The strides in elements (a tuple), or one dim's stride."""
+        n = lib.mn_view_ndim(self._handle)
+        strides = tuple(lib.mn_view_strides(self._handle)[:n]) if n else ()
+        return strides if dim is None else strides[self._wrap_dim(dim)]
+
+    def _wrap_dim(self, dim):
+        n = self.ndim
+        d = as_dim(dim)
+        if not -max(n, 1) <= d < max(n, 1):
+            raise IndexError(f"mnemo: dimension out of range (expected to be in range of "
+                             f"[{-max(n, 1)}, {max(n, 1) - 1}], but got {d})")
+        return d + n if d < 0 else d
+
+    def storage_offset(self):
+        """The offset of element 0 in the storage, in elements."""
+        return int(lib.mn_view_offset(self._handle))
+
+    @property
+    def dtype(self):
+        """The element type (a mnemo.dtype)."""
+        return _dtype._by_value[lib.mn_view_dtype(self._handle)]
+
+    @property
+    def device(self):
+        """The Device the storage lives on."""
+        return Device._from_c(lib.mn_view_device(self._handle))
+
+    @property
+    def is_cuda(self):
+        return self.device.type == "cuda"
+
+    @property
+    def ndim(self):
+        """The number of dims."""
+        return int(lib.mn_view_ndim(self._handle))
+
+    def dim(self):
+        """The number of dims."""
+        return self.ndim
+
+    def numel(self):
+        """The number of elements."""
+        return int(lib.mn_view_numel(self._handle))
+
+    @property
+    def nbytes(self):
+        """numel() * itemsize."""
+        return self.numel() * self.itemsize
+
+    @property
+    def itemsize(self):
+        """Bytes per element."""
+        return self.dtype.itemsize
+
+    def element_size(self):
+        """Bytes per element."""
+        return self.itemsize
+
+    def data_ptr(self):
+        """The address of element 0 (storage data + offset * itemsize)."""
+        return lib.mn_view_data(self._handle) or 0
+
+    def untyped_storage(self):
+        """The Storage the view looks at (a new Storage object holding its own
+        reference to the same C storage)."""
+        h = lib.mn_storage_retain(lib.mn_view_storage(self._handle))
+        return Storage._wrap(h, self._keep)
+
+    def is_contiguous(self, memory_format=None):
+        """Whether the view is contiguous in ``memory_format`` (None or
+        "contiguous_format": row-major; "channels_last" (4-d),
+        "channels_last_3d" (5-d); torch.memory_format objects work too)."""
+        fmt = "contiguous_format" if memory_format is None else str(memory_format).replace("torch.", "")
+        if fmt == "contiguous_format":
+            return bool(lib.mn_view_is_contiguous(self._handle))
+        if fmt == "channels_last":
+            return bool(lib.mn_view_is_contiguous_channels_last(self._handle))
+        if fmt == "channels_last_3d":
+            return bool(lib.mn_view_is_contiguous_channels_last_3d(self._handle))
+        raise ValueError(f"mnemo: unknown memory format {memory_format!r}")
+
+    def is_non_overlapping_and_dense(self):
+        """Whether the elements tile a dense range of memory without overlap."""
+        return bool(lib.mn_view_is_non_overlapping_and_dense(self._handle))
+
+    def shares_storage(self, other):
+        """Whether ``other`` (a View) looks at the same storage."""
+        if not isinstance(other, View):
+            raise TypeError("mnemo: shares_storage takes a View")
+        return bool(lib.mn_view_shares_storage(self._handle, other._handle))
+
+    def is_set_to(self, other):
+        """Same storage, dtype, offset, sizes and strides (torch's is_set_to)."""
+        if not isinstance(other, View):
+            raise TypeError("mnemo: is_set_to takes a View")
+        return bool(lib.mn_view_same_storage_and_layout(self._handle, other._handle))
+
+    def check(self):
+        """Re-checks the view's invariants (MnemoError internal_error if broken)."""
+        lib.mn_view_check(self._handle)
+        return self
+
+    # ---- view operations (never copy) ---------------------------------------------------
+    def view(self, *shape):
+        """view(*shape): the same elements in a new shape (one -1 inferred);
+        refused when the layout needs a copy (use reshape). view(dtype): the
+        bytes as another dtype (PyTorch's rules)."""
+        if len(shape) == 1 and _is_dtype_like(shape[0]):
+            return self._op(lib.mn_view_view_dtype, _dtype(shape[0]).value)
+        s = as_shape(shape)
+        return self._op(lib.mn_view_view, len(s), _ctype_sizes(s))
+
+    def view_as(self, other):
+        return self.view(other.shape)
+
+    def reshape(self, *shape):
+        """view() when possible, else a contiguous copy of the new shape."""
+        s = as_shape(shape)
+        return self._op(lib.mn_view_reshape, len(s), _ctype_sizes(s), None)
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        """Merges dims start_dim..end_dim (a view when possible)."""
+        return self._op(lib.mn_view_flatten, as_dim(start_dim), as_dim(end_dim), None)
+
+    def transpose(self, dim0, dim1):
+        """Swaps two dims."""
+        return self._op(lib.mn_view_transpose, as_dim(dim0), as_dim(dim1))
+
+    swapaxes = swapdims = transpose
+
+    def t(self):
+        """Transposes a 2-d view; 0-d and 1-d views come back as they are."""
+        return self._op(lib.mn_view_t2d)
+
+    def permute(self, *dims):
+        """Reorders the dims (a permutation of 0..ndim-1)."""
+        d = as_shape(dims, "dims")
+        return self._op(lib.mn_view_permute, len(d), int_array([as_dim(x) for x in d]))
+
+    def movedim(self, source, destination):
+        """Moves dims ``source`` to positions ``destination`` (ints or sequences)."""
+        src = (source,) if hasattr(source, "__index__") else tuple(source)
+        dst = (destination,) if hasattr(destination, "__index__") else tuple(destination)
+        if len(src) != len(dst):
+            raise ValueError(f"mnemo: movedim: {len(src)} source dims but {len(dst)} destination dims")
+        return self._op(lib.mn_view_movedim, len(src), int_array([as_dim(x) for x in src]),
+                        int_array([as_dim(x) for x in dst]))
+
+    moveaxis = movedim
+
+    def narrow(self, dim, start, length):
+        """Elements start..start+length of a dim."""
+        return self._op(lib.mn_view_narrow, as_dim(dim), as_int(start, "start"), as_int(length, "length"))
+
+    def slice(self, dim, start=None, end=None, step=1):
+        """self[..., start:end:step, ...] along ``dim`` (Python clamping; step > 0)."""
+        step = 1 if step is None else as_int(step, "step")
+        if step <= 0:
+            raise ValueError("mnemo: slice step must be greater than zero")
+        start = 0 if start is None else _clamp64(start)
+        end = VIEW_END if end is None else _clamp64(end)
+        return self._op(lib.mn_view_slice, as_dim(dim), start, end, step)
+
+    def select(self, dim, index):
+        """Removes ``dim``, keeping element ``index`` (negative allowed)."""
+        return self._op(lib.mn_view_select, as_dim(dim), as_int(index, "index"))
+
+    def unsqueeze(self, dim):
+        """Inserts a dim of size 1."""
+        return self._op(lib.mn_view_unsqueeze, as_dim(dim))
+
+    def squeeze(self, dim=None):
+        """Removes dims of size 1: all of them (dim None), or those of ``dim``
+        (an int or a sequence of ints) that have size 1."""
+        if dim is None:
+            return self._op(lib.mn_view_squeeze)
+        if hasattr(dim, "__index__"):
+            return self._op(lib.mn_view_squeeze_dim, as_dim(dim))
+        v = self[()]  # a new handle even when nothing is squeezed
+        for d in sorted({self._wrap_dim(d) for d in dim}, reverse=True):
+            v = v._op(lib.mn_view_squeeze_dim, d)
+        return v
+
+    def expand(self, *sizes):
+        """Broadcasts dims of size 1 (stride 0); -1 keeps a size; new leading
+        dims allowed. Writes into the result are refused."""
+        s = as_shape(sizes)
+        return self._op(lib.mn_view_expand, len(s), _ctype_sizes(s))
+
+    def expand_as(self, other):
+        return self.expand(other.shape)
+
+    def unflatten(self, dim, sizes):
+        """Splits ``dim`` into ``sizes`` (one -1 allowed)."""
+        s = as_shape((sizes,))
+        return self._op(lib.mn_view_unflatten, as_dim(dim), len(s), _ctype_sizes(s))
+
+    def diagonal(self, offset=0, dim1=0, dim2=1):
+        """The diagonal of dims dim1, dim2 (removed) as a new last dim."""
+        return self._op(lib.mn_view_diagonal, as_int(offset, "offset"), as_dim(dim1), as_dim(dim2))
+
+    def unfold(self, dimension, size, step):
+        """Windows of ``size`` every ``step`` along ``dimension`` as a new last dim."""
+        return self._op(lib.mn_view_unfold, as_dim(dimension), as_int(size, "size"), as_int(step, "step"))
+
+    def _list(self, fn, n, dim):
+        arr = VPP()
+        count = C.c_int()
+        fn(self._handle, n, as_dim(dim), C.byref(arr), C.byref(count))
+        try:
+            handles = [arr[i] for i in range(count.value)]
+            out = tuple(View._wrap(h, self._keep) for h in handles)
+        finally:
+            libc_free = _core.libc_free
+            libc_free(C.cast(arr, VP))  # the array only: the views are now owned by the tuple
+        return out
+
+    def split(self, split_size_or_sections, dim=0):
+        """Pieces of ``split_size`` along ``dim`` (the last may be smaller),
+        or of the given section sizes (a sequence summing to the dim's size)."""
+        if hasattr(split_size_or_sections, "__index__"):
+            return self._list(lib.mn_view_split, as_int(split_size_or_sections, "split_size"), dim)
+        sections = as_shape((split_size_or_sections,), "split sizes")
+        d = self._wrap_dim(dim)
+        if sum(sections) != self.shape[d] or any(s < 0 for s in sections):
+            raise ValueError(f"mnemo: split sizes {list(sections)} do not sum to {self.shape[d]} (dim {d})")
+        out, at = [], 0
+        for s in sections:
+            out.append(self.narrow(d, at, s))
+            at += s
+        return tuple(out)
+
+    def chunk(self, chunks, dim=0):
+        """At most ``chunks`` pieces of equal size (the last may be smaller)."""
+        return self._list(lib.mn_view_chunk, as_int(chunks, "chunks"), dim)
+
+    def unbind(self, dim=0):
+        """Every select(dim, i), as a tuple."""
+        d = self._wrap_dim(dim)
+        return tuple(self.select(d, i) for i in range(self.shape[d]))
+
+    @property
+    def real(self):
+        """The real parts of a complex view (float view, strides doubled); a
+        real view itself."""
+        return self._op(lib.mn_view_real)
+
+    @property
+    def imag(self):
+        """The imaginary parts of a complex view; refused for real views."""
+        return self._op(lib.mn_view_imag)
+
+    def as_strided(self, size, stride, storage_offset=None):
+        """This view's storage and dtype with new sizes, strides and offset
+        (None keeps this view's), bounds-checked."""
+        s = as_shape((size,))
+        st = as_shape((stride,), "stride")
+        if len(s) != len(st):
+            raise ValueError(f"mnemo: as_strided: {len(s)} sizes but {len(st)} strides")
+        off = _core.OFFSET_KEEP if storage_offset is None else as_int(storage_offset, "storage_offset", 0)
+        return self._op(lib.mn_view_as_strided, len(s), _ctype_sizes(s), _ctype_sizes(st), off)
+
+    # ---- operations that may copy ---------------------------------------------------------
+    def contiguous(self, memory_format=None):
+        """This view (a new handle, same storage) when contiguous, else a
+        contiguous copy."""
+        if memory_format not in (None, "contiguous_format") and str(memory_format) != "torch.contiguous_format":
+            raise ValueError("mnemo: contiguous() supports only the contiguous format")
+        return self._op(lib.mn_view_contiguous, None)
+
+    def clone(self):
+        """A copy in a new storage (keeps the strides of a dense view)."""
+        return self._op(lib.mn_view_clone, None)
+
+    def to(self, device=None, dtype=None, non_blocking=False, copy=False):
+        """The view on ``device`` as ``dtype``: a new handle of the same
+        storage when both already match (unless copy=True), else a copy laid
+        out as clone's. Positional forms as PyTorch: to("sim:0"),
+        to(mnemo.float16), to(other_view). Waits for the copy unless
+        non_blocking."""
+        if isinstance(device, View):
+            device, dtype = device.device, dtype if dtype is not None else device.dtype
+        elif device is not None and dtype is None and _is_dtype_like(device) and not _is_device_like(device):
+            device, dtype = None, device
+        dev = self.device if device is None else _device(device)
+        dt = self.dtype if dtype is None else _dtype(dtype)
+        out = self._op(lib.mn_view_to, dev._c, dt.value, bool(non_blocking), None)
+        if copy and out.is_set_to(self):
+            out = out.clone()
+            if not non_blocking:
+                _core.synchronize(dev)
+        return out
+
+    def cpu(self):
+        """to("cpu")."""
+        return self.to("cpu")
+
+    def sim(self, index=0):
+        """to(mnemo.sim(index))."""
+        return self.to(Device("sim", index))
+
+    def cuda(self, index=0):
+        """to(mnemo.cuda(index))."""
+        return self.to(Device("cuda", index))
+
+    def type_as(self, other):
+        return self.to(dtype=other.dtype)
+
+    # ---- in-place writes -------------------------------------------------------------------
+    def copy_(self, src, non_blocking=False):
+        """Copies ``src`` (a View, or anything mnemo.asarray takes: numpy
+        arrays, torch tensors, lists) into this view, broadcasting and
+        casting, across devices. Waits for the copy unless non_blocking."""
+        if not isinstance(src, View):
+            from .interop import asarray
+            src = asarray(src)
+        lib.mn_view_copy(self._handle, src._handle, None)
+        if not non_blocking:
+            _core.synchronize(self.device)
+            if src.device != self.device:
+                _core.synchronize(src.device)
+        return self
+
+    def fill_(self, value):
+        """Writes ``value`` (bool, int, float or complex; checked against the
+        dtype's range) into every element (queued on SIM/CUDA)."""
+        lib.mn_view_fill(self._handle, _core.to_scalar(value), None)
+        return self
+
+    def zero_(self):
+        """Writes 0 into every element."""
+        lib.mn_view_zero(self._handle, None)
+        return self
+
+    # ---- indexing --------------------------------------------------------------------------
+    def _index(self, key):
+        if not isinstance(key, tuple):
+            key = (key,)
+        n_ell = sum(1 for k in key if k is Ellipsis)
+        if n_ell > 1:
+            raise IndexError("mnemo: an index can only have a single ellipsis ('...')")
+        consumed = 0
+        for k in key:
+            if k is None or k is Ellipsis:
+                continue
+            if isinstance(k, slice) or (hasattr(k, "__index__") and not isinstance(k, bool)
+                                        and not isinstance(k, View)):
+                consumed += 1
+            else:
+                raise TypeError(f"mnemo: only ints, slices (step > 0), None and ... index a View "
+                                f"(no advanced indexing), got {type(k).__name__}")
+        ndim = self.ndim
+        if consumed > ndim:
+            raise IndexError(f"mnemo: too many indices for a view of dimension {ndim}")
+        v, dim = self, 0
+        for k in key:
+            if k is None:
+                v = v._op(lib.mn_view_unsqueeze, dim)
+                dim += 1
+            elif k is Ellipsis:
+                dim += ndim - consumed
+            elif isinstance(k, slice):
+                v = v.slice(dim, k.start, k.stop, k.step)
+                dim += 1
+            else:
+                i = as_int(k, "index")
+                size = v.shape[dim]
+                if not -size <= i < size:
+                    raise IndexError(f"mnemo: index {i} is out of bounds for dimension {dim} with size {size}")
+                v = v._op(lib.mn_view_select, dim, i)
+        if v is self:  # v[()] / v[...]: a new handle, as every indexing result
+            v = self._op(lib.mn_view_as_strided, ndim, _ctype_sizes(self.shape), _ctype_sizes(self.stride()),
+                         _core.OFFSET_KEEP)
+        return v
+
+    def __getitem__(self, key):
+        """Basic indexing: ints (negative ok), slices with step > 0, None,
+        Ellipsis and tuples of them; always a view (no copy)."""
+        return self._index(key)
+
+    def __setitem__(self, key, value):
+        """self[key].fill_(value) for a scalar, self[key].copy_(value) for a
+        View (or an array-like), broadcasting."""
+        target = self._index(key)
+        if _core.is_scalar(value):
+            target.fill_(value)
+        else:
+            target.copy_(value)
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("mnemo: len() of a 0-d view")
+        return self.shape[0]
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("mnemo: iteration over a 0-d view")
+        for i in range(self.shape[0]):
+            yield self._op(lib.mn_view_select, 0, i)
+
+    # ---- host reads --------------------------------------------------------------------------
+    def _host(self):
+        """A CPU view with this view's values (self when on the CPU), after
+        the device's queued work."""
+        dev = self.device
+        if dev.type == "cpu":
+            return self
+        _core.synchronize(dev)
+        return self.to("cpu")
+
+    def numpy(self):
+        """A numpy array: for CPU views zero-copy and writable (sharing memory,
+        keeping the view alive); for SIM views a copy after synchronizing.
+        CUDA views are refused (copy with .to("cpu") first); bfloat16 and
+        float8 have no numpy dtype (TypeError)."""
+        dev = self.device
+        if dev.type == "cuda":
+            raise TypeError(f"mnemo: can't convert a {dev} view to numpy; use .to(\"cpu\") to copy it to host "
+                            f"memory first")
+        self.dtype.numpy_dtype()  # TypeError for dtypes numpy lacks
+        import numpy as np
+        return np.asarray(self._host())
+
+    def __array__(self, dtype=None, copy=None):
+        if self.device.type == "cuda":
+            raise TypeError(f"mnemo: can't convert a {self.device} view to numpy; use .to(\"cpu\") first")
+        if copy is False and (self.device.type != "cpu" or (dtype is not None and dtype != self.dtype.name)):
+            raise ValueError(f"mnemo: a {self.device} {self.dtype.name} view reaches numpy only as a copy")
+        a = self.numpy()
+        if dtype is not None:
+            a = a.astype(dtype, copy=False)
+        return a.copy() if copy else a
+
+    def _host_numpy(self):
+        """A numpy array of the values on the host (any dtype: those numpy
+        lacks as float32, exactly), for tolist and repr."""
+        v = self._host()
+        if not v.dtype.has_numpy:
+            v = v.to(dtype=_FLOAT32)
+        import numpy as np
+        return np.asarray(v)
+
+    def tolist(self):
+        """The values as nested Python lists (a scalar for a 0-d view)."""
+        return self._host_numpy().tolist()
+
+    def item(self):
+        """The value of a one-element view as a Python bool, int, float or complex."""
+        if self.numel() != 1:
+            raise ValueError(f"mnemo: item() needs a view of one element, this one has {self.numel()}")
+        v = self._host()
+        s = Scalar()
+        lib.mn_scalar_from_bytes(v.dtype.value, v.data_ptr(), C.byref(s))
+        return _core.from_scalar(s)
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise ValueError("mnemo: the truth value of a view with more than one element is ambiguous")
+        return bool(self.item())
+
+    def __int__(self):
+        v = self._one()
+        return int(v.real if isinstance(v, complex) else v)
+
+    def __float__(self):
+        return float(self._one())
+
+    def __complex__(self):
+        return complex(self._one())
+
+    def __index__(self):
+        if self.dtype.kind not in ("int", "uint", "bool"):
+            raise TypeError("mnemo: only integer views of one element can be used as an index")
+        return int(self._one())
+
+    def _one(self):
+        if self.numel() != 1:
+            raise ValueError("mnemo: only views of one element can be converted to Python scalars")
+        return self.item()
+
+    def __repr__(self):
+        if not getattr(self, "_handle", None):
+            return "mnemo.View(<destroyed>)"
+        import numpy as np
+        dt, dev, shape = self.dtype, self.device, self.shape
+        prefix = "mnemo.View("
+        if self.numel() == 0:
+            body = "[]" + (f", size={shape}" if len(shape) != 1 else "")
+        else:
+            arr = self._host_numpy()
+            body = np.array2string(arr, separator=", ", prefix=prefix, threshold=1000, edgeitems=3)
+        return f"{prefix}{body}, dtype={dt.name}, device={dev})"
+
+    __str__ = __repr__
+
+    # ---- interchange (mnemo.interop) --------------------------------------------------------
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule of this view (no copy): "dltensor", or
+        "dltensor_versioned" when max_version >= (1, 0). See mnemo.interop."""
+        from . import interop
+        return interop.to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self):
+        """(DLPack device type, index): (1, 0) CPU, (2, i) CUDA, (12, i) SIM."""
+        from . import interop
+        return interop.dlpack_device(self.device)
+
+    @property
+    def __array_interface__(self):
+        """numpy's array interface (version 3) of a CPU view (zero-copy);
+        AttributeError for other devices and dtypes numpy lacks."""
+        from . import interop
+        return interop.array_interface(self)
+
+    @property
+    def __cuda_array_interface__(self):
+        """The CUDA array interface (version 3) of a CUDA view; AttributeError otherwise."""
+        from . import interop
+        return interop.cuda_array_interface(self)
+
+
+def _clamp64(x):
+    v = as_int(x, "slice index", -(1 << 200), 1 << 200)
+    return max(_core.INT64_MIN + 1, min(_core.INT64_MAX, v))
+
+
+# ---- factories -------------------------------------------------------------------------------
+def _extent_bytes(shape, strides, itemsize):
+    if any(s == 0 for s in shape):
+        return 0
+    return (1 + sum((s - 1) * st for s, st in zip(shape, strides))) * itemsize
+
+
+def empty_strided(size, stride, dtype=None, device="cpu", allocator=None):
+    """A view of ``size`` and ``stride`` over a new storage just large enough
+    (contents undefined), from ``allocator`` (None: the device's default)."""
+    s = as_shape((size,))
+    st = as_shape((stride,), "stride")
+    if len(s) != len(st):
+        raise ValueError(f"mnemo: empty_strided: {len(s)} sizes but {len(st)} strides")
+    dt = _FLOAT32 if dtype is None else _dtype(dtype)
+    dev = _device(device)
+    if allocator is None:
+        h = out_handle(lib.mn_view_empty_strided, dev._c, dt.value, len(s), _ctype_sizes(s), _ctype_sizes(st))
+        return View._wrap(h)
+    if any(x < 0 for x in s + st):
+        raise ValueError(f"mnemo: empty_strided: negative size or stride in {s}, {st}")
+    storage = Storage(_extent_bytes(s, st, dt.itemsize), dev, allocator)
+    return View(storage, dt, s, st, 0)
+
+
+def empty(*size, dtype=None, device="cpu", allocator=None):
+    """A contiguous view over a new storage (contents undefined):
+    empty(2, 3) or empty((2, 3))."""
+    s = as_shape(size)
+    dt = _FLOAT32 if dtype is None else _dtype(dtype)
+    dev = _device(device)
+    if allocator is not None:
+        return empty_strided(s, _contiguous_strides(s), dt, dev, allocator)
+    return View._wrap(out_handle(lib.mn_view_empty, dev._c, dt.value, len(s), _ctype_sizes(s)))
+
+
+def _contiguous_strides(shape):
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def zeros(*size, dtype=None, device="cpu", allocator=None):
+    """A new view of zeros."""
+    return empty(*size, dtype=dtype, device=device, allocator=allocator).zero_()
+
+
+def ones(*size, dtype=None, device="cpu", allocator=None):
+    """A new view of ones."""
+    return empty(*size, dtype=dtype, device=device, allocator=allocator).fill_(1)
+
+
+def full(size, fill_value, dtype=None, device="cpu", allocator=None):
+    """A new view of ``size`` filled with ``fill_value`` (dtype None:
+    inferred from the value as PyTorch: bool, int64, float32, complex64)."""
+    dt = _infer_dtype(fill_value) if dtype is None else _dtype(dtype)
+    return empty(size, dtype=dt, device=device, allocator=allocator).fill_(fill_value)
+
+
+def empty_like(v, dtype=None, device=None):
+    """empty() of v's shape, dtype and device (unless given)."""
+    return empty(v.shape, dtype=dtype or v.dtype, device=device or v.device)
+
+
+def zeros_like(v, dtype=None, device=None):
+    return empty_like(v, dtype, device).zero_()
+
+
+def ones_like(v, dtype=None, device=None):
+    return empty_like(v, dtype, device).fill_(1)
+
+
+def full_like(v, fill_value, dtype=None, device=None):
+    return empty_like(v, dtype, device).fill_(fill_value)
+
+
+def tensor(data, dtype=None, device="cpu"):
+    """A new view holding a copy of ``data``: a scalar, nested lists, a numpy
+    array, a torch tensor or a View. dtype None: the data's (numpy and torch
+    keep theirs; Python floats give float32, ints int64, bools bool, complex
+    complex64, as torch.tensor)."""
+    dev = _device(device)
+    dt = None if dtype is None else _dtype(dtype)
+    if isinstance(data, View):
+        return data.to(dev, dt or data.dtype, copy=True)
+    if hasattr(data, "__dlpack__") and not isinstance(data, type):
+        from .interop import from_dlpack
+        try:
+            src = from_dlpack(data)
+        except (BufferError, TypeError, ValueError, RuntimeError):
+            src = None  # e.g. torch's bool tensors: through numpy below
+        if src is not None:
+            return src.to(dev, dt or src.dtype, copy=True)
+    return _copy_data(data, dt, dev)
+
+
+def _copy_data(data, dt, dev):
+    """tensor() of scalars, nested lists and anything numpy.array takes."""
+    import numpy as np
+    typed = hasattr(data, "dtype")  # numpy arrays and scalars, torch tensors: keep their dtype
+    try:
+        arr = np.array(data, copy=True)
+    except ValueError as e:  # ragged nested lists
+        raise ValueError(f"mnemo: tensor(): {e}") from None
+    if arr.dtype == object or arr.dtype.kind in "USV":
+        raise TypeError(f"mnemo: tensor() cannot make a view of {type(data).__name__} data "
+                        f"(numpy gives {arr.dtype}; ragged lists and strings are refused)")
+    if not typed:
+        kind = arr.dtype.kind
+        if kind == "f":
+            arr = arr.astype(np.float32)
+        elif kind == "c":
+            arr = arr.astype(np.complex64)
+        elif kind in "iu" and arr.dtype != np.int64:
+            if arr.size and (arr.max() > np.iinfo(np.int64).max):
+                raise ValueError("mnemo: tensor(): a value does not fit in int64")
+            arr = arr.astype(np.int64)
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    if not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
+    src_dt = _dtype.from_numpy(arr.dtype)
+    out_dt = dt or src_dt
+    storage = Storage.from_buffer(arr, "cpu")
+    host = View(storage, src_dt, arr.shape, None, 0)
+    del storage
+    if out_dt is src_dt and dev.type == "cpu":
+        return host
+    return host.to(dev, out_dt)

@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+# tests/python/test_profiling.py: mnemo.profiling: recording a caching allocator
+# on the SIM device and reading the trace back, the bundled real traces through
+# the mnemo CLI (replay --json, import --from torch, report) and the in-process
+# replay snapshot; errors carry the CLI's message and exit status. Single-threaded.
+"""Run: PYTHONPATH=<build>/python python3 tests/python/test_profiling.py"""
+import gzip
+import os
+import tempfile
+import unittest
+
+import mnemo
+from mnemo import profiling as P
+
+MiB = 1 << 20
+SRC = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+TRACES = os.path.join(SRC, "data", "traces")
+CTX = os.path.join(TRACES, "ctx128_forward_mixed.trace")
+RESNET_PICKLE = os.path.join(TRACES, "resnet50_train.pickle.gz")
+RESNET_TRACE = os.path.join(TRACES, "resnet50_train.trace")
+
+
+def without_line(entries):
+    return [{k: v for k, v in e.items() if k != "line"} for e in entries]
+
+
+class Record(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="mnemo-test-profiling-")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_record_write_read(self):
+        with mnemo.CachingAllocator("sim:0") as a:
+            with P.record(a) as rec:
+                self.assertTrue(rec.recording)
+                p = a.alloc(1000)
+                q = a.alloc(5 * MiB)
+                a.free(p)
+                a.free(q)
+                a.empty_cache()
+            self.assertFalse(rec.recording)
+            a.free(a.alloc(64))  # after stop: not recorded
+            st = rec.stats()
+            self.assertEqual(st["recorded"], 11)
+            self.assertEqual((st["held"], st["overwritten"], st["capacity"]), (11, 0, 1_000_000))
+            tr = rec.trace()
+            got = [(e["action"], e["size"], e["block_size"]) for e in tr["entries"]]
+            self.assertEqual(got, [
+                ("segment_alloc", 2 * MiB, 0), ("alloc", 1000, 1024),
+                ("segment_alloc", 20 * MiB, 0), ("alloc", 5 * MiB, 5 * MiB),
+                ("free_requested", 1000, 0), ("free_completed", 1000, 0),
+                ("free_requested", 5 * MiB, 0), ("free_completed", 5 * MiB, 0),
+                ("empty_cache", 0, 0), ("segment_free", 20 * MiB, 0), ("segment_free", 2 * MiB, 0)])
+            e = tr["entries"]
+            self.assertEqual(e[1]["address"], p)
+            self.assertEqual(e[3]["address"], q)
+            self.assertEqual(e[4]["address"], p)
+            self.assertTrue(all(not x["pre"] and x["device"] == 0 and x["stack"] == 0 for x in e))
+            self.assertEqual([x["time_us"] for x in e], sorted(x["time_us"] for x in e))
+            path = rec.write(os.path.join(self.tmp.name, "run.trace"))
+            back = P.read_trace(path)
+            self.assertEqual(back["version"], tr["version"])
+            self.assertEqual(back["meta"], tr["meta"])
+            self.assertEqual(without_line(back["entries"]), without_line(tr["entries"]))
+            self.assertEqual([x["line"] for x in back["entries"]][0] > 0, True)
+            # the recorded run replays (through the CLI) to the same peaks
+            r = P.replay(path)
+            self.assertEqual(len(r), 1)
+            self.assertEqual(r[0]["peak_allocated"], a.max_memory_allocated())
+            self.assertEqual(r[0]["peak_reserved"], 22 * MiB)
+            self.assertEqual(r[0]["device_allocs"], 2)
+            rec.close()
+            with self.assertRaises(ValueError):
+                rec.stats()
+
+    def test_bounded_and_default_allocator(self):
+        d = mnemo.default_allocator("sim:0")
+        rec = P.record("sim:0", capacity=4)
+        try:
+            ptrs = [d.alloc(100 * (i + 1)) for i in range(4)]
+            for p in ptrs:
+                d.free(p)
+            rec.stop()
+            st = rec.stats()
+            self.assertEqual(st["held"], 4)
+            self.assertEqual(st["overwritten"], st["recorded"] - 4)
+            tr = rec.trace()
+            # the 4 newest events are frees; the allocations they free became pre lines
+            pre = [e for e in tr["entries"] if e["pre"]]
+            self.assertEqual([e["action"] for e in pre], ["alloc"] * len(pre))
+            self.assertEqual(len(tr["entries"]) - len(pre), 4)
+            path = rec.write(os.path.join(self.tmp.name, "bounded.trace"))
+            self.assertEqual(without_line(P.read_trace(path)["entries"]), without_line(tr["entries"]))
+        finally:
+            rec.close()
+            d.empty_cache()
+
+    def test_record_needs_a_caching_allocator(self):
+        with mnemo.NaiveAllocator("sim:0") as n:
+            with self.assertRaises(mnemo.MnemoError):
+                P.record(n)
+        with self.assertRaises(ValueError):
+            P.record("sim:0", capacity=0)
+        with self.assertRaises(ValueError):
+            P.record("sim:0", stacks=-1)
+
+    def test_stacks(self):
+        with mnemo.CachingAllocator("sim:0") as a:
+            with P.record(a, stacks=8) as rec:
+                a.free(a.alloc(4096))
+            tr = rec.trace()
+            rec.close()
+        self.assertEqual(tr["version"], 3)
+        alloc = next(e for e in tr["entries"] if e["action"] == "alloc")
+        self.assertGreater(alloc["stack"], 0)
+        frames = tr["stacks"][alloc["stack"] - 1]
+        self.assertTrue(1 <= len(frames) <= 8)
+        self.assertTrue(all(1 <= f <= len(tr["frames"]) for f in frames))
+        self.assertEqual(set(tr["frames"][0]), {"file", "name", "line"})
+
+
+class ReadTrace(unittest.TestCase):
+    def test_bundled(self):
+        t = P.read_trace(CTX)
+        self.assertEqual(t["version"], 3)
+        self.assertEqual(t["meta"]["recorded_by"], "pytorch")
+        self.assertEqual(t["meta"]["torch_peak_reserved"], "24245174272")
+        self.assertEqual(len(t["entries"]), 6543)
+        pre = [e for e in t["entries"] if e["pre"]]
+        self.assertEqual(sum(e["action"] == "segment_alloc" for e in pre), int(t["meta"]["pre_segments"]))
+        self.assertEqual(sum(e["action"] == "alloc" for e in pre), int(t["meta"]["pre_allocs"]))
+        self.assertEqual(t["frames"][0]["name"], "torch::unwind::unwind()")
+        used = {e["stack"] for e in t["entries"]} - {0}
+        self.assertTrue(used and max(used) <= len(t["stacks"]))
+
+    def test_errors(self):
+        with self.assertRaises(mnemo.MnemoError) as cm:
+            P.read_trace("/nonexistent/x.trace")
+        self.assertEqual(cm.exception.status_name, "io_error")
+        self.assertIn("/nonexistent/x.trace", str(cm.exception))
+        with tempfile.NamedTemporaryFile("w", suffix=".trace") as f:
+            f.write("mnemo-trace 1\nalloc 0 0 0x10 100\n")
+            f.flush()
+            with self.assertRaises(mnemo.MnemoError) as cm:
+                P.read_trace(f.name)
+            self.assertEqual(cm.exception.status_name, "format_error")
+            self.assertIn(":2:", str(cm.exception))
+        with self.assertRaises(TypeError):
+            P.read_trace(None)
+
+
+class Tool(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="mnemo-test-profiling-")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_replay_as_recorded(self):
+        r = P.replay(CTX)
+        self.assertEqual(len(r), 1)
+        r = r[0]
+        self.assertTrue(r["as_recorded"])
+        self.assertEqual(r["reserved_vs_torch"], 1.0)
+        self.assertEqual(r["allocated_vs_torch"], 1.0)
+        self.assertEqual(r["peak_reserved"], 24245174272)
+        self.assertEqual(r["torch"]["peak_reserved"], 24245174272)
+        self.assertEqual(r["pre_segments"], r["pre_segments_laid_out"])
+        self.assertEqual(r["device"], "sim:0")
+
+    def test_replay_configs(self):
+        r = P.replay(CTX, configs=["", {"expandable_segments": True}, "max_split_size_mb:512"])
+        self.assertEqual([x["config"] for x in r], ["", "expandable_segments:True", "max_split_size_mb:512"])
+        self.assertFalse(any(x["as_recorded"] for x in r))
+        self.assertEqual(r[0]["peak_reserved"], 24245174272)
+        for x in r:
+            self.assertGreaterEqual(x["peak_reserved"], x["peak_allocated"])
+        # a small device runs out of memory; cold cache; no pre allocations
+        small = P.replay(CTX, capacity="16G", pre_segments=False)[0]
+        self.assertGreater(small["ooms"], 0)
+        self.assertEqual(small["pre_segments"], 0)
+        nopre = P.replay(CTX, pre=False)[0]
+        self.assertEqual(nopre["pre_allocs"], 0)
+
+    def test_import_snapshot(self):
+        d = P.import_snapshot(RESNET_PICKLE)
+        bundled = P.read_trace(RESNET_TRACE)
+        self.assertEqual(d["meta"], bundled["meta"])
+        self.assertEqual(without_line(d["entries"]), without_line(bundled["entries"]))
+        out = os.path.join(self.tmp.name, "resnet.trace")
+        self.assertEqual(P.import_snapshot(RESNET_PICKLE, out, device=0), out)
+        self.assertEqual(P.read_trace(out)["meta"]["torch_peak_reserved"], bundled["meta"]["torch_peak_reserved"])
+        # the pickle replays directly too, as recorded, to PyTorch's peak
+        r = P.replay(RESNET_PICKLE)[0]
+        self.assertEqual(r["reserved_vs_torch"], 1.0)
+        self.assertEqual(r["peak_reserved"], int(bundled["meta"]["torch_peak_reserved"]))
+
+    def test_report(self):
+        out = os.path.join(self.tmp.name, "report.html")
+        res = P.report(CTX, out, configs=["", "expandable_segments:True"], title="ctx128 test")
+        self.assertEqual(res["path"], out)
+        self.assertEqual(res["bytes"], os.path.getsize(out))
+        self.assertGreater(res["bytes"], 10000)
+        with open(out, encoding="utf-8") as f:
+            page = f.read()
+        self.assertIn("<html", page[:500].lower())
+        self.assertIn("ctx128 test", page)
+        self.assertEqual(res["configs"], 2)
+        self.assertEqual(res["entries"], 6543)
+        self.assertEqual(res["peak_reserved"], 24245174272)
+        self.assertEqual(res["peak_allocated"], 24024505344)
+
+    def test_snapshot(self):
+        s = P.snapshot(CTX)
+        rep = P.report(CTX, os.path.join(self.tmp.name, "r.html"))
+        self.assertEqual(s["entry"], rep["peak_entry"])
+        self.assertTrue(s["as_recorded"])
+        self.assertEqual(s["stats"]["reserved_bytes.all.current"], 24245174272)
+        self.assertEqual(sum(seg["total_size"] for seg in s["segments"]), 24245174272)
+        self.assertEqual(sum(seg["allocated_size"] for seg in s["segments"]),
+                         s["stats"]["allocated_bytes.all.current"])
+        self.assertGreater(s["line"], 0)
+        end = P.snapshot(CTX, at="end", config="")
+        self.assertEqual(end["entry"], 6542)
+        self.assertFalse(end["as_recorded"])
+        first = P.snapshot(CTX, at=0)
+        self.assertEqual(first["entry"], 0)
+        with self.assertRaises(ValueError):
+            P.snapshot(CTX, at=10 ** 9)
+        with self.assertRaises(mnemo.MnemoError):
+            P.snapshot(CTX, config="foo:1")
+        pk = P.snapshot(RESNET_PICKLE)  # a pickle is imported first
+        self.assertEqual(pk["stats"]["reserved_bytes.all.current"], 3797942272)
+
+    def test_errors_carry_the_tools_message(self):
+        missing = os.path.join(self.tmp.name, "missing.trace")
+        with self.assertRaises(P.ToolError) as cm:
+            P.replay(missing)
+        e = cm.exception
+        self.assertIsInstance(e, mnemo.MnemoError)
+        self.assertEqual(e.returncode, 1)
+        self.assertIn("cannot open", str(e))
+        self.assertIn(missing, str(e))
+        self.assertIn("mnemo replay", e.stderr)
+        with self.assertRaises(P.ToolError) as cm:
+            P.replay(CTX, configs="bogus:1")
+        self.assertEqual(cm.exception.returncode, 2)
+        self.assertEqual(cm.exception.status_name, "invalid_argument")
+        self.assertIn('unknown key "bogus"', str(cm.exception))
+        with self.assertRaises(P.ToolError) as cm:
+            P.import_snapshot(os.path.join(self.tmp.name, "missing.pickle"))
+        self.assertIn("cannot open", str(cm.exception))
+        with self.assertRaises(P.ToolError) as cm:  # a trace is not a pickle
+            P.import_snapshot(CTX, os.path.join(self.tmp.name, "x.trace"))
+        self.assertEqual(cm.exception.returncode, 2)
+        self.assertIn("malformed snapshot", str(cm.exception))
+        bad = os.path.join(self.tmp.name, "bad.pickle.gz")
+        with gzip.open(bad, "wb") as f:
+            f.write(b"\x80\x04not really")
+        with self.assertRaises(P.ToolError):
+            P.report(bad, os.path.join(self.tmp.name, "bad.html"))
+        self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "bad.html")))
+        with self.assertRaises(ValueError):
+            P.replay(CTX, retries=-1)
+        old = os.environ.get("MNEMO_CLI")
+        os.environ["MNEMO_CLI"] = os.path.join(self.tmp.name, "no-such-mnemo")
+        try:
+            with self.assertRaises(P.ToolError) as cm:
+                P.replay(CTX)
+            self.assertIn("MNEMO_CLI", str(cm.exception))
+            self.assertIsNone(cm.exception.returncode)
+        finally:
+            if old is None:
+                del os.environ["MNEMO_CLI"]
+            else:
+                os.environ["MNEMO_CLI"] = old
+        self.assertTrue(os.path.isfile(P.cli_path()))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=1)
