@@ -23,4 +23,9 @@ extern const char cmd_import_usage[];
 int cmd_export(int argc, char **argv);
 extern const char cmd_export_usage[];
 
+/* mnemo bench [--device D] [--to D2] [--cases LIST] [--sizes LIST|A..B] [--reps N]
+ *             [--min-time S] [--json|--csv] [--plot OUT.svg] (tools/cmd_bench.c) */
+int cmd_bench(int argc, char **argv);
+extern const char cmd_bench_usage[];
+
 #endif /* MNEMO_TOOLS_COMMANDS_H */
