@@ -5,7 +5,10 @@
 # is the body of main() after the README's own TRY macro (taken from the
 # README, so the test and the text cannot differ). Warnings are errors: a
 # dropped mn_status (MN_NODISCARD) fails the test. Each program runs in a
-# scratch folder with a time limit. Single-threaded.
+# scratch folder with a time limit. With $MNEMO_README_PYTHON set (a python
+# that imports the build's package), every ```python block that imports mnemo
+# and neither torch nor cupy (those need a GPU) runs too, from the source root
+# (the README's relative paths). Single-threaded.
 """Usage: test_readme.py README.md CC INCLUDE_DIR LIBMNEMO_SO [EXTRA_FLAGS]"""
 import os
 import re
@@ -57,4 +60,20 @@ with tempfile.TemporaryDirectory() as tmp:
             continue
         print(f"ok    snippet {i} ({first})")
 print(f"{len(blocks) - fails} of {len(blocks)} README C snippets compile and run")
+python = os.environ.get("MNEMO_README_PYTHON")
+if python:
+    root = os.path.dirname(os.path.abspath(readme))
+    pys = [b for b in re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+           if re.search(r"^import mnemo\b", b, flags=re.M) and not re.search(r"^\s*(import|from)\s+(mnemo\.)?(torch|cupy)\b", b, flags=re.M)]
+    if not pys:
+        print("FAIL  no ```python block of the README imports mnemo alone")
+        fails += 1
+    for i, body in enumerate(pys, 1):
+        first = body.strip().splitlines()[0]
+        r = subprocess.run([python, "-c", body], cwd=root, capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            print(f"FAIL  python snippet {i} ({first}): exit {r.returncode}\n{r.stdout}{r.stderr}")
+            fails += 1
+        else:
+            print(f"ok    python snippet {i} ({first})")
 sys.exit(1 if fails else 0)
