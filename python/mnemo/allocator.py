@@ -664,46 +664,33 @@ def set_default_allocator(device, allocator):
                 _kept[id(allocator)] = allocator
 
 
-def memory_stats(device=None):
-    """Statistics of the device's default allocator (Allocator.memory_stats)."""
-    return default_allocator(device).memory_stats()
+# The torch.cuda-style module functions: each applies one Allocator method to
+# the default allocator of a device. mnemo.torch builds its own set from the
+# same table over the devices PyTorch uses.
+DEFAULT_ALLOCATOR_FUNCTIONS = {
+    "memory_stats": "Statistics of {what} (Allocator.memory_stats).",
+    "memory_snapshot": "Segments of {what} (Allocator.memory_snapshot).",
+    "memory_summary": "The statistics table of {what}.",
+    "empty_cache": "Returns the cached memory of {what} to the device.",
+    "reset_peak_memory_stats": "Resets the peaks of {what}.",
+    "memory_allocated": "Bytes allocated by {what} now.",
+    "memory_reserved": "Bytes {what} reserved from the device now.",
+    "max_memory_allocated": "Peak bytes allocated by {what}.",
+    "max_memory_reserved": "Peak bytes reserved by {what}.",
+}
 
 
-def memory_snapshot(device=None):
-    """Segments of the device's default allocator (Allocator.memory_snapshot)."""
-    return default_allocator(device).memory_snapshot()
+def forward_to_default(name, get_allocator, what, module):
+    """A function f(device=None) calling Allocator.<name> on
+    get_allocator(device), documented from DEFAULT_ALLOCATOR_FUNCTIONS."""
+    def f(device=None):
+        return getattr(get_allocator(device), name)()
+    f.__name__ = f.__qualname__ = name
+    f.__module__ = module
+    f.__doc__ = DEFAULT_ALLOCATOR_FUNCTIONS[name].format(what=what)
+    return f
 
 
-def memory_summary(device=None):
-    """The statistics table of the device's default allocator."""
-    return default_allocator(device).memory_summary()
-
-
-def empty_cache(device=None):
-    """Returns the cached memory of the device's default allocator to the device."""
-    default_allocator(device).empty_cache()
-
-
-def reset_peak_memory_stats(device=None):
-    """Resets the peaks of the device's default allocator."""
-    default_allocator(device).reset_peak_memory_stats()
-
-
-def memory_allocated(device=None):
-    """Bytes allocated by the device's default allocator now."""
-    return default_allocator(device).memory_allocated()
-
-
-def memory_reserved(device=None):
-    """Bytes the device's default allocator reserved from the device now."""
-    return default_allocator(device).memory_reserved()
-
-
-def max_memory_allocated(device=None):
-    """Peak bytes allocated by the device's default allocator."""
-    return default_allocator(device).max_memory_allocated()
-
-
-def max_memory_reserved(device=None):
-    """Peak bytes reserved by the device's default allocator."""
-    return default_allocator(device).max_memory_reserved()
+for _name in DEFAULT_ALLOCATOR_FUNCTIONS:
+    globals()[_name] = forward_to_default(_name, default_allocator, "the device's default allocator", __name__)
+del _name

@@ -22,6 +22,7 @@ allocated; the entry points themselves are thread-safe.
 import ctypes as C
 import re
 
+from . import allocator as _allocator
 from ._lib import declare, lib, library_path
 
 __all__ = ["use", "is_used", "memory_stats", "memory_snapshot", "memory_summary", "empty_cache",
@@ -144,7 +145,6 @@ def is_used():
 
 
 def _default(device):
-    from .allocator import default_allocator
     dt = _state["device_type"] or "cuda"
     if device is None:
         device = 0
@@ -152,48 +152,15 @@ def _default(device):
         device = f"{dt}:{device}"
     elif getattr(device, "type", None) == "cuda" and dt != "cuda":  # a torch.device in sim test mode
         device = f"{dt}:{device.index or 0}"
-    return default_allocator(device)
+    return _allocator.default_allocator(device)
 
 
-def memory_stats(device=None):
-    """mnemo's statistics (PyTorch's flat keys) of the allocator serving
-    PyTorch on a device (an index, "cuda:N" or a torch.device; None: 0)."""
-    return _default(device).memory_stats()
-
-
-def memory_snapshot(device=None):
-    """mnemo's segments of the allocator serving PyTorch on a device."""
-    return _default(device).memory_snapshot()
-
-
-def memory_summary(device=None):
-    """mnemo's statistics table of the allocator serving PyTorch on a device."""
-    return _default(device).memory_summary()
-
-
-def memory_allocated(device=None):
-    """Bytes of live CUDA tensors (block sizes) in mnemo on a device."""
-    return _default(device).memory_allocated()
-
-
-def memory_reserved(device=None):
-    """Bytes mnemo reserved from a device."""
-    return _default(device).memory_reserved()
-
-
-def max_memory_allocated(device=None):
-    """Peak of memory_allocated()."""
-    return _default(device).max_memory_allocated()
-
-
-def max_memory_reserved(device=None):
-    """Peak of memory_reserved()."""
-    return _default(device).max_memory_reserved()
-
-
-def reset_peak_memory_stats(device=None):
-    """Resets mnemo's peaks on a device."""
-    _default(device).reset_peak_memory_stats()
+for _name in _allocator.DEFAULT_ALLOCATOR_FUNCTIONS:
+    if _name != "empty_cache":
+        globals()[_name] = _allocator.forward_to_default(
+            _name, _default, "the allocator serving PyTorch on a device (an index, \"cuda:N\" or a "
+            "torch.device; None: 0)", __name__)
+del _name
 
 
 def empty_cache(device=None):
