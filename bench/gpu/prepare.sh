@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # bench/gpu/prepare.sh: builds mnemo for sm_90 here (preset cuda, build/cuda) and
 # packs what the lent GPU machine needs into one file to carry there,
-# build/gpu-carry.tar.xz (< 60 MiB): the GPU tests, the benchmarks, the CLI and
-# libmnemo.so without debug info, the CTest files, and the Google Benchmark library
-# the benchmarks link (nothing can be installed there). Each executable holds the
+# build/gpu-carry.tar.xz (< 60 MiB): the GPU tests, the benchmarks, the CLI,
+# the staged Python package and libmnemo.so without debug info, the CTest
+# files, and the Google Benchmark library the benchmarks link (nothing can be
+# installed there). Each executable holds the
 # same kernels' fatbin; xz's window spans the files, so they pack to about one.
 # bench/gpu/run.sh unpacks it into build/cuda on the GPU machine.
 # Usage: bash bench/gpu/prepare.sh [--no-build]
@@ -27,6 +28,8 @@ copy() {
   done
 }
 copy "$build"/libmnemo.so* "$build/tools/mnemo"
+# The staged Python package (its _paths.py names this build; the GPU tests import it).
+while IFS= read -r -d '' f; do copy "$f"; done < <(find "$build/python" -name '*.py' -print0)
 while IFS= read -r -d '' f; do copy "$f"; done < <(find "$build" -name CTestTestfile.cmake -print0)
 for t in "$build"/tests/test_*gpu*; do [ -x "$t" ] && copy "$t"; done
 for b in "$build"/bench/bench_*; do

@@ -146,6 +146,13 @@ case "$phase" in
     fi
     ;;
   bench)
+    # `mnemo bench` on the GPU: every transfer, layout, cast and fill case with
+    # its ceilings measured in the same run (docs/COPY.md "mnemo bench").
+    run 120 "$build/tools/mnemo" bench --device cuda:0 --sizes 1M..256M --no-progress --plot "$out/mnemo_bench.svg" \
+      --json >"$out/mnemo_bench.json" 2>>"$log" || {
+      say "  mnemo bench: FAILED (exit $?)"
+      rc=1
+    }
     for b in bench_runtime bench_caching bench_pinned bench_copy bench_storage bench_kernels; do
       if [ ! -x "$build/bench/$b" ]; then
         say "  $b: not built (Google Benchmark missing where prepare.sh ran)"
