@@ -147,7 +147,7 @@ def main():
         own = b["GBps"]
         # the ceiling by construction: never below the case itself
         ceil = max(b["ceiling_GBps"], own)
-        mark = "*" if own > b["ceiling_GBps"] else ""
+        mark = "*" if b.get("ceiling_set_by_case") or own > b["ceiling_GBps"] else ""
         pct = f"{100 * own / ceil:.0f}%{mark}"
         case = numpy_case(name)
         if case is None:
