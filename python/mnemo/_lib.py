@@ -16,11 +16,26 @@ import ctypes as C
 import ctypes.util
 import os
 
-__all__ = ["lib", "library_path", "MnemoError", "OutOfMemoryError", "check", "declare", "Device",
+__all__ = ["lib", "library_path", "built_path", "MnemoError", "OutOfMemoryError", "check", "declare", "Device",
            "Scalar", "VP", "I64P", "STATUS_NAMES"]
 
 VP = C.c_void_p
 I64P = C.POINTER(C.c_int64)
+
+
+def built_path(name):
+    """The path ``mnemo/_paths.py`` (written by python/CMakeLists.txt) gives
+    for ``name`` ("LIBRARY", "CLI"), a relative one resolved against the
+    package's folder (the install's); None without _paths.py or the entry."""
+    try:
+        from . import _paths
+    except ImportError:
+        return None
+    path = getattr(_paths, name, None)
+    if not path:
+        return None
+    return path if os.path.isabs(path) else os.path.normpath(
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), path))
 
 
 def _candidates():
@@ -28,14 +43,9 @@ def _candidates():
     if env:
         yield env
         return
-    try:
-        from . import _paths  # written by CMake (python/CMakeLists.txt)
-    except ImportError:
-        _paths = None
-    here = os.path.dirname(os.path.abspath(__file__))
-    if _paths is not None and getattr(_paths, "LIBRARY", None):
-        lib_path = _paths.LIBRARY
-        yield lib_path if os.path.isabs(lib_path) else os.path.normpath(os.path.join(here, lib_path))
+    built = built_path("LIBRARY")
+    if built:
+        yield built
     found = ctypes.util.find_library("mnemo")
     if found:
         yield found

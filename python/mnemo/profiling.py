@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import tempfile
 
-from ._lib import MnemoError, VP, declare, lib
+from ._lib import MnemoError, VP, built_path, declare, lib
 
 __all__ = ["ToolError", "read_trace", "record", "import_snapshot", "replay", "report", "snapshot", "cli_path"]
 
@@ -297,14 +297,8 @@ def cli_path():
         if os.path.isfile(env) and os.access(env, os.X_OK):
             return env
         raise ToolError(f"mnemo: MNEMO_CLI={env!r} is not an executable file")
-    try:
-        from . import _paths
-        cli = getattr(_paths, "CLI", None)
-    except ImportError:
-        cli = None
+    cli = built_path("CLI")
     if cli:
-        if not os.path.isabs(cli):
-            cli = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), cli))
         if os.path.isfile(cli) and os.access(cli, os.X_OK):
             return cli
         tried.append(cli)
