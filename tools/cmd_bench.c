@@ -19,6 +19,7 @@
 
 #include "mnemo/mnemo.h"
 #include "commands.h"
+#include "trace_input.h"
 #include "kernels/pool.h"
 #include "runtime/fileio.h"
 
@@ -752,17 +753,6 @@ static const char *sim_note(const bench_t *b) {
              : NULL;
 }
 
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-    else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-    else fputc(ch, f);
-  }
-  fputc('"', f);
-}
-
 static const char *ceiling_rule =
     "per domain and size, the best rate of the domain's raw primitive and of every case of the domain "
     "(no figure exceeds it)";
@@ -807,19 +797,19 @@ static void print_table(const bench_t *b) {
 
 static void print_json(const bench_t *b) {
   printf("{\"tool\": \"mnemo bench\", \"version\": ");
-  json_str(stdout, mn_version());
+  mn__tools_json_str(stdout, mn_version());
   printf(", \"device\": ");
-  json_str(stdout, b->devname);
+  mn__tools_json_str(stdout, b->devname);
   printf(", \"device_description\": ");
-  json_str(stdout, b->devdesc);
+  mn__tools_json_str(stdout, b->devdesc);
   printf(", \"to\": ");
-  json_str(stdout, b->othername);
+  mn__tools_json_str(stdout, b->othername);
   printf(",\n \"convention\": ");
-  json_str(stdout, CONVENTION);
+  mn__tools_json_str(stdout, CONVENTION);
   printf(", \"best\": \"the fastest rep\", \"median\": \"the median rep\", \"ceiling_rule\": ");
-  json_str(stdout, ceiling_rule);
+  mn__tools_json_str(stdout, ceiling_rule);
   printf(",\n \"note\": ");
-  if (sim_note(b)) json_str(stdout, sim_note(b));
+  if (sim_note(b)) mn__tools_json_str(stdout, sim_note(b));
   else printf("null");
   printf(", \"reps_min\": %d, \"min_time_s\": %g, \"sizes\": [", b->reps, b->min_time);
   for (int i = 0; i < b->nsizes; i++) printf("%s%zu", i ? ", " : "", b->sizes[i]);
@@ -828,11 +818,11 @@ static void print_json(const bench_t *b) {
   for (int d = 0; d < NDOMS; d++) {
     if (!b->doms[d].used) continue;
     printf("%s{\"name\": ", sep);
-    json_str(stdout, b->doms[d].name);
+    mn__tools_json_str(stdout, b->doms[d].name);
     printf(", \"primitive\": ");
-    json_str(stdout, b->doms[d].prim);
+    mn__tools_json_str(stdout, b->doms[d].prim);
     printf(", \"what\": ");
-    json_str(stdout, b->doms[d].what);
+    mn__tools_json_str(stdout, b->doms[d].what);
     printf("}");
     sep = ", ";
   }
@@ -840,19 +830,19 @@ static void print_json(const bench_t *b) {
   for (size_t i = 0; i < b->nres; i++) {
     const result_t *r = &b->res[i];
     printf("  {\"case\": ");
-    json_str(stdout, entry_name(b, r->case_idx, r->dom));
+    mn__tools_json_str(stdout, entry_name(b, r->case_idx, r->dom));
     printf(", \"kind\": \"%s\", \"domain\": ", r->case_idx < 0 ? "primitive" : "case");
-    json_str(stdout, b->doms[r->dom].name);
+    mn__tools_json_str(stdout, b->doms[r->dom].name);
     if (r->case_idx >= 0) {
       printf(", \"what\": ");
-      json_str(stdout, g_cases[r->case_idx].what);
+      mn__tools_json_str(stdout, g_cases[r->case_idx].what);
     }
     printf(", \"size_bytes\": %zu, \"moved_bytes\": %zu, \"reps\": %d, \"best_s\": %.9g, \"median_s\": %.9g"
            ", \"best_gbps\": %.6g, \"median_gbps\": %.6g, \"ceiling_gbps\": %.6g, \"pct_of_ceiling\": %.4f"
            ", \"ceiling_set_by\": ",
            r->size, r->moved, r->reps, r->best_s, r->median_s, r->best_gbps, r->median_gbps, r->ceiling_gbps,
            r->pct);
-    json_str(stdout, r->set_by);
+    mn__tools_json_str(stdout, r->set_by);
     printf("}%s\n", i + 1 < b->nres ? "," : "");
   }
   printf(" ]}\n");

@@ -48,17 +48,6 @@ static const char *gib(int64_t bytes, char *buf, size_t n) {
   return buf;
 }
 
-static void json_string(const char *s) {
-  putchar('"');
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') printf("\\%c", c);
-    else if (c < 0x20) printf("\\u%04x", c);
-    else putchar(c);
-  }
-  putchar('"');
-}
-
 static void read_torch(const mn_trace_t *t, torch_figs_t *f) {
   memset(f, 0, sizeof *f);
   f->has_allocated = mn_trace_meta_get_u64(t, "torch_peak_allocated", &f->peak_allocated) == MN_OK;
@@ -72,11 +61,11 @@ static void print_json_run(const char *trace_path, const char *allocator, const 
                            const torch_figs_t *tf) {
   const mn_replay_result_t *r = &run->res;
   printf("{\"trace\": ");
-  json_string(trace_path);
+  mn__tools_json_str(stdout, trace_path);
   printf(", \"allocator\": \"%s\", \"config\": ", allocator);
-  json_string(run->config);
+  mn__tools_json_str(stdout, run->config);
   printf(", \"config_effective\": ");
-  json_string(run->effective);
+  mn__tools_json_str(stdout, run->effective);
   printf(", \"as_recorded\": %s", run->as_recorded ? "true" : "false");
   printf(", \"peak_allocated\": %" PRId64 ", \"peak_reserved\": %" PRId64 ", \"peak_requested\": %" PRId64
          ", \"ratio\": %.4f, \"device_allocs\": %" PRId64 ", \"device_allocs_events\": %" PRId64 ", \"device_frees\": %" PRId64 ", \"peak_device_mapped\": %" PRId64

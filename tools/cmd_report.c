@@ -78,40 +78,6 @@ static void at_stop(void *user, mn_allocator_t *a) {
   if (mn_allocator_snapshot(a, snap) != MN_OK) *snap = NULL;
 }
 
-/* A JSON string; UTF-8 passes through when valid (else U+FFFD), '<' is escaped so
- * the data never closes its script element. */
-static void json_str(FILE *f, const char *s) {
-  const unsigned char *p = (const unsigned char *)s;
-  fputc('"', f);
-  while (*p) {
-    unsigned char c = *p;
-    if (c == '"' || c == '\\') {
-      fprintf(f, "\\%c", c);
-    } else if (c == '<') {
-      fputs("\\u003c", f);
-    } else if (c < 0x20 || c == 0x7f) {
-      fprintf(f, "\\u%04x", c);
-    } else if (c < 0x80) {
-      fputc(c, f);
-    } else {
-      size_t len = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
-      size_t k = 1;
-      while (len && k < len && (p[k] & 0xc0) == 0x80) k++;
-      if (!len || k < len || (c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] >= 0xa0) ||
-          (c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] >= 0x90)) {
-        fputs("\\ufffd", f);
-        p++;
-        continue;
-      }
-      fwrite(p, 1, len, f);
-      p += len;
-      continue;
-    }
-    p++;
-  }
-  fputc('"', f);
-}
-
 typedef struct ref_s {
   uint64_t address;
   size_t index;
@@ -455,7 +421,7 @@ static mn_status make_allocator(const char *config, mn_allocator_t **out) {
 
 static void write_result(FILE *f, const char *config, const mn_replay_result_t *r) {
   fprintf(f, "{\"config\": ");
-  json_str(f, config);
+  mn__tools_json_str(f, config);
   fprintf(f,
           ", \"peak_allocated\": %" PRId64 ", \"peak_reserved\": %" PRId64 ", \"peak_requested\": %" PRId64
           ", \"ratio\": %.4f, \"device_allocs\": %" PRId64 ", \"ooms\": %" PRIu64 ", \"retries\": %" PRIu64
@@ -523,9 +489,9 @@ static void write_stacks(FILE *f, const report_t *r) {
   for (size_t k = 0; k < r->nfout; k++) {
     const mn_trace_frame_t *fm = mn_trace_frame_get(t, r->fout[k]);
     fprintf(f, "%s\n [", k ? "," : "");
-    json_str(f, fm && fm->file ? fm->file : "");
+    mn__tools_json_str(f, fm && fm->file ? fm->file : "");
     fprintf(f, ",%" PRIu32 ",", fm ? fm->line : 0);
-    json_str(f, fm && fm->name ? fm->name : "");
+    mn__tools_json_str(f, fm && fm->name ? fm->name : "");
     fputc(']', f);
   }
   fputc(']', f);
@@ -582,15 +548,15 @@ static bool write_page(FILE *f, const report_t *r, const page_args_t *p) {
   const mn_trace_t *t = r->t;
   fputs(mn_report_page_head, f);
   fprintf(f, "<script id=\"mn-data\" type=\"application/json\">\n{\"trace\": ");
-  json_str(f, p->path);
+  mn__tools_json_str(f, p->path);
   fprintf(f, ", \"title\": ");
-  json_str(f, p->title ? p->title : p->path);
+  mn__tools_json_str(f, p->title ? p->title : p->path);
   const char *src = mn_trace_meta_get(t, "source");
   fprintf(f, ", \"source\": ");
-  json_str(f, src ? src : "");
+  mn__tools_json_str(f, src ? src : "");
   const char *by = mn_trace_meta_get(t, "recorded_by");
   fprintf(f, ", \"recorded_by\": ");
-  json_str(f, by ? by : "");
+  mn__tools_json_str(f, by ? by : "");
   fprintf(f, ",\n\"entries\": %zu, \"device\": %" PRIu32 ", \"peak_entry\": %zu, \"peak_line\": %" PRIu32
           ", \"live_at_peak\": %zu, \"first_event\": %" PRId64 ", \"t_first\": %" PRIu64 ", \"t_last\": %" PRIu64
           ", \"has_stacks\": %s, \"has_recorded\": %s, \"as_recorded\": %s",
@@ -602,7 +568,7 @@ static bool write_page(FILE *f, const report_t *r, const page_args_t *p) {
   fprintf(f, ",\n\"actions\": [");
   for (int a = 0; a < MN_TRACE_ACTION_COUNT; a++) {
     fputs(a ? "," : "", f);
-    json_str(f, mn_trace_action_name((mn_trace_action)a));
+    mn__tools_json_str(f, mn_trace_action_name((mn_trace_action)a));
   }
   fprintf(f, "], \"streams\": [");
   for (size_t k = 0; k < r->nstreams; k++) fprintf(f, "%s\"%" PRIu64 "\"", k ? "," : "", r->streams[k]);

@@ -1,6 +1,7 @@
 /* tools/trace_input.c: reads a trace or a PyTorch snapshot (imported on the fly),
- * gives the recorded allocator settings, and finds the CLI's scripts and sample
- * traces relative to the executable. Single-threaded (the CLI's main thread). */
+ * gives the recorded allocator settings, finds the CLI's scripts and sample
+ * traces relative to the executable, and writes JSON strings for every command's
+ * output. Single-threaded (the CLI's main thread). */
 #include "trace_input.h"
 
 #include <errno.h>
@@ -213,4 +214,37 @@ bool mn__tools_holders(const mn_trace_t *t, size_t *live, size_t n, mn__tools_ho
   *groups = g;
   *ngroups = m;
   return true;
+}
+
+/* (trace_input.h) */
+void mn__tools_json_str(FILE *f, const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  fputc('"', f);
+  while (*p) {
+    unsigned char c = *p;
+    if (c == '"' || c == '\\') {
+      fprintf(f, "\\%c", c);
+    } else if (c == '<') {
+      fputs("\\u003c", f);
+    } else if (c < 0x20 || c == 0x7f) {
+      fprintf(f, "\\u%04x", c);
+    } else if (c < 0x80) {
+      fputc(c, f);
+    } else {
+      size_t len = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+      size_t k = 1;
+      while (len && k < len && (p[k] & 0xc0) == 0x80) k++;
+      if (!len || k < len || (c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] >= 0xa0) ||
+          (c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] >= 0x90)) {
+        fputs("\\ufffd", f);
+        p++;
+        continue;
+      }
+      fwrite(p, 1, len, f);
+      p += len;
+      continue;
+    }
+    p++;
+  }
+  fputc('"', f);
 }

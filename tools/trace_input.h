@@ -1,6 +1,7 @@
 /* tools/trace_input.h: what the mnemo CLI's commands share about their input: a
- * trace or a PyTorch snapshot read in one step, the recorded allocator settings, and
- * where the installed (or build-tree) helper scripts and sample traces are.
+ * trace or a PyTorch snapshot read in one step, the recorded allocator settings,
+ * where the installed (or build-tree) helper scripts and sample traces are; and,
+ * for their output, the one JSON string writer.
  * Single-threaded (the CLI's main thread); nothing here keeps state between calls. */
 #ifndef MNEMO_TOOLS_TRACE_INPUT_H
 #define MNEMO_TOOLS_TRACE_INPUT_H
@@ -8,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "mnemo/trace.h"
 
@@ -64,5 +66,10 @@ bool mn__tools_find(mn__tools_kind kind, const char *name, char *buf, size_t siz
 /* Runs `python3 <script> args...` (script found with mn__tools_find) and returns its
  * exit status (1 when the script or python3 is missing, with a message). */
 int mn__tools_run_script(const char *prog, const char *script, char *const *args, int nargs);
+
+/* Writes s as a JSON string to f: UTF-8 passes through when valid (else U+FFFD),
+ * control bytes and DEL as \u escapes, and '<' as \u003c so that data embedded
+ * in an HTML page never closes its script element (the same value to a JSON reader). */
+void mn__tools_json_str(FILE *f, const char *s);
 
 #endif /* MNEMO_TOOLS_TRACE_INPUT_H */
