@@ -12,6 +12,7 @@ import itertools
 import numbers
 import operator
 
+from . import device as _device_module  # noqa: F401 (declares mn_device_synchronize, used below)
 from ._lib import Device as CDevice, I64P, Scalar, VP, declare, lib
 
 VPP = C.POINTER(VP)
@@ -107,7 +108,6 @@ declare("mn_view_copy", "status", [VP, VP, VP])
 declare("mn_view_fill", "status", [VP, Scalar, VP])
 declare("mn_view_zero", "status", [VP, VP])
 declare("mn_scalar_from_bytes", "status", [C.c_int, VP, C.POINTER(Scalar)])
-declare("mn_device_synchronize", "status", [CDevice])
 
 _libc = C.CDLL(None)
 libc_free = _libc.free

@@ -85,6 +85,17 @@ class _PinnedConfig(C.Structure):
 
 _AP = C.POINTER(VP)  # mn_allocator_t **
 
+# The framework entry points of libmnemo (mnemo/pluggable.h: mnemo_torch_alloc,
+# mnemo_cupy_malloc, ...) serve CUDA devices, or SIM ones for tests.
+declare("mn_pluggable_set_device_type", "status", [C.c_int])
+
+
+def serve_framework_hooks_from(device_type):
+    """Makes libmnemo's PyTorch and CuPy entry points serve ``device_type``
+    devices: "cuda" (what frameworks use) or "sim" (tests without a GPU)."""
+    lib.mn_pluggable_set_device_type({"cuda": 1, "sim": 2}[device_type])
+
+
 declare("mn_allocator_alloc", "status", [VP, C.c_size_t, VP, C.POINTER(VP)])
 declare("mn_allocator_free", "status", [VP, VP])
 declare("mn_allocator_record_stream", "status", [VP, VP, VP])

@@ -19,6 +19,7 @@ serve; the entry points are thread-safe.
 """
 import ctypes as C
 
+from . import allocator as _allocator
 from ._lib import declare, lib
 
 __all__ = ["use", "MALLOC_FN", "FREE_FN", "malloc_address", "free_address"]
@@ -28,7 +29,6 @@ FREE_FN = "mnemo_cupy_free"
 
 declare("mnemo_cupy_malloc", C.c_void_p, [C.c_void_p, C.c_size_t, C.c_int])
 declare("mnemo_cupy_free", None, [C.c_void_p, C.c_void_p, C.c_int])
-declare("mn_pluggable_set_device_type", "status", [C.c_int])
 
 _kept = []  # allocators handed to CuPy: CuPy's memory objects keep only the raw handle
 
@@ -68,7 +68,7 @@ def use(allocator=None, _device_type="cuda"):
     if allocator is not None and allocator.device.type != _device_type:
         raise ValueError(f"mnemo.cupy.use(): CuPy allocates on {_device_type} devices; the allocator given is for "
                          f"{allocator.device}")
-    lib.mn_pluggable_set_device_type(1 if _device_type == "cuda" else 2)
+    _allocator.serve_framework_hooks_from(_device_type)
     param = 0 if allocator is None else allocator._h()
     c_alloc = cupy.cuda.memory.CFunctionAllocator(param, malloc_address(), free_address(), allocator)
     cupy.cuda.set_allocator(c_alloc.malloc)

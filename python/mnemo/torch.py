@@ -33,9 +33,8 @@ ALLOC_FN = "mnemo_torch_alloc"
 FREE_FN = "mnemo_torch_free"
 
 declare("mnemo_empty_cache", C.c_int, [C.c_int])
-declare("mn_pluggable_set_device_type", "status", [C.c_int])
 
-_DEVICE_TYPES = {"cuda": 1, "sim": 2}
+_DEVICE_TYPES = ("cuda", "sim")  # sim: tests without a GPU
 _state = {"allocator": None, "device_type": None, "hook": None}
 
 
@@ -119,10 +118,9 @@ def use(device=None, empty_cache_hook=True, _device_type="cuda"):
         raise RuntimeError("mnemo.torch.use(): mnemo sees no CUDA device ("
                            + ("none found" if build_has_cuda() else "this libmnemo.so was built without CUDA")
                            + f": {library_path})")
-    lib.mn_pluggable_set_device_type(_DEVICE_TYPES[_device_type])
-    from .allocator import default_allocator
+    _allocator.serve_framework_hooks_from(_device_type)
     for i in _devices(_device_type, device):
-        default_allocator(f"{_device_type}:{i}")  # raises on a bad MNEMO_ALLOC_CONF
+        _allocator.default_allocator(f"{_device_type}:{i}")  # raises on a bad MNEMO_ALLOC_CONF
     alloc = cuda_mem.CUDAPluggableAllocator(library_path, ALLOC_FN, FREE_FN)
     hook = None
     inner = getattr(alloc, "_allocator", None)

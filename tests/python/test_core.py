@@ -5,7 +5,6 @@
 """Run: PYTHONPATH=<build>/python /usr/bin/python3 tests/python/test_core.py
 (exit 0 pass, 1 fail, 77 skip: numpy missing). Labels cpu;sim. Comparisons
 with PyTorch are skipped when torch is not installed."""
-import ctypes as C
 import gc
 import json
 import os
@@ -181,21 +180,7 @@ class Storages(unittest.TestCase):
         self.assertEqual(cm.exception.status_name, "not_supported")
 
     def test_allocator_lifetime(self):
-        lib = mnemo._lib.lib
-        create = lib["mn_naive_allocator_create"]  # private function objects: the package's stay as declared
-        create.restype, create.argtypes = C.c_int, [mnemo._lib.Device, C.POINTER(C.c_void_p)]
-        destroy = lib["mn_allocator_destroy"]
-        destroy.restype, destroy.argtypes = None, [C.c_void_p]
-
-        class Naive:
-            def __init__(self, dev):
-                h = C.c_void_p()
-                assert create(mnemo.device(dev)._c, C.byref(h)) == 0
-                self._handle = h.value
-
-            def __del__(self):
-                destroy(self._handle)
-
+        Naive = mnemo.NaiveAllocator  # any object with an mn_allocator_t * as _handle would do
         a = Naive("sim:0")
         gone = weakref.ref(a)
         s = mnemo.Storage(64, "sim:0", allocator=a)
