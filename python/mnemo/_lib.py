@@ -17,7 +17,7 @@ import ctypes.util
 import os
 
 __all__ = ["lib", "library_path", "built_path", "MnemoError", "OutOfMemoryError", "check", "declare", "Device",
-           "Scalar", "VP", "I64P", "STATUS_NAMES"]
+           "Scalar", "VP", "I64P"]
 
 VP = C.c_void_p
 I64P = C.POINTER(C.c_int64)
@@ -71,8 +71,6 @@ lib.mn_last_error.restype = C.c_char_p
 lib.mn_last_error.argtypes = []
 lib.mn_clear_error.restype = None
 lib.mn_clear_error.argtypes = []
-
-STATUS_NAMES = {s: lib.mn_status_name(s).decode() for s in range(13)}
 
 
 class MnemoError(RuntimeError):
