@@ -31,7 +31,7 @@
  * and free set. */
 typedef enum { VT_OK, VT_NULL, VT_SIZE, VT_VERSION, VT_REQUIRED } vt_fault;
 
-static vt_fault vtable_fault(const mn_allocator_vtable_t *vt) {
+static inline vt_fault vtable_fault(const mn_allocator_vtable_t *vt) {
   if (!vt) return VT_NULL;
   if (vt->size < MN_ALLOCATOR_VTABLE_MIN_SIZE) return VT_SIZE;
   if (vt->version == 0 || vt->version > MN_ALLOCATOR_VTABLE_VERSION) return VT_VERSION;
@@ -43,7 +43,7 @@ static vt_fault vtable_fault(const mn_allocator_vtable_t *vt) {
 static bool vtable_ok(const mn_allocator_vtable_t *vt) { return vtable_fault(vt) == VT_OK; }
 
 /* MN_OK, or MN_ERR_INVALID_ARGUMENT with a message naming func and the fault. */
-static mn_status vtable_check(const char *func, const mn_allocator_vtable_t *vt) {
+static __attribute__((noinline)) mn_status vtable_report(const char *func, const mn_allocator_vtable_t *vt) {
   switch (vtable_fault(vt)) {
     case VT_OK: return MN_OK;
     case VT_NULL: return mn__error(MN_ERR_INVALID_ARGUMENT, func, "the allocator has no vtable");
@@ -61,6 +61,11 @@ static mn_status vtable_check(const char *func, const mn_allocator_vtable_t *vt)
   }
   return mn__error(MN_ERR_INVALID_ARGUMENT, func, "allocator vtable \"%s\" lacks the required %s slot",
                    vt->name ? vt->name : "(null)", !vt->name ? "name" : !vt->alloc ? "alloc" : "free");
+}
+
+/* The check on every call: inline, the message only on failure. */
+static inline mn_status vtable_check(const char *func, const mn_allocator_vtable_t *vt) {
+  return __builtin_expect(vtable_fault(vt) == VT_OK, 1) ? MN_OK : vtable_report(func, vt);
 }
 
 #define MN__VTABLE_CHECK(a)                                       \
@@ -87,25 +92,28 @@ mn_status mn_allocator_init(mn_allocator_t *a, const mn_allocator_vtable_t *vtab
  * opens a range (t_range_depth), so a stack of adaptors shows as one range. */
 static _Thread_local int t_range_depth;
 
-static void range_open(const char *name, uint64_t nbytes) {
+/* Returns whether it counted the call (ranges may be on); pass that to range_close. */
+static bool range_open(const char *name, uint64_t nbytes) {
+  if (!mn__nvtx_maybe_on()) return false;
   if (t_range_depth++ == 0) mn__nvtx_push(name, nbytes);
+  return true;
 }
 
-static void range_close(void) {
-  if (--t_range_depth == 0) mn__nvtx_pop();
+static void range_close(bool opened) {
+  if (opened && --t_range_depth == 0) mn__nvtx_pop();
 }
 
 /* The free payload: the block's size where the allocator can tell (asked only
  * while ranges are on and for the outermost call: size_of may take a lock). */
 static uint64_t freed_bytes(mn_allocator_t *a, const void *ptr) {
-  if (t_range_depth != 0 || !MN__SLOT(a->vtable, size_of) || !mn_nvtx_enabled()) return 0;
+  if (!mn__nvtx_maybe_on() || t_range_depth != 0 || !MN__SLOT(a->vtable, size_of) || !mn_nvtx_enabled()) return 0;
   return (uint64_t)a->vtable->size_of(a, ptr);
 }
 
 /* The empty_cache payload: the bytes reserved before, where the allocator keeps
  * statistics (asked only while ranges are on: get_stats may take a lock). */
 static uint64_t reserved_bytes(mn_allocator_t *a) {
-  if (t_range_depth != 0 || !MN__SLOT(a->vtable, get_stats) || !mn_nvtx_enabled()) return 0;
+  if (!mn__nvtx_maybe_on() || t_range_depth != 0 || !MN__SLOT(a->vtable, get_stats) || !mn_nvtx_enabled()) return 0;
   mn_alloc_stats_t st;
   memset(&st, 0, sizeof st);
   st.size = (uint32_t)sizeof st;
@@ -162,9 +170,9 @@ mn_status mn_allocator_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
     return MN_OK;
   }
   void *p = NULL;
-  range_open("mnemo.alloc", nbytes);
+  bool opened = range_open("mnemo.alloc", nbytes);
   mn_status st = a->vtable->alloc(a, nbytes, stream, &p);
-  range_close();
+  range_close(opened);
   debug_check(a, "alloc");
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   *out = p;
@@ -175,9 +183,9 @@ mn_status mn_allocator_free(mn_allocator_t *a, void *ptr) {
   MN__CHECK_ARG(a != NULL, "allocator must not be NULL");
   MN__VTABLE_CHECK(a);
   if (!ptr) return MN_OK;
-  range_open("mnemo.free", freed_bytes(a, ptr));
+  bool opened = range_open("mnemo.free", freed_bytes(a, ptr));
   mn_status st = a->vtable->free(a, ptr);
-  range_close();
+  range_close(opened);
   debug_check(a, "free");
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
@@ -197,9 +205,9 @@ mn_status mn_allocator_empty_cache(mn_allocator_t *a) {
   MN__CHECK_ARG(a != NULL, "allocator must not be NULL");
   MN__VTABLE_CHECK(a);
   if (!MN__SLOT(a->vtable, empty_cache)) return MN_OK;
-  range_open("mnemo.empty_cache", reserved_bytes(a));
+  bool opened = range_open("mnemo.empty_cache", reserved_bytes(a));
   mn_status st = a->vtable->empty_cache(a);
-  range_close();
+  range_close(opened);
   debug_check(a, "empty_cache");
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }

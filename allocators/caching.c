@@ -19,14 +19,13 @@
 static const mn_allocator_vtable_t caching_vtable;
 
 static mn__caching_t *as_caching(mn_allocator_t *self) { return (mn__caching_t *)self; }
-static void lock(mn__caching_t *a) { pthread_mutex_lock(&a->lock); }
-static void unlock(mn__caching_t *a) { pthread_mutex_unlock(&a->lock); }
+static void lock(mn__caching_t *a) { mn__lock(&a->lock); }
+static void unlock(mn__caching_t *a) { mn__unlock(&a->lock); }
 
 /* ---- small helpers shared with the other caching files ----------------------------- */
 
-void mn__trace(mn__caching_t *a, mn_trace_action action, uint64_t stream, uintptr_t addr, size_t size,
-               size_t requested) {
-  if (!a->sink) return;
+void mn__trace_emit(mn__caching_t *a, mn_trace_action action, uint64_t stream, uintptr_t addr, size_t size,
+                    size_t requested) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   mn_trace_event_t ev = {.action = action,
@@ -73,7 +72,7 @@ void mn__block_put(mn__caching_t *a, mn__block_t *b) {
 
 void mn__pool_insert(mn__pool_t *p, mn__block_t *b) {
   if (b->mapped) {
-    mn__tree_insert(&p->free, &b->node, (mn__key_t){b->stream_id, b->size, b->addr});
+    mn__fset_insert(&p->fs, b->seg->sb, &b->node, b->size, b->addr);
     b->where = MN__IN_FREE;
     b->gc_count_base = p->get_free_calls;
     if (!p->largest_dirty && b->size > p->largest_free) p->largest_free = b->size;
@@ -85,17 +84,17 @@ void mn__pool_insert(mn__pool_t *p, mn__block_t *b) {
       b->in_whole = true;
     }
   } else {
-    mn__tree_insert(&p->unmapped, &b->node, (mn__key_t){b->stream_id, 0, b->addr});
+    mn__fset_insert_unmapped(&p->fs, b->seg->sb, &b->node, b->addr);
     b->where = MN__IN_UNMAPPED;
   }
 }
 
 void mn__pool_remove(mn__pool_t *p, mn__block_t *b) {
   if (b->where == MN__IN_FREE) {
-    mn__tree_remove(&p->free, &b->node);
+    mn__fset_remove(&p->fs, b->seg->sb, &b->node);
     if (b->size >= p->largest_free) p->largest_dirty = true;
   } else if (b->where == MN__IN_UNMAPPED) {
-    mn__tree_remove(&p->unmapped, &b->node);
+    mn__fset_remove_unmapped(&p->fs, b->seg->sb, &b->node);
   }
   if (b->in_whole) {
     if (b->whole_prev) b->whole_prev->whole_next = b->whole_next;
@@ -118,10 +117,6 @@ size_t mn__pool_largest_free(const mn__caching_t *a, mn__pool_t *p) {
   p->largest_dirty = false;
   return largest;
 }
-
-bool mn__block_is_split(const mn__block_t *b) { return b->prev != NULL || b->next != NULL; }
-
-bool mn__block_inactive(const mn__block_t *b) { return !b->allocated && b->event_count == 0 && b->nuses == 0; }
 
 size_t mn__try_merge(mn__caching_t *a, mn__block_t *dst, mn__block_t *src) {
   if (!src || !mn__block_inactive(src) || dst->mapped != src->mapped) return 0;
@@ -177,16 +172,16 @@ static size_t expandable_size(const mn__block_t *b) {
 static mn__block_t *get_free_block(mn__caching_t *a, params_t *p) {
   mn__pool_t *pool = p->pool;
   if (gc_enabled(a)) pool->get_free_calls++;
-  mn__key_t key = {p->stream, p->size, 0};
-  mn__tnode_t *n = mn__tree_lower_bound(&pool->free, &key);
-  if (!n || n->key.stream != p->stream) return NULL;
+  const mn__sbins_t *sb = mn__fset_find(&pool->fs, p->stream);
+  mn__tnode_t *n = mn__fset_lower_bound(&pool->fs, sb, p->size);
+  if (!n) return NULL;
   if (((mn__block_t *)n)->seg->expandable) {
     /* Best fit counts the unmapped room after an expandable block as its size. */
-    mn__tnode_t *next = mn__tree_next(&pool->free, n);
-    while (((mn__block_t *)n)->seg->expandable && next && next->key.stream == p->stream &&
+    mn__tnode_t *next = mn__fset_next(&pool->fs, sb, n);
+    while (((mn__block_t *)n)->seg->expandable && next &&
            expandable_size((mn__block_t *)next) < expandable_size((mn__block_t *)n)) {
       n = next;
-      next = mn__tree_next(&pool->free, next);
+      next = mn__fset_next(&pool->fs, sb, next);
     }
   }
   mn__block_t *b = (mn__block_t *)n;
@@ -217,7 +212,8 @@ static mn__block_t *alloc_block(mn__caching_t *a, params_t *p, bool is_retry) {
   }
   mn__segment_t *s = mn__calloc(1, sizeof *s);
   mn__block_t *b = mn__calloc(1, sizeof *b);
-  if (!s || !b) {
+  mn__sbins_t *sb = NULL;
+  if (!s || !b || mn__fset_acquire(&p->pool->fs, p->stream, &sb) != MN_OK) {
     free(s);
     free(b);
     p->err = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a segment record");
@@ -230,6 +226,7 @@ static mn__block_t *alloc_block(mn__caching_t *a, params_t *p, bool is_retry) {
   lock(a);
   a->inflight -= size;
   if (st != MN_OK) {
+    mn__fset_release(&p->pool->fs, sb);
     free(s);
     free(b);
     p->err = st;
@@ -237,7 +234,8 @@ static mn__block_t *alloc_block(mn__caching_t *a, params_t *p, bool is_retry) {
   }
   int kind = p->pool->kind;
   a->reserved += size;
-  *s = (mn__segment_t){.base = (uintptr_t)ptr, .size = size, .pool = p->pool, .stream_id = p->stream, .head = b};
+  *s = (mn__segment_t){.base = (uintptr_t)ptr, .size = size, .pool = p->pool, .stream_id = p->stream, .head = b,
+                       .sb = sb};
   mn__segment_link(a, s);
   *b = (mn__block_t){.addr = (uintptr_t)ptr, .size = size, .stream_id = p->stream, .pool = p->pool, .seg = s,
                      .mapped = true};
@@ -303,7 +301,8 @@ static mn_status out_of_memory(mn__caching_t *a, size_t nbytes, size_t rounded, 
   a->stats.num_ooms++;
   mn__trace(a, MN_TRACE_OOM, 0, 0, rounded, nbytes);
   mn__caching_oom_message(a, nbytes, rounded, alloc_size, msg, sizeof msg);
-  mn_alloc_stats_t stats = a->stats;
+  mn_alloc_stats_t stats;
+  mn__caching_stats_copy(a, &stats);
   stats.size = (uint32_t)sizeof stats;
   stats.version = MN_ALLOC_STATS_VERSION;
   mn_oom_observer_fn fn = a->oom_fn;
@@ -384,8 +383,9 @@ typedef struct use_end_s {
 static mn_status caching_free(mn_allocator_t *self, void *ptr) {
   mn__caching_t *a = as_caching(self);
   lock(a);
-  mn__block_t *b = mn__live_block(a, (uintptr_t)ptr);
-  if (!b) return not_ours(a, __func__, ptr);
+  mn__addrmap_entry_t *live = mn__addrmap_find(&a->live, (uintptr_t)ptr);
+  if (!live) return not_ours(a, __func__, ptr);
+  mn__block_t *b = live->data;
   uint32_t n = b->nuses;
   use_end_t local[8], *ends = local;
   if (n > 8 && !(ends = mn__calloc(n, sizeof *ends))) {
@@ -403,7 +403,7 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
     ends[i].entry = NULL;
     need_sync = true;
   }
-  mn__addrmap_remove(&a->live, b->addr, NULL); /* a concurrent double free now fails cleanly */
+  mn__addrmap_remove_entry(&a->live, live); /* a concurrent double free now fails cleanly */
   if (need_sync) {
     b->freeing = true;
     unlock(a);
@@ -493,6 +493,12 @@ static mn_status caching_empty_cache(mn_allocator_t *self) {
 
 /* ---- create and destroy ----------------------------------------------------------------- */
 
+/* The largest block the large pool can hold: an expandable range is 1 1/8 of
+ * the device (plus a page), a plain segment at most the device. */
+static size_t large_max_block(size_t total) {
+  return total > SIZE_MAX / 4 ? SIZE_MAX : 2 * total + ((size_t)1 << 30);
+}
+
 /* Frees everything, live allocations included: the caller must not use any
  * pointer from this allocator afterwards, nor call it concurrently. */
 static void caching_destroy(mn_allocator_t *self) {
@@ -540,7 +546,8 @@ static void caching_destroy(mn_allocator_t *self) {
     free(p);
   }
   mn__addrmap_fini(&a->live);
-  pthread_mutex_destroy(&a->lock);
+  mn__fset_fini(&a->small.fs);
+  mn__fset_fini(&a->large.fs);
   free(a);
 }
 
@@ -581,10 +588,7 @@ mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   mn__caching_t *a = mn__calloc(1, sizeof *a);
   if (!a) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
-  if (pthread_mutex_init(&a->lock, NULL) != 0) {
-    free(a);
-    return mn__error(MN_ERR_INTERNAL, __func__, "pthread_mutex_init failed");
-  }
+  mn__lock_init(&a->lock);
   a->base.vtable = &caching_vtable;
   a->base.device = dev;
   a->cfg = cfg;
@@ -596,10 +600,8 @@ mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t
   a->allowed_max = (size_t)(cfg.per_process_memory_fraction * (double)props.total_memory);
   a->small = (mn__pool_t){.is_small = true, .kind = MN_POOL_SMALL};
   a->large = (mn__pool_t){.is_small = false, .kind = MN_POOL_LARGE};
-  mn__tree_init(&a->small.free, 0x51u);
-  mn__tree_init(&a->small.unmapped, 0x52u);
-  mn__tree_init(&a->large.free, 0x53u);
-  mn__tree_init(&a->large.unmapped, 0x54u);
+  mn__fset_init(&a->small.fs, MN__SMALL_BUFFER, 0x51u);
+  mn__fset_init(&a->large.fs, large_max_block(a->total_memory), 0x53u);
   a->stats.size = (uint32_t)sizeof a->stats;
   a->stats.version = MN_ALLOC_STATS_VERSION;
   /* MNEMO_TRACE=path: the profiling layer's recorder, when registered, records every allocator */
@@ -652,6 +654,8 @@ mn_status mn__caching_refresh_device(mn_allocator_t *al, const char *func) {
   if (!holds_device(a)) {
     a->expandable = a->cfg.expandable_segments && props.supports_vmm;
     a->total_memory = props.total_memory;
+    mn__fset_fini(&a->large.fs); /* no segment, so no stream's record */
+    mn__fset_init(&a->large.fs, large_max_block(a->total_memory), 0x53u);
     a->default_stream = mn_stream_id(def);
     a->granularity = props.alloc_granularity ? props.alloc_granularity : MN__SMALL_BUFFER;
     a->allowed_max = (size_t)(a->cfg.per_process_memory_fraction * (double)props.total_memory);

@@ -31,11 +31,7 @@ mn_caching_config_t mn_caching_config_default(void) {
 
 static bool is_pow2(size_t v) { return v && !(v & (v - 1)); }
 
-static unsigned floor_log2(size_t v) {
-  unsigned r = 0;
-  while (v >>= 1) r++;
-  return r;
-}
+static unsigned floor_log2(size_t v) { return v ? 63u - (unsigned)__builtin_clzll((unsigned long long)v) : 0; }
 
 mn_status mn__caching_config_validate(const char *func, const mn_caching_config_t *c) {
   if (c->max_split_size < MN__LARGE_BUFFER)

@@ -54,6 +54,8 @@ static mn__block_t *new_segment(mn__caching_t *a, uint64_t stream, mn__pool_t *p
   mn__segment_t *s = mn__calloc(1, sizeof *s);
   uint8_t *pages = mn__calloc(va / page, 1);
   mn_status sp = mn__spare_reserve(a, 1);
+  mn__sbins_t *sb = NULL;
+  if (sp == MN_OK && s && pages) sp = mn__fset_acquire(&pool->fs, stream, &sb);
   if (!s || !pages || sp != MN_OK) {
     free(s);
     free(pages);
@@ -63,7 +65,7 @@ static mn__block_t *new_segment(mn__caching_t *a, uint64_t stream, mn__pool_t *p
   }
   mn__block_t *b = mn__block_take(a);
   *s = (mn__segment_t){.base = (uintptr_t)base, .size = va, .pool = pool, .stream_id = stream, .expandable = true,
-                       .page = page, .npages = va / page, .page_mapped = pages, .head = b};
+                       .page = page, .npages = va / page, .page_mapped = pages, .head = b, .sb = sb};
   *b = (mn__block_t){.addr = (uintptr_t)base, .size = va, .stream_id = stream, .pool = pool, .seg = s,
                      .mapped = false};
   mn__segment_link(a, s);
@@ -76,9 +78,8 @@ static mn__block_t *new_segment(mn__caching_t *a, uint64_t stream, mn__pool_t *p
  * and unmapped room adds up to `size`, else a new segment. */
 static mn__block_t *find_block(mn__caching_t *a, uint64_t stream, mn__pool_t *pool, size_t size, mn_status *st,
                                bool *no_va) {
-  mn__key_t key = {stream, 0, 0};
-  for (mn__tnode_t *n = mn__tree_lower_bound(&pool->unmapped, &key); n && n->key.stream == stream;
-       n = mn__tree_next(&pool->unmapped, n)) {
+  const mn__sbins_t *sb = mn__fset_find(&pool->fs, stream);
+  for (mn__tnode_t *n = sb ? sb->unmapped.min : NULL; n; n = mn__tree_next(n)) {
     mn__block_t *c = (mn__block_t *)n;
     if (allocatable(c->prev)) c = c->prev;
     if (has_room(c, size)) return c;
@@ -252,6 +253,8 @@ void mn__expandable_unmap_free(mn__caching_t *a, mn__release_t *rel, bool unmap_
     mn__pool_remove(b->pool, b);
     mn__block_put(a, b);
     mn__segment_unlink(a, s);
+    mn__fset_release(&s->pool->fs, s->sb);
+    s->sb = NULL;
     a->exp_segments--;
     s->head = NULL;
     s->next_seg = rel->va;

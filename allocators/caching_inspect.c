@@ -11,12 +11,21 @@
 
 static mn__caching_t *as_caching(mn_allocator_t *self) { return (mn__caching_t *)self; }
 
+void mn__caching_stats_copy(const mn__caching_t *a, mn_alloc_stats_t *out) {
+  *out = a->stats;
+#define MN__SUM_POOLS(name, text)                                                                  \
+  out->name[MN_POOL_ALL].allocated = out->name[MN_POOL_SMALL].allocated + out->name[MN_POOL_LARGE].allocated; \
+  out->name[MN_POOL_ALL].freed = out->name[MN_POOL_SMALL].freed + out->name[MN_POOL_LARGE].freed;
+  MN_ALLOC_STATS_MAP(MN__SUM_POOLS)
+#undef MN__SUM_POOLS
+}
+
 mn_status mn__caching_get_stats(mn_allocator_t *self, mn_alloc_stats_t *out) {
   mn__caching_t *a = as_caching(self);
   uint32_t size = out->size, version = out->version;
-  pthread_mutex_lock(&a->lock);
-  *out = a->stats;
-  pthread_mutex_unlock(&a->lock);
+  mn__lock(&a->lock);
+  mn__caching_stats_copy(a, out);
+  mn__unlock(&a->lock);
   out->size = size;
   out->version = version;
   size_t m = a->cfg.max_split_size;
@@ -26,7 +35,7 @@ mn_status mn__caching_get_stats(mn_allocator_t *self, mn_alloc_stats_t *out) {
 
 mn_status mn__caching_reset_peak(mn_allocator_t *self) {
   mn__caching_t *a = as_caching(self);
-  pthread_mutex_lock(&a->lock);
+  mn__lock(&a->lock);
   mn_alloc_stats_t *s = &a->stats;
   for (int k = 0; k < MN_POOL_COUNT; k++) {
 #define MN__RESET_PEAK(name, text) s->name[k].peak = s->name[k].current;
@@ -35,7 +44,7 @@ mn_status mn__caching_reset_peak(mn_allocator_t *self) {
   }
   s->oversize_allocations.peak = s->oversize_allocations.current;
   s->oversize_segments.peak = s->oversize_segments.current;
-  pthread_mutex_unlock(&a->lock);
+  mn__unlock(&a->lock);
   return MN_OK;
 }
 
@@ -81,7 +90,7 @@ mn_status mn__caching_snapshot(mn_allocator_t *self, mn_snapshot_t **out) {
   mn__caching_t *a = as_caching(self);
   mn_snapshot_t *snap = mn__calloc(1, sizeof *snap);
   if (!snap) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
-  pthread_mutex_lock(&a->lock);
+  mn__lock(&a->lock);
   size_t runs = 0;
   for (mn__segment_t *s = a->segments; s; s = s->next_seg)
     for (mn__block_t *b = s->head; b; b = b->next) runs += b->mapped && (!b->prev || !b->prev->mapped);
@@ -90,7 +99,7 @@ mn_status mn__caching_snapshot(mn_allocator_t *self, mn_snapshot_t **out) {
   for (mn__segment_t *s = a->segments; ok && s; s = s->next_seg)
     for (mn__block_t *b = s->head; ok && b; b = b->next)
       if (b->mapped && (!b->prev || !b->prev->mapped)) ok = snap_run(a, b, &snap->segments[snap->nsegments++]);
-  pthread_mutex_unlock(&a->lock);
+  mn__unlock(&a->lock);
   if (!ok) {
     mn_snapshot_free(snap);
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
@@ -146,10 +155,10 @@ static mn_status check_block(const mn__caching_t *a, const mn__segment_t *s, con
   } else {
     if (b->nuses) BROKEN("block %#lx: free but lists %u stream uses", addr, b->nuses);
     if (b->requested) BROKEN("block %#lx: free but keeps requested size %zu", addr, b->requested);
-    const mn__tree_t *tree = b->mapped ? &pool->free : &pool->unmapped;
     mn__key_t key = {b->stream_id, b->mapped ? b->size : 0, b->addr};
     if (b->where != (b->mapped ? MN__IN_FREE : MN__IN_UNMAPPED) || mn__key_cmp(&b->node.key, &key) != 0 ||
-        !mn__tree_contains(tree, &b->node))
+        !s->sb || s->sb->stream != s->stream_id ||
+        !(b->mapped ? mn__fset_contains(&pool->fs, s->sb, &b->node) : mn__tree_contains(&s->sb->unmapped, &b->node)))
       BROKEN("block %#lx (size %zu, stream %llu): free but not in its %s set under its key", addr, b->size,
              (unsigned long long)b->stream_id, b->mapped ? "free" : "unmapped");
     if (b->mapped) t->free_blocks[kind]++;
@@ -177,6 +186,8 @@ static mn_status check_segment(const mn__caching_t *a, const mn__segment_t *s, t
   unsigned long base = (unsigned long)s->base;
   if (s->pool != &a->small && s->pool != &a->large) BROKEN("segment %#lx: unknown pool", base);
   if (!s->head || s->head->prev) BROKEN("segment %#lx: bad first block", base);
+  if (!s->sb || s->sb->stream != s->stream_id || s->sb->nsegs == 0)
+    BROKEN("segment %#lx: its stream's free-set record is missing or another stream's", base);
   uintptr_t cursor = s->base;
   const mn__block_t *prev = NULL;
   for (const mn__block_t *b = s->head; b; prev = b, b = b->next) {
@@ -228,8 +239,7 @@ static mn_status check_locked(const mn__caching_t *a) {
   const mn__pool_t *pools[2] = {&a->small, &a->large};
   for (int i = 0; i < 2; i++) {
     const mn__pool_t *p = pools[i];
-    mn_status ts = mn__tree_check(&p->free, why, sizeof why);
-    if (ts == MN_OK) ts = mn__tree_check(&p->unmapped, why, sizeof why);
+    mn_status ts = mn__fset_check(&p->fs, why, sizeof why);
     if (ts != MN_OK) /* broken (internal error) or no host memory to check with */
       return mn__error(ts, "check_invariants", "%s pool: %s", p->is_small ? "small" : "large", why);
     size_t whole = 0, largest = 0;
@@ -254,9 +264,9 @@ static mn_status check_locked(const mn__caching_t *a) {
     if (!p->largest_dirty && p->largest_free != largest)
       BROKEN("%s pool: largest free block kept as %zu, the blocks say %zu", p->is_small ? "small" : "large",
              p->largest_free, largest);
-    if (p->free.count != t.free_blocks[p->kind] || p->unmapped.count != t.unmapped_blocks[p->kind])
+    if (p->fs.count != t.free_blocks[p->kind] || p->fs.unmapped_count != t.unmapped_blocks[p->kind])
       BROKEN("%s pool: free set holds %zu (%zu free blocks), unmapped set %zu (%zu unmapped blocks)",
-             p->is_small ? "small" : "large", p->free.count, t.free_blocks[p->kind], p->unmapped.count,
+             p->is_small ? "small" : "large", p->fs.count, t.free_blocks[p->kind], p->fs.unmapped_count,
              t.unmapped_blocks[p->kind]);
   }
   size_t freeing = 0;
@@ -289,9 +299,9 @@ static mn_status check_locked(const mn__caching_t *a) {
 
 mn_status mn__caching_check_invariants(mn_allocator_t *self) {
   mn__caching_t *a = as_caching(self);
-  pthread_mutex_lock(&a->lock);
+  mn__lock(&a->lock);
   mn_status st = check_locked(a);
-  pthread_mutex_unlock(&a->lock);
+  mn__unlock(&a->lock);
   return st;
 }
 

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "runtime/debug.h"
+#include "runtime/lock.h"
 #include "runtime/ptrmap.h"
 #include "allocators/stat.h"
 #include "mnemo/mnemo.h"
@@ -21,41 +22,201 @@
 #define MN__MIN_LARGE_ALLOC ((size_t)10 << 20)   /* from here a segment fits its request */
 #define MN__ROUND_LARGE ((size_t)2 << 20)        /* large segments round up to this */
 
-/* ---- the ordered set: an intrusive treap keyed by (stream, size, address) ----
- * Iterative split/merge, O(log n) expected per operation. The key is copied in
- * at insertion, so a block may change size only while it is out of the set. */
+/* ---- the free sets (caching_tree.c) --------------------------------------------------
+ * A treap with parent pointers keyed by (stream, size, address): O(log n)
+ * expected search, O(1) expected removal of a known node and O(1) insertion
+ * of a new minimum. The key is copied in at insertion, so a block may change
+ * size only while it is out of the set. */
 typedef struct mn__key_s {
   uint64_t stream;
   size_t size; /* 0 in the address-ordered (unmapped) sets */
   uintptr_t addr;
 } mn__key_t;
 
+static inline int mn__key_cmp(const mn__key_t *a, const mn__key_t *b) {
+  if (a->stream != b->stream) return a->stream < b->stream ? -1 : 1;
+  if (a->size != b->size) return a->size < b->size ? -1 : 1;
+  if (a->addr != b->addr) return a->addr < b->addr ? -1 : 1;
+  return 0;
+}
+
 typedef struct mn__tnode_s {
-  struct mn__tnode_s *left, *right;
+  struct mn__tnode_s *left, *right, *parent;
   uint64_t prio;
   mn__key_t key;
 } mn__tnode_t;
 
 typedef struct mn__tree_s {
-  mn__tnode_t *root;
-  size_t count;
-  uint64_t rng;
+  mn__tnode_t *root, *min; /* min: the leftmost node, kept */
 } mn__tree_t;
 
-int mn__key_cmp(const mn__key_t *a, const mn__key_t *b);
-void mn__tree_init(mn__tree_t *t, uint64_t seed);
-void mn__tree_insert(mn__tree_t *t, mn__tnode_t *n, mn__key_t key);
-/* Removes n (found by its key); false when n is not in the set. */
-bool mn__tree_remove(mn__tree_t *t, mn__tnode_t *n);
+void mn__tree_init(mn__tree_t *t);
+void mn__tree_insert_slow(mn__tree_t *t, mn__tnode_t *n); /* a walk from the root */
+void mn__tree_remove_slow(mn__tree_t *t, mn__tnode_t *n); /* rotations down first */
 bool mn__tree_contains(const mn__tree_t *t, const mn__tnode_t *n);
 /* First node whose key >= k (lower_bound), or NULL. */
 mn__tnode_t *mn__tree_lower_bound(const mn__tree_t *t, const mn__key_t *k);
-/* Next / previous node in key order, or NULL. */
-mn__tnode_t *mn__tree_next(const mn__tree_t *t, const mn__tnode_t *n);
-mn__tnode_t *mn__tree_prev(const mn__tree_t *t, const mn__tnode_t *n);
-mn__tnode_t *mn__tree_first(const mn__tree_t *t);
-/* Checks order, heap property and count; writes why on failure. */
-mn_status mn__tree_check(const mn__tree_t *t, char *why, size_t whysize);
+/* Next / previous node in key order, or NULL (through the parent pointers). */
+mn__tnode_t *mn__tree_next(const mn__tnode_t *n);
+mn__tnode_t *mn__tree_prev(const mn__tnode_t *n);
+mn__tnode_t *mn__tree_last(const mn__tree_t *t);
+/* Checks order, heap property, links and the minimum; counts the nodes. */
+mn_status mn__tree_check(const mn__tree_t *t, size_t *count, char *why, size_t whysize);
+
+static inline mn__tnode_t *mn__tree_leftmost(mn__tnode_t *x) {
+  while (x->left) x = x->left;
+  return x;
+}
+
+/* Inline: into an empty tree, or a new minimum that needs no rotation (the
+ * steady state of a cached alloc/free pair); else the walk. */
+static inline void mn__tree_insert(mn__tree_t *t, mn__tnode_t *n, mn__key_t key, uint64_t prio) {
+  n->key = key;
+  n->prio = prio;
+  n->left = n->right = NULL;
+  mn__tnode_t *m = t->min;
+  if (!m) {
+    n->parent = NULL;
+    t->root = t->min = n;
+  } else if (m->prio >= prio && mn__key_cmp(&key, &m->key) < 0) {
+    m->left = n;
+    n->parent = m;
+    t->min = n;
+  } else {
+    mn__tree_insert_slow(t, n);
+  }
+}
+
+/* pre: n is in t. Inline when n has at most one child. */
+static inline void mn__tree_remove(mn__tree_t *t, mn__tnode_t *n) {
+  if (n->left && n->right) {
+    mn__tree_remove_slow(t, n);
+    return;
+  }
+  mn__tnode_t *c = n->left ? n->left : n->right, *p = n->parent;
+  if (t->min == n) t->min = n->right ? mn__tree_leftmost(n->right) : p; /* n->left is NULL */
+  if (c) c->parent = p;
+  if (!p) t->root = c;
+  else if (p->left == n) p->left = c;
+  else p->right = c;
+  n->left = n->right = n->parent = NULL;
+}
+
+/* Size bins: exact below 64 KiB (one per multiple of 512), then 64 per power
+ * of two; a bitmap with a summary word finds the next non-empty bin in O(1).
+ * Monotonic in size, so bins in order hold the keys in order. */
+#define MN__MAX_BINS 3200u /* mn__bin_of(SIZE_MAX) + 1 */
+#define MN__BIN_WORDS ((MN__MAX_BINS + 63u) / 64u)
+static inline unsigned mn__bin_of(size_t size) {
+  size_t u = size >> 9;
+  if (u < 128) return (unsigned)u;
+  unsigned e = 63u - (unsigned)__builtin_clzll((unsigned long long)u);
+  return 128u + (e - 7u) * 64u + (unsigned)((u >> (e - 6u)) & 63u);
+}
+
+/* One stream's part of a pool's free set. It lives while a segment of that
+ * stream in that pool does (nsegs), so a block's record is always there. */
+typedef struct mn__sbins_s {
+  uint64_t stream;
+  size_t nsegs;                    /* segments of this stream in the pool */
+  size_t count, nunmapped;         /* free blocks in the bins, unmapped ranges */
+  mn__tree_t unmapped;             /* unmapped expandable ranges by address */
+  uint64_t summary;                /* bit w: bits[w] != 0 */
+  uint64_t bits[MN__BIN_WORDS];    /* bit b: bins[b] is not empty */
+  mn__tree_t bins[];               /* nbins of them, by (size, address) */
+} mn__sbins_t;
+
+typedef struct mn__fset_s {
+  mn__sbins_t **slots;   /* open addressing by stream id */
+  size_t cap, nstreams;
+  mn__sbins_t *last;     /* the last one found */
+  unsigned nbins;
+  uint64_t rng;          /* treap priorities */
+  size_t count, unmapped_count;
+} mn__fset_t;
+
+static inline unsigned mn__bin_clamped(const mn__fset_t *fs, size_t size) {
+  unsigned b = mn__bin_of(size);
+  return b < fs->nbins ? b : fs->nbins - 1; /* the last bin takes every larger size */
+}
+
+/* The first non-empty bin >= from, or nbins. */
+static inline unsigned mn__first_bin_from(const mn__fset_t *fs, const mn__sbins_t *sb, unsigned from) {
+  if (from >= fs->nbins) return fs->nbins;
+  unsigned w = from >> 6;
+  uint64_t m = sb->bits[w] & (~UINT64_C(0) << (from & 63));
+  if (!m) {
+    uint64_t s = w + 1 < 64 ? sb->summary & (~UINT64_C(0) << (w + 1)) : 0;
+    if (!s) return fs->nbins;
+    w = (unsigned)__builtin_ctzll(s);
+    m = sb->bits[w];
+  }
+  return (w << 6) + (unsigned)__builtin_ctzll(m);
+}
+
+static inline void mn__bit_set(mn__sbins_t *sb, unsigned b) {
+  sb->bits[b >> 6] |= UINT64_C(1) << (b & 63);
+  sb->summary |= UINT64_C(1) << (b >> 6);
+}
+
+static inline void mn__bit_clear(mn__sbins_t *sb, unsigned b) {
+  sb->bits[b >> 6] &= ~(UINT64_C(1) << (b & 63));
+  if (!sb->bits[b >> 6]) sb->summary &= ~(UINT64_C(1) << (b >> 6));
+}
+
+static inline uint64_t mn__fset_prio(mn__fset_t *fs) {
+  /* xorshift64*: deterministic, so runs are reproducible. */
+  fs->rng ^= fs->rng >> 12;
+  fs->rng ^= fs->rng << 25;
+  fs->rng ^= fs->rng >> 27;
+  return fs->rng * UINT64_C(0x2545F4914F6CDD1D);
+}
+
+/* Bins enough for blocks up to max_block bytes (larger ones share the last). */
+void mn__fset_init(mn__fset_t *fs, size_t max_block, uint64_t seed);
+void mn__fset_fini(mn__fset_t *fs);
+mn__sbins_t *mn__fset_find_slow(mn__fset_t *fs, uint64_t stream);
+/* The stream's record, or NULL. */
+static inline mn__sbins_t *mn__fset_find(mn__fset_t *fs, uint64_t stream) {
+  return fs->last && fs->last->stream == stream ? fs->last : mn__fset_find_slow(fs, stream);
+}
+/* For a new segment of the stream: its record, made when needed. */
+mn_status mn__fset_acquire(mn__fset_t *fs, uint64_t stream, mn__sbins_t **out);
+/* When that segment goes: the record goes with the stream's last segment. */
+void mn__fset_release(mn__fset_t *fs, mn__sbins_t *sb);
+
+static inline void mn__fset_insert(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n, size_t size, uintptr_t addr) {
+  unsigned b = mn__bin_clamped(fs, size);
+  mn__tree_insert(&sb->bins[b], n, (mn__key_t){sb->stream, size, addr}, mn__fset_prio(fs));
+  mn__bit_set(sb, b);
+  sb->count++;
+  fs->count++;
+}
+
+static inline void mn__fset_remove(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n) {
+  unsigned b = mn__bin_clamped(fs, n->key.size);
+  mn__tree_remove(&sb->bins[b], n);
+  if (!sb->bins[b].root) mn__bit_clear(sb, b);
+  sb->count--;
+  fs->count--;
+}
+
+mn__tnode_t *mn__fset_lower_bound_slow(const mn__fset_t *fs, const mn__sbins_t *sb, size_t size);
+/* Best fit: the first block of the stream by (size, address) with size >= size.
+ * Inline when the size's own bin has its answer at its minimum (always so in
+ * the exact bins below 64 KiB). */
+static inline mn__tnode_t *mn__fset_lower_bound(const mn__fset_t *fs, const mn__sbins_t *sb, size_t size) {
+  if (!sb || !sb->count) return NULL;
+  const mn__tnode_t *m = sb->bins[mn__bin_clamped(fs, size)].min;
+  return m && m->key.size >= size ? (mn__tnode_t *)m : mn__fset_lower_bound_slow(fs, sb, size);
+}
+mn__tnode_t *mn__fset_next(const mn__fset_t *fs, const mn__sbins_t *sb, const mn__tnode_t *n);
+mn__tnode_t *mn__fset_prev(const mn__fset_t *fs, const mn__sbins_t *sb, const mn__tnode_t *n);
+mn__tnode_t *mn__fset_last(const mn__fset_t *fs, const mn__sbins_t *sb);
+bool mn__fset_contains(const mn__fset_t *fs, const mn__sbins_t *sb, const mn__tnode_t *n);
+void mn__fset_insert_unmapped(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n, uintptr_t addr);
+void mn__fset_remove_unmapped(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n);
+mn_status mn__fset_check(const mn__fset_t *fs, char *why, size_t whysize);
 
 
 /* ---- blocks, segments, pools ----------------------------------------------- */
@@ -70,7 +231,7 @@ typedef struct mn__use_s {
 } mn__use_t;
 
 typedef struct mn__block_s {
-  mn__tnode_t node;               /* membership in pool->free or pool->unmapped */
+  mn__tnode_t node;               /* membership in the pool's free set (bins or unmapped) */
   uintptr_t addr;
   size_t size;                    /* bytes */
   size_t requested;               /* bytes the caller asked for (active blocks) */
@@ -104,12 +265,12 @@ struct mn__segment_s {
   size_t npages, mapped_pages;
   uint8_t *page_mapped;           /* expandable: one flag per page */
   mn__block_t *head;              /* lowest-address block */
+  mn__sbins_t *sb;                /* its stream's part of the pool's free set */
   mn__segment_t *prev_seg, *next_seg;
 };
 
 struct mn__pool_s {
-  mn__tree_t free;     /* inactive mapped blocks by (stream, size, addr) */
-  mn__tree_t unmapped; /* unmapped expandable ranges by (stream, addr) */
+  mn__fset_t fs;       /* inactive mapped blocks by (stream, size, addr); unmapped ranges by (stream, addr) */
   bool is_small;
   int kind;            /* MN_POOL_SMALL or MN_POOL_LARGE */
   int64_t get_free_calls;
@@ -133,7 +294,7 @@ typedef struct mn__pending_s {
 
 typedef struct mn__caching_s {
   mn_allocator_t base;
-  pthread_mutex_t lock;
+  mn__lock_t lock;
   mn_caching_config_t cfg;
   bool expandable;          /* cfg.expandable_segments and the device supports VMM */
   size_t total_memory;      /* device bytes */
@@ -187,26 +348,39 @@ const char *mn__format_size(size_t bytes, char *buf, size_t bufsize);
 mn_status mn__caching_release_device(mn_allocator_t *al, const char *func);
 mn_status mn__caching_refresh_device(mn_allocator_t *al, const char *func);
 
-/* Adds `amount` to the named counter of the ALL pool and of pool `kind`. */
+/* Adds `amount` to the named counter of pool `kind` and of the ALL pool. The
+ * ALL pool keeps only current and peak here: its allocated and freed are the
+ * sums of the pools', filled in by mn__caching_stats_copy. */
+static inline void mn__stat_all_inc(mn_stat_t *s, int64_t amount) {
+  s->current += amount;
+  if (s->current > s->peak) s->peak = s->current;
+}
 #define MN__STAT_ADD(a, field, kind, amount)                  \
   do {                                                        \
-    mn__stat_inc(&(a)->stats.field[MN_POOL_ALL], (amount));   \
     mn__stat_inc(&(a)->stats.field[(kind)], (amount));        \
+    mn__stat_all_inc(&(a)->stats.field[MN_POOL_ALL], (amount)); \
   } while (0)
 #define MN__STAT_SUB(a, field, kind, amount)                  \
   do {                                                        \
-    mn__stat_dec(&(a)->stats.field[MN_POOL_ALL], (amount));   \
     mn__stat_dec(&(a)->stats.field[(kind)], (amount));        \
+    (a)->stats.field[MN_POOL_ALL].current -= (amount);        \
   } while (0)
-void mn__trace(mn__caching_t *a, mn_trace_action action, uint64_t stream, uintptr_t addr, size_t size,
-               size_t requested);
+/* The statistics as users see them (ALL's allocated and freed summed); pre: lock held. */
+void mn__caching_stats_copy(const mn__caching_t *a, mn_alloc_stats_t *out);
+void mn__trace_emit(mn__caching_t *a, mn_trace_action action, uint64_t stream, uintptr_t addr, size_t size,
+                    size_t requested);
+/* An allocator event to the sink, when one is set (the check inline). */
+static inline void mn__trace(mn__caching_t *a, mn_trace_action action, uint64_t stream, uintptr_t addr, size_t size,
+                             size_t requested) {
+  if (a->sink) mn__trace_emit(a, action, stream, addr, size, requested);
+}
 /* MNEMO_DEBUG >= 1: asserts the allocator lock is held (a precondition of
  * most functions here). trylock cannot tell which thread holds it; it catches
  * a call made with the lock not held at all. */
 #if MNEMO_DEBUG >= 1
 static inline bool mn__caching_lock_held(mn__caching_t *a) {
-  if (pthread_mutex_trylock(&a->lock) != 0) return true;
-  pthread_mutex_unlock(&a->lock);
+  if (!mn__trylock(&a->lock)) return true;
+  mn__unlock(&a->lock);
   return false;
 }
 #define MN__ASSERT_LOCKED(a) MN__ASSERT(mn__caching_lock_held(a), "called without the allocator lock")
@@ -226,12 +400,18 @@ size_t mn__pool_largest_free(const mn__caching_t *a, mn__pool_t *p);
 /* Merges src into dst when src is an inactive block of the same mapping;
  * returns the bytes absorbed (0: no merge). src is freed. */
 size_t mn__try_merge(mn__caching_t *a, mn__block_t *dst, mn__block_t *src);
-bool mn__block_is_split(const mn__block_t *b);
+/* The same, with the common "src is not free" answer inline. */
+static inline size_t mn__try_merge_if(mn__caching_t *a, mn__block_t *dst, mn__block_t *src) {
+  return src && src->where != MN__IN_NONE ? mn__try_merge(a, dst, src) : 0;
+}
+static inline bool mn__block_is_split(const mn__block_t *b) { return b->prev != NULL || b->next != NULL; }
 void mn__segment_link(mn__caching_t *a, mn__segment_t *s);
 void mn__segment_unlink(mn__caching_t *a, mn__segment_t *s);
 
-bool mn__block_inactive(const mn__block_t *b);
-bool mn__whole_raw_segment(const mn__block_t *b);
+static inline bool mn__block_inactive(const mn__block_t *b) {
+  return !b->allocated && b->event_count == 0 && b->nuses == 0;
+}
+static inline bool mn__whole_raw_segment(const mn__block_t *b) { return !b->seg->expandable && !mn__block_is_split(b); }
 
 /* ---- caching_release.c: pending frees and releasing memory -------------------------------- */
 mn_event_t *mn__event_get(mn__caching_t *a);
@@ -241,8 +421,11 @@ void mn__pending_put(mn__caching_t *a, mn__pending_t *p);
 void mn__pending_append(mn__caching_t *a, mn__pending_t *p);
 /* PyTorch's free_block: merge with free neighbours, cache, update the counters. */
 void mn__free_block(mn__caching_t *a, mn__block_t *b);
-/* Retires completed events without blocking. */
-void mn__process_events(mn__caching_t *a);
+void mn__process_events_slow(mn__caching_t *a);
+/* Retires completed events without blocking (nothing to do: inline). */
+static inline void mn__process_events(mn__caching_t *a) {
+  if (a->pending_head) mn__process_events_slow(a);
+}
 /* Takes a whole unused raw segment out of the books, onto rel. */
 void mn__release_block(mn__caching_t *a, mn__block_t *b, mn__release_t *rel);
 /* Gives rel's segments back to the device, lock dropped meanwhile. */

@@ -9,8 +9,8 @@
 
 #define SYNC_RETRIES 3
 
-static void lock(mn__caching_t *a) { pthread_mutex_lock(&a->lock); }
-static void unlock(mn__caching_t *a) { pthread_mutex_unlock(&a->lock); }
+static void lock(mn__caching_t *a) { mn__lock(&a->lock); }
+static void unlock(mn__caching_t *a) { mn__unlock(&a->lock); }
 
 /* ---- events ------------------------------------------------------------------------ */
 
@@ -61,7 +61,7 @@ void mn__free_block(mn__caching_t *a, mn__block_t *b) {
   int64_t net_blocks = 0, net_bytes = 0;
   mn__block_t *cands[2] = {b->prev, b->next};
   for (int i = 0; i < 2; i++) {
-    size_t absorbed = mn__try_merge(a, b, cands[i]);
+    size_t absorbed = mn__try_merge_if(a, b, cands[i]);
     if (absorbed) {
       net_blocks--;
       net_bytes -= (int64_t)absorbed;
@@ -91,7 +91,7 @@ void mn__free_block(mn__caching_t *a, mn__block_t *b) {
 /* Retires completed events without blocking: per stream in record order, so a
  * stream whose oldest event is not done is skipped (no head-of-line wait). A
  * failed query counts as "not done yet". */
-void mn__process_events(mn__caching_t *a) {
+void mn__process_events_slow(mn__caching_t *a) {
   uint64_t blocked[32];
   size_t nblocked = 0;
   mn__pending_t **pp = &a->pending_head, *last = NULL;
@@ -165,6 +165,8 @@ void mn__release_block(mn__caching_t *a, mn__block_t *b, mn__release_t *rel) {
   MN__STAT_SUB(a, reserved_bytes, kind, (int64_t)s->size);
   if (s->size >= a->cfg.max_split_size) mn__stat_dec(&a->stats.oversize_segments, 1);
   mn__segment_unlink(a, s);
+  mn__fset_release(&s->pool->fs, s->sb);
+  s->sb = NULL;
   /* the segment's record goes with it (alloc_block makes a fresh pair), so
    * the spare list does not grow by one block per segment released */
   free(b->uses);
@@ -200,7 +202,6 @@ mn_status mn__do_release(mn__caching_t *a, mn__release_t *rel) {
   return first;
 }
 
-bool mn__whole_raw_segment(const mn__block_t *b) { return !b->seg->expandable && !mn__block_is_split(b); }
 
 /* Frees cached oversize blocks on the request's stream: one that is big enough,
  * else the largest ones until their sizes add up (PyTorch's release_available_cached_blocks). */
@@ -208,27 +209,28 @@ bool mn__release_available(mn__caching_t *a, uint64_t stream, mn__pool_t *pool, 
                               mn__release_t *rel) {
   size_t max_split = a->cfg.max_split_size;
   if (max_split == SIZE_MAX) return false;
-  mn__key_t key = {stream, size < max_split ? max_split : size, 0};
-  mn__tnode_t *n = mn__tree_lower_bound(&pool->free, &key);
-  if (n && n->key.stream == stream) {
+  size_t want = size < max_split ? max_split : size;
+  mn__sbins_t *sb = mn__fset_find(&pool->fs, stream);
+  if (!sb) return false;
+  mn__tnode_t *n = mn__fset_lower_bound(&pool->fs, sb, want);
+  if (n) {
     mn__block_t *b = (mn__block_t *)n;
     if (!mn__whole_raw_segment(b)) return false;
     mn__release_block(a, b, rel);
     return true;
   }
-  mn__tnode_t *m = NULL;
-  if (n) m = mn__tree_prev(&pool->free, n);
-  else for (mn__tnode_t *x = pool->free.root; x; x = x->right) m = x;
+  /* none big enough: the largest ones, from the stream's last block down */
+  mn__tnode_t *m = mn__fset_last(&pool->fs, sb);
   size_t released = 0;
-  while (m && released < key.size && m->key.size >= max_split && m->key.stream == stream) {
+  while (m && released < want && m->key.size >= max_split) {
     mn__tnode_t *cur = m;
-    m = mn__tree_prev(&pool->free, m);
+    m = mn__fset_prev(&pool->fs, sb, m); /* before cur goes, and with it maybe sb */
     mn__block_t *b = (mn__block_t *)cur;
     if (!mn__whole_raw_segment(b)) continue;
     released += b->size;
     mn__release_block(a, b, rel);
   }
-  return released >= key.size;
+  return released >= want;
 }
 
 /* Unmaps whole free pages of expandable segments; the device is synchronized
@@ -286,9 +288,9 @@ void mn__garbage_collect(mn__caching_t *a) {
   mn__pool_t *pool = &a->large;
   double total_age = 0;
   size_t count = 0;
-  for (mn__tnode_t *n = mn__tree_first(&pool->free); n; n = mn__tree_next(&pool->free, n)) {
-    mn__block_t *b = (mn__block_t *)n;
-    if (!mn__whole_raw_segment(b)) continue;
+  /* Only whole raw segments can go, and the order does not matter: a pass
+   * releases every one at least as old as the average. */
+  for (const mn__block_t *b = pool->whole; b; b = b->whole_next) {
     total_age += (double)(pool->get_free_calls - b->gc_count_base);
     count++;
   }
@@ -297,19 +299,18 @@ void mn__garbage_collect(mn__caching_t *a) {
   while (reclaimed < target && freed && count > 0) {
     double age_threshold = total_age / (double)count;
     freed = false;
-    mn__tnode_t *n = mn__tree_first(&pool->free);
-    while (n) {
-      mn__tnode_t *next = mn__tree_next(&pool->free, n);
-      mn__block_t *b = (mn__block_t *)n;
+    mn__block_t *b = pool->whole;
+    while (b) {
+      mn__block_t *next = b->whole_next;
       double age = (double)(pool->get_free_calls - b->gc_count_base);
-      if (mn__whole_raw_segment(b) && age >= age_threshold) {
+      if (age >= age_threshold) {
         freed = true;
         reclaimed += b->size;
         total_age -= age;
         count--;
         mn__release_block(a, b, &rel);
       }
-      n = next;
+      b = next;
     }
   }
   mn__do_release(a, &rel);

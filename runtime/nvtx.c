@@ -12,7 +12,7 @@
 #endif
 
 /* -1: not yet read from the environment; 0 off; 1 on. */
-static atomic_int g_nvtx_on = -1;
+atomic_int mn__nvtx_state = -1;
 static atomic_uint_least64_t g_pushes, g_pops;
 /* Ranges this thread opened while enabled and has not closed: a pop pairs
  * with a push only when one is open, so switching off mid-range stays balanced. */
@@ -21,19 +21,19 @@ static _Thread_local const char *t_last_name;
 static _Thread_local uint64_t t_last_nbytes;
 
 static bool nvtx_on(void) {
-  int v = atomic_load_explicit(&g_nvtx_on, memory_order_relaxed);
+  int v = atomic_load_explicit(&mn__nvtx_state, memory_order_relaxed);
   if (v < 0) {
     const char *e = mn__env(MN__ENV_NVTX);
     v = (e && e[0] == '1') ? 1 : 0;
     int expected = -1; /* a concurrent mn_nvtx_set_enabled wins */
-    if (!atomic_compare_exchange_strong_explicit(&g_nvtx_on, &expected, v, memory_order_relaxed,
+    if (!atomic_compare_exchange_strong_explicit(&mn__nvtx_state, &expected, v, memory_order_relaxed,
                                                  memory_order_relaxed))
       v = expected;
   }
   return v == 1;
 }
 
-void mn__nvtx_enable(bool on) { atomic_store_explicit(&g_nvtx_on, on ? 1 : 0, memory_order_relaxed); }
+void mn__nvtx_enable(bool on) { atomic_store_explicit(&mn__nvtx_state, on ? 1 : 0, memory_order_relaxed); }
 void mn_nvtx_set_enabled(bool on) { mn__nvtx_enable(on); }
 bool mn_nvtx_enabled(void) { return nvtx_on(); }
 

@@ -11,12 +11,6 @@
 
 #define MN__ADDRMAP_MIN_CAP 64
 
-/* Fibonacci hashing of the address without its low (alignment) bits. */
-static size_t slot_of(uintptr_t key, size_t cap) {
-  uint64_t h = ((uint64_t)key >> 4) * UINT64_C(0x9E3779B97F4A7C15);
-  return (size_t)(h >> 32) & (cap - 1);
-}
-
 void mn__addrmap_init(mn__addrmap_t *m) { memset(m, 0, sizeof *m); }
 
 void mn__addrmap_fini(mn__addrmap_t *m) {
@@ -24,24 +18,25 @@ void mn__addrmap_fini(mn__addrmap_t *m) {
   memset(m, 0, sizeof *m);
 }
 
-/* Places an entry known to be absent into a table with a free slot. */
-static void place(mn__addrmap_entry_t *slots, size_t cap, mn__addrmap_entry_t e) {
-  size_t i = slot_of(e.key, cap);
-  while (slots[i].key) i = (i + 1) & (cap - 1);
-  slots[i] = e;
-}
-
-static bool grow(mn__addrmap_t *m) {
+bool mn__addrmap_grow(mn__addrmap_t *m) {
   size_t cap = m->cap ? m->cap * 2 : MN__ADDRMAP_MIN_CAP;
   if (cap < m->cap || cap > SIZE_MAX / sizeof *m->slots) return false;
   mn__addrmap_entry_t *slots = mn__calloc(cap, sizeof *slots);
   if (!slots) return false;
   for (size_t i = 0; i < m->cap; i++)
-    if (m->slots[i].key) place(slots, cap, m->slots[i]);
+    if (m->slots[i].key) mn__addrmap_place(slots, cap, m->slots[i]);
   free(m->slots);
   m->slots = slots;
   m->cap = cap;
   return true;
+}
+
+mn_status mn__addrmap_reserve_slow(mn__addrmap_t *m, size_t extra) {
+  while ((m->count + extra) * 4 > m->cap * 3)
+    if (!mn__addrmap_grow(m))
+      return mn__error(MN_ERR_OUT_OF_MEMORY, "mn__addrmap_reserve", "out of host memory for %zu tracked pointers",
+                       m->count + extra);
+  return MN_OK;
 }
 
 mn_status mn__addrmap_insert(mn__addrmap_t *m, uintptr_t key, size_t size, void *data) {
@@ -50,47 +45,28 @@ mn_status mn__addrmap_insert(mn__addrmap_t *m, uintptr_t key, size_t size, void 
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "address %p is already present", (void *)key);
   /* Keep the load at most 3/4; when growing fails, a table with at least two
    * free slots still takes the entry (one must stay free to end probes). */
-  if ((m->count + 1) * 4 > m->cap * 3 && !grow(m) && m->count + 2 > m->cap)
+  if ((m->count + 1) * 4 > m->cap * 3 && !mn__addrmap_grow(m) && m->count + 2 > m->cap)
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %zu tracked pointers",
                      m->count + 1);
-  place(m->slots, m->cap, (mn__addrmap_entry_t){.key = key, .size = size, .data = data});
+  mn__addrmap_place(m->slots, m->cap, (mn__addrmap_entry_t){.key = key, .size = size, .data = data});
   m->count++;
   return MN_OK;
-}
-
-mn_status mn__addrmap_reserve(mn__addrmap_t *m, size_t extra) {
-  while ((m->count + extra) * 4 > m->cap * 3)
-    if (!grow(m))
-      return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %zu tracked pointers",
-                       m->count + extra);
-  return MN_OK;
-}
-
-void mn__addrmap_put(mn__addrmap_t *m, uintptr_t key, size_t size, void *data) {
-  MN__ASSERT(key != 0 && (m->count + 1) * 4 <= m->cap * 3, "put of %#lx without a reserved slot (%zu of %zu)",
-             (unsigned long)key, m->count, m->cap);
-  MN__ASSERT(mn__addrmap_find(m, key) == NULL, "put of %#lx, which is present", (unsigned long)key);
-  place(m->slots, m->cap, (mn__addrmap_entry_t){.key = key, .size = size, .data = data});
-  m->count++;
-}
-
-mn__addrmap_entry_t *mn__addrmap_find(const mn__addrmap_t *m, uintptr_t key) {
-  if (key == 0 || m->cap == 0) return NULL;
-  for (size_t i = slot_of(key, m->cap);; i = (i + 1) & (m->cap - 1)) {
-    if (m->slots[i].key == key) return &m->slots[i];
-    if (m->slots[i].key == 0) return NULL;
-  }
 }
 
 bool mn__addrmap_remove(mn__addrmap_t *m, uintptr_t key, mn__addrmap_entry_t *out) {
   mn__addrmap_entry_t *e = mn__addrmap_find(m, key);
   if (!e) return false;
   if (out) *out = *e;
+  mn__addrmap_remove_entry(m, e);
+  return true;
+}
+
+void mn__addrmap_remove_entry(mn__addrmap_t *m, mn__addrmap_entry_t *e) {
   size_t mask = m->cap - 1, hole = (size_t)(e - m->slots);
   /* Backward shift: move later entries of the probe run into the hole when
    * their home slot does not lie cyclically in (hole, j]. */
   for (size_t j = (hole + 1) & mask; m->slots[j].key; j = (j + 1) & mask) {
-    size_t home = slot_of(m->slots[j].key, m->cap);
+    size_t home = mn__addrmap_slot(m->slots[j].key, m->cap);
     bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
     if (stays) continue;
     m->slots[hole] = m->slots[j];
@@ -98,5 +74,4 @@ bool mn__addrmap_remove(mn__addrmap_t *m, uintptr_t key, mn__addrmap_entry_t *ou
   }
   m->slots[hole] = (mn__addrmap_entry_t){0};
   m->count--;
-  return true;
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "mnemo/status.h"
+#include "runtime/debug.h"
 
 /* One entry; key 0 marks an empty slot, so NULL is never a key. */
 typedef struct mn__addrmap_entry_s {
@@ -27,6 +28,24 @@ typedef struct mn__addrmap_s {
   size_t count;
 } mn__addrmap_t;
 
+/* Fibonacci hashing: the top log2(cap) bits of the product, the best mixed
+ * ones (aligned addresses differ only in their middle bits). */
+static inline size_t mn__addrmap_slot(uintptr_t key, size_t cap) {
+  uint64_t h = (uint64_t)key * UINT64_C(0x9E3779B97F4A7C15);
+  return (size_t)(h >> (64 - __builtin_ctzll((unsigned long long)cap)));
+}
+
+/* Places an entry known to be absent into a table with a free slot. */
+static inline void mn__addrmap_place(mn__addrmap_entry_t *slots, size_t cap, mn__addrmap_entry_t e) {
+  size_t i = mn__addrmap_slot(e.key, cap);
+  while (slots[i].key) i = (i + 1) & (cap - 1);
+  slots[i] = e;
+}
+
+/* Doubles the table (false: out of host memory, the map unchanged). */
+bool mn__addrmap_grow(mn__addrmap_t *m);
+mn_status mn__addrmap_reserve_slow(mn__addrmap_t *m, size_t extra);
+
 /* A zeroed struct is a valid empty map; init just says so. */
 void mn__addrmap_init(mn__addrmap_t *m);
 /* Frees the table (not the payloads); the map is empty and usable again. */
@@ -36,11 +55,27 @@ void mn__addrmap_fini(mn__addrmap_t *m);
 mn_status mn__addrmap_insert(mn__addrmap_t *m, uintptr_t key, size_t size, void *data);
 /* Makes room for `extra` more entries, so that as many mn__addrmap_put calls
  * cannot fail; MN_ERR_OUT_OF_MEMORY when the table cannot grow. */
-mn_status mn__addrmap_reserve(mn__addrmap_t *m, size_t extra);
-/* Adds key -> (size, data) without checks. pre: room reserved, key non-zero and absent. */
-void mn__addrmap_put(mn__addrmap_t *m, uintptr_t key, size_t size, void *data);
+static inline mn_status mn__addrmap_reserve(mn__addrmap_t *m, size_t extra) {
+  return (m->count + extra) * 4 <= m->cap * 3 ? MN_OK : mn__addrmap_reserve_slow(m, extra);
+}
 /* The entry for key, or NULL. Valid until the next insert or remove. */
-mn__addrmap_entry_t *mn__addrmap_find(const mn__addrmap_t *m, uintptr_t key);
+static inline mn__addrmap_entry_t *mn__addrmap_find(const mn__addrmap_t *m, uintptr_t key) {
+  if (key == 0 || m->cap == 0) return NULL;
+  for (size_t i = mn__addrmap_slot(key, m->cap);; i = (i + 1) & (m->cap - 1)) {
+    if (m->slots[i].key == key) return &m->slots[i];
+    if (m->slots[i].key == 0) return NULL;
+  }
+}
+/* Adds key -> (size, data) without checks. pre: room reserved, key non-zero and absent. */
+static inline void mn__addrmap_put(mn__addrmap_t *m, uintptr_t key, size_t size, void *data) {
+  MN__ASSERT(key != 0 && (m->count + 1) * 4 <= m->cap * 3, "put of %#lx without a reserved slot (%zu of %zu)",
+             (unsigned long)key, m->count, m->cap);
+  MN__ASSERT(mn__addrmap_find(m, key) == NULL, "put of %#lx, which is present", (unsigned long)key);
+  mn__addrmap_place(m->slots, m->cap, (mn__addrmap_entry_t){.key = key, .size = size, .data = data});
+  m->count++;
+}
+/* Removes the entry e that mn__addrmap_find returned (no insert or remove since). */
+void mn__addrmap_remove_entry(mn__addrmap_t *m, mn__addrmap_entry_t *e);
 /* Removes key, copying its entry to *out (optional). false when absent. */
 bool mn__addrmap_remove(mn__addrmap_t *m, uintptr_t key, mn__addrmap_entry_t *out);
 /* Iteration: for (size_t i = 0; i < m->cap; i++) if (m->slots[i].key) ... */

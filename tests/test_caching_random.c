@@ -8,55 +8,95 @@
 
 static uint64_t g_seed = 20240611;
 
-/* ---- scale: the free set stays logarithmic with 100k cached blocks ------------------------- */
+/* ---- scale: the free set at 100k blocks, against a brute-force model ---------------------- */
 
 static size_t depth(const mn__tnode_t *n) {
   size_t l = n && n->left ? depth(n->left) : 0, r = n && n->right ? depth(n->right) : 0;
   return n ? 1 + (l > r ? l : r) : 0;
 }
 
+/* The model's best fit: the smallest (size, address) >= (size, 0) among live nodes of the stream. */
+static const mn__tnode_t *model_best(const mn__tnode_t *nodes, const bool *in, size_t n, uint64_t s, size_t size) {
+  const mn__tnode_t *best = NULL;
+  for (size_t i = 0; i < n; i++) {
+    const mn__tnode_t *x = &nodes[i];
+    if (!in[i] || x->key.stream != s || x->key.size < size) continue;
+    if (!best || x->key.size < best->key.size || (x->key.size == best->key.size && x->key.addr < best->key.addr))
+      best = x;
+  }
+  return best;
+}
+
 MN_TEST(free_set_and_map_at_scale) {
-  enum { N = 100000 };
+  enum { N = 100000, STREAMS = 4 };
   mn__tnode_t *nodes = calloc(N, sizeof *nodes);
+  bool *in = calloc(N, sizeof *in);
   mn__addrmap_t map;
   mn__addrmap_init(&map);
-  mn__tree_t t;
-  mn__tree_init(&t, 1);
+  mn__fset_t fs;
+  mn__fset_init(&fs, (size_t)1 << 40, 1);
+  mn__sbins_t *sb[STREAMS];
+  for (uint64_t s = 0; s < STREAMS; s++) MN_CHECK_OK(mn__fset_acquire(&fs, 100 + s, &sb[s]));
   uint64_t r = g_seed | 1;
   MN_CHECK_OK(mn__addrmap_reserve(&map, N));
   for (size_t i = 0; i < N; i++) {
     r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-    /* Sizes repeat, addresses are unique: the key is (stream, size, address). */
-    mn__tree_insert(&t, &nodes[i], (mn__key_t){r % 4, 512 * (1 + (r >> 8) % 64), 4096 * (i + 1)});
+    /* Sizes repeat (exact bins and shared power-of-two bins), addresses are unique. */
+    size_t size = (r >> 20) % 3 ? 512 * (1 + (r >> 8) % 64) : 512 * (1 + (r >> 8) % 100000);
+    mn__fset_insert(&fs, sb[r % STREAMS], &nodes[i], size, 4096 * (i + 1));
+    in[i] = true;
     mn__addrmap_put(&map, 4096 * (i + 1), 0, &nodes[i]);
   }
   char why[256] = "";
-  MN_CHECK(mn__tree_check(&t, why, sizeof why) == MN_OK && t.count == N);
-  size_t d = depth(t.root);
-  printf("  treap of %d nodes: depth %zu\n", N, d);
-  MN_CHECK(d < 4 * 17); /* expected ~2.5 log2(n) = 42 */
-  /* lower_bound = the smallest key >= the probe, on the probe's stream. */
-  for (uint64_t s = 0; s < 4; s++) {
-    mn__key_t k = {s, 512 * 33, 0};
-    mn__tnode_t *lb = mn__tree_lower_bound(&t, &k);
-    MN_CHECK(lb && lb->key.stream == s && lb->key.size == 512 * 33);
-    mn__tnode_t *prev = mn__tree_prev(&t, lb);
-    MN_CHECK(prev && mn__key_cmp(&prev->key, &k) < 0 && mn__tree_next(&t, prev) == lb);
+  MN_CHECK(mn__fset_check(&fs, why, sizeof why) == MN_OK && fs.count == N);
+  size_t d = 0;
+  for (int s = 0; s < STREAMS; s++)
+    for (unsigned b = 0; b < fs.nbins; b++) {
+      size_t x = depth(sb[s]->bins[b].root);
+      if (x > d) d = x;
+    }
+  printf("  %d blocks in %u bins per stream: deepest treap %zu\n", N, fs.nbins, d);
+  MN_CHECK(d < 4 * 17);
+  /* Best fit, next and prev agree with the model, on every stream and many sizes. */
+  for (int probe = 0; probe < 200; probe++) {
+    uint64_t s = (uint64_t)probe % STREAMS;
+    size_t size = probe < 100 ? 512 * (size_t)(1 + probe % 70) : 512 * (size_t)(1 + (probe * 7919) % 110000);
+    const mn__tnode_t *want = model_best(nodes, in, N, 100 + s, size);
+    mn__tnode_t *got = mn__fset_lower_bound(&fs, sb[s], size);
+    MN_CHECK(got == want);
+    if (got) {
+      mn__tnode_t *prev = mn__fset_prev(&fs, sb[s], got);
+      MN_CHECK(!prev || (mn__key_cmp(&prev->key, &got->key) < 0 && prev->key.size < size &&
+                         mn__fset_next(&fs, sb[s], prev) == got));
+    }
   }
   for (size_t i = 0; i < N; i += 2) {
-    MN_CHECK(mn__tree_remove(&t, &nodes[i]));
+    mn__fset_remove(&fs, sb[nodes[i].key.stream - 100], &nodes[i]);
+    in[i] = false;
     mn__addrmap_entry_t gone = {0};
     MN_CHECK(mn__addrmap_remove(&map, 4096 * (i + 1), &gone) && gone.data == &nodes[i]);
   }
-  MN_CHECK(!mn__tree_remove(&t, &nodes[0]) && !mn__tree_contains(&t, &nodes[0]) && mn__tree_contains(&t, &nodes[1]));
-  MN_CHECK(mn__tree_check(&t, why, sizeof why) == MN_OK && t.count == N / 2 && map.count == N / 2);
+  MN_CHECK(mn__fset_check(&fs, why, sizeof why) == MN_OK && fs.count == N / 2 && map.count == N / 2);
+  MN_CHECK(!mn__fset_contains(&fs, sb[nodes[0].key.stream - 100], &nodes[0]) &&
+           mn__fset_contains(&fs, sb[nodes[1].key.stream - 100], &nodes[1]));
+  for (int s = 0; s < STREAMS; s++) { /* a full walk in key order, both ways, visits each node once */
+    size_t fwd = 0, back = 0;
+    for (mn__tnode_t *x = mn__fset_lower_bound(&fs, sb[s], 0); x; x = mn__fset_next(&fs, sb[s], x)) fwd++;
+    for (mn__tnode_t *x = mn__fset_last(&fs, sb[s]); x; x = mn__fset_prev(&fs, sb[s], x)) back++;
+    MN_CHECK(fwd == sb[s]->count && back == sb[s]->count);
+  }
   size_t misses = 0;
   for (size_t i = 0; i < N; i++) {
     mn__addrmap_entry_t *e = mn__addrmap_find(&map, 4096 * (i + 1));
     misses += (e ? e->data : NULL) != (i % 2 ? &nodes[i] : NULL);
   }
-  MN_CHECK(misses == 0 && depth(t.root) < 4 * 17);
+  MN_CHECK(misses == 0);
+  for (size_t i = 1; i < N; i += 2) mn__fset_remove(&fs, sb[nodes[i].key.stream - 100], &nodes[i]);
+  for (int s = 0; s < STREAMS; s++) mn__fset_release(&fs, sb[s]);
+  MN_CHECK(fs.nstreams == 0 && fs.count == 0 && mn__fset_check(&fs, why, sizeof why) == MN_OK);
+  mn__fset_fini(&fs);
   mn__addrmap_fini(&map);
+  free(in);
   free(nodes);
   /* Through the API: 50k cached 512-byte holes, then best-fit allocations among them. */
   mn_allocator_t *a = mk(NULL);
