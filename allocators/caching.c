@@ -503,9 +503,10 @@ static size_t large_max_block(size_t total) {
  * pointer from this allocator afterwards, nor call it concurrently. */
 static void caching_destroy(mn_allocator_t *self) {
   mn__caching_t *a = as_caching(self);
-  while (a->pending_head) {
-    mn__pending_t *p = a->pending_head;
-    a->pending_head = p->next;
+  mn__pending_t *pending = mn__pending_detach_all(a);
+  while (pending) {
+    mn__pending_t *p = pending;
+    pending = p->next;
     /* destroy returns nothing: a failing device gets its memory freed anyway */
     mn__ignore(mn_event_synchronize(p->event));
     mn__ignore(mn_event_destroy(p->event));
@@ -619,7 +620,7 @@ static mn_status as_caching_checked(const char *func, mn_allocator_t *a, mn__cac
 
 /* Whether the allocator holds anything on its device; pre: lock held. */
 static bool holds_device(const mn__caching_t *a) {
-  return a->segments || a->pending_head || a->nevents || a->stats.allocation[MN_POOL_ALL].current > 0;
+  return a->segments || a->queues || a->nevents || a->stats.allocation[MN_POOL_ALL].current > 0;
 }
 
 mn_status mn__caching_release_device(mn_allocator_t *al, const char *func) {

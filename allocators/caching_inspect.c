@@ -275,12 +275,20 @@ static mn_status check_locked(const mn__caching_t *a) {
   if (a->live.count + freeing != t.allocated)
     BROKEN("pointer map holds %zu entries for %zu allocated blocks", a->live.count, t.allocated);
   size_t events = 0;
-  for (const mn__pending_t *p = a->pending_head; p; p = p->next) {
-    if (p->block->allocated || p->block->event_count <= 0)
-      BROKEN("pending event for block %#lx which is not pending free", (unsigned long)p->block->addr);
-    if (!p->next && p != a->pending_tail) BROKEN("pending list tail is wrong");
-    events++;
+  for (const mn__pending_t *h = a->queues; h; h = h->qnext) {
+    for (const mn__pending_t *o = a->queues; o != h; o = o->qnext)
+      if (o->stream_id == h->stream_id) BROKEN("stream %llu has two pending queues", (unsigned long long)o->stream_id);
+    for (const mn__pending_t *p = h; p; p = p->next) {
+      if (p->block->allocated || p->block->event_count <= 0)
+        BROKEN("pending event for block %#lx which is not pending free", (unsigned long)p->block->addr);
+      if (p->stream_id != h->stream_id)
+        BROKEN("a pending event of stream %llu is in stream %llu's queue", (unsigned long long)p->stream_id,
+               (unsigned long long)h->stream_id);
+      if (!p->next && p != h->qtail) BROKEN("stream %llu's pending queue has a wrong tail", (unsigned long long)h->stream_id);
+      events++;
+    }
   }
+  if (events != a->npending) BROKEN("%zu pending events queued, %zu counted", events, a->npending);
   if (events + a->pending_waited != t.events)
     BROKEN("%zu pending events listed (and %zu being waited for), blocks count %zu", events, a->pending_waited,
            t.events);

@@ -283,13 +283,19 @@ struct mn__pool_s {
   bool largest_dirty;
 };
 
-/* An outstanding event of a pending-free block; one list in record order. */
+/* An outstanding event of a pending-free block. One queue per stream the
+ * events were recorded on, in record order: a stream's events complete in
+ * that order, so only each queue's head needs asking (as PyTorch's per-stream
+ * deques). A queue is its head entry: the heads are linked by qnext and keep
+ * the tail, so queues cost no allocation. */
 typedef struct mn__pending_s {
   mn_event_t *event;
   mn__block_t *block;
   uint64_t stream_id; /* the stream the event was recorded on */
   bool failed;        /* its synchronize failed (synchronize_and_free_events) */
-  struct mn__pending_s *next;
+  struct mn__pending_s *next;  /* the next in this stream's queue (or spare list) */
+  struct mn__pending_s *qnext; /* heads only: the next stream's queue */
+  struct mn__pending_s *qtail; /* heads only: this queue's last entry */
 } mn__pending_t;
 
 typedef struct mn__caching_s {
@@ -307,7 +313,8 @@ typedef struct mn__caching_s {
   size_t nsegments;
   size_t exp_segments;      /* how many of them are expandable */
   mn__addrmap_t live;       /* allocated blocks by address; data = the block */
-  mn__pending_t *pending_head, *pending_tail;
+  mn__pending_t *queues;    /* the heads of the per-stream pending queues */
+  size_t npending;          /* entries in them */
   size_t pending_waited;    /* events taken off the list while a synchronize waits on them */
   mn__pending_t *spare_pending;
   mn_event_t **events;      /* the event pool */
@@ -418,13 +425,16 @@ mn_event_t *mn__event_get(mn__caching_t *a);
 void mn__event_put(mn__caching_t *a, mn_event_t *e);
 mn__pending_t *mn__pending_take(mn__caching_t *a);
 void mn__pending_put(mn__caching_t *a, mn__pending_t *p);
+/* Appends p to its stream's queue: O(streams with pending events). */
 void mn__pending_append(mn__caching_t *a, mn__pending_t *p);
+/* Takes every queue out, as one list linked by next (queue after queue). */
+mn__pending_t *mn__pending_detach_all(mn__caching_t *a);
 /* PyTorch's free_block: merge with free neighbours, cache, update the counters. */
 void mn__free_block(mn__caching_t *a, mn__block_t *b);
 void mn__process_events_slow(mn__caching_t *a);
 /* Retires completed events without blocking (nothing to do: inline). */
 static inline void mn__process_events(mn__caching_t *a) {
-  if (a->pending_head) mn__process_events_slow(a);
+  if (a->queues) mn__process_events_slow(a);
 }
 /* Takes a whole unused raw segment out of the books, onto rel. */
 void mn__release_block(mn__caching_t *a, mn__block_t *b, mn__release_t *rel);

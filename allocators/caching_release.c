@@ -48,9 +48,28 @@ void mn__pending_put(mn__caching_t *a, mn__pending_t *p) {
 
 void mn__pending_append(mn__caching_t *a, mn__pending_t *p) {
   p->next = NULL;
-  if (a->pending_tail) a->pending_tail->next = p;
-  else a->pending_head = p;
-  a->pending_tail = p;
+  a->npending++;
+  for (mn__pending_t *h = a->queues; h; h = h->qnext)
+    if (h->stream_id == p->stream_id) {
+      h->qtail->next = p;
+      h->qtail = p;
+      return;
+    }
+  p->qnext = a->queues; /* the first of its stream */
+  p->qtail = p;
+  a->queues = p;
+}
+
+mn__pending_t *mn__pending_detach_all(mn__caching_t *a) {
+  mn__pending_t *list = NULL, **end = &list;
+  for (mn__pending_t *h = a->queues, *next; h; h = next) {
+    next = h->qnext;
+    *end = h;
+    end = &h->qtail->next;
+  }
+  a->queues = NULL;
+  a->npending = 0;
+  return list;
 }
 
 /* PyTorch's free_block: merge with free neighbours, cache, update the counters. */
@@ -88,42 +107,39 @@ void mn__free_block(mn__caching_t *a, mn__block_t *b) {
   MN__STAT_SUB(a, requested_bytes, kind, (int64_t)requested);
 }
 
-/* Retires completed events without blocking: per stream in record order, so a
- * stream whose oldest event is not done is skipped (no head-of-line wait). A
- * failed query counts as "not done yet". */
+/* Retires completed events without blocking: each stream's queue from its
+ * head, stopping at the first not done (a failed query counts as not done
+ * yet). O(streams with pending events + events retired). */
 void mn__process_events_slow(mn__caching_t *a) {
-  uint64_t blocked[32];
-  size_t nblocked = 0;
-  mn__pending_t **pp = &a->pending_head, *last = NULL;
+  mn__pending_t **pp = &a->queues;
   while (*pp) {
-    mn__pending_t *p = *pp;
-    bool skip = false;
-    for (size_t i = 0; i < nblocked; i++) skip |= blocked[i] == p->stream_id;
+    mn__pending_t *h = *pp;
     bool done = false;
-    if (!skip && (mn_event_query(p->event, &done) != MN_OK || !done)) {
-      done = false;
-      if (nblocked < 32) blocked[nblocked++] = p->stream_id;
-    }
-    if (!done) {
-      last = p;
-      pp = &p->next;
+    if (mn_event_query(h->event, &done) != MN_OK || !done) {
+      pp = &h->qnext;
       continue;
     }
-    *pp = p->next;
-    mn__block_t *b = p->block;
-    mn__event_put(a, p->event);
-    mn__pending_put(a, p);
+    mn__pending_t *nh = h->next; /* the queue's new head, or the queue goes */
+    if (nh) {
+      nh->qnext = h->qnext;
+      nh->qtail = h->qtail;
+      *pp = nh;
+    } else {
+      *pp = h->qnext;
+    }
+    a->npending--;
+    mn__block_t *b = h->block;
+    mn__event_put(a, h->event);
+    mn__pending_put(a, h);
     if (--b->event_count == 0) mn__free_block(a, b);
   }
-  a->pending_tail = last;
 }
 
 /* Waits for every outstanding event (lock dropped while waiting), then frees
  * their blocks. A failed wait leaves its block pending and is reported. */
 static mn_status sync_and_free_events(mn__caching_t *a) {
   a->stats.num_sync_all_streams++;
-  mn__pending_t *list = a->pending_head;
-  a->pending_head = a->pending_tail = NULL;
+  mn__pending_t *list = mn__pending_detach_all(a);
   if (!list) return MN_OK;
   size_t n = 0;
   for (mn__pending_t *p = list; p; p = p->next) n++;
