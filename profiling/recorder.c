@@ -17,6 +17,7 @@
 #include "runtime/error.h"
 #include "runtime/events.h"
 #include "runtime/hostmem.h"
+#include "runtime/lock.h"
 
 #define MN__RECORDER_MAX_DEVICES 64
 /* Frames captured beyond max_frames, for the recorder's and the allocator's
@@ -42,7 +43,7 @@ typedef struct mn__pc_stacks_s {
 } mn__pc_stacks_t;
 
 struct mn_trace_recorder_s {
-  pthread_mutex_t lock;
+  mn__lock_t lock;
   mn_trace_event_t *ring;
   uint32_t *ring_stack;        /* stack id of each ring slot (NULL until stacks are first on) */
   size_t capacity, head, held; /* the oldest event is ring[head] */
@@ -62,11 +63,7 @@ mn_status mn_trace_recorder_create(size_t capacity, mn_trace_recorder_t **out) {
     free(r);
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %zu events", capacity);
   }
-  if (pthread_mutex_init(&r->lock, NULL) != 0) {
-    free(r->ring);
-    free(r);
-    return mn__error(MN_ERR_INTERNAL, __func__, "pthread_mutex_init failed");
-  }
+  mn__lock_init(&r->lock);
   r->capacity = capacity;
   *out = r;
   return MN_OK;
@@ -82,7 +79,6 @@ static void pc_stacks_free(mn__pc_stacks_t *t) {
 
 void mn_trace_recorder_destroy(mn_trace_recorder_t *rec) {
   if (!rec) return;
-  pthread_mutex_destroy(&rec->lock);
   free(rec->ring);
   free(rec->ring_stack);
   pc_stacks_free(&rec->stacks);
@@ -99,17 +95,17 @@ mn_status mn_trace_recorder_set_stacks(mn_trace_recorder_t *rec, unsigned max_fr
     void *pc[2];
     (void)backtrace(pc, 2);
   }
-  pthread_mutex_lock(&rec->lock);
+  mn__lock(&rec->lock);
   if (max_frames && !rec->ring_stack) {
     rec->ring_stack = mn__calloc(rec->capacity, sizeof *rec->ring_stack);
     if (!rec->ring_stack) {
-      pthread_mutex_unlock(&rec->lock);
+      mn__unlock(&rec->lock);
       return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for the stack ids of %zu events",
                        rec->capacity);
     }
   }
   __atomic_store_n(&rec->max_frames, max_frames, __ATOMIC_RELAXED);
-  pthread_mutex_unlock(&rec->lock);
+  mn__unlock(&rec->lock);
   return MN_OK;
 }
 
@@ -151,33 +147,39 @@ static uint32_t pc_stack_intern(mn__pc_stacks_t *t, const uintptr_t *pc, size_t 
   return (uint32_t)t->n;
 }
 
-void mn_trace_recorder_sink_fn(void *user, const mn_trace_event_t *event) {
-  mn_trace_recorder_t *r = user;
-  if (!r || !event) return;
-  /* The stack is taken outside the lock (max_frames read racily: a switch
-   * that races with an event decides only whether that event gets a stack). */
-  unsigned max = __atomic_load_n(&r->max_frames, __ATOMIC_RELAXED);
-  if (max > MN_TRACE_RECORDER_STACK_MAX) max = MN_TRACE_RECORDER_STACK_MAX;
-  void *raw[MN_TRACE_RECORDER_STACK_MAX + MN__STACK_SKIP_MAX + 1];
-  uintptr_t pc[MN_TRACE_RECORDER_STACK_MAX + MN__STACK_SKIP_MAX];
-  int n = 0;
-  uint64_t h = 0;
-  if (max) {
-    n = backtrace(raw, (int)(max + MN__STACK_SKIP_MAX + 1)) - 1; /* raw[0] is this function */
-    for (int i = 0; i < n; i++) pc[i] = (uintptr_t)raw[i + 1];
-    if (n > 0) h = pcs_hash(pc, (size_t)n);
-  }
-  pthread_mutex_lock(&r->lock);
+/* The i-th oldest event's slot. */
+static size_t ring_index(const mn_trace_recorder_t *r, size_t i) {
+  size_t k = r->head + i;
+  return k < r->capacity ? k : k - r->capacity;
+}
+
+/* The next slot, the oldest event going when the ring is full; pre: lock held. */
+static inline size_t take_slot(mn_trace_recorder_t *r) {
   r->recorded++;
-  size_t slot;
   if (r->held < r->capacity) {
-    slot = (r->head + r->held) % r->capacity;
-    r->held++;
-  } else { /* full: the oldest goes */
-    slot = r->head;
-    r->head = (r->head + 1) % r->capacity;
-    r->overwritten++;
+    size_t slot = r->head + r->held++;
+    return slot < r->capacity ? slot : slot - r->capacity;
   }
+  size_t slot = r->head; /* full: the oldest goes */
+  if (++r->head == r->capacity) r->head = 0;
+  r->overwritten++;
+  return slot;
+}
+
+/* An event with its C stack, taken before the lock. Kept out of the sink so
+ * the stackless path carries no stack arrays; the caller must not tail-call
+ * it: raw[0] is this function, raw[1] the sink, the allocator's frames follow. */
+static __attribute__((noinline)) void record_with_stack(mn_trace_recorder_t *r, const mn_trace_event_t *event,
+                                                        unsigned max) {
+  if (max > MN_TRACE_RECORDER_STACK_MAX) max = MN_TRACE_RECORDER_STACK_MAX;
+  void *raw[MN_TRACE_RECORDER_STACK_MAX + MN__STACK_SKIP_MAX + 2];
+  uintptr_t pc[MN_TRACE_RECORDER_STACK_MAX + MN__STACK_SKIP_MAX];
+  int n = backtrace(raw, (int)(max + MN__STACK_SKIP_MAX + 2)) - 2;
+  if (n < 0) n = 0;
+  for (int i = 0; i < n; i++) pc[i] = (uintptr_t)raw[i + 2];
+  uint64_t h = n > 0 ? pcs_hash(pc, (size_t)n) : 0;
+  mn__lock(&r->lock);
+  size_t slot = take_slot(r);
   r->ring[slot] = *event;
   if (r->ring_stack) {
     uint32_t id = 0;
@@ -187,12 +189,31 @@ void mn_trace_recorder_sink_fn(void *user, const mn_trace_event_t *event) {
     }
     r->ring_stack[slot] = id;
   }
-  pthread_mutex_unlock(&r->lock);
+  mn__unlock(&r->lock);
+}
+
+void mn_trace_recorder_sink_fn(void *user, const mn_trace_event_t *event) {
+  mn_trace_recorder_t *r = user;
+  if (!r || !event) return;
+  /* max_frames is read racily: a switch that races with an event decides
+   * only whether that event gets a stack. */
+  unsigned max = __atomic_load_n(&r->max_frames, __ATOMIC_RELAXED);
+  if (__builtin_expect(max != 0, 0)) {
+    record_with_stack(r, event, max);
+    __asm__ volatile("" ::: "memory"); /* no tail call: this frame must be on the stack */
+    return;
+  }
+  /* No stack: the event into the ring, nothing else. */
+  mn__lock(&r->lock);
+  size_t slot = take_slot(r);
+  r->ring[slot] = *event;
+  if (r->ring_stack) r->ring_stack[slot] = 0;
+  mn__unlock(&r->lock);
 }
 
 mn_status mn_trace_recorder_get_stats(mn_trace_recorder_t *rec, mn_trace_recorder_stats_t *out) {
   MN__CHECK_ARG(rec != NULL && out != NULL, "rec and out must not be NULL");
-  pthread_mutex_lock(&rec->lock);
+  mn__lock(&rec->lock);
   out->recorded = rec->recorded;
   out->overwritten = rec->overwritten;
   out->held = rec->held;
@@ -201,17 +222,17 @@ mn_status mn_trace_recorder_get_stats(mn_trace_recorder_t *rec, mn_trace_recorde
   out->stacks = rec->stacks.n;
   out->stack_pcs = rec->stacks.n ? rec->stacks.start[rec->stacks.n] : 0;
   out->stackless = rec->stackless;
-  pthread_mutex_unlock(&rec->lock);
+  mn__unlock(&rec->lock);
   return MN_OK;
 }
 
 void mn_trace_recorder_clear(mn_trace_recorder_t *rec) {
   if (!rec) return;
-  pthread_mutex_lock(&rec->lock);
+  mn__lock(&rec->lock);
   rec->head = rec->held = 0;
   rec->recorded = rec->overwritten = rec->stackless = 0;
   pc_stacks_free(&rec->stacks); /* no event refers to them any more */
-  pthread_mutex_unlock(&rec->lock);
+  mn__unlock(&rec->lock);
 }
 
 typedef struct mn__live_s {
@@ -350,15 +371,15 @@ done:
 
 mn_status mn_trace_recorder_to_trace(mn_trace_recorder_t *rec, mn_trace_t **out) {
   MN__CHECK_ARG(rec != NULL && out != NULL, "rec and out must not be NULL");
-  pthread_mutex_lock(&rec->lock);
+  mn__lock(&rec->lock);
   size_t n = rec->held;
   mn_trace_event_t *ev = mn__malloc((n ? n : 1) * sizeof *ev);
   bool had_stacks = rec->ring_stack != NULL;
   uint32_t *sid = had_stacks ? mn__calloc(n ? n : 1, sizeof *sid) : NULL;
   if (ev)
-    for (size_t i = 0; i < n; i++) ev[i] = rec->ring[(rec->head + i) % rec->capacity];
+    for (size_t i = 0; i < n; i++) ev[i] = rec->ring[ring_index(rec, i)];
   if (sid)
-    for (size_t i = 0; i < n; i++) sid[i] = rec->ring_stack[(rec->head + i) % rec->capacity];
+    for (size_t i = 0; i < n; i++) sid[i] = rec->ring_stack[ring_index(rec, i)];
   /* The raw stacks (a copy: symbolizing takes the loader's lock, not to be
    * nested in ours, and allocations may go on meanwhile). */
   mn__pc_stacks_t raw = {0};
@@ -376,7 +397,7 @@ mn_status mn_trace_recorder_to_trace(mn_trace_recorder_t *rec, mn_trace_t **out)
     }
   }
   uint64_t overwritten = rec->overwritten;
-  pthread_mutex_unlock(&rec->lock);
+  mn__unlock(&rec->lock);
   uint32_t *dev = mn__malloc((n ? n : 1) * sizeof *dev);
   bool *pre_of = mn__calloc(n ? n : 1, sizeof *pre_of);
   uint32_t *map = raw.n ? mn__calloc(raw.n + 1, sizeof *map) : NULL;
