@@ -38,7 +38,7 @@ void mn__trace_emit(mn__caching_t *a, mn_trace_action action, uint64_t stream, u
   a->sink(a->sink_user, &ev);
 }
 
-mn_status mn__spare_reserve(mn__caching_t *a, size_t n) {
+mn_status mn__spare_reserve_slow(mn__caching_t *a, size_t n) {
   while (a->nspare < n) {
     mn__block_t *b = mn__calloc(1, sizeof *b);
     if (!b) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for block records");
@@ -380,17 +380,42 @@ typedef struct use_end_s {
   mn__pending_t *entry;
 } use_end_t;
 
+/* Takes the block out of the allocated counts (its events, if any, follow). */
+static void unallocate(mn__caching_t *a, mn__block_t *b) {
+  int kind = b->pool->kind;
+  b->allocated = false;
+  MN__STAT_SUB(a, allocation, kind, 1);
+  MN__STAT_SUB(a, allocated_bytes, kind, (int64_t)b->size);
+  if (b->size >= a->cfg.max_split_size) mn__stat_dec(&a->stats.oversize_allocations, 1);
+  mn__trace(a, MN_TRACE_FREE_REQUESTED, b->stream_id, b->addr, b->size, b->requested);
+}
+
+static mn_status free_with_uses(mn__caching_t *a, mn__block_t *b, mn__addrmap_entry_t *live);
+
 static mn_status caching_free(mn_allocator_t *self, void *ptr) {
   mn__caching_t *a = as_caching(self);
   lock(a);
   mn__addrmap_entry_t *live = mn__addrmap_find(&a->live, (uintptr_t)ptr);
   if (!live) return not_ours(a, __func__, ptr);
   mn__block_t *b = live->data;
+  if (b->nuses) return free_with_uses(a, b, live); /* record_stream was called: events first */
+  mn__addrmap_remove_entry(&a->live, live);
+  unallocate(a, b);
+  mn__free_block(a, b);
+  unlock(a);
+  return MN_OK;
+}
+
+/* The free of a block used on other streams: an event recorded on each (or,
+ * when one cannot be had, that stream synchronized with the lock dropped);
+ * the block is cached when they complete. pre: lock held; unlocks. */
+static __attribute__((noinline)) mn_status free_with_uses(mn__caching_t *a, mn__block_t *b,
+                                                          mn__addrmap_entry_t *live) {
   uint32_t n = b->nuses;
   use_end_t local[8], *ends = local;
   if (n > 8 && !(ends = mn__calloc(n, sizeof *ends))) {
     unlock(a);
-    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %u stream events", n);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, "caching_free", "out of host memory for %u stream events", n);
   }
   bool need_sync = false;
   for (uint32_t i = 0; i < n; i++) {
@@ -422,15 +447,10 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
       mn__addrmap_put(&a->live, b->addr, 0, b);
       unlock(a);
       if (ends != local) free(ends);
-      return mn__error_wrap(st, __func__);
+      return mn__error_wrap(st, "caching_free");
     }
   }
-  int kind = b->pool->kind;
-  b->allocated = false;
-  MN__STAT_SUB(a, allocation, kind, 1);
-  MN__STAT_SUB(a, allocated_bytes, kind, (int64_t)b->size);
-  if (b->size >= a->cfg.max_split_size) mn__stat_dec(&a->stats.oversize_allocations, 1);
-  mn__trace(a, MN_TRACE_FREE_REQUESTED, b->stream_id, b->addr, b->size, b->requested);
+  unallocate(a, b);
   for (uint32_t i = 0; i < n; i++) {
     if (!ends[i].event) continue;
     *ends[i].entry = (mn__pending_t){.event = ends[i].event, .block = b, .stream_id = b->uses[i].id};
@@ -601,8 +621,8 @@ mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t
   a->allowed_max = (size_t)(cfg.per_process_memory_fraction * (double)props.total_memory);
   a->small = (mn__pool_t){.is_small = true, .kind = MN_POOL_SMALL};
   a->large = (mn__pool_t){.is_small = false, .kind = MN_POOL_LARGE};
-  mn__fset_init(&a->small.fs, MN__SMALL_BUFFER, 0x51u);
-  mn__fset_init(&a->large.fs, large_max_block(a->total_memory), 0x53u);
+  mn__fset_init(&a->small.fs, MN__SMALL_BUFFER);
+  mn__fset_init(&a->large.fs, large_max_block(a->total_memory));
   a->stats.size = (uint32_t)sizeof a->stats;
   a->stats.version = MN_ALLOC_STATS_VERSION;
   /* MNEMO_TRACE=path: the profiling layer's recorder, when registered, records every allocator */
@@ -656,7 +676,7 @@ mn_status mn__caching_refresh_device(mn_allocator_t *al, const char *func) {
     a->expandable = a->cfg.expandable_segments && props.supports_vmm;
     a->total_memory = props.total_memory;
     mn__fset_fini(&a->large.fs); /* no segment, so no stream's record */
-    mn__fset_init(&a->large.fs, large_max_block(a->total_memory), 0x53u);
+    mn__fset_init(&a->large.fs, large_max_block(a->total_memory));
     a->default_stream = mn_stream_id(def);
     a->granularity = props.alloc_granularity ? props.alloc_granularity : MN__SMALL_BUFFER;
     a->allowed_max = (size_t)(a->cfg.per_process_memory_fraction * (double)props.total_memory);

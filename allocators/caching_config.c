@@ -70,19 +70,7 @@ size_t mn__roundup_power2_next_division(size_t size, size_t divisions) {
   return down == size ? size : down + step;
 }
 
-/* pre: size <= the device total (so no overflow). */
-size_t mn__round_size(const mn_caching_config_t *c, size_t size) {
-  if (size < MN__MIN_BLOCK) return MN__MIN_BLOCK;
-  size_t divisions = c->roundup_power2_divisions[floor_log2(size)];
-  if (divisions > 1 && size > MN__MIN_BLOCK * divisions) return mn__roundup_power2_next_division(size, divisions);
-  return MN__MIN_BLOCK * ((size + MN__MIN_BLOCK - 1) / MN__MIN_BLOCK);
-}
 
-size_t mn__allocation_size(size_t size) {
-  if (size <= MN__SMALL_SIZE) return MN__SMALL_BUFFER;
-  if (size < MN__MIN_LARGE_ALLOC) return MN__LARGE_BUFFER;
-  return MN__ROUND_LARGE * ((size + MN__ROUND_LARGE - 1) / MN__ROUND_LARGE);
-}
 
 const char *mn__format_size(size_t bytes, char *buf, size_t bufsize) {
   if (bytes <= 1024) snprintf(buf, bufsize, "%zu bytes", bytes);

@@ -15,7 +15,7 @@ void mn__caching_stats_copy(const mn__caching_t *a, mn_alloc_stats_t *out) {
   *out = a->stats;
 #define MN__SUM_POOLS(name, text)                                                                  \
   out->name[MN_POOL_ALL].allocated = out->name[MN_POOL_SMALL].allocated + out->name[MN_POOL_LARGE].allocated; \
-  out->name[MN_POOL_ALL].freed = out->name[MN_POOL_SMALL].freed + out->name[MN_POOL_LARGE].freed;
+  for (int k = 0; k < MN_POOL_COUNT; k++) out->name[k].freed = out->name[k].allocated - out->name[k].current;
   MN_ALLOC_STATS_MAP(MN__SUM_POOLS)
 #undef MN__SUM_POOLS
 }

@@ -131,7 +131,6 @@ typedef struct mn__fset_s {
   size_t cap, nstreams;
   mn__sbins_t *last;     /* the last one found */
   unsigned nbins;
-  uint64_t rng;          /* treap priorities */
   size_t count, unmapped_count;
 } mn__fset_t;
 
@@ -164,16 +163,15 @@ static inline void mn__bit_clear(mn__sbins_t *sb, unsigned b) {
   if (!sb->bits[b >> 6]) sb->summary &= ~(UINT64_C(1) << (b >> 6));
 }
 
-static inline uint64_t mn__fset_prio(mn__fset_t *fs) {
-  /* xorshift64*: deterministic, so runs are reproducible. */
-  fs->rng ^= fs->rng >> 12;
-  fs->rng ^= fs->rng << 25;
-  fs->rng ^= fs->rng >> 27;
-  return fs->rng * UINT64_C(0x2545F4914F6CDD1D);
+/* A node's treap priority: a hash of its address (a free block's address is
+ * unique in its pool), so runs are reproducible and no state is kept. */
+static inline uint64_t mn__fset_prio(uintptr_t addr) {
+  uint64_t h = (uint64_t)addr * UINT64_C(0x9E3779B97F4A7C15);
+  return h ^ (h >> 31);
 }
 
 /* Bins enough for blocks up to max_block bytes (larger ones share the last). */
-void mn__fset_init(mn__fset_t *fs, size_t max_block, uint64_t seed);
+void mn__fset_init(mn__fset_t *fs, size_t max_block);
 void mn__fset_fini(mn__fset_t *fs);
 mn__sbins_t *mn__fset_find_slow(mn__fset_t *fs, uint64_t stream);
 /* The stream's record, or NULL. */
@@ -187,7 +185,7 @@ void mn__fset_release(mn__fset_t *fs, mn__sbins_t *sb);
 
 static inline void mn__fset_insert(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n, size_t size, uintptr_t addr) {
   unsigned b = mn__bin_clamped(fs, size);
-  mn__tree_insert(&sb->bins[b], n, (mn__key_t){sb->stream, size, addr}, mn__fset_prio(fs));
+  mn__tree_insert(&sb->bins[b], n, (mn__key_t){sb->stream, size, addr}, mn__fset_prio(addr));
   mn__bit_set(sb, b);
   sb->count++;
   fs->count++;
@@ -339,9 +337,20 @@ typedef struct mn__release_s {
 
 /* ---- caching_config.c --------------------------------------------------------- */
 mn_status mn__caching_config_validate(const char *func, const mn_caching_config_t *c);
-size_t mn__round_size(const mn_caching_config_t *c, size_t size);
 size_t mn__roundup_power2_next_division(size_t size, size_t divisions);
-size_t mn__allocation_size(size_t size);
+/* PyTorch's round_size; inline (every allocation asks). pre: size <= the device total. */
+static inline size_t mn__round_size(const mn_caching_config_t *c, size_t size) {
+  if (size < MN__MIN_BLOCK) return MN__MIN_BLOCK;
+  size_t divisions = c->roundup_power2_divisions[63u - (unsigned)__builtin_clzll((unsigned long long)size)];
+  if (divisions > 1 && size > MN__MIN_BLOCK * divisions) return mn__roundup_power2_next_division(size, divisions);
+  return MN__MIN_BLOCK * ((size + MN__MIN_BLOCK - 1) / MN__MIN_BLOCK);
+}
+/* PyTorch's get_allocation_size: the segment for a rounded request. */
+static inline size_t mn__allocation_size(size_t size) {
+  if (size <= MN__SMALL_SIZE) return MN__SMALL_BUFFER;
+  if (size < MN__MIN_LARGE_ALLOC) return MN__LARGE_BUFFER;
+  return MN__ROUND_LARGE * ((size + MN__ROUND_LARGE - 1) / MN__ROUND_LARGE);
+}
 /* "20.00 MiB", as PyTorch's format_size. */
 const char *mn__format_size(size_t bytes, char *buf, size_t bufsize);
 
@@ -356,8 +365,9 @@ mn_status mn__caching_release_device(mn_allocator_t *al, const char *func);
 mn_status mn__caching_refresh_device(mn_allocator_t *al, const char *func);
 
 /* Adds `amount` to the named counter of pool `kind` and of the ALL pool. The
- * ALL pool keeps only current and peak here: its allocated and freed are the
- * sums of the pools', filled in by mn__caching_stats_copy. */
+ * ALL pool keeps only current and peak here: its allocated is the sum of the
+ * pools'. No counter's `freed` is kept: with no reset of the accumulated
+ * counts, freed = allocated - current, filled in by mn__caching_stats_copy. */
 static inline void mn__stat_all_inc(mn_stat_t *s, int64_t amount) {
   s->current += amount;
   if (s->current > s->peak) s->peak = s->current;
@@ -369,7 +379,7 @@ static inline void mn__stat_all_inc(mn_stat_t *s, int64_t amount) {
   } while (0)
 #define MN__STAT_SUB(a, field, kind, amount)                  \
   do {                                                        \
-    mn__stat_dec(&(a)->stats.field[(kind)], (amount));        \
+    (a)->stats.field[(kind)].current -= (amount);             \
     (a)->stats.field[MN_POOL_ALL].current -= (amount);        \
   } while (0)
 /* The statistics as users see them (ALL's allocated and freed summed); pre: lock held. */
@@ -396,7 +406,10 @@ static inline bool mn__caching_lock_held(mn__caching_t *a) {
 #endif
 
 /* Spare block structs: reserve first (may fail), then take (never fails). */
-mn_status mn__spare_reserve(mn__caching_t *a, size_t n);
+mn_status mn__spare_reserve_slow(mn__caching_t *a, size_t n);
+static inline mn_status mn__spare_reserve(mn__caching_t *a, size_t n) {
+  return a->nspare >= n ? MN_OK : mn__spare_reserve_slow(a, n);
+}
 mn__block_t *mn__block_take(mn__caching_t *a);
 void mn__block_put(mn__caching_t *a, mn__block_t *b);
 void mn__pool_insert(mn__pool_t *p, mn__block_t *b);

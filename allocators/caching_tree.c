@@ -170,11 +170,10 @@ static size_t hash_slot(uint64_t stream, size_t cap) {
   return (size_t)((stream * UINT64_C(0x9E3779B97F4A7C15)) >> 32) & (cap - 1);
 }
 
-void mn__fset_init(mn__fset_t *fs, size_t max_block, uint64_t seed) {
+void mn__fset_init(mn__fset_t *fs, size_t max_block) {
   memset(fs, 0, sizeof *fs);
   unsigned n = mn__bin_of(max_block) + 1;
   fs->nbins = n < MN__MAX_BINS ? n : MN__MAX_BINS;
-  fs->rng = seed ? seed : UINT64_C(0x9E3779B97F4A7C15);
 }
 
 void mn__fset_fini(mn__fset_t *fs) {
@@ -291,7 +290,7 @@ bool mn__fset_contains(const mn__fset_t *fs, const mn__sbins_t *sb, const mn__tn
 }
 
 void mn__fset_insert_unmapped(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n, uintptr_t addr) {
-  mn__tree_insert(&sb->unmapped, n, (mn__key_t){sb->stream, 0, addr}, mn__fset_prio(fs));
+  mn__tree_insert(&sb->unmapped, n, (mn__key_t){sb->stream, 0, addr}, mn__fset_prio(addr));
   sb->nunmapped++;
   fs->unmapped_count++;
 }

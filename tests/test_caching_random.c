@@ -34,7 +34,7 @@ MN_TEST(free_set_and_map_at_scale) {
   mn__addrmap_t map;
   mn__addrmap_init(&map);
   mn__fset_t fs;
-  mn__fset_init(&fs, (size_t)1 << 40, 1);
+  mn__fset_init(&fs, (size_t)1 << 40);
   mn__sbins_t *sb[STREAMS];
   for (uint64_t s = 0; s < STREAMS; s++) MN_CHECK_OK(mn__fset_acquire(&fs, 100 + s, &sb[s]));
   uint64_t r = g_seed | 1;
