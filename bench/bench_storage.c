@@ -1,13 +1,30 @@
 /* bench/bench_storage.c: storage and file-format costs on the CPU (and cuda:0
  * when present): save/load buffers in both formats, loads of 100k-entry files
  * of each format and of a trace with 100k meta keys (the name checks are
- * linear: target < 100 ms each), share_memory, clone. Single-threaded. */
+ * linear: target < 100 ms each), share_memory, clone. Single-threaded.
+ *
+ * bench_storage --files [MIB [DIR]] instead times whole files (default 1024
+ * MiB in /tmp) next to their anchors in one run: raw write() of the same
+ * bytes, raw read() into a fresh buffer, raw mmap; mn_save and
+ * mn_safetensors_save; mn_load and mn_safetensors_load mapped (with and
+ * without checksums) and copied; CRC32 (the dispatched implementation and
+ * each one) against a plain read of the same memory. Fastest of 7 runs
+ * after a warm-up (page cache warm), each right after a run of its anchor;
+ * GB/s = 1e9 bytes/s of the data. */
+#include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "bench/harness.h"
 #include "mnemo/mnemo.h"
+#if __has_include("storage/crc32.h")
+#include "storage/crc32.h"
+#define HAVE_NEW_IO 1 /* streamed saves, mapped loads, mn_load_ex, storage/crc32.h */
+#endif
 
 #define NTENSORS 16
 
@@ -179,7 +196,219 @@ static void bench_clone(mn_bench_t *b, void *arg) {
   mn_storage_release(s);
 }
 
+/* ---- --files: whole files next to their anchors ----------------------------------- */
+
+#define FILE_REPS 7
+
+typedef struct files_s {
+  size_t total;
+  mn_view_t *v[NTENSORS];
+  mn_storage_t *s;
+  unsigned char *bytes; /* the storage's bytes */
+  char raw[512], mnemo[512], st[512];
+  volatile uint64_t sink;
+} files_t;
+
+typedef int (*files_op)(files_t *f);
+
+static int fail(const char *what) {
+  fprintf(stderr, "bench_storage --files: %s: %s\n", what, mn_last_error());
+  return -1;
+}
+
+static int op_raw_write(files_t *f) {
+  int fd = open(f->raw, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return -1;
+  size_t done = 0;
+  while (done < f->total) {
+    ssize_t w = write(fd, f->bytes + done, f->total - done);
+    if (w <= 0) break;
+    done += (size_t)w;
+  }
+  return close(fd) == 0 && done == f->total ? 0 : -1;
+}
+
+/* Like a copy load: read() into new memory from the CPU allocator, freed. */
+static int op_raw_read(files_t *f) {
+  mn_storage_t *s = NULL;
+  if (mn_storage_create(mn_device_cpu(), f->total, NULL, NULL, &s) != MN_OK) return fail("mn_storage_create");
+  unsigned char *b = mn_storage_data(s);
+  int fd = open(f->raw, O_RDONLY);
+  size_t done = 0;
+  while (fd >= 0 && done < f->total) {
+    ssize_t r = read(fd, b + done, f->total - done);
+    if (r <= 0) break;
+    done += (size_t)r;
+  }
+  if (fd >= 0) close(fd);
+  f->sink += b[f->total / 2];
+  mn_storage_release(s);
+  return done == f->total ? 0 : -1;
+}
+
+static int op_raw_mmap(files_t *f) {
+  int fd = open(f->raw, O_RDONLY);
+  void *p = fd >= 0 ? mmap(NULL, f->total, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+  if (fd >= 0) close(fd);
+  if (p == MAP_FAILED) return -1;
+  return munmap(p, f->total);
+}
+
+/* Reads every 8-byte word: the memory bandwidth a checksum could reach. */
+static int op_mem_read(files_t *f) {
+  const uint64_t *w = (const uint64_t *)f->bytes;
+  uint64_t acc = 0;
+  for (size_t i = 0; i < f->total / 8; i++) acc += w[i];
+  f->sink += acc;
+  return 0;
+}
+
+static int op_mn_save(files_t *f) {
+  return mn_save(f->mnemo, NTENSORS, NAMES, (const mn_view_t *const *)f->v) == MN_OK ? 0 : fail("mn_save");
+}
+
+static int op_st_save(files_t *f) {
+  return mn_safetensors_save(f->st, NTENSORS, NAMES, (const mn_view_t *const *)f->v, 0, NULL, NULL) == MN_OK
+             ? 0
+             : fail("mn_safetensors_save");
+}
+
+/* A load, its result freed (munmap or free) inside the timing as raw read's. */
+static int load_one(files_t *f, int safetensors, unsigned flags, int touch) {
+  mn_named_views_t *nv = NULL;
+  mn_status st;
+#ifdef HAVE_NEW_IO
+  st = safetensors ? mn_safetensors_load_ex(f->st, mn_device_cpu(), flags, &nv)
+                   : mn_load_ex(f->mnemo, mn_device_cpu(), flags, &nv);
+#else
+  (void)flags;
+  st = safetensors ? mn_safetensors_load(f->st, mn_device_cpu(), &nv) : mn_load(f->mnemo, mn_device_cpu(), &nv);
+#endif
+  if (st != MN_OK) return fail("load");
+  for (size_t i = 0; touch && i < nv->count; i++) {
+    const unsigned char *p = mn_view_data(nv->views[i]);
+    size_t n = (size_t)mn_view_numel(nv->views[i]) * 4;
+    for (size_t o = 0; o < n; o += 4096) f->sink += p[o];
+  }
+  mn_named_views_free(nv);
+  return 0;
+}
+
+#ifndef HAVE_NEW_IO
+enum { MN_LOAD_MAP = 1, MN_LOAD_COPY = 2, MN_LOAD_NO_VERIFY = 4 };
+#endif
+static int op_load_map(files_t *f) { return load_one(f, 0, 0, 0); }
+static int op_load_map_nv(files_t *f) { return load_one(f, 0, MN_LOAD_NO_VERIFY, 0); }
+static int op_load_copy(files_t *f) { return load_one(f, 0, MN_LOAD_COPY, 0); }
+static int op_st_load_map(files_t *f) { return load_one(f, 1, 0, 0); }
+static int op_st_load_map_touch(files_t *f) { return load_one(f, 1, 0, 1); }
+static int op_st_load_copy(files_t *f) { return load_one(f, 1, MN_LOAD_COPY, 0); }
+
+#ifdef HAVE_NEW_IO
+static uint32_t (*crc_fn)(uint32_t, const void *, size_t);
+static int op_crc(files_t *f) {
+  f->sink += crc_fn(0, f->bytes, f->total);
+  return 0;
+}
+#endif
+
+/* One row: `op` timed FILE_REPS times after a warm-up, each run right after
+ * one of `anchor` (when not NULL) so both see the same machine; the fastest
+ * run of each is kept (the machine is shared: the slow runs are other
+ * work). `out` (may be NULL) is removed, untimed, before each run of op. */
+typedef struct row_s {
+  const char *name;
+  files_op op;
+  files_op anchor;
+  const char *anchor_name;
+  const char *out;
+} row_t;
+
+static double run_once(files_t *f, files_op op, const char *out) {
+  if (out) unlink(out);
+  double t0 = mn_bench_now_s();
+  if (op(f) != 0) return -1;
+  return mn_bench_now_s() - t0;
+}
+
+static void run_row(files_t *f, const row_t *r) {
+  double best = 1e30, best_anchor = 1e30;
+  for (int k = -1; k < FILE_REPS; k++) {
+    double a = r->anchor ? run_once(f, r->anchor, r->anchor == op_raw_write ? f->raw : NULL) : 0;
+    double t = run_once(f, r->op, r->out);
+    if (t < 0 || a < 0) {
+      printf("%-46s failed\n", r->name);
+      return;
+    }
+    if (k < 0) continue; /* warm-up: page cache, allocator, CPU features */
+    if (t < best) best = t;
+    if (a < best_anchor) best_anchor = a;
+  }
+  printf("%-46s %9.2f ms %9.2f GB/s", r->name, best * 1e3, (double)f->total / best / 1e9);
+  if (r->anchor) printf("   %6.2fx %s (%.2f ms)", best / best_anchor, r->anchor_name, best_anchor * 1e3);
+  printf("\n");
+}
+
+static int files_table(size_t mib, const char *dir) {
+  files_t *f = calloc(1, sizeof *f);
+  if (!f) return 1;
+  f->total = mib << 20;
+  snprintf(f->raw, sizeof f->raw, "%s/bench_storage.raw", dir);
+  snprintf(f->mnemo, sizeof f->mnemo, "%s/bench_storage.mnemo", dir);
+  snprintf(f->st, sizeof f->st, "%s/bench_storage.safetensors", dir);
+  if (make_set(mn_device_cpu(), f->total, f->v, &f->s) != MN_OK) {
+    free(f);
+    fail("make_set");
+    return 1;
+  }
+  f->bytes = mn_storage_data(f->s);
+  for (size_t i = 0; i < f->total / 8; i++) ((uint64_t *)f->bytes)[i] = i * 0x9E3779B97F4A7C15ull;
+  printf("bench_storage --files: %zu MiB, %d float32 tensors over one CPU storage, files in %s;\n", mib, NTENSORS,
+         dir);
+  printf("fastest of %d runs after a warm-up, each after a run of its anchor; loads include freeing the result\n",
+         FILE_REPS);
+  if (op_raw_write(f) != 0 || op_mn_save(f) != 0 || op_st_save(f) != 0) {
+    free(f);
+    fail("writing the files");
+    return 1;
+  }
+  const row_t rows[] = {
+      {"raw write() of the same bytes", op_raw_write, NULL, NULL, f->raw},
+      {"mn_save", op_mn_save, op_raw_write, "raw write", f->mnemo},
+      {"mn_safetensors_save", op_st_save, op_raw_write, "raw write", f->st},
+      {"raw read() into a new CPU storage", op_raw_read, NULL, NULL, NULL},
+      {"raw mmap (MAP_PRIVATE, untouched)", op_raw_mmap, NULL, NULL, NULL},
+      {"mn_load (default: mapped, verified)", op_load_map, op_raw_read, "raw read", NULL},
+      {"mn_load MN_LOAD_NO_VERIFY (mapped)", op_load_map_nv, op_raw_mmap, "raw mmap", NULL},
+      {"mn_load MN_LOAD_COPY (verified)", op_load_copy, op_raw_read, "raw read", NULL},
+      {"mn_safetensors_load (default: mapped)", op_st_load_map, op_raw_mmap, "raw mmap", NULL},
+      {"mn_safetensors_load mapped, each page read", op_st_load_map_touch, op_raw_read, "raw read", NULL},
+      {"mn_safetensors_load MN_LOAD_COPY", op_st_load_copy, op_raw_read, "raw read", NULL},
+      {"memory read (sum of 8-byte words)", op_mem_read, NULL, NULL, NULL},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) run_row(f, &rows[i]);
+#ifdef HAVE_NEW_IO
+  const mn__crc32_impl_t *im = NULL;
+  size_t n = mn__crc32_impls(&im);
+  for (size_t k = 0; k < n; k++) {
+    char name[96];
+    snprintf(name, sizeof name, "crc32 %s%s", im[k].name, k == 0 ? " (used)" : "");
+    crc_fn = im[k].fn;
+    run_row(f, &(row_t){name, op_crc, op_mem_read, "memory read", NULL});
+  }
+#endif
+  unlink(f->raw);
+  unlink(f->mnemo);
+  unlink(f->st);
+  for (int i = 0; i < NTENSORS; i++) mn_view_destroy(f->v[i]);
+  mn_storage_release(f->s);
+  free(f);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "--files") == 0)
+    return files_table(argc >= 3 ? (size_t)atoll(argv[2]) : 1024, argc >= 4 ? argv[3] : "/tmp");
   static const int mnemo_fmt = 0, st_fmt = 1;
   static mn_device_t cpu, cuda;
   cpu = mn_device_cpu();

@@ -119,7 +119,7 @@ static bool file_exists_now(const char *path) {
   return lstat(path, &sb) == 0;
 }
 
-mn_status mn__file_write_atomic(const char *func, const char *path, const void *data, size_t size) {
+mn_status mn__file_atomic_begin(const char *func, const char *path, mn__atomic_file_t *f) {
   /* never rename over a folder, FIFO or device (/dev/null stays a device) */
   mn_status st = mn__file_check_destination(func, path);
   if (st != MN_OK) return st;
@@ -142,29 +142,49 @@ mn_status mn__file_write_atomic(const char *func, const char *path, const void *
     snprintf(why, sizeof why, "%s", mn__last_error_detail());
     return mn__error(st, func, "cannot create '%s': %s", path, why);
   }
+  *f = (mn__atomic_file_t){fd, tmp, func, path};
+  return MN_OK;
+}
+
+mn_status mn__file_atomic_end(mn__atomic_file_t *f, int write_err) {
+  bool ok = write_err == 0;
+  int err = write_err;
+  if (close(f->fd) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
+  if (ok && rename(f->tmp, f->path) != 0) {
+    ok = false;
+    err = errno;
+  }
+  if (!ok) unlink(f->tmp);
+  free(f->tmp);
+  f->tmp = NULL;
+  f->fd = -1;
+  if (!ok) return mn__error(MN_ERR_IO, f->func, "writing '%s' failed: %s", f->path, strerror(err));
+  return MN_OK;
+}
+
+void mn__file_atomic_abort(mn__atomic_file_t *f) {
+  close(f->fd);
+  unlink(f->tmp);
+  free(f->tmp);
+  f->tmp = NULL;
+  f->fd = -1;
+}
+
+mn_status mn__file_write_atomic(const char *func, const char *path, const void *data, size_t size) {
+  mn__atomic_file_t f;
+  mn_status st = mn__file_atomic_begin(func, path, &f);
+  if (st != MN_OK) return st;
   const unsigned char *p = data;
   size_t done = 0;
-  bool ok = true;
-  while (ok && done < size) {
-    ssize_t w = write(fd, p + done, size - done);
+  int err = 0;
+  while (err == 0 && done < size) {
+    ssize_t w = write(f.fd, p + done, size - done);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) ok = false;
+    if (w <= 0) err = w < 0 && errno ? errno : EIO;
     else done += (size_t)w;
   }
-  int err = ok ? 0 : errno ? errno : EIO;
-  if (close(fd) != 0 && ok) {
-    ok = false;
-    err = errno;
-  }
-  if (ok && rename(tmp, path) != 0) {
-    ok = false;
-    err = errno;
-  }
-  if (!ok) {
-    unlink(tmp);
-    free(tmp);
-    return mn__error(MN_ERR_IO, func, "writing '%s' failed: %s", path, strerror(err));
-  }
-  free(tmp);
-  return MN_OK;
+  return mn__file_atomic_end(&f, err);
 }

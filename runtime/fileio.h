@@ -1,8 +1,9 @@
 /* runtime/fileio.h: the one way mnemo opens a file it was given by path:
  * never blocking in open() (a FIFO with no writer, a device), only regular
- * files accepted, and a whole-file read into a heap buffer for the loaders
+ * files accepted, a whole-file read into a heap buffer for the text loaders
  * (what they validate is what they use: no mapping that can shrink under
- * them). No shared state, any thread. */
+ * them), and the atomic write (temporary file renamed into place), whole or
+ * streamed. No shared state, any thread. */
 #ifndef MNEMO_RUNTIME_FILEIO_H
 #define MNEMO_RUNTIME_FILEIO_H
 
@@ -40,5 +41,20 @@ mn_status mn__file_check_destination(const char *func, const char *path);
  * create '<path>': ..."), MN_ERR_IO "writing '<path>' failed" (the
  * temporary file removed). */
 mn_status mn__file_write_atomic(const char *func, const char *path, const void *data, size_t size);
+
+/* The same in steps, for writers that stream a file: begin creates the
+ * temporary file (errors as above; *f untouched on failure), the caller
+ * writes f->fd, then end closes it and renames it into place, or removes it:
+ * when write_err (the errno of a failed write; 0: none) is set, or the close
+ * or the rename fails, MN_ERR_IO "writing '<path>' failed: ...". abort
+ * removes it and sets no error (the caller's own failure stands). */
+typedef struct mn__atomic_file_s {
+  int fd;
+  char *tmp;
+  const char *func, *path;
+} mn__atomic_file_t;
+mn_status mn__file_atomic_begin(const char *func, const char *path, mn__atomic_file_t *f);
+mn_status mn__file_atomic_end(mn__atomic_file_t *f, int write_err);
+void mn__file_atomic_abort(mn__atomic_file_t *f);
 
 #endif /* MNEMO_RUNTIME_FILEIO_H */

@@ -1,6 +1,7 @@
 /* storage/safetensors.c: the safetensors format (8-byte little-endian header
  * length, JSON header, raw tensor bytes): writer and strict reader with its own
- * small JSON parser. Stateless, thread-safe. */
+ * small JSON parser. Saves stream the file and loads read or map it
+ * (storage/serialize_io.c). Stateless, thread-safe. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,7 +9,6 @@
 #include "mnemo/mnemo.h"
 #include "mnemo/serialize.h"
 #include "runtime/error.h"
-#include "runtime/fileio.h"
 #include "runtime/hostmem.h"
 #include "runtime/nameset.h"
 #include "storage/serialize_util.h"
@@ -64,28 +64,6 @@ static void byte_extent(const mn_view_t *v, uint64_t *lo, uint64_t *hi) {
   *hi = (last + 1) * item;
 }
 
-/* Appends the view's elements in row-major order from host bytes of its storage. */
-static void gather(mn__buf_t *b, const mn_view_t *v, const unsigned char *base) {
-  int nd = mn_view_ndim(v);
-  size_t item = mn_dtype_itemsize(mn_view_dtype(v));
-  int64_t numel = mn_view_numel(v);
-  if (numel == 0) return;
-  if (mn_view_is_contiguous(v)) {
-    mn__buf_put(b, base + (size_t)mn_view_offset(v) * item, (size_t)numel * item);
-    return;
-  }
-  int64_t idx[MN_MAX_DIMS] = {0};
-  for (int64_t e = 0; e < numel; e++) {
-    int64_t off = mn_view_offset(v);
-    for (int d = 0; d < nd; d++) off += idx[d] * mn_view_stride(v, d);
-    mn__buf_put(b, base + (size_t)off * item, item);
-    for (int d = nd - 1; d >= 0; d--) {
-      if (++idx[d] < mn_view_size(v, d)) break;
-      idx[d] = 0;
-    }
-  }
-}
-
 /* A non-empty view's bytes in its storage, for the aliasing check. */
 typedef struct extent_s {
   const mn_storage_t *storage;
@@ -104,8 +82,8 @@ static int by_storage_then_lo(const void *a, const void *b) {
 /* Refuses two non-empty views over overlapping bytes of one storage: sorted
  * by storage and first byte, a view overlaps an earlier one exactly when it
  * starts before the furthest end seen so far in its storage (n log n). */
-static mn_status check_aliasing(size_t count, const char *const *names, const mn_view_t *const *views) {
-  const char *func = "mn_safetensors_save_buffer";
+static mn_status check_aliasing(const char *func, size_t count, const char *const *names,
+                                const mn_view_t *const *views) {
   size_t n = 0;
   for (size_t i = 0; i < count; i++) n += mn_view_numel(views[i]) != 0;
   if (n < 2) return MN_OK;
@@ -141,102 +119,165 @@ static mn_status check_aliasing(size_t count, const char *const *names, const mn
   return st;
 }
 
-mn_status mn_safetensors_save_buffer(size_t count, const char *const *names, const mn_view_t *const *views,
-                                     size_t nmeta, const char *const *meta_keys, const char *const *meta_values,
-                                     void **data, size_t *size) {
-  MN__CHECK_ARG(data != NULL && size != NULL, "data and size must not be NULL");
-  MN__CHECK_ARG(nmeta == 0 || (meta_keys != NULL && meta_values != NULL), "meta_keys and meta_values must not be NULL");
-  mn_status st = mn__check_names(__func__, count, names, views);
+/* What a save writes: the views and the JSON header (padded so the data
+ * starts 8-byte aligned); each view's bytes follow in order, contiguous. */
+typedef struct st_plan_s {
+  size_t count;
+  const mn_view_t *const *views;
+  mn__buf_t hdr;
+  uint64_t size; /* of the file */
+} st_plan_t;
+
+static mn_status plan_st(const char *func, size_t count, const char *const *names, const mn_view_t *const *views,
+                         size_t nmeta, const char *const *meta_keys, const char *const *meta_values, st_plan_t *pl) {
+  *pl = (st_plan_t){.count = count, .views = views};
+  if (nmeta != 0 && (meta_keys == NULL || meta_values == NULL))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "meta_keys and meta_values must not be NULL");
+  mn_status st = mn__check_names(func, count, names, views);
   if (st != MN_OK) return st;
   for (size_t i = 0; i < count; i++) {
     if (strcmp(names[i], "__metadata__") == 0)
-      return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "'__metadata__' is reserved and cannot name a tensor");
+      return mn__error(MN_ERR_INVALID_ARGUMENT, func, "'__metadata__' is reserved and cannot name a tensor");
     if (!code_of(mn_view_dtype(views[i])))
-      return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "view '%s': safetensors has no dtype for %s", names[i],
+      return mn__error(MN_ERR_NOT_SUPPORTED, func, "view '%s': safetensors has no dtype for %s", names[i],
                        mn_dtype_name(mn_view_dtype(views[i])));
   }
   mn__nameset_t seen;
   mn__nameset_init(&seen, nmeta);
   for (size_t i = 0; i < nmeta && st == MN_OK; i++) {
     if (!meta_keys[i] || !meta_values[i]) {
-      st = mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "metadata entry %zu is NULL", i);
+      st = mn__error(MN_ERR_INVALID_ARGUMENT, func, "metadata entry %zu is NULL", i);
       break;
     }
     mn__nameset_result r = mn__nameset_insert(&seen, meta_keys[i], strlen(meta_keys[i]), i, NULL);
     if (r == MN__NAMESET_DUPLICATE)
-      st = mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "metadata key '%s' is used twice", meta_keys[i]);
+      st = mn__error(MN_ERR_INVALID_ARGUMENT, func, "metadata key '%s' is used twice", meta_keys[i]);
     else if (r == MN__NAMESET_NOMEM)
-      st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+      st = mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   }
   mn__nameset_free(&seen);
   if (st != MN_OK) return st;
-  st = check_aliasing(count, names, views);
+  st = check_aliasing(func, count, names, views);
   if (st != MN_OK) return st;
-  /* body: each view contiguous; header: offsets into the body */
-  mn__buf_t body = {0}, hdr = {0};
-  put_str(&hdr, "{");
+  /* header: offsets into the data, each view stored contiguously */
+  mn__buf_t *hdr = &pl->hdr;
+  put_str(hdr, "{");
   if (nmeta) {
-    put_str(&hdr, "\"__metadata__\":{");
+    put_str(hdr, "\"__metadata__\":{");
     for (size_t i = 0; i < nmeta; i++) {
-      if (i) put_str(&hdr, ",");
-      put_json_string(&hdr, meta_keys[i]);
-      put_str(&hdr, ":");
-      put_json_string(&hdr, meta_values[i]);
+      if (i) put_str(hdr, ",");
+      put_json_string(hdr, meta_keys[i]);
+      put_str(hdr, ":");
+      put_json_string(hdr, meta_values[i]);
     }
-    put_str(&hdr, "}");
+    put_str(hdr, "}");
   }
-  for (size_t i = 0; i < count && st == MN_OK; i++) {
+  uint64_t body = 0;
+  for (size_t i = 0; i < count; i++) {
     const mn_view_t *v = views[i];
-    const unsigned char *bytes = NULL;
-    unsigned char *owned = NULL;
-    st = mn__storage_host_bytes(__func__, mn_view_storage(v), &bytes, &owned);
-    if (st != MN_OK) break;
-    size_t begin = body.len;
-    gather(&body, v, bytes);
-    free(owned);
-    char num[64];
-    if (i || nmeta) put_str(&hdr, ",");
-    put_json_string(&hdr, names[i]);
-    put_str(&hdr, ":{\"dtype\":\"");
-    put_str(&hdr, code_of(mn_view_dtype(v)));
-    put_str(&hdr, "\",\"shape\":[");
+    uint64_t begin = body;
+    body += (uint64_t)mn_view_numel(v) * mn_dtype_itemsize(mn_view_dtype(v));
+    char num[80];
+    if (i || nmeta) put_str(hdr, ",");
+    put_json_string(hdr, names[i]);
+    put_str(hdr, ":{\"dtype\":\"");
+    put_str(hdr, code_of(mn_view_dtype(v)));
+    put_str(hdr, "\",\"shape\":[");
     for (int d = 0; d < mn_view_ndim(v); d++) {
       snprintf(num, sizeof num, "%s%lld", d ? "," : "", (long long)mn_view_size(v, d));
-      put_str(&hdr, num);
+      put_str(hdr, num);
     }
-    snprintf(num, sizeof num, "],\"data_offsets\":[%zu,%zu]}", begin, body.len);
-    put_str(&hdr, num);
+    snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)begin, (unsigned long long)body);
+    put_str(hdr, num);
   }
-  put_str(&hdr, "}");
-  while (hdr.len % 8) put_str(&hdr, " "); /* the body starts 8-byte aligned */
-  mn__buf_t out = {0};
-  if (st == MN_OK && !hdr.failed && !body.failed) {
-    mn__buf_u64(&out, hdr.len);
-    mn__buf_put(&out, hdr.data, hdr.len);
-    mn__buf_put(&out, body.data, body.len);
+  put_str(hdr, "}");
+  while (hdr->len % 8) put_str(hdr, " "); /* the data starts 8-byte aligned */
+  if (hdr->failed) {
+    free(hdr->data);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   }
-  bool oom = hdr.failed || body.failed || out.failed;
-  free(hdr.data);
-  free(body.data);
-  if (st != MN_OK || oom) {
-    free(out.data);
-    return st != MN_OK ? st : mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
-  }
-  *data = out.data;
-  *size = out.len;
+  pl->size = 8 + hdr->len + body;
   return MN_OK;
+}
+
+/* A non-contiguous view's elements in row-major order, from `bytes`, the
+ * host copy of its storage's bytes [lo, ...). */
+static void put_strided(mn__sink_t *s, const mn_view_t *v, const unsigned char *bytes, uint64_t lo) {
+  int nd = mn_view_ndim(v);
+  size_t item = mn_dtype_itemsize(mn_view_dtype(v));
+  int64_t numel = mn_view_numel(v), inner = mn_view_size(v, nd - 1), istride = mn_view_stride(v, nd - 1);
+  int64_t idx[MN_MAX_DIMS] = {0};
+  for (int64_t e = 0; e < numel; e += inner) {
+    int64_t off = mn_view_offset(v);
+    for (int d = 0; d < nd - 1; d++) off += idx[d] * mn_view_stride(v, d);
+    for (int64_t k = 0; k < inner; k++) mn__sink_put(s, bytes + ((uint64_t)(off + k * istride) * item - lo), item);
+    for (int d = nd - 2; d >= 0; d--) {
+      if (++idx[d] < mn_view_size(v, d)) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+/* One view's bytes, contiguous: straight from its storage when they are
+ * already in order, else gathered (through a host copy of the bytes it
+ * spans, for device storages). */
+static mn_status put_view(mn__sink_t *s, const mn_view_t *v) {
+  size_t item = mn_dtype_itemsize(mn_view_dtype(v));
+  int64_t numel = mn_view_numel(v);
+  const mn_storage_t *st = mn_view_storage(v);
+  if (numel == 0) return MN_OK;
+  if (mn_view_is_contiguous(v))
+    return mn__sink_put_storage(s, st, (size_t)mn_view_offset(v) * item, (size_t)numel * item, NULL);
+  uint64_t lo = 0, hi = 0;
+  byte_extent(v, &lo, &hi);
+  if (mn_storage_device(st).type == MN_DEVICE_CPU) {
+    put_strided(s, v, mn_storage_data(st), 0);
+    return MN_OK;
+  }
+  unsigned char *h = mn__malloc((size_t)(hi - lo));
+  if (!h) return mn__error(MN_ERR_OUT_OF_MEMORY, s->func, "out of host memory (%llu bytes)", (unsigned long long)(hi - lo));
+  mn_status r = mn_copy_bytes(mn_device_cpu(), h, mn_storage_device(st),
+                              (const unsigned char *)mn_storage_data(st) + lo, (size_t)(hi - lo), NULL, 0);
+  if (r == MN_OK) put_strided(s, v, h, lo);
+  else r = mn__error_wrap(r, s->func);
+  free(h);
+  return r;
+}
+
+static mn_status emit_st(void *plan, mn__sink_t *s) {
+  st_plan_t *pl = plan;
+  unsigned char len[8];
+  for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)pl->hdr.len >> (8 * i));
+  mn__sink_put(s, len, 8);
+  mn__sink_put(s, pl->hdr.data, pl->hdr.len);
+  for (size_t i = 0; i < pl->count; i++) {
+    mn_status st = put_view(s, pl->views[i]);
+    if (st != MN_OK) return st;
+  }
+  return MN_OK;
+}
+
+mn_status mn_safetensors_save_buffer(size_t count, const char *const *names, const mn_view_t *const *views,
+                                     size_t nmeta, const char *const *meta_keys, const char *const *meta_values,
+                                     void **data, size_t *size) {
+  MN__CHECK_ARG(data != NULL && size != NULL, "data and size must not be NULL");
+  st_plan_t pl;
+  mn_status st = plan_st(__func__, count, names, views, nmeta, meta_keys, meta_values, &pl);
+  if (st != MN_OK) return st;
+  st = mn__save_buffer(__func__, pl.size, emit_st, &pl, data, size);
+  free(pl.hdr.data);
+  return st;
 }
 
 mn_status mn_safetensors_save(const char *path, size_t count, const char *const *names,
                               const mn_view_t *const *views, size_t nmeta, const char *const *meta_keys,
                               const char *const *meta_values) {
   MN__CHECK_ARG(path != NULL, "path must not be NULL");
-  void *data = NULL;
-  size_t size = 0;
-  mn_status st = mn_safetensors_save_buffer(count, names, views, nmeta, meta_keys, meta_values, &data, &size);
-  if (st != MN_OK) return mn__error_wrap(st, __func__);
-  st = mn__file_write_atomic(__func__, path, data, size);
-  free(data);
+  st_plan_t pl;
+  mn_status st = plan_st(__func__, count, names, views, nmeta, meta_keys, meta_values, &pl);
+  if (st != MN_OK) return st;
+  st = mn__save_file(__func__, path, emit_st, &pl);
+  free(pl.hdr.data);
   return st;
 }
 
@@ -546,25 +587,37 @@ static void free_entries(entry_t *e, size_t n) {
   free(e);
 }
 
-#define BAD(...) mn__error(MN_ERR_FORMAT, __func__, __VA_ARGS__)
+#define BAD(...) mn__error(MN_ERR_FORMAT, func, __VA_ARGS__)
 
-mn_status mn_safetensors_load_buffer(const void *data, size_t size, mn_device_t dev, mn_named_views_t **out) {
-  MN__CHECK_ARG(out != NULL && (data != NULL || size == 0), "data and out must not be NULL");
-  mn_status st = mn_device_check(dev);
-  if (st != MN_OK) return mn__error_wrap(st, __func__);
-  const unsigned char *p = data;
+/* The load proper, from any source: the header is read (a copy, for files)
+ * and checked whole before any storage is made. */
+static mn_status load_st(const char *func, mn__src_t *src, mn_device_t dev, mn_named_views_t **out) {
+  size_t size = src->size;
   if (size < 8) return BAD("truncated: %zu bytes, fewer than the 8-byte header length", size);
+  const unsigned char *p = NULL;
+  unsigned char *owned = NULL;
+  mn_status st = mn__src_bytes(src, 0, 8, &p, &owned);
+  if (st != MN_OK) return st;
   uint64_t hlen = mn__le64(p);
+  free(owned);
   if (hlen > MAX_HEADER) return BAD("header length %llu exceeds the limit of %llu bytes", (unsigned long long)hlen, MAX_HEADER);
   if (hlen > size - 8)
     return BAD("header length %llu runs past the end of the %zu-byte file (truncated?)", (unsigned long long)hlen, size);
-  if (hlen < 2 || p[8] != '{') return BAD("the header does not start with '{'");
-  const unsigned char *body = p + 8 + hlen;
-  uint64_t body_len = size - 8 - hlen;
-  json_t j = {(const char *)p + 8, (const char *)p + 8, (const char *)p + 8 + hlen, __func__};
-  mn_named_views_t *res = NULL;
-  st = mn__named_views_new(__func__, 0, &res);
+  /* the JSON, read once (a file's into memory): what is checked is what is used */
+  st = mn__src_bytes(src, 8, (size_t)hlen, &p, &owned);
   if (st != MN_OK) return st;
+  if (hlen < 2 || p[0] != '{') {
+    free(owned);
+    return BAD("the header does not start with '{'");
+  }
+  uint64_t body = 8 + hlen, body_len = size - 8 - hlen;
+  json_t j = {(const char *)p, (const char *)p, (const char *)p + hlen, func};
+  mn_named_views_t *res = NULL;
+  st = mn__named_views_new(func, 0, &res);
+  if (st != MN_OK) {
+    free(owned);
+    return st;
+  }
   entry_t *ents = NULL;
   size_t n = 0, cap = 0;
   mn__nameset_t names; /* the tensor names so far (the keys are ents[].name) */
@@ -594,13 +647,13 @@ mn_status mn_safetensors_load_buffer(const void *data, size_t size, mn_device_t 
         if (n == cap) {
           size_t nc = cap ? cap * 2 : 16;
           entry_t *ne = nc <= SIZE_MAX / sizeof *ne ? mn__realloc(ents, nc * sizeof *ne) : NULL;
-          if (!ne) st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+          if (!ne) st = mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
           else ents = ne, cap = nc;
         }
         if (st == MN_OK) switch (mn__nameset_insert(&names, key, strlen(key), n, NULL)) {
             case MN__NAMESET_NEW: break;
             case MN__NAMESET_DUPLICATE: st = jerr(&j, "repeated tensor name"); break;
-            case MN__NAMESET_NOMEM: st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory"); break;
+            case MN__NAMESET_NOMEM: st = mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory"); break;
           }
         if (st != MN_OK) {
           free(key);
@@ -640,7 +693,7 @@ mn_status mn_safetensors_load_buffer(const void *data, size_t size, mn_device_t 
   span_t *sorted = NULL;
   if (st == MN_OK && n) {
     sorted = mn__malloc(n * sizeof *sorted);
-    if (!sorted) st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+    if (!sorted) st = mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
     else {
       for (size_t i = 0; i < n; i++) sorted[i] = (span_t){ents[i].begin, ents[i].end, i};
       qsort(sorted, n, sizeof *sorted, by_begin);
@@ -659,19 +712,20 @@ mn_status mn_safetensors_load_buffer(const void *data, size_t size, mn_device_t 
   if (st == MN_OK && n) {
     res->names = mn__calloc(n, sizeof *res->names);
     res->views = mn__calloc(n, sizeof *res->views);
-    if (!res->names || !res->views) st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+    if (!res->names || !res->views) st = mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   }
   /* the views in the order of their data in the file */
   for (size_t i = 0; i < n && st == MN_OK; i++) {
     entry_t *e = &ents[sorted[i].index];
     mn_storage_t *s = NULL;
-    st = mn_storage_from_buffer_copy(dev, body + e->begin, (size_t)(e->end - e->begin), &s);
-    if (st == MN_OK) {
-      st = mn_view_create(s, e->dtype, e->ndim, e->shape, NULL, 0, &res->views[i]);
-      mn_storage_release(s);
-    }
+    /* mapped where the data is aligned for its dtype, else copied */
+    st = mn__src_storage(src, dev, body + e->begin, (size_t)(e->end - e->begin), mn_dtype_itemsize(e->dtype), NULL,
+                         NULL, &s);
+    if (st != MN_OK) break;
+    st = mn_view_create(s, e->dtype, e->ndim, e->shape, NULL, 0, &res->views[i]);
+    mn_storage_release(s);
     if (st != MN_OK) {
-      st = mn__error_wrap(st, __func__);
+      st = mn__error_wrap(st, func);
       break;
     }
     res->names[i] = e->name;
@@ -680,10 +734,37 @@ mn_status mn_safetensors_load_buffer(const void *data, size_t size, mn_device_t 
   }
   free(sorted);
   free_entries(ents, n);
+  free(owned);
   return mn__named_views_finish(st, res, out);
+}
+
+mn_status mn_safetensors_load_buffer(const void *data, size_t size, mn_device_t dev, mn_named_views_t **out) {
+  MN__CHECK_ARG(out != NULL && (data != NULL || size == 0), "data and out must not be NULL");
+  mn_status st = mn_device_check(dev);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  mn__src_t src;
+  mn__src_open_buffer(&src, __func__, data, size);
+  return load_st(__func__, &src, dev, out);
+}
+
+static mn_status load_path(const char *func, const char *path, mn_device_t dev, unsigned flags,
+                           mn_named_views_t **out) {
+  mn_status st = mn_device_check(dev);
+  if (st != MN_OK) return mn__error_wrap(st, func);
+  mn__src_t src;
+  st = mn__src_open_file(&src, func, path, dev, flags);
+  if (st != MN_OK) return st;
+  st = load_st(func, &src, dev, out);
+  mn__src_close(&src);
+  return st;
 }
 
 mn_status mn_safetensors_load(const char *path, mn_device_t dev, mn_named_views_t **out) {
   MN__CHECK_ARG(path != NULL && out != NULL, "path and out must not be NULL");
-  return mn__load_file(__func__, path, dev, mn_safetensors_load_buffer, out);
+  return load_path(__func__, path, dev, 0, out);
+}
+
+mn_status mn_safetensors_load_ex(const char *path, mn_device_t dev, unsigned flags, mn_named_views_t **out) {
+  MN__CHECK_ARG(path != NULL && out != NULL, "path and out must not be NULL");
+  return load_path(__func__, path, dev, flags, out);
 }

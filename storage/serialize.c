@@ -1,20 +1,17 @@
 /* storage/serialize.c: mnemo's save/load format (docs/SAVE_FORMAT.md): named
  * views, storages written once and shared again on load, CRC32 over header and
- * blobs; plus the helpers both formats share. Stateless, thread-safe. */
-#include <errno.h>
-#include <fcntl.h>
-#include <pthread.h>
+ * blobs; plus the helpers both formats share. Saves stream the file and loads
+ * read or map it (storage/serialize_io.c). Stateless, thread-safe. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "mnemo/mnemo.h"
 #include "mnemo/serialize.h"
 #include "runtime/error.h"
-#include "runtime/fileio.h"
 #include "runtime/hostmem.h"
 #include "runtime/nameset.h"
+#include "storage/crc32.h"
 #include "storage/serialize_util.h"
 
 /* ---- shared helpers ---------------------------------------------------------- */
@@ -66,17 +63,6 @@ uint32_t mn__le32(const unsigned char *p) {
 
 uint64_t mn__le64(const unsigned char *p) { return (uint64_t)mn__le32(p) | (uint64_t)mn__le32(p + 4) << 32; }
 
-mn_status mn__load_file(const char *func, const char *path, mn_device_t dev, mn__load_buffer_fn load,
-                        mn_named_views_t **out) {
-  void *data = NULL;
-  size_t size = 0;
-  mn_status st = mn__file_read_all(func, path, &data, &size);
-  if (st != MN_OK) return st;
-  st = load(data, size, dev, out);
-  free(data);
-  return st == MN_OK ? MN_OK : mn__error_wrap(st, func);
-}
-
 mn_status mn__check_names(const char *func, size_t count, const char *const *names, const mn_view_t *const *views) {
   if (count && (!names || !views)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "names and views must not be NULL");
   mn__nameset_t seen;
@@ -96,26 +82,6 @@ mn_status mn__check_names(const char *func, size_t count, const char *const *nam
   }
   mn__nameset_free(&seen);
   return st;
-}
-
-mn_status mn__storage_host_bytes(const char *func, const mn_storage_t *s, const unsigned char **bytes,
-                                 unsigned char **owned) {
-  *owned = NULL;
-  size_t n = mn_storage_nbytes(s);
-  if (mn_storage_device(s).type == MN_DEVICE_CPU || n == 0) {
-    *bytes = mn_storage_data(s);
-    return MN_OK;
-  }
-  unsigned char *h = mn__malloc(n);
-  if (!h) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory (%zu bytes)", n);
-  mn_status st = mn_copy_bytes(mn_device_cpu(), h, mn_storage_device(s), mn_storage_data(s), n, NULL, 0);
-  if (st != MN_OK) {
-    free(h);
-    return mn__error_wrap(st, func);
-  }
-  *bytes = h;
-  *owned = h;
-  return MN_OK;
 }
 
 mn_status mn__named_views_new(const char *func, size_t count, mn_named_views_t **out) {
@@ -165,37 +131,6 @@ mn_view_t *mn_named_views_find(const mn_named_views_t *nv, const char *name) {
   return NULL;
 }
 
-/* ---- CRC32 (IEEE 802.3, reflected, as zlib's crc32) ------------------------------- */
-
-/* Slicing-by-8: eight tables, eight bytes per step (about 8x the bytewise loop). */
-static uint32_t crc_table[8][256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_init(void) {
-  for (uint32_t i = 0; i < 256; i++) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    crc_table[0][i] = c;
-  }
-  for (uint32_t i = 0; i < 256; i++)
-    for (int t = 1; t < 8; t++) crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
-}
-
-static uint32_t crc32_of(const void *data, size_t n) {
-  pthread_once(&crc_once, crc_init);
-  const unsigned char *p = data;
-  uint32_t c = 0xFFFFFFFFu;
-  while (n >= 8) {
-    uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
-    c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF] ^
-        crc_table[4][lo >> 24] ^ crc_table[3][p[4]] ^ crc_table[2][p[5]] ^ crc_table[1][p[6]] ^ crc_table[0][p[7]];
-    p += 8;
-    n -= 8;
-  }
-  while (n--) c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
-}
-
 /* ---- the mnemo format -------------------------------------------------------------- */
 
 static const unsigned char MAGIC[8] = {'M', 'N', 'E', 'M', 'O', 'S', 'A', 'V'};
@@ -208,21 +143,39 @@ static const unsigned char MAGIC[8] = {'M', 'N', 'E', 'M', 'O', 'S', 'A', 'V'};
 
 static uint64_t align_up(uint64_t v) { return (v + BLOB_ALIGN - 1) / BLOB_ALIGN * BLOB_ALIGN; }
 
-mn_status mn_save_buffer(size_t count, const char *const *names, const mn_view_t *const *views, void **data,
-                         size_t *size) {
-  MN__CHECK_ARG(data != NULL && size != NULL, "data and size must not be NULL");
-  mn_status st = mn__check_names(__func__, count, names, views);
+
+/* ---- save: plan, then stream ------------------------------------------------------- */
+
+/* What a save writes: the distinct storages in order of first use and the
+ * header, whole but for the checksums, which emit_save fills in as the bytes
+ * go by. */
+typedef struct save_plan_s {
+  size_t ns;
+  const mn_storage_t **stor;
+  mn__buf_t hdr;
+  uint64_t size; /* of the file */
+} save_plan_t;
+
+static void plan_free(save_plan_t *pl) {
+  free(pl->stor);
+  free(pl->hdr.data);
+}
+
+static mn_status plan_save(const char *func, size_t count, const char *const *names, const mn_view_t *const *views,
+                           save_plan_t *pl) {
+  *pl = (save_plan_t){0};
+  mn_status st = mn__check_names(func, count, names, views);
   if (st != MN_OK) return st;
   for (size_t i = 0; i < count; i++)
     if (strlen(names[i]) > MAX_NAME)
-      return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "name %zu is longer than %u bytes", i, MAX_NAME);
+      return mn__error(MN_ERR_INVALID_ARGUMENT, func, "name %zu is longer than %u bytes", i, MAX_NAME);
   /* the distinct storages, in order of first use */
-  const mn_storage_t **stor = mn__calloc(count ? count : 1, sizeof *stor);
+  pl->stor = mn__calloc(count ? count : 1, sizeof *pl->stor);
   uint32_t *index = mn__calloc(count ? count : 1, sizeof *index);
-  if (!stor || !index) {
-    free(stor);
+  if (!pl->stor || !index) {
     free(index);
-    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+    plan_free(pl);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   }
   /* keyed by the pointer's bytes, held in stor[] itself (a slot is only
    * reused while its storage is not in the set) */
@@ -231,94 +184,111 @@ mn_status mn_save_buffer(size_t count, const char *const *names, const mn_view_t
   size_t ns = 0;
   for (size_t i = 0; i < count; i++) {
     size_t k = ns;
-    stor[ns] = mn_view_storage(views[i]);
-    mn__nameset_result r = mn__nameset_insert(&seen, (const char *)&stor[ns], sizeof stor[ns], ns, &k);
+    pl->stor[ns] = mn_view_storage(views[i]);
+    mn__nameset_result r = mn__nameset_insert(&seen, (const char *)&pl->stor[ns], sizeof pl->stor[ns], ns, &k);
     if (r == MN__NAMESET_NOMEM) {
       mn__nameset_free(&seen);
-      free(stor);
       free(index);
-      return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+      plan_free(pl);
+      return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
     }
     if (r == MN__NAMESET_NEW) ns++;
     index[i] = (uint32_t)k;
   }
   mn__nameset_free(&seen);
-  mn__buf_t b = {0};
-  mn__buf_put(&b, MAGIC, 8);
-  mn__buf_u32(&b, FORMAT_VERSION);
-  mn__buf_u32(&b, 0);
-  mn__buf_u64(&b, 0); /* header_size, patched below */
-  mn__buf_u64(&b, ns);
-  mn__buf_u64(&b, count);
-  size_t records = b.len;
-  mn__buf_zeros(&b, ns * STORAGE_RECORD); /* patched once blob offsets are known */
+  pl->ns = ns;
+  /* the header's size first: the records hold the blobs' offsets */
+  uint64_t header_size = FIXED_BYTES + (uint64_t)ns * STORAGE_RECORD + 4;
+  for (size_t i = 0; i < count; i++)
+    header_size += VIEW_FIXED + strlen(names[i]) + 16 * (uint64_t)mn_view_ndim(views[i]);
+  mn__buf_t *b = &pl->hdr;
+  mn__buf_put(b, MAGIC, 8);
+  mn__buf_u32(b, FORMAT_VERSION);
+  mn__buf_u32(b, 0);
+  mn__buf_u64(b, header_size);
+  mn__buf_u64(b, ns);
+  mn__buf_u64(b, count);
+  uint64_t at = align_up(header_size), end = header_size;
+  for (size_t k = 0; k < ns; k++) {
+    uint64_t n = mn_storage_nbytes(pl->stor[k]);
+    mn_device_t dev = mn_storage_device(pl->stor[k]);
+    mn__buf_u64(b, n);
+    mn__buf_u64(b, at);
+    mn__buf_u32(b, 0); /* the blob's CRC32, as it is written */
+    mn__buf_u32(b, (uint32_t)dev.type << 16 | ((uint32_t)dev.index & 0xFFFF));
+    end = at + n;
+    at = align_up(end);
+  }
   for (size_t i = 0; i < count; i++) {
     const mn_view_t *v = views[i];
     size_t nl = strlen(names[i]);
     int nd = mn_view_ndim(v);
-    mn__buf_u32(&b, (uint32_t)nl);
-    mn__buf_put(&b, names[i], nl);
-    mn__buf_u32(&b, index[i]);
-    mn__buf_u16(&b, (uint16_t)mn_view_dtype(v));
-    mn__buf_u16(&b, (uint16_t)nd);
-    mn__buf_u64(&b, (uint64_t)mn_view_offset(v));
-    for (int d = 0; d < nd; d++) mn__buf_u64(&b, (uint64_t)mn_view_size(v, d));
-    for (int d = 0; d < nd; d++) mn__buf_u64(&b, (uint64_t)mn_view_stride(v, d));
+    mn__buf_u32(b, (uint32_t)nl);
+    mn__buf_put(b, names[i], nl);
+    mn__buf_u32(b, index[i]);
+    mn__buf_u16(b, (uint16_t)mn_view_dtype(v));
+    mn__buf_u16(b, (uint16_t)nd);
+    mn__buf_u64(b, (uint64_t)mn_view_offset(v));
+    for (int d = 0; d < nd; d++) mn__buf_u64(b, (uint64_t)mn_view_size(v, d));
+    for (int d = 0; d < nd; d++) mn__buf_u64(b, (uint64_t)mn_view_stride(v, d));
   }
-  uint64_t header_size = b.len + 4;
-  st = MN_OK;
-  if (!b.failed) {
-    for (int i = 0; i < 8; i++) b.data[16 + i] = (unsigned char)(header_size >> (8 * i));
-    /* blobs: each storage whole, 64-byte aligned */
-    uint64_t at = align_up(header_size);
-    mn__buf_t blobs = {0};
-    for (size_t k = 0; k < ns && st == MN_OK; k++) {
-      const unsigned char *bytes = NULL;
-      unsigned char *owned = NULL;
-      st = mn__storage_host_bytes(__func__, stor[k], &bytes, &owned);
-      if (st != MN_OK) break;
-      size_t n = mn_storage_nbytes(stor[k]);
-      mn__buf_zeros(&blobs, (size_t)(at - header_size) - blobs.len);
-      mn__buf_put(&blobs, bytes, n);
-      mn_device_t dev = mn_storage_device(stor[k]);
-      unsigned char *r = b.data + records + k * STORAGE_RECORD;
-      uint64_t fields[2] = {n, at};
-      for (int f = 0; f < 2; f++)
-        for (int i = 0; i < 8; i++) r[8 * f + i] = (unsigned char)(fields[f] >> (8 * i));
-      uint32_t crc = crc32_of(bytes, n), devw = (uint32_t)dev.type << 16 | ((uint32_t)dev.index & 0xFFFF);
-      for (int i = 0; i < 4; i++) r[16 + i] = (unsigned char)(crc >> (8 * i));
-      for (int i = 0; i < 4; i++) r[20 + i] = (unsigned char)(devw >> (8 * i));
-      free(owned);
-      at = align_up(at + n);
-    }
-    if (st == MN_OK) {
-      mn__buf_u32(&b, crc32_of(b.data, b.len));
-      mn__buf_put(&b, blobs.data, blobs.len);
-      if (blobs.failed) b.failed = true;
-    }
-    free(blobs.data);
-  }
-  free(stor);
+  mn__buf_u32(b, 0); /* the header's CRC32, once the blobs' are in */
   free(index);
-  if (st != MN_OK || b.failed) {
-    free(b.data);
-    return st != MN_OK ? st : mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  if (b->failed) {
+    plan_free(pl);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   }
-  *data = b.data;
-  *size = b.len;
+  pl->size = end;
   return MN_OK;
+}
+
+static void put_le32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* The header (checksums still 0), each blob at its offset after zero
+ * padding, checksummed as it goes out; then the header again, complete. */
+static mn_status emit_save(void *plan, mn__sink_t *s) {
+  save_plan_t *pl = plan;
+  unsigned char *h = pl->hdr.data;
+  size_t hs = pl->hdr.len;
+  mn__sink_put(s, h, hs);
+  for (size_t k = 0; k < pl->ns; k++) {
+    unsigned char *r = h + FIXED_BYTES + k * STORAGE_RECORD;
+    uint64_t n = mn__le64(r), off = mn__le64(r + 8);
+    mn__sink_zeros(s, (size_t)(off - s->pos));
+    uint32_t crc = 0;
+    mn_status st = mn__sink_put_storage(s, pl->stor[k], 0, (size_t)n, &crc);
+    if (st != MN_OK) return st;
+    put_le32(r + 16, crc);
+  }
+  put_le32(h + hs - 4, mn__crc32(0, h, hs - 4));
+  mn__sink_patch(s, 0, h, hs);
+  return MN_OK;
+}
+
+mn_status mn_save_buffer(size_t count, const char *const *names, const mn_view_t *const *views, void **data,
+                         size_t *size) {
+  MN__CHECK_ARG(data != NULL && size != NULL, "data and size must not be NULL");
+  save_plan_t pl;
+  mn_status st = plan_save(__func__, count, names, views, &pl);
+  if (st != MN_OK) return st;
+  st = mn__save_buffer(__func__, pl.size, emit_save, &pl, data, size);
+  plan_free(&pl);
+  return st;
 }
 
 mn_status mn_save(const char *path, size_t count, const char *const *names, const mn_view_t *const *views) {
   MN__CHECK_ARG(path != NULL, "path must not be NULL");
-  void *data = NULL;
-  size_t size = 0;
-  mn_status st = mn_save_buffer(count, names, views, &data, &size);
-  if (st != MN_OK) return mn__error_wrap(st, __func__);
-  st = mn__file_write_atomic(__func__, path, data, size);
-  free(data);
+  save_plan_t pl;
+  mn_status st = plan_save(__func__, count, names, views, &pl);
+  if (st != MN_OK) return st;
+  st = mn__save_file(__func__, path, emit_save, &pl);
+  plan_free(&pl);
   return st;
 }
+
+/* ---- load -------------------------------------------------------------------------- */
 
 /* A bounds-checked reader over the header. */
 typedef struct reader_s {
@@ -333,58 +303,80 @@ static bool rd(reader_t *r, size_t n, const unsigned char **out) {
   return true;
 }
 
-#define BAD(...) mn__error(MN_ERR_FORMAT, __func__, __VA_ARGS__)
+#define BAD(...) mn__error(MN_ERR_FORMAT, func, __VA_ARGS__)
 
-mn_status mn_load_buffer(const void *data, size_t size, mn_device_t dev, mn_named_views_t **out) {
-  MN__CHECK_ARG(out != NULL && (data != NULL || size == 0), "data and out must not be NULL");
-  mn_status st = mn_device_check(dev);
-  if (st != MN_OK) return mn__error_wrap(st, __func__);
-  const unsigned char *p = data;
+/* The load proper, from any source: the header is read (a copy, for files)
+ * and checked whole before any storage is made. */
+static mn_status load_mnemo(const char *func, mn__src_t *src, mn_device_t dev, mn_named_views_t **out) {
+  size_t size = src->size;
   if (size < FIXED_BYTES + 4) return BAD("truncated: %zu bytes, fewer than the %u of an empty file", size, FIXED_BYTES + 4);
-  if (memcmp(p, MAGIC, 8) != 0) return BAD("not a mnemo save file (bad magic)");
-  uint32_t version = mn__le32(p + 8), flags = mn__le32(p + 12);
+  const unsigned char *p = NULL;
+  unsigned char *owned = NULL, fixed[FIXED_BYTES];
+  mn_status st = mn__src_bytes(src, 0, FIXED_BYTES, &p, &owned);
+  if (st != MN_OK) return st;
+  memcpy(fixed, p, FIXED_BYTES);
+  free(owned);
+  owned = NULL;
+  if (memcmp(fixed, MAGIC, 8) != 0) return BAD("not a mnemo save file (bad magic)");
+  uint32_t version = mn__le32(fixed + 8), flags = mn__le32(fixed + 12);
   if (version != FORMAT_VERSION) return BAD("unsupported format version %u (this build reads %u)", version, FORMAT_VERSION);
   if (flags != 0) return BAD("unknown flags 0x%x", flags);
-  uint64_t header_size = mn__le64(p + 16), ns = mn__le64(p + 24), nv = mn__le64(p + 32);
+  uint64_t header_size = mn__le64(fixed + 16), ns = mn__le64(fixed + 24), nv = mn__le64(fixed + 32);
   if (header_size < FIXED_BYTES + 4 || header_size > size)
     return BAD("header size %llu is outside the file's %zu bytes (truncated?)", (unsigned long long)header_size, size);
-  uint32_t want = mn__le32(p + header_size - 4), got = crc32_of(p, (size_t)header_size - 4);
-  if (want != got) return BAD("header checksum mismatch (stored 0x%08x, computed 0x%08x): the file is corrupt", want, got);
-  if (ns > (header_size - FIXED_BYTES) / STORAGE_RECORD || nv > (header_size - FIXED_BYTES) / VIEW_FIXED)
-    return BAD("%llu storages and %llu views cannot fit a %llu-byte header", (unsigned long long)ns,
-               (unsigned long long)nv, (unsigned long long)header_size);
-  /* storages: canonical layout, checksummed blobs */
+  /* the whole header, read once (a file's into memory): what is checked is what is used */
+  st = mn__src_bytes(src, 0, (size_t)header_size, &p, &owned);
+  if (st != MN_OK) return st;
+  uint32_t want = mn__le32(p + header_size - 4), got = mn__crc32(0, p, (size_t)header_size - 4);
+  if (memcmp(p, fixed, FIXED_BYTES) != 0) st = BAD("the file changed while its header was read");
+  else if (want != got)
+    st = BAD("header checksum mismatch (stored 0x%08x, computed 0x%08x): the file is corrupt", want, got);
+  else if (ns > (header_size - FIXED_BYTES) / STORAGE_RECORD || nv > (header_size - FIXED_BYTES) / VIEW_FIXED)
+    st = BAD("%llu storages and %llu views cannot fit a %llu-byte header", (unsigned long long)ns,
+             (unsigned long long)nv, (unsigned long long)header_size);
+  /* storages: canonical layout, zero padding, nothing after the last */
   const unsigned char *recs = p + FIXED_BYTES;
   uint64_t at = align_up(header_size), prev_end = header_size;
-  for (uint64_t k = 0; k < ns; k++) {
-    const unsigned char *r = recs + k * STORAGE_RECORD;
-    uint64_t n = mn__le64(r), off = mn__le64(r + 8);
-    if (off != at) return BAD("storage %llu starts at byte %llu, expected %llu", (unsigned long long)k,
-                              (unsigned long long)off, (unsigned long long)at);
-    if (off > size || n > size - off)
-      return BAD("storage %llu (%llu bytes at %llu) runs past the end of the %zu-byte file (truncated?)",
-                 (unsigned long long)k, (unsigned long long)n, (unsigned long long)off, size);
-    for (uint64_t z = prev_end; z < off; z++)
-      if (p[z]) return BAD("padding byte %llu before storage %llu is not zero", (unsigned long long)z, (unsigned long long)k);
-    prev_end = off + n;
-    if (mn__le32(r + 16) != crc32_of(p + off, (size_t)n))
-      return BAD("storage %llu checksum mismatch: the file is corrupt", (unsigned long long)k);
-    at = align_up(off + n);
-    if (k + 1 == ns) at = off + n;
-  }
-  uint64_t end = ns ? at : header_size;
-  if (end != size) return BAD("the file has %zu bytes, its contents end at %llu", size, (unsigned long long)end);
-  /* storages on dev */
-  mn_storage_t **stor = mn__calloc(ns ? (size_t)ns : 1, sizeof *stor);
-  mn_named_views_t *res = NULL;
-  if (!stor) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
-  mn__nameset_t seen; /* the names so far: a duplicate is found in linear time */
-  mn__nameset_init(&seen, (size_t)nv);
-  st = mn__named_views_new(__func__, (size_t)nv, &res);
   for (uint64_t k = 0; k < ns && st == MN_OK; k++) {
     const unsigned char *r = recs + k * STORAGE_RECORD;
-    st = mn_storage_from_buffer_copy(dev, p + mn__le64(r + 8), (size_t)mn__le64(r), &stor[k]);
-    if (st != MN_OK) st = mn__error_wrap(st, __func__);
+    uint64_t n = mn__le64(r), off = mn__le64(r + 8);
+    bool zero = true;
+    if (off != at) {
+      st = BAD("storage %llu starts at byte %llu, expected %llu", (unsigned long long)k, (unsigned long long)off,
+               (unsigned long long)at);
+    } else if (off > size || n > size - off) {
+      st = BAD("storage %llu (%llu bytes at %llu) runs past the end of the %zu-byte file (truncated?)",
+               (unsigned long long)k, (unsigned long long)n, (unsigned long long)off, size);
+    } else if ((st = mn__src_zeros(src, prev_end, (size_t)(off - prev_end), &zero)) == MN_OK && !zero) {
+      st = BAD("padding before storage %llu (bytes %llu..%llu) is not zero", (unsigned long long)k,
+               (unsigned long long)prev_end, (unsigned long long)off);
+    }
+    prev_end = off + n;
+    at = k + 1 == ns ? off + n : align_up(off + n);
+  }
+  uint64_t end = ns ? at : header_size;
+  if (st == MN_OK && end != size)
+    st = BAD("the file has %zu bytes, its contents end at %llu", size, (unsigned long long)end);
+  if (st != MN_OK) {
+    free(owned);
+    return st;
+  }
+  /* storages on dev, each checked against its checksum */
+  mn_storage_t **stor = mn__calloc(ns ? (size_t)ns : 1, sizeof *stor);
+  mn_named_views_t *res = NULL;
+  if (!stor) {
+    free(owned);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
+  }
+  mn__nameset_t seen; /* the names so far: a duplicate is found in linear time */
+  mn__nameset_init(&seen, (size_t)nv);
+  st = mn__named_views_new(func, (size_t)nv, &res);
+  for (uint64_t k = 0; k < ns && st == MN_OK; k++) {
+    const unsigned char *r = recs + k * STORAGE_RECORD;
+    uint32_t crc = mn__le32(r + 16);
+    char what[48];
+    snprintf(what, sizeof what, "storage %llu", (unsigned long long)k);
+    st = mn__src_storage(src, dev, mn__le64(r + 8), (size_t)mn__le64(r), BLOB_ALIGN, &crc, what, &stor[k]);
   }
   /* views */
   reader_t rd_ = {p, FIXED_BYTES + (size_t)ns * STORAGE_RECORD, (size_t)header_size - 4};
@@ -433,7 +425,7 @@ mn_status mn_load_buffer(const void *data, size_t size, mn_device_t dev, mn_name
     }
     res->names[i] = mn__malloc(nl + 1);
     if (!res->names[i]) {
-      st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+      st = mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
       break;
     }
     memcpy(res->names[i], name, nl);
@@ -442,7 +434,7 @@ mn_status mn_load_buffer(const void *data, size_t size, mn_device_t dev, mn_name
     switch (mn__nameset_insert(&seen, res->names[i], nl, (size_t)i, NULL)) {
       case MN__NAMESET_NEW: break;
       case MN__NAMESET_DUPLICATE: st = BAD("name '%s' appears twice", res->names[i]); break;
-      case MN__NAMESET_NOMEM: st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory"); break;
+      case MN__NAMESET_NOMEM: st = mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory"); break;
     }
     if (st != MN_OK) break;
     st = mn_view_create(stor[si], (mn_dtype)dtype, (int)nd, sizes, strides, (int64_t)off, &res->views[i]);
@@ -458,10 +450,37 @@ mn_status mn_load_buffer(const void *data, size_t size, mn_device_t dev, mn_name
   mn__nameset_free(&seen);
   for (uint64_t k = 0; k < ns; k++) mn_storage_release(stor[k]);
   free(stor);
+  free(owned);
   return mn__named_views_finish(st, res, out);
+}
+
+mn_status mn_load_buffer(const void *data, size_t size, mn_device_t dev, mn_named_views_t **out) {
+  MN__CHECK_ARG(out != NULL && (data != NULL || size == 0), "data and out must not be NULL");
+  mn_status st = mn_device_check(dev);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  mn__src_t src;
+  mn__src_open_buffer(&src, __func__, data, size);
+  return load_mnemo(__func__, &src, dev, out);
+}
+
+static mn_status load_path(const char *func, const char *path, mn_device_t dev, unsigned flags,
+                           mn_named_views_t **out) {
+  mn_status st = mn_device_check(dev);
+  if (st != MN_OK) return mn__error_wrap(st, func);
+  mn__src_t src;
+  st = mn__src_open_file(&src, func, path, dev, flags);
+  if (st != MN_OK) return st;
+  st = load_mnemo(func, &src, dev, out);
+  mn__src_close(&src);
+  return st;
 }
 
 mn_status mn_load(const char *path, mn_device_t dev, mn_named_views_t **out) {
   MN__CHECK_ARG(path != NULL && out != NULL, "path and out must not be NULL");
-  return mn__load_file(__func__, path, dev, mn_load_buffer, out);
+  return load_path(__func__, path, dev, 0, out);
+}
+
+mn_status mn_load_ex(const char *path, mn_device_t dev, unsigned flags, mn_named_views_t **out) {
+  MN__CHECK_ARG(path != NULL && out != NULL, "path and out must not be NULL");
+  return load_path(__func__, path, dev, flags, out);
 }

@@ -2,8 +2,15 @@
  * checksums, corrupt and truncated files) and safetensors (round trips, a
  * file written by Python, strict header checks) on CPU and SIM; 100k-entry
  * files of both formats load in linear time; the path-taking calls refuse a
- * FIFO, a folder or a device at once (alarm() turns a hang into a failure). */
+ * FIFO, a folder or a device at once (alarm() turns a hang into a failure);
+ * file loads mapped (zero-copy, copy-on-write, unmapped with the last
+ * storage) or copied under every MN_LOAD_* flag; streamed saves equal the
+ * buffers byte for byte; a write cut short leaves the old file and no
+ * temporary one. */
+#include <dirent.h>
+#include <signal.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -668,6 +675,354 @@ MN_TEST(paths_refuse_fifos_folders_and_devices) {
   destroy_views(v, NV);
 }
 
+/* ---- file loads: mapped (zero-copy, private) or copied ------------------------------ */
+
+/* The whole file at path, malloc'd; NULL when it cannot be read. */
+static unsigned char *read_file(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  unsigned char *b = NULL;
+  size_t n = 0, cap = 0;
+  for (;;) {
+    if (n == cap) {
+      cap = cap ? cap * 2 : 1 << 16;
+      unsigned char *nb = realloc(b, cap);
+      if (!nb) break;
+      b = nb;
+    }
+    size_t got = fread(b + n, 1, cap - n, f);
+    n += got;
+    if (got == 0) break;
+  }
+  fclose(f);
+  *size = n;
+  return b;
+}
+
+static bool write_file(const char *path, const void *data, size_t size) {
+  FILE *f = fopen(path, "wb");
+  bool ok = f && fwrite(data, 1, size, f) == size;
+  if (f) ok &= fclose(f) == 0;
+  return ok;
+}
+
+static bool same_file(const char *path, const unsigned char *want, size_t size) {
+  size_t n = 0;
+  unsigned char *b = read_file(path, &n);
+  bool same = b && n == size && memcmp(b, want, size) == 0;
+  free(b);
+  return same;
+}
+
+MN_TEST(mapped_load_is_zero_copy_and_private) {
+  char path[300];
+  tmp_path(path, sizeof path, "mapped.mnemo");
+  mn_view_t *v[NV];
+  make_views(CPU, CPU, v);
+  MN_CHECK_OK(mn_save(path, NV, NAMES, (const mn_view_t *const *)v));
+  size_t fsize = 0;
+  unsigned char *before = read_file(path, &fsize);
+  MN_CHECK(before != NULL && mn_test_count_maps(path) == 0);
+  int fds = mn_test_count_fds();
+  mn_named_views_t *nv = NULL;
+  MN_CHECK_OK(mn_load(path, CPU, &nv));
+  MN_CHECK(mn_test_count_fds() == fds); /* the mapping holds no descriptor */
+  if (nv && before) {
+    mn_storage_t *sa = mn_view_storage(mn_named_views_find(nv, "a.full"));
+    MN_CHECK(mn_storage_get_kind(sa) == MN_STORAGE_FOREIGN && !mn_storage_is_resizable(sa));
+    MN_CHECK(mn_test_count_maps(path) >= 1);
+    MN_CHECK((uintptr_t)mn_storage_data(sa) % 64 == 0);
+    /* the bytes are the file's: the storage's first float is at its blob offset */
+    uint64_t off_a = mn_test_rd_le(before + 40 + 8, 8);
+    MN_CHECK(memcmp(mn_storage_data(sa), before + off_a, 96) == 0);
+    check_loaded(v, nv, CPU); /* writes 9.0 through a.full */
+    MN_CHECK(same_file(path, before, fsize)); /* copy-on-write: the file is untouched */
+    /* the storage outlives the result; the mapping goes with its last storage */
+    mn_storage_t *keep = mn_storage_retain(sa);
+    mn_named_views_free(nv);
+    nv = NULL;
+    MN_CHECK(mn_test_count_maps(path) >= 1);
+    MN_CHECK(((const float *)mn_storage_data(keep))[5] == 9.0f);
+    /* a save over the same path renames a new file in: the mapping keeps the old one */
+    mn_view_t *w[NV];
+    make_views(CPU, CPU, w);
+    MN_CHECK_OK(mn_save(path, NV, NAMES, (const mn_view_t *const *)w));
+    MN_CHECK(((const float *)mn_storage_data(keep))[5] == 9.0f);
+    destroy_views(w, NV);
+    mn_storage_release(keep);
+    MN_CHECK(mn_test_count_maps(path) == 0);
+  }
+  mn_named_views_free(nv);
+  free(before);
+  unlink(path);
+  destroy_views(v, NV);
+}
+
+/* Every flag combination on CPU and SIM: round trips, storage kinds, and
+ * corrupt or truncated files refused (or, without verification, a corrupt
+ * data byte let through), leaving no mapping or descriptor behind. */
+MN_TEST(load_flags_and_file_errors) {
+  char path[300];
+  tmp_path(path, sizeof path, "flags.mnemo");
+  mn_view_t *v[NV];
+  make_views(CPU, SIM0, v);
+  unsigned char *good = NULL;
+  size_t size = 0;
+  MN_CHECK_OK(mn_save_buffer(NV, NAMES, (const mn_view_t *const *)v, (void **)&good, &size));
+  if (!good) {
+    destroy_views(v, NV);
+    return;
+  }
+  mn_named_views_t *nv = NULL;
+  MN_CHECK(write_file(path, good, size));
+  MN_CHECK_ERR(mn_load_ex(path, CPU, MN_LOAD_MAP | MN_LOAD_COPY, &nv), MN_ERR_INVALID_ARGUMENT, "exclude each other");
+  MN_CHECK_ERR(mn_load_ex(path, CPU, 1u << 9, &nv), MN_ERR_INVALID_ARGUMENT, "unknown flags");
+  MN_CHECK_ERR(mn_safetensors_load_ex(path, CPU, 1u << 9, &nv), MN_ERR_INVALID_ARGUMENT, "unknown flags");
+  MN_CHECK(nv == NULL);
+  uint64_t blob_a = mn_test_rd_le(good + 40 + 8, 8);
+  unsigned char *bad = malloc(size);
+  memcpy(bad, good, size);
+  bad[blob_a + 4] ^= 0x40; /* a.full[1] changes; its checksum no longer matches */
+  static const unsigned flags[] = {0, MN_LOAD_MAP, MN_LOAD_COPY, MN_LOAD_NO_VERIFY, MN_LOAD_COPY | MN_LOAD_NO_VERIFY};
+  mn_device_t devs[2] = {CPU, SIM0};
+  int fds = mn_test_count_fds();
+  for (int d = 0; d < 2; d++)
+    for (size_t f = 0; f < sizeof flags / sizeof flags[0]; f++) {
+      bool mapped = d == 0 && !(flags[f] & MN_LOAD_COPY);
+      MN_CHECK(write_file(path, good, size));
+      MN_CHECK_OK(mn_load_ex(path, devs[d], flags[f], &nv));
+      if (nv) {
+        check_loaded(v, nv, devs[d]);
+        mn_storage_kind kind = mn_storage_get_kind(mn_view_storage(nv->views[0]));
+        MN_CHECK(kind == (mapped ? MN_STORAGE_FOREIGN : MN_STORAGE_ALLOCATOR));
+        MN_CHECK((mn_test_count_maps(path) > 0) == mapped);
+      }
+      mn_named_views_free(nv);
+      nv = NULL;
+      MN_CHECK(write_file(path, bad, size));
+      if (flags[f] & MN_LOAD_NO_VERIFY) {
+        MN_CHECK_OK(mn_load_ex(path, devs[d], flags[f], &nv));
+        if (nv) MN_CHECK(elem(mn_named_views_find(nv, "a.full"), 1) != -2.5);
+      } else {
+        MN_CHECK_ERR(mn_load_ex(path, devs[d], flags[f], &nv), MN_ERR_FORMAT,
+                     "mn_load_ex: storage 0 checksum mismatch: the file is corrupt");
+      }
+      mn_named_views_free(nv);
+      nv = NULL;
+      /* cut anywhere: a format error, never a fault */
+      for (size_t cut = 0; cut < size; cut += 1 + cut / 3) {
+        MN_CHECK(write_file(path, good, cut));
+        MN_CHECK_ERR(mn_load_ex(path, devs[d], flags[f], &nv), MN_ERR_FORMAT, "mn_load_ex: ");
+        MN_CHECK(nv == NULL);
+      }
+      MN_CHECK(mn_test_count_maps(path) == 0 && mn_test_count_fds() == fds);
+    }
+  /* mn_load: the default is the mapped, verified load */
+  MN_CHECK(write_file(path, bad, size));
+  MN_CHECK_ERR(mn_load(path, CPU, &nv), MN_ERR_FORMAT, "mn_load: storage 0 checksum mismatch");
+  free(bad);
+  free(good);
+  unlink(path);
+  destroy_views(v, NV);
+}
+
+MN_TEST(safetensors_mapped_where_aligned) {
+  char path[300];
+  tmp_path(path, sizeof path, "mapped.safetensors");
+  float f[4] = {1, 2, 3, 4};
+  unsigned char u[3] = {7, 8, 9};
+  double dd[2] = {0.5, -0.25};
+  mn_storage_t *s[3] = {NULL};
+  MN_CHECK_OK(mn_storage_from_buffer_copy(CPU, f, sizeof f, &s[0]));
+  MN_CHECK_OK(mn_storage_from_buffer_copy(CPU, u, sizeof u, &s[1]));
+  MN_CHECK_OK(mn_storage_from_buffer_copy(CPU, dd, sizeof dd, &s[2]));
+  int64_t n4 = 4, n3 = 3, n2 = 2;
+  mn_view_t *v[3] = {NULL};
+  MN_CHECK_OK(mn_view_create(s[0], MN_DTYPE_FLOAT32, 1, &n4, NULL, 0, &v[0]));
+  MN_CHECK_OK(mn_view_create(s[1], MN_DTYPE_UINT8, 1, &n3, NULL, 0, &v[1]));
+  MN_CHECK_OK(mn_view_create(s[2], MN_DTYPE_FLOAT64, 1, &n2, NULL, 0, &v[2]));
+  const char *names[3] = {"f", "u", "d"}; /* d's data starts at byte 19 of the data: unaligned */
+  MN_CHECK_OK(mn_safetensors_save(path, 3, names, (const mn_view_t *const *)v, 0, NULL, NULL));
+  size_t fsize = 0;
+  unsigned char *before = read_file(path, &fsize);
+  for (int copy = 0; copy < 2 && before; copy++) {
+    mn_named_views_t *nv = NULL;
+    MN_CHECK_OK(mn_safetensors_load_ex(path, CPU, copy ? MN_LOAD_COPY : 0, &nv));
+    if (!nv) continue;
+    for (int i = 0; i < 3; i++) {
+      mn_view_t *l = mn_named_views_find(nv, names[i]);
+      MN_CHECK(l && same_values(l, v[i]));
+      mn_storage_kind want = copy || i == 2 ? MN_STORAGE_ALLOCATOR : MN_STORAGE_FOREIGN;
+      MN_CHECK(l && mn_storage_get_kind(mn_view_storage(l)) == want);
+      MN_CHECK(l && (uintptr_t)mn_view_data(l) % mn_dtype_itemsize(mn_view_dtype(l)) == 0);
+    }
+    MN_CHECK((mn_test_count_maps(path) > 0) == !copy);
+    MN_CHECK_OK(mn_view_fill(mn_named_views_find(nv, "f"), mn_scalar_float(-1.0), NULL));
+    MN_CHECK(elem(mn_named_views_find(nv, "f"), 3) == -1.0);
+    MN_CHECK(same_file(path, before, fsize));
+    mn_named_views_free(nv);
+    MN_CHECK(mn_test_count_maps(path) == 0);
+  }
+  /* safetensors carries no checksums: MN_LOAD_NO_VERIFY changes nothing */
+  mn_named_views_t *nv = NULL;
+  MN_CHECK_OK(mn_safetensors_load_ex(path, CPU, MN_LOAD_NO_VERIFY, &nv));
+  MN_CHECK(nv && nv->count == 3);
+  mn_named_views_free(nv);
+  nv = NULL;
+  /* truncated on disk, each way */
+  static const unsigned flags[] = {0, MN_LOAD_COPY};
+  for (size_t k = 0; k < 2 && before; k++)
+    for (size_t cut = 0; cut < fsize; cut += 1 + cut / 4) {
+      MN_CHECK(write_file(path, before, cut));
+      MN_CHECK_ERR(mn_safetensors_load_ex(path, k ? SIM0 : CPU, flags[k], &nv), MN_ERR_FORMAT, "mn_safetensors_load_ex: ");
+      MN_CHECK(nv == NULL && mn_test_count_maps(path) == 0);
+    }
+  free(before);
+  unlink(path);
+  for (int i = 0; i < 3; i++) {
+    mn_view_destroy(v[i]);
+    mn_storage_release(s[i]);
+  }
+}
+
+/* ---- streamed saves: the file is the buffer, byte for byte ------------------------- */
+
+/* Storages larger than the sink's 1 MiB chunks and 4 MiB staging buffer, on
+ * CPU and SIM, with contiguous and transposed views. */
+MN_TEST(streamed_saves_match_buffers) {
+  size_t nc = (3u << 20) + 5, ns = (9u << 20) + 12;
+  unsigned char *hc = malloc(nc), *hs = malloc(ns);
+  MN_CHECK(hc && hs);
+  if (!hc || !hs) {
+    free(hc);
+    free(hs);
+    return;
+  }
+  for (size_t i = 0; i < nc; i++) hc[i] = (unsigned char)(i * 7 + (i >> 12));
+  for (size_t i = 0; i < ns; i++) hs[i] = (unsigned char)(i * 13 + (i >> 10));
+  mn_storage_t *sc = NULL, *ss = NULL, *sc2 = NULL;
+  MN_CHECK_OK(mn_storage_from_buffer_copy(CPU, hc, nc, &sc));
+  MN_CHECK_OK(mn_storage_from_buffer_copy(SIM0, hs, ns, &ss));
+  MN_CHECK_OK(mn_storage_from_buffer_copy(CPU, hs, 1u << 16, &sc2));
+  int64_t ncf = (int64_t)(nc / 4), nsf = (int64_t)(ns / 4), s2[2] = {64, 300}, t2[2] = {1, 64};
+  mn_view_t *v[4] = {NULL};
+  MN_CHECK_OK(mn_view_create(sc, MN_DTYPE_INT32, 1, &ncf, NULL, 0, &v[0])); /* no NaN to compare */
+  MN_CHECK_OK(mn_view_create(ss, MN_DTYPE_INT32, 1, &nsf, NULL, 0, &v[1]));
+  MN_CHECK_OK(mn_view_create(ss, MN_DTYPE_INT16, 2, s2, t2, 1001, &v[2])); /* transposed */
+  MN_CHECK_OK(mn_view_create(sc2, MN_DTYPE_INT16, 2, s2, t2, 7, &v[3]));
+  const char *names[4] = {"cpu", "sim", "sim.t", "cpu.t"};
+  const mn_view_t *const *cv = (const mn_view_t *const *)v;
+  char path[300];
+  tmp_path(path, sizeof path, "streamed.mnemo");
+  unsigned char *buf = NULL;
+  size_t size = 0;
+  MN_CHECK_OK(mn_save_buffer(4, names, cv, (void **)&buf, &size));
+  MN_CHECK_OK(mn_save(path, 4, names, cv));
+  MN_CHECK(buf && same_file(path, buf, size));
+  mn_device_t devs[2] = {CPU, SIM0};
+  static const unsigned flags[] = {0, MN_LOAD_COPY};
+  for (int d = 0; d < 2; d++)
+    for (int f = 0; f < 2; f++) {
+      mn_named_views_t *nv = NULL;
+      MN_CHECK_OK(mn_load_ex(path, devs[d], flags[f], &nv));
+      if (!nv) continue;
+      mn_storage_t *lc = mn_view_storage(mn_named_views_find(nv, "cpu"));
+      mn_storage_t *ls = mn_view_storage(mn_named_views_find(nv, "sim"));
+      unsigned char *back = malloc(ns);
+      MN_CHECK_OK(mn_copy_bytes(CPU, back, devs[d], mn_storage_data(lc), nc, NULL, 0));
+      MN_CHECK(memcmp(back, hc, nc) == 0);
+      MN_CHECK_OK(mn_copy_bytes(CPU, back, devs[d], mn_storage_data(ls), ns, NULL, 0));
+      MN_CHECK(memcmp(back, hs, ns) == 0);
+      MN_CHECK(same_values(mn_named_views_find(nv, "sim.t"), v[2]));
+      free(back);
+      mn_named_views_free(nv);
+    }
+  free(buf);
+  buf = NULL;
+  /* safetensors: the transposed views gathered, the long ones streamed */
+  tmp_path(path, sizeof path, "streamed.safetensors");
+  const mn_view_t *pick[3] = {v[0], v[2], v[3]};
+  const char *pnames[3] = {"cpu", "sim.t", "cpu.t"}, *k[1] = {"k"}, *val[1] = {"v"};
+  MN_CHECK_OK(mn_safetensors_save_buffer(3, pnames, pick, 1, k, val, (void **)&buf, &size));
+  MN_CHECK_OK(mn_safetensors_save(path, 3, pnames, pick, 1, k, val));
+  MN_CHECK(buf && same_file(path, buf, size));
+  for (int d = 0; d < 2; d++) {
+    mn_named_views_t *nv = NULL;
+    MN_CHECK_OK(mn_safetensors_load(path, devs[d], &nv));
+    for (int i = 1; nv && i < 3; i++) MN_CHECK(same_values(mn_named_views_find(nv, pnames[i]), pick[i]));
+    mn_view_t *l = nv ? mn_named_views_find(nv, "cpu") : NULL;
+    unsigned char *back = malloc(nc);
+    if (l && back) MN_CHECK_OK(mn_copy_bytes(CPU, back, devs[d], mn_view_data(l), nc - 1, NULL, 0));
+    MN_CHECK(l && back && memcmp(back, hc, nc - 1) == 0); /* nc / 4 whole floats */
+    free(back);
+    mn_named_views_free(nv);
+  }
+  unlink(path);
+  tmp_path(path, sizeof path, "streamed.mnemo");
+  unlink(path);
+  free(buf);
+  for (int i = 0; i < 4; i++) mn_view_destroy(v[i]);
+  mn_storage_release(sc);
+  mn_storage_release(ss);
+  mn_storage_release(sc2);
+  free(hc);
+  free(hs);
+}
+
+/* Names in the test folder that look like a writer's temporary file. */
+static int count_tmp_files(void) {
+  DIR *d = opendir(tmpdir);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) n += strstr(e->d_name, ".tmp") != NULL;
+  closedir(d);
+  return n;
+}
+
+/* A write that stops half way (RLIMIT_FSIZE: a short write, then EFBIG, as
+ * a full disk gives a short write, then ENOSPC): MN_ERR_IO, the destination
+ * keeps its old bytes, no temporary file is left. */
+MN_TEST(failed_writes_leave_nothing) {
+  char path[300];
+  tmp_path(path, sizeof path, "full.mnemo");
+  MN_CHECK(write_file(path, "old", 3));
+  size_t n = 3u << 20;
+  mn_storage_t *s = NULL;
+  MN_CHECK_OK(mn_storage_create(CPU, n, NULL, NULL, &s));
+  MN_CHECK_OK(mn_storage_fill(s, 0x5a, NULL));
+  int64_t nf = (int64_t)(n / 4);
+  mn_view_t *v = NULL;
+  MN_CHECK_OK(mn_view_create(s, MN_DTYPE_FLOAT32, 1, &nf, NULL, 0, &v));
+  const char *names[1] = {"x"};
+  const mn_view_t *cv[1] = {v};
+  struct rlimit old;
+  MN_CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+  void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+  struct rlimit lim = old;
+  lim.rlim_cur = 1u << 20;
+  MN_CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+  MN_CHECK_ERR(mn_save(path, 1, names, cv), MN_ERR_IO, "mn_save: writing '");
+  MN_CHECK_ERR(mn_safetensors_save(path, 1, names, cv, 0, NULL, NULL), MN_ERR_IO, "mn_safetensors_save: writing '");
+  MN_CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+  signal(SIGXFSZ, prev);
+  MN_CHECK(same_file(path, (const unsigned char *)"old", 3));
+  MN_CHECK(count_tmp_files() == 0);
+  /* a folder where nobody may create a file, not even root (sysfs) */
+  if (access("/sys", F_OK) == 0)
+    MN_CHECK_ERR(mn_save("/sys/mnemo-test.mnemo", 1, names, cv), MN_ERR_IO,
+                 "mn_save: cannot create '/sys/mnemo-test.mnemo': cannot open");
+  /* and with room again, the same save works */
+  MN_CHECK_OK(mn_save(path, 1, names, cv));
+  mn_named_views_t *nv = NULL;
+  MN_CHECK_OK(mn_load(path, CPU, &nv));
+  MN_CHECK(nv && nv->count == 1 && ((const unsigned char *)mn_view_data(nv->views[0]))[n - 1] == 0x5a);
+  mn_named_views_free(nv);
+  unlink(path);
+  mn_view_destroy(v);
+  mn_storage_release(s);
+}
+
 MN_TEST(nothing_left_behind) {
   MN_CHECK_OK(mn_copy_engine_reset());
   mn_test_release_sim_caches();
@@ -725,6 +1080,11 @@ int main(int argc, char **argv) {
   MN_RUN(many_views_load);
   MN_RUN(many_tensors_load);
   MN_RUN(paths_refuse_fifos_folders_and_devices);
+  MN_RUN(mapped_load_is_zero_copy_and_private);
+  MN_RUN(load_flags_and_file_errors);
+  MN_RUN(safetensors_mapped_where_aligned);
+  MN_RUN(streamed_saves_match_buffers);
+  MN_RUN(failed_writes_leave_nothing);
   MN_RUN(nothing_left_behind);
   rmdir(tmpdir);
   return mn_test_finish();
