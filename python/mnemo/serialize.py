@@ -37,11 +37,13 @@ declare("mn_named_views_free", None, [_NVP])
 declare("mn_save", "status", [C.c_char_p, C.c_size_t, _STRS, VPP])
 declare("mn_save_buffer", "status", [C.c_size_t, _STRS, VPP, C.POINTER(VP), C.POINTER(C.c_size_t)])
 declare("mn_load", "status", [C.c_char_p, _CDevice, C.POINTER(_NVP)])
+declare("mn_load_ex", "status", [C.c_char_p, _CDevice, C.c_uint, C.POINTER(_NVP)])
 declare("mn_load_buffer", "status", [VP, C.c_size_t, _CDevice, C.POINTER(_NVP)])
 declare("mn_safetensors_save", "status", [C.c_char_p, C.c_size_t, _STRS, VPP, C.c_size_t, _STRS, _STRS])
 declare("mn_safetensors_save_buffer", "status", [C.c_size_t, _STRS, VPP, C.c_size_t, _STRS, _STRS, C.POINTER(VP),
                                                  C.POINTER(C.c_size_t)])
 declare("mn_safetensors_load", "status", [C.c_char_p, _CDevice, C.POINTER(_NVP)])
+declare("mn_safetensors_load_ex", "status", [C.c_char_p, _CDevice, C.c_uint, C.POINTER(_NVP)])
 declare("mn_safetensors_load_buffer", "status", [VP, C.c_size_t, _CDevice, C.POINTER(_NVP)])
 
 
@@ -132,11 +134,23 @@ def save_bytes(views):
     return _take_bytes(data, size)
 
 
-def load(path, device="cpu"):
+# mnemo/serialize.h's MN_LOAD_* flags
+LOAD_MAP, LOAD_COPY, LOAD_NO_VERIFY = 1, 2, 4
+
+
+def _load_flags(mmap, verify):
+    if mmap not in (None, True, False):
+        raise TypeError("mmap must be None (the default: mapped on the CPU), True or False")
+    return (0 if mmap is None else LOAD_MAP if mmap else LOAD_COPY) | (0 if verify else LOAD_NO_VERIFY)
+
+
+def load(path, device="cpu", mmap=None, verify=True):
     """Loads a file of save() onto ``device``: a dict {name: View} in the
-    file's order; views that shared a storage share one again."""
+    file's order; views that shared a storage share one again. On the CPU the
+    storages map the file privately (copy-on-write) unless ``mmap=False``,
+    which copies; ``verify=False`` skips the storages' checksums."""
     nv = _NVP()
-    lib.mn_load(_path(path), _device(device)._c, C.byref(nv))
+    lib.mn_load_ex(_path(path), _device(device)._c, _load_flags(mmap, verify), C.byref(nv))
     return _result(nv)
 
 
@@ -167,11 +181,12 @@ def st_save_bytes(tensors, metadata=None):
     return _take_bytes(data, size)
 
 
-def st_load(path, device="cpu", return_metadata=False):
+def st_load(path, device="cpu", return_metadata=False, mmap=None):
     """Reads a safetensors file onto ``device``: {name: View} (one storage
-    per tensor), plus the "__metadata__" dict when return_metadata."""
+    per tensor), plus the "__metadata__" dict when return_metadata. On the
+    CPU aligned tensors map the file (copy-on-write) unless ``mmap=False``."""
     nv = _NVP()
-    lib.mn_safetensors_load(_path(path), _device(device)._c, C.byref(nv))
+    lib.mn_safetensors_load_ex(_path(path), _device(device)._c, _load_flags(mmap, True), C.byref(nv))
     return _result(nv, return_metadata)
 
 

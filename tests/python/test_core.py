@@ -599,6 +599,36 @@ class SaveLoad(unittest.TestCase):
         with self.assertRaises(ValueError):
             mnemo.save(path, {"": base})
 
+    def test_load_flags(self):
+        """mmap/verify keywords: the CPU default maps the file copy-on-write, mmap=False copies,
+        verify=False skips the storages' checksums (so a corrupt data byte goes unnoticed)."""
+        x = arange((64,))
+        path = os.path.join(self.tmp.name, "flags")
+        mnemo.save(path, {"x": x})
+        with open(path, "rb") as f:
+            before = f.read()
+        for mmap in (None, True, False):
+            got = mnemo.load(path, mmap=mmap)["x"]
+            self.assertEqual(got.tolist(), x.tolist())
+            got[0] = 12345
+            self.assertEqual(got[0].item(), 12345.0)
+            with open(path, "rb") as f:
+                self.assertEqual(f.read(), before, "a write to a loaded storage never reaches the file")
+        bad = bytearray(before)
+        bad[-1] ^= 0xFF  # the last byte of x's data
+        with open(path, "wb") as f:
+            f.write(bad)
+        with self.assertRaises(mnemo.MnemoError) as cm:
+            mnemo.load(path)
+        self.assertEqual(cm.exception.status_name, "format_error")
+        self.assertEqual(len(mnemo.load(path, verify=False)["x"].tolist()), 64)
+        with self.assertRaises(TypeError):
+            mnemo.load(path, mmap="yes")
+        st = os.path.join(self.tmp.name, "flags.safetensors")
+        mnemo.safetensors.save({"x": x}, st)
+        for mmap in (None, False):
+            self.assertEqual(mnemo.safetensors.load(st, mmap=mmap)["x"].tolist(), x.tolist())
+
     def test_load_frees_everything(self):
         x = arange((4,))
         s = x.untyped_storage()
