@@ -1,7 +1,14 @@
 /* allocators/async.c: the stream-ordered pool allocator (backend:cudaMallocAsync)
  * over a pool of its own (runtime/backend.h: mn__device_pool_*; the device's
- * default pool is left alone), with record_stream by events. Thread-safe: one
- * mutex guards the pointer map and counters; device calls run unlocked. */
+ * default pool is left alone), with record_stream by events. A free is
+ * ordered on the allocating stream (after its recorded streams' work): as
+ * cudaFreeAsync, the memory is reusable at once by later allocations on that
+ * stream and by other streams once the stream has run the free, which the
+ * pool asks without waiting (on SIM: once the stream was advanced past it; no
+ * synchronize is needed); the pool keeps freed memory until empty_cache.
+ * Every call is O(1) here (the pointer map) plus the pool's O(log n) on SIM.
+ * Thread-safe: one mutex guards the pointer map and counters; device calls
+ * run unlocked. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "mnemo/mnemo.h"
+#include "runtime/avl.h"
 #include "runtime/backend.h"
 #include "runtime/env.h"
 #include "runtime/error.h"
@@ -31,6 +32,7 @@
 typedef enum { OP_COPY, OP_SET, OP_HOST, OP_WAIT, OP_POOL_FREE } sim_op_kind;
 
 typedef struct sim_stream sim_stream;
+struct pool_block;
 
 typedef struct sim_op {
   struct sim_op *next;
@@ -42,29 +44,42 @@ typedef struct sim_op {
   int value;
   mn_host_fn fn;
   void *arg;
-  sim_stream *wait_stream; /* OP_WAIT: satisfied when it has completed wait_target ops */
-  uint64_t wait_target;
-  uint64_t free_id;        /* OP_POOL_FREE: the pool free it completes */
-  struct sim_pool *pool;   /* OP_POOL_FREE: in this pool */
+  sim_stream *wait_stream; /* OP_WAIT: satisfied when it has completed wait_target ops (a reference) */
+  uint64_t wait_target;    /* OP_WAIT; OP_POOL_FREE: its own position on its stream */
 } sim_op;
 
+/* A stream. Events recorded on it and queued waits for it hold references,
+ * so that destroying it costs only its own queue: a destroyed stream has run
+ * all its work (so everything that refers to it is complete) and stays
+ * allocated, unlisted, until the last reference goes. */
 struct sim_stream {
   sim_stream *next, *prev; /* the device's list of created streams */
   sim_op *head, *tail;
   uint64_t queued;    /* ops ever queued */
   uint64_t completed; /* ops ever run */
+  uint32_t refs;      /* events recorded on it, queued waits for it */
+  bool dead;          /* destroyed: freed when refs reaches 0 */
+  /* Pool blocks freed on it whose OP_POOL_FREE has not run (every pool of
+   * the device), in free order: their targets never decrease. */
+  struct pool_block *pend_head, *pend_tail;
 };
 
 typedef struct sim_event {
   struct sim_event *next, *prev;
   int device;         /* index of the SIM device that made it */
-  sim_stream *stream; /* NULL: never recorded, or its stream is gone (complete) */
+  sim_stream *stream; /* NULL: never recorded (complete); else a reference */
   uint64_t target;    /* complete when stream->completed >= target */
 } sim_event;
 
+/* A raw allocation, a VMM reservation or a pool chunk, in the device's range
+ * tree by start. `gap` is the free address space before it, down to the
+ * previous range's end (or the reservation's base); max_gap, the largest gap
+ * of its subtree, finds the lowest gap that fits in O(log n) (first fit). */
 typedef struct sim_range {
+  mn__avl_node node; /* first */
   uintptr_t start;
   size_t size;
+  size_t gap, max_gap;
   uint8_t *mapped; /* reservations only: one flag per granule; NULL for raw allocations */
   uint16_t *access; /* reservations only: per granule, bit p = sim:p may access it (as cuMemSetAccess) */
   bool pool;       /* a chunk of the stream-ordered pool (not a raw allocation) */
@@ -78,32 +93,47 @@ typedef struct sim_fault_arm {
 /* The stream-ordered pool (cudaMallocAsync emulation): chunks of raw memory
  * (granularity multiples), each split into address-ordered blocks. A block is
  * USED, PENDING (freed on `stream`; its OP_POOL_FREE has not run yet: only
- * `stream` may reuse it) or FREE (anyone may; adjacent FREE blocks merge). */
+ * `stream` may reuse it) or FREE (anyone may). Adjacent FREE blocks merge, and
+ * so do adjacent PENDING blocks of one stream (the merged block becomes FREE
+ * with the later free). USED blocks sit in the pool's `live` tree by address
+ * (free finds them); FREE and PENDING ones in its `avail` tree by (stream,
+ * size, address), FREE ones under stream NULL, so that the best fit for a
+ * stream, among FREE blocks or among its own PENDING ones, is one search.
+ * A PENDING block is also on its stream's pending list, which the stream's
+ * OP_POOL_FREE ops pop from the front: no operation walks the pool. */
 typedef enum { PB_USED, PB_PENDING, PB_FREE } pool_block_state;
 
 typedef struct pool_block {
-  struct pool_block *prev, *next;
+  mn__avl_node node; /* first: in pool->live (USED) or pool->avail (FREE, PENDING) */
+  struct pool_block *prev, *next;   /* the chunk's blocks, by address */
+  struct pool_block *pprev, *pnext; /* PENDING: the stream's pending list */
+  struct pool_chunk *chunk;
   uintptr_t start;
   size_t size;
   pool_block_state state;
-  sim_stream *stream; /* PENDING: the freeing stream (compared, never dereferenced) */
-  uint64_t free_id;   /* PENDING: the OP_POOL_FREE that makes it FREE */
+  sim_stream *stream; /* PENDING: the freeing stream (NULL otherwise: the avail key) */
+  uint64_t target;    /* PENDING: FREE once stream->completed reaches it */
 } pool_block;
 
 typedef struct pool_chunk {
-  struct pool_chunk *next;
+  struct pool_chunk *prev, *next;   /* the pool's chunks */
+  struct pool_chunk *uprev, *unext; /* the pool's unused chunks (one FREE block), if unused */
+  bool unused;
+  struct sim_pool *pool;
   uintptr_t start;
   size_t size;
-  pool_block *blocks;
+  pool_block *blocks; /* lowest address first */
 } pool_chunk;
 
 typedef struct sim_pool {
   struct sim_pool *next;  /* the device's list of created pools */
   pool_chunk *chunks;
+  pool_chunk *unused;     /* the releasable chunks, most recently unused first */
+  mn__avl live;           /* USED blocks by start */
+  mn__avl avail;          /* FREE and PENDING blocks by (stream, size, start) */
   size_t reserved, reserved_high; /* bytes of chunks */
   size_t used, used_high;         /* bytes of USED and PENDING blocks */
   size_t release_threshold;       /* chunks beyond it are released at the next pool call */
-  uint64_t next_free_id;
 } sim_pool;
 
 typedef struct sim_device {
@@ -111,8 +141,7 @@ typedef struct sim_device {
   pthread_mutex_t lock;
   uint8_t *base;
   size_t va_size;
-  sim_range *ranges; /* sorted by start, disjoint */
-  size_t nranges, cap_ranges;
+  mn__avl ranges; /* sim_range by start, disjoint */
   sim_stream default_stream;
   sim_stream *streams;
   sim_event *events;
@@ -171,6 +200,10 @@ static void load_config_locked(void) {
   atomic_store_explicit(&g_device_count, g_cfg.device_count, memory_order_release);
 }
 
+static int range_cmp(const mn__avl_node *a, const mn__avl_node *b);
+static bool range_update(mn__avl_node *n);
+static void pool_init(sim_pool *pool);
+
 /* Returns the device, initializing it on first use. */
 static mn_status sim_get(int index, sim_device **out) {
   sim_device *d = &g_dev[index];
@@ -199,6 +232,8 @@ static mn_status sim_get(int index, sim_device **out) {
       pthread_mutexattr_destroy(&attr);
       d->base = base;
       d->va_size = va;
+      mn__avl_init(&d->ranges, range_cmp, range_update);
+      pool_init(&d->pool);
       atomic_store_explicit(&d->ready, true, memory_order_release);
     }
   }
@@ -253,59 +288,101 @@ static long starts_find(const void *records, size_t n, size_t stride, uintptr_t 
   return found;
 }
 
-/* Index of the last range whose start <= p, or -1. */
-static long range_find(const sim_device *d, uintptr_t p) {
-  return starts_find(d->ranges, d->nranges, sizeof *d->ranges, p);
+static int range_cmp(const mn__avl_node *a, const mn__avl_node *b) {
+  uintptr_t x = ((const sim_range *)a)->start, y = ((const sim_range *)b)->start;
+  return x < y ? -1 : x > y;
 }
 
-/* First-fit gap of `size` bytes in the address space; inserts the range. */
-static mn_status range_insert(sim_device *d, int index, size_t size, bool reserved, uintptr_t *out) {
-  uintptr_t cursor = (uintptr_t)d->base, end = (uintptr_t)d->base + d->va_size;
-  size_t pos = 0;
-  for (; pos < d->nranges; pos++) {
-    if (d->ranges[pos].start - cursor >= size) break;
-    cursor = d->ranges[pos].start + d->ranges[pos].size;
+static int range_key(const void *key, const mn__avl_node *n) {
+  uintptr_t x = *(const uintptr_t *)key, y = ((const sim_range *)n)->start;
+  return x < y ? -1 : x > y;
+}
+
+static size_t range_max_gap(const mn__avl_node *n) { return n ? ((const sim_range *)n)->max_gap : 0; }
+
+static bool range_update(mn__avl_node *n) {
+  sim_range *r = (sim_range *)n;
+  size_t m = r->gap, l = range_max_gap(n->left), g = range_max_gap(n->right);
+  if (l > m) m = l;
+  if (g > m) m = g;
+  bool changed = m != r->max_gap;
+  r->max_gap = m;
+  return changed;
+}
+
+static sim_range *range_next(const sim_range *r) { return (sim_range *)mn__avl_next(&r->node); }
+
+/* The range with the last start <= p, or NULL. */
+static sim_range *range_find(const sim_device *d, uintptr_t p) {
+  return (sim_range *)mn__avl_floor(&d->ranges, &p, range_key);
+}
+
+/* The lowest range whose gap holds `size` bytes, or NULL (then only the
+ * space after the last range may). */
+static sim_range *gap_first_fit(const sim_device *d, size_t size) {
+  mn__avl_node *n = d->ranges.root;
+  if (range_max_gap(n) < size) return NULL;
+  for (;;) {
+    if (range_max_gap(n->left) >= size) n = n->left;
+    else if (((sim_range *)n)->gap >= size) return (sim_range *)n;
+    else n = n->right; /* its max_gap holds size: n's subtree does and the rest does not */
   }
-  if (pos == d->nranges && end - cursor < size)
-    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: address space exhausted (%zu bytes asked)",
-                     index, size);
-  if (d->nranges == d->cap_ranges) {
-    size_t cap = d->cap_ranges ? d->cap_ranges * 2 : 64;
-    sim_range *r = mn__realloc(d->ranges, cap * sizeof *r);
-    if (!r) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
-    d->ranges = r;
-    d->cap_ranges = cap;
+}
+
+/* First fit: the lowest free gap of `size` bytes in the address space, as a
+ * scan of the ranges in address order would find it; inserts the range. */
+static mn_status range_insert(sim_device *d, int index, size_t size, bool reserved, sim_range **out) {
+  uintptr_t base = (uintptr_t)d->base, end = base + d->va_size, start;
+  sim_range *succ = gap_first_fit(d, size);
+  if (succ) {
+    start = succ->start - succ->gap;
+  } else {
+    const sim_range *last = (const sim_range *)mn__avl_last(&d->ranges);
+    start = last ? last->start + last->size : base;
+    if (end - start < size)
+      return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: address space exhausted (%zu bytes asked)",
+                       index, size);
   }
-  uint8_t *flags = NULL;
-  uint16_t *access = NULL;
-  if (reserved) {
-    flags = mn__calloc(size / g_cfg.granularity, 1);
-    access = flags ? mn__calloc(size / g_cfg.granularity, sizeof *access) : NULL;
-    if (!access) {
-      free(flags);
-      return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
-    }
+  sim_range *r = mn__calloc(1, sizeof *r);
+  if (r && reserved) {
+    r->mapped = mn__calloc(size / g_cfg.granularity, 1);
+    r->access = r->mapped ? mn__calloc(size / g_cfg.granularity, sizeof *r->access) : NULL;
   }
-  memmove(&d->ranges[pos + 1], &d->ranges[pos], (d->nranges - pos) * sizeof *d->ranges);
-  d->ranges[pos] = (sim_range){.start = cursor, .size = size, .mapped = flags, .access = access};
-  d->nranges++;
-  *out = cursor;
+  if (!r || (reserved && !r->access)) {
+    if (r) free(r->mapped);
+    free(r);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  }
+  r->start = start;
+  r->size = size;
+  r->gap = 0; /* it begins its gap */
+  if (succ) {
+    succ->gap -= size;
+    mn__avl_update_path(&d->ranges, &succ->node);
+  }
+  mn__avl_insert(&d->ranges, &r->node);
+  *out = r;
   return MN_OK;
 }
 
-static void range_remove(sim_device *d, size_t pos) {
-  free(d->ranges[pos].mapped);
-  free(d->ranges[pos].access);
-  memmove(&d->ranges[pos], &d->ranges[pos + 1], (d->nranges - pos - 1) * sizeof *d->ranges);
-  d->nranges--;
+/* Takes r out; its bytes and gap join its successor's gap. */
+static void range_remove(sim_device *d, sim_range *r) {
+  sim_range *succ = range_next(r);
+  if (succ) {
+    succ->gap += r->gap + r->size;
+    mn__avl_update_path(&d->ranges, &succ->node);
+  }
+  mn__avl_remove(&d->ranges, &r->node);
+  free(r->mapped);
+  free(r->access);
+  free(r);
 }
 
 /* Whether [p, p+n) is device memory that is mapped right now. pre: lock held. */
 static bool range_is_mapped(const sim_device *d, const void *ptr, size_t n) {
   uintptr_t p = (uintptr_t)ptr;
-  long i = range_find(d, p);
-  if (i < 0) return false;
-  const sim_range *r = &d->ranges[i];
+  const sim_range *r = range_find(d, p);
+  if (!r) return false;
   if (n > r->size || p - r->start > r->size - n) return false;
   if (!r->mapped) return true;
   size_t g = g_cfg.granularity;
@@ -341,13 +418,25 @@ static sim_stream *stream_of(sim_device *d, void *handle) {
   return handle ? (sim_stream *)handle : &d->default_stream;
 }
 
-static void pool_complete_free(sim_pool *pool, uint64_t free_id);
+static void pool_complete_frees(sim_stream *s, uint64_t target);
+
+/* References on streams (events recorded on them, queued waits for them). */
+static void stream_ref(sim_stream *s) { s->refs++; }
+
+static void stream_unref(sim_stream *s) {
+  if (--s->refs == 0 && s->dead) free(s);
+}
 
 static bool op_ready(const sim_op *op) {
   return op->kind != OP_WAIT || !op->wait_stream || op->wait_stream->completed >= op->wait_target;
 }
 
-static void op_run(sim_device *d, const sim_op *op) {
+static void op_free(sim_op *op) {
+  if (op->kind == OP_WAIT && op->wait_stream) stream_unref(op->wait_stream);
+  free(op);
+}
+
+static void op_run(sim_device *d, sim_stream *s, const sim_op *op) {
   switch (op->kind) {
     case OP_COPY: {
       bool dst_dev = op->copy_kind == MN__COPY_H2D || op->copy_kind == MN__COPY_D2D;
@@ -373,7 +462,7 @@ static void op_run(sim_device *d, const sim_op *op) {
     case OP_WAIT:
       return;
     case OP_POOL_FREE:
-      pool_complete_free(op->pool, op->free_id);
+      pool_complete_frees(s, op->wait_target);
       return;
   }
 }
@@ -385,11 +474,11 @@ static size_t stream_advance(sim_device *d, sim_stream *s, size_t n) {
     sim_op *op = s->head;
     s->head = op->next;
     if (!s->head) s->tail = NULL;
-    op_run(d, op);
+    op_run(d, s, op);
     s->completed++;
     d->stats.ops_run++;
     ran++;
-    free(op);
+    op_free(op);
   }
   return ran;
 }
@@ -480,16 +569,16 @@ static mn_status sim_raw_alloc(int index, size_t nbytes, void **out) {
   SIM_LOCKED(index, d);
   size_t rounded = round_gran(nbytes);
   mn_status st = check_capacity(d, index, __func__, nbytes, rounded ? rounded : SIZE_MAX);
-  uintptr_t p = 0;
-  if (st == MN_OK) st = range_insert(d, index, rounded, false, &p);
-  if (st == MN_OK && mprotect((void *)p, rounded, PROT_READ | PROT_WRITE) != 0) {
-    range_remove(d, (size_t)range_find(d, p));
+  sim_range *r = NULL;
+  if (st == MN_OK) st = range_insert(d, index, rounded, false, &r);
+  if (st == MN_OK && mprotect((void *)r->start, rounded, PROT_READ | PROT_WRITE) != 0) {
+    range_remove(d, r);
     st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: mprotect failed: %s", index, strerror(errno));
   }
   if (st == MN_OK) {
     phys_add(d, rounded);
     d->stats.raw_allocs++;
-    *out = (void *)p;
+    *out = (void *)r->start;
   }
   return unlock_ret(d, st);
 }
@@ -502,15 +591,21 @@ static void pages_release(void *p, size_t n) {
 
 static mn_status sim_raw_free(int index, void *ptr) {
   SIM_LOCKED(index, d);
-  long i = range_find(d, (uintptr_t)ptr);
-  if (i < 0 || d->ranges[i].start != (uintptr_t)ptr || d->ranges[i].mapped || d->ranges[i].pool)
-    return unlock_ret(d, mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
-                                   "sim:%d: %p is not a live raw allocation", index, ptr));
-  /* As cudaFree, freeing synchronizes the device first. */
-  device_sync(d);
-  size_t size = d->ranges[i].size;
+  uintptr_t p = (uintptr_t)ptr;
+  sim_range *r = range_find(d, p);
+  for (int pass = 0; pass < 2; pass++) {
+    if (!r || r->start != p || r->mapped || r->pool)
+      return unlock_ret(d, mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                                     "sim:%d: %p is not a live raw allocation", index, ptr));
+    if (pass == 1) break;
+    /* As cudaFree, freeing synchronizes the device first; then looks again
+     * (a host function it ran may have freed the range). */
+    device_sync(d);
+    r = range_find(d, p);
+  }
+  size_t size = r->size;
   pages_release(ptr, size);
-  range_remove(d, (size_t)i);
+  range_remove(d, r);
   d->stats.mapped_bytes -= size;
   d->stats.raw_frees++;
   return unlock_ret(d, MN_OK);
@@ -519,12 +614,12 @@ static mn_status sim_raw_free(int index, void *ptr) {
 static mn_status sim_va_reserve(int index, size_t nbytes, void **base) {
   SIM_LOCKED(index, d);
   size_t rounded = round_gran(nbytes);
-  uintptr_t p = 0;
-  mn_status st = rounded ? range_insert(d, index, rounded, true, &p)
+  sim_range *r = NULL;
+  mn_status st = rounded ? range_insert(d, index, rounded, true, &r)
                          : mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: %zu bytes is too large", index, nbytes);
   if (st == MN_OK) {
     d->stats.live_reservations++;
-    *base = (void *)p;
+    *base = (void *)r->start;
   }
   return unlock_ret(d, st);
 }
@@ -537,26 +632,25 @@ static mn_status find_reserved(sim_device *d, int index, const char *func, void 
   if (p % g || n % g)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "sim:%d: addr=%p and nbytes=%zu must be multiples of %zu",
                      index, addr, n, g);
-  long i = range_find(d, p);
-  if (i < 0 || !d->ranges[i].mapped || n > d->ranges[i].size || p - d->ranges[i].start > d->ranges[i].size - n)
+  sim_range *r = range_find(d, p);
+  if (!r || !r->mapped || n > r->size || p - r->start > r->size - n)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "sim:%d: [%p, +%zu) is not inside a reserved range",
                      index, addr, n);
-  *out = &d->ranges[i];
+  *out = r;
   return MN_OK;
 }
 
 static mn_status sim_va_release(int index, void *base, size_t nbytes) {
   SIM_LOCKED(index, d);
-  long i = range_find(d, (uintptr_t)base);
-  if (i < 0 || d->ranges[i].start != (uintptr_t)base || !d->ranges[i].mapped ||
-      (nbytes && round_gran(nbytes) != d->ranges[i].size))
+  sim_range *r = range_find(d, (uintptr_t)base);
+  if (!r || r->start != (uintptr_t)base || !r->mapped || (nbytes && round_gran(nbytes) != r->size))
     return unlock_ret(d, mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
                                    "sim:%d: %p (+%zu) is not a live reservation", index, base, nbytes));
-  for (size_t k = 0; k < d->ranges[i].size / g_cfg.granularity; k++)
-    if (d->ranges[i].mapped[k])
+  for (size_t k = 0; k < r->size / g_cfg.granularity; k++)
+    if (r->mapped[k])
       return unlock_ret(d, mn__error(MN_ERR_INVALID_STATE, __func__,
                                      "sim:%d: reservation %p still has mapped pages", index, base));
-  range_remove(d, (size_t)i);
+  range_remove(d, r);
   d->stats.live_reservations--;
   return unlock_ret(d, MN_OK);
 }
@@ -632,18 +726,17 @@ static mn_status sim_stream_create(int index, void **out) {
 static mn_status sim_stream_destroy(int index, void *handle) {
   SIM_LOCKED(index, d);
   sim_stream *s = handle;
-  /* As CUDA, queued work still completes: run it now. */
-  stream_run_to(d, s, s->queued);
-  for (sim_event *e = d->events; e; e = e->next)
-    if (e->stream == s) e->stream = NULL;
-  for (sim_stream *o = &d->default_stream; o; o = (o == &d->default_stream) ? d->streams : o->next)
-    for (sim_op *op = o->head; op; op = op->next)
-      if (op->wait_stream == s) op->wait_stream = NULL;
+  /* As CUDA, queued work still completes: run it now (host functions may
+   * queue more). Then whatever refers to s (events recorded on it, waits for
+   * it) is complete for good: s stays allocated, unlisted, until the last of
+   * them lets go, so nothing else is walked here. */
+  while (s->completed < s->queued) stream_run_to(d, s, s->queued);
   if (s->prev) s->prev->next = s->next;
   else d->streams = s->next;
   if (s->next) s->next->prev = s->prev;
   d->stats.live_streams--;
-  free(s);
+  s->dead = true;
+  if (s->refs == 0) free(s);
   return unlock_ret(d, MN_OK);
 }
 
@@ -666,11 +759,12 @@ static mn_status sim_stream_wait_event(int index, void *handle, void *event) {
   if (e->device != index)
     return unlock_ret(d, mn__error(MN_ERR_NOT_SUPPORTED, __func__,
                                    "a sim:%d stream cannot wait for an event of sim:%d", index, e->device));
-  if (!e->stream) return unlock_ret(d, MN_OK); /* nothing recorded: no dependency */
+  if (!e->stream || e->stream->dead) return unlock_ret(d, MN_OK); /* nothing to wait for */
   sim_op *op = NULL;
   mn_status st = new_op(OP_WAIT, &op);
   if (st != MN_OK) return unlock_ret(d, st);
   op->wait_stream = e->stream;
+  stream_ref(e->stream);
   op->wait_target = e->target;
   return unlock_ret(d, enqueue(d, stream_of(d, handle), op));
 }
@@ -705,6 +799,7 @@ static mn_status sim_event_destroy(int index, void *event) {
   else d->events = e->next;
   if (e->next) e->next->prev = e->prev;
   d->stats.live_events--;
+  if (e->stream) stream_unref(e->stream);
   free(e);
   return unlock_ret(d, MN_OK);
 }
@@ -717,7 +812,11 @@ static mn_status sim_event_record(int index, void *event, void *handle) {
     return unlock_ret(d, mn__error(MN_ERR_DEVICE, __func__, "sim:%d: injected fault: event record failed", index));
   sim_event *e = event;
   sim_stream *s = stream_of(d, handle);
-  e->stream = s;
+  if (e->stream != s) {
+    stream_ref(s);
+    if (e->stream) stream_unref(e->stream);
+    e->stream = s;
+  }
   e->target = s->queued;
   return unlock_ret(d, MN_OK);
 }
@@ -772,48 +871,160 @@ static mn_status sim_memset_async(int index, void *dst, int value, size_t nbytes
 
 #define POOL_ALIGN 512 /* blocks are multiples of this */
 
-static bool chunk_unused(const pool_chunk *c) {
-  return c->blocks && !c->blocks->next && c->blocks->state == PB_FREE;
+/* The avail key: FREE blocks under stream 0, PENDING ones under their stream. */
+typedef struct avail_key {
+  uintptr_t stream;
+  size_t size;
+  uintptr_t start;
+} avail_key;
+
+static int avail_key_cmp(const avail_key *x, const avail_key *y) {
+  if (x->stream != y->stream) return x->stream < y->stream ? -1 : 1;
+  if (x->size != y->size) return x->size < y->size ? -1 : 1;
+  return x->start < y->start ? -1 : x->start > y->start;
 }
 
-/* Merges b with FREE neighbours; returns the surviving block. */
-static pool_block *block_coalesce(pool_block *b) {
-  if (b->prev && b->prev->state == PB_FREE) {
-    pool_block *p = b->prev;
-    p->size += b->size;
-    p->next = b->next;
-    if (b->next) b->next->prev = p;
-    free(b);
-    b = p;
-  }
-  if (b->next && b->next->state == PB_FREE) {
-    pool_block *n = b->next;
+static avail_key avail_key_of(const pool_block *b) {
+  return (avail_key){.stream = (uintptr_t)b->stream, .size = b->size, .start = b->start};
+}
+
+static int avail_cmp(const mn__avl_node *a, const mn__avl_node *b) {
+  avail_key x = avail_key_of((const pool_block *)a), y = avail_key_of((const pool_block *)b);
+  return avail_key_cmp(&x, &y);
+}
+
+static int avail_key_fn(const void *key, const mn__avl_node *n) {
+  avail_key y = avail_key_of((const pool_block *)n);
+  return avail_key_cmp(key, &y);
+}
+
+static int live_cmp(const mn__avl_node *a, const mn__avl_node *b) {
+  uintptr_t x = ((const pool_block *)a)->start, y = ((const pool_block *)b)->start;
+  return x < y ? -1 : x > y;
+}
+
+static int live_key_fn(const void *key, const mn__avl_node *n) {
+  uintptr_t x = *(const uintptr_t *)key, y = ((const pool_block *)n)->start;
+  return x < y ? -1 : x > y;
+}
+
+static void pool_init(sim_pool *pool) {
+  mn__avl_init(&pool->live, live_cmp, NULL);
+  mn__avl_init(&pool->avail, avail_cmp, NULL);
+}
+
+/* ---- a stream's pending list ---- */
+
+static void pending_append(pool_block *b) {
+  sim_stream *s = b->stream;
+  b->pnext = NULL;
+  b->pprev = s->pend_tail;
+  if (s->pend_tail) s->pend_tail->pnext = b;
+  else s->pend_head = b;
+  s->pend_tail = b;
+}
+
+static void pending_remove(pool_block *b) {
+  sim_stream *s = b->stream;
+  if (b->pprev) b->pprev->pnext = b->pnext;
+  else s->pend_head = b->pnext;
+  if (b->pnext) b->pnext->pprev = b->pprev;
+  else s->pend_tail = b->pprev;
+  b->pprev = b->pnext = NULL;
+}
+
+/* `to` takes b's place on b's stream's pending list (same target). */
+static void pending_replace(pool_block *b, pool_block *to) {
+  sim_stream *s = b->stream;
+  to->pprev = b->pprev;
+  to->pnext = b->pnext;
+  if (b->pprev) b->pprev->pnext = to;
+  else s->pend_head = to;
+  if (b->pnext) b->pnext->pprev = to;
+  else s->pend_tail = to;
+  b->pprev = b->pnext = NULL;
+}
+
+/* ---- unused chunks (their one block FREE): what release may give back ---- */
+
+static void unused_add(sim_pool *pool, pool_chunk *c) {
+  c->unused = true;
+  c->uprev = NULL;
+  c->unext = pool->unused;
+  if (pool->unused) pool->unused->uprev = c;
+  pool->unused = c;
+}
+
+static void unused_remove(sim_pool *pool, pool_chunk *c) {
+  if (c->uprev) c->uprev->unext = c->unext;
+  else pool->unused = c->unext;
+  if (c->unext) c->unext->uprev = c->uprev;
+  c->uprev = c->unext = NULL;
+  c->unused = false;
+}
+
+/* Unlinks b (not the chunk's only block) from its chunk and frees it. */
+static void block_unlink(pool_block *b) {
+  if (b->prev) b->prev->next = b->next;
+  else b->chunk->blocks = b->next;
+  if (b->next) b->next->prev = b->prev;
+  free(b);
+}
+
+/* Whether n is an avail neighbour b may merge with: both FREE, or both
+ * PENDING on one stream. */
+static bool mergeable(const pool_block *b, const pool_block *n) {
+  return n && n->state == b->state && n->state != PB_USED && n->stream == b->stream;
+}
+
+/* Merges b (in no tree) with its mergeable neighbours, which leave the avail
+ * tree and their pending lists; b keeps its own target (the later one when
+ * PENDING: it was freed last). */
+static void block_merge(sim_pool *pool, pool_block *b) {
+  pool_block *n = b->prev;
+  if (mergeable(b, n)) {
+    mn__avl_remove(&pool->avail, &n->node);
+    if (n->state == PB_PENDING) pending_remove(n);
+    b->start = n->start;
     b->size += n->size;
-    b->next = n->next;
-    if (n->next) n->next->prev = b;
-    free(n);
+    block_unlink(n);
   }
-  return b;
-}
-
-/* The queued free with this id has run: its blocks become FREE. */
-static void pool_complete_free(sim_pool *pool, uint64_t free_id) {
-  for (pool_chunk *c = pool->chunks; c; c = c->next) {
-    for (pool_block *b = c->blocks; b; b = b->next) {
-      if (b->state != PB_PENDING || b->free_id != free_id) continue;
-      b->state = PB_FREE;
-      b->stream = NULL;
-      pool->used -= b->size;
-      b = block_coalesce(b);
-    }
+  n = b->next;
+  if (mergeable(b, n)) {
+    mn__avl_remove(&pool->avail, &n->node);
+    if (n->state == PB_PENDING) pending_remove(n);
+    b->size += n->size;
+    block_unlink(n);
   }
 }
 
-static void chunk_release(sim_device *d, sim_pool *pool, pool_chunk **link) {
-  pool_chunk *c = *link;
-  *link = c->next;
+/* The frees queued on s up to its op number `target` have run: the blocks
+ * they freed (the front of s's pending list) become FREE. */
+static void pool_complete_frees(sim_stream *s, uint64_t target) {
+  while (s->pend_head && s->pend_head->target <= target) {
+    pool_block *b = s->pend_head;
+    sim_pool *pool = b->chunk->pool;
+    pending_remove(b);
+    mn__avl_remove(&pool->avail, &b->node);
+    pool->used -= b->size;
+    b->state = PB_FREE;
+    b->stream = NULL;
+    b->target = 0;
+    block_merge(pool, b);
+    mn__avl_insert(&pool->avail, &b->node);
+    if (b->size == b->chunk->size) unused_add(pool, b->chunk);
+  }
+}
+
+/* Gives an unused chunk back to the device. */
+static void chunk_release(sim_device *d, sim_pool *pool, pool_chunk *c) {
+  unused_remove(pool, c);
+  if (c->prev) c->prev->next = c->next;
+  else pool->chunks = c->next;
+  if (c->next) c->next->prev = c->prev;
+  mn__avl_remove(&pool->avail, &c->blocks->node);
   pages_release((void *)c->start, c->size);
-  range_remove(d, (size_t)range_find(d, c->start));
+  range_remove(d, range_find(d, c->start));
   d->stats.mapped_bytes -= c->size;
   d->stats.raw_frees++;
   pool->reserved -= c->size;
@@ -823,15 +1034,10 @@ static void chunk_release(sim_device *d, sim_pool *pool, pool_chunk **link) {
 
 /* Releases unused chunks while more than keep bytes are reserved. */
 static void pool_release(sim_device *d, sim_pool *pool, size_t keep) {
-  for (pool_chunk **link = &pool->chunks; *link && pool->reserved > keep;) {
-    if (chunk_unused(*link))
-      chunk_release(d, pool, link);
-    else
-      link = &(*link)->next;
-  }
+  while (pool->reserved > keep && pool->unused) chunk_release(d, pool, pool->unused);
 }
 
-/* A new chunk of at least n bytes (a granularity multiple), front of the list. */
+/* A new, unused chunk of at least n bytes (a granularity multiple). */
 static mn_status pool_grow(sim_device *d, sim_pool *pool, int index, size_t n, pool_chunk **out) {
   size_t size = round_gran(n);
   if (fault_fires(d, MN_SIM_FAULT_RAW_ALLOC))
@@ -844,11 +1050,11 @@ static mn_status pool_grow(sim_device *d, sim_pool *pool, int index, size_t n, p
                      size, d->stats.mapped_bytes, g_cfg.capacity);
   pool_chunk *c = mn__calloc(1, sizeof *c);
   pool_block *b = mn__calloc(1, sizeof *b);
-  uintptr_t p = 0;
-  mn_status st = c && b ? range_insert(d, index, size, false, &p)
+  sim_range *r = NULL;
+  mn_status st = c && b ? range_insert(d, index, size, false, &r)
                         : mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
-  if (st == MN_OK && mprotect((void *)p, size, PROT_READ | PROT_WRITE) != 0) {
-    range_remove(d, (size_t)range_find(d, p));
+  if (st == MN_OK && mprotect((void *)r->start, size, PROT_READ | PROT_WRITE) != 0) {
+    range_remove(d, r);
     st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: mprotect failed: %s", index, strerror(errno));
   }
   if (st != MN_OK) {
@@ -856,24 +1062,36 @@ static mn_status pool_grow(sim_device *d, sim_pool *pool, int index, size_t n, p
     free(b);
     return st;
   }
-  d->ranges[range_find(d, p)].pool = true;
+  r->pool = true;
   phys_add(d, size);
   d->stats.raw_allocs++;
-  *b = (pool_block){.start = p, .size = size, .state = PB_FREE};
-  *c = (pool_chunk){.next = pool->chunks, .start = p, .size = size, .blocks = b};
+  *b = (pool_block){.chunk = c, .start = r->start, .size = size, .state = PB_FREE};
+  *c = (pool_chunk){.next = pool->chunks, .pool = pool, .start = r->start, .size = size, .blocks = b};
+  if (pool->chunks) pool->chunks->prev = c;
   pool->chunks = c;
+  unused_add(pool, c);
+  mn__avl_insert(&pool->avail, &b->node);
   pool->reserved += size;
   if (pool->reserved > pool->reserved_high) pool->reserved_high = pool->reserved;
   *out = c;
   return MN_OK;
 }
 
-/* First fit of n bytes for stream s: a FREE block, or one PENDING on s. */
-static pool_block *pool_fit(sim_pool *pool, sim_stream *s, size_t n) {
-  for (pool_chunk *c = pool->chunks; c; c = c->next)
-    for (pool_block *b = c->blocks; b; b = b->next)
-      if (b->size >= n && (b->state == PB_FREE || (b->state == PB_PENDING && b->stream == s))) return b;
-  return NULL;
+/* The smallest avail block of at least n bytes under this stream key, or NULL. */
+static pool_block *avail_fit(const sim_pool *pool, const sim_stream *key, size_t n) {
+  avail_key k = {.stream = (uintptr_t)key, .size = n, .start = 0};
+  pool_block *b = (pool_block *)mn__avl_lower_bound(&pool->avail, &k, avail_key_fn);
+  return b && b->stream == key ? b : NULL;
+}
+
+/* Best fit of n bytes for stream s: the smallest FREE block, or block
+ * PENDING on s, that holds n (the lower address among equal sizes; s's own
+ * block on a tie, keeping FREE memory for every stream). O(log n). */
+static pool_block *pool_fit(const sim_pool *pool, const sim_stream *s, size_t n) {
+  pool_block *f = avail_fit(pool, NULL, n), *p = avail_fit(pool, s, n);
+  if (!f) return p;
+  if (!p) return f;
+  return p->size <= f->size ? p : f;
 }
 
 static sim_pool *pool_of(sim_device *d, void *pool) { return pool ? (sim_pool *)pool : &d->pool; }
@@ -883,6 +1101,7 @@ static mn_status sim_pool_create(int index, void **out) {
   SIM_LOCKED(index, d);
   sim_pool *p = mn__calloc(1, sizeof *p);
   if (!p) return unlock_ret(d, mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory"));
+  pool_init(p);
   p->next = d->pools;
   d->pools = p;
   *out = p;
@@ -901,7 +1120,7 @@ static mn_status sim_pool_destroy(int index, void *handle) {
     return unlock_ret(d, mn__error(MN_ERR_BUSY, __func__,
                                    "sim:%d: pool %p still has %zu bytes allocated or waiting for their queued free",
                                    index, handle, p->used));
-  pool_release(d, p, 0);
+  pool_release(d, p, 0); /* nothing used: every chunk is unused */
   *link = p->next;
   free(p);
   return unlock_ret(d, MN_OK);
@@ -920,42 +1139,38 @@ static mn_status sim_alloc_async(int index, void *handle_pool, size_t nbytes, vo
     if (st != MN_OK) return unlock_ret(d, st);
     b = c->blocks;
   }
-  if (b->size > n) { /* split: the rest keeps b's state */
-    pool_block *rest = mn__calloc(1, sizeof *rest);
-    if (!rest) return unlock_ret(d, mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory"));
-    *rest = *b;
-    rest->start = b->start + n;
-    rest->size = b->size - n;
-    rest->prev = b;
+  pool_block *rest = NULL;
+  if (b->size > n && !(rest = mn__calloc(1, sizeof *rest)))
+    return unlock_ret(d, mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory"));
+  mn__avl_remove(&pool->avail, &b->node);
+  if (b->chunk->unused) unused_remove(pool, b->chunk);
+  if (rest) { /* split: the rest keeps b's state (and b's place on its stream's pending list) */
+    *rest = (pool_block){.prev = b, .next = b->next, .chunk = b->chunk, .start = b->start + n, .size = b->size - n,
+                         .state = b->state, .stream = b->stream, .target = b->target};
     if (b->next) b->next->prev = rest;
     b->next = rest;
     b->size = n;
+    if (b->state == PB_PENDING) pending_replace(b, rest);
+    mn__avl_insert(&pool->avail, &rest->node);
+  } else if (b->state == PB_PENDING) {
+    pending_remove(b);
   }
   if (b->state == PB_FREE) pool->used += n; /* a PENDING block was counted already */
   if (pool->used > pool->used_high) pool->used_high = pool->used;
   b->state = PB_USED;
   b->stream = NULL;
-  b->free_id = 0;
+  b->target = 0;
+  mn__avl_insert(&pool->live, &b->node);
   *out = (void *)b->start;
   return unlock_ret(d, MN_OK);
-}
-
-/* The block starting at p, or NULL. */
-static pool_block *pool_find(sim_pool *pool, uintptr_t p) {
-  for (pool_chunk *c = pool->chunks; c; c = c->next) {
-    if (p < c->start || p - c->start >= c->size) continue;
-    for (pool_block *b = c->blocks; b; b = b->next)
-      if (b->start == p) return b;
-    return NULL;
-  }
-  return NULL;
 }
 
 static mn_status sim_free_async(int index, void *handle_pool, void *ptr, void *handle) {
   SIM_LOCKED(index, d);
   sim_pool *pool = pool_of(d, handle_pool);
-  pool_block *b = pool_find(pool, (uintptr_t)ptr);
-  if (!b || b->state != PB_USED)
+  uintptr_t p = (uintptr_t)ptr;
+  pool_block *b = (pool_block *)mn__avl_floor(&pool->live, &p, live_key_fn);
+  if (!b || b->start != p)
     return unlock_ret(d, mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
                                    "sim:%d: %p is not a live stream-ordered allocation of %s", index, ptr,
                                    handle_pool ? "this pool" : "the default pool"));
@@ -963,11 +1178,14 @@ static mn_status sim_free_async(int index, void *handle_pool, void *ptr, void *h
   mn_status st = new_op(OP_POOL_FREE, &op);
   if (st != MN_OK) return unlock_ret(d, st);
   sim_stream *s = stream_of(d, handle);
-  op->free_id = ++pool->next_free_id;
-  op->pool = pool;
+  mn__avl_remove(&pool->live, &b->node);
+  /* PENDING until s runs this op: s may reuse it at once, others after. */
   b->state = PB_PENDING;
   b->stream = s;
-  b->free_id = op->free_id;
+  b->target = op->wait_target = s->queued + 1;
+  pending_append(b);
+  block_merge(pool, b);
+  mn__avl_insert(&pool->avail, &b->node);
   return unlock_ret(d, enqueue(d, s, op)); /* eager devices complete it at once */
 }
 
@@ -1003,47 +1221,94 @@ static mn_status sim_pool_reset_peak(int index, void *handle_pool) {
   return unlock_ret(d, MN_OK);
 }
 
-/* One pool's chunks and counts; *chunks += its chunk count. pre: lock held. */
-static mn_status pool_check_one(sim_device *d, int index, const sim_pool *pool, size_t *chunks) {
-  size_t reserved = 0, used = 0;
-  for (pool_chunk *c = pool->chunks; c; c = c->next, (*chunks)++) {
-    long r = range_find(d, c->start);
-    if (r < 0 || !d->ranges[r].pool || d->ranges[r].start != c->start || d->ranges[r].size != c->size)
-      return mn__error(MN_ERR_INTERNAL, "mn_sim_check_invariants", "sim:%d: pool chunk %p has no pool range", index,
-                       (void *)c->start);
+#define POOL_BROKEN(...) mn__error(MN_ERR_INTERNAL, "mn_sim_check_invariants", __VA_ARGS__)
+
+/* One pool: chunks are pool ranges tiled by their blocks; no two mergeable
+ * blocks side by side; each block in the tree its state names, found there by
+ * its key; the unused list is exactly the chunks of one FREE block; the
+ * counts equal the sums. *chunks and *pending += this pool's. pre: lock held. */
+static mn_status pool_check_one(sim_device *d, int index, const sim_pool *pool, size_t *chunks, size_t *pending) {
+  size_t reserved = 0, used = 0, nlive = 0, navail = 0, nunused = 0;
+  if (!mn__avl_check(&pool->live, NULL) || !mn__avl_check(&pool->avail, NULL))
+    return POOL_BROKEN("sim:%d: pool %p: a block tree is broken", index, (void *)pool);
+  for (const pool_chunk *c = pool->chunks; c; c = c->next, (*chunks)++) {
+    const sim_range *r = range_find(d, c->start);
+    if (!r || !r->pool || r->start != c->start || r->size != c->size || c->pool != pool ||
+        (c->next && c->next->prev != c) || (c->prev == NULL) != (c == pool->chunks))
+      return POOL_BROKEN("sim:%d: pool chunk %p has no pool range or is mislinked", index, (void *)c->start);
     uintptr_t at = c->start;
-    for (pool_block *b = c->blocks; b; b = b->next) {
-      bool linked = (b->prev == NULL) == (b == c->blocks) && (!b->next || b->next->prev == b);
-      bool merged = !(b->state == PB_FREE && b->next && b->next->state == PB_FREE);
-      if (b->start != at || b->size == 0 || b->size % POOL_ALIGN || !linked || !merged)
-        return mn__error(MN_ERR_INTERNAL, "mn_sim_check_invariants", "sim:%d: pool block %p in chunk %p is broken",
-                         index, (void *)b->start, (void *)c->start);
+    for (const pool_block *b = c->blocks; b; b = b->next) {
+      bool linked = (b->prev == NULL) == (b == c->blocks) && (!b->next || b->next->prev == b) && b->chunk == c;
+      bool state = b->state == PB_USED || b->state == PB_FREE || (b->state == PB_PENDING && b->stream);
+      if (b->start != at || b->size == 0 || b->size % POOL_ALIGN || !linked || !state || mergeable(b, b->next) ||
+          (b->state != PB_PENDING && b->stream))
+        return POOL_BROKEN("sim:%d: pool block %p in chunk %p is broken", index, (void *)b->start,
+                           (void *)c->start);
+      const mn__avl_node *found;
+      if (b->state == PB_USED) {
+        nlive++;
+        found = mn__avl_floor(&pool->live, &b->start, live_key_fn);
+      } else {
+        navail++;
+        avail_key k = avail_key_of(b);
+        found = mn__avl_floor(&pool->avail, &k, avail_key_fn);
+      }
+      if (found != &b->node)
+        return POOL_BROKEN("sim:%d: pool block %p is not in its tree", index, (void *)b->start);
       at += b->size;
       if (b->state != PB_FREE) used += b->size;
+      *pending += b->state == PB_PENDING;
     }
     if (at != c->start + c->size)
-      return mn__error(MN_ERR_INTERNAL, "mn_sim_check_invariants", "sim:%d: pool chunk %p is not tiled by its blocks",
-                       index, (void *)c->start);
+      return POOL_BROKEN("sim:%d: pool chunk %p is not tiled by its blocks", index, (void *)c->start);
+    if (c->unused != (c->blocks->state == PB_FREE && !c->blocks->next))
+      return POOL_BROKEN("sim:%d: pool chunk %p: unused flag is wrong", index, (void *)c->start);
+    nunused += c->unused;
     reserved += c->size;
   }
+  size_t listed = 0;
+  for (const pool_chunk *c = pool->unused; c; c = c->unext, listed++)
+    if (!c->unused || c->pool != pool || (c->unext && c->unext->uprev != c) || listed > nunused)
+      return POOL_BROKEN("sim:%d: pool %p: the unused chunk list is broken", index, (void *)pool);
+  if (listed != nunused || nlive != pool->live.count || navail != pool->avail.count)
+    return POOL_BROKEN("sim:%d: pool %p: %zu unused chunks listed of %zu, %zu/%zu blocks in trees of %zu/%zu",
+                       index, (void *)pool, listed, nunused, pool->live.count, pool->avail.count, nlive, navail);
   if (reserved != pool->reserved || used != pool->used || used > reserved)
-    return mn__error(MN_ERR_INTERNAL, "mn_sim_check_invariants",
-                     "sim:%d: pool %p counts %zu reserved / %zu used bytes; found %zu / %zu", index, (void *)pool,
-                     pool->reserved, pool->used, reserved, used);
+    return POOL_BROKEN("sim:%d: pool %p counts %zu reserved / %zu used bytes; found %zu / %zu", index,
+                       (void *)pool, pool->reserved, pool->used, reserved, used);
   return MN_OK;
 }
 
-/* Every pool's bookkeeping: chunks are pool ranges tiled by their blocks, no
- * two FREE blocks side by side, the counts equal the sums. */
+/* A stream's pending list: PENDING blocks of this stream, targets in order,
+ * each still ahead of the stream. *n += its length. */
+static mn_status pending_check(int index, const sim_stream *s, size_t *n) {
+  uint64_t last = 0;
+  for (const pool_block *b = s->pend_head; b; b = b->pnext, (*n)++) {
+    if (b->state != PB_PENDING || b->stream != s || b->target < last || b->target <= s->completed ||
+        b->target > s->queued || (b->pnext ? b->pnext->pprev != b : s->pend_tail != b) ||
+        (b->pprev == NULL) != (b == s->pend_head))
+      return POOL_BROKEN("sim:%d: a stream's pending pool blocks are broken at %p", index, (void *)b->start);
+    last = b->target;
+  }
+  return MN_OK;
+}
+
+/* Every pool, and every stream's pending list against the PENDING blocks. */
 static mn_status pool_check(sim_device *d, int index) {
-  size_t chunks = 0, pool_ranges = 0;
-  for (size_t i = 0; i < d->nranges; i++) pool_ranges += d->ranges[i].pool;
-  mn_status st = pool_check_one(d, index, &d->pool, &chunks);
-  for (const sim_pool *p = d->pools; p && st == MN_OK; p = p->next) st = pool_check_one(d, index, p, &chunks);
-  if (st == MN_OK && chunks != pool_ranges)
-    return mn__error(MN_ERR_INTERNAL, "mn_sim_check_invariants", "sim:%d: %zu pool chunks but %zu pool ranges", index,
-                     chunks, pool_ranges);
-  return st;
+  size_t chunks = 0, pool_ranges = 0, pending = 0, listed = 0;
+  for (const sim_range *r = (const sim_range *)mn__avl_first(&d->ranges); r; r = range_next(r))
+    pool_ranges += r->pool;
+  mn_status st = pool_check_one(d, index, &d->pool, &chunks, &pending);
+  for (const sim_pool *p = d->pools; p && st == MN_OK; p = p->next) st = pool_check_one(d, index, p, &chunks, &pending);
+  if (st == MN_OK) st = pending_check(index, &d->default_stream, &listed);
+  for (const sim_stream *s = d->streams; s && st == MN_OK; s = s->next) st = pending_check(index, s, &listed);
+  if (st != MN_OK) return st;
+  if (chunks != pool_ranges)
+    return POOL_BROKEN("sim:%d: %zu pool chunks but %zu pool ranges", index, chunks, pool_ranges);
+  if (pending != listed)
+    return POOL_BROKEN("sim:%d: %zu PENDING pool blocks but %zu on streams' pending lists", index, pending,
+                       listed);
+  return MN_OK;
 }
 
 /* ---- pinned host memory and peer access ------------------------
@@ -1168,8 +1433,7 @@ static mn_status sim_enable_peer_access(int index, int peer) {
   uint16_t bit = (uint16_t)(1u << index);
   if (!(d->peers & bit)) {
     d->peers |= bit;
-    for (size_t i = 0; i < d->nranges; i++) {
-      sim_range *r = &d->ranges[i];
+    for (sim_range *r = (sim_range *)mn__avl_first(&d->ranges); r; r = range_next(r)) {
       if (!r->mapped) continue;
       for (size_t k = 0; k < r->size / g_cfg.granularity; k++)
         if (r->mapped[k]) r->access[k] |= bit;
@@ -1257,7 +1521,7 @@ const mn__backend_t mn__sim_backend = {
 /* ---- the public SIM API (mnemo/sim.h) ------------------------------------ */
 
 static bool device_busy(const sim_device *d) {
-  return d->nranges || d->streams || d->events || d->default_stream.head; /* pools' chunks are ranges */
+  return d->ranges.count || d->streams || d->events || d->default_stream.head; /* pools' chunks are ranges */
 }
 
 static _Atomic(mn__sim_configure_hook_fn) g_configure_hook;
@@ -1282,8 +1546,7 @@ mn_status mn_sim_configure(const mn_sim_config_t *config) {
   for (int i = 0; i < SIM_MAX_DEVICES; i++) {
     sim_device *d = &g_dev[i];
     if (!atomic_load(&d->ready)) continue;
-    munmap(d->base, d->va_size);
-    free(d->ranges);
+    munmap(d->base, d->va_size); /* no ranges are left (the device is idle) */
     pthread_mutex_destroy(&d->lock);
     /* Created pools are empty here (their chunks would be ranges): they stay,
      * so their owners' handles (an async allocator's) stay valid. */
@@ -1374,7 +1637,7 @@ mn_status mn_sim_check_access(mn_device_t accessor, mn_device_t owner, const voi
   bool mapped = range_is_mapped(d, ptr, nbytes), ok = mapped;
   if (ok && accessor.index != owner.index) {
     uint16_t bit = (uint16_t)(1u << accessor.index);
-    const sim_range *r = &d->ranges[range_find(d, (uintptr_t)ptr)];
+    const sim_range *r = range_find(d, (uintptr_t)ptr);
     if (!r->mapped) {
       ok = (d->peers & bit) != 0;
     } else {
@@ -1401,18 +1664,33 @@ mn_status mn_sim_get_stats(mn_device_t dev, mn_sim_stats_t *out) {
   return unlock_ret(d, MN_OK);
 }
 
+/* A range's max_gap is the largest gap of its subtree. */
+static bool range_summary_ok(const mn__avl_node *n) {
+  const sim_range *r = (const sim_range *)n;
+  size_t m = r->gap, l = range_max_gap(n->left), g = range_max_gap(n->right);
+  if (l > m) m = l;
+  if (g > m) m = g;
+  return r->max_gap == m;
+}
+
 mn_status mn_sim_check_invariants(mn_device_t dev) {
   mn_status st = sim_device_arg(__func__, dev);
   if (st != MN_OK) return st;
   SIM_LOCKED(dev.index, d);
   size_t phys = 0, reservations = 0, g = g_cfg.granularity;
   uintptr_t lo = (uintptr_t)d->base, hi = lo + d->va_size;
-  for (size_t i = 0; i < d->nranges; i++) {
-    const sim_range *r = &d->ranges[i];
+  if (!mn__avl_check(&d->ranges, range_summary_ok))
+    return unlock_ret(d, mn__error(MN_ERR_INTERNAL, __func__, "sim:%d: the range tree is broken", dev.index));
+  uintptr_t prev_end = lo;
+  for (const sim_range *r = (const sim_range *)mn__avl_first(&d->ranges); r; r = range_next(r)) {
     if (r->start < lo || r->size == 0 || r->size % g || r->start % g || r->size > hi - r->start)
-      return unlock_ret(d, mn__error(MN_ERR_INTERNAL, __func__, "sim:%d: range %zu is outside the device", dev.index, i));
-    if (i + 1 < d->nranges && r->start + r->size > d->ranges[i + 1].start)
-      return unlock_ret(d, mn__error(MN_ERR_INTERNAL, __func__, "sim:%d: ranges %zu and %zu overlap", dev.index, i, i + 1));
+      return unlock_ret(d, mn__error(MN_ERR_INTERNAL, __func__, "sim:%d: range %p is outside the device", dev.index,
+                                     (void *)r->start));
+    if (r->start < prev_end || r->gap != r->start - prev_end)
+      return unlock_ret(d, mn__error(MN_ERR_INTERNAL, __func__,
+                                     "sim:%d: range %p overlaps the one before it or its gap (%zu) is wrong",
+                                     dev.index, (void *)r->start, r->gap));
+    prev_end = r->start + r->size;
     if (r->mapped) {
       reservations++;
       for (size_t k = 0; k < r->size / g; k++) phys += r->mapped[k] ? g : 0;
@@ -1432,7 +1710,10 @@ mn_status mn_sim_check_invariants(mn_device_t dev) {
     if (s->completed > s->queued || (s->head == NULL) != (s->completed == s->queued))
       return unlock_ret(d, mn__error(MN_ERR_INTERNAL, __func__, "sim:%d: a stream's queue counts disagree", dev.index));
   }
-  for (sim_event *e = d->events; e; e = e->next) events++;
+  for (sim_event *e = d->events; e; e = e->next, events++)
+    if (e->stream && (e->stream->refs == 0 || (e->stream->dead && e->stream->completed < e->target)))
+      return unlock_ret(d, mn__error(MN_ERR_INTERNAL, __func__, "sim:%d: an event's stream reference is broken",
+                                     dev.index));
   if (streams != d->stats.live_streams || events != d->stats.live_events)
     return unlock_ret(d, mn__error(MN_ERR_INTERNAL, __func__, "sim:%d: live stream/event counts disagree", dev.index));
   return unlock_ret(d, pool_check(d, dev.index));

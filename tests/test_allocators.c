@@ -1018,6 +1018,241 @@ MN_TEST(pool_errors) {
   MN_CHECK_OK(mn_sim_check_invariants(DEV));
 }
 
+static uint64_t synchronizes(void) {
+  mn_sim_stats_t st = {0};
+  MN_CHECK_OK(mn_sim_get_stats(DEV, &st));
+  return st.synchronizes;
+}
+
+/* A stream-ordered free is reusable at once by its own stream and by another
+ * only once its stream has run it; nothing needs a synchronize: advancing
+ * the stream (as a GPU would on its own) is enough. Adjacent frees of one
+ * stream merge before they run. */
+MN_TEST(pool_reuse_needs_no_synchronize) {
+  const size_t K = 64 << 10;
+  mn_stream_t *s1 = NULL, *s2 = NULL;
+  MN_CHECK_OK(mn_stream_create(DEV, &s1));
+  MN_CHECK_OK(mn_stream_create(DEV, &s2));
+  MN_CHECK_OK(mn_device_pool_set_release_threshold(DEV, SIZE_MAX));
+  uint64_t syncs = synchronizes();
+  void *a = NULL, *b = NULL, *c1 = NULL, *c2 = NULL, *c3 = NULL, *x = NULL, *y = NULL;
+  MN_CHECK_OK(mn_device_alloc_async(DEV, K, s1, &a));
+  MN_CHECK_OK(mn_memset_async(DEV, a, 1, K, s1));
+  MN_CHECK_OK(mn_device_free_async(DEV, a, s1));
+  MN_CHECK_OK(mn_device_alloc_async(DEV, K, s1, &b)); /* s1's own free: at once */
+  MN_CHECK(b == a);
+  MN_CHECK_OK(mn_device_free_async(DEV, b, s1));
+  MN_CHECK(sim_pending(s1) == 3);
+  MN_CHECK_OK(mn_device_alloc_async(DEV, K, s2, &c1)); /* not s2's: the frees have not run */
+  MN_CHECK(c1 != a);
+  size_t ran = 0;
+  MN_CHECK_OK(mn_sim_stream_advance(s1, 2, &ran)); /* the memset and the first free: b's free still queued */
+  MN_CHECK(ran == 2);
+  MN_CHECK_OK(mn_device_alloc_async(DEV, K, s2, &c2));
+  MN_CHECK(c2 != a);
+  MN_CHECK_OK(mn_sim_stream_advance(s1, 1, &ran)); /* b's free has run: anyone may reuse it */
+  MN_CHECK_OK(mn_device_alloc_async(DEV, K, s2, &c3));
+  MN_CHECK(c3 == a);
+  MN_CHECK_OK(mn_sim_check_invariants(DEV));
+  /* Two adjacent frees on s1 merge: an allocation on s1 of both sizes takes them, unrun. */
+  MN_CHECK_OK(mn_device_alloc_async(DEV, 4 * K, s1, &x));
+  MN_CHECK_OK(mn_device_alloc_async(DEV, 4 * K, s1, &y));
+  MN_CHECK((char *)y == (char *)x + 4 * K);
+  MN_CHECK_OK(mn_device_free_async(DEV, y, s1));
+  MN_CHECK_OK(mn_device_free_async(DEV, x, s1));
+  MN_CHECK_OK(mn_sim_check_invariants(DEV));
+  MN_CHECK_OK(mn_device_alloc_async(DEV, 8 * K, s1, &b));
+  MN_CHECK(b == x);
+  MN_CHECK(synchronizes() == syncs); /* not one synchronize */
+  MN_CHECK_OK(mn_device_free_async(DEV, b, s1));
+  MN_CHECK_OK(mn_device_free_async(DEV, c1, s2));
+  MN_CHECK_OK(mn_device_free_async(DEV, c2, s2));
+  MN_CHECK_OK(mn_device_free_async(DEV, c3, s2));
+  MN_CHECK_OK(mn_stream_destroy(s1)); /* runs its frees */
+  MN_CHECK_OK(mn_stream_destroy(s2));
+  MN_CHECK(pool_stats().used_current == 0);
+  MN_CHECK_OK(mn_sim_check_invariants(DEV));
+  MN_CHECK_OK(mn_device_pool_trim(DEV, 0));
+  MN_CHECK(pool_stats().reserved_current == 0);
+}
+
+static uint64_t pool_rng_state = 88172645463325252u;
+static uint64_t pool_rng(void) {
+  pool_rng_state ^= pool_rng_state << 13;
+  pool_rng_state ^= pool_rng_state >> 7;
+  pool_rng_state ^= pool_rng_state << 17;
+  return pool_rng_state;
+}
+
+typedef struct pool_model_block {
+  char *p;
+  size_t asked, size; /* size: rounded to 512 */
+  int stream;         /* index into the test's streams */
+  uint64_t pos;       /* frees: the op count of its stream once it runs */
+  bool ran;           /* frees: its stream has run it */
+  unsigned char fill;
+} pool_model_block;
+
+static bool overlaps(const pool_model_block *m, const char *p, size_t n) {
+  return p < m->p + m->size && m->p < p + n;
+}
+
+/* Random stream-ordered allocations and frees on three streams, advanced
+ * and synchronized at random, against a model of what is legal: no block
+ * overlaps a live one or one freed on another stream whose free has not run;
+ * live bytes are never touched by the pool; used bytes lie between the live
+ * bytes and the live plus freed bytes of streams with frees still queued
+ * (exactly the live ones once everything ran); the device's invariants hold
+ * after every step. */
+MN_TEST(pool_random_against_a_model) {
+  enum { NS = 3, MAXLIVE = 64, MAXFREED = 4096, STEPS = 4000 };
+  mn_stream_t *s[NS] = {NULL};
+  MN_CHECK_OK(mn_stream_default(DEV, &s[0]));
+  for (int i = 1; i < NS; i++) MN_CHECK_OK(mn_stream_create(DEV, &s[i]));
+  MN_CHECK_OK(mn_device_pool_set_release_threshold(DEV, SIZE_MAX));
+  static pool_model_block live[MAXLIVE], freed[MAXFREED];
+  size_t nlive = 0, nfreed = 0;
+  uint64_t queued[NS] = {0}, base_done[NS];
+  for (int i = 0; i < NS; i++) base_done[i] = (uint64_t)sim_pending(s[i]); /* 0: nothing queued before */
+  int bad = 0;
+  for (int step = 0; step < STEPS && !bad; step++) {
+    uint64_t r = pool_rng() % 100;
+    int si = (int)(pool_rng() % NS);
+    if (r < 45 && nlive < MAXLIVE) {
+      size_t asked = (size_t)(1 + pool_rng() % 64) * 512 - (size_t)(pool_rng() % 512);
+      char *p = NULL;
+      MN_CHECK_OK(mn_device_alloc_async(DEV, asked, s[si], (void **)&p));
+      if (!p) {
+        bad = 1;
+        break;
+      }
+      size_t size = (asked + 511) / 512 * 512;
+      for (size_t i = 0; i < nlive; i++) bad |= overlaps(&live[i], p, size) ? 2 : 0;
+      for (size_t i = 0; i < nfreed; i++)
+        bad |= !freed[i].ran && freed[i].stream != si && overlaps(&freed[i], p, size) ? 4 : 0;
+      /* what it takes of si's own unrun frees is no longer theirs: keep the rest of each */
+      for (size_t i = 0, n = nfreed; i < n && nfreed < MAXFREED - 1; i++) {
+        pool_model_block f = freed[i];
+        if (f.stream != si || !overlaps(&f, p, size)) continue;
+        freed[i].size = 0; /* dropped below unless a remainder takes the slot */
+        if (f.p < p) freed[i].size = (size_t)(p - f.p);
+        if (f.p + f.size > p + size) {
+          pool_model_block rest = f;
+          rest.p = p + size;
+          rest.size = (size_t)(f.p + f.size - rest.p);
+          if (freed[i].size) freed[nfreed++] = rest;
+          else freed[i] = rest;
+        }
+      }
+      unsigned char fill = (unsigned char)(1 + step % 250);
+      memset(p, fill, asked);
+      live[nlive++] = (pool_model_block){.p = p, .asked = asked, .size = size, .stream = si, .fill = fill};
+    } else if (r < 85 && nlive > 0 && nfreed < MAXFREED) {
+      size_t i = (size_t)(pool_rng() % nlive);
+      pool_model_block m = live[i];
+      for (size_t k = 0; k < m.asked; k += 97) bad |= (unsigned char)m.p[k] != m.fill ? 8 : 0;
+      bad |= (unsigned char)m.p[m.asked - 1] != m.fill ? 8 : 0;
+      MN_CHECK_OK(mn_device_free_async(DEV, m.p, s[si]));
+      m.stream = si;
+      m.pos = ++queued[si];
+      freed[nfreed++] = m;
+      live[i] = live[--nlive];
+    } else if (r < 97) {
+      size_t ran = 0;
+      MN_CHECK_OK(mn_sim_stream_advance(s[si], (size_t)(pool_rng() % 4), &ran));
+    } else {
+      MN_CHECK_OK(mn_stream_synchronize(s[si]));
+    }
+    /* Frees their stream ran are everyone's; they leave the model once every
+     * free of their stream ran (until then the pool may hold them PENDING,
+     * merged with a later free of that stream). */
+    uint64_t done[NS];
+    for (int i = 0; i < NS; i++) done[i] = queued[i] - ((uint64_t)sim_pending(s[i]) - base_done[i]);
+    size_t live_bytes = 0, freed_bytes = 0, k = 0;
+    for (size_t i = 0; i < nfreed; i++) {
+      freed[i].ran = freed[i].pos <= done[freed[i].stream];
+      if (freed[i].size && (!freed[i].ran || done[freed[i].stream] < queued[freed[i].stream])) freed[k++] = freed[i];
+    }
+    nfreed = k;
+    for (size_t i = 0; i < nlive; i++) live_bytes += live[i].size;
+    for (size_t i = 0; i < nfreed; i++) freed_bytes += freed[i].size;
+    mn_device_pool_stats_t ps = pool_stats();
+    bad |= ps.used_current < live_bytes || ps.used_current > live_bytes + freed_bytes ? 16 : 0;
+    bad |= nfreed == 0 && ps.used_current != live_bytes ? 32 : 0;
+    if (mn_sim_check_invariants(DEV) != MN_OK) {
+      fprintf(stderr, "step %d: %s\n", step, mn_last_error());
+      bad |= 64;
+    }
+  }
+  if (bad) fprintf(stderr, "pool model: fault bits %d\n", bad);
+  MN_CHECK(bad == 0);
+  for (size_t i = 0; i < nlive; i++) MN_CHECK_OK(mn_device_free_async(DEV, live[i].p, s[live[i].stream]));
+  MN_CHECK_OK(mn_device_synchronize(DEV));
+  MN_CHECK(pool_stats().used_current == 0);
+  MN_CHECK_OK(mn_sim_check_invariants(DEV));
+  for (int i = 1; i < NS; i++) MN_CHECK_OK(mn_stream_destroy(s[i]));
+  MN_CHECK_OK(mn_device_pool_trim(DEV, 0));
+  MN_CHECK(pool_stats().reserved_current == 0);
+}
+
+/* The stream-ordered allocator reuses its own stream's frees at once and
+ * another stream's once they ran (an event on the freeing stream says when:
+ * query it, do not wait); repeated passes of allocations freed without a
+ * synchronize reuse the same memory: the pool does not grow. */
+MN_TEST(async_allocator_reuses_frees_without_synchronize) {
+  mn_allocator_t *a = NULL;
+  mn_stream_t *s1 = NULL, *s2 = NULL;
+  mn_event_t *e = NULL;
+  MN_CHECK_OK(mn_async_allocator_create(DEV, &a));
+  MN_CHECK_OK(mn_stream_create(DEV, &s1));
+  MN_CHECK_OK(mn_stream_create(DEV, &s2));
+  MN_CHECK_OK(mn_event_create(DEV, &e));
+  if (!a || !e) return;
+  uint64_t syncs = synchronizes();
+  void *p = NULL, *q = NULL;
+  MN_CHECK_OK(mn_allocator_alloc(a, 4096, s1, &p));
+  MN_CHECK_OK(mn_allocator_free(a, p));
+  MN_CHECK_OK(mn_allocator_alloc(a, 4096, s1, &q));
+  MN_CHECK(q == p);
+  MN_CHECK_OK(mn_allocator_free(a, q));
+  MN_CHECK_OK(mn_event_record(e, s1)); /* after the free */
+  bool done = true;
+  MN_CHECK_OK(mn_event_query(e, &done));
+  MN_CHECK(!done);
+  void *r = NULL;
+  MN_CHECK_OK(mn_allocator_alloc(a, 4096, s2, &r));
+  MN_CHECK(r != p);
+  size_t ran = 0;
+  MN_CHECK_OK(mn_sim_stream_advance(s1, 16, &ran));
+  MN_CHECK_OK(mn_event_query(e, &done));
+  MN_CHECK(done);
+  MN_CHECK_OK(mn_allocator_alloc(a, 4096, s2, &q));
+  MN_CHECK(q == p);
+  MN_CHECK_OK(mn_allocator_free(a, q));
+  MN_CHECK_OK(mn_allocator_free(a, r));
+  /* Passes of mixed sizes (the same sizes in a new order each time), freed
+   * without a synchronize, stay in the memory of the first pass. */
+  enum { N = 192, PASSES = 10 };
+  static void *l[N];
+  mn_alloc_stats_t st;
+  int64_t first = 0;
+  for (int pass = 0; pass < PASSES; pass++) {
+    for (int i = 0; i < N; i++) MN_CHECK_OK(mn_allocator_alloc(a, (size_t)(1 + (i * 7 + pass) % 64) * 512, s1, &l[i]));
+    for (int i = 0; i < N; i++) MN_CHECK_OK(mn_allocator_free(a, l[i]));
+    MN_CHECK_OK(mn_allocator_get_stats(a, &st));
+    if (pass == 0) first = st.reserved_bytes[MN_POOL_ALL].current;
+  }
+  MN_CHECK(first > 0 && st.reserved_bytes[MN_POOL_ALL].current == first);
+  MN_CHECK(synchronizes() == syncs); /* not one synchronize */
+  MN_CHECK_OK(mn_sim_check_invariants(DEV));
+  MN_CHECK_OK(mn_allocator_check_invariants(a));
+  MN_CHECK_OK(mn_event_destroy(e));
+  mn_allocator_destroy(a); /* synchronizes: the queued frees run */
+  MN_CHECK_OK(mn_stream_destroy(s1));
+  MN_CHECK_OK(mn_stream_destroy(s2));
+  MN_CHECK_OK(mn_sim_check_invariants(DEV));
+}
+
 /* record_stream: the free waits for the recorded stream, as PyTorch's
  * cudaMallocAsync backend does it. */
 MN_TEST(async_allocator_frees_after_recorded_streams) {
@@ -1464,9 +1699,12 @@ int main(void) {
   MN_RUN(pool_reuse_follows_stream_order);
   MN_RUN(pool_splits_coalesces_grows_and_releases);
   MN_RUN(pool_errors);
+  MN_RUN(pool_reuse_needs_no_synchronize);
+  MN_RUN(pool_random_against_a_model);
   MN_RUN(async_allocator_frees_after_recorded_streams);
   MN_RUN(async_allocator_holds_its_streams);
   MN_RUN(async_allocator_leaves_the_default_pool_alone);
+  MN_RUN(async_allocator_reuses_frees_without_synchronize);
   MN_RUN(cpu_backend_refuses_bad_frees);
   MN_RUN(cpu_default_allocator_refuses_bad_frees);
   MN_RUN(entry_points_on_sim);

@@ -1,9 +1,12 @@
 /* tests/test_sim.c: the SIM device's semantics: memory and capacity, lazy
  * streams that run only when advanced, events, waits, VMM, fault injection,
- * destroying a stream that is held. */
+ * destroying a stream that is held or that events and waits refer to; the
+ * AVL tree (runtime/avl.h) and the SIM range placement (first fit) against
+ * naive models. */
 #include <stdint.h>
 
 #include "mn_test.h"
+#include "runtime/avl.h"
 #include "runtime/stream_hold.h"
 
 static mn_device_t SIM0;
@@ -432,6 +435,225 @@ MN_TEST(held_stream_destroy_is_busy) {
   MN_CHECK_ERR(mn_stream_destroy(def), MN_ERR_INVALID_ARGUMENT, "default stream");
 }
 
+/* ---- runtime/avl.h against a sorted array ---------------------------------- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15u;
+static uint64_t rng(void) { /* xorshift64*: a fixed sequence */
+  rng_state ^= rng_state >> 12;
+  rng_state ^= rng_state << 25;
+  rng_state ^= rng_state >> 27;
+  return rng_state * 2685821657736338717u;
+}
+
+typedef struct tnode {
+  mn__avl_node node;
+  uint64_t key, val, max; /* max: the largest val of the subtree (the augmentation) */
+} tnode;
+
+static int tcmp(const mn__avl_node *a, const mn__avl_node *b) {
+  uint64_t x = ((const tnode *)a)->key, y = ((const tnode *)b)->key;
+  return x < y ? -1 : x > y;
+}
+static int tkey(const void *k, const mn__avl_node *n) {
+  uint64_t x = *(const uint64_t *)k, y = ((const tnode *)n)->key;
+  return x < y ? -1 : x > y;
+}
+static uint64_t tmax(const mn__avl_node *n) { return n ? ((const tnode *)n)->max : 0; }
+static bool tupdate(mn__avl_node *n) {
+  tnode *t = (tnode *)n;
+  uint64_t l = tmax(n->left), r = tmax(n->right), m = t->val > l ? t->val : l;
+  if (r > m) m = r;
+  bool changed = m != t->max;
+  t->max = m;
+  return changed;
+}
+static bool tok(const mn__avl_node *n) {
+  const tnode *t = (const tnode *)n;
+  uint64_t m = t->val, l = tmax(n->left), r = tmax(n->right);
+  if (l > m) m = l;
+  if (r > m) m = r;
+  return t->max == m;
+}
+
+/* Random inserts, removes, value changes and searches, each checked against
+ * a sorted array of the same keys; the structure and the augmentation
+ * checked after every step. */
+MN_TEST(avl_tree_matches_a_sorted_array) {
+  enum { KEYS = 512, STEPS = 20000 };
+  static tnode nodes[KEYS];
+  static bool in[KEYS];
+  mn__avl t;
+  mn__avl_init(&t, tcmp, tupdate);
+  size_t count = 0;
+  int bad = 0;
+  memset(in, 0, sizeof in);
+  for (int i = 0; i < KEYS; i++) nodes[i].key = (uint64_t)i * 3 + 1;
+  for (int step = 0; step < STEPS && !bad; step++) {
+    int i = (int)(rng() % KEYS);
+    uint64_t r = rng() % 10;
+    if (!in[i] && r < 6) {
+      nodes[i].val = rng() % 1000;
+      mn__avl_insert(&t, &nodes[i].node);
+      in[i] = true;
+      count++;
+    } else if (in[i] && r < 9) {
+      mn__avl_remove(&t, &nodes[i].node);
+      in[i] = false;
+      count--;
+    } else if (in[i]) {
+      nodes[i].val = rng() % 1000;
+      mn__avl_update_path(&t, &nodes[i].node);
+    }
+    if (!mn__avl_check(&t, tok) || t.count != count) bad |= 1;
+    /* in-order walk, both ways, and the largest value */
+    const mn__avl_node *n = mn__avl_first(&t);
+    uint64_t want_max = 0;
+    for (int k = 0; k < KEYS; k++) {
+      if (!in[k]) continue;
+      if (n != &nodes[k].node) bad |= 2;
+      if (nodes[k].val > want_max) want_max = nodes[k].val;
+      n = n ? mn__avl_next(n) : NULL;
+    }
+    if (n || tmax(t.root) != want_max) bad |= 4;
+    n = mn__avl_last(&t);
+    for (int k = KEYS - 1; k >= 0; k--) {
+      if (!in[k]) continue;
+      if (n != &nodes[k].node) bad |= 8;
+      n = n ? mn__avl_prev(n) : NULL;
+    }
+    /* searches for keys present and absent */
+    uint64_t q = rng() % (KEYS * 3 + 2);
+    const mn__avl_node *lb = NULL, *fl = NULL;
+    for (int k = 0; k < KEYS; k++)
+      if (in[k] && nodes[k].key >= q) {
+        lb = &nodes[k].node;
+        break;
+      }
+    for (int k = KEYS - 1; k >= 0; k--)
+      if (in[k] && nodes[k].key <= q) {
+        fl = &nodes[k].node;
+        break;
+      }
+    if (mn__avl_lower_bound(&t, &q, tkey) != lb || mn__avl_floor(&t, &q, tkey) != fl) bad |= 16;
+  }
+  if (bad) fprintf(stderr, "avl: fault bits %d\n", bad);
+  MN_CHECK(bad == 0);
+  MN_CHECK(mn__avl_check(&t, tok));
+}
+
+/* ---- SIM placement against the first-fit scan it replaced ------------------- */
+
+typedef struct model_range {
+  uintptr_t off;
+  size_t size;
+  bool reserved;
+  void *ptr;
+} model_range;
+
+/* Offset where a scan of the sorted ranges finds the first gap of n bytes. */
+static uintptr_t model_first_fit(const model_range *r, size_t count, size_t n, size_t *pos) {
+  uintptr_t cursor = 0;
+  size_t i = 0;
+  for (; i < count; i++) {
+    if (r[i].off - cursor >= n) break;
+    cursor = r[i].off + r[i].size;
+  }
+  *pos = i;
+  return cursor;
+}
+
+/* Random raw allocations, reservations and their frees land exactly where
+ * the former linear first-fit scan put them (replays and snapshots keep
+ * their addresses); the device's invariants (range tree, gaps) hold after
+ * every step. Runs on freshly configured devices. */
+MN_TEST(range_placement_is_first_fit) {
+  mn_sim_config_t c;
+  MN_CHECK_OK(mn_sim_get_config(&c));
+  MN_CHECK_OK(mn_sim_configure(&c)); /* fresh devices: the first range lands at the base */
+  enum { MAXLIVE = 48, STEPS = 3000 };
+  model_range live[MAXLIVE];
+  size_t count = 0;
+  const size_t g = c.granularity;
+  uintptr_t base = 0;
+  int bad = 0;
+  for (int step = 0; step < STEPS && !bad; step++) {
+    bool alloc = count == 0 || (count < MAXLIVE && rng() % 100 < 55);
+    if (alloc) {
+      bool reserved = rng() % 4 == 0;
+      size_t n = (1 + rng() % 8) * g, pos = 0;
+      void *p = NULL;
+      if (reserved) MN_CHECK_OK(mn_device_va_reserve(SIM0, n, &p));
+      else MN_CHECK_OK(mn_device_raw_alloc(SIM0, n - (rng() % g), &p)); /* rounded up to n */
+      if (!p) {
+        bad = 1;
+        break;
+      }
+      if (!base) base = (uintptr_t)p;
+      uintptr_t want = model_first_fit(live, count, n, &pos);
+      if ((uintptr_t)p - base != want) bad = 2;
+      memmove(&live[pos + 1], &live[pos], (count - pos) * sizeof *live);
+      live[pos] = (model_range){.off = want, .size = n, .reserved = reserved, .ptr = p};
+      count++;
+    } else {
+      size_t i = (size_t)(rng() % count);
+      if (live[i].reserved) MN_CHECK_OK(mn_device_va_release(SIM0, live[i].ptr, live[i].size));
+      else MN_CHECK_OK(mn_device_raw_free(SIM0, live[i].ptr));
+      memmove(&live[i], &live[i + 1], (count - i - 1) * sizeof *live);
+      count--;
+    }
+    if (mn_sim_check_invariants(SIM0) != MN_OK) {
+      fprintf(stderr, "step %d: %s\n", step, mn_last_error());
+      bad = 3;
+    }
+  }
+  if (bad) fprintf(stderr, "range placement: fault %d\n", bad);
+  MN_CHECK(bad == 0);
+  for (size_t i = 0; i < count; i++) {
+    if (live[i].reserved) MN_CHECK_OK(mn_device_va_release(SIM0, live[i].ptr, live[i].size));
+    else MN_CHECK_OK(mn_device_raw_free(SIM0, live[i].ptr));
+  }
+  mn_sim_stats_t st;
+  MN_CHECK_OK(mn_sim_get_stats(SIM0, &st));
+  MN_CHECK(st.mapped_bytes == 0 && st.live_reservations == 0);
+  MN_CHECK_OK(mn_sim_check_invariants(SIM0));
+}
+
+/* Destroying a stream costs its own queue only: events recorded on it and
+ * waits queued for it elsewhere stay valid (complete), whether they go
+ * before or after the stream. */
+MN_TEST(destroyed_stream_leaves_events_and_waits_complete) {
+  mn_stream_t *s1 = NULL, *s2 = NULL;
+  mn_event_t *e1 = NULL, *e2 = NULL;
+  int ran = 0;
+  MN_CHECK_OK(mn_stream_create(SIM0, &s1));
+  MN_CHECK_OK(mn_stream_create(SIM0, &s2));
+  MN_CHECK_OK(mn_event_create(SIM0, &e1));
+  MN_CHECK_OK(mn_event_create(SIM0, &e2));
+  MN_CHECK_OK(mn_stream_launch_host(s1, counter_fn, &ran));
+  MN_CHECK_OK(mn_event_record(e1, s1));
+  MN_CHECK_OK(mn_event_record(e2, s1));
+  MN_CHECK_OK(mn_stream_wait_event(s2, e1)); /* s2 waits for s1's host function */
+  MN_CHECK_OK(mn_stream_launch_host(s2, counter_fn, &ran));
+  MN_CHECK(!event_done(e1) && pending(s2) == 2);
+  MN_CHECK_OK(mn_stream_destroy(s1)); /* runs s1's work */
+  MN_CHECK(ran == 1 && event_done(e1) && event_done(e2));
+  MN_CHECK_OK(mn_sim_check_invariants(SIM0));
+  MN_CHECK_OK(mn_event_synchronize(e1));
+  MN_CHECK_OK(mn_event_destroy(e1));
+  size_t k = 0;
+  MN_CHECK_OK(mn_sim_stream_advance(s2, 8, &k)); /* the wait is satisfied */
+  MN_CHECK(k == 2 && ran == 2);
+  /* waiting for an event of a destroyed stream queues nothing (it is complete) */
+  MN_CHECK_OK(mn_stream_wait_event(s2, e2));
+  MN_CHECK(pending(s2) == 0);
+  MN_CHECK_OK(mn_event_destroy(e2)); /* the last reference: s1's memory goes */
+  MN_CHECK_OK(mn_stream_destroy(s2));
+  mn_sim_stats_t st;
+  MN_CHECK_OK(mn_sim_get_stats(SIM0, &st));
+  MN_CHECK(st.live_streams == 0 && st.live_events == 0);
+  MN_CHECK_OK(mn_sim_check_invariants(SIM0));
+}
+
 MN_TEST(api_argument_errors) {
   MN_CHECK_ERR(mn_sim_stream_advance(NULL, 1, NULL), MN_ERR_INVALID_ARGUMENT, "stream");
   mn_stream_t *cpu = NULL;
@@ -524,6 +746,9 @@ int main(void) {
   MN_RUN(virtual_memory);
   MN_RUN(fault_injection);
   MN_RUN(held_stream_destroy_is_busy);
+  MN_RUN(destroyed_stream_leaves_events_and_waits_complete);
+  MN_RUN(avl_tree_matches_a_sorted_array);
+  MN_RUN(range_placement_is_first_fit);
   MN_RUN(api_argument_errors);
   MN_RUN(vmm_memory_reaches_enabled_peers);
   MN_RUN(configure_refreshes_idle_default_allocators);
