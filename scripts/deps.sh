@@ -5,8 +5,10 @@ set -euo pipefail
 # Build: compilers, CMake, Ninja, Google Benchmark, the DLPack header.
 # Tests: numpy (DLPack test, bench/cpu_vs_numpy.py), PyTorch on CPU (view differential test),
 # headless Chromium (the HTML report test).
+# Benchmarks: jemalloc and mimalloc, the general-purpose anchors of bench_alloc_anchors
+# and bench/alloc_ir.sh (loaded with dlopen; skipped where missing).
 pkgs=(cmake ninja-build gcc g++ make pkg-config libbenchmark-dev libdlpack-dev python3
-      python3-numpy python3-torch chromium "$@")
+      python3-numpy python3-torch chromium libjemalloc-dev libmimalloc-dev "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
