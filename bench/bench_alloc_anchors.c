@@ -9,7 +9,8 @@
  *    live); ns_per_pair = ns per alloc+free pair;
  *  - fixed_pair/...: one 3072 B alloc+free pair, the same four;
  *  - threads/...: 1, 2, 4, 16 threads each doing cached pairs on its own stream
- *    (mnemo: one SIM stream per thread, one shared caching allocator);
+ *    (mnemo: one SIM stream per thread, one shared caching allocator, and
+ *    mnemo_sim_sharded: the same through mn_caching_allocator_create_sharded);
  *    pairs_per_s over all threads and x_1thread, its ratio to the 1-thread run;
  *  - pending_pair/K: the cached pair on the default stream with K frees
  *    pending on another stream's events (work the SIM device never runs);
@@ -39,6 +40,7 @@ typedef struct {
   const mn_anchor_heap_t *heap;
   bool scaled; /* trace: mnemo with the scaled sizes */
   int index;   /* threads: which 1-thread rate is its reference */
+  mn_allocator_t **shared; /* threads, mnemo: the allocator every thread uses */
 } target;
 
 /* ---- trace ---------------------------------------------------------------------- */
@@ -106,8 +108,9 @@ static void bench_fixed(mn_bench_t *b, void *arg) {
 /* ---- threads ---------------------------------------------------------------------- */
 
 static mn_allocator_t *g_thr_alloc;          /* shared by the mnemo threads */
+static mn_allocator_t *g_thr_sharded;        /* the same, split by stream (mn_caching_allocator_create_sharded) */
 static mn_stream_t *g_thr_streams[MAX_THREADS]; /* slot i: thread index i's own stream, kept across runs */
-static double g_rate1[1 + MN_ANCHOR_HEAPS];  /* pairs/s of each target's 1-thread run */
+static double g_rate1[2 + MN_ANCHOR_HEAPS];  /* pairs/s of each target's 1-thread run */
 static struct {
   pthread_mutex_t mu;
   double start, end;
@@ -147,8 +150,8 @@ static void bench_threads(mn_bench_t *b, void *arg) {
       if (!p) mn_anchor_die("malloc");
       t->heap->free_fn(p);
     } else {
-      MN_BENCH_OK(mn_allocator_alloc(g_thr_alloc, MN_ANCHOR_FIXED_SIZE, s, &p));
-      MN_BENCH_OK(mn_allocator_free(g_thr_alloc, p));
+      MN_BENCH_OK(mn_allocator_alloc(*t->shared, MN_ANCHOR_FIXED_SIZE, s, &p));
+      MN_BENCH_OK(mn_allocator_free(*t->shared, p));
     }
   }
   double t1 = mn_bench_now_s();
@@ -250,9 +253,10 @@ int main(int argc, char **argv) {
     if (!have[k]) fprintf(stderr, "skipping the %s anchors: %s\n", heaps[k].name ? heaps[k].name : "?", why);
   }
   static const char *const heap_names[MN_ANCHOR_HEAPS] = {"glibc", "jemalloc", "mimalloc"};
-  static target mnemo = {"mnemo_sim", NULL, true, 0}, mnemo_raw = {"mnemo_sim_raw", NULL, false, 0};
+  static target mnemo = {"mnemo_sim", NULL, true, 0, &g_thr_alloc}, mnemo_raw = {"mnemo_sim_raw", NULL, false, 0, NULL};
+  static target sharded = {"mnemo_sim_sharded", NULL, true, 1 + MN_ANCHOR_HEAPS, &g_thr_sharded};
   static target ht[MN_ANCHOR_HEAPS];
-  for (int k = 0; k < MN_ANCHOR_HEAPS; k++) ht[k] = (target){heap_names[k], &heaps[k], true, 1 + k};
+  for (int k = 0; k < MN_ANCHOR_HEAPS; k++) ht[k] = (target){heap_names[k], &heaps[k], true, 1 + k, NULL};
 
   char name[128];
   mn_bench_register("anchors/trace/mnemo_sim", bench_trace, &mnemo, 0, NULL);
@@ -271,6 +275,9 @@ int main(int argc, char **argv) {
   static const int threads[] = {1, 2, 4, 16};
   if (mn_caching_allocator_create(mn_device_sim(0), NULL, &g_thr_alloc) != MN_OK) mn_anchor_die("create");
   for (int i = 0; i < 4; i++) mn_bench_register_threads("anchors/threads/mnemo_sim", bench_threads, &mnemo, threads[i]);
+  if (mn_caching_allocator_create_sharded(mn_device_sim(0), NULL, &g_thr_sharded) != MN_OK) mn_anchor_die("create sharded");
+  for (int i = 0; i < 4; i++)
+    mn_bench_register_threads("anchors/threads/mnemo_sim_sharded", bench_threads, &sharded, threads[i]);
   for (int k = 0; k < MN_ANCHOR_HEAPS; k++)
     if (have[k]) {
       snprintf(name, sizeof name, "anchors/threads/%s", heap_names[k]);
@@ -291,6 +298,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < MAX_THREADS; i++)
     if (g_thr_streams[i] && mn_stream_destroy(g_thr_streams[i]) != MN_OK) mn_anchor_die("mn_stream_destroy");
   mn_allocator_destroy(g_thr_alloc);
+  mn_allocator_destroy(g_thr_sharded);
   mn_anchor_seq_free(&g_seq);
   return rc;
 }

@@ -1,4 +1,5 @@
-/* tests/test_caching_threads.c: the caching allocator under concurrent use on SIM:
+/* tests/test_caching_threads.c: the caching allocator (and its per-stream sharded form) under
+ * concurrent use on SIM:
  * threads allocate and free on their streams, hand pointers to each other (freed
  * on another thread), record uses on other threads' streams, empty the cache, read
  * stats and check invariants, for a bounded number of operations (label sim; run
@@ -7,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "mn_test.h"
 
@@ -93,11 +95,12 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-static void run(const char *conf, int nstreams) {
+static void run_on(const char *conf, int nstreams, bool sharded) {
   g_nstreams = nstreams;
   mn_caching_config_t c = mn_caching_config_default();
   if (conf) MN_CHECK_OK(mn_caching_config_parse(conf, &c));
-  MN_CHECK_OK(mn_caching_allocator_create(SIM0, &c, &g_alloc));
+  if (sharded) MN_CHECK_OK(mn_caching_allocator_create_sharded(SIM0, &c, &g_alloc));
+  else MN_CHECK_OK(mn_caching_allocator_create(SIM0, &c, &g_alloc));
   for (int i = 0; i < THREADS; i++) atomic_store(&g_slot[i], NULL);
   for (int i = 0; i < nstreams; i++) MN_CHECK_OK(mn_stream_create(SIM0, &g_streams[i]));
   pthread_t t[THREADS];
@@ -112,8 +115,8 @@ static void run(const char *conf, int nstreams) {
   mn_alloc_stats_t s;
   MN_CHECK_OK(mn_allocator_get_stats(g_alloc, &s));
   MN_CHECK(s.allocation[MN_POOL_ALL].current == 0);
-  printf("  %s: %lld allocations, %lld OOMs, %lld syncs, peak %.1f MiB reserved\n", conf ? conf : "default",
-         (long long)s.allocation[MN_POOL_ALL].allocated, (long long)s.num_ooms, (long long)s.num_sync_all_streams,
+  printf("  %s%s: %lld allocations, %lld OOMs, %lld syncs, peak %.1f MiB reserved\n", conf ? conf : "default",
+         sharded ? " (sharded)" : "", (long long)s.allocation[MN_POOL_ALL].allocated, (long long)s.num_ooms, (long long)s.num_sync_all_streams,
          (double)s.reserved_bytes[MN_POOL_ALL].peak / (double)MB);
   for (int i = 0; i < nstreams; i++) MN_CHECK_OK(mn_stream_synchronize(g_streams[i]));
   MN_CHECK_OK(mn_allocator_empty_cache(g_alloc));
@@ -128,12 +131,99 @@ static void run(const char *conf, int nstreams) {
   MN_CHECK_OK(mn_sim_check_invariants(SIM0));
 }
 
+static void run(const char *conf, int nstreams) { run_on(conf, nstreams, false); }
+
 MN_TEST(threads_default) { run(NULL, THREADS); }
 /* Three streams shared by the eight threads: each stream's ranges take 1 1/4 of the
  * device in address space, and SIM has 4x its capacity. */
 MN_TEST(threads_expandable) { run("expandable_segments:True", 3); }
 MN_TEST(threads_oversize_gc) {
   run("max_split_size_mb:20,garbage_collection_threshold:0.3,per_process_memory_fraction:0.5", THREADS);
+}
+
+/* The sharded allocator: every thread on its own stream (the case it is for),
+ * then eight threads on three streams (shards shared by threads), with pointers
+ * freed on other threads and used on other streams. */
+MN_TEST(threads_sharded) {
+  run_on(NULL, THREADS, true);
+  run_on("expandable_segments:True", 3, true);
+}
+
+/* One stream, one thread: a seeded sequence gives the same addresses and the
+ * same statistics through one caching allocator and through the sharded one. */
+static void sequence(bool sharded, uintptr_t *addrs, int n, mn_alloc_stats_t *out) {
+  mn_allocator_t *a = NULL;
+  if (sharded) MN_CHECK_OK(mn_caching_allocator_create_sharded(SIM0, NULL, &a));
+  else MN_CHECK_OK(mn_caching_allocator_create(SIM0, NULL, &a));
+  uint64_t r = g_seed | 1;
+  void *live[64];
+  int nlive = 0;
+  for (int i = 0; i < n; i++) {
+    if (nlive < 64 && (nlive == 0 || rnd(&r) % 100 < 55)) {
+      MN_CHECK_OK(mn_allocator_alloc(a, pick_size(&r), NULL, &live[nlive]));
+      addrs[i] = (uintptr_t)live[nlive++];
+    } else {
+      int k = (int)(rnd(&r) % (uint64_t)nlive);
+      MN_CHECK_OK(mn_allocator_free(a, live[k]));
+      addrs[i] = 0;
+      live[k] = live[--nlive];
+    }
+  }
+  MN_CHECK_OK(mn_allocator_check_invariants(a));
+  MN_CHECK_OK(mn_allocator_get_stats(a, out));
+  mn_snapshot_t *snap = NULL;
+  MN_CHECK_OK(mn_allocator_snapshot(a, &snap));
+  size_t active = 0;
+  for (size_t i = 0; i < snap->nsegments; i++) active += snap->segments[i].active_size;
+  MN_CHECK(active == (size_t)out->active_bytes[MN_POOL_ALL].current);
+  mn_snapshot_free(snap);
+  for (int i = 0; i < nlive; i++) MN_CHECK_OK(mn_allocator_free(a, live[i]));
+  MN_CHECK_OK(mn_allocator_empty_cache(a));
+  mn_allocator_destroy(a);
+}
+
+MN_TEST(sharded_matches_one_allocator) {
+  enum { N = 3000 };
+  static uintptr_t one[N], sharded[N];
+  mn_alloc_stats_t s1, s2;
+  sequence(false, one, N, &s1);
+  sequence(true, sharded, N, &s2);
+  int same = 0;
+  for (int i = 0; i < N; i++) same += one[i] == sharded[i];
+  MN_CHECK(same == N);
+  MN_CHECK(memcmp(&s1, &s2, sizeof s1) == 0);
+}
+
+/* What the shards cannot keep is refused, clearly; bad pointers are refused. */
+MN_TEST(sharded_refusals) {
+  mn_caching_config_t c = mn_caching_config_default();
+  mn_allocator_t *a = NULL;
+  c.per_process_memory_fraction = 0.5;
+  MN_CHECK(mn_caching_allocator_create_sharded(SIM0, &c, &a) == MN_ERR_NOT_SUPPORTED && a == NULL);
+  MN_CHECK(strstr(mn_last_error(), "per_process_memory_fraction") != NULL);
+  c = mn_caching_config_default();
+  c.garbage_collection_threshold = 0.5;
+  MN_CHECK(mn_caching_allocator_create_sharded(SIM0, &c, &a) == MN_ERR_NOT_SUPPORTED && a == NULL);
+  c = mn_caching_config_default();
+  c.max_split_size = 1; /* below 20 MiB: the caching allocator's own validation */
+  MN_CHECK(mn_caching_allocator_create_sharded(SIM0, &c, &a) == MN_ERR_INVALID_ARGUMENT && a == NULL);
+  MN_CHECK(mn_caching_allocator_create_sharded(SIM0, NULL, NULL) == MN_ERR_INVALID_ARGUMENT);
+  MN_CHECK_OK(mn_caching_allocator_create_sharded(SIM0, NULL, &a));
+  void *p = NULL, *q = NULL;
+  MN_CHECK_OK(mn_allocator_alloc(a, 4096, NULL, &p));
+  MN_CHECK(mn_allocator_free(a, (char *)p + 512) == MN_ERR_INVALID_ARGUMENT);
+  int x;
+  MN_CHECK(mn_allocator_free(a, &x) == MN_ERR_INVALID_ARGUMENT);
+  MN_CHECK(mn_allocator_record_stream(a, &x, NULL) == MN_ERR_INVALID_ARGUMENT);
+  MN_CHECK_OK(mn_allocator_free(a, p));
+  MN_CHECK(mn_allocator_free(a, p) == MN_ERR_INVALID_ARGUMENT); /* double free */
+  MN_CHECK(mn_allocator_alloc(a, (size_t)64 << 30, NULL, &q) == MN_ERR_OUT_OF_MEMORY && q == NULL);
+  MN_CHECK_OK(mn_allocator_check_invariants(a));
+  mn_alloc_stats_t s;
+  MN_CHECK_OK(mn_allocator_get_stats(a, &s));
+  MN_CHECK(s.allocation[MN_POOL_ALL].current == 0 && s.allocation[MN_POOL_ALL].allocated == 1);
+  MN_CHECK(strcmp(mn_allocator_name(a), "caching_sharded") == 0);
+  mn_allocator_destroy(a);
 }
 
 int main(void) {
@@ -151,5 +241,8 @@ int main(void) {
   MN_RUN(threads_default);
   MN_RUN(threads_expandable);
   MN_RUN(threads_oversize_gc);
+  MN_RUN(threads_sharded);
+  MN_RUN(sharded_matches_one_allocator);
+  MN_RUN(sharded_refusals);
   return mn_test_finish();
 }
