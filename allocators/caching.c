@@ -607,8 +607,11 @@ mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t
   mn_stream_t *def = NULL;
   if (st == MN_OK) st = mn_stream_default(dev, &def);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
-  mn__caching_t *a = mn__calloc(1, sizeof *a);
+  /* 64-byte aligned: the lock's cache line is its own (caching_internal.h) */
+  size_t asize = (sizeof(mn__caching_t) + 63) / 64 * 64;
+  mn__caching_t *a = mn__aligned_alloc(64, asize);
   if (!a) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  memset(a, 0, sizeof *a);
   mn__lock_init(&a->lock);
   a->base.vtable = &caching_vtable;
   a->base.device = dev;

@@ -298,8 +298,10 @@ typedef struct mn__pending_s {
 
 typedef struct mn__caching_s {
   mn_allocator_t base;
-  mn__lock_t lock;
-  mn_caching_config_t cfg;
+  /* On a cache line of its own: a waiter spinning on it never slows the
+   * holder's stores to the fields around it. */
+  _Alignas(64) mn__lock_t lock;
+  _Alignas(64) mn_caching_config_t cfg;
   bool expandable;          /* cfg.expandable_segments and the device supports VMM */
   size_t total_memory;      /* device bytes */
   uint64_t default_stream;  /* id of the device's default stream (alloc with stream NULL) */

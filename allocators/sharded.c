@@ -341,9 +341,8 @@ mn_status mn_caching_allocator_create_sharded(mn_device_t dev, const mn_caching_
   mn_stream_t *def = NULL;
   st = mn_stream_default(dev, &def);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
-  mn__sharded_t *a = NULL;
-  if (posix_memalign((void **)&a, 64, sizeof *a) != 0 || !a)
-    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  mn__sharded_t *a = mn__aligned_alloc(64, (sizeof(mn__sharded_t) + 63) / 64 * 64); /* the stripes' lines */
+  if (!a) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   memset(a, 0, sizeof *a);
   if (pthread_mutex_init(&a->grow, NULL) != 0) {
     free(a);

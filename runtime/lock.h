@@ -1,6 +1,6 @@
 /* runtime/lock.h: mn__lock_t, a small mutex for hot paths (the caching allocator takes one
- * per alloc and per free): an atomic word with three states (free, held, held with waiters),
- * a short spin, then a futex wait on Linux (sched_yield elsewhere). Uncontended, lock is one
+ * per alloc and per free): an atomic word with three states (free, held, held with waiters)
+ * and a futex wait on Linux (sched_yield elsewhere) when held. Uncontended, lock is one
  * compare-and-swap and unlock one exchange, against ~50 instructions for a glibc mutex pair.
  * Not recursive. Thread-safe by construction; built on C11 atomics, so TSan sees its order. */
 #ifndef MNEMO_RUNTIME_LOCK_H
@@ -17,7 +17,7 @@ typedef struct mn__lock_s {
 
 static inline void mn__lock_init(mn__lock_t *l) { atomic_init(&l->state, 0); }
 
-/* The contended path (lock.c): a short spin, then a futex wait. */
+/* The contended path (lock.c): a futex wait. */
 void mn__lock_slow(mn__lock_t *l);
 /* Wakes one waiter (lock.c). */
 void mn__lock_wake(mn__lock_t *l);
