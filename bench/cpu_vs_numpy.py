@@ -1,18 +1,31 @@
 #!/usr/bin/env python3
 # bench/cpu_vs_numpy.py: runs bench_kernels' CPU cases and the same operations
 # through numpy (Debian python3-numpy) in one run; prints one markdown table:
-# mnemo GB/s, numpy GB/s, ratio, mnemo % of the memcpy/memset ceiling.
+# per mnemo thread setting (default: one thread and the default threads, side
+# by side) mnemo GB/s, the ratio to numpy and mnemo % of the memcpy/memset
+# ceiling, with numpy's GB/s (numpy and its BLAS held to one thread).
 # GB/s = (bytes read + bytes written) / seconds, 1 GB = 1e9 bytes, on both sides
 # (`mnemo bench`'s convention). The ceiling is the best of bench_kernels'
 # memcpy/memset at that size and of the mnemo case itself, so the % is never
 # over 100 (a "*" marks a case that was faster than the memcpy/memset).
-# Usage: /usr/bin/python3 bench/cpu_vs_numpy.py [BUILD_DIR] [--threads N]
+# Case by case, the mnemo runs and numpy's timing follow each other, so that a
+# noisy machine shifts all the numbers of a row together.
+# Usage: /usr/bin/python3 bench/cpu_vs_numpy.py [BUILD_DIR] [--threads LIST] [--filter REGEX]
+# LIST: comma-separated mnemo thread counts, "default" = unset
+# (MNEMO_KERNEL_THREADS; all CPUs, at most 16); default "1,default".
+# REGEX: a Python regex the case names must match (e.g. "transpose|nchw|nhwc|attn").
 # BUILD_DIR defaults to build/default (what the README's commands build), then
 # build/cpu, under the repository root. Progress, one line per case, on stderr.
 # Both sides get transparent huge pages for large buffers (numpy advises its
 # large arrays; mnemo's CPU backend advises allocations of 4 MiB or more).
-import json
 import os
+
+# numpy's BLAS/OpenMP pools: one thread (set before numpy is imported)
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -97,72 +110,89 @@ def find_bench(build):
              " libbenchmark-dev)")
 
 
-def run_mnemo(exe, env, out):
-    """Runs bench_kernels' CPU cases into `out` (JSON), one progress line per case."""
-    flt = "--benchmark_filter=kernels/cpu/"
-    listed = subprocess.run([exe, flt, "--benchmark_list_tests"], check=True, env=env,
+def list_cases(exe, pattern):
+    """bench_kernels' CPU case names (after kernels/cpu/) matching `pattern`."""
+    listed = subprocess.run([exe, "--benchmark_filter=kernels/cpu/", "--benchmark_list_tests"], check=True,
                             capture_output=True, text=True).stdout.split()
-    total = len(listed)
-    progress(f"mnemo: {total} cases in {exe} (about 4 s each)")
-    proc = subprocess.Popen([exe, flt, "--benchmark_min_time=0.2", "--benchmark_color=false",
-                             f"--benchmark_out={out}", "--benchmark_out_format=json"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    done = 0
-    for line in proc.stdout:
-        if line.startswith("kernels/cpu/"):
-            done += 1
-            progress(f"  mnemo [{done}/{total}] {line.split()[0]}")
-    if proc.wait() != 0:
-        sys.exit(f"cpu_vs_numpy.py: {exe} failed (exit {proc.returncode})")
+    names = [n.split("kernels/cpu/", 1)[1] for n in listed if n.startswith("kernels/cpu/")]
+    return [n for n in names if re.search(pattern, n)] if pattern else names
+
+
+def run_mnemo(exe, name, threads, tmp):
+    """One bench_kernels case with MNEMO_KERNEL_THREADS = threads ("default":
+    unset); its JSON row."""
+    env = dict(os.environ)
+    env.pop("MNEMO_KERNEL_THREADS", None)
+    if threads != "default":
+        env["MNEMO_KERNEL_THREADS"] = threads
+    out = os.path.join(tmp, "k.json")
+    flt = "--benchmark_filter=^" + re.escape("kernels/cpu/" + name) + "$"
+    subprocess.run([exe, flt, "--benchmark_min_time=0.2", "--benchmark_color=false", f"--benchmark_out={out}",
+                    "--benchmark_out_format=json"], check=True, env=env, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    with open(out) as f:
+        rows = [b for b in json.load(f)["benchmarks"] if b.get("run_type") != "aggregate" and "GBps" in b]
+    if len(rows) != 1:
+        sys.exit(f"cpu_vs_numpy.py: {exe} gave {len(rows)} rows for {name}")
+    return rows[0]
+
+
+def cells(b, ref):
+    """mnemo GB/s, ratio to numpy, % of the ceiling for one bench row."""
+    own = b["GBps"]
+    # the ceiling by construction: never below the case itself
+    ceil = max(b["ceiling_GBps"], own)
+    mark = "*" if b.get("ceiling_set_by_case") or own > b["ceiling_GBps"] else ""
+    ratio = f"{own / ref:.2f}x" if ref else "n/a"
+    return [f"{own:.2f}", ratio, f"{100 * own / ceil:.0f}%{mark}"]
 
 
 def main():
     args = sys.argv[1:]
     build = None
-    threads = None
+    threads = ["1", "default"]
+    pattern = None
     i = 0
     while i < len(args):
-        if args[i] == "--threads":
+        if args[i] in ("--threads", "--filter"):
             if i + 1 >= len(args):
-                sys.exit("cpu_vs_numpy.py: --threads needs a value")
-            threads = args[i + 1]
+                sys.exit(f"cpu_vs_numpy.py: {args[i]} needs a value")
+            if args[i] == "--threads":
+                threads = [t.strip() for t in args[i + 1].split(",") if t.strip()]
+                bad = [t for t in threads if t != "default" and not (t.isdigit() and int(t) > 0)]
+                if bad or not threads:
+                    sys.exit(f"cpu_vs_numpy.py: --threads takes positive counts or 'default', not {args[i + 1]!r}")
+            else:
+                pattern = args[i + 1]
             i += 2
         else:
             build = args[i]
             i += 1
     exe = find_bench(build)
-    env = dict(os.environ)
-    if threads:
-        env["MNEMO_KERNEL_THREADS"] = threads
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "k.json")
-        run_mnemo(exe, env, out)
-        with open(out) as f:
-            data = json.load(f)
-    rows = [b for b in data["benchmarks"] if b.get("run_type") != "aggregate" and "GBps" in b]
+    names = list_cases(exe, pattern)
+    progress(f"{len(names)} cases x mnemo threads {', '.join(threads)} and numpy, in {exe} (about 4 s per run)")
     lines = []
-    for k, b in enumerate(rows):
-        name = b["name"].split("kernels/cpu/", 1)[1]
-        progress(f"  numpy [{k + 1}/{len(rows)}] {name}")
-        own = b["GBps"]
-        # the ceiling by construction: never below the case itself
-        ceil = max(b["ceiling_GBps"], own)
-        mark = "*" if b.get("ceiling_set_by_case") or own > b["ceiling_GBps"] else ""
-        pct = f"{100 * own / ceil:.0f}%{mark}"
-        case = numpy_case(name)
-        if case is None:
-            lines.append(f"| {name} | {own:.2f} | n/a | n/a | {pct} | {ceil:.2f} |")
-            continue
-        fn, nbytes = case
-        ref = time_numpy(fn, nbytes)
-        lines.append(f"| {name} | {own:.2f} | {ref:.2f} | {own / ref:.2f}x | {pct} | {ceil:.2f} |")
-    print(f"numpy {np.__version__}, mnemo threads: {threads or 'default (all CPUs)'}; "
-          f"numpy is single-threaded")
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, name in enumerate(names):
+            progress(f"  [{k + 1}/{len(names)}] {name}")
+            runs = [run_mnemo(exe, name, t, tmp) for t in threads]
+            case = numpy_case(name)
+            ref = time_numpy(*case) if case else None
+            row = [name, f"{ref:.2f}" if ref else "n/a"]
+            for b in runs:
+                row += cells(b, ref)
+            lines.append("| " + " | ".join(row) + " |")
+    label = {t: ("default threads" if t == "default" else f"{t} thread{'s' if t != '1' else ''}") for t in threads}
+    print(f"numpy {np.__version__} (one thread); mnemo threads (MNEMO_KERNEL_THREADS): {', '.join(threads)} "
+          f"(default: all CPUs, here {os.cpu_count()})")
     print("GB/s = (bytes read + bytes written) / seconds, 1 GB = 1e9 bytes; ceiling: the best of memcpy/memset"
-          " (bench_kernels) and the mnemo case at that size (* = set by the case)")
+          " (bench_kernels, one thread) and the mnemo case at that size (* = set by the case)")
     print()
-    print("| case | mnemo GB/s | numpy GB/s | mnemo / numpy | mnemo % of ceiling | ceiling GB/s |")
-    print("|---|---|---|---|---|---|")
+    head = ["case", "numpy GB/s"]
+    for t in threads:
+        head += [f"mnemo GB/s ({label[t]})", f"/ numpy ({label[t]})", f"% of ceiling ({label[t]})"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
     for line in lines:
         print(line)
 

@@ -9,11 +9,15 @@
 
 #include "kernels/cast.h"
 #include "kernels/cpu_exec.h"
+#include "kernels/cpu_transpose.h"
 #include "kernels/pool.h"
 #include "kernels/strided.h"
 
 #define MN__PAR_BYTES ((int64_t)1 << 20) /* below this, one thread */
 #define MN__TASK_BYTES ((int64_t)1 << 18) /* roughly the bytes per task */
+/* Transposes writing at least this many bytes use streaming stores (whole
+ * dst lines, no read for ownership, not left in the cache). */
+#define MN__STREAM_BYTES ((int64_t)4 << 20)
 
 /* ---- row converters: 17 x 17, each with a unit-step loop that vectorizes ---- */
 
@@ -123,10 +127,11 @@ typedef struct exec_ctx {
   mn__cpu_cast_fn cv; /* NULL: same dtype */
   const unsigned char *lut; /* 1-byte sources: the 256 converted values (dst items) */
   int64_t ntasks;
-  int64_t units;      /* rows (generic), elements (contig), tile rows x outer (transpose) */
+  int64_t units;      /* rows (generic), elements (contig), row panels or casting tiles x batch (transpose) */
   /* transpose */
-  int64_t tb;                     /* tile edge in elements */
-  int64_t jblocks;                /* tiles along dim tdim */
+  mn__tr2d_t tr;                  /* the 2-d transpose over dims 0 and tdim at batch index 0 */
+  int64_t tb;                     /* casting: tile edge in elements; else panel rows */
+  int64_t jblocks;                /* casting: tiles along dim tdim; else panels along dim 0 */
   int nouter;                     /* dims other than 0 and tdim */
   int64_t osize[MN_MAX_DIMS], ods[MN_MAX_DIMS], oss[MN_MAX_DIMS];
 } exec_ctx;
@@ -200,100 +205,34 @@ static void rows_task(void *arg, int64_t task) {
   }
 }
 
-/* Second half of a tile: buf holds `in` rows of `jn` dst-typed elements (row
- * pitch tb); writes dst[i + j*dsj] = buf[i][j], dst rows contiguous in i. */
-#define MN__TR_DEF(N)                                                                                   \
-  static void untile_##N(char *d, int64_t dsj, const unsigned char *buf, int64_t tb, int64_t in, int64_t jn) { \
-    for (int64_t j = 0; j < jn; j++)                                                                    \
-      for (int64_t i = 0; i < in; i++) memcpy(d + i * N + j * dsj, buf + (i * tb + j) * N, N);           \
-  }
-#if defined(__SSE2__)
-/* 4-byte elements: 4 x 4 blocks transposed in SSE2 registers. */
-static void untile_4(char *d, int64_t dsj, const unsigned char *buf, int64_t tb, int64_t in, int64_t jn) {
-  int64_t i4 = in & ~(int64_t)3, j4 = jn & ~(int64_t)3;
-  /* Streaming stores when every 16-byte store is aligned and the tile's dst
-   * rows are whole 64-byte lines; not when the row stride is a multiple of
-   * 4 KiB (measured on the EPYC VM, 2026-11-21: 4096^2 f32 ran 9.0 -> 6.6 GB/s
-   * with them, NCHW <-> NHWC 8.8 -> 16.5 GB/s, one thread). */
-  bool stream = ((uintptr_t)d & 63) == 0 && (dsj & 63) == 0 && (dsj & 4095) != 0 && in == tb;
-  for (int64_t j = 0; j < j4; j += 4)
-    for (int64_t i = 0; i < i4; i += 4) {
-      const unsigned char *b = buf + (i * tb + j) * 4;
-      __m128i r0 = _mm_loadu_si128((const __m128i *)b), r1 = _mm_loadu_si128((const __m128i *)(b + tb * 4));
-      __m128i r2 = _mm_loadu_si128((const __m128i *)(b + tb * 8)), r3 = _mm_loadu_si128((const __m128i *)(b + tb * 12));
-      __m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpacklo_epi32(r2, r3);
-      __m128i t2 = _mm_unpackhi_epi32(r0, r1), t3 = _mm_unpackhi_epi32(r2, r3);
-      char *o = d + j * dsj + i * 4;
-      if (stream) { /* whole dst lines get written: skip the read for ownership */
-        _mm_stream_si128((__m128i *)o, _mm_unpacklo_epi64(t0, t1));
-        _mm_stream_si128((__m128i *)(o + dsj), _mm_unpackhi_epi64(t0, t1));
-        _mm_stream_si128((__m128i *)(o + 2 * dsj), _mm_unpacklo_epi64(t2, t3));
-        _mm_stream_si128((__m128i *)(o + 3 * dsj), _mm_unpackhi_epi64(t2, t3));
-      } else {
-        _mm_storeu_si128((__m128i *)o, _mm_unpacklo_epi64(t0, t1));
-        _mm_storeu_si128((__m128i *)(o + dsj), _mm_unpackhi_epi64(t0, t1));
-        _mm_storeu_si128((__m128i *)(o + 2 * dsj), _mm_unpacklo_epi64(t2, t3));
-        _mm_storeu_si128((__m128i *)(o + 3 * dsj), _mm_unpackhi_epi64(t2, t3));
-      }
-    }
-  for (int64_t j = 0; j < jn; j++)
-    for (int64_t i = (j < j4 ? i4 : 0); i < in; i++) memcpy(d + j * dsj + i * 4, buf + (i * tb + j) * 4, 4);
-}
-#else
-MN__TR_DEF(4)
-#endif
 
-/* One swap stage of a register transpose: units of `bits` between rows a, b. */
-#define MN__SWAP(a, b, bits, mask)                     \
-  do {                                                 \
-    uint64_t t_ = (((a) >> (bits)) ^ (b)) & (mask);    \
-    (b) ^= t_;                                         \
-    (a) ^= t_ << (bits);                               \
-  } while (0)
-
-/* 1-byte elements: 8 x 8 blocks transposed in eight 64-bit registers. */
-static void untile_1(char *d, int64_t dsj, const unsigned char *buf, int64_t tb, int64_t in, int64_t jn) {
-  int64_t i8 = in & ~(int64_t)7, j8 = jn & ~(int64_t)7;
-  for (int64_t j = 0; j < j8; j += 8)
-    for (int64_t i = 0; i < i8; i += 8) {
-      uint64_t x[8];
-      for (int r = 0; r < 8; r++) memcpy(&x[r], buf + (i + r) * tb + j, 8);
-      for (int r = 0; r < 8; r += 2) MN__SWAP(x[r], x[r + 1], 8, UINT64_C(0x00FF00FF00FF00FF));
-      for (int r = 0; r < 8; r += 4) {
-        MN__SWAP(x[r], x[r + 2], 16, UINT64_C(0x0000FFFF0000FFFF));
-        MN__SWAP(x[r + 1], x[r + 3], 16, UINT64_C(0x0000FFFF0000FFFF));
-      }
-      for (int r = 0; r < 4; r++) MN__SWAP(x[r], x[r + 4], 32, UINT64_C(0x00000000FFFFFFFF));
-      for (int r = 0; r < 8; r++) memcpy(d + (j + r) * dsj + i, &x[r], 8);
-    }
-  for (int64_t j = 0; j < jn; j++) /* ragged edges */
-    for (int64_t i = (j < j8 ? i8 : 0); i < in; i++) d[j * dsj + i] = (char)buf[i * tb + j];
-}
-
-/* 2-byte elements: 4 x 4 blocks in four 64-bit registers. */
-static void untile_2(char *d, int64_t dsj, const unsigned char *buf, int64_t tb, int64_t in, int64_t jn) {
-  int64_t i4 = in & ~(int64_t)3, j4 = jn & ~(int64_t)3;
-  for (int64_t j = 0; j < j4; j += 4)
-    for (int64_t i = 0; i < i4; i += 4) {
-      uint64_t x[4];
-      for (int r = 0; r < 4; r++) memcpy(&x[r], buf + ((i + r) * tb + j) * 2, 8);
-      MN__SWAP(x[0], x[1], 16, UINT64_C(0x0000FFFF0000FFFF));
-      MN__SWAP(x[2], x[3], 16, UINT64_C(0x0000FFFF0000FFFF));
-      MN__SWAP(x[0], x[2], 32, UINT64_C(0x00000000FFFFFFFF));
-      MN__SWAP(x[1], x[3], 32, UINT64_C(0x00000000FFFFFFFF));
-      for (int r = 0; r < 4; r++) memcpy(d + (j + r) * dsj + i * 2, &x[r], 8);
-    }
-  for (int64_t j = 0; j < jn; j++)
-    for (int64_t i = (j < j4 ? i4 : 0); i < in; i++) memcpy(d + j * dsj + i * 2, buf + (i * tb + j) * 2, 2);
-}
-MN__TR_DEF(8)
-MN__TR_DEF(16)
-
-/* Tiles of tb x tb go through a 16 KiB buffer: src rows are read (and cast)
- * contiguously into it, then dst rows written contiguously from it, so that
- * neither side streams through many lines of one cache set (power-of-two
- * strides). */
+/* Same dtype: units are panels of src rows (mn__tr_panel_rows) x batch
+ * index; each is one mn__cpu_transpose_2d call over all cols. */
 static void transpose_task(void *arg, int64_t task) {
+  const exec_ctx *c = arg;
+  const mn__plan_t *p = c->p;
+  int64_t b, e;
+  range_of(c, task, &b, &e);
+  int64_t di = (int64_t)p->dst_item, si = (int64_t)p->src_item, ni = p->sizes[0];
+  for (int64_t u = b; u < e; u++) {
+    int64_t pb = u % c->jblocks, o = u / c->jblocks, od = 0, os = 0;
+    for (int k = 0; k < c->nouter; k++) {
+      int64_t x = o % c->osize[k];
+      o /= c->osize[k];
+      od += x * c->ods[k];
+      os += x * c->oss[k];
+    }
+    mn__tr2d_t t = c->tr;
+    t.dst += od * di;
+    t.src += os * si;
+    int64_t r0 = pb * c->tb;
+    mn__cpu_transpose_2d(&t, r0, r0 + c->tb < ni ? r0 + c->tb : ni);
+  }
+}
+
+/* Casting: tiles of tb x tb; src rows are cast into a 16 KiB buffer (dst
+ * items), which is then transposed into dst. */
+static void transpose_cast_task(void *arg, int64_t task) {
   const exec_ctx *c = arg;
   const mn__plan_t *p = c->p;
   int64_t b, e;
@@ -316,26 +255,16 @@ static void transpose_task(void *arg, int64_t task) {
     for (int64_t i0 = 0; i0 < ni; i0 += c->tb) {
       int64_t in = ni - i0 < c->tb ? ni - i0 : c->tb;
       const char *s = sbase + i0 * ssi;
-      for (int64_t i = 0; i < in; i++) {
-        unsigned char *row = buf + i * c->tb * di;
-        if (c->cv)
-          cast_row(c, (char *)row, di, s + i * ssi, si, jn);
-        else
-          memcpy(row, s + i * ssi, (size_t)(jn * di));
-      }
-      char *d = dbase + i0 * di;
-      switch (di) {
-        case 1: untile_1(d, dsj, buf, c->tb, in, jn); break;
-        case 2: untile_2(d, dsj, buf, c->tb, in, jn); break;
-        case 4: untile_4(d, dsj, buf, c->tb, in, jn); break;
-        case 8: untile_8(d, dsj, buf, c->tb, in, jn); break;
-        default: untile_16(d, dsj, buf, c->tb, in, jn); break;
-      }
+      for (int64_t i = 0; i < in; i++) cast_row(c, (char *)buf + i * c->tb * di, di, s + i * ssi, si, jn);
+      mn__tr2d_t t = c->tr;
+      t.dst = dbase + i0 * di;
+      t.src = (const char *)buf;
+      t.sld = c->tb * di;
+      t.rows = in;
+      t.cols = jn;
+      mn__cpu_transpose_2d(&t, 0, in);
     }
   }
-#if defined(__SSE2__)
-  _mm_sfence(); /* streaming stores are visible before the task is done */
-#endif
 }
 
 void mn__cpu_exec(const mn__plan_t *p, const void *pattern) {
@@ -361,8 +290,26 @@ void mn__cpu_exec(const mn__plan_t *p, const void *pattern) {
     c.units = p->numel;
     fn = contig_task;
   } else if (p->kind == MN__PLAN_TRANSPOSE) {
-    c.tb = p->dst_item <= 4 ? 64 : 32; /* tb * tb * dst_item <= 16 KiB */
-    c.jblocks = (p->sizes[p->tdim] + c.tb - 1) / c.tb;
+    /* dst[i + j * dsj] = src[i * ssi + j] over dims 0 (i) and tdim (j), the
+     * other dims a batch; streaming stores when dst is large */
+    c.tr.dst = p->dst;
+    c.tr.src = p->src;
+    c.tr.dld = p->dst_strides[p->tdim] * (int64_t)p->dst_item;
+    c.tr.sld = p->src_strides[0] * (int64_t)p->src_item;
+    c.tr.rows = p->sizes[0];
+    c.tr.cols = p->sizes[p->tdim];
+    c.tr.item = p->dst_item;
+    c.tr.isa = mn__tr_best_isa();
+    c.tr.stream = p->numel * (int64_t)p->dst_item >= MN__STREAM_BYTES;
+    if (c.cv) { /* tiles of tb x tb along j (tb * tb * dst_item <= 16 KiB) */
+      c.tb = p->dst_item <= 4 ? 64 : 32;
+      c.jblocks = (p->sizes[p->tdim] + c.tb - 1) / c.tb;
+      fn = transpose_cast_task;
+    } else { /* panels of tb src rows (i) */
+      c.tb = mn__tr_panel_rows(p->dst_item);
+      c.jblocks = (p->sizes[0] + c.tb - 1) / c.tb;
+      fn = transpose_task;
+    }
     for (int k = 1; k < p->ndim; k++) {
       if (k == p->tdim) continue;
       c.osize[c.nouter] = p->sizes[k];
@@ -371,7 +318,6 @@ void mn__cpu_exec(const mn__plan_t *p, const void *pattern) {
       c.nouter++;
     }
     c.units = c.jblocks * (p->numel / (p->sizes[0] * p->sizes[p->tdim]));
-    fn = transpose_task;
   } else {
     c.units = p->numel / p->sizes[0];
     fn = rows_task;
