@@ -456,31 +456,15 @@ static mn_status load_mnemo(const char *func, mn__src_t *src, mn_device_t dev, m
 
 mn_status mn_load_buffer(const void *data, size_t size, mn_device_t dev, mn_named_views_t **out) {
   MN__CHECK_ARG(out != NULL && (data != NULL || size == 0), "data and out must not be NULL");
-  mn_status st = mn_device_check(dev);
-  if (st != MN_OK) return mn__error_wrap(st, __func__);
-  mn__src_t src;
-  mn__src_open_buffer(&src, __func__, data, size);
-  return load_mnemo(__func__, &src, dev, out);
-}
-
-static mn_status load_path(const char *func, const char *path, mn_device_t dev, unsigned flags,
-                           mn_named_views_t **out) {
-  mn_status st = mn_device_check(dev);
-  if (st != MN_OK) return mn__error_wrap(st, func);
-  mn__src_t src;
-  st = mn__src_open_file(&src, func, path, dev, flags);
-  if (st != MN_OK) return st;
-  st = load_mnemo(func, &src, dev, out);
-  mn__src_close(&src);
-  return st;
+  return mn__load_buffer(__func__, data, size, dev, load_mnemo, out);
 }
 
 mn_status mn_load(const char *path, mn_device_t dev, mn_named_views_t **out) {
   MN__CHECK_ARG(path != NULL && out != NULL, "path and out must not be NULL");
-  return load_path(__func__, path, dev, 0, out);
+  return mn__load_path(__func__, path, dev, 0, load_mnemo, out);
 }
 
 mn_status mn_load_ex(const char *path, mn_device_t dev, unsigned flags, mn_named_views_t **out) {
   MN__CHECK_ARG(path != NULL && out != NULL, "path and out must not be NULL");
-  return load_path(__func__, path, dev, flags, out);
+  return mn__load_path(__func__, path, dev, flags, load_mnemo, out);
 }

@@ -361,3 +361,24 @@ mn_status mn__src_storage(mn__src_t *src, mn_device_t dev, uint64_t at, size_t n
   *out = s;
   return MN_OK;
 }
+
+mn_status mn__load_path(const char *func, const char *path, mn_device_t dev, unsigned flags, mn__load_fn load,
+                        mn_named_views_t **out) {
+  mn_status st = mn_device_check(dev);
+  if (st != MN_OK) return mn__error_wrap(st, func);
+  mn__src_t src;
+  st = mn__src_open_file(&src, func, path, dev, flags);
+  if (st != MN_OK) return st;
+  st = load(func, &src, dev, out);
+  mn__src_close(&src);
+  return st;
+}
+
+mn_status mn__load_buffer(const char *func, const void *data, size_t size, mn_device_t dev, mn__load_fn load,
+                          mn_named_views_t **out) {
+  mn_status st = mn_device_check(dev);
+  if (st != MN_OK) return mn__error_wrap(st, func);
+  mn__src_t src;
+  mn__src_open_buffer(&src, func, data, size);
+  return load(func, &src, dev, out);
+}

@@ -95,6 +95,13 @@ typedef struct mn__src_s {
 mn_status mn__src_open_file(mn__src_t *src, const char *func, const char *path, mn_device_t dev, unsigned flags);
 void mn__src_open_buffer(mn__src_t *src, const char *func, const void *data, size_t size);
 void mn__src_close(mn__src_t *src);
+/* A format's reader over an opened source. */
+typedef mn_status (*mn__load_fn)(const char *func, mn__src_t *src, mn_device_t dev, mn_named_views_t **out);
+/* Checks dev, opens `path` (MN_LOAD_* flags) or the buffer, runs `load`, closes. */
+mn_status mn__load_path(const char *func, const char *path, mn_device_t dev, unsigned flags, mn__load_fn load,
+                        mn_named_views_t **out);
+mn_status mn__load_buffer(const char *func, const void *data, size_t size, mn_device_t dev, mn__load_fn load,
+                          mn_named_views_t **out);
 /* The n bytes at `at` (which the caller checked lie within size): for a
  * buffer a pointer into it; for a file read into *owned (malloc'd; the caller
  * frees it), never from the mapping, so what a header parser validates cannot
