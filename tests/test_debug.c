@@ -82,7 +82,7 @@ MN_TEST(assert_tier) {
   char err[1024];
   int sig = in_child(put_unreserved, err, sizeof err);
   MN_CHECK(sig == SIGABRT);
-  MN_CHECK(strstr(err, "precondition failed") != NULL && strstr(err, "ptrmap.c") != NULL &&
+  MN_CHECK(strstr(err, "precondition failed") != NULL && strstr(err, "ptrmap.h") != NULL &&
            strstr(err, "without a reserved slot") != NULL);
   if (sig != SIGABRT) fprintf(stderr, "  child: signal %d, stderr: %s\n", sig, err);
 }
