@@ -206,6 +206,17 @@ static void rows_task(void *arg, int64_t task) {
 }
 
 
+/* The dst and src element offsets of batch index o over the outer dims. */
+static void outer_offsets(const exec_ctx *c, int64_t o, int64_t *od, int64_t *os) {
+  *od = *os = 0;
+  for (int k = 0; k < c->nouter; k++) {
+    int64_t x = o % c->osize[k];
+    o /= c->osize[k];
+    *od += x * c->ods[k];
+    *os += x * c->oss[k];
+  }
+}
+
 /* Same dtype: units are panels of src rows (mn__tr_panel_rows) x batch
  * index; each is one mn__cpu_transpose_2d call over all cols. */
 static void transpose_task(void *arg, int64_t task) {
@@ -215,13 +226,8 @@ static void transpose_task(void *arg, int64_t task) {
   range_of(c, task, &b, &e);
   int64_t di = (int64_t)p->dst_item, si = (int64_t)p->src_item, ni = p->sizes[0];
   for (int64_t u = b; u < e; u++) {
-    int64_t pb = u % c->jblocks, o = u / c->jblocks, od = 0, os = 0;
-    for (int k = 0; k < c->nouter; k++) {
-      int64_t x = o % c->osize[k];
-      o /= c->osize[k];
-      od += x * c->ods[k];
-      os += x * c->oss[k];
-    }
+    int64_t pb = u % c->jblocks, od, os;
+    outer_offsets(c, u / c->jblocks, &od, &os);
     mn__tr2d_t t = c->tr;
     t.dst += od * di;
     t.src += os * si;
@@ -242,13 +248,8 @@ static void transpose_cast_task(void *arg, int64_t task) {
   int64_t dsj = p->dst_strides[p->tdim] * di, ssi = p->src_strides[0] * si;
   _Alignas(64) unsigned char buf[64 * 64 * 4];
   for (int64_t u = b; u < e; u++) {
-    int64_t jb = u % c->jblocks, o = u / c->jblocks, od = 0, os = 0;
-    for (int k = 0; k < c->nouter; k++) {
-      int64_t x = o % c->osize[k];
-      o /= c->osize[k];
-      od += x * c->ods[k];
-      os += x * c->oss[k];
-    }
+    int64_t jb = u % c->jblocks, od, os;
+    outer_offsets(c, u / c->jblocks, &od, &os);
     int64_t j0 = jb * c->tb, jn = nj - j0 < c->tb ? nj - j0 : c->tb;
     char *dbase = p->dst + od * di + j0 * dsj;
     const char *sbase = p->src + os * si + j0 * si;
