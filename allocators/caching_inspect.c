@@ -264,10 +264,11 @@ static mn_status check_locked(const mn__caching_t *a) {
     if (!p->largest_dirty && p->largest_free != largest)
       BROKEN("%s pool: largest free block kept as %zu, the blocks say %zu", p->is_small ? "small" : "large",
              p->largest_free, largest);
-    if (p->fs.count != t.free_blocks[p->kind] || p->fs.unmapped_count != t.unmapped_blocks[p->kind])
+    size_t nfree, nunmapped;
+    mn__fset_counts(&p->fs, &nfree, &nunmapped);
+    if (nfree != t.free_blocks[p->kind] || nunmapped != t.unmapped_blocks[p->kind])
       BROKEN("%s pool: free set holds %zu (%zu free blocks), unmapped set %zu (%zu unmapped blocks)",
-             p->is_small ? "small" : "large", p->fs.count, t.free_blocks[p->kind], p->fs.unmapped_count,
-             t.unmapped_blocks[p->kind]);
+             p->is_small ? "small" : "large", nfree, t.free_blocks[p->kind], nunmapped, t.unmapped_blocks[p->kind]);
   }
   size_t freeing = 0;
   for (const mn__segment_t *s = a->segments; s; s = s->next_seg)

@@ -131,7 +131,6 @@ typedef struct mn__fset_s {
   size_t cap, nstreams;
   mn__sbins_t *last;     /* the last one found */
   unsigned nbins;
-  size_t count, unmapped_count;
 } mn__fset_t;
 
 static inline unsigned mn__bin_clamped(const mn__fset_t *fs, size_t size) {
@@ -188,7 +187,6 @@ static inline void mn__fset_insert(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t 
   mn__tree_insert(&sb->bins[b], n, (mn__key_t){sb->stream, size, addr}, mn__fset_prio(addr));
   mn__bit_set(sb, b);
   sb->count++;
-  fs->count++;
 }
 
 static inline void mn__fset_remove(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n) {
@@ -196,7 +194,6 @@ static inline void mn__fset_remove(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t 
   mn__tree_remove(&sb->bins[b], n);
   if (!sb->bins[b].root) mn__bit_clear(sb, b);
   sb->count--;
-  fs->count--;
 }
 
 mn__tnode_t *mn__fset_lower_bound_slow(const mn__fset_t *fs, const mn__sbins_t *sb, size_t size);
@@ -215,6 +212,8 @@ bool mn__fset_contains(const mn__fset_t *fs, const mn__sbins_t *sb, const mn__tn
 void mn__fset_insert_unmapped(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n, uintptr_t addr);
 void mn__fset_remove_unmapped(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n);
 mn_status mn__fset_check(const mn__fset_t *fs, char *why, size_t whysize);
+/* Free blocks and unmapped ranges over every stream (the streams' counts summed). */
+void mn__fset_counts(const mn__fset_t *fs, size_t *free_blocks, size_t *unmapped);
 
 
 /* ---- blocks, segments, pools ----------------------------------------------- */
