@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "mnemo/device.h"
+#include "mnemo/graph.h"
 
 /* Contract for every slot:
  *   pre:  `index` is a valid device index of this backend (checked by the
@@ -127,6 +128,34 @@ typedef struct mn__backend_s {
   mn_status (*ipc_export)(int index, const void *ptr, void *handle, size_t *offset);
   mn_status (*ipc_open)(int index, const void *handle, void **base, size_t *size);
   mn_status (*ipc_close)(int index, void *base);
+  /* ---- stream capture and graphs (mnemo/graph.h): all NULL where not
+   * supported (the CPU; the dispatcher answers NOT_SUPPORTED). `stream` is a
+   * created stream's handle, never the default stream's (runtime/graph.c
+   * answers for those), except in capture_id.
+   *   capture_begin: starts capturing (CUDA's global mode); INVALID_STATE
+   *     when the stream already captures.
+   *   capture_end: ends the capture begun on `stream`; *graph = a backend
+   *     graph handle ready to launch, *nodes = its operations (copies, sets,
+   *     host functions, event nodes; not marker nodes). An invalidated or
+   *     unjoined capture: INVALID_STATE, no graph; either way no stream
+   *     captures afterwards (out of host memory: the capture goes on).
+   *   capture_status: NONE / ACTIVE / INVALIDATED and the capture id (0: none).
+   *   capture_id: the capture id only (0: none); lock-free where it can be,
+   *     the caching allocator asks it on every allocation during captures.
+   *   capture_marker: an empty node depending on the stream's frontier
+   *     becomes its frontier; *marker = its id (unique in the capture, not 0).
+   *   capture_reaches: whether node `marker` of the stream's capture is in or
+   *     an ancestor of the stream's frontier.
+   *   graph_launch: queues the graph's work on `stream` (not capturing).
+   *   graph_destroy: frees the graph; launches already queued complete. */
+  mn_status (*capture_begin)(int index, void *stream);
+  mn_status (*capture_end)(int index, void *stream, void **graph, size_t *nodes);
+  mn_status (*capture_status)(int index, void *stream, mn_capture_status *status, uint64_t *id);
+  mn_status (*capture_id)(int index, void *stream, uint64_t *id);
+  mn_status (*capture_marker)(int index, void *stream, uint64_t *marker);
+  mn_status (*capture_reaches)(int index, void *stream, uint64_t marker, bool *reached);
+  mn_status (*graph_launch)(int index, void *graph, void *stream);
+  mn_status (*graph_destroy)(int index, void *graph);
 } mn__backend_t;
 
 extern const mn__backend_t mn__cpu_backend;

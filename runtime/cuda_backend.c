@@ -161,6 +161,8 @@ const mn__backend_t mn__cuda_backend = {
 #include <cuda.h> /* driver types only: libcuda is never linked */
 #include <cuda_runtime.h>
 
+#include "runtime/hostmem.h"
+
 /* The fallback granularity when the device has no VMM: cudaMalloc hands out
  * 2 MiB pages for large allocations. */
 #define MN__CUDA_DEFAULT_GRANULARITY ((size_t)2 << 20)
@@ -182,6 +184,18 @@ static mn_status mn__cuda_status_of(cudaError_t err) {
     return MN_ERR_INVALID_ARGUMENT;
   case cudaErrorNotSupported:
     return MN_ERR_NOT_SUPPORTED;
+  /* stream capture: a call not allowed during a capture, or a capture broken */
+  case cudaErrorIllegalState:
+  case cudaErrorStreamCaptureUnsupported:
+  case cudaErrorStreamCaptureInvalidated:
+  case cudaErrorStreamCaptureMerge:
+  case cudaErrorStreamCaptureUnmatched:
+  case cudaErrorStreamCaptureUnjoined:
+  case cudaErrorStreamCaptureIsolation:
+  case cudaErrorStreamCaptureImplicit:
+  case cudaErrorCapturedEvent:
+  case cudaErrorStreamCaptureWrongThread:
+    return MN_ERR_INVALID_STATE;
   default:
     return MN_ERR_DEVICE;
   }
@@ -579,6 +593,62 @@ static mn_status mn__cuda_raw_free(int index, void *ptr) {
   return MN_OK;
 }
 
+/* ---- Captures begun through mnemo ---------------------------------------------- *
+ * The streams whose capture mnemo began and that still capture, so that an
+ * unmap (which cuMemUnmap would do during a capture) is refused as the SIM
+ * device refuses it. Guarded by its own lock; never held with another. */
+typedef struct mn__cuda_origin {
+  int index;
+  void *stream;
+} mn__cuda_origin;
+static pthread_mutex_t mn__cuda_origin_lock = PTHREAD_MUTEX_INITIALIZER;
+static mn__cuda_origin *mn__cuda_origins;
+static size_t mn__cuda_norigins, mn__cuda_origins_cap;
+
+static bool mn__cuda_capturing(int index) {
+  pthread_mutex_lock(&mn__cuda_origin_lock);
+  bool any = false;
+  for (size_t i = 0; i < mn__cuda_norigins && !any; i++) any = mn__cuda_origins[i].index == index;
+  pthread_mutex_unlock(&mn__cuda_origin_lock);
+  return any;
+}
+
+static void mn__cuda_capture_forget(void *stream) {
+  pthread_mutex_lock(&mn__cuda_origin_lock);
+  for (size_t i = 0; i < mn__cuda_norigins; i++) {
+    if (mn__cuda_origins[i].stream == stream) {
+      mn__cuda_origins[i] = mn__cuda_origins[--mn__cuda_norigins];
+      break;
+    }
+  }
+  pthread_mutex_unlock(&mn__cuda_origin_lock);
+}
+
+/* Room for one more origin (made before the capture begins). */
+static mn_status mn__cuda_capture_reserve(void) {
+  pthread_mutex_lock(&mn__cuda_origin_lock);
+  mn_status st = MN_OK;
+  if (mn__cuda_norigins == mn__cuda_origins_cap) {
+    size_t cap = mn__cuda_origins_cap ? 2 * mn__cuda_origins_cap : 8;
+    mn__cuda_origin *o = mn__realloc(mn__cuda_origins, cap * sizeof *o);
+    if (o) {
+      mn__cuda_origins = o;
+      mn__cuda_origins_cap = cap;
+    } else {
+      st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a capture");
+    }
+  }
+  pthread_mutex_unlock(&mn__cuda_origin_lock);
+  return st;
+}
+
+static void mn__cuda_capture_remember(int index, void *stream) {
+  pthread_mutex_lock(&mn__cuda_origin_lock);
+  if (mn__cuda_norigins < mn__cuda_origins_cap)
+    mn__cuda_origins[mn__cuda_norigins++] = (mn__cuda_origin){.index = index, .stream = stream};
+  pthread_mutex_unlock(&mn__cuda_origin_lock);
+}
+
 /* ---- Virtual memory ------------------------------------------------------------ */
 
 /* Checks VMM is usable on `index`, that [addr, addr + nbytes) is granularity-aligned
@@ -771,6 +841,11 @@ static mn_status mn__cuda_mem_unmap(int index, void *addr, size_t nbytes, bool s
   MN__CUDA_GUARD(guard);
   mn_status st = mn__cuda_vmm_enter(&guard, __func__, index, addr, nbytes, &g, &dev);
   if (st != MN_OK) return st;
+  if (mn__cuda_capturing(index)) {
+    return mn__error(MN_ERR_INVALID_STATE, __func__,
+                     "cuda:%d: unmapping is not allowed while a stream of the device captures "
+                     "(CUDA's global capture mode)", index);
+  }
   if (!synced) {
     cudaError_t err = cudaDeviceSynchronize();
     if (err != cudaSuccess) {
@@ -802,6 +877,7 @@ static mn_status mn__cuda_stream_create(int index, void **out) {
 static mn_status mn__cuda_stream_destroy(int index, void *stream) {
   MN__CUDA_USE(index);
   if (stream == NULL) return MN_OK; /* the default stream is never destroyed */
+  mn__cuda_capture_forget(stream);
   cudaError_t err = cudaStreamDestroy((cudaStream_t)stream);
   if (err != cudaSuccess) {
     return mn__cuda_fail(err, __func__, index, "cudaStreamDestroy(stream=%p)", stream);
@@ -1311,6 +1387,253 @@ static mn_status mn__cuda_ipc_close(int index, void *base) {
 }
 
 
+/* ---- Stream capture and graphs ------------------------------------------------ */
+
+typedef struct mn__cuda_graph {
+  cudaGraph_t graph; /* kept for its node count */
+  cudaGraphExec_t exec;
+} mn__cuda_graph;
+
+static mn_status mn__cuda_capture_begin(int index, void *stream) {
+  MN__CUDA_USE(index);
+  mn_status st = mn__cuda_capture_reserve();
+  if (st != MN_OK) return st;
+  cudaError_t err = cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeGlobal);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaStreamBeginCapture(stream=%p, global)", stream);
+  }
+  mn__cuda_capture_remember(index, stream);
+  return MN_OK;
+}
+
+/* The graph's operations: every node but the empty ones (capture markers). */
+static mn_status mn__cuda_graph_ops(int index, cudaGraph_t graph, size_t *ops) {
+  size_t n = 0;
+  cudaError_t err = cudaGraphGetNodes(graph, NULL, &n);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaGraphGetNodes(count)");
+  cudaGraphNode_t *nodes = n ? mn__malloc(n * sizeof *nodes) : NULL;
+  if (n && !nodes) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %zu graph nodes", n);
+  err = n ? cudaGraphGetNodes(graph, nodes, &n) : cudaSuccess;
+  size_t count = 0;
+  for (size_t i = 0; i < n && err == cudaSuccess; i++) {
+    enum cudaGraphNodeType type;
+    err = cudaGraphNodeGetType(nodes[i], &type);
+    count += err == cudaSuccess && type != cudaGraphNodeTypeEmpty;
+  }
+  free(nodes);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaGraphGetNodes/cudaGraphNodeGetType");
+  *ops = count;
+  return MN_OK;
+}
+
+static mn_status mn__cuda_capture_end(int index, void *stream, void **graph, size_t *nodes) {
+  MN__CUDA_USE(index);
+  mn__cuda_graph *h = mn__calloc(1, sizeof *h);
+  if (!h) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a graph");
+  cudaGraph_t g = NULL;
+  cudaError_t err = cudaStreamEndCapture((cudaStream_t)stream, &g);
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing((cudaStream_t)stream, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone)
+    mn__cuda_capture_forget(stream);
+  if (err != cudaSuccess) {
+    free(h);
+    if (g) (void)cudaGraphDestroy(g);
+    return mn__cuda_fail(err, __func__, index, "cudaStreamEndCapture(stream=%p)", stream);
+  }
+  mn_status st = mn__cuda_graph_ops(index, g, nodes);
+  if (st == MN_OK) {
+    err = cudaGraphInstantiate(&h->exec, g, 0);
+    if (err != cudaSuccess) st = mn__cuda_fail(err, __func__, index, "cudaGraphInstantiate");
+  }
+  if (st != MN_OK) {
+    (void)cudaGraphDestroy(g);
+    free(h);
+    return st;
+  }
+  h->graph = g;
+  *graph = h;
+  return MN_OK;
+}
+
+/* The stream's capture status, id and (optional) graph and frontier. */
+static mn_status mn__cuda_capture_info(const char *func, int index, void *stream, enum cudaStreamCaptureStatus *cs,
+                                       unsigned long long *id, cudaGraph_t *graph, const cudaGraphNode_t **deps,
+                                       size_t *ndeps) {
+  cudaError_t err = cudaStreamGetCaptureInfo((cudaStream_t)stream, cs, id, graph, deps, NULL, ndeps);
+  if (err != cudaSuccess) return mn__cuda_fail(err, func, index, "cudaStreamGetCaptureInfo(stream=%p)", stream);
+  return MN_OK;
+}
+
+static mn_status mn__cuda_capture_status(int index, void *stream, mn_capture_status *status, uint64_t *id) {
+  MN__CUDA_USE(index);
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  unsigned long long cid = 0;
+  mn_status st = mn__cuda_capture_info(__func__, index, stream, &cs, &cid, NULL, NULL, NULL);
+  if (st != MN_OK) return st;
+  *status = cs == cudaStreamCaptureStatusActive        ? MN_CAPTURE_ACTIVE
+            : cs == cudaStreamCaptureStatusInvalidated ? MN_CAPTURE_INVALIDATED
+                                                       : MN_CAPTURE_NONE;
+  *id = cs == cudaStreamCaptureStatusNone ? 0 : (uint64_t)cid;
+  return MN_OK;
+}
+
+/* No device guard: a stream query needs no current device, and the caching
+ * allocator asks this on every allocation while captures are under way. */
+static mn_status mn__cuda_capture_id(int index, void *stream, uint64_t *id) {
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  unsigned long long cid = 0;
+  mn_status st = mn__cuda_capture_info(__func__, index, stream, &cs, &cid, NULL, NULL, NULL);
+  if (st != MN_OK) return st;
+  *id = cs == cudaStreamCaptureStatusNone ? 0 : (uint64_t)cid;
+  return MN_OK;
+}
+
+/* The capture's graph and the stream's frontier; not capturing:
+ * INVALID_ARGUMENT, an invalidated capture: INVALID_STATE. */
+static mn_status mn__cuda_capturing_info(const char *func, int index, void *stream, cudaGraph_t *graph,
+                                         const cudaGraphNode_t **deps, size_t *ndeps) {
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  mn_status st = mn__cuda_capture_info(func, index, stream, &cs, NULL, graph, deps, ndeps);
+  if (st != MN_OK) return st;
+  if (cs == cudaStreamCaptureStatusNone)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "cuda:%d: the stream is not capturing", index);
+  if (cs != cudaStreamCaptureStatusActive)
+    return mn__error(MN_ERR_INVALID_STATE, func, "cuda:%d: the stream's capture was invalidated", index);
+  return MN_OK;
+}
+
+static mn_status mn__cuda_capture_marker(int index, void *stream, uint64_t *marker) {
+  MN__CUDA_USE(index);
+  cudaGraph_t graph = NULL;
+  const cudaGraphNode_t *deps = NULL;
+  size_t ndeps = 0;
+  mn_status st = mn__cuda_capturing_info(__func__, index, stream, &graph, &deps, &ndeps);
+  if (st != MN_OK) return st;
+  cudaGraphNode_t node = NULL;
+  cudaError_t err = cudaGraphAddEmptyNode(&node, graph, deps, ndeps);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaGraphAddEmptyNode(%zu deps)", ndeps);
+  err = cudaStreamUpdateCaptureDependencies((cudaStream_t)stream, &node, NULL, 1, cudaStreamSetCaptureDependencies);
+  if (err != cudaSuccess) {
+    mn_status fail = mn__cuda_fail(err, __func__, index, "cudaStreamUpdateCaptureDependencies(set)");
+    (void)cudaGraphDestroyNode(node);
+    return fail;
+  }
+  *marker = (uint64_t)(uintptr_t)node;
+  return MN_OK;
+}
+
+static int mn__node_cmp(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t) * (const cudaGraphNode_t *)a, y = (uintptr_t) * (const cudaGraphNode_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Index of node in the sorted array, or -1. */
+static long mn__node_find(const cudaGraphNode_t *sorted, size_t n, cudaGraphNode_t node) {
+  const cudaGraphNode_t *hit = bsearch(&node, sorted, n, sizeof *sorted, mn__node_cmp);
+  return hit ? (long)(hit - sorted) : -1;
+}
+
+/* Pushes the nodes of `list` not seen yet; whether target is among them. */
+static bool mn__node_push(const cudaGraphNode_t *list, size_t count, const cudaGraphNode_t *sorted, size_t n,
+                          bool *seen, cudaGraphNode_t *stack, size_t *top, cudaGraphNode_t target) {
+  for (size_t i = 0; i < count; i++) {
+    if (list[i] == target) return true;
+    long k = mn__node_find(sorted, n, list[i]);
+    if (k >= 0 && !seen[k]) {
+      seen[k] = true;
+      stack[(*top)++] = list[i]; /* each node once: *top <= n */
+    }
+  }
+  return false;
+}
+
+/* Walks the dependencies back from the stream's frontier (each node once). */
+static mn_status mn__cuda_capture_reaches(int index, void *stream, uint64_t marker, bool *reached) {
+  MN__CUDA_USE(index);
+  cudaGraph_t graph = NULL;
+  const cudaGraphNode_t *front = NULL;
+  size_t nfront = 0, n = 0;
+  mn_status st = mn__cuda_capturing_info(__func__, index, stream, &graph, &front, &nfront);
+  if (st != MN_OK) return st;
+  cudaGraphNode_t target = (cudaGraphNode_t)(uintptr_t)marker;
+  cudaError_t err = cudaGraphGetNodes(graph, NULL, &n);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaGraphGetNodes(count)");
+  cudaGraphNode_t *nodes = mn__malloc((n + 1) * sizeof *nodes), *stack = mn__malloc((n + 1) * sizeof *stack);
+  bool *seen = mn__calloc(n + 1, sizeof *seen);
+  size_t dcap = 16, top = 0;
+  cudaGraphNode_t *deps = mn__malloc(dcap * sizeof *deps);
+  bool found = false;
+  if (!nodes || !stack || !seen || !deps) {
+    st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory walking %zu graph nodes", n);
+    goto out;
+  }
+  err = cudaGraphGetNodes(graph, nodes, &n);
+  if (err != cudaSuccess) {
+    st = mn__cuda_fail(err, __func__, index, "cudaGraphGetNodes");
+    goto out;
+  }
+  qsort(nodes, n, sizeof *nodes, mn__node_cmp);
+  if (marker == 0 || mn__node_find(nodes, n, target) < 0) {
+    st = mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "cuda:%d: %#llx is not a node of the stream's capture", index,
+                   (unsigned long long)marker);
+    goto out;
+  }
+  found = mn__node_push(front, nfront, nodes, n, seen, stack, &top, target);
+  while (top && !found) {
+    cudaGraphNode_t v = stack[--top];
+    size_t nd = 0;
+    err = cudaGraphNodeGetDependencies(v, NULL, NULL, &nd);
+    if (err == cudaSuccess && nd > dcap) {
+      cudaGraphNode_t *grown = mn__realloc(deps, nd * sizeof *deps);
+      if (!grown) {
+        st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %zu node dependencies", nd);
+        goto out;
+      }
+      deps = grown;
+      dcap = nd;
+    }
+    if (err == cudaSuccess && nd) err = cudaGraphNodeGetDependencies(v, deps, NULL, &nd);
+    if (err != cudaSuccess) {
+      st = mn__cuda_fail(err, __func__, index, "cudaGraphNodeGetDependencies");
+      goto out;
+    }
+    found = mn__node_push(deps, nd, nodes, n, seen, stack, &top, target);
+  }
+  *reached = found;
+out:
+  free(nodes);
+  free(stack);
+  free(seen);
+  free(deps);
+  return st;
+}
+
+static mn_status mn__cuda_graph_launch(int index, void *graph, void *stream) {
+  MN__CUDA_USE(index);
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaError_t err = cudaStreamIsCapturing((cudaStream_t)stream, &cs);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaStreamIsCapturing(stream=%p)", stream);
+  if (cs != cudaStreamCaptureStatusNone) {
+    return mn__error(MN_ERR_INVALID_STATE, __func__,
+                     "cuda:%d: the stream captures: launch the graph on another stream", index);
+  }
+  err = cudaGraphLaunch(((mn__cuda_graph *)graph)->exec, (cudaStream_t)stream);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaGraphLaunch(stream=%p)", stream);
+  return MN_OK;
+}
+
+/* Launches already queued still complete (CUDA defers the release). */
+static mn_status mn__cuda_graph_destroy(int index, void *graph) {
+  MN__CUDA_USE(index);
+  mn__cuda_graph *h = graph;
+  cudaError_t err = cudaGraphExecDestroy(h->exec);
+  cudaError_t err2 = cudaGraphDestroy(h->graph);
+  free(h);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaGraphExecDestroy");
+  if (err2 != cudaSuccess) return mn__cuda_fail(err2, __func__, index, "cudaGraphDestroy");
+  return MN_OK;
+}
+
 const mn__backend_t mn__cuda_backend = {
     .name = "cuda",
     .type = MN_DEVICE_CUDA,
@@ -1358,6 +1681,15 @@ const mn__backend_t mn__cuda_backend = {
     .ipc_export = mn__cuda_ipc_export,
     .ipc_open = mn__cuda_ipc_open,
     .ipc_close = mn__cuda_ipc_close,
+    /* stream capture and graphs */
+    .capture_begin = mn__cuda_capture_begin,
+    .capture_end = mn__cuda_capture_end,
+    .capture_status = mn__cuda_capture_status,
+    .capture_id = mn__cuda_capture_id,
+    .capture_marker = mn__cuda_capture_marker,
+    .capture_reaches = mn__cuda_capture_reaches,
+    .graph_launch = mn__cuda_graph_launch,
+    .graph_destroy = mn__cuda_graph_destroy,
 };
 
 #endif /* MNEMO_HAVE_CUDA */

@@ -13,6 +13,7 @@
 #include "mnemo/env.h"
 #include "mnemo/device.h"
 #include "mnemo/sim.h"
+#include "mnemo/graph.h"
 #include "mnemo/allocator.h"
 #include "mnemo/caching.h"
 #include "mnemo/graph.h"

@@ -73,6 +73,7 @@ typedef struct mn_sim_stats_s {
    * free and an unmap do first (as cudaFree); an allocator unmapping pages it
    * synchronized for itself adds none per page. */
   uint64_t synchronizes;
+  size_t live_graphs; /* graphs ended from captures and not destroyed yet (mnemo/graph.h) */
 } mn_sim_stats_t;
 
 MN_API MN_NODISCARD mn_status mn_sim_get_stats(mn_device_t dev, mn_sim_stats_t *out);
