@@ -436,7 +436,7 @@ typedef struct use_end_s {
 } use_end_t;
 
 /* Takes the block out of the allocated counts (its events, if any, follow). */
-static void unallocate(mn__caching_t *a, mn__block_t *b) {
+void mn__unallocate(mn__caching_t *a, mn__block_t *b) {
   b->allocated = false;
   MN__STAT_SUB(a, allocation, b->pool, 1);
   MN__STAT_SUB(a, allocated_bytes, b->pool, (int64_t)b->size);
@@ -454,7 +454,7 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
   mn__block_t *b = live->data;
   if (b->nuses) return free_with_uses(a, b, live); /* record_stream was called: events first */
   mn__addrmap_remove_entry(&a->live, live);
-  unallocate(a, b);
+  mn__unallocate(a, b);
   mn__free_block(a, b);
   unlock(a);
   return MN_OK;
@@ -465,6 +465,7 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
  * the block is cached when they complete. pre: lock held; unlocks. */
 static __attribute__((noinline)) mn_status free_with_uses(mn__caching_t *a, mn__block_t *b,
                                                           mn__addrmap_entry_t *live) {
+  if (a->ncaptures) return mn__free_deferred(a, b, live); /* no event records during a capture */
   uint32_t n = b->nuses;
   use_end_t local[8], *ends = local;
   if (n > 8 && !(ends = mn__calloc(n, sizeof *ends))) {
@@ -504,7 +505,7 @@ static __attribute__((noinline)) mn_status free_with_uses(mn__caching_t *a, mn__
       return mn__error_wrap(st, "caching_free");
     }
   }
-  unallocate(a, b);
+  mn__unallocate(a, b);
   for (uint32_t i = 0; i < n; i++) {
     if (!ends[i].event) continue;
     *ends[i].entry = (mn__pending_t){.event = ends[i].event, .block = b, .stream_id = b->uses[i].id};
@@ -542,7 +543,7 @@ static mn_status caching_record_stream(mn_allocator_t *self, void *ptr, mn_strea
     b->cap_uses = cap;
   }
   mn__stream_hold(stream); /* the pointer is kept until free records its event */
-  b->uses[b->nuses++] = (mn__use_t){id, stream};
+  b->uses[b->nuses++] = (mn__use_t){id, stream, 0};
 done:
   unlock(a);
   return MN_OK;

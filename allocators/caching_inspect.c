@@ -127,7 +127,7 @@ typedef struct tally_s {
   MN_ALLOC_STATS_MAP(MN__TALLY_FIELD)
 #undef MN__TALLY_FIELD
   int64_t oversize_allocations, oversize_segments;
-  size_t allocated, events, segments, exp_segments;
+  size_t allocated, events, segments, exp_segments, deferred;
 } tally_t;
 
 #define BROKEN(...) return mn__error(MN_ERR_INTERNAL, "check_invariants", __VA_ARGS__)
@@ -146,7 +146,7 @@ static mn_status check_block(const mn__caching_t *a, const mn__segment_t *s, con
   if (b->size == 0 || (b->mapped && b->size % MN__MIN_BLOCK))
     BROKEN("block %#lx: size %zu is not a positive multiple of 512", addr, b->size);
   if (!b->mapped && !s->expandable) BROKEN("block %#lx: unmapped inside a raw segment", addr);
-  if (b->allocated || b->event_count > 0) {
+  if (b->allocated || b->event_count > 0 || b->deferred) {
     if (b->where != MN__IN_NONE) BROKEN("block %#lx: active but in a free set", addr);
     if (!b->mapped) BROKEN("block %#lx: active but unmapped", addr);
     add(t->active, kind, 1);
@@ -163,6 +163,9 @@ static mn_status check_block(const mn__caching_t *a, const mn__segment_t *s, con
   } else if (b->event_count > 0) {
     if (b->nuses) BROKEN("block %#lx: pending free still lists %u stream uses", addr, b->nuses);
     t->events += (size_t)b->event_count;
+  } else if (b->deferred) {
+    if (!b->nuses) BROKEN("block %#lx: deferred (freed in a capture) without stream uses", addr);
+    t->deferred++;
   } else {
     if (b->nuses) BROKEN("block %#lx: free but lists %u stream uses", addr, b->nuses);
     if (b->requested) BROKEN("block %#lx: free but keeps requested size %zu", addr, b->requested);
@@ -329,6 +332,13 @@ static mn_status check_locked(const mn__caching_t *a) {
     }
   }
   if (events != a->npending) BROKEN("%zu pending events queued, %zu counted", events, a->npending);
+  size_t deferred = 0;
+  for (const mn__block_t *b = a->deferred; b && deferred <= t.deferred; b = b->spare_next) {
+    if (!b->deferred) BROKEN("block %#lx on the deferred list is not deferred", (unsigned long)b->addr);
+    deferred++;
+  }
+  if (deferred != t.deferred) BROKEN("%zu deferred blocks listed, %zu counted", deferred, t.deferred);
+  if (a->deferred && !a->ncaptures) BROKEN("deferred blocks with no capture under way");
   if (events + a->pending_waited != t.events)
     BROKEN("%zu pending events listed (and %zu being waited for), blocks count %zu", events, a->pending_waited,
            t.events);

@@ -226,6 +226,9 @@ typedef enum mn__where { MN__IN_NONE = 0, MN__IN_FREE = 1, MN__IN_UNMAPPED = 2 }
 typedef struct mn__use_s {
   uint64_t id;
   mn_stream_t *stream;
+  /* A block freed during a capture: the marker made on this (capturing)
+   * stream at the free, 0 when the stream was not capturing. */
+  uint64_t marker;
 } mn__use_t;
 
 typedef struct mn__block_s {
@@ -240,6 +243,7 @@ typedef struct mn__block_s {
   bool allocated;                 /* handed out and not freed */
   bool freeing;                   /* allocated, out of the pointer map while free() waits */
   bool mapped;                    /* false: unmapped pages of an expandable segment */
+  bool deferred;                  /* freed during a capture with stream uses: on a->deferred */
   uint8_t where;                  /* mn__where */
   int event_count;                /* outstanding stream events (pending free) */
   int64_t gc_count_base;          /* pool->get_free_calls when cached */
@@ -563,6 +567,13 @@ bool mn__free_memory_callbacks(mn__caching_t *a, size_t requested);
 /* A use_on_oom pool's cached block for the request (removed from its free
  * set), its half in *pool; NULL when none fits. pre: lock held. */
 mn__block_t *mn__mempool_oom_block(mn__caching_t *a, uint64_t stream, size_t size, mn__pool_t **pool);
+/* The free of a block with stream uses while a capture is under way: no
+ * event can be recorded, so the block waits on a->deferred (reusable in the
+ * capture once its stream joined every use, else when the captures end).
+ * pre: lock held, a->ncaptures > 0, b->nuses > 0, live is b's map entry; unlocks. */
+mn_status mn__free_deferred(mn__caching_t *a, mn__block_t *b, mn__addrmap_entry_t *live);
+/* Takes a block out of the allocated counts (caching.c). */
+void mn__unallocate(mn__caching_t *a, mn__block_t *b);
 /* Frees every memory pool's record (allocator destroy; segments already gone). */
 void mn__mempools_free_all(mn__caching_t *a);
 /* Best fit in `pool` for (stream, size) under the oversize rules, removed from

@@ -10,7 +10,9 @@
 
 #include "allocators/caching_internal.h"
 #include "runtime/error.h"
+#include "runtime/graph.h"
 #include "runtime/hostmem.h"
+#include "runtime/stream_hold.h"
 
 static void lock(mn__caching_t *a) { mn__lock(&a->lock); }
 static void unlock(mn__caching_t *a) { mn__unlock(&a->lock); }
@@ -163,17 +165,40 @@ mn_status mn_mempool_unuse(mn_mempool_t *mp) {
   return MN_OK;
 }
 
+/* Caches the deferred blocks of `stream` whose every use stream it has
+ * joined since the free (PyTorch's graph_capture_record_stream_reuse): in
+ * the captured order their last use precedes whatever comes next on it. */
+static void deferred_poll(mn__caching_t *a, mn_stream_t *stream, uint64_t sid) {
+  mn__block_t **pb = &a->deferred;
+  while (*pb) {
+    mn__block_t *b = *pb;
+    bool joined = b->stream_id == sid;
+    for (uint32_t i = 0; joined && i < b->nuses; i++) {
+      bool reached = false;
+      joined = b->uses[i].marker && mn__capture_reaches(stream, b->uses[i].marker, &reached) == MN_OK && reached;
+    }
+    if (!joined) {
+      pb = &b->spare_next;
+      continue;
+    }
+    *pb = b->spare_next;
+    b->spare_next = NULL;
+    b->deferred = false;
+    for (uint32_t i = 0; i < b->nuses; i++) mn__stream_unhold(b->uses[i].stream);
+    b->nuses = 0;
+    mn__free_block(a, b);
+  }
+}
+
 mn_mempool_t *mn__mempool_route(mn__caching_t *a, mn_stream_t *stream) {
-#ifdef MN__HAVE_CAPTURE
   if (a->routes && stream) {
     uint64_t cid = 0;
-    if (mn__stream_capture_id(stream, &cid) == MN_OK && cid)
+    if (mn__stream_capture_id(stream, &cid) == MN_OK && cid) {
+      if (a->deferred) deferred_poll(a, stream, mn_stream_id(stream));
       for (mn__capture_route_t *r = a->routes; r; r = r->next)
         if (r->capture_id == cid) return r->mp;
+    }
   }
-#else
-  (void)stream;
-#endif
   for (use_t *u = tls_uses; u; u = u->next)
     if (u->a == a) return u->mp;
   return NULL;
@@ -323,4 +348,154 @@ bool mn__free_memory_callbacks(mn__caching_t *a, size_t requested) {
     freed |= ((mn_free_memory_fn)a->mem_cbs[k].fn)(a->mem_cbs[k].user, a->base.device, requested);
   pthread_rwlock_unlock(&a->cb_lock);
   return freed;
+}
+
+/* ---- capture into a pool -------------------------------------------------------------- */
+
+static mn_status check_stream(const char *func, const mn_mempool_t *mp, mn_stream_t *stream) {
+  if (!mp || !stream) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "pool and stream must not be NULL");
+  mn_device_t sd = mn_stream_device(stream), pd = mp->a->base.device;
+  if (!mn_device_equal(sd, pd)) {
+    char s1[32], s2[32];
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "the stream is on %s, memory pool %llu on %s",
+                     mn_device_format(sd, s1, sizeof s1), (unsigned long long)mp->id,
+                     mn_device_format(pd, s2, sizeof s2));
+  }
+  return MN_OK;
+}
+
+mn_status mn_mempool_capture_begin(mn_mempool_t *mp, mn_stream_t *stream) {
+  mn_status st = check_stream(__func__, mp, stream);
+  if (st != MN_OK) return st;
+  mn__capture_route_t *r = mn__calloc(1, sizeof *r);
+  if (!r) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  mn__caching_t *a = mp->a;
+  /* counted before the capture starts: from here on no event is queried or recorded */
+  lock(a);
+  mp->captures++;
+  a->ncaptures++;
+  unlock(a);
+  uint64_t cid = 0;
+  st = mn_stream_begin_capture(stream);
+  if (st == MN_OK) {
+    st = mn__stream_capture_id(stream, &cid);
+    if (st == MN_OK && cid == 0) st = mn__error(MN_ERR_INTERNAL, __func__, "a capturing stream reports no capture id");
+    if (st != MN_OK) { /* undo the capture: its error is the one reported */
+      mn_graph_t *g = NULL;
+      if (mn_stream_end_capture(stream, &g) == MN_OK) mn__ignore(mn_graph_destroy(g));
+    }
+  }
+  lock(a);
+  if (st == MN_OK) {
+    *r = (mn__capture_route_t){.capture_id = cid, .mp = mp, .next = a->routes};
+    a->routes = r;
+    a->nroutes++;
+  } else {
+    mp->captures--;
+    a->ncaptures--;
+  }
+  unlock(a);
+  if (st != MN_OK) {
+    free(r);
+    return mn__error_wrap(st, __func__);
+  }
+  return MN_OK;
+}
+
+/* Records the events of the deferred blocks (the captures are over), or
+ * synchronizes a use stream whose event cannot be had (lock held: a failure
+ * path). pre: lock held, a->ncaptures == 0. */
+static void deferred_to_events(mn__caching_t *a) {
+  while (a->deferred) {
+    mn__block_t *b = a->deferred;
+    a->deferred = b->spare_next;
+    b->spare_next = NULL;
+    b->deferred = false;
+    for (uint32_t i = 0; i < b->nuses; i++) {
+      mn_event_t *e = mn__event_get(a);
+      mn__pending_t *p = e ? mn__pending_take(a) : NULL;
+      if (p && mn_event_record(e, b->uses[i].stream) == MN_OK) {
+        *p = (mn__pending_t){.event = e, .block = b, .stream_id = b->uses[i].id};
+        mn__pending_append(a, p);
+        b->event_count++;
+      } else {
+        if (e) mn__event_put(a, e);
+        if (p) mn__pending_put(a, p);
+        mn__ignore(mn_stream_synchronize(b->uses[i].stream)); /* failed: the block's later reuse is what is left */
+      }
+      mn__stream_unhold(b->uses[i].stream);
+    }
+    b->nuses = 0;
+    if (b->event_count == 0) mn__free_block(a, b);
+  }
+}
+
+mn_status mn__free_deferred(mn__caching_t *a, mn__block_t *b, mn__addrmap_entry_t *live) {
+  for (uint32_t i = 0; i < b->nuses; i++) {
+    uint64_t cid = 0, m = 0;
+    if (mn__stream_capture_id(b->uses[i].stream, &cid) == MN_OK && cid &&
+        mn__capture_marker(b->uses[i].stream, &m) != MN_OK)
+      m = 0; /* no marker: reused only once the captures end */
+    b->uses[i].marker = m;
+  }
+  mn__addrmap_remove_entry(&a->live, live);
+  mn__unallocate(a, b);
+  b->deferred = true;
+  b->spare_next = a->deferred;
+  a->deferred = b;
+  unlock(a);
+  return MN_OK;
+}
+
+/* A graph captured into mp is destroyed: the last one gives the pool's
+ * unused cached segments back (outside captures). */
+static void graph_released(void *arg) {
+  mn_mempool_t *mp = arg;
+  mn__caching_t *a = mp->a;
+  lock(a);
+  mp->graphs--;
+  if (mp->graphs == 0 && mp->captures == 0 && a->ncaptures == 0) mn__ignore(mn__release_cached(a, mp));
+  unlock(a);
+  mn__callbacks_flush(a);
+}
+
+mn_status mn_mempool_capture_end(mn_mempool_t *mp, mn_stream_t *stream, mn_graph_t **out) {
+  mn_status st = check_stream(__func__, mp, stream);
+  if (st != MN_OK) return st;
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  mn__caching_t *a = mp->a;
+  uint64_t cid = 0;
+  st = mn__stream_capture_id(stream, &cid);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  lock(a);
+  mn__capture_route_t **pr = &a->routes;
+  while (*pr && ((*pr)->capture_id != cid || (*pr)->mp != mp || cid == 0)) pr = &(*pr)->next;
+  unlock(a);
+  if (!*pr)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "the stream is not capturing into memory pool %llu",
+                     (unsigned long long)mp->id);
+  mn_graph_t *g = NULL;
+  st = mn_stream_end_capture(stream, &g); /* the capture is over either way */
+  if (st == MN_OK) {
+    st = mn__graph_on_destroy(g, graph_released, mp);
+    if (st != MN_OK) {
+      mn__ignore(mn_graph_destroy(g)); /* the hook's failure is what is reported */
+      g = NULL;
+    }
+  }
+  lock(a);
+  pr = &a->routes; /* other captures may have come and gone meanwhile */
+  while (*pr && ((*pr)->capture_id != cid || (*pr)->mp != mp)) pr = &(*pr)->next;
+  mn__capture_route_t *r = *pr;
+  *pr = r->next;
+  free(r);
+  a->nroutes--;
+  mp->captures--;
+  a->ncaptures--;
+  if (st == MN_OK) mp->graphs++;
+  if (a->ncaptures == 0) deferred_to_events(a);
+  unlock(a);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  *out = g;
+  return MN_OK;
 }

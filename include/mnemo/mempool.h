@@ -31,8 +31,10 @@ typedef struct mn_mempool_source_s {
 
 typedef struct mn_mempool_options_s {
   const mn_mempool_source_t *source; /* copied; NULL: raw device memory */
-  /* Blocks are never split: each allocation takes a cached block of its
-   * (rounded) size or a segment of its own (PyTorch's no_split). */
+  /* Blocks are never split: an allocation takes a cached block less than
+   * max_non_split_rounding larger, or a segment of its own (the rounded
+   * request rounded up to the device's granularity), so that every buffer
+   * is a segment (e.g. one NCCL registration each). */
   bool no_split;
   /* When an allocation outside any pool runs out of memory, it may take a
    * cached block of this pool before failing (PyTorch's use_on_oom). */
@@ -40,9 +42,13 @@ typedef struct mn_mempool_options_s {
 } mn_mempool_options_t;
 
 /* A new, empty pool of caching allocator `a` (made by
- * mn_caching_allocator_create; others: MN_ERR_NOT_SUPPORTED). Its blocks
- * never move to another pool; with a source it uses plain segments (never
- * expandable ones). opts NULL: defaults. */
+ * mn_caching_allocator_create; others, the sharded one included:
+ * MN_ERR_NOT_SUPPORTED). Its blocks never move to another pool, and it uses
+ * plain segments only (never expandable ones, as PyTorch's private pools).
+ * As PyTorch, the allocator's empty_cache and out-of-memory retries leave a
+ * pool's cache alone: mn_mempool_empty_cache (or destroy) gives it back.
+ * Destroying the allocator frees its pools too (their handles die with it);
+ * destroy graphs captured into its pools before it. opts NULL: defaults. */
 MN_API MN_NODISCARD mn_status mn_mempool_create(mn_allocator_t *a, const mn_mempool_options_t *opts,
                                                 mn_mempool_t **out);
 /* Destroys an empty pool: its cache is given back first. MN_ERR_BUSY (the
@@ -66,7 +72,9 @@ MN_API MN_NODISCARD mn_status mn_mempool_unuse(mn_mempool_t *pool);
  * allocator's; the allocator's statistics include the pool's). */
 MN_API MN_NODISCARD mn_status mn_mempool_get_stats(mn_mempool_t *pool, mn_alloc_stats_t *out);
 MN_API MN_NODISCARD mn_status mn_mempool_snapshot(mn_mempool_t *pool, mn_snapshot_t **out);
-/* Gives the pool's unused cached segments back (waits for its pending frees). */
+/* Gives the pool's unused cached segments back (waits for the allocator's
+ * pending frees first). MN_ERR_BUSY while a capture into it is under way or
+ * a graph captured into it lives (its replays write to that memory). */
 MN_API MN_NODISCARD mn_status mn_mempool_empty_cache(mn_mempool_t *pool);
 
 /* ---- stream capture into a pool (CUDA graphs' private pools) -------------------
@@ -89,7 +97,7 @@ typedef enum mn_segment_event {
   MN_SEGMENT_ALLOC = 0, /* a segment was allocated (before any block of it is handed out) */
   MN_SEGMENT_FREE = 1,  /* a segment is about to be freed (nothing of it is allocated) */
   MN_SEGMENT_MAP = 2,   /* pages mapped into an expandable segment: [address, address + size) */
-  MN_SEGMENT_UNMAP = 3  /* pages about to be unmapped from one */
+  MN_SEGMENT_UNMAP = 3  /* pages were unmapped from one (told after, as PyTorch's trace) */
 } mn_segment_event;
 
 typedef struct mn_segment_info_s {
@@ -101,11 +109,15 @@ typedef struct mn_segment_info_s {
   uint64_t stream_id;
 } mn_segment_info_t;
 
-/* Called outside the allocator's lock, on the thread that allocates or frees;
- * it may call the allocator (not to free the segment it is told about). */
+/* Called outside the allocator's lock, on a thread that allocated or freed
+ * (ALLOC and MAP before the allocation that caused them returns; FREE before
+ * the memory goes); it may call the allocator, but not add or remove
+ * callbacks. Destroying the allocator tells nothing. */
 typedef void (*mn_segment_callback_fn)(void *user, const mn_segment_info_t *info);
-/* Asked, outside the lock, to free memory before an allocation that ran out
- * retries; returns true when it freed something (then the allocation retries). */
+/* Asked, outside the lock, to free memory when an allocation ran out of
+ * device memory (after the oversize blocks were released, before the whole
+ * cache is); returns true when it freed something: the allocation then looks
+ * in the cache and tries the device again. */
 typedef bool (*mn_free_memory_fn)(void *user, mn_device_t dev, size_t requested);
 
 /* Registers (fn, user) on caching allocator `a`; the pair again is
