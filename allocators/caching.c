@@ -169,7 +169,10 @@ static size_t expandable_size(const mn__block_t *b) {
 }
 
 /* PyTorch's get_free_block: best fit on the same stream, with the oversize rules. */
-mn__block_t *mn__get_free_block(mn__caching_t *a, mn__pool_t *pool, uint64_t stream, size_t size) {
+/* inpool: pool may be a memory pool's (a constant false on the hot path, so its test folds away). */
+static inline __attribute__((always_inline)) mn__block_t *get_free_block_in(mn__caching_t *a, mn__pool_t *pool,
+                                                                            uint64_t stream, size_t size,
+                                                                            bool inpool) {
   if (gc_enabled(a)) pool->get_free_calls++;
   const mn__sbins_t *sb = mn__fset_find(&pool->fs, stream);
   mn__tnode_t *n = mn__fset_lower_bound(&pool->fs, sb, size);
@@ -186,14 +189,19 @@ mn__block_t *mn__get_free_block(mn__caching_t *a, mn__pool_t *pool, uint64_t str
   mn__block_t *b = (mn__block_t *)n;
   size_t max_split = a->cfg.max_split_size;
   if (size < max_split && b->size >= max_split) return NULL;
-  if ((size >= max_split || (pool->mp && pool->mp->no_split)) && b->size - size >= a->cfg.max_non_split_rounding)
+  if ((size >= max_split || (inpool && pool->mp && pool->mp->no_split)) &&
+      b->size - size >= a->cfg.max_non_split_rounding)
     return NULL;
   mn__pool_remove(pool, b);
   return b;
 }
 
+mn__block_t *mn__get_free_block(mn__caching_t *a, mn__pool_t *pool, uint64_t stream, size_t size) {
+  return get_free_block_in(a, pool, stream, size, true);
+}
+
 static mn__block_t *get_free_block(mn__caching_t *a, params_t *p) {
-  return mn__get_free_block(a, p->pool, p->stream, p->size);
+  return get_free_block_in(a, p->pool, p->stream, p->size, p->pool->mp != NULL);
 }
 
 /* A new segment (or mapped pages); pre: lock held, dropped around the raw allocation. */
@@ -269,19 +277,24 @@ static mn__block_t *alloc_block(mn__caching_t *a, params_t *p, bool is_retry) {
   return b;
 }
 
-static bool should_split(const mn__caching_t *a, const mn__block_t *b, size_t size) {
-  if (__builtin_expect(b->pool->mp != NULL, 0) && b->pool->mp->no_split) return false;
+static inline bool should_split(const mn__caching_t *a, const mn__block_t *b, size_t size, bool inpool) {
+  if (inpool && b->pool->mp && b->pool->mp->no_split) return false;
   size_t remaining = b->size - size;
   if (b->pool->is_small || a->expandable) return remaining >= MN__MIN_BLOCK;
   return size < a->cfg.max_split_size && remaining > MN__SMALL_SIZE;
 }
 
-/* PyTorch's alloc_found_block; pre: a spare block and a pointer-map slot reserved. */
-static mn__block_t *alloc_found_block(mn__caching_t *a, mn__block_t *b, const params_t *p, size_t requested) {
+/* PyTorch's alloc_found_block; pre: a spare block and a pointer-map slot reserved.
+ * inpool: the block may be a memory pool's (constant false on the hot path). */
+static inline __attribute__((always_inline)) mn__block_t *alloc_found_block(mn__caching_t *a, mn__block_t *b,
+                                                                            const params_t *p, size_t requested,
+                                                                            bool inpool) {
   MN__ASSERT_LOCKED(a);
   MN__ASSERT(a->nspare >= 1, "no spare block reserved before alloc_found_block");
   bool already_split = mn__block_is_split(b), expandable = b->seg->expandable;
-  if (should_split(a, b, p->size)) {
+  mn_alloc_stats_t *ps = inpool ? MN__POOL_STATS(p->pool) : NULL;
+  int kind = p->pool->kind;
+  if (should_split(a, b, p->size, inpool)) {
     mn__block_t *rest = b;
     b = mn__block_take(a);
     *b = (mn__block_t){.addr = rest->addr, .size = p->size, .stream_id = p->stream, .pool = p->pool,
@@ -293,24 +306,31 @@ static mn__block_t *alloc_found_block(mn__caching_t *a, mn__block_t *b, const pa
     rest->size -= p->size;
     mn__pool_insert(p->pool, rest);
     if (!expandable && already_split) {
-      MN__STAT_SUB(a, inactive_split_bytes, p->pool, (int64_t)b->size);
+      MN__STAT2_SUB(a, ps, inactive_split_bytes, kind, (int64_t)b->size);
     } else if (!expandable) {
-      MN__STAT_ADD(a, inactive_split_bytes, p->pool, (int64_t)rest->size);
-      MN__STAT_ADD(a, inactive_split, p->pool, 1);
+      MN__STAT2_ADD(a, ps, inactive_split_bytes, kind, (int64_t)rest->size);
+      MN__STAT2_ADD(a, ps, inactive_split, kind, 1);
     }
   } else if (already_split && !expandable) {
-    MN__STAT_SUB(a, inactive_split_bytes, p->pool, (int64_t)b->size);
-    MN__STAT_SUB(a, inactive_split, p->pool, 1);
+    MN__STAT2_SUB(a, ps, inactive_split_bytes, kind, (int64_t)b->size);
+    MN__STAT2_SUB(a, ps, inactive_split, kind, 1);
   }
   b->allocated = true;
   b->requested = requested;
   mn__addrmap_put(&a->live, b->addr, 0, b);
   mn__trace(a, MN_TRACE_ALLOC, b->stream_id, b->addr, b->size, requested);
-  MN__STAT_ADD(a, allocation, p->pool, 1);
-  MN__STAT_ADD(a, allocated_bytes, p->pool, (int64_t)b->size);
-  MN__STAT_ADD(a, active, p->pool, 1);
-  MN__STAT_ADD(a, active_bytes, p->pool, (int64_t)b->size);
-  MN__STAT_ADD(a, requested_bytes, p->pool, (int64_t)requested);
+  /* one test of ps for the five, not five */
+#define MN__FOUND_STATS(st)                                          \
+  do {                                                               \
+    MN__STAT_ADD_TO(st, allocation, kind, 1);                         \
+    MN__STAT_ADD_TO(st, allocated_bytes, kind, (int64_t)b->size);     \
+    MN__STAT_ADD_TO(st, active, kind, 1);                             \
+    MN__STAT_ADD_TO(st, active_bytes, kind, (int64_t)b->size);        \
+    MN__STAT_ADD_TO(st, requested_bytes, kind, (int64_t)requested);   \
+  } while (0)
+  MN__FOUND_STATS(&a->stats);
+  if (__builtin_expect(ps != NULL, 0)) MN__FOUND_STATS(ps);
+#undef MN__FOUND_STATS
   if (b->size >= a->cfg.max_split_size) mn__stat_inc(&a->stats.oversize_allocations, 1);
   if (expandable) a->exp_epoch++;
   return b;
@@ -377,40 +397,73 @@ static __attribute__((noinline)) mn__block_t *alloc_slow(mn__caching_t *a, param
   return b;
 }
 
-/* The allocation: takes and drops the lock (the "mnemo.alloc" range is the dispatch's). */
-static mn_status caching_alloc(mn_allocator_t *self, size_t nbytes, mn_stream_t *stream, void **out) {
-  mn__caching_t *a = as_caching(self);
-  uint64_t sid = stream ? mn_stream_id(stream) : a->default_stream;
-  lock(a);
-  if (nbytes > a->total_memory) return out_of_memory(a, nbytes, nbytes, nbytes);
-  mn_mempool_t *mp = __builtin_expect(a->nroutes != 0, 0) ? mn__mempool_route(a, stream) : NULL;
+/* A spare block record and a pointer-map slot could not be had: the block
+ * goes back to the cache. pre: lock held; unlocks. */
+static __attribute__((noinline)) mn_status reserve_failed(mn__caching_t *a, params_t *p, mn__block_t *b,
+                                                          mn_status st) {
+  mn__pool_insert(p->pool, b); /* still whole and free: back in the cache */
+  unlock(a);
+  mn__callbacks_flush(a);
+  return mn__error_wrap(st, "caching_alloc");
+}
+
+/* The cache missed: a new segment or the out-of-memory path, then the block
+ * is handed out. pre: lock held; unlocks. */
+static __attribute__((noinline)) mn_status alloc_missed(mn__caching_t *a, size_t nbytes, params_t *p,
+                                                        mn_mempool_t *mp, void **out) {
+  mn__block_t *b = alloc_slow(a, p, mp);
+  if (!b && p->err != MN_ERR_OUT_OF_MEMORY) {
+    unlock(a);
+    mn__callbacks_flush(a);
+    return mn__error_wrap(p->err, "caching_alloc");
+  }
+  if (!b) return out_of_memory(a, nbytes, p->size, p->alloc_size);
+  mn_status st = mn__spare_reserve(a, 1);
+  if (st == MN_OK) st = mn__addrmap_reserve(&a->live, 1);
+  if (st != MN_OK) return reserve_failed(a, p, b, st);
+  b = alloc_found_block(a, b, p, nbytes, p->pool->mp != NULL); /* use_on_oom may give a pool's block */
+  *out = (void *)b->addr;
+  unlock(a);
+  mn__callbacks_flush(a); /* a new segment's callbacks run before its first block is handed out */
+  return MN_OK;
+}
+
+/* The allocation from mp (NULL: the allocator's own pools; a literal NULL on
+ * the hot path, where every memory-pool test then folds away). pre: lock
+ * held; unlocks. */
+static inline __attribute__((always_inline)) mn_status alloc_from(mn__caching_t *a, size_t nbytes, uint64_t sid,
+                                                                  mn_mempool_t *mp, void **out) {
   mn__process_events(a);
   params_t p = {.stream = sid, .err = MN_OK};
   p.size = mn__round_size(&a->cfg, nbytes);
   p.pool = mn__pool_for(a, mp, p.size);
   p.alloc_size = mp && mp->no_split ? (p.size + a->granularity - 1) / a->granularity * a->granularity
                                     : mn__allocation_size(p.size);
-  mn__block_t *b = get_free_block(a, &p);
-  if (!b) b = alloc_slow(a, &p, mp);
-  if (!b && p.err != MN_ERR_OUT_OF_MEMORY) {
-    unlock(a);
-    mn__callbacks_flush(a);
-    return mn__error_wrap(p.err, __func__);
-  }
-  if (!b) return out_of_memory(a, nbytes, p.size, p.alloc_size);
+  mn__block_t *b = get_free_block_in(a, p.pool, sid, p.size, mp != NULL);
+  if (__builtin_expect(b == NULL, 0)) return alloc_missed(a, nbytes, &p, mp, out);
   mn_status st = mn__spare_reserve(a, 1);
   if (st == MN_OK) st = mn__addrmap_reserve(&a->live, 1);
-  if (st != MN_OK) {
-    mn__pool_insert(p.pool, b); /* still whole and free: back in the cache */
-    unlock(a);
-    mn__callbacks_flush(a);
-    return mn__error_wrap(st, __func__);
-  }
-  b = alloc_found_block(a, b, &p, nbytes);
+  if (st != MN_OK) return reserve_failed(a, &p, b, st);
+  b = alloc_found_block(a, b, &p, nbytes, mp != NULL);
   *out = (void *)b->addr;
-  unlock(a);
-  mn__callbacks_flush(a); /* a new segment's callbacks run before its first block is handed out */
+  unlock(a); /* a cached block: no segment event to tell */
   return MN_OK;
+}
+
+/* A use or capture is under way: the pool it routes to. pre: lock held; unlocks. */
+static __attribute__((noinline)) mn_status alloc_routed(mn__caching_t *a, size_t nbytes, mn_stream_t *stream,
+                                                        uint64_t sid, void **out) {
+  return alloc_from(a, nbytes, sid, mn__mempool_route(a, stream), out);
+}
+
+/* The allocation: takes and drops the lock (the "mnemo.alloc" range is the dispatch's). */
+static mn_status caching_alloc(mn_allocator_t *self, size_t nbytes, mn_stream_t *stream, void **out) {
+  mn__caching_t *a = as_caching(self);
+  uint64_t sid = stream ? mn_stream_id(stream) : a->default_stream;
+  lock(a);
+  if (nbytes > a->total_memory) return out_of_memory(a, nbytes, nbytes, nbytes);
+  if (__builtin_expect(a->nroutes != 0, 0)) return alloc_routed(a, nbytes, stream, sid, out);
+  return alloc_from(a, nbytes, sid, NULL, out);
 }
 
 /* ---- free and record_stream ---------------------------------------------------------- */
@@ -436,13 +489,17 @@ typedef struct use_end_s {
 } use_end_t;
 
 /* Takes the block out of the allocated counts (its events, if any, follow). */
-void mn__unallocate(mn__caching_t *a, mn__block_t *b) {
+static inline void unallocate(mn__caching_t *a, mn__block_t *b) {
   b->allocated = false;
-  MN__STAT_SUB(a, allocation, b->pool, 1);
-  MN__STAT_SUB(a, allocated_bytes, b->pool, (int64_t)b->size);
+  mn_alloc_stats_t *ps = MN__POOL_STATS(b->pool);
+  int kind = b->pool->kind;
+  MN__STAT2_SUB(a, ps, allocation, kind, 1);
+  MN__STAT2_SUB(a, ps, allocated_bytes, kind, (int64_t)b->size);
   if (b->size >= a->cfg.max_split_size) mn__stat_dec(&a->stats.oversize_allocations, 1);
   mn__trace(a, MN_TRACE_FREE_REQUESTED, b->stream_id, b->addr, b->size, b->requested);
 }
+
+void mn__unallocate(mn__caching_t *a, mn__block_t *b) { unallocate(a, b); }
 
 static mn_status free_with_uses(mn__caching_t *a, mn__block_t *b, mn__addrmap_entry_t *live);
 
@@ -454,7 +511,7 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
   mn__block_t *b = live->data;
   if (b->nuses) return free_with_uses(a, b, live); /* record_stream was called: events first */
   mn__addrmap_remove_entry(&a->live, live);
-  mn__unallocate(a, b);
+  unallocate(a, b);
   mn__free_block(a, b);
   unlock(a);
   return MN_OK;
@@ -505,7 +562,7 @@ static __attribute__((noinline)) mn_status free_with_uses(mn__caching_t *a, mn__
       return mn__error_wrap(st, "caching_free");
     }
   }
-  mn__unallocate(a, b);
+  unallocate(a, b);
   for (uint32_t i = 0; i < n; i++) {
     if (!ends[i].event) continue;
     *ends[i].entry = (mn__pending_t){.event = ends[i].event, .block = b, .stream_id = b->uses[i].id};

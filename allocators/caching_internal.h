@@ -441,6 +441,20 @@ static inline void mn__stat_all_inc(mn_stat_t *s, int64_t amount) {
     (st)->field[(kind)].current -= (amount);       \
     (st)->field[MN_POOL_ALL].current -= (amount);  \
   } while (0)
+/* The memory pool's statistics of a free-set half, or NULL (the allocator's own). */
+#define MN__POOL_STATS(pool) ((pool)->mp ? &(pool)->mp->stats : NULL)
+/* The hot paths: the allocator's counter, then the pool's when ps (from
+ * MN__POOL_STATS, in a register) is not NULL. */
+#define MN__STAT2_ADD(a, ps, field, kind, amount)                                   \
+  do {                                                                               \
+    MN__STAT_ADD_TO(&(a)->stats, field, kind, (amount));                             \
+    if (__builtin_expect((ps) != NULL, 0)) MN__STAT_ADD_TO((ps), field, kind, (amount)); \
+  } while (0)
+#define MN__STAT2_SUB(a, ps, field, kind, amount)                                    \
+  do {                                                                                \
+    MN__STAT_SUB_FROM(&(a)->stats, field, kind, (amount));                            \
+    if (__builtin_expect((ps) != NULL, 0)) MN__STAT_SUB_FROM((ps), field, kind, (amount)); \
+  } while (0)
 /* The allocator's counter, and the memory pool's when `pool` is one's. */
 #define MN__STAT_ADD(a, field, pool, amount)                                                       \
   do {                                                                                             \

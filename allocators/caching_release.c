@@ -92,18 +92,26 @@ void mn__free_block(mn__caching_t *a, mn__block_t *b) {
     net_blocks++;
     net_bytes += (int64_t)b->size;
   }
+  mn_alloc_stats_t *ps = MN__POOL_STATS(b->pool);
+  int kind = b->pool->kind;
   /* As PyTorch, expandable segments are left out of inactive_split. */
   if (!b->seg->expandable) {
-    if (net_blocks > 0) MN__STAT_ADD(a, inactive_split, b->pool, net_blocks);
-    else if (net_blocks < 0) MN__STAT_SUB(a, inactive_split, b->pool, -net_blocks);
-    if (net_bytes > 0) MN__STAT_ADD(a, inactive_split_bytes, b->pool, net_bytes);
-    else if (net_bytes < 0) MN__STAT_SUB(a, inactive_split_bytes, b->pool, -net_bytes);
+    if (net_blocks > 0) MN__STAT2_ADD(a, ps, inactive_split, kind, net_blocks);
+    else if (net_blocks < 0) MN__STAT2_SUB(a, ps, inactive_split, kind, -net_blocks);
+    if (net_bytes > 0) MN__STAT2_ADD(a, ps, inactive_split_bytes, kind, net_bytes);
+    else if (net_bytes < 0) MN__STAT2_SUB(a, ps, inactive_split_bytes, kind, -net_bytes);
   } else {
     a->exp_epoch++;
   }
-  MN__STAT_SUB(a, active, b->pool, 1);
-  MN__STAT_SUB(a, active_bytes, b->pool, (int64_t)orig_size);
-  MN__STAT_SUB(a, requested_bytes, b->pool, (int64_t)requested);
+#define MN__FREED_STATS(st)                                                \
+  do {                                                                     \
+    MN__STAT_SUB_FROM(st, active, kind, 1);                                 \
+    MN__STAT_SUB_FROM(st, active_bytes, kind, (int64_t)orig_size);          \
+    MN__STAT_SUB_FROM(st, requested_bytes, kind, (int64_t)requested);       \
+  } while (0)
+  MN__FREED_STATS(&a->stats);
+  if (__builtin_expect(ps != NULL, 0)) MN__FREED_STATS(ps); /* one test for the three */
+#undef MN__FREED_STATS
 }
 
 /* Retires completed events without blocking: each stream's queue from its
