@@ -15,6 +15,7 @@
 #include "mnemo/sim.h"
 #include "mnemo/allocator.h"
 #include "mnemo/caching.h"
+#include "mnemo/share.h"
 #include "mnemo/adaptors.h"
 #include "mnemo/pluggable.h"
 #include "mnemo/pinned.h"
