@@ -72,6 +72,8 @@ static pid_t start(mn_allocator_t *a, void **ptr, int *sock) {
   memset(*ptr, 0xA5, BLOCK);
   mn_share_handle_t h;
   MN_CHECK_OK(mn_caching_share_export(a, *ptr, &h));
+  fflush(stdout); /* the child must not print this process's buffered output again */
+  fflush(stderr);
   pid_t pid = fork();
   if (pid == 0) {
     close(sv[0]);

@@ -74,6 +74,7 @@ static void one_round(int sock, bool expandable) {
 MN_TEST(share_across_processes) {
   int sv[2];
   MN_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  fflush(stdout);
   pid_t pid = fork();
   if (pid == 0) { /* before this process uses CUDA: exec a fresh one */
     dup2(sv[1], 3);
