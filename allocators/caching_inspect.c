@@ -58,7 +58,7 @@ mn_status mn__caching_reset_peak(mn_allocator_t *self) {
 
 static mn_block_state state_of(const mn__block_t *b) {
   if (b->allocated) return MN_BLOCK_ACTIVE;
-  if (b->event_count > 0 || b->nuses > 0) return MN_BLOCK_ACTIVE_PENDING_FREE;
+  if (b->event_count > 0 || b->nuses > 0 || mn__block_parked(b)) return MN_BLOCK_ACTIVE_PENDING_FREE;
   return MN_BLOCK_INACTIVE;
 }
 
@@ -146,7 +146,7 @@ static mn_status check_block(const mn__caching_t *a, const mn__segment_t *s, con
   if (b->size == 0 || (b->mapped && b->size % MN__MIN_BLOCK))
     BROKEN("block %#lx: size %zu is not a positive multiple of 512", addr, b->size);
   if (!b->mapped && !s->expandable) BROKEN("block %#lx: unmapped inside a raw segment", addr);
-  if (b->allocated || b->event_count > 0 || b->deferred) {
+  if (b->allocated || b->event_count > 0 || b->deferred || mn__block_parked(b)) {
     if (b->where != MN__IN_NONE) BROKEN("block %#lx: active but in a free set", addr);
     if (!b->mapped) BROKEN("block %#lx: active but unmapped", addr);
     add(t->active, kind, 1);
@@ -166,6 +166,8 @@ static mn_status check_block(const mn__caching_t *a, const mn__segment_t *s, con
   } else if (b->deferred) {
     if (!b->nuses) BROKEN("block %#lx: deferred (freed in a capture) without stream uses", addr);
     t->deferred++;
+  } else if (mn__block_parked(b)) {
+    if (b->nuses) BROKEN("block %#lx: parked for its importers but lists %u stream uses", addr, b->nuses);
   } else {
     if (b->nuses) BROKEN("block %#lx: free but lists %u stream uses", addr, b->nuses);
     if (b->requested) BROKEN("block %#lx: free but keeps requested size %zu", addr, b->requested);

@@ -255,6 +255,7 @@ typedef struct mn__block_s {
    * mn__release_cached frees), so releasing walks those only. */
   struct mn__block_s *whole_prev, *whole_next;
   bool in_whole;
+  struct mn__share_rec_s *share;  /* issue 19 sharing (caching_share.c): its export, or NULL */
 } mn__block_t;
 
 struct mn__segment_s {
@@ -386,6 +387,7 @@ typedef struct mn__caching_s {
   mn_segment_info_t *cbq;   /* segment events waiting to be told (lock held to add/take) */
   size_t ncbq, cap_cbq;
   _Atomic bool cbq_nonempty;
+  struct mn__share_state_s *share; /* issue 19 sharing (caching_share.c): NULL until a first export */
 } mn__caching_t;
 
 /* A list of segments taken out of the allocator, to free with the lock dropped. */
@@ -515,7 +517,7 @@ void mn__segment_link(mn__caching_t *a, mn__segment_t *s);
 void mn__segment_unlink(mn__caching_t *a, mn__segment_t *s);
 
 static inline bool mn__block_inactive(const mn__block_t *b) {
-  return !b->allocated && b->event_count == 0 && b->nuses == 0;
+  return !b->allocated && b->event_count == 0 && b->nuses == 0 && !b->share;
 }
 static inline bool mn__whole_raw_segment(const mn__block_t *b) { return !b->seg->expandable && !mn__block_is_split(b); }
 
@@ -531,9 +533,28 @@ mn__pending_t *mn__pending_detach_all(mn__caching_t *a);
 /* PyTorch's free_block: merge with free neighbours, cache, update the counters. */
 void mn__free_block(mn__caching_t *a, mn__block_t *b);
 void mn__process_events_slow(mn__caching_t *a);
+/* ---- caching_share.c: blocks shared with other processes (issue 19) ---------------
+ * A freed block whose importers still hold it is parked: active, pending free
+ * (as a block waiting for events), retried with the pending events, by
+ * empty_cache and before an OOM; released, it goes through mn__free_block. */
+/* From mn__free_block: true when b is still held by importers (then parked). */
+bool mn__share_park(mn__caching_t *a, mn__block_t *b);
+/* Frees the parked blocks that no importer holds any more: those whose count
+ * is 0 (every allocation asks, no system call), and with `deep` (empty_cache,
+ * the out-of-memory path) also those whose importers all died holding them. */
+void mn__share_retry(mn__caching_t *a, bool deep);
+/* The allocator's destroy: drops every export record and the reference file. */
+void mn__share_destroy(mn__caching_t *a);
+/* Whether b is freed but parked for its importers. */
+static inline bool mn__block_parked(const mn__block_t *b) { return b->share && !b->allocated && !b->event_count; }
+/* Whether al is a caching allocator (caching.c). */
+bool mn__is_caching(const mn_allocator_t *al);
+/* ---- end of the sharing hooks ---- */
+
 /* Retires completed events without blocking (nothing to do: inline). */
 static inline void mn__process_events(mn__caching_t *a) {
   if (a->queues) mn__process_events_slow(a);
+  if (__builtin_expect(a->share != NULL, 0)) mn__share_retry(a, false);
 }
 /* Takes a whole unused raw segment out of the books, onto rel. */
 void mn__release_block(mn__caching_t *a, mn__block_t *b, mn__release_t *rel);

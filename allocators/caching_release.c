@@ -75,6 +75,7 @@ mn__pending_t *mn__pending_detach_all(mn__caching_t *a) {
 /* PyTorch's free_block: merge with free neighbours, cache, update the counters. */
 void mn__free_block(mn__caching_t *a, mn__block_t *b) {
   MN__ASSERT_LOCKED(a);
+  if (b->share && mn__share_park(a, b)) return; /* issue 19: importers still hold it */
   mn__trace(a, MN_TRACE_FREE_COMPLETED, b->stream_id, b->addr, b->size, b->requested);
   size_t orig_size = b->size, requested = b->requested;
   int64_t net_blocks = 0, net_bytes = 0;
@@ -305,6 +306,7 @@ void mn__release_whole(mn__caching_t *a, mn__pool_t *p, mn__release_t *rel) {
 
 mn_status mn__release_cached(mn__caching_t *a, mn_mempool_t *only) {
   if (a->ncaptures) return MN_OK; /* a capture under way: freeing memory would break it */
+  if (a->share) mn__share_retry(a, true); /* parked blocks their importers let go of (or died holding) */
   mn_status first = sync_and_free_events(a);
   mn__release_t rel = {NULL, NULL};
   if (only) {

@@ -25,6 +25,16 @@ typedef enum mn__copy_kind {
   MN__COPY_D2D = 3
 } mn__copy_kind;
 
+/* Memory of one device as pieces another process maps (share_* slots). */
+#define MN__SHARE_MAX_PIECES 16 /* MN_SHARE_MAX_FDS */
+typedef struct mn__share_mem_s {
+  unsigned npieces;
+  int fds[MN__SHARE_MAX_PIECES];
+  uint64_t piece_offset[MN__SHARE_MAX_PIECES]; /* in the descriptor's file */
+  uint64_t piece_length[MN__SHARE_MAX_PIECES];
+  uint64_t offset; /* of the shared bytes in the pieces mapped one after the other */
+} mn__share_mem_t;
+
 typedef struct mn__backend_s {
   const char *name;
   mn_device_type type;
@@ -156,6 +166,20 @@ typedef struct mn__backend_s {
   mn_status (*capture_reaches)(int index, void *stream, uint64_t marker, bool *reached);
   mn_status (*graph_launch)(int index, void *graph, void *stream);
   mn_status (*graph_destroy)(int index, void *graph);
+  /* ---- shareable memory (mnemo/share.h): NULL where not supported (CPU) ----
+   *   share_export: makes [ptr, ptr + nbytes) (inside one raw allocation, or
+   *     mapped pages of one reservation) mappable by another process: fills
+   *     out's pieces (new descriptors the caller owns) and out->offset, ptr's
+   *     offset in the pieces mapped one after the other. CUDA: reservations
+   *     only (raw allocations use ipc_export).
+   *   share_import: maps the pieces of another process contiguously as memory
+   *     of device `index`; *base and *size: the mapping. The descriptors stay
+   *     the caller's. Bad pieces (not the right kind of descriptor, outside
+   *     the file): MN_ERR_INVALID_ARGUMENT, nothing mapped.
+   *   share_close: unmaps a base from share_import. */
+  mn_status (*share_export)(int index, void *ptr, size_t nbytes, struct mn__share_mem_s *out);
+  mn_status (*share_import)(int index, const struct mn__share_mem_s *in, void **base, size_t *size);
+  mn_status (*share_close)(int index, void *base);
 } mn__backend_t;
 
 extern const mn__backend_t mn__cpu_backend;

@@ -156,6 +156,7 @@ const mn__backend_t mn__cuda_backend = {
 #else /* MNEMO_HAVE_CUDA */
 
 #include <pthread.h>
+#include <unistd.h>
 #include <stdatomic.h>
 
 #include <cuda.h> /* driver types only: libcuda is never linked */
@@ -233,6 +234,13 @@ typedef CUresult(CUDAAPI *mn__pfn_cuMemSetAccess)(CUdeviceptr ptr, size_t size,
                                                    const CUmemAccessDesc *desc, size_t count);
 typedef CUresult(CUDAAPI *mn__pfn_cuMemUnmap)(CUdeviceptr ptr, size_t size);
 typedef CUresult(CUDAAPI *mn__pfn_cuMemRelease)(CUmemGenericAllocationHandle handle);
+/* Sharing expandable segments (mnemo/share.h); optional: without them, not supported. */
+typedef CUresult(CUDAAPI *mn__pfn_cuMemRetainAllocationHandle)(CUmemGenericAllocationHandle *handle, void *addr);
+typedef CUresult(CUDAAPI *mn__pfn_cuMemExportToShareableHandle)(void *shareable, CUmemGenericAllocationHandle handle,
+                                                                 CUmemAllocationHandleType type,
+                                                                 unsigned long long flags);
+typedef CUresult(CUDAAPI *mn__pfn_cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle *handle,
+                                                                   void *shareable, CUmemAllocationHandleType type);
 typedef CUresult(CUDAAPI *mn__pfn_cuMemGetAllocationGranularity)(
     size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option);
 typedef CUresult(CUDAAPI *mn__pfn_cuGetErrorText)(CUresult error, const char **text);
@@ -257,6 +265,9 @@ static struct {
   mn__pfn_cuGetErrorText get_error_name;   /* optional */
   mn__pfn_cuGetErrorText get_error_string; /* optional */
   mn__pfn_cuDevicePrimaryCtxGetState primary_ctx_state; /* optional */
+  mn__pfn_cuMemRetainAllocationHandle mem_retain;        /* optional: sharing */
+  mn__pfn_cuMemExportToShareableHandle mem_export;        /* optional: sharing */
+  mn__pfn_cuMemImportFromShareableHandle mem_import;      /* optional: sharing */
   char why[160]; /* why ok is false */
 } mn__cu;
 
@@ -307,6 +318,9 @@ static void mn__cu_load(void) {
   mn__cu.get_error_string = (mn__pfn_cuGetErrorText)mn__cu_symbol("cuGetErrorString");
   mn__cu.primary_ctx_state =
       (mn__pfn_cuDevicePrimaryCtxGetState)mn__cu_symbol("cuDevicePrimaryCtxGetState");
+  mn__cu.mem_retain = (mn__pfn_cuMemRetainAllocationHandle)mn__cu_symbol("cuMemRetainAllocationHandle");
+  mn__cu.mem_export = (mn__pfn_cuMemExportToShareableHandle)mn__cu_symbol("cuMemExportToShareableHandle");
+  mn__cu.mem_import = (mn__pfn_cuMemImportFromShareableHandle)mn__cu_symbol("cuMemImportFromShareableHandle");
   memcpy(mn__cu.why, why, sizeof why); /* the optional ones do not explain !ok */
 }
 
@@ -771,7 +785,14 @@ static mn_status mn__cuda_mem_map(int index, void *addr, size_t nbytes) {
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = (int)dev;
   CUmemGenericAllocationHandle handle = 0;
+  /* Shareable through a POSIX descriptor (mnemo/share.h), where the driver
+   * can; else a plain allocation (its blocks cannot be shared). */
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   CUresult res = mn__cu.mem_create(&handle, nbytes, &prop, 0);
+  if (res == CUDA_ERROR_NOT_SUPPORTED || res == CUDA_ERROR_INVALID_VALUE) {
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    res = mn__cu.mem_create(&handle, nbytes, &prop, 0);
+  }
   if (res != CUDA_SUCCESS) {
     return mn__cu_fail(res, __func__, index, "cuMemCreate(nbytes=%zu)", nbytes);
   }
@@ -1634,6 +1655,164 @@ static mn_status mn__cuda_graph_destroy(int index, void *graph) {
   return MN_OK;
 }
 
+/* ---- Sharing expandable (VMM) memory with another process ------------------------------
+ * Export: every page mapped by mem_map that the block covers (each its own
+ * cuMemCreate allocation, made shareable through a POSIX descriptor) as one
+ * piece. Import: a new reservation, each piece imported and mapped after the
+ * previous, access for this device. Plain cudaMalloc memory goes through
+ * ipc_export/ipc_open instead. */
+typedef struct mn__cuda_import {
+  struct mn__cuda_import *next;
+  int index;
+  uintptr_t va;
+  size_t nbytes;
+} mn__cuda_import;
+static mn__cuda_import *mn__cuda_imports; /* guarded by mn__cuda_vmm_lock */
+
+static bool mn__cuda_share_loaded(void) {
+  return mn__cu_loaded() && mn__cu.mem_retain && mn__cu.mem_export && mn__cu.mem_import;
+}
+
+static mn_status mn__cuda_share_export(int index, void *ptr, size_t nbytes, mn__share_mem_t *out) {
+  if (!mn__cuda_share_loaded() || index >= MN__CUDA_VMM_CACHE)
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "cuda:%d: the driver cannot export VMM memory", index);
+  MN__CUDA_GUARD(guard);
+  mn_status st = mn__cuda_guard_enter(&guard, __func__, index, true);
+  if (st != MN_OK) return st;
+  mn__share_mem_t m;
+  memset(&m, 0, sizeof m);
+  for (int i = 0; i < MN__SHARE_MAX_PIECES; i++) m.fds[i] = -1;
+  uintptr_t p = (uintptr_t)ptr, end = p + nbytes, first = 0;
+  pthread_mutex_lock(&mn__cuda_vmm_lock);
+  mn__cuda_vmm_state *v = &mn__cuda_vmm[index];
+  while (st == MN_OK && p < end) {
+    const mn__cuda_vrange *r = NULL;
+    for (size_t k = 0; k < v->nmaps && !r; k++)
+      if (p >= v->maps[k].addr && p - v->maps[k].addr < v->maps[k].nbytes) r = &v->maps[k];
+    if (!r) {
+      st = mn__error(MN_ERR_NOT_SUPPORTED, __func__,
+                     "cuda:%d: %p is not memory mapped by mnemo's VMM (plain segments use CUDA IPC)", index,
+                     (void *)p);
+      break;
+    }
+    if (m.npieces == MN__SHARE_MAX_PIECES) {
+      st = mn__error(MN_ERR_NOT_SUPPORTED, __func__, "cuda:%d: a block over more than %d pages cannot be shared",
+                     index, MN__SHARE_MAX_PIECES);
+      break;
+    }
+    if (m.npieces == 0) first = r->addr;
+    CUmemGenericAllocationHandle h = 0;
+    int fd = -1;
+    CUresult res = mn__cu.mem_retain(&h, (void *)r->addr);
+    if (res == CUDA_SUCCESS) {
+      res = mn__cu.mem_export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+      (void)mn__cu.mem_release(h); /* the retain's reference */
+    }
+    if (res != CUDA_SUCCESS) {
+      st = mn__cu_fail(res, __func__, index, "cuMemExportToShareableHandle(page %p)", (void *)r->addr);
+      break;
+    }
+    m.fds[m.npieces] = fd;
+    m.piece_offset[m.npieces] = 0;
+    m.piece_length[m.npieces] = r->nbytes;
+    m.npieces++;
+    p = r->addr + r->nbytes;
+  }
+  pthread_mutex_unlock(&mn__cuda_vmm_lock);
+  if (st != MN_OK) {
+    for (unsigned i = 0; i < m.npieces; i++) close(m.fds[i]);
+    return st;
+  }
+  m.offset = (uintptr_t)ptr - first;
+  *out = m;
+  return MN_OK;
+}
+
+static mn_status mn__cuda_share_import(int index, const mn__share_mem_t *in, void **base, size_t *size) {
+  if (!mn__cuda_share_loaded() || index >= MN__CUDA_VMM_CACHE)
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "cuda:%d: the driver cannot import VMM memory", index);
+  size_t total = 0;
+  for (unsigned i = 0; i < in->npieces && i < MN__SHARE_MAX_PIECES; i++) {
+    if (in->piece_offset[i] != 0 || in->piece_length[i] == 0)
+      return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "cuda:%d: piece %u is not a whole allocation", index, i);
+    total += (size_t)in->piece_length[i];
+  }
+  size_t g = 0;
+  CUdevice dev = 0;
+  MN__CUDA_GUARD(guard);
+  mn_status st = mn__cuda_vmm_enter(&guard, __func__, index, NULL, total, &g, &dev);
+  if (st != MN_OK) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "cuda:%d: the pieces: %s", index, mn_last_error());
+  mn__cuda_import *rec = calloc(1, sizeof *rec);
+  if (!rec) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  CUdeviceptr va = 0;
+  CUresult res = mn__cu.mem_address_reserve(&va, total, g, 0, 0);
+  if (res != CUDA_SUCCESS) {
+    free(rec);
+    return mn__cu_fail(res, __func__, index, "cuMemAddressReserve(nbytes=%zu)", total);
+  }
+  size_t pos = 0;
+  for (unsigned i = 0; i < in->npieces && st == MN_OK; i++) {
+    CUmemGenericAllocationHandle h = 0;
+    res = mn__cu.mem_import(&h, (void *)(uintptr_t)in->fds[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (res != CUDA_SUCCESS) {
+      st = mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "cuda:%d: descriptor %d is not CUDA memory (CUresult %d)",
+                     index, in->fds[i], (int)res);
+      break;
+    }
+    res = mn__cu.mem_map(va + pos, (size_t)in->piece_length[i], 0, h, 0);
+    (void)mn__cu.mem_release(h); /* the mapping keeps it */
+    if (res != CUDA_SUCCESS) {
+      st = mn__cu_fail(res, __func__, index, "cuMemMap(piece %u, nbytes=%zu)", i, (size_t)in->piece_length[i]);
+      break;
+    }
+    pos += (size_t)in->piece_length[i];
+  }
+  if (st == MN_OK) {
+    pthread_mutex_lock(&mn__cuda_vmm_lock);
+    res = mn__cuda_grant(index, dev, 0, va, total);
+    pthread_mutex_unlock(&mn__cuda_vmm_lock);
+    if (res != CUDA_SUCCESS) st = mn__cu_fail(res, __func__, index, "cuMemSetAccess(nbytes=%zu)", total);
+  }
+  if (st != MN_OK) {
+    if (pos) (void)mn__cu.mem_unmap(va, pos);
+    (void)mn__cu.mem_address_free(va, total);
+    free(rec);
+    return st;
+  }
+  *rec = (mn__cuda_import){.index = index, .va = (uintptr_t)va, .nbytes = total};
+  pthread_mutex_lock(&mn__cuda_vmm_lock);
+  rec->next = mn__cuda_imports;
+  mn__cuda_imports = rec;
+  pthread_mutex_unlock(&mn__cuda_vmm_lock);
+  *base = (void *)(uintptr_t)va;
+  *size = total;
+  return MN_OK;
+}
+
+static mn_status mn__cuda_share_close(int index, void *base) {
+  pthread_mutex_lock(&mn__cuda_vmm_lock);
+  mn__cuda_import *rec = NULL;
+  for (mn__cuda_import **pp = &mn__cuda_imports; *pp; pp = &(*pp)->next)
+    if ((*pp)->index == index && (*pp)->va == (uintptr_t)base) {
+      rec = *pp;
+      *pp = rec->next;
+      break;
+    }
+  pthread_mutex_unlock(&mn__cuda_vmm_lock);
+  if (!rec) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "cuda:%d: %p is not an imported mapping", index, base);
+  MN__CUDA_GUARD(guard);
+  mn_status st = mn__cuda_guard_enter(&guard, __func__, index, true);
+  if (st == MN_OK) {
+    cudaError_t err = cudaDeviceSynchronize(); /* queued work may still touch it */
+    CUresult res = mn__cu.mem_unmap((CUdeviceptr)rec->va, rec->nbytes);
+    if (res == CUDA_SUCCESS) res = mn__cu.mem_address_free((CUdeviceptr)rec->va, rec->nbytes);
+    if (err != cudaSuccess) st = mn__cuda_fail(err, __func__, index, "cudaDeviceSynchronize()");
+    else if (res != CUDA_SUCCESS) st = mn__cu_fail(res, __func__, index, "cuMemUnmap(%p)", base);
+  }
+  free(rec);
+  return st;
+}
+
 const mn__backend_t mn__cuda_backend = {
     .name = "cuda",
     .type = MN_DEVICE_CUDA,
@@ -1690,6 +1869,9 @@ const mn__backend_t mn__cuda_backend = {
     .capture_reaches = mn__cuda_capture_reaches,
     .graph_launch = mn__cuda_graph_launch,
     .graph_destroy = mn__cuda_graph_destroy,
+    .share_export = mn__cuda_share_export,
+    .share_import = mn__cuda_share_import,
+    .share_close = mn__cuda_share_close,
 };
 
 #endif /* MNEMO_HAVE_CUDA */

@@ -18,6 +18,7 @@
 #include "mnemo/caching.h"
 #include "mnemo/graph.h"
 #include "mnemo/mempool.h"
+#include "mnemo/share.h"
 #include "mnemo/adaptors.h"
 #include "mnemo/pluggable.h"
 #include "mnemo/pinned.h"
