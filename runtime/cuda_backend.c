@@ -1498,9 +1498,10 @@ static mn_status mn__cuda_capture_status(int index, void *stream, mn_capture_sta
   return MN_OK;
 }
 
-/* No device guard: a stream query needs no current device, and the caching
- * allocator asks this on every allocation while captures are under way. */
+/* Asked on every allocation while captures are under way: one driver query
+ * (and the guard's cudaGetDevice), no synchronization. */
 static mn_status mn__cuda_capture_id(int index, void *stream, uint64_t *id) {
+  MN__CUDA_USE(index);
   enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   unsigned long long cid = 0;
   mn_status st = mn__cuda_capture_info(__func__, index, stream, &cs, &cid, NULL, NULL, NULL);
