@@ -641,6 +641,10 @@ static mn_status as_caching_checked(const char *func, mn_allocator_t *a, mn__cac
   return MN_OK;
 }
 
+mn_status mn__caching_checked(const char *func, mn_allocator_t *al, mn__caching_t **out) {
+  return as_caching_checked(func, al, out);
+}
+
 /* Whether the allocator holds anything on its device; pre: lock held. */
 static bool holds_device(const mn__caching_t *a) {
   return a->segments || a->queues || a->nevents || a->stats.allocation[MN_POOL_ALL].current > 0;
@@ -683,6 +687,7 @@ mn_status mn__caching_refresh_device(mn_allocator_t *al, const char *func) {
     a->default_stream = mn_stream_id(def);
     a->granularity = props.alloc_granularity ? props.alloc_granularity : MN__SMALL_BUFFER;
     a->allowed_max = (size_t)(a->cfg.per_process_memory_fraction * (double)props.total_memory);
+    a->peers = 0; /* the devices changed: peers are enabled again (SIM forgets them too) */
   }
   unlock(a);
   return MN_OK;

@@ -328,6 +328,9 @@ typedef struct mn__caching_s {
   void *oom_user;
   mn_trace_sink_fn sink;
   void *sink_user;
+  /* Peers (bit p: device p of this type) that every mapped page of the
+   * expandable segments is granted to (mn_caching_allocator_enable_peer_access). */
+  uint64_t peers;
 } mn__caching_t;
 
 /* A list of segments taken out of the allocator, to free with the lock dropped. */
@@ -356,6 +359,10 @@ static inline size_t mn__allocation_size(size_t size) {
 const char *mn__format_size(size_t bytes, char *buf, size_t bufsize);
 
 /* ---- caching.c ------------------------------------------------------------------ */
+
+/* *out = al as a caching allocator (mn_caching_allocator_create's), else
+ * MN_ERR_INVALID_ARGUMENT naming func. */
+mn_status mn__caching_checked(const char *func, mn_allocator_t *al, mn__caching_t **out);
 
 /* For mn_sim_configure, through the default-allocator table (allocator.c).
  * Release: empties the cache (segments, pending frees, pooled events), then
@@ -473,6 +480,9 @@ bool mn__expandable_has_unmappable(mn__caching_t *a);
 void mn__expandable_unmap_free(mn__caching_t *a, mn__release_t *rel, bool unmap_pages);
 /* Frees an expandable segment's bookkeeping after its range was released. */
 void mn__expandable_segment_free(mn__caching_t *a, mn__segment_t *s);
+/* Grants pages [addr, addr + nbytes), just mapped, to every peer in a->peers;
+ * pre: lock held. On failure nothing is undone (the caller unmaps the pages). */
+mn_status mn__expandable_grant_peers(mn__caching_t *a, uintptr_t addr, size_t nbytes);
 
 /* ---- caching_inspect.c ----------------------------------------------------------- */
 mn_status mn__caching_get_stats(mn_allocator_t *self, mn_alloc_stats_t *out);
