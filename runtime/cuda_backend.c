@@ -127,6 +127,10 @@ mn_status mn__cuda_set_current(int index) {
   (void)index;
   return mn__nocuda(__func__);
 }
+void *mn__cuda_driver_symbol(const char *symbol) {
+  (void)symbol;
+  return NULL;
+}
 
 const mn__backend_t mn__cuda_backend = {
     .name = "cuda",
@@ -270,6 +274,23 @@ static void *mn__cu_symbol(const char *symbol) {
       snprintf(mn__cu.why, sizeof mn__cu.why, "driver entry point %s not found (%s)", symbol,
                err != cudaSuccess ? cudaGetErrorName(err) : "symbol not found");
     }
+    return NULL;
+  }
+  return fn;
+}
+
+void *mn__cuda_driver_symbol(const char *symbol) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+  cudaError_t err = cudaGetDriverEntryPointByVersion(symbol, &fn, 12000, cudaEnableDefault, &found);
+#elif CUDART_VERSION >= 12000
+  cudaError_t err = cudaGetDriverEntryPoint(symbol, &fn, cudaEnableDefault, &found);
+#else
+  cudaError_t err = cudaErrorNotSupported;
+#endif
+  if (err != cudaSuccess || found != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
     return NULL;
   }
   return fn;
