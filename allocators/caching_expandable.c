@@ -136,9 +136,10 @@ static bool map_block(mn__caching_t *a, mn__block_t *b, size_t size, mn_status *
   mn__try_merge(a, b, b->next);
   mn__pool_insert(pool, b);
   a->reserved += bytes;
-  MN__STAT_ADD(a, reserved_bytes, pool->kind, (int64_t)bytes);
+  MN__STAT_ADD(a, reserved_bytes, pool, (int64_t)bytes);
   a->stats.num_device_alloc++;
   mn__trace(a, MN_TRACE_SEGMENT_MAP, b->stream_id, at, bytes, 0);
+  mn__segment_event(a, MN_SEGMENT_MAP, at, bytes, s->pool_id, b->stream_id);
   return true;
 }
 
@@ -228,9 +229,10 @@ static void unmap_block(mn__caching_t *a, mn__block_t *b) {
   mn__try_merge(a, b, b->next);
   mn__pool_insert(pool, b);
   a->reserved -= ubytes;
-  MN__STAT_SUB(a, reserved_bytes, pool->kind, (int64_t)ubytes);
+  MN__STAT_SUB(a, reserved_bytes, pool, (int64_t)ubytes);
   a->stats.num_device_free++;
   mn__trace(a, MN_TRACE_SEGMENT_UNMAP, b->stream_id, ustart, ubytes, 0);
+  mn__segment_event(a, MN_SEGMENT_UNMAP, ustart, ubytes, s->pool_id, b->stream_id);
 }
 
 void mn__expandable_unmap_free(mn__caching_t *a, mn__release_t *rel, bool unmap_pages) {

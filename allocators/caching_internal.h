@@ -13,6 +13,7 @@
 #include "runtime/ptrmap.h"
 #include "allocators/stat.h"
 #include "mnemo/mnemo.h"
+#include "mnemo/mempool.h"
 
 /* PyTorch's constants (c10/cuda/CUDACachingAllocator.cpp), in bytes. */
 #define MN__MIN_BLOCK ((size_t)512)              /* every size is a multiple of this */
@@ -254,6 +255,10 @@ typedef struct mn__block_s {
 
 struct mn__segment_s {
   uintptr_t base;
+  uint64_t pool_id;               /* its pool's mn_mempool_id (0: the allocator's own) */
+  /* A memory pool's source, copied (the pool may go while the segment is
+   * being freed with the lock dropped); alloc NULL: raw device memory. */
+  mn_mempool_source_t src;
   size_t size;                    /* raw segment: its bytes; expandable: the reserved range */
   mn__pool_t *pool;
   uint64_t stream_id;
@@ -267,7 +272,8 @@ struct mn__segment_s {
 };
 
 struct mn__pool_s {
-  mn__fset_t fs;       /* inactive mapped blocks by (stream, size, addr); unmapped ranges by (stream, addr) */
+  mn__fset_t fs;
+  mn_mempool_t *mp;    /* the memory pool this is half of; NULL: the allocator's own */       /* inactive mapped blocks by (stream, size, addr); unmapped ranges by (stream, addr) */
   bool is_small;
   int kind;            /* MN_POOL_SMALL or MN_POOL_LARGE */
   int64_t get_free_calls;
@@ -279,6 +285,34 @@ struct mn__pool_s {
   size_t largest_free;
   bool largest_dirty;
 };
+
+/* A memory pool (mnemo/mempool.h): its own small and large free sets, its
+ * own statistics, never expandable segments (as PyTorch's private pools). */
+struct mn_mempool_s {
+  struct mn__caching_s *a;
+  uint64_t id;
+  mn_mempool_source_t src;   /* alloc NULL: raw device memory */
+  bool no_split, use_on_oom;
+  mn__pool_t small, large;
+  mn_alloc_stats_t stats;    /* this pool's part of the allocator's */
+  uint32_t users;            /* threads' uses (mn_mempool_use) not yet ended */
+  uint32_t captures;         /* captures routed into it */
+  uint32_t graphs;           /* live graphs captured into it */
+  struct mn_mempool_s *prev, *next; /* the allocator's pools */
+};
+
+/* A capture routed into a pool (mn_mempool_capture_begin). */
+typedef struct mn__capture_route_s {
+  uint64_t capture_id;
+  mn_mempool_t *mp;
+  struct mn__capture_route_s *next;
+} mn__capture_route_t;
+
+/* A registered callback: (fn, user). */
+typedef struct mn__callback_s {
+  void (*fn)(void);
+  void *user;
+} mn__callback_t;
 
 /* An outstanding event of a pending-free block. One queue per stream the
  * events were recorded on, in record order: a stream's events complete in
@@ -331,6 +365,26 @@ typedef struct mn__caching_s {
   /* Peers (bit p: device p of this type) that every mapped page of the
    * expandable segments is granted to (mn_caching_allocator_enable_peer_access). */
   uint64_t peers;
+  /* ---- memory pools and routing (caching_mempool.c) ---- */
+  mn_mempool_t *mempools;   /* every pool of this allocator */
+  size_t nmempools;
+  /* Uses and captures under way: while 0, allocations skip routing (one test). */
+  uint32_t nroutes;
+  mn__capture_route_t *routes;
+  uint32_t ncaptures;       /* captures under way: no event queries, records or releases */
+  /* Blocks freed in a capture with stream uses: cached once the capture ends
+   * (or, with markers, once their stream joined the uses), linked by spare_next. */
+  mn__block_t *deferred;
+  /* ---- callbacks (caching_mempool.c): the lists under cb_lock (held for
+   * reading while callbacks run, so a removed one is never called after) ---- */
+  pthread_rwlock_t cb_lock;
+  mn__callback_t *seg_cbs, *mem_cbs;
+  size_t nseg_cbs, nmem_cbs;
+  bool any_mem_cbs;          /* nmem_cbs > 0, read under the allocator lock */
+  _Atomic bool has_seg_cbs;  /* seg_cbs non-empty: segment events are queued */
+  mn_segment_info_t *cbq;   /* segment events waiting to be told (lock held to add/take) */
+  size_t ncbq, cap_cbq;
+  _Atomic bool cbq_nonempty;
 } mn__caching_t;
 
 /* A list of segments taken out of the allocator, to free with the lock dropped. */
@@ -360,10 +414,6 @@ const char *mn__format_size(size_t bytes, char *buf, size_t bufsize);
 
 /* ---- caching.c ------------------------------------------------------------------ */
 
-/* *out = al as a caching allocator (mn_caching_allocator_create's), else
- * MN_ERR_INVALID_ARGUMENT naming func. */
-mn_status mn__caching_checked(const char *func, mn_allocator_t *al, mn__caching_t **out);
-
 /* For mn_sim_configure, through the default-allocator table (allocator.c).
  * Release: empties the cache (segments, pending frees, pooled events), then
  * MN_ERR_INVALID_STATE naming the device if anything is still held; another
@@ -380,18 +430,31 @@ static inline void mn__stat_all_inc(mn_stat_t *s, int64_t amount) {
   s->current += amount;
   if (s->current > s->peak) s->peak = s->current;
 }
-#define MN__STAT_ADD(a, field, kind, amount)                  \
-  do {                                                        \
-    mn__stat_inc(&(a)->stats.field[(kind)], (amount));        \
-    mn__stat_all_inc(&(a)->stats.field[MN_POOL_ALL], (amount)); \
+#define MN__STAT_ADD_TO(st, field, kind, amount)          \
+  do {                                                    \
+    mn__stat_inc(&(st)->field[(kind)], (amount));         \
+    mn__stat_all_inc(&(st)->field[MN_POOL_ALL], (amount)); \
   } while (0)
-#define MN__STAT_SUB(a, field, kind, amount)                  \
-  do {                                                        \
-    (a)->stats.field[(kind)].current -= (amount);             \
-    (a)->stats.field[MN_POOL_ALL].current -= (amount);        \
+#define MN__STAT_SUB_FROM(st, field, kind, amount) \
+  do {                                             \
+    (st)->field[(kind)].current -= (amount);       \
+    (st)->field[MN_POOL_ALL].current -= (amount);  \
+  } while (0)
+/* The allocator's counter, and the memory pool's when `pool` is one's. */
+#define MN__STAT_ADD(a, field, pool, amount)                                                       \
+  do {                                                                                             \
+    MN__STAT_ADD_TO(&(a)->stats, field, (pool)->kind, (amount));                                  \
+    if (__builtin_expect((pool)->mp != NULL, 0)) MN__STAT_ADD_TO(&(pool)->mp->stats, field, (pool)->kind, (amount)); \
+  } while (0)
+#define MN__STAT_SUB(a, field, pool, amount)                                                        \
+  do {                                                                                              \
+    MN__STAT_SUB_FROM(&(a)->stats, field, (pool)->kind, (amount));                                 \
+    if (__builtin_expect((pool)->mp != NULL, 0)) MN__STAT_SUB_FROM(&(pool)->mp->stats, field, (pool)->kind, (amount)); \
   } while (0)
 /* The statistics as users see them (ALL's allocated and freed summed); pre: lock held. */
 void mn__caching_stats_copy(const mn__caching_t *a, mn_alloc_stats_t *out);
+/* The same for any kept statistics (a memory pool's). */
+void mn__stats_copy(const mn_alloc_stats_t *kept, mn_alloc_stats_t *out);
 void mn__trace_emit(mn__caching_t *a, mn_trace_action action, uint64_t stream, uintptr_t addr, size_t size,
                     size_t requested);
 /* An allocator event to the sink, when one is set (the check inline). */
@@ -462,9 +525,52 @@ void mn__release_block(mn__caching_t *a, mn__block_t *b, mn__release_t *rel);
 /* Gives rel's segments back to the device, lock dropped meanwhile. */
 mn_status mn__do_release(mn__caching_t *a, mn__release_t *rel);
 bool mn__release_available(mn__caching_t *a, uint64_t stream, mn__pool_t *pool, size_t size, mn__release_t *rel);
-/* Waits for all pending frees, then releases every whole cached segment and free page. */
-mn_status mn__release_cached(mn__caching_t *a);
+/* Waits for all pending frees, then releases every whole cached segment and
+ * free page: of memory pool `only` when given, else of the allocator's own
+ * pools (as PyTorch, a live pool keeps its cache until its own empty_cache).
+ * Nothing while a capture is under way (freeing would break it). */
+mn_status mn__release_cached(mn__caching_t *a, mn_mempool_t *only);
+/* Moves every whole free raw segment of p onto rel. */
+void mn__release_whole(mn__caching_t *a, mn__pool_t *p, mn__release_t *rel);
 void mn__garbage_collect(mn__caching_t *a);
+
+/* a as a caching allocator (made by mn_caching_allocator_create), else
+ * MN_ERR_INVALID_ARGUMENT naming func (caching.c). */
+mn_status mn__caching_checked(const char *func, mn_allocator_t *a, mn__caching_t **out);
+
+/* ---- caching_mempool.c: memory pools, routing, callbacks ------------------------------ */
+/* The pool this allocation goes to (a capture's, else the thread's current
+ * pool), or NULL. pre: lock held, a->nroutes > 0. */
+mn_mempool_t *mn__mempool_route(mn__caching_t *a, mn_stream_t *stream);
+/* The half of mp (NULL: the allocator's own pools) for a rounded size. */
+static inline mn__pool_t *mn__pool_for(mn__caching_t *a, mn_mempool_t *mp, size_t size) {
+  if (__builtin_expect(mp != NULL, 0)) return size <= MN__SMALL_SIZE ? &mp->small : &mp->large;
+  return size <= MN__SMALL_SIZE ? &a->small : &a->large;
+}
+/* Queues a segment event for the callbacks (told by mn__callbacks_flush,
+ * outside the lock). pre: lock held. */
+void mn__segment_event_queue(mn__caching_t *a, mn_segment_event ev, uintptr_t addr, size_t size, uint64_t pool_id,
+                             uint64_t stream);
+static inline void mn__segment_event(mn__caching_t *a, mn_segment_event ev, uintptr_t addr, size_t size,
+                                     uint64_t pool_id, uint64_t stream) {
+  if (atomic_load_explicit(&a->has_seg_cbs, memory_order_relaxed))
+    mn__segment_event_queue(a, ev, addr, size, pool_id, stream);
+}
+/* Tells the callbacks the queued segment events. pre: lock NOT held. */
+void mn__callbacks_flush_slow(mn__caching_t *a);
+static inline void mn__callbacks_flush(mn__caching_t *a) {
+  if (atomic_load_explicit(&a->cbq_nonempty, memory_order_acquire)) mn__callbacks_flush_slow(a);
+}
+/* Asks the free-memory callbacks; true when one freed something. pre: lock NOT held. */
+bool mn__free_memory_callbacks(mn__caching_t *a, size_t requested);
+/* A use_on_oom pool's cached block for the request (removed from its free
+ * set), its half in *pool; NULL when none fits. pre: lock held. */
+mn__block_t *mn__mempool_oom_block(mn__caching_t *a, uint64_t stream, size_t size, mn__pool_t **pool);
+/* Frees every memory pool's record (allocator destroy; segments already gone). */
+void mn__mempools_free_all(mn__caching_t *a);
+/* Best fit in `pool` for (stream, size) under the oversize rules, removed from
+ * the free set; NULL when none (caching.c). pre: lock held. */
+mn__block_t *mn__get_free_block(mn__caching_t *a, mn__pool_t *pool, uint64_t stream, size_t size);
 
 /* ---- caching_expandable.c --------------------------------------------------- */
 /* Maps pages so that a block of `size` bytes is available on `stream` in `pool`;
@@ -488,6 +594,8 @@ mn_status mn__expandable_grant_peers(mn__caching_t *a, uintptr_t addr, size_t nb
 mn_status mn__caching_get_stats(mn_allocator_t *self, mn_alloc_stats_t *out);
 mn_status mn__caching_reset_peak(mn_allocator_t *self);
 mn_status mn__caching_snapshot(mn_allocator_t *self, mn_snapshot_t **out);
+/* The segments of pool `pool_id` (with `filter`; else all of them). */
+mn_status mn__caching_snapshot_of(mn__caching_t *a, uint64_t pool_id, bool filter, mn_snapshot_t **out);
 mn_status mn__caching_check_invariants(mn_allocator_t *self);
 /* The OOM message, PyTorch's wording adapted; pre: lock held. */
 void mn__caching_oom_message(mn__caching_t *a, size_t requested, size_t rounded, size_t alloc_size,

@@ -15,6 +15,8 @@
 #include "mnemo/sim.h"
 #include "mnemo/allocator.h"
 #include "mnemo/caching.h"
+#include "mnemo/graph.h"
+#include "mnemo/mempool.h"
 #include "mnemo/adaptors.h"
 #include "mnemo/pluggable.h"
 #include "mnemo/pinned.h"

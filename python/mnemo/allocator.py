@@ -62,7 +62,7 @@ class _SnapSegment(C.Structure):
     _fields_ = [("device", _CDevice), ("address", C.c_size_t), ("total_size", C.c_size_t),
                 ("allocated_size", C.c_size_t), ("active_size", C.c_size_t), ("requested_size", C.c_size_t),
                 ("stream_id", C.c_uint64), ("is_large", C.c_bool), ("is_expandable", C.c_bool),
-                ("nblocks", C.c_size_t), ("blocks", C.POINTER(_SnapBlock))]
+                ("pool_id", C.c_uint64), ("nblocks", C.c_size_t), ("blocks", C.POINTER(_SnapBlock))]
 
 
 class _Snapshot(C.Structure):
@@ -295,7 +295,8 @@ def _snapshot_list(snap):
                          "allocated_size": seg.allocated_size, "active_size": seg.active_size,
                          "requested_size": seg.requested_size, "stream": seg.stream_id,
                          "segment_type": "large" if seg.is_large else "small",
-                         "is_expandable": bool(seg.is_expandable), "blocks": blocks})
+                         "is_expandable": bool(seg.is_expandable),
+                         "segment_pool_id": (0, seg.pool_id), "blocks": blocks})
     return segments
 
 
@@ -419,7 +420,8 @@ class Allocator:
         """Every segment, sorted by address, as torch.cuda.memory_snapshot()
         gives them: dicts with device (index), address, total_size,
         allocated_size, active_size, requested_size, stream (mnemo's stream
-        id), segment_type ("large" or "small"), is_expandable and blocks, a
+        id), segment_type ("large" or "small"), is_expandable, segment_pool_id
+        ((0, pool id), (0, 0) outside memory pools, as PyTorch's tuple) and blocks, a
         list in address order of {address, size, requested_size, state}
         (state "active_allocated", "active_pending_free" or "inactive")."""
         p = C.POINTER(_Snapshot)()

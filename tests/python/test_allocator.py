@@ -184,8 +184,10 @@ class Snapshot(unittest.TestCase):
             small = next(s for s in snap if s["segment_type"] == "small")
             large = next(s for s in snap if s["segment_type"] == "large")
             self.assertEqual(set(small), {"device", "address", "total_size", "allocated_size", "active_size",
-                                          "requested_size", "stream", "segment_type", "is_expandable", "blocks"})
+                                          "requested_size", "stream", "segment_type", "is_expandable",
+                                          "segment_pool_id", "blocks"})
             self.assertEqual(small["device"], 0)
+            self.assertEqual(small["segment_pool_id"], (0, 0))
             self.assertEqual((small["total_size"], small["allocated_size"], small["active_size"],
                               small["requested_size"]), (2 * MiB, 1024, 1024, 1000))
             self.assertFalse(small["is_expandable"])
