@@ -811,6 +811,7 @@ mn_status mn__caching_refresh_device(mn_allocator_t *al, const char *func) {
     a->default_stream = mn_stream_id(def);
     a->granularity = props.alloc_granularity ? props.alloc_granularity : MN__SMALL_BUFFER;
     a->allowed_max = (size_t)(a->cfg.per_process_memory_fraction * (double)props.total_memory);
+    a->peers = 0; /* the devices changed: peers are enabled again (SIM forgets them too) */
   }
   unlock(a);
   return MN_OK;

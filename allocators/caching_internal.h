@@ -367,6 +367,9 @@ typedef struct mn__caching_s {
   void *oom_user;
   mn_trace_sink_fn sink;
   void *sink_user;
+  /* Peers (bit p: device p of this type) that every mapped page of the
+   * expandable segments is granted to (mn_caching_allocator_enable_peer_access). */
+  uint64_t peers;
   /* ---- memory pools and routing (caching_mempool.c) ---- */
   mn_mempool_t *mempools;   /* every pool of this allocator */
   size_t nmempools;
@@ -629,6 +632,9 @@ bool mn__expandable_has_unmappable(mn__caching_t *a);
 void mn__expandable_unmap_free(mn__caching_t *a, mn__release_t *rel, bool unmap_pages);
 /* Frees an expandable segment's bookkeeping after its range was released. */
 void mn__expandable_segment_free(mn__caching_t *a, mn__segment_t *s);
+/* Grants pages [addr, addr + nbytes), just mapped, to every peer in a->peers;
+ * pre: lock held. On failure nothing is undone (the caller unmaps the pages). */
+mn_status mn__expandable_grant_peers(mn__caching_t *a, uintptr_t addr, size_t nbytes);
 
 /* ---- caching_inspect.c ----------------------------------------------------------- */
 mn_status mn__caching_get_stats(mn_allocator_t *self, mn_alloc_stats_t *out);

@@ -46,7 +46,7 @@ typedef struct mn__backend_s {
   mn_status (*raw_alloc)(int index, size_t nbytes, void **out);
   /* Like cudaFree: waits for all work queued on the device, then frees. */
   mn_status (*raw_free)(int index, void *ptr);
-  /* VMM; all four NULL when the backend never supports it (a backend may
+  /* VMM; all five NULL when the backend never supports it (a backend may
    * also answer MN_ERR_NOT_SUPPORTED per device, as CUDA does). */
   mn_status (*va_reserve)(int index, size_t nbytes, void **base);
   mn_status (*va_release)(int index, void *base, size_t nbytes);
@@ -57,6 +57,12 @@ typedef struct mn__backend_s {
    * work on the range (an allocator unmapping many pages after one
    * synchronize), and the backend does not. */
   mn_status (*mem_unmap)(int index, void *addr, size_t nbytes, bool synced);
+  /* Lets device `peer` (of this backend, != index) read and write the mapped
+   * pages [addr, addr + nbytes) of device `index` (cuMemSetAccess). A map
+   * grants only its own device: mapped memory is reachable from exactly the
+   * devices granted here, whatever enable_peer_access says (that covers raw
+   * memory). Unmapping forgets the grants. NULL where there is no VMM. */
+  mn_status (*mem_set_access)(int index, void *addr, size_t nbytes, int peer);
 
   mn_status (*stream_create)(int index, void **out);
   mn_status (*stream_destroy)(int index, void *stream);

@@ -60,6 +60,10 @@ static mn_status mn__nocuda_mem_unmap(int index, void *addr, size_t nbytes, bool
   (void)index, (void)addr, (void)nbytes, (void)synced;
   return mn__nocuda(__func__);
 }
+static mn_status mn__nocuda_mem_set_access(int index, void *addr, size_t nbytes, int peer) {
+  (void)index, (void)addr, (void)nbytes, (void)peer;
+  return mn__nocuda(__func__);
+}
 static mn_status mn__nocuda_stream_create(int index, void **out) {
   (void)index, (void)out;
   return mn__nocuda(__func__);
@@ -123,6 +127,10 @@ mn_status mn__cuda_set_current(int index) {
   (void)index;
   return mn__nocuda(__func__);
 }
+void *mn__cuda_driver_symbol(const char *symbol) {
+  (void)symbol;
+  return NULL;
+}
 
 const mn__backend_t mn__cuda_backend = {
     .name = "cuda",
@@ -137,6 +145,7 @@ const mn__backend_t mn__cuda_backend = {
     .va_release = mn__nocuda_va_release,
     .mem_map = mn__nocuda_mem_map,
     .mem_unmap = mn__nocuda_mem_unmap,
+    .mem_set_access = mn__nocuda_mem_set_access,
     .stream_create = mn__nocuda_stream_create,
     .stream_destroy = mn__nocuda_stream_destroy,
     .stream_query = mn__nocuda_stream_query,
@@ -290,6 +299,23 @@ static void *mn__cu_symbol(const char *symbol) {
       snprintf(mn__cu.why, sizeof mn__cu.why, "driver entry point %s not found (%s)", symbol,
                err != cudaSuccess ? cudaGetErrorName(err) : "symbol not found");
     }
+    return NULL;
+  }
+  return fn;
+}
+
+void *mn__cuda_driver_symbol(const char *symbol) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+  cudaError_t err = cudaGetDriverEntryPointByVersion(symbol, &fn, 12000, cudaEnableDefault, &found);
+#elif CUDART_VERSION >= 12000
+  cudaError_t err = cudaGetDriverEntryPoint(symbol, &fn, cudaEnableDefault, &found);
+#else
+  cudaError_t err = cudaErrorNotSupported;
+#endif
+  if (err != cudaSuccess || found != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
     return NULL;
   }
   return fn;
@@ -721,61 +747,22 @@ static mn_status mn__cuda_va_release(int index, void *base, size_t nbytes) {
   return MN_OK;
 }
 
-/* ---- Peers of VMM memory ------------------------------------------------------
- * cudaDeviceEnablePeerAccess covers cudaMalloc memory only: memory mapped with
- * cuMemMap is reachable by exactly the devices cuMemSetAccess names. So, as
- * PyTorch's expandable segments keep their peers, the backend keeps per
- * device the peers that enabled access to its memory through mnemo
- * (enable_peer_access) and the ranges mapped now; a map grants the device and
- * its peers, and a new peer is granted every range mapped so far. One lock
- * orders maps, unmaps and enables, so no range misses a peer. */
-typedef struct mn__cuda_vrange {
-  uintptr_t addr;
-  size_t nbytes;
-} mn__cuda_vrange;
-
-typedef struct mn__cuda_vmm_state {
-  uint64_t peers; /* bit p: device p enabled access to this device's memory */
-  mn__cuda_vrange *maps;
-  size_t nmaps, cap;
-} mn__cuda_vmm_state;
-static mn__cuda_vmm_state mn__cuda_vmm[MN__CUDA_VMM_CACHE];
-static pthread_mutex_t mn__cuda_vmm_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* Read-write access to [va, va + nbytes) for device `dev` and every peer of
- * `index` set in `peers`. pre: the lock is held. */
-static CUresult mn__cuda_grant(int index, CUdevice dev, uint64_t peers, CUdeviceptr va, size_t nbytes) {
-  CUmemAccessDesc access[MN__CUDA_VMM_CACHE];
-  size_t n = 0;
-  memset(access, 0, sizeof access);
-  access[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access[n].location.id = (int)dev;
-  access[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  for (int p = 0; p < MN__CUDA_VMM_CACHE; p++) {
-    if (p == index || !(peers >> p & 1)) continue;
-    access[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access[n].location.id = p; /* a runtime device index is its CUdevice ordinal */
-    access[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  }
-  return mn__cu.mem_set_access(va, nbytes, access, n);
-}
-
-static void mn__cuda_forget_maps(int index, void *addr, size_t nbytes);
+/* ---- Mapped memory ------------------------------------------------------------
+ * As CUDA: memory mapped with cuMemMap is reachable by exactly the devices
+ * cuMemSetAccess names, whatever cudaDeviceEnablePeerAccess said (that covers
+ * cudaMalloc memory only). A map grants its own device; mem_set_access grants
+ * a peer (the caching allocator grants its expandable segments to the peers
+ * given to mn_caching_allocator_enable_peer_access, as PyTorch's). */
 
 /* Backs [addr, addr + nbytes) with new device memory, readable and writable by
- * the device and by the peers that enabled access to it. The handle is
- * released at once: the mapping keeps the memory alive until cuMemUnmap.
- * Every failure undoes what was done. */
+ * the device. The handle is released at once: the mapping keeps the memory
+ * alive until cuMemUnmap. Every failure undoes what was done. */
 static mn_status mn__cuda_mem_map(int index, void *addr, size_t nbytes) {
   size_t g = 0;
   CUdevice dev = 0;
   MN__CUDA_GUARD(guard);
   mn_status st = mn__cuda_vmm_enter(&guard, __func__, index, addr, nbytes, &g, &dev);
   if (st != MN_OK) return st;
-  if (index >= MN__CUDA_VMM_CACHE) {
-    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "cuda:%d: VMM on devices past %d is not supported", index,
-                     MN__CUDA_VMM_CACHE - 1);
-  }
   CUdeviceptr va = (CUdeviceptr)(uintptr_t)addr;
 
   CUmemAllocationProp prop;
@@ -802,55 +789,50 @@ static mn_status mn__cuda_mem_map(int index, void *addr, size_t nbytes) {
     (void)mn__cu.mem_release(handle);
     return st;
   }
-  pthread_mutex_lock(&mn__cuda_vmm_lock);
-  mn__cuda_vmm_state *v = &mn__cuda_vmm[index];
-  if (v->nmaps == v->cap) {
-    size_t cap = v->cap ? 2 * v->cap : 64;
-    mn__cuda_vrange *grown = realloc(v->maps, cap * sizeof *grown);
-    if (grown) {
-      v->maps = grown;
-      v->cap = cap;
-    }
-  }
-  if (v->nmaps == v->cap) {
-    pthread_mutex_unlock(&mn__cuda_vmm_lock);
-    (void)mn__cu.mem_unmap(va, nbytes);
-    (void)mn__cu.mem_release(handle);
-    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory recording a mapping of cuda:%d", index);
-  }
-  res = mn__cuda_grant(index, dev, v->peers, va, nbytes);
+  CUmemAccessDesc access;
+  memset(&access, 0, sizeof access);
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = (int)dev;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  res = mn__cu.mem_set_access(va, nbytes, &access, 1);
   if (res != CUDA_SUCCESS) {
-    pthread_mutex_unlock(&mn__cuda_vmm_lock);
-    st = mn__cu_fail(res, __func__, index, "cuMemSetAccess(addr=%p, nbytes=%zu, readwrite, peers %#llx)", addr,
-                     nbytes, (unsigned long long)v->peers);
+    st = mn__cu_fail(res, __func__, index, "cuMemSetAccess(addr=%p, nbytes=%zu, readwrite)", addr, nbytes);
     (void)mn__cu.mem_unmap(va, nbytes);
     (void)mn__cu.mem_release(handle);
     return st;
   }
-  v->maps[v->nmaps++] = (mn__cuda_vrange){(uintptr_t)addr, nbytes};
-  pthread_mutex_unlock(&mn__cuda_vmm_lock);
   res = mn__cu.mem_release(handle);
   if (res != CUDA_SUCCESS) {
     st = mn__cu_fail(res, __func__, index, "cuMemRelease(nbytes=%zu) after mapping addr=%p",
                      nbytes, addr);
     (void)mn__cu.mem_unmap(va, nbytes);
-    mn__cuda_forget_maps(index, addr, nbytes);
     return st;
   }
   return MN_OK;
 }
 
-/* Forgets the mappings inside [addr, addr + nbytes) (unmapped). */
-static void mn__cuda_forget_maps(int index, void *addr, size_t nbytes) {
-  if (index >= MN__CUDA_VMM_CACHE) return;
-  uintptr_t lo = (uintptr_t)addr, hi = lo + nbytes;
-  pthread_mutex_lock(&mn__cuda_vmm_lock);
-  mn__cuda_vmm_state *v = &mn__cuda_vmm[index];
-  for (size_t k = 0; k < v->nmaps;) {
-    if (v->maps[k].addr >= lo && v->maps[k].addr < hi) v->maps[k] = v->maps[--v->nmaps];
-    else k++;
+/* Read-write access for device `peer` to the mapped [addr, addr + nbytes) of
+ * `index` (one or more whole mappings). */
+static mn_status mn__cuda_mem_set_access(int index, void *addr, size_t nbytes, int peer) {
+  size_t g = 0;
+  CUdevice dev = 0;
+  MN__CUDA_GUARD(guard);
+  mn_status st = mn__cuda_vmm_enter(&guard, __func__, index, addr, nbytes, &g, &dev);
+  if (st != MN_OK) return st;
+  CUdevice pdev = 0;
+  CUresult res = mn__cu.device_get(&pdev, peer);
+  if (res != CUDA_SUCCESS) return mn__cu_fail(res, __func__, index, "cuDeviceGet(%d)", peer);
+  CUmemAccessDesc access;
+  memset(&access, 0, sizeof access);
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = (int)pdev;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  res = mn__cu.mem_set_access((CUdeviceptr)(uintptr_t)addr, nbytes, &access, 1);
+  if (res != CUDA_SUCCESS) {
+    return mn__cu_fail(res, __func__, index, "cuMemSetAccess(addr=%p, nbytes=%zu) for peer cuda:%d", addr, nbytes,
+                       peer);
   }
-  pthread_mutex_unlock(&mn__cuda_vmm_lock);
+  return MN_OK;
 }
 
 /* Unmaps (and so frees) the memory behind [addr, addr + nbytes). cuMemUnmap does
@@ -878,7 +860,6 @@ static mn_status mn__cuda_mem_unmap(int index, void *addr, size_t nbytes, bool s
   if (res != CUDA_SUCCESS) {
     return mn__cu_fail(res, __func__, index, "cuMemUnmap(addr=%p, nbytes=%zu)", addr, nbytes);
   }
-  mn__cuda_forget_maps(index, addr, nbytes);
   return MN_OK;
 }
 
@@ -1285,37 +1266,16 @@ static mn_status mn__cuda_can_access_peer(int index, int peer, bool *can) {
   return MN_OK;
 }
 
-/* Also grants `index` the VMM memory `peer` has mapped (expandable segments)
- * and will map: cudaDeviceEnablePeerAccess alone covers cudaMalloc memory only. */
+/* Raw (cudaMalloc) memory only: mapped pages need mem_set_access, as in CUDA. */
 static mn_status mn__cuda_enable_peer_access(int index, int peer) {
-  MN__CUDA_USE_CTX(index); /* cuMemSetAccess below is a driver call */
+  MN__CUDA_USE(index);
   cudaError_t err = cudaDeviceEnablePeerAccess(peer, 0);
   if (err == cudaErrorPeerAccessAlreadyEnabled) {
     (void)cudaGetLastError();
   } else if (err != cudaSuccess) {
     return mn__cuda_fail(err, __func__, index, "cudaDeviceEnablePeerAccess(peer=%d)", peer);
   }
-  if (index >= MN__CUDA_VMM_CACHE || peer >= MN__CUDA_VMM_CACHE || !mn__cu_loaded()) return MN_OK;
-  pthread_mutex_lock(&mn__cuda_vmm_lock);
-  mn__cuda_vmm_state *v = &mn__cuda_vmm[peer];
-  mn_status st = MN_OK;
-  if (!(v->peers >> index & 1)) {
-    CUmemAccessDesc access;
-    memset(&access, 0, sizeof access);
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = index;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    for (size_t k = 0; k < v->nmaps && st == MN_OK; k++) {
-      CUresult res = mn__cu.mem_set_access((CUdeviceptr)v->maps[k].addr, v->maps[k].nbytes, &access, 1);
-      if (res != CUDA_SUCCESS) {
-        st = mn__cu_fail(res, __func__, index, "cuMemSetAccess(addr=%p, nbytes=%zu) for peer cuda:%d of cuda:%d",
-                         (void *)v->maps[k].addr, v->maps[k].nbytes, index, peer);
-      }
-    }
-    if (st == MN_OK) v->peers |= (uint64_t)1 << index; /* else a retry grants again */
-  }
-  pthread_mutex_unlock(&mn__cuda_vmm_lock);
-  return st;
+  return MN_OK;
 }
 
 static mn_status mn__cuda_memcpy_peer_async(int index, void *dst, int dst_index, const void *src,
@@ -1827,6 +1787,7 @@ const mn__backend_t mn__cuda_backend = {
     .va_release = mn__cuda_va_release,
     .mem_map = mn__cuda_mem_map,
     .mem_unmap = mn__cuda_mem_unmap,
+    .mem_set_access = mn__cuda_mem_set_access,
     .stream_create = mn__cuda_stream_create,
     .stream_destroy = mn__cuda_stream_destroy,
     .stream_query = mn__cuda_stream_query,

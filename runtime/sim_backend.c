@@ -188,7 +188,7 @@ typedef struct sim_device {
   mn_sim_stats_t stats;
   sim_pool pool;   /* the default pool */
   sim_pool *pools; /* pools made by pool_create */
-  uint16_t peers;  /* bit p: sim:p enabled peer access to this device's memory */
+  uint16_t peers;  /* bit p: sim:p enabled peer access to this device's raw memory */
   sim_capture *captures; /* active captures */
   sim_graph *graphs;     /* live graphs */
 } sim_device;
@@ -827,8 +827,8 @@ static mn_status sim_mem_map(int index, void *addr, size_t nbytes) {
     st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: mprotect failed: %s", index, strerror(errno));
   if (st != MN_OK) return unlock_ret(d, st);
   memset(r->mapped + first, 1, count);
-  /* the device and the peers that enabled access to it, as the CUDA backend grants */
-  for (size_t k = first; k < first + count; k++) r->access[k] = (uint16_t)(1u << index | d->peers);
+  /* the device only, as cuMemMap + cuMemSetAccess for it: peers need mem_set_access */
+  for (size_t k = first; k < first + count; k++) r->access[k] = (uint16_t)(1u << index);
   phys_add(d, nbytes);
   d->stats.maps++;
   return unlock_ret(d, MN_OK);
@@ -846,6 +846,20 @@ static mn_status find_mapped(sim_device *d, int index, const char *func, void *a
                        (void *)(r->start + k * g));
   *out = r;
   return MN_OK;
+}
+
+/* As cuMemSetAccess: `peer` may reach the mapped pages [addr, addr+nbytes) of
+ * `index` until they are unmapped. */
+static mn_status sim_mem_set_access(int index, void *addr, size_t nbytes, int peer) {
+  if (peer < 0 || peer >= SIM_MAX_DEVICES || peer == index)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "sim:%d cannot be granted memory of sim:%d", peer, index);
+  SIM_LOCKED(index, d);
+  sim_range *r = NULL;
+  mn_status st = find_mapped(d, index, __func__, addr, nbytes, &r);
+  if (st != MN_OK) return unlock_ret(d, st);
+  size_t g = g_cfg.granularity, first = ((uintptr_t)addr - r->start) / g, count = nbytes / g;
+  for (size_t k = first; k < first + count; k++) r->access[k] |= (uint16_t)(1u << peer);
+  return unlock_ret(d, MN_OK);
 }
 
 /* As CUDA's mem_unmap: synchronizes the device first unless the caller did. */
@@ -1671,21 +1685,12 @@ static mn_status sim_can_access_peer(int index, int peer, bool *can) {
   return MN_OK;
 }
 
-/* `index` may access `peer`'s memory from now on: raw memory at once (as
- * cudaDeviceEnablePeerAccess), mapped VMM pages because the peer's pages
- * mapped so far are granted now and its later maps include it (as the CUDA
- * backend does with cuMemSetAccess). */
+/* `index` may access `peer`'s raw memory from now on (as
+ * cudaDeviceEnablePeerAccess); mapped VMM pages stay reachable only from the
+ * devices mem_set_access granted (as memory mapped with cuMemMap). */
 static mn_status sim_enable_peer_access(int index, int peer) {
   SIM_LOCKED(peer, d);
-  uint16_t bit = (uint16_t)(1u << index);
-  if (!(d->peers & bit)) {
-    d->peers |= bit;
-    for (sim_range *r = (sim_range *)mn__avl_first(&d->ranges); r; r = range_next(r)) {
-      if (!r->mapped) continue;
-      for (size_t k = 0; k < r->size / g_cfg.granularity; k++)
-        if (r->mapped[k]) r->access[k] |= bit;
-    }
-  }
+  d->peers |= (uint16_t)(1u << index);
   return unlock_ret(d, MN_OK);
 }
 
@@ -2061,6 +2066,7 @@ const mn__backend_t mn__sim_backend = {
     .va_release = sim_va_release,
     .mem_map = sim_mem_map,
     .mem_unmap = sim_mem_unmap,
+    .mem_set_access = sim_mem_set_access,
     .stream_create = sim_stream_create,
     .stream_destroy = sim_stream_destroy,
     .stream_query = sim_stream_query,
@@ -2224,10 +2230,11 @@ mn_status mn_sim_check_access(mn_device_t accessor, mn_device_t owner, const voi
   if (st != MN_OK) return st;
   MN__CHECK_ARG(ptr != NULL && nbytes > 0, "ptr must not be NULL and nbytes > 0 (nbytes=%zu)", nbytes);
   SIM_LOCKED(owner.index, d);
-  bool mapped = range_is_mapped(d, ptr, nbytes), ok = mapped;
+  bool mapped = range_is_mapped(d, ptr, nbytes), ok = mapped, vmm = false;
   if (ok && accessor.index != owner.index) {
     uint16_t bit = (uint16_t)(1u << accessor.index);
     const sim_range *r = range_find(d, (uintptr_t)ptr);
+    vmm = r->mapped != NULL;
     if (!r->mapped) {
       ok = (d->peers & bit) != 0;
     } else {
@@ -2240,9 +2247,10 @@ mn_status mn_sim_check_access(mn_device_t accessor, mn_device_t owner, const voi
   if (!mapped)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "[%p, +%zu) is not mapped memory of sim:%d", ptr, nbytes,
                      owner.index);
-  return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
-                   "[%p, +%zu) of sim:%d is not accessible from sim:%d (no peer access enabled to it)", ptr, nbytes,
-                   owner.index, accessor.index);
+  return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "[%p, +%zu) of sim:%d is not accessible from sim:%d (%s)", ptr,
+                   nbytes, owner.index, accessor.index,
+                   vmm ? "mapped pages not granted to it with mn_device_mem_set_access"
+                       : "no peer access enabled to it");
 }
 
 mn_status mn_sim_get_stats(mn_device_t dev, mn_sim_stats_t *out) {
