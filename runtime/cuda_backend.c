@@ -754,6 +754,51 @@ static mn_status mn__cuda_va_release(int index, void *base, size_t nbytes) {
  * a peer (the caching allocator grants its expandable segments to the peers
  * given to mn_caching_allocator_enable_peer_access, as PyTorch's). */
 
+/* The ranges mapped now, per device: sharing (mnemo/share.h) exports a
+ * block page by page, each page one allocation with its own descriptor. */
+typedef struct mn__cuda_vrange {
+  uintptr_t addr;
+  size_t nbytes;
+} mn__cuda_vrange;
+
+typedef struct mn__cuda_vmm_state {
+  mn__cuda_vrange *maps;
+  size_t nmaps, cap;
+} mn__cuda_vmm_state;
+static mn__cuda_vmm_state mn__cuda_vmm[MN__CUDA_VMM_CACHE];
+static pthread_mutex_t mn__cuda_vmm_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Records a new mapping; false when out of host memory. */
+static bool mn__cuda_remember_map(int index, void *addr, size_t nbytes) {
+  pthread_mutex_lock(&mn__cuda_vmm_lock);
+  mn__cuda_vmm_state *v = &mn__cuda_vmm[index];
+  if (v->nmaps == v->cap) {
+    size_t cap = v->cap ? 2 * v->cap : 64;
+    mn__cuda_vrange *grown = realloc(v->maps, cap * sizeof *grown);
+    if (grown) {
+      v->maps = grown;
+      v->cap = cap;
+    }
+  }
+  bool ok = v->nmaps < v->cap;
+  if (ok) v->maps[v->nmaps++] = (mn__cuda_vrange){(uintptr_t)addr, nbytes};
+  pthread_mutex_unlock(&mn__cuda_vmm_lock);
+  return ok;
+}
+
+/* Forgets the mappings inside [addr, addr + nbytes) (unmapped). */
+static void mn__cuda_forget_maps(int index, void *addr, size_t nbytes) {
+  if (index >= MN__CUDA_VMM_CACHE) return; /* never mapped (mem_map refuses it) */
+  uintptr_t lo = (uintptr_t)addr, hi = lo + nbytes;
+  pthread_mutex_lock(&mn__cuda_vmm_lock);
+  mn__cuda_vmm_state *v = &mn__cuda_vmm[index];
+  for (size_t k = 0; k < v->nmaps;) {
+    if (v->maps[k].addr >= lo && v->maps[k].addr < hi) v->maps[k] = v->maps[--v->nmaps];
+    else k++;
+  }
+  pthread_mutex_unlock(&mn__cuda_vmm_lock);
+}
+
 /* Backs [addr, addr + nbytes) with new device memory, readable and writable by
  * the device. The handle is released at once: the mapping keeps the memory
  * alive until cuMemUnmap. Every failure undoes what was done. */
@@ -763,6 +808,10 @@ static mn_status mn__cuda_mem_map(int index, void *addr, size_t nbytes) {
   MN__CUDA_GUARD(guard);
   mn_status st = mn__cuda_vmm_enter(&guard, __func__, index, addr, nbytes, &g, &dev);
   if (st != MN_OK) return st;
+  if (index >= MN__CUDA_VMM_CACHE) {
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "cuda:%d: VMM on devices past %d is not supported", index,
+                     MN__CUDA_VMM_CACHE - 1);
+  }
   CUdeviceptr va = (CUdeviceptr)(uintptr_t)addr;
 
   CUmemAllocationProp prop;
@@ -807,6 +856,10 @@ static mn_status mn__cuda_mem_map(int index, void *addr, size_t nbytes) {
                      nbytes, addr);
     (void)mn__cu.mem_unmap(va, nbytes);
     return st;
+  }
+  if (!mn__cuda_remember_map(index, addr, nbytes)) {
+    (void)mn__cu.mem_unmap(va, nbytes); /* frees it: the handle was released */
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory recording a mapping of cuda:%d", index);
   }
   return MN_OK;
 }
@@ -860,6 +913,7 @@ static mn_status mn__cuda_mem_unmap(int index, void *addr, size_t nbytes, bool s
   if (res != CUDA_SUCCESS) {
     return mn__cu_fail(res, __func__, index, "cuMemUnmap(addr=%p, nbytes=%zu)", addr, nbytes);
   }
+  mn__cuda_forget_maps(index, addr, nbytes);
   return MN_OK;
 }
 
@@ -1729,9 +1783,12 @@ static mn_status mn__cuda_share_import(int index, const mn__share_mem_t *in, voi
     pos += (size_t)in->piece_length[i];
   }
   if (st == MN_OK) {
-    pthread_mutex_lock(&mn__cuda_vmm_lock);
-    res = mn__cuda_grant(index, dev, 0, va, total);
-    pthread_mutex_unlock(&mn__cuda_vmm_lock);
+    CUmemAccessDesc access;
+    memset(&access, 0, sizeof access);
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = (int)dev;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    res = mn__cu.mem_set_access(va, total, &access, 1);
     if (res != CUDA_SUCCESS) st = mn__cu_fail(res, __func__, index, "cuMemSetAccess(nbytes=%zu)", total);
   }
   if (st != MN_OK) {
