@@ -282,8 +282,9 @@ static struct {
 
 static pthread_once_t mn__cu_once = PTHREAD_ONCE_INIT;
 
-/* One driver symbol, requested with the CUDA 12.0 ABI; NULL when absent. */
-static void *mn__cu_symbol(const char *symbol) {
+/* One driver symbol, requested with the CUDA 12.0 ABI; NULL when absent,
+ * and then, when why is given and still empty, why. */
+static void *mn__cu_symbol_why(const char *symbol, char *why, size_t why_size) {
   void *fn = NULL;
   enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
 #if CUDART_VERSION >= 12050
@@ -295,8 +296,8 @@ static void *mn__cu_symbol(const char *symbol) {
 #endif
   if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == NULL) {
     (void)cudaGetLastError();
-    if (mn__cu.why[0] == '\0') {
-      snprintf(mn__cu.why, sizeof mn__cu.why, "driver entry point %s not found (%s)", symbol,
+    if (why && why[0] == '\0') {
+      snprintf(why, why_size, "driver entry point %s not found (%s)", symbol,
                err != cudaSuccess ? cudaGetErrorName(err) : "symbol not found");
     }
     return NULL;
@@ -304,22 +305,9 @@ static void *mn__cu_symbol(const char *symbol) {
   return fn;
 }
 
-void *mn__cuda_driver_symbol(const char *symbol) {
-  void *fn = NULL;
-  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-  cudaError_t err = cudaGetDriverEntryPointByVersion(symbol, &fn, 12000, cudaEnableDefault, &found);
-#elif CUDART_VERSION >= 12000
-  cudaError_t err = cudaGetDriverEntryPoint(symbol, &fn, cudaEnableDefault, &found);
-#else
-  cudaError_t err = cudaErrorNotSupported;
-#endif
-  if (err != cudaSuccess || found != cudaDriverEntryPointSuccess) {
-    (void)cudaGetLastError();
-    return NULL;
-  }
-  return fn;
-}
+static void *mn__cu_symbol(const char *symbol) { return mn__cu_symbol_why(symbol, mn__cu.why, sizeof mn__cu.why); }
+
+void *mn__cuda_driver_symbol(const char *symbol) { return mn__cu_symbol_why(symbol, NULL, 0); }
 
 static void mn__cu_load(void) {
   mn__cu.device_get = (mn__pfn_cuDeviceGet)mn__cu_symbol("cuDeviceGet");
@@ -754,6 +742,16 @@ static mn_status mn__cuda_va_release(int index, void *base, size_t nbytes) {
  * a peer (the caching allocator grants its expandable segments to the peers
  * given to mn_caching_allocator_enable_peer_access, as PyTorch's). */
 
+/* Read-write access to [va, va + nbytes) for device `dev` (a CUdevice). */
+static CUresult mn__cuda_grant_rw(CUdeviceptr va, size_t nbytes, CUdevice dev) {
+  CUmemAccessDesc access;
+  memset(&access, 0, sizeof access);
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = (int)dev;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return mn__cu.mem_set_access(va, nbytes, &access, 1);
+}
+
 /* The ranges mapped now, per device: sharing (mnemo/share.h) exports a
  * block page by page, each page one allocation with its own descriptor. */
 typedef struct mn__cuda_vrange {
@@ -838,12 +836,7 @@ static mn_status mn__cuda_mem_map(int index, void *addr, size_t nbytes) {
     (void)mn__cu.mem_release(handle);
     return st;
   }
-  CUmemAccessDesc access;
-  memset(&access, 0, sizeof access);
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = (int)dev;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  res = mn__cu.mem_set_access(va, nbytes, &access, 1);
+  res = mn__cuda_grant_rw(va, nbytes, dev);
   if (res != CUDA_SUCCESS) {
     st = mn__cu_fail(res, __func__, index, "cuMemSetAccess(addr=%p, nbytes=%zu, readwrite)", addr, nbytes);
     (void)mn__cu.mem_unmap(va, nbytes);
@@ -875,12 +868,7 @@ static mn_status mn__cuda_mem_set_access(int index, void *addr, size_t nbytes, i
   CUdevice pdev = 0;
   CUresult res = mn__cu.device_get(&pdev, peer);
   if (res != CUDA_SUCCESS) return mn__cu_fail(res, __func__, index, "cuDeviceGet(%d)", peer);
-  CUmemAccessDesc access;
-  memset(&access, 0, sizeof access);
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = (int)pdev;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  res = mn__cu.mem_set_access((CUdeviceptr)(uintptr_t)addr, nbytes, &access, 1);
+  res = mn__cuda_grant_rw((CUdeviceptr)(uintptr_t)addr, nbytes, pdev);
   if (res != CUDA_SUCCESS) {
     return mn__cu_fail(res, __func__, index, "cuMemSetAccess(addr=%p, nbytes=%zu) for peer cuda:%d", addr, nbytes,
                        peer);
@@ -1783,12 +1771,7 @@ static mn_status mn__cuda_share_import(int index, const mn__share_mem_t *in, voi
     pos += (size_t)in->piece_length[i];
   }
   if (st == MN_OK) {
-    CUmemAccessDesc access;
-    memset(&access, 0, sizeof access);
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = (int)dev;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    res = mn__cu.mem_set_access(va, total, &access, 1);
+    res = mn__cuda_grant_rw(va, total, dev);
     if (res != CUDA_SUCCESS) st = mn__cu_fail(res, __func__, index, "cuMemSetAccess(nbytes=%zu)", total);
   }
   if (st != MN_OK) {
