@@ -636,7 +636,7 @@ static size_t large_max_block(size_t total) {
  * pointer from this allocator afterwards, nor call it concurrently. */
 static void caching_destroy(mn_allocator_t *self) {
   mn__caching_t *a = as_caching(self);
-  if (a->share) mn__share_destroy(a); /* issue 19: exports and parked blocks go with the segments */
+  if (a->share) mn__share_destroy(a); /* exports and parked blocks go with the segments */
   mn__pending_t *pending = mn__pending_detach_all(a);
   while (pending) {
     mn__pending_t *p = pending;
@@ -760,7 +760,7 @@ mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t
   return MN_OK;
 }
 
-bool mn__is_caching(const mn_allocator_t *al) { return al && al->vtable == &caching_vtable; } /* issue 19 */
+bool mn__is_caching(const mn_allocator_t *al) { return al && al->vtable == &caching_vtable; }
 
 mn_status mn__caching_checked(const char *func, mn_allocator_t *a, mn__caching_t **out) {
   if (!a || a->vtable != &caching_vtable)

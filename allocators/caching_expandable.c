@@ -10,7 +10,7 @@
 #include "runtime/hostmem.h"
 
 static bool allocatable(const mn__block_t *b) {
-  return b && !b->allocated && b->event_count == 0 && b->nuses == 0 && !b->share; /* share: parked (issue 19) */
+  return b && !b->allocated && b->event_count == 0 && b->nuses == 0 && !b->share; /* share set: exported, maybe parked */
 }
 
 /* Whether free and unmapped blocks from b on add up to `size` bytes. */

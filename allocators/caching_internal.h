@@ -255,7 +255,7 @@ typedef struct mn__block_s {
    * mn__release_cached frees), so releasing walks those only. */
   struct mn__block_s *whole_prev, *whole_next;
   bool in_whole;
-  struct mn__share_rec_s *share;  /* issue 19 sharing (caching_share.c): its export, or NULL */
+  struct mn__share_rec_s *share;  /* its export to other processes (caching_share.c), or NULL */
 } mn__block_t;
 
 struct mn__segment_s {
@@ -390,7 +390,7 @@ typedef struct mn__caching_s {
   mn_segment_info_t *cbq;   /* segment events waiting to be told (lock held to add/take) */
   size_t ncbq, cap_cbq;
   _Atomic bool cbq_nonempty;
-  struct mn__share_state_s *share; /* issue 19 sharing (caching_share.c): NULL until a first export */
+  struct mn__share_state_s *share; /* sharing with other processes (caching_share.c): NULL until a first export */
 } mn__caching_t;
 
 /* A list of segments taken out of the allocator, to free with the lock dropped. */
@@ -536,7 +536,7 @@ mn__pending_t *mn__pending_detach_all(mn__caching_t *a);
 /* PyTorch's free_block: merge with free neighbours, cache, update the counters. */
 void mn__free_block(mn__caching_t *a, mn__block_t *b);
 void mn__process_events_slow(mn__caching_t *a);
-/* ---- caching_share.c: blocks shared with other processes (issue 19) ---------------
+/* ---- caching_share.c: blocks shared with other processes -----------------------------
  * A freed block whose importers still hold it is parked: active, pending free
  * (as a block waiting for events), retried with the pending events, by
  * empty_cache and before an OOM; released, it goes through mn__free_block. */

@@ -75,7 +75,7 @@ mn__pending_t *mn__pending_detach_all(mn__caching_t *a) {
 /* PyTorch's free_block: merge with free neighbours, cache, update the counters. */
 void mn__free_block(mn__caching_t *a, mn__block_t *b) {
   MN__ASSERT_LOCKED(a);
-  if (b->share && mn__share_park(a, b)) return; /* issue 19: importers still hold it */
+  if (b->share && mn__share_park(a, b)) return; /* importers still hold it: parked */
   mn__trace(a, MN_TRACE_FREE_COMPLETED, b->stream_id, b->addr, b->size, b->requested);
   size_t orig_size = b->size, requested = b->requested;
   int64_t net_blocks = 0, net_bytes = 0;
