@@ -399,6 +399,53 @@ MN_TEST(bad_input) {
   done(a);
 }
 
+/* Threads allocating in a pool, outside it and emptying caches while
+ * callbacks come and go (for TSan): the pool's and the allocator's books
+ * add up to what each thread allocated. */
+typedef struct worker_s {
+  mn_allocator_t *a;
+  mn_mempool_t *pool; /* NULL: no use */
+} worker_t;
+
+static void count_segment(void *user, const mn_segment_info_t *info) {
+  (void)info;
+  __atomic_fetch_add((int *)user, 1, __ATOMIC_RELAXED);
+}
+
+static void *worker(void *arg) {
+  worker_t *w = arg;
+  if (w->pool && mn_mempool_use(w->pool) != MN_OK) return NULL;
+  for (int i = 0; i < 200; i++) {
+    void *p[4] = {NULL};
+    for (int k = 0; k < 4; k++) mn_test_ignore(mn_allocator_alloc(w->a, (size_t)(k + 1) * 700 * KB, NULL, &p[k]));
+    for (int k = 0; k < 4; k++) mn_test_ignore(mn_allocator_free(w->a, p[k]));
+    if (i % 50 == 0 && !w->pool) mn_test_ignore(mn_allocator_empty_cache(w->a));
+  }
+  if (w->pool) mn_test_ignore(mn_mempool_unuse(w->pool));
+  return NULL;
+}
+
+MN_TEST(concurrent_routes_and_callbacks) {
+  mn_allocator_t *a = mk(NULL);
+  mn_mempool_t *p = mkpool(a, NULL);
+  worker_t ws[2] = {{a, p}, {a, NULL}};
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) MN_CHECK(pthread_create(&th[i], NULL, worker, &ws[i]) == 0);
+  int told = 0;
+  for (int i = 0; i < 50; i++) {
+    MN_CHECK_OK(mn_caching_allocator_add_segment_callback(a, count_segment, &told));
+    MN_CHECK_OK(mn_caching_allocator_remove_segment_callback(a, count_segment, &told));
+  }
+  for (int i = 0; i < 2; i++) MN_CHECK(pthread_join(th[i], NULL) == 0);
+  inv(a);
+  mn_alloc_stats_t ps = pool_stats(p), as = stats_of(a);
+  MN_CHECK(ps.allocation[MN_POOL_ALL].current == 0 && as.allocation[MN_POOL_ALL].current == 0);
+  MN_CHECK(ps.allocation[MN_POOL_ALL].allocated == 800 && as.allocation[MN_POOL_ALL].allocated == 1600);
+  MN_CHECK(ps.reserved_bytes[MN_POOL_ALL].current > 0); /* the other thread's empty_cache left the pool alone */
+  MN_CHECK_OK(mn_mempool_destroy(p));
+  done(a);
+}
+
 /* Destroying the allocator with pools alive frees them too. */
 MN_TEST(allocator_destroy_frees_pools) {
   mn_allocator_t *a = mk(NULL);
@@ -431,6 +478,7 @@ int main(void) {
   MN_RUN(segment_callbacks_expandable);
   MN_RUN(free_memory_callbacks);
   MN_RUN(bad_input);
+  MN_RUN(concurrent_routes_and_callbacks);
   MN_RUN(allocator_destroy_frees_pools);
   return mn_test_finish();
 }
