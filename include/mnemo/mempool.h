@@ -62,7 +62,8 @@ MN_API mn_allocator_t *mn_mempool_allocator(const mn_mempool_t *pool);
 
 /* Makes `pool` the calling thread's current pool for its allocator: this
  * thread's allocations from that allocator come from the pool until the
- * matching unuse. Nestable (a stack per thread and allocator). */
+ * matching unuse. Nestable (a stack per thread and allocator). A thread
+ * must end its uses before it exits (a use left open keeps the pool busy). */
 MN_API MN_NODISCARD mn_status mn_mempool_use(mn_mempool_t *pool);
 /* Ends the innermost use; MN_ERR_INVALID_STATE when `pool` is not this
  * thread's innermost current pool. */
