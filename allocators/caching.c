@@ -169,11 +169,13 @@ static size_t expandable_size(const mn__block_t *b) {
 }
 
 /* PyTorch's get_free_block: best fit on the same stream, with the oversize rules. */
-static mn__block_t *get_free_block(mn__caching_t *a, params_t *p) {
-  mn__pool_t *pool = p->pool;
+/* inpool: pool may be a memory pool's (a constant false on the hot path, so its test folds away). */
+static inline __attribute__((always_inline)) mn__block_t *get_free_block_in(mn__caching_t *a, mn__pool_t *pool,
+                                                                            uint64_t stream, size_t size,
+                                                                            bool inpool) {
   if (gc_enabled(a)) pool->get_free_calls++;
-  const mn__sbins_t *sb = mn__fset_find(&pool->fs, p->stream);
-  mn__tnode_t *n = mn__fset_lower_bound(&pool->fs, sb, p->size);
+  const mn__sbins_t *sb = mn__fset_find(&pool->fs, stream);
+  mn__tnode_t *n = mn__fset_lower_bound(&pool->fs, sb, size);
   if (!n) return NULL;
   if (((mn__block_t *)n)->seg->expandable) {
     /* Best fit counts the unmapped room after an expandable block as its size. */
@@ -186,10 +188,20 @@ static mn__block_t *get_free_block(mn__caching_t *a, params_t *p) {
   }
   mn__block_t *b = (mn__block_t *)n;
   size_t max_split = a->cfg.max_split_size;
-  if (p->size < max_split && b->size >= max_split) return NULL;
-  if (p->size >= max_split && b->size - p->size >= a->cfg.max_non_split_rounding) return NULL;
+  if (size < max_split && b->size >= max_split) return NULL;
+  if ((size >= max_split || (inpool && pool->mp && pool->mp->no_split)) &&
+      b->size - size >= a->cfg.max_non_split_rounding)
+    return NULL;
   mn__pool_remove(pool, b);
   return b;
+}
+
+mn__block_t *mn__get_free_block(mn__caching_t *a, mn__pool_t *pool, uint64_t stream, size_t size) {
+  return get_free_block_in(a, pool, stream, size, true);
+}
+
+static mn__block_t *get_free_block(mn__caching_t *a, params_t *p) {
+  return get_free_block_in(a, p->pool, p->stream, p->size, p->pool->mp != NULL);
 }
 
 /* A new segment (or mapped pages); pre: lock held, dropped around the raw allocation. */
@@ -203,7 +215,8 @@ static mn__block_t *alloc_block(mn__caching_t *a, params_t *p, bool is_retry) {
                        size, a->allowed_max);
     return NULL;
   }
-  if (a->expandable) {
+  mn_mempool_t *mp = p->pool->mp;
+  if (a->expandable && !mp) { /* memory pools use plain segments, as PyTorch's private pools */
     bool no_va = false;
     mn__block_t *b = mn__expandable_alloc(a, p->stream, p->pool, p->size, &p->err, &no_va);
     if (b || !no_va) return b;
@@ -220,9 +233,25 @@ static mn__block_t *alloc_block(mn__caching_t *a, params_t *p, bool is_retry) {
     return NULL;
   }
   void *ptr = NULL;
+  /* the pool cannot go meanwhile (it is in use or captured into), but copy anyway */
+  mn_mempool_source_t src = mp ? mp->src : (mn_mempool_source_t){0};
   a->inflight += size;
   unlock(a);
-  mn_status st = mn_device_raw_alloc(a->base.device, size, &ptr);
+  mn_status st;
+  if (src.alloc) {
+    st = src.alloc(src.user, a->base.device, size, &ptr);
+    if (st == MN_OK && (!ptr || (uintptr_t)ptr % MN__MIN_BLOCK)) {
+      /* unusable: give it back (its error is not the one to report) */
+      if (ptr) mn__ignore(src.free(src.user, a->base.device, ptr, size));
+      st = mn__error(MN_ERR_INVALID_ARGUMENT, "caching_alloc",
+                     "memory pool %llu: its source returned %p for %zu bytes (NULL or not 512-byte aligned)",
+                     (unsigned long long)mp->id, ptr, size);
+    } else if (st != MN_OK && st != MN_ERR_OUT_OF_MEMORY) {
+      st = mn__error_wrap(st, "caching_alloc");
+    }
+  } else {
+    st = mn_device_raw_alloc(a->base.device, size, &ptr);
+  }
   lock(a);
   a->inflight -= size;
   if (st != MN_OK) {
@@ -232,35 +261,40 @@ static mn__block_t *alloc_block(mn__caching_t *a, params_t *p, bool is_retry) {
     p->err = st;
     return NULL;
   }
-  int kind = p->pool->kind;
   a->reserved += size;
   *s = (mn__segment_t){.base = (uintptr_t)ptr, .size = size, .pool = p->pool, .stream_id = p->stream, .head = b,
-                       .sb = sb};
+                       .sb = sb, .pool_id = mp ? mp->id : 0, .src = src};
   mn__segment_link(a, s);
   *b = (mn__block_t){.addr = (uintptr_t)ptr, .size = size, .stream_id = p->stream, .pool = p->pool, .seg = s,
                      .mapped = true};
-  MN__STAT_ADD(a, segment, kind, 1);
-  MN__STAT_ADD(a, reserved_bytes, kind, (int64_t)size);
+  MN__STAT_ADD(a, segment, p->pool, 1);
+  MN__STAT_ADD(a, reserved_bytes, p->pool, (int64_t)size);
   if (size >= a->cfg.max_split_size) mn__stat_inc(&a->stats.oversize_segments, 1);
   a->stats.num_device_alloc++;
   mn__trace(a, MN_TRACE_SEGMENT_ALLOC, p->stream, s->base, size, 0);
+  mn__segment_event(a, MN_SEGMENT_ALLOC, s->base, size, s->pool_id, p->stream);
   p->err = MN_OK;
   return b;
 }
 
-static bool should_split(const mn__caching_t *a, const mn__block_t *b, size_t size) {
+static inline bool should_split(const mn__caching_t *a, const mn__block_t *b, size_t size, bool inpool) {
+  if (inpool && b->pool->mp && b->pool->mp->no_split) return false;
   size_t remaining = b->size - size;
   if (b->pool->is_small || a->expandable) return remaining >= MN__MIN_BLOCK;
   return size < a->cfg.max_split_size && remaining > MN__SMALL_SIZE;
 }
 
-/* PyTorch's alloc_found_block; pre: a spare block and a pointer-map slot reserved. */
-static mn__block_t *alloc_found_block(mn__caching_t *a, mn__block_t *b, const params_t *p, size_t requested) {
+/* PyTorch's alloc_found_block; pre: a spare block and a pointer-map slot reserved.
+ * inpool: the block may be a memory pool's (constant false on the hot path). */
+static inline __attribute__((always_inline)) mn__block_t *alloc_found_block(mn__caching_t *a, mn__block_t *b,
+                                                                            const params_t *p, size_t requested,
+                                                                            bool inpool) {
   MN__ASSERT_LOCKED(a);
   MN__ASSERT(a->nspare >= 1, "no spare block reserved before alloc_found_block");
-  int kind = p->pool->kind;
   bool already_split = mn__block_is_split(b), expandable = b->seg->expandable;
-  if (should_split(a, b, p->size)) {
+  mn_alloc_stats_t *ps = inpool ? MN__POOL_STATS(p->pool) : NULL;
+  int kind = p->pool->kind;
+  if (should_split(a, b, p->size, inpool)) {
     mn__block_t *rest = b;
     b = mn__block_take(a);
     *b = (mn__block_t){.addr = rest->addr, .size = p->size, .stream_id = p->stream, .pool = p->pool,
@@ -272,24 +306,31 @@ static mn__block_t *alloc_found_block(mn__caching_t *a, mn__block_t *b, const pa
     rest->size -= p->size;
     mn__pool_insert(p->pool, rest);
     if (!expandable && already_split) {
-      MN__STAT_SUB(a, inactive_split_bytes, kind, (int64_t)b->size);
+      MN__STAT2_SUB(a, ps, inactive_split_bytes, kind, (int64_t)b->size);
     } else if (!expandable) {
-      MN__STAT_ADD(a, inactive_split_bytes, kind, (int64_t)rest->size);
-      MN__STAT_ADD(a, inactive_split, kind, 1);
+      MN__STAT2_ADD(a, ps, inactive_split_bytes, kind, (int64_t)rest->size);
+      MN__STAT2_ADD(a, ps, inactive_split, kind, 1);
     }
   } else if (already_split && !expandable) {
-    MN__STAT_SUB(a, inactive_split_bytes, kind, (int64_t)b->size);
-    MN__STAT_SUB(a, inactive_split, kind, 1);
+    MN__STAT2_SUB(a, ps, inactive_split_bytes, kind, (int64_t)b->size);
+    MN__STAT2_SUB(a, ps, inactive_split, kind, 1);
   }
   b->allocated = true;
   b->requested = requested;
   mn__addrmap_put(&a->live, b->addr, 0, b);
   mn__trace(a, MN_TRACE_ALLOC, b->stream_id, b->addr, b->size, requested);
-  MN__STAT_ADD(a, allocation, kind, 1);
-  MN__STAT_ADD(a, allocated_bytes, kind, (int64_t)b->size);
-  MN__STAT_ADD(a, active, kind, 1);
-  MN__STAT_ADD(a, active_bytes, kind, (int64_t)b->size);
-  MN__STAT_ADD(a, requested_bytes, kind, (int64_t)requested);
+  /* one test of ps for the five, not five */
+#define MN__FOUND_STATS(st)                                          \
+  do {                                                               \
+    MN__STAT_ADD_TO(st, allocation, kind, 1);                         \
+    MN__STAT_ADD_TO(st, allocated_bytes, kind, (int64_t)b->size);     \
+    MN__STAT_ADD_TO(st, active, kind, 1);                             \
+    MN__STAT_ADD_TO(st, active_bytes, kind, (int64_t)b->size);        \
+    MN__STAT_ADD_TO(st, requested_bytes, kind, (int64_t)requested);   \
+  } while (0)
+  MN__FOUND_STATS(&a->stats);
+  if (__builtin_expect(ps != NULL, 0)) MN__FOUND_STATS(ps);
+#undef MN__FOUND_STATS
   if (b->size >= a->cfg.max_split_size) mn__stat_inc(&a->stats.oversize_allocations, 1);
   if (expandable) a->exp_epoch++;
   return b;
@@ -312,50 +353,117 @@ static mn_status out_of_memory(mn__caching_t *a, size_t nbytes, size_t rounded, 
   return mn__error(MN_ERR_OUT_OF_MEMORY, "caching_alloc", "%s", msg);
 }
 
+/* The cache had no block: a new segment, and when the device is out of
+ * memory PyTorch's retries (release what fits, then the free-memory
+ * callbacks, then everything cached) and last a use_on_oom pool's block.
+ * Nothing is released while a capture is under way. pre: lock held (dropped
+ * around raw allocations, releases and callbacks). */
+static __attribute__((noinline)) mn__block_t *alloc_slow(mn__caching_t *a, params_t *p, mn_mempool_t *mp) {
+  bool capturing = a->ncaptures != 0;
+  /* a graph's pool keeps its segments: its replays write to them */
+  bool may_release = !capturing && !(mp && mp->graphs);
+  if (gc_enabled(a) && !capturing) mn__garbage_collect(a);
+  mn__block_t *b = alloc_block(a, p, false);
+  if (b || p->err != MN_ERR_OUT_OF_MEMORY) return b;
+  mn__nvtx_push("mnemo.oom_recovery", p->size);
+  if (may_release) {
+    mn__release_t rel = {NULL, NULL};
+    bool released = mn__release_available(a, p->stream, p->pool, p->size, &rel);
+    mn__do_release(a, &rel);
+    if (released) b = alloc_block(a, p, false);
+  }
+  if (!b && p->err == MN_ERR_OUT_OF_MEMORY && a->any_mem_cbs) {
+    unlock(a);
+    bool freed = mn__free_memory_callbacks(a, p->size);
+    lock(a);
+    if (freed) {
+      b = get_free_block(a, p);
+      if (!b) b = alloc_block(a, p, false);
+    }
+  }
+  if (!b && p->err == MN_ERR_OUT_OF_MEMORY && !capturing) {
+    mn__release_cached(a, NULL);
+    b = alloc_block(a, p, true);
+  }
+  if (!b && p->err == MN_ERR_OUT_OF_MEMORY && !mp && a->mempools) {
+    mn__pool_t *pool = NULL;
+    b = mn__mempool_oom_block(a, p->stream, p->size, &pool);
+    if (b) {
+      p->pool = pool;
+      p->err = MN_OK;
+    }
+  }
+  mn__nvtx_pop();
+  return b;
+}
+
+/* A spare block record and a pointer-map slot could not be had: the block
+ * goes back to the cache. pre: lock held; unlocks. */
+static __attribute__((noinline)) mn_status reserve_failed(mn__caching_t *a, params_t *p, mn__block_t *b,
+                                                          mn_status st) {
+  mn__pool_insert(p->pool, b); /* still whole and free: back in the cache */
+  unlock(a);
+  mn__callbacks_flush(a);
+  return mn__error_wrap(st, "caching_alloc");
+}
+
+/* The cache missed: a new segment or the out-of-memory path, then the block
+ * is handed out. pre: lock held; unlocks. */
+static __attribute__((noinline)) mn_status alloc_missed(mn__caching_t *a, size_t nbytes, params_t *p,
+                                                        mn_mempool_t *mp, void **out) {
+  mn__block_t *b = alloc_slow(a, p, mp);
+  if (!b && p->err != MN_ERR_OUT_OF_MEMORY) {
+    unlock(a);
+    mn__callbacks_flush(a);
+    return mn__error_wrap(p->err, "caching_alloc");
+  }
+  if (!b) return out_of_memory(a, nbytes, p->size, p->alloc_size);
+  mn_status st = mn__spare_reserve(a, 1);
+  if (st == MN_OK) st = mn__addrmap_reserve(&a->live, 1);
+  if (st != MN_OK) return reserve_failed(a, p, b, st);
+  b = alloc_found_block(a, b, p, nbytes, p->pool->mp != NULL); /* use_on_oom may give a pool's block */
+  *out = (void *)b->addr;
+  unlock(a);
+  mn__callbacks_flush(a); /* a new segment's callbacks run before its first block is handed out */
+  return MN_OK;
+}
+
+/* The allocation from mp (NULL: the allocator's own pools; a literal NULL on
+ * the hot path, where every memory-pool test then folds away). pre: lock
+ * held; unlocks. */
+static inline __attribute__((always_inline)) mn_status alloc_from(mn__caching_t *a, size_t nbytes, uint64_t sid,
+                                                                  mn_mempool_t *mp, void **out) {
+  mn__process_events(a);
+  params_t p = {.stream = sid, .err = MN_OK};
+  p.size = mn__round_size(&a->cfg, nbytes);
+  p.pool = mn__pool_for(a, mp, p.size);
+  p.alloc_size = mp && mp->no_split ? (p.size + a->granularity - 1) / a->granularity * a->granularity
+                                    : mn__allocation_size(p.size);
+  mn__block_t *b = get_free_block_in(a, p.pool, sid, p.size, mp != NULL);
+  if (__builtin_expect(b == NULL, 0)) return alloc_missed(a, nbytes, &p, mp, out);
+  mn_status st = mn__spare_reserve(a, 1);
+  if (st == MN_OK) st = mn__addrmap_reserve(&a->live, 1);
+  if (st != MN_OK) return reserve_failed(a, &p, b, st);
+  b = alloc_found_block(a, b, &p, nbytes, mp != NULL);
+  *out = (void *)b->addr;
+  unlock(a); /* a cached block: no segment event to tell */
+  return MN_OK;
+}
+
+/* A use or capture is under way: the pool it routes to. pre: lock held; unlocks. */
+static __attribute__((noinline)) mn_status alloc_routed(mn__caching_t *a, size_t nbytes, mn_stream_t *stream,
+                                                        uint64_t sid, void **out) {
+  return alloc_from(a, nbytes, sid, mn__mempool_route(a, stream), out);
+}
+
 /* The allocation: takes and drops the lock (the "mnemo.alloc" range is the dispatch's). */
 static mn_status caching_alloc(mn_allocator_t *self, size_t nbytes, mn_stream_t *stream, void **out) {
   mn__caching_t *a = as_caching(self);
   uint64_t sid = stream ? mn_stream_id(stream) : a->default_stream;
   lock(a);
   if (nbytes > a->total_memory) return out_of_memory(a, nbytes, nbytes, nbytes);
-  mn__process_events(a);
-  params_t p = {.stream = sid, .err = MN_OK};
-  p.size = mn__round_size(&a->cfg, nbytes);
-  p.pool = p.size <= MN__SMALL_SIZE ? &a->small : &a->large;
-  p.alloc_size = mn__allocation_size(p.size);
-  mn__block_t *b = get_free_block(a, &p);
-  if (!b) {
-    if (gc_enabled(a)) mn__garbage_collect(a);
-    b = alloc_block(a, &p, false);
-    if (!b && p.err == MN_ERR_OUT_OF_MEMORY) {
-      mn__nvtx_push("mnemo.oom_recovery", p.size);
-      mn__release_t rel = {NULL, NULL};
-      bool released = mn__release_available(a, sid, p.pool, p.size, &rel);
-      mn__do_release(a, &rel);
-      if (released) b = alloc_block(a, &p, false);
-      if (!b && p.err == MN_ERR_OUT_OF_MEMORY) {
-        mn__release_cached(a);
-        b = alloc_block(a, &p, true);
-      }
-      mn__nvtx_pop();
-    }
-  }
-  if (!b && p.err != MN_ERR_OUT_OF_MEMORY) {
-    unlock(a);
-    return mn__error_wrap(p.err, __func__);
-  }
-  if (!b) return out_of_memory(a, nbytes, p.size, p.alloc_size);
-  mn_status st = mn__spare_reserve(a, 1);
-  if (st == MN_OK) st = mn__addrmap_reserve(&a->live, 1);
-  if (st != MN_OK) {
-    mn__pool_insert(p.pool, b); /* still whole and free: back in the cache */
-    unlock(a);
-    return mn__error_wrap(st, __func__);
-  }
-  b = alloc_found_block(a, b, &p, nbytes);
-  *out = (void *)b->addr;
-  unlock(a);
-  return MN_OK;
+  if (__builtin_expect(a->nroutes != 0, 0)) return alloc_routed(a, nbytes, stream, sid, out);
+  return alloc_from(a, nbytes, sid, NULL, out);
 }
 
 /* ---- free and record_stream ---------------------------------------------------------- */
@@ -381,14 +489,17 @@ typedef struct use_end_s {
 } use_end_t;
 
 /* Takes the block out of the allocated counts (its events, if any, follow). */
-static void unallocate(mn__caching_t *a, mn__block_t *b) {
-  int kind = b->pool->kind;
+static inline void unallocate(mn__caching_t *a, mn__block_t *b) {
   b->allocated = false;
-  MN__STAT_SUB(a, allocation, kind, 1);
-  MN__STAT_SUB(a, allocated_bytes, kind, (int64_t)b->size);
+  mn_alloc_stats_t *ps = MN__POOL_STATS(b->pool);
+  int kind = b->pool->kind;
+  MN__STAT2_SUB(a, ps, allocation, kind, 1);
+  MN__STAT2_SUB(a, ps, allocated_bytes, kind, (int64_t)b->size);
   if (b->size >= a->cfg.max_split_size) mn__stat_dec(&a->stats.oversize_allocations, 1);
   mn__trace(a, MN_TRACE_FREE_REQUESTED, b->stream_id, b->addr, b->size, b->requested);
 }
+
+void mn__unallocate(mn__caching_t *a, mn__block_t *b) { unallocate(a, b); }
 
 static mn_status free_with_uses(mn__caching_t *a, mn__block_t *b, mn__addrmap_entry_t *live);
 
@@ -411,6 +522,7 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
  * the block is cached when they complete. pre: lock held; unlocks. */
 static __attribute__((noinline)) mn_status free_with_uses(mn__caching_t *a, mn__block_t *b,
                                                           mn__addrmap_entry_t *live) {
+  if (a->ncaptures) return mn__free_deferred(a, b, live); /* no event records during a capture */
   uint32_t n = b->nuses;
   use_end_t local[8], *ends = local;
   if (n > 8 && !(ends = mn__calloc(n, sizeof *ends))) {
@@ -488,7 +600,7 @@ static mn_status caching_record_stream(mn_allocator_t *self, void *ptr, mn_strea
     b->cap_uses = cap;
   }
   mn__stream_hold(stream); /* the pointer is kept until free records its event */
-  b->uses[b->nuses++] = (mn__use_t){id, stream};
+  b->uses[b->nuses++] = (mn__use_t){id, stream, 0};
 done:
   unlock(a);
   return MN_OK;
@@ -498,7 +610,7 @@ static mn_status caching_empty_cache(mn_allocator_t *self) {
   mn__caching_t *a = as_caching(self);
   lock(a);
   mn__trace(a, MN_TRACE_EMPTY_CACHE, 0, 0, 0, 0);
-  mn_status st = mn__release_cached(a);
+  mn_status st = mn__release_cached(a, NULL);
   /* Pooled events go too, so an idle allocator holds no device objects. */
   mn_event_t **events = a->events;
   size_t nevents = a->nevents;
@@ -508,6 +620,7 @@ static mn_status caching_empty_cache(mn_allocator_t *self) {
   /* pooled, idle events: a failed destroy leaves nothing of ours to undo */
   for (size_t i = 0; i < nevents; i++) mn__ignore(mn_event_destroy(events[i]));
   free(events);
+  mn__callbacks_flush(a);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
@@ -523,6 +636,7 @@ static size_t large_max_block(size_t total) {
  * pointer from this allocator afterwards, nor call it concurrently. */
 static void caching_destroy(mn_allocator_t *self) {
   mn__caching_t *a = as_caching(self);
+  if (a->share) mn__share_destroy(a); /* exports and parked blocks go with the segments */
   mn__pending_t *pending = mn__pending_detach_all(a);
   while (pending) {
     mn__pending_t *p = pending;
@@ -549,11 +663,15 @@ static void caching_destroy(mn_allocator_t *self) {
           mn__ignore(mn__device_mem_unmap_synced(self->device, (void *)(s->base + k * s->page), s->page));
       mn__ignore(mn_device_va_release(self->device, (void *)s->base, s->size)); /* destroy cannot report */
       free(s->page_mapped);
+    } else if (s->src.alloc) {
+      mn__ignore(mn_device_synchronize(self->device)); /* a source's free expects it; destroy cannot report */
+      mn__ignore(s->src.free(s->src.user, self->device, (void *)s->base, s->size));
     } else {
       mn__ignore(mn_device_raw_free(self->device, (void *)s->base)); /* destroy cannot report */
     }
     free(s);
   }
+  mn__mempools_free_all(a);
   for (size_t i = 0; i < a->nevents; i++) mn__ignore(mn_event_destroy(a->events[i])); /* destroy cannot report */
   free(a->events);
   while (a->spare_blocks) {
@@ -569,6 +687,10 @@ static void caching_destroy(mn_allocator_t *self) {
   mn__addrmap_fini(&a->live);
   mn__fset_fini(&a->small.fs);
   mn__fset_fini(&a->large.fs);
+  pthread_rwlock_destroy(&a->cb_lock);
+  free(a->seg_cbs);
+  free(a->mem_cbs);
+  free(a->cbq);
   free(a);
 }
 
@@ -613,6 +735,10 @@ mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t
   if (!a) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   memset(a, 0, sizeof *a);
   mn__lock_init(&a->lock);
+  if (pthread_rwlock_init(&a->cb_lock, NULL) != 0) {
+    free(a);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "cannot make the callback lock");
+  }
   a->base.vtable = &caching_vtable;
   a->base.device = dev;
   a->cfg = cfg;
@@ -634,7 +760,9 @@ mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t
   return MN_OK;
 }
 
-static mn_status as_caching_checked(const char *func, mn_allocator_t *a, mn__caching_t **out) {
+bool mn__is_caching(const mn_allocator_t *al) { return al && al->vtable == &caching_vtable; }
+
+mn_status mn__caching_checked(const char *func, mn_allocator_t *a, mn__caching_t **out) {
   if (!a || a->vtable != &caching_vtable)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "not a caching allocator (%s)", mn_allocator_name(a));
   *out = (mn__caching_t *)a;
@@ -683,6 +811,7 @@ mn_status mn__caching_refresh_device(mn_allocator_t *al, const char *func) {
     a->default_stream = mn_stream_id(def);
     a->granularity = props.alloc_granularity ? props.alloc_granularity : MN__SMALL_BUFFER;
     a->allowed_max = (size_t)(a->cfg.per_process_memory_fraction * (double)props.total_memory);
+    a->peers = 0; /* the devices changed: peers are enabled again (SIM forgets them too) */
   }
   unlock(a);
   return MN_OK;
@@ -690,7 +819,7 @@ mn_status mn__caching_refresh_device(mn_allocator_t *al, const char *func) {
 
 mn_status mn_caching_allocator_set_oom_observer(mn_allocator_t *al, mn_oom_observer_fn fn, void *user) {
   mn__caching_t *a = NULL;
-  mn_status st = as_caching_checked(__func__, al, &a);
+  mn_status st = mn__caching_checked(__func__, al, &a);
   if (st != MN_OK) return st;
   lock(a);
   a->oom_fn = fn;
@@ -701,7 +830,7 @@ mn_status mn_caching_allocator_set_oom_observer(mn_allocator_t *al, mn_oom_obser
 
 mn_status mn_caching_allocator_set_trace_sink(mn_allocator_t *al, mn_trace_sink_fn sink, void *user) {
   mn__caching_t *a = NULL;
-  mn_status st = as_caching_checked(__func__, al, &a);
+  mn_status st = mn__caching_checked(__func__, al, &a);
   if (st != MN_OK) return st;
   lock(a);
   a->sink = sink;

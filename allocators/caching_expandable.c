@@ -1,5 +1,6 @@
 /* allocators/caching_expandable.c: expandable segments: a reserved range per (stream, pool),
- * pages mapped on demand and unmapped when free. Threading: allocator lock held by callers. */
+ * pages mapped on demand and unmapped when free, granted to the allocator's peers.
+ * Threading: allocator lock held by callers (mn_caching_allocator_enable_peer_access takes it). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,7 +10,7 @@
 #include "runtime/hostmem.h"
 
 static bool allocatable(const mn__block_t *b) {
-  return b && !b->allocated && b->event_count == 0 && b->nuses == 0;
+  return b && !b->allocated && b->event_count == 0 && b->nuses == 0 && !b->share; /* share set: exported, maybe parked */
 }
 
 /* Whether free and unmapped blocks from b on add up to `size` bytes. */
@@ -107,6 +108,15 @@ static bool map_block(mn__caching_t *a, mn__block_t *b, size_t size, mn_status *
       return false;
     }
   }
+  if (a->peers) {
+    *st = mn__expandable_grant_peers(a, s->base + first * s->page, bytes);
+    if (*st != MN_OK) {
+      /* rollback, as above: the grant failure is what the caller hears */
+      for (size_t k = 0; k < count; k++)
+        mn__ignore(mn__device_mem_unmap_synced(a->base.device, (void *)(s->base + (first + k) * s->page), s->page));
+      return false;
+    }
+  }
   memset(s->page_mapped + first, 1, count);
   s->mapped_pages += count;
   mn__pool_t *pool = b->pool;
@@ -126,9 +136,10 @@ static bool map_block(mn__caching_t *a, mn__block_t *b, size_t size, mn_status *
   mn__try_merge(a, b, b->next);
   mn__pool_insert(pool, b);
   a->reserved += bytes;
-  MN__STAT_ADD(a, reserved_bytes, pool->kind, (int64_t)bytes);
+  MN__STAT_ADD(a, reserved_bytes, pool, (int64_t)bytes);
   a->stats.num_device_alloc++;
   mn__trace(a, MN_TRACE_SEGMENT_MAP, b->stream_id, at, bytes, 0);
+  mn__segment_event(a, MN_SEGMENT_MAP, at, bytes, s->pool_id, b->stream_id);
   return true;
 }
 
@@ -218,9 +229,10 @@ static void unmap_block(mn__caching_t *a, mn__block_t *b) {
   mn__try_merge(a, b, b->next);
   mn__pool_insert(pool, b);
   a->reserved -= ubytes;
-  MN__STAT_SUB(a, reserved_bytes, pool->kind, (int64_t)ubytes);
+  MN__STAT_SUB(a, reserved_bytes, pool, (int64_t)ubytes);
   a->stats.num_device_free++;
   mn__trace(a, MN_TRACE_SEGMENT_UNMAP, b->stream_id, ustart, ubytes, 0);
+  mn__segment_event(a, MN_SEGMENT_UNMAP, ustart, ubytes, s->pool_id, b->stream_id);
 }
 
 void mn__expandable_unmap_free(mn__caching_t *a, mn__release_t *rel, bool unmap_pages) {
@@ -265,4 +277,74 @@ void mn__expandable_unmap_free(mn__caching_t *a, mn__release_t *rel, bool unmap_
 void mn__expandable_segment_free(mn__caching_t *a, mn__segment_t *s) {
   free(s->page_mapped);
   free(s);
+}
+
+/* ---- peers ------------------------------------------------------------------------
+ * As PyTorch's expandable segments: mapped pages are reachable from exactly the
+ * devices granted with cuMemSetAccess (mn_device_mem_set_access), so the
+ * allocator keeps its peers and grants them every page it maps; a new peer is
+ * granted every page mapped so far. Maps, unmaps and the grants happen under
+ * the allocator's lock, so no page misses a peer. */
+
+mn_status mn__expandable_grant_peers(mn__caching_t *a, uintptr_t addr, size_t nbytes) {
+  MN__ASSERT_LOCKED(a);
+  for (int p = 0; p < 64; p++) {
+    if (!(a->peers >> p & 1)) continue;
+    mn_device_t peer = {.type = a->base.device.type, .index = p};
+    mn_status st = mn_device_mem_set_access(a->base.device, (void *)addr, nbytes, peer);
+    if (st != MN_OK) return st;
+  }
+  return MN_OK;
+}
+
+/* Grants `peer` every mapped page of every expandable segment, one call per
+ * run of mapped pages. pre: lock held. */
+static mn_status grant_mapped(mn__caching_t *a, mn_device_t peer) {
+  for (mn__segment_t *s = a->segments; s; s = s->next_seg) {
+    if (!s->expandable || !s->mapped_pages) continue;
+    for (size_t k = 0; k < s->npages;) {
+      if (!s->page_mapped[k]) {
+        k++;
+        continue;
+      }
+      size_t end = k;
+      while (end < s->npages && s->page_mapped[end]) end++;
+      mn_status st = mn_device_mem_set_access(a->base.device, (void *)(s->base + k * s->page), (end - k) * s->page,
+                                              peer);
+      if (st != MN_OK) return st;
+      k = end;
+    }
+  }
+  return MN_OK;
+}
+
+mn_status mn_caching_allocator_enable_peer_access(mn_allocator_t *al, mn_device_t peer) {
+  mn__caching_t *a = NULL;
+  mn_status st = mn__caching_checked(__func__, al, &a);
+  if (st != MN_OK) return st;
+  mn_device_t dev = al->device;
+  char x[32], y[32];
+  mn_device_format(peer, x, sizeof x);
+  mn_device_format(dev, y, sizeof y);
+  if (peer.type != dev.type || peer.index == dev.index)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "%s is not a peer of %s (another device of its type)", x, y);
+  st = mn_device_check(peer);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  if (peer.index >= 64)
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "peers past index 63 are not supported (%s)", x);
+  bool can = false;
+  st = mn_device_can_access_peer(peer, dev, &can);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  if (!can) return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "%s cannot access the memory of %s", x, y);
+  /* raw segments, as cudaDeviceEnablePeerAccess (enabling twice succeeds) */
+  st = mn_device_enable_peer_access(peer, dev);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  mn__lock(&a->lock);
+  uint64_t bit = UINT64_C(1) << peer.index;
+  if (!(a->peers & bit)) {
+    st = grant_mapped(a, peer);
+    if (st == MN_OK) a->peers |= bit; /* else a retry grants again; pages granted stay granted */
+  }
+  mn__unlock(&a->lock);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }

@@ -11,8 +11,10 @@
 
 static mn__caching_t *as_caching(mn_allocator_t *self) { return (mn__caching_t *)self; }
 
-void mn__caching_stats_copy(const mn__caching_t *a, mn_alloc_stats_t *out) {
-  *out = a->stats;
+void mn__caching_stats_copy(const mn__caching_t *a, mn_alloc_stats_t *out) { mn__stats_copy(&a->stats, out); }
+
+void mn__stats_copy(const mn_alloc_stats_t *kept, mn_alloc_stats_t *out) {
+  *out = *kept;
 #define MN__SUM_POOLS(name, text)                                                                  \
   out->name[MN_POOL_ALL].allocated = out->name[MN_POOL_SMALL].allocated + out->name[MN_POOL_LARGE].allocated; \
   for (int k = 0; k < MN_POOL_COUNT; k++) out->name[k].freed = out->name[k].allocated - out->name[k].current;
@@ -33,10 +35,7 @@ mn_status mn__caching_get_stats(mn_allocator_t *self, mn_alloc_stats_t *out) {
   return MN_OK;
 }
 
-mn_status mn__caching_reset_peak(mn_allocator_t *self) {
-  mn__caching_t *a = as_caching(self);
-  mn__lock(&a->lock);
-  mn_alloc_stats_t *s = &a->stats;
+static void reset_peaks(mn_alloc_stats_t *s) {
   for (int k = 0; k < MN_POOL_COUNT; k++) {
 #define MN__RESET_PEAK(name, text) s->name[k].peak = s->name[k].current;
     MN_ALLOC_STATS_MAP(MN__RESET_PEAK)
@@ -44,6 +43,13 @@ mn_status mn__caching_reset_peak(mn_allocator_t *self) {
   }
   s->oversize_allocations.peak = s->oversize_allocations.current;
   s->oversize_segments.peak = s->oversize_segments.current;
+}
+
+mn_status mn__caching_reset_peak(mn_allocator_t *self) {
+  mn__caching_t *a = as_caching(self);
+  mn__lock(&a->lock);
+  reset_peaks(&a->stats);
+  for (mn_mempool_t *mp = a->mempools; mp; mp = mp->next) reset_peaks(&mp->stats);
   mn__unlock(&a->lock);
   return MN_OK;
 }
@@ -52,7 +58,7 @@ mn_status mn__caching_reset_peak(mn_allocator_t *self) {
 
 static mn_block_state state_of(const mn__block_t *b) {
   if (b->allocated) return MN_BLOCK_ACTIVE;
-  if (b->event_count > 0 || b->nuses > 0) return MN_BLOCK_ACTIVE_PENDING_FREE;
+  if (b->event_count > 0 || b->nuses > 0 || mn__block_parked(b)) return MN_BLOCK_ACTIVE_PENDING_FREE;
   return MN_BLOCK_INACTIVE;
 }
 
@@ -67,7 +73,8 @@ static bool snap_run(const mn__caching_t *a, const mn__block_t *b, mn_snapshot_s
   size_t n = 0;
   for (const mn__block_t *x = b; x && x->mapped; x = x->next) n++;
   *out = (mn_snapshot_segment_t){.device = a->base.device, .address = b->addr, .stream_id = b->stream_id,
-                                 .is_large = !b->pool->is_small, .is_expandable = b->seg->expandable};
+                                 .is_large = !b->pool->is_small, .is_expandable = b->seg->expandable,
+                                 .pool_id = b->seg->pool_id};
   out->blocks = mn__calloc(n, sizeof *out->blocks);
   if (!out->blocks) return false;
   for (const mn__block_t *x = b; x && x->mapped; x = x->next) {
@@ -87,17 +94,21 @@ static bool snap_run(const mn__caching_t *a, const mn__block_t *b, mn_snapshot_s
 }
 
 mn_status mn__caching_snapshot(mn_allocator_t *self, mn_snapshot_t **out) {
-  mn__caching_t *a = as_caching(self);
+  return mn__caching_snapshot_of(as_caching(self), 0, false, out);
+}
+
+mn_status mn__caching_snapshot_of(mn__caching_t *a, uint64_t pool_id, bool filter, mn_snapshot_t **out) {
   mn_snapshot_t *snap = mn__calloc(1, sizeof *snap);
   if (!snap) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   mn__lock(&a->lock);
   size_t runs = 0;
   for (mn__segment_t *s = a->segments; s; s = s->next_seg)
-    for (mn__block_t *b = s->head; b; b = b->next) runs += b->mapped && (!b->prev || !b->prev->mapped);
+    for (mn__block_t *b = s->head; b && (!filter || s->pool_id == pool_id); b = b->next)
+      runs += b->mapped && (!b->prev || !b->prev->mapped);
   snap->segments = mn__calloc(runs ? runs : 1, sizeof *snap->segments);
   bool ok = snap->segments != NULL;
   for (mn__segment_t *s = a->segments; ok && s; s = s->next_seg)
-    for (mn__block_t *b = s->head; ok && b; b = b->next)
+    for (mn__block_t *b = s->head; ok && b && (!filter || s->pool_id == pool_id); b = b->next)
       if (b->mapped && (!b->prev || !b->prev->mapped)) ok = snap_run(a, b, &snap->segments[snap->nsegments++]);
   mn__unlock(&a->lock);
   if (!ok) {
@@ -116,7 +127,7 @@ typedef struct tally_s {
   MN_ALLOC_STATS_MAP(MN__TALLY_FIELD)
 #undef MN__TALLY_FIELD
   int64_t oversize_allocations, oversize_segments;
-  size_t free_blocks[MN_POOL_COUNT], unmapped_blocks[MN_POOL_COUNT], allocated, events, segments, exp_segments;
+  size_t allocated, events, segments, exp_segments, deferred;
 } tally_t;
 
 #define BROKEN(...) return mn__error(MN_ERR_INTERNAL, "check_invariants", __VA_ARGS__)
@@ -135,7 +146,7 @@ static mn_status check_block(const mn__caching_t *a, const mn__segment_t *s, con
   if (b->size == 0 || (b->mapped && b->size % MN__MIN_BLOCK))
     BROKEN("block %#lx: size %zu is not a positive multiple of 512", addr, b->size);
   if (!b->mapped && !s->expandable) BROKEN("block %#lx: unmapped inside a raw segment", addr);
-  if (b->allocated || b->event_count > 0) {
+  if (b->allocated || b->event_count > 0 || b->deferred || mn__block_parked(b)) {
     if (b->where != MN__IN_NONE) BROKEN("block %#lx: active but in a free set", addr);
     if (!b->mapped) BROKEN("block %#lx: active but unmapped", addr);
     add(t->active, kind, 1);
@@ -152,6 +163,11 @@ static mn_status check_block(const mn__caching_t *a, const mn__segment_t *s, con
   } else if (b->event_count > 0) {
     if (b->nuses) BROKEN("block %#lx: pending free still lists %u stream uses", addr, b->nuses);
     t->events += (size_t)b->event_count;
+  } else if (b->deferred) {
+    if (!b->nuses) BROKEN("block %#lx: deferred (freed in a capture) without stream uses", addr);
+    t->deferred++;
+  } else if (mn__block_parked(b)) {
+    if (b->nuses) BROKEN("block %#lx: parked for its importers but lists %u stream uses", addr, b->nuses);
   } else {
     if (b->nuses) BROKEN("block %#lx: free but lists %u stream uses", addr, b->nuses);
     if (b->requested) BROKEN("block %#lx: free but keeps requested size %zu", addr, b->requested);
@@ -161,8 +177,6 @@ static mn_status check_block(const mn__caching_t *a, const mn__segment_t *s, con
         !(b->mapped ? mn__fset_contains(&pool->fs, s->sb, &b->node) : mn__tree_contains(&s->sb->unmapped, &b->node)))
       BROKEN("block %#lx (size %zu, stream %llu): free but not in its %s set under its key", addr, b->size,
              (unsigned long long)b->stream_id, b->mapped ? "free" : "unmapped");
-    if (b->mapped) t->free_blocks[kind]++;
-    else t->unmapped_blocks[kind]++;
     if (b->mapped && !s->expandable && (b->prev || b->next)) {
       add(t->inactive_split, kind, 1);
       add(t->inactive_split_bytes, kind, (int64_t)b->size);
@@ -184,7 +198,13 @@ static mn_status check_block(const mn__caching_t *a, const mn__segment_t *s, con
 
 static mn_status check_segment(const mn__caching_t *a, const mn__segment_t *s, tally_t *t) {
   unsigned long base = (unsigned long)s->base;
-  if (s->pool != &a->small && s->pool != &a->large) BROKEN("segment %#lx: unknown pool", base);
+  bool known = s->pool == &a->small || s->pool == &a->large;
+  for (const mn_mempool_t *mp = a->mempools; mp && !known; mp = mp->next)
+    known = s->pool == &mp->small || s->pool == &mp->large;
+  if (!known) BROKEN("segment %#lx: unknown pool", base);
+  if (s->pool_id != (s->pool->mp ? s->pool->mp->id : 0))
+    BROKEN("segment %#lx: pool id %llu is not its pool's", base, (unsigned long long)s->pool_id);
+  if (s->pool->mp && s->expandable) BROKEN("segment %#lx: an expandable segment in a memory pool", base);
   if (!s->head || s->head->prev) BROKEN("segment %#lx: bad first block", base);
   if (!s->sb || s->sb->stream != s->stream_id || s->sb->nsegs == 0)
     BROKEN("segment %#lx: its stream's free-set record is missing or another stream's", base);
@@ -226,6 +246,24 @@ static mn_status compare(const char *name, int k, int64_t kept, int64_t recomput
   return MN_OK;
 }
 
+/* A memory pool's statistics against its own segments. */
+static mn_status check_mempool(const mn__caching_t *a, const mn_mempool_t *mp) {
+  tally_t t;
+  memset(&t, 0, sizeof t);
+  mn_status st = MN_OK;
+  for (const mn__segment_t *s = a->segments; s && st == MN_OK; s = s->next_seg)
+    if (s->pool->mp == mp) st = check_segment(a, s, &t);
+  for (int k = 0; k < MN_POOL_COUNT && st == MN_OK; k++) {
+#define MN__CMP(name, text) \
+  if (st == MN_OK && mp->stats.name[k].current != t.name[k]) \
+    BROKEN("memory pool %llu: statistic %s[%d] is %lld but its blocks add up to %lld", \
+           (unsigned long long)mp->id, #name, k, (long long)mp->stats.name[k].current, (long long)t.name[k]);
+    MN_ALLOC_STATS_MAP(MN__CMP)
+#undef MN__CMP
+  }
+  return st;
+}
+
 static mn_status check_locked(const mn__caching_t *a) {
   tally_t t;
   memset(&t, 0, sizeof t);
@@ -236,15 +274,21 @@ static mn_status check_locked(const mn__caching_t *a) {
     BROKEN("%zu segments listed, %zu counted (%zu expandable, %zu counted)", t.segments, a->nsegments, t.exp_segments,
            a->exp_segments);
   char why[256];
-  const mn__pool_t *pools[2] = {&a->small, &a->large};
-  for (int i = 0; i < 2; i++) {
-    const mn__pool_t *p = pools[i];
+  size_t npools = 2 + 2 * a->nmempools, i = 0;
+  for (const mn_mempool_t *mp = a->mempools; mp; mp = mp->next) i++;
+  if (i != a->nmempools) BROKEN("%zu memory pools listed, %zu counted", i, a->nmempools);
+  for (i = 0; i < npools; i++) {
+    const mn_mempool_t *mp = a->mempools;
+    for (size_t k = 2; k + 1 < i; k += 2) mp = mp->next;
+    const mn__pool_t *p = i == 0 ? &a->small : i == 1 ? &a->large : i % 2 == 0 ? &mp->small : &mp->large;
     mn_status ts = mn__fset_check(&p->fs, why, sizeof why);
     if (ts != MN_OK) /* broken (internal error) or no host memory to check with */
       return mn__error(ts, "check_invariants", "%s pool: %s", p->is_small ? "small" : "large", why);
-    size_t whole = 0, largest = 0;
+    size_t whole = 0, largest = 0, nfree_blocks = 0, nunmapped_blocks = 0;
     for (const mn__segment_t *s = a->segments; s; s = s->next_seg)
       for (const mn__block_t *b = s->head; s->pool == p && b; b = b->next) {
+        nfree_blocks += b->where == MN__IN_FREE;
+        nunmapped_blocks += b->where == MN__IN_UNMAPPED;
         bool want = b->where == MN__IN_FREE && mn__whole_raw_segment(b);
         if (b->in_whole != want)
           BROKEN("block %#lx: %s the pool's list of whole free segments", (unsigned long)b->addr,
@@ -266,9 +310,9 @@ static mn_status check_locked(const mn__caching_t *a) {
              p->largest_free, largest);
     size_t nfree, nunmapped;
     mn__fset_counts(&p->fs, &nfree, &nunmapped);
-    if (nfree != t.free_blocks[p->kind] || nunmapped != t.unmapped_blocks[p->kind])
+    if (nfree != nfree_blocks || nunmapped != nunmapped_blocks)
       BROKEN("%s pool: free set holds %zu (%zu free blocks), unmapped set %zu (%zu unmapped blocks)",
-             p->is_small ? "small" : "large", nfree, t.free_blocks[p->kind], nunmapped, t.unmapped_blocks[p->kind]);
+             p->is_small ? "small" : "large", nfree, nfree_blocks, nunmapped, nunmapped_blocks);
   }
   size_t freeing = 0;
   for (const mn__segment_t *s = a->segments; s; s = s->next_seg)
@@ -290,6 +334,13 @@ static mn_status check_locked(const mn__caching_t *a) {
     }
   }
   if (events != a->npending) BROKEN("%zu pending events queued, %zu counted", events, a->npending);
+  size_t deferred = 0;
+  for (const mn__block_t *b = a->deferred; b && deferred <= t.deferred; b = b->spare_next) {
+    if (!b->deferred) BROKEN("block %#lx on the deferred list is not deferred", (unsigned long)b->addr);
+    deferred++;
+  }
+  if (deferred != t.deferred) BROKEN("%zu deferred blocks listed, %zu counted", deferred, t.deferred);
+  if (a->deferred && !a->ncaptures) BROKEN("deferred blocks with no capture under way");
   if (events + a->pending_waited != t.events)
     BROKEN("%zu pending events listed (and %zu being waited for), blocks count %zu", events, a->pending_waited,
            t.events);
@@ -303,6 +354,7 @@ static mn_status check_locked(const mn__caching_t *a) {
   if (st == MN_OK) st = compare("reserved (internal)", -1, (int64_t)a->reserved, t.reserved_bytes[MN_POOL_ALL]);
   if (st == MN_OK) st = compare("oversize_allocations", -1, s->oversize_allocations.current, t.oversize_allocations);
   if (st == MN_OK) st = compare("oversize_segments", -1, s->oversize_segments.current, t.oversize_segments);
+  for (const mn_mempool_t *mp = a->mempools; mp && st == MN_OK; mp = mp->next) st = check_mempool(a, mp);
   return st;
 }
 

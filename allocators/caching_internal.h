@@ -13,6 +13,7 @@
 #include "runtime/ptrmap.h"
 #include "allocators/stat.h"
 #include "mnemo/mnemo.h"
+#include "mnemo/mempool.h"
 
 /* PyTorch's constants (c10/cuda/CUDACachingAllocator.cpp), in bytes. */
 #define MN__MIN_BLOCK ((size_t)512)              /* every size is a multiple of this */
@@ -225,6 +226,9 @@ typedef enum mn__where { MN__IN_NONE = 0, MN__IN_FREE = 1, MN__IN_UNMAPPED = 2 }
 typedef struct mn__use_s {
   uint64_t id;
   mn_stream_t *stream;
+  /* A block freed during a capture: the marker made on this (capturing)
+   * stream at the free, 0 when the stream was not capturing. */
+  uint64_t marker;
 } mn__use_t;
 
 typedef struct mn__block_s {
@@ -239,6 +243,7 @@ typedef struct mn__block_s {
   bool allocated;                 /* handed out and not freed */
   bool freeing;                   /* allocated, out of the pointer map while free() waits */
   bool mapped;                    /* false: unmapped pages of an expandable segment */
+  bool deferred;                  /* freed during a capture with stream uses: on a->deferred */
   uint8_t where;                  /* mn__where */
   int event_count;                /* outstanding stream events (pending free) */
   int64_t gc_count_base;          /* pool->get_free_calls when cached */
@@ -250,10 +255,15 @@ typedef struct mn__block_s {
    * mn__release_cached frees), so releasing walks those only. */
   struct mn__block_s *whole_prev, *whole_next;
   bool in_whole;
+  struct mn__share_rec_s *share;  /* its export to other processes (caching_share.c), or NULL */
 } mn__block_t;
 
 struct mn__segment_s {
   uintptr_t base;
+  uint64_t pool_id;               /* its pool's mn_mempool_id (0: the allocator's own) */
+  /* A memory pool's source, copied (the pool may go while the segment is
+   * being freed with the lock dropped); alloc NULL: raw device memory. */
+  mn_mempool_source_t src;
   size_t size;                    /* raw segment: its bytes; expandable: the reserved range */
   mn__pool_t *pool;
   uint64_t stream_id;
@@ -267,7 +277,8 @@ struct mn__segment_s {
 };
 
 struct mn__pool_s {
-  mn__fset_t fs;       /* inactive mapped blocks by (stream, size, addr); unmapped ranges by (stream, addr) */
+  mn__fset_t fs;
+  mn_mempool_t *mp;    /* the memory pool this is half of; NULL: the allocator's own */       /* inactive mapped blocks by (stream, size, addr); unmapped ranges by (stream, addr) */
   bool is_small;
   int kind;            /* MN_POOL_SMALL or MN_POOL_LARGE */
   int64_t get_free_calls;
@@ -279,6 +290,34 @@ struct mn__pool_s {
   size_t largest_free;
   bool largest_dirty;
 };
+
+/* A memory pool (mnemo/mempool.h): its own small and large free sets, its
+ * own statistics, never expandable segments (as PyTorch's private pools). */
+struct mn_mempool_s {
+  struct mn__caching_s *a;
+  uint64_t id;
+  mn_mempool_source_t src;   /* alloc NULL: raw device memory */
+  bool no_split, use_on_oom;
+  mn__pool_t small, large;
+  mn_alloc_stats_t stats;    /* this pool's part of the allocator's */
+  uint32_t users;            /* threads' uses (mn_mempool_use) not yet ended */
+  uint32_t captures;         /* captures routed into it */
+  uint32_t graphs;           /* live graphs captured into it */
+  struct mn_mempool_s *prev, *next; /* the allocator's pools */
+};
+
+/* A capture routed into a pool (mn_mempool_capture_begin). */
+typedef struct mn__capture_route_s {
+  uint64_t capture_id;
+  mn_mempool_t *mp;
+  struct mn__capture_route_s *next;
+} mn__capture_route_t;
+
+/* A registered callback: (fn, user). */
+typedef struct mn__callback_s {
+  void (*fn)(void);
+  void *user;
+} mn__callback_t;
 
 /* An outstanding event of a pending-free block. One queue per stream the
  * events were recorded on, in record order: a stream's events complete in
@@ -328,6 +367,30 @@ typedef struct mn__caching_s {
   void *oom_user;
   mn_trace_sink_fn sink;
   void *sink_user;
+  /* Peers (bit p: device p of this type) that every mapped page of the
+   * expandable segments is granted to (mn_caching_allocator_enable_peer_access). */
+  uint64_t peers;
+  /* ---- memory pools and routing (caching_mempool.c) ---- */
+  mn_mempool_t *mempools;   /* every pool of this allocator */
+  size_t nmempools;
+  /* Uses and captures under way: while 0, allocations skip routing (one test). */
+  uint32_t nroutes;
+  mn__capture_route_t *routes;
+  uint32_t ncaptures;       /* captures under way: no event queries, records or releases */
+  /* Blocks freed in a capture with stream uses: cached once the capture ends
+   * (or, with markers, once their stream joined the uses), linked by spare_next. */
+  mn__block_t *deferred;
+  /* ---- callbacks (caching_mempool.c): the lists under cb_lock (held for
+   * reading while callbacks run, so a removed one is never called after) ---- */
+  pthread_rwlock_t cb_lock;
+  mn__callback_t *seg_cbs, *mem_cbs;
+  size_t nseg_cbs, nmem_cbs;
+  bool any_mem_cbs;          /* nmem_cbs > 0, read under the allocator lock */
+  _Atomic bool has_seg_cbs;  /* seg_cbs non-empty: segment events are queued */
+  mn_segment_info_t *cbq;   /* segment events waiting to be told (lock held to add/take) */
+  size_t ncbq, cap_cbq;
+  _Atomic bool cbq_nonempty;
+  struct mn__share_state_s *share; /* sharing with other processes (caching_share.c): NULL until a first export */
 } mn__caching_t;
 
 /* A list of segments taken out of the allocator, to free with the lock dropped. */
@@ -373,18 +436,45 @@ static inline void mn__stat_all_inc(mn_stat_t *s, int64_t amount) {
   s->current += amount;
   if (s->current > s->peak) s->peak = s->current;
 }
-#define MN__STAT_ADD(a, field, kind, amount)                  \
-  do {                                                        \
-    mn__stat_inc(&(a)->stats.field[(kind)], (amount));        \
-    mn__stat_all_inc(&(a)->stats.field[MN_POOL_ALL], (amount)); \
+#define MN__STAT_ADD_TO(st, field, kind, amount)          \
+  do {                                                    \
+    mn__stat_inc(&(st)->field[(kind)], (amount));         \
+    mn__stat_all_inc(&(st)->field[MN_POOL_ALL], (amount)); \
   } while (0)
-#define MN__STAT_SUB(a, field, kind, amount)                  \
-  do {                                                        \
-    (a)->stats.field[(kind)].current -= (amount);             \
-    (a)->stats.field[MN_POOL_ALL].current -= (amount);        \
+#define MN__STAT_SUB_FROM(st, field, kind, amount) \
+  do {                                             \
+    (st)->field[(kind)].current -= (amount);       \
+    (st)->field[MN_POOL_ALL].current -= (amount);  \
+  } while (0)
+/* The memory pool's statistics of a free-set half, or NULL (the allocator's own). */
+#define MN__POOL_STATS(pool) ((pool)->mp ? &(pool)->mp->stats : NULL)
+/* The hot paths: the allocator's counter, then the pool's when ps (from
+ * MN__POOL_STATS, in a register) is not NULL. */
+#define MN__STAT2_ADD(a, ps, field, kind, amount)                                   \
+  do {                                                                               \
+    MN__STAT_ADD_TO(&(a)->stats, field, kind, (amount));                             \
+    if (__builtin_expect((ps) != NULL, 0)) MN__STAT_ADD_TO((ps), field, kind, (amount)); \
+  } while (0)
+#define MN__STAT2_SUB(a, ps, field, kind, amount)                                    \
+  do {                                                                                \
+    MN__STAT_SUB_FROM(&(a)->stats, field, kind, (amount));                            \
+    if (__builtin_expect((ps) != NULL, 0)) MN__STAT_SUB_FROM((ps), field, kind, (amount)); \
+  } while (0)
+/* The allocator's counter, and the memory pool's when `pool` is one's. */
+#define MN__STAT_ADD(a, field, pool, amount)                                                       \
+  do {                                                                                             \
+    MN__STAT_ADD_TO(&(a)->stats, field, (pool)->kind, (amount));                                  \
+    if (__builtin_expect((pool)->mp != NULL, 0)) MN__STAT_ADD_TO(&(pool)->mp->stats, field, (pool)->kind, (amount)); \
+  } while (0)
+#define MN__STAT_SUB(a, field, pool, amount)                                                        \
+  do {                                                                                              \
+    MN__STAT_SUB_FROM(&(a)->stats, field, (pool)->kind, (amount));                                 \
+    if (__builtin_expect((pool)->mp != NULL, 0)) MN__STAT_SUB_FROM(&(pool)->mp->stats, field, (pool)->kind, (amount)); \
   } while (0)
 /* The statistics as users see them (ALL's allocated and freed summed); pre: lock held. */
 void mn__caching_stats_copy(const mn__caching_t *a, mn_alloc_stats_t *out);
+/* The same for any kept statistics (a memory pool's). */
+void mn__stats_copy(const mn_alloc_stats_t *kept, mn_alloc_stats_t *out);
 void mn__trace_emit(mn__caching_t *a, mn_trace_action action, uint64_t stream, uintptr_t addr, size_t size,
                     size_t requested);
 /* An allocator event to the sink, when one is set (the check inline). */
@@ -430,7 +520,7 @@ void mn__segment_link(mn__caching_t *a, mn__segment_t *s);
 void mn__segment_unlink(mn__caching_t *a, mn__segment_t *s);
 
 static inline bool mn__block_inactive(const mn__block_t *b) {
-  return !b->allocated && b->event_count == 0 && b->nuses == 0;
+  return !b->allocated && b->event_count == 0 && b->nuses == 0 && !b->share;
 }
 static inline bool mn__whole_raw_segment(const mn__block_t *b) { return !b->seg->expandable && !mn__block_is_split(b); }
 
@@ -446,18 +536,87 @@ mn__pending_t *mn__pending_detach_all(mn__caching_t *a);
 /* PyTorch's free_block: merge with free neighbours, cache, update the counters. */
 void mn__free_block(mn__caching_t *a, mn__block_t *b);
 void mn__process_events_slow(mn__caching_t *a);
+/* ---- caching_share.c: blocks shared with other processes -----------------------------
+ * A freed block whose importers still hold it is parked: active, pending free
+ * (as a block waiting for events), retried with the pending events, by
+ * empty_cache and before an OOM; released, it goes through mn__free_block. */
+/* From mn__free_block: true when b is still held by importers (then parked). */
+bool mn__share_park(mn__caching_t *a, mn__block_t *b);
+/* Frees the parked blocks that no importer holds any more: those whose count
+ * is 0 (every allocation asks, no system call), and with `deep` (empty_cache,
+ * the out-of-memory path) also those whose importers all died holding them. */
+void mn__share_retry(mn__caching_t *a, bool deep);
+/* The allocator's destroy: drops every export record and the reference file. */
+void mn__share_destroy(mn__caching_t *a);
+/* Whether b is freed but parked for its importers. */
+static inline bool mn__block_parked(const mn__block_t *b) { return b->share && !b->allocated && !b->event_count; }
+/* Whether al is a caching allocator (caching.c). */
+bool mn__is_caching(const mn_allocator_t *al);
+/* ---- end of the sharing hooks ---- */
+
 /* Retires completed events without blocking (nothing to do: inline). */
 static inline void mn__process_events(mn__caching_t *a) {
   if (a->queues) mn__process_events_slow(a);
+  if (__builtin_expect(a->share != NULL, 0)) mn__share_retry(a, false);
 }
 /* Takes a whole unused raw segment out of the books, onto rel. */
 void mn__release_block(mn__caching_t *a, mn__block_t *b, mn__release_t *rel);
 /* Gives rel's segments back to the device, lock dropped meanwhile. */
 mn_status mn__do_release(mn__caching_t *a, mn__release_t *rel);
 bool mn__release_available(mn__caching_t *a, uint64_t stream, mn__pool_t *pool, size_t size, mn__release_t *rel);
-/* Waits for all pending frees, then releases every whole cached segment and free page. */
-mn_status mn__release_cached(mn__caching_t *a);
+/* Waits for all pending frees, then releases every whole cached segment and
+ * free page: of memory pool `only` when given, else of the allocator's own
+ * pools (as PyTorch, a live pool keeps its cache until its own empty_cache).
+ * Nothing while a capture is under way (freeing would break it). */
+mn_status mn__release_cached(mn__caching_t *a, mn_mempool_t *only);
+/* Moves every whole free raw segment of p onto rel. */
+void mn__release_whole(mn__caching_t *a, mn__pool_t *p, mn__release_t *rel);
 void mn__garbage_collect(mn__caching_t *a);
+
+/* a as a caching allocator (made by mn_caching_allocator_create), else
+ * MN_ERR_INVALID_ARGUMENT naming func (caching.c). */
+mn_status mn__caching_checked(const char *func, mn_allocator_t *a, mn__caching_t **out);
+
+/* ---- caching_mempool.c: memory pools, routing, callbacks ------------------------------ */
+/* The pool this allocation goes to (a capture's, else the thread's current
+ * pool), or NULL. pre: lock held, a->nroutes > 0. */
+mn_mempool_t *mn__mempool_route(mn__caching_t *a, mn_stream_t *stream);
+/* The half of mp (NULL: the allocator's own pools) for a rounded size. */
+static inline mn__pool_t *mn__pool_for(mn__caching_t *a, mn_mempool_t *mp, size_t size) {
+  if (__builtin_expect(mp != NULL, 0)) return size <= MN__SMALL_SIZE ? &mp->small : &mp->large;
+  return size <= MN__SMALL_SIZE ? &a->small : &a->large;
+}
+/* Queues a segment event for the callbacks (told by mn__callbacks_flush,
+ * outside the lock). pre: lock held. */
+void mn__segment_event_queue(mn__caching_t *a, mn_segment_event ev, uintptr_t addr, size_t size, uint64_t pool_id,
+                             uint64_t stream);
+static inline void mn__segment_event(mn__caching_t *a, mn_segment_event ev, uintptr_t addr, size_t size,
+                                     uint64_t pool_id, uint64_t stream) {
+  if (atomic_load_explicit(&a->has_seg_cbs, memory_order_relaxed))
+    mn__segment_event_queue(a, ev, addr, size, pool_id, stream);
+}
+/* Tells the callbacks the queued segment events. pre: lock NOT held. */
+void mn__callbacks_flush_slow(mn__caching_t *a);
+static inline void mn__callbacks_flush(mn__caching_t *a) {
+  if (atomic_load_explicit(&a->cbq_nonempty, memory_order_acquire)) mn__callbacks_flush_slow(a);
+}
+/* Asks the free-memory callbacks; true when one freed something. pre: lock NOT held. */
+bool mn__free_memory_callbacks(mn__caching_t *a, size_t requested);
+/* A use_on_oom pool's cached block for the request (removed from its free
+ * set), its half in *pool; NULL when none fits. pre: lock held. */
+mn__block_t *mn__mempool_oom_block(mn__caching_t *a, uint64_t stream, size_t size, mn__pool_t **pool);
+/* The free of a block with stream uses while a capture is under way: no
+ * event can be recorded, so the block waits on a->deferred (reusable in the
+ * capture once its stream joined every use, else when the captures end).
+ * pre: lock held, a->ncaptures > 0, b->nuses > 0, live is b's map entry; unlocks. */
+mn_status mn__free_deferred(mn__caching_t *a, mn__block_t *b, mn__addrmap_entry_t *live);
+/* Takes a block out of the allocated counts (caching.c). */
+void mn__unallocate(mn__caching_t *a, mn__block_t *b);
+/* Frees every memory pool's record (allocator destroy; segments already gone). */
+void mn__mempools_free_all(mn__caching_t *a);
+/* Best fit in `pool` for (stream, size) under the oversize rules, removed from
+ * the free set; NULL when none (caching.c). pre: lock held. */
+mn__block_t *mn__get_free_block(mn__caching_t *a, mn__pool_t *pool, uint64_t stream, size_t size);
 
 /* ---- caching_expandable.c --------------------------------------------------- */
 /* Maps pages so that a block of `size` bytes is available on `stream` in `pool`;
@@ -473,11 +632,16 @@ bool mn__expandable_has_unmappable(mn__caching_t *a);
 void mn__expandable_unmap_free(mn__caching_t *a, mn__release_t *rel, bool unmap_pages);
 /* Frees an expandable segment's bookkeeping after its range was released. */
 void mn__expandable_segment_free(mn__caching_t *a, mn__segment_t *s);
+/* Grants pages [addr, addr + nbytes), just mapped, to every peer in a->peers;
+ * pre: lock held. On failure nothing is undone (the caller unmaps the pages). */
+mn_status mn__expandable_grant_peers(mn__caching_t *a, uintptr_t addr, size_t nbytes);
 
 /* ---- caching_inspect.c ----------------------------------------------------------- */
 mn_status mn__caching_get_stats(mn_allocator_t *self, mn_alloc_stats_t *out);
 mn_status mn__caching_reset_peak(mn_allocator_t *self);
 mn_status mn__caching_snapshot(mn_allocator_t *self, mn_snapshot_t **out);
+/* The segments of pool `pool_id` (with `filter`; else all of them). */
+mn_status mn__caching_snapshot_of(mn__caching_t *a, uint64_t pool_id, bool filter, mn_snapshot_t **out);
 mn_status mn__caching_check_invariants(mn_allocator_t *self);
 /* The OOM message, PyTorch's wording adapted; pre: lock held. */
 void mn__caching_oom_message(mn__caching_t *a, size_t requested, size_t rounded, size_t alloc_size,

@@ -75,6 +75,7 @@ mn__pending_t *mn__pending_detach_all(mn__caching_t *a) {
 /* PyTorch's free_block: merge with free neighbours, cache, update the counters. */
 void mn__free_block(mn__caching_t *a, mn__block_t *b) {
   MN__ASSERT_LOCKED(a);
+  if (b->share && mn__share_park(a, b)) return; /* importers still hold it: parked */
   mn__trace(a, MN_TRACE_FREE_COMPLETED, b->stream_id, b->addr, b->size, b->requested);
   size_t orig_size = b->size, requested = b->requested;
   int64_t net_blocks = 0, net_bytes = 0;
@@ -92,25 +93,33 @@ void mn__free_block(mn__caching_t *a, mn__block_t *b) {
     net_blocks++;
     net_bytes += (int64_t)b->size;
   }
+  mn_alloc_stats_t *ps = MN__POOL_STATS(b->pool);
   int kind = b->pool->kind;
   /* As PyTorch, expandable segments are left out of inactive_split. */
   if (!b->seg->expandable) {
-    if (net_blocks > 0) MN__STAT_ADD(a, inactive_split, kind, net_blocks);
-    else if (net_blocks < 0) MN__STAT_SUB(a, inactive_split, kind, -net_blocks);
-    if (net_bytes > 0) MN__STAT_ADD(a, inactive_split_bytes, kind, net_bytes);
-    else if (net_bytes < 0) MN__STAT_SUB(a, inactive_split_bytes, kind, -net_bytes);
+    if (net_blocks > 0) MN__STAT2_ADD(a, ps, inactive_split, kind, net_blocks);
+    else if (net_blocks < 0) MN__STAT2_SUB(a, ps, inactive_split, kind, -net_blocks);
+    if (net_bytes > 0) MN__STAT2_ADD(a, ps, inactive_split_bytes, kind, net_bytes);
+    else if (net_bytes < 0) MN__STAT2_SUB(a, ps, inactive_split_bytes, kind, -net_bytes);
   } else {
     a->exp_epoch++;
   }
-  MN__STAT_SUB(a, active, kind, 1);
-  MN__STAT_SUB(a, active_bytes, kind, (int64_t)orig_size);
-  MN__STAT_SUB(a, requested_bytes, kind, (int64_t)requested);
+#define MN__FREED_STATS(st)                                                \
+  do {                                                                     \
+    MN__STAT_SUB_FROM(st, active, kind, 1);                                 \
+    MN__STAT_SUB_FROM(st, active_bytes, kind, (int64_t)orig_size);          \
+    MN__STAT_SUB_FROM(st, requested_bytes, kind, (int64_t)requested);       \
+  } while (0)
+  MN__FREED_STATS(&a->stats);
+  if (__builtin_expect(ps != NULL, 0)) MN__FREED_STATS(ps); /* one test for the three */
+#undef MN__FREED_STATS
 }
 
 /* Retires completed events without blocking: each stream's queue from its
  * head, stopping at the first not done (a failed query counts as not done
  * yet). O(streams with pending events + events retired). */
 void mn__process_events_slow(mn__caching_t *a) {
+  if (a->ncaptures) return; /* no event queries while a capture is under way (as PyTorch) */
   mn__pending_t **pp = &a->queues;
   while (*pp) {
     mn__pending_t *h = *pp;
@@ -172,13 +181,13 @@ static mn_status sync_and_free_events(mn__caching_t *a) {
 /* Takes a whole, unused raw segment out of the allocator (freed later by do_release). */
 void mn__release_block(mn__caching_t *a, mn__block_t *b, mn__release_t *rel) {
   mn__segment_t *s = b->seg;
-  int kind = b->pool->kind;
   mn__pool_remove(b->pool, b);
   a->stats.num_device_free++;
   mn__trace(a, MN_TRACE_SEGMENT_FREE, s->stream_id, s->base, s->size, 0);
+  mn__segment_event(a, MN_SEGMENT_FREE, s->base, s->size, s->pool_id, s->stream_id);
   a->reserved -= s->size;
-  MN__STAT_SUB(a, segment, kind, 1);
-  MN__STAT_SUB(a, reserved_bytes, kind, (int64_t)s->size);
+  MN__STAT_SUB(a, segment, b->pool, 1);
+  MN__STAT_SUB(a, reserved_bytes, b->pool, (int64_t)s->size);
   if (s->size >= a->cfg.max_split_size) mn__stat_dec(&a->stats.oversize_segments, 1);
   mn__segment_unlink(a, s);
   mn__fset_release(&s->pool->fs, s->sb);
@@ -199,11 +208,23 @@ mn_status mn__do_release(mn__caching_t *a, mn__release_t *rel) {
   mn__segment_t *raw = rel->raw, *va = rel->va;
   rel->raw = rel->va = NULL;
   unlock(a);
+  mn__callbacks_flush(a); /* the segments' free callbacks run before the memory goes */
   mn_status first = MN_OK;
+  bool synced = false;
   while (raw) {
     mn__segment_t *s = raw;
     raw = s->next_seg;
-    mn_status st = mn_device_raw_free(a->base.device, (void *)s->base);
+    mn_status st;
+    if (s->src.alloc) { /* a memory pool's source: the device synchronized first, as cudaFree would */
+      st = synced ? MN_OK : mn_device_synchronize(a->base.device);
+      synced = st == MN_OK;
+      if (st == MN_OK) {
+        st = s->src.free(s->src.user, a->base.device, (void *)s->base, s->size);
+        if (st != MN_OK) st = mn__error_wrap(st, "mempool source free");
+      }
+    } else {
+      st = mn_device_raw_free(a->base.device, (void *)s->base);
+    }
     if (st != MN_OK && first == MN_OK) first = st;
     free(s);
   }
@@ -274,18 +295,28 @@ static mn_status release_expandable(mn__caching_t *a, mn__release_t *rel) {
 
 /* PyTorch's release_cached_blocks: wait for pending frees, then give back every
  * whole cached segment and every free page. pre: lock held (dropped inside). */
-mn_status mn__release_cached(mn__caching_t *a) {
+void mn__release_whole(mn__caching_t *a, mn__pool_t *p, mn__release_t *rel) {
+  mn__block_t *b = p->whole; /* the whole free segments only: O(those), not O(every free block) */
+  while (b) {
+    mn__block_t *next = b->whole_next;
+    mn__release_block(a, b, rel);
+    b = next;
+  }
+}
+
+mn_status mn__release_cached(mn__caching_t *a, mn_mempool_t *only) {
+  if (a->ncaptures) return MN_OK; /* a capture under way: freeing memory would break it */
+  if (a->share) mn__share_retry(a, true); /* parked blocks their importers let go of (or died holding) */
   mn_status first = sync_and_free_events(a);
   mn__release_t rel = {NULL, NULL};
-  mn__pool_t *pools[2] = {&a->large, &a->small};
-  for (int i = 0; i < 2; i++) { /* the whole free segments only: O(those), not O(every free block) */
-    mn__block_t *b = pools[i]->whole;
-    while (b) {
-      mn__block_t *next = b->whole_next;
-      mn__release_block(a, b, &rel);
-      b = next;
-    }
+  if (only) {
+    mn__release_whole(a, &only->large, &rel);
+    mn__release_whole(a, &only->small, &rel);
+    mn_status st = mn__do_release(a, &rel);
+    return first != MN_OK ? first : st;
   }
+  mn__release_whole(a, &a->large, &rel);
+  mn__release_whole(a, &a->small, &rel);
   if (a->exp_segments) {
     mn_status st = release_expandable(a, &rel);
     if (st != MN_OK && first == MN_OK) first = st;

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "mnemo/device.h"
+#include "mnemo/graph.h"
 
 /* Contract for every slot:
  *   pre:  `index` is a valid device index of this backend (checked by the
@@ -24,6 +25,16 @@ typedef enum mn__copy_kind {
   MN__COPY_D2D = 3
 } mn__copy_kind;
 
+/* Memory of one device as pieces another process maps (share_* slots). */
+#define MN__SHARE_MAX_PIECES 16 /* MN_SHARE_MAX_FDS */
+typedef struct mn__share_mem_s {
+  unsigned npieces;
+  int fds[MN__SHARE_MAX_PIECES];
+  uint64_t piece_offset[MN__SHARE_MAX_PIECES]; /* in the descriptor's file */
+  uint64_t piece_length[MN__SHARE_MAX_PIECES];
+  uint64_t offset; /* of the shared bytes in the pieces mapped one after the other */
+} mn__share_mem_t;
+
 typedef struct mn__backend_s {
   const char *name;
   mn_device_type type;
@@ -35,7 +46,7 @@ typedef struct mn__backend_s {
   mn_status (*raw_alloc)(int index, size_t nbytes, void **out);
   /* Like cudaFree: waits for all work queued on the device, then frees. */
   mn_status (*raw_free)(int index, void *ptr);
-  /* VMM; all four NULL when the backend never supports it (a backend may
+  /* VMM; all five NULL when the backend never supports it (a backend may
    * also answer MN_ERR_NOT_SUPPORTED per device, as CUDA does). */
   mn_status (*va_reserve)(int index, size_t nbytes, void **base);
   mn_status (*va_release)(int index, void *base, size_t nbytes);
@@ -46,6 +57,12 @@ typedef struct mn__backend_s {
    * work on the range (an allocator unmapping many pages after one
    * synchronize), and the backend does not. */
   mn_status (*mem_unmap)(int index, void *addr, size_t nbytes, bool synced);
+  /* Lets device `peer` (of this backend, != index) read and write the mapped
+   * pages [addr, addr + nbytes) of device `index` (cuMemSetAccess). A map
+   * grants only its own device: mapped memory is reachable from exactly the
+   * devices granted here, whatever enable_peer_access says (that covers raw
+   * memory). Unmapping forgets the grants. NULL where there is no VMM. */
+  mn_status (*mem_set_access)(int index, void *addr, size_t nbytes, int peer);
 
   mn_status (*stream_create)(int index, void **out);
   mn_status (*stream_destroy)(int index, void *stream);
@@ -127,6 +144,48 @@ typedef struct mn__backend_s {
   mn_status (*ipc_export)(int index, const void *ptr, void *handle, size_t *offset);
   mn_status (*ipc_open)(int index, const void *handle, void **base, size_t *size);
   mn_status (*ipc_close)(int index, void *base);
+  /* ---- stream capture and graphs (mnemo/graph.h): all NULL where not
+   * supported (the CPU; the dispatcher answers NOT_SUPPORTED). `stream` is a
+   * created stream's handle, never the default stream's (runtime/graph.c
+   * answers for those), except in capture_id.
+   *   capture_begin: starts capturing (CUDA's global mode); INVALID_STATE
+   *     when the stream already captures.
+   *   capture_end: ends the capture begun on `stream`; *graph = a backend
+   *     graph handle ready to launch, *nodes = its operations (copies, sets,
+   *     host functions, event nodes; not marker nodes). An invalidated or
+   *     unjoined capture: INVALID_STATE, no graph; either way no stream
+   *     captures afterwards (out of host memory: the capture goes on).
+   *   capture_status: NONE / ACTIVE / INVALIDATED and the capture id (0: none).
+   *   capture_id: the capture id only (0: none); lock-free where it can be,
+   *     the caching allocator asks it on every allocation during captures.
+   *   capture_marker: an empty node depending on the stream's frontier
+   *     becomes its frontier; *marker = its id (unique in the capture, not 0).
+   *   capture_reaches: whether node `marker` of the stream's capture is in or
+   *     an ancestor of the stream's frontier.
+   *   graph_launch: queues the graph's work on `stream` (not capturing).
+   *   graph_destroy: frees the graph; launches already queued complete. */
+  mn_status (*capture_begin)(int index, void *stream);
+  mn_status (*capture_end)(int index, void *stream, void **graph, size_t *nodes);
+  mn_status (*capture_status)(int index, void *stream, mn_capture_status *status, uint64_t *id);
+  mn_status (*capture_id)(int index, void *stream, uint64_t *id);
+  mn_status (*capture_marker)(int index, void *stream, uint64_t *marker);
+  mn_status (*capture_reaches)(int index, void *stream, uint64_t marker, bool *reached);
+  mn_status (*graph_launch)(int index, void *graph, void *stream);
+  mn_status (*graph_destroy)(int index, void *graph);
+  /* ---- shareable memory (mnemo/share.h): NULL where not supported (CPU) ----
+   *   share_export: makes [ptr, ptr + nbytes) (inside one raw allocation, or
+   *     mapped pages of one reservation) mappable by another process: fills
+   *     out's pieces (new descriptors the caller owns) and out->offset, ptr's
+   *     offset in the pieces mapped one after the other. CUDA: reservations
+   *     only (raw allocations use ipc_export).
+   *   share_import: maps the pieces of another process contiguously as memory
+   *     of device `index`; *base and *size: the mapping. The descriptors stay
+   *     the caller's. Bad pieces (not the right kind of descriptor, outside
+   *     the file): MN_ERR_INVALID_ARGUMENT, nothing mapped.
+   *   share_close: unmaps a base from share_import. */
+  mn_status (*share_export)(int index, void *ptr, size_t nbytes, struct mn__share_mem_s *out);
+  mn_status (*share_import)(int index, const struct mn__share_mem_s *in, void **base, size_t *size);
+  mn_status (*share_close)(int index, void *base);
 } mn__backend_t;
 
 extern const mn__backend_t mn__cpu_backend;

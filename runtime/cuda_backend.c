@@ -60,6 +60,10 @@ static mn_status mn__nocuda_mem_unmap(int index, void *addr, size_t nbytes, bool
   (void)index, (void)addr, (void)nbytes, (void)synced;
   return mn__nocuda(__func__);
 }
+static mn_status mn__nocuda_mem_set_access(int index, void *addr, size_t nbytes, int peer) {
+  (void)index, (void)addr, (void)nbytes, (void)peer;
+  return mn__nocuda(__func__);
+}
 static mn_status mn__nocuda_stream_create(int index, void **out) {
   (void)index, (void)out;
   return mn__nocuda(__func__);
@@ -123,6 +127,10 @@ mn_status mn__cuda_set_current(int index) {
   (void)index;
   return mn__nocuda(__func__);
 }
+void *mn__cuda_driver_symbol(const char *symbol) {
+  (void)symbol;
+  return NULL;
+}
 
 const mn__backend_t mn__cuda_backend = {
     .name = "cuda",
@@ -137,6 +145,7 @@ const mn__backend_t mn__cuda_backend = {
     .va_release = mn__nocuda_va_release,
     .mem_map = mn__nocuda_mem_map,
     .mem_unmap = mn__nocuda_mem_unmap,
+    .mem_set_access = mn__nocuda_mem_set_access,
     .stream_create = mn__nocuda_stream_create,
     .stream_destroy = mn__nocuda_stream_destroy,
     .stream_query = mn__nocuda_stream_query,
@@ -156,10 +165,13 @@ const mn__backend_t mn__cuda_backend = {
 #else /* MNEMO_HAVE_CUDA */
 
 #include <pthread.h>
+#include <unistd.h>
 #include <stdatomic.h>
 
 #include <cuda.h> /* driver types only: libcuda is never linked */
 #include <cuda_runtime.h>
+
+#include "runtime/hostmem.h"
 
 /* The fallback granularity when the device has no VMM: cudaMalloc hands out
  * 2 MiB pages for large allocations. */
@@ -182,6 +194,18 @@ static mn_status mn__cuda_status_of(cudaError_t err) {
     return MN_ERR_INVALID_ARGUMENT;
   case cudaErrorNotSupported:
     return MN_ERR_NOT_SUPPORTED;
+  /* stream capture: a call not allowed during a capture, or a capture broken */
+  case cudaErrorIllegalState:
+  case cudaErrorStreamCaptureUnsupported:
+  case cudaErrorStreamCaptureInvalidated:
+  case cudaErrorStreamCaptureMerge:
+  case cudaErrorStreamCaptureUnmatched:
+  case cudaErrorStreamCaptureUnjoined:
+  case cudaErrorStreamCaptureIsolation:
+  case cudaErrorStreamCaptureImplicit:
+  case cudaErrorCapturedEvent:
+  case cudaErrorStreamCaptureWrongThread:
+    return MN_ERR_INVALID_STATE;
   default:
     return MN_ERR_DEVICE;
   }
@@ -219,6 +243,13 @@ typedef CUresult(CUDAAPI *mn__pfn_cuMemSetAccess)(CUdeviceptr ptr, size_t size,
                                                    const CUmemAccessDesc *desc, size_t count);
 typedef CUresult(CUDAAPI *mn__pfn_cuMemUnmap)(CUdeviceptr ptr, size_t size);
 typedef CUresult(CUDAAPI *mn__pfn_cuMemRelease)(CUmemGenericAllocationHandle handle);
+/* Sharing expandable segments (mnemo/share.h); optional: without them, not supported. */
+typedef CUresult(CUDAAPI *mn__pfn_cuMemRetainAllocationHandle)(CUmemGenericAllocationHandle *handle, void *addr);
+typedef CUresult(CUDAAPI *mn__pfn_cuMemExportToShareableHandle)(void *shareable, CUmemGenericAllocationHandle handle,
+                                                                 CUmemAllocationHandleType type,
+                                                                 unsigned long long flags);
+typedef CUresult(CUDAAPI *mn__pfn_cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle *handle,
+                                                                   void *shareable, CUmemAllocationHandleType type);
 typedef CUresult(CUDAAPI *mn__pfn_cuMemGetAllocationGranularity)(
     size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option);
 typedef CUresult(CUDAAPI *mn__pfn_cuGetErrorText)(CUresult error, const char **text);
@@ -243,13 +274,17 @@ static struct {
   mn__pfn_cuGetErrorText get_error_name;   /* optional */
   mn__pfn_cuGetErrorText get_error_string; /* optional */
   mn__pfn_cuDevicePrimaryCtxGetState primary_ctx_state; /* optional */
+  mn__pfn_cuMemRetainAllocationHandle mem_retain;        /* optional: sharing */
+  mn__pfn_cuMemExportToShareableHandle mem_export;        /* optional: sharing */
+  mn__pfn_cuMemImportFromShareableHandle mem_import;      /* optional: sharing */
   char why[160]; /* why ok is false */
 } mn__cu;
 
 static pthread_once_t mn__cu_once = PTHREAD_ONCE_INIT;
 
-/* One driver symbol, requested with the CUDA 12.0 ABI; NULL when absent. */
-static void *mn__cu_symbol(const char *symbol) {
+/* One driver symbol, requested with the CUDA 12.0 ABI; NULL when absent,
+ * and then, when why is given and still empty, why. */
+static void *mn__cu_symbol_why(const char *symbol, char *why, size_t why_size) {
   void *fn = NULL;
   enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
 #if CUDART_VERSION >= 12050
@@ -261,14 +296,18 @@ static void *mn__cu_symbol(const char *symbol) {
 #endif
   if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == NULL) {
     (void)cudaGetLastError();
-    if (mn__cu.why[0] == '\0') {
-      snprintf(mn__cu.why, sizeof mn__cu.why, "driver entry point %s not found (%s)", symbol,
+    if (why && why[0] == '\0') {
+      snprintf(why, why_size, "driver entry point %s not found (%s)", symbol,
                err != cudaSuccess ? cudaGetErrorName(err) : "symbol not found");
     }
     return NULL;
   }
   return fn;
 }
+
+static void *mn__cu_symbol(const char *symbol) { return mn__cu_symbol_why(symbol, mn__cu.why, sizeof mn__cu.why); }
+
+void *mn__cuda_driver_symbol(const char *symbol) { return mn__cu_symbol_why(symbol, NULL, 0); }
 
 static void mn__cu_load(void) {
   mn__cu.device_get = (mn__pfn_cuDeviceGet)mn__cu_symbol("cuDeviceGet");
@@ -293,6 +332,9 @@ static void mn__cu_load(void) {
   mn__cu.get_error_string = (mn__pfn_cuGetErrorText)mn__cu_symbol("cuGetErrorString");
   mn__cu.primary_ctx_state =
       (mn__pfn_cuDevicePrimaryCtxGetState)mn__cu_symbol("cuDevicePrimaryCtxGetState");
+  mn__cu.mem_retain = (mn__pfn_cuMemRetainAllocationHandle)mn__cu_symbol("cuMemRetainAllocationHandle");
+  mn__cu.mem_export = (mn__pfn_cuMemExportToShareableHandle)mn__cu_symbol("cuMemExportToShareableHandle");
+  mn__cu.mem_import = (mn__pfn_cuMemImportFromShareableHandle)mn__cu_symbol("cuMemImportFromShareableHandle");
   memcpy(mn__cu.why, why, sizeof why); /* the optional ones do not explain !ok */
 }
 
@@ -579,6 +621,62 @@ static mn_status mn__cuda_raw_free(int index, void *ptr) {
   return MN_OK;
 }
 
+/* ---- Captures begun through mnemo ---------------------------------------------- *
+ * The streams whose capture mnemo began and that still capture, so that an
+ * unmap (which cuMemUnmap would do during a capture) is refused as the SIM
+ * device refuses it. Guarded by its own lock; never held with another. */
+typedef struct mn__cuda_origin {
+  int index;
+  void *stream;
+} mn__cuda_origin;
+static pthread_mutex_t mn__cuda_origin_lock = PTHREAD_MUTEX_INITIALIZER;
+static mn__cuda_origin *mn__cuda_origins;
+static size_t mn__cuda_norigins, mn__cuda_origins_cap;
+
+static bool mn__cuda_capturing(int index) {
+  pthread_mutex_lock(&mn__cuda_origin_lock);
+  bool any = false;
+  for (size_t i = 0; i < mn__cuda_norigins && !any; i++) any = mn__cuda_origins[i].index == index;
+  pthread_mutex_unlock(&mn__cuda_origin_lock);
+  return any;
+}
+
+static void mn__cuda_capture_forget(void *stream) {
+  pthread_mutex_lock(&mn__cuda_origin_lock);
+  for (size_t i = 0; i < mn__cuda_norigins; i++) {
+    if (mn__cuda_origins[i].stream == stream) {
+      mn__cuda_origins[i] = mn__cuda_origins[--mn__cuda_norigins];
+      break;
+    }
+  }
+  pthread_mutex_unlock(&mn__cuda_origin_lock);
+}
+
+/* Room for one more origin (made before the capture begins). */
+static mn_status mn__cuda_capture_reserve(void) {
+  pthread_mutex_lock(&mn__cuda_origin_lock);
+  mn_status st = MN_OK;
+  if (mn__cuda_norigins == mn__cuda_origins_cap) {
+    size_t cap = mn__cuda_origins_cap ? 2 * mn__cuda_origins_cap : 8;
+    mn__cuda_origin *o = mn__realloc(mn__cuda_origins, cap * sizeof *o);
+    if (o) {
+      mn__cuda_origins = o;
+      mn__cuda_origins_cap = cap;
+    } else {
+      st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a capture");
+    }
+  }
+  pthread_mutex_unlock(&mn__cuda_origin_lock);
+  return st;
+}
+
+static void mn__cuda_capture_remember(int index, void *stream) {
+  pthread_mutex_lock(&mn__cuda_origin_lock);
+  if (mn__cuda_norigins < mn__cuda_origins_cap)
+    mn__cuda_origins[mn__cuda_norigins++] = (mn__cuda_origin){.index = index, .stream = stream};
+  pthread_mutex_unlock(&mn__cuda_origin_lock);
+}
+
 /* ---- Virtual memory ------------------------------------------------------------ */
 
 /* Checks VMM is usable on `index`, that [addr, addr + nbytes) is granularity-aligned
@@ -637,51 +735,71 @@ static mn_status mn__cuda_va_release(int index, void *base, size_t nbytes) {
   return MN_OK;
 }
 
-/* ---- Peers of VMM memory ------------------------------------------------------
- * cudaDeviceEnablePeerAccess covers cudaMalloc memory only: memory mapped with
- * cuMemMap is reachable by exactly the devices cuMemSetAccess names. So, as
- * PyTorch's expandable segments keep their peers, the backend keeps per
- * device the peers that enabled access to its memory through mnemo
- * (enable_peer_access) and the ranges mapped now; a map grants the device and
- * its peers, and a new peer is granted every range mapped so far. One lock
- * orders maps, unmaps and enables, so no range misses a peer. */
+/* ---- Mapped memory ------------------------------------------------------------
+ * As CUDA: memory mapped with cuMemMap is reachable by exactly the devices
+ * cuMemSetAccess names, whatever cudaDeviceEnablePeerAccess said (that covers
+ * cudaMalloc memory only). A map grants its own device; mem_set_access grants
+ * a peer (the caching allocator grants its expandable segments to the peers
+ * given to mn_caching_allocator_enable_peer_access, as PyTorch's). */
+
+/* Read-write access to [va, va + nbytes) for device `dev` (a CUdevice). */
+static CUresult mn__cuda_grant_rw(CUdeviceptr va, size_t nbytes, CUdevice dev) {
+  CUmemAccessDesc access;
+  memset(&access, 0, sizeof access);
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = (int)dev;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return mn__cu.mem_set_access(va, nbytes, &access, 1);
+}
+
+/* The ranges mapped now, per device: sharing (mnemo/share.h) exports a
+ * block page by page, each page one allocation with its own descriptor. */
 typedef struct mn__cuda_vrange {
   uintptr_t addr;
   size_t nbytes;
 } mn__cuda_vrange;
 
 typedef struct mn__cuda_vmm_state {
-  uint64_t peers; /* bit p: device p enabled access to this device's memory */
   mn__cuda_vrange *maps;
   size_t nmaps, cap;
 } mn__cuda_vmm_state;
 static mn__cuda_vmm_state mn__cuda_vmm[MN__CUDA_VMM_CACHE];
 static pthread_mutex_t mn__cuda_vmm_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Read-write access to [va, va + nbytes) for device `dev` and every peer of
- * `index` set in `peers`. pre: the lock is held. */
-static CUresult mn__cuda_grant(int index, CUdevice dev, uint64_t peers, CUdeviceptr va, size_t nbytes) {
-  CUmemAccessDesc access[MN__CUDA_VMM_CACHE];
-  size_t n = 0;
-  memset(access, 0, sizeof access);
-  access[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access[n].location.id = (int)dev;
-  access[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  for (int p = 0; p < MN__CUDA_VMM_CACHE; p++) {
-    if (p == index || !(peers >> p & 1)) continue;
-    access[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access[n].location.id = p; /* a runtime device index is its CUdevice ordinal */
-    access[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+/* Records a new mapping; false when out of host memory. */
+static bool mn__cuda_remember_map(int index, void *addr, size_t nbytes) {
+  pthread_mutex_lock(&mn__cuda_vmm_lock);
+  mn__cuda_vmm_state *v = &mn__cuda_vmm[index];
+  if (v->nmaps == v->cap) {
+    size_t cap = v->cap ? 2 * v->cap : 64;
+    mn__cuda_vrange *grown = realloc(v->maps, cap * sizeof *grown);
+    if (grown) {
+      v->maps = grown;
+      v->cap = cap;
+    }
   }
-  return mn__cu.mem_set_access(va, nbytes, access, n);
+  bool ok = v->nmaps < v->cap;
+  if (ok) v->maps[v->nmaps++] = (mn__cuda_vrange){(uintptr_t)addr, nbytes};
+  pthread_mutex_unlock(&mn__cuda_vmm_lock);
+  return ok;
 }
 
-static void mn__cuda_forget_maps(int index, void *addr, size_t nbytes);
+/* Forgets the mappings inside [addr, addr + nbytes) (unmapped). */
+static void mn__cuda_forget_maps(int index, void *addr, size_t nbytes) {
+  if (index >= MN__CUDA_VMM_CACHE) return; /* never mapped (mem_map refuses it) */
+  uintptr_t lo = (uintptr_t)addr, hi = lo + nbytes;
+  pthread_mutex_lock(&mn__cuda_vmm_lock);
+  mn__cuda_vmm_state *v = &mn__cuda_vmm[index];
+  for (size_t k = 0; k < v->nmaps;) {
+    if (v->maps[k].addr >= lo && v->maps[k].addr < hi) v->maps[k] = v->maps[--v->nmaps];
+    else k++;
+  }
+  pthread_mutex_unlock(&mn__cuda_vmm_lock);
+}
 
 /* Backs [addr, addr + nbytes) with new device memory, readable and writable by
- * the device and by the peers that enabled access to it. The handle is
- * released at once: the mapping keeps the memory alive until cuMemUnmap.
- * Every failure undoes what was done. */
+ * the device. The handle is released at once: the mapping keeps the memory
+ * alive until cuMemUnmap. Every failure undoes what was done. */
 static mn_status mn__cuda_mem_map(int index, void *addr, size_t nbytes) {
   size_t g = 0;
   CUdevice dev = 0;
@@ -701,7 +819,14 @@ static mn_status mn__cuda_mem_map(int index, void *addr, size_t nbytes) {
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = (int)dev;
   CUmemGenericAllocationHandle handle = 0;
+  /* Shareable through a POSIX descriptor (mnemo/share.h), where the driver
+   * can; else a plain allocation (its blocks cannot be shared). */
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   CUresult res = mn__cu.mem_create(&handle, nbytes, &prop, 0);
+  if (res == CUDA_ERROR_NOT_SUPPORTED || res == CUDA_ERROR_INVALID_VALUE) {
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    res = mn__cu.mem_create(&handle, nbytes, &prop, 0);
+  }
   if (res != CUDA_SUCCESS) {
     return mn__cu_fail(res, __func__, index, "cuMemCreate(nbytes=%zu)", nbytes);
   }
@@ -711,55 +836,44 @@ static mn_status mn__cuda_mem_map(int index, void *addr, size_t nbytes) {
     (void)mn__cu.mem_release(handle);
     return st;
   }
-  pthread_mutex_lock(&mn__cuda_vmm_lock);
-  mn__cuda_vmm_state *v = &mn__cuda_vmm[index];
-  if (v->nmaps == v->cap) {
-    size_t cap = v->cap ? 2 * v->cap : 64;
-    mn__cuda_vrange *grown = realloc(v->maps, cap * sizeof *grown);
-    if (grown) {
-      v->maps = grown;
-      v->cap = cap;
-    }
-  }
-  if (v->nmaps == v->cap) {
-    pthread_mutex_unlock(&mn__cuda_vmm_lock);
-    (void)mn__cu.mem_unmap(va, nbytes);
-    (void)mn__cu.mem_release(handle);
-    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory recording a mapping of cuda:%d", index);
-  }
-  res = mn__cuda_grant(index, dev, v->peers, va, nbytes);
+  res = mn__cuda_grant_rw(va, nbytes, dev);
   if (res != CUDA_SUCCESS) {
-    pthread_mutex_unlock(&mn__cuda_vmm_lock);
-    st = mn__cu_fail(res, __func__, index, "cuMemSetAccess(addr=%p, nbytes=%zu, readwrite, peers %#llx)", addr,
-                     nbytes, (unsigned long long)v->peers);
+    st = mn__cu_fail(res, __func__, index, "cuMemSetAccess(addr=%p, nbytes=%zu, readwrite)", addr, nbytes);
     (void)mn__cu.mem_unmap(va, nbytes);
     (void)mn__cu.mem_release(handle);
     return st;
   }
-  v->maps[v->nmaps++] = (mn__cuda_vrange){(uintptr_t)addr, nbytes};
-  pthread_mutex_unlock(&mn__cuda_vmm_lock);
   res = mn__cu.mem_release(handle);
   if (res != CUDA_SUCCESS) {
     st = mn__cu_fail(res, __func__, index, "cuMemRelease(nbytes=%zu) after mapping addr=%p",
                      nbytes, addr);
     (void)mn__cu.mem_unmap(va, nbytes);
-    mn__cuda_forget_maps(index, addr, nbytes);
     return st;
+  }
+  if (!mn__cuda_remember_map(index, addr, nbytes)) {
+    (void)mn__cu.mem_unmap(va, nbytes); /* frees it: the handle was released */
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory recording a mapping of cuda:%d", index);
   }
   return MN_OK;
 }
 
-/* Forgets the mappings inside [addr, addr + nbytes) (unmapped). */
-static void mn__cuda_forget_maps(int index, void *addr, size_t nbytes) {
-  if (index >= MN__CUDA_VMM_CACHE) return;
-  uintptr_t lo = (uintptr_t)addr, hi = lo + nbytes;
-  pthread_mutex_lock(&mn__cuda_vmm_lock);
-  mn__cuda_vmm_state *v = &mn__cuda_vmm[index];
-  for (size_t k = 0; k < v->nmaps;) {
-    if (v->maps[k].addr >= lo && v->maps[k].addr < hi) v->maps[k] = v->maps[--v->nmaps];
-    else k++;
+/* Read-write access for device `peer` to the mapped [addr, addr + nbytes) of
+ * `index` (one or more whole mappings). */
+static mn_status mn__cuda_mem_set_access(int index, void *addr, size_t nbytes, int peer) {
+  size_t g = 0;
+  CUdevice dev = 0;
+  MN__CUDA_GUARD(guard);
+  mn_status st = mn__cuda_vmm_enter(&guard, __func__, index, addr, nbytes, &g, &dev);
+  if (st != MN_OK) return st;
+  CUdevice pdev = 0;
+  CUresult res = mn__cu.device_get(&pdev, peer);
+  if (res != CUDA_SUCCESS) return mn__cu_fail(res, __func__, index, "cuDeviceGet(%d)", peer);
+  res = mn__cuda_grant_rw((CUdeviceptr)(uintptr_t)addr, nbytes, pdev);
+  if (res != CUDA_SUCCESS) {
+    return mn__cu_fail(res, __func__, index, "cuMemSetAccess(addr=%p, nbytes=%zu) for peer cuda:%d", addr, nbytes,
+                       peer);
   }
-  pthread_mutex_unlock(&mn__cuda_vmm_lock);
+  return MN_OK;
 }
 
 /* Unmaps (and so frees) the memory behind [addr, addr + nbytes). cuMemUnmap does
@@ -771,6 +885,11 @@ static mn_status mn__cuda_mem_unmap(int index, void *addr, size_t nbytes, bool s
   MN__CUDA_GUARD(guard);
   mn_status st = mn__cuda_vmm_enter(&guard, __func__, index, addr, nbytes, &g, &dev);
   if (st != MN_OK) return st;
+  if (mn__cuda_capturing(index)) {
+    return mn__error(MN_ERR_INVALID_STATE, __func__,
+                     "cuda:%d: unmapping is not allowed while a stream of the device captures "
+                     "(CUDA's global capture mode)", index);
+  }
   if (!synced) {
     cudaError_t err = cudaDeviceSynchronize();
     if (err != cudaSuccess) {
@@ -802,6 +921,7 @@ static mn_status mn__cuda_stream_create(int index, void **out) {
 static mn_status mn__cuda_stream_destroy(int index, void *stream) {
   MN__CUDA_USE(index);
   if (stream == NULL) return MN_OK; /* the default stream is never destroyed */
+  mn__cuda_capture_forget(stream);
   cudaError_t err = cudaStreamDestroy((cudaStream_t)stream);
   if (err != cudaSuccess) {
     return mn__cuda_fail(err, __func__, index, "cudaStreamDestroy(stream=%p)", stream);
@@ -1188,37 +1308,16 @@ static mn_status mn__cuda_can_access_peer(int index, int peer, bool *can) {
   return MN_OK;
 }
 
-/* Also grants `index` the VMM memory `peer` has mapped (expandable segments)
- * and will map: cudaDeviceEnablePeerAccess alone covers cudaMalloc memory only. */
+/* Raw (cudaMalloc) memory only: mapped pages need mem_set_access, as in CUDA. */
 static mn_status mn__cuda_enable_peer_access(int index, int peer) {
-  MN__CUDA_USE_CTX(index); /* cuMemSetAccess below is a driver call */
+  MN__CUDA_USE(index);
   cudaError_t err = cudaDeviceEnablePeerAccess(peer, 0);
   if (err == cudaErrorPeerAccessAlreadyEnabled) {
     (void)cudaGetLastError();
   } else if (err != cudaSuccess) {
     return mn__cuda_fail(err, __func__, index, "cudaDeviceEnablePeerAccess(peer=%d)", peer);
   }
-  if (index >= MN__CUDA_VMM_CACHE || peer >= MN__CUDA_VMM_CACHE || !mn__cu_loaded()) return MN_OK;
-  pthread_mutex_lock(&mn__cuda_vmm_lock);
-  mn__cuda_vmm_state *v = &mn__cuda_vmm[peer];
-  mn_status st = MN_OK;
-  if (!(v->peers >> index & 1)) {
-    CUmemAccessDesc access;
-    memset(&access, 0, sizeof access);
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = index;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    for (size_t k = 0; k < v->nmaps && st == MN_OK; k++) {
-      CUresult res = mn__cu.mem_set_access((CUdeviceptr)v->maps[k].addr, v->maps[k].nbytes, &access, 1);
-      if (res != CUDA_SUCCESS) {
-        st = mn__cu_fail(res, __func__, index, "cuMemSetAccess(addr=%p, nbytes=%zu) for peer cuda:%d of cuda:%d",
-                         (void *)v->maps[k].addr, v->maps[k].nbytes, index, peer);
-      }
-    }
-    if (st == MN_OK) v->peers |= (uint64_t)1 << index; /* else a retry grants again */
-  }
-  pthread_mutex_unlock(&mn__cuda_vmm_lock);
-  return st;
+  return MN_OK;
 }
 
 static mn_status mn__cuda_memcpy_peer_async(int index, void *dst, int dst_index, const void *src,
@@ -1311,6 +1410,410 @@ static mn_status mn__cuda_ipc_close(int index, void *base) {
 }
 
 
+/* ---- Stream capture and graphs ------------------------------------------------ */
+
+typedef struct mn__cuda_graph {
+  cudaGraph_t graph; /* kept for its node count */
+  cudaGraphExec_t exec;
+} mn__cuda_graph;
+
+static mn_status mn__cuda_capture_begin(int index, void *stream) {
+  MN__CUDA_USE(index);
+  mn_status st = mn__cuda_capture_reserve();
+  if (st != MN_OK) return st;
+  cudaError_t err = cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeGlobal);
+  if (err != cudaSuccess) {
+    return mn__cuda_fail(err, __func__, index, "cudaStreamBeginCapture(stream=%p, global)", stream);
+  }
+  mn__cuda_capture_remember(index, stream);
+  return MN_OK;
+}
+
+/* The graph's operations: every node but the empty ones (capture markers). */
+static mn_status mn__cuda_graph_ops(int index, cudaGraph_t graph, size_t *ops) {
+  size_t n = 0;
+  cudaError_t err = cudaGraphGetNodes(graph, NULL, &n);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaGraphGetNodes(count)");
+  cudaGraphNode_t *nodes = n ? mn__malloc(n * sizeof *nodes) : NULL;
+  if (n && !nodes) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %zu graph nodes", n);
+  err = n ? cudaGraphGetNodes(graph, nodes, &n) : cudaSuccess;
+  size_t count = 0;
+  for (size_t i = 0; i < n && err == cudaSuccess; i++) {
+    enum cudaGraphNodeType type;
+    err = cudaGraphNodeGetType(nodes[i], &type);
+    count += err == cudaSuccess && type != cudaGraphNodeTypeEmpty;
+  }
+  free(nodes);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaGraphGetNodes/cudaGraphNodeGetType");
+  *ops = count;
+  return MN_OK;
+}
+
+static mn_status mn__cuda_capture_end(int index, void *stream, void **graph, size_t *nodes) {
+  MN__CUDA_USE(index);
+  mn__cuda_graph *h = mn__calloc(1, sizeof *h);
+  if (!h) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a graph");
+  cudaGraph_t g = NULL;
+  cudaError_t err = cudaStreamEndCapture((cudaStream_t)stream, &g);
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing((cudaStream_t)stream, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone)
+    mn__cuda_capture_forget(stream);
+  if (err != cudaSuccess) {
+    free(h);
+    if (g) (void)cudaGraphDestroy(g);
+    return mn__cuda_fail(err, __func__, index, "cudaStreamEndCapture(stream=%p)", stream);
+  }
+  mn_status st = mn__cuda_graph_ops(index, g, nodes);
+  if (st == MN_OK) {
+    err = cudaGraphInstantiate(&h->exec, g, 0);
+    if (err != cudaSuccess) st = mn__cuda_fail(err, __func__, index, "cudaGraphInstantiate");
+  }
+  if (st != MN_OK) {
+    (void)cudaGraphDestroy(g);
+    free(h);
+    return st;
+  }
+  h->graph = g;
+  *graph = h;
+  return MN_OK;
+}
+
+/* The stream's capture status, id and (optional) graph and frontier. */
+static mn_status mn__cuda_capture_info(const char *func, int index, void *stream, enum cudaStreamCaptureStatus *cs,
+                                       unsigned long long *id, cudaGraph_t *graph, const cudaGraphNode_t **deps,
+                                       size_t *ndeps) {
+  cudaError_t err = cudaStreamGetCaptureInfo((cudaStream_t)stream, cs, id, graph, deps, NULL, ndeps);
+  if (err != cudaSuccess) return mn__cuda_fail(err, func, index, "cudaStreamGetCaptureInfo(stream=%p)", stream);
+  return MN_OK;
+}
+
+static mn_status mn__cuda_capture_status(int index, void *stream, mn_capture_status *status, uint64_t *id) {
+  MN__CUDA_USE(index);
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  unsigned long long cid = 0;
+  mn_status st = mn__cuda_capture_info(__func__, index, stream, &cs, &cid, NULL, NULL, NULL);
+  if (st != MN_OK) return st;
+  *status = cs == cudaStreamCaptureStatusActive        ? MN_CAPTURE_ACTIVE
+            : cs == cudaStreamCaptureStatusInvalidated ? MN_CAPTURE_INVALIDATED
+                                                       : MN_CAPTURE_NONE;
+  *id = cs == cudaStreamCaptureStatusNone ? 0 : (uint64_t)cid;
+  return MN_OK;
+}
+
+/* Asked on every allocation while captures are under way: one driver query
+ * (and the guard's cudaGetDevice), no synchronization. */
+static mn_status mn__cuda_capture_id(int index, void *stream, uint64_t *id) {
+  MN__CUDA_USE(index);
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  unsigned long long cid = 0;
+  mn_status st = mn__cuda_capture_info(__func__, index, stream, &cs, &cid, NULL, NULL, NULL);
+  if (st != MN_OK) return st;
+  *id = cs == cudaStreamCaptureStatusNone ? 0 : (uint64_t)cid;
+  return MN_OK;
+}
+
+/* The capture's graph and the stream's frontier; not capturing:
+ * INVALID_ARGUMENT, an invalidated capture: INVALID_STATE. */
+static mn_status mn__cuda_capturing_info(const char *func, int index, void *stream, cudaGraph_t *graph,
+                                         const cudaGraphNode_t **deps, size_t *ndeps) {
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  mn_status st = mn__cuda_capture_info(func, index, stream, &cs, NULL, graph, deps, ndeps);
+  if (st != MN_OK) return st;
+  if (cs == cudaStreamCaptureStatusNone)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "cuda:%d: the stream is not capturing", index);
+  if (cs != cudaStreamCaptureStatusActive)
+    return mn__error(MN_ERR_INVALID_STATE, func, "cuda:%d: the stream's capture was invalidated", index);
+  return MN_OK;
+}
+
+static mn_status mn__cuda_capture_marker(int index, void *stream, uint64_t *marker) {
+  MN__CUDA_USE(index);
+  cudaGraph_t graph = NULL;
+  const cudaGraphNode_t *deps = NULL;
+  size_t ndeps = 0;
+  mn_status st = mn__cuda_capturing_info(__func__, index, stream, &graph, &deps, &ndeps);
+  if (st != MN_OK) return st;
+  cudaGraphNode_t node = NULL;
+  cudaError_t err = cudaGraphAddEmptyNode(&node, graph, deps, ndeps);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaGraphAddEmptyNode(%zu deps)", ndeps);
+  err = cudaStreamUpdateCaptureDependencies((cudaStream_t)stream, &node, NULL, 1, cudaStreamSetCaptureDependencies);
+  if (err != cudaSuccess) {
+    mn_status fail = mn__cuda_fail(err, __func__, index, "cudaStreamUpdateCaptureDependencies(set)");
+    (void)cudaGraphDestroyNode(node);
+    return fail;
+  }
+  *marker = (uint64_t)(uintptr_t)node;
+  return MN_OK;
+}
+
+static int mn__node_cmp(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t) * (const cudaGraphNode_t *)a, y = (uintptr_t) * (const cudaGraphNode_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Index of node in the sorted array, or -1. */
+static long mn__node_find(const cudaGraphNode_t *sorted, size_t n, cudaGraphNode_t node) {
+  const cudaGraphNode_t *hit = bsearch(&node, sorted, n, sizeof *sorted, mn__node_cmp);
+  return hit ? (long)(hit - sorted) : -1;
+}
+
+/* Pushes the nodes of `list` not seen yet; whether target is among them. */
+static bool mn__node_push(const cudaGraphNode_t *list, size_t count, const cudaGraphNode_t *sorted, size_t n,
+                          bool *seen, cudaGraphNode_t *stack, size_t *top, cudaGraphNode_t target) {
+  for (size_t i = 0; i < count; i++) {
+    if (list[i] == target) return true;
+    long k = mn__node_find(sorted, n, list[i]);
+    if (k >= 0 && !seen[k]) {
+      seen[k] = true;
+      stack[(*top)++] = list[i]; /* each node once: *top <= n */
+    }
+  }
+  return false;
+}
+
+/* Walks the dependencies back from the stream's frontier (each node once). */
+static mn_status mn__cuda_capture_reaches(int index, void *stream, uint64_t marker, bool *reached) {
+  MN__CUDA_USE(index);
+  cudaGraph_t graph = NULL;
+  const cudaGraphNode_t *front = NULL;
+  size_t nfront = 0, n = 0;
+  mn_status st = mn__cuda_capturing_info(__func__, index, stream, &graph, &front, &nfront);
+  if (st != MN_OK) return st;
+  cudaGraphNode_t target = (cudaGraphNode_t)(uintptr_t)marker;
+  cudaError_t err = cudaGraphGetNodes(graph, NULL, &n);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaGraphGetNodes(count)");
+  cudaGraphNode_t *nodes = mn__malloc((n + 1) * sizeof *nodes), *stack = mn__malloc((n + 1) * sizeof *stack);
+  bool *seen = mn__calloc(n + 1, sizeof *seen);
+  size_t dcap = 16, top = 0;
+  cudaGraphNode_t *deps = mn__malloc(dcap * sizeof *deps);
+  bool found = false;
+  if (!nodes || !stack || !seen || !deps) {
+    st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory walking %zu graph nodes", n);
+    goto out;
+  }
+  err = cudaGraphGetNodes(graph, nodes, &n);
+  if (err != cudaSuccess) {
+    st = mn__cuda_fail(err, __func__, index, "cudaGraphGetNodes");
+    goto out;
+  }
+  qsort(nodes, n, sizeof *nodes, mn__node_cmp);
+  if (marker == 0 || mn__node_find(nodes, n, target) < 0) {
+    st = mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "cuda:%d: %#llx is not a node of the stream's capture", index,
+                   (unsigned long long)marker);
+    goto out;
+  }
+  found = mn__node_push(front, nfront, nodes, n, seen, stack, &top, target);
+  while (top && !found) {
+    cudaGraphNode_t v = stack[--top];
+    size_t nd = 0;
+    err = cudaGraphNodeGetDependencies(v, NULL, NULL, &nd);
+    if (err == cudaSuccess && nd > dcap) {
+      cudaGraphNode_t *grown = mn__realloc(deps, nd * sizeof *deps);
+      if (!grown) {
+        st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %zu node dependencies", nd);
+        goto out;
+      }
+      deps = grown;
+      dcap = nd;
+    }
+    if (err == cudaSuccess && nd) err = cudaGraphNodeGetDependencies(v, deps, NULL, &nd);
+    if (err != cudaSuccess) {
+      st = mn__cuda_fail(err, __func__, index, "cudaGraphNodeGetDependencies");
+      goto out;
+    }
+    found = mn__node_push(deps, nd, nodes, n, seen, stack, &top, target);
+  }
+  *reached = found;
+out:
+  free(nodes);
+  free(stack);
+  free(seen);
+  free(deps);
+  return st;
+}
+
+static mn_status mn__cuda_graph_launch(int index, void *graph, void *stream) {
+  MN__CUDA_USE(index);
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaError_t err = cudaStreamIsCapturing((cudaStream_t)stream, &cs);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaStreamIsCapturing(stream=%p)", stream);
+  if (cs != cudaStreamCaptureStatusNone) {
+    return mn__error(MN_ERR_INVALID_STATE, __func__,
+                     "cuda:%d: the stream captures: launch the graph on another stream", index);
+  }
+  err = cudaGraphLaunch(((mn__cuda_graph *)graph)->exec, (cudaStream_t)stream);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaGraphLaunch(stream=%p)", stream);
+  return MN_OK;
+}
+
+/* Launches already queued still complete (CUDA defers the release). */
+static mn_status mn__cuda_graph_destroy(int index, void *graph) {
+  MN__CUDA_USE(index);
+  mn__cuda_graph *h = graph;
+  cudaError_t err = cudaGraphExecDestroy(h->exec);
+  cudaError_t err2 = cudaGraphDestroy(h->graph);
+  free(h);
+  if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaGraphExecDestroy");
+  if (err2 != cudaSuccess) return mn__cuda_fail(err2, __func__, index, "cudaGraphDestroy");
+  return MN_OK;
+}
+
+/* ---- Sharing expandable (VMM) memory with another process ------------------------------
+ * Export: every page mapped by mem_map that the block covers (each its own
+ * cuMemCreate allocation, made shareable through a POSIX descriptor) as one
+ * piece. Import: a new reservation, each piece imported and mapped after the
+ * previous, access for this device. Plain cudaMalloc memory goes through
+ * ipc_export/ipc_open instead. */
+typedef struct mn__cuda_import {
+  struct mn__cuda_import *next;
+  int index;
+  uintptr_t va;
+  size_t nbytes;
+} mn__cuda_import;
+static mn__cuda_import *mn__cuda_imports; /* guarded by mn__cuda_vmm_lock */
+
+static bool mn__cuda_share_loaded(void) {
+  return mn__cu_loaded() && mn__cu.mem_retain && mn__cu.mem_export && mn__cu.mem_import;
+}
+
+static mn_status mn__cuda_share_export(int index, void *ptr, size_t nbytes, mn__share_mem_t *out) {
+  if (!mn__cuda_share_loaded() || index >= MN__CUDA_VMM_CACHE)
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "cuda:%d: the driver cannot export VMM memory", index);
+  MN__CUDA_GUARD(guard);
+  mn_status st = mn__cuda_guard_enter(&guard, __func__, index, true);
+  if (st != MN_OK) return st;
+  mn__share_mem_t m;
+  memset(&m, 0, sizeof m);
+  for (int i = 0; i < MN__SHARE_MAX_PIECES; i++) m.fds[i] = -1;
+  uintptr_t p = (uintptr_t)ptr, end = p + nbytes, first = 0;
+  pthread_mutex_lock(&mn__cuda_vmm_lock);
+  mn__cuda_vmm_state *v = &mn__cuda_vmm[index];
+  while (st == MN_OK && p < end) {
+    const mn__cuda_vrange *r = NULL;
+    for (size_t k = 0; k < v->nmaps && !r; k++)
+      if (p >= v->maps[k].addr && p - v->maps[k].addr < v->maps[k].nbytes) r = &v->maps[k];
+    if (!r) {
+      st = mn__error(MN_ERR_NOT_SUPPORTED, __func__,
+                     "cuda:%d: %p is not memory mapped by mnemo's VMM (plain segments use CUDA IPC)", index,
+                     (void *)p);
+      break;
+    }
+    if (m.npieces == MN__SHARE_MAX_PIECES) {
+      st = mn__error(MN_ERR_NOT_SUPPORTED, __func__, "cuda:%d: a block over more than %d pages cannot be shared",
+                     index, MN__SHARE_MAX_PIECES);
+      break;
+    }
+    if (m.npieces == 0) first = r->addr;
+    CUmemGenericAllocationHandle h = 0;
+    int fd = -1;
+    CUresult res = mn__cu.mem_retain(&h, (void *)r->addr);
+    if (res == CUDA_SUCCESS) {
+      res = mn__cu.mem_export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+      (void)mn__cu.mem_release(h); /* the retain's reference */
+    }
+    if (res != CUDA_SUCCESS) {
+      st = mn__cu_fail(res, __func__, index, "cuMemExportToShareableHandle(page %p)", (void *)r->addr);
+      break;
+    }
+    m.fds[m.npieces] = fd;
+    m.piece_offset[m.npieces] = 0;
+    m.piece_length[m.npieces] = r->nbytes;
+    m.npieces++;
+    p = r->addr + r->nbytes;
+  }
+  pthread_mutex_unlock(&mn__cuda_vmm_lock);
+  if (st != MN_OK) {
+    for (unsigned i = 0; i < m.npieces; i++) close(m.fds[i]);
+    return st;
+  }
+  m.offset = (uintptr_t)ptr - first;
+  *out = m;
+  return MN_OK;
+}
+
+static mn_status mn__cuda_share_import(int index, const mn__share_mem_t *in, void **base, size_t *size) {
+  if (!mn__cuda_share_loaded() || index >= MN__CUDA_VMM_CACHE)
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "cuda:%d: the driver cannot import VMM memory", index);
+  size_t total = 0;
+  for (unsigned i = 0; i < in->npieces && i < MN__SHARE_MAX_PIECES; i++) {
+    if (in->piece_offset[i] != 0 || in->piece_length[i] == 0)
+      return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "cuda:%d: piece %u is not a whole allocation", index, i);
+    total += (size_t)in->piece_length[i];
+  }
+  size_t g = 0;
+  CUdevice dev = 0;
+  MN__CUDA_GUARD(guard);
+  mn_status st = mn__cuda_vmm_enter(&guard, __func__, index, NULL, total, &g, &dev);
+  if (st != MN_OK) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "cuda:%d: the pieces: %s", index, mn_last_error());
+  mn__cuda_import *rec = calloc(1, sizeof *rec);
+  if (!rec) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  CUdeviceptr va = 0;
+  CUresult res = mn__cu.mem_address_reserve(&va, total, g, 0, 0);
+  if (res != CUDA_SUCCESS) {
+    free(rec);
+    return mn__cu_fail(res, __func__, index, "cuMemAddressReserve(nbytes=%zu)", total);
+  }
+  size_t pos = 0;
+  for (unsigned i = 0; i < in->npieces && st == MN_OK; i++) {
+    CUmemGenericAllocationHandle h = 0;
+    res = mn__cu.mem_import(&h, (void *)(uintptr_t)in->fds[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (res != CUDA_SUCCESS) {
+      st = mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "cuda:%d: descriptor %d is not CUDA memory (CUresult %d)",
+                     index, in->fds[i], (int)res);
+      break;
+    }
+    res = mn__cu.mem_map(va + pos, (size_t)in->piece_length[i], 0, h, 0);
+    (void)mn__cu.mem_release(h); /* the mapping keeps it */
+    if (res != CUDA_SUCCESS) {
+      st = mn__cu_fail(res, __func__, index, "cuMemMap(piece %u, nbytes=%zu)", i, (size_t)in->piece_length[i]);
+      break;
+    }
+    pos += (size_t)in->piece_length[i];
+  }
+  if (st == MN_OK) {
+    res = mn__cuda_grant_rw(va, total, dev);
+    if (res != CUDA_SUCCESS) st = mn__cu_fail(res, __func__, index, "cuMemSetAccess(nbytes=%zu)", total);
+  }
+  if (st != MN_OK) {
+    if (pos) (void)mn__cu.mem_unmap(va, pos);
+    (void)mn__cu.mem_address_free(va, total);
+    free(rec);
+    return st;
+  }
+  *rec = (mn__cuda_import){.index = index, .va = (uintptr_t)va, .nbytes = total};
+  pthread_mutex_lock(&mn__cuda_vmm_lock);
+  rec->next = mn__cuda_imports;
+  mn__cuda_imports = rec;
+  pthread_mutex_unlock(&mn__cuda_vmm_lock);
+  *base = (void *)(uintptr_t)va;
+  *size = total;
+  return MN_OK;
+}
+
+static mn_status mn__cuda_share_close(int index, void *base) {
+  pthread_mutex_lock(&mn__cuda_vmm_lock);
+  mn__cuda_import *rec = NULL;
+  for (mn__cuda_import **pp = &mn__cuda_imports; *pp; pp = &(*pp)->next)
+    if ((*pp)->index == index && (*pp)->va == (uintptr_t)base) {
+      rec = *pp;
+      *pp = rec->next;
+      break;
+    }
+  pthread_mutex_unlock(&mn__cuda_vmm_lock);
+  if (!rec) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "cuda:%d: %p is not an imported mapping", index, base);
+  MN__CUDA_GUARD(guard);
+  mn_status st = mn__cuda_guard_enter(&guard, __func__, index, true);
+  if (st == MN_OK) {
+    cudaError_t err = cudaDeviceSynchronize(); /* queued work may still touch it */
+    CUresult res = mn__cu.mem_unmap((CUdeviceptr)rec->va, rec->nbytes);
+    if (res == CUDA_SUCCESS) res = mn__cu.mem_address_free((CUdeviceptr)rec->va, rec->nbytes);
+    if (err != cudaSuccess) st = mn__cuda_fail(err, __func__, index, "cudaDeviceSynchronize()");
+    else if (res != CUDA_SUCCESS) st = mn__cu_fail(res, __func__, index, "cuMemUnmap(%p)", base);
+  }
+  free(rec);
+  return st;
+}
+
 const mn__backend_t mn__cuda_backend = {
     .name = "cuda",
     .type = MN_DEVICE_CUDA,
@@ -1324,6 +1827,7 @@ const mn__backend_t mn__cuda_backend = {
     .va_release = mn__cuda_va_release,
     .mem_map = mn__cuda_mem_map,
     .mem_unmap = mn__cuda_mem_unmap,
+    .mem_set_access = mn__cuda_mem_set_access,
     .stream_create = mn__cuda_stream_create,
     .stream_destroy = mn__cuda_stream_destroy,
     .stream_query = mn__cuda_stream_query,
@@ -1358,6 +1862,18 @@ const mn__backend_t mn__cuda_backend = {
     .ipc_export = mn__cuda_ipc_export,
     .ipc_open = mn__cuda_ipc_open,
     .ipc_close = mn__cuda_ipc_close,
+    /* stream capture and graphs */
+    .capture_begin = mn__cuda_capture_begin,
+    .capture_end = mn__cuda_capture_end,
+    .capture_status = mn__cuda_capture_status,
+    .capture_id = mn__cuda_capture_id,
+    .capture_marker = mn__cuda_capture_marker,
+    .capture_reaches = mn__cuda_capture_reaches,
+    .graph_launch = mn__cuda_graph_launch,
+    .graph_destroy = mn__cuda_graph_destroy,
+    .share_export = mn__cuda_share_export,
+    .share_import = mn__cuda_share_import,
+    .share_close = mn__cuda_share_close,
 };
 
 #endif /* MNEMO_HAVE_CUDA */

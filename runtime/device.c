@@ -269,6 +269,27 @@ mn_status mn_device_mem_unmap(mn_device_t dev, void *addr, size_t nbytes) {
   return mn__mem_unmap(__func__, dev, addr, nbytes, false);
 }
 
+mn_status mn_device_mem_set_access(mn_device_t dev, void *addr, size_t nbytes, mn_device_t peer) {
+  MN__CHECK_ARG(addr != NULL && nbytes > 0, "addr must not be NULL and nbytes > 0 (nbytes=%zu)", nbytes);
+  const mn__backend_t *b;
+  mn_status st = mn__vmm_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  if (peer.type != dev.type || peer.index == dev.index) {
+    char x[32], y[32];
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "%s is not a peer of %s (another device of its type)",
+                     mn_device_format(peer, x, sizeof x), mn_device_format(dev, y, sizeof y));
+  }
+  st = mn_device_check(peer);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  if (!b->mem_set_access) {
+    char x[32];
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "device %s cannot grant peers its mapped memory",
+                     mn_device_format(dev, x, sizeof x));
+  }
+  st = b->mem_set_access(dev.index, addr, nbytes, peer.index);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
 mn_status mn__device_mem_unmap_synced(mn_device_t dev, void *addr, size_t nbytes) {
   return mn__mem_unmap(__func__, dev, addr, nbytes, true);
 }

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "mnemo/mnemo.h"
@@ -19,6 +21,7 @@
 #include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
+#include "runtime/sim_graph.h"
 #include "runtime/sim_internal.h"
 
 #define SIM_MAX_DEVICES 16
@@ -62,6 +65,12 @@ struct sim_stream {
   /* Pool blocks freed on it whose OP_POOL_FREE has not run (every pool of
    * the device), in free order: their targets never decrease. */
   struct pool_block *pend_head, *pend_tail;
+  /* Capture: the capture it records into (began on it or joined), NULL when
+   * not capturing; `front` is the set of nodes its next recorded operation
+   * depends on; cap_id mirrors cap's id for the lock-free capture_id slot. */
+  struct sim_capture *cap;
+  sg_set front;
+  _Atomic uint64_t cap_id;
 };
 
 typedef struct sim_event {
@@ -69,7 +78,30 @@ typedef struct sim_event {
   int device;         /* index of the SIM device that made it */
   sim_stream *stream; /* NULL: never recorded (complete); else a reference */
   uint64_t target;    /* complete when stream->completed >= target */
+  /* Recorded on a capturing stream: the capture's id and the recorded point
+   * (stream NULL then). Once that capture has ended the event is complete. */
+  uint64_t cap_id;
+  sg_set front;
 } sim_event;
+
+/* An active capture (mnemo/graph.h): begun on `origin`, joined by the streams
+ * that waited on an event recorded in it (`members` streams in all, origin
+ * included). `why` says what invalidated it. */
+typedef struct sim_capture {
+  struct sim_capture *next; /* the device's active captures */
+  uint64_t id;
+  sim_stream *origin;
+  size_t members;
+  bool invalidated;
+  char why[200];
+  sg_graph graph;
+} sim_capture;
+
+/* A graph ended from a capture: immutable until destroyed. */
+typedef struct sim_graph {
+  struct sim_graph *prev, *next; /* the device's live graphs */
+  sg_graph g;
+} sim_graph;
 
 /* A raw allocation, a VMM reservation or a pool chunk, in the device's range
  * tree by start. `gap` is the free address space before it, down to the
@@ -83,6 +115,13 @@ typedef struct sim_range {
   uint8_t *mapped; /* reservations only: one flag per granule; NULL for raw allocations */
   uint16_t *access; /* reservations only: per granule, bit p = sim:p may access it (as cuMemSetAccess) */
   bool pool;       /* a chunk of the stream-ordered pool (not a raw allocation) */
+  /* Shared with other processes (share_export): the range's bytes moved to a
+   * memfd of the range's size; `shared` (reservations) flags the granules
+   * mapped from it, a raw allocation is mapped from it whole. */
+  bool has_share;
+  int share_fd;
+  uint8_t *shared;
+  bool import;     /* a share_import mapping of another process's memory (not ours to count or free) */
 } sim_range;
 
 typedef struct sim_fault_arm {
@@ -149,7 +188,9 @@ typedef struct sim_device {
   mn_sim_stats_t stats;
   sim_pool pool;   /* the default pool */
   sim_pool *pools; /* pools made by pool_create */
-  uint16_t peers;  /* bit p: sim:p enabled peer access to this device's memory */
+  uint16_t peers;  /* bit p: sim:p enabled peer access to this device's raw memory */
+  sim_capture *captures; /* active captures */
+  sim_graph *graphs;     /* live graphs */
 } sim_device;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -373,6 +414,8 @@ static void range_remove(sim_device *d, sim_range *r) {
     mn__avl_update_path(&d->ranges, &succ->node);
   }
   mn__avl_remove(&d->ranges, &r->node);
+  if (r->has_share) close(r->share_fd);
+  free(r->shared);
   free(r->mapped);
   free(r->access);
   free(r);
@@ -423,8 +466,13 @@ static void pool_complete_frees(sim_stream *s, uint64_t target);
 /* References on streams (events recorded on them, queued waits for them). */
 static void stream_ref(sim_stream *s) { s->refs++; }
 
+static void stream_free(sim_stream *s) {
+  sg_set_free(&s->front);
+  free(s);
+}
+
 static void stream_unref(sim_stream *s) {
-  if (--s->refs == 0 && s->dead) free(s);
+  if (--s->refs == 0 && s->dead) stream_free(s);
 }
 
 static bool op_ready(const sim_op *op) {
@@ -504,8 +552,107 @@ static void device_sync(sim_device *d) {
   d->stats.synchronizes++;
 }
 
-/* Queues op on s (taking ownership); eager devices run it at once. */
+/* ---- capture ------------------------------------------------------------------
+ * While a stream captures, what would be queued on it becomes a node of its
+ * capture's graph, depending on the stream's frontier, and the node becomes
+ * its frontier; an event recorded on it takes a copy of the frontier, and a
+ * stream waiting on that event joins the capture (or, already in it, adds the
+ * event's nodes to its frontier). As CUDA's global mode, a call that would
+ * synchronize with captured work fails and invalidates the capture(s). */
+
+static atomic_uint_fast64_t g_capture_ids = 1; /* process-unique, never reused */
+
+static sim_capture *capture_find(const sim_device *d, uint64_t id) {
+  sim_capture *c = d->captures;
+  while (c && c->id != id) c = c->next;
+  return c;
+}
+
+/* Marks c invalidated; the first reason stays. */
+static void capture_invalidate(sim_capture *c, const char *why) {
+  if (c->invalidated) return;
+  c->invalidated = true;
+  snprintf(c->why, sizeof c->why, "%s", why);
+}
+
+/* An invalidated capture records nothing more. */
+static mn_status capture_usable(const sim_capture *c, const char *func) {
+  if (!c->invalidated) return MN_OK;
+  return mn__error(MN_ERR_INVALID_STATE, func,
+                   "the stream captures into capture %llu, which was invalidated (%s); end it with "
+                   "mn_stream_end_capture and discard it",
+                   (unsigned long long)c->id, c->why);
+}
+
+/* A call not allowed while the device has an active capture (device
+ * synchronize, raw free, unmap): every active capture is invalidated. */
+static mn_status capture_refuse_device(sim_device *d, int index, const char *func, const char *what) {
+  char why[200];
+  snprintf(why, sizeof why, "%s on sim:%d during the capture", what, index);
+  for (sim_capture *c = d->captures; c; c = c->next) capture_invalidate(c, why);
+  return mn__error(MN_ERR_INVALID_STATE, func,
+                   "sim:%d: %s is not allowed while a stream of the device captures (capture %llu; "
+                   "CUDA's global capture mode): the capture is invalidated",
+                   index, what, (unsigned long long)d->captures->id);
+}
+
+/* A call that would wait for captured work (capturing stream synchronize or
+ * query, query or synchronize of an event recorded in a capture). */
+static mn_status capture_refuse(sim_capture *c, int index, const char *func, const char *what) {
+  char why[200];
+  snprintf(why, sizeof why, "%s on sim:%d", what, index);
+  capture_invalidate(c, why);
+  return mn__error(MN_ERR_INVALID_STATE, func,
+                   "sim:%d: %s is not allowed during capture %llu (it would wait for captured work): the "
+                   "capture is invalidated",
+                   index, what, (unsigned long long)c->id);
+}
+
+/* Records op (which it frees) as a node of s's capture. */
+static mn_status capture_op(sim_stream *s, sim_op *op) {
+  sim_capture *c = s->cap;
+  sg_node node = {.kind = SG_EMPTY};
+  switch (op->kind) {
+    case OP_COPY:
+      node = (sg_node){.kind = SG_COPY, .copy_kind = op->copy_kind, .dst = op->dst, .src = op->src,
+                       .nbytes = op->nbytes};
+      break;
+    case OP_SET: node = (sg_node){.kind = SG_SET, .dst = op->dst, .value = op->value, .nbytes = op->nbytes}; break;
+    case OP_HOST: node = (sg_node){.kind = SG_HOST, .fn = op->fn, .arg = op->arg}; break;
+    case OP_WAIT:
+    case OP_POOL_FREE: break; /* never reach here: waits and pool frees are handled before */
+  }
+  mn_status st = capture_usable(c, __func__);
+  if (st == MN_OK && node.kind == SG_EMPTY)
+    st = mn__error(MN_ERR_INTERNAL, __func__, "operation kind %d cannot be captured", (int)op->kind);
+  uint32_t id = 0;
+  if (st == MN_OK) st = sg_set_reserve(&s->front, 1);
+  if (st == MN_OK) st = sg_add(&c->graph, &node, &s->front, &id);
+  if (st == MN_OK) sg_set_one(&s->front, id);
+  op_free(op);
+  return st;
+}
+
+/* Ends capture c: no stream captures into it any more; it is unlinked and
+ * freed (its graph too, unless the caller moved it out). */
+static void capture_close(sim_device *d, sim_capture *c) {
+  for (sim_stream *s = d->streams; s; s = s->next) {
+    if (s->cap != c) continue;
+    s->cap = NULL;
+    s->front.n = 0;
+    atomic_store_explicit(&s->cap_id, 0, memory_order_release);
+  }
+  sim_capture **link = &d->captures;
+  while (*link != c) link = &(*link)->next;
+  *link = c->next;
+  sg_graph_free(&c->graph);
+  free(c);
+}
+
+/* Queues op on s (taking ownership); eager devices run it at once. A
+ * capturing stream records it instead. */
 static mn_status enqueue(sim_device *d, sim_stream *s, sim_op *op) {
+  if (s->cap) return capture_op(s, op);
   op->next = NULL;
   if (s->tail)
     s->tail->next = op;
@@ -561,6 +708,7 @@ static mn_status sim_mem_info(int index, size_t *free_bytes, size_t *total_bytes
 
 static mn_status sim_synchronize(int index) {
   SIM_LOCKED(index, d);
+  if (d->captures) return unlock_ret(d, capture_refuse_device(d, index, __func__, "a device synchronize"));
   device_sync(d);
   return unlock_ret(d, MN_OK);
 }
@@ -589,22 +737,31 @@ static void pages_release(void *p, size_t n) {
   mprotect(p, n, PROT_NONE);
 }
 
+/* Puts private, inaccessible address space back over shared pages (their
+ * memfd keeps them for other processes that map it). */
+static void share_unmap(void *p, size_t n) {
+  if (mmap(p, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED)
+    pages_release(p, n); /* cannot happen for a range we own; at least make it inaccessible */
+}
+
 static mn_status sim_raw_free(int index, void *ptr) {
   SIM_LOCKED(index, d);
   uintptr_t p = (uintptr_t)ptr;
   sim_range *r = range_find(d, p);
   for (int pass = 0; pass < 2; pass++) {
-    if (!r || r->start != p || r->mapped || r->pool)
+    if (!r || r->start != p || r->mapped || r->pool || r->import)
       return unlock_ret(d, mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
                                      "sim:%d: %p is not a live raw allocation", index, ptr));
     if (pass == 1) break;
+    if (d->captures) return unlock_ret(d, capture_refuse_device(d, index, __func__, "a raw free"));
     /* As cudaFree, freeing synchronizes the device first; then looks again
      * (a host function it ran may have freed the range). */
     device_sync(d);
     r = range_find(d, p);
   }
   size_t size = r->size;
-  pages_release(ptr, size);
+  if (r->has_share) share_unmap(ptr, size); /* importers keep their own mapping of the memfd */
+  else pages_release(ptr, size);
   range_remove(d, r);
   d->stats.mapped_bytes -= size;
   d->stats.raw_frees++;
@@ -670,8 +827,8 @@ static mn_status sim_mem_map(int index, void *addr, size_t nbytes) {
     st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: mprotect failed: %s", index, strerror(errno));
   if (st != MN_OK) return unlock_ret(d, st);
   memset(r->mapped + first, 1, count);
-  /* the device and the peers that enabled access to it, as the CUDA backend grants */
-  for (size_t k = first; k < first + count; k++) r->access[k] = (uint16_t)(1u << index | d->peers);
+  /* the device only, as cuMemMap + cuMemSetAccess for it: peers need mem_set_access */
+  for (size_t k = first; k < first + count; k++) r->access[k] = (uint16_t)(1u << index);
   phys_add(d, nbytes);
   d->stats.maps++;
   return unlock_ret(d, MN_OK);
@@ -691,11 +848,26 @@ static mn_status find_mapped(sim_device *d, int index, const char *func, void *a
   return MN_OK;
 }
 
+/* As cuMemSetAccess: `peer` may reach the mapped pages [addr, addr+nbytes) of
+ * `index` until they are unmapped. */
+static mn_status sim_mem_set_access(int index, void *addr, size_t nbytes, int peer) {
+  if (peer < 0 || peer >= SIM_MAX_DEVICES || peer == index)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "sim:%d cannot be granted memory of sim:%d", peer, index);
+  SIM_LOCKED(index, d);
+  sim_range *r = NULL;
+  mn_status st = find_mapped(d, index, __func__, addr, nbytes, &r);
+  if (st != MN_OK) return unlock_ret(d, st);
+  size_t g = g_cfg.granularity, first = ((uintptr_t)addr - r->start) / g, count = nbytes / g;
+  for (size_t k = first; k < first + count; k++) r->access[k] |= (uint16_t)(1u << peer);
+  return unlock_ret(d, MN_OK);
+}
+
 /* As CUDA's mem_unmap: synchronizes the device first unless the caller did. */
 static mn_status sim_mem_unmap(int index, void *addr, size_t nbytes, bool synced) {
   SIM_LOCKED(index, d);
   sim_range *r = NULL;
   mn_status st = find_mapped(d, index, __func__, addr, nbytes, &r);
+  if (st == MN_OK && d->captures) return unlock_ret(d, capture_refuse_device(d, index, __func__, "an unmap"));
   if (st == MN_OK && !synced) {
     device_sync(d);
     /* the work it ran (host functions, pool frees) may have moved the ranges */
@@ -704,6 +876,15 @@ static mn_status sim_mem_unmap(int index, void *addr, size_t nbytes, bool synced
   if (st != MN_OK) return unlock_ret(d, st);
   size_t g = g_cfg.granularity, first = ((uintptr_t)addr - r->start) / g, count = nbytes / g;
   pages_release(addr, nbytes);
+  if (r->shared)
+    for (size_t k = first; k < first + count; k++)
+      if (r->shared[k]) { /* its bytes leave the memfd too */
+        share_unmap((void *)(r->start + k * g), g);
+        if (fallocate(r->share_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(k * g), (off_t)g) != 0) {
+          /* the memfd keeps those bytes until the reservation is released */
+        }
+        r->shared[k] = 0;
+      }
   memset(r->mapped + first, 0, count);
   memset(r->access + first, 0, count * sizeof *r->access);
   d->stats.mapped_bytes -= nbytes;
@@ -726,6 +907,10 @@ static mn_status sim_stream_create(int index, void **out) {
 static mn_status sim_stream_destroy(int index, void *handle) {
   SIM_LOCKED(index, d);
   sim_stream *s = handle;
+  if (s->cap)
+    return unlock_ret(d, mn__error(MN_ERR_INVALID_STATE, __func__,
+                                   "sim:%d: the stream %s capture %llu; end the capture first", index,
+                                   s->cap->origin == s ? "captures into" : "joined", (unsigned long long)s->cap->id));
   /* As CUDA, queued work still completes: run it now (host functions may
    * queue more). Then whatever refers to s (events recorded on it, waits for
    * it) is complete for good: s stays allocated, unlisted, until the last of
@@ -736,21 +921,66 @@ static mn_status sim_stream_destroy(int index, void *handle) {
   if (s->next) s->next->prev = s->prev;
   d->stats.live_streams--;
   s->dead = true;
-  if (s->refs == 0) free(s);
+  if (s->refs == 0) stream_free(s);
   return unlock_ret(d, MN_OK);
 }
 
 static mn_status sim_stream_query(int index, void *handle, bool *done) {
   SIM_LOCKED(index, d);
-  *done = stream_of(d, handle)->head == NULL;
+  sim_stream *s = stream_of(d, handle);
+  if (s->cap) return unlock_ret(d, capture_refuse(s->cap, index, __func__, "a query of a capturing stream"));
+  *done = s->head == NULL;
   return unlock_ret(d, MN_OK);
 }
 
 static mn_status sim_stream_synchronize(int index, void *handle) {
   SIM_LOCKED(index, d);
   sim_stream *s = stream_of(d, handle);
+  if (s->cap) return unlock_ret(d, capture_refuse(s->cap, index, __func__, "a synchronize of a capturing stream"));
   stream_run_to(d, s, s->queued);
   return unlock_ret(d, MN_OK);
+}
+
+/* A wait where the event was recorded in an active capture (ec) or the
+ * waiting stream t captures. */
+static mn_status capture_wait(sim_device *d, int index, sim_stream *t, sim_event *e, sim_capture *ec) {
+  if (!ec) { /* t captures; e is not part of an active capture */
+    if (!e->stream) return MN_OK; /* never recorded, or recorded in a capture that has ended: complete */
+    char why[200];
+    snprintf(why, sizeof why, "sim:%d: a capturing stream waited on an event recorded outside the capture", index);
+    capture_invalidate(t->cap, why);
+    return mn__error(MN_ERR_INVALID_STATE, __func__,
+                     "sim:%d: a stream capturing into capture %llu cannot wait on an event recorded outside the "
+                     "capture (as CUDA): the capture is invalidated",
+                     index, (unsigned long long)t->cap->id);
+  }
+  mn_status st = capture_usable(ec, __func__);
+  if (st != MN_OK) return st;
+  if (t->cap == ec) return sg_set_union(&t->front, &e->front);
+  if (t->cap) {
+    char why[200];
+    snprintf(why, sizeof why, "sim:%d: a wait tried to merge captures %llu and %llu", index,
+             (unsigned long long)t->cap->id, (unsigned long long)ec->id);
+    capture_invalidate(t->cap, why);
+    capture_invalidate(ec, why);
+    return mn__error(MN_ERR_INVALID_STATE, __func__,
+                     "sim:%d: a stream of capture %llu cannot wait on an event of capture %llu (captures do not "
+                     "merge): both are invalidated",
+                     index, (unsigned long long)t->cap->id, (unsigned long long)ec->id);
+  }
+  if (t == &d->default_stream) {
+    capture_invalidate(ec, "the default stream waited on an event recorded in the capture");
+    return mn__error(MN_ERR_INVALID_STATE, __func__,
+                     "sim:%d: the default stream cannot join capture %llu (as CUDA's legacy stream): the capture "
+                     "is invalidated",
+                     index, (unsigned long long)ec->id);
+  }
+  st = sg_set_copy(&t->front, &e->front); /* t joins ec */
+  if (st != MN_OK) return st;
+  t->cap = ec;
+  ec->members++;
+  atomic_store_explicit(&t->cap_id, ec->id, memory_order_release);
+  return MN_OK;
 }
 
 static mn_status sim_stream_wait_event(int index, void *handle, void *event) {
@@ -759,6 +989,9 @@ static mn_status sim_stream_wait_event(int index, void *handle, void *event) {
   if (e->device != index)
     return unlock_ret(d, mn__error(MN_ERR_NOT_SUPPORTED, __func__,
                                    "a sim:%d stream cannot wait for an event of sim:%d", index, e->device));
+  sim_stream *t = stream_of(d, handle);
+  sim_capture *ec = e->cap_id ? capture_find(d, e->cap_id) : NULL;
+  if (ec || t->cap) return unlock_ret(d, capture_wait(d, index, t, e, ec));
   if (!e->stream || e->stream->dead) return unlock_ret(d, MN_OK); /* nothing to wait for */
   sim_op *op = NULL;
   mn_status st = new_op(OP_WAIT, &op);
@@ -800,6 +1033,7 @@ static mn_status sim_event_destroy(int index, void *event) {
   if (e->next) e->next->prev = e->prev;
   d->stats.live_events--;
   if (e->stream) stream_unref(e->stream);
+  sg_set_free(&e->front);
   free(e);
   return unlock_ret(d, MN_OK);
 }
@@ -812,12 +1046,24 @@ static mn_status sim_event_record(int index, void *event, void *handle) {
     return unlock_ret(d, mn__error(MN_ERR_DEVICE, __func__, "sim:%d: injected fault: event record failed", index));
   sim_event *e = event;
   sim_stream *s = stream_of(d, handle);
+  if (s->cap) { /* the event takes the capture's point: no stream, no target */
+    mn_status st = capture_usable(s->cap, __func__);
+    if (st == MN_OK) st = sg_set_copy(&e->front, &s->front);
+    if (st != MN_OK) return unlock_ret(d, st);
+    if (e->stream) stream_unref(e->stream);
+    e->stream = NULL;
+    e->target = 0;
+    e->cap_id = s->cap->id;
+    return unlock_ret(d, MN_OK);
+  }
   if (e->stream != s) {
     stream_ref(s);
     if (e->stream) stream_unref(e->stream);
     e->stream = s;
   }
   e->target = s->queued;
+  e->cap_id = 0;
+  e->front.n = 0;
   return unlock_ret(d, MN_OK);
 }
 
@@ -826,6 +1072,8 @@ static mn_status sim_event_query(int index, void *event, bool *done) {
   if (fault_fires(d, MN_SIM_FAULT_EVENT_QUERY))
     return unlock_ret(d, mn__error(MN_ERR_DEVICE, __func__, "sim:%d: injected fault: event query failed", index));
   sim_event *e = event;
+  sim_capture *c = e->cap_id ? capture_find(d, e->cap_id) : NULL;
+  if (c) return unlock_ret(d, capture_refuse(c, index, __func__, "a query of an event recorded in the capture"));
   *done = !e->stream || e->stream->completed >= e->target;
   return unlock_ret(d, MN_OK);
 }
@@ -833,6 +1081,9 @@ static mn_status sim_event_query(int index, void *event, bool *done) {
 static mn_status sim_event_synchronize(int index, void *event) {
   SIM_LOCKED(index, d);
   sim_event *e = event;
+  sim_capture *c = e->cap_id ? capture_find(d, e->cap_id) : NULL;
+  if (c)
+    return unlock_ret(d, capture_refuse(c, index, __func__, "a synchronize of an event recorded in the capture"));
   if (e->stream) stream_run_to(d, e->stream, e->target);
   return unlock_ret(d, MN_OK);
 }
@@ -1096,6 +1347,14 @@ static pool_block *pool_fit(const sim_pool *pool, const sim_stream *s, size_t n)
 
 static sim_pool *pool_of(sim_device *d, void *pool) { return pool ? (sim_pool *)pool : &d->pool; }
 
+/* Stream-ordered allocation is not captured on SIM (CUDA records it as
+ * memory nodes); refused without touching the capture. */
+static mn_status pool_refuse_capture(int index, const char *func) {
+  return mn__error(MN_ERR_NOT_SUPPORTED, func,
+                   "sim:%d: stream-ordered pool allocations and frees on a capturing stream are not simulated",
+                   index);
+}
+
 /* A new pool; the device's list keeps it until pool_destroy. */
 static mn_status sim_pool_create(int index, void **out) {
   SIM_LOCKED(index, d);
@@ -1128,6 +1387,7 @@ static mn_status sim_pool_destroy(int index, void *handle) {
 
 static mn_status sim_alloc_async(int index, void *handle_pool, size_t nbytes, void *handle, void **out) {
   SIM_LOCKED(index, d);
+  if (stream_of(d, handle)->cap) return unlock_ret(d, pool_refuse_capture(index, __func__));
   sim_pool *pool = pool_of(d, handle_pool);
   pool_release(d, pool, pool->release_threshold);
   size_t n = nbytes > SIZE_MAX - POOL_ALIGN ? 0 : (nbytes + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN;
@@ -1167,6 +1427,7 @@ static mn_status sim_alloc_async(int index, void *handle_pool, size_t nbytes, vo
 
 static mn_status sim_free_async(int index, void *handle_pool, void *ptr, void *handle) {
   SIM_LOCKED(index, d);
+  if (stream_of(d, handle)->cap) return unlock_ret(d, pool_refuse_capture(index, __func__));
   sim_pool *pool = pool_of(d, handle_pool);
   uintptr_t p = (uintptr_t)ptr;
   pool_block *b = (pool_block *)mn__avl_floor(&pool->live, &p, live_key_fn);
@@ -1424,21 +1685,12 @@ static mn_status sim_can_access_peer(int index, int peer, bool *can) {
   return MN_OK;
 }
 
-/* `index` may access `peer`'s memory from now on: raw memory at once (as
- * cudaDeviceEnablePeerAccess), mapped VMM pages because the peer's pages
- * mapped so far are granted now and its later maps include it (as the CUDA
- * backend does with cuMemSetAccess). */
+/* `index` may access `peer`'s raw memory from now on (as
+ * cudaDeviceEnablePeerAccess); mapped VMM pages stay reachable only from the
+ * devices mem_set_access granted (as memory mapped with cuMemMap). */
 static mn_status sim_enable_peer_access(int index, int peer) {
   SIM_LOCKED(peer, d);
-  uint16_t bit = (uint16_t)(1u << index);
-  if (!(d->peers & bit)) {
-    d->peers |= bit;
-    for (sim_range *r = (sim_range *)mn__avl_first(&d->ranges); r; r = range_next(r)) {
-      if (!r->mapped) continue;
-      for (size_t k = 0; k < r->size / g_cfg.granularity; k++)
-        if (r->mapped[k]) r->access[k] |= bit;
-    }
-  }
+  d->peers |= (uint16_t)(1u << index);
   return unlock_ret(d, MN_OK);
 }
 
@@ -1472,7 +1724,335 @@ static mn_status sim_check_range(int index, const void *ptr, size_t nbytes) {
                    index);
 }
 
+/* ---- stream capture and graphs (mnemo/graph.h) ----------------------------- */
+
+static mn_status sim_capture_begin(int index, void *handle) {
+  SIM_LOCKED(index, d);
+  sim_stream *s = stream_of(d, handle);
+  if (s->cap)
+    return unlock_ret(d, mn__error(MN_ERR_INVALID_STATE, __func__, "sim:%d: the stream already %s capture %llu",
+                                   index, s->cap->origin == s ? "captures into" : "joined",
+                                   (unsigned long long)s->cap->id));
+  sim_capture *c = mn__calloc(1, sizeof *c);
+  if (!c) return unlock_ret(d, mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a capture"));
+  c->id = atomic_fetch_add(&g_capture_ids, 1);
+  c->origin = s;
+  c->members = 1;
+  c->next = d->captures;
+  d->captures = c;
+  s->cap = c;
+  s->front.n = 0;
+  atomic_store_explicit(&s->cap_id, c->id, memory_order_release);
+  return unlock_ret(d, MN_OK);
+}
+
+/* The first node of a joined stream's frontier that the origin's frontier
+ * does not reach (the stream forked and never joined back), or -1. */
+static int64_t capture_unjoined(sim_device *d, sim_capture *c, sim_stream **which) {
+  for (sim_stream *t = d->streams; t; t = t->next) {
+    if (t->cap != c || t == c->origin) continue;
+    for (uint32_t i = 0; i < t->front.n; i++) {
+      if (!sg_reaches(&c->graph, &c->origin->front, t->front.ids[i])) {
+        *which = t;
+        return t->front.ids[i];
+      }
+    }
+  }
+  return -1;
+}
+
+static mn_status sim_capture_end(int index, void *handle, void **graph, size_t *nodes) {
+  SIM_LOCKED(index, d);
+  sim_stream *s = stream_of(d, handle);
+  sim_capture *c = s->cap;
+  if (!c) return unlock_ret(d, mn__error(MN_ERR_INVALID_STATE, __func__, "sim:%d: the stream is not capturing", index));
+  if (c->origin != s)
+    return unlock_ret(d, mn__error(MN_ERR_INVALID_STATE, __func__,
+                                   "sim:%d: the stream joined capture %llu, begun on another stream: end it there",
+                                   index, (unsigned long long)c->id));
+  if (c->invalidated) {
+    mn_status st = mn__error(MN_ERR_INVALID_STATE, __func__, "sim:%d: capture %llu was invalidated (%s); no graph",
+                             index, (unsigned long long)c->id, c->why);
+    capture_close(d, c);
+    return unlock_ret(d, st);
+  }
+  sim_stream *t = NULL;
+  int64_t lost = capture_unjoined(d, c, &t);
+  if (lost >= 0) {
+    mn_status st = mn__error(MN_ERR_INVALID_STATE, __func__,
+                             "sim:%d: capture %llu is unjoined: a stream that joined it (forked by an event wait) "
+                             "has work (node %lld) the capturing stream never waited for; record an event on it "
+                             "and wait on that event from the capturing stream before ending. No graph",
+                             index, (unsigned long long)c->id, (long long)lost);
+    capture_close(d, c);
+    return unlock_ret(d, st);
+  }
+  sim_graph *g = mn__calloc(1, sizeof *g);
+  if (!g) return unlock_ret(d, mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a graph"));
+  g->g = c->graph;
+  memset(&c->graph, 0, sizeof c->graph);
+  capture_close(d, c);
+  g->next = d->graphs;
+  if (d->graphs) d->graphs->prev = g;
+  d->graphs = g;
+  d->stats.live_graphs++;
+  *graph = g;
+  *nodes = g->g.ops;
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_capture_status(int index, void *handle, mn_capture_status *status, uint64_t *id) {
+  SIM_LOCKED(index, d);
+  const sim_capture *c = stream_of(d, handle)->cap;
+  *status = !c ? MN_CAPTURE_NONE : c->invalidated ? MN_CAPTURE_INVALIDATED : MN_CAPTURE_ACTIVE;
+  *id = c ? c->id : 0;
+  return unlock_ret(d, MN_OK);
+}
+
+/* Lock-free: the caching allocator asks on every allocation during captures. */
+static mn_status sim_capture_id(int index, void *handle, uint64_t *id) {
+  (void)index;
+  *id = handle ? atomic_load_explicit(&((sim_stream *)handle)->cap_id, memory_order_acquire) : 0;
+  return MN_OK;
+}
+
+static mn_status capture_of(int index, const char *func, sim_stream *s) {
+  if (!s->cap)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "sim:%d: the stream is not capturing", index);
+  return MN_OK;
+}
+
+static mn_status sim_capture_marker(int index, void *handle, uint64_t *marker) {
+  SIM_LOCKED(index, d);
+  sim_stream *s = stream_of(d, handle);
+  mn_status st = capture_of(index, __func__, s);
+  if (st == MN_OK) st = capture_usable(s->cap, __func__);
+  if (st == MN_OK) st = sg_set_reserve(&s->front, 1);
+  uint32_t id = 0;
+  sg_node empty = {.kind = SG_EMPTY};
+  if (st == MN_OK) st = sg_add(&s->cap->graph, &empty, &s->front, &id);
+  if (st != MN_OK) return unlock_ret(d, st);
+  sg_set_one(&s->front, id);
+  *marker = (uint64_t)id + 1;
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_capture_reaches(int index, void *handle, uint64_t marker, bool *reached) {
+  SIM_LOCKED(index, d);
+  sim_stream *s = stream_of(d, handle);
+  mn_status st = capture_of(index, __func__, s);
+  if (st != MN_OK) return unlock_ret(d, st);
+  sg_graph *g = &s->cap->graph;
+  if (marker == 0 || marker > g->n || g->nodes[marker - 1].kind != SG_EMPTY)
+    return unlock_ret(d, mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                                   "sim:%d: %llu is not a marker of capture %llu", index,
+                                   (unsigned long long)marker, (unsigned long long)s->cap->id));
+  *reached = sg_reaches(g, &s->front, (uint32_t)(marker - 1));
+  return unlock_ret(d, MN_OK);
+}
+
+/* Queues every operation of the graph on s in node order, which is a
+ * topological order of its dependencies. All ops are made first: out of
+ * host memory queues nothing. */
+static mn_status sim_graph_launch(int index, void *graph, void *handle) {
+  SIM_LOCKED(index, d);
+  const sim_graph *g = graph;
+  sim_stream *s = stream_of(d, handle);
+  if (s->cap)
+    return unlock_ret(d, mn__error(MN_ERR_INVALID_STATE, __func__,
+                                   "sim:%d: the stream captures (capture %llu): launch the graph on another stream",
+                                   index, (unsigned long long)s->cap->id));
+  sim_op *first = NULL, **link = &first;
+  mn_status st = MN_OK;
+  for (uint32_t i = 0; i < g->g.n && st == MN_OK; i++) {
+    const sg_node *n = &g->g.nodes[i];
+    sim_op_kind kind = n->kind == SG_COPY ? OP_COPY : n->kind == SG_SET ? OP_SET : OP_HOST;
+    if (n->kind == SG_EMPTY) continue;
+    sim_op *op = NULL;
+    st = new_op(kind, &op);
+    if (st != MN_OK) break;
+    op->copy_kind = n->copy_kind;
+    op->dst = n->dst;
+    op->src = n->src;
+    op->nbytes = n->nbytes;
+    op->value = n->value;
+    op->fn = n->fn;
+    op->arg = n->arg;
+    *link = op;
+    link = &op->next;
+  }
+  while (first) {
+    sim_op *op = first;
+    first = op->next;
+    if (st == MN_OK) mn__ignore(enqueue(d, s, op)); /* a stream that does not capture: queueing cannot fail */
+    else op_free(op);
+  }
+  return unlock_ret(d, st);
+}
+
+static mn_status sim_graph_destroy(int index, void *graph) {
+  SIM_LOCKED(index, d);
+  sim_graph *g = graph;
+  if (g->prev) g->prev->next = g->next;
+  else d->graphs = g->next;
+  if (g->next) g->next->prev = g->prev;
+  d->stats.live_graphs--;
+  sg_graph_free(&g->g);
+  free(g);
+  return unlock_ret(d, MN_OK);
+}
+
+/* ---- sharing with other processes (memfd) ---------------------------------
+ * Export moves the granules a block covers into a memfd of the range's size,
+ * in place (contents copied, then the memfd mapped MAP_SHARED over the same
+ * addresses); import maps such pieces at a new range of the importing
+ * device, flagged `import` (not counted in its memory, not freeable). */
+#define SIM_SHARE_NAME "mnemo-sim-share"
+#define SIM_SHARE_LINK "/memfd:" SIM_SHARE_NAME " (deleted)"
+
+static mn_status share_memfd(sim_device *d, int index, sim_range *r) {
+  (void)d;
+  if (r->has_share) return MN_OK;
+  size_t ng = r->size / g_cfg.granularity;
+  uint8_t *shared = mn__calloc(ng, 1); /* a raw range is moved whole, a reservation granule by granule */
+  if (!shared) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  int fd = memfd_create(SIM_SHARE_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0 || ftruncate(fd, (off_t)r->size) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    int e = errno;
+    if (fd >= 0) close(fd);
+    free(shared);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: a memfd of %zu bytes for sharing: %s", index,
+                     r->size, strerror(e));
+  }
+  r->share_fd = fd;
+  r->shared = shared;
+  r->has_share = true;
+  return MN_OK;
+}
+
+/* Moves [off, off + n) of r (mapped, granule-aligned) into r's memfd. */
+static mn_status share_move(int index, sim_range *r, size_t off, size_t n) {
+  for (size_t done = 0; done < n;) {
+    ssize_t w = pwrite(r->share_fd, (const char *)(r->start + off) + done, n - done, (off_t)(off + done));
+    if (w <= 0)
+      return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: copying %zu bytes into the memfd: %s", index, n,
+                       w < 0 ? strerror(errno) : "short write");
+    done += (size_t)w;
+  }
+  if (mmap((void *)(r->start + off), n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, r->share_fd, (off_t)off) ==
+      MAP_FAILED)
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: mapping the memfd: %s", index, strerror(errno));
+  return MN_OK;
+}
+
+static mn_status sim_share_export(int index, void *ptr, size_t nbytes, mn__share_mem_t *out) {
+  SIM_LOCKED(index, d);
+  sim_range *r = range_find(d, (uintptr_t)ptr);
+  if (nbytes == 0 || !range_is_mapped(d, ptr, nbytes) || r->pool || r->import)
+    return unlock_ret(d, mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                                   "sim:%d: [%p, +%zu) is not mapped memory of a raw allocation or reservation",
+                                   index, ptr, nbytes));
+  size_t g = g_cfg.granularity, off = (uintptr_t)ptr - r->start;
+  size_t a0 = r->mapped ? off / g * g : 0, a1 = r->mapped ? (off + nbytes + g - 1) / g * g : r->size;
+  mn_status st = share_memfd(d, index, r);
+  for (size_t k = a0 / g; st == MN_OK && k < a1 / g; k++) {
+    if (r->shared[k]) continue;
+    st = share_move(index, r, k * g, g);
+    if (st == MN_OK) r->shared[k] = 1;
+  }
+  int fd = st == MN_OK ? fcntl(r->share_fd, F_DUPFD_CLOEXEC, 0) : -1;
+  if (st == MN_OK && fd < 0)
+    st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "sim:%d: dup of the memfd: %s", index, strerror(errno));
+  /* a failure leaves what was moved in the memfd: the same bytes, still ours */
+  if (st != MN_OK) return unlock_ret(d, st);
+  memset(out, 0, sizeof *out);
+  out->npieces = 1;
+  out->fds[0] = fd;
+  out->piece_offset[0] = a0;
+  out->piece_length[0] = a1 - a0;
+  out->offset = off - a0;
+  for (unsigned i = 1; i < MN__SHARE_MAX_PIECES; i++) out->fds[i] = -1;
+  return unlock_ret(d, MN_OK);
+}
+
+/* Refuses fd unless it is SIM's shared memory: a sealed memfd of that name
+ * holding [off, off + len). */
+static mn_status share_check_fd(int index, int fd, uint64_t off, uint64_t len) {
+  struct stat sb;
+  if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, "sim_share_import", "sim:%d: descriptor %d is not SIM shared memory (not a memfd)", index, fd);
+  char self[40], link[256];
+  snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(self, link, sizeof link - 1);
+  link[n < 0 ? 0 : n] = '\0';
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (strcmp(link, SIM_SHARE_LINK) != 0 || seals < 0 || !(seals & F_SEAL_SHRINK))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, "sim_share_import",
+                     "sim:%d: descriptor %d is '%.100s', not SIM shared memory (a sealed memfd " SIM_SHARE_NAME ")",
+                     index, fd, link);
+  long page = sysconf(_SC_PAGESIZE);
+  if (len == 0 || off % (uint64_t)page || len % (uint64_t)page || off > (uint64_t)sb.st_size ||
+      len > (uint64_t)sb.st_size - off)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, "sim_share_import",
+                     "sim:%d: piece [%llu, +%llu) is not page-aligned inside the %lld-byte shared memory", index,
+                     (unsigned long long)off, (unsigned long long)len, (long long)sb.st_size);
+  return MN_OK;
+}
+
+static mn_status sim_share_import(int index, const mn__share_mem_t *in, void **base, size_t *size) {
+  if (in->npieces == 0 || in->npieces > MN__SHARE_MAX_PIECES)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "sim:%d: %u memory pieces (1..%d)", index, in->npieces,
+                     MN__SHARE_MAX_PIECES);
+  uint64_t total = 0;
+  for (unsigned i = 0; i < in->npieces; i++) {
+    mn_status st = share_check_fd(index, in->fds[i], in->piece_offset[i], in->piece_length[i]);
+    if (st != MN_OK) return st;
+    if (in->piece_length[i] > ((uint64_t)1 << 44) - total)
+      return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "sim:%d: the pieces are too large", index);
+    total += in->piece_length[i];
+  }
+  SIM_LOCKED(index, d);
+  size_t rounded = round_gran((size_t)total);
+  sim_range *r = NULL;
+  mn_status st = range_insert(d, index, rounded, false, &r);
+  if (st != MN_OK) return unlock_ret(d, st);
+  r->import = true;
+  size_t pos = 0;
+  for (unsigned i = 0; i < in->npieces && st == MN_OK; i++) {
+    if (mmap((void *)(r->start + pos), in->piece_length[i], PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+             in->fds[i], (off_t)in->piece_offset[i]) == MAP_FAILED)
+      st = mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "sim:%d: mapping piece %u: %s", index, i, strerror(errno));
+    pos += in->piece_length[i];
+  }
+  if (st != MN_OK) {
+    share_unmap((void *)r->start, r->size);
+    range_remove(d, r);
+    return unlock_ret(d, st);
+  }
+  d->stats.maps++;
+  *base = (void *)r->start;
+  *size = (size_t)total;
+  return unlock_ret(d, MN_OK);
+}
+
+static mn_status sim_share_close(int index, void *base) {
+  SIM_LOCKED(index, d);
+  sim_range *r = range_find(d, (uintptr_t)base);
+  if (!r || r->start != (uintptr_t)base || !r->import)
+    return unlock_ret(d, mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "sim:%d: %p is not an imported mapping",
+                                   index, base));
+  device_sync(d); /* as an unmap: queued work may touch it */
+  share_unmap(base, r->size);
+  range_remove(d, r);
+  d->stats.unmaps++;
+  return unlock_ret(d, MN_OK);
+}
+
 const mn__backend_t mn__sim_backend = {
+    .share_export = sim_share_export,
+    .share_import = sim_share_import,
+    .share_close = sim_share_close,
     .check_range = sim_check_range,
     .name = "sim",
     .type = MN_DEVICE_SIM,
@@ -1486,6 +2066,7 @@ const mn__backend_t mn__sim_backend = {
     .va_release = sim_va_release,
     .mem_map = sim_mem_map,
     .mem_unmap = sim_mem_unmap,
+    .mem_set_access = sim_mem_set_access,
     .stream_create = sim_stream_create,
     .stream_destroy = sim_stream_destroy,
     .stream_query = sim_stream_query,
@@ -1516,12 +2097,22 @@ const mn__backend_t mn__sim_backend = {
     .can_access_peer = sim_can_access_peer,
     .enable_peer_access = sim_enable_peer_access,
     .memcpy_peer_async = sim_memcpy_peer_async,
+    /* stream capture and graphs */
+    .capture_begin = sim_capture_begin,
+    .capture_end = sim_capture_end,
+    .capture_status = sim_capture_status,
+    .capture_id = sim_capture_id,
+    .capture_marker = sim_capture_marker,
+    .capture_reaches = sim_capture_reaches,
+    .graph_launch = sim_graph_launch,
+    .graph_destroy = sim_graph_destroy,
 };
 
 /* ---- the public SIM API (mnemo/sim.h) ------------------------------------ */
 
 static bool device_busy(const sim_device *d) {
-  return d->ranges.count || d->streams || d->events || d->default_stream.head; /* pools' chunks are ranges */
+  /* pools' chunks are ranges; captures need streams */
+  return d->ranges.count || d->streams || d->events || d->default_stream.head || d->graphs;
 }
 
 static _Atomic(mn__sim_configure_hook_fn) g_configure_hook;
@@ -1540,7 +2131,7 @@ mn_status mn_sim_configure(const mn_sim_config_t *config) {
     if (atomic_load(&g_dev[i].ready) && device_busy(&g_dev[i])) {
       pthread_mutex_unlock(&g_lock);
       return mn__error(MN_ERR_INVALID_STATE, __func__,
-                       "sim:%d still has live memory, streams, events or queued work", i);
+                       "sim:%d still has live memory, streams, events, graphs or queued work", i);
     }
   }
   for (int i = 0; i < SIM_MAX_DEVICES; i++) {
@@ -1604,9 +2195,14 @@ static mn_status sim_device_arg(const char *func, mn_device_t dev) {
   return mn_device_check(dev);
 }
 
+/* Runs every queued operation, as time passing on a device: allowed during
+ * captures (what captures record is not queued). */
 mn_status mn_sim_device_drain(mn_device_t dev) {
   mn_status st = sim_device_arg(__func__, dev);
-  return st == MN_OK ? sim_synchronize(dev.index) : st;
+  if (st != MN_OK) return st;
+  SIM_LOCKED(dev.index, d);
+  device_sync(d);
+  return unlock_ret(d, MN_OK);
 }
 
 mn_status mn_sim_fault_inject(mn_device_t dev, mn_sim_fault fault, uint64_t nth, uint64_t count) {
@@ -1634,10 +2230,11 @@ mn_status mn_sim_check_access(mn_device_t accessor, mn_device_t owner, const voi
   if (st != MN_OK) return st;
   MN__CHECK_ARG(ptr != NULL && nbytes > 0, "ptr must not be NULL and nbytes > 0 (nbytes=%zu)", nbytes);
   SIM_LOCKED(owner.index, d);
-  bool mapped = range_is_mapped(d, ptr, nbytes), ok = mapped;
+  bool mapped = range_is_mapped(d, ptr, nbytes), ok = mapped, vmm = false;
   if (ok && accessor.index != owner.index) {
     uint16_t bit = (uint16_t)(1u << accessor.index);
     const sim_range *r = range_find(d, (uintptr_t)ptr);
+    vmm = r->mapped != NULL;
     if (!r->mapped) {
       ok = (d->peers & bit) != 0;
     } else {
@@ -1650,9 +2247,10 @@ mn_status mn_sim_check_access(mn_device_t accessor, mn_device_t owner, const voi
   if (!mapped)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "[%p, +%zu) is not mapped memory of sim:%d", ptr, nbytes,
                      owner.index);
-  return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
-                   "[%p, +%zu) of sim:%d is not accessible from sim:%d (no peer access enabled to it)", ptr, nbytes,
-                   owner.index, accessor.index);
+  return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "[%p, +%zu) of sim:%d is not accessible from sim:%d (%s)", ptr,
+                   nbytes, owner.index, accessor.index,
+                   vmm ? "mapped pages not granted to it with mn_device_mem_set_access"
+                       : "no peer access enabled to it");
 }
 
 mn_status mn_sim_get_stats(mn_device_t dev, mn_sim_stats_t *out) {
@@ -1662,6 +2260,48 @@ mn_status mn_sim_get_stats(mn_device_t dev, mn_sim_stats_t *out) {
   SIM_LOCKED(dev.index, d);
   *out = d->stats;
   return unlock_ret(d, MN_OK);
+}
+
+#define CAPTURE_BROKEN(...) mn__error(MN_ERR_INTERNAL, "mn_sim_check_invariants", __VA_ARGS__)
+
+/* Nodes depend only on earlier nodes; a frontier names existing nodes. */
+static bool graph_ok(const sg_graph *g, const sg_set *front) {
+  size_t ops = 0;
+  for (uint32_t i = 0; i < g->n; i++) {
+    ops += g->nodes[i].kind != SG_EMPTY;
+    for (uint32_t k = 0; k < g->nodes[i].ndeps; k++)
+      if (g->nodes[i].deps[k] >= i) return false;
+  }
+  for (uint32_t i = 0; front && i < front->n; i++)
+    if (front->ids[i] >= g->n) return false;
+  return ops == g->ops && g->n <= g->cap;
+}
+
+/* Captures: each stream's capture is active, its id mirrored, its members
+ * counted; the default stream never captures; graphs counted. pre: lock held. */
+static mn_status capture_check(sim_device *d, int index) {
+  if (d->default_stream.cap || atomic_load(&d->default_stream.cap_id))
+    return CAPTURE_BROKEN("sim:%d: the default stream captures", index);
+  for (sim_capture *c = d->captures; c; c = c->next) {
+    size_t members = 0;
+    for (sim_stream *s = d->streams; s; s = s->next) members += s->cap == c;
+    if (members != c->members || !c->origin || c->origin->cap != c || !graph_ok(&c->graph, NULL))
+      return CAPTURE_BROKEN("sim:%d: capture %llu: %zu member streams counted, %zu found, or its graph is broken",
+                            index, (unsigned long long)c->id, c->members, members);
+  }
+  for (sim_stream *s = d->streams; s; s = s->next) {
+    if (s->cap ? capture_find(d, s->cap->id) != s->cap || atomic_load(&s->cap_id) != s->cap->id ||
+                     !graph_ok(&s->cap->graph, &s->front)
+               : atomic_load(&s->cap_id) != 0)
+      return CAPTURE_BROKEN("sim:%d: a stream's capture state is broken", index);
+  }
+  size_t graphs = 0;
+  for (const sim_graph *g = d->graphs; g; g = g->next, graphs++)
+    if ((g->next && g->next->prev != g) || (g->prev == NULL) != (g == d->graphs) || !graph_ok(&g->g, NULL))
+      return CAPTURE_BROKEN("sim:%d: the graph list or a graph is broken", index);
+  if (graphs != d->stats.live_graphs)
+    return CAPTURE_BROKEN("sim:%d: %zu graphs counted, %zu found", index, d->stats.live_graphs, graphs);
+  return MN_OK;
 }
 
 /* A range's max_gap is the largest gap of its subtree. */
@@ -1691,7 +2331,9 @@ mn_status mn_sim_check_invariants(mn_device_t dev) {
                                      "sim:%d: range %p overlaps the one before it or its gap (%zu) is wrong",
                                      dev.index, (void *)r->start, r->gap));
     prev_end = r->start + r->size;
-    if (r->mapped) {
+    if (r->import) {
+      /* another process's memory: not counted */
+    } else if (r->mapped) {
       reservations++;
       for (size_t k = 0; k < r->size / g; k++) phys += r->mapped[k] ? g : 0;
     } else {
@@ -1716,5 +2358,6 @@ mn_status mn_sim_check_invariants(mn_device_t dev) {
                                      dev.index));
   if (streams != d->stats.live_streams || events != d->stats.live_events)
     return unlock_ret(d, mn__error(MN_ERR_INTERNAL, __func__, "sim:%d: live stream/event counts disagree", dev.index));
-  return unlock_ret(d, pool_check(d, dev.index));
+  st = capture_check(d, dev.index);
+  return unlock_ret(d, st == MN_OK ? pool_check(d, dev.index) : st);
 }

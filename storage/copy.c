@@ -216,8 +216,22 @@ static bool one_range_can_do_it(const mn__copy_t *c) {
 
 static _Atomic bool g_peer_enabled[MN_DEVICE_TYPE_COUNT][MAX_PEER_INDEX][MAX_PEER_INDEX];
 
+/* Lets `peer` reach the memory of `owner`'s default allocator: a caching
+ * allocator's expandable pages need a grant of their own (mapped memory is
+ * reachable only from the devices granted, as cuMemMap memory), as PyTorch's
+ * copies enable peer access through its caching allocator. Other default
+ * allocators (raw memory) are covered by mn_device_enable_peer_access. */
+static mn_status grant_default_allocator(mn_device_t owner, mn_device_t peer) {
+  mn_allocator_t *a = NULL;
+  if (mn_allocator_get_default(owner, &a) != MN_OK || strcmp(mn_allocator_name(a), "caching") != 0) {
+    mn_clear_error(); /* nothing of a caching allocator to grant */
+    return MN_OK;
+  }
+  return mn_caching_allocator_enable_peer_access(a, peer);
+}
+
 /* Whether dst and src (two devices) reach each other directly; enables the
- * access both ways the first time. */
+ * access both ways the first time (the default allocators' memory too). */
 static mn_status peer_usable(mn_device_t dst, mn_device_t src, bool *usable) {
   bool can = false, back = false;
   mn_status st = mn_device_can_access_peer(dst, src, &can);
@@ -230,6 +244,8 @@ static mn_status peer_usable(mn_device_t dst, mn_device_t src, bool *usable) {
   if (!cached || !atomic_load(&g_peer_enabled[dst.type][dst.index][src.index])) {
     st = mn_device_enable_peer_access(dst, src);
     if (st == MN_OK) st = mn_device_enable_peer_access(src, dst);
+    if (st == MN_OK) st = grant_default_allocator(src, dst);
+    if (st == MN_OK) st = grant_default_allocator(dst, src);
     if (st != MN_OK) return st;
     if (cached) atomic_store(&g_peer_enabled[dst.type][dst.index][src.index], true);
   }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "mnemo/mnemo.h"
+#include "allocators/caching_share.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
 #include "runtime/fileio.h"
@@ -33,6 +34,7 @@ struct mn_storage_s {
   size_t map_len;               /* FILE, SHARED: bytes mapped at data (0: nothing mapped) */
   int fd;                       /* SHARED: the shared-memory descriptor; -1 otherwise */
   void *ipc_base;               /* IPC: the base ipc_open returned */
+  mn__share_import_t *share;    /* IPC from a share handle (mnemo/share.h): the import */
 };
 
 const char *mn_storage_kind_name(mn_storage_kind kind) {
@@ -102,7 +104,8 @@ static void storage_free_bytes(mn_storage_t *s) {
       break;
     case MN_STORAGE_IPC: {
       const mn__backend_t *b = mn__backend_for(s->device.type);
-      if (b->ipc_close) b->ipc_close(s->device.index, s->ipc_base);
+      if (s->share) mn__share_close(s->share);
+      else if (b->ipc_close) b->ipc_close(s->device.index, s->ipc_base);
       break;
     }
   }
@@ -878,6 +881,24 @@ mn_status mn_storage_from_ipc_handle(mn_device_t dev, const mn_ipc_handle_t *han
   }
   s->data = (char *)s->ipc_base + handle->offset;
   s->nbytes = (size_t)handle->nbytes;
+  *out = s;
+  return MN_OK;
+}
+
+/* ---- caching-allocator blocks of another process (mnemo/share.h) ------------------------ */
+
+mn_status mn_storage_from_share_handle(mn_device_t dev, const mn_share_handle_t *h, mn_storage_t **out) {
+  MN__CHECK_ARG(h != NULL && out != NULL, "h and out must not be NULL");
+  mn_status st = mn_device_check(dev);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  mn_storage_t *s = storage_new(dev, MN_STORAGE_IPC);
+  if (!s) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+  st = mn__share_open(__func__, dev, h, &s->share, &s->data);
+  if (st != MN_OK) {
+    free(s);
+    return st;
+  }
+  s->nbytes = (size_t)h->nbytes;
   *out = s;
   return MN_OK;
 }

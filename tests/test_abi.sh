@@ -40,6 +40,8 @@ trap 'rm -rf "$TMP"' EXIT
 header_decls() {
   local f
   for f in "$1"/*.h; do
+    # mnemo/nccl.h declares the optional NCCL module (libmnemo_nccl), not libmnemo.
+    [[ $(basename "$f") == nccl.h ]] && continue
     awk -v file="$(basename "$f")" '
       { text = text $0 "\n" }
       END {

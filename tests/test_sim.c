@@ -663,11 +663,11 @@ MN_TEST(api_argument_errors) {
   MN_CHECK_ERR(mn_sim_configure(NULL), MN_ERR_INVALID_ARGUMENT, "config");
 }
 
-/* VMM memory (expandable segments) reaches exactly the devices that enabled
- * peer access to its device, whether mapped before or after the enabling (as
- * the CUDA backend grants with cuMemSetAccess); raw memory as
- * cudaDeviceEnablePeerAccess. Restores the configuration main() set. */
-MN_TEST(vmm_memory_reaches_enabled_peers) {
+/* VMM memory reaches exactly the devices granted with mn_device_mem_set_access
+ * since it was mapped (as cuMemMap + cuMemSetAccess); enabling peer access
+ * reaches raw memory only (as cudaDeviceEnablePeerAccess). Restores the
+ * configuration main() set. (The caching allocator's grants: test_peer.) */
+MN_TEST(vmm_memory_reaches_granted_peers) {
   mn_sim_config_t keep, c = mn_sim_config_default();
   MN_CHECK_OK(mn_sim_get_config(&keep));
   c.device_count = 3;
@@ -683,44 +683,39 @@ MN_TEST(vmm_memory_reaches_enabled_peers) {
   MN_CHECK_OK(mn_device_mem_map(d0, base, g)); /* mapped before sim:1 enables */
   MN_CHECK_OK(mn_sim_check_access(d0, d0, base, g));
   MN_CHECK_ERR(mn_sim_check_access(d1, d0, base, g), MN_ERR_INVALID_ARGUMENT, "not accessible from sim:1");
-  MN_CHECK_ERR(mn_sim_check_access(d1, d0, raw, g), MN_ERR_INVALID_ARGUMENT, "not accessible from sim:1");
+  MN_CHECK_ERR(mn_sim_check_access(d1, d0, raw, g), MN_ERR_INVALID_ARGUMENT, "no peer access enabled");
   MN_CHECK_OK(mn_device_enable_peer_access(d1, d0));
   MN_CHECK_OK(mn_device_mem_map(d0, base + g, g)); /* mapped after */
+  MN_CHECK_OK(mn_sim_check_access(d1, d0, raw, g));  /* raw memory: enabled */
+  MN_CHECK_ERR(mn_sim_check_access(d1, d0, base, g), MN_ERR_INVALID_ARGUMENT, "not granted");
+  MN_CHECK_ERR(mn_sim_check_access(d1, d0, base + g, g), MN_ERR_INVALID_ARGUMENT, "not granted");
+  MN_CHECK_OK(mn_device_mem_set_access(d0, base, 2 * g, d1)); /* two maps in one grant */
+  MN_CHECK_OK(mn_device_mem_set_access(d0, base, g, d1));     /* again: no change */
   MN_CHECK_OK(mn_sim_check_access(d1, d0, base, 2 * g));
-  MN_CHECK_OK(mn_sim_check_access(d1, d0, raw, g));
   MN_CHECK_ERR(mn_sim_check_access(d2, d0, base, g), MN_ERR_INVALID_ARGUMENT, "not accessible from sim:2");
-  MN_CHECK_ERR(mn_sim_check_access(d2, d0, base + g, g), MN_ERR_INVALID_ARGUMENT, "not accessible from sim:2");
   MN_CHECK_ERR(mn_sim_check_access(d2, d0, raw, g), MN_ERR_INVALID_ARGUMENT, "not accessible from sim:2");
   MN_CHECK_ERR(mn_sim_check_access(d0, d1, base, g), MN_ERR_INVALID_ARGUMENT, "not mapped memory of sim:1");
   MN_CHECK_ERR(mn_sim_check_access(d1, d0, base + g, 2 * g), MN_ERR_INVALID_ARGUMENT, "not mapped");
+  /* bad grants change nothing */
+  MN_CHECK_ERR(mn_device_mem_set_access(d0, base, g, d0), MN_ERR_INVALID_ARGUMENT, "not a peer");
+  MN_CHECK_ERR(mn_device_mem_set_access(d0, base, g, mn_device_cpu()), MN_ERR_INVALID_ARGUMENT, "not a peer");
+  MN_CHECK_ERR(mn_device_mem_set_access(d0, base, g, mn_device_sim(3)), MN_ERR_NO_DEVICE, "sim:3");
+  MN_CHECK_ERR(mn_device_mem_set_access(d0, base + g, 2 * g, d2), MN_ERR_INVALID_ARGUMENT, "not mapped");
+  MN_CHECK_ERR(mn_device_mem_set_access(d0, base + 100, g, d2), MN_ERR_INVALID_ARGUMENT, "multiples");
+  MN_CHECK_ERR(mn_device_mem_set_access(d0, raw, g, d2), MN_ERR_INVALID_ARGUMENT, "reserved range");
+  MN_CHECK_ERR(mn_device_mem_set_access(d0, NULL, g, d2), MN_ERR_INVALID_ARGUMENT, "addr");
+  MN_CHECK_ERR(mn_device_mem_set_access(mn_device_cpu(), base, g, d2), MN_ERR_NOT_SUPPORTED, "virtual memory");
+  MN_CHECK_ERR(mn_sim_check_access(d2, d0, base, g), MN_ERR_INVALID_ARGUMENT, "not accessible from sim:2");
+  /* unmapping forgets the grants: a new map reaches its own device only */
   MN_CHECK_OK(mn_device_mem_unmap(d0, base, 2 * g));
   MN_CHECK_ERR(mn_sim_check_access(d1, d0, base, g), MN_ERR_INVALID_ARGUMENT, "not mapped");
-  MN_CHECK_OK(mn_device_mem_map(d0, base, g)); /* a new map includes the peer */
-  MN_CHECK_OK(mn_sim_check_access(d1, d0, base, g));
+  MN_CHECK_OK(mn_device_mem_map(d0, base, g));
+  MN_CHECK_ERR(mn_sim_check_access(d1, d0, base, g), MN_ERR_INVALID_ARGUMENT, "not granted");
+  MN_CHECK_OK(mn_sim_check_access(d0, d0, base, g));
   MN_CHECK_OK(mn_device_mem_unmap(d0, base, g));
   MN_CHECK_OK(mn_device_va_release(d0, base, 4 * g));
   MN_CHECK_OK(mn_device_raw_free(d0, raw));
-
-  /* The caching allocator's expandable segments on sim:2: sim:1 enables
-   * access between two allocations and reaches both; sim:0 reaches neither. */
-  mn_caching_config_t cc = mn_caching_config_default();
-  cc.expandable_segments = true;
-  mn_allocator_t *a = NULL;
-  MN_CHECK_OK(mn_caching_allocator_create(d2, &cc, &a));
-  void *p = NULL, *q = NULL;
-  const size_t n = (size_t)30 << 20;
-  if (a) MN_CHECK_OK(mn_allocator_alloc(a, n, NULL, &p));
-  if (p) MN_CHECK_ERR(mn_sim_check_access(d1, d2, p, n), MN_ERR_INVALID_ARGUMENT, "not accessible from sim:1");
-  MN_CHECK_OK(mn_device_enable_peer_access(d1, d2));
-  if (a) MN_CHECK_OK(mn_allocator_alloc(a, n, NULL, &q));
-  if (p && q) {
-    MN_CHECK_OK(mn_sim_check_access(d1, d2, p, n));
-    MN_CHECK_OK(mn_sim_check_access(d1, d2, q, n));
-    MN_CHECK_ERR(mn_sim_check_access(d0, d2, q, n), MN_ERR_INVALID_ARGUMENT, "not accessible from sim:0");
-    MN_CHECK_OK(mn_allocator_free(a, p));
-    MN_CHECK_OK(mn_allocator_free(a, q));
-  }
-  mn_allocator_destroy(a);
+  MN_CHECK_OK(mn_sim_check_invariants(d0));
   MN_CHECK_OK(mn_sim_configure(&keep)); /* forgets the peers */
   MN_CHECK_OK(mn_device_raw_alloc(d0, g, &raw));
   MN_CHECK_ERR(mn_sim_check_access(d1, d0, raw, g), MN_ERR_INVALID_ARGUMENT, "not accessible from sim:1");
@@ -750,7 +745,7 @@ int main(void) {
   MN_RUN(avl_tree_matches_a_sorted_array);
   MN_RUN(range_placement_is_first_fit);
   MN_RUN(api_argument_errors);
-  MN_RUN(vmm_memory_reaches_enabled_peers);
+  MN_RUN(vmm_memory_reaches_granted_peers);
   MN_RUN(configure_refreshes_idle_default_allocators);
   MN_RUN(configure_refused_while_busy_then_eager);
   return mn_test_finish();

@@ -117,7 +117,7 @@ class MnSnapshotSegment(ctypes.Structure):  # mn_snapshot_segment_t
     _fields_ = [("device", Dev), ("address", ctypes.c_size_t), ("total_size", ctypes.c_size_t),
                 ("allocated_size", ctypes.c_size_t), ("active_size", ctypes.c_size_t),
                 ("requested_size", ctypes.c_size_t), ("stream_id", ctypes.c_uint64), ("is_large", ctypes.c_bool),
-                ("is_expandable", ctypes.c_bool), ("nblocks", ctypes.c_size_t),
+                ("is_expandable", ctypes.c_bool), ("pool_id", ctypes.c_uint64), ("nblocks", ctypes.c_size_t),
                 ("blocks", ctypes.POINTER(MnSnapshotBlock))]
 
 

@@ -77,6 +77,7 @@ typedef struct mn_snapshot_segment_s {
   uint64_t stream_id;    /* mn_stream_id of the stream it belongs to */
   bool is_large;         /* large pool (false: small pool) */
   bool is_expandable;
+  uint64_t pool_id;      /* mn_mempool_id of its pool; 0: the allocator's own pools */
   size_t nblocks;
   mn_snapshot_block_t *blocks;
 } mn_snapshot_segment_t;

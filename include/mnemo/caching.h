@@ -80,6 +80,16 @@ MN_API MN_NODISCARD mn_status mn_caching_allocator_set_oom_observer(mn_allocator
  * empty_cache, oom) to `sink` (NULL stops). */
 MN_API MN_NODISCARD mn_status mn_caching_allocator_set_trace_sink(mn_allocator_t *a, mn_trace_sink_fn sink, void *user);
 
+/* Lets `peer` (another device of a's type) use a's memory, as PyTorch's
+ * CUDACachingAllocator::enablePeerAccess: enables peer access from `peer` to
+ * a's device (raw segments; mn_device_enable_peer_access), grants `peer`
+ * every page mapped now in a's expandable segments and every page mapped
+ * later (mn_device_mem_set_access). A device that is not a peer (same device,
+ * other type): MN_ERR_INVALID_ARGUMENT; a pair without peer access
+ * (mn_device_can_access_peer false): MN_ERR_NOT_SUPPORTED. Enabling a peer
+ * twice succeeds. mn_caching_allocator_create's allocators only. */
+MN_API MN_NODISCARD mn_status mn_caching_allocator_enable_peer_access(mn_allocator_t *a, mn_device_t peer);
+
 #ifdef __cplusplus
 }
 #endif

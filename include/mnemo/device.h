@@ -120,6 +120,14 @@ MN_API MN_NODISCARD mn_status mn_device_va_reserve(mn_device_t dev, size_t nbyte
 MN_API MN_NODISCARD mn_status mn_device_va_release(mn_device_t dev, void *base, size_t nbytes);
 MN_API MN_NODISCARD mn_status mn_device_mem_map(mn_device_t dev, void *addr, size_t nbytes);
 MN_API MN_NODISCARD mn_status mn_device_mem_unmap(mn_device_t dev, void *addr, size_t nbytes);
+/* Lets `peer` (another device of dev's type) read and write the mapped pages
+ * [addr, addr + nbytes) of `dev` (cuMemSetAccess). Mapped memory is reachable
+ * from its own device and from the peers granted here only:
+ * mn_device_enable_peer_access covers raw memory, not mapped pages (as CUDA).
+ * Unmapping a page forgets its grants; a page mapped later is not granted.
+ * The caching allocator grants its expandable segments through
+ * mn_caching_allocator_enable_peer_access. */
+MN_API MN_NODISCARD mn_status mn_device_mem_set_access(mn_device_t dev, void *addr, size_t nbytes, mn_device_t peer);
 
 /* Byte copies ordered on `stream` (whose device must be one of the two; a
  * CPU<->CPU copy may pass any stream or NULL). The call returns when the copy

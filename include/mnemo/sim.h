@@ -73,15 +73,17 @@ typedef struct mn_sim_stats_s {
    * free and an unmap do first (as cudaFree); an allocator unmapping pages it
    * synchronized for itself adds none per page. */
   uint64_t synchronizes;
+  size_t live_graphs; /* graphs ended from captures and not destroyed yet (mnemo/graph.h) */
 } mn_sim_stats_t;
 
 MN_API MN_NODISCARD mn_status mn_sim_get_stats(mn_device_t dev, mn_sim_stats_t *out);
 /* Whether a kernel on `accessor` could touch [ptr, ptr + nbytes) of `owner`'s
  * memory: MN_OK when every byte is mapped memory of owner that accessor may
- * reach (its own; raw memory of a device it enabled peer access to; VMM pages
- * granted to it: mapped after, or mapped before and granted by,
- * mn_device_enable_peer_access(accessor, owner)), else MN_ERR_INVALID_ARGUMENT
- * saying why. */
+ * reach (its own; raw memory of a device it enabled peer access to with
+ * mn_device_enable_peer_access(accessor, owner); VMM pages granted to it with
+ * mn_device_mem_set_access(owner, ..., accessor) since they were mapped, as
+ * CUDA's cuMemSetAccess: enabling peer access alone does not reach them),
+ * else MN_ERR_INVALID_ARGUMENT saying why. */
 MN_API MN_NODISCARD mn_status mn_sim_check_access(mn_device_t accessor, mn_device_t owner, const void *ptr,
                                                   size_t nbytes);
 /* Checks the SIM device's own bookkeeping (address ranges disjoint, byte

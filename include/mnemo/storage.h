@@ -183,6 +183,17 @@ MN_API MN_NODISCARD mn_status mn_storage_ipc_export(const mn_storage_t *s, mn_ip
  * storage (MN_STORAGE_IPC) closes the mapping when released. */
 MN_API MN_NODISCARD mn_status mn_storage_from_ipc_handle(mn_device_t dev, const mn_ipc_handle_t *handle, mn_storage_t **out);
 
+/* ---- caching-allocator blocks of another process (mnemo/share.h) ---------------- */
+typedef struct mn_share_handle_s mn_share_handle_t;
+/* Opens a handle from mn_caching_share_export (of another process, or of
+ * this one) on `dev` (the handle's device type and index): the storage
+ * (MN_STORAGE_IPC, not resizable) maps the block and holds it; releasing the
+ * last reference unmaps it and lets the exporter reuse the block. The
+ * handle's descriptors stay the caller's. A handle already open in this
+ * process: MN_ERR_INVALID_STATE; a stale handle (the block was released),
+ * a forged one (wrong token, descriptors, sizes, device): MN_ERR_INVALID_ARGUMENT. */
+MN_API MN_NODISCARD mn_status mn_storage_from_share_handle(mn_device_t dev, const mn_share_handle_t *h, mn_storage_t **out);
+
 /* ---- debug print -------------------------------------------------------------------- */
 /* Writes "storage(cpu, 16 bytes, allocator 'naive', refcount 1, not pinned)
  * as float32 [1, 2, 3, 4]" into buf (always NUL-terminated, truncated to

@@ -19,11 +19,13 @@ __all__ = ["MnemoError", "OutOfMemoryError", "library_path", "__version__", "Dev
 
 # allocators, statistics, profiling (helper h2); mnemo.torch and mnemo.cupy are opt-in: import them yourself
 from . import allocator, profiling
-from .allocator import (Allocator, CachingAllocator, NaiveAllocator, PinnedAllocator, default_allocator, empty_cache,
+from .allocator import (Allocator, CachingAllocator, MemPool, NaiveAllocator, PinnedAllocator, default_allocator,
+                        empty_cache, use_mem_pool,
                         max_memory_allocated, max_memory_reserved, memory_allocated, memory_reserved, memory_snapshot,
                         memory_stats, memory_summary, reset_peak_memory_stats, set_default_allocator)
 
-__all__ += ["allocator", "profiling", "Allocator", "CachingAllocator", "NaiveAllocator", "PinnedAllocator",
+__all__ += ["allocator", "profiling", "Allocator", "CachingAllocator", "MemPool", "use_mem_pool", "NaiveAllocator",
+            "PinnedAllocator",
             "default_allocator", "set_default_allocator", "memory_stats", "memory_snapshot", "memory_summary",
             "empty_cache", "reset_peak_memory_stats", "memory_allocated", "memory_reserved", "max_memory_allocated",
             "max_memory_reserved"]

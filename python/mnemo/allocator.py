@@ -24,6 +24,7 @@ allocations on that device that rely on the default.
 """
 import ctypes as C
 import threading
+import weakref
 
 from ._lib import Device as _CDevice, MnemoError, VP, declare, lib
 from .device import Device, best_device, device as _device
@@ -62,7 +63,7 @@ class _SnapSegment(C.Structure):
     _fields_ = [("device", _CDevice), ("address", C.c_size_t), ("total_size", C.c_size_t),
                 ("allocated_size", C.c_size_t), ("active_size", C.c_size_t), ("requested_size", C.c_size_t),
                 ("stream_id", C.c_uint64), ("is_large", C.c_bool), ("is_expandable", C.c_bool),
-                ("nblocks", C.c_size_t), ("blocks", C.POINTER(_SnapBlock))]
+                ("pool_id", C.c_uint64), ("nblocks", C.c_size_t), ("blocks", C.POINTER(_SnapBlock))]
 
 
 class _Snapshot(C.Structure):
@@ -295,7 +296,8 @@ def _snapshot_list(snap):
                          "allocated_size": seg.allocated_size, "active_size": seg.active_size,
                          "requested_size": seg.requested_size, "stream": seg.stream_id,
                          "segment_type": "large" if seg.is_large else "small",
-                         "is_expandable": bool(seg.is_expandable), "blocks": blocks})
+                         "is_expandable": bool(seg.is_expandable),
+                         "segment_pool_id": (0, seg.pool_id), "blocks": blocks})
     return segments
 
 
@@ -419,7 +421,8 @@ class Allocator:
         """Every segment, sorted by address, as torch.cuda.memory_snapshot()
         gives them: dicts with device (index), address, total_size,
         allocated_size, active_size, requested_size, stream (mnemo's stream
-        id), segment_type ("large" or "small"), is_expandable and blocks, a
+        id), segment_type ("large" or "small"), is_expandable, segment_pool_id
+        ((0, pool id), (0, 0) outside memory pools, as PyTorch's tuple) and blocks, a
         list in address order of {address, size, requested_size, state}
         (state "active_allocated", "active_pending_free" or "inactive")."""
         p = C.POINTER(_Snapshot)()
@@ -466,6 +469,11 @@ class Allocator:
         if not self._owned:
             self._handle = None
             return
+        pools = [p for p in getattr(self, "_pools", {}).values() if p._handle is not None]
+        if pools:
+            raise MnemoError(_MN_ERR_INVALID_STATE,
+                             f"mnemo: cannot close the {self.name} allocator of {self.device}: {len(pools)} memory "
+                             "pool(s) of it are open; close them first")
         live = self._live_allocations()
         if live:
             raise MnemoError(_MN_ERR_INVALID_STATE,
@@ -562,6 +570,120 @@ class CachingAllocator(Allocator):
         """Whether it is its device's default now."""
         with _defaults_lock:
             return _current_default.get(self.device) is self
+
+
+class _MemPoolOptions(C.Structure):
+    _fields_ = [("source", VP), ("no_split", C.c_bool), ("use_on_oom", C.c_bool)]
+
+
+declare("mn_mempool_create", "status", [VP, C.POINTER(_MemPoolOptions), C.POINTER(VP)])
+declare("mn_mempool_destroy", "status", [VP])
+declare("mn_mempool_id", C.c_uint64, [VP])
+declare("mn_mempool_use", "status", [VP])
+declare("mn_mempool_unuse", "status", [VP])
+declare("mn_mempool_get_stats", "status", [VP, C.POINTER(_AllocStats)])
+declare("mn_mempool_snapshot", "status", [VP, C.POINTER(C.POINTER(_Snapshot))])
+declare("mn_mempool_empty_cache", "status", [VP])
+
+
+class MemPool:
+    """A memory pool of a CachingAllocator, as torch.cuda.MemPool: its own
+    segments, statistics and snapshot; blocks never move between pools.
+    ``no_split``: every allocation is a segment of its own; ``use_on_oom``:
+    allocations outside pools that run out of memory may take its cached
+    blocks. ``with pool.use():`` (or ``mnemo.use_mem_pool(pool)``) routes this
+    thread's allocations from the allocator into the pool (nestable; the
+    allocator is a CachingAllocator or a caching default, others raise
+    MnemoError). The
+    allocator's empty_cache leaves the pool's cache alone (PyTorch's rule);
+    ``pool.empty_cache()`` gives it back. close() destroys it: MnemoError
+    (busy), changing nothing, while a block of it is live (stream capture
+    into pools is C-only: mnemo/mempool.h)."""
+
+    def __init__(self, allocator, no_split=False, use_on_oom=False):
+        self._handle = None
+        if not isinstance(allocator, Allocator):
+            raise TypeError("mnemo: a MemPool needs a caching allocator, not " + type(allocator).__name__)
+        opts = _MemPoolOptions(None, bool(no_split), bool(use_on_oom))
+        out = VP()
+        lib.mn_mempool_create(allocator._h(), C.byref(opts), C.byref(out))
+        self._handle = out.value
+        self.allocator = allocator  # kept alive: the pool is part of it
+        # the allocator's close() refuses while a pool of it is open
+        allocator.__dict__.setdefault("_pools", weakref.WeakValueDictionary())[id(self)] = self
+
+    def _h(self):
+        if self._handle is None:
+            raise ValueError("mnemo: this memory pool is closed")
+        return self._handle
+
+    @property
+    def id(self):
+        """The pool's id (> 0); snapshots name it in segment_pool_id as (0, id)."""
+        return int(lib.mn_mempool_id(self._h()))
+
+    def __repr__(self):
+        state = "closed" if self._handle is None else f"id={self.id}"
+        return f"MemPool({state}, allocator={self.allocator!r})"
+
+    def use(self):
+        """A context manager: this thread's allocations from the allocator come
+        from the pool inside it."""
+        return use_mem_pool(self)
+
+    def memory_stats(self):
+        """The pool's part of the allocator's statistics (same keys as
+        Allocator.memory_stats)."""
+        st = _AllocStats()
+        lib.mn_mempool_get_stats(self._h(), C.byref(st))
+        return _stats_dict(st)
+
+    def memory_snapshot(self):
+        """The pool's segments (Allocator.memory_snapshot's format)."""
+        p = C.POINTER(_Snapshot)()
+        lib.mn_mempool_snapshot(self._h(), C.byref(p))
+        try:
+            return _snapshot_list(p.contents)
+        finally:
+            lib.mn_snapshot_free(p)
+
+    def empty_cache(self):
+        """Gives the pool's unused cached segments back to the device."""
+        lib.mn_mempool_empty_cache(self._h())
+
+    def close(self):
+        """Destroys the pool (its cache is given back first). Closing twice is
+        a no-op."""
+        if self._handle is None:
+            return
+        lib.mn_mempool_destroy(self._handle)
+        self._handle = None
+        self.allocator.__dict__.get("_pools", {}).pop(id(self), None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close()
+        return False
+
+
+class use_mem_pool:
+    """``with mnemo.use_mem_pool(pool):`` routes the calling thread's
+    allocations from the pool's allocator into the pool (torch.cuda.use_mem_pool)."""
+
+    def __init__(self, pool):
+        if not isinstance(pool, MemPool):
+            raise TypeError("mnemo: use_mem_pool takes a MemPool")
+        self.pool = pool
+
+    def __enter__(self):
+        lib.mn_mempool_use(self.pool._h())
+        return self.pool
+
+    def __exit__(self, exc_type, exc, tb):
+        lib.mn_mempool_unuse(self.pool._h())
+        return False
 
 
 class NaiveAllocator(Allocator):

@@ -184,8 +184,10 @@ class Snapshot(unittest.TestCase):
             small = next(s for s in snap if s["segment_type"] == "small")
             large = next(s for s in snap if s["segment_type"] == "large")
             self.assertEqual(set(small), {"device", "address", "total_size", "allocated_size", "active_size",
-                                          "requested_size", "stream", "segment_type", "is_expandable", "blocks"})
+                                          "requested_size", "stream", "segment_type", "is_expandable",
+                                          "segment_pool_id", "blocks"})
             self.assertEqual(small["device"], 0)
+            self.assertEqual(small["segment_pool_id"], (0, 0))
             self.assertEqual((small["total_size"], small["allocated_size"], small["active_size"],
                               small["requested_size"]), (2 * MiB, 1024, 1024, 1000))
             self.assertFalse(small["is_expandable"])
@@ -406,6 +408,52 @@ class OtherAllocators(unittest.TestCase):
                 n.free(p + 8)
             n.free(p)
         self.assertEqual(mnemo.default_allocator("cpu").name, "naive")
+
+
+
+class MemPools(unittest.TestCase):
+    def test_pool_routing_stats_and_lifetime(self):
+        with mnemo.CachingAllocator(DEV) as a:
+            pool = mnemo.MemPool(a, no_split=True)
+            self.assertGreater(pool.id, 0)
+            outside = a.alloc(1000)
+            with mnemo.use_mem_pool(pool) as used:
+                self.assertIs(used, pool)
+                p = a.alloc(1000)
+                with pool.use():  # nested: the same pool again
+                    q = a.alloc(1000)
+            self.assertNotEqual(p + 1024, q)  # no_split: a segment each
+            s = pool.memory_stats()
+            self.assertEqual((s["allocation.all.current"], s["segment.all.current"]), (2, 2))
+            self.assertEqual(s["reserved_bytes.all.current"], 4 * MiB)
+            self.assertEqual(a.memory_stats()["allocation.all.current"], 3)
+            self.assertEqual({seg["segment_pool_id"] for seg in a.memory_snapshot()}, {(0, 0), (0, pool.id)})
+            self.assertEqual([seg["segment_pool_id"] for seg in pool.memory_snapshot()], [(0, pool.id)] * 2)
+            with self.assertRaises(mnemo.MnemoError) as cm:
+                pool.close()  # live blocks: refused, nothing changed
+            self.assertEqual(cm.exception.status_name, "busy")
+            self.assertEqual(pool.memory_stats()["allocation.all.current"], 2)
+            with self.assertRaises(mnemo.MnemoError) as cm:
+                a.close()  # a pool of it is open
+            self.assertEqual(cm.exception.status_name, "invalid_state")
+            for x in (p, q, outside):
+                a.free(x)
+            a.empty_cache()  # the pool keeps its cache (PyTorch's rule)
+            self.assertEqual(pool.memory_stats()["reserved_bytes.all.current"], 4 * MiB)
+            pool.empty_cache()
+            self.assertEqual(pool.memory_stats()["reserved_bytes.all.current"], 0)
+            pool.close()
+            pool.close()  # twice: a no-op
+            with self.assertRaises(ValueError):
+                pool.id
+        with self.assertRaises(TypeError):
+            mnemo.MemPool("sim:0")
+        with self.assertRaises(TypeError):
+            mnemo.use_mem_pool(None)
+        with mnemo.NaiveAllocator(DEV) as n:
+            with self.assertRaises(mnemo.MnemoError) as cm:
+                mnemo.MemPool(n)
+            self.assertEqual(cm.exception.status_name, "not_supported")
 
 
 if __name__ == "__main__":
