@@ -90,12 +90,14 @@ mn_status mn_mempool_destroy(mn_mempool_t *mp) {
     /* pending frees first (they may be the pool's last active blocks), then its cache */
     mn_status st = mn__release_cached(a, mp);
     why = busy_reason(mp, true);
-    if (!why && (mp->stats.segment[MN_POOL_ALL].current > 0)) {
+    if (!why && mp->stats.segment[MN_POOL_ALL].current > 0) {
+      long long left = (long long)mp->stats.segment[MN_POOL_ALL].current;
+      bool capturing = a->ncaptures != 0;
       unlock(a);
-      return mn__error(st != MN_OK ? st : MN_ERR_BUSY, __func__,
-                       "memory pool %llu: %lld segments could not be given back%s%s",
-                       (unsigned long long)mp->id, (long long)mp->stats.segment[MN_POOL_ALL].current,
-                       st != MN_OK ? ": " : "", st != MN_OK ? mn_last_error() : "");
+      if (st != MN_OK) return mn__error_wrap(st, __func__); /* the release's own message */
+      return mn__error(MN_ERR_BUSY, __func__, "memory pool %llu: %lld segments could not be given back%s",
+                       (unsigned long long)mp->id, left,
+                       capturing ? " (a capture is under way on its allocator: nothing is freed until it ends)" : "");
     }
   }
   if (why) {
@@ -470,12 +472,17 @@ mn_status mn_mempool_capture_end(mn_mempool_t *mp, mn_stream_t *stream, mn_graph
   lock(a);
   mn__capture_route_t **pr = &a->routes;
   while (*pr && ((*pr)->capture_id != cid || (*pr)->mp != mp || cid == 0)) pr = &(*pr)->next;
+  bool found = *pr != NULL;
   unlock(a);
-  if (!*pr)
+  if (!found)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "the stream is not capturing into memory pool %llu",
                      (unsigned long long)mp->id);
   mn_graph_t *g = NULL;
-  st = mn_stream_end_capture(stream, &g); /* the capture is over either way */
+  st = mn_stream_end_capture(stream, &g);
+  if (st != MN_OK) {
+    uint64_t now = 0; /* refused with the capture still going (ended on a joined stream...): routing stays */
+    if (mn__stream_capture_id(stream, &now) == MN_OK && now == cid) return mn__error_wrap(st, __func__);
+  }
   if (st == MN_OK) {
     st = mn__graph_on_destroy(g, graph_released, mp);
     if (st != MN_OK) {

@@ -1744,7 +1744,11 @@ static mn_status mn__cuda_share_import(int index, const mn__share_mem_t *in, voi
   CUdevice dev = 0;
   MN__CUDA_GUARD(guard);
   mn_status st = mn__cuda_vmm_enter(&guard, __func__, index, NULL, total, &g, &dev);
-  if (st != MN_OK) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "cuda:%d: the pieces: %s", index, mn_last_error());
+  if (st != MN_OK) {
+    char why[256]; /* mn__error writes where mn_last_error points: copy it first */
+    snprintf(why, sizeof why, "%s", mn_last_error());
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "cuda:%d: the pieces: %s", index, why);
+  }
   mn__cuda_import *rec = calloc(1, sizeof *rec);
   if (!rec) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   CUdeviceptr va = 0;

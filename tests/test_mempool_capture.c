@@ -238,7 +238,21 @@ MN_TEST(bad_input) {
   MN_CHECK_ERR(mn_mempool_destroy(p), MN_ERR_BUSY, "capture");
   MN_CHECK_ERR(mn_mempool_empty_cache(p), MN_ERR_BUSY, "capture");
   MN_CHECK_OK(mn_mempool_destroy(q)); /* the refused begin left nothing behind */
+  /* ending on a joined stream is refused and the capture goes on: so does the routing */
+  mn_stream_t *s2 = new_stream();
+  mn_event_t *e = NULL;
+  MN_CHECK_OK(mn_event_create(SIM0, &e));
+  MN_CHECK_OK(mn_event_record(e, s));
+  MN_CHECK_OK(mn_stream_wait_event(s2, e));
+  MN_CHECK(mn_mempool_capture_end(p, s2, &g) == MN_ERR_INVALID_STATE);
+  void *x = alloc_on(a, 4 * KB, s);
+  MN_CHECK(pool_stats(p).allocation[MN_POOL_ALL].current == 1);
+  MN_CHECK_OK(mn_event_record(e, s2)); /* s2 rejoins s */
+  MN_CHECK_OK(mn_stream_wait_event(s, e));
+  MN_CHECK_OK(mn_allocator_free(a, x));
   MN_CHECK_OK(mn_mempool_capture_end(p, s, &g));
+  MN_CHECK_OK(mn_event_destroy(e));
+  MN_CHECK_OK(mn_stream_destroy(s2));
   MN_CHECK_OK(mn_graph_destroy(g));
   MN_CHECK_OK(mn_mempool_destroy(p));
   MN_CHECK_OK(mn_stream_destroy(s));
