@@ -90,7 +90,9 @@ MN_API MN_NODISCARD mn_status mn_mempool_capture_begin(mn_mempool_t *pool, mn_st
 /* Ends the capture; *out = the graph, which holds the pool: the pool cannot
  * be destroyed while a graph captured into it lives, and when the last one is
  * destroyed the pool's unused cached segments go back to the device. On an
- * invalidated capture the routing ends too, and the error is returned. */
+ * invalidated capture the routing ends too, and the error is returned; an end
+ * the runtime refuses with the capture still going (`stream` only joined it)
+ * keeps the routing. `stream` not capturing into `pool`: INVALID_ARGUMENT. */
 MN_API MN_NODISCARD mn_status mn_mempool_capture_end(mn_mempool_t *pool, mn_stream_t *stream, mn_graph_t **out);
 
 /* ---- callbacks ---------------------------------------------------------------- */
