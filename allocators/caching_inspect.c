@@ -238,11 +238,24 @@ static mn_status check_segment(const mn__caching_t *a, const mn__segment_t *s, t
   return MN_OK;
 }
 
-static mn_status compare(const char *name, int k, int64_t kept, int64_t recomputed) {
-  static const char *pools[MN_POOL_COUNT] = {"all", "small", "large"};
+static mn_status compare(const char *name, int64_t kept, int64_t recomputed) {
   if (kept != recomputed)
-    BROKEN("statistic %s[%s] is %lld but the blocks add up to %lld", name, k >= 0 ? pools[k] : "-", (long long)kept,
-           (long long)recomputed);
+    BROKEN("statistic %s[-] is %lld but the blocks add up to %lld", name, (long long)kept, (long long)recomputed);
+  return MN_OK;
+}
+
+/* Every pooled counter's current value against the blocks' tally; `whose`
+ * names the statistics in the message ("" for the allocator's). */
+static mn_status compare_pooled(const char *whose, const mn_alloc_stats_t *s, const tally_t *t) {
+  static const char *pools[MN_POOL_COUNT] = {"all", "small", "large"};
+  for (int k = 0; k < MN_POOL_COUNT; k++) {
+#define MN__CMP(name, text)                                                                                 \
+  if (s->name[k].current != t->name[k])                                                                     \
+    BROKEN("%sstatistic %s[%s] is %lld but the blocks add up to %lld", whose, #name, pools[k],             \
+           (long long)s->name[k].current, (long long)t->name[k]);
+    MN_ALLOC_STATS_MAP(MN__CMP)
+#undef MN__CMP
+  }
   return MN_OK;
 }
 
@@ -253,15 +266,9 @@ static mn_status check_mempool(const mn__caching_t *a, const mn_mempool_t *mp) {
   mn_status st = MN_OK;
   for (const mn__segment_t *s = a->segments; s && st == MN_OK; s = s->next_seg)
     if (s->pool->mp == mp) st = check_segment(a, s, &t);
-  for (int k = 0; k < MN_POOL_COUNT && st == MN_OK; k++) {
-#define MN__CMP(name, text) \
-  if (st == MN_OK && mp->stats.name[k].current != t.name[k]) \
-    BROKEN("memory pool %llu: statistic %s[%d] is %lld but its blocks add up to %lld", \
-           (unsigned long long)mp->id, #name, k, (long long)mp->stats.name[k].current, (long long)t.name[k]);
-    MN_ALLOC_STATS_MAP(MN__CMP)
-#undef MN__CMP
-  }
-  return st;
+  char whose[48];
+  snprintf(whose, sizeof whose, "memory pool %llu: ", (unsigned long long)mp->id);
+  return st != MN_OK ? st : compare_pooled(whose, &mp->stats, &t);
 }
 
 static mn_status check_locked(const mn__caching_t *a) {
@@ -345,15 +352,10 @@ static mn_status check_locked(const mn__caching_t *a) {
     BROKEN("%zu pending events listed (and %zu being waited for), blocks count %zu", events, a->pending_waited,
            t.events);
   const mn_alloc_stats_t *s = &a->stats;
-  for (int k = 0; k < MN_POOL_COUNT && st == MN_OK; k++) {
-#define MN__CMP(name, text) \
-  if (st == MN_OK) st = compare(#name, k, s->name[k].current, t.name[k]);
-    MN_ALLOC_STATS_MAP(MN__CMP)
-#undef MN__CMP
-  }
-  if (st == MN_OK) st = compare("reserved (internal)", -1, (int64_t)a->reserved, t.reserved_bytes[MN_POOL_ALL]);
-  if (st == MN_OK) st = compare("oversize_allocations", -1, s->oversize_allocations.current, t.oversize_allocations);
-  if (st == MN_OK) st = compare("oversize_segments", -1, s->oversize_segments.current, t.oversize_segments);
+  st = compare_pooled("", s, &t);
+  if (st == MN_OK) st = compare("reserved (internal)", (int64_t)a->reserved, t.reserved_bytes[MN_POOL_ALL]);
+  if (st == MN_OK) st = compare("oversize_allocations", s->oversize_allocations.current, t.oversize_allocations);
+  if (st == MN_OK) st = compare("oversize_segments", s->oversize_segments.current, t.oversize_segments);
   for (const mn_mempool_t *mp = a->mempools; mp && st == MN_OK; mp = mp->next) st = check_mempool(a, mp);
   return st;
 }
