@@ -531,11 +531,7 @@ static __attribute__((noinline)) mn_status free_with_uses(mn__caching_t *a, mn__
   }
   bool need_sync = false;
   for (uint32_t i = 0; i < n; i++) {
-    ends[i].event = mn__event_get(a);
-    ends[i].entry = ends[i].event ? mn__pending_take(a) : NULL;
-    if (ends[i].entry && mn_event_record(ends[i].event, b->uses[i].stream) == MN_OK) continue;
-    if (ends[i].event) mn__event_put(a, ends[i].event);
-    if (ends[i].entry) mn__pending_put(a, ends[i].entry);
+    if (mn__use_event_record(a, b->uses[i].stream, &ends[i].event, &ends[i].entry)) continue;
     ends[i].event = NULL;
     ends[i].entry = NULL;
     need_sync = true;

@@ -528,6 +528,10 @@ static inline bool mn__whole_raw_segment(const mn__block_t *b) { return !b->seg-
 mn_event_t *mn__event_get(mn__caching_t *a);
 void mn__event_put(mn__caching_t *a, mn_event_t *e);
 mn__pending_t *mn__pending_take(mn__caching_t *a);
+/* An event from the pool and a pending entry for it, the event recorded on
+ * `stream`; false (nothing taken) when either cannot be had or the record
+ * fails. The entry is not filled in or queued. */
+bool mn__use_event_record(mn__caching_t *a, mn_stream_t *stream, mn_event_t **event, mn__pending_t **entry);
 void mn__pending_put(mn__caching_t *a, mn__pending_t *p);
 /* Appends p to its stream's queue: O(streams with pending events). */
 void mn__pending_append(mn__caching_t *a, mn__pending_t *p);

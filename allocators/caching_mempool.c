@@ -414,15 +414,13 @@ static void deferred_to_events(mn__caching_t *a) {
     b->spare_next = NULL;
     b->deferred = false;
     for (uint32_t i = 0; i < b->nuses; i++) {
-      mn_event_t *e = mn__event_get(a);
-      mn__pending_t *p = e ? mn__pending_take(a) : NULL;
-      if (p && mn_event_record(e, b->uses[i].stream) == MN_OK) {
+      mn_event_t *e = NULL;
+      mn__pending_t *p = NULL;
+      if (mn__use_event_record(a, b->uses[i].stream, &e, &p)) {
         *p = (mn__pending_t){.event = e, .block = b, .stream_id = b->uses[i].id};
         mn__pending_append(a, p);
         b->event_count++;
       } else {
-        if (e) mn__event_put(a, e);
-        if (p) mn__pending_put(a, p);
         mn__ignore(mn_stream_synchronize(b->uses[i].stream)); /* failed: the block's later reuse is what is left */
       }
       mn__stream_unhold(b->uses[i].stream);

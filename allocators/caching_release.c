@@ -46,6 +46,19 @@ void mn__pending_put(mn__caching_t *a, mn__pending_t *p) {
   a->spare_pending = p;
 }
 
+bool mn__use_event_record(mn__caching_t *a, mn_stream_t *stream, mn_event_t **event, mn__pending_t **entry) {
+  mn_event_t *e = mn__event_get(a);
+  mn__pending_t *p = e ? mn__pending_take(a) : NULL;
+  if (p && mn_event_record(e, stream) == MN_OK) {
+    *event = e;
+    *entry = p;
+    return true;
+  }
+  if (e) mn__event_put(a, e);
+  if (p) mn__pending_put(a, p);
+  return false;
+}
+
 void mn__pending_append(mn__caching_t *a, mn__pending_t *p) {
   p->next = NULL;
   a->npending++;
