@@ -1,0 +1,13 @@
+/* tests/view_chain_index.c: the view-chain interpreter's index ops
+ * (docs/VIEW_CHAINS.md); see view_chain_internal.h. Single thread per chain. */
+#include "view_chain_internal.h"
+
+chain_ext_result chain_index_op(chain_t *c, const char *name, int na, char **a, mn_view_t **next, mn_status *st) {
+  (void)c;
+  (void)name;
+  (void)na;
+  (void)a;
+  (void)next;
+  (void)st;
+  return CHAIN_NOT_MINE;
+}
