@@ -143,6 +143,8 @@ static mn_status kernel_job_submit(mn_stream_t *stream, const kernel_job *job, c
 #else
       return mn__error(MN_ERR_NOT_SUPPORTED, func, "built without CUDA");
 #endif
+    case MN_DEVICE_META:
+      return mn__error(MN_ERR_NOT_SUPPORTED, func, "meta: no kernel runs on the meta device (it holds no data)");
     default:
       return mn__error(MN_ERR_INVALID_ARGUMENT, func, "invalid device type");
   }

@@ -47,6 +47,8 @@ static mn_status device_to_dl(mn_device_t dev, DLDevice *out, const char *func) 
     case MN_DEVICE_CPU: *out = (DLDevice){kDLCPU, 0}; return MN_OK;
     case MN_DEVICE_CUDA: *out = (DLDevice){kDLCUDA, dev.index}; return MN_OK;
     case MN_DEVICE_SIM: *out = (DLDevice){kDLExtDev, dev.index}; return MN_OK;
+    case MN_DEVICE_META:
+      return mn__error(MN_ERR_NOT_SUPPORTED, func, "Cannot pack tensors on meta (the meta device has no data)");
     default: return mn__error(MN_ERR_INVALID_ARGUMENT, func, "invalid device type %d", (int)dev.type);
   }
 }

@@ -144,6 +144,7 @@ mn_status chain_wait_dev(mn_device_t dev) {
 
 /* A new contiguous 1-d arange(n) of dtype on dev, viewed as sizes. */
 mn_status chain_make_arange(mn_device_t dev, mn_dtype dt, int ndim, const int64_t *sizes, mn_view_t **out) {
+  if (dev.type == MN_DEVICE_META) return mn_view_empty(dev, dt, ndim, sizes, out); /* sizes, no data */
   int64_t n = 1;
   for (int d = 0; d < ndim; d++) n *= sizes[d];
   mn_view_t *h = NULL, *v = NULL;
@@ -504,9 +505,10 @@ static mn_status print_view(sbuf *b, chain_t *c) {
   if (chain_too_big(c, v)) return c->st; /* a view op may reach it without a copy */
   mn_dtype dt = mn_view_dtype(v);
   int nd = mn_view_ndim(v);
-  mn_status st = mn_view_to(v, mn_device_cpu(), dt, false, NULL, &h);
+  bool meta = mn_view_device(v).type == MN_DEVICE_META; /* no data: "values": null */
+  mn_status st = meta ? MN_OK : mn_view_to(v, mn_device_cpu(), dt, false, NULL, &h);
   mn_view_t *hc = NULL;
-  if (st == MN_OK) st = mn_view_contiguous(h, NULL, &hc);
+  if (st == MN_OK && !meta) st = mn_view_contiguous(h, NULL, &hc);
   mn_view_destroy(h);
   if (st != MN_OK) return st;
   chain_sb_printf(b, "{\"dtype\": \"%s\", \"sizes\": [", mn_dtype_name(dt));
@@ -514,8 +516,10 @@ static mn_status print_view(sbuf *b, chain_t *c) {
   chain_sb_printf(b, "], \"strides\": [");
   for (int d = 0; d < nd; d++) chain_sb_printf(b, d ? ", %lld" : "%lld", (long long)mn_view_stride(v, d));
   bool cl = nd == 4 ? mn_view_is_contiguous_channels_last(v) : mn_view_is_contiguous_channels_last_3d(v);
-  chain_sb_printf(b, "], \"offset\": %lld, \"contiguous\": %s, \"channels_last\": %s, \"values\": [",
-            (long long)mn_view_offset(v), mn_view_is_contiguous(v) ? "true" : "false", cl ? "true" : "false");
+  chain_sb_printf(b, "], \"offset\": %lld, \"contiguous\": %s, \"channels_last\": %s, \"values\": %s",
+            (long long)mn_view_offset(v), mn_view_is_contiguous(v) ? "true" : "false", cl ? "true" : "false",
+            meta ? "null}" : "[");
+  if (meta) return MN_OK;
   size_t item = mn_dtype_itemsize(dt);
   for (int64_t i = 0; i < mn_view_numel(hc); i++) {
     if (i) chain_sb_printf(b, ", ");
