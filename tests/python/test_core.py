@@ -749,6 +749,32 @@ class Lifetimes(unittest.TestCase):
         self.assertEqual(s.refcount, 1)
 
 
+class MetaDevice(unittest.TestCase):
+    """The meta device: sizes without data (docs/STORAGE.md)."""
+
+    def test_meta(self):
+        m = mnemo.device("meta")
+        self.assertEqual(m, mnemo.Device("meta"))
+        self.assertEqual(m, mnemo.meta)
+        self.assertEqual(str(m), "meta")
+        self.assertEqual(mnemo.device_count("meta"), 1)
+        p = m.properties()
+        self.assertEqual(p["name"], "meta")
+        self.assertFalse(p["is_host_accessible"])
+        v = arange((2, 3)).to("meta")
+        self.assertEqual(v.device, m)
+        t = v.t().contiguous()
+        self.assertEqual((t.shape, t.stride()), ((3, 2), (2, 1)))
+        self.assertIn("size=(3, 2)", repr(t))
+        with self.assertRaisesRegex(mnemo.MnemoError, "Cannot copy out of meta tensor; no data!"):
+            t.to("cpu")
+        with self.assertRaises(mnemo.MnemoError):
+            t.tolist()
+        t.fill_(2.0)  # checked, nothing written
+        back = mnemo.empty_like(t, device="cpu")
+        self.assertEqual(back.shape, (3, 2))
+
+
 if __name__ == "__main__":
     prog = unittest.main(exit=False, verbosity=1)
     sys.exit(0 if prog.result.wasSuccessful() else 1)
