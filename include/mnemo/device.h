@@ -57,7 +57,7 @@ MN_API mn_device_t mn_device_meta(void);
  * reported total_memory is then 2^50. MN_ERR_BUSY when more is held now. */
 MN_API MN_NODISCARD mn_status mn_device_meta_set_capacity(size_t bytes);
 MN_API bool mn_device_equal(mn_device_t a, mn_device_t b);
-/* "cpu", "cuda", "sim". */
+/* "cpu", "cuda", "sim", "meta". */
 MN_API const char *mn_device_type_name(mn_device_type type);
 /* Parses "cpu", "cuda", "cuda:1", "sim:0", "meta" (index defaults to 0). */
 MN_API MN_NODISCARD mn_status mn_device_parse(const char *text, mn_device_t *out);
