@@ -391,6 +391,16 @@ MN_TEST(ki_large_shapes) {
       c.isize[0] = op == 0 ? 600 : 30;
       c.ibcast[0] = 0;
       MN_CHECK(ki_run_case(&c));
+      /* index_select along the last axis, the same index for every row (the
+       * CPU's 8-row blocks; 37 rows leave a partial block) */
+      c.ndim = 3;
+      c.sizes[0] = 3;
+      c.sizes[1] = 37;
+      c.sizes[2] = 150;
+      c.serial = 4u;
+      c.isize[0] = op == 0 ? 400 : 20;
+      c.ibcast[0] = 3u;
+      MN_CHECK(ki_run_case(&c));
     }
 }
 
