@@ -135,7 +135,7 @@ __global__ void scatter_kernel(Geom g, Walk w, I n) {
     for (int64_t c = 0;;) {
       const int64_t k = index_term<ALIGNED>(g, io);
       if (ACC)
-        mn__ix_add(g.dtype, g.dst + od + k, g.src + os);
+        mn__ix_add_al(g.dtype, g.dst + od + k, g.src + os, ALIGNED);
       else
         move<N, ALIGNED>(g.dst + od + k, g.src + os);
       if (++c == w.nserial) break;

@@ -55,26 +55,28 @@ MN__HD int64_t mn__ix_load(const char *p, int is64, int64_t size) {
   return v < 0 ? v + size : v;
 }
 
-/* *d += *s for one element of dtype `dt` (d and s may be unaligned): integers
- * wrap, bool ORs, float16/bfloat16/float8 add in float32 and round as a cast
- * does (kernels/cast.h), float32/float64 add natively, complex per part. */
-MN__HD void mn__ix_add(int dt, char *d, const char *s) {
+/* *d += *s for one element of dtype `dt`: integers wrap, bool ORs,
+ * float16/bfloat16/float8 add in float32 and round as a cast does
+ * (kernels/cast.h), float32/float64 add natively, complex per part.
+ * al: both addresses are aligned to the item size (typed accesses in device
+ * code, kernels/cast.h's MN__LOAD/MN__STORE); 0: any address. */
+MN__HD void mn__ix_add_al(int dt, char *d, const char *s, int al) {
   switch (dt) {
     case MN_DTYPE_BOOL: {
       uint8_t a, b;
-      memcpy(&a, d, 1);
-      memcpy(&b, s, 1);
+      MN__LOAD(uint8_t, a, d, al);
+      MN__LOAD(uint8_t, b, s, al);
       a = (uint8_t)((a != 0) | (b != 0));
-      memcpy(d, &a, 1);
+      MN__STORE(uint8_t, d, a, al);
       return;
     }
 #define MN__IX_ADD_INT(DT, T)   \
   case DT: {                    \
     T a, b;                     \
-    memcpy(&a, d, sizeof a);    \
-    memcpy(&b, s, sizeof b);    \
+    MN__LOAD(T, a, d, al);      \
+    MN__LOAD(T, b, s, al);      \
     a = (T)(a + b);             \
-    memcpy(d, &a, sizeof a);    \
+    MN__STORE(T, d, a, al);     \
     return;                     \
   }
       MN__IX_ADD_INT(MN_DTYPE_UINT8, uint8_t)
@@ -86,61 +88,58 @@ MN__HD void mn__ix_add(int dt, char *d, const char *s) {
       MN__IX_ADD_INT(MN_DTYPE_UINT64, uint64_t)
       MN__IX_ADD_INT(MN_DTYPE_INT64, uint64_t)
 #undef MN__IX_ADD_INT
-    case MN_DTYPE_FLOAT16: {
-      uint16_t a, b;
-      memcpy(&a, d, 2);
-      memcpy(&b, s, 2);
-      a = mn__f32_to_f16(MN__FADD(mn__f16_to_f32(a), mn__f16_to_f32(b)));
-      memcpy(d, &a, 2);
+#define MN__IX_ADD_NARROW(DT, T, TO_F32, OF_F32) \
+  case DT: {                                     \
+    T a, b;                                      \
+    MN__LOAD(T, a, d, al);                       \
+    MN__LOAD(T, b, s, al);                       \
+    a = (T)OF_F32(MN__FADD(TO_F32(a), TO_F32(b))); \
+    MN__STORE(T, d, a, al);                      \
+    return;                                      \
+  }
+      MN__IX_ADD_NARROW(MN_DTYPE_FLOAT16, uint16_t, mn__f16_to_f32, mn__f32_to_f16)
+      MN__IX_ADD_NARROW(MN_DTYPE_BFLOAT16, uint16_t, mn__bf16_to_f32, mn__f32_to_bf16)
+      MN__IX_ADD_NARROW(MN_DTYPE_FLOAT8_E4M3FN, uint8_t, mn__e4m3_to_f32, mn__f32_to_e4m3)
+      MN__IX_ADD_NARROW(MN_DTYPE_FLOAT8_E5M2, uint8_t, mn__e5m2_to_f32, mn__f32_to_e5m2)
+#undef MN__IX_ADD_NARROW
+    case MN_DTYPE_FLOAT32: {
+      float a, b;
+      MN__LOAD(float, a, d, al);
+      MN__LOAD(float, b, s, al);
+      a = MN__FADD(a, b);
+      MN__STORE(float, d, a, al);
       return;
     }
-    case MN_DTYPE_BFLOAT16: {
-      uint16_t a, b;
-      memcpy(&a, d, 2);
-      memcpy(&b, s, 2);
-      a = mn__f32_to_bf16(MN__FADD(mn__bf16_to_f32(a), mn__bf16_to_f32(b)));
-      memcpy(d, &a, 2);
+    case MN_DTYPE_FLOAT64: {
+      double a, b;
+      MN__LOAD(double, a, d, al);
+      MN__LOAD(double, b, s, al);
+      a = MN__DADD(a, b);
+      MN__STORE(double, d, a, al);
       return;
     }
-    case MN_DTYPE_FLOAT8_E4M3FN: {
-      uint8_t a, b;
-      memcpy(&a, d, 1);
-      memcpy(&b, s, 1);
-      a = mn__f32_to_e4m3(MN__FADD(mn__e4m3_to_f32(a), mn__e4m3_to_f32(b)));
-      memcpy(d, &a, 1);
-      return;
-    }
-    case MN_DTYPE_FLOAT8_E5M2: {
-      uint8_t a, b;
-      memcpy(&a, d, 1);
-      memcpy(&b, s, 1);
-      a = mn__f32_to_e5m2(MN__FADD(mn__e5m2_to_f32(a), mn__e5m2_to_f32(b)));
-      memcpy(d, &a, 1);
-      return;
-    }
-    case MN_DTYPE_FLOAT32:
     case MN_DTYPE_COMPLEX64: {
-      float a[2], b[2];
-      const int parts = dt == MN_DTYPE_FLOAT32 ? 1 : 2;
-      memcpy(a, d, 4 * (size_t)parts);
-      memcpy(b, s, 4 * (size_t)parts);
-      for (int k = 0; k < parts; k++) a[k] = MN__FADD(a[k], b[k]);
-      memcpy(d, a, 4 * (size_t)parts);
+      mn__c64_t a, b;
+      MN__LOAD(mn__c64_t, a, d, al);
+      MN__LOAD(mn__c64_t, b, s, al);
+      a.v[0] = MN__FADD(a.v[0], b.v[0]);
+      a.v[1] = MN__FADD(a.v[1], b.v[1]);
+      MN__STORE(mn__c64_t, d, a, al);
       return;
     }
-    case MN_DTYPE_FLOAT64:
     case MN_DTYPE_COMPLEX128: {
-      double a[2], b[2];
-      const int parts = dt == MN_DTYPE_FLOAT64 ? 1 : 2;
-      memcpy(a, d, 8 * (size_t)parts);
-      memcpy(b, s, 8 * (size_t)parts);
-      for (int k = 0; k < parts; k++) a[k] = MN__DADD(a[k], b[k]);
-      memcpy(d, a, 8 * (size_t)parts);
+      mn__c128_t a, b;
+      MN__LOAD(mn__c128_t, a, d, al);
+      MN__LOAD(mn__c128_t, b, s, al);
+      a.v[0] = MN__DADD(a.v[0], b.v[0]);
+      a.v[1] = MN__DADD(a.v[1], b.v[1]);
+      MN__STORE(mn__c128_t, d, a, al);
       return;
     }
     default: return; /* refused before any kernel runs (mn__ix_can_add) */
   }
 }
+MN__HD void mn__ix_add(int dt, char *d, const char *s) { mn__ix_add_al(dt, d, s, 0); }
 
 /* Whether mn__ix_add knows the dtype. */
 MN__HD int mn__ix_can_add(int dt) {
