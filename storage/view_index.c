@@ -380,6 +380,11 @@ static mn_status plan_build(const mn_view_t *v, int n, const mn_view_t *const *i
   /* As PyTorch, indices are checked only when the result has elements. */
   int64_t numel = 1;
   for (int d = 0; d < p->rnd; d++) numel *= p->rsizes[d];
+  int64_t bnumel = 1;
+  for (int d = 0; d < p->bnd; d++) bnumel *= p->bsizes[d];
+  for (int j = 0; j < p->n; j++)
+    if (v->sizes[p->dims[j]] == 0 && bnumel > 0)
+      return mn__error(MN_ERR_INVALID_ARGUMENT, func, "index is out of bounds for dimension with size 0");
   for (int j = 0; j < p->n && numel > 0; j++)
     if (orig[j] && (st = check_range(orig[j], v->sizes[p->dims[j]], j, RANGE_INDEX, func)) != MN_OK)
       return st;
@@ -438,11 +443,6 @@ mn_status mn_view_index(const mn_view_t *v, int n, const mn_view_t *const *indic
  * not overlapping v (a copy when it would). */
 static mn_status values_for(const mn_view_t *v, const mn_view_t *values, int rnd, const int64_t *rsizes, temps_t *t,
                             const char *func, const mn_view_t **out) {
-  if (values->dtype != v->dtype)
-    return mn__error(MN_ERR_INVALID_ARGUMENT, func,
-                     "Index put requires the source and destination dtypes match, got %s for the destination and %s "
-                     "for the source.",
-                     mn_dtype_name(v->dtype), mn_dtype_name(values->dtype));
   mn_view_t *e = NULL;
   mn_status st = mn_view_expand(values, rnd, rsizes, &e);
   if (st != MN_OK) {
@@ -494,6 +494,11 @@ static mn_status zero_index(mn_device_t dev, mn_stream_t *s, temps_t *t, const c
 mn_status mn_view_index_put(mn_view_t *v, int n, const mn_view_t *const *indices, const mn_view_t *values,
                             bool accumulate, mn_stream_t *stream) {
   MN__CHECK_ARG(v != NULL && values != NULL, "view and values must not be NULL");
+  if (values->dtype != v->dtype)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                     "Index put requires the source and destination dtypes match, got %s for the destination and %s "
+                     "for the source.",
+                     mn_dtype_name(v->dtype), mn_dtype_name(values->dtype));
   if (internal_overlap(v)) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, OVERLAP_MSG);
   mn_device_t dev = mn_view_device(v);
   mn_stream_t *s = NULL;
