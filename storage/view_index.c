@@ -126,9 +126,11 @@ static bool next_pos(int64_t *at, const int64_t *sizes, int ndim) {
 }
 
 /* Checks every index of x (int32/int64, any device) against a dim of `size`
- * (dim `dim` for the message) before anything is written. */
-static mn_status check_range(const mn_view_t *x, int64_t size, int dim, range_mode mode, const char *func) {
-  if (mn_view_numel(x) == 0 || is_meta(mn_view_device(x))) return MN_OK;
+ * (dim `dim` for the message) of v before anything is written; nothing to
+ * read when v or x is on the meta device (as PyTorch's meta kernels). */
+static mn_status check_range(const mn_view_t *v, const mn_view_t *x, int64_t size, int dim, range_mode mode,
+                             const char *func) {
+  if (mn_view_numel(x) == 0 || is_meta(mn_view_device(x)) || is_meta(mn_view_device(v))) return MN_OK;
   mn_view_t *h = NULL;
   mn_status st = to_host(x, func, &h);
   if (st != MN_OK) return st;
@@ -386,7 +388,7 @@ static mn_status plan_build(const mn_view_t *v, int n, const mn_view_t *const *i
     if (v->sizes[p->dims[j]] == 0 && bnumel > 0)
       return mn__error(MN_ERR_INVALID_ARGUMENT, func, "index is out of bounds for dimension with size 0");
   for (int j = 0; j < p->n && numel > 0; j++)
-    if (orig[j] && (st = check_range(orig[j], v->sizes[p->dims[j]], j, RANGE_INDEX, func)) != MN_OK)
+    if (orig[j] && (st = check_range(v, orig[j], v->sizes[p->dims[j]], j, RANGE_INDEX, func)) != MN_OK)
       return st;
   p->ix.n = p->n;
   for (int j = 0; j < p->n; j++) {
@@ -549,7 +551,7 @@ mn_status mn_view_index_select(const mn_view_t *v, int dim, const mn_view_t *ind
   if (v->ndim == 0 && n != 1)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
                      "index_select(): Index to scalar can have only 1 value, got %lld value(s)", (long long)n);
-  st = check_range(index, size, d, RANGE_SELECT, __func__);
+  st = check_range(v, index, size, d, RANGE_SELECT, __func__);
   if (st != MN_OK) return st;
   if (v->ndim == 0) { /* the one element (index 0), as a new storage */
     mn_stream_t *s = NULL;
@@ -580,7 +582,7 @@ mn_status mn_view_take(const mn_view_t *v, const mn_view_t *index, mn_stream_t *
   int64_t numel = mn_view_numel(v);
   if (numel == 0 && mn_view_numel(index) > 0)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "take(): tried to take from an empty tensor");
-  mn_status st = check_range(index, numel, 0, RANGE_TAKE, __func__);
+  mn_status st = check_range(v, index, numel, 0, RANGE_TAKE, __func__);
   if (st != MN_OK) return st;
   mn_device_t dev = mn_view_device(v);
   mn_stream_t *s = NULL;
@@ -658,7 +660,7 @@ mn_status mn_view_gather(const mn_view_t *v, int dim, const mn_view_t *index, mn
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "gather(): Expected dtype int32 or int64 for index");
   st = check_dim_shapes(v, d, index, NULL, "gather", __func__);
   int64_t size = v->ndim ? v->sizes[d] : 1;
-  if (st == MN_OK) st = check_range(index, size, d, RANGE_DIM, __func__);
+  if (st == MN_OK) st = check_range(v, index, size, d, RANGE_DIM, __func__);
   if (st != MN_OK) return st;
   mn_device_t dev = mn_view_device(v);
   mn_stream_t *s = NULL;
@@ -755,7 +757,7 @@ static mn_status scatter_impl(mn_view_t *v, int dim, const mn_view_t *index, con
   if (o1 == MN__OVERLAP_PARTIAL || o1 == MN__OVERLAP_FULL || o2 == MN__OVERLAP_PARTIAL || o2 == MN__OVERLAP_FULL)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, PARTIAL_MSG);
   int64_t size = v->ndim ? v->sizes[d] : 1;
-  st = check_range(index, size, d, RANGE_DIM, func);
+  st = check_range(v, index, size, d, RANGE_DIM, func);
   if (st != MN_OK) return st;
   mn_device_t dev = mn_view_device(v);
   mn_stream_t *s = NULL;
