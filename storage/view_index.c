@@ -299,7 +299,7 @@ static mn_status broadcast_indices(plan_t *p, const char *func) {
 /* Validates indices[0..n) against v and builds the plan (indices on v's
  * device, in temps). Nothing is written. */
 static mn_status plan_build(const mn_view_t *v, int n, const mn_view_t *const *indices, const mn_view_t *avoid,
-                            temps_t *t, const char *func, plan_t *p) {
+                            bool checked, temps_t *t, const char *func, plan_t *p) {
   memset(p, 0, sizeof *p);
   if (n < 0 || (n > 0 && !indices)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "indices must not be NULL");
   mn_device_t dev = mn_view_device(v);
@@ -387,7 +387,7 @@ static mn_status plan_build(const mn_view_t *v, int n, const mn_view_t *const *i
   for (int j = 0; j < p->n; j++)
     if (v->sizes[p->dims[j]] == 0 && bnumel > 0)
       return mn__error(MN_ERR_INVALID_ARGUMENT, func, "index is out of bounds for dimension with size 0");
-  for (int j = 0; j < p->n && numel > 0; j++)
+  for (int j = 0; j < p->n && numel > 0 && !checked; j++)
     if (orig[j] && (st = check_range(v, orig[j], v->sizes[p->dims[j]], j, RANGE_INDEX, func)) != MN_OK)
       return st;
   p->ix.n = p->n;
@@ -426,19 +426,25 @@ static mn_status plan_gather(const mn_view_t *v, const plan_t *p, mn_stream_t *s
   return MN_OK;
 }
 
+/* mn_view_index; `checked`: the caller has range-checked the indices. */
+static mn_status index_impl(const mn_view_t *v, int n, const mn_view_t *const *indices, mn_stream_t *stream,
+                            bool checked, const char *func, mn_view_t **out) {
+  mn_device_t dev = mn_view_device(v);
+  mn_stream_t *s = NULL;
+  mn_status st = call_stream(dev, stream, func, &s);
+  if (st != MN_OK) return st;
+  temps_t t = {.n = 0};
+  plan_t p;
+  st = plan_build(v, n, indices, NULL, checked, &t, func, &p);
+  if (st == MN_OK) st = plan_gather(v, &p, s, func, out);
+  return finish(s, &t, st, func);
+}
+
 mn_status mn_view_index(const mn_view_t *v, int n, const mn_view_t *const *indices, mn_stream_t *stream,
                         mn_view_t **out) {
   MN__CHECK_ARG(v != NULL && out != NULL, "view and out must not be NULL");
   *out = NULL;
-  mn_device_t dev = mn_view_device(v);
-  mn_stream_t *s = NULL;
-  mn_status st = call_stream(dev, stream, __func__, &s);
-  if (st != MN_OK) return st;
-  temps_t t = {.n = 0};
-  plan_t p;
-  st = plan_build(v, n, indices, NULL, &t, __func__, &p);
-  if (st == MN_OK) st = plan_gather(v, &p, s, __func__, out);
-  return finish(s, &t, st, __func__);
+  return index_impl(v, n, indices, stream, false, __func__, out);
 }
 
 /* values checked and broadcast to the plan's result shape, on v's device,
@@ -509,7 +515,7 @@ mn_status mn_view_index_put(mn_view_t *v, int n, const mn_view_t *const *indices
   temps_t t = {.n = 0};
   plan_t p;
   const mn_view_t *vals = NULL;
-  st = plan_build(v, n, indices, v, &t, __func__, &p);
+  st = plan_build(v, n, indices, v, false, &t, __func__, &p);
   if (st == MN_OK) st = values_for(v, values, p.rnd, p.rsizes, &t, __func__, &vals);
   if (st == MN_OK && p.n == 0 && s) { /* no index: one zero index of a size-1 stride-0 dim */
     mn_view_t *z = NULL;
@@ -568,7 +574,7 @@ mn_status mn_view_index_select(const mn_view_t *v, int dim, const mn_view_t *ind
   if (st != MN_OK) return st;
   const mn_view_t *ixs[MN_MAX_DIMS] = {0};
   ixs[d] = flat;
-  st = mn_view_index(v, d + 1, ixs, stream, out);
+  st = index_impl(v, d + 1, ixs, stream, true, __func__, out);
   mn_view_destroy(flat);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
@@ -731,7 +737,7 @@ mn_status mn_view_masked_select(const mn_view_t *v, const mn_view_t *mask, mn_st
   }
   if (st == MN_OK) {
     const mn_view_t *ixs[1] = {me};
-    st = mn_view_index(ve, 1, ixs, stream, out);
+    st = index_impl(ve, 1, ixs, stream, true, __func__, out);
   }
   mn_view_destroy(ve);
   mn_view_destroy(me);
