@@ -184,9 +184,73 @@ static void row_one_index(const mn__index_geom_t *g, char *d, int64_t dstep, con
 #undef MN__IX_ITEMS
 #undef MN__IX_LOOP
 
+/* A gather whose one index varies along the row but not from row to row
+ * (index_select along the last axis): blocks of 8 rows share each index
+ * load, and their 8 reads (random within each row) are independent misses in
+ * flight together. rows x n positions; drow, srow: the rows' byte steps. */
+#define MN__IX_BLOCK_LOOP(N, IT)                                                          \
+  for (int64_t r0 = 0; r0 < rows; r0 += 8) {                                              \
+    const int64_t nb = rows - r0 < 8 ? rows - r0 : 8;                                     \
+    char *d0 = d + r0 * drow;                                                             \
+    const char *s0 = s + r0 * srow;                                                       \
+    for (int64_t i = 0; i < n; i++) {                                                     \
+      IT v;                                                                               \
+      memcpy(&v, ip + i * istep, sizeof v);                                               \
+      const int64_t k = ((int64_t)v + (v < 0 ? isize : 0)) * ist;                         \
+      if (nb == 8) {                                                                      \
+        for (int q = 0; q < 8; q++) memcpy(d0 + q * drow + i * dstep, s0 + q * srow + k, N); \
+      } else {                                                                            \
+        for (int64_t q = 0; q < nb; q++) memcpy(d0 + q * drow + i * dstep, s0 + q * srow + k, N); \
+      }                                                                                   \
+    }                                                                                     \
+  }
+#define MN__IX_BLOCK_ITEMS(IT)                     \
+  switch (g->item) {                               \
+    case 1: MN__IX_BLOCK_LOOP(1, IT) return;       \
+    case 2: MN__IX_BLOCK_LOOP(2, IT) return;       \
+    case 4: MN__IX_BLOCK_LOOP(4, IT) return;       \
+    case 8: MN__IX_BLOCK_LOOP(8, IT) return;       \
+    default: MN__IX_BLOCK_LOOP(16, IT) return;     \
+  }
+
+static void gather_row_block(const mn__index_geom_t *g, char *d, int64_t drow, int64_t dstep, const char *s,
+                             int64_t srow, int64_t sstep, int64_t rows, int64_t n, const char *ip, int64_t istep) {
+  const int64_t isize = g->isize[0], ist = g->istride[0];
+  (void)sstep; /* 0: the caller's condition */
+  if (g->idx64[0]) {
+    MN__IX_BLOCK_ITEMS(int64_t)
+  } else {
+    MN__IX_BLOCK_ITEMS(int32_t)
+  }
+}
+#undef MN__IX_BLOCK_ITEMS
+#undef MN__IX_BLOCK_LOOP
+
 /* Every position of g in row-major order. */
 static void cpu_run(const mn__index_geom_t *g) {
   const int in = g->ndim - 1;
+  if (g->op == MN__IX_GATHER && g->n == 1 && in >= 1 && g->is[0][in] != 0 && g->ss[in] == 0 &&
+      g->is[0][in - 1] == 0 && g->size[in - 1] >= 2) {
+    /* gather_row_block over the last two dims, an odometer over the others */
+    const int rd = in - 1;
+    int64_t outer = 1, pos[MN_MAX_DIMS] = {0}, doff = 0, soff = 0, ioff = 0;
+    for (int d = 0; d < rd; d++) outer *= g->size[d];
+    for (int64_t o = 0; o < outer; o++) {
+      gather_row_block(g, g->dst + doff, g->ds[rd], g->ds[in], g->src + soff, g->ss[rd], g->ss[in], g->size[rd],
+                       g->size[in], g->idx[0] + ioff, g->is[0][in]);
+      for (int d2 = rd - 1; d2 >= 0; d2--) {
+        doff += g->ds[d2];
+        soff += g->ss[d2];
+        ioff += g->is[0][d2];
+        if (++pos[d2] < g->size[d2]) break;
+        doff -= g->size[d2] * g->ds[d2];
+        soff -= g->size[d2] * g->ss[d2];
+        ioff -= g->size[d2] * g->is[0][d2];
+        pos[d2] = 0;
+      }
+    }
+    return;
+  }
   const int64_t n = g->size[in];
   int64_t outer = 1;
   for (int d = 0; d < in; d++) outer *= g->size[d];

@@ -215,6 +215,7 @@ typedef struct ki_case {
   mn_dtype idt[3];
   unsigned ibcast[3]; /* dims each index does not vary on */
   unsigned sbcast;    /* scatter: src broadcast dims */
+  int shift;          /* bytes every operand starts past its buffer's (aligned) start */
 } ki_case;
 
 static int ki_failures_reported;
@@ -236,10 +237,11 @@ static bool ki_run_case(const ki_case *c) {
   int64_t ostr[MN_MAX_DIMS], ooff;
   const int64_t oelems = ki_layout(c->ndim, c->sizes, c->op == 0 ? 0 : c->sbcast, ostr, &ooff);
   ki_buf D, O, I[3];
-  ki_alloc(&D, (size_t)delems * item);
-  ki_alloc(&O, (size_t)oelems * item);
-  for (size_t i = 0; i < D.nbytes; i += item) ki_value(c->dtype, D.host + i);
-  for (size_t i = 0; i < O.nbytes; i += item) ki_value(c->dtype, O.host + i);
+  const int64_t sh = c->shift;
+  ki_alloc(&D, (size_t)delems * item + (size_t)sh);
+  ki_alloc(&O, (size_t)oelems * item + (size_t)sh);
+  for (size_t i = (size_t)sh; i + item <= D.nbytes; i += item) ki_value(c->dtype, D.host + i);
+  for (size_t i = (size_t)sh; i + item <= O.nbytes; i += item) ki_value(c->dtype, O.host + i);
   mn__index_ops_t ix, hix;
   memset(&ix, 0, sizeof ix);
   ix.n = c->n;
@@ -247,14 +249,14 @@ static bool ki_run_case(const ki_case *c) {
     int64_t istr[MN_MAX_DIMS], ioff;
     const int64_t ielems = ki_layout(c->ndim, c->sizes, c->ibcast[j], istr, &ioff);
     const size_t ii = c->idt[j] == MN_DTYPE_INT64 ? 8 : 4;
-    ki_alloc(&I[j], (size_t)ielems * ii);
+    ki_alloc(&I[j], (size_t)ielems * ii + (size_t)sh);
     for (int64_t e = 0; e < ielems; e++) {
       int64_t v = ki_range(-c->isize[j], c->isize[j] - 1);
       if (ii == 8) {
-        memcpy(I[j].host + e * 8, &v, 8);
+        memcpy(I[j].host + sh + e * 8, &v, 8);
       } else {
         int32_t w = (int32_t)v;
-        memcpy(I[j].host + e * 4, &w, 4);
+        memcpy(I[j].host + sh + e * 4, &w, 4);
       }
     }
     ki_upload(&I[j]);
@@ -263,7 +265,7 @@ static bool ki_run_case(const ki_case *c) {
       ix.idx[j].sizes[d] = c->sizes[d];
       ix.idx[j].strides[d] = istr[d];
     }
-    ix.idx[j].data = (char *)I[j].dev + ioff * (int64_t)ii;
+    ix.idx[j].data = (char *)I[j].dev + sh + ioff * (int64_t)ii;
     ix.idx_dtype[j] = c->idt[j];
     ix.size[j] = c->isize[j];
     ix.stride[j] = dstr[dn - c->n + j];
@@ -279,8 +281,8 @@ static bool ki_run_case(const ki_case *c) {
     ds.strides[d] = (c->serial & (1u << d)) ? 0 : dstr[dmap[d]];
     os.strides[d] = ostr[d];
   }
-  ds.data = (char *)D.dev + doff * (int64_t)item;
-  os.data = (char *)O.dev + ooff * (int64_t)item;
+  ds.data = (char *)D.dev + sh + doff * (int64_t)item;
+  os.data = (char *)O.dev + sh + ooff * (int64_t)item;
   mn_status st = c->op == 0 ? mn__kernel_gather(ki_stream, &os, &ds, c->dtype, &ix, "test")
                             : mn__kernel_scatter(ki_stream, &ds, &os, c->dtype, &ix, c->op == 2, "test");
   MN_CHECK_OK(st);
@@ -289,8 +291,8 @@ static bool ki_run_case(const ki_case *c) {
   for (int j = 0; j < c->n; j++)
     hix.idx[j].data = (char *)I[j].host + (ix.idx[j].data - (char *)I[j].dev);
   mn__strided_t hds = ds, hos = os;
-  hds.data = (char *)D.host + doff * (int64_t)item;
-  hos.data = (char *)O.host + ooff * (int64_t)item;
+  hds.data = (char *)D.host + sh + doff * (int64_t)item;
+  hos.data = (char *)O.host + sh + ooff * (int64_t)item;
   if (c->op == 0)
     ki_reference(0, &hos, &hds, c->dtype, &hix);
   else
@@ -303,7 +305,7 @@ static bool ki_run_case(const ki_case *c) {
   if (!same && ki_failures_reported++ < 5) {
     fprintf(stderr, "  op %d %s ndim %d sizes", c->op, mn_dtype_name(c->dtype), c->ndim);
     for (int d = 0; d < c->ndim; d++) fprintf(stderr, " %lld", (long long)c->sizes[d]);
-    fprintf(stderr, " serial %#x n %d\n", c->serial, c->n);
+    fprintf(stderr, " serial %#x n %d shift %d\n", c->serial, c->n, c->shift);
     for (size_t i = 0; i < out->nbytes; i++)
       if (got[i] != out->host[i]) {
         fprintf(stderr, "  first difference at byte %zu: got %02x want %02x\n", i, got[i], out->host[i]);
@@ -345,6 +347,7 @@ static ki_case ki_random_case(int op, mn_dtype dt, int64_t max_size) {
   }
   for (int d = 0; d < c.ndim; d++)
     if (ki_range(0, 3) == 0) c.sbcast |= 1u << d;
+  if (ki_range(0, 3) == 0) c.shift = (int)ki_range(1, 7); /* misaligned operands: the byte-wise kernels */
   return c;
 }
 
@@ -387,6 +390,16 @@ MN_TEST(ki_large_shapes) {
       c.serial = 2u;
       c.isize[0] = op == 0 ? 600 : 30;
       c.ibcast[0] = 0;
+      MN_CHECK(ki_run_case(&c));
+      /* index_select along the last axis, the same index for every row (the
+       * CPU's 8-row blocks; 37 rows leave a partial block) */
+      c.ndim = 3;
+      c.sizes[0] = 3;
+      c.sizes[1] = 37;
+      c.sizes[2] = 150;
+      c.serial = 4u;
+      c.isize[0] = op == 0 ? 400 : 20;
+      c.ibcast[0] = 3u;
       MN_CHECK(ki_run_case(&c));
     }
 }
