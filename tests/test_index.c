@@ -376,6 +376,44 @@ MN_TEST(empty_cases) {
   }
 }
 
+/* The meta device (mnemo/device.h) may come from another branch: until it is
+ * linked in, this case says so and checks nothing. */
+#pragma weak mn_device_meta
+
+/* On meta the results' shapes come without reading any index (an
+ * out-of-range one passes, as in PyTorch's meta kernels); masks are refused. */
+MN_TEST(meta_shapes_without_reading) {
+  if (!mn_device_meta) {
+    printf("  meta: mn_device_meta is not linked in this build; skipped\n");
+    return;
+  }
+  mn_device_t META = mn_device_meta();
+  mn_view_t *x = NULL, *r = NULL, *val = NULL;
+  MN_CHECK_OK(mn_view_empty(META, MN_DTYPE_FLOAT32, 3, L(2, 3, 4), &x));
+  mn_view_t *i = idx1(CPU, MN_DTYPE_INT64, 5, L(0, 9, -1, 2, 100)), *g = make(CPU, MN_DTYPE_INT64, 3, L(2, 1, 4), L(0, 1, 2, 3, 4, 5, 6, 7));
+  MN_CHECK_OK(mn_view_index_select(x, 1, i, NULL, &r));
+  MN_CHECK(r && mn_view_device(r).type == MN_DEVICE_META && mn_view_ndim(r) == 3 && mn_view_size(r, 1) == 5);
+  mn_view_destroy(r);
+  MN_CHECK_OK(mn_view_take(x, i, NULL, &r));
+  MN_CHECK(r && mn_view_ndim(r) == 1 && mn_view_size(r, 0) == 5);
+  mn_view_destroy(r);
+  MN_CHECK_OK(mn_view_gather(x, 2, g, NULL, &r));
+  MN_CHECK(r && mn_view_ndim(r) == 3 && mn_view_size(r, 0) == 2 && mn_view_size(r, 1) == 1);
+  mn_view_destroy(r);
+  const mn_view_t *e[3] = {i, NULL, i};
+  MN_CHECK_OK(mn_view_index(x, 3, e, NULL, &r)); /* not adjacent: [5, 3] */
+  MN_CHECK(r && mn_view_ndim(r) == 2 && mn_view_size(r, 0) == 5 && mn_view_size(r, 1) == 3);
+  mn_view_destroy(r);
+  MN_CHECK_OK(mn_view_empty(META, MN_DTYPE_FLOAT32, 0, NULL, &val));
+  MN_CHECK_OK(mn_view_index_put(x, 3, e, val, true, NULL));
+  mn_view_t *m = make(CPU, MN_DTYPE_BOOL, 1, L(4), L(1, 0, 1, 0));
+  MN_CHECK_ERR(mn_view_masked_select(x, m, NULL, &r), MN_ERR_NOT_SUPPORTED, "meta");
+  const mn_view_t *em[3] = {NULL, NULL, m};
+  MN_CHECK_ERR(mn_view_index(x, 3, em, NULL, &r), MN_ERR_NOT_SUPPORTED, "meta");
+  mn_view_t *objs[] = {x, i, g, val, m};
+  for (size_t q = 0; q < sizeof objs / sizeof *objs; q++) mn_view_destroy(objs[q]);
+}
+
 MN_TEST(nothing_left_on_sim) {
   MN_CHECK_OK(mn_device_synchronize(SIM));
   mn_allocator_t *def = NULL;
@@ -400,6 +438,7 @@ int main(void) {
   MN_RUN(indices_on_another_device);
   MN_RUN(refusals_write_nothing);
   MN_RUN(empty_cases);
+  MN_RUN(meta_shapes_without_reading);
   MN_RUN(nothing_left_on_sim);
   return mn_test_finish();
 }
