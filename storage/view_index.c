@@ -136,6 +136,21 @@ static mn_status check_range(const mn_view_t *v, const mn_view_t *x, int64_t siz
   if (st != MN_OK) return st;
   int64_t at[MN_MAX_DIMS] = {0};
   int64_t lo = (mode == RANGE_TAKE || mode == RANGE_INDEX) ? -size : 0;
+  if (mn_view_is_contiguous(h)) { /* the common case: one pass over the array, the first bad one found after */
+    int64_t n = mn_view_numel(h);
+    bool bad = false;
+    if (h->dtype == MN_DTYPE_INT64) {
+      const int64_t *p = mn_view_data(h);
+      for (int64_t k = 0; k < n; k++) bad |= (p[k] < lo) | (p[k] >= size);
+    } else {
+      const int32_t *p = mn_view_data(h);
+      for (int64_t k = 0; k < n; k++) bad |= (p[k] < lo) | (p[k] >= size);
+    }
+    if (!bad) {
+      mn_view_destroy(h);
+      return MN_OK;
+    }
+  }
   do {
     int64_t i = read_int(h, at);
     if (i < lo || i >= size) {
