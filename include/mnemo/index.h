@@ -7,10 +7,11 @@
  * - Index views are int32 or int64 (a mask is bool, or uint8 as PyTorch's
  *   deprecated byte mask), of any layout, on any device: one that is not on
  *   v's device is copied there first.
- * - Negative indices wrap once (-1 is the last); any index outside
- *   [-size, size) is refused with PyTorch's message before a byte is written
- *   (validation reads the indices, so on a queued device the call waits for
- *   the index's stream).
+ * - Negative indices wrap once (-1 is the last) in take, index and
+ *   index_put; any index outside [-size, size) is refused with PyTorch's
+ *   message before a byte is written (validation reads the indices, so on a
+ *   queued device the call waits for the index's device). index_select,
+ *   gather, scatter and scatter_add take [0, size), as PyTorch 1.13 does.
  * - Values and sources must have v's dtype (PyTorch's rule: no casting).
  * - Work is queued on `stream` (NULL: the default stream of v's device), as
  *   copies are (mnemo/view.h). Calls whose result size depends on mask
