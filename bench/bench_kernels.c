@@ -6,7 +6,10 @@
  * exceptions). Gathers (index_select along an axis, take_along_axis) call
  * the internal kernel (kernels/index.h) directly, int64 indices, negatives
  * included; their bytes: the gathered elements read + written, plus the
- * indices read. Single-threaded bodies. */
+ * indices read. The api_ gathers are the same work through the public calls
+ * (mn_view_index_select, mn_view_gather): index validation and a new result
+ * storage each time included, as numpy.take / take_along_axis without out=.
+ * Single-threaded bodies. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,14 +86,18 @@ typedef struct gcase {
   int axis;
   int64_t nidx;
   bool along;
+  bool api; /* through mnemo/index.h (allocating, validating) */
 } gcase;
 
 static const gcase gathers[] = {
-    {"index_select0/f32/16384x256", F32, 16384, 256, 0, 16384, false},
-    {"index_select0/bf16/16384x256", BF16, 16384, 256, 0, 16384, false},
-    {"index_select1/f32/4096x4096", F32, 4096, 4096, 1, 1024, false},
-    {"take_along1/f32/4096x1024", F32, 4096, 1024, 1, 1024, true},
-    {"take_along1/i64/4096x1024", I64, 4096, 1024, 1, 1024, true},
+    {"index_select0/f32/16384x256", F32, 16384, 256, 0, 16384, false, false},
+    {"index_select0/bf16/16384x256", BF16, 16384, 256, 0, 16384, false, false},
+    {"index_select1/f32/4096x4096", F32, 4096, 4096, 1, 1024, false, false},
+    {"take_along1/f32/4096x1024", F32, 4096, 1024, 1, 1024, true, false},
+    {"take_along1/i64/4096x1024", I64, 4096, 1024, 1, 1024, true, false},
+    {"api_index_select0/f32/16384x256", F32, 16384, 256, 0, 16384, false, true},
+    {"api_index_select1/f32/4096x4096", F32, 4096, 4096, 1, 1024, false, true},
+    {"api_gather1/f32/4096x1024", F32, 4096, 1024, 1, 1024, true, true},
 };
 
 typedef struct bcfg {
@@ -108,12 +115,14 @@ typedef struct bufs {
   mn_storage_t *is;
   mn__strided_t gdst, gsrc;
   mn__index_ops_t gix;
+  mn_view_t *iv; /* api_ gathers: the index view (src view: sv) */
 } bufs;
 
 static void bufs_free(bufs *b) {
   if (b->stream) MN_BENCH_OK(mn_stream_synchronize(b->stream));
   mn_view_destroy(b->dv);
   mn_view_destroy(b->sv);
+  mn_view_destroy(b->iv);
   mn_storage_release(b->ds);
   mn_storage_release(b->ss);
   mn_storage_release(b->cs);
@@ -142,7 +151,7 @@ static mn_status gather_make(const bcfg *cfg, bufs *b) {
   if (st == MN_OK) st = mn_view_empty(cfg->dev, F32, 1, &n, &tmp);
   if (st == MN_OK) st = mn_kernel_random_uniform(b->stream, tmp, 1234, 0, -100.0, 100.0);
   if (st == MN_OK) st = mn_kernel_cast(b->stream, mn_storage_data(b->ss), c->dt, mn_view_data(tmp), F32, (size_t)nsrc);
-  if (st == MN_OK) st = mn_kernel_random_uniform(b->stream, tmp, 99, 0, (double)(1 - isz), (double)(2 * isz - 3));
+  if (st == MN_OK) st = mn_kernel_random_uniform(b->stream, tmp, 99, 0, (double)(1 - isz), (double)(isz - 1));
   if (st == MN_OK) st = mn_kernel_cast(b->stream, mn_storage_data(b->is), I64, mn_view_data(tmp), F32, (size_t)nind);
   if (st == MN_OK) st = mn_kernel_fill(b->stream, mn_storage_data(b->ds), b->dbytes, 1, "\x5a");
   if (st == MN_OK) st = mn_kernel_fill(b->stream, mn_storage_data(b->cs), b->moved + 256, 1, "\x11");
@@ -161,7 +170,15 @@ static mn_status gather_make(const bcfg *cfg, bufs *b) {
   b->gix.idx_dtype[0] = I64;
   b->gix.size[0] = isz;
   b->gix.stride[0] = c->axis == 0 ? C : 1;
-  return MN_OK;
+  if (c->api) {
+    /* indices in [0, size): index_select and gather refuse negatives, as PyTorch */
+    int64_t ssz[2] = {R, C}, isz2[2] = {R, c->nidx};
+    int64_t *ip = mn_storage_data(b->is);
+    for (int64_t i = 0; i < nind; i++) ip[i] = ip[i] < 0 ? ip[i] + isz : ip[i];
+    st = mn_view_create(b->ss, c->dt, 2, ssz, NULL, 0, &b->sv);
+    if (st == MN_OK) st = mn_view_create(b->is, I64, c->along ? 2 : 1, c->along ? isz2 : &c->nidx, NULL, 0, &b->iv);
+  }
+  return st;
 }
 
 static mn_status bufs_make(const bcfg *cfg, bufs *b) {
@@ -204,6 +221,13 @@ static mn_status bufs_make(const bcfg *cfg, bufs *b) {
 
 /* One operation, queued (not waited for). */
 static mn_status op_launch(const bcfg *cfg, const bufs *b) {
+  if (cfg->g && cfg->g->api) {
+    mn_view_t *out = NULL;
+    mn_status st = cfg->g->along ? mn_view_gather(b->sv, cfg->g->axis, b->iv, b->stream, &out)
+                                 : mn_view_index_select(b->sv, cfg->g->axis, b->iv, b->stream, &out);
+    mn_view_destroy(out); /* the storage stays until the stream reaches the gather */
+    return st;
+  }
   if (cfg->g) return mn__kernel_gather(b->stream, &b->gdst, &b->gsrc, cfg->g->dt, &b->gix, "bench");
   if (cfg->c->op == OP_FILL) return mn_kernel_fill_view(b->stream, b->dv, mn_scalar_float(1.5));
   return mn_kernel_copy_view(b->stream, b->dv, b->sv);
