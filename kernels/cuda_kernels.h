@@ -8,6 +8,7 @@
 
 #include "kernels/philox.h"
 #include "kernels/plan.h"
+#include "kernels/quant.h"
 #include "mnemo/status.h"
 
 #ifdef __cplusplus
@@ -30,6 +31,8 @@ mn_status mn__cuda_exec(int device, void *stream, const mn__plan_t *plan, const 
 /* Random fill of the strided dst (row-major element order) with Philox. */
 mn_status mn__cuda_random(int device, void *stream, const mn__strided_t *dst, int dtype,
                           const mn__rand_params_t *params);
+/* Quantizes or dequantizes one contiguous job (kernels/quant.h). */
+mn_status mn__cuda_quant(int device, void *stream, const mn__quant_t *job);
 
 #ifdef __cplusplus
 }

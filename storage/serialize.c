@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "mnemo/mnemo.h"
+#include "mnemo/quantized.h"
 #include "mnemo/serialize.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
@@ -169,6 +170,12 @@ static mn_status plan_save(const char *func, size_t count, const char *const *na
   for (size_t i = 0; i < count; i++)
     if (strlen(names[i]) > MAX_NAME)
       return mn__error(MN_ERR_INVALID_ARGUMENT, func, "name %zu is longer than %u bytes", i, MAX_NAME);
+  /* format version 1 has no fields for a quantized view's scale and zero point */
+  for (size_t i = 0; i < count; i++)
+    if (mn_dtype_is_quantized(mn_view_dtype(views[i])))
+      return mn__error(MN_ERR_NOT_SUPPORTED, func,
+                       "view '%s': saving %s views is not supported yet (the format has no scale / zero point)",
+                       names[i], mn_dtype_name(mn_view_dtype(views[i])));
   /* the distinct storages, in order of first use */
   pl->stor = mn__calloc(count ? count : 1, sizeof *pl->stor);
   uint32_t *index = mn__calloc(count ? count : 1, sizeof *index);
@@ -403,7 +410,8 @@ static mn_status load_mnemo(const char *func, mn__src_t *src, mn_device_t dev, m
       st = BAD("view %llu refers to storage %u of %llu", (unsigned long long)i, si, (unsigned long long)ns);
       break;
     }
-    if (!mn_dtype_is_valid((mn_dtype)dtype) || nd > MN_MAX_DIMS || off > INT64_MAX) {
+    if (!mn_dtype_is_valid((mn_dtype)dtype) || mn_dtype_is_quantized((mn_dtype)dtype) || nd > MN_MAX_DIMS ||
+        off > INT64_MAX) {
       st = BAD("view %llu: bad dtype %u, ndim %u or offset", (unsigned long long)i, dtype, nd);
       break;
     }

@@ -28,6 +28,10 @@ MN_API int mn_dtype_bits(mn_dtype dtype);
 /* The integer range of a quantized dtype ([-128, 127] for qint8, [0, 15]
  * for quint4x2, ...); MN_ERR_INVALID_ARGUMENT for other dtypes. */
 MN_API MN_NODISCARD mn_status mn_dtype_quant_range(mn_dtype dtype, int64_t *qmin, int64_t *qmax);
+/* The integer dtype of a quantized dtype's stored values (int_repr's dtype:
+ * int8, uint8, int32; uint8 bytes for the packed ones); other dtypes are
+ * returned unchanged. */
+MN_API mn_dtype mn_dtype_quant_underlying(mn_dtype dtype);
 
 /* Whether v's dtype is quantized. */
 MN_API bool mn_view_is_quantized(const mn_view_t *v);

@@ -1,0 +1,158 @@
+/* storage/quantize.c: quantized views (mnemo/quantized.h): quantize_per_tensor,
+ * dequantize and int_repr as new contiguous views, run by the kernels layer's
+ * quantize job (kernels/quant.h) on the view's device (CPU at once, SIM
+ * queued, CUDA kernels). Thread-safe: views are immutable; temporaries live
+ * until the stream has run the work that reads them. */
+#include <string.h>
+
+#include "kernels/ops.h"
+#include "mnemo/mnemo.h"
+#include "mnemo/quantized.h"
+#include "runtime/error.h"
+#include "storage/view_internal.h"
+
+/* Waits for `stream` unless it is the CPU's (where work ran at once). */
+static mn_status sync_if_queued(mn_stream_t *stream) {
+  if (mn_stream_device(stream).type == MN_DEVICE_CPU) return MN_OK;
+  return mn_stream_synchronize(stream);
+}
+
+/* A contiguous copy of v in dtype (v itself, retained as a new handle, when it
+ * already is one). */
+static mn_status contiguous_as(const mn_view_t *v, mn_dtype dtype, mn_stream_t *s, mn_view_t **out, bool *copied) {
+  *copied = false;
+  if (v->dtype == dtype && mn_view_is_contiguous(v)) {
+    mn__geom_t g;
+    mn__geom_of(v, &g);
+    return mn__view_from_geom(v, &g, "mnemo.quantize", out);
+  }
+  mn_view_t *r = NULL;
+  mn_status st = mn__view_empty_on(mn_view_device(v), dtype, v->ndim, v->sizes, NULL, s, &r);
+  if (st == MN_OK && dtype == v->dtype) mn__view_set_qparams(r, v->q_scale, v->q_zero_point);
+  if (st == MN_OK && mn_view_numel(v) > 0) st = mn_kernel_copy_view(s, r, v);
+  if (st != MN_OK) {
+    mn_view_destroy(r);
+    return st;
+  }
+  *copied = true;
+  *out = r;
+  return MN_OK;
+}
+
+static void job_of(mn__quant_t *j, mn_dtype dtype, double scale, int64_t zp, int64_t numel) {
+  memset(j, 0, sizeof *j);
+  j->dtype = (int)dtype;
+  j->bits = mn_dtype_bits(dtype);
+  j->numel = numel;
+  j->scale = (float)scale;
+  j->inv_scale = 1.0f / (float)scale; /* torch 1.13: value * (1.0f / float(scale)) */
+  j->zp = zp;
+  j->zpf = (float)zp;
+  if (mn_dtype_quant_range(dtype, &j->qmin, &j->qmax) != MN_OK) j->qmin = j->qmax = 0; /* checked by the caller */
+}
+
+mn_status mn_view_quantize_per_tensor(const mn_view_t *v, double scale, int64_t zero_point, mn_dtype dtype,
+                                      mn_stream_t *stream, mn_view_t **out) {
+  MN__CHECK_ARG(v != NULL && out != NULL, "view and out must not be NULL");
+  mn_status st = mn__check_qparams(dtype, scale, zero_point, __func__);
+  if (st != MN_OK) return st;
+  if (v->dtype != MN_DTYPE_FLOAT16 && v->dtype != MN_DTYPE_BFLOAT16 && v->dtype != MN_DTYPE_FLOAT32 &&
+      v->dtype != MN_DTYPE_FLOAT64)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "Quantize only works on Float Tensor, got %s",
+                     mn_dtype_name(v->dtype));
+  mn_stream_t *s = NULL;
+  st = mn__view_stream(mn_view_device(v), stream, &s);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  mn_view_t *f = NULL, *r = NULL;
+  bool copied = false;
+  st = contiguous_as(v, MN_DTYPE_FLOAT32, s, &f, &copied);
+  if (st == MN_OK) st = mn__view_empty_on(mn_view_device(v), dtype, v->ndim, v->sizes, NULL, s, &r);
+  if (st == MN_OK) {
+    mn__view_set_qparams(r, scale, zero_point);
+    mn__quant_t j;
+    job_of(&j, dtype, scale, zero_point, mn_view_numel(v));
+    j.src = mn_view_data(f);
+    j.dst = mn_view_data(r);
+    st = mn__kernel_quant(s, &j, __func__);
+  }
+  if (copied) {
+    mn_status sync = sync_if_queued(s); /* f dies after the job read it */
+    if (st == MN_OK) st = sync;
+  }
+  mn_view_destroy(f);
+  if (st != MN_OK) {
+    mn_view_destroy(r);
+    return mn__error_wrap(st, __func__);
+  }
+  *out = r;
+  return MN_OK;
+}
+
+static mn_status need_quantized(const mn_view_t *v, const char *what, const char *func) {
+  if (!mn_dtype_is_quantized(v->dtype))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%s needs a quantized view (qint8, quint8, qint32, quint4x2 or "
+                     "quint2x4), not %s", what, mn_dtype_name(v->dtype));
+  if (mn__dtype_packed_per_byte(v->dtype) && !mn_view_is_contiguous(v))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%s of a %s view needs a contiguous view (packed elements)", what,
+                     mn_dtype_name(v->dtype));
+  return MN_OK;
+}
+
+mn_status mn_view_dequantize(const mn_view_t *v, mn_stream_t *stream, mn_view_t **out) {
+  MN__CHECK_ARG(v != NULL && out != NULL, "view and out must not be NULL");
+  mn_status st = need_quantized(v, "dequantize", __func__);
+  if (st != MN_OK) return st;
+  mn_stream_t *s = NULL;
+  st = mn__view_stream(mn_view_device(v), stream, &s);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  mn_view_t *c = NULL, *r = NULL;
+  bool copied = false;
+  st = contiguous_as(v, v->dtype, s, &c, &copied);
+  if (st == MN_OK) st = mn__view_empty_on(mn_view_device(v), MN_DTYPE_FLOAT32, v->ndim, v->sizes, NULL, s, &r);
+  if (st == MN_OK) {
+    mn__quant_t j;
+    job_of(&j, v->dtype, v->q_scale, v->q_zero_point, mn_view_numel(v));
+    j.dequant = 1;
+    j.src = mn_view_data(c);
+    j.dst = mn_view_data(r);
+    st = mn__kernel_quant(s, &j, __func__);
+  }
+  if (copied) {
+    mn_status sync = sync_if_queued(s);
+    if (st == MN_OK) st = sync;
+  }
+  mn_view_destroy(c);
+  if (st != MN_OK) {
+    mn_view_destroy(r);
+    return mn__error_wrap(st, __func__);
+  }
+  *out = r;
+  return MN_OK;
+}
+
+mn_status mn_view_int_repr(const mn_view_t *v, mn_stream_t *stream, mn_view_t **out) {
+  MN__CHECK_ARG(v != NULL && out != NULL, "view and out must not be NULL");
+  mn_status st = need_quantized(v, "int_repr", __func__);
+  if (st != MN_OK) return st;
+  mn_stream_t *s = NULL;
+  st = mn__view_stream(mn_view_device(v), stream, &s);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  const mn_dtype under = mn_dtype_quant_underlying(v->dtype);
+  mn_view_t *src = NULL, *r = NULL;
+  if (mn__dtype_packed_per_byte(v->dtype)) { /* the packed bytes themselves, 1-d */
+    int64_t nb = (int64_t)mn_view_nbytes(v);
+    st = mn_view_create(v->storage, MN_DTYPE_UINT8, 1, &nb, NULL, v->offset / mn__dtype_packed_per_byte(v->dtype), &src);
+    if (st == MN_OK) st = mn__view_empty_on(mn_view_device(v), MN_DTYPE_UINT8, 1, &nb, NULL, s, &r);
+  } else { /* the same elements read as the stored integers */
+    st = mn_view_create(v->storage, under, v->ndim, v->sizes, v->strides, v->offset, &src);
+    if (st == MN_OK) st = mn__view_empty_on(mn_view_device(v), under, v->ndim, v->sizes, NULL, s, &r);
+  }
+  if (st == MN_OK && mn_view_numel(r) > 0) st = mn_kernel_copy_view(s, r, src); /* v holds the storage */
+  mn_view_destroy(src);
+  if (st != MN_OK) {
+    mn_view_destroy(r);
+    return mn__error_wrap(st, __func__);
+  }
+  *out = r;
+  return MN_OK;
+}
