@@ -68,6 +68,11 @@ static const expect_row expected_rows[] = {
     {MN_DTYPE_UINT16, "uint16", 2, MN_KIND_UINT, false},
     {MN_DTYPE_UINT32, "uint32", 4, MN_KIND_UINT, false},
     {MN_DTYPE_UINT64, "uint64", 8, MN_KIND_UINT, false},
+    {MN_DTYPE_QINT8, "qint8", 1, MN_KIND_QUANTIZED, true},
+    {MN_DTYPE_QUINT8, "quint8", 1, MN_KIND_QUANTIZED, false},
+    {MN_DTYPE_QINT32, "qint32", 4, MN_KIND_QUANTIZED, true},
+    {MN_DTYPE_QUINT4X2, "quint4x2", 1, MN_KIND_QUANTIZED, false},
+    {MN_DTYPE_QUINT2X4, "quint2x4", 1, MN_KIND_QUANTIZED, false},
 };
 #define N_ROWS ((int)(sizeof expected_rows / sizeof expected_rows[0]))
 
@@ -316,7 +321,7 @@ MN_TEST(test_parse_bad_names) {
   static const char *const bad[] = {
       "",          "float33",       "torch.",    "TORCH.",       "chalf",       "b8",
       "float8_e4m3fnuz", "float8_e5m2fnuz", " float", "float ", "torch.torch.float",
-      "torch",     "torch.f",       "complex32", "int128",       "uint",        "quint8",
+      "torch",     "torch.f",       "complex32", "int128",       "uint",        "quint16",
       "fp8",       "f8",            "floa",      "float32x",     "torch float", "bool\n",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {

@@ -28,7 +28,7 @@ class _Info(C.Structure):
 declare("mn_dtype_info", C.POINTER(_Info), [C.c_int])
 declare("mn_dtype_parse", "status", [C.c_char_p, C.POINTER(C.c_int)])
 
-_KINDS = ("bool", "uint", "int", "float", "complex")
+_KINDS = ("bool", "uint", "int", "float", "complex", "quantized")
 # Canonical names whose numpy dtype has the same name; the others have none.
 _NUMPY_NAMES = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "complex64",
                 "complex128", "uint16", "uint32", "uint64"}
