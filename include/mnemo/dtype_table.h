@@ -92,5 +92,7 @@
 /* The number of rows, as an integer constant expression. */
 #define MN__DTYPE_TABLE_ONE(A, ...) +1
 #define MN_DTYPE_TABLE_ROWS (0 MN_DTYPE_TABLE(MN__DTYPE_TABLE_ONE, ~))
+/* The plain rows (0 .. MN_DTYPE_TABLE_PLAIN_ROWS - 1; the quantized ones follow). */
+#define MN_DTYPE_TABLE_PLAIN_ROWS (0 MN_DTYPE_TABLE_PLAIN(MN__DTYPE_TABLE_ONE, ~))
 
 #endif /* MNEMO_DTYPE_TABLE_H */
