@@ -1,5 +1,6 @@
 /* storage/quantize.c: quantized views (mnemo/quantized.h): quantize_per_tensor,
- * dequantize and int_repr as new contiguous views, run by the kernels layer's
+ * dequantize and int_repr as new dense views (row-major, or channels_last
+ * as torch's suggested memory format), run by the kernels layer's
  * quantize job (kernels/quant.h) on the view's device (CPU at once, SIM
  * queued, CUDA kernels). Thread-safe: views are immutable; temporaries live
  * until the stream has run the work that reads them. */
@@ -51,18 +52,60 @@ static void job_of(mn__quant_t *j, mn_dtype dtype, double scale, int64_t zp, int
   if (mn_dtype_quant_range(dtype, &j->qmin, &j->qmax) != MN_OK) j->qmin = j->qmax = 0; /* checked by the caller */
 }
 
-mn_status mn_view_quantize_per_tensor(const mn_view_t *v, double scale, int64_t zero_point, mn_dtype dtype,
-                                      mn_stream_t *stream, mn_view_t **out) {
-  MN__CHECK_ARG(v != NULL && out != NULL, "view and out must not be NULL");
-  mn_status st = mn__check_qparams(dtype, scale, zero_point, __func__);
-  if (st != MN_OK) return st;
-  if (v->dtype != MN_DTYPE_FLOAT16 && v->dtype != MN_DTYPE_BFLOAT16 && v->dtype != MN_DTYPE_FLOAT32 &&
-      v->dtype != MN_DTYPE_FLOAT64)
-    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "Quantize only works on Float Tensor, got %s",
-                     mn_dtype_name(v->dtype));
+/* c10's is_channels_last_strides_2d_s4 / _3d_s5 (what suggest_memory_format
+ * reads): dims visited in `order`, strides not decreasing, ambiguous cases
+ * (stride 0 on C, N111-like) row-major. */
+static bool strides_like_channels_last(const mn_view_t *v, const int *order, int n) {
+  if (v->ndim != n || v->strides[1] == 0) return false;
+  int64_t min = 0;
+  for (int i = 0; i < n; i++) {
+    const int d = order[i];
+    if (v->sizes[d] == 0 || v->strides[d] < min) return false;
+    if (d == 0 && min == v->strides[1]) return false;
+    min = v->strides[d];
+    if (v->sizes[d] > 1) min *= v->sizes[d];
+  }
+  return true;
+}
+
+/* What the row-major workers take besides v. */
+typedef struct qargs {
+  double scale;
+  int64_t zero_point;
+  mn_dtype dtype;
+} qargs;
+typedef mn_status (*rowmajor_fn)(const mn_view_t *v, const qargs *a, mn_stream_t *stream, mn_view_t **out);
+
+/* fn's result laid out as torch 1.13 lays out a quantized op's result: v's
+ * suggested memory format (channels_last for a 4-d view with strides like it,
+ * channels_last_3d for 5-d; else row-major). fn makes row-major results: it
+ * runs on v permuted to NHWC / NDHWC order, and its result is permuted back. */
+static mn_status in_suggested_layout(const mn_view_t *v, bool allowed, rowmajor_fn fn, const qargs *a,
+                                     mn_stream_t *stream, mn_view_t **out) {
+  static const int cl2[4] = {1, 3, 2, 0}, cl3[5] = {1, 4, 3, 2, 0};
+  static const int to2[4] = {0, 2, 3, 1}, back2[4] = {0, 3, 1, 2};
+  static const int to3[5] = {0, 2, 3, 4, 1}, back3[5] = {0, 4, 1, 2, 3};
+  const int *to = NULL, *back = NULL;
+  if (allowed && strides_like_channels_last(v, cl2, 4)) to = to2, back = back2;
+  else if (allowed && strides_like_channels_last(v, cl3, 5)) to = to3, back = back3;
+  if (to == NULL) return fn(v, a, stream, out);
+  mn_view_t *p = NULL, *q = NULL;
+  mn_status st = mn_view_permute(v, v->ndim, to, &p);
+  if (st == MN_OK) st = fn(p, a, stream, &q);
+  if (st == MN_OK) st = mn_view_permute(q, q->ndim, back, out);
+  mn_view_destroy(p);
+  mn_view_destroy(q);
+  return st;
+}
+
+/* quantize into a new row-major view */
+static mn_status quantize_rowmajor(const mn_view_t *v, const qargs *a, mn_stream_t *stream, mn_view_t **out) {
+  const double scale = a->scale;
+  const int64_t zero_point = a->zero_point;
+  const mn_dtype dtype = a->dtype;
   mn_stream_t *s = NULL;
-  st = mn__view_stream(mn_view_device(v), stream, &s);
-  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  mn_status st = mn__view_stream(mn_view_device(v), stream, &s);
+  if (st != MN_OK) return st; /* wrapped by the caller */
   mn_view_t *f = NULL, *r = NULL;
   bool copied = false;
   st = contiguous_as(v, MN_DTYPE_FLOAT32, s, &f, &copied);
@@ -73,7 +116,7 @@ mn_status mn_view_quantize_per_tensor(const mn_view_t *v, double scale, int64_t 
     job_of(&j, dtype, scale, zero_point, mn_view_numel(v));
     j.src = mn_view_data(f);
     j.dst = mn_view_data(r);
-    st = mn__kernel_quant(s, &j, __func__);
+    st = mn__kernel_quant(s, &j, "mn_view_quantize_per_tensor");
   }
   if (copied) {
     mn_status sync = sync_if_queued(s); /* f dies after the job read it */
@@ -82,10 +125,25 @@ mn_status mn_view_quantize_per_tensor(const mn_view_t *v, double scale, int64_t 
   mn_view_destroy(f);
   if (st != MN_OK) {
     mn_view_destroy(r);
-    return mn__error_wrap(st, __func__);
+    return st; /* wrapped by the caller */
   }
   *out = r;
   return MN_OK;
+}
+
+mn_status mn_view_quantize_per_tensor(const mn_view_t *v, double scale, int64_t zero_point, mn_dtype dtype,
+                                      mn_stream_t *stream, mn_view_t **out) {
+  MN__CHECK_ARG(v != NULL && out != NULL, "view and out must not be NULL");
+  mn_status st = mn__check_qparams(dtype, scale, zero_point, __func__);
+  if (st != MN_OK) return st;
+  if (v->dtype != MN_DTYPE_FLOAT16 && v->dtype != MN_DTYPE_BFLOAT16 && v->dtype != MN_DTYPE_FLOAT32 &&
+      v->dtype != MN_DTYPE_FLOAT64)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "Quantize only works on Float Tensor, got %s",
+                     mn_dtype_name(v->dtype));
+  const qargs qa = {scale, zero_point, dtype};
+  /* packed results: row-major (torch 1.13 fails on the others) */
+  st = in_suggested_layout(v, !mn__dtype_packed_per_byte(dtype), quantize_rowmajor, &qa, stream, out);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
 static mn_status need_quantized(const mn_view_t *v, const char *what, const char *func) {
@@ -98,13 +156,29 @@ static mn_status need_quantized(const mn_view_t *v, const char *what, const char
   return MN_OK;
 }
 
+static mn_status dequantize_rowmajor(const mn_view_t *v, const qargs *a, mn_stream_t *stream, mn_view_t **out);
+static mn_status int_repr_rowmajor(const mn_view_t *v, const qargs *a, mn_stream_t *stream, mn_view_t **out);
+
 mn_status mn_view_dequantize(const mn_view_t *v, mn_stream_t *stream, mn_view_t **out) {
   MN__CHECK_ARG(v != NULL && out != NULL, "view and out must not be NULL");
   mn_status st = need_quantized(v, "dequantize", __func__);
-  if (st != MN_OK) return st;
+  if (st == MN_OK) st = in_suggested_layout(v, !mn__dtype_packed_per_byte(v->dtype), dequantize_rowmajor, NULL, stream, out);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+mn_status mn_view_int_repr(const mn_view_t *v, mn_stream_t *stream, mn_view_t **out) {
+  MN__CHECK_ARG(v != NULL && out != NULL, "view and out must not be NULL");
+  mn_status st = need_quantized(v, "int_repr", __func__);
+  if (st == MN_OK) st = in_suggested_layout(v, !mn__dtype_packed_per_byte(v->dtype), int_repr_rowmajor, NULL, stream, out);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+static mn_status dequantize_rowmajor(const mn_view_t *v, const qargs *a, mn_stream_t *stream, mn_view_t **out) {
+  (void)a;
+  mn_status st;
   mn_stream_t *s = NULL;
   st = mn__view_stream(mn_view_device(v), stream, &s);
-  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  if (st != MN_OK) return st;
   mn_view_t *c = NULL, *r = NULL;
   bool copied = false;
   st = contiguous_as(v, v->dtype, s, &c, &copied);
@@ -115,7 +189,7 @@ mn_status mn_view_dequantize(const mn_view_t *v, mn_stream_t *stream, mn_view_t 
     j.dequant = 1;
     j.src = mn_view_data(c);
     j.dst = mn_view_data(r);
-    st = mn__kernel_quant(s, &j, __func__);
+    st = mn__kernel_quant(s, &j, "mn_view_dequantize");
   }
   if (copied) {
     mn_status sync = sync_if_queued(s);
@@ -124,19 +198,18 @@ mn_status mn_view_dequantize(const mn_view_t *v, mn_stream_t *stream, mn_view_t 
   mn_view_destroy(c);
   if (st != MN_OK) {
     mn_view_destroy(r);
-    return mn__error_wrap(st, __func__);
+    return st;
   }
   *out = r;
   return MN_OK;
 }
 
-mn_status mn_view_int_repr(const mn_view_t *v, mn_stream_t *stream, mn_view_t **out) {
-  MN__CHECK_ARG(v != NULL && out != NULL, "view and out must not be NULL");
-  mn_status st = need_quantized(v, "int_repr", __func__);
-  if (st != MN_OK) return st;
+static mn_status int_repr_rowmajor(const mn_view_t *v, const qargs *a, mn_stream_t *stream, mn_view_t **out) {
+  (void)a;
+  mn_status st;
   mn_stream_t *s = NULL;
   st = mn__view_stream(mn_view_device(v), stream, &s);
-  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  if (st != MN_OK) return st;
   const mn_dtype under = mn_dtype_quant_underlying(v->dtype);
   mn_view_t *src = NULL, *r = NULL;
   if (mn__dtype_packed_per_byte(v->dtype)) { /* the packed bytes themselves, 1-d */
@@ -151,7 +224,7 @@ mn_status mn_view_int_repr(const mn_view_t *v, mn_stream_t *stream, mn_view_t **
   mn_view_destroy(src);
   if (st != MN_OK) {
     mn_view_destroy(r);
-    return mn__error_wrap(st, __func__);
+    return st;
   }
   *out = r;
   return MN_OK;

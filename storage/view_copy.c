@@ -134,7 +134,8 @@ mn_status mn_view_clone(const mn_view_t *v, mn_stream_t *stream, mn_view_t **out
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   int64_t strides[MN_MAX_DIMS];
   dense_strides_like(v, strides);
-  return copy_to_new(v, v->dtype, strides, s, __func__, out);
+  /* torch 1.13 clones a quantized tensor row-major, whatever its layout */
+  return copy_to_new(v, v->dtype, mn_dtype_is_quantized(v->dtype) ? NULL : strides, s, __func__, out);
 }
 
 mn_status mn_view_reshape(const mn_view_t *v, int ndim, const int64_t *shape, mn_stream_t *stream, mn_view_t **out) {
