@@ -1,7 +1,8 @@
 /* tests/test_quant.c: quantized dtypes and views (mnemo/quantized.h): table
  * facts, parsing, parameters kept by view ops, packed offsets and byte bounds,
  * quantize / dequantize / int_repr against values taken from torch 1.13, on
- * CPU and SIM; refusals (casts, dtype views, safetensors, DLPack) change
+ * CPU and SIM; mnemo's save format round trip; refusals (casts, dtype views,
+ * safetensors, DLPack, storage conversion) change
  * nothing. Single-threaded. */
 #include <math.h>
 #include <stdint.h>
@@ -175,11 +176,16 @@ MN_TEST(view_ops_keep_qparams_and_packed_rules) {
   MN_CHECK_ERR(mn_view_narrow(p, 0, 1, 4, &s1), MN_ERR_INVALID_ARGUMENT, "does not start a byte");
   MN_CHECK(s1 == NULL);
   (void)one;
-  /* safetensors and DLPack have no quantized types; mnemo's format not yet */
+  /* safetensors has no quantized types (mnemo's format: mnemo_save_round_trip) */
   const char *names[1] = {"q"};
   const mn_view_t *views[1] = {q};
   MN_CHECK_ERR(mn_safetensors_save("/tmp/mn_test_quant.safetensors", 1, names, views, 0, NULL, NULL), MN_ERR_NOT_SUPPORTED, "qint8");
-  MN_CHECK_ERR(mn_save("/tmp/mn_test_quant.mnemo", 1, names, views), MN_ERR_NOT_SUPPORTED, "qint8");
+  mn_storage_t *conv = NULL;
+  MN_CHECK_ERR(mn_storage_convert(mn_view_storage(q), MN_DTYPE_QINT8, MN_DTYPE_FLOAT32, NULL, &conv),
+               MN_ERR_INVALID_ARGUMENT, "quantized dtypes have no element conversion");
+  MN_CHECK_ERR(mn_storage_convert(mn_view_storage(f), MN_DTYPE_UINT8, MN_DTYPE_QUINT8, NULL, &conv),
+               MN_ERR_INVALID_ARGUMENT, "quint8");
+  MN_CHECK(conv == NULL);
   mn_view_destroy(p);
   mn_storage_release(st);
   mn_view_destroy(f);
@@ -190,6 +196,79 @@ MN_TEST(view_ops_keep_qparams_and_packed_rules) {
   mn_view_destroy(x);
 }
 
+/* int_repr's bytes of v, on the CPU (malloc'd; *n: their count) */
+static unsigned char *repr_bytes(const mn_view_t *v, size_t *n) {
+  mn_view_t *r = NULL, *c = NULL;
+  unsigned char *out = NULL;
+  *n = 0;
+  MN_CHECK_OK(mn_view_int_repr(v, NULL, &r));
+  if (r) c = to_cpu(r);
+  if (c) {
+    *n = mn_view_nbytes(c);
+    out = malloc(*n ? *n : 1);
+    memcpy(out, mn_view_data(c), *n);
+  }
+  mn_view_destroy(r);
+  mn_view_destroy(c);
+  return out;
+}
+
+/* mnemo's format keeps a quantized view's dtype, scale, zero point and
+ * geometry (version 2, docs/SAVE_FORMAT.md); a save without one stays
+ * version 1. */
+MN_TEST(mnemo_save_round_trip) {
+  mn_view_t *x = float_view(mn_device_cpu()), *q8 = NULL, *q32 = NULL, *q32t = NULL, *q4 = NULL, *q4v = NULL;
+  MN_CHECK_OK(mn_view_quantize_per_tensor(x, 0.25, 7, MN_DTYPE_QINT8, NULL, &q8));
+  MN_CHECK_OK(mn_view_quantize_per_tensor(x, 0.1, -1000, MN_DTYPE_QINT32, NULL, &q32));
+  MN_CHECK_OK(mn_view_quantize_per_tensor(x, 0.5, 3, MN_DTYPE_QUINT4X2, NULL, &q4));
+  const int64_t shape[2] = {3, 4};
+  mn_view_t *q32v = NULL;
+  MN_CHECK_OK(mn_view_view(q32, 2, shape, &q32v));
+  MN_CHECK_OK(mn_view_transpose(q32v, 0, 1, &q32t)); /* shares q32's storage */
+  MN_CHECK_OK(mn_view_narrow(q4, 0, 4, 4, &q4v));    /* a packed view starting at byte 2 */
+  const char *names[5] = {"x", "q8", "q32", "q32.T", "q4.mid"};
+  const mn_view_t *views[5] = {x, q8, q32, q32t, q4v};
+  void *data = NULL;
+  size_t size = 0;
+  MN_CHECK_OK(mn_save_buffer(5, names, views, &data, &size));
+  MN_CHECK(data != NULL && size > 40 && ((unsigned char *)data)[8] == 2); /* version 2 */
+  for (int di = 0; di < 2 && data; di++) {
+    mn_named_views_t *nv = NULL;
+    MN_CHECK_OK(mn_load_buffer(data, size, DEVS[di], &nv));
+    if (!nv) continue;
+    MN_CHECK(nv->count == 5);
+    for (int i = 1; i < 5; i++) {
+      const mn_view_t *w = mn_named_views_find(nv, names[i]);
+      MN_CHECK(w != NULL);
+      if (!w) continue;
+      MN_CHECK(mn_view_dtype(w) == mn_view_dtype(views[i]) && mn_view_q_scale(w) == mn_view_q_scale(views[i]) &&
+               mn_view_q_zero_point(w) == mn_view_q_zero_point(views[i]));
+      MN_CHECK(mn_view_ndim(w) == mn_view_ndim(views[i]) && mn_view_offset(w) == mn_view_offset(views[i]));
+      for (int d = 0; d < mn_view_ndim(w); d++)
+        MN_CHECK(mn_view_size(w, d) == mn_view_size(views[i], d) && mn_view_stride(w, d) == mn_view_stride(views[i], d));
+      size_t na = 0, nb = 0;
+      unsigned char *a = repr_bytes(w, &na), *b = repr_bytes(views[i], &nb);
+      MN_CHECK(a && b && na == nb && memcmp(a, b, na) == 0);
+      free(a);
+      free(b);
+    }
+    MN_CHECK(mn_view_storage(mn_named_views_find(nv, "q32")) == mn_view_storage(mn_named_views_find(nv, "q32.T")));
+    mn_named_views_free(nv);
+  }
+  free(data);
+  /* no quantized view: version 1, as before */
+  MN_CHECK_OK(mn_save_buffer(1, names, views, &data, &size));
+  MN_CHECK(data != NULL && size > 40 && ((unsigned char *)data)[8] == 1);
+  free(data);
+  mn_view_destroy(q32v);
+  mn_view_destroy(q32t);
+  mn_view_destroy(q4v);
+  mn_view_destroy(q4);
+  mn_view_destroy(q32);
+  mn_view_destroy(q8);
+  mn_view_destroy(x);
+}
+
 int main(void) {
   DEVS[0] = mn_device_cpu();
   DEVS[1] = mn_device_sim(0);
@@ -197,5 +276,6 @@ int main(void) {
   MN_RUN(table_facts);
   MN_RUN(quantize_dequantize_int_repr_match_torch);
   MN_RUN(view_ops_keep_qparams_and_packed_rules);
+  MN_RUN(mnemo_save_round_trip);
   return mn_test_failures == 0 ? 0 : 1;
 }
