@@ -68,6 +68,18 @@ static bool strides_like_channels_last(const mn_view_t *v, const int *order, int
   return true;
 }
 
+/* v's stream: `given` (a stream of v's device) or its default one. */
+static mn_status quant_stream(const mn_view_t *v, mn_stream_t *given, mn_stream_t **out) {
+  mn_status st = mn__view_stream(mn_view_device(v), given, out);
+  if (st == MN_OK && !mn_device_equal(mn_stream_device(*out), mn_view_device(v))) {
+    char a[32], b[32];
+    mn_device_format(mn_stream_device(*out), a, sizeof a);
+    mn_device_format(mn_view_device(v), b, sizeof b);
+    return mn__error(MN_ERR_INVALID_ARGUMENT, "mnemo.quantize", "the stream is on %s but the view on %s", a, b);
+  }
+  return st;
+}
+
 /* What the row-major workers take besides v. */
 typedef struct qargs {
   double scale;
@@ -104,7 +116,7 @@ static mn_status quantize_rowmajor(const mn_view_t *v, const qargs *a, mn_stream
   const int64_t zero_point = a->zero_point;
   const mn_dtype dtype = a->dtype;
   mn_stream_t *s = NULL;
-  mn_status st = mn__view_stream(mn_view_device(v), stream, &s);
+  mn_status st = quant_stream(v, stream, &s);
   if (st != MN_OK) return st; /* wrapped by the caller */
   mn_view_t *f = NULL, *r = NULL;
   bool copied = false;
@@ -177,7 +189,7 @@ static mn_status dequantize_rowmajor(const mn_view_t *v, const qargs *a, mn_stre
   (void)a;
   mn_status st;
   mn_stream_t *s = NULL;
-  st = mn__view_stream(mn_view_device(v), stream, &s);
+  st = quant_stream(v, stream, &s);
   if (st != MN_OK) return st;
   mn_view_t *c = NULL, *r = NULL;
   bool copied = false;
@@ -208,7 +220,7 @@ static mn_status int_repr_rowmajor(const mn_view_t *v, const qargs *a, mn_stream
   (void)a;
   mn_status st;
   mn_stream_t *s = NULL;
-  st = mn__view_stream(mn_view_device(v), stream, &s);
+  st = quant_stream(v, stream, &s);
   if (st != MN_OK) return st;
   const mn_dtype under = mn_dtype_quant_underlying(v->dtype);
   mn_view_t *src = NULL, *r = NULL;

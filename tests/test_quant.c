@@ -180,6 +180,13 @@ MN_TEST(view_ops_keep_qparams_and_packed_rules) {
   const char *names[1] = {"q"};
   const mn_view_t *views[1] = {q};
   MN_CHECK_ERR(mn_safetensors_save("/tmp/mn_test_quant.safetensors", 1, names, views, 0, NULL, NULL), MN_ERR_NOT_SUPPORTED, "qint8");
+  mn_view_t *qs = NULL; /* a stream of another device */
+  mn_stream_t *sim_stream = NULL;
+  MN_CHECK_OK(mn_stream_default(mn_device_sim(0), &sim_stream));
+  MN_CHECK_ERR(mn_view_quantize_per_tensor(x, 0.5, 0, MN_DTYPE_QINT8, sim_stream, &qs), MN_ERR_INVALID_ARGUMENT,
+               "the stream is on sim:0");
+  MN_CHECK_ERR(mn_view_dequantize(q, sim_stream, &qs), MN_ERR_INVALID_ARGUMENT, "the stream is on sim:0");
+  MN_CHECK(qs == NULL);
   mn_storage_t *conv = NULL;
   MN_CHECK_ERR(mn_storage_convert(mn_view_storage(q), MN_DTYPE_QINT8, MN_DTYPE_FLOAT32, NULL, &conv),
                MN_ERR_INVALID_ARGUMENT, "quantized dtypes have no element conversion");
