@@ -477,7 +477,8 @@ static mn_status load_mnemo(const char *func, mn__src_t *src, mn_device_t dev, m
     if (st != MN_OK) {
       char why[256];
       snprintf(why, sizeof why, "%s", mn__last_error_detail());
-      st = BAD("view '%s' does not fit its storage: %s", res->names[i], why);
+      st = BAD("view '%s' %s: %s", res->names[i],
+               quantized ? "is not a valid quantized view" : "does not fit its storage", why);
     }
   }
   if (st == MN_OK && rd_.at != rd_.end)

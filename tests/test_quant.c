@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "mn_test.h"
+#include "test_bytes.h"
 
 static mn_device_t DEVS[2];
 static const char *DEV_NAMES[2] = {"cpu", "sim"};
@@ -263,6 +264,42 @@ MN_TEST(mnemo_save_round_trip) {
     mn_named_views_free(nv);
   }
   free(data);
+  /* hostile version-2 files (checksums made valid): bad scale, zero point,
+   * a quantized dtype in a version-1 file, and every single-byte flip */
+  MN_CHECK_OK(mn_save_buffer(1, &names[1], &views[1], &data, &size)); /* "q8" */
+  if (data) {
+    unsigned char *f = malloc(size);
+    const uint64_t hs = mn_test_rd_le((unsigned char *)data + 16, 8);
+    const size_t scale_at = 40 + 24 + 4 + 2 + 4 + 2 + 2 + 8 + 8 + 8; /* name "q8", 1-d */
+    static const struct {
+      size_t at;
+      uint64_t value;
+      int width;
+      const char *needle;
+    } bad[] = {{scale_at, 0, 8, "scale"},                      /* 0.0 */
+               {scale_at, 0x7FF0000000000000ull, 8, "scale"},  /* inf */
+               {scale_at + 8, 128, 8, "zero_point"},           /* past qint8's 127 */
+               {8, 1, 4, "bad dtype"}};                        /* version 1 */
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+      memcpy(f, data, size);
+      mn_test_wr_le(f + bad[k].at, bad[k].value, bad[k].width);
+      mn_test_wr_le(f + hs - 4, mn_test_crc32(f, (size_t)hs - 4), 4);
+      mn_named_views_t *nv = NULL;
+      MN_CHECK_ERR(mn_load_buffer(f, size, mn_device_cpu(), &nv), MN_ERR_FORMAT, bad[k].needle);
+      MN_CHECK(nv == NULL);
+    }
+    int caught = 0;
+    for (size_t i = 0; i < size; i++) {
+      memcpy(f, data, size);
+      f[i] ^= 0x5a;
+      mn_named_views_t *nv = NULL;
+      caught += mn_load_buffer(f, size, mn_device_cpu(), &nv) == MN_ERR_FORMAT;
+      mn_named_views_free(nv);
+    }
+    MN_CHECK(caught == (int)size);
+    free(f);
+    free(data);
+  }
   /* no quantized view: version 1, as before */
   MN_CHECK_OK(mn_save_buffer(1, names, views, &data, &size));
   MN_CHECK(data != NULL && size > 40 && ((unsigned char *)data)[8] == 1);
