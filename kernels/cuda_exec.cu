@@ -28,6 +28,7 @@
 #include "kernels/cuda_launch.h"
 #include "kernels/divmod.h"
 #include "kernels/philox.h"
+#include "kernels/quant.h"
 #include "runtime/cuda_device.h"
 #include "runtime/error.h"
 
@@ -375,7 +376,7 @@ bool launch_transpose(const mn__plan_t *p, cudaStream_t s, cudaError_t *err) {
 template <int D, int DI>
 bool launch_cast_contig_to(int device, const mn__plan_t *p, cudaStream_t s, bool vector, cudaError_t *err) {
   switch (p->src_dtype) {
-    MN_DTYPE_TABLE(MN__CU_CASE_S, ~)
+    MN_DTYPE_TABLE_PLAIN(MN__CU_CASE_S, ~) // quantized: no casts
     default: return false;
   }
 }
@@ -386,7 +387,7 @@ bool launch_cast_contig(int device, const mn__plan_t *p, cudaStream_t s, cudaErr
   size_t wide = p->dst_item > p->src_item ? p->dst_item : p->src_item;
   const bool vector = (size_t)p->vec >= 16 / wide; // aligned for full 16-byte accesses
   switch (p->dst_dtype) {
-    MN_DTYPE_TABLE(MN__CU_CASE_D, ~)
+    MN_DTYPE_TABLE_PLAIN(MN__CU_CASE_D, ~)
     default: return false;
   }
 }
@@ -481,4 +482,28 @@ extern "C" mn_status mn__cuda_random(int device, void *stream, const mn__strided
 #undef MN__CU_RAND_S
   mn__cuda_guard_leave(&guard);
   return launched(err, __func__, "random fill", device);
+}
+
+// ---- quantize / dequantize (kernels/quant.h): one contiguous job ----------
+namespace {
+__global__ void quant_kernel(mn__quant_t j) {
+  const int64_t n = mn__quant_units(&j);
+  for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < n; u += (int64_t)gridDim.x * blockDim.x) {
+    if (j.dequant)
+      mn__dequant_unit(&j, u);
+    else
+      mn__quant_unit(&j, u);
+  }
+}
+}  // namespace
+
+extern "C" mn_status mn__cuda_quant(int device, void *stream, const mn__quant_t *job) {
+  const int64_t n = mn__quant_units(job);
+  if (n == 0) return MN_OK;
+  mn__cuda_guard_t guard;
+  mn_status st = mn__cuda_guard_enter(&guard, __func__, device, false);
+  if (st != MN_OK) return st;
+  cudaError_t err = launch_1d<quant_kernel>(device, n, static_cast<cudaStream_t>(stream), *job);
+  mn__cuda_guard_leave(&guard);
+  return launched(err, __func__, job->dequant ? "dequantize" : "quantize", device);
 }

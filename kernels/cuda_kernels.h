@@ -8,6 +8,7 @@
 
 #include "kernels/philox.h"
 #include "kernels/plan.h"
+#include "kernels/quant.h"
 #include "mnemo/status.h"
 
 #ifdef __cplusplus
@@ -37,6 +38,8 @@ mn_status mn__cuda_random(int device, void *stream, const mn__strided_t *dst, in
  * order and bits (kernels/cuda_index.cu). */
 struct mn__index_geom_s;
 mn_status mn__cuda_index(int device, void *stream, const struct mn__index_geom_s *g);
+/* Quantizes or dequantizes one contiguous job (kernels/quant.h). */
+mn_status mn__cuda_quant(int device, void *stream, const mn__quant_t *job);
 
 #ifdef __cplusplus
 }

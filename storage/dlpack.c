@@ -24,6 +24,9 @@ _Static_assert(kDLInt == 0 && kDLUInt == 1 && kDLFloat == 2 && kDLBfloat == 4 &&
 
 static mn_status dtype_to_dl(mn_dtype dt, DLDataType *out, const char *func) {
   if (!mn_dtype_is_valid(dt)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "invalid dtype %d", (int)dt);
+  if (DL_TYPES[dt].bits == 0) /* the quantized dtypes */
+    return mn__error(MN_ERR_NOT_SUPPORTED, func, "DLPack has no type for the quantized dtype %s (dequantize or int_repr first)",
+                     mn_dtype_name(dt));
   *out = DL_TYPES[dt];
   return MN_OK;
 }

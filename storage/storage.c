@@ -464,6 +464,11 @@ mn_status mn_storage_convert(const mn_storage_t *s, mn_dtype src_dtype, mn_dtype
   MN__CHECK_ARG(s != NULL && out != NULL, "s and out must not be NULL");
   MN__CHECK_ARG(mn_dtype_is_valid(dst_dtype), "invalid dst_dtype %d", (int)dst_dtype);
   if (is_meta(s->device)) return meta_refuse(__func__, "convert (a cast reads every byte)");
+  if (mn_dtype_is_quantized(src_dtype) || mn_dtype_is_quantized(dst_dtype))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                     "converting %s to %s: quantized dtypes have no element conversion (a quantized storage's "
+                     "values need a scale and zero point: use mn_view_quantize_per_tensor / mn_view_dequantize)",
+                     mn_dtype_name(src_dtype), mn_dtype_name(dst_dtype));
   size_t count = 0;
   mn_status st = count_items(__func__, s, src_dtype, &count);
   if (st != MN_OK) return st;

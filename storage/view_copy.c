@@ -9,6 +9,7 @@
 
 #include "kernels/ops.h"
 #include "mnemo/mnemo.h"
+#include "mnemo/quantized.h"
 #include "runtime/error.h"
 #include "storage/view_internal.h"
 
@@ -117,6 +118,7 @@ static mn_status copy_to_new(const mn_view_t *v, mn_dtype dtype, const int64_t *
                              const char *func, mn_view_t **out) {
   mn_view_t *r = NULL;
   mn_status st = mn__view_empty_on(mn_view_device(v), dtype, v->ndim, v->sizes, strides, stream, &r);
+  if (st == MN_OK && dtype == v->dtype) mn__view_set_qparams(r, v->q_scale, v->q_zero_point);
   if (st == MN_OK && mn_view_numel(v) > 0 && !is_meta(mn_view_device(v))) st = mn_kernel_copy_view(stream, r, v);
   if (st != MN_OK) {
     mn_view_destroy(r);
@@ -142,7 +144,8 @@ mn_status mn_view_clone(const mn_view_t *v, mn_stream_t *stream, mn_view_t **out
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   int64_t strides[MN_MAX_DIMS];
   dense_strides_like(v, strides);
-  return copy_to_new(v, v->dtype, strides, s, __func__, out);
+  /* torch 1.13 clones a quantized tensor row-major, whatever its layout */
+  return copy_to_new(v, v->dtype, mn_dtype_is_quantized(v->dtype) ? NULL : strides, s, __func__, out);
 }
 
 mn_status mn_view_reshape(const mn_view_t *v, int ndim, const int64_t *shape, mn_stream_t *stream, mn_view_t **out) {
@@ -202,8 +205,10 @@ static mn_status copy_impl(mn_view_t *dst, const mn_view_t *src, mn_stream_t *st
   if (is_meta(mn_view_device(src)) && !is_meta(mn_view_device(dst)))
     return mn__error(MN_ERR_NOT_SUPPORTED, func, META_NO_DATA);
   if (internal_overlap(dst)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, OVERLAP_MSG);
+  mn_status st = mn__check_quant_copy(dst, src, func);
+  if (st != MN_OK) return st;
   mn_view_t *bsrc = NULL; /* src broadcast to dst's shape */
-  mn_status st = mn_view_expand(src, dst->ndim, dst->sizes, &bsrc);
+  st = mn_view_expand(src, dst->ndim, dst->sizes, &bsrc);
   if (st != MN_OK && st != MN_ERR_INVALID_ARGUMENT) return mn__error_wrap(st, func);
   if (st != MN_OK) {
     char a[512], b[512];
@@ -302,6 +307,7 @@ mn_status mn_view_to(const mn_view_t *v, mn_device_t dev, mn_dtype dtype, bool n
   dense_strides_like(v, strides);
   mn_view_t *r = NULL;
   st = mn__view_empty_on(dev, dtype, v->ndim, v->sizes, strides, stream, &r);
+  if (st == MN_OK && dtype == v->dtype) mn__view_set_qparams(r, v->q_scale, v->q_zero_point);
   if (st == MN_OK) st = copy_impl(r, v, stream, non_blocking, __func__);
   if (st != MN_OK) {
     mn_view_destroy(r);
@@ -377,6 +383,8 @@ static bool scalar_overflows(mn_scalar_t value, mn_dtype dtype) {
 
 mn_status mn_view_fill(mn_view_t *v, mn_scalar_t value, mn_stream_t *stream) {
   MN__CHECK_ARG(v != NULL, "view must not be NULL");
+  MN__CHECK_ARG(!mn_dtype_is_quantized(v->dtype), "filling a %s view is not supported (quantize a float view instead)",
+                mn_dtype_name(v->dtype));
   if (internal_overlap(v)) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, OVERLAP_MSG);
   if (scalar_overflows(value, v->dtype))
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "value cannot be converted to type %s without overflow",

@@ -506,12 +506,21 @@ static mn_status print_view(sbuf *b, chain_t *c) {
   mn_dtype dt = mn_view_dtype(v);
   int nd = mn_view_ndim(v);
   bool meta = mn_view_device(v).type == MN_DEVICE_META; /* no data: "values": null */
-  mn_status st = meta ? MN_OK : mn_view_to(v, mn_device_cpu(), dt, false, NULL, &h);
+  /* a quantized view: its parameters, and as values its stored integers
+   * (int_repr: packed bytes for quint4x2 / quint2x4, as torch) */
+  mn_view_t *ir = NULL;
+  mn_status st = mn_view_is_quantized(v) && !meta ? mn_view_int_repr(v, NULL, &ir) : MN_OK;
+  if (st != MN_OK) return st;
+  if (mn_view_is_quantized(v))
+    chain_sb_printf(b, "{\"q_scale\": %.17g, \"q_zero_point\": %lld, ", mn_view_q_scale(v),
+                    (long long)mn_view_q_zero_point(v));
+  if (!meta) st = mn_view_to(ir ? ir : v, mn_device_cpu(), ir ? mn_view_dtype(ir) : dt, false, NULL, &h);
+  mn_view_destroy(ir);
   mn_view_t *hc = NULL;
   if (st == MN_OK && !meta) st = mn_view_contiguous(h, NULL, &hc);
   mn_view_destroy(h);
   if (st != MN_OK) return st;
-  chain_sb_printf(b, "{\"dtype\": \"%s\", \"sizes\": [", mn_dtype_name(dt));
+  chain_sb_printf(b, "%s\"dtype\": \"%s\", \"sizes\": [", mn_view_is_quantized(v) ? "" : "{", mn_dtype_name(dt));
   for (int d = 0; d < nd; d++) chain_sb_printf(b, d ? ", %lld" : "%lld", (long long)mn_view_size(v, d));
   chain_sb_printf(b, "], \"strides\": [");
   for (int d = 0; d < nd; d++) chain_sb_printf(b, d ? ", %lld" : "%lld", (long long)mn_view_stride(v, d));
@@ -520,10 +529,11 @@ static mn_status print_view(sbuf *b, chain_t *c) {
             (long long)mn_view_offset(v), mn_view_is_contiguous(v) ? "true" : "false", cl ? "true" : "false",
             meta ? "null}" : "[");
   if (meta) return MN_OK;
-  size_t item = mn_dtype_itemsize(dt);
+  const mn_dtype vdt = mn_view_dtype(hc); /* dt, or int_repr's */
+  size_t item = mn_dtype_itemsize(vdt);
   for (int64_t i = 0; i < mn_view_numel(hc); i++) {
     if (i) chain_sb_printf(b, ", ");
-    print_scalar(b, dt, (const char *)mn_view_data(hc) + (size_t)i * item);
+    print_scalar(b, vdt, (const char *)mn_view_data(hc) + (size_t)i * item);
   }
   chain_sb_printf(b, "]}");
   mn_view_destroy(hc);

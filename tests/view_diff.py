@@ -414,6 +414,9 @@ def main():
             want = {"error": "deviation"}
             stats["deviation"] += 1
         except Exception as e:  # noqa: BLE001 - any torch refusal
+            if type(e).__name__ == "KnownDeviation":  # a comparison the family says torch cannot make
+                stats["skipped"] = stats.get("skipped", 0) + 1
+                continue
             want = {"error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")}
         if "error" in want or "error" in got:
             same = ("error" in want) == ("error" in got)
@@ -434,6 +437,8 @@ def main():
                 print("MISMATCH: %s\n  mnemo: %s\n  torch: %s" % (line, json.dumps(got), json.dumps(want)))
     if EXT[0] is not None:
         print("family %s: every chain holds at least one of its ops" % EXT[0].NAME)
+    if stats.get("skipped"):
+        print("%d chains not compared (a known deviation of torch, see the family module)" % stats["skipped"])
     print("%d chains (%d ran, %d of them with values not compared after a write into a self-overlapping view; "
           "%d refused by both; %d known deviations), %d mismatches" % (
               len(chains), stats["ok"], stats["unordered"], stats["error"] - stats["deviation"], stats["deviation"],

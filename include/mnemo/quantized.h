@@ -28,6 +28,10 @@ MN_API int mn_dtype_bits(mn_dtype dtype);
 /* The integer range of a quantized dtype ([-128, 127] for qint8, [0, 15]
  * for quint4x2, ...); MN_ERR_INVALID_ARGUMENT for other dtypes. */
 MN_API MN_NODISCARD mn_status mn_dtype_quant_range(mn_dtype dtype, int64_t *qmin, int64_t *qmax);
+/* The integer dtype of a quantized dtype's stored values (int_repr's dtype:
+ * int8, uint8, int32; uint8 bytes for the packed ones); other dtypes are
+ * returned unchanged. */
+MN_API mn_dtype mn_dtype_quant_underlying(mn_dtype dtype);
 
 /* Whether v's dtype is quantized. */
 MN_API bool mn_view_is_quantized(const mn_view_t *v);
@@ -49,7 +53,10 @@ MN_API MN_NODISCARD mn_status mn_view_create_quantized(mn_storage_t *storage, mn
  * float32 or float64; read as float32 as PyTorch does) quantized into a new
  * contiguous storage on v's device, with PyTorch 1.13's rounding (round half
  * to even of value / scale in float32, plus zero_point) and clamping to the
- * dtype's range (NaN gives the range's minimum). Queued on `stream`. */
+ * dtype's range (NaN gives the range's minimum). Queued on `stream`.
+ * Layout (as torch 1.13, also for dequantize and int_repr): channels_last /
+ * channels_last_3d when v's strides are like it (4-d / 5-d), else row-major;
+ * packed dtypes always row-major. */
 MN_API MN_NODISCARD mn_status mn_view_quantize_per_tensor(const mn_view_t *v, double scale, int64_t zero_point,
                                                           mn_dtype dtype, mn_stream_t *stream, mn_view_t **out);
 /* dequantize(v): a new contiguous float32 view, (q - zero_point) * scale as

@@ -46,16 +46,24 @@ class Dtypes(unittest.TestCase):
                     "int32": (4, "int"), "int64": (8, "int"), "float16": (2, "float"), "bfloat16": (2, "float"),
                     "float32": (4, "float"), "float64": (8, "float"), "complex64": (8, "complex"),
                     "complex128": (16, "complex"), "float8_e4m3fn": (1, "float"), "float8_e5m2": (1, "float"),
-                    "uint16": (2, "uint"), "uint32": (4, "uint"), "uint64": (8, "uint")}
+                    "uint16": (2, "uint"), "uint32": (4, "uint"), "uint64": (8, "uint"),
+                    "qint8": (1, "quantized"), "quint8": (1, "quantized"), "qint32": (4, "quantized"),
+                    "quint4x2": (1, "quantized"), "quint2x4": (1, "quantized")}
         for name, (size, kind) in expected.items():
             d = getattr(mnemo, name)
             self.assertIsInstance(d, mnemo.dtype)
             self.assertEqual((d.name, d.itemsize, d.kind), (name, size, kind))
             self.assertEqual(d.is_floating_point, kind == "float")
             self.assertEqual(d.is_complex, kind == "complex")
-            self.assertEqual(d.is_signed, kind in ("int", "float", "complex"))
+            self.assertEqual(d.is_quantized, kind == "quantized")
+            self.assertEqual(d.is_signed, kind in ("int", "float", "complex") or name in ("qint8", "qint32"))
+            self.assertEqual(d.bits, {"quint4x2": 4, "quint2x4": 2}.get(name, 8 * size))
             self.assertIs(mnemo.dtype(name), d)
             self.assertEqual(repr(d), "mnemo." + name)
+            if kind == "quantized":
+                self.assertFalse(d.has_numpy)
+                with self.assertRaises(TypeError):
+                    d.numpy_dtype()
         self.assertEqual(set(mnemo.dtype._by_value[v].name for v in mnemo.dtype._by_value), set(expected))
 
     def test_parse(self):
