@@ -2,7 +2,8 @@
  * dequantize and int_repr as new dense views (row-major, or channels_last
  * as torch's suggested memory format), run by the kernels layer's
  * quantize job (kernels/quant.h) on the view's device (CPU at once, SIM
- * queued, CUDA kernels). Thread-safe: views are immutable; temporaries live
+ * queued, CUDA kernels); on the meta device only the result's metadata is
+ * made. Thread-safe: views are immutable; temporaries live
  * until the stream has run the work that reads them. */
 #include <string.h>
 
@@ -119,6 +120,14 @@ static mn_status quantize_rowmajor(const mn_view_t *v, const qargs *a, mn_stream
   mn_status st = quant_stream(v, stream, &s);
   if (st != MN_OK) return st; /* wrapped by the caller */
   mn_view_t *f = NULL, *r = NULL;
+  if (mn_view_device(v).type == MN_DEVICE_META) { /* the result's metadata only: nothing read, no kernel */
+    st = mn__view_empty_on(mn_view_device(v), dtype, v->ndim, v->sizes, NULL, s, &r);
+    if (st == MN_OK) {
+      mn__view_set_qparams(r, scale, zero_point);
+      *out = r;
+    }
+    return st;
+  }
   bool copied = false;
   st = contiguous_as(v, MN_DTYPE_FLOAT32, s, &f, &copied);
   if (st == MN_OK) st = mn__view_empty_on(mn_view_device(v), dtype, v->ndim, v->sizes, NULL, s, &r);
@@ -192,6 +201,11 @@ static mn_status dequantize_rowmajor(const mn_view_t *v, const qargs *a, mn_stre
   st = quant_stream(v, stream, &s);
   if (st != MN_OK) return st;
   mn_view_t *c = NULL, *r = NULL;
+  if (mn_view_device(v).type == MN_DEVICE_META) { /* the result's metadata only */
+    st = mn__view_empty_on(mn_view_device(v), MN_DTYPE_FLOAT32, v->ndim, v->sizes, NULL, s, &r);
+    if (st == MN_OK) *out = r;
+    return st;
+  }
   bool copied = false;
   st = contiguous_as(v, v->dtype, s, &c, &copied);
   if (st == MN_OK) st = mn__view_empty_on(mn_view_device(v), MN_DTYPE_FLOAT32, v->ndim, v->sizes, NULL, s, &r);
@@ -232,7 +246,8 @@ static mn_status int_repr_rowmajor(const mn_view_t *v, const qargs *a, mn_stream
     st = mn_view_create(v->storage, under, v->ndim, v->sizes, v->strides, v->offset, &src);
     if (st == MN_OK) st = mn__view_empty_on(mn_view_device(v), under, v->ndim, v->sizes, NULL, s, &r);
   }
-  if (st == MN_OK && mn_view_numel(r) > 0) st = mn_kernel_copy_view(s, r, src); /* v holds the storage */
+  if (st == MN_OK && mn_view_numel(r) > 0 && mn_view_device(v).type != MN_DEVICE_META)
+    st = mn_kernel_copy_view(s, r, src); /* v holds the storage */
   mn_view_destroy(src);
   if (st != MN_OK) {
     mn_view_destroy(r);

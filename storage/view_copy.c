@@ -323,8 +323,13 @@ mn_status mn_view_empty_like(const mn_view_t *v, mn_device_t dev, mn_view_t **ou
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   int64_t strides[MN_MAX_DIMS];
   dense_strides_like(v, strides);
-  st = mn__view_empty_on(dev, v->dtype, v->ndim, v->sizes, strides, NULL, out);
-  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+  /* laid out as clone: row-major for quantized views, which keep their parameters */
+  mn_view_t *r = NULL;
+  st = mn__view_empty_on(dev, v->dtype, v->ndim, v->sizes, mn_dtype_is_quantized(v->dtype) ? NULL : strides, NULL, &r);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  mn__view_set_qparams(r, v->q_scale, v->q_zero_point);
+  *out = r;
+  return MN_OK;
 }
 
 /* c10's checked_convert (Scalar::to<T> in fill_): whether `value` is out of

@@ -48,6 +48,25 @@ static void temps_free(temps_t *t) {
 }
 
 static bool is_meta(mn_device_t dev) { return dev.type == MN_DEVICE_META; }
+
+/* Quantized views: the gathers move their stored integers and keep scale and
+ * zero point (torch 1.13 has index_select and index for them); the packed
+ * dtypes (elements inside bytes) and writes into quantized views (torch
+ * wants float values to quantize there) are refused. */
+static mn_status quant_check(const mn_view_t *v, bool write, const char *func) {
+  if (!mn_dtype_is_quantized(v->dtype)) return MN_OK;
+  if (write)
+    return mn__error(MN_ERR_NOT_SUPPORTED, func,
+                     "writing into a %s view through indices is not supported: its values are quantized (write "
+                     "into a float view, then mn_view_quantize_per_tensor)",
+                     mn_dtype_name(v->dtype));
+  if (mn_dtype_bits(v->dtype) < 8)
+    return mn__error(MN_ERR_NOT_SUPPORTED, func,
+                     "indexing a %s view is not supported: its elements are packed inside bytes (dequantize, or "
+                     "index the float view before quantizing)",
+                     mn_dtype_name(v->dtype));
+  return MN_OK;
+}
 static bool is_int_index(mn_dtype dt) { return dt == MN_DTYPE_INT32 || dt == MN_DTYPE_INT64; }
 static bool is_mask(mn_dtype dt) { return dt == MN_DTYPE_BOOL || dt == MN_DTYPE_UINT8; }
 
@@ -423,6 +442,7 @@ static mn_status plan_build(const mn_view_t *v, int n, const mn_view_t *const *i
 static mn_status plan_gather(const mn_view_t *v, const plan_t *p, mn_stream_t *s, const char *func, mn_view_t **out) {
   mn_view_t *r = NULL;
   mn_status st = mn__view_empty_on(mn_view_device(v), v->dtype, p->rnd, p->rsizes, NULL, s, &r);
+  if (st == MN_OK) mn__view_set_qparams(r, v->q_scale, v->q_zero_point);
   if (st == MN_OK && s && mn_view_numel(r) > 0) {
     if (p->n == 0) {
       st = mn_kernel_copy_view(s, r, v);
@@ -458,6 +478,8 @@ static mn_status index_impl(const mn_view_t *v, int n, const mn_view_t *const *i
 mn_status mn_view_index(const mn_view_t *v, int n, const mn_view_t *const *indices, mn_stream_t *stream,
                         mn_view_t **out) {
   MN__CHECK_ARG(v != NULL && out != NULL, "view and out must not be NULL");
+  mn_status qst = quant_check(v, false, __func__);
+  if (qst != MN_OK) return qst;
   *out = NULL;
   return index_impl(v, n, indices, stream, false, __func__, out);
 }
@@ -517,6 +539,8 @@ static mn_status zero_index(mn_device_t dev, mn_stream_t *s, temps_t *t, const c
 mn_status mn_view_index_put(mn_view_t *v, int n, const mn_view_t *const *indices, const mn_view_t *values,
                             bool accumulate, mn_stream_t *stream) {
   MN__CHECK_ARG(v != NULL && values != NULL, "view and values must not be NULL");
+  mn_status qst = quant_check(v, true, __func__);
+  if (qst != MN_OK) return qst;
   if (values->dtype != v->dtype)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
                      "Index put requires the source and destination dtypes match, got %s for the destination and %s "
@@ -558,6 +582,8 @@ mn_status mn_view_index_put(mn_view_t *v, int n, const mn_view_t *const *indices
 mn_status mn_view_index_select(const mn_view_t *v, int dim, const mn_view_t *index, mn_stream_t *stream,
                                mn_view_t **out) {
   MN__CHECK_ARG(v != NULL && index != NULL && out != NULL, "view, index and out must not be NULL");
+  mn_status qst = quant_check(v, false, __func__);
+  if (qst != MN_OK) return qst;
   *out = NULL;
   int d;
   mn_status st = mn__wrap_dim(dim, v->ndim, true, __func__, &d);
@@ -596,6 +622,8 @@ mn_status mn_view_index_select(const mn_view_t *v, int dim, const mn_view_t *ind
 
 mn_status mn_view_take(const mn_view_t *v, const mn_view_t *index, mn_stream_t *stream, mn_view_t **out) {
   MN__CHECK_ARG(v != NULL && index != NULL && out != NULL, "view, index and out must not be NULL");
+  mn_status qst = quant_check(v, false, __func__);
+  if (qst != MN_OK) return qst;
   *out = NULL;
   if (!is_int_index(index->dtype))
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "take(): Expected a long tensor for index, but got %s",
@@ -612,6 +640,7 @@ mn_status mn_view_take(const mn_view_t *v, const mn_view_t *index, mn_stream_t *
   temps_t t = {.n = 0};
   mn_view_t *r = NULL, *vc = NULL, *ix = NULL;
   st = mn__view_empty_on(dev, v->dtype, index->ndim, index->sizes, NULL, s, &r);
+  if (st == MN_OK) mn__view_set_qparams(r, v->q_scale, v->q_zero_point);
   if (st == MN_OK && s && mn_view_numel(r) > 0) {
     st = mn_view_contiguous(v, s, &vc);
     if (st == MN_OK) keep(&t, vc);
@@ -673,6 +702,8 @@ static mn_status check_dim_shapes(const mn_view_t *v, int d, const mn_view_t *in
 
 mn_status mn_view_gather(const mn_view_t *v, int dim, const mn_view_t *index, mn_stream_t *stream, mn_view_t **out) {
   MN__CHECK_ARG(v != NULL && index != NULL && out != NULL, "view, index and out must not be NULL");
+  mn_status qst = quant_check(v, false, __func__);
+  if (qst != MN_OK) return qst;
   *out = NULL;
   int d;
   mn_status st = mn__wrap_dim(dim, v->ndim, true, __func__, &d);
@@ -690,6 +721,7 @@ mn_status mn_view_gather(const mn_view_t *v, int dim, const mn_view_t *index, mn
   temps_t t = {.n = 0};
   mn_view_t *r = NULL, *ix = NULL;
   st = mn__view_empty_on(dev, v->dtype, index->ndim, index->sizes, NULL, s, &r);
+  if (st == MN_OK) mn__view_set_qparams(r, v->q_scale, v->q_zero_point);
   if (st == MN_OK && s && mn_view_numel(r) > 0) {
     st = to_dev(index, dev, NULL, __func__, &ix);
     if (st == MN_OK) {
@@ -720,6 +752,8 @@ mn_status mn_view_gather(const mn_view_t *v, int dim, const mn_view_t *index, mn
 
 mn_status mn_view_masked_select(const mn_view_t *v, const mn_view_t *mask, mn_stream_t *stream, mn_view_t **out) {
   MN__CHECK_ARG(v != NULL && mask != NULL && out != NULL, "view, mask and out must not be NULL");
+  mn_status qst = quant_check(v, false, __func__);
+  if (qst != MN_OK) return qst;
   *out = NULL;
   if (!is_mask(mask->dtype))
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "masked_select: expected BoolTensor or ByteTensor for mask");
@@ -764,6 +798,8 @@ mn_status mn_view_masked_select(const mn_view_t *v, const mn_view_t *mask, mn_st
 static mn_status scatter_impl(mn_view_t *v, int dim, const mn_view_t *index, const mn_view_t *src, bool add,
                               mn_stream_t *stream, const char *name, const char *func) {
   if (!v || !index || !src) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "view, index and src must not be NULL");
+  mn_status qst = quant_check(v, true, func);
+  if (qst != MN_OK) return qst;
   int d;
   mn_status st = mn__wrap_dim(dim, v->ndim, true, func, &d);
   if (st != MN_OK) return st;

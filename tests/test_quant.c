@@ -3,7 +3,8 @@
  * quantize / dequantize / int_repr against values taken from torch 1.13, on
  * CPU and SIM; mnemo's save format round trip; refusals (casts, dtype views,
  * safetensors, DLPack, storage conversion) change
- * nothing. Single-threaded. */
+ * nothing; indexing of quantized views, quantized views on the meta device.
+ * Single-threaded. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -313,6 +314,80 @@ MN_TEST(mnemo_save_round_trip) {
   mn_view_destroy(x);
 }
 
+/* Quantized views meet the other parts of issue 20: advanced indexing
+ * gathers keep scale and zero point (packed dtypes and writes refused, the
+ * destination unchanged), the meta device computes quantize / dequantize /
+ * int_repr metadata without data, empty_like keeps the parameters. */
+MN_TEST(indexing_meta_and_empty_like) {
+  for (int di = 0; di < 2; di++) {
+    mn_test_case = DEV_NAMES[di];
+    mn_device_t dev = DEVS[di];
+    int64_t n = 4, two = 2;
+    mn_view_t *x = NULL, *q = NULL, *q4 = NULL, *idx = NULL, *g = NULL, *ir = NULL, *src = NULL, *bad = NULL;
+    MN_CHECK_OK(mn_view_empty(mn_device_cpu(), MN_DTYPE_FLOAT32, 1, &n, &x));
+    const float xs[4] = {1.5f, 2.5f, -3.0f, 4.0f};
+    memcpy(mn_view_data(x), xs, sizeof xs);
+    mn_view_t *xd = NULL;
+    MN_CHECK_OK(mn_view_to(x, dev, MN_DTYPE_FLOAT32, false, NULL, &xd));
+    MN_CHECK_OK(mn_view_quantize_per_tensor(xd, 0.5, 1, MN_DTYPE_QINT8, NULL, &q));
+    MN_CHECK_OK(mn_view_quantize_per_tensor(xd, 0.5, 1, MN_DTYPE_QUINT4X2, NULL, &q4));
+    MN_CHECK_OK(mn_view_empty(mn_device_cpu(), MN_DTYPE_INT64, 1, &two, &idx));
+    ((int64_t *)mn_view_data(idx))[0] = 3;
+    ((int64_t *)mn_view_data(idx))[1] = 0;
+    MN_CHECK_OK(mn_view_index_select(q, 0, idx, NULL, &g)); /* index on the CPU, data on dev */
+    if (g) {
+      MN_CHECK(mn_view_dtype(g) == MN_DTYPE_QINT8 && mn_view_q_scale(g) == 0.5 && mn_view_q_zero_point(g) == 1);
+      MN_CHECK_OK(mn_view_int_repr(g, NULL, &ir));
+      mn_view_t *h = NULL;
+      if (ir) MN_CHECK_OK(mn_view_to(ir, mn_device_cpu(), MN_DTYPE_INT8, false, NULL, &h));
+      if (h) MN_CHECK(((int8_t *)mn_view_data(h))[0] == 9 && ((int8_t *)mn_view_data(h))[1] == 4); /* torch: [9, 4] */
+      mn_view_destroy(h);
+    }
+    MN_CHECK_ERR(mn_view_index_select(q4, 0, idx, NULL, &bad), MN_ERR_NOT_SUPPORTED, "packed");
+    MN_CHECK(bad == NULL);
+    /* a refused scatter leaves the quantized view as it was */
+    MN_CHECK_OK(mn_view_index_select(q, 0, idx, NULL, &src));
+    mn_view_t *before = NULL, *after = NULL;
+    MN_CHECK_OK(mn_view_int_repr(q, NULL, &before));
+    const mn_view_t *ixs[1] = {idx};
+    MN_CHECK_ERR(mn_view_index_put(q, 1, ixs, src, false, NULL), MN_ERR_NOT_SUPPORTED, "quantized");
+    MN_CHECK_ERR(mn_view_scatter(q, 0, idx, src, NULL), MN_ERR_NOT_SUPPORTED, "quantized");
+    MN_CHECK_OK(mn_view_int_repr(q, NULL, &after));
+    mn_view_t *hb = NULL, *ha = NULL;
+    MN_CHECK_OK(mn_view_to(before, mn_device_cpu(), MN_DTYPE_INT8, false, NULL, &hb));
+    MN_CHECK_OK(mn_view_to(after, mn_device_cpu(), MN_DTYPE_INT8, false, NULL, &ha));
+    if (hb && ha) MN_CHECK(memcmp(mn_view_data(hb), mn_view_data(ha), 4) == 0);
+    /* empty_like keeps the parameters, on any device */
+    mn_view_t *e = NULL;
+    MN_CHECK_OK(mn_view_empty_like(q, mn_device_meta(), &e));
+    if (e) MN_CHECK(mn_view_dtype(e) == MN_DTYPE_QINT8 && mn_view_q_scale(e) == 0.5 && mn_view_q_zero_point(e) == 1);
+    mn_view_destroy(e);
+    mn_view_t *views[] = {x, xd, q, q4, idx, g, ir, src, before, after, hb, ha};
+    for (size_t i = 0; i < sizeof views / sizeof views[0]; i++) mn_view_destroy(views[i]);
+  }
+  mn_test_case = "meta";
+  int64_t sz[2] = {3, 5};
+  mn_view_t *m = NULL, *mq = NULL, *md = NULL, *mi = NULL, *mp = NULL, *mpi = NULL;
+  MN_CHECK_OK(mn_view_empty(mn_device_meta(), MN_DTYPE_FLOAT32, 2, sz, &m));
+  MN_CHECK_OK(mn_view_quantize_per_tensor(m, 0.25, 3, MN_DTYPE_QUINT8, NULL, &mq));
+  if (mq) {
+    MN_CHECK(mn_view_device(mq).type == MN_DEVICE_META && mn_view_data(mq) == NULL);
+    MN_CHECK(mn_view_q_scale(mq) == 0.25 && mn_view_q_zero_point(mq) == 3 && mn_view_numel(mq) == 15);
+    MN_CHECK_OK(mn_view_dequantize(mq, NULL, &md));
+    if (md) MN_CHECK(mn_view_dtype(md) == MN_DTYPE_FLOAT32 && mn_view_size(md, 1) == 5);
+    MN_CHECK_OK(mn_view_int_repr(mq, NULL, &mi));
+    if (mi) MN_CHECK(mn_view_dtype(mi) == MN_DTYPE_UINT8 && mn_view_numel(mi) == 15);
+  }
+  MN_CHECK_OK(mn_view_quantize_per_tensor(m, 1.0, 0, MN_DTYPE_QUINT2X4, NULL, &mp));
+  if (mp) {
+    MN_CHECK(mn_storage_nbytes(mn_view_storage(mp)) == 4); /* ceil(15 * 2 / 8) */
+    MN_CHECK_OK(mn_view_int_repr(mp, NULL, &mpi));
+    if (mpi) MN_CHECK(mn_view_numel(mpi) == 4);
+  }
+  mn_view_t *mviews[] = {m, mq, md, mi, mp, mpi};
+  for (size_t i = 0; i < sizeof mviews / sizeof mviews[0]; i++) mn_view_destroy(mviews[i]);
+}
+
 int main(void) {
   DEVS[0] = mn_device_cpu();
   DEVS[1] = mn_device_sim(0);
@@ -321,5 +396,6 @@ int main(void) {
   MN_RUN(quantize_dequantize_int_repr_match_torch);
   MN_RUN(view_ops_keep_qparams_and_packed_rules);
   MN_RUN(mnemo_save_round_trip);
+  MN_RUN(indexing_meta_and_empty_like);
   return mn_test_failures == 0 ? 0 : 1;
 }
