@@ -249,18 +249,10 @@ __global__ void random_kernel(char *__restrict__ dst, I n, OffCalc c, mn__rand_p
   }
 }
 
-mn_status launched(cudaError_t err, const char *func, const char *what, int device) {
-  if (err == cudaSuccess) return MN_OK;
-  (void)cudaGetLastError();  // the failed launch's own error, reported here
-  return mn__error(MN_ERR_DEVICE, func, "launching %s on cuda:%d failed: %s (%s)", what, device,
-                   cudaGetErrorName(err), cudaGetErrorString(err));
-}
-
-// Launches a grid-stride kernel of kThreads-thread blocks over `work` items,
-// its grid sized by its own occupancy on `device` (kernels/cuda_grid.h).
+// mn__launch_1d with this file's block size.
 template <auto K, typename... A>
 cudaError_t launch_1d(int device, int64_t work, cudaStream_t s, A... args) {
-  return mn__launch(K, mn_grid::grid_for<K, kThreads>(device, work), kThreads, 0, s, args...);
+  return mn__launch_1d<K, kThreads>(device, work, s, args...);
 }
 
 // Both base addresses aligned to their item sizes (strides are in items, so
@@ -433,7 +425,7 @@ extern "C" mn_status mn__cuda_exec(int device, void *stream, const mn__plan_t *p
   if (!ok)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "no CUDA kernel for %s (%s <- %s, item %zu)", what,
                      mn_dtype_name(p->dst_dtype), mn_dtype_name(p->src_dtype), p->dst_item);
-  return launched(err, __func__, what, device);
+  return mn__launched(err, __func__, what, device);
 }
 
 extern "C" mn_status mn__cuda_random(int device, void *stream, const mn__strided_t *dst, int dtype,
@@ -481,7 +473,7 @@ extern "C" mn_status mn__cuda_random(int device, void *stream, const mn__strided
 #undef MN__CU_RAND
 #undef MN__CU_RAND_S
   mn__cuda_guard_leave(&guard);
-  return launched(err, __func__, "random fill", device);
+  return mn__launched(err, __func__, "random fill", device);
 }
 
 // ---- quantize / dequantize (kernels/quant.h): one contiguous job ----------
@@ -505,5 +497,5 @@ extern "C" mn_status mn__cuda_quant(int device, void *stream, const mn__quant_t 
   if (st != MN_OK) return st;
   cudaError_t err = launch_1d<quant_kernel>(device, n, static_cast<cudaStream_t>(stream), *job);
   mn__cuda_guard_leave(&guard);
-  return launched(err, __func__, job->dequant ? "dequantize" : "quantize", device);
+  return mn__launched(err, __func__, job->dequant ? "dequantize" : "quantize", device);
 }

@@ -156,16 +156,10 @@ __global__ void scatter_kernel(Geom g, Walk w, I n) {
   }
 }
 
-mn_status launched(cudaError_t err, const char *func, const char *what, int device) {
-  if (err == cudaSuccess) return MN_OK;
-  (void)cudaGetLastError();  // the failed launch's own error, reported here
-  return mn__error(MN_ERR_DEVICE, func, "launching %s on cuda:%d failed: %s (%s)", what, device,
-                   cudaGetErrorName(err), cudaGetErrorString(err));
-}
-
+// mn__launch_1d with this file's block size.
 template <auto K, typename... A>
 cudaError_t launch_1d(int device, int64_t work, cudaStream_t s, A... args) {
-  return mn__launch(K, mn_grid::grid_for<K, kThreads>(device, work), kThreads, 0, s, args...);
+  return mn__launch_1d<K, kThreads>(device, work, s, args...);
 }
 
 template <int N, bool ALIGNED>
@@ -230,5 +224,5 @@ extern "C" mn_status mn__cuda_index(int device, void *stream, const mn__index_ge
   const char *what = g->op == MN__IX_GATHER ? "gather" : g->op == MN__IX_SCATTER ? "scatter" : "scatter with accumulate";
   if (!ok)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "no CUDA kernel for %s of item size %d", what, g->item);
-  return launched(err, __func__, what, device);
+  return mn__launched(err, __func__, what, device);
 }

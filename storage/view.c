@@ -146,21 +146,32 @@ static mn_status view_make(mn_storage_t *storage, mn_dtype dtype, int ndim, cons
   return view_make_q(storage, dtype, ndim, sizes, strides, offset, 1.0, 0, func, out);
 }
 
-mn_status mn_view_create(mn_storage_t *storage, mn_dtype dtype, int ndim, const int64_t *sizes,
-                         const int64_t *strides, int64_t offset, mn_view_t **out) {
-  MN__CHECK_ARG(storage != NULL && out != NULL, "storage and out must not be NULL");
-  MN__CHECK_ARG(mn_dtype_is_valid(dtype), "invalid dtype %d", (int)dtype);
-  MN__CHECK_ARG(ndim >= 0 && ndim <= MN_MAX_DIMS, "ndim=%d is not in 0..%d", ndim, MN_MAX_DIMS);
-  MN__CHECK_ARG(ndim == 0 || sizes != NULL, "sizes must not be NULL when ndim=%d", ndim);
+/* mn_view_create and mn_view_create_quantized: the caller's arguments
+ * checked, NULL strides made contiguous, the view made. */
+static mn_status create_checked(mn_storage_t *storage, mn_dtype dtype, int ndim, const int64_t *sizes,
+                                const int64_t *strides, int64_t offset, double scale, int64_t zero_point,
+                                const char *func, mn_view_t **out) {
+  if (!storage || !out) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "storage and out must not be NULL");
+  if (!mn_dtype_is_valid(dtype)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "invalid dtype %d", (int)dtype);
+  if (ndim < 0 || ndim > MN_MAX_DIMS)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "ndim=%d is not in 0..%d", ndim, MN_MAX_DIMS);
+  if (ndim > 0 && !sizes)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "sizes must not be NULL when ndim=%d", ndim);
   int64_t contig[MN_MAX_DIMS];
   if (!strides) {
     for (int d = 0; d < ndim; d++)
-      MN__CHECK_ARG(sizes[d] >= 0, "size %lld at dim %d is negative", (long long)sizes[d], d);
+      if (sizes[d] < 0)
+        return mn__error(MN_ERR_INVALID_ARGUMENT, func, "size %lld at dim %d is negative", (long long)sizes[d], d);
     if (!mn__contiguous_strides(sizes, ndim, contig))
-      return mn__error(MN_ERR_OVERFLOW, __func__, "contiguous strides overflow");
+      return mn__error(MN_ERR_OVERFLOW, func, "contiguous strides overflow");
     strides = contig;
   }
-  return view_make(storage, dtype, ndim, sizes, strides, offset, __func__, out);
+  return view_make_q(storage, dtype, ndim, sizes, strides, offset, scale, zero_point, func, out);
+}
+
+mn_status mn_view_create(mn_storage_t *storage, mn_dtype dtype, int ndim, const int64_t *sizes,
+                         const int64_t *strides, int64_t offset, mn_view_t **out) {
+  return create_checked(storage, dtype, ndim, sizes, strides, offset, 1.0, 0, __func__, out);
 }
 
 void mn__geom_of(const mn_view_t *v, mn__geom_t *g) {
@@ -384,17 +395,7 @@ mn_status mn_view_create_quantized(mn_storage_t *storage, mn_dtype dtype, int nd
   MN__CHECK_ARG(storage != NULL && out != NULL, "storage and out must not be NULL");
   mn_status st = mn__check_qparams(dtype, scale, zero_point, __func__);
   if (st != MN_OK) return st;
-  MN__CHECK_ARG(ndim >= 0 && ndim <= MN_MAX_DIMS, "ndim=%d is not in 0..%d", ndim, MN_MAX_DIMS);
-  MN__CHECK_ARG(ndim == 0 || sizes != NULL, "sizes must not be NULL when ndim=%d", ndim);
-  int64_t contig[MN_MAX_DIMS];
-  if (!strides) {
-    for (int d = 0; d < ndim; d++)
-      MN__CHECK_ARG(sizes[d] >= 0, "size %lld at dim %d is negative", (long long)sizes[d], d);
-    if (!mn__contiguous_strides(sizes, ndim, contig))
-      return mn__error(MN_ERR_OVERFLOW, __func__, "contiguous strides overflow");
-    strides = contig;
-  }
-  return view_make_q(storage, dtype, ndim, sizes, strides, offset, scale, zero_point, __func__, out);
+  return create_checked(storage, dtype, ndim, sizes, strides, offset, scale, zero_point, __func__, out);
 }
 
 void mn__view_set_qparams(mn_view_t *v, double scale, int64_t zero_point) {

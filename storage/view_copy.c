@@ -14,12 +14,6 @@
 #include "storage/view_internal.h"
 
 #define META_NO_DATA "Cannot copy out of meta tensor; no data!"
-#define OVERLAP_MSG                                                                                        \
-  "unsupported operation: more than one element of the written-to tensor refers to a single memory location. " \
-  "Please clone() the tensor before performing the operation."
-#define PARTIAL_MSG                                                                                             \
-  "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory " \
-  "location. Please clone() the tensor before performing the operation."
 
 /* PyTorch's has_internal_overlap answering YES: not dense and a dim of size
  * > 1 with stride 0. (TOO_HARD layouts are allowed, as in PyTorch.) */
@@ -204,7 +198,7 @@ static mn_status copy_impl(mn_view_t *dst, const mn_view_t *src, mn_stream_t *st
                            const char *func) {
   if (is_meta(mn_view_device(src)) && !is_meta(mn_view_device(dst)))
     return mn__error(MN_ERR_NOT_SUPPORTED, func, META_NO_DATA);
-  if (internal_overlap(dst)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, OVERLAP_MSG);
+  if (internal_overlap(dst)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, MN__OVERLAP_MSG);
   mn_status st = mn__check_quant_copy(dst, src, func);
   if (st != MN_OK) return st;
   mn_view_t *bsrc = NULL; /* src broadcast to dst's shape */
@@ -224,7 +218,7 @@ static mn_status copy_impl(mn_view_t *dst, const mn_view_t *src, mn_stream_t *st
   if (ov == OVERLAP_NO && overlap_status(dst, bsrc) != OVERLAP_NO) ov = OVERLAP_TOO_HARD;
   if (ov == OVERLAP_PARTIAL) {
     mn_view_destroy(bsrc);
-    return mn__error(MN_ERR_INVALID_ARGUMENT, func, PARTIAL_MSG);
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, MN__PARTIAL_MSG);
   }
   if (is_meta(mn_view_device(dst))) { /* checked; a write into meta has nothing to write */
     mn_view_destroy(bsrc);
@@ -390,7 +384,7 @@ mn_status mn_view_fill(mn_view_t *v, mn_scalar_t value, mn_stream_t *stream) {
   MN__CHECK_ARG(v != NULL, "view must not be NULL");
   MN__CHECK_ARG(!mn_dtype_is_quantized(v->dtype), "filling a %s view is not supported (quantize a float view instead)",
                 mn_dtype_name(v->dtype));
-  if (internal_overlap(v)) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, OVERLAP_MSG);
+  if (internal_overlap(v)) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, MN__OVERLAP_MSG);
   if (scalar_overflows(value, v->dtype))
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "value cannot be converted to type %s without overflow",
                      mn_dtype_name(v->dtype));

@@ -15,12 +15,6 @@
 #include "runtime/error.h"
 #include "storage/view_internal.h"
 
-#define OVERLAP_MSG                                                                                        \
-  "unsupported operation: more than one element of the written-to tensor refers to a single memory location. " \
-  "Please clone() the tensor before performing the operation."
-#define PARTIAL_MSG                                                                                             \
-  "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory " \
-  "location. Please clone() the tensor before performing the operation."
 
 /* How an index's range is checked and which of PyTorch's messages a bad one
  * gets. */
@@ -498,7 +492,8 @@ static mn_status values_for(const mn_view_t *v, const mn_view_t *values, int rnd
   }
   keep(t, e);
   mn__overlap ov = overlap_status(v, values);
-  if (ov == MN__OVERLAP_PARTIAL || ov == MN__OVERLAP_FULL) return mn__error(MN_ERR_INVALID_ARGUMENT, func, PARTIAL_MSG);
+  if (ov == MN__OVERLAP_PARTIAL || ov == MN__OVERLAP_FULL)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, MN__PARTIAL_MSG);
   mn_device_t dev = mn_view_device(v);
   if (is_meta(dev) || (mn_device_equal(mn_view_device(e), dev) && ov == MN__OVERLAP_NO)) {
     *out = e;
@@ -546,7 +541,7 @@ mn_status mn_view_index_put(mn_view_t *v, int n, const mn_view_t *const *indices
                      "Index put requires the source and destination dtypes match, got %s for the destination and %s "
                      "for the source.",
                      mn_dtype_name(v->dtype), mn_dtype_name(values->dtype));
-  if (internal_overlap(v)) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, OVERLAP_MSG);
+  if (internal_overlap(v)) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, MN__OVERLAP_MSG);
   mn_device_t dev = mn_view_device(v);
   mn_stream_t *s = NULL;
   mn_status st = call_stream(dev, stream, __func__, &s);
@@ -670,6 +665,28 @@ mn_status mn_view_take(const mn_view_t *v, const mn_view_t *index, mn_stream_t *
   return finish(s, &t, st, __func__);
 }
 
+/* The operands of gather / scatter along dim d: the iteration shape is the
+ * index's (0-d seen as 1-d); v is reached through the index along d (its
+ * stride there moves into the index operand), `other` (the gather's result,
+ * the scatter's source) is walked over the same shape. */
+static void along_dim(const mn_view_t *ix, const mn_view_t *v, int d, int64_t size, const mn_view_t *other,
+                      mn__strided_t *vop, mn__strided_t *oop, mn__index_ops_t *ops) {
+  int64_t sizes[MN_MAX_DIMS], istr[MN_MAX_DIMS], vs[MN_MAX_DIMS], vstr[MN_MAX_DIMS], os[MN_MAX_DIMS],
+      ostr[MN_MAX_DIMS];
+  int nd = at_least_1d(ix, sizes, istr);
+  at_least_1d(v, vs, vstr);
+  at_least_1d(other, os, ostr);
+  memset(ops, 0, sizeof *ops);
+  ops->n = 1;
+  operand(ix, nd, sizes, istr, &ops->idx[0]);
+  ops->idx_dtype[0] = ix->dtype;
+  ops->size[0] = size;
+  ops->stride[0] = vstr[d];
+  vstr[d] = 0;
+  operand(v, nd, sizes, vstr, vop);
+  operand(other, nd, sizes, ostr, oop);
+}
+
 /* gather's and scatter's checks of the index (and src) shapes. */
 static mn_status check_dim_shapes(const mn_view_t *v, int d, const mn_view_t *index, const mn_view_t *src,
                                   const char *name, const char *func) {
@@ -726,22 +743,9 @@ mn_status mn_view_gather(const mn_view_t *v, int dim, const mn_view_t *index, mn
     st = to_dev(index, dev, NULL, __func__, &ix);
     if (st == MN_OK) {
       keep(&t, ix);
-      int64_t sizes[MN_MAX_DIMS], istr[MN_MAX_DIMS], vs[MN_MAX_DIMS], vstr[MN_MAX_DIMS], rs[MN_MAX_DIMS],
-          rstr[MN_MAX_DIMS];
-      int nd = at_least_1d(ix, sizes, istr);
-      at_least_1d(v, vs, vstr);
-      at_least_1d(r, rs, rstr);
       mn__index_ops_t ops;
-      memset(&ops, 0, sizeof ops);
-      ops.n = 1;
-      operand(ix, nd, sizes, istr, &ops.idx[0]);
-      ops.idx_dtype[0] = ix->dtype;
-      ops.size[0] = size;
-      ops.stride[0] = vstr[d];
-      vstr[d] = 0;
       mn__strided_t dst, src;
-      operand(r, nd, sizes, rstr, &dst);
-      operand(v, nd, sizes, vstr, &src);
+      along_dim(ix, v, d, size, r, &src, &dst, &ops);
       st = mn__kernel_gather(s, &dst, &src, v->dtype, &ops, __func__);
     }
   }
@@ -809,10 +813,10 @@ static mn_status scatter_impl(mn_view_t *v, int dim, const mn_view_t *index, con
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%s(): Expected self.dtype to be equal to src.dtype", name);
   st = check_dim_shapes(v, d, index, src, name, func);
   if (st != MN_OK) return st;
-  if (internal_overlap(v)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, OVERLAP_MSG);
+  if (internal_overlap(v)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, MN__OVERLAP_MSG);
   mn__overlap o1 = overlap_status(v, index), o2 = overlap_status(v, src);
   if (o1 == MN__OVERLAP_PARTIAL || o1 == MN__OVERLAP_FULL || o2 == MN__OVERLAP_PARTIAL || o2 == MN__OVERLAP_FULL)
-    return mn__error(MN_ERR_INVALID_ARGUMENT, func, PARTIAL_MSG);
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, MN__PARTIAL_MSG);
   int64_t size = v->ndim ? v->sizes[d] : 1;
   st = check_range(v, index, size, d, RANGE_DIM, func);
   if (st != MN_OK) return st;
@@ -829,22 +833,9 @@ static mn_status scatter_impl(mn_view_t *v, int dim, const mn_view_t *index, con
   }
   if (st == MN_OK) {
     keep(&t, sv);
-    int64_t sizes[MN_MAX_DIMS], istr[MN_MAX_DIMS], vs[MN_MAX_DIMS], vstr[MN_MAX_DIMS], ss[MN_MAX_DIMS],
-        sstr[MN_MAX_DIMS];
-    int nd = at_least_1d(ix, sizes, istr);
-    at_least_1d(v, vs, vstr);
-    at_least_1d(sv, ss, sstr);
     mn__index_ops_t ops;
-    memset(&ops, 0, sizeof ops);
-    ops.n = 1;
-    operand(ix, nd, sizes, istr, &ops.idx[0]);
-    ops.idx_dtype[0] = ix->dtype;
-    ops.size[0] = size;
-    ops.stride[0] = vstr[d];
-    vstr[d] = 0;
     mn__strided_t dst, from;
-    operand(v, nd, sizes, vstr, &dst);
-    operand(sv, nd, sizes, sstr, &from);
+    along_dim(ix, v, d, size, sv, &dst, &from, &ops);
     st = mn__kernel_scatter(s, &dst, &from, v->dtype, &ops, add, func);
   }
   return finish(s, &t, st, func);

@@ -31,6 +31,16 @@ typedef struct mn__geom_s {
   bool overflow;
 } mn__geom_t;
 
+/* PyTorch's refusals of a write into a view with internal overlap (a dim of
+ * size > 1 with stride 0) and of a source that partially overlaps the
+ * written view (copy_, fill_, index_put_, scatter_). */
+#define MN__OVERLAP_MSG                                                                                       \
+  "unsupported operation: more than one element of the written-to tensor refers to a single memory location. " \
+  "Please clone() the tensor before performing the operation."
+#define MN__PARTIAL_MSG                                                                                            \
+  "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory " \
+  "location. Please clone() the tensor before performing the operation."
+
 /* The geometry of v. */
 void mn__geom_of(const mn_view_t *v, mn__geom_t *g);
 /* A new view of v's storage with geometry g, checked against the storage. */
