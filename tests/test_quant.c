@@ -397,5 +397,5 @@ int main(void) {
   MN_RUN(view_ops_keep_qparams_and_packed_rules);
   MN_RUN(mnemo_save_round_trip);
   MN_RUN(indexing_meta_and_empty_like);
-  return mn_test_failures == 0 ? 0 : 1;
+  return mn_test_finish();
 }
