@@ -294,11 +294,13 @@ static mn_status default_slot_check(const char *func, mn_device_t dev) {
   return MN_OK;
 }
 
-/* The built-in default: the naive allocator on the CPU; on SIM and CUDA a caching
+/* The built-in default: the naive allocator on the CPU and meta; on SIM and CUDA a caching
  * allocator configured from MNEMO_ALLOC_CONF (PyTorch's PYTORCH_CUDA_ALLOC_CONF
  * syntax). A bad MNEMO_ALLOC_CONF fails the call, naming the variable. */
 static mn_status default_create(mn_device_t dev, mn_allocator_t **out) {
-  if (dev.type == MN_DEVICE_CPU) return mn_naive_allocator_create(dev, out);
+  /* The meta device's default counts bytes and holds no cache (a dry run of
+   * the caching allocator is asked for explicitly, mn_caching_allocator_create). */
+  if (dev.type == MN_DEVICE_CPU || dev.type == MN_DEVICE_META) return mn_naive_allocator_create(dev, out);
   mn_caching_config_t cfg = mn_caching_config_default();
   const char *env = mn__env(MN__ENV_ALLOC_CONF);
   if (env && *env && mn_caching_config_parse(env, &cfg) != MN_OK) {

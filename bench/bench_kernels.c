@@ -1,9 +1,15 @@
-/* bench/bench_kernels.c: the copy, cast and fill kernels on CPU (and CUDA when
- * present): bytes read + written per second and the ratio to the ceiling
+/* bench/bench_kernels.c: the copy, cast, fill and gather kernels on CPU (and
+ * CUDA when present): bytes read + written per second and the ratio to the ceiling
  * measured in the same run: the best of the raw primitive (memcpy/memset on
  * CPU; cudaMemcpy D2D / cudaMemset via mn_memcpy_async / mn_memset_async on
  * CUDA) and the case, so pct_of_ceiling <= 100 (ceiling_set_by_case names the
- * exceptions). Single-threaded bodies. */
+ * exceptions). Gathers (index_select along an axis, take_along_axis) call
+ * the internal kernel (kernels/index.h) directly, int64 indices, negatives
+ * included; their bytes: the gathered elements read + written, plus the
+ * indices read. The api_ gathers are the same work through the public calls
+ * (mn_view_index_select, mn_view_gather): index validation and a new result
+ * storage each time included, as numpy.take / take_along_axis without out=.
+ * Single-threaded bodies. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +18,7 @@
 #endif
 
 #include "bench/harness.h"
+#include "kernels/index.h"
 #include "mnemo/mnemo.h"
 
 typedef enum { OP_COPY, OP_CAST, OP_FILL } op_kind;
@@ -69,8 +76,33 @@ static const kcase cases[] = {
     {"fill/bf16/16M", OP_FILL, BF16, BF16, 1, {1 << 24}, {0}, false, false},
 };
 
+/* Gathers: src contiguous (rows, cols); `nidx` int64 indices along `axis`
+ * (numpy.take(src, idx, axis)), or with `along` an (rows, nidx) index
+ * (numpy.take_along_axis(src, idx, 1)). Names as above. */
+typedef struct gcase {
+  const char *name;
+  mn_dtype dt;
+  int64_t rows, cols;
+  int axis;
+  int64_t nidx;
+  bool along;
+  bool api; /* through mnemo/index.h (allocating, validating) */
+} gcase;
+
+static const gcase gathers[] = {
+    {"index_select0/f32/16384x256", F32, 16384, 256, 0, 16384, false, false},
+    {"index_select0/bf16/16384x256", BF16, 16384, 256, 0, 16384, false, false},
+    {"index_select1/f32/4096x4096", F32, 4096, 4096, 1, 1024, false, false},
+    {"take_along1/f32/4096x1024", F32, 4096, 1024, 1, 1024, true, false},
+    {"take_along1/i64/4096x1024", I64, 4096, 1024, 1, 1024, true, false},
+    {"api_index_select0/f32/16384x256", F32, 16384, 256, 0, 16384, false, true},
+    {"api_index_select1/f32/4096x4096", F32, 4096, 4096, 1, 1024, false, true},
+    {"api_gather1/f32/4096x1024", F32, 4096, 1024, 1, 1024, true, true},
+};
+
 typedef struct bcfg {
-  const kcase *c;
+  const kcase *c; /* or */
+  const gcase *g;
   mn_device_t dev;
 } bcfg;
 
@@ -79,21 +111,84 @@ typedef struct bufs {
   mn_storage_t *ds, *ss, *cs; /* dst, src, ceiling scratch */
   mn_view_t *dv, *sv;
   size_t dbytes, sbytes, moved; /* moved: bytes read + written by one op */
+  /* OP_GATHER: the index storage and the kernel's operands */
+  mn_storage_t *is;
+  mn__strided_t gdst, gsrc;
+  mn__index_ops_t gix;
+  mn_view_t *iv; /* api_ gathers: the index view (src view: sv) */
 } bufs;
 
 static void bufs_free(bufs *b) {
   if (b->stream) MN_BENCH_OK(mn_stream_synchronize(b->stream));
   mn_view_destroy(b->dv);
   mn_view_destroy(b->sv);
+  mn_view_destroy(b->iv);
   mn_storage_release(b->ds);
   mn_storage_release(b->ss);
   mn_storage_release(b->cs);
+  mn_storage_release(b->is);
   if (b->stream) MN_BENCH_OK(mn_stream_destroy(b->stream));
 }
 
+/* OP_GATHER: random data, random int64 indices in [-size + 1, size - 2]
+ * (negatives wrap), the operands of mn__kernel_gather. */
+static mn_status gather_make(const bcfg *cfg, bufs *b) {
+  const gcase *c = cfg->g;
+  const int64_t R = c->rows, C = c->cols, isz = c->axis == 0 ? R : C;
+  const int64_t orow = c->axis == 0 ? c->nidx : R, ocol = c->axis == 0 ? C : c->nidx;
+  const int64_t nsrc = R * C, nout = orow * ocol, nind = c->along ? R * c->nidx : c->nidx;
+  const size_t item = mn_dtype_itemsize(c->dt);
+  b->dbytes = (size_t)nout * item;
+  b->sbytes = (size_t)nsrc * item;
+  b->moved = 2 * b->dbytes + (size_t)nind * 8;
+  mn_status st = mn_stream_create(cfg->dev, &b->stream);
+  if (st == MN_OK) st = mn_storage_create(cfg->dev, b->dbytes, NULL, b->stream, &b->ds);
+  if (st == MN_OK) st = mn_storage_create(cfg->dev, b->sbytes, NULL, b->stream, &b->ss);
+  if (st == MN_OK) st = mn_storage_create(cfg->dev, (size_t)nind * 8, NULL, b->stream, &b->is);
+  if (st == MN_OK) st = mn_storage_create(cfg->dev, b->moved + 256, NULL, b->stream, &b->cs);
+  mn_view_t *tmp = NULL;
+  int64_t n = nsrc > nind ? nsrc : nind;
+  if (st == MN_OK) st = mn_view_empty(cfg->dev, F32, 1, &n, &tmp);
+  if (st == MN_OK) st = mn_kernel_random_uniform(b->stream, tmp, 1234, 0, -100.0, 100.0);
+  if (st == MN_OK) st = mn_kernel_cast(b->stream, mn_storage_data(b->ss), c->dt, mn_view_data(tmp), F32, (size_t)nsrc);
+  if (st == MN_OK) st = mn_kernel_random_uniform(b->stream, tmp, 99, 0, (double)(1 - isz), (double)(isz - 1));
+  if (st == MN_OK) st = mn_kernel_cast(b->stream, mn_storage_data(b->is), I64, mn_view_data(tmp), F32, (size_t)nind);
+  if (st == MN_OK) st = mn_kernel_fill(b->stream, mn_storage_data(b->ds), b->dbytes, 1, "\x5a");
+  if (st == MN_OK) st = mn_kernel_fill(b->stream, mn_storage_data(b->cs), b->moved + 256, 1, "\x11");
+  if (st == MN_OK) st = mn_stream_synchronize(b->stream);
+  mn_view_destroy(tmp);
+  if (st != MN_OK) return st;
+  /* iteration shape: the output's (orow, ocol) */
+  b->gdst = (mn__strided_t){.data = mn_storage_data(b->ds), .ndim = 2, .sizes = {orow, ocol}, .strides = {ocol, 1}};
+  b->gsrc = (mn__strided_t){.data = mn_storage_data(b->ss), .ndim = 2, .sizes = {orow, ocol},
+                            .strides = {c->axis == 0 ? 0 : C, c->axis == 0 ? 1 : 0}};
+  memset(&b->gix, 0, sizeof b->gix);
+  b->gix.n = 1;
+  b->gix.idx[0] = (mn__strided_t){.data = mn_storage_data(b->is), .ndim = 2, .sizes = {orow, ocol},
+                                  .strides = {c->along ? c->nidx : c->axis == 0 ? 1 : 0,
+                                              c->along ? 1 : c->axis == 0 ? 0 : 1}};
+  b->gix.idx_dtype[0] = I64;
+  b->gix.size[0] = isz;
+  b->gix.stride[0] = c->axis == 0 ? C : 1;
+  if (c->api) {
+    /* indices in [0, size): index_select and gather refuse negatives, as PyTorch */
+    int64_t ssz[2] = {R, C}, isz2[2] = {R, c->nidx};
+    int64_t *ip = mn_storage_data(b->is);
+    for (int64_t i = 0; i < nind; i++) ip[i] = ip[i] < 0 ? ip[i] + isz : ip[i];
+    st = mn_view_create(b->ss, c->dt, 2, ssz, NULL, 0, &b->sv);
+    if (st == MN_OK) st = mn_view_create(b->is, I64, c->along ? 2 : 1, c->along ? isz2 : &c->nidx, NULL, 0, &b->iv);
+  }
+  return st;
+}
+
 static mn_status bufs_make(const bcfg *cfg, bufs *b) {
-  const kcase *c = cfg->c;
   memset(b, 0, sizeof *b);
+  if (cfg->g) {
+    mn_status st = gather_make(cfg, b);
+    if (st != MN_OK) bufs_free(b);
+    return st;
+  }
+  const kcase *c = cfg->c;
   int64_t n = 1, strides[4];
   for (int d = 0; d < c->ndim; d++) n *= c->sizes[d];
   int64_t acc = 1;
@@ -126,6 +221,14 @@ static mn_status bufs_make(const bcfg *cfg, bufs *b) {
 
 /* One operation, queued (not waited for). */
 static mn_status op_launch(const bcfg *cfg, const bufs *b) {
+  if (cfg->g && cfg->g->api) {
+    mn_view_t *out = NULL;
+    mn_status st = cfg->g->along ? mn_view_gather(b->sv, cfg->g->axis, b->iv, b->stream, &out)
+                                 : mn_view_index_select(b->sv, cfg->g->axis, b->iv, b->stream, &out);
+    mn_view_destroy(out); /* the storage stays until the stream reaches the gather */
+    return st;
+  }
+  if (cfg->g) return mn__kernel_gather(b->stream, &b->gdst, &b->gsrc, cfg->g->dt, &b->gix, "bench");
   if (cfg->c->op == OP_FILL) return mn_kernel_fill_view(b->stream, b->dv, mn_scalar_float(1.5));
   return mn_kernel_copy_view(b->stream, b->dv, b->sv);
 }
@@ -138,7 +241,7 @@ static mn_status op_once(const bcfg *cfg, const bufs *b) {
 /* The ceiling for the same bytes: a device copy of moved/2 bytes (read +
  * write = moved) inside a scratch storage, or a memset of the dst bytes. */
 static mn_status ceiling_launch(const bcfg *cfg, const bufs *b) {
-  if (cfg->c->op == OP_FILL) return mn_memset_async(cfg->dev, mn_storage_data(b->ds), 0x3f, b->dbytes, b->stream);
+  if (cfg->c && cfg->c->op == OP_FILL) return mn_memset_async(cfg->dev, mn_storage_data(b->ds), 0x3f, b->dbytes, b->stream);
   char *scratch = mn_storage_data(b->cs); /* two halves of moved/2 bytes (256-byte aligned) */
   size_t half = (b->moved / 2 + 255) & ~(size_t)255;
   return mn_memcpy_async(cfg->dev, scratch + half, cfg->dev, scratch, b->moved / 2, b->stream);
@@ -189,8 +292,8 @@ static void bench_kernel(mn_bench_t *bb, void *arg) {
 }
 
 int main(int argc, char **argv) {
-  enum { NC = sizeof cases / sizeof cases[0] };
-  static bcfg cfgs[2][NC];
+  enum { NC = sizeof cases / sizeof cases[0], NG = sizeof gathers / sizeof gathers[0] };
+  static bcfg cfgs[2][NC], gcfgs[2][NG];
   int ncuda = 0;
   MN_BENCH_OK(mn_device_count(MN_DEVICE_CUDA, &ncuda));
   for (int d = 0; d < 2; d++) {
@@ -202,6 +305,12 @@ int main(int argc, char **argv) {
       char name[160];
       snprintf(name, sizeof name, "kernels/%s/%s", d == 0 ? "cpu" : "cuda", c->name);
       mn_bench_register(name, bench_kernel, &cfgs[d][k], 0, NULL);
+    }
+    for (int k = 0; k < NG; k++) {
+      gcfgs[d][k] = (bcfg){.g = &gathers[k], .dev = d == 0 ? mn_device_cpu() : mn_device_cuda(0)};
+      char name[160];
+      snprintf(name, sizeof name, "kernels/%s/%s", d == 0 ? "cpu" : "cuda", gathers[k].name);
+      mn_bench_register(name, bench_kernel, &gcfgs[d][k], 0, NULL);
     }
   }
   return mn_bench_main(argc, argv);

@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-NP = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "i8": np.int8, "i64": np.int64}
+NP = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "i8": np.int8, "i64": np.int64}  # bf16: its bits
 NP_CAST = {"f32": np.float32, "f16": np.float16, "i64": np.int64}  # numpy has no bf16 / fp8
 
 
@@ -73,6 +73,38 @@ def numpy_case(name):
         s = rng.integers(-100, 100, (n, h, w, c)).astype(t)
         d = np.empty((n, c, h, w), t)
         return (lambda: np.copyto(d, s.transpose(0, 3, 1, 2))), 2 * d.nbytes
+    if op in ("api_index_select0", "api_index_select1", "api_gather1"):
+        # bench_kernels' public-call gathers: numpy allocating its result (no out=),
+        # as mn_view_index_select / mn_view_gather make a new storage each time
+        r, c = dims
+        axis = int(op[-1])
+        size = dims[axis]
+        s = rng.integers(-100, 100, (r, c)).astype(t)
+        if op == "api_gather1":
+            idx = rng.integers(0, size, (r, 1024)).astype(np.int64)
+            nbytes = 2 * r * 1024 * s.itemsize + idx.nbytes
+            return (lambda: np.take_along_axis(s, idx, axis=1)), nbytes
+        nidx = 16384 if axis == 0 else 1024
+        idx = rng.integers(0, size, nidx).astype(np.int64)
+        nout = nidx * c if axis == 0 else r * nidx
+        return (lambda: np.take(s, idx, axis=axis)), 2 * nout * s.itemsize + idx.nbytes
+    if op in ("index_select0", "index_select1", "take_along1"):
+        # bench_kernels' gathers: int64 indices in [1 - size, size - 2] (negatives wrap);
+        # bytes = gathered elements read + written + indices read
+        r, c = dims
+        axis = int(op[-1])
+        size = dims[axis]
+        s = rng.integers(-100, 100, (r, c)).astype(t)
+        if op == "take_along1":
+            idx = rng.integers(1 - size, size - 1, (r, 1024)).astype(np.int64)
+            d = np.empty((r, 1024), t)
+            # take_along_axis has no out=; np.take on the flat array with the row offsets
+            # added would not be the same operation, so the allocation is part of numpy's time
+            return (lambda: np.take_along_axis(s, idx, axis=1)), 2 * d.nbytes + idx.nbytes
+        nidx = 16384 if axis == 0 else 1024
+        idx = rng.integers(1 - size, size - 1, nidx).astype(np.int64)
+        d = np.empty((nidx, c) if axis == 0 else (r, nidx), t)
+        return (lambda: np.take(s, idx, axis=axis, out=d)), 2 * d.nbytes + idx.nbytes
     if op == "attn_swap":
         b, h, sq, dd = dims
         s = rng.integers(-100, 100, dims).astype(t)

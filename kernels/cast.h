@@ -208,7 +208,7 @@ MN__HD uint8_t mn__f32_to_e5m2(float f) {
 /* ---- every dtype pair, for dispatch tables (CPU rows) ------------------------ */
 
 /* MN__DT_PAIRS(X) expands X(D, DSIZE, S, SSIZE) for every ordered pair of
- * dtypes, dst-major: D and S the MN_DTYPE_ suffixes, DSIZE and SSIZE their item
+ * plain dtypes (quantized ones have no casts), dst-major: D and S the MN_DTYPE_ suffixes, DSIZE and SSIZE their item
  * sizes, all from MN_DTYPE_TABLE (mnemo/dtype_table.h). A macro cannot expand
  * inside its own expansion, so each outer row leaves the inner table deferred
  * ("MN__DT_TABLE_AGAIN () (...)", not yet a call); MN__DT_EXPAND's rescan, after
@@ -216,8 +216,8 @@ MN__HD uint8_t mn__f32_to_e5m2(float f) {
 #define MN__DT_EMPTY()
 #define MN__DT_DEFER(m) m MN__DT_EMPTY()
 #define MN__DT_EXPAND(...) __VA_ARGS__
-#define MN__DT_TABLE_AGAIN() MN_DTYPE_TABLE
-#define MN__DT_PAIRS(X) MN__DT_EXPAND(MN_DTYPE_TABLE(MN__DT_PAIRS_ROW, X))
+#define MN__DT_TABLE_AGAIN() MN_DTYPE_TABLE_PLAIN
+#define MN__DT_PAIRS(X) MN__DT_EXPAND(MN_DTYPE_TABLE_PLAIN(MN__DT_PAIRS_ROW, X))
 #define MN__DT_PAIRS_ROW(X, D, dval, dname, DSIZE, ...) \
   MN__DT_DEFER(MN__DT_TABLE_AGAIN)()(MN__DT_PAIRS_CELL, (X, D, DSIZE))
 #define MN__DT_PAIRS_CELL(XD, S, sval, sname, SSIZE, ...) MN__DT_PAIRS_CALL(MN__DT_PAIRS_UNPACK XD, S, SSIZE)

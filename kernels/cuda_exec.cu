@@ -28,6 +28,7 @@
 #include "kernels/cuda_launch.h"
 #include "kernels/divmod.h"
 #include "kernels/philox.h"
+#include "kernels/quant.h"
 #include "runtime/cuda_device.h"
 #include "runtime/error.h"
 
@@ -248,18 +249,10 @@ __global__ void random_kernel(char *__restrict__ dst, I n, OffCalc c, mn__rand_p
   }
 }
 
-mn_status launched(cudaError_t err, const char *func, const char *what, int device) {
-  if (err == cudaSuccess) return MN_OK;
-  (void)cudaGetLastError();  // the failed launch's own error, reported here
-  return mn__error(MN_ERR_DEVICE, func, "launching %s on cuda:%d failed: %s (%s)", what, device,
-                   cudaGetErrorName(err), cudaGetErrorString(err));
-}
-
-// Launches a grid-stride kernel of kThreads-thread blocks over `work` items,
-// its grid sized by its own occupancy on `device` (kernels/cuda_grid.h).
+// mn__launch_1d with this file's block size.
 template <auto K, typename... A>
 cudaError_t launch_1d(int device, int64_t work, cudaStream_t s, A... args) {
-  return mn__launch(K, mn_grid::grid_for<K, kThreads>(device, work), kThreads, 0, s, args...);
+  return mn__launch_1d<K, kThreads>(device, work, s, args...);
 }
 
 // Both base addresses aligned to their item sizes (strides are in items, so
@@ -375,7 +368,7 @@ bool launch_transpose(const mn__plan_t *p, cudaStream_t s, cudaError_t *err) {
 template <int D, int DI>
 bool launch_cast_contig_to(int device, const mn__plan_t *p, cudaStream_t s, bool vector, cudaError_t *err) {
   switch (p->src_dtype) {
-    MN_DTYPE_TABLE(MN__CU_CASE_S, ~)
+    MN_DTYPE_TABLE_PLAIN(MN__CU_CASE_S, ~) // quantized: no casts
     default: return false;
   }
 }
@@ -386,7 +379,7 @@ bool launch_cast_contig(int device, const mn__plan_t *p, cudaStream_t s, cudaErr
   size_t wide = p->dst_item > p->src_item ? p->dst_item : p->src_item;
   const bool vector = (size_t)p->vec >= 16 / wide; // aligned for full 16-byte accesses
   switch (p->dst_dtype) {
-    MN_DTYPE_TABLE(MN__CU_CASE_D, ~)
+    MN_DTYPE_TABLE_PLAIN(MN__CU_CASE_D, ~)
     default: return false;
   }
 }
@@ -432,7 +425,7 @@ extern "C" mn_status mn__cuda_exec(int device, void *stream, const mn__plan_t *p
   if (!ok)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "no CUDA kernel for %s (%s <- %s, item %zu)", what,
                      mn_dtype_name(p->dst_dtype), mn_dtype_name(p->src_dtype), p->dst_item);
-  return launched(err, __func__, what, device);
+  return mn__launched(err, __func__, what, device);
 }
 
 extern "C" mn_status mn__cuda_random(int device, void *stream, const mn__strided_t *dst, int dtype,
@@ -480,5 +473,29 @@ extern "C" mn_status mn__cuda_random(int device, void *stream, const mn__strided
 #undef MN__CU_RAND
 #undef MN__CU_RAND_S
   mn__cuda_guard_leave(&guard);
-  return launched(err, __func__, "random fill", device);
+  return mn__launched(err, __func__, "random fill", device);
+}
+
+// ---- quantize / dequantize (kernels/quant.h): one contiguous job ----------
+namespace {
+__global__ void quant_kernel(mn__quant_t j) {
+  const int64_t n = mn__quant_units(&j);
+  for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < n; u += (int64_t)gridDim.x * blockDim.x) {
+    if (j.dequant)
+      mn__dequant_unit(&j, u);
+    else
+      mn__quant_unit(&j, u);
+  }
+}
+}  // namespace
+
+extern "C" mn_status mn__cuda_quant(int device, void *stream, const mn__quant_t *job) {
+  const int64_t n = mn__quant_units(job);
+  if (n == 0) return MN_OK;
+  mn__cuda_guard_t guard;
+  mn_status st = mn__cuda_guard_enter(&guard, __func__, device, false);
+  if (st != MN_OK) return st;
+  cudaError_t err = launch_1d<quant_kernel>(device, n, static_cast<cudaStream_t>(stream), *job);
+  mn__cuda_guard_leave(&guard);
+  return mn__launched(err, __func__, job->dequant ? "dequantize" : "quantize", device);
 }

@@ -8,6 +8,7 @@
 
 #include "kernels/philox.h"
 #include "kernels/plan.h"
+#include "kernels/quant.h"
 #include "mnemo/status.h"
 
 #ifdef __cplusplus
@@ -30,6 +31,15 @@ mn_status mn__cuda_exec(int device, void *stream, const mn__plan_t *plan, const 
 /* Random fill of the strided dst (row-major element order) with Philox. */
 mn_status mn__cuda_random(int device, void *stream, const mn__strided_t *dst, int dtype,
                           const mn__rand_params_t *params);
+/* Runs one prepared gather or scatter (kernels/index_kern.h) on CUDA memory
+ * of `device`: a gather with one thread per position; a scatter with one
+ * thread per combination of its parallel dims (dst stride != 0), which walks
+ * the serial dims (dst stride 0) in row-major order: no atomics, the CPU's
+ * order and bits (kernels/cuda_index.cu). */
+struct mn__index_geom_s;
+mn_status mn__cuda_index(int device, void *stream, const struct mn__index_geom_s *g);
+/* Quantizes or dequantizes one contiguous job (kernels/quant.h). */
+mn_status mn__cuda_quant(int device, void *stream, const mn__quant_t *job);
 
 #ifdef __cplusplus
 }

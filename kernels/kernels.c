@@ -37,7 +37,7 @@ mn_status mn_kernel_copy(mn_stream_t *stream, void *dst, const void *src, size_t
 
 /* ---- planned copy with cast, strided fill, contiguous cast, random fill ---- */
 
-typedef enum job_op { JOB_PLAN, JOB_RANDOM } job_op;
+typedef enum job_op { JOB_PLAN, JOB_RANDOM, JOB_QUANT } job_op;
 
 /* One job: the plan (or the random fill's geometry) copied out of the views,
  * so SIM streams can run it after the caller's views are gone (the memory
@@ -51,6 +51,8 @@ typedef struct kernel_job {
   mn__strided_t rdst;
   mn_dtype rdtype;
   mn__rand_params_t rp;
+  /* JOB_QUANT */
+  mn__quant_t q;
 } kernel_job;
 
 typedef struct random_ctx {
@@ -91,8 +93,9 @@ static void kernel_job_run(void *arg) {
    * launch complete when it returns). A refused launch is a launcher bug the
    * tests must see: stop loudly. */
   if (j->emulated) {
-    mn_status st = j->op == JOB_PLAN ? mn__cuda_exec(0, NULL, &j->plan, j->pattern)
-                                     : mn__cuda_random(0, NULL, &j->rdst, (int)j->rdtype, &j->rp);
+    mn_status st = j->op == JOB_PLAN    ? mn__cuda_exec(0, NULL, &j->plan, j->pattern)
+                   : j->op == JOB_QUANT ? mn__cuda_quant(0, NULL, &j->q)
+                                        : mn__cuda_random(0, NULL, &j->rdst, (int)j->rdtype, &j->rp);
     if (st != MN_OK) {
       fprintf(stderr, "mnemo: emulated CUDA kernel failed: %s\n", mn_last_error());
       abort();
@@ -102,6 +105,16 @@ static void kernel_job_run(void *arg) {
 #endif
   if (j->op == JOB_PLAN) {
     mn__cpu_exec(&j->plan, j->pattern);
+    return;
+  }
+  if (j->op == JOB_QUANT) {
+    const int64_t n = mn__quant_units(&j->q);
+    for (int64_t u = 0; u < n; u++) {
+      if (j->q.dequant)
+        mn__dequant_unit(&j->q, u);
+      else
+        mn__quant_unit(&j->q, u);
+    }
     return;
   }
   random_ctx c = {.j = j, .n = 1};
@@ -139,10 +152,13 @@ static mn_status kernel_job_submit(mn_stream_t *stream, const kernel_job *job, c
     case MN_DEVICE_CUDA:
 #ifdef MNEMO_HAVE_CUDA
       if (job->op == JOB_PLAN) return mn__cuda_exec(dev.index, mn_stream_native(stream), &job->plan, job->pattern);
+      if (job->op == JOB_QUANT) return mn__cuda_quant(dev.index, mn_stream_native(stream), &job->q);
       return mn__cuda_random(dev.index, mn_stream_native(stream), &job->rdst, job->rdtype, &job->rp);
 #else
       return mn__error(MN_ERR_NOT_SUPPORTED, func, "built without CUDA");
 #endif
+    case MN_DEVICE_META:
+      return mn__error(MN_ERR_NOT_SUPPORTED, func, "meta: no kernel runs on the meta device (it holds no data)");
     default:
       return mn__error(MN_ERR_INVALID_ARGUMENT, func, "invalid device type");
   }
@@ -334,6 +350,18 @@ mn_status mn__kernel_random_strided(mn_stream_t *stream, const mn__strided_t *ds
                                .af = (float)a, .bf = (float)b};
   mn__nvtx_push("mnemo.fill", (uint64_t)numel * mn_dtype_itemsize(dtype));
   st = kernel_job_submit(stream, &job, func);
+  mn__nvtx_pop();
+  return st;
+}
+
+mn_status mn__kernel_quant(mn_stream_t *stream, const mn__quant_t *q, const char *func) {
+  if (q->numel == 0) return MN_OK;
+  kernel_job job;
+  memset(&job, 0, sizeof job);
+  job.op = JOB_QUANT;
+  job.q = *q;
+  mn__nvtx_push(q->dequant ? "mnemo.dequantize" : "mnemo.quantize", (uint64_t)q->numel);
+  mn_status st = kernel_job_submit(stream, &job, func);
   mn__nvtx_pop();
   return st;
 }

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kernels/quant.h"
 #include "kernels/strided.h"
 #include "mnemo/device.h"
 #include "mnemo/dtype.h"
@@ -52,6 +53,10 @@ mn_status mn__kernel_fill_strided(mn_stream_t *stream, const mn__strided_t *dst,
  * a + b * u, or normal a + b * z (see mn_kernel_random_uniform). */
 mn_status mn__kernel_random_strided(mn_stream_t *stream, const mn__strided_t *dst, mn_dtype dtype, uint64_t seed,
                                     uint64_t offset, bool normal, double a, double b, const char *func);
+/* Quantizes contiguous float32 into a quantized dtype, or dequantizes into
+ * contiguous float32 (kernels/quant.h; q's pointers: memory of the stream's
+ * device, disjoint), on `stream`. */
+mn_status mn__kernel_quant(mn_stream_t *stream, const mn__quant_t *q, const char *func);
 
 #ifdef __cplusplus
 }

@@ -191,6 +191,7 @@ typedef struct mn__backend_s {
 extern const mn__backend_t mn__cpu_backend;
 extern const mn__backend_t mn__sim_backend;
 extern const mn__backend_t mn__cuda_backend; /* answers 0 devices without CUDA */
+extern const mn__backend_t mn__meta_backend; /* sizes without bytes (runtime/meta_backend.c) */
 
 /* The backend of a device type (never NULL for a valid type). */
 const mn__backend_t *mn__backend_for(mn_device_type type);

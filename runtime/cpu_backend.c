@@ -55,9 +55,14 @@ static mn_status cpu_mem_info(int index, size_t *free_bytes, size_t *total_bytes
 
 static mn_status cpu_nothing(int index) { return MN_OK; }
 
-/* Allocations of at least 4 MiB are aligned to 2 MiB and advised to use
- * transparent huge pages, as numpy does for its large arrays: where THP is in
- * "madvise" mode this halves TLB misses of streaming kernels. MNEMO_CPU_HUGEPAGES=0
+/* Allocations of at least 4 MiB have the 2 MiB-aligned pages inside them
+ * advised to use transparent huge pages, as numpy does for its large arrays:
+ * where THP is in "madvise" mode this halves TLB misses of streaming kernels.
+ * The block itself is only MN__CPU_ALIGN-aligned: a 2 MiB-aligned request is
+ * served by a fresh mmap every time (the C library's dynamic mmap threshold
+ * never covers an over-aligned block), so a loop that allocates a large
+ * result per call (an index_select) paid the page faults of new memory each
+ * time, where the plain alignment reuses the freed block. MNEMO_CPU_HUGEPAGES=0
  * turns the advice off. */
 #define MN__CPU_HUGE_MIN ((size_t)4 << 20)
 #define MN__CPU_HUGE_ALIGN ((size_t)2 << 20)
@@ -106,11 +111,14 @@ static mn_status cpu_raw_alloc(int index, size_t nbytes, void **out) {
   if (nbytes > SIZE_MAX - MN__CPU_HUGE_ALIGN)
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "cpu: cannot allocate %zu bytes", nbytes);
   bool huge = nbytes >= MN__CPU_HUGE_MIN && cpu_hugepages_wanted();
-  size_t align = huge ? MN__CPU_HUGE_ALIGN : MN__CPU_ALIGN;
-  size_t rounded = (nbytes + align - 1) / align * align;
-  void *p = mn__aligned_alloc(align, rounded ? rounded : align);
+  size_t rounded = (nbytes + MN__CPU_ALIGN - 1) / MN__CPU_ALIGN * MN__CPU_ALIGN;
+  void *p = mn__aligned_alloc(MN__CPU_ALIGN, rounded ? rounded : MN__CPU_ALIGN);
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (p && huge) (void)madvise(p, rounded, MADV_HUGEPAGE); /* advice only: failure changes nothing */
+  if (p && huge) { /* the whole huge pages inside the block; advice only: failure changes nothing */
+    uintptr_t lo = ((uintptr_t)p + MN__CPU_HUGE_ALIGN - 1) & ~(uintptr_t)(MN__CPU_HUGE_ALIGN - 1);
+    uintptr_t hi = ((uintptr_t)p + rounded) & ~(uintptr_t)(MN__CPU_HUGE_ALIGN - 1);
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+  }
 #endif
   if (!p)
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__,

@@ -32,13 +32,14 @@ const char *mn_device_type_name(mn_device_type type) {
     case MN_DEVICE_CPU: return "cpu";
     case MN_DEVICE_CUDA: return "cuda";
     case MN_DEVICE_SIM: return "sim";
+    case MN_DEVICE_META: return "meta";
     default: return "invalid";
   }
 }
 
 mn_status mn_device_parse(const char *text, mn_device_t *out) {
   MN__CHECK_ARG(text != NULL && out != NULL, "text and out must not be NULL");
-  static const mn_device_type types[] = {MN_DEVICE_CPU, MN_DEVICE_CUDA, MN_DEVICE_SIM};
+  static const mn_device_type types[] = {MN_DEVICE_CPU, MN_DEVICE_CUDA, MN_DEVICE_SIM, MN_DEVICE_META};
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
     const char *name = mn_device_type_name(types[i]);
     size_t n = strlen(name);
@@ -54,19 +55,19 @@ mn_status mn_device_parse(const char *text, mn_device_t *out) {
     } else if (*rest != '\0') {
       break;
     }
-    if (types[i] == MN_DEVICE_CPU && index != 0) break;
+    if ((types[i] == MN_DEVICE_CPU || types[i] == MN_DEVICE_META) && index != 0) break;
     *out = (mn_device_t){types[i], (int)index};
     return MN_OK;
   }
   return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
-                   "cannot parse device \"%s\" (expected cpu, cuda[:N] or sim[:N], N < %d)",
+                   "cannot parse device \"%s\" (expected cpu, meta, cuda[:N] or sim[:N], N < %d)",
                    text, MN__MAX_DEVICES);
 }
 
 const char *mn_device_format(mn_device_t dev, char *buf, size_t bufsize) {
   if (!buf || bufsize == 0) return buf;
-  if (dev.type == MN_DEVICE_CPU)
-    snprintf(buf, bufsize, "cpu");
+  if (dev.type == MN_DEVICE_CPU || (dev.type == MN_DEVICE_META && dev.index == 0))
+    snprintf(buf, bufsize, "%s", mn_device_type_name(dev.type));
   else
     snprintf(buf, bufsize, "%s:%d", mn_device_type_name(dev.type), dev.index);
   return buf;
@@ -111,6 +112,7 @@ const mn__backend_t *mn__backend_for(mn_device_type type) {
     case MN_DEVICE_CPU: return &mn__cpu_backend;
     case MN_DEVICE_CUDA: return &mn__cuda_backend;
     case MN_DEVICE_SIM: return &mn__sim_backend;
+    case MN_DEVICE_META: return &mn__meta_backend;
     default: return NULL;
   }
 }

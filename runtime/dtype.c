@@ -5,12 +5,16 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "mnemo/quantized.h"
 #include "runtime/error.h"
 
 /* ---- The dtype table ------------------------------------------------------ */
 
-#define MN__DTYPE_ROW(A, sfx, val, nm, size, knd, ...) \
-  [val] = {MN_DTYPE_##sfx, nm, size, knd, (knd) != MN_KIND_BOOL && (knd) != MN_KIND_UINT},
+/* quantized: signed when the stored integer is (qint8, qint32) */
+#define MN__DTYPE_ROW(A, sfx, val, nm, size, knd, ...)                                             \
+  [val] = {MN_DTYPE_##sfx, nm, size, knd,                                                          \
+           (knd) == MN_KIND_QUANTIZED ? MN_DTYPE_##sfx == MN_DTYPE_QINT8 || MN_DTYPE_##sfx == MN_DTYPE_QINT32 \
+                                      : (knd) != MN_KIND_BOOL && (knd) != MN_KIND_UINT},
 static const mn_dtype_info_t mn__dtype_table[MN_DTYPE_COUNT] = {MN_DTYPE_TABLE(MN__DTYPE_ROW, ~)};
 #undef MN__DTYPE_ROW
 
@@ -51,6 +55,41 @@ bool mn_dtype_is_floating(mn_dtype dtype) {
 bool mn_dtype_is_complex(mn_dtype dtype) {
   const mn_dtype_info_t *info = mn_dtype_info(dtype);
   return info != NULL && info->kind == MN_KIND_COMPLEX;
+}
+
+/* ---- Quantized dtypes (mnemo/quantized.h) ------------------------------- */
+
+typedef struct mn__dtype_quant {
+  int bits;
+  int64_t qmin, qmax;
+  mn_dtype underlying;
+} mn__dtype_quant;
+
+#define MN__DTYPE_QROW(A, sfx, bits, qmin, qmax, under) [MN_DTYPE_##sfx] = {bits, qmin, qmax, MN_DTYPE_##under},
+static const mn__dtype_quant mn__dtype_quant_table[MN_DTYPE_COUNT] = {MN_DTYPE_QUANT_TABLE(MN__DTYPE_QROW, ~)};
+#undef MN__DTYPE_QROW
+
+bool mn_dtype_is_quantized(mn_dtype dtype) {
+  const mn_dtype_info_t *info = mn_dtype_info(dtype);
+  return info != NULL && info->kind == MN_KIND_QUANTIZED;
+}
+
+int mn_dtype_bits(mn_dtype dtype) {
+  const mn_dtype_info_t *info = mn_dtype_info(dtype);
+  if (info == NULL) return 0;
+  return info->kind == MN_KIND_QUANTIZED ? mn__dtype_quant_table[dtype].bits : (int)(8 * info->itemsize);
+}
+
+mn_status mn_dtype_quant_range(mn_dtype dtype, int64_t *qmin, int64_t *qmax) {
+  if (!mn_dtype_is_quantized(dtype))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "dtype %s is not quantized", mn_dtype_name(dtype));
+  if (qmin) *qmin = mn__dtype_quant_table[dtype].qmin;
+  if (qmax) *qmax = mn__dtype_quant_table[dtype].qmax;
+  return MN_OK;
+}
+
+mn_dtype mn_dtype_quant_underlying(mn_dtype dtype) {
+  return mn_dtype_is_quantized(dtype) ? mn__dtype_quant_table[dtype].underlying : dtype;
 }
 
 /* ---- Name parsing --------------------------------------------------------- */
@@ -439,6 +478,9 @@ static size_t mn__store_real(void *out, const mn_scalar_t *v, unsigned fmt) {
 }
 
 mn_status mn_scalar_to_bytes(mn_scalar_t value, mn_dtype dtype, void *out) {
+  /* a quantized element's bytes are its stored integer (one byte of a packed
+   * dtype: the value wraps modulo 256) */
+  if (mn_dtype_is_quantized(dtype)) dtype = mn_dtype_quant_underlying(dtype);
   const mn_dtype_info_t *info = mn_dtype_info(dtype);
   if (info == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "invalid dtype %d", (int)dtype);
   if (out == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "out is NULL (dtype %s)", info->name);
@@ -446,7 +488,7 @@ mn_status mn_scalar_to_bytes(mn_scalar_t value, mn_dtype dtype, void *out) {
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "invalid scalar kind %d", (int)value.kind);
 
   const unsigned fmt = mn__dtype_fmt[dtype];
-  switch (info->kind) {
+  switch ((int)info->kind) {
     case MN_KIND_BOOL: {
       uint8_t b = mn__scalar_truth(&value) ? 1 : 0;
       memcpy(out, &b, 1);
@@ -509,13 +551,14 @@ static size_t mn__load_real(const void *in, unsigned fmt, double *out) {
 }
 
 mn_status mn_scalar_from_bytes(mn_dtype dtype, const void *in, mn_scalar_t *out) {
+  if (mn_dtype_is_quantized(dtype)) dtype = mn_dtype_quant_underlying(dtype); /* the stored integer */
   const mn_dtype_info_t *info = mn_dtype_info(dtype);
   if (info == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "invalid dtype %d", (int)dtype);
   if (in == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "in is NULL (dtype %s)", info->name);
   if (out == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "out is NULL (dtype %s)", info->name);
 
   const unsigned fmt = mn__dtype_fmt[dtype];
-  switch (info->kind) {
+  switch ((int)info->kind) {
     case MN_KIND_BOOL: {
       uint8_t x;
       memcpy(&x, in, sizeof x);

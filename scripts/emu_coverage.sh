@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/emu_coverage.sh: line coverage (gcov) of the CUDA kernel sources
-# (kernels/cuda_exec.cu, kernels/cuda_kernels.cu) under the launch emulation
+# (kernels/cuda_exec.cu, kernels/cuda_kernels.cu, kernels/cuda_index.cu) under the launch emulation
 # (preset emu, tests/cuda_emu; docs/KERNELS.md "Kernel emulation"). Clears the
 # counters, runs test_kernels_emu once, then prints each file's figure, the
 # total and the lines no instantiation ran; exits 1 when the total is below
@@ -20,7 +20,7 @@ fi
 build=$(cd "$build" && pwd) # gcov runs elsewhere: the path must be absolute
 objdir=$build/CMakeFiles/mnemo_kernels.dir/kernels
 test_bin=$build/tests/test_kernels_emu
-sources=(cuda_exec.cu cuda_kernels.cu)
+sources=(cuda_exec.cu cuda_kernels.cu cuda_index.cu)
 
 if [[ ! -x $test_bin ]]; then
   echo "emu_coverage: $test_bin missing: cmake --preset emu && cmake --build --preset emu" >&2

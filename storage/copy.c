@@ -301,12 +301,24 @@ static mn_status copy_start(mn__copy_t *c, mn_stream_t *stream) {
   return st == MN_OK ? MN_OK : mn__error_wrap(st, c->func);
 }
 
+/* Copies with a meta side move no byte: out of meta there is no data
+ * (PyTorch's message), into meta nothing to write to (views and storages
+ * make such writes no-ops before they get here). */
+static mn_status refuse_meta(const char *func, mn_device_t dst, mn_device_t src) {
+  if (src.type == MN_DEVICE_META)
+    return mn__error(MN_ERR_NOT_SUPPORTED, func, "Cannot copy out of meta tensor; no data!");
+  if (dst.type == MN_DEVICE_META)
+    return mn__error(MN_ERR_NOT_SUPPORTED, func, "the meta device holds no bytes to copy into");
+  return MN_OK;
+}
+
 mn_status mn_copy_bytes(mn_device_t dst_dev, void *dst, mn_device_t src_dev, const void *src, size_t nbytes,
                         mn_stream_t *stream, unsigned flags) {
   MN__CHECK_ARG((flags & ~(unsigned)MN_COPY_FLAGS_ALL) == 0, "unknown flags 0x%x", flags & ~(unsigned)MN_COPY_FLAGS_ALL);
   mn_status st = mn_device_check(dst_dev);
   if (st == MN_OK) st = mn_device_check(src_dev);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
+  if ((st = refuse_meta(__func__, dst_dev, src_dev)) != MN_OK) return st;
   MN__CHECK_ARG(nbytes == 0 || (dst != NULL && src != NULL), "dst and src must not be NULL (nbytes=%zu)", nbytes);
   MN__CHECK_ARG(nbytes <= (size_t)INT64_MAX, "nbytes=%zu is too large", nbytes);
   mn__copy_t c;
@@ -350,6 +362,8 @@ static mn_status copy_by_kernel(mn_view_t *dst, const mn_view_t *src, mn_stream_
 
 mn_status mn_copy_view(mn_view_t *dst, const mn_view_t *src, mn_stream_t *stream, bool non_blocking) {
   MN__CHECK_ARG(dst != NULL && src != NULL, "dst and src must not be NULL");
+  mn_status mst = refuse_meta(__func__, mn_view_device(dst), mn_view_device(src));
+  if (mst != MN_OK) return mst;
   bool same = mn_view_ndim(dst) == mn_view_ndim(src);
   for (int d = 0; same && d < mn_view_ndim(dst); d++) same = mn_view_size(dst, d) == mn_view_size(src, d);
   if (!same) {

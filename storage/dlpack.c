@@ -24,6 +24,9 @@ _Static_assert(kDLInt == 0 && kDLUInt == 1 && kDLFloat == 2 && kDLBfloat == 4 &&
 
 static mn_status dtype_to_dl(mn_dtype dt, DLDataType *out, const char *func) {
   if (!mn_dtype_is_valid(dt)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "invalid dtype %d", (int)dt);
+  if (DL_TYPES[dt].bits == 0) /* the quantized dtypes */
+    return mn__error(MN_ERR_NOT_SUPPORTED, func, "DLPack has no type for the quantized dtype %s (dequantize or int_repr first)",
+                     mn_dtype_name(dt));
   *out = DL_TYPES[dt];
   return MN_OK;
 }
@@ -47,6 +50,8 @@ static mn_status device_to_dl(mn_device_t dev, DLDevice *out, const char *func) 
     case MN_DEVICE_CPU: *out = (DLDevice){kDLCPU, 0}; return MN_OK;
     case MN_DEVICE_CUDA: *out = (DLDevice){kDLCUDA, dev.index}; return MN_OK;
     case MN_DEVICE_SIM: *out = (DLDevice){kDLExtDev, dev.index}; return MN_OK;
+    case MN_DEVICE_META:
+      return mn__error(MN_ERR_NOT_SUPPORTED, func, "Cannot pack tensors on meta (the meta device has no data)");
     default: return mn__error(MN_ERR_INVALID_ARGUMENT, func, "invalid device type %d", (int)dev.type);
   }
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "mnemo/mnemo.h"
+#include "mnemo/quantized.h"
 #include "mnemo/serialize.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
@@ -72,6 +73,9 @@ mn_status mn__check_names(const char *func, size_t count, const char *const *nam
     size_t j = 0;
     if (!names[i] || !names[i][0]) st = mn__error(MN_ERR_INVALID_ARGUMENT, func, "name %zu is NULL or empty", i);
     else if (!views[i]) st = mn__error(MN_ERR_INVALID_ARGUMENT, func, "view %zu ('%s') is NULL", i, names[i]);
+    else if (mn_view_device(views[i]).type == MN_DEVICE_META)
+      st = mn__error(MN_ERR_NOT_SUPPORTED, func, "view %zu ('%s') is on the meta device: it has no data to save", i,
+                     names[i]);
     else switch (mn__nameset_insert(&seen, names[i], strlen(names[i]), i, &j)) {
       case MN__NAMESET_NEW: break;
       case MN__NAMESET_DUPLICATE:
@@ -135,6 +139,8 @@ mn_view_t *mn_named_views_find(const mn_named_views_t *nv, const char *name) {
 
 static const unsigned char MAGIC[8] = {'M', 'N', 'E', 'M', 'O', 'S', 'A', 'V'};
 #define FORMAT_VERSION 1u
+#define FORMAT_VERSION_QUANT 2u /* version 1 plus scale and zero point after a quantized view's record */
+#define VIEW_QPARAMS 16u         /* f64 scale, i64 zero point */
 #define FIXED_BYTES 40u   /* magic, version, flags, header_size, nstorages, nviews */
 #define STORAGE_RECORD 24u
 #define VIEW_FIXED 20u    /* name_len, storage index, dtype, ndim, offset */
@@ -169,6 +175,11 @@ static mn_status plan_save(const char *func, size_t count, const char *const *na
   for (size_t i = 0; i < count; i++)
     if (strlen(names[i]) > MAX_NAME)
       return mn__error(MN_ERR_INVALID_ARGUMENT, func, "name %zu is longer than %u bytes", i, MAX_NAME);
+  /* version 2 only when a view is quantized (its scale and zero point):
+   * files without one stay readable by version-1 readers */
+  uint32_t version = FORMAT_VERSION;
+  for (size_t i = 0; i < count; i++)
+    if (mn_view_is_quantized(views[i])) version = FORMAT_VERSION_QUANT;
   /* the distinct storages, in order of first use */
   pl->stor = mn__calloc(count ? count : 1, sizeof *pl->stor);
   uint32_t *index = mn__calloc(count ? count : 1, sizeof *index);
@@ -200,10 +211,11 @@ static mn_status plan_save(const char *func, size_t count, const char *const *na
   /* the header's size first: the records hold the blobs' offsets */
   uint64_t header_size = FIXED_BYTES + (uint64_t)ns * STORAGE_RECORD + 4;
   for (size_t i = 0; i < count; i++)
-    header_size += VIEW_FIXED + strlen(names[i]) + 16 * (uint64_t)mn_view_ndim(views[i]);
+    header_size += VIEW_FIXED + strlen(names[i]) + 16 * (uint64_t)mn_view_ndim(views[i]) +
+                   (mn_view_is_quantized(views[i]) ? VIEW_QPARAMS : 0);
   mn__buf_t *b = &pl->hdr;
   mn__buf_put(b, MAGIC, 8);
-  mn__buf_u32(b, FORMAT_VERSION);
+  mn__buf_u32(b, version);
   mn__buf_u32(b, 0);
   mn__buf_u64(b, header_size);
   mn__buf_u64(b, ns);
@@ -231,6 +243,13 @@ static mn_status plan_save(const char *func, size_t count, const char *const *na
     mn__buf_u64(b, (uint64_t)mn_view_offset(v));
     for (int d = 0; d < nd; d++) mn__buf_u64(b, (uint64_t)mn_view_size(v, d));
     for (int d = 0; d < nd; d++) mn__buf_u64(b, (uint64_t)mn_view_stride(v, d));
+    if (mn_view_is_quantized(v)) {
+      const double scale = mn_view_q_scale(v);
+      uint64_t bits;
+      memcpy(&bits, &scale, sizeof bits);
+      mn__buf_u64(b, bits);
+      mn__buf_u64(b, (uint64_t)mn_view_q_zero_point(v));
+    }
   }
   mn__buf_u32(b, 0); /* the header's CRC32, once the blobs' are in */
   free(index);
@@ -319,7 +338,9 @@ static mn_status load_mnemo(const char *func, mn__src_t *src, mn_device_t dev, m
   owned = NULL;
   if (memcmp(fixed, MAGIC, 8) != 0) return BAD("not a mnemo save file (bad magic)");
   uint32_t version = mn__le32(fixed + 8), flags = mn__le32(fixed + 12);
-  if (version != FORMAT_VERSION) return BAD("unsupported format version %u (this build reads %u)", version, FORMAT_VERSION);
+  if (version != FORMAT_VERSION && version != FORMAT_VERSION_QUANT)
+    return BAD("unsupported format version %u (this build reads %u and %u)", version, FORMAT_VERSION,
+               FORMAT_VERSION_QUANT);
   if (flags != 0) return BAD("unknown flags 0x%x", flags);
   uint64_t header_size = mn__le64(fixed + 16), ns = mn__le64(fixed + 24), nv = mn__le64(fixed + 32);
   if (header_size < FIXED_BYTES + 4 || header_size > size)
@@ -403,7 +424,9 @@ static mn_status load_mnemo(const char *func, mn__src_t *src, mn_device_t dev, m
       st = BAD("view %llu refers to storage %u of %llu", (unsigned long long)i, si, (unsigned long long)ns);
       break;
     }
-    if (!mn_dtype_is_valid((mn_dtype)dtype) || nd > MN_MAX_DIMS || off > INT64_MAX) {
+    const bool quantized = mn_dtype_is_quantized((mn_dtype)dtype);
+    if (!mn_dtype_is_valid((mn_dtype)dtype) || (quantized && version < FORMAT_VERSION_QUANT) || nd > MN_MAX_DIMS ||
+        off > INT64_MAX) {
       st = BAD("view %llu: bad dtype %u, ndim %u or offset", (unsigned long long)i, dtype, nd);
       break;
     }
@@ -423,6 +446,17 @@ static mn_status load_mnemo(const char *func, mn__src_t *src, mn_device_t dev, m
       st = BAD("view %llu: a size or stride is negative", (unsigned long long)i);
       break;
     }
+    double scale = 0;
+    int64_t zero_point = 0;
+    if (quantized) {
+      if (!rd(&rd_, VIEW_QPARAMS, &q)) {
+        st = BAD("view %llu: header ends inside its scale and zero point", (unsigned long long)i);
+        break;
+      }
+      uint64_t bits = mn__le64(q);
+      memcpy(&scale, &bits, sizeof scale);
+      zero_point = (int64_t)mn__le64(q + 8);
+    }
     res->names[i] = mn__malloc(nl + 1);
     if (!res->names[i]) {
       st = mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
@@ -437,12 +471,17 @@ static mn_status load_mnemo(const char *func, mn__src_t *src, mn_device_t dev, m
       case MN__NAMESET_NOMEM: st = mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory"); break;
     }
     if (st != MN_OK) break;
-    st = mn_view_create(stor[si], (mn_dtype)dtype, (int)nd, sizes, strides, (int64_t)off, &res->views[i]);
+    if (quantized) /* checks the scale and zero point too */
+      st = mn_view_create_quantized(stor[si], (mn_dtype)dtype, (int)nd, sizes, strides, (int64_t)off, scale,
+                                    zero_point, &res->views[i]);
+    else
+      st = mn_view_create(stor[si], (mn_dtype)dtype, (int)nd, sizes, strides, (int64_t)off, &res->views[i]);
     if (st == MN_ERR_OUT_OF_MEMORY) break; /* mn_view_create's message */
     if (st != MN_OK) {
       char why[256];
       snprintf(why, sizeof why, "%s", mn__last_error_detail());
-      st = BAD("view '%s' does not fit its storage: %s", res->names[i], why);
+      st = BAD("view '%s' %s: %s", res->names[i],
+               quantized ? "is not a valid quantized view" : "does not fit its storage", why);
     }
   }
   if (st == MN_OK && rd_.at != rd_.end)

@@ -334,6 +334,10 @@ mn_status mn__src_storage(mn__src_t *src, mn_device_t dev, uint64_t at, size_t n
                           const char *what, mn_storage_t **out) {
   bool check = crc && src->verify;
   mn_status st = MN_OK;
+  if (dev.type == MN_DEVICE_META) { /* load to meta: sizes only, no byte read (nor checked) */
+    st = mn_storage_create(dev, n, NULL, NULL, out);
+    return st == MN_OK ? MN_OK : mn__error_wrap(st, src->func);
+  }
   if (src->data || n == 0) {
     const unsigned char *p = n ? src->data + at : NULL;
     if (check && mn__crc32(0, p, n) != *crc)

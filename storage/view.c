@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "mnemo/mnemo.h"
+#include "mnemo/quantized.h"
 #include "kernels/ops.h"
 #include "runtime/checked.h"
 #include "runtime/error.h"
@@ -58,10 +59,25 @@ mn_status mn__view_stream(mn_device_t dev, mn_stream_t *given, mn_stream_t **out
 /* Checks that every element the geometry reaches lies inside nbytes of
  * storage, in overflow-checked arithmetic (runtime/checked.h): PyTorch's
  * computeStorageNbytes refuses a geometry whose extent overflows as well. */
+int mn__dtype_packed_per_byte(mn_dtype dtype) {
+  int bits = mn_dtype_bits(dtype);
+  return bits > 0 && bits < 8 ? 8 / bits : 0;
+}
+
+size_t mn__dtype_bytes_of(mn_dtype dtype, size_t n) {
+  int per = mn__dtype_packed_per_byte(dtype);
+  return per ? n / (size_t)per + (n % (size_t)per != 0) : n * mn_dtype_itemsize(dtype);
+}
+
 static mn_status check_geometry(const char *func, mn_dtype dtype, int ndim, const int64_t *sizes,
                                 const int64_t *strides, int64_t offset, size_t nbytes) {
   size_t item = mn_dtype_itemsize(dtype);
+  const int per = mn__dtype_packed_per_byte(dtype);
   if (offset < 0) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "storage offset %lld is negative", (long long)offset);
+  if (per && offset % per != 0)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                     "storage offset %lld of a %s view does not start a byte (%d elements per byte)", (long long)offset,
+                     mn_dtype_name(dtype), per);
   for (int d = 0; d < ndim; d++) {
     if (sizes[d] < 0)
       return mn__error(MN_ERR_INVALID_ARGUMENT, func, "size %lld at dim %d is negative", (long long)sizes[d], d);
@@ -79,6 +95,8 @@ static mn_status check_geometry(const char *func, mn_dtype dtype, int ndim, cons
                      mn__format_sizes(sizes, ndim, sz, sizeof sz), mn__format_sizes(strides, ndim, st, sizeof st),
                      (long long)offset, item);
   }
+  /* packed: need counted elements (item 1); the bytes holding them */
+  if (per) need = need / (size_t)per + (need % (size_t)per != 0);
   /* A view of no elements reaches nothing (PyTorch skips the check too). */
   if (need > nbytes)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func,
@@ -99,8 +117,9 @@ static mn_status check_sizes_product(const char *func, int ndim, const int64_t *
   return MN_OK;
 }
 
-static mn_status view_make(mn_storage_t *storage, mn_dtype dtype, int ndim, const int64_t *sizes,
-                           const int64_t *strides, int64_t offset, const char *func, mn_view_t **out) {
+static mn_status view_make_q(mn_storage_t *storage, mn_dtype dtype, int ndim, const int64_t *sizes,
+                             const int64_t *strides, int64_t offset, double q_scale, int64_t q_zero_point,
+                             const char *func, mn_view_t **out) {
   mn_status st = check_sizes_product(func, ndim, sizes);
   if (st == MN_OK) st = check_geometry(func, dtype, ndim, sizes, strides, offset, mn_storage_nbytes(storage));
   if (st != MN_OK) return st;
@@ -114,25 +133,45 @@ static mn_status view_make(mn_storage_t *storage, mn_dtype dtype, int ndim, cons
     memcpy(v->strides, strides, (size_t)ndim * sizeof *strides);
   }
   v->offset = offset;
+  if (mn_dtype_is_quantized(dtype)) {
+    v->q_scale = q_scale;
+    v->q_zero_point = q_zero_point;
+  }
   *out = v;
   return MN_OK;
 }
 
-mn_status mn_view_create(mn_storage_t *storage, mn_dtype dtype, int ndim, const int64_t *sizes,
-                         const int64_t *strides, int64_t offset, mn_view_t **out) {
-  MN__CHECK_ARG(storage != NULL && out != NULL, "storage and out must not be NULL");
-  MN__CHECK_ARG(mn_dtype_is_valid(dtype), "invalid dtype %d", (int)dtype);
-  MN__CHECK_ARG(ndim >= 0 && ndim <= MN_MAX_DIMS, "ndim=%d is not in 0..%d", ndim, MN_MAX_DIMS);
-  MN__CHECK_ARG(ndim == 0 || sizes != NULL, "sizes must not be NULL when ndim=%d", ndim);
+static mn_status view_make(mn_storage_t *storage, mn_dtype dtype, int ndim, const int64_t *sizes,
+                           const int64_t *strides, int64_t offset, const char *func, mn_view_t **out) {
+  return view_make_q(storage, dtype, ndim, sizes, strides, offset, 1.0, 0, func, out);
+}
+
+/* mn_view_create and mn_view_create_quantized: the caller's arguments
+ * checked, NULL strides made contiguous, the view made. */
+static mn_status create_checked(mn_storage_t *storage, mn_dtype dtype, int ndim, const int64_t *sizes,
+                                const int64_t *strides, int64_t offset, double scale, int64_t zero_point,
+                                const char *func, mn_view_t **out) {
+  if (!storage || !out) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "storage and out must not be NULL");
+  if (!mn_dtype_is_valid(dtype)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "invalid dtype %d", (int)dtype);
+  if (ndim < 0 || ndim > MN_MAX_DIMS)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "ndim=%d is not in 0..%d", ndim, MN_MAX_DIMS);
+  if (ndim > 0 && !sizes)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "sizes must not be NULL when ndim=%d", ndim);
   int64_t contig[MN_MAX_DIMS];
   if (!strides) {
     for (int d = 0; d < ndim; d++)
-      MN__CHECK_ARG(sizes[d] >= 0, "size %lld at dim %d is negative", (long long)sizes[d], d);
+      if (sizes[d] < 0)
+        return mn__error(MN_ERR_INVALID_ARGUMENT, func, "size %lld at dim %d is negative", (long long)sizes[d], d);
     if (!mn__contiguous_strides(sizes, ndim, contig))
-      return mn__error(MN_ERR_OVERFLOW, __func__, "contiguous strides overflow");
+      return mn__error(MN_ERR_OVERFLOW, func, "contiguous strides overflow");
     strides = contig;
   }
-  return view_make(storage, dtype, ndim, sizes, strides, offset, __func__, out);
+  return view_make_q(storage, dtype, ndim, sizes, strides, offset, scale, zero_point, func, out);
+}
+
+mn_status mn_view_create(mn_storage_t *storage, mn_dtype dtype, int ndim, const int64_t *sizes,
+                         const int64_t *strides, int64_t offset, mn_view_t **out) {
+  return create_checked(storage, dtype, ndim, sizes, strides, offset, 1.0, 0, __func__, out);
 }
 
 void mn__geom_of(const mn_view_t *v, mn__geom_t *g) {
@@ -142,6 +181,8 @@ void mn__geom_of(const mn_view_t *v, mn__geom_t *g) {
   memcpy(g->sizes, v->sizes, sizeof g->sizes);
   memcpy(g->strides, v->strides, sizeof g->strides);
   g->offset = v->offset;
+  g->q_scale = v->q_scale;
+  g->q_zero_point = v->q_zero_point;
 }
 
 mn_status mn__view_from_geom(const mn_view_t *v, const mn__geom_t *g, const char *func, mn_view_t **out) {
@@ -151,7 +192,8 @@ mn_status mn__view_from_geom(const mn_view_t *v, const mn__geom_t *g, const char
   if (g->ndim < 0 || g->ndim > MN_MAX_DIMS)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "the result would have %d dims; at most %d are supported",
                      g->ndim, MN_MAX_DIMS);
-  return view_make(v->storage, g->dtype, g->ndim, g->sizes, g->strides, g->offset, func, out);
+  return view_make_q(v->storage, g->dtype, g->ndim, g->sizes, g->strides, g->offset, g->q_scale, g->q_zero_point,
+                     func, out);
 }
 
 mn_status mn_view_empty_strided(mn_device_t dev, mn_dtype dtype, int ndim, const int64_t *sizes,
@@ -181,6 +223,7 @@ mn_status mn__view_empty_on(mn_device_t dev, mn_dtype dtype, int ndim, const int
   size_t nbytes = 0;
   if (!mn__strided_span_bytes(ndim, sizes, strides, 0, mn_dtype_itemsize(dtype), &nbytes))
     return mn__error(MN_ERR_OVERFLOW, __func__, "storage size overflows");
+  if (mn__dtype_packed_per_byte(dtype)) nbytes = mn__dtype_bytes_of(dtype, nbytes); /* nbytes counted elements */
   mn_storage_t *s = NULL;
   if (stream && !mn_device_equal(mn_stream_device(stream), dev)) stream = NULL;
   st = mn_storage_create(dev, nbytes, NULL, stream, &s);
@@ -207,7 +250,7 @@ mn_status mn_view_as_strided(const mn_view_t *v, int ndim, const int64_t *sizes,
     MN__CHECK_ARG(strides[d] >= 0, "as_strided: Negative strides are not supported at the moment, got strides: %lld",
                   (long long)strides[d]);
   }
-  return view_make(v->storage, v->dtype, ndim, sizes, strides, offset, __func__, out);
+  return view_make_q(v->storage, v->dtype, ndim, sizes, strides, offset, v->q_scale, v->q_zero_point, __func__, out);
 }
 
 void mn_view_destroy(mn_view_t *v) {
@@ -257,6 +300,7 @@ int64_t mn_view_numel(const mn_view_t *v) {
 size_t mn_view_nbytes(const mn_view_t *v) {
   bool ovf = false; /* an expanded view can hold more elements than bytes exist */
   size_t n = mn__ck_size_mul(mn__ck_to_size(mn_view_numel(v), &ovf), mn_dtype_itemsize(v->dtype), &ovf);
+  if (!ovf && mn__dtype_packed_per_byte(v->dtype)) n = mn__dtype_bytes_of(v->dtype, n); /* ceil(numel * bits / 8) */
   return ovf ? SIZE_MAX : n;
 }
 
@@ -264,7 +308,10 @@ void *mn_view_data(const mn_view_t *v) {
   char *base = mn_storage_data(v->storage);
   /* An empty view may sit past its storage (PyTorch allows any offset when
    * nothing is reached): integer arithmetic, as no byte there is ever used. */
-  return base ? (void *)((uintptr_t)base + (uintptr_t)v->offset * mn_dtype_itemsize(v->dtype)) : NULL;
+  int per = mn__dtype_packed_per_byte(v->dtype); /* packed: the offset starts a byte */
+  return base ? (void *)((uintptr_t)base + (per ? (uintptr_t)v->offset / (uintptr_t)per
+                                                : (uintptr_t)v->offset * mn_dtype_itemsize(v->dtype)))
+              : NULL;
 }
 
 /* PyTorch's rule: dims of size 1 are ignored; empty views are contiguous. */
@@ -320,4 +367,40 @@ bool mn_view_same_storage_and_layout(const mn_view_t *a, const mn_view_t *b) {
   for (int d = 0; d < a->ndim; d++)
     if (a->sizes[d] != b->sizes[d] || a->strides[d] != b->strides[d]) return false;
   return true;
+}
+
+/* ---- quantized views (mnemo/quantized.h) ---------------------------------- */
+
+bool mn_view_is_quantized(const mn_view_t *v) { return v != NULL && mn_dtype_is_quantized(v->dtype); }
+double mn_view_q_scale(const mn_view_t *v) { return mn_view_is_quantized(v) ? v->q_scale : 0.0; }
+int64_t mn_view_q_zero_point(const mn_view_t *v) { return mn_view_is_quantized(v) ? v->q_zero_point : 0; }
+
+mn_status mn__check_qparams(mn_dtype dtype, double scale, int64_t zero_point, const char *func) {
+  int64_t qmin = 0, qmax = 0;
+  if (!mn_dtype_is_quantized(dtype))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "dtype %s is not quantized (need qint8, quint8, qint32, quint4x2 or quint2x4)",
+                     mn_dtype_name(dtype));
+  if (!(scale > 0) || scale - scale != 0)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "scale %g must be finite and > 0", scale);
+  if (mn_dtype_quant_range(dtype, &qmin, &qmax) != MN_OK) return mn__error_wrap(MN_ERR_INVALID_ARGUMENT, func);
+  if (zero_point < qmin || zero_point > qmax)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "zero_point %lld is out of range for %s [%lld, %lld]",
+                     (long long)zero_point, mn_dtype_name(dtype), (long long)qmin, (long long)qmax);
+  return MN_OK;
+}
+
+mn_status mn_view_create_quantized(mn_storage_t *storage, mn_dtype dtype, int ndim, const int64_t *sizes,
+                                   const int64_t *strides, int64_t offset, double scale, int64_t zero_point,
+                                   mn_view_t **out) {
+  MN__CHECK_ARG(storage != NULL && out != NULL, "storage and out must not be NULL");
+  mn_status st = mn__check_qparams(dtype, scale, zero_point, __func__);
+  if (st != MN_OK) return st;
+  return create_checked(storage, dtype, ndim, sizes, strides, offset, scale, zero_point, __func__, out);
+}
+
+void mn__view_set_qparams(mn_view_t *v, double scale, int64_t zero_point) {
+  if (mn_dtype_is_quantized(v->dtype)) {
+    v->q_scale = scale;
+    v->q_zero_point = zero_point;
+  }
 }

@@ -1,21 +1,19 @@
 /* storage/view_copy.c: the view operations that may copy (reshape, flatten,
- * contiguous, clone, to) and the in-place writes (copy_, fill_, zero_) with
- * PyTorch's overlap rules. Work is queued on streams; see docs/VIEWS.md. */
+ * contiguous, clone, to, empty_like) and the in-place writes (copy_, fill_,
+ * zero_) with PyTorch's overlap rules. Work is queued on streams; see
+ * docs/VIEWS.md. On the meta device the copies make new storages and run no
+ * kernel, writes are checked and then do nothing, and nothing is copied out. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/ops.h"
 #include "mnemo/mnemo.h"
+#include "mnemo/quantized.h"
 #include "runtime/error.h"
 #include "storage/view_internal.h"
 
-#define OVERLAP_MSG                                                                                        \
-  "unsupported operation: more than one element of the written-to tensor refers to a single memory location. " \
-  "Please clone() the tensor before performing the operation."
-#define PARTIAL_MSG                                                                                             \
-  "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory " \
-  "location. Please clone() the tensor before performing the operation."
+#define META_NO_DATA "Cannot copy out of meta tensor; no data!"
 
 /* PyTorch's has_internal_overlap answering YES: not dense and a dim of size
  * > 1 with stride 0. (TOO_HARD layouts are allowed, as in PyTorch.) */
@@ -38,6 +36,11 @@ static overlap_t overlap_status(const mn_view_t *a, const mn_view_t *b) {
   mn__strided_t ta, tb;
   mn__strided_of_view(a, &ta);
   mn__strided_of_view(b, &tb);
+  if (mn_view_device(a).type == MN_DEVICE_META) { /* no address: the offsets alone tell (one storage) */
+    const uintptr_t base = (uintptr_t)1 << 40;
+    ta.data = (char *)(base + (uintptr_t)a->offset * mn_dtype_itemsize(a->dtype));
+    tb.data = (char *)(base + (uintptr_t)b->offset * mn_dtype_itemsize(b->dtype));
+  }
   return mn__strided_overlap(&ta, mn_dtype_itemsize(a->dtype), &tb, mn_dtype_itemsize(b->dtype));
 }
 
@@ -101,13 +104,16 @@ static mn_status sync_if_queued(mn_stream_t *stream) {
   return mn_stream_synchronize(stream);
 }
 
+static bool is_meta(mn_device_t d) { return d.type == MN_DEVICE_META; }
+
 /* A dense copy of v on v's device laid out by `strides` (NULL: contiguous),
  * dtype `dtype`, queued on `stream` (a stream of v's device). */
 static mn_status copy_to_new(const mn_view_t *v, mn_dtype dtype, const int64_t *strides, mn_stream_t *stream,
                              const char *func, mn_view_t **out) {
   mn_view_t *r = NULL;
   mn_status st = mn__view_empty_on(mn_view_device(v), dtype, v->ndim, v->sizes, strides, stream, &r);
-  if (st == MN_OK && mn_view_numel(v) > 0) st = mn_kernel_copy_view(stream, r, v);
+  if (st == MN_OK && dtype == v->dtype) mn__view_set_qparams(r, v->q_scale, v->q_zero_point);
+  if (st == MN_OK && mn_view_numel(v) > 0 && !is_meta(mn_view_device(v))) st = mn_kernel_copy_view(stream, r, v);
   if (st != MN_OK) {
     mn_view_destroy(r);
     return mn__error_wrap(st, func);
@@ -132,7 +138,8 @@ mn_status mn_view_clone(const mn_view_t *v, mn_stream_t *stream, mn_view_t **out
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   int64_t strides[MN_MAX_DIMS];
   dense_strides_like(v, strides);
-  return copy_to_new(v, v->dtype, strides, s, __func__, out);
+  /* torch 1.13 clones a quantized tensor row-major, whatever its layout */
+  return copy_to_new(v, v->dtype, mn_dtype_is_quantized(v->dtype) ? NULL : strides, s, __func__, out);
 }
 
 mn_status mn_view_reshape(const mn_view_t *v, int ndim, const int64_t *shape, mn_stream_t *stream, mn_view_t **out) {
@@ -189,9 +196,13 @@ mn_status mn_view_flatten(const mn_view_t *v, int start_dim, int end_dim, mn_str
 /* copy_ behind mn_view_copy and mn_view_to: dst <- broadcast(src), cast. */
 static mn_status copy_impl(mn_view_t *dst, const mn_view_t *src, mn_stream_t *stream, bool non_blocking,
                            const char *func) {
-  if (internal_overlap(dst)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, OVERLAP_MSG);
+  if (is_meta(mn_view_device(src)) && !is_meta(mn_view_device(dst)))
+    return mn__error(MN_ERR_NOT_SUPPORTED, func, META_NO_DATA);
+  if (internal_overlap(dst)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, MN__OVERLAP_MSG);
+  mn_status st = mn__check_quant_copy(dst, src, func);
+  if (st != MN_OK) return st;
   mn_view_t *bsrc = NULL; /* src broadcast to dst's shape */
-  mn_status st = mn_view_expand(src, dst->ndim, dst->sizes, &bsrc);
+  st = mn_view_expand(src, dst->ndim, dst->sizes, &bsrc);
   if (st != MN_OK && st != MN_ERR_INVALID_ARGUMENT) return mn__error_wrap(st, func);
   if (st != MN_OK) {
     char a[512], b[512];
@@ -207,7 +218,11 @@ static mn_status copy_impl(mn_view_t *dst, const mn_view_t *src, mn_stream_t *st
   if (ov == OVERLAP_NO && overlap_status(dst, bsrc) != OVERLAP_NO) ov = OVERLAP_TOO_HARD;
   if (ov == OVERLAP_PARTIAL) {
     mn_view_destroy(bsrc);
-    return mn__error(MN_ERR_INVALID_ARGUMENT, func, PARTIAL_MSG);
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, MN__PARTIAL_MSG);
+  }
+  if (is_meta(mn_view_device(dst))) { /* checked; a write into meta has nothing to write */
+    mn_view_destroy(bsrc);
+    return MN_OK;
   }
   mn_device_t ddev = mn_view_device(dst), sdev = mn_view_device(bsrc);
   bool same_dev = mn_device_equal(ddev, sdev);
@@ -281,15 +296,32 @@ mn_status mn_view_to(const mn_view_t *v, mn_device_t dev, mn_dtype dtype, bool n
   mn_status st = mn_device_check(dev);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   if (mn_device_equal(dev, mn_view_device(v)) && dtype == v->dtype) return same_view(v, __func__, out);
+  if (is_meta(mn_view_device(v)) && !is_meta(dev)) return mn__error(MN_ERR_NOT_SUPPORTED, __func__, META_NO_DATA);
   int64_t strides[MN_MAX_DIMS];
   dense_strides_like(v, strides);
   mn_view_t *r = NULL;
   st = mn__view_empty_on(dev, dtype, v->ndim, v->sizes, strides, stream, &r);
+  if (st == MN_OK && dtype == v->dtype) mn__view_set_qparams(r, v->q_scale, v->q_zero_point);
   if (st == MN_OK) st = copy_impl(r, v, stream, non_blocking, __func__);
   if (st != MN_OK) {
     mn_view_destroy(r);
     return mn__error_wrap(st, __func__);
   }
+  *out = r;
+  return MN_OK;
+}
+
+mn_status mn_view_empty_like(const mn_view_t *v, mn_device_t dev, mn_view_t **out) {
+  MN__CHECK_ARG(v != NULL && out != NULL, "view and out must not be NULL");
+  mn_status st = mn_device_check(dev);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  int64_t strides[MN_MAX_DIMS];
+  dense_strides_like(v, strides);
+  /* laid out as clone: row-major for quantized views, which keep their parameters */
+  mn_view_t *r = NULL;
+  st = mn__view_empty_on(dev, v->dtype, v->ndim, v->sizes, mn_dtype_is_quantized(v->dtype) ? NULL : strides, NULL, &r);
+  if (st != MN_OK) return mn__error_wrap(st, __func__);
+  mn__view_set_qparams(r, v->q_scale, v->q_zero_point);
   *out = r;
   return MN_OK;
 }
@@ -350,7 +382,9 @@ static bool scalar_overflows(mn_scalar_t value, mn_dtype dtype) {
 
 mn_status mn_view_fill(mn_view_t *v, mn_scalar_t value, mn_stream_t *stream) {
   MN__CHECK_ARG(v != NULL, "view must not be NULL");
-  if (internal_overlap(v)) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, OVERLAP_MSG);
+  MN__CHECK_ARG(!mn_dtype_is_quantized(v->dtype), "filling a %s view is not supported (quantize a float view instead)",
+                mn_dtype_name(v->dtype));
+  if (internal_overlap(v)) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, MN__OVERLAP_MSG);
   if (scalar_overflows(value, v->dtype))
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "value cannot be converted to type %s without overflow",
                      mn_dtype_name(v->dtype));
@@ -362,6 +396,7 @@ mn_status mn_view_fill(mn_view_t *v, mn_scalar_t value, mn_stream_t *stream) {
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   if (!mn_device_equal(mn_stream_device(s), mn_view_device(v)))
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "stream is on another device than the view");
+  if (is_meta(mn_view_device(v))) return MN_OK; /* checked; nothing to write */
   st = mn_kernel_fill_view(s, v, value);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }

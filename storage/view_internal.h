@@ -13,6 +13,8 @@ struct mn_view_s {
   int64_t sizes[MN_MAX_DIMS];
   int64_t strides[MN_MAX_DIMS];
   int64_t offset;
+  double q_scale;       /* quantized dtypes: per-tensor affine parameters */
+  int64_t q_zero_point; /* (0 for other dtypes) */
 };
 
 /* Geometry of a view being built (no storage reference). */
@@ -22,10 +24,22 @@ typedef struct mn__geom_s {
   int64_t sizes[MN_MAX_DIMS];
   int64_t strides[MN_MAX_DIMS];
   int64_t offset;
+  double q_scale; /* kept by every view op (mn__geom_of copies them) */
+  int64_t q_zero_point;
   /* Set by the mn__ck_* helpers (runtime/checked.h) while the fields are
    * computed; mn__view_from_geom then refuses the view with MN_ERR_OVERFLOW. */
   bool overflow;
 } mn__geom_t;
+
+/* PyTorch's refusals of a write into a view with internal overlap (a dim of
+ * size > 1 with stride 0) and of a source that partially overlaps the
+ * written view (copy_, fill_, index_put_, scatter_). */
+#define MN__OVERLAP_MSG                                                                                       \
+  "unsupported operation: more than one element of the written-to tensor refers to a single memory location. " \
+  "Please clone() the tensor before performing the operation."
+#define MN__PARTIAL_MSG                                                                                            \
+  "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory " \
+  "location. Please clone() the tensor before performing the operation."
 
 /* The geometry of v. */
 void mn__geom_of(const mn_view_t *v, mn__geom_t *g);
@@ -51,6 +65,17 @@ mn_status mn__view_empty_on(mn_device_t dev, mn_dtype dtype, int ndim, const int
                             mn_stream_t *stream, mn_view_t **out);
 /* The stream to use: `given`, or the default stream of dev. */
 mn_status mn__view_stream(mn_device_t dev, mn_stream_t *given, mn_stream_t **out);
+/* Elements per byte of a packed dtype (2 quint4x2, 4 quint2x4), else 0. */
+int mn__dtype_packed_per_byte(mn_dtype dtype);
+/* Bytes of n elements of dtype: n * itemsize, or ceil(n * bits / 8) packed. */
+size_t mn__dtype_bytes_of(mn_dtype dtype, size_t n);
+/* Checks quantization parameters (mn_view_create_quantized's rules). */
+mn_status mn__check_qparams(mn_dtype dtype, double scale, int64_t zero_point, const char *func);
+/* Sets the parameters of a view being built (quantized dtypes; before it is shared). */
+void mn__view_set_qparams(mn_view_t *v, double scale, int64_t zero_point);
+/* Whether a copy between dst and src is allowed for quantized dtypes: same
+ * dtype only; packed ones both contiguous with one shape. */
+mn_status mn__check_quant_copy(const mn_view_t *dst, const mn_view_t *src, const char *func);
 /* The kernels' operand of a view (data = element 0). */
 void mn__strided_of_view(const mn_view_t *v, mn__strided_t *out);
 

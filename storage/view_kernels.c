@@ -6,6 +6,7 @@
 
 #include "kernels/ops.h"
 #include "mnemo/mnemo.h"
+#include "mnemo/quantized.h"
 #include "runtime/error.h"
 #include "storage/view_internal.h"
 
@@ -23,11 +24,38 @@ static mn_status check_device(mn_stream_t *stream, const mn_view_t *v, const cha
   return MN_OK;
 }
 
+mn_status mn__check_quant_copy(const mn_view_t *dst, const mn_view_t *src, const char *func) {
+  const bool qd = mn_dtype_is_quantized(dst->dtype), qs = mn_dtype_is_quantized(src->dtype);
+  if (!qd && !qs) return MN_OK;
+  if (qs && !qd)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                     "Copying from quantized Tensor to non-quantized Tensor is not allowed, please use dequantize to "
+                     "get a float Tensor from a quantized Tensor");
+  if (dst->dtype != src->dtype)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                     "copying %s into %s is not supported: quantized copies need the same dtype (use "
+                     "quantize_per_tensor / dequantize)",
+                     mn_dtype_name(src->dtype), mn_dtype_name(dst->dtype));
+  if (mn__dtype_packed_per_byte(dst->dtype) && mn_view_numel(dst) > 0) {
+    bool same_shape = dst->ndim == src->ndim;
+    for (int d = 0; same_shape && d < dst->ndim; d++) same_shape = dst->sizes[d] == src->sizes[d];
+    if (!same_shape || !mn_view_is_contiguous(dst) || !mn_view_is_contiguous(src))
+      return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                       "copying %s views needs both contiguous with one shape (packed elements copy as whole bytes)",
+                       mn_dtype_name(dst->dtype));
+  }
+  return MN_OK;
+}
+
 mn_status mn_kernel_copy_view(mn_stream_t *stream, const mn_view_t *dst, const mn_view_t *src) {
   MN__CHECK_ARG(stream != NULL && dst != NULL && src != NULL, "stream, dst and src must not be NULL");
   mn_status st = check_device(stream, dst, "dst", __func__);
   if (st == MN_OK) st = check_device(stream, src, "src", __func__);
+  if (st == MN_OK) st = mn__check_quant_copy(dst, src, __func__);
   if (st != MN_OK) return st;
+  if (mn__dtype_packed_per_byte(dst->dtype)) /* contiguous, starting on a byte: whole bytes */
+    return mn_view_numel(dst) == 0 ? MN_OK
+                                   : mn_kernel_copy(stream, mn_view_data(dst), mn_view_data(src), mn_view_nbytes(dst));
   mn__strided_t sd, ss;
   mn__strided_of_view(dst, &sd);
   mn__strided_of_view(src, &ss);
@@ -36,6 +64,8 @@ mn_status mn_kernel_copy_view(mn_stream_t *stream, const mn_view_t *dst, const m
 
 mn_status mn_kernel_fill_view(mn_stream_t *stream, const mn_view_t *dst, mn_scalar_t value) {
   MN__CHECK_ARG(stream != NULL && dst != NULL, "stream and dst must not be NULL");
+  MN__CHECK_ARG(!mn_dtype_is_quantized(dst->dtype), "filling a %s view is not supported (quantize a float view instead)",
+                mn_dtype_name(dst->dtype));
   mn_status st = check_device(stream, dst, "dst", __func__);
   if (st != MN_OK) return st;
   unsigned char pattern[16];

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "mnemo/mnemo.h"
+#include "mnemo/quantized.h"
 #include "runtime/checked.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
@@ -212,7 +213,11 @@ mn_status mn_view_movedim(const mn_view_t *v, int n, const int *source, const in
       return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "movedim: repeated dim in `destination`");
     src_used[src[i]] = dst_used[dst[i]] = true;
   }
-  if (v->ndim == 0) return mn__view_from_geom(v, &(mn__geom_t){.dtype = v->dtype, .offset = v->offset}, __func__, out);
+  if (v->ndim == 0)
+    return mn__view_from_geom(v,
+                              &(mn__geom_t){.dtype = v->dtype, .offset = v->offset, .q_scale = v->q_scale,
+                                            .q_zero_point = v->q_zero_point},
+                              __func__, out);
   int order[MN_MAX_DIMS];
   for (int i = 0; i < v->ndim; i++) order[i] = -1;
   for (int i = 0; i < n; i++) order[dst[i]] = src[i];
@@ -530,6 +535,12 @@ mn_status mn_view_view_dtype(const mn_view_t *v, mn_dtype dtype, mn_view_t **out
   CHECK_VO(v, out);
   MN__CHECK_ARG(mn_dtype_is_valid(dtype), "invalid dtype %d", (int)dtype);
   const char *from = mn_dtype_name(v->dtype), *to = mn_dtype_name(dtype);
+  /* PyTorch 1.13: a quantized view's dtype view is its own dtype only */
+  if (v->dtype != dtype && (mn_dtype_is_quantized(v->dtype) || mn_dtype_is_quantized(dtype)))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
+                     "viewing %s as %s is not supported: quantized views need quantize_per_tensor, dequantize or "
+                     "int_repr",
+                     from, to);
   int64_t have = (int64_t)mn_dtype_itemsize(v->dtype), want = (int64_t)mn_dtype_itemsize(dtype);
   mn__geom_t g;
   mn__geom_of(v, &g);

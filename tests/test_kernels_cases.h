@@ -189,6 +189,10 @@ static void kc_check_copy(const kc_case *c, mn_dtype dt, mn_dtype st) { kc_check
 
 /* MNEMO_TEST_QUICK=1 (set by bench/gpu/run.sh under compute-sanitizer): every
  * 5th dtype pair only, same-dtype pairs always. */
+/* The dtypes with casts, copies and fills: the quantized ones (written by
+ * quantize only) are tested in test_quant and test_kernels_emu. */
+#define KC_DTYPES MN_DTYPE_TABLE_PLAIN_ROWS
+
 static bool kc_quick_skip(int dt, int st) {
   const char *q = getenv("MNEMO_TEST_QUICK");
   return q && *q == '1' && dt != st && (dt * MN_DTYPE_COUNT + st) % 5 != 0;
@@ -196,8 +200,8 @@ static bool kc_quick_skip(int dt, int st) {
 
 MN_TEST(every_pair_every_layout) {
   for (size_t k = 0; k < sizeof kc_cases / sizeof kc_cases[0]; k++)
-    for (int dt = 0; dt < MN_DTYPE_COUNT; dt++)
-      for (int st = 0; st < MN_DTYPE_COUNT; st++)
+    for (int dt = 0; dt < KC_DTYPES; dt++)
+      for (int st = 0; st < KC_DTYPES; st++)
         if (!kc_quick_skip(dt, st)) kc_check_copy(&kc_cases[k], (mn_dtype)dt, (mn_dtype)st);
 }
 
@@ -223,8 +227,8 @@ MN_TEST(large_views_on_the_pool) {
 
 MN_TEST(contiguous_casts_every_pair) {
   /* misaligned starts and a tail: offsets 0..3 elements */
-  for (int dt = 0; dt < MN_DTYPE_COUNT; dt++)
-    for (int st = 0; st < MN_DTYPE_COUNT; st++)
+  for (int dt = 0; dt < KC_DTYPES; dt++)
+    for (int st = 0; st < KC_DTYPES; st++)
       for (int64_t off = 0; off < 4 && !kc_quick_skip(dt, st); off += 3) {
         size_t n = 1000 + (size_t)off, di = mn_dtype_itemsize((mn_dtype)dt), si = mn_dtype_itemsize((mn_dtype)st);
         size_t dbytes = (n + 8) * di, sbytes = (n + 8) * si;
@@ -267,11 +271,11 @@ MN_TEST(special_values_every_pair) {
                                 65520.0, 70000.0, 448.0, 464.0, 1e-8, 6e-8, 1e-40, 3.0e38, 1e300, -1e300,
                                 9.3e18, 1.8e19, 2e19, INFINITY, -INFINITY, NAN, -NAN, 0x1p-24, 0x1.8p-25, 0x1p-149};
   enum { N = sizeof vals / sizeof vals[0] };
-  for (int st = 0; st < MN_DTYPE_COUNT; st++) {
+  for (int st = 0; st < KC_DTYPES; st++) {
     size_t si = mn_dtype_itemsize((mn_dtype)st);
     unsigned char src[N * 16];
     for (int i = 0; i < N; i++) MN_CHECK_OK(mn_scalar_to_bytes(mn_scalar_complex(vals[i], vals[N - 1 - i]), (mn_dtype)st, src + i * si));
-    for (int dt = 0; dt < MN_DTYPE_COUNT; dt++) {
+    for (int dt = 0; dt < KC_DTYPES; dt++) {
       size_t di = mn_dtype_itemsize((mn_dtype)dt);
       unsigned char want[N * 16], got[N * 16];
       void *dd = NULL, *sd = NULL;
@@ -304,7 +308,7 @@ MN_TEST(fills_every_dtype_and_layout) {
   const int64_t sizes[3] = {3, 5, 7};
   const mn_scalar_t vals[] = {mn_scalar_float(-2.75), mn_scalar_int(-129), mn_scalar_bool(true),
                               mn_scalar_complex(1.5, -2.0), mn_scalar_float(NAN), mn_scalar_uint(UINT64_MAX)};
-  for (int dt = 0; dt < MN_DTYPE_COUNT; dt++)
+  for (int dt = 0; dt < KC_DTYPES; dt++)
     for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++)
       for (size_t v = 0; v < sizeof vals / sizeof vals[0]; v++) {
         kc_buf d;

@@ -5,6 +5,8 @@
  *   - random fills of dense views at 16-byte aligned addresses (the shared
  *     random cases all start one element in, or are strided), which take the
  *     vectorized stores of the Philox kernel: public API, any device;
+ *   - quantize / dequantize / int_repr against the CPU's results, bit for
+ *     bit (the quant kernel): public API, any device;
  *   - the 64-bit index kernels (an operand reaching past 2^31 bytes), the
  *     executors' refusals of plans they have no kernel for, bad arguments and
  *     failed launches/copies: these call the CUDA entry points
@@ -53,6 +55,78 @@ MN_TEST(random_fill_dense_aligned) {
         }
         kc_free(&d);
       }
+}
+
+/* quantize / dequantize through the device's kernels (the emulated CUDA quant
+ * kernel under the emulation) against the same calls on the CPU, bit for bit:
+ * random values with halves (rounding ties), NaN, infinities and huge values,
+ * lengths with packed tails, every quantized dtype. */
+static mn_view_t *ke_to(const mn_view_t *v, mn_device_t dev) {
+  mn_view_t *c = NULL;
+  MN_CHECK_OK(mn_view_to(v, dev, mn_view_dtype(v), false, kc_stream, &c));
+  MN_CHECK_OK(mn_stream_synchronize(kc_stream));
+  return c;
+}
+
+MN_TEST(quantize_dequantize_match_cpu) {
+  static const mn_dtype dts[] = {MN_DTYPE_QINT8, MN_DTYPE_QUINT8, MN_DTYPE_QINT32, MN_DTYPE_QUINT4X2,
+                                 MN_DTYPE_QUINT2X4};
+  static const double scales[] = {0.5, 0.1, 1e-3, 3.0};
+  static const int64_t lens[] = {1, 3, 7, 1001, 4099};
+  uint64_t r = 0x9E3779B97F4A7C15ull;
+  for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+    const int64_t n = lens[li];
+    mn_view_t *xc = NULL;
+    MN_CHECK_OK(mn_view_empty(mn_device_cpu(), MN_DTYPE_FLOAT32, 1, &n, &xc));
+    if (!xc) return;
+    float *x = mn_view_data(xc);
+    for (int64_t i = 0; i < n; i++) {
+      r = r * 6364136223846793005ull + 1442695040888963407ull;
+      const unsigned k = (unsigned)(r >> 59);
+      const double u = (double)(r >> 11) / 9007199254740992.0;
+      x[i] = k == 0 ? NAN : k == 1 ? INFINITY : k == 2 ? -INFINITY : k == 3 ? 1e30f
+             : k < 12 ? (float)(0.5 * (double)(int64_t)((u - 0.5) * 600)) /* halves: ties */
+                      : (float)((u - 0.5) * 400.0);
+    }
+    mn_view_t *xd = ke_to(xc, kc_dev);
+    for (size_t di = 0; di < sizeof dts / sizeof dts[0]; di++)
+      for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++) {
+        int64_t lo = 0, hi = 0;
+        MN_CHECK_OK(mn_dtype_quant_range(dts[di], &lo, &hi));
+        const int64_t zp = si % 2 ? hi : lo + (hi - lo) / 3;
+        mn_view_t *q[2] = {NULL, NULL}, *dq[2] = {NULL, NULL}, *ir[2] = {NULL, NULL};
+        const mn_view_t *src[2] = {xc, xd};
+        for (int side = 0; side < 2; side++) {
+          mn_stream_t *str = side ? kc_stream : NULL; /* the CPU's runs at once */
+          MN_CHECK_OK(mn_view_quantize_per_tensor(src[side], scales[si], zp, dts[di], str, &q[side]));
+          if (!q[side]) continue;
+          MN_CHECK_OK(mn_view_dequantize(q[side], str, &dq[side]));
+          MN_CHECK_OK(mn_view_int_repr(q[side], str, &ir[side]));
+        }
+        MN_CHECK_OK(mn_stream_synchronize(kc_stream));
+        if (q[0] && q[1] && dq[0] && dq[1] && ir[0] && ir[1]) {
+          mn_view_t *dqh = ke_to(dq[1], mn_device_cpu()), *irh = ke_to(ir[1], mn_device_cpu());
+          const bool same_ir = mn_view_nbytes(irh) == mn_view_nbytes(ir[0]) &&
+                               memcmp(mn_view_data(irh), mn_view_data(ir[0]), mn_view_nbytes(irh)) == 0;
+          const bool same_dq = mn_view_nbytes(dqh) == mn_view_nbytes(dq[0]) &&
+                               memcmp(mn_view_data(dqh), mn_view_data(dq[0]), mn_view_nbytes(dqh)) == 0;
+          MN_CHECK(same_ir && same_dq);
+          if ((!same_ir || !same_dq) && kc_failures_reported++ < 10)
+            fprintf(stderr, "  %s n %lld scale %g zp %lld: int_repr %s, dequantize %s\n", mn_dtype_name(dts[di]),
+                    (long long)n, scales[si], (long long)zp, same_ir ? "same" : "DIFFERS",
+                    same_dq ? "same" : "DIFFERS");
+          mn_view_destroy(dqh);
+          mn_view_destroy(irh);
+        }
+        for (int side = 0; side < 2; side++) {
+          mn_view_destroy(q[side]);
+          mn_view_destroy(dq[side]);
+          mn_view_destroy(ir[side]);
+        }
+      }
+    mn_view_destroy(xd);
+    mn_view_destroy(xc);
+  }
 }
 
 /* ---- the CUDA entry points on host memory: the emulation only ------------- */
@@ -277,6 +351,7 @@ MN_TEST(cuda_launch_failures_are_reported) {
 
 static void kc_run_emu_cases(void) {
   MN_RUN(random_fill_dense_aligned);
+  MN_RUN(quantize_dequantize_match_cpu);
   MN_RUN(index64_kernels);
   MN_RUN(cuda_entry_points_refuse_bad_input);
   MN_RUN(cuda_launch_failures_are_reported);

@@ -1,6 +1,7 @@
 /* tests/view_chain.c: the view-chain interpreter (docs/VIEW_CHAINS.md): parses
  * "creation | op | op ...", runs it with the mn_view_* API and prints JSON. */
 #include "view_chain.h"
+#include "view_chain_internal.h"
 
 #include "mnemo/dlpack.h"
 
@@ -12,15 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_TOK 64
-#define MAX_ELEMS (1 << 20) /* the driver refuses to materialize more */
-
-typedef struct {
-  char *buf;
-  size_t len, cap;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) {
+void chain_sb_printf(sbuf *b, const char *fmt, ...) {
   va_list ap;
   for (;;) {
     va_start(ap, fmt);
@@ -39,31 +32,18 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
   }
 }
 
-static void sb_json_string(sbuf *b, const char *s) {
-  sb_printf(b, "\"");
+void chain_sb_json_string(sbuf *b, const char *s) {
+  chain_sb_printf(b, "\"");
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') sb_printf(b, "\\%c", c);
-    else if (c < 0x20 || c >= 0x7f) sb_printf(b, "\\u%04x", c);
-    else sb_printf(b, "%c", c);
+    if (c == '"' || c == '\\') chain_sb_printf(b, "\\%c", c);
+    else if (c < 0x20 || c >= 0x7f) chain_sb_printf(b, "\\u%04x", c);
+    else chain_sb_printf(b, "%c", c);
   }
-  sb_printf(b, "\"");
+  chain_sb_printf(b, "\"");
 }
 
-typedef struct {
-  int ntok;
-  char *tok[MAX_TOK];
-} op_t;
-
-typedef struct {
-  mn_device_t dev;
-  mn_view_t *root; /* the creation op's result */
-  mn_view_t *cur;
-  char err[512];
-  mn_status st;
-} chain_t;
-
-static bool parse_i64(const char *s, int64_t *out) {
+bool chain_parse_i64(const char *s, int64_t *out) {
   if (!s || !*s) return false;
   errno = 0;
   char *end = NULL;
@@ -73,24 +53,24 @@ static bool parse_i64(const char *s, int64_t *out) {
   return true;
 }
 
-static bool parse_int(const char *s, int *out) {
+bool chain_parse_int(const char *s, int *out) {
   int64_t v;
-  if (!parse_i64(s, &v) || v < -100000 || v > 100000) return false;
+  if (!chain_parse_i64(s, &v) || v < -100000 || v > 100000) return false;
   *out = (int)v;
   return true;
 }
 
 /* "none" -> dflt */
-static bool parse_opt(const char *s, int64_t dflt, int64_t *out) {
+bool chain_parse_opt(const char *s, int64_t dflt, int64_t *out) {
   if (s && strcmp(s, "none") == 0) {
     *out = dflt;
     return true;
   }
-  return parse_i64(s, out);
+  return chain_parse_i64(s, out);
 }
 
 /* "1,2,3" or "-" (empty list) */
-static bool parse_list(const char *s, int64_t *out, int *n) {
+bool chain_parse_list(const char *s, int64_t *out, int *n) {
   *n = 0;
   if (strcmp(s, "-") == 0) return true;
   const char *p = s;
@@ -108,11 +88,11 @@ static bool parse_list(const char *s, int64_t *out, int *n) {
   return true;
 }
 
-static bool parse_scalar(const char *s, mn_scalar_t *out) {
+bool chain_parse_scalar(const char *s, mn_scalar_t *out) {
   int64_t i;
   if (strcmp(s, "true") == 0) *out = mn_scalar_bool(true);
   else if (strcmp(s, "false") == 0) *out = mn_scalar_bool(false);
-  else if (parse_i64(s, &i)) *out = mn_scalar_int(i);
+  else if (chain_parse_i64(s, &i)) *out = mn_scalar_int(i);
   else {
     char *end = NULL;
     double f = strtod(s, &end);
@@ -125,13 +105,19 @@ static bool parse_scalar(const char *s, mn_scalar_t *out) {
 }
 
 /* Fails the chain with the library's message. */
-static bool lib_fail(chain_t *c, mn_status st) {
+bool chain_lib_fail(chain_t *c, mn_status st) {
   c->st = st;
   snprintf(c->err, sizeof c->err, "%s", mn_last_error());
   return false;
 }
 
-static bool parse_fail(chain_t *c, const char *fmt, const char *what) {
+bool chain_fail(chain_t *c, mn_status st, const char *msg) {
+  c->st = st;
+  snprintf(c->err, sizeof c->err, "%s", msg);
+  return false;
+}
+
+bool chain_parse_fail(chain_t *c, const char *fmt, const char *what) {
   c->st = MN_ERR_FORMAT;
   snprintf(c->err, sizeof c->err, "parse: ");
   snprintf(c->err + 7, sizeof c->err - 7, fmt, what);
@@ -139,12 +125,12 @@ static bool parse_fail(chain_t *c, const char *fmt, const char *what) {
 }
 
 /* Replaces the current view by `next` (owned). */
-static void advance(chain_t *c, mn_view_t *next) {
+void chain_advance(chain_t *c, mn_view_t *next) {
   if (c->cur != c->root) mn_view_destroy(c->cur);
   c->cur = next;
 }
 
-static bool too_big(chain_t *c, const mn_view_t *v) {
+bool chain_too_big(chain_t *c, const mn_view_t *v) {
   if (mn_view_numel(v) <= MAX_ELEMS) return false;
   c->st = MN_ERR_NOT_SUPPORTED;
   snprintf(c->err, sizeof c->err, "driver: %lld elements are more than the driver materializes",
@@ -152,12 +138,13 @@ static bool too_big(chain_t *c, const mn_view_t *v) {
   return true;
 }
 
-static mn_status wait_dev(mn_device_t dev) {
+mn_status chain_wait_dev(mn_device_t dev) {
   return dev.type == MN_DEVICE_CPU ? MN_OK : mn_device_synchronize(dev);
 }
 
 /* A new contiguous 1-d arange(n) of dtype on dev, viewed as sizes. */
-static mn_status make_arange(mn_device_t dev, mn_dtype dt, int ndim, const int64_t *sizes, mn_view_t **out) {
+mn_status chain_make_arange(mn_device_t dev, mn_dtype dt, int ndim, const int64_t *sizes, mn_view_t **out) {
+  if (dev.type == MN_DEVICE_META) return mn_view_empty(dev, dt, ndim, sizes, out); /* sizes, no data */
   int64_t n = 1;
   for (int d = 0; d < ndim; d++) n *= sizes[d];
   mn_view_t *h = NULL, *v = NULL;
@@ -181,41 +168,41 @@ static bool run_create(chain_t *c, op_t *op) {
   const char *name = op->tok[0];
   int first = 1, last = op->ntok;
   mn_dtype dt = strcmp(name, "arange") == 0 ? MN_DTYPE_INT64 : MN_DTYPE_FLOAT32;
-  if (last > 1 && !parse_i64(op->tok[last - 1], &(int64_t){0})) {
-    if (mn_dtype_parse(op->tok[last - 1], &dt) != MN_OK) return parse_fail(c, "unknown dtype '%s'", op->tok[last - 1]);
+  if (last > 1 && !chain_parse_i64(op->tok[last - 1], &(int64_t){0})) {
+    if (mn_dtype_parse(op->tok[last - 1], &dt) != MN_OK) return chain_parse_fail(c, "unknown dtype '%s'", op->tok[last - 1]);
     last--;
   }
   mn_scalar_t value = mn_scalar_int(0);
   if (strcmp(name, "full") == 0) {
-    if (first >= last || !parse_scalar(op->tok[first], &value)) return parse_fail(c, "%s needs a value", name);
+    if (first >= last || !chain_parse_scalar(op->tok[first], &value)) return chain_parse_fail(c, "%s needs a value", name);
     first++;
   } else if (strcmp(name, "ones") == 0) {
     value = mn_scalar_int(1);
   } else if (strcmp(name, "arange") == 0) {
-    if (last - first != 1) return parse_fail(c, "%s takes one count", name);
+    if (last - first != 1) return chain_parse_fail(c, "%s takes one count", name);
   } else if (strcmp(name, "zeros") != 0) {
-    return parse_fail(c, "unknown creation op '%s'", name);
+    return chain_parse_fail(c, "unknown creation op '%s'", name);
   }
   int64_t sizes[MN_MAX_DIMS];
   int ndim = last - first;
-  if (ndim > MN_MAX_DIMS) return parse_fail(c, "%s: too many sizes", name);
+  if (ndim > MN_MAX_DIMS) return chain_parse_fail(c, "%s: too many sizes", name);
   int64_t n = 1;
   for (int i = 0; i < ndim; i++) {
-    if (!parse_i64(op->tok[first + i], &sizes[i]) || sizes[i] < 0 || sizes[i] > MAX_ELEMS)
-      return parse_fail(c, "bad size '%s'", op->tok[first + i]);
+    if (!chain_parse_i64(op->tok[first + i], &sizes[i]) || sizes[i] < 0 || sizes[i] > MAX_ELEMS)
+      return chain_parse_fail(c, "bad size '%s'", op->tok[first + i]);
     n *= sizes[i];
-    if (n > MAX_ELEMS) return parse_fail(c, "%s: too many elements", name);
+    if (n > MAX_ELEMS) return chain_parse_fail(c, "%s: too many elements", name);
   }
   mn_view_t *v = NULL;
   mn_status st;
   if (strcmp(name, "arange") == 0) {
-    st = make_arange(c->dev, dt, ndim, sizes, &v);
+    st = chain_make_arange(c->dev, dt, ndim, sizes, &v);
   } else {
     st = mn_view_empty(c->dev, dt, ndim, sizes, &v);
     if (st == MN_OK) st = mn_view_fill(v, value, NULL);
     if (st != MN_OK) mn_view_destroy(v);
   }
-  if (st != MN_OK) return lib_fail(c, st);
+  if (st != MN_OK) return chain_lib_fail(c, st);
   c->root = c->cur = v;
   return true;
 }
@@ -282,7 +269,7 @@ static mn_status dlpack_import(const mn_view_t *cur, int n1, const int64_t *size
 static bool run_dlpack(chain_t *c, int n1, const int64_t *sizes, int n2, const int64_t *strides, bool as,
                        bool versioned, mn_view_t **next) {
   mn_status st = dlpack_import(c->cur, n1, sizes, n2, strides, as, versioned, next);
-  if (st != MN_OK) return lib_fail(c, st);
+  if (st != MN_OK) return chain_lib_fail(c, st);
   if (mn_storage_nbytes(mn_view_storage(*next)) > mn_storage_nbytes(mn_view_storage(c->cur))) {
     mn_view_destroy(*next); /* runs producer_delete */
     *next = NULL;
@@ -295,7 +282,7 @@ static bool run_dlpack(chain_t *c, int n1, const int64_t *sizes, int n2, const i
 
 #define NEED(cond, what)                                    \
   do {                                                      \
-    if (!(cond)) return parse_fail(c, "bad arguments to %s", what); \
+    if (!(cond)) return chain_parse_fail(c, "bad arguments to %s", what); \
   } while (0)
 
 static bool run_op(chain_t *c, op_t *op) {
@@ -308,10 +295,10 @@ static bool run_op(chain_t *c, op_t *op) {
   int n1 = 0, n2 = 0, d0, d1;
   if (strcmp(name, "view") == 0 || strcmp(name, "reshape") == 0 || strcmp(name, "expand") == 0) {
     NEED(na <= MN_MAX_DIMS, name);
-    for (int i = 0; i < na; i++) NEED(parse_i64(a[i], &l1[i]), name);
+    for (int i = 0; i < na; i++) NEED(chain_parse_i64(a[i], &l1[i]), name);
     if (name[0] == 'v') st = mn_view_view(cur, na, l1, &next);
     else if (name[0] == 'r') {
-      if (too_big(c, cur)) return false;
+      if (chain_too_big(c, cur)) return false;
       st = mn_view_reshape(cur, na, l1, NULL, &next);
     } else st = mn_view_expand(cur, na, l1, &next);
   } else if (strcmp(name, "view_dtype") == 0) {
@@ -322,15 +309,15 @@ static bool run_op(chain_t *c, op_t *op) {
     NEED(na == 0, name);
     st = mn_view_t2d(cur, &next);
   } else if (strcmp(name, "transpose") == 0) {
-    NEED(na == 2 && parse_int(a[0], &d0) && parse_int(a[1], &d1), name);
+    NEED(na == 2 && chain_parse_int(a[0], &d0) && chain_parse_int(a[1], &d1), name);
     st = mn_view_transpose(cur, d0, d1, &next);
   } else if (strcmp(name, "permute") == 0) {
     int dims[MN_MAX_DIMS];
     NEED(na <= MN_MAX_DIMS, name);
-    for (int i = 0; i < na; i++) NEED(parse_int(a[i], &dims[i]), name);
+    for (int i = 0; i < na; i++) NEED(chain_parse_int(a[i], &dims[i]), name);
     st = mn_view_permute(cur, na, dims, &next);
   } else if (strcmp(name, "movedim") == 0) {
-    NEED(na == 2 && parse_list(a[0], l1, &n1) && parse_list(a[1], l2, &n2) && n1 <= MN_MAX_DIMS, name);
+    NEED(na == 2 && chain_parse_list(a[0], l1, &n1) && chain_parse_list(a[1], l2, &n2) && n1 <= MN_MAX_DIMS, name);
     if (n1 != n2) {
       c->st = MN_ERR_INVALID_ARGUMENT;
       snprintf(c->err, sizeof c->err, "movedim: Invalid source or destination dims: source and destination should "
@@ -345,50 +332,50 @@ static bool run_op(chain_t *c, op_t *op) {
     }
     st = mn_view_movedim(cur, n1, s, dd, &next);
   } else if (strcmp(name, "slice") == 0) {
-    NEED(na == 4 && parse_int(a[0], &d0) && parse_opt(a[1], 0, &x) && parse_opt(a[2], MN_VIEW_END, &y) &&
-             parse_opt(a[3], 1, &z),
+    NEED(na == 4 && chain_parse_int(a[0], &d0) && chain_parse_opt(a[1], 0, &x) && chain_parse_opt(a[2], MN_VIEW_END, &y) &&
+             chain_parse_opt(a[3], 1, &z),
          name);
     st = mn_view_slice(cur, d0, x, y, z, &next);
   } else if (strcmp(name, "narrow") == 0) {
-    NEED(na == 3 && parse_int(a[0], &d0) && parse_i64(a[1], &x) && parse_i64(a[2], &y), name);
+    NEED(na == 3 && chain_parse_int(a[0], &d0) && chain_parse_i64(a[1], &x) && chain_parse_i64(a[2], &y), name);
     st = mn_view_narrow(cur, d0, x, y, &next);
   } else if (strcmp(name, "select") == 0) {
-    NEED(na == 2 && parse_int(a[0], &d0) && parse_i64(a[1], &x), name);
+    NEED(na == 2 && chain_parse_int(a[0], &d0) && chain_parse_i64(a[1], &x), name);
     st = mn_view_select(cur, d0, x, &next);
   } else if (strcmp(name, "unsqueeze") == 0) {
-    NEED(na == 1 && parse_int(a[0], &d0), name);
+    NEED(na == 1 && chain_parse_int(a[0], &d0), name);
     st = mn_view_unsqueeze(cur, d0, &next);
   } else if (strcmp(name, "squeeze") == 0) {
     NEED(na <= 1, name);
     if (na == 0) st = mn_view_squeeze(cur, &next);
     else {
-      NEED(parse_int(a[0], &d0), name);
+      NEED(chain_parse_int(a[0], &d0), name);
       st = mn_view_squeeze_dim(cur, d0, &next);
     }
   } else if (strcmp(name, "flatten") == 0) {
     d0 = 0;
     d1 = -1;
-    NEED(na == 0 || (na == 2 && parse_int(a[0], &d0) && parse_int(a[1], &d1)), name);
-    if (too_big(c, cur)) return false;
+    NEED(na == 0 || (na == 2 && chain_parse_int(a[0], &d0) && chain_parse_int(a[1], &d1)), name);
+    if (chain_too_big(c, cur)) return false;
     st = mn_view_flatten(cur, d0, d1, NULL, &next);
   } else if (strcmp(name, "unflatten") == 0) {
-    NEED(na == 2 && parse_int(a[0], &d0) && parse_list(a[1], l1, &n1) && n1 <= MN_MAX_DIMS, name);
+    NEED(na == 2 && chain_parse_int(a[0], &d0) && chain_parse_list(a[1], l1, &n1) && n1 <= MN_MAX_DIMS, name);
     st = mn_view_unflatten(cur, d0, n1, l1, &next);
   } else if (strcmp(name, "diagonal") == 0) {
     x = 0;
     d0 = 0;
     d1 = 1;
-    NEED(na == 0 || (na == 3 && parse_i64(a[0], &x) && parse_int(a[1], &d0) && parse_int(a[2], &d1)), name);
+    NEED(na == 0 || (na == 3 && chain_parse_i64(a[0], &x) && chain_parse_int(a[1], &d0) && chain_parse_int(a[2], &d1)), name);
     st = mn_view_diagonal(cur, x, d0, d1, &next);
   } else if (strcmp(name, "unfold") == 0) {
-    NEED(na == 3 && parse_int(a[0], &d0) && parse_i64(a[1], &x) && parse_i64(a[2], &y), name);
+    NEED(na == 3 && chain_parse_int(a[0], &d0) && chain_parse_i64(a[1], &x) && chain_parse_i64(a[2], &y), name);
     st = mn_view_unfold(cur, d0, x, y, &next);
   } else if (strcmp(name, "split") == 0 || strcmp(name, "chunk") == 0) {
-    NEED(na == 3 && parse_i64(a[0], &x) && parse_int(a[1], &d0) && parse_i64(a[2], &y), name);
+    NEED(na == 3 && chain_parse_i64(a[0], &x) && chain_parse_int(a[1], &d0) && chain_parse_i64(a[2], &y), name);
     /* chunk(n) makes min(n, size) pieces (all n when the dim is empty) */
     int64_t dim_size = mn_view_size(cur, d0);
     if (name[0] == 'c' && x > 4096 && (dim_size > 4096 || dim_size == 0))
-      return parse_fail(c, "%s: too many chunks", name);
+      return chain_parse_fail(c, "%s: too many chunks", name);
     mn_view_t **views = NULL;
     int count = 0;
     st = name[0] == 's' ? mn_view_split(cur, x, d0, &views, &count) : mn_view_chunk(cur, x, d0, &views, &count);
@@ -396,7 +383,7 @@ static bool run_op(chain_t *c, op_t *op) {
       for (int i = 0; i < count; i++)
         if (mn_view_check(views[i]) != MN_OK) {
           mn_view_list_destroy(views, count);
-          return lib_fail(c, MN_ERR_INTERNAL);
+          return chain_lib_fail(c, MN_ERR_INTERNAL);
         }
       if (y < 0 || y >= count) {
         mn_view_list_destroy(views, count);
@@ -412,21 +399,21 @@ static bool run_op(chain_t *c, op_t *op) {
     NEED(na == 0, name);
     st = name[0] == 'r' ? mn_view_real(cur, &next) : mn_view_imag(cur, &next);
   } else if (strcmp(name, "as_strided") == 0) {
-    NEED(na == 3 && parse_list(a[0], l1, &n1) && parse_list(a[1], l2, &n2) && n1 == n2 && n1 <= MN_MAX_DIMS &&
-             parse_opt(a[2], MN_VIEW_OFFSET_KEEP, &x),
+    NEED(na == 3 && chain_parse_list(a[0], l1, &n1) && chain_parse_list(a[1], l2, &n2) && n1 == n2 && n1 <= MN_MAX_DIMS &&
+             chain_parse_opt(a[2], MN_VIEW_OFFSET_KEEP, &x),
          name);
     st = mn_view_as_strided(cur, n1, l1, l2, x, &next);
   } else if (strcmp(name, "dlpack") == 0) {
     NEED(na <= 1 && (na == 0 || strcmp(a[0], "versioned") == 0), name);
     if (!run_dlpack(c, 0, NULL, 0, NULL, false, na == 1, &next)) return false;
   } else if (strcmp(name, "dlpack_as") == 0) {
-    NEED(na == 2 && parse_list(a[0], l1, &n1) && n1 <= MN_MAX_DIMS &&
-             (strcmp(a[1], "none") == 0 || (parse_list(a[1], l2, &n2) && n2 == n1)),
+    NEED(na == 2 && chain_parse_list(a[0], l1, &n1) && n1 <= MN_MAX_DIMS &&
+             (strcmp(a[1], "none") == 0 || (chain_parse_list(a[1], l2, &n2) && n2 == n1)),
          name);
     if (!run_dlpack(c, n1, l1, strcmp(a[1], "none") == 0 ? -1 : n2, l2, true, false, &next)) return false;
   } else if (strcmp(name, "contiguous") == 0 || strcmp(name, "clone") == 0) {
     NEED(na == 0, name);
-    if (too_big(c, cur)) return false;
+    if (chain_too_big(c, cur)) return false;
     st = name[1] == 'o' ? mn_view_contiguous(cur, NULL, &next) : mn_view_clone(cur, NULL, &next);
   } else if (strcmp(name, "to") == 0) {
     mn_dtype dt = mn_view_dtype(cur);
@@ -434,12 +421,12 @@ static bool run_op(chain_t *c, op_t *op) {
     NEED(na >= 1 && na <= 2, name);
     for (int i = 0; i < na; i++)
       NEED(mn_dtype_parse(a[i], &dt) == MN_OK || mn_device_parse(a[i], &dev) == MN_OK, name);
-    if (too_big(c, cur)) return false;
+    if (chain_too_big(c, cur)) return false;
     st = mn_view_to(cur, dev, dt, false, NULL, &next);
   } else if (strcmp(name, "copy") == 0) {
     /* copy SHAPE DTYPE: cur.copy_(arange(prod(SHAPE)).view(SHAPE)) */
     mn_dtype dt;
-    NEED(na == 2 && parse_list(a[0], l1, &n1) && n1 <= MN_MAX_DIMS && mn_dtype_parse(a[1], &dt) == MN_OK, name);
+    NEED(na == 2 && chain_parse_list(a[0], l1, &n1) && n1 <= MN_MAX_DIMS && mn_dtype_parse(a[1], &dt) == MN_OK, name);
     int64_t n = 1;
     for (int i = 0; i < n1; i++) {
       NEED(l1[i] >= 0 && l1[i] <= MAX_ELEMS, name);
@@ -447,90 +434,108 @@ static bool run_op(chain_t *c, op_t *op) {
       NEED(n <= MAX_ELEMS, name);
     }
     mn_view_t *src = NULL;
-    st = make_arange(mn_view_device(cur), dt, n1, l1, &src);
+    st = chain_make_arange(mn_view_device(cur), dt, n1, l1, &src);
     if (st == MN_OK) st = mn_view_copy(cur, src, NULL);
     mn_view_destroy(src);
-    if (st == MN_OK) st = wait_dev(mn_view_device(cur));
-    if (st != MN_OK) return lib_fail(c, st);
+    if (st == MN_OK) st = chain_wait_dev(mn_view_device(cur));
+    if (st != MN_OK) return chain_lib_fail(c, st);
     return true;
   } else if (strcmp(name, "copy_self") == 0) {
     /* copy_self: cur.copy_(root), the chain's first view (broadcast; overlaps) */
     NEED(na == 0, name);
     st = mn_view_copy(cur, c->root, NULL);
-    if (st == MN_OK) st = wait_dev(mn_view_device(cur));
-    return st == MN_OK ? true : lib_fail(c, st);
+    if (st == MN_OK) st = chain_wait_dev(mn_view_device(cur));
+    return st == MN_OK ? true : chain_lib_fail(c, st);
   } else if (strcmp(name, "fill") == 0 || strcmp(name, "zero") == 0) {
     mn_scalar_t v = mn_scalar_int(0);
-    NEED(name[0] == 'z' ? na == 0 : (na == 1 && parse_scalar(a[0], &v)), name);
+    NEED(name[0] == 'z' ? na == 0 : (na == 1 && chain_parse_scalar(a[0], &v)), name);
     st = name[0] == 'z' ? mn_view_zero(cur, NULL) : mn_view_fill(cur, v, NULL);
-    if (st == MN_OK) st = wait_dev(mn_view_device(cur));
-    return st == MN_OK ? true : lib_fail(c, st);
+    if (st == MN_OK) st = chain_wait_dev(mn_view_device(cur));
+    return st == MN_OK ? true : chain_lib_fail(c, st);
   } else if (strcmp(name, "base") == 0) {
     NEED(na == 0, name);
-    advance(c, c->root);
+    chain_advance(c, c->root);
     return true;
   } else {
-    return parse_fail(c, "unknown op '%s'", name);
+    /* The op families of their own files (view_chain_internal.h). */
+    chain_ext_result r = chain_index_op(c, name, na, a, &next, &st);
+    if (r == CHAIN_NOT_MINE) r = chain_quant_op(c, name, na, a, &next, &st);
+    if (r == CHAIN_NOT_MINE) return chain_parse_fail(c, "unknown op '%s'", name);
+    if (r == CHAIN_FAILED) return false;
+    if (r == CHAIN_INPLACE) return true;
   }
-  if (st != MN_OK) return lib_fail(c, st);
+  if (st != MN_OK) return chain_lib_fail(c, st);
   if (mn_view_check(next) != MN_OK) {
     mn_view_destroy(next);
-    return lib_fail(c, MN_ERR_INTERNAL);
+    return chain_lib_fail(c, MN_ERR_INTERNAL);
   }
-  advance(c, next);
+  chain_advance(c, next);
   return true;
 }
 
 static void print_scalar(sbuf *b, mn_dtype dt, const void *p) {
   mn_scalar_t s;
   if (mn_scalar_from_bytes(dt, p, &s) != MN_OK) {
-    sb_printf(b, "null");
+    chain_sb_printf(b, "null");
     return;
   }
   double parts[2];
   int np = 1;
   switch (s.kind) {
-    case MN_SCALAR_BOOL: sb_printf(b, s.v.b ? "true" : "false"); return;
-    case MN_SCALAR_INT: sb_printf(b, "%lld", (long long)s.v.i); return;
-    case MN_SCALAR_UINT: sb_printf(b, "%llu", (unsigned long long)s.v.u); return;
+    case MN_SCALAR_BOOL: chain_sb_printf(b, s.v.b ? "true" : "false"); return;
+    case MN_SCALAR_INT: chain_sb_printf(b, "%lld", (long long)s.v.i); return;
+    case MN_SCALAR_UINT: chain_sb_printf(b, "%llu", (unsigned long long)s.v.u); return;
     case MN_SCALAR_FLOAT: parts[0] = s.v.f; break;
     case MN_SCALAR_COMPLEX: parts[0] = s.v.c[0]; parts[1] = s.v.c[1]; np = 2; break;
   }
-  if (np == 2) sb_printf(b, "[");
+  if (np == 2) chain_sb_printf(b, "[");
   for (int i = 0; i < np; i++) {
     double f = parts[i];
-    if (i) sb_printf(b, ", ");
-    if (isnan(f)) sb_printf(b, "\"nan\"");
-    else if (isinf(f)) sb_printf(b, f > 0 ? "\"inf\"" : "\"-inf\"");
-    else sb_printf(b, "%.17g", f);
+    if (i) chain_sb_printf(b, ", ");
+    if (isnan(f)) chain_sb_printf(b, "\"nan\"");
+    else if (isinf(f)) chain_sb_printf(b, f > 0 ? "\"inf\"" : "\"-inf\"");
+    else chain_sb_printf(b, "%.17g", f);
   }
-  if (np == 2) sb_printf(b, "]");
+  if (np == 2) chain_sb_printf(b, "]");
 }
 
 static mn_status print_view(sbuf *b, chain_t *c) {
   const mn_view_t *v = c->cur;
   mn_view_t *h = NULL;
-  if (too_big(c, v)) return c->st; /* a view op may reach it without a copy */
+  if (chain_too_big(c, v)) return c->st; /* a view op may reach it without a copy */
   mn_dtype dt = mn_view_dtype(v);
   int nd = mn_view_ndim(v);
-  mn_status st = mn_view_to(v, mn_device_cpu(), dt, false, NULL, &h);
+  bool meta = mn_view_device(v).type == MN_DEVICE_META; /* no data: "values": null */
+  /* a quantized view: its parameters, and as values its stored integers
+   * (int_repr: packed bytes for quint4x2 / quint2x4, as torch) */
+  mn_view_t *ir = NULL;
+  mn_status st = mn_view_is_quantized(v) && !meta ? mn_view_int_repr(v, NULL, &ir) : MN_OK;
+  if (st != MN_OK) return st;
+  if (mn_view_is_quantized(v))
+    chain_sb_printf(b, "{\"q_scale\": %.17g, \"q_zero_point\": %lld, ", mn_view_q_scale(v),
+                    (long long)mn_view_q_zero_point(v));
+  if (!meta) st = mn_view_to(ir ? ir : v, mn_device_cpu(), ir ? mn_view_dtype(ir) : dt, false, NULL, &h);
+  mn_view_destroy(ir);
   mn_view_t *hc = NULL;
-  if (st == MN_OK) st = mn_view_contiguous(h, NULL, &hc);
+  if (st == MN_OK && !meta) st = mn_view_contiguous(h, NULL, &hc);
   mn_view_destroy(h);
   if (st != MN_OK) return st;
-  sb_printf(b, "{\"dtype\": \"%s\", \"sizes\": [", mn_dtype_name(dt));
-  for (int d = 0; d < nd; d++) sb_printf(b, d ? ", %lld" : "%lld", (long long)mn_view_size(v, d));
-  sb_printf(b, "], \"strides\": [");
-  for (int d = 0; d < nd; d++) sb_printf(b, d ? ", %lld" : "%lld", (long long)mn_view_stride(v, d));
+  chain_sb_printf(b, "%s\"dtype\": \"%s\", \"sizes\": [", mn_view_is_quantized(v) ? "" : "{", mn_dtype_name(dt));
+  for (int d = 0; d < nd; d++) chain_sb_printf(b, d ? ", %lld" : "%lld", (long long)mn_view_size(v, d));
+  chain_sb_printf(b, "], \"strides\": [");
+  for (int d = 0; d < nd; d++) chain_sb_printf(b, d ? ", %lld" : "%lld", (long long)mn_view_stride(v, d));
   bool cl = nd == 4 ? mn_view_is_contiguous_channels_last(v) : mn_view_is_contiguous_channels_last_3d(v);
-  sb_printf(b, "], \"offset\": %lld, \"contiguous\": %s, \"channels_last\": %s, \"values\": [",
-            (long long)mn_view_offset(v), mn_view_is_contiguous(v) ? "true" : "false", cl ? "true" : "false");
-  size_t item = mn_dtype_itemsize(dt);
+  chain_sb_printf(b, "], \"offset\": %lld, \"contiguous\": %s, \"channels_last\": %s, \"values\": %s",
+            (long long)mn_view_offset(v), mn_view_is_contiguous(v) ? "true" : "false", cl ? "true" : "false",
+            meta ? "null}" : "[");
+  if (meta) return MN_OK;
+  const mn_dtype vdt = mn_view_dtype(hc); /* dt, or int_repr's */
+  size_t item = mn_dtype_itemsize(vdt);
   for (int64_t i = 0; i < mn_view_numel(hc); i++) {
-    if (i) sb_printf(b, ", ");
-    print_scalar(b, dt, (const char *)mn_view_data(hc) + (size_t)i * item);
+    if (i) chain_sb_printf(b, ", ");
+    print_scalar(b, vdt, (const char *)mn_view_data(hc) + (size_t)i * item);
   }
-  sb_printf(b, "]}");
+  chain_sb_printf(b, "]}");
   mn_view_destroy(hc);
   return MN_OK;
 }
@@ -546,7 +551,7 @@ mn_status mn_chain_run(const char *line, mn_device_t dev, char **json) {
   char *save = NULL;
   for (char *seg = strtok_r(text, "|", &save); seg; seg = strtok_r(NULL, "|", &save)) {
     if (nops == 256) {
-      parse_fail(&c, "%s", "too many ops");
+      chain_parse_fail(&c, "%s", "too many ops");
       break;
     }
     op_t *op = &ops[nops];
@@ -554,18 +559,18 @@ mn_status mn_chain_run(const char *line, mn_device_t dev, char **json) {
     char *s2 = NULL;
     for (char *t = strtok_r(seg, " \t\r\n", &s2); t; t = strtok_r(NULL, " \t\r\n", &s2)) {
       if (op->ntok == MAX_TOK) {
-        parse_fail(&c, "%s", "too many arguments");
+        chain_parse_fail(&c, "%s", "too many arguments");
         break;
       }
       op->tok[op->ntok++] = t;
     }
     if (op->ntok == 0) {
-      parse_fail(&c, "%s", "empty op");
+      chain_parse_fail(&c, "%s", "empty op");
       break;
     }
     nops++;
   }
-  if (c.st == MN_OK && nops == 0) parse_fail(&c, "%s", "empty chain");
+  if (c.st == MN_OK && nops == 0) chain_parse_fail(&c, "%s", "empty chain");
   mn_clear_error();
   bool ok = c.st == MN_OK && run_create(&c, &ops[0]);
   for (int i = 1; ok && i < nops; i++) {
@@ -576,7 +581,7 @@ mn_status mn_chain_run(const char *line, mn_device_t dev, char **json) {
     mn_status st = print_view(&out, &c);
     if (st != MN_OK) {
       out.len = 0;
-      ok = c.err[0] ? false : lib_fail(&c, st); /* keep the driver's own refusal */
+      ok = c.err[0] ? false : chain_lib_fail(&c, st); /* keep the driver's own refusal */
     }
   }
   if (!ok) {
@@ -585,9 +590,9 @@ mn_status mn_chain_run(const char *line, mn_device_t dev, char **json) {
       snprintf(c.err, sizeof c.err, "refused (%s) without a message", mn_status_name(c.st));
     }
     out.len = 0;
-    sb_printf(&out, "{\"error\": ");
-    sb_json_string(&out, c.err);
-    sb_printf(&out, ", \"status\": \"%s\"}", mn_status_name(c.st));
+    chain_sb_printf(&out, "{\"error\": ");
+    chain_sb_json_string(&out, c.err);
+    chain_sb_printf(&out, ", \"status\": \"%s\"}", mn_status_name(c.st));
   }
   if (c.cur != c.root) mn_view_destroy(c.cur);
   mn_view_destroy(c.root);

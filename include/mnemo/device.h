@@ -17,7 +17,8 @@ typedef enum mn_device_type {
   MN_DEVICE_CPU = 0,
   MN_DEVICE_CUDA = 1,
   MN_DEVICE_SIM = 2, /* the simulated GPU (see mnemo/sim.h) */
-  MN_DEVICE_TYPE_COUNT = 3
+  MN_DEVICE_META = 3, /* shapes and sizes without bytes (PyTorch's meta; below) */
+  MN_DEVICE_TYPE_COUNT = 4
 } mn_device_type;
 
 typedef struct mn_device_s {
@@ -41,10 +42,24 @@ typedef struct mn_device_props_s {
 MN_API mn_device_t mn_device_cpu(void);
 MN_API mn_device_t mn_device_cuda(int index);
 MN_API mn_device_t mn_device_sim(int index);
+/* The meta device (PyTorch's "meta"), index 0: storages that have a size and
+ * no bytes (mn_storage_data is NULL), views with every view operation, and
+ * no data access: reading, copying out of meta and kernels on it are refused
+ * with MN_ERR_NOT_SUPPORTED and a message; writes into meta are no-ops once
+ * their arguments are checked. Its raw allocations hand out addresses that
+ * are never mapped, so any allocator (the caching one included) runs on it
+ * as a dry run: what a sequence of allocations would reserve, without a
+ * device. Streams and events exist and are always complete. */
+MN_API mn_device_t mn_device_meta(void);
+/* Bytes the meta device's raw allocations may hold at once; beyond it they
+ * fail with MN_ERR_OUT_OF_MEMORY as a full device would (so a dry run sees
+ * the caching allocator's OOM path). 0 (the default) means unlimited; the
+ * reported total_memory is then 2^50. MN_ERR_BUSY when more is held now. */
+MN_API MN_NODISCARD mn_status mn_device_meta_set_capacity(size_t bytes);
 MN_API bool mn_device_equal(mn_device_t a, mn_device_t b);
-/* "cpu", "cuda", "sim". */
+/* "cpu", "cuda", "sim", "meta". */
 MN_API const char *mn_device_type_name(mn_device_type type);
-/* Parses "cpu", "cuda", "cuda:1", "sim:0" (index defaults to 0). */
+/* Parses "cpu", "cuda", "cuda:1", "sim:0", "meta" (index defaults to 0). */
 MN_API MN_NODISCARD mn_status mn_device_parse(const char *text, mn_device_t *out);
 /* Writes "cuda:0" etc. into buf (always NUL-terminated); returns buf. */
 MN_API const char *mn_device_format(mn_device_t dev, char *buf, size_t bufsize);

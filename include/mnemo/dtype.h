@@ -28,7 +28,8 @@ typedef enum mn_dtype_kind {
   MN_KIND_UINT = 1, /* unsigned integer */
   MN_KIND_INT = 2,  /* signed integer */
   MN_KIND_FLOAT = 3,
-  MN_KIND_COMPLEX = 4
+  MN_KIND_COMPLEX = 4,
+  MN_KIND_QUANTIZED = 5 /* per-tensor affine quantized integers (mnemo/quantized.h) */
 } mn_dtype_kind;
 
 typedef enum mn_dtype {

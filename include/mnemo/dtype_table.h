@@ -4,7 +4,9 @@
  * Macros only: no state, nothing to synchronize.
  *
  * Adding a dtype: one row here, plus its cast rows in kernels/cast.h (how an
- * element loads and stores); every other layer reads the row. Values are
+ * element loads and stores); every other layer reads the row. The quantized
+ * dtypes (MN_DTYPE_TABLE_QUANT) have no casts: kernels/cast.h's pairs cover
+ * MN_DTYPE_TABLE_PLAIN only; quantize/dequantize are their own kernels. Values are
  * stable (never renumbered) and dense: 0 .. MN_DTYPE_COUNT - 1. */
 #ifndef MNEMO_DTYPE_TABLE_H
 #define MNEMO_DTYPE_TABLE_H
@@ -40,7 +42,7 @@
  * A consumer that reads the first columns only may end its parameter list
  * with `...`, so later columns can be added without touching it. */
 /* clang-format off */
-#define MN_DTYPE_TABLE(X, A)                                                                          \
+#define MN_DTYPE_TABLE_PLAIN(X, A)                                                                    \
   /*  SFX            VAL  NAME             SIZE KIND             FMT                    REAL        DL_CODE,BITS,LANES ST_NAME     FMAX                     HAS_INF */ \
   X(A, BOOL,          0,  "bool",          1,   MN_KIND_BOOL,    MN_DTYPE_FMT_NONE,     BOOL,          6,   8, 1,   "BOOL",     0.0,                     0) \
   X(A, UINT8,         1,  "uint8",         1,   MN_KIND_UINT,    MN_DTYPE_FMT_NONE,     UINT8,         1,   8, 1,   "U8",       0.0,                     0) \
@@ -59,10 +61,38 @@
   X(A, UINT16,        14, "uint16",        2,   MN_KIND_UINT,    MN_DTYPE_FMT_NONE,     UINT16,        1,  16, 1,   "U16",      0.0,                     0) \
   X(A, UINT32,        15, "uint32",        4,   MN_KIND_UINT,    MN_DTYPE_FMT_NONE,     UINT32,        1,  32, 1,   "U32",      0.0,                     0) \
   X(A, UINT64,        16, "uint64",        8,   MN_KIND_UINT,    MN_DTYPE_FMT_NONE,     UINT64,        1,  64, 1,   "U64",      0.0,                     0)
+
+/* The quantized rows (mnemo/quantized.h): no float format, no DLPack type
+ * (DL_BITS 0: export refused), no safetensors name; their quantization facts
+ * are in MN_DTYPE_QUANT_TABLE below. */
+#define MN_DTYPE_TABLE_QUANT(X, A)                                                                    \
+  X(A, QINT8,         17, "qint8",         1,   MN_KIND_QUANTIZED, MN_DTYPE_FMT_NONE,   QINT8,         0,   0, 0,   NULL,       0.0,                     0) \
+  X(A, QUINT8,        18, "quint8",        1,   MN_KIND_QUANTIZED, MN_DTYPE_FMT_NONE,   QUINT8,        0,   0, 0,   NULL,       0.0,                     0) \
+  X(A, QINT32,        19, "qint32",        4,   MN_KIND_QUANTIZED, MN_DTYPE_FMT_NONE,   QINT32,        0,   0, 0,   NULL,       0.0,                     0) \
+  X(A, QUINT4X2,      20, "quint4x2",      1,   MN_KIND_QUANTIZED, MN_DTYPE_FMT_NONE,   QUINT4X2,      0,   0, 0,   NULL,       0.0,                     0) \
+  X(A, QUINT2X4,      21, "quint2x4",      1,   MN_KIND_QUANTIZED, MN_DTYPE_FMT_NONE,   QUINT2X4,      0,   0, 0,   NULL,       0.0,                     0)
+
+/* Every row: the plain ones, then the quantized ones. */
+#define MN_DTYPE_TABLE(X, A) MN_DTYPE_TABLE_PLAIN(X, A) MN_DTYPE_TABLE_QUANT(X, A)
+
+/* Quantization facts of the quantized rows, in value order:
+ *   SFX    as above
+ *   BITS   bits per element (8 * SIZE, or 4 / 2 for the packed ones)
+ *   QMIN   smallest stored integer
+ *   QMAX   largest stored integer
+ *   INT    suffix of the underlying integer dtype (int_repr's dtype) */
+#define MN_DTYPE_QUANT_TABLE(X, A)                          \
+  X(A, QINT8,    8,  (-128),                 127,        INT8)  \
+  X(A, QUINT8,   8,  0,                      255,        UINT8) \
+  X(A, QINT32,   32, (-2147483647 - 1),      2147483647, INT32) \
+  X(A, QUINT4X2, 4,  0,                      15,         UINT8) \
+  X(A, QUINT2X4, 2,  0,                      3,          UINT8)
 /* clang-format on */
 
 /* The number of rows, as an integer constant expression. */
 #define MN__DTYPE_TABLE_ONE(A, ...) +1
 #define MN_DTYPE_TABLE_ROWS (0 MN_DTYPE_TABLE(MN__DTYPE_TABLE_ONE, ~))
+/* The plain rows (0 .. MN_DTYPE_TABLE_PLAIN_ROWS - 1; the quantized ones follow). */
+#define MN_DTYPE_TABLE_PLAIN_ROWS (0 MN_DTYPE_TABLE_PLAIN(MN__DTYPE_TABLE_ONE, ~))
 
 #endif /* MNEMO_DTYPE_TABLE_H */

@@ -24,6 +24,8 @@
 #include "mnemo/pinned.h"
 #include "mnemo/storage.h"
 #include "mnemo/view.h"
+#include "mnemo/index.h"
+#include "mnemo/quantized.h"
 #include "mnemo/copy.h"
 #include "mnemo/kernels.h"
 #include "mnemo/trace.h"

@@ -120,7 +120,8 @@ MN_API MN_NODISCARD mn_status mn_storage_byteswap_dtype(mn_storage_t *s, mn_dtyp
 /* Reinterprets the bytes as src_dtype elements and converts them to a new
  * storage of dst_dtype elements on the same device (mn_kernel_cast), as
  * PyTorch's storage.float(), .half(), ... nbytes must be a multiple of
- * src_dtype's item size. */
+ * src_dtype's item size. Quantized dtypes (either side) are refused
+ * (MN_ERR_INVALID_ARGUMENT): use quantize / dequantize (mnemo/quantized.h). */
 MN_API MN_NODISCARD mn_status mn_storage_convert(const mn_storage_t *s, mn_dtype src_dtype, mn_dtype dst_dtype,
                              mn_stream_t *stream, mn_storage_t **out);
 

@@ -144,6 +144,12 @@ MN_API MN_NODISCARD mn_status mn_view_clone(const mn_view_t *v, mn_stream_t *str
 MN_API MN_NODISCARD mn_status mn_view_to(const mn_view_t *v, mn_device_t dev, mn_dtype dtype, bool non_blocking, mn_stream_t *stream,
                      mn_view_t **out);
 
+/* empty_like(v, device=dev): a new storage on `dev` with v's dtype and sizes,
+ * laid out as clone's (preserve_format), contents uninitialised (PyTorch's
+ * way from meta to a real device: module.to_empty()). Quantized views keep
+ * their parameters. */
+MN_API MN_NODISCARD mn_status mn_view_empty_like(const mn_view_t *v, mn_device_t dev, mn_view_t **out);
+
 /* ---- In-place writes ------------------------------------------------------------
  * A destination with internal overlap (a dim of size > 1 with stride 0) is
  * refused: "unsupported operation: more than one element of the written-to

@@ -8,13 +8,13 @@ Threading: every object may be used from any thread as its C counterpart
 allows (views are immutable; storages are ref-counted atomically).
 """
 from ._lib import MnemoError, OutOfMemoryError, library_path, lib as _clib
-from .device import (Device, best_device, build_has_cuda, cpu, cuda, device, device_count, is_available, sim,
+from .device import (Device, best_device, build_has_cuda, cpu, cuda, device, device_count, is_available, meta, sim,
                      synchronize)
 
 __version__ = _clib.mn_version().decode()
 
 __all__ = ["MnemoError", "OutOfMemoryError", "library_path", "__version__", "Device", "device", "device_count",
-           "is_available", "synchronize", "best_device", "build_has_cuda", "cpu", "sim", "cuda"]
+           "is_available", "synchronize", "best_device", "build_has_cuda", "cpu", "sim", "cuda", "meta"]
 # ---- the helpers' modules add their imports and names below, one block each ----
 
 # allocators, statistics, profiling (helper h2); mnemo.torch and mnemo.cupy are opt-in: import them yourself

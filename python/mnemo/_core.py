@@ -21,7 +21,7 @@ UINT64_MAX = (1 << 64) - 1
 VIEW_END = INT64_MAX
 OFFSET_KEEP = INT64_MIN
 MAX_DIMS = 25
-DEVICE_TYPES = ("cpu", "cuda", "sim")
+DEVICE_TYPES = ("cpu", "cuda", "sim", "meta")
 
 # ---- storages ---------------------------------------------------------------
 declare("mn_storage_create", "status", [CDevice, C.c_size_t, VP, VP, VPP])

@@ -1,4 +1,4 @@
-"""mnemo.device: devices (cpu, cuda:N, sim:N), their properties, counts and
+"""mnemo.device: devices (cpu, cuda:N, sim:N, meta), their properties, counts and
 synchronization.
 
 ``mnemo.device("cuda:0")``, ``mnemo.device("sim")``, ``mnemo.device(("cuda", 1))``
@@ -12,9 +12,9 @@ import ctypes as C
 from ._lib import Device as _CDevice, MnemoError, declare, lib
 
 __all__ = ["Device", "device", "device_count", "synchronize", "best_device", "build_has_cuda", "cpu", "sim",
-           "cuda", "is_available"]
+           "cuda", "meta", "is_available"]
 
-_TYPES = ("cpu", "cuda", "sim")
+_TYPES = ("cpu", "cuda", "sim", "meta")  # in mn_device_type order
 
 declare("mn_device_parse", "status", [C.c_char_p, C.POINTER(_CDevice)])
 declare("mn_device_count", "status", [C.c_int, C.POINTER(C.c_int)])
@@ -35,18 +35,19 @@ declare("mn_device_get_properties", "status", [_CDevice, C.POINTER(_Props)])
 
 
 class Device:
-    """A device: ``type`` ("cpu", "cuda" or "sim") and ``index``. Hashable,
-    compares by value, prints as "cuda:0" (the CPU as "cpu")."""
+    """A device: ``type`` ("cpu", "cuda", "sim" or "meta") and ``index``. Hashable,
+    compares by value, prints as "cuda:0" (the CPU as "cpu", the meta device
+    as "meta": sizes without data, see docs/STORAGE.md)."""
 
     __slots__ = ("type", "index")
 
     def __init__(self, type, index=0):
         if type not in _TYPES:
-            raise ValueError(f"mnemo: unknown device type {type!r} (cpu, cuda or sim)")
+            raise ValueError(f"mnemo: unknown device type {type!r} (cpu, cuda, sim or meta)")
         if not isinstance(index, int) or index < 0:
             raise ValueError(f"mnemo: device index must be an int >= 0, got {index!r}")
         object.__setattr__(self, "type", type)
-        object.__setattr__(self, "index", 0 if type == "cpu" else index)
+        object.__setattr__(self, "index", 0 if type in ("cpu", "meta") else index)
 
     def __setattr__(self, name, value):
         raise AttributeError("mnemo.Device is immutable")
@@ -67,7 +68,7 @@ class Device:
         return hash((self.type, self.index))
 
     def __str__(self):
-        return "cpu" if self.type == "cpu" else f"{self.type}:{self.index}"
+        return self.type if self.type in ("cpu", "meta") else f"{self.type}:{self.index}"
 
     def __repr__(self):
         return f"mnemo.device({str(self)!r})"
@@ -94,7 +95,7 @@ class Device:
 
 
 def device(spec="cpu", index=None):
-    """A Device from "cpu", "cuda", "cuda:1", "sim:0", ("sim", 0), a Device,
+    """A Device from "cpu", "cuda", "cuda:1", "sim:0", "meta", ("sim", 0), a Device,
     or anything whose str() is such a name (a torch.device). The device need
     not exist; functions that use it check."""
     if isinstance(spec, Device):
@@ -145,6 +146,10 @@ cpu = Device("cpu")
 def sim(index=0):
     """The simulated GPU sim:<index> (deterministic; no hardware needed)."""
     return Device("sim", index)
+
+
+meta = Device("meta")
+"""The meta device: storages with sizes and no data (dry runs, shape inference)."""
 
 
 def cuda(index=0):

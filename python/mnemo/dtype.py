@@ -8,7 +8,8 @@ parses any name libmnemo accepts (canonical, PyTorch's with or without
 "torch.", short forms) and also takes a numpy dtype, a numpy scalar type or a
 torch dtype. bfloat16, float8_e4m3fn and float8_e5m2 have no numpy dtype:
 ``numpy_dtype`` raises TypeError for them (view the bytes as uint16/uint8 or
-cast to float32 first).
+cast to float32 first). The quantized dtypes (qint8, quint8, qint32, quint4x2,
+quint2x4: kind "quantized", mnemo/quantized.h) have none either.
 
 Threading: dtype objects are immutable values made once at import; any thread
 may use them.
@@ -27,8 +28,9 @@ class _Info(C.Structure):
 
 declare("mn_dtype_info", C.POINTER(_Info), [C.c_int])
 declare("mn_dtype_parse", "status", [C.c_char_p, C.POINTER(C.c_int)])
+declare("mn_dtype_bits", C.c_int, [C.c_int])
 
-_KINDS = ("bool", "uint", "int", "float", "complex")
+_KINDS = ("bool", "uint", "int", "float", "complex", "quantized")
 # Canonical names whose numpy dtype has the same name; the others have none.
 _NUMPY_NAMES = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "complex64",
                 "complex128", "uint16", "uint32", "uint64"}
@@ -39,10 +41,12 @@ class dtype:
     dtype, a name ("float32", "torch.half", "bf16", "fp8_e4m3", "u8"), a numpy
     dtype or scalar type, or a torch dtype. Attributes: ``name`` (canonical,
     PyTorch's without "torch."), ``itemsize`` (bytes), ``kind`` ("bool",
-    "uint", "int", "float", "complex"), ``is_floating_point``, ``is_complex``,
-    ``is_signed``, ``value`` (the mn_dtype number)."""
+    "uint", "int", "float", "complex", "quantized"), ``is_floating_point``,
+    ``is_complex``, ``is_quantized``, ``is_signed``, ``value`` (the mn_dtype
+    number)."""
 
-    __slots__ = ("value", "name", "itemsize", "kind", "is_floating_point", "is_complex", "is_signed")
+    __slots__ = ("value", "name", "itemsize", "kind", "is_floating_point", "is_complex", "is_quantized", "is_signed",
+                 "_bits")
     _by_value = {}
 
     def __new__(cls, spec):
@@ -55,7 +59,8 @@ class dtype:
         kind = _KINDS[info.kind]
         for k, v in (("value", value), ("name", info.name.decode()), ("itemsize", int(info.itemsize)), ("kind", kind),
                      ("is_floating_point", kind == "float"), ("is_complex", kind == "complex"),
-                     ("is_signed", bool(info.is_signed))):
+                     ("is_quantized", kind == "quantized"), ("is_signed", bool(info.is_signed)),
+                     ("_bits", int(lib.mn_dtype_bits(value)))):
             object.__setattr__(self, k, v)
         return self
 
@@ -86,8 +91,8 @@ class dtype:
 
     @property
     def bits(self):
-        """Bits per element (itemsize * 8)."""
-        return self.itemsize * 8
+        """Bits per element (itemsize * 8; 4 for quint4x2, 2 for quint2x4)."""
+        return self._bits
 
     @property
     def has_numpy(self):
@@ -98,6 +103,8 @@ class dtype:
         """The numpy dtype of the same name. TypeError for bfloat16 and the
         float8 types, which numpy does not have."""
         import numpy as np
+        if self.is_quantized:
+            raise TypeError(f"mnemo: numpy has no {self.name} dtype; use int_repr() or dequantize() first")
         if self.name not in _NUMPY_NAMES:
             alt = "uint16" if self.itemsize == 2 else "uint8"
             raise TypeError(f"mnemo: numpy has no {self.name} dtype; view the bytes with .view(mnemo.{alt}) "

@@ -137,6 +137,8 @@ def _versioned_deleter(m, _pop=_exports.pop, _cast=C.cast, _fn=VERSIONED_DELETER
 
 def dlpack_device(dev):
     """The DLPack (device_type, device_id) of a Device."""
+    if dev.type == "meta":
+        raise ValueError("mnemo: Cannot pack tensors on meta (the meta device has no data)")
     return {"cpu": (K_DLCPU, 0), "cuda": (K_DLCUDA, dev.index), "sim": (K_DLEXTDEV, dev.index)}[dev.type]
 
 

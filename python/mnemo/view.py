@@ -619,7 +619,9 @@ class View:
         import numpy as np
         dt, dev, shape = self.dtype, self.device, self.shape
         prefix = "mnemo.View("
-        if self.numel() == 0:
+        if dev.type == "meta":  # no data: sizes only, as PyTorch's tensor(..., device='meta', size=...)
+            body = f"..., size={shape}"
+        elif self.numel() == 0:
             body = "[]" + (f", size={shape}" if len(shape) != 1 else "")
         else:
             arr = self._host_numpy()

@@ -46,16 +46,24 @@ class Dtypes(unittest.TestCase):
                     "int32": (4, "int"), "int64": (8, "int"), "float16": (2, "float"), "bfloat16": (2, "float"),
                     "float32": (4, "float"), "float64": (8, "float"), "complex64": (8, "complex"),
                     "complex128": (16, "complex"), "float8_e4m3fn": (1, "float"), "float8_e5m2": (1, "float"),
-                    "uint16": (2, "uint"), "uint32": (4, "uint"), "uint64": (8, "uint")}
+                    "uint16": (2, "uint"), "uint32": (4, "uint"), "uint64": (8, "uint"),
+                    "qint8": (1, "quantized"), "quint8": (1, "quantized"), "qint32": (4, "quantized"),
+                    "quint4x2": (1, "quantized"), "quint2x4": (1, "quantized")}
         for name, (size, kind) in expected.items():
             d = getattr(mnemo, name)
             self.assertIsInstance(d, mnemo.dtype)
             self.assertEqual((d.name, d.itemsize, d.kind), (name, size, kind))
             self.assertEqual(d.is_floating_point, kind == "float")
             self.assertEqual(d.is_complex, kind == "complex")
-            self.assertEqual(d.is_signed, kind in ("int", "float", "complex"))
+            self.assertEqual(d.is_quantized, kind == "quantized")
+            self.assertEqual(d.is_signed, kind in ("int", "float", "complex") or name in ("qint8", "qint32"))
+            self.assertEqual(d.bits, {"quint4x2": 4, "quint2x4": 2}.get(name, 8 * size))
             self.assertIs(mnemo.dtype(name), d)
             self.assertEqual(repr(d), "mnemo." + name)
+            if kind == "quantized":
+                self.assertFalse(d.has_numpy)
+                with self.assertRaises(TypeError):
+                    d.numpy_dtype()
         self.assertEqual(set(mnemo.dtype._by_value[v].name for v in mnemo.dtype._by_value), set(expected))
 
     def test_parse(self):
@@ -747,6 +755,32 @@ class Lifetimes(unittest.TestCase):
         self.assertEqual(s.refcount, 2)
         del v
         self.assertEqual(s.refcount, 1)
+
+
+class MetaDevice(unittest.TestCase):
+    """The meta device: sizes without data (docs/STORAGE.md)."""
+
+    def test_meta(self):
+        m = mnemo.device("meta")
+        self.assertEqual(m, mnemo.Device("meta"))
+        self.assertEqual(m, mnemo.meta)
+        self.assertEqual(str(m), "meta")
+        self.assertEqual(mnemo.device_count("meta"), 1)
+        p = m.properties()
+        self.assertEqual(p["name"], "meta")
+        self.assertFalse(p["is_host_accessible"])
+        v = arange((2, 3)).to("meta")
+        self.assertEqual(v.device, m)
+        t = v.t().contiguous()
+        self.assertEqual((t.shape, t.stride()), ((3, 2), (2, 1)))
+        self.assertIn("size=(3, 2)", repr(t))
+        with self.assertRaisesRegex(mnemo.MnemoError, "Cannot copy out of meta tensor; no data!"):
+            t.to("cpu")
+        with self.assertRaises(mnemo.MnemoError):
+            t.tolist()
+        t.fill_(2.0)  # checked, nothing written
+        back = mnemo.empty_like(t, device="cpu")
+        self.assertEqual(back.shape, (3, 2))
 
 
 if __name__ == "__main__":
