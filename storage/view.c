@@ -56,9 +56,6 @@ mn_status mn__view_stream(mn_device_t dev, mn_stream_t *given, mn_stream_t **out
   return mn_stream_default(dev, out);
 }
 
-/* Checks that every element the geometry reaches lies inside nbytes of
- * storage, in overflow-checked arithmetic (runtime/checked.h): PyTorch's
- * computeStorageNbytes refuses a geometry whose extent overflows as well. */
 int mn__dtype_packed_per_byte(mn_dtype dtype) {
   int bits = mn_dtype_bits(dtype);
   return bits > 0 && bits < 8 ? 8 / bits : 0;
@@ -69,6 +66,10 @@ size_t mn__dtype_bytes_of(mn_dtype dtype, size_t n) {
   return per ? n / (size_t)per + (n % (size_t)per != 0) : n * mn_dtype_itemsize(dtype);
 }
 
+/* Checks that every element the geometry reaches lies inside nbytes of
+ * storage, in overflow-checked arithmetic (runtime/checked.h): PyTorch's
+ * computeStorageNbytes refuses a geometry whose extent overflows as well.
+ * Packed dtypes count the bytes holding the elements, from a byte start. */
 static mn_status check_geometry(const char *func, mn_dtype dtype, int ndim, const int64_t *sizes,
                                 const int64_t *strides, int64_t offset, size_t nbytes) {
   size_t item = mn_dtype_itemsize(dtype);
