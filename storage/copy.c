@@ -306,7 +306,7 @@ static mn_status copy_start(mn__copy_t *c, mn_stream_t *stream) {
  * make such writes no-ops before they get here). */
 static mn_status refuse_meta(const char *func, mn_device_t dst, mn_device_t src) {
   if (src.type == MN_DEVICE_META)
-    return mn__error(MN_ERR_NOT_SUPPORTED, func, "Cannot copy out of meta tensor; no data!");
+    return mn__error(MN_ERR_NOT_SUPPORTED, func, MN__META_NO_DATA);
   if (dst.type == MN_DEVICE_META)
     return mn__error(MN_ERR_NOT_SUPPORTED, func, "the meta device holds no bytes to copy into");
   return MN_OK;

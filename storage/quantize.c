@@ -120,7 +120,7 @@ static mn_status quantize_rowmajor(const mn_view_t *v, const qargs *a, mn_stream
   mn_status st = quant_stream(v, stream, &s);
   if (st != MN_OK) return st; /* wrapped by the caller */
   mn_view_t *f = NULL, *r = NULL;
-  if (mn_view_device(v).type == MN_DEVICE_META) { /* the result's metadata only: nothing read, no kernel */
+  if (mn__is_meta(mn_view_device(v))) { /* the result's metadata only: nothing read, no kernel */
     st = mn__view_empty_on(mn_view_device(v), dtype, v->ndim, v->sizes, NULL, s, &r);
     if (st == MN_OK) {
       mn__view_set_qparams(r, scale, zero_point);
@@ -201,7 +201,7 @@ static mn_status dequantize_rowmajor(const mn_view_t *v, const qargs *a, mn_stre
   st = quant_stream(v, stream, &s);
   if (st != MN_OK) return st;
   mn_view_t *c = NULL, *r = NULL;
-  if (mn_view_device(v).type == MN_DEVICE_META) { /* the result's metadata only */
+  if (mn__is_meta(mn_view_device(v))) { /* the result's metadata only */
     st = mn__view_empty_on(mn_view_device(v), MN_DTYPE_FLOAT32, v->ndim, v->sizes, NULL, s, &r);
     if (st == MN_OK) *out = r;
     return st;
@@ -246,7 +246,7 @@ static mn_status int_repr_rowmajor(const mn_view_t *v, const qargs *a, mn_stream
     st = mn_view_create(v->storage, under, v->ndim, v->sizes, v->strides, v->offset, &src);
     if (st == MN_OK) st = mn__view_empty_on(mn_view_device(v), under, v->ndim, v->sizes, NULL, s, &r);
   }
-  if (st == MN_OK && mn_view_numel(r) > 0 && mn_view_device(v).type != MN_DEVICE_META)
+  if (st == MN_OK && mn_view_numel(r) > 0 && !mn__is_meta(mn_view_device(v)))
     st = mn_kernel_copy_view(s, r, src); /* v holds the storage */
   mn_view_destroy(src);
   if (st != MN_OK) {

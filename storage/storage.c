@@ -22,6 +22,7 @@
 #include "runtime/fileio.h"
 #include "runtime/hostmem.h"
 #include "runtime/strbuf.h"
+#include "storage/view_internal.h"
 
 struct mn_storage_s {
   atomic_long refcount;
@@ -41,10 +42,6 @@ struct mn_storage_s {
   void *meta_block;             /* ALLOCATOR on meta: the allocator's address (data stays NULL) */
 };
 
-#define META_NO_DATA "Cannot copy out of meta tensor; no data!"
-
-static bool is_meta(mn_device_t d) { return d.type == MN_DEVICE_META; }
-
 /* The refusal of an operation that reads a meta storage's bytes. */
 static mn_status meta_refuse(const char *func, const char *what) {
   return mn__error(MN_ERR_NOT_SUPPORTED, func, "%s is not available for a storage on the meta device: it has no data",
@@ -52,7 +49,7 @@ static mn_status meta_refuse(const char *func, const char *what) {
 }
 
 /* The block the allocator handed out for an ALLOCATOR storage. */
-static void *alloc_block(const mn_storage_t *s) { return is_meta(s->device) ? s->meta_block : s->data; }
+static void *alloc_block(const mn_storage_t *s) { return mn__is_meta(s->device) ? s->meta_block : s->data; }
 
 const char *mn_storage_kind_name(mn_storage_kind kind) {
   switch (kind) {
@@ -88,7 +85,7 @@ mn_status mn_storage_create(mn_device_t dev, size_t nbytes, mn_allocator_t *allo
   }
   mn_storage_t *s = storage_new(dev, MN_STORAGE_ALLOCATOR);
   if (!s) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
-  st = mn_allocator_alloc(allocator, nbytes, stream, is_meta(dev) ? &s->meta_block : &s->data);
+  st = mn_allocator_alloc(allocator, nbytes, stream, mn__is_meta(dev) ? &s->meta_block : &s->data);
   if (st != MN_OK) {
     free(s);
     return mn__error_wrap(st, __func__);
@@ -162,7 +159,7 @@ mn_status mn_storage_from_buffer(mn_device_t dev, void *data, size_t nbytes, mn_
   MN__CHECK_ARG(data != NULL || nbytes == 0, "data must not be NULL (nbytes=%zu)", nbytes);
   mn_status st = mn_device_check(dev);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
-  if (is_meta(dev) && data != NULL)
+  if (mn__is_meta(dev) && data != NULL)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
                      "the meta device holds no data: wrap no buffer on it (use mn_storage_create)");
   const mn__backend_t *b = mn__backend_for(dev.type);
@@ -183,7 +180,7 @@ mn_status mn_storage_from_buffer_copy(mn_device_t dev, const void *data, size_t 
   MN__CHECK_ARG(data != NULL || nbytes == 0, "data must not be NULL (nbytes=%zu)", nbytes);
   mn_storage_t *s = NULL;
   mn_status st = MN_OK;
-  if (is_meta(dev)) { /* to(meta): the bytes are not read */
+  if (mn__is_meta(dev)) { /* to(meta): the bytes are not read */
     st = mn_storage_create(dev, nbytes, NULL, NULL, out);
     return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
   }
@@ -236,7 +233,7 @@ mn_status mn_storage_resize(mn_storage_t *s, size_t nbytes, mn_stream_t *stream)
   void *p = NULL;
   mn_status st = mn_allocator_alloc(s->allocator, nbytes, stream, &p);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
-  if (is_meta(s->device)) { /* nothing to keep: the new block replaces the old */
+  if (mn__is_meta(s->device)) { /* nothing to keep: the new block replaces the old */
     mn__ignore(mn_allocator_free(s->allocator, s->meta_block)); /* as below: counted by the allocator */
     s->meta_block = p;
     s->nbytes = nbytes;
@@ -271,7 +268,7 @@ mn_status mn_storage_fill(mn_storage_t *s, int value, mn_stream_t *stream) {
   mn_stream_t *str = NULL;
   mn_status st = work_stream(__func__, s, stream, &str);
   if (st != MN_OK) return st;
-  if (is_meta(s->device)) return MN_OK; /* a write into meta: checked, nothing to write */
+  if (mn__is_meta(s->device)) return MN_OK; /* a write into meta: checked, nothing to write */
   unsigned char b = (unsigned char)value;
   st = mn_kernel_fill(str, s->data, s->nbytes, 1, &b);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
@@ -299,7 +296,7 @@ mn_status mn_storage_fill_typed(mn_storage_t *s, mn_dtype dtype, mn_scalar_t val
   mn_stream_t *str = NULL;
   st = work_stream(__func__, s, stream, &str);
   if (st != MN_OK) return st;
-  if (is_meta(s->device)) return MN_OK;
+  if (mn__is_meta(s->device)) return MN_OK;
   st = mn_kernel_fill(str, s->data, count, mn_dtype_itemsize(dtype), pattern);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
@@ -309,9 +306,9 @@ mn_status mn_storage_copy(mn_storage_t *dst, const mn_storage_t *src, bool non_b
   if (dst->nbytes != src->nbytes)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "sizes differ: dst has %zu bytes, src %zu", dst->nbytes,
                      src->nbytes);
-  if (is_meta(src->device) && !is_meta(dst->device))
-    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, META_NO_DATA);
-  if (dst == src || dst->nbytes == 0 || is_meta(dst->device)) return MN_OK;
+  if (mn__is_meta(src->device) && !mn__is_meta(dst->device))
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, MN__META_NO_DATA);
+  if (dst == src || dst->nbytes == 0 || mn__is_meta(dst->device)) return MN_OK;
   mn_status st = mn_copy_bytes(dst->device, dst->data, src->device, src->data, dst->nbytes, stream,
                                non_blocking ? MN_COPY_NON_BLOCKING : 0);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
@@ -333,7 +330,7 @@ mn_status mn_storage_clone(const mn_storage_t *s, mn_stream_t *stream, mn_storag
   mn_storage_t *c = NULL;
   st = make_like(__func__, s, s->nbytes, str, &c);
   if (st != MN_OK) return st;
-  if (s->nbytes && !is_meta(s->device))
+  if (s->nbytes && !mn__is_meta(s->device))
     st = mn_copy_bytes(s->device, c->data, s->device, s->data, s->nbytes, str, MN_COPY_NON_BLOCKING);
   if (st != MN_OK) {
     mn_storage_release(c);
@@ -352,7 +349,7 @@ mn_status mn_storage_to(const mn_storage_t *s, mn_device_t dev, bool non_blockin
     *out = mn_storage_retain((mn_storage_t *)s);
     return MN_OK;
   }
-  if (is_meta(s->device)) return mn__error(MN_ERR_NOT_SUPPORTED, __func__, META_NO_DATA);
+  if (mn__is_meta(s->device)) return mn__error(MN_ERR_NOT_SUPPORTED, __func__, MN__META_NO_DATA);
   mn_allocator_t *a = NULL;
   if (non_blocking && dev.type == MN_DEVICE_CPU) {
     st = mn_pinned_allocator_get_default(s->device, &a);
@@ -362,7 +359,7 @@ mn_status mn_storage_to(const mn_storage_t *s, mn_device_t dev, bool non_blockin
   mn_storage_t *c = NULL;
   st = mn_storage_create(dev, s->nbytes, a, alloc_stream, &c);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
-  if (s->nbytes && !is_meta(dev)) /* to(meta) reads nothing */
+  if (s->nbytes && !mn__is_meta(dev)) /* to(meta) reads nothing */
     st = mn_copy_bytes(dev, c->data, s->device, s->data, s->nbytes, stream, non_blocking ? MN_COPY_NON_BLOCKING : 0);
   if (st != MN_OK) {
     mn_storage_release(c);
@@ -417,7 +414,7 @@ mn_status mn_storage_byteswap(mn_storage_t *s, size_t item_size, mn_stream_t *st
   MN__CHECK_ARG(item_size == 1 || item_size == 2 || item_size == 4 || item_size == 8 || item_size == 16,
                 "item_size=%zu is not 1, 2, 4, 8 or 16", item_size);
   MN__CHECK_ARG(s->nbytes % item_size == 0, "nbytes=%zu is not a multiple of item_size=%zu", s->nbytes, item_size);
-  if (is_meta(s->device)) return meta_refuse(__func__, "byteswap");
+  if (mn__is_meta(s->device)) return meta_refuse(__func__, "byteswap");
   mn_stream_t *str = NULL;
   mn_status st = work_stream(__func__, s, stream, &str);
   if (st != MN_OK) return st;
@@ -463,7 +460,7 @@ mn_status mn_storage_convert(const mn_storage_t *s, mn_dtype src_dtype, mn_dtype
                              mn_storage_t **out) {
   MN__CHECK_ARG(s != NULL && out != NULL, "s and out must not be NULL");
   MN__CHECK_ARG(mn_dtype_is_valid(dst_dtype), "invalid dst_dtype %d", (int)dst_dtype);
-  if (is_meta(s->device)) return meta_refuse(__func__, "convert (a cast reads every byte)");
+  if (mn__is_meta(s->device)) return meta_refuse(__func__, "convert (a cast reads every byte)");
   if (mn_dtype_is_quantized(src_dtype) || mn_dtype_is_quantized(dst_dtype))
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
                      "converting %s to %s: quantized dtypes have no element conversion (a quantized storage's "
@@ -688,7 +685,7 @@ static mn_status shm_map(const char *func, int fd, size_t nbytes, void **out) {
 mn_status mn_storage_share_memory(mn_storage_t *s) {
   MN__CHECK_ARG(s != NULL, "s must not be NULL");
   if (mn_storage_is_shared(s) || s->device.type == MN_DEVICE_CUDA) return MN_OK;
-  if (is_meta(s->device)) return meta_refuse(__func__, "share_memory");
+  if (mn__is_meta(s->device)) return meta_refuse(__func__, "share_memory");
   if (s->device.type != MN_DEVICE_CPU) {
     char name[32];
     return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "storages on %s cannot move to shared memory",
@@ -885,7 +882,7 @@ static mn_status ipc_backend(const char *func, mn_device_t dev, const mn__backen
 
 mn_status mn_storage_ipc_export(const mn_storage_t *s, mn_ipc_handle_t *out) {
   MN__CHECK_ARG(s != NULL && out != NULL, "s and out must not be NULL");
-  if (is_meta(s->device)) return meta_refuse(__func__, "an IPC handle");
+  if (mn__is_meta(s->device)) return meta_refuse(__func__, "an IPC handle");
   const mn__backend_t *b = NULL;
   mn_status st = ipc_backend(__func__, s->device, &b);
   if (st != MN_OK) return st;
@@ -964,7 +961,7 @@ static void text_scalar(mn__strbuf_t *t, mn_scalar_t v) {
 mn_status mn_storage_tolist(const mn_storage_t *s, mn_dtype dtype, mn_scalar_t *out, size_t max, size_t *count) {
   MN__CHECK_ARG(s != NULL && count != NULL && (out != NULL || max == 0), "s, out and count must not be NULL");
   MN__CHECK_ARG(mn_dtype_is_valid(dtype), "invalid dtype %d", (int)dtype);
-  if (is_meta(s->device)) return mn__error(MN_ERR_NOT_SUPPORTED, __func__, META_NO_DATA);
+  if (mn__is_meta(s->device)) return mn__error(MN_ERR_NOT_SUPPORTED, __func__, MN__META_NO_DATA);
   size_t item = mn_dtype_itemsize(dtype), n = s->nbytes / item;
   if (n > max) n = max;
   const unsigned char *src = s->data;
@@ -992,7 +989,7 @@ mn_status mn_storage_format(const mn_storage_t *s, mn_dtype dtype, size_t max_it
   MN__CHECK_ARG(mn_dtype_is_valid(dtype), "invalid dtype %d", (int)dtype);
   size_t item = mn_dtype_itemsize(dtype), total = s->nbytes / item;
   size_t n = total < max_items ? total : max_items;
-  if (is_meta(s->device)) n = 0; /* sizes only: no element is read */
+  if (mn__is_meta(s->device)) n = 0; /* sizes only: no element is read */
   mn_scalar_t *vals = NULL;
   if (n) {
     vals = mn__malloc(n * sizeof *vals);
@@ -1015,7 +1012,7 @@ mn_status mn_storage_format(const mn_storage_t *s, mn_dtype dtype, size_t max_it
     if (i) mn__strbuf_printf(&t, ", ");
     text_scalar(&t, vals[i]);
   }
-  if (is_meta(s->device)) mn__strbuf_printf(&t, "%zu items, no data", total);
+  if (mn__is_meta(s->device)) mn__strbuf_printf(&t, "%zu items, no data", total);
   else if (total > n) mn__strbuf_printf(&t, "%s... %zu more", n ? ", " : "", total - n);
   mn__strbuf_printf(&t, "]");
   if (s->nbytes % item) mn__strbuf_printf(&t, " + %zu bytes", s->nbytes % item);

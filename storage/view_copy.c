@@ -13,8 +13,6 @@
 #include "runtime/error.h"
 #include "storage/view_internal.h"
 
-#define META_NO_DATA "Cannot copy out of meta tensor; no data!"
-
 /* PyTorch's has_internal_overlap answering YES: not dense and a dim of size
  * > 1 with stride 0. (TOO_HARD layouts are allowed, as in PyTorch.) */
 static bool internal_overlap(const mn_view_t *v) {
@@ -104,8 +102,6 @@ static mn_status sync_if_queued(mn_stream_t *stream) {
   return mn_stream_synchronize(stream);
 }
 
-static bool is_meta(mn_device_t d) { return d.type == MN_DEVICE_META; }
-
 /* A dense copy of v on v's device laid out by `strides` (NULL: contiguous),
  * dtype `dtype`, queued on `stream` (a stream of v's device). */
 static mn_status copy_to_new(const mn_view_t *v, mn_dtype dtype, const int64_t *strides, mn_stream_t *stream,
@@ -113,7 +109,7 @@ static mn_status copy_to_new(const mn_view_t *v, mn_dtype dtype, const int64_t *
   mn_view_t *r = NULL;
   mn_status st = mn__view_empty_on(mn_view_device(v), dtype, v->ndim, v->sizes, strides, stream, &r);
   if (st == MN_OK && dtype == v->dtype) mn__view_set_qparams(r, v->q_scale, v->q_zero_point);
-  if (st == MN_OK && mn_view_numel(v) > 0 && !is_meta(mn_view_device(v))) st = mn_kernel_copy_view(stream, r, v);
+  if (st == MN_OK && mn_view_numel(v) > 0 && !mn__is_meta(mn_view_device(v))) st = mn_kernel_copy_view(stream, r, v);
   if (st != MN_OK) {
     mn_view_destroy(r);
     return mn__error_wrap(st, func);
@@ -196,8 +192,8 @@ mn_status mn_view_flatten(const mn_view_t *v, int start_dim, int end_dim, mn_str
 /* copy_ behind mn_view_copy and mn_view_to: dst <- broadcast(src), cast. */
 static mn_status copy_impl(mn_view_t *dst, const mn_view_t *src, mn_stream_t *stream, bool non_blocking,
                            const char *func) {
-  if (is_meta(mn_view_device(src)) && !is_meta(mn_view_device(dst)))
-    return mn__error(MN_ERR_NOT_SUPPORTED, func, META_NO_DATA);
+  if (mn__is_meta(mn_view_device(src)) && !mn__is_meta(mn_view_device(dst)))
+    return mn__error(MN_ERR_NOT_SUPPORTED, func, MN__META_NO_DATA);
   if (internal_overlap(dst)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, MN__OVERLAP_MSG);
   mn_status st = mn__check_quant_copy(dst, src, func);
   if (st != MN_OK) return st;
@@ -220,7 +216,7 @@ static mn_status copy_impl(mn_view_t *dst, const mn_view_t *src, mn_stream_t *st
     mn_view_destroy(bsrc);
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, MN__PARTIAL_MSG);
   }
-  if (is_meta(mn_view_device(dst))) { /* checked; a write into meta has nothing to write */
+  if (mn__is_meta(mn_view_device(dst))) { /* checked; a write into meta has nothing to write */
     mn_view_destroy(bsrc);
     return MN_OK;
   }
@@ -296,7 +292,8 @@ mn_status mn_view_to(const mn_view_t *v, mn_device_t dev, mn_dtype dtype, bool n
   mn_status st = mn_device_check(dev);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   if (mn_device_equal(dev, mn_view_device(v)) && dtype == v->dtype) return same_view(v, __func__, out);
-  if (is_meta(mn_view_device(v)) && !is_meta(dev)) return mn__error(MN_ERR_NOT_SUPPORTED, __func__, META_NO_DATA);
+  if (mn__is_meta(mn_view_device(v)) && !mn__is_meta(dev))
+    return mn__error(MN_ERR_NOT_SUPPORTED, __func__, MN__META_NO_DATA);
   int64_t strides[MN_MAX_DIMS];
   dense_strides_like(v, strides);
   mn_view_t *r = NULL;
@@ -396,7 +393,7 @@ mn_status mn_view_fill(mn_view_t *v, mn_scalar_t value, mn_stream_t *stream) {
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   if (!mn_device_equal(mn_stream_device(s), mn_view_device(v)))
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "stream is on another device than the view");
-  if (is_meta(mn_view_device(v))) return MN_OK; /* checked; nothing to write */
+  if (mn__is_meta(mn_view_device(v))) return MN_OK; /* checked; nothing to write */
   st = mn_kernel_fill_view(s, v, value);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }

@@ -41,8 +41,6 @@ static void temps_free(temps_t *t) {
   t->n = 0;
 }
 
-static bool is_meta(mn_device_t dev) { return dev.type == MN_DEVICE_META; }
-
 /* Quantized views: the gathers move their stored integers and keep scale and
  * zero point (torch 1.13 has index_select and index for them); the packed
  * dtypes (elements inside bytes) and writes into quantized views (torch
@@ -104,7 +102,7 @@ static mn_status restride(const mn_view_t *v, int ndim, const int64_t *sizes, co
 static mn_status to_host(const mn_view_t *x, const char *func, mn_view_t **out) {
   mn_device_t dev = mn_view_device(x);
   if (dev.type == MN_DEVICE_CPU) return same_view(x, func, out);
-  if (is_meta(dev))
+  if (mn__is_meta(dev))
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "an index on the meta device has no values to read");
   mn_status st = mn_device_synchronize(dev);
   if (st == MN_OK) st = mn_view_to(x, mn_device_cpu(), x->dtype, false, NULL, out);
@@ -143,7 +141,7 @@ static bool next_pos(int64_t *at, const int64_t *sizes, int ndim) {
  * read when v or x is on the meta device (as PyTorch's meta kernels). */
 static mn_status check_range(const mn_view_t *v, const mn_view_t *x, int64_t size, int dim, range_mode mode,
                              const char *func) {
-  if (mn_view_numel(x) == 0 || is_meta(mn_view_device(x)) || is_meta(mn_view_device(v))) return MN_OK;
+  if (mn_view_numel(x) == 0 || mn__is_meta(mn_view_device(x)) || mn__is_meta(mn_view_device(v))) return MN_OK;
   mn_view_t *h = NULL;
   mn_status st = to_host(x, func, &h);
   if (st != MN_OK) return st;
@@ -190,7 +188,7 @@ static mn_status check_range(const mn_view_t *v, const mn_view_t *x, int64_t siz
 static mn_status to_dev(const mn_view_t *x, mn_device_t dev, const mn_view_t *avoid, const char *func,
                         mn_view_t **out) {
   mn_status st;
-  if (is_meta(dev) || (mn_device_equal(mn_view_device(x), dev) && !(avoid && mn_view_shares_storage(x, avoid))))
+  if (mn__is_meta(dev) || (mn_device_equal(mn_view_device(x), dev) && !(avoid && mn_view_shares_storage(x, avoid))))
     st = same_view(x, func, out);
   else if (mn_device_equal(mn_view_device(x), dev))
     st = mn_view_clone(x, NULL, out);
@@ -202,7 +200,7 @@ static mn_status to_dev(const mn_view_t *x, mn_device_t dev, const mn_view_t *av
 /* The stream of a call on dev (NULL on meta). */
 static mn_status call_stream(mn_device_t dev, mn_stream_t *given, const char *func, mn_stream_t **out) {
   *out = NULL;
-  if (is_meta(dev)) return MN_OK;
+  if (mn__is_meta(dev)) return MN_OK;
   mn_status st = mn__view_stream(dev, given, out);
   if (st != MN_OK) return mn__error_wrap(st, func);
   if (!mn_device_equal(mn_stream_device(*out), dev))
@@ -355,7 +353,7 @@ static mn_status plan_build(const mn_view_t *v, int n, const mn_view_t *const *i
       return mn__error(MN_ERR_NOT_SUPPORTED, func, "more than %d indexed dims", MN__INDEX_MAX);
     if (is_mask(x->dtype)) {
       if (k == 0) return mn__error(MN_ERR_NOT_SUPPORTED, func, "a 0-d mask as an index is not supported");
-      if (is_meta(dev))
+      if (mn__is_meta(dev))
         return mn__error(MN_ERR_NOT_SUPPORTED, func,
                          "boolean masks are not supported on the meta device (the result's size depends on the data)");
       for (int d = 0; d < k; d++)
@@ -495,7 +493,7 @@ static mn_status values_for(const mn_view_t *v, const mn_view_t *values, int rnd
   if (ov == MN__OVERLAP_PARTIAL || ov == MN__OVERLAP_FULL)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, MN__PARTIAL_MSG);
   mn_device_t dev = mn_view_device(v);
-  if (is_meta(dev) || (mn_device_equal(mn_view_device(e), dev) && ov == MN__OVERLAP_NO)) {
+  if (mn__is_meta(dev) || (mn_device_equal(mn_view_device(e), dev) && ov == MN__OVERLAP_NO)) {
     *out = e;
     return MN_OK;
   }
@@ -772,7 +770,7 @@ mn_status mn_view_masked_select(const mn_view_t *v, const mn_view_t *mask, mn_st
                        (long long)a, (long long)b, i);
     shape[i] = a == 1 ? b : a;
   }
-  if (is_meta(mn_view_device(v)))
+  if (mn__is_meta(mn_view_device(v)))
     return mn__error(MN_ERR_NOT_SUPPORTED, __func__,
                      "masked_select is not supported on the meta device (the result's size depends on the data)");
   mn_view_t *ve = NULL, *me = NULL;

@@ -1,5 +1,7 @@
 /* storage/view_internal.h: the view struct and helpers shared by view.c,
- * view_ops.c, view_copy.c and dlpack.c. Views are immutable after creation. */
+ * view_ops.c, view_copy.c, view_index.c, quantize.c and dlpack.c, and the
+ * meta device's shared refusal (storage.c too). Views are immutable after
+ * creation. */
 #ifndef MNEMO_STORAGE_VIEW_INTERNAL_H
 #define MNEMO_STORAGE_VIEW_INTERNAL_H
 
@@ -30,6 +32,11 @@ typedef struct mn__geom_s {
    * computed; mn__view_from_geom then refuses the view with MN_ERR_OVERFLOW. */
   bool overflow;
 } mn__geom_t;
+
+/* Whether dev is the meta device (sizes, no bytes), and PyTorch's refusal of
+ * a copy out of it (storages and views alike). */
+static inline bool mn__is_meta(mn_device_t dev) { return dev.type == MN_DEVICE_META; }
+#define MN__META_NO_DATA "Cannot copy out of meta tensor; no data!"
 
 /* PyTorch's refusals of a write into a view with internal overlap (a dim of
  * size > 1 with stride 0) and of a source that partially overlaps the
