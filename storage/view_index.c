@@ -687,7 +687,7 @@ static void along_dim(const mn_view_t *ix, const mn_view_t *v, int d, int64_t si
 
 /* gather's and scatter's checks of the index (and src) shapes. */
 static mn_status check_dim_shapes(const mn_view_t *v, int d, const mn_view_t *index, const mn_view_t *src,
-                                  const char *name, const char *func) {
+                                  const char *func) {
   int vn = v->ndim ? v->ndim : 1, in = index->ndim ? index->ndim : 1;
   if (vn != in)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "Index tensor must have the same number of dimensions as %s tensor",
@@ -711,7 +711,6 @@ static mn_status check_dim_shapes(const mn_view_t *v, int d, const mn_view_t *in
                      "dimension %d",
                      k, fmt(index->sizes, index->ndim, a, sizeof a), fmt(v->sizes, v->ndim, b, sizeof b), d);
   }
-  (void)name;
   return MN_OK;
 }
 
@@ -725,7 +724,7 @@ mn_status mn_view_gather(const mn_view_t *v, int dim, const mn_view_t *index, mn
   if (st != MN_OK) return st;
   if (!is_int_index(index->dtype))
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "gather(): Expected dtype int32 or int64 for index");
-  st = check_dim_shapes(v, d, index, NULL, "gather", __func__);
+  st = check_dim_shapes(v, d, index, NULL, __func__);
   int64_t size = v->ndim ? v->sizes[d] : 1;
   if (st == MN_OK) st = check_range(v, index, size, d, RANGE_DIM, __func__);
   if (st != MN_OK) return st;
@@ -809,7 +808,7 @@ static mn_status scatter_impl(mn_view_t *v, int dim, const mn_view_t *index, con
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%s(): Expected dtype int32 or int64 for index", name);
   if (src->dtype != v->dtype)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%s(): Expected self.dtype to be equal to src.dtype", name);
-  st = check_dim_shapes(v, d, index, src, name, func);
+  st = check_dim_shapes(v, d, index, src, func);
   if (st != MN_OK) return st;
   if (internal_overlap(v)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, MN__OVERLAP_MSG);
   mn__overlap o1 = overlap_status(v, index), o2 = overlap_status(v, src);
