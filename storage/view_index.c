@@ -430,11 +430,18 @@ static mn_status plan_build(const mn_view_t *v, int n, const mn_view_t *const *i
   return MN_OK;
 }
 
+/* A gather's result: a new contiguous view of v's dtype on v's device
+ * (allocated ordered on s), with v's quantization parameters. */
+static mn_status gathered_view(const mn_view_t *v, int ndim, const int64_t *sizes, mn_stream_t *s, mn_view_t **out) {
+  mn_status st = mn__view_empty_on(mn_view_device(v), v->dtype, ndim, sizes, NULL, s, out);
+  if (st == MN_OK) mn__view_set_qparams(*out, v->q_scale, v->q_zero_point);
+  return st;
+}
+
 /* Runs a plan as a gather into a new contiguous view on s. */
 static mn_status plan_gather(const mn_view_t *v, const plan_t *p, mn_stream_t *s, const char *func, mn_view_t **out) {
   mn_view_t *r = NULL;
-  mn_status st = mn__view_empty_on(mn_view_device(v), v->dtype, p->rnd, p->rsizes, NULL, s, &r);
-  if (st == MN_OK) mn__view_set_qparams(r, v->q_scale, v->q_zero_point);
+  mn_status st = gathered_view(v, p->rnd, p->rsizes, s, &r);
   if (st == MN_OK && s && mn_view_numel(r) > 0) {
     if (p->n == 0) {
       st = mn_kernel_copy_view(s, r, v);
@@ -632,8 +639,7 @@ mn_status mn_view_take(const mn_view_t *v, const mn_view_t *index, mn_stream_t *
   if (st != MN_OK) return st;
   temps_t t = {.n = 0};
   mn_view_t *r = NULL, *vc = NULL, *ix = NULL;
-  st = mn__view_empty_on(dev, v->dtype, index->ndim, index->sizes, NULL, s, &r);
-  if (st == MN_OK) mn__view_set_qparams(r, v->q_scale, v->q_zero_point);
+  st = gathered_view(v, index->ndim, index->sizes, s, &r);
   if (st == MN_OK && s && mn_view_numel(r) > 0) {
     st = mn_view_contiguous(v, s, &vc);
     if (st == MN_OK) keep(&t, vc);
@@ -734,8 +740,7 @@ mn_status mn_view_gather(const mn_view_t *v, int dim, const mn_view_t *index, mn
   if (st != MN_OK) return st;
   temps_t t = {.n = 0};
   mn_view_t *r = NULL, *ix = NULL;
-  st = mn__view_empty_on(dev, v->dtype, index->ndim, index->sizes, NULL, s, &r);
-  if (st == MN_OK) mn__view_set_qparams(r, v->q_scale, v->q_zero_point);
+  st = gathered_view(v, index->ndim, index->sizes, s, &r);
   if (st == MN_OK && s && mn_view_numel(r) > 0) {
     st = to_dev(index, dev, NULL, __func__, &ix);
     if (st == MN_OK) {
