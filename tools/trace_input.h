@@ -32,8 +32,9 @@ bool mn__tools_is_snapshot(const char *path);
 const char *mn__tools_recorded_config(const char *prog, const mn_trace_t *t, bool *as_recorded);
 
 /* The bytes the recording allocator counted for an alloc entry: its recorded
- * block size, or the request rounded up to PyTorch's 512 B when none was recorded. */
-int64_t mn__tools_recorded_block(const mn_trace_entry_t *e);
+ * block size, or the request rounded up to PyTorch's 512 B when none was recorded
+ * (a request within 511 B of 2^64 as it is). */
+uint64_t mn__tools_recorded_block(const mn_trace_entry_t *e);
 
 /* Sorts idx[0..n) (entry indices of t) by the entries' size, largest first (ties:
  * the earlier entry first). */
@@ -44,7 +45,7 @@ typedef struct mn__tools_holder_s {
   uint32_t stack; /* trace stack id, 0: none */
   int kind;       /* 0: with a stack; 1: no stack, allocated before recording; 2: no stack recorded */
   size_t count;
-  uint64_t bytes, block_bytes; /* asked for; recorded block bytes (mn__tools_recorded_block) */
+  uint64_t bytes, block_bytes; /* asked for; recorded block bytes (mn__tools_recorded_block); saturated sums */
 } mn__tools_holder_t;
 
 /* Sorts live[0..n) (indices of alloc entries of t) largest request first, and
