@@ -33,7 +33,7 @@
 
 const char cmd_report_usage[] =
     "  report TRACE -o REPORT.html [--config ALLOC_CONF]... [--capacity BYTES]\n"
-    "            [--trace-device N] [--title TEXT]\n"
+    "            [--trace-device N] [--title TEXT] [--max-decompressed-size BYTES]\n"
     "            replay the trace (or a PyTorch snapshot .pickle, imported on the fly)\n"
     "            on the SIM device (first --config, default: as recorded, for the\n"
     "            timeline and the segment map at the peak; every --config in the\n"
@@ -636,6 +636,11 @@ int cmd_report(int argc, char **argv) {
   int trace_device = -1;
   for (int i = 0; i < argc; i++) {
     const char *arg = argv[i];
+    int iorc = mn__tools_take_import_opt("mnemo report", argc, argv, &i);
+    if (iorc >= 0) {
+      if (iorc) return iorc;
+      continue;
+    }
     bool takes = !strcmp(arg, "-o") || !strcmp(arg, "--config") || !strcmp(arg, "--capacity") ||
                  !strcmp(arg, "--trace-device") || !strcmp(arg, "--title");
     if (takes && i + 1 >= argc) {

@@ -111,6 +111,27 @@ bool mn__tools_is_snapshot(const char *path) {
   return (n >= 1 && c[0] == 0x80) || (n == 2 && c[0] == 0x1f && c[1] == 0x8b);
 }
 
+static const char *g_max_decompressed; /* --max-decompressed-size's value (the CLI is single-threaded) */
+
+int mn__tools_take_import_opt(const char *prog, int argc, char **argv, int *i) {
+  if (strcmp(argv[*i], "--max-decompressed-size") != 0) return -1;
+  size_t v = 0;
+  if (*i + 1 >= argc || mn_bytes_parse(argv[*i + 1], &v) != MN_OK) {
+    mn_clear_error();
+    fprintf(stderr, "%s: --max-decompressed-size needs a byte count (e.g. 8G)\n", prog);
+    return 2;
+  }
+  g_max_decompressed = argv[++*i];
+  return 0;
+}
+
+int mn__tools_import_args(char **args, int n) {
+  if (!g_max_decompressed) return n;
+  args[n++] = "--max-decompressed-size";
+  args[n++] = (char *)g_max_decompressed;
+  return n;
+}
+
 int mn__tools_trace_load(const char *prog, const char *path, int device, mn_trace_t **out) {
   if (!mn__tools_is_snapshot(path)) {
     if (mn_trace_read(path, out) != MN_OK) {
@@ -132,8 +153,8 @@ int mn__tools_trace_load(const char *prog, const char *path, int device, mn_trac
   close(fd);
   char dev[16];
   snprintf(dev, sizeof dev, "%d", device);
-  char *args[] = {(char *)path, "-o", tmp, "--device", dev};
-  int rc = mn__tools_run_script(prog, "import_torch_snapshot.py", args, device >= 0 ? 5 : 3);
+  char *args[7] = {(char *)path, "-o", tmp, "--device", dev};
+  int rc = mn__tools_run_script(prog, "import_torch_snapshot.py", args, mn__tools_import_args(args, device >= 0 ? 5 : 3));
   if (rc == 0 && mn_trace_read(tmp, out) != MN_OK) {
     fprintf(stderr, "%s: reading the imported %s: %s\n", prog, path, mn_last_error());
     rc = 1;

@@ -21,6 +21,17 @@
  * exit status (1: I/O or a tool missing, 2: a malformed file); 0 and *out on success. */
 int mn__tools_trace_load(const char *prog, const char *path, int device, mn_trace_t **out);
 
+/* The option every command that may import a PyTorch snapshot takes and hands
+ * to import_torch_snapshot.py: `--max-decompressed-size BYTES` (the most bytes a
+ * .pickle.gz may inflate to; a byte count as mn_bytes_parse reads it). At
+ * argv[*i]: returns -1 when it is another argument; 0 when taken (kept for the
+ * importer runs that follow, *i moved past the value); 2 after a usage message. */
+int mn__tools_take_import_opt(const char *prog, int argc, char **argv, int *i);
+
+/* Appends what mn__tools_take_import_opt kept to args[n..] (room for 2 more)
+ * and returns the new count. */
+int mn__tools_import_args(char **args, int n);
+
 /* Whether `path` starts like a PyTorch snapshot (pickle protocol 2+ or gzip). */
 bool mn__tools_is_snapshot(const char *path);
 
