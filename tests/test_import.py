@@ -548,6 +548,44 @@ class ImporterTest(unittest.TestCase):
                 self.assertIn(needle, p.stderr)
                 self.assertIsNone(text)
 
+    def test_output_keeps_mode_and_links(self):
+        """-o as mnemo's own writer (docs/SAVE_FORMAT.md): a file replaced keeps
+        its mode, a new one gets 0666 less the umask, a symbolic link (dangling
+        too) is written through and stays a link; no temporary file is left."""
+        src = os.path.join(self.tmp, "snap.pickle")
+        with open(src, "wb") as f:
+            f.write(pickle.dumps(example_snapshot()))
+        out = os.path.join(self.tmp, "t.trace")
+        link = os.path.join(self.tmp, "link.trace")
+        dangling = os.path.join(self.tmp, "dangling.trace")
+
+        def imp_to(dst):
+            p = subprocess.run([sys.executable, IMPORTER, src, "-o", dst], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+
+        old = os.umask(0o027)
+        try:
+            imp_to(out)
+            self.assertEqual(os.stat(out).st_mode & 0o7777, 0o640)
+            os.chmod(out, 0o600)
+            imp_to(out)
+            self.assertEqual(os.stat(out).st_mode & 0o7777, 0o600)
+            os.symlink("t.trace", link)
+            with open(out, "w") as f:
+                f.write("old")
+            imp_to(link)
+            self.assertTrue(os.path.islink(link))
+            with open(out) as f:
+                self.assertTrue(f.read().startswith("mnemo-trace "))
+            self.assertEqual(os.stat(out).st_mode & 0o7777, 0o600)
+            os.symlink("made.trace", dangling)
+            imp_to(dangling)
+            self.assertTrue(os.path.islink(dangling))
+            self.assertEqual(os.stat(os.path.join(self.tmp, "made.trace")).st_mode & 0o7777, 0o640)
+        finally:
+            os.umask(old)
+        self.assertEqual([n for n in os.listdir(self.tmp) if ".tmp" in n], [])
+
     def test_missing_file(self):
         p = subprocess.run([sys.executable, IMPORTER, os.path.join(self.tmp, "none.pickle"), "-o",
                             os.path.join(self.tmp, "o.trace")], capture_output=True, text=True)

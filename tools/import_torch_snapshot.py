@@ -63,12 +63,15 @@ these limits included), 1 when a file cannot be read or written.
 import argparse
 import bisect
 import contextlib
+import errno
 import gzip
 import heapq
 import io
 import os
 import pickle
+import stat
 import sys
+import tempfile
 import zlib
 
 FORMAT_VERSION = 1
@@ -1289,16 +1292,52 @@ def guarded(prog, path, fn):
         return 1, None
 
 
+def write_atomic(path, data):
+    """Writes data (bytes) to path as mnemo's own writer does (docs/SAVE_FORMAT.md):
+    through a symbolic link to the file it names (the link stays a link), a file
+    replaced keeps its mode (and owner and group where allowed), a new file gets
+    0666 less the umask; an unpredictable temporary file beside the target,
+    fsync'd and renamed into place. OSError on failure (the temporary file removed)."""
+    target = os.path.realpath(path)   # a dangling link: the file it names
+    try:
+        old = os.stat(target)
+    except FileNotFoundError:
+        old = None
+    if old is not None and not stat.S_ISREG(old.st_mode):
+        raise OSError(errno.EINVAL, f"'{path}' is not a regular file")
+    folder, base = os.path.split(target)
+    fd, tmp = tempfile.mkstemp(prefix=base + ".tmp", dir=folder or ".")
+    try:
+        if old is not None:
+            with contextlib.suppress(OSError):
+                os.fchown(fd, old.st_uid, old.st_gid)
+            mode = old.st_mode & 0o777
+        else:
+            mask = os.umask(0o22)   # read it back (single-threaded tool)
+            os.umask(mask)
+            mode = 0o666 & ~mask
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            fd = -1
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def write_output(prog, path, text):
-    """text to stdout ('-') or to path through a temporary file; 0, or 1 on an I/O error."""
+    """text to stdout ('-') or to path (write_atomic); 0, or 1 on an I/O error."""
     def to_file():
         if path == "-":
             sys.stdout.write(text)
             return
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8", newline="\n") as out:
-            out.write(text)
-        os.replace(tmp, path)
+        write_atomic(path, text.encode("utf-8"))
     return guarded(prog, path, to_file)[0]
 
 
