@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "mn_test.h"
@@ -1109,6 +1110,37 @@ MN_TEST(saves_keep_mode_umask_and_links) {
     const char *all[] = {file, link, chain, abs_link, dangling, target, loop_a, loop_b};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) unlink(all[i]);
 #undef SAVE
+  }
+  /* A saver who cannot keep the owner and group (here root's file saved by
+   * "nobody", in a child): the file becomes the saver's, and the saver's group
+   * gets no more than everyone else had (0664 -> 0644). Needs root to set up. */
+  if (geteuid() == 0) {
+    char dir[300], shared[340];
+    tmp_path(dir, sizeof dir, "shared-dir");
+    snprintf(shared, sizeof shared, "%s/f.mnemo", dir);
+    MN_CHECK(mkdir(dir, 0777) == 0 && chmod(dir, 0777) == 0);
+    MN_CHECK(write_file(shared, "old", 3) && chmod(shared, 0666) == 0);
+    MN_CHECK(chmod(tmpdir, 0711) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+      bool ok = setgid(65534) == 0 && setuid(65534) == 0 && mn_save(shared, 1, names, one) == MN_OK;
+      _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    MN_CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    struct stat sb;
+    MN_CHECK(lstat(shared, &sb) == 0 && sb.st_uid == 65534 && (sb.st_mode & 07777) == 0666);
+    MN_CHECK(chmod(shared, 0664) == 0 && chown(shared, 0, 0) == 0);
+    pid = fork();
+    if (pid == 0) {
+      bool ok = setgid(65534) == 0 && setuid(65534) == 0 && mn_save(shared, 1, names, one) == MN_OK;
+      _exit(ok ? 0 : 1);
+    }
+    MN_CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    MN_CHECK(lstat(shared, &sb) == 0 && sb.st_uid == 65534 && sb.st_gid == 65534 && (sb.st_mode & 07777) == 0644);
+    MN_CHECK(chmod(tmpdir, 0700) == 0);
+    unlink(shared);
+    rmdir(dir);
   }
   /* the whole-view save and the trace-style whole-buffer writer agree */
   char file[300];
