@@ -549,9 +549,10 @@ class ImporterTest(unittest.TestCase):
                 self.assertIsNone(text)
 
     def test_output_keeps_mode_and_links(self):
-        """-o as mnemo's own writer (docs/SAVE_FORMAT.md): a file replaced keeps
-        its mode, a new one gets 0666 less the umask, a symbolic link (dangling
-        too) is written through and stays a link; no temporary file is left."""
+        """-o (of the importer and the exporter) as mnemo's own writer
+        (docs/SAVE_FORMAT.md): a file replaced keeps its mode, a new one gets
+        0666 less the umask, a symbolic link (dangling too) is written through
+        and stays a link; no temporary file is left."""
         src = os.path.join(self.tmp, "snap.pickle")
         with open(src, "wb") as f:
             f.write(pickle.dumps(example_snapshot()))
@@ -582,6 +583,18 @@ class ImporterTest(unittest.TestCase):
             imp_to(dangling)
             self.assertTrue(os.path.islink(dangling))
             self.assertEqual(os.stat(os.path.join(self.tmp, "made.trace")).st_mode & 0o7777, 0o640)
+            # the exporter writes its pickle by the same rule
+            pk, pk_link = os.path.join(self.tmp, "x.pickle"), os.path.join(self.tmp, "x-link.pickle")
+            with open(pk, "w") as f:
+                f.write("old")
+            os.chmod(pk, 0o600)
+            os.symlink("x.pickle", pk_link)
+            p = subprocess.run([sys.executable, EXPORTER, out, "-o", pk_link], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertTrue(os.path.islink(pk_link))
+            self.assertEqual(os.stat(pk).st_mode & 0o7777, 0o600)
+            with open(pk, "rb") as f:
+                self.assertIn("device_traces", pickle.load(f))
         finally:
             os.umask(old)
         self.assertEqual([n for n in os.listdir(self.tmp) if ".tmp" in n], [])
