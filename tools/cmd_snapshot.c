@@ -81,7 +81,8 @@ static int print_holders(const stop_t *s) {
   for (size_t i = 0; live && i < t->nentries; i++)
     if (s->live[i]) {
       live[nlive++] = i;
-      total = total > UINT64_MAX - t->entries[i].size ? UINT64_MAX : total + t->entries[i].size; /* user data: saturates */
+      uint64_t sz = t->entries[i].size; /* user data: the total saturates */
+      total = total > UINT64_MAX - sz ? UINT64_MAX : total + sz;
     }
   if (!live || !mn__tools_holders(t, live, nlive, &groups, &ngroups)) { /* live: sorted, largest first */
     free(live);
