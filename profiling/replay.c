@@ -54,6 +54,14 @@ typedef struct mn__replay_s {
 } mn__replay_t;
 
 /* Tells the on_step callback where the replay stands. */
+/* Requested bytes: sizes are user data, so the sums saturate at INT64_MAX
+ * (and at 0 going down) instead of wrapping; a replay only counts what its
+ * allocator gave, so they never reach it in practice. */
+static int64_t req_add(int64_t a, uint64_t b) {
+  return b > (uint64_t)(INT64_MAX - a) ? INT64_MAX : a + (int64_t)b;
+}
+static int64_t req_sub(int64_t a, uint64_t b) { return b >= (uint64_t)a ? 0 : a - (int64_t)b; }
+
 static void step(mn__replay_t *r, size_t i) {
   if (!r->opt->on_step) return;
   mn_replay_step_t s = {.entry = i, .allocated = -1, .reserved = -1, .requested = r->cur_req};
@@ -173,7 +181,7 @@ static mn_status do_alloc(mn__replay_t *r, size_t i, uint64_t *ns, bool *oom) {
   }
   if (st != MN_OK) return op_failed(e, i, st, "alloc");
   r->ptrs[i] = p;
-  r->cur_req += (int64_t)e->size;
+  r->cur_req = req_add(r->cur_req, e->size);
   if (r->cur_req > r->peak_req) r->peak_req = r->cur_req;
   track_mapped(r);
   step(r, i);
@@ -311,7 +319,7 @@ static mn_status build_segment(mn__replay_t *r, size_t si, const pre_piece_t *pc
     for (size_t k = 0; k < np; k++)
       if (pc[k].entry != SIZE_MAX) {
         r->ptrs[pc[k].entry] = mine[k];
-        r->cur_req += (int64_t)r->trace->entries[pc[k].entry].size;
+        r->cur_req = req_add(r->cur_req, r->trace->entries[pc[k].entry].size);
       }
     if (r->cur_req > r->peak_req) r->peak_req = r->cur_req;
     *laid_out = true;
@@ -396,7 +404,7 @@ static mn_status build_pre_segments(mn__replay_t *r, mn_replay_result_t *res) {
     if (!b.failed) {
       res->pre_segments++;
       res->pre_segments_laid_out += laid_out && fits;
-      expect_reserved += (int64_t)sg->size;
+      expect_reserved = req_add(expect_reserved, sg->size);
     }
   }
 done:
@@ -415,7 +423,7 @@ done:
       if (r->ptrs[i]) {
         if ((st = mn_allocator_free(r->a, r->ptrs[i])) != MN_OK) break;
         r->ptrs[i] = NULL;
-        r->cur_req -= (int64_t)t->entries[i].size;
+        r->cur_req = req_sub(r->cur_req, t->entries[i].size);
       }
     if (st == MN_OK) st = mn_allocator_empty_cache(r->a);
     res->pre_segments = res->pre_segments_laid_out = 0;
@@ -528,7 +536,7 @@ static mn_status replay_one_device(const mn_trace_t *trace, mn_allocator_t *allo
         goto done;
       }
       r.ptrs[j] = NULL;
-      r.cur_req -= (int64_t)trace->entries[j].size;
+      r.cur_req = req_sub(r.cur_req, trace->entries[j].size);
       res.frees++;
       track_mapped(&r);
       step(&r, i);

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -119,20 +120,77 @@ static bool file_exists_now(const char *path) {
   return lstat(path, &sb) == 0;
 }
 
+/* The file a save to `path` replaces: `path` itself, or where its chain of
+ * symbolic links ends (the final component followed as open() follows it; a
+ * relative link read from the link's folder), whether that exists or not (a
+ * dangling link: the file it names is created). Into out[PATH_MAX]. */
+static mn_status resolve_links(const char *func, const char *path, char *out) {
+  size_t len = strlen(path);
+  if (len >= PATH_MAX) return mn__error(MN_ERR_IO, func, "cannot create '%s': %s", path, strerror(ENAMETOOLONG));
+  memcpy(out, path, len + 1);
+  char link[PATH_MAX];
+  for (int hops = 0;; hops++) {
+    struct stat sb;
+    if (lstat(out, &sb) != 0 || !S_ISLNK(sb.st_mode)) return MN_OK;
+    if (hops == 40) return mn__error(MN_ERR_IO, func, "cannot create '%s': %s", path, strerror(ELOOP));
+    ssize_t k = readlink(out, link, sizeof link);
+    if (k < 0 || (size_t)k >= sizeof link) {
+      int err = k < 0 ? errno : ENAMETOOLONG;
+      return mn__error(MN_ERR_IO, func, "cannot create '%s': reading the link '%s': %s", path, out, strerror(err));
+    }
+    link[k] = '\0';
+    const char *slash = strrchr(out, '/');
+    size_t keep = link[0] == '/' || !slash ? 0 : (size_t)(slash - out) + 1;
+    if (keep + (size_t)k >= PATH_MAX)
+      return mn__error(MN_ERR_IO, func, "cannot create '%s': %s", path, strerror(ENAMETOOLONG));
+    memcpy(out + keep, link, (size_t)k + 1);
+  }
+}
+
+/* Gives the new file `fd` what the file it replaces had (sb): its owner and
+ * group where this process may set them (root; the group when the saver
+ * belongs to it), and its permission bits; when the group cannot be kept, the
+ * saver's group gets no more than everyone else had. Set-id and sticky bits
+ * are not carried (write() on the old file would have cleared the set-ids). */
+static mn_status keep_owner_and_mode(const char *func, const char *path, int fd, const struct stat *sb) {
+  struct stat now;
+  mode_t mode = sb->st_mode & 0777;
+  if (fstat(fd, &now) == 0 && (now.st_uid != sb->st_uid || now.st_gid != sb->st_gid)) {
+    bool group_kept = fchown(fd, sb->st_uid, sb->st_gid) == 0 || now.st_gid == sb->st_gid ||
+                      fchown(fd, (uid_t)-1, sb->st_gid) == 0;
+    if (!group_kept) mode = (mode & ~(mode_t)070) | (mode & ((mode & 07) << 3));
+  }
+  if (fchmod(fd, mode) != 0)
+    return mn__error(MN_ERR_IO, func, "cannot create '%s': cannot set its mode %03o: %s", path, (unsigned)mode,
+                     strerror(errno));
+  return MN_OK;
+}
+
 mn_status mn__file_atomic_begin(const char *func, const char *path, mn__atomic_file_t *f) {
-  /* never rename over a folder, FIFO or device (/dev/null stays a device) */
-  mn_status st = mn__file_check_destination(func, path);
+  char target[PATH_MAX];
+  mn_status st = resolve_links(func, path, target);
   if (st != MN_OK) return st;
-  size_t n = strlen(path) + 48;
-  char *tmp = mn__malloc(n);
+  /* never rename over a folder, FIFO or device (/dev/null stays a device) */
+  st = mn__file_check_destination(func, target);
+  if (st != MN_OK) return st;
+  struct stat old;
+  bool replaces = lstat(target, &old) == 0 && S_ISREG(old.st_mode);
+  /* one block: the temporary name, then the target's */
+  size_t tlen = strlen(target), n = tlen + 48;
+  char *tmp = mn__malloc(n + tlen + 1);
   if (!tmp) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
-  /* An unpredictable name created exclusively (O_EXCL, O_NOFOLLOW): nothing
-   * planted in the folder beforehand (a link, a FIFO) is written through or
-   * makes the save fail; a name taken by chance is drawn again. */
+  char *tgt = tmp + n;
+  memcpy(tgt, target, tlen + 1);
+  /* An unpredictable name beside the target (so the rename stays in one file
+   * system) created exclusively (O_EXCL, O_NOFOLLOW): nothing planted in the
+   * folder beforehand (a link, a FIFO) is written through or makes the save
+   * fail; a name taken by chance is drawn again. A new file gets 0666 less the
+   * umask, as open(O_CREAT) gives; a replacement starts private (0600) and
+   * takes the old file's owner and mode before any byte is written. */
   int fd = -1;
   for (int attempt = 0; attempt < 16; attempt++) {
-    snprintf(tmp, n, "%s.tmp%ld.%016llx", path, (long)getpid(), (unsigned long long)mn__random_u64());
-    st = mn__file_open_regular(func, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0666, &fd, NULL);
+    snprintf(tmp, n, "%s.tmp%ld.%016llx", target, (long)getpid(), (unsigned long long)mn__random_u64());
+    st = mn__file_open_regular(func, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, replaces ? 0600 : 0666, &fd, NULL);
     if (st == MN_OK || !file_exists_now(tmp)) break; /* EEXIST: draw another name */
   }
   if (st != MN_OK) {
@@ -142,24 +200,36 @@ mn_status mn__file_atomic_begin(const char *func, const char *path, mn__atomic_f
     snprintf(why, sizeof why, "%s", mn__last_error_detail());
     return mn__error(st, func, "cannot create '%s': %s", path, why);
   }
-  *f = (mn__atomic_file_t){fd, tmp, func, path};
+  if (replaces && (st = keep_owner_and_mode(func, path, fd, &old)) != MN_OK) {
+    close(fd);
+    unlink(tmp);
+    free(tmp);
+    return st;
+  }
+  *f = (mn__atomic_file_t){fd, tmp, tgt, func, path};
   return MN_OK;
 }
 
 mn_status mn__file_atomic_end(mn__atomic_file_t *f, int write_err) {
   bool ok = write_err == 0;
   int err = write_err;
+  /* on disk before it is renamed into place: a crash leaves the old file or
+   * the whole new one */
+  if (ok && fsync(f->fd) != 0) {
+    ok = false;
+    err = errno;
+  }
   if (close(f->fd) != 0 && ok) {
     ok = false;
     err = errno;
   }
-  if (ok && rename(f->tmp, f->path) != 0) {
+  if (ok && rename(f->tmp, f->target) != 0) {
     ok = false;
     err = errno;
   }
   if (!ok) unlink(f->tmp);
   free(f->tmp);
-  f->tmp = NULL;
+  f->tmp = f->target = NULL;
   f->fd = -1;
   if (!ok) return mn__error(MN_ERR_IO, f->func, "writing '%s' failed: %s", f->path, strerror(err));
   return MN_OK;
@@ -169,7 +239,7 @@ void mn__file_atomic_abort(mn__atomic_file_t *f) {
   close(f->fd);
   unlink(f->tmp);
   free(f->tmp);
-  f->tmp = NULL;
+  f->tmp = f->target = NULL;
   f->fd = -1;
 }
 

@@ -33,10 +33,14 @@ mn_status mn__file_read_all(const char *func, const char *path, void **buf, size
  * file over it; a missing path is fine. */
 mn_status mn__file_check_destination(const char *func, const char *path);
 
-/* Writes size bytes of data to `path` through "<path>.tmp<pid>.<random>"
- * renamed into place (a reader never sees half a file), after
- * mn__file_check_destination; the temporary name is unpredictable and created
- * exclusively, without following a link or blocking.
+/* Writes size bytes of data to `path` through "<target>.tmp<pid>.<random>"
+ * written, fsync'd and renamed into place (a reader never sees half a file),
+ * after mn__file_check_destination. The target is `path`, or, when `path` is
+ * a symbolic link, the file its links end at (created when missing), so the
+ * link stays a link. A file replaced keeps its permission bits (and its owner
+ * and group where this process may set them); a new file gets 0666 less the
+ * umask. The temporary name is unpredictable and created exclusively, without
+ * following a link or blocking.
  * Errors: those of the checks and of creating the temporary file ("cannot
  * create '<path>': ..."), MN_ERR_IO "writing '<path>' failed" (the
  * temporary file removed). */
@@ -50,7 +54,8 @@ mn_status mn__file_write_atomic(const char *func, const char *path, const void *
  * removes it and sets no error (the caller's own failure stands). */
 typedef struct mn__atomic_file_s {
   int fd;
-  char *tmp;
+  char *tmp;    /* the temporary file (owns the block target lies in) */
+  char *target; /* what the rename replaces: path, or where its links end */
   const char *func, *path;
 } mn__atomic_file_t;
 mn_status mn__file_atomic_begin(const char *func, const char *path, mn__atomic_file_t *f);

@@ -2,6 +2,7 @@
 # tests/test_cli_profiling.sh: the profiling commands end to end: mnemo import (RMM
 # CSV: good, malformed with its line number, truncated), replay options, snapshot,
 # and MNEMO_TRACE recording at exit whose replay gives the live run's peaks;
+# report, replay and snapshot of a trace whose sizes sum past 2^63;
 # the environment variables: `mnemo info` and the README list every one of the
 # table (runtime/env.h), and no source but runtime/env.c calls getenv.
 # Usage: test_cli_profiling.sh MNEMO_CLI SOURCE_DIR
@@ -98,6 +99,40 @@ again=$(grep -o '"peak_allocated": [0-9]*' "$tmp/again")
 check "... and peak allocated ($live / $again)" test -n "$live" -a "$live" = "$again"
 
 # environment variables: one table (runtime/env.h), one reader (runtime/env.c)
+# Sizes are user data: a valid trace whose sizes sum past 2^63 (two blocks of
+# 2^63 - 4096 bytes, one of 2^64 - 1) goes through report, replay and snapshot
+# with no signed overflow (the asan preset's UBSan aborts on one) and curves
+# that saturate instead of going negative.
+big=$(((1 << 62) + ((1 << 62) - 4096)))
+{
+  echo "mnemo-trace 1"
+  echo "0 segment_alloc 0 0x100000000 $big"
+  echo "1 alloc 0 0x100000000 $big"
+  echo "2 segment_alloc 0 0x200000000 $big"
+  echo "3 alloc 0 0x200000000 $big"
+  echo "4 alloc 0 0x300000000 18446744073709551615"
+  echo "5 free_requested 0 0x100000000 $big"
+  echo "6 free_completed 0 0x100000000 $big"
+  echo "7 alloc 0 0x400000000 1024"
+  echo "end 8"
+} >"$tmp/huge.trace"
+"$cli" report "$tmp/huge.trace" -o "$tmp/huge.html" >"$tmp/out" 2>&1
+rc=$?
+check "report of a trace with huge sizes exits 0 ($(grep -m1 'runtime error' "$tmp/out"))" test $rc -eq 0
+check "report of huge sizes: the curves never negative, saturated at 2^63 - 1" /usr/bin/python3 - "$tmp/huge.html" <<'PY'
+import json, re, sys
+page = open(sys.argv[1]).read()
+d = json.loads(re.search(r'<script id="mn-data" type="application/json">(.*?)</script>', page, re.S).group(1))
+pts = d["points"]
+curves = [pts[k] for k in ("lv", "g", "ra", "rr", "a", "r", "q")]
+assert all(v >= 0 for c in curves for v in c), curves
+assert pts["lv"][-1] == 2**63 - 1 and pts["ra"][-1] == 2**63 - 1 and pts["rr"][-1] == 2**63 - 1, pts
+PY
+"$cli" replay "$tmp/huge.trace" --json --no-progress >"$tmp/out" 2>&1
+check "replay of huge sizes exits 0" test $? -eq 0
+"$cli" snapshot "$tmp/huge.trace" --at end --blocks >"$tmp/out" 2>&1
+check "snapshot of huge sizes exits 0" test $? -eq 0
+
 names=$(sed -n 's/^ *X([A-Z_]*, *"\([A-Z_]*\)".*/\1/p' "$src/runtime/env.h")
 check "the environment table has its 11+ variables" test "$(echo "$names" | wc -l)" -ge 11
 MNEMO_TOOLS_DIR=/no/such/dir "$cli" info >"$tmp/out" 2>&1

@@ -403,6 +403,202 @@ class ImporterTest(unittest.TestCase):
                 self.assertNotIn("Traceback", p.stderr)
                 self.assertIsNone(text)
 
+    # ---- hostile snapshots: bounded work, and what is written is read back -------------
+
+    def deep_pickle(self, field, depth=100_000):
+        """A snapshot whose event field `field` is a list nested depth deep (built
+        as opcodes: pickle.dumps itself would recurse that deep)."""
+        marker = 0x7EADBEEF
+        e = dict(ev("alloc", 16, 16))
+        e[field] = marker
+        data = pickle.dumps({"segments": [], "device_traces": [[e]]}, protocol=2)
+        op = b"J" + marker.to_bytes(4, "little")
+        self.assertEqual(data.count(op), 1)
+        return data.replace(op, b"]" * depth + b"a" * (depth - 1))
+
+    def test_deep_nesting(self):
+        """A field nested 100,000 lists deep (or any structure too deep to walk):
+        'malformed snapshot', exit status 2, no traceback, nothing written."""
+        for field in ("addr", "size", "stream", "time_us", "frames"):
+            with self.subTest(field=field):
+                data = self.deep_pickle(field)
+                with self.assertRaises(imp.SnapshotError) as cm:
+                    imp.convert(data, None, "deep.pickle")
+                self.assertIn("nested more than 100 deep", str(cm.exception))
+                p, text = self.run_importer(raw=data)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn("malformed snapshot: lists and dicts nested more than 100 deep", p.stderr)
+                self.assertNotIn("Traceback", p.stderr)
+                self.assertIsNone(text)
+        # within the limit (PyTorch's own snapshots nest 7 deep): the usual message
+        with self.assertRaises(imp.SnapshotError) as cm:
+            imp.convert(self.deep_pickle("addr", 50), None, "deep.pickle")
+        self.assertIn("'addr' missing or not an integer", str(cm.exception))
+        # a deep field the importer ignores (user_metadata) counts too; a list holding itself
+        chain = []
+        node = chain
+        for _ in range(120):
+            node.append([])
+            node = node[0]
+        snap = {"segments": [], "device_traces": [[dict(ev("alloc", 16, 16), user_metadata=chain)]]}
+        with self.assertRaises(imp.SnapshotError):
+            imp.convert(pickle.dumps(snap), None, "deep.pickle")
+        loop = []
+        loop.append(loop)
+        snap = {"segments": [], "device_traces": [[dict(ev("alloc", 16, 16), addr=loop)]]}
+        with self.assertRaises(imp.SnapshotError) as cm:
+            imp.convert(pickle.dumps(snap), None, "loop.pickle")
+        self.assertIn("'addr'", str(cm.exception))
+
+    def test_decompression_cap(self):
+        """A .pickle.gz inflates at most to the limit (4 GiB by default;
+        --max-decompressed-size sets it, through the importer and every mnemo
+        command that imports): over it, exit 2 with the limit named, and the
+        inflating stops there (a 3 MiB pickle against a 1 MiB limit here)."""
+        snap = {"segments": [segment(0x1000, 2 * MiB, [])], "device_traces": [[]], "pad": b"\0" * (3 * MiB)}
+        data = gzip.compress(pickle.dumps(snap, protocol=4), mtime=0)
+        self.assertLess(len(data), 64 * 1024)
+        self.assertEqual(imp.MAX_DECOMPRESSED, 4 << 30)
+        with self.assertRaises(imp.SnapshotError) as cm:
+            imp.convert(data, None, "bomb.pickle.gz", max_decompressed=MiB)
+        self.assertIn(f"inflates to more than {MiB} bytes", str(cm.exception))
+        text, _, _, _, _ = convert(data)   # the default limit: converted
+        self.assertIn("meta state_only 1", text)
+        # several gzip members count together
+        with self.assertRaises(imp.SnapshotError):
+            imp.convert(data + gzip.compress(b"\0" * MiB), None, "bomb.pickle.gz", max_decompressed=3 * MiB)
+        for flag, rc in (("1M", 2), ("1048576", 2), ("8MiB", 0), (str(8 * MiB), 0)):
+            with self.subTest(flag=flag):
+                p, text = self.run_importer(raw=data, args=("--max-decompressed-size", flag))
+                self.assertEqual(p.returncode, rc, p.stderr)
+                self.assertNotIn("Traceback", p.stderr)
+                if rc:
+                    self.assertIn("malformed snapshot: the gzip data inflates to more than 1048576 bytes", p.stderr)
+                    self.assertIn("--max-decompressed-size", p.stderr)
+                    self.assertIsNone(text)
+        p, _ = self.run_importer(raw=data, args=("--max-decompressed-size", "lots"))
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--max-decompressed-size", p.stderr)
+        if not CLI:
+            return
+        src = os.path.join(self.tmp, "bomb.pickle.gz")
+        with open(src, "wb") as f:
+            f.write(data)
+        out = os.path.join(self.tmp, "bomb.trace")
+        for cmd in (["import", "--from", "torch", src, "-o", out], ["replay", src, "--no-progress"],
+                    ["report", src, "-o", os.path.join(self.tmp, "bomb.html")], ["snapshot", src]):
+            with self.subTest(cmd=cmd[0]):
+                r = run_cli(*cmd, "--max-decompressed-size", "1M")
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn("inflates to more than 1048576 bytes", r.stderr)
+                r = run_cli(*cmd, "--max-decompressed-size", "8M")
+                self.assertEqual(r.returncode, 0, r.stderr)
+        r = run_cli("replay", src, "--max-decompressed-size")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--max-decompressed-size needs a byte count", r.stderr)
+
+    def test_hostile_strings_round_trip(self):
+        """Every string the importer copies into the trace (frame files and names,
+        the allocator settings, the source's name) with NULs, control bytes, line
+        breaks, '%', blanks, lone surrogates, non-ASCII and 10,000 bytes: the trace
+        written is one the C reader (mnemo replay) and the strict Python reader
+        accept, or the importer refuses it (exit 2): never a trace the reader refuses."""
+        hostile = ["a\0b", "\0", "x" * 10000, "é\u2028\x85" * 1500, "\ud800", "%00", "%", " lead", "trail ",
+                   "tab\there", "new\nline", "cr\rret", "\x7f\x01\x1b", "-", "??", "", "   ", "%2D", "\0" * 3000]
+        frames = [{"name": n, "filename": f, "line": i} for i, (n, f) in
+                  enumerate(zip(hostile, reversed(hostile)))]
+        frames += [{"name": n, "filename": n, "line": 2**40} for n in hostile]
+        events = [dict(ev("alloc", 0x1000 + 0x1000 * i, 512, t=i), frames=frames[i:] + frames[:i])
+                  for i in range(len(frames))]
+        conf = ("max_split_size_mb:128, " + "junk\0\r\n\t" * 1200 + "é" * 3000)
+        snap = {"segments": [segment(0x1000, 64 * MiB, [], stream=2**64 - 1)], "device_traces": [events],
+                "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": conf}}
+        name = "snap\nname é\r%.pickle"
+        src = os.path.join(self.tmp, name)
+        with open(src, "wb") as f:
+            f.write(pickle.dumps(snap))
+        out = os.path.join(self.tmp, "hostile.trace")
+        p = subprocess.run([sys.executable, IMPORTER, src, "-o", out], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(out, "rb") as f:
+            raw = f.read()
+        self.assertNotIn(b"\0", raw)
+        self.assertNotIn(b"\r", raw)
+        self.assertLessEqual(max(len(l) for l in raw.split(b"\n")), imp.LINE_MAX)
+        exp.parse_trace(raw, "hostile")
+        text = raw.decode("utf-8", "surrogateescape")
+        self.assertIn("a%EF%BF%BDb", text)   # the NUL became U+FFFD
+        self.assertIn("meta torch_alloc_conf max_split_size_mb:128,", text)
+        if CLI:
+            r = run_cli("replay", out, "--json", "--no-progress")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            r = run_cli("replay", src, "--json", "--no-progress")   # imported on the fly
+            self.assertEqual(r.returncode, 0, r.stderr)
+        # what the format cannot hold is refused (exit 2), not written
+        refused = [
+            ({"segments": [segment(0x1000, 2 * MiB, [], device=2**40)], "device_traces": []}, ("--device", "all"),
+             "out of range"),
+            ({"segments": [segment(0x1000 * (d + 1), 2 * MiB, [], device=2**31 - 1 - d) for d in range(400)],
+              "device_traces": []}, ("--device", "all"), "do not fit"),
+        ]
+        for obj, args, needle in refused:
+            with self.subTest(needle=needle):
+                p, text = self.run_importer(obj, args=args)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn(needle, p.stderr)
+                self.assertIsNone(text)
+
+    def test_output_keeps_mode_and_links(self):
+        """-o (of the importer and the exporter) as mnemo's own writer
+        (docs/SAVE_FORMAT.md): a file replaced keeps its mode, a new one gets
+        0666 less the umask, a symbolic link (dangling too) is written through
+        and stays a link; no temporary file is left."""
+        src = os.path.join(self.tmp, "snap.pickle")
+        with open(src, "wb") as f:
+            f.write(pickle.dumps(example_snapshot()))
+        out = os.path.join(self.tmp, "t.trace")
+        link = os.path.join(self.tmp, "link.trace")
+        dangling = os.path.join(self.tmp, "dangling.trace")
+
+        def imp_to(dst):
+            p = subprocess.run([sys.executable, IMPORTER, src, "-o", dst], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+
+        old = os.umask(0o027)
+        try:
+            imp_to(out)
+            self.assertEqual(os.stat(out).st_mode & 0o7777, 0o640)
+            os.chmod(out, 0o600)
+            imp_to(out)
+            self.assertEqual(os.stat(out).st_mode & 0o7777, 0o600)
+            os.symlink("t.trace", link)
+            with open(out, "w") as f:
+                f.write("old")
+            imp_to(link)
+            self.assertTrue(os.path.islink(link))
+            with open(out) as f:
+                self.assertTrue(f.read().startswith("mnemo-trace "))
+            self.assertEqual(os.stat(out).st_mode & 0o7777, 0o600)
+            os.symlink("made.trace", dangling)
+            imp_to(dangling)
+            self.assertTrue(os.path.islink(dangling))
+            self.assertEqual(os.stat(os.path.join(self.tmp, "made.trace")).st_mode & 0o7777, 0o640)
+            # the exporter writes its pickle by the same rule
+            pk, pk_link = os.path.join(self.tmp, "x.pickle"), os.path.join(self.tmp, "x-link.pickle")
+            with open(pk, "w") as f:
+                f.write("old")
+            os.chmod(pk, 0o600)
+            os.symlink("x.pickle", pk_link)
+            p = subprocess.run([sys.executable, EXPORTER, out, "-o", pk_link], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertTrue(os.path.islink(pk_link))
+            self.assertEqual(os.stat(pk).st_mode & 0o7777, 0o600)
+            with open(pk, "rb") as f:
+                self.assertIn("device_traces", pickle.load(f))
+        finally:
+            os.umask(old)
+        self.assertEqual([n for n in os.listdir(self.tmp) if ".tmp" in n], [])
+
     def test_missing_file(self):
         p = subprocess.run([sys.executable, IMPORTER, os.path.join(self.tmp, "none.pickle"), "-o",
                             os.path.join(self.tmp, "o.trace")], capture_output=True, text=True)

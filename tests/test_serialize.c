@@ -6,12 +6,14 @@
  * file loads mapped (zero-copy, copy-on-write, unmapped with the last
  * storage) or copied under every MN_LOAD_* flag; streamed saves equal the
  * buffers byte for byte; a write cut short leaves the old file and no
- * temporary one. */
+ * temporary one; a save keeps the replaced file's mode, honours the umask
+ * and writes through symbolic links to their target. */
 #include <dirent.h>
 #include <signal.h>
 #include <stdint.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "mn_test.h"
@@ -1023,6 +1025,134 @@ MN_TEST(failed_writes_leave_nothing) {
   mn_storage_release(s);
 }
 
+/* ---- saves keep the owner's intent: mode, umask, symbolic links ------------------- */
+
+static mode_t mode_of(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 ? sb.st_mode & 07777 : (mode_t)-1;
+}
+
+static bool is_link(const char *path) {
+  struct stat sb;
+  return lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode);
+}
+
+static bool loads_as_x(const char *path, bool safetensors) {
+  mn_named_views_t *nv = NULL;
+  mn_status st = safetensors ? mn_safetensors_load(path, CPU, &nv) : mn_load(path, CPU, &nv);
+  bool ok = st == MN_OK && nv && nv->count == 1 && strcmp(nv->names[0], "x") == 0;
+  mn_named_views_free(nv);
+  return ok;
+}
+
+/* As PyTorch's torch.save (open(path, "wb")) would leave them: a file saved
+ * over keeps its mode (a 0600 file stays private), a new file gets 0666 less
+ * the umask, a save through a symbolic link (relative, absolute, chained or
+ * dangling) writes the file it points to and leaves the link a link; a loop
+ * of links is refused. Both formats, since both go through one writer. */
+MN_TEST(saves_keep_mode_umask_and_links) {
+  mn_view_t *v[NV];
+  make_views(CPU, CPU, v);
+  const mn_view_t *const *cv = (const mn_view_t *const *)v;
+  const char *names[1] = {"x"};
+  const mn_view_t *one[1] = {v[0]};
+  mode_t old_umask = umask(027);
+  for (int fmt = 0; fmt < 2; fmt++) {
+    bool st_fmt = fmt == 1;
+#define SAVE(p) (st_fmt ? mn_safetensors_save((p), 1, names, one, 0, NULL, NULL) : mn_save((p), 1, names, one))
+    char file[300], link[300], chain[300], abs_link[300], dangling[300], target[300], loop_a[300], loop_b[300];
+    tmp_path(file, sizeof file, "private.bin");
+    tmp_path(link, sizeof link, "link.bin");
+    tmp_path(chain, sizeof chain, "chain.bin");
+    tmp_path(abs_link, sizeof abs_link, "abs-link.bin");
+    tmp_path(dangling, sizeof dangling, "dangling.bin");
+    tmp_path(target, sizeof target, "made-by-save.bin");
+    tmp_path(loop_a, sizeof loop_a, "loop-a.bin");
+    tmp_path(loop_b, sizeof loop_b, "loop-b.bin");
+    /* a new file: 0666 less the umask (027) */
+    MN_CHECK_OK(SAVE(file));
+    MN_CHECK(mode_of(file) == 0640);
+    /* an existing 0600 file stays 0600; a 0604 one keeps its odd bits */
+    MN_CHECK(chmod(file, 0600) == 0);
+    MN_CHECK_OK(SAVE(file));
+    MN_CHECK(mode_of(file) == 0600 && loads_as_x(file, st_fmt));
+    MN_CHECK(chmod(file, 0604) == 0);
+    MN_CHECK_OK(SAVE(file));
+    MN_CHECK(mode_of(file) == 0604);
+    MN_CHECK(chmod(file, 0600) == 0);
+    /* through links: the target is written, the links stay links */
+    MN_CHECK(symlink("private.bin", link) == 0); /* relative to the link's folder */
+    MN_CHECK(symlink("link.bin", chain) == 0);   /* a chain of two */
+    MN_CHECK(symlink(file, abs_link) == 0);
+    MN_CHECK(write_file(file, "old", 3));
+    MN_CHECK_OK(SAVE(link));
+    MN_CHECK(is_link(link) && !is_link(file) && mode_of(file) == 0600 && loads_as_x(file, st_fmt));
+    MN_CHECK(write_file(file, "old", 3));
+    MN_CHECK_OK(SAVE(chain));
+    MN_CHECK(is_link(chain) && is_link(link) && loads_as_x(file, st_fmt));
+    MN_CHECK(write_file(file, "old", 3));
+    MN_CHECK_OK(SAVE(abs_link));
+    MN_CHECK(is_link(abs_link) && loads_as_x(file, st_fmt) && mode_of(file) == 0600);
+    /* a dangling link: the file it names is created (umask applied), as open() does */
+    MN_CHECK(symlink("made-by-save.bin", dangling) == 0);
+    MN_CHECK_OK(SAVE(dangling));
+    MN_CHECK(is_link(dangling) && !is_link(target) && mode_of(target) == 0640 && loads_as_x(target, st_fmt));
+    /* a link to a missing folder: not found, nothing created */
+    unlink(dangling);
+    MN_CHECK(symlink("no-such-folder/x.bin", dangling) == 0);
+    MN_CHECK_ERR(SAVE(dangling), MN_ERR_NOT_FOUND, "cannot create '");
+    MN_CHECK(is_link(dangling));
+    /* a loop of links: refused, the links untouched */
+    MN_CHECK(symlink("loop-b.bin", loop_a) == 0 && symlink("loop-a.bin", loop_b) == 0);
+    MN_CHECK_ERR(SAVE(loop_a), MN_ERR_IO, "symbolic links");
+    MN_CHECK(is_link(loop_a) && is_link(loop_b));
+    MN_CHECK(count_tmp_files() == 0);
+    const char *all[] = {file, link, chain, abs_link, dangling, target, loop_a, loop_b};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) unlink(all[i]);
+#undef SAVE
+  }
+  /* A saver who cannot keep the owner and group (here root's file saved by
+   * "nobody", in a child): the file becomes the saver's, and the saver's group
+   * gets no more than everyone else had (0664 -> 0644). Needs root to set up. */
+  if (geteuid() == 0) {
+    char dir[300], shared[340];
+    tmp_path(dir, sizeof dir, "shared-dir");
+    snprintf(shared, sizeof shared, "%s/f.mnemo", dir);
+    MN_CHECK(mkdir(dir, 0777) == 0 && chmod(dir, 0777) == 0);
+    MN_CHECK(write_file(shared, "old", 3) && chmod(shared, 0666) == 0);
+    MN_CHECK(chmod(tmpdir, 0711) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+      bool ok = setgid(65534) == 0 && setuid(65534) == 0 && mn_save(shared, 1, names, one) == MN_OK;
+      _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    MN_CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    struct stat sb;
+    MN_CHECK(lstat(shared, &sb) == 0 && sb.st_uid == 65534 && (sb.st_mode & 07777) == 0666);
+    MN_CHECK(chmod(shared, 0664) == 0 && chown(shared, 0, 0) == 0);
+    pid = fork();
+    if (pid == 0) {
+      bool ok = setgid(65534) == 0 && setuid(65534) == 0 && mn_save(shared, 1, names, one) == MN_OK;
+      _exit(ok ? 0 : 1);
+    }
+    MN_CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    MN_CHECK(lstat(shared, &sb) == 0 && sb.st_uid == 65534 && sb.st_gid == 65534 && (sb.st_mode & 07777) == 0644);
+    MN_CHECK(chmod(tmpdir, 0700) == 0);
+    unlink(shared);
+    rmdir(dir);
+  }
+  /* the whole-view save and the trace-style whole-buffer writer agree */
+  char file[300];
+  tmp_path(file, sizeof file, "all.mnemo");
+  MN_CHECK(write_file(file, "old", 3) && chmod(file, 0600) == 0);
+  MN_CHECK_OK(mn_save(file, NV, NAMES, cv));
+  MN_CHECK(mode_of(file) == 0600);
+  unlink(file);
+  umask(old_umask);
+  destroy_views(v, NV);
+}
+
 MN_TEST(nothing_left_behind) {
   MN_CHECK_OK(mn_copy_engine_reset());
   mn_test_release_sim_caches();
@@ -1085,6 +1215,7 @@ int main(int argc, char **argv) {
   MN_RUN(safetensors_mapped_where_aligned);
   MN_RUN(streamed_saves_match_buffers);
   MN_RUN(failed_writes_leave_nothing);
+  MN_RUN(saves_keep_mode_umask_and_links);
   MN_RUN(nothing_left_behind);
   rmdir(tmpdir);
   return mn_test_finish();

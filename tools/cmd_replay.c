@@ -14,7 +14,7 @@ const char cmd_replay_usage[] =
     "  replay TRACE [--config ALLOC_CONF]... [--allocator caching|naive] [--json]\n"
     "            [--device sim|cuda] [--capacity BYTES] [--retries N] [--trace-device N]\n"
     "            [--no-pre] [--no-pre-segments] [--no-empty-cache] [--repeat N]\n"
-    "            [--progress|--no-progress]\n"
+    "            [--progress|--no-progress] [--max-decompressed-size BYTES]\n"
     "            replay a trace (docs/TRACE_FORMAT.md) or a PyTorch snapshot (.pickle,\n"
     "            imported on the fly) on the SIM device (or cuda:0), once per --config\n"
     "            (PYTORCH_CUDA_ALLOC_CONF syntax; default: as recorded, the settings in\n"
@@ -22,7 +22,8 @@ const char cmd_replay_usage[] =
     "            run; the pre-existing segments are reserved as recorded (the warm\n"
     "            cache recording began with) unless --no-pre-segments; --capacity: SIM device size (OOMs beyond it); --retries N: on OOM\n"
     "            empty the cache and retry up to N times; --repeat N: N fresh replays\n"
-    "            per config, median ns/op; a progress bar on stderr when it is a terminal\n";
+    "            per config, median ns/op; a progress bar on stderr when it is a terminal;\n"
+    "            --max-decompressed-size: the most a .pickle.gz may inflate to (default 4G)\n";
 
 #define MAX_CONFIGS 64
 #define MAX_REPEAT 101
@@ -250,6 +251,11 @@ int cmd_replay(int argc, char **argv) {
   replay_args_t ra = {.repeat = 1, .trace_device = -1, .device = mn_device_sim(0), .progress = isatty(2) != 0};
   for (int i = 0; i < argc; i++) {
     const char *arg = argv[i];
+    int iorc = mn__tools_take_import_opt("mnemo replay", argc, argv, &i);
+    if (iorc >= 0) {
+      if (iorc) return iorc;
+      continue;
+    }
     if (!strcmp(arg, "--json")) {
       json = true;
     } else if (!strcmp(arg, "--no-pre")) {

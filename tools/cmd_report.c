@@ -33,7 +33,7 @@
 
 const char cmd_report_usage[] =
     "  report TRACE -o REPORT.html [--config ALLOC_CONF]... [--capacity BYTES]\n"
-    "            [--trace-device N] [--title TEXT]\n"
+    "            [--trace-device N] [--title TEXT] [--max-decompressed-size BYTES]\n"
     "            replay the trace (or a PyTorch snapshot .pickle, imported on the fly)\n"
     "            on the SIM device (first --config, default: as recorded, for the\n"
     "            timeline and the segment map at the peak; every --config in the\n"
@@ -237,10 +237,19 @@ static bool scan_device(report_t *r, ref_t *refs, size_t *idx) {
 
 /* The curves, entry by entry: the replay's (carried forward from its steps), the
  * recording allocator's, the live bytes and those outside the bands, and the time. */
+/* x clamped to the int64 range. */
+static int64_t sat_i64(__int128 x) {
+  return x > (__int128)INT64_MAX ? INT64_MAX : x < (__int128)INT64_MIN ? INT64_MIN : (int64_t)x;
+}
+
 static void compute_curves(report_t *r, const timeline_t *tl) {
   const mn_trace_t *t = r->t;
   size_t n = r->n;
-  int64_t ra = 0, rr = 0, rq = 0, ca = 0, cr = 0, lv = 0, ag = 0;
+  int64_t ra = 0, rr = 0, rq = 0;
+  /* Sizes are user data (up to 2^64 - 1 each): the sums are taken in 128 bits,
+   * where 2^64 entries of any size cannot overflow, and saturate to the
+   * curves' int64 range when stored. */
+  __int128 ca = 0, cr = 0, lv = 0, ag = 0;
   uint64_t tm = 0;
   bool have_time = false;
   size_t si = 0;
@@ -259,31 +268,30 @@ static void compute_curves(report_t *r, const timeline_t *tl) {
     }
     if (r->flag[i] & F_DEV) {
       if (e->action == MN_TRACE_ALLOC) {
-        ca += mn__tools_recorded_block(e);
-        lv += (int64_t)e->size;
-        if (!(r->flag[i] & F_BAND)) ag += (int64_t)e->size;
+        ca += (__int128)mn__tools_recorded_block(e);
+        lv += (__int128)e->size;
+        if (!(r->flag[i] & F_BAND)) ag += (__int128)e->size;
       } else if (e->action == MN_TRACE_FREE_REQUESTED && r->pair[i] != SIZE_MAX) {
         const mn_trace_entry_t *a = &t->entries[r->pair[i]];
-        ca -= mn__tools_recorded_block(a);
-        lv -= (int64_t)a->size;
-        if (!(r->flag[r->pair[i]] & F_BAND)) ag -= (int64_t)a->size;
+        ca -= (__int128)mn__tools_recorded_block(a);
+        lv -= (__int128)a->size;
+        if (!(r->flag[r->pair[i]] & F_BAND)) ag -= (__int128)a->size;
       } else if (e->action == MN_TRACE_SEGMENT_ALLOC || e->action == MN_TRACE_SEGMENT_MAP) {
-        cr += (int64_t)e->size;
+        cr += (__int128)e->size;
       } else if (e->action == MN_TRACE_SEGMENT_FREE || e->action == MN_TRACE_SEGMENT_UNMAP) {
-        cr -= (int64_t)e->size;
+        cr -= (__int128)e->size;
       }
     }
     r->rep_a[i] = ra;
     r->rep_r[i] = rr;
     r->rep_q[i] = rq;
-    r->rec_a[i] = ca;
-    r->rec_r[i] = cr;
-    r->live[i] = lv;
-    r->agg[i] = ag;
+    r->rec_a[i] = sat_i64(ca);
+    r->rec_r[i] = sat_i64(cr);
+    r->live[i] = sat_i64(lv);
+    r->agg[i] = sat_i64(ag);
     r->tmono[i] = e->pre ? 0 : tm;
   }
   r->t_last = tm;
-
 }
 
 /* The timeline points: the device's curve-changing entries, bucketed when there are
@@ -628,6 +636,11 @@ int cmd_report(int argc, char **argv) {
   int trace_device = -1;
   for (int i = 0; i < argc; i++) {
     const char *arg = argv[i];
+    int iorc = mn__tools_take_import_opt("mnemo report", argc, argv, &i);
+    if (iorc >= 0) {
+      if (iorc) return iorc;
+      continue;
+    }
     bool takes = !strcmp(arg, "-o") || !strcmp(arg, "--config") || !strcmp(arg, "--capacity") ||
                  !strcmp(arg, "--trace-device") || !strcmp(arg, "--title");
     if (takes && i + 1 >= argc) {

@@ -18,6 +18,7 @@
 
 const char cmd_snapshot_usage[] =
     "  snapshot FILE [--at peak|end|ENTRY] [--config ALLOC_CONF] [--blocks]\n"
+    "            [--max-decompressed-size BYTES]\n"
     "            FILE a mnemo trace: replay it on the SIM device up to the peak of\n"
     "            reserved bytes (default), its end or an entry index, and print the\n"
     "            segments (free space, fragmentation), with --blocks their blocks, and\n"
@@ -26,7 +27,7 @@ const char cmd_snapshot_usage[] =
     "            segments as dumped (import_torch_snapshot.py --table)\n";
 
 const char cmd_import_usage[] =
-    "  import --from rmm|torch INPUT -o TRACE [--device N]\n"
+    "  import --from rmm|torch INPUT -o TRACE [--device N] [--max-decompressed-size BYTES]\n"
     "            convert an RMM logging_resource_adaptor CSV log or a PyTorch memory\n"
     "            snapshot (import_torch_snapshot.py) into a mnemo trace\n";
 
@@ -80,7 +81,8 @@ static int print_holders(const stop_t *s) {
   for (size_t i = 0; live && i < t->nentries; i++)
     if (s->live[i]) {
       live[nlive++] = i;
-      total += t->entries[i].size;
+      uint64_t sz = t->entries[i].size; /* user data: the total saturates */
+      total = total > UINT64_MAX - sz ? UINT64_MAX : total + sz;
     }
   if (!live || !mn__tools_holders(t, live, nlive, &groups, &ngroups)) { /* live: sorted, largest first */
     free(live);
@@ -144,6 +146,11 @@ int cmd_snapshot(int argc, char **argv) {
   bool blocks = false;
   for (int i = 0; i < argc; i++) {
     const char *arg = argv[i];
+    int iorc = mn__tools_take_import_opt("mnemo snapshot", argc, argv, &i);
+    if (iorc >= 0) {
+      if (iorc) return iorc;
+      continue;
+    }
     if (!strcmp(arg, "--blocks")) {
       blocks = true;
     } else if (!strcmp(arg, "--at") || !strcmp(arg, "--config")) {
@@ -168,8 +175,9 @@ int cmd_snapshot(int argc, char **argv) {
     return 2;
   }
   if (mn__tools_is_snapshot(path)) {
-    char *args[3] = {(char *)path, "--table", blocks ? "--blocks" : NULL};
-    return mn__tools_run_script("mnemo snapshot", "import_torch_snapshot.py", args, blocks ? 3 : 2);
+    char *args[5] = {(char *)path, "--table", blocks ? "--blocks" : NULL};
+    return mn__tools_run_script("mnemo snapshot", "import_torch_snapshot.py", args,
+                                mn__tools_import_args(args, blocks ? 3 : 2));
   }
   mn_caching_config_t cfg = mn_caching_config_default();
   if (config && mn_caching_config_parse(config, &cfg) != MN_OK) {
@@ -257,6 +265,11 @@ static int parse_io_args(const char *prog, const char *format_opt, const char *u
   memset(a, 0, sizeof *a);
   for (int i = 0; i < argc; i++) {
     const char *arg = argv[i];
+    int iorc = !strcmp(format_opt, "--from") ? mn__tools_take_import_opt(prog, argc, argv, &i) : -1;
+    if (iorc >= 0) {
+      if (iorc) return iorc;
+      continue;
+    }
     if (!strcmp(arg, format_opt) || !strcmp(arg, "-o") || !strcmp(arg, "--device")) {
       if (i + 1 >= argc) {
         fprintf(stderr, "%s: %s needs a value\n", prog, arg);
@@ -301,8 +314,9 @@ int cmd_import(int argc, char **argv) {
       return 1;
     }
     close(fd);
-    char *args[5] = {(char *)in, "-o", (char *)out, "--device", (char *)device};
-    return mn__tools_run_script("mnemo import", "import_torch_snapshot.py", args, device ? 5 : 3);
+    char *args[7] = {(char *)in, "-o", (char *)out, "--device", (char *)device};
+    return mn__tools_run_script("mnemo import", "import_torch_snapshot.py", args,
+                                mn__tools_import_args(args, device ? 5 : 3));
   }
   if (device) {
     fprintf(stderr, "mnemo import: --device applies to --from torch\n");

@@ -58,7 +58,7 @@ import sys
 # reader of the config syntax and PyTorch's block rounding.
 sys.dont_write_bytecode = True   # no __pycache__ in the install or source folder
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from import_torch_snapshot import _parse_conf, round_size  # noqa: E402
+from import_torch_snapshot import _parse_conf, round_size, write_atomic  # noqa: E402
 
 MIB = 1 << 20
 LINE_MAX = 4096
@@ -546,10 +546,7 @@ def main(argv=None):
         if args.output == "-":
             sys.stdout.buffer.write(blob)
         else:
-            tmp = args.output + ".tmp"
-            with open(tmp, "wb") as f:
-                f.write(blob)
-            os.replace(tmp, args.output)
+            write_atomic(args.output, blob)   # mode kept, links written through, as mnemo's saves
     except OSError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 1

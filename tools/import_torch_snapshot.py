@@ -4,8 +4,8 @@
 # (docs/TRACE_FORMAT.md). Single-threaded command-line tool; standard library only.
 """Convert a PyTorch memory snapshot into a mnemo trace.
 
-Usage: import_torch_snapshot.py SNAPSHOT -o TRACE [--device N|all]
-       import_torch_snapshot.py SNAPSHOT --table [--blocks]
+Usage: import_torch_snapshot.py SNAPSHOT -o TRACE [--device N|all] [--max-decompressed-size BYTES]
+       import_torch_snapshot.py SNAPSHOT --table [--blocks] [--max-decompressed-size BYTES]
 
 SNAPSHOT is a pickle (or a gzip-compressed pickle, e.g. NAME.pickle.gz). It is
 read with a restricted unpickler that refuses every global, so a malicious
@@ -50,19 +50,28 @@ bytes as the address) are handled. `--table` prints the snapshot's segments
 instead (mnemo snapshot). Events marked `mnemo_synthetic` (written by
 tools/export_torch_snapshot.py to keep PyTorch's viewer consistent) are skipped.
 
-Exit status: 0 on success, 2 on bad usage or a malformed snapshot, 1 when a
-file cannot be read or written.
+Bounded work on hostile files: a .pickle.gz inflates to at most 4 GiB
+(--max-decompressed-size raises or lowers it; inflating stops at the limit),
+lists and dicts nest at most 100 deep, and what is written is checked to be a
+trace the reader accepts (a NUL in a frame's file or name becomes U+FFFD, a
+meta value is cut to the 4096-byte line).
+
+Exit status: 0 on success, 2 on bad usage or a malformed snapshot (one over
+these limits included), 1 when a file cannot be read or written.
 """
 
 import argparse
 import bisect
 import contextlib
+import errno
 import gzip
 import heapq
 import io
 import os
 import pickle
+import stat
 import sys
+import tempfile
 import zlib
 
 FORMAT_VERSION = 1
@@ -78,6 +87,13 @@ SYNTHETIC_KEY = "mnemo_synthetic"   # events tools/export_torch_snapshot.py made
 LINE_MAX = 4096            # MN_TRACE_LINE_MAX
 STACK_FRAMES_MAX = 128     # frames kept per stack (the outermost are cut)
 ROUNDUP_INTERVALS = 16     # PyTorch's roundup_power2_divisions intervals: 1 MiB ... 32 GiB
+DEVICE_MAX = (1 << 31) - 1  # the trace format's largest device index
+# The most bytes a compressed snapshot may inflate to (--max-decompressed-size
+# raises it): 4 GiB, about 800 times the largest sample here (gpt2_infer_var,
+# 5 MB inflated) and more than PyTorch's own viewer (a browser tab) can open;
+# a 1 MiB .pickle.gz of zeros would otherwise inflate to 1 GiB.
+MAX_DECOMPRESSED = 4 << 30
+NESTING_MAX = 100          # lists/dicts/tuples deep; PyTorch's snapshots nest 7 deep
 
 
 class SnapshotError(Exception):
@@ -96,15 +112,78 @@ def _head(data):
     return repr(text + ("..." if len(data) > 24 else ""))
 
 
-def parse_bytes(data):
-    """The object pickled in data (gzip-compressed or not); SnapshotError otherwise."""
+def parse_size(text):
+    """A byte count for --max-decompressed-size: a decimal, optionally with a
+    K, M, G or T suffix (powers of 1024). ValueError otherwise."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = 1
+    if t[-1:] in ("K", "M", "G", "T"):
+        mult = 1 << (10 * (1 + "KMGT".index(t[-1])))
+        t = t[:-1]
+    if not t.isdigit():
+        raise ValueError(f"not a byte count: {text!r:.40}")
+    return int(t) * mult
+
+
+def _gunzip(data, cap):
+    """data inflated (every gzip member), streamed: SnapshotError as soon as it
+    passes cap bytes, so a small file cannot inflate to gigabytes."""
+    out = bytearray()
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as g:
+            while True:
+                chunk = g.read(1 << 20)
+                if not chunk:
+                    break
+                out += chunk
+                if len(out) > cap:
+                    raise SnapshotError(f"the gzip data inflates to more than {cap} bytes (the limit; "
+                                        "--max-decompressed-size raises it)")
+    except (OSError, EOFError, zlib.error) as e:
+        raise SnapshotError(f"truncated or damaged gzip data ({e})") from None
+    return bytes(out)
+
+
+_CONTAINERS = frozenset((list, tuple, dict, set, frozenset))
+
+
+def _check_nesting(obj, limit=NESTING_MAX):
+    """SnapshotError when lists, dicts, tuples or sets nest more than limit
+    deep. Breadth first, without recursion however deep the input, each
+    container visited once (by identity: a shared one counts at the shallowest
+    place it is found, and a cycle ends the walk; whatever deeper path the
+    importer then trips over is still a malformed snapshot, RecursionError
+    being caught). Dict keys are not walked (hashing them was the unpickler's)."""
+    if type(obj) not in _CONTAINERS:
+        return
+    level, seen = [obj], {id(obj)}
+    for _ in range(limit):
+        nxt = []
+        for o in level:
+            for k in (o.values() if type(o) is dict else o):
+                if type(k) in _CONTAINERS and id(k) not in seen:
+                    seen.add(id(k))
+                    nxt.append(k)
+        if not nxt:
+            return
+        level = nxt
+    raise SnapshotError(f"lists and dicts nested more than {limit} deep")
+
+
+def parse_bytes(data, max_decompressed=MAX_DECOMPRESSED):
+    """The object pickled in data (gzip-compressed or not, inflating to at most
+    max_decompressed bytes), its containers nested at most NESTING_MAX deep;
+    SnapshotError otherwise."""
+    obj = _unpickle(data, max_decompressed)
+    _check_nesting(obj)
+    return obj
+
+
+def _unpickle(data, max_decompressed):
     if not data:
         raise SnapshotError("empty file")
     if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
-            raise SnapshotError(f"truncated or damaged gzip data ({e})") from None
+        data = _gunzip(data, max_decompressed)
         if not data:
             raise SnapshotError("empty file (inside the gzip data)")
     try:
@@ -171,7 +250,11 @@ class Snapshot:
         for i, s in enumerate(self.segments):
             if not isinstance(s, dict):
                 raise SnapshotError(f"segments[{i}]: not a dict")
-            self.seg_devices.add(_int(s, "device", f"segments[{i}]", default=0))
+            dev = _int(s, "device", f"segments[{i}]", default=0)
+            if dev > DEVICE_MAX:
+                raise SnapshotError(f"segments[{i}]: field 'device' = {dev} out of range (a trace holds 0 to "
+                                    f"{DEVICE_MAX})")
+            self.seg_devices.add(dev)
 
     def event_devices(self):
         return [i for i, t in enumerate(self.traces) if t]
@@ -218,6 +301,8 @@ class _FrameParser:
             raise SnapshotError(f"{where}: a frame's 'line' is not an integer")
         if not 0 <= line < 1 << 32:
             line = 0  # unknown
+        # a NUL cannot be written (C strings; the format refuses %00): U+FFFD instead
+        name, filename = name.replace("\0", "\ufffd"), filename.replace("\0", "\ufffd")
         fr = ("" if filename == "??" else filename, line, name)
         self.dicts[id(f)] = (f, fr)
         return fr
@@ -1005,10 +1090,10 @@ def _header(version, how, fields, source, snap, device_meta, origin, warn):
     lines = ([f"mnemo-trace {version}",
               f"# converted by tools/import_torch_snapshot.py{how} from a PyTorch memory snapshot",
               f"# sizes in bytes; times in microseconds since the first event{fields}",
-              f"meta source {_meta_value(os.path.basename(source))}",
+              _meta_line("source", os.path.basename(source)),
               "meta recorded_by pytorch"] + device_meta +
              [f"meta time_origin_us {origin}",
-              f"meta torch_alloc_conf {_meta_value(' '.join(conf.split()))}".rstrip(),
+              _meta_line("torch_alloc_conf", " ".join(conf.split()), warn),
               f"meta config {alloc_config(snap.settings, warn)}".rstrip()])
     if snap.state_only:
         lines.append("meta state_only 1")
@@ -1020,6 +1105,32 @@ def _meta_value(s):
     dropped), as UTF-8 (what cannot be encoded is written as a backslash escape)."""
     s = "".join(ch for ch in s if ch not in "\0\r\n")
     return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _meta_line(key, value, warn=None):
+    """`meta <key> <value>` within the format's LINE_MAX bytes: a longer value
+    (a huge allocator-settings string, say) is cut at a character boundary,
+    with a warning when warn is given."""
+    line = f"meta {key} {_meta_value(value)}".rstrip()
+    raw = line.encode("utf-8")
+    if len(raw) <= LINE_MAX:
+        return line
+    if warn:
+        warn(f"meta {key}: the value ({len(raw) - len(key) - 6} bytes) is cut to the trace line's {LINE_MAX} bytes")
+    return raw[:LINE_MAX].decode("utf-8", "ignore").rstrip()
+
+
+def _check_lines(lines):
+    """The trace text of lines, checked to stay within the format
+    (docs/TRACE_FORMAT.md): no line over LINE_MAX bytes, no NUL or CR;
+    SnapshotError (nothing is written) otherwise: never a trace the reader refuses."""
+    for n, line in enumerate(lines, 1):
+        if len(line) > LINE_MAX // 4 and len(line.encode("utf-8", "surrogatepass")) > LINE_MAX:
+            raise SnapshotError(f"line {n} of the trace would be over {LINE_MAX} bytes ({line[:40]!r}...)")
+    text = "\n".join(lines) + "\n"
+    if "\0" in text or "\r" in text:
+        raise SnapshotError("the trace would hold a NUL byte or a carriage return")
+    return text
 
 
 def _format_records(records, version, stacks):
@@ -1069,6 +1180,9 @@ def trace_text(source, snap, devs, multi, warn):
         "; last field: device" if multi else "")
     if multi:
         device_meta = [f"meta device {devs[0].device}", "meta devices " + " ".join(str(d.device) for d in devs)]
+        if len(device_meta[1]) > LINE_MAX:
+            raise SnapshotError(f"--device all: {len(devs)} devices do not fit the trace's one 'meta devices' line "
+                                f"({LINE_MAX} bytes); import them one --device at a time")
         lines = _header(version, " --device all", fields, source, snap, device_meta, origin, warn)
         for key in FIG_KEYS:  # the plain keys describe the lowest device (what replay picks by default)
             lines.append(f"meta {key} {devs[0].fig[key]}")
@@ -1084,14 +1198,22 @@ def trace_text(source, snap, devs, multi, warn):
     lines += stacks.frame_lines + stacks.stack_lines
     lines += _format_records(records, version, stacks)
     lines.append(f"end {len(records)}")
-    return "\n".join(lines) + "\n", version, stacks
+    return _check_lines(lines), version, stacks
 
 
-def convert(data, device=None, source="snapshot.pickle", warn=lambda m: None):
+def convert(data, device=None, source="snapshot.pickle", warn=lambda m: None, max_decompressed=MAX_DECOMPRESSED):
     """Snapshot bytes -> (trace text, [Device], version, Stacks). device: an
     index, 'all', or None (the first device with events; for a state-only
-    snapshot the lowest device with segments). SnapshotError on bad input."""
-    snap = Snapshot(parse_bytes(data))
+    snapshot the lowest device with segments). max_decompressed: the most
+    bytes a gzip'ed snapshot may inflate to. SnapshotError on bad input."""
+    try:
+        return _convert(data, device, source, warn, max_decompressed)
+    except RecursionError:   # a structure deep enough to defeat a check: still malformed input
+        raise SnapshotError("structure nested too deeply to process") from None
+
+
+def _convert(data, device, source, warn, max_decompressed):
+    snap = Snapshot(parse_bytes(data, max_decompressed))
     fp = _FrameParser()
     if device == "all":
         devs = [Device(snap, d, fp, warn) for d in snap.all_devices()]
@@ -1162,21 +1284,60 @@ def guarded(prog, path, fn):
     except SnapshotError as e:
         print(f"{prog}: {path}: malformed snapshot: {e}", file=sys.stderr)
         return 2, None
+    except RecursionError:
+        print(f"{prog}: {path}: malformed snapshot: structure nested too deeply to process", file=sys.stderr)
+        return 2, None
     except OSError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 1, None
 
 
+def write_atomic(path, data):
+    """Writes data (bytes) to path as mnemo's own writer does (docs/SAVE_FORMAT.md):
+    through a symbolic link to the file it names (the link stays a link), a file
+    replaced keeps its mode (and owner and group where allowed), a new file gets
+    0666 less the umask; an unpredictable temporary file beside the target,
+    fsync'd and renamed into place. OSError on failure (the temporary file removed)."""
+    target = os.path.realpath(path)   # a dangling link: the file it names
+    try:
+        old = os.stat(target)
+    except FileNotFoundError:
+        old = None
+    if old is not None and not stat.S_ISREG(old.st_mode):
+        raise OSError(errno.EINVAL, f"'{path}' is not a regular file")
+    folder, base = os.path.split(target)
+    fd, tmp = tempfile.mkstemp(prefix=base + ".tmp", dir=folder or ".")
+    try:
+        if old is not None:
+            with contextlib.suppress(OSError):
+                os.fchown(fd, old.st_uid, old.st_gid)
+            mode = old.st_mode & 0o777
+        else:
+            mask = os.umask(0o22)   # read it back (single-threaded tool)
+            os.umask(mask)
+            mode = 0o666 & ~mask
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            fd = -1
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def write_output(prog, path, text):
-    """text to stdout ('-') or to path through a temporary file; 0, or 1 on an I/O error."""
+    """text to stdout ('-') or to path (write_atomic); 0, or 1 on an I/O error."""
     def to_file():
         if path == "-":
             sys.stdout.write(text)
             return
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8", newline="\n") as out:
-            out.write(text)
-        os.replace(tmp, path)
+        write_atomic(path, text.encode("utf-8"))
     return guarded(prog, path, to_file)[0]
 
 
@@ -1188,7 +1349,15 @@ def main(argv=None):
                     help="device index, or 'all' (default: the first device with trace events)")
     ap.add_argument("--table", action="store_true", help="print the snapshot's segments instead")
     ap.add_argument("--blocks", action="store_true", help="with --table: every block too")
+    ap.add_argument("--max-decompressed-size", metavar="BYTES", default=None,
+                    help="the most bytes a .pickle.gz may inflate to (default 4G; K, M, G, T suffixes)")
     args = ap.parse_args(argv)
+    cap = MAX_DECOMPRESSED
+    if args.max_decompressed_size is not None:
+        try:
+            cap = parse_size(args.max_decompressed_size)
+        except ValueError as e:
+            ap.error(f"--max-decompressed-size: {e}")
     if not args.table and not args.output:
         ap.error("-o/--output is required (or --table)")
     if args.device not in (None, "all"):
@@ -1208,9 +1377,9 @@ def main(argv=None):
             return f.read()
 
     if args.table:
-        return guarded(prog, args.snapshot, lambda: print_table(parse_bytes(read()), args.blocks))[0]
+        return guarded(prog, args.snapshot, lambda: print_table(parse_bytes(read(), cap), args.blocks))[0]
     rc, got = guarded(prog, args.snapshot,
-                      lambda: convert(read(), args.device, args.snapshot, warn))
+                      lambda: convert(read(), args.device, args.snapshot, warn, cap))
     if rc:
         return rc
     text, devs, version, stacks = got

@@ -111,6 +111,27 @@ bool mn__tools_is_snapshot(const char *path) {
   return (n >= 1 && c[0] == 0x80) || (n == 2 && c[0] == 0x1f && c[1] == 0x8b);
 }
 
+static const char *g_max_decompressed; /* --max-decompressed-size's value (the CLI is single-threaded) */
+
+int mn__tools_take_import_opt(const char *prog, int argc, char **argv, int *i) {
+  if (strcmp(argv[*i], "--max-decompressed-size") != 0) return -1;
+  size_t v = 0;
+  if (*i + 1 >= argc || mn_bytes_parse(argv[*i + 1], &v) != MN_OK) {
+    mn_clear_error();
+    fprintf(stderr, "%s: --max-decompressed-size needs a byte count (e.g. 8G)\n", prog);
+    return 2;
+  }
+  g_max_decompressed = argv[++*i];
+  return 0;
+}
+
+int mn__tools_import_args(char **args, int n) {
+  if (!g_max_decompressed) return n;
+  args[n++] = "--max-decompressed-size";
+  args[n++] = (char *)g_max_decompressed;
+  return n;
+}
+
 int mn__tools_trace_load(const char *prog, const char *path, int device, mn_trace_t **out) {
   if (!mn__tools_is_snapshot(path)) {
     if (mn_trace_read(path, out) != MN_OK) {
@@ -132,8 +153,9 @@ int mn__tools_trace_load(const char *prog, const char *path, int device, mn_trac
   close(fd);
   char dev[16];
   snprintf(dev, sizeof dev, "%d", device);
-  char *args[] = {(char *)path, "-o", tmp, "--device", dev};
-  int rc = mn__tools_run_script(prog, "import_torch_snapshot.py", args, device >= 0 ? 5 : 3);
+  char *args[7] = {(char *)path, "-o", tmp, "--device", dev};
+  int nargs = mn__tools_import_args(args, device >= 0 ? 5 : 3);
+  int rc = mn__tools_run_script(prog, "import_torch_snapshot.py", args, nargs);
   if (rc == 0 && mn_trace_read(tmp, out) != MN_OK) {
     fprintf(stderr, "%s: reading the imported %s: %s\n", prog, path, mn_last_error());
     rc = 1;
@@ -159,10 +181,10 @@ const char *mn__tools_recorded_config(const char *prog, const mn_trace_t *t, boo
 
 #define RECORDED_ROUND 512u /* PyTorch's block rounding (kMinBlockSize) */
 
-int64_t mn__tools_recorded_block(const mn_trace_entry_t *e) {
-  if (e->block_size) return (int64_t)e->block_size;
+uint64_t mn__tools_recorded_block(const mn_trace_entry_t *e) {
+  if (e->block_size) return e->block_size;
   uint64_t n = e->size;
-  return (int64_t)(n > UINT64_MAX - RECORDED_ROUND ? n : (n + RECORDED_ROUND - 1) / RECORDED_ROUND * RECORDED_ROUND);
+  return n > UINT64_MAX - RECORDED_ROUND ? n : (n + RECORDED_ROUND - 1) / RECORDED_ROUND * RECORDED_ROUND;
 }
 
 static const mn_trace_t *g_sort_trace; /* for cmp_entry_size (the CLI is single-threaded) */
@@ -190,6 +212,9 @@ static int cmp_holder_bytes(const void *a, const void *b) {
   return cmp_holder_key(a, b);
 }
 
+/* a + b, UINT64_MAX when it would wrap (sizes are user data). */
+static uint64_t sat_add_u64(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
 bool mn__tools_holders(const mn_trace_t *t, size_t *live, size_t n, mn__tools_holder_t **groups, size_t *ngroups) {
   mn__tools_holder_t *g = malloc((n ? n : 1) * sizeof *g);
   if (!g) return false;
@@ -197,15 +222,15 @@ bool mn__tools_holders(const mn_trace_t *t, size_t *live, size_t n, mn__tools_ho
   for (size_t k = 0; k < n; k++) {
     const mn_trace_entry_t *e = &t->entries[live[k]];
     g[k] = (mn__tools_holder_t){e->stack, e->stack ? 0 : e->pre ? 1 : 2, 1, e->size,
-                                (uint64_t)mn__tools_recorded_block(e)};
+                                mn__tools_recorded_block(e)};
   }
   qsort(g, n, sizeof *g, cmp_holder_key);
   size_t m = 0;
   for (size_t k = 0; k < n; k++) {
     if (m && !cmp_holder_key(&g[m - 1], &g[k])) {
       g[m - 1].count++;
-      g[m - 1].bytes += g[k].bytes;
-      g[m - 1].block_bytes += g[k].block_bytes;
+      g[m - 1].bytes = sat_add_u64(g[m - 1].bytes, g[k].bytes);
+      g[m - 1].block_bytes = sat_add_u64(g[m - 1].block_bytes, g[k].block_bytes);
     } else {
       g[m++] = g[k];
     }

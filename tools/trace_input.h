@@ -21,6 +21,17 @@
  * exit status (1: I/O or a tool missing, 2: a malformed file); 0 and *out on success. */
 int mn__tools_trace_load(const char *prog, const char *path, int device, mn_trace_t **out);
 
+/* The option every command that may import a PyTorch snapshot takes and hands
+ * to import_torch_snapshot.py: `--max-decompressed-size BYTES` (the most bytes a
+ * .pickle.gz may inflate to; a byte count as mn_bytes_parse reads it). At
+ * argv[*i]: returns -1 when it is another argument; 0 when taken (kept for the
+ * importer runs that follow, *i moved past the value); 2 after a usage message. */
+int mn__tools_take_import_opt(const char *prog, int argc, char **argv, int *i);
+
+/* Appends what mn__tools_take_import_opt kept to args[n..] (room for 2 more)
+ * and returns the new count. */
+int mn__tools_import_args(char **args, int n);
+
 /* Whether `path` starts like a PyTorch snapshot (pickle protocol 2+ or gzip). */
 bool mn__tools_is_snapshot(const char *path);
 
@@ -32,8 +43,9 @@ bool mn__tools_is_snapshot(const char *path);
 const char *mn__tools_recorded_config(const char *prog, const mn_trace_t *t, bool *as_recorded);
 
 /* The bytes the recording allocator counted for an alloc entry: its recorded
- * block size, or the request rounded up to PyTorch's 512 B when none was recorded. */
-int64_t mn__tools_recorded_block(const mn_trace_entry_t *e);
+ * block size, or the request rounded up to PyTorch's 512 B when none was recorded
+ * (a request within 511 B of 2^64 as it is). */
+uint64_t mn__tools_recorded_block(const mn_trace_entry_t *e);
 
 /* Sorts idx[0..n) (entry indices of t) by the entries' size, largest first (ties:
  * the earlier entry first). */
@@ -44,7 +56,7 @@ typedef struct mn__tools_holder_s {
   uint32_t stack; /* trace stack id, 0: none */
   int kind;       /* 0: with a stack; 1: no stack, allocated before recording; 2: no stack recorded */
   size_t count;
-  uint64_t bytes, block_bytes; /* asked for; recorded block bytes (mn__tools_recorded_block) */
+  uint64_t bytes, block_bytes; /* asked for; recorded block bytes (mn__tools_recorded_block); saturated sums */
 } mn__tools_holder_t;
 
 /* Sorts live[0..n) (indices of alloc entries of t) largest request first, and

@@ -344,16 +344,30 @@ def _int_opt(name, value, lo=0):
     return str(value)
 
 
-def import_snapshot(path, out=None, device=None):
+def _max_decompressed_arg(max_decompressed_size):
+    """The command-line option for max_decompressed_size: [] when None, else
+    the byte count (an int, or a string such as "8G")."""
+    if max_decompressed_size is None:
+        return []
+    v = max_decompressed_size
+    if isinstance(v, bool) or not isinstance(v, (int, str)) or (isinstance(v, int) and v < 0):
+        raise TypeError("mnemo: max_decompressed_size must be bytes (an int >= 0 or a string such as '8G'), "
+                        f"got {v!r}")
+    return ["--max-decompressed-size", str(v)]
+
+
+def import_snapshot(path, out=None, device=None, max_decompressed_size=None):
     """Converts a PyTorch memory snapshot (the pickle of
     torch.cuda.memory._dump_snapshot(), .pickle or .pickle.gz, any version;
     `mnemo import --from torch`) into a mnemo trace. ``device``: the snapshot's
     CUDA device index to take (None: the importer's choice, the first device
     with events), or "all" (one version 2 trace). Writes ``out`` and returns
     its path; with out None returns the trace as a dict (read_trace's form).
+    max_decompressed_size: the most bytes a .pickle.gz may inflate to (int or
+    "8G"; default the importer's 4 GiB); a snapshot over it is refused.
     ToolError with the importer's message on a missing or malformed file."""
     src = _path_arg(path, "path")
-    args = ["import", "--from", "torch", src]
+    args = ["import", "--from", "torch", src] + _max_decompressed_arg(max_decompressed_size)
     if device is not None:
         if device != "all":
             _int_opt("device", device)
@@ -369,7 +383,7 @@ def import_snapshot(path, out=None, device=None):
 
 
 def replay(trace, configs=None, capacity=None, device=None, retries=None, trace_device=None, pre=True,
-           pre_segments=True, empty_cache=True, allocator=None, repeat=None):
+           pre_segments=True, empty_cache=True, allocator=None, repeat=None, max_decompressed_size=None):
     """Replays a trace file or a PyTorch snapshot pickle (`mnemo replay
     --json`) and returns one dict per configuration, in order: peak_allocated,
     peak_reserved, peak_requested, ratio, device_allocs, ooms, ..., and with
@@ -386,8 +400,10 @@ def replay(trace, configs=None, capacity=None, device=None, retries=None, trace_
     pre_segments=False starts from a cold cache (the pre segments are not
     reserved as recorded); empty_cache=False ignores the trace's empty_cache
     lines. allocator: "caching" (default) or "naive". repeat: replays per
-    config (ns_per_op is then the median)."""
+    config (ns_per_op is then the median). max_decompressed_size: as
+    import_snapshot()."""
     args = ["replay", _path_arg(trace, "trace"), "--json", "--no-progress"] + _configs_arg(configs)
+    args += _max_decompressed_arg(max_decompressed_size)
     if capacity is not None:
         if isinstance(capacity, bool) or not isinstance(capacity, (int, str)):
             raise TypeError(f"mnemo: capacity must be bytes (an int or a string such as '80G'), got {capacity!r}")
@@ -422,15 +438,16 @@ _REPORT_RE = re.compile(r"report (?P<path>.*): (?P<entries>\d+) entries, (?P<con
                         r"(?P<peak_entry>\d+); peak allocated (?P<peak_allocated>\d+) B")
 
 
-def report(trace, out, configs=None, title=None, capacity=None, trace_device=None):
+def report(trace, out, configs=None, title=None, capacity=None, trace_device=None, max_decompressed_size=None):
     """Writes the self-contained HTML report of a trace or a PyTorch snapshot
     (`mnemo report`: timeline, active memory, who holds the peak, segment map
     at the peak, configurations compared). Returns {"path": out, "bytes": its
     size, "entries", "configs", "peak_reserved", "peak_allocated",
     "peak_entry", "summary": the tool's printed summary}. configs, capacity,
-    trace_device: as replay()."""
+    trace_device, max_decompressed_size: as replay()."""
     dst = _path_arg(out, "out")
     args = ["report", _path_arg(trace, "trace"), "-o", dst] + _configs_arg(configs)
+    args += _max_decompressed_arg(max_decompressed_size)
     if title is not None:
         args += ["--title", str(title)]
     if capacity is not None:
@@ -456,7 +473,7 @@ def _is_snapshot_file(path):
     return head in (b"\x1f\x8b",) or (len(head) == 2 and head[0] == 0x80 and head[1] >= 2)
 
 
-def snapshot(trace, at="peak", config=None, pre_segments=True, trace_device=None):
+def snapshot(trace, at="peak", config=None, pre_segments=True, trace_device=None, max_decompressed_size=None):
     """Replays a trace (a file, or a PyTorch snapshot pickle imported first)
     on sim:0 in this process, with a fresh caching allocator, up to ``at``
     ("peak": the entry where reserved bytes peak, "end", or an entry index),
@@ -465,8 +482,9 @@ def snapshot(trace, at="peak", config=None, pre_segments=True, trace_device=None
     trace's meta config (used when config is None and mnemo accepts it),
     "segments": the allocator's memory_snapshot() there, "stats": its
     memory_stats() there}. (`mnemo snapshot` prints the same as text; for a
-    pickle it prints the dump's own state instead.) MnemoError naming the
-    line on a bad trace or a failed replay."""
+    pickle it prints the dump's own state instead.) max_decompressed_size: as
+    import_snapshot(). MnemoError naming the line on a bad trace or a failed
+    replay."""
     from .allocator import CachingAllocator, _config_text, _parse_config, _snapshot_list, _stats_dict, _Snapshot
     from .allocator import _AllocStats
     src = _path_arg(trace, "trace")
@@ -476,7 +494,7 @@ def snapshot(trace, at="peak", config=None, pre_segments=True, trace_device=None
     if _is_snapshot_file(src):
         tmp = tempfile.TemporaryDirectory(prefix="mnemo-snapshot-")
         dst = os.path.join(tmp.name, "snapshot.trace")
-        import_snapshot(src, dst)
+        import_snapshot(src, dst, max_decompressed_size=max_decompressed_size)
         src = dst
     t = _TP()
     try:

@@ -234,6 +234,24 @@ class Tool(unittest.TestCase):
         pk = P.snapshot(RESNET_PICKLE)  # a pickle is imported first
         self.assertEqual(pk["stats"]["reserved_bytes.all.current"], 3797942272)
 
+    def test_decompression_limit(self):
+        """max_decompressed_size reaches the importer from every function that
+        imports (resnet50_train.pickle.gz inflates to 247,057 bytes)."""
+        out = os.path.join(self.tmp.name, "r.trace")
+        html = os.path.join(self.tmp.name, "r.html")
+        calls = [lambda m: P.import_snapshot(RESNET_PICKLE, out, max_decompressed_size=m),
+                 lambda m: P.replay(RESNET_PICKLE, max_decompressed_size=m),
+                 lambda m: P.report(RESNET_PICKLE, html, max_decompressed_size=m),
+                 lambda m: P.snapshot(RESNET_PICKLE, max_decompressed_size=m)]
+        for call in calls:
+            with self.assertRaises(P.ToolError) as cm:
+                call(100_000)
+            self.assertEqual(cm.exception.returncode, 2)
+            self.assertIn("inflates to more than 100000 bytes", str(cm.exception))
+            call("1M")
+        with self.assertRaises(TypeError):
+            P.replay(RESNET_PICKLE, max_decompressed_size=1.5)
+
     def test_errors_carry_the_tools_message(self):
         missing = os.path.join(self.tmp.name, "missing.trace")
         with self.assertRaises(P.ToolError) as cm:
