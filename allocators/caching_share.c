@@ -127,6 +127,7 @@ static bool rec_try_release(mn__share_rec_t *rec, int *budget) {
   free(rec);
   return true;
 }
+
 static void parked_unlink(mn__share_state_t *st, mn__share_rec_t *rec) {
   if (rec->prev) rec->prev->next = rec->next;
   else st->parked = rec->next;
@@ -223,6 +224,8 @@ static mn_status ref_create(const char *func, mn_share_handle_t *h, ref_t **out)
   if (fd >= 0 && ftruncate(fd, (off_t)REF_SIZE) == 0)
     r->map = mmap(NULL, REF_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (r->map != MAP_FAILED) {
+    /* a child forked from this process gets no writable copy of it */
+    (void)madvise(r->map, REF_SIZE, MADV_DONTFORK);
     memcpy(r->map, &f, sizeof f);
     char self[40];
     snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
