@@ -527,7 +527,8 @@ static mn_status check_bound(const char *func, const mn_share_handle_t *h, const
   if (atomic_load_explicit(&f->state, memory_order_acquire) != REF_LIVE)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "stale handle: the exporter has released the block");
   if (f->token != h->token)
-    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "forged or stale handle: its token does not match its reference file");
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                     "forged or stale handle: its token does not match its reference file");
   const char *field = NULL;
   if (f->device_type != h->device_type || f->device_index != h->device_index) field = "device";
   else if (f->kind != h->kind) field = "kind";

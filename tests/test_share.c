@@ -655,7 +655,8 @@ MN_TEST(test_share_peer_uid) {
   MN_CHECK(seen.calls == 1 && seen.uid == 65534u && seen.sending && seen.pid == (int64_t)pid);
   int status = child_status(pid);
   MN_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  if (WIFEXITED(status) && WEXITSTATUS(status) != 0) fprintf(stderr, "  the nobody child exited %d\n", WEXITSTATUS(status));
+  if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
+    fprintf(stderr, "  the nobody child exited %d\n", WEXITSTATUS(status));
   mn_share_handle_close(&h);
   close(conn);
   close(lst);
