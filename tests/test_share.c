@@ -1,9 +1,12 @@
 /* tests/test_share.c: caching-allocator blocks shared across processes on SIM
  * (mnemo/share.h): fork-based; the children only import, check, write and
- * _exit. Single-threaded (fork). */
+ * _exit. Single-threaded (fork) but for the last case, which swaps the peer
+ * policy on one thread while others send and receive (run under TSan too). */
 #include <dirent.h>
 #include <stddef.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -667,6 +670,116 @@ MN_TEST(test_share_peer_uid) {
   MN_CHECK(count_fds() == fds0);
 }
 
+typedef struct policy_ctx_s {
+  atomic_int calls;
+  bool answer;
+} policy_ctx_t;
+static policy_ctx_t g_yes = {0, true}, g_no = {0, false};
+static atomic_int g_policy_mismatch;
+
+/* The two policies: each must be called with its own ctx (the pair is one). */
+static bool policy_yes(const mn_share_peer_t *peer, bool sending, void *ctx) {
+  (void)peer;
+  (void)sending;
+  policy_ctx_t *c = ctx;
+  atomic_fetch_add(&c->calls, 1);
+  if (c != &g_yes) atomic_fetch_add(&g_policy_mismatch, 1);
+  return c->answer;
+}
+
+static bool policy_no(const mn_share_peer_t *peer, bool sending, void *ctx) {
+  (void)peer;
+  (void)sending;
+  policy_ctx_t *c = ctx;
+  atomic_fetch_add(&c->calls, 1);
+  if (c != &g_no) atomic_fetch_add(&g_policy_mismatch, 1);
+  return c->answer;
+}
+
+typedef struct policy_worker_s {
+  mn_share_handle_t h;
+  int sent, received, send_refused, recv_refused;
+  bool bad;
+} policy_worker_t;
+
+#define POLICY_ROUNDS 200
+
+static void *policy_worker(void *arg) {
+  policy_worker_t *w = arg;
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+    w->bad = true;
+    return NULL;
+  }
+  for (int i = 0; i < POLICY_ROUNDS; i++) {
+    mn_status st = mn_share_handle_send(sv[0], &w->h);
+    if (st != MN_OK) {
+      if (st != MN_ERR_INVALID_ARGUMENT || !strstr(mn_last_error(), "peer policy")) w->bad = true;
+      w->send_refused++;
+      continue;
+    }
+    w->sent++;
+    mn_share_handle_t r;
+    /* a refusal leaves the message queued: try until the policy lets it in */
+    while ((st = mn_share_handle_recv(sv[1], &r)) != MN_OK) {
+      if (st != MN_ERR_INVALID_ARGUMENT || !strstr(mn_last_error(), "peer policy")) {
+        w->bad = true;
+        break;
+      }
+      w->recv_refused++;
+    }
+    if (st == MN_OK) {
+      w->received++;
+      if (r.token != w->h.token || r.nfds != w->h.nfds) w->bad = true;
+      mn_share_handle_close(&r);
+    }
+  }
+  close(sv[0]);
+  close(sv[1]);
+  return NULL;
+}
+
+/* The peer policy swapped on one thread while two others send and receive:
+ * every call sees one whole pair (fn with its own ctx), each call asks the
+ * policy once, refusals carry the policy's message, a refused receive leaves
+ * the message queued for the next, nothing is lost or leaked. */
+MN_TEST(test_share_policy_threads) {
+  int fds0 = count_fds();
+  mn_allocator_t *a = make_alloc(false);
+  void *p = NULL;
+  MN_CHECK_OK(mn_allocator_alloc(a, BLOCK, NULL, &p));
+  policy_worker_t w[2];
+  memset(w, 0, sizeof w);
+  for (int i = 0; i < 2; i++) MN_CHECK_OK(mn_caching_share_export(a, p, &w[i].h));
+  atomic_store(&g_yes.calls, 0);
+  atomic_store(&g_no.calls, 0);
+  atomic_store(&g_policy_mismatch, 0);
+  mn_share_set_peer_policy(policy_yes, &g_yes);
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) MN_CHECK(pthread_create(&t[i], NULL, policy_worker, &w[i]) == 0);
+  for (int k = 0; k < 4000; k++) {
+    if (k % 2) mn_share_set_peer_policy(policy_no, &g_no);
+    else mn_share_set_peer_policy(policy_yes, &g_yes);
+  }
+  mn_share_set_peer_policy(policy_yes, &g_yes); /* the workers finish */
+  for (int i = 0; i < 2; i++) MN_CHECK(pthread_join(t[i], NULL) == 0);
+  mn_share_set_peer_policy(NULL, NULL);
+  int calls = 0;
+  for (int i = 0; i < 2; i++) {
+    MN_CHECK(!w[i].bad);
+    MN_CHECK(w[i].sent + w[i].send_refused == POLICY_ROUNDS && w[i].received == w[i].sent);
+    calls += POLICY_ROUNDS + w[i].received + w[i].recv_refused;
+    mn_share_handle_close(&w[i].h);
+  }
+  MN_CHECK(atomic_load(&g_yes.calls) + atomic_load(&g_no.calls) == calls);
+  MN_CHECK(atomic_load(&g_policy_mismatch) == 0);
+  MN_CHECK_OK(mn_allocator_free(a, p));
+  MN_CHECK_OK(mn_allocator_empty_cache(a));
+  MN_CHECK(stats_of(a).active[MN_POOL_ALL].current == 0);
+  mn_allocator_destroy(a);
+  MN_CHECK(count_fds() == fds0);
+}
+
 int main(void) {
   MN_RUN(test_share_bad_input);
   MN_RUN(test_share_raw);
@@ -678,5 +791,6 @@ int main(void) {
   MN_RUN(test_share_hostile_importer);
   MN_RUN(test_share_edited_handle);
   MN_RUN(test_share_peer_uid);
+  MN_RUN(test_share_policy_threads); /* last: threads (the cases above fork) */
   return mn_test_finish();
 }
