@@ -255,7 +255,7 @@ typedef struct mn__block_s {
    * mn__release_cached frees), so releasing walks those only. */
   struct mn__block_s *whole_prev, *whole_next;
   bool in_whole;
-  struct mn__share_rec_s *share;  /* its export to other processes (caching_share.c), or NULL */
+  struct mn__share_rec_s *share;  /* its exports to other processes (caching_share.c), or NULL */
 } mn__block_t;
 
 struct mn__segment_s {
@@ -546,11 +546,12 @@ void mn__process_events_slow(mn__caching_t *a);
  * empty_cache and before an OOM; released, it goes through mn__free_block. */
 /* From mn__free_block: true when b is still held by importers (then parked). */
 bool mn__share_park(mn__caching_t *a, mn__block_t *b);
-/* Frees the parked blocks that no importer holds any more: those whose count
- * is 0 (every allocation asks, no system call), and with `deep` (empty_cache,
- * the out-of-memory path) also those whose importers all died holding them. */
+/* Frees the parked blocks that no importer holds any more (no lock on any of
+ * their exports' reference files: closed, or died): every allocation checks a
+ * few exports (one system call each, round robin), `deep` (empty_cache, the
+ * out-of-memory path) all of them. */
 void mn__share_retry(mn__caching_t *a, bool deep);
-/* The allocator's destroy: drops every export record and the reference file. */
+/* The allocator's destroy: marks every export released and drops its records. */
 void mn__share_destroy(mn__caching_t *a);
 /* Whether b is freed but parked for its importers. */
 static inline bool mn__block_parked(const mn__block_t *b) { return b->share && !b->allocated && !b->event_count; }

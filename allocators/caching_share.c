@@ -1,18 +1,22 @@
 /* allocators/caching_share.c: caching-allocator blocks shared with other processes
- * (mnemo/share.h). The exporter keeps a reference file (a memfd) with one slot
- * per exported block; an importer counts itself in the slot and holds an open
- * file description lock (F_OFD_SETLK, read) on the slot's bytes while it maps
- * the block. The exporter treats a block as held while the slot's count is
- * above 0 AND another description holds a lock on the slot: a SIGKILLed
- * importer's count stays, but its lock goes with its descriptors, so its
- * block is released at the next check (docs/ALLOCATOR.md).
- * Slot word: generation << 32 | count; the exporter releases a slot by a
- * compare-and-swap of the word it checked to 0, and an importer counts itself
- * by a compare-and-swap that keeps the generation, so no importer can count
- * itself into a released or reused slot.
+ * (mnemo/share.h). Every export has its own reference file: a memfd the
+ * exporter fills (token, device, kind, offset, sizes, pieces and their
+ * inodes, a state word) through its own mapping, then seals against
+ * shrinking, growing, any later write and further seals (F_SEAL_FUTURE_WRITE
+ * keeps the exporter's mapping the only writable one). The handle carries a
+ * read-only description of it; the importer reopens its own description and
+ * holds an open file description read lock (F_OFD_SETLK) on the whole file
+ * while it maps the block, and checks the handle against the file.
+ * The exporter releases an export by taking the write lock on its own
+ * description (which succeeds only when no importer holds a read lock), then
+ * writing RELEASED into the state word and closing it; an importer checks the
+ * state after its lock is granted, so none opens a released export. A block
+ * is held while any of its exports is. A SIGKILLed importer's lock goes with
+ * its descriptors. An importer writes nothing the exporter reads: it can keep
+ * its own exports held (by locking), nothing more (docs/ALLOCATOR.md
+ * "Sharing across processes", the trust model).
  * Threading: the exporter's side runs under the allocator lock; the import
- * registry under its own mutex; the slot words are atomics shared across
- * processes. */
+ * registry and the peer policy under their own mutexes. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -34,172 +38,215 @@
 #include "runtime/hostmem.h"
 #include "runtime/random.h"
 
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010 /* Linux 5.1 */
+#endif
+
 #define REF_NAME "mnemo-share-ref"
 #define REF_LINK "/memfd:" REF_NAME " (deleted)"
-#define REF_SLOTS ((uint32_t)1 << 16) /* live exports per allocator; the file is sparse */
+#define REF_SIZE ((size_t)4096)
+#define REF_MAGIC UINT64_C(0x31464552484e4d4d) /* "MMNHREF1" */
+#define REF_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+#define REF_LIVE 1u
+#define REF_RELEASED 2u
+/* parked exports checked per allocation (empty_cache and the OOM path check all) */
+#define RETRY_BUDGET 8
 
-typedef struct ref_slot_s {
-  _Atomic uint64_t token;
-  _Atomic uint64_t word; /* generation << 32 | count; 0: free */
-} ref_slot_t;
-_Static_assert(sizeof(ref_slot_t) == 16, "a slot is 16 bytes");
+/* The reference file's contents (what the exporter exported). */
+typedef struct ref_file_s {
+  uint64_t magic;
+  uint32_t layout; /* MN_SHARE_HANDLE_VERSION */
+  _Atomic uint32_t state;
+  uint64_t token;
+  int64_t pid;
+  int32_t device_type, device_index;
+  uint32_t kind, nfds;
+  uint64_t segment_size, offset, nbytes;
+  uint8_t ipc[64];
+  uint64_t piece_offset[MN_SHARE_MAX_FDS], piece_length[MN_SHARE_MAX_FDS];
+  uint64_t piece_dev[MN_SHARE_MAX_FDS], piece_ino[MN_SHARE_MAX_FDS];
+} ref_file_t;
+_Static_assert(sizeof(ref_file_t) <= REF_SIZE, "a reference file fits its size");
 
-#define WORD_GEN(w) ((uint32_t)((w) >> 32))
-#define WORD_COUNT(w) ((uint32_t)(w))
+/* One export of a block (one reference file) in the exporter. */
+typedef struct ref_s {
+  struct ref_s *next;
+  int fd;          /* the exporter's own description (its write lock lives on it) */
+  ref_file_t *map; /* the one writable mapping */
+} ref_t;
 
 typedef struct mn__share_rec_s {
   mn__block_t *block;
-  uint32_t slot, generation;
-  uint64_t token;
+  ref_t *refs;                         /* its live exports */
   struct mn__share_rec_s *prev, *next; /* the parked list */
   bool parked;
 } mn__share_rec_t;
 
 typedef struct mn__share_state_s {
-  int ref_fd;
-  ref_slot_t *slots;       /* REF_SLOTS of them, MAP_SHARED */
-  uint32_t *free_slots;    /* slots given back, reused first */
-  uint32_t nfree, next_slot;
-  uint32_t next_gen;
-  mn__share_rec_t *parked; /* freed blocks importers still hold */
+  mn__share_rec_t *parked, *parked_tail; /* freed blocks importers still hold */
 } mn__share_state_t;
 
-static off_t slot_offset(uint32_t slot) { return (off_t)slot * (off_t)sizeof(ref_slot_t); }
-
-/* ---- the exporter: reference file, slots, parking ------------------------------------- */
+/* ---- the exporter: reference files, parking ------------------------------------------ */
 
 static mn_status state_create(const char *func, mn__caching_t *a) {
   if (a->share) return MN_OK;
   mn__share_state_t *st = mn__calloc(1, sizeof *st);
-  uint32_t *free_slots = mn__calloc(REF_SLOTS, sizeof *free_slots);
-  size_t size = (size_t)REF_SLOTS * sizeof(ref_slot_t);
-  int fd = memfd_create(REF_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  void *map = MAP_FAILED;
-  if (fd >= 0 && ftruncate(fd, (off_t)size) == 0 &&
-      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
-    map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (!st || !free_slots || map == MAP_FAILED) {
-    int e = errno;
-    if (fd >= 0) close(fd);
-    free(st);
-    free(free_slots);
-    return mn__error(MN_ERR_OUT_OF_MEMORY, func, "cannot make the sharing reference file: %s", strerror(e));
-  }
-  st->ref_fd = fd;
-  st->slots = map;
-  st->free_slots = free_slots;
-  st->next_gen = 1;
+  if (!st) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   a->share = st;
   return MN_OK;
 }
 
-/* Whether some importer holds rec's block: a count, and a lock of another
- * description on the slot (a dead importer's count has no lock behind it). */
-static bool rec_held(const mn__share_state_t *st, const mn__share_rec_t *rec, uint64_t *word) {
-  *word = atomic_load(&st->slots[rec->slot].word);
-  if (WORD_GEN(*word) != rec->generation || WORD_COUNT(*word) == 0) return false;
-  struct flock l = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = slot_offset(rec->slot),
-                    .l_len = (off_t)sizeof(ref_slot_t), .l_pid = 0};
-  if (fcntl(st->ref_fd, F_OFD_GETLK, &l) != 0) return true; /* cannot tell: keep it */
-  return l.l_type != F_UNLCK;
+static void ref_destroy(ref_t *r) {
+  munmap(r->map, REF_SIZE);
+  close(r->fd);
+  free(r);
 }
 
-/* Releases rec's slot if no importer holds it (true), and frees rec. */
-static bool rec_try_release(mn__caching_t *a, mn__share_rec_t *rec) {
-  mn__share_state_t *st = a->share;
-  ref_slot_t *slot = &st->slots[rec->slot];
-  for (;;) {
-    uint64_t word;
-    if (rec_held(st, rec, &word)) return false;
-    /* an importer counting itself in meanwhile makes this fail: checked again */
-    if (atomic_compare_exchange_strong(&slot->word, &word, 0)) break;
+/* Releases export r if no importer holds it (true: r is freed): the write
+ * lock on the exporter's description is granted only without readers. */
+static bool ref_try_release(ref_t *r) {
+  struct flock l = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0, .l_pid = 0};
+  if (fcntl(r->fd, F_OFD_SETLK, &l) != 0) return false; /* held (or cannot tell: kept) */
+  /* under the write lock: an importer whose read lock comes later sees this */
+  atomic_store_explicit(&r->map->state, REF_RELEASED, memory_order_release);
+  ref_destroy(r);
+  return true;
+}
+
+/* Releases the exports of rec that no importer holds, at most *budget of
+ * them (NULL: all); true when none is left (then rec is freed). */
+static bool rec_try_release(mn__share_rec_t *rec, int *budget) {
+  for (ref_t **p = &rec->refs; *p;) {
+    if (budget && (*budget)-- <= 0) return false;
+    ref_t *r = *p, *next = r->next;
+    if (ref_try_release(r)) *p = next;
+    else p = &r->next;
   }
-  atomic_store(&slot->token, 0);
-  st->free_slots[st->nfree++] = rec->slot;
+  if (rec->refs) return false;
   rec->block->share = NULL;
   free(rec);
   return true;
 }
 
+static void parked_unlink(mn__share_state_t *st, mn__share_rec_t *rec) {
+  if (rec->prev) rec->prev->next = rec->next;
+  else st->parked = rec->next;
+  if (rec->next) rec->next->prev = rec->prev;
+  else st->parked_tail = rec->prev;
+  rec->prev = rec->next = NULL;
+  rec->parked = false;
+}
+
+static void parked_append(mn__share_state_t *st, mn__share_rec_t *rec) {
+  rec->parked = true;
+  rec->next = NULL;
+  rec->prev = st->parked_tail;
+  if (rec->prev) rec->prev->next = rec;
+  else st->parked = rec;
+  st->parked_tail = rec;
+}
+
 bool mn__share_park(mn__caching_t *a, mn__block_t *b) {
   mn__share_rec_t *rec = b->share;
   if (rec->parked) return true; /* mn__share_retry unparks before freeing */
-  if (rec_try_release(a, rec)) return false;
-  rec->parked = true;
-  rec->prev = NULL;
-  rec->next = a->share->parked;
-  if (rec->next) rec->next->prev = rec;
-  a->share->parked = rec;
+  if (rec_try_release(rec, NULL)) return false;
+  parked_append(a->share, rec);
   return true;
 }
 
 void mn__share_retry(mn__caching_t *a, bool deep) {
   mn__share_state_t *st = a->share;
+  /* each check is one system call: an allocation checks a few parked exports
+   * (round robin: a block still held goes to the back), deep checks all */
+  int budget = RETRY_BUDGET;
+  mn__share_rec_t *last = st->parked_tail;
   for (mn__share_rec_t *rec = st->parked, *next; rec; rec = next) {
     next = rec->next;
+    bool was_last = rec == last;
     mn__block_t *b = rec->block;
-    /* cheap first: a count of 0 needs no system call; the lock query (which
-     * finds importers that died holding it) only when deep */
-    uint64_t w = atomic_load(&st->slots[rec->slot].word);
-    if (WORD_COUNT(w) != 0 && WORD_GEN(w) == rec->generation) {
-      if (!deep) continue;
-      uint64_t word;
-      if (rec_held(st, rec, &word)) continue;
-    }
-    if (rec->prev) rec->prev->next = rec->next;
-    else st->parked = rec->next;
-    if (rec->next) rec->next->prev = rec->prev;
-    rec->parked = false;
-    if (rec_try_release(a, rec)) mn__free_block(a, b);
-    else mn__share_park(a, b); /* counted in again meanwhile */
+    parked_unlink(st, rec);
+    if (rec_try_release(rec, deep ? NULL : &budget)) mn__free_block(a, b);
+    else parked_append(st, rec);
+    if (was_last || (!deep && budget <= 0)) break;
   }
 }
 
 void mn__share_destroy(mn__caching_t *a) {
-  mn__share_state_t *st = a->share;
   for (mn__segment_t *s = a->segments; s; s = s->next_seg)
     for (mn__block_t *b = s->head; b; b = b->next)
       if (b->share) {
-        free(b->share);
+        mn__share_rec_t *rec = b->share;
+        for (ref_t *r = rec->refs, *next; r; r = next) {
+          next = r->next;
+          /* the block goes with the allocator: no importer may open it later
+           * (those that have it keep their mapping) */
+          atomic_store_explicit(&r->map->state, REF_RELEASED, memory_order_release);
+          ref_destroy(r);
+        }
+        free(rec);
         b->share = NULL;
       }
-  munmap(st->slots, (size_t)REF_SLOTS * sizeof(ref_slot_t));
-  close(st->ref_fd);
-  free(st->free_slots);
-  free(st);
+  free(a->share);
   a->share = NULL;
 }
 
-/* A new export record and slot for b. pre: lock held, a->share made. */
-static mn_status rec_create(const char *func, mn__caching_t *a, mn__block_t *b) {
-  mn__share_state_t *st = a->share;
-  if (st->nfree == 0 && st->next_slot == REF_SLOTS)
-    return mn__error(MN_ERR_OUT_OF_MEMORY, func, "%u blocks of this allocator are exported already", REF_SLOTS);
-  mn__share_rec_t *rec = mn__calloc(1, sizeof *rec);
-  if (!rec) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
-  rec->slot = st->nfree ? st->free_slots[--st->nfree] : st->next_slot++;
-  rec->generation = st->next_gen++;
-  if (st->next_gen == 0) st->next_gen = 1;
-  uint64_t token;
-  do token = mn__random_u64();
-  while (token == 0);
-  rec->token = token;
-  rec->block = b;
-  atomic_store(&st->slots[rec->slot].token, token);
-  atomic_store(&st->slots[rec->slot].word, (uint64_t)rec->generation << 32);
-  b->share = rec;
+/* A new reference file describing h (filled but for ref_fd), sealed; *out
+ * gets the exporter's record and h->ref_fd the read-only description sent. */
+static mn_status ref_create(const char *func, mn_share_handle_t *h, ref_t **out) {
+  ref_file_t f;
+  memset(&f, 0, sizeof f);
+  f.magic = REF_MAGIC;
+  f.layout = MN_SHARE_HANDLE_VERSION;
+  atomic_init(&f.state, REF_LIVE);
+  f.token = h->token;
+  f.pid = h->pid;
+  f.device_type = h->device_type;
+  f.device_index = h->device_index;
+  f.kind = h->kind;
+  f.nfds = h->nfds;
+  f.segment_size = h->segment_size;
+  f.offset = h->offset;
+  f.nbytes = h->nbytes;
+  memcpy(f.ipc, h->ipc, sizeof f.ipc);
+  for (uint32_t i = 0; i < h->nfds; i++) {
+    struct stat sb;
+    if (fstat(h->fds[i], &sb) != 0)
+      return mn__error(MN_ERR_IO, func, "fstat of memory descriptor %d: %s", h->fds[i], strerror(errno));
+    f.piece_offset[i] = h->piece_offset[i];
+    f.piece_length[i] = h->piece_length[i];
+    f.piece_dev[i] = (uint64_t)sb.st_dev;
+    f.piece_ino[i] = (uint64_t)sb.st_ino;
+  }
+  ref_t *r = mn__calloc(1, sizeof *r);
+  if (!r) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
+  r->map = MAP_FAILED;
+  int fd = memfd_create(REF_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING), sent = -1;
+  if (fd >= 0 && ftruncate(fd, (off_t)REF_SIZE) == 0)
+    r->map = mmap(NULL, REF_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (r->map != MAP_FAILED) {
+    /* a child forked from this process gets no writable copy of it */
+    (void)madvise(r->map, REF_SIZE, MADV_DONTFORK);
+    memcpy(r->map, &f, sizeof f);
+    char self[40];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+    /* no write after this but through r->map; then a description of its own
+     * for the receivers (so none of them shares the exporter's locks) */
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) == 0)
+      sent = open(self, O_RDONLY | O_CLOEXEC);
+  }
+  if (sent < 0) {
+    int e = errno;
+    if (r->map != MAP_FAILED) munmap(r->map, REF_SIZE);
+    if (fd >= 0) close(fd);
+    free(r);
+    return mn__error(e == ENOMEM ? MN_ERR_OUT_OF_MEMORY : MN_ERR_IO, func,
+                     "cannot make the export's reference file: %s%s", strerror(e),
+                     e == EMFILE ? " (each live export keeps one descriptor: raise RLIMIT_NOFILE)" : "");
+  }
+  r->fd = fd;
+  h->ref_fd = sent;
+  *out = r;
   return MN_OK;
-}
-
-/* Undoes rec_create for an export that failed (no importer can know the token). */
-static void rec_drop(mn__caching_t *a, mn__block_t *b) {
-  mn__share_state_t *st = a->share;
-  mn__share_rec_t *rec = b->share;
-  atomic_store(&st->slots[rec->slot].word, 0);
-  atomic_store(&st->slots[rec->slot].token, 0);
-  st->free_slots[st->nfree++] = rec->slot;
-  b->share = NULL;
-  free(rec);
 }
 
 static void handle_init(mn_share_handle_t *h) {
@@ -222,17 +269,21 @@ mn_status mn_caching_share_export(mn_allocator_t *al, void *ptr, mn_share_handle
     return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "%s memory cannot be shared with another process", dev);
   mn__lock(&a->lock);
   mn__block_t *b = mn__live_block(a, (uintptr_t)ptr);
-  mn_status st = MN_OK;
   if (!b) {
     mn__unlock(&a->lock);
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "%p is not the start of a live block of this allocator (%s)",
                      ptr, dev);
   }
-  bool fresh = !b->share;
-  st = state_create(__func__, a);
-  if (st == MN_OK && fresh) st = rec_create(__func__, a, b);
   mn_share_handle_t h;
   handle_init(&h);
+  mn_status st = state_create(__func__, a);
+  mn__share_rec_t *rec = b->share;
+  bool fresh = !rec;
+  if (st == MN_OK && fresh) {
+    rec = mn__calloc(1, sizeof *rec);
+    if (!rec) st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
+    else rec->block = b;
+  }
   if (st == MN_OK) {
     h.kind = b->seg->expandable ? MN_SHARE_EXPANDABLE : MN_SHARE_RAW;
     if (!b->seg->expandable && be->ipc_export) { /* CUDA: the segment's IPC handle */
@@ -257,29 +308,66 @@ mn_status mn_caching_share_export(mn_allocator_t *al, void *ptr, mn_share_handle
       st = mn__error(MN_ERR_NOT_SUPPORTED, __func__, "%s cannot share blocks of expandable segments", dev);
     }
   }
-  if (st == MN_OK) {
-    h.ref_fd = fcntl(a->share->ref_fd, F_DUPFD_CLOEXEC, 0);
-    if (h.ref_fd < 0) st = mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "dup of the reference file: %s", strerror(errno));
-  }
-  if (st != MN_OK) {
-    mn_share_handle_close(&h);
-    if (fresh && b->share) rec_drop(a, b);
-    mn__unlock(&a->lock);
-    return mn__error_wrap(st, __func__);
-  }
   h.device_type = (int32_t)al->device.type;
   h.device_index = al->device.index;
   h.pid = (int64_t)getpid();
-  h.token = b->share->token;
-  h.slot = b->share->slot;
-  h.generation = b->share->generation;
   h.nbytes = b->requested;
+  do h.token = mn__random_u64();
+  while (h.token == 0);
+  ref_t *r = NULL;
+  if (st == MN_OK) st = ref_create(__func__, &h, &r);
+  if (st != MN_OK) {
+    mn_share_handle_close(&h);
+    if (fresh) free(rec);
+    mn__unlock(&a->lock);
+    return mn__error_wrap(st, __func__);
+  }
+  r->next = rec->refs;
+  rec->refs = r;
+  b->share = rec;
   mn__unlock(&a->lock);
   *out = h;
   return MN_OK;
 }
 
 /* ---- the handle on the wire -------------------------------------------------------------- */
+
+static pthread_mutex_t g_policy_lock = PTHREAD_MUTEX_INITIALIZER;
+static mn_share_peer_policy_fn g_policy;
+static void *g_policy_ctx;
+
+void mn_share_set_peer_policy(mn_share_peer_policy_fn fn, void *ctx) {
+  pthread_mutex_lock(&g_policy_lock);
+  g_policy = fn;
+  g_policy_ctx = fn ? ctx : NULL;
+  pthread_mutex_unlock(&g_policy_lock);
+}
+
+/* Whether the peer at the other end of sock may be served (the policy, or
+ * by default: the same effective uid as this process). */
+static mn_status check_peer(const char *func, int sock, bool sending) {
+  struct ucred cr;
+  socklen_t len = sizeof cr;
+  memset(&cr, 0, sizeof cr);
+  int rc = getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &len);
+  if (rc != 0 || len != sizeof cr || cr.pid <= 0)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                     "socket %d: cannot tell which process is at the other end (%s): a connected Unix socket is needed",
+                     sock, rc != 0 ? strerror(errno) : "no peer credentials");
+  mn_share_peer_t peer = {.pid = (int64_t)cr.pid, .uid = (uint32_t)cr.uid, .gid = (uint32_t)cr.gid};
+  pthread_mutex_lock(&g_policy_lock);
+  mn_share_peer_policy_fn fn = g_policy;
+  void *ctx = g_policy_ctx;
+  pthread_mutex_unlock(&g_policy_lock);
+  uint32_t me = (uint32_t)geteuid();
+  if (fn ? fn(&peer, sending, ctx) : peer.uid == me) return MN_OK;
+  if (fn)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "socket %d: the peer policy refuses the peer (pid %" PRId64
+                     ", uid %u, gid %u)", sock, peer.pid, peer.uid, peer.gid);
+  return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                   "socket %d: the peer (pid %" PRId64 ", uid %u) is another user than this process (uid %u); "
+                   "mn_share_set_peer_policy can allow it", sock, peer.pid, peer.uid, me);
+}
 
 void mn_share_handle_close(mn_share_handle_t *h) {
   if (!h) return;
@@ -298,6 +386,8 @@ mn_status mn_share_handle_send(int sock, const mn_share_handle_t *h) {
                 MN_SHARE_HANDLE_VERSION);
   MN__CHECK_ARG(h->nfds <= MN_SHARE_MAX_FDS && h->ref_fd >= 0, "a handle with %u memory descriptors and reference "
                 "descriptor %d (closed?)", h->nfds, h->ref_fd);
+  mn_status pst = check_peer(__func__, sock, true);
+  if (pst != MN_OK) return pst;
   int fds[MN_SHARE_MAX_FDS + 1];
   fds[0] = h->ref_fd;
   for (uint32_t i = 0; i < h->nfds; i++) fds[1 + i] = h->fds[i];
@@ -325,6 +415,8 @@ mn_status mn_share_handle_send(int sock, const mn_share_handle_t *h) {
 
 mn_status mn_share_handle_recv(int sock, mn_share_handle_t *out) {
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  mn_status pst = check_peer(__func__, sock, false);
+  if (pst != MN_OK) return pst;
   mn_share_handle_t h;
   union {
     char buf[CMSG_SPACE(sizeof(int) * (MN_SHARE_MAX_FDS + 1))];
@@ -370,15 +462,10 @@ mn_status mn_share_handle_recv(int sock, mn_share_handle_t *out) {
 struct mn__share_import_s {
   mn__share_import_t *next; /* the registry */
   uint64_t token;
-  uint32_t slot, generation;
   mn_device_t dev;
-  int ref_fd;          /* this import's own open file description (its lock lives on it) */
-  void *page;          /* the mapped page of the reference file holding the slot */
-  size_t page_len;
-  ref_slot_t *slot_ptr;
-  bool counted;        /* counted in the slot */
-  bool shared_mem;     /* share_import (else ipc_open) */
-  void *base;          /* the mapping */
+  int ref_fd;      /* this import's own open file description (its read lock lives on it) */
+  bool shared_mem; /* share_import (else ipc_open) */
+  void *base;      /* the mapping */
 };
 
 static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -400,26 +487,17 @@ static void reg_remove(mn__share_import_t *imp) {
   pthread_mutex_unlock(&g_reg_lock);
 }
 
-/* Takes the import out of the slot's count (only the generation it counted in). */
-static void uncount(mn__share_import_t *imp) {
-  if (!imp->counted) return;
-  uint64_t w = atomic_load(&imp->slot_ptr->word);
-  while (WORD_GEN(w) == imp->generation && WORD_COUNT(w) > 0 &&
-         !atomic_compare_exchange_weak(&imp->slot_ptr->word, &w, w - 1)) {
-  }
-  imp->counted = false;
-}
-
 /* Everything but the memory mapping; the registry entry too. */
 static void import_drop(mn__share_import_t *imp) {
-  uncount(imp);
-  if (imp->page) munmap(imp->page, imp->page_len);
-  if (imp->ref_fd >= 0) close(imp->ref_fd); /* drops the lock */
+  if (imp->ref_fd >= 0) close(imp->ref_fd); /* drops the lock: the exporter may release */
   reg_remove(imp);
   free(imp);
 }
 
-static mn_status check_ref_fd(const char *func, int fd, uint32_t slot) {
+/* Refuses fd unless it is a reference file (a memfd of that name and size)
+ * sealed so that nobody can shrink, grow or rewrite it and no seal can be
+ * taken off: what the importer reads from it cannot change under it. */
+static mn_status check_ref_fd(const char *func, int fd) {
   struct stat sb;
   char self[40], link[256];
   snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
@@ -429,8 +507,54 @@ static mn_status check_ref_fd(const char *func, int fd, uint32_t slot) {
     return mn__error(MN_ERR_INVALID_ARGUMENT, func,
                      "the handle's reference descriptor %d is '%.100s', not a mnemo reference file (memfd " REF_NAME ")",
                      fd, link);
-  if ((uint64_t)sb.st_size < (uint64_t)slot_offset(slot) + sizeof(ref_slot_t))
-    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "the handle's slot %u is outside the reference file", slot);
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & REF_SEALS) != REF_SEALS || !(seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)))
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                     "the handle's reference file is not sealed against shrinking, growing, writing and resealing "
+                     "(seals 0x%x): the sender could change or truncate it",
+                     seals < 0 ? 0 : (unsigned)seals);
+  if ((uint64_t)sb.st_size != REF_SIZE)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "the handle's reference file has %lld bytes, not %zu",
+                     (long long)sb.st_size, REF_SIZE);
+  return MN_OK;
+}
+
+/* Whether the handle says what the exporter wrote in the reference file. */
+static mn_status check_bound(const char *func, const mn_share_handle_t *h, const ref_file_t *f) {
+  if (f->magic != REF_MAGIC || f->layout != MN_SHARE_HANDLE_VERSION)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "the handle's reference file is not a version %u export record",
+                     MN_SHARE_HANDLE_VERSION);
+  if (atomic_load_explicit(&f->state, memory_order_acquire) != REF_LIVE)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "stale handle: the exporter has released the block");
+  if (f->token != h->token)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                     "forged or stale handle: its token does not match its reference file");
+  const char *field = NULL;
+  if (f->device_type != h->device_type || f->device_index != h->device_index) field = "device";
+  else if (f->kind != h->kind) field = "kind";
+  else if (f->offset != h->offset) field = "offset";
+  else if (f->nbytes != h->nbytes) field = "nbytes";
+  else if (f->segment_size != h->segment_size) field = "segment_size";
+  else if (f->nfds != h->nfds) field = "nfds";
+  else if (memcmp(f->ipc, h->ipc, sizeof f->ipc) != 0) field = "ipc";
+  for (uint32_t i = 0; !field && i < h->nfds; i++)
+    if (f->piece_offset[i] != h->piece_offset[i] || f->piece_length[i] != h->piece_length[i]) field = "pieces";
+  if (field)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                     "the handle's %s is not what was exported (block [%" PRIu64 ", +%" PRIu64 ") of %" PRIu64
+                     " bytes exported; the handle says [%" PRIu64 ", +%" PRIu64 ") of %" PRIu64 ")",
+                     field, f->offset, f->nbytes, f->segment_size, h->offset, h->nbytes, h->segment_size);
+  return MN_OK;
+}
+
+/* Whether each memory descriptor is the file that was exported. */
+static mn_status check_pieces(const char *func, const mn_share_handle_t *h, const ref_file_t *f) {
+  for (uint32_t i = 0; i < h->nfds; i++) {
+    struct stat sb;
+    if (fstat(h->fds[i], &sb) != 0 || (uint64_t)sb.st_dev != f->piece_dev[i] || (uint64_t)sb.st_ino != f->piece_ino[i])
+      return mn__error(MN_ERR_INVALID_ARGUMENT, func,
+                       "the handle's memory descriptor %u (%d) is not the one that was exported", i, h->fds[i]);
+  }
   return MN_OK;
 }
 
@@ -439,7 +563,8 @@ mn_status mn__share_open(const char *func, mn_device_t dev, const mn_share_handl
   char name[32];
   mn_device_format(dev, name, sizeof name);
   if (h->version != MN_SHARE_HANDLE_VERSION || h->reserved != 0 || h->kind > MN_SHARE_EXPANDABLE)
-    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "not a share handle (version %u, kind %u)", h->version, h->kind);
+    return mn__error(MN_ERR_INVALID_ARGUMENT, func, "not a version %u share handle (version %u, kind %u)",
+                     MN_SHARE_HANDLE_VERSION, h->version, h->kind);
   if (h->device_type != (int32_t)dev.type || h->device_index != dev.index)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "the handle is for device type %d index %d, not %s",
                      h->device_type, h->device_index, name);
@@ -449,7 +574,11 @@ mn_status mn__share_open(const char *func, mn_device_t dev, const mn_share_handl
                      "the handle's block [%" PRIu64 ", +%" PRIu64 ") is not inside its %" PRIu64 "-byte segment "
                      "(or %u descriptors)", h->offset, h->nbytes, h->segment_size, h->nfds);
   uint64_t total = 0;
-  for (uint32_t i = 0; i < h->nfds; i++) total += h->piece_length[i];
+  for (uint32_t i = 0; i < h->nfds; i++) {
+    if (h->piece_length[i] > UINT64_MAX - total)
+      return mn__error(MN_ERR_INVALID_ARGUMENT, func, "the handle's pieces overflow 64 bits");
+    total += h->piece_length[i];
+  }
   if (h->nfds && total != h->segment_size)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "the handle's pieces add up to %" PRIu64 " bytes, not %" PRIu64,
                      total, h->segment_size);
@@ -457,15 +586,12 @@ mn_status mn__share_open(const char *func, mn_device_t dev, const mn_share_handl
   if (h->nfds ? !be->share_import : !be->ipc_open)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%s cannot open a handle of this kind (%s)", name,
                      h->nfds ? "memory descriptors" : "a CUDA IPC handle");
-  if (h->slot >= REF_SLOTS) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "slot %u is out of range", h->slot);
-  mn_status st = check_ref_fd(func, h->ref_fd, h->slot);
+  mn_status st = check_ref_fd(func, h->ref_fd);
   if (st != MN_OK) return st;
 
   mn__share_import_t *imp = mn__calloc(1, sizeof *imp);
   if (!imp) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   imp->token = h->token;
-  imp->slot = h->slot;
-  imp->generation = h->generation;
   imp->dev = dev;
   imp->ref_fd = -1;
   pthread_mutex_lock(&g_reg_lock);
@@ -480,45 +606,40 @@ mn_status mn__share_open(const char *func, mn_device_t dev, const mn_share_handl
     return mn__error(MN_ERR_INVALID_STATE, func, "this handle (token %016" PRIx64 ") is already open in this process",
                      h->token);
   }
-  /* Our own open file description: an OFD lock belongs to it, not to the
-   * exporter's description that SCM_RIGHTS shares, and closing it (or dying)
-   * drops exactly this import's lock. */
+  /* Our own open file description, read-only: an OFD lock belongs to it,
+   * not to the description that SCM_RIGHTS shares with every receiver of
+   * this handle, and closing it (or dying) drops exactly this import's lock. */
   char self[40];
   snprintf(self, sizeof self, "/proc/self/fd/%d", h->ref_fd);
-  imp->ref_fd = open(self, O_RDWR | O_CLOEXEC);
-  long pagesz = sysconf(_SC_PAGESIZE);
-  off_t off = slot_offset(h->slot), page_off = off / pagesz * pagesz;
-  if (imp->ref_fd >= 0) {
-    imp->page_len = (size_t)pagesz;
-    imp->page = mmap(NULL, imp->page_len, PROT_READ | PROT_WRITE, MAP_SHARED, imp->ref_fd, page_off);
-    if (imp->page == MAP_FAILED) imp->page = NULL;
-  }
-  struct flock l = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = off, .l_len = (off_t)sizeof(ref_slot_t),
-                    .l_pid = 0};
-  if (!imp->page || fcntl(imp->ref_fd, F_OFD_SETLK, &l) != 0) {
-    st = mn__error(MN_ERR_IO, func, "cannot map or lock the reference file: %s", strerror(errno));
+  imp->ref_fd = open(self, O_RDONLY | O_CLOEXEC);
+  struct flock l = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0, .l_pid = 0};
+  if (imp->ref_fd < 0) {
+    st = mn__error(MN_ERR_IO, func, "cannot open the reference file: %s", strerror(errno));
     import_drop(imp);
     return st;
   }
-  imp->slot_ptr = (ref_slot_t *)((char *)imp->page + (off - page_off));
-  /* Count ourselves in while the generation is the handle's (the lock is
-   * already held: the exporter sees a count only with a lock behind it). */
-  uint64_t w = atomic_load(&imp->slot_ptr->word);
-  for (;;) {
-    if (WORD_GEN(w) != h->generation) {
-      import_drop(imp);
-      return mn__error(MN_ERR_INVALID_ARGUMENT, func,
-                       "stale handle: the exporter has released block slot %u (generation %u, now %u)", h->slot,
-                       h->generation, WORD_GEN(w));
-    }
-    if (atomic_load(&imp->slot_ptr->token) != h->token) {
-      import_drop(imp);
-      return mn__error(MN_ERR_INVALID_ARGUMENT, func, "forged or stale handle: its token does not match slot %u",
-                       h->slot);
-    }
-    if (atomic_compare_exchange_weak(&imp->slot_ptr->word, &w, w + 1)) break;
+  if (fcntl(imp->ref_fd, F_OFD_SETLK, &l) != 0) {
+    int e = errno;
+    import_drop(imp);
+    if (e == EAGAIN || e == EACCES) /* the exporter's write lock: it is releasing, or released, the block */
+      return mn__error(MN_ERR_INVALID_ARGUMENT, func, "stale handle: the exporter has released the block");
+    return mn__error(MN_ERR_IO, func, "cannot lock the reference file: %s", strerror(e));
   }
-  imp->counted = true;
+  /* Held from here: the exporter cannot release the export until we close.
+   * The file is sealed, so what we read is what the exporter wrote. */
+  ref_file_t f;
+  ssize_t got = pread(imp->ref_fd, &f, sizeof f, 0);
+  if (got != (ssize_t)sizeof f) {
+    st = mn__error(MN_ERR_INVALID_ARGUMENT, func, "cannot read the reference file (%zd bytes: %s)", got,
+                   got < 0 ? strerror(errno) : "short");
+    import_drop(imp);
+    return st;
+  }
+  st = check_bound(func, h, &f);
+  if (st != MN_OK) {
+    import_drop(imp);
+    return st;
+  }
   size_t size = 0;
   if (h->nfds) {
     mn__share_mem_t m;
@@ -530,8 +651,12 @@ mn_status mn__share_open(const char *func, mn_device_t dev, const mn_share_handl
       m.piece_offset[i] = h->piece_offset[i];
       m.piece_length[i] = h->piece_length[i];
     }
-    st = be->share_import(dev.index, &m, &imp->base, &size);
+    st = be->share_import(dev.index, &m, &imp->base, &size); /* checks each piece is sealed */
     imp->shared_mem = true;
+    if (st == MN_OK) {
+      st = check_pieces(func, h, &f);
+      if (st != MN_OK) mn__ignore(be->share_close(dev.index, imp->base));
+    }
   } else {
     st = be->ipc_open(dev.index, h->ipc, &imp->base, &size);
   }
@@ -551,7 +676,7 @@ mn_status mn__share_open(const char *func, mn_device_t dev, const mn_share_handl
 void mn__share_close(mn__share_import_t *imp) {
   if (!imp) return;
   const mn__backend_t *be = mn__backend_for(imp->dev.type);
-  /* close cannot report: the mapping goes before the count, so the exporter
+  /* close cannot report: the mapping goes before the lock, so the exporter
    * never reuses memory we still map */
   mn__ignore(imp->shared_mem ? be->share_close(imp->dev.index, imp->base) : be->ipc_close(imp->dev.index, imp->base));
   import_drop(imp);

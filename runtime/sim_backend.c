@@ -1986,11 +1986,18 @@ static mn_status share_check_fd(int index, int fd, uint64_t off, uint64_t len) {
   snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
   ssize_t n = readlink(self, link, sizeof link - 1);
   link[n < 0 ? 0 : n] = '\0';
-  int seals = fcntl(fd, F_GET_SEALS);
-  if (strcmp(link, SIM_SHARE_LINK) != 0 || seals < 0 || !(seals & F_SEAL_SHRINK))
+  if (strcmp(link, SIM_SHARE_LINK) != 0)
     return mn__error(MN_ERR_INVALID_ARGUMENT, "sim_share_import",
                      "sim:%d: descriptor %d is '%.100s', not SIM shared memory (a sealed memfd " SIM_SHARE_NAME ")",
                      index, fd, link);
+  /* A file the sender can still shrink would kill us with SIGBUS when it
+   * does (mapped below); one it can grow or reseal is not the one exported. */
+  int seals = fcntl(fd, F_GET_SEALS), need = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+  if (seals < 0 || (seals & need) != need)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, "sim_share_import",
+                     "sim:%d: descriptor %d is not sealed against shrinking, growing and resealing (seals 0x%x): "
+                     "refused, its sender could truncate it under the mapping",
+                     index, fd, seals < 0 ? 0 : (unsigned)seals);
   long page = sysconf(_SC_PAGESIZE);
   if (len == 0 || off % (uint64_t)page || len % (uint64_t)page || off > (uint64_t)sb.st_size ||
       len > (uint64_t)sb.st_size - off)

@@ -192,7 +192,9 @@ typedef struct mn_share_handle_s mn_share_handle_t;
  * last reference unmaps it and lets the exporter reuse the block. The
  * handle's descriptors stay the caller's. A handle already open in this
  * process: MN_ERR_INVALID_STATE; a stale handle (the block was released),
- * a forged one (wrong token, descriptors, sizes, device): MN_ERR_INVALID_ARGUMENT. */
+ * a forged or edited one (token, offset, sizes, pieces or device not what was
+ * exported; a descriptor that is not the exported file, or not sealed):
+ * MN_ERR_INVALID_ARGUMENT. Trust model: docs/ALLOCATOR.md. */
 MN_API MN_NODISCARD mn_status mn_storage_from_share_handle(mn_device_t dev, const mn_share_handle_t *h, mn_storage_t **out);
 
 /* ---- debug print -------------------------------------------------------------------- */
