@@ -359,6 +359,19 @@ static mn_status out_of_memory(mn__caching_t *a, size_t nbytes, size_t rounded, 
  * Nothing is released while a capture is under way. pre: lock held (dropped
  * around raw allocations, releases and callbacks). */
 static __attribute__((noinline)) mn__block_t *alloc_slow(mn__caching_t *a, params_t *p, mn_mempool_t *mp) {
+  /* Each allocation polled one stream's pending frees; before memory is
+   * asked for, every completed one is reclaimed (PyTorch's process_events at
+   * the start of every malloc: this lookup then sees the free set PyTorch's
+   * would; the garbage collector counts the two lookups as PyTorch's one,
+   * made after the events). */
+  if (a->queues && !a->ncaptures) {
+    bool gc = gc_enabled(a);
+    if (gc) p->pool->get_free_calls--;
+    bool any = mn__process_events_all(a);
+    mn__block_t *cached = any ? get_free_block(a, p) : NULL;
+    if (gc && !any) p->pool->get_free_calls++;
+    if (cached) return cached;
+  }
   bool capturing = a->ncaptures != 0;
   /* a graph's pool keeps its segments: its replays write to them */
   bool may_release = !capturing && !(mp && mp->graphs);

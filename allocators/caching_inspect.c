@@ -326,10 +326,14 @@ static mn_status check_locked(const mn__caching_t *a) {
     for (const mn__block_t *b = s->head; b; b = b->next) freeing += b->freeing;
   if (a->live.count + freeing != t.allocated)
     BROKEN("pointer map holds %zu entries for %zu allocated blocks", a->live.count, t.allocated);
-  size_t events = 0;
-  for (const mn__pending_t *h = a->queues; h; h = h->qnext) {
+  size_t events = 0, nqueues = 0;
+  const mn__pending_t *h = a->queues;
+  for (size_t q = 0; h && q < a->nqueues; q++, h = h->qnext) {
+    if (h->qnext->qprev != h || h->qprev->qnext != h)
+      BROKEN("stream %llu's pending queue is badly linked in the ring", (unsigned long long)h->stream_id);
     for (const mn__pending_t *o = a->queues; o != h; o = o->qnext)
       if (o->stream_id == h->stream_id) BROKEN("stream %llu has two pending queues", (unsigned long long)o->stream_id);
+    nqueues++;
     for (const mn__pending_t *p = h; p; p = p->next) {
       if (p->block->allocated || p->block->event_count <= 0)
         BROKEN("pending event for block %#lx which is not pending free", (unsigned long)p->block->addr);
@@ -340,6 +344,8 @@ static mn_status check_locked(const mn__caching_t *a) {
       events++;
     }
   }
+  if (h != a->queues || nqueues != a->nqueues)
+    BROKEN("the ring of pending queues does not close after its %zu queues", a->nqueues);
   if (events != a->npending) BROKEN("%zu pending events queued, %zu counted", events, a->npending);
   size_t deferred = 0;
   for (const mn__block_t *b = a->deferred; b && deferred <= t.deferred; b = b->spare_next) {
