@@ -355,6 +355,9 @@ typedef struct mn__caching_s {
   mn__addrmap_t live;       /* allocated blocks by address; data = the block */
   mn__pending_t *queues;    /* the ring of per-stream pending queues, at the next one to poll */
   size_t nqueues;           /* queues in the ring (streams with pending events) */
+  mn__addrmap_t qmap;       /* stream id + 1 -> its queue's head; room kept for every
+                             * stream use not yet freed (nuses_total), so appends cannot fail */
+  size_t nuses_total;       /* stream uses (record_stream) held by blocks, summed */
   uint32_t poll_wait;       /* allocations left before the next poll of the ring */
   uint32_t poll_every;      /* the polls' interval in allocations: 1, doubled by each poll
                              * that retires nothing (up to MN__POLL_EVERY_MAX) */
@@ -540,7 +543,8 @@ mn__pending_t *mn__pending_take(mn__caching_t *a);
 bool mn__use_event_record(mn__caching_t *a, mn_stream_t *stream, mn_event_t **event, mn__pending_t **entry);
 void mn__pending_put(mn__caching_t *a, mn__pending_t *p);
 /* Appends p to its stream's queue (a new queue joins the ring just before
- * the next one to poll): O(streams with pending events). */
+ * the next one to poll): O(1). pre: p's use is still counted in nuses_total
+ * (the map's room for a new queue). */
 void mn__pending_append(mn__caching_t *a, mn__pending_t *p);
 /* Takes every queue out, as one list linked by next (queue after queue). */
 mn__pending_t *mn__pending_detach_all(mn__caching_t *a);

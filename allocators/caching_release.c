@@ -59,22 +59,25 @@ bool mn__use_event_record(mn__caching_t *a, mn_stream_t *stream, mn_event_t **ev
   return false;
 }
 
+/* The queue map's key of a stream (never 0, which marks an empty slot). */
+static uintptr_t qkey(uint64_t stream_id) { return (uintptr_t)stream_id + 1; }
+
 void mn__pending_append(mn__caching_t *a, mn__pending_t *p) {
   p->next = NULL;
   a->npending++;
-  mn__pending_t *first = a->queues;
-  if (first) {
-    mn__pending_t *h = first;
-    do {
-      if (h->stream_id == p->stream_id) {
-        h->qtail->next = p;
-        h->qtail = p;
-        return;
-      }
-      h = h->qnext;
-    } while (h != first);
+  mn__addrmap_entry_t *e = mn__addrmap_find(&a->qmap, qkey(p->stream_id));
+  if (e) {
+    mn__pending_t *h = e->data;
+    h->qtail->next = p;
+    h->qtail = p;
+    return;
   }
-  p->qtail = p; /* the first of its stream: a new queue, polled after the others */
+  /* The first of its stream: a new queue, polled after the others. Room
+   * was kept when the use was recorded (nuses_total counts it still). */
+  mn__pending_t *first = a->queues;
+  MN__ASSERT((a->qmap.count + 1) * 4 <= a->qmap.cap * 3, "no room kept for a new pending queue");
+  mn__addrmap_put(&a->qmap, qkey(p->stream_id), 0, p);
+  p->qtail = p;
   a->nqueues++;
   if (!first) { /* the first pending free: polled by the next allocation */
     p->qnext = p->qprev = p;
@@ -93,7 +96,9 @@ void mn__pending_append(mn__caching_t *a, mn__pending_t *p) {
  * nh in its place. */
 static void queue_replace(mn__caching_t *a, mn__pending_t *h, mn__pending_t *nh) {
   bool alone = h->qnext == h;
+  mn__addrmap_entry_t *e = mn__addrmap_find(&a->qmap, qkey(h->stream_id));
   if (nh) {
+    e->data = nh;
     nh->qtail = h->qtail;
     if (alone) {
       nh->qnext = nh->qprev = nh;
@@ -106,6 +111,7 @@ static void queue_replace(mn__caching_t *a, mn__pending_t *h, mn__pending_t *nh)
     if (a->queues == h) a->queues = nh;
     return;
   }
+  mn__addrmap_remove_entry(&a->qmap, e);
   a->nqueues--;
   if (alone) {
     a->queues = NULL;
@@ -121,6 +127,7 @@ mn__pending_t *mn__pending_detach_all(mn__caching_t *a) {
   for (size_t i = 0, n = a->nqueues; i < n; i++) {
     mn__pending_t *h = a->queues;
     a->queues = h->qnext;
+    (void)mn__addrmap_remove(&a->qmap, qkey(h->stream_id), NULL);
     *end = h;
     end = &h->qtail->next;
   }

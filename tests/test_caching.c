@@ -783,6 +783,7 @@ static bool pf_is_pending_block(char *const *blk, const void *p) {
 }
 
 /* Frees pending on more streams than every allocation polls (MN__POLL_ALL_MAX):
+ * record_stream fails cleanly without host memory for the queue map's room;
  * a cached pair makes a bounded number of event queries whatever the streams
  * (it made one per stream: 100 per allocation); a block comes back exactly
  * when its stream passes its free, never before; an allocation that needs
@@ -795,6 +796,15 @@ MN_TEST(pending_frees_many_streams) {
   mn_stream_t *s[PF_STREAMS];
   char *blk[PF_BLOCKS];
   for (int i = 0; i < PF_STREAMS; i++) s[i] = new_stream();
+  /* A record_stream that cannot have the host memory for its queue's room
+   * changes nothing: the free that follows needs no event. */
+  void *h = alloc_on(a, 4 * KB, NULL);
+  mn__hostmem_fail_nth(1);
+  MN_CHECK_ERR(mn_allocator_record_stream(a, h, s[0]), MN_ERR_OUT_OF_MEMORY, "stream use");
+  mn__hostmem_fail_nth(0);
+  inv(a);
+  MN_CHECK_OK(mn_allocator_free(a, h));
+  MN_CHECK(stats_of(a).active[MN_POOL_ALL].current == 0);
   for (int i = 0; i < PF_BLOCKS; i++) blk[i] = alloc_on(a, 4 * KB, NULL);
   MN_CHECK(stats_of(a).num_device_alloc == 1); /* one segment, full */
   /* Block i: work queued on stream i % PF_STREAMS (not run), its use recorded, freed. */
