@@ -359,6 +359,20 @@ static mn_status out_of_memory(mn__caching_t *a, size_t nbytes, size_t rounded, 
  * Nothing is released while a capture is under way. pre: lock held (dropped
  * around raw allocations, releases and callbacks). */
 static __attribute__((noinline)) mn__block_t *alloc_slow(mn__caching_t *a, params_t *p, mn_mempool_t *mp) {
+  /* With more than MN__POLL_ALL_MAX streams holding pending frees, this
+   * allocation polled at most one (mn__process_events); before memory is
+   * asked for, every completed one is reclaimed (PyTorch's process_events at
+   * the start of every malloc: this lookup then sees the free set PyTorch's
+   * would; the garbage collector counts the two lookups as PyTorch's one,
+   * made after the events). With fewer, the allocation polled them all. */
+  if (a->nqueues > MN__POLL_ALL_MAX && !a->ncaptures) {
+    bool gc = gc_enabled(a);
+    if (gc) p->pool->get_free_calls--;
+    bool any = mn__process_events_all(a);
+    mn__block_t *cached = any ? get_free_block(a, p) : NULL;
+    if (gc && !any) p->pool->get_free_calls++;
+    if (cached) return cached;
+  }
   bool capturing = a->ncaptures != 0;
   /* a graph's pool keeps its segments: its replays write to them */
   bool may_release = !capturing && !(mp && mp->graphs);
@@ -569,6 +583,7 @@ static __attribute__((noinline)) mn_status free_with_uses(mn__caching_t *a, mn__
    * longer needed, and may be destroyed from here on (ids are never reused,
    * so the pending entries' stream_id can name no other stream). */
   for (uint32_t i = 0; i < n; i++) mn__stream_unhold(b->uses[i].stream);
+  a->nuses_total -= n;
   b->nuses = 0;
   if (b->event_count == 0) mn__free_block(a, b);
   unlock(a);
@@ -585,6 +600,12 @@ static mn_status caching_record_stream(mn_allocator_t *self, void *ptr, mn_strea
   if (id == b->stream_id) goto done; /* uses on the allocating stream need nothing */
   for (uint32_t i = 0; i < b->nuses; i++)
     if (b->uses[i].id == id) goto done;
+  /* Room in the queue map for the queue this use's event may start at free
+   * (room for one per use held: mn__pending_append cannot fail). */
+  if (mn__addrmap_reserve(&a->qmap, a->nuses_total + 1) != MN_OK) {
+    unlock(a);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a stream use");
+  }
   if (b->nuses == b->cap_uses) {
     uint32_t cap = b->cap_uses ? 2 * b->cap_uses : 2;
     mn__use_t *grown = mn__realloc(b->uses, cap * sizeof *grown);
@@ -597,6 +618,7 @@ static mn_status caching_record_stream(mn_allocator_t *self, void *ptr, mn_strea
   }
   mn__stream_hold(stream); /* the pointer is kept until free records its event */
   b->uses[b->nuses++] = (mn__use_t){id, stream, 0};
+  a->nuses_total++;
 done:
   unlock(a);
   return MN_OK;
@@ -681,6 +703,7 @@ static void caching_destroy(mn_allocator_t *self) {
     free(p);
   }
   mn__addrmap_fini(&a->live);
+  mn__addrmap_fini(&a->qmap);
   mn__fset_fini(&a->small.fs);
   mn__fset_fini(&a->large.fs);
   pthread_rwlock_destroy(&a->cb_lock);

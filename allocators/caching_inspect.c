@@ -128,6 +128,7 @@ typedef struct tally_s {
 #undef MN__TALLY_FIELD
   int64_t oversize_allocations, oversize_segments;
   size_t allocated, events, segments, exp_segments, deferred;
+  size_t uses; /* stream uses listed by the blocks */
 } tally_t;
 
 #define BROKEN(...) return mn__error(MN_ERR_INTERNAL, "check_invariants", __VA_ARGS__)
@@ -146,6 +147,7 @@ static mn_status check_block(const mn__caching_t *a, const mn__segment_t *s, con
   if (b->size == 0 || (b->mapped && b->size % MN__MIN_BLOCK))
     BROKEN("block %#lx: size %zu is not a positive multiple of 512", addr, b->size);
   if (!b->mapped && !s->expandable) BROKEN("block %#lx: unmapped inside a raw segment", addr);
+  t->uses += b->nuses;
   if (b->allocated || b->event_count > 0 || b->deferred || mn__block_parked(b)) {
     if (b->where != MN__IN_NONE) BROKEN("block %#lx: active but in a free set", addr);
     if (!b->mapped) BROKEN("block %#lx: active but unmapped", addr);
@@ -326,10 +328,15 @@ static mn_status check_locked(const mn__caching_t *a) {
     for (const mn__block_t *b = s->head; b; b = b->next) freeing += b->freeing;
   if (a->live.count + freeing != t.allocated)
     BROKEN("pointer map holds %zu entries for %zu allocated blocks", a->live.count, t.allocated);
-  size_t events = 0;
-  for (const mn__pending_t *h = a->queues; h; h = h->qnext) {
-    for (const mn__pending_t *o = a->queues; o != h; o = o->qnext)
-      if (o->stream_id == h->stream_id) BROKEN("stream %llu has two pending queues", (unsigned long long)o->stream_id);
+  size_t events = 0, nqueues = 0;
+  const mn__pending_t *h = a->queues;
+  for (size_t q = 0; h && q < a->nqueues; q++, h = h->qnext) {
+    if (h->qnext->qprev != h || h->qprev->qnext != h)
+      BROKEN("stream %llu's pending queue is badly linked in the ring", (unsigned long long)h->stream_id);
+    const mn__addrmap_entry_t *e = mn__addrmap_find(&a->qmap, (uintptr_t)h->stream_id + 1);
+    if (!e || e->data != h) /* one head per stream id: no stream has two queues */
+      BROKEN("stream %llu's pending queue is not the one its map entry names", (unsigned long long)h->stream_id);
+    nqueues++;
     for (const mn__pending_t *p = h; p; p = p->next) {
       if (p->block->allocated || p->block->event_count <= 0)
         BROKEN("pending event for block %#lx which is not pending free", (unsigned long)p->block->addr);
@@ -340,6 +347,12 @@ static mn_status check_locked(const mn__caching_t *a) {
       events++;
     }
   }
+  if (h != a->queues || nqueues != a->nqueues)
+    BROKEN("the ring of pending queues does not close after its %zu queues", a->nqueues);
+  if (a->qmap.count != a->nqueues) BROKEN("%zu pending queues, %zu in their map", a->nqueues, a->qmap.count);
+  if (t.uses != a->nuses_total) BROKEN("%zu stream uses listed by blocks, %zu counted", t.uses, a->nuses_total);
+  if ((a->qmap.count + a->nuses_total) * 4 > a->qmap.cap * 3)
+    BROKEN("the queue map has no room kept for the queues of %zu stream uses", a->nuses_total);
   if (events != a->npending) BROKEN("%zu pending events queued, %zu counted", events, a->npending);
   size_t deferred = 0;
   for (const mn__block_t *b = a->deferred; b && deferred <= t.deferred; b = b->spare_next) {

@@ -322,15 +322,17 @@ typedef struct mn__callback_s {
 /* An outstanding event of a pending-free block. One queue per stream the
  * events were recorded on, in record order: a stream's events complete in
  * that order, so only each queue's head needs asking (as PyTorch's per-stream
- * deques). A queue is its head entry: the heads are linked by qnext and keep
- * the tail, so queues cost no allocation. */
+ * deques). A queue is its head entry: the heads form a ring (qnext, qprev),
+ * the order in which allocations poll them, and keep the tail, so queues cost
+ * no allocation. */
 typedef struct mn__pending_s {
   mn_event_t *event;
   mn__block_t *block;
   uint64_t stream_id; /* the stream the event was recorded on */
   bool failed;        /* its synchronize failed (synchronize_and_free_events) */
   struct mn__pending_s *next;  /* the next in this stream's queue (or spare list) */
-  struct mn__pending_s *qnext; /* heads only: the next stream's queue */
+  struct mn__pending_s *qnext; /* heads only: the next stream's queue in the ring */
+  struct mn__pending_s *qprev; /* heads only: the previous one */
   struct mn__pending_s *qtail; /* heads only: this queue's last entry */
 } mn__pending_t;
 
@@ -351,7 +353,14 @@ typedef struct mn__caching_s {
   size_t nsegments;
   size_t exp_segments;      /* how many of them are expandable */
   mn__addrmap_t live;       /* allocated blocks by address; data = the block */
-  mn__pending_t *queues;    /* the heads of the per-stream pending queues */
+  mn__pending_t *queues;    /* the ring of per-stream pending queues, at the next one to poll */
+  size_t nqueues;           /* queues in the ring (streams with pending events) */
+  mn__addrmap_t qmap;       /* stream id + 1 -> its queue's head; room kept for every
+                             * stream use not yet freed (nuses_total), so appends cannot fail */
+  size_t nuses_total;       /* stream uses (record_stream) held by blocks, summed */
+  uint32_t poll_wait;       /* allocations left before the next poll of the ring */
+  uint32_t poll_every;      /* the polls' interval in allocations: 1, doubled by each poll
+                             * that retires nothing (up to MN__POLL_EVERY_MAX) */
   size_t npending;          /* entries in them */
   size_t pending_waited;    /* events taken off the list while a synchronize waits on them */
   mn__pending_t *spare_pending;
@@ -533,13 +542,29 @@ mn__pending_t *mn__pending_take(mn__caching_t *a);
  * fails. The entry is not filled in or queued. */
 bool mn__use_event_record(mn__caching_t *a, mn_stream_t *stream, mn_event_t **event, mn__pending_t **entry);
 void mn__pending_put(mn__caching_t *a, mn__pending_t *p);
-/* Appends p to its stream's queue: O(streams with pending events). */
+/* Appends p to its stream's queue (a new queue joins the ring just before
+ * the next one to poll): O(1). pre: p's use is still counted in nuses_total
+ * (the map's room for a new queue). */
 void mn__pending_append(mn__caching_t *a, mn__pending_t *p);
 /* Takes every queue out, as one list linked by next (queue after queue). */
 mn__pending_t *mn__pending_detach_all(mn__caching_t *a);
 /* PyTorch's free_block: merge with free neighbours, cache, update the counters. */
 void mn__free_block(mn__caching_t *a, mn__block_t *b);
-void mn__process_events_slow(mn__caching_t *a);
+/* While at most this many streams hold pending frees, every allocation polls
+ * them all (PyTorch's process_events, exactly). */
+#define MN__POLL_ALL_MAX 16u
+/* Beyond, the longest interval, in allocations, between two polls. */
+#define MN__POLL_EVERY_MAX 64u
+/* An allocation's poll. With at most MN__POLL_ALL_MAX streams in the ring:
+ * all of them, and the next allocation polls again. With more: the next
+ * stream of the ring (one event query when nothing completed), its completed
+ * events retired, the ring turned by one; the next poll comes with the next
+ * allocation when this one retired an event, else after twice as many
+ * allocations as this one waited (at most MN__POLL_EVERY_MAX). */
+void mn__poll_events_slow(mn__caching_t *a);
+/* Retires the completed events of every stream (PyTorch's process_events):
+ * O(streams with pending events). Whether any event was retired. */
+bool mn__process_events_all(mn__caching_t *a);
 /* ---- caching_share.c: blocks shared with other processes -----------------------------
  * A freed block whose importers still hold it is parked: active, pending free
  * (as a block waiting for events), retried with the pending events, by
@@ -559,9 +584,14 @@ static inline bool mn__block_parked(const mn__block_t *b) { return b->share && !
 bool mn__is_caching(const mn_allocator_t *al);
 /* ---- end of the sharing hooks ---- */
 
-/* Retires completed events without blocking (nothing to do: inline). */
+/* An allocation's share of retiring completed events, without blocking
+ * (nothing pending, or not its turn: inline): every stream's while few hold
+ * pending frees, else at most one stream's, in turn, so the work per
+ * allocation does not grow with the streams. The allocation that misses the
+ * cache retires every stream's (mn__process_events_all) before it asks the
+ * device for memory. */
 static inline void mn__process_events(mn__caching_t *a) {
-  if (a->queues) mn__process_events_slow(a);
+  if (a->queues && a->poll_wait-- == 0) mn__poll_events_slow(a);
   if (__builtin_expect(a->share != NULL, 0)) mn__share_retry(a, false);
 }
 /* Takes a whole unused raw segment out of the books, onto rel. */

@@ -187,6 +187,7 @@ static void deferred_poll(mn__caching_t *a, mn_stream_t *stream, uint64_t sid) {
     b->spare_next = NULL;
     b->deferred = false;
     for (uint32_t i = 0; i < b->nuses; i++) mn__stream_unhold(b->uses[i].stream);
+    a->nuses_total -= b->nuses;
     b->nuses = 0;
     mn__free_block(a, b);
   }
@@ -425,6 +426,7 @@ static void deferred_to_events(mn__caching_t *a) {
       }
       mn__stream_unhold(b->uses[i].stream);
     }
+    a->nuses_total -= b->nuses;
     b->nuses = 0;
     if (b->event_count == 0) mn__free_block(a, b);
   }

@@ -59,28 +59,80 @@ bool mn__use_event_record(mn__caching_t *a, mn_stream_t *stream, mn_event_t **ev
   return false;
 }
 
+/* The queue map's key of a stream (never 0, which marks an empty slot). */
+static uintptr_t qkey(uint64_t stream_id) { return (uintptr_t)stream_id + 1; }
+
 void mn__pending_append(mn__caching_t *a, mn__pending_t *p) {
   p->next = NULL;
   a->npending++;
-  for (mn__pending_t *h = a->queues; h; h = h->qnext)
-    if (h->stream_id == p->stream_id) {
-      h->qtail->next = p;
-      h->qtail = p;
-      return;
-    }
-  p->qnext = a->queues; /* the first of its stream */
+  mn__addrmap_entry_t *e = mn__addrmap_find(&a->qmap, qkey(p->stream_id));
+  if (e) {
+    mn__pending_t *h = e->data;
+    h->qtail->next = p;
+    h->qtail = p;
+    return;
+  }
+  /* The first of its stream: a new queue, polled after the others. Room
+   * was kept when the use was recorded (nuses_total counts it still). */
+  mn__pending_t *first = a->queues;
+  MN__ASSERT((a->qmap.count + 1) * 4 <= a->qmap.cap * 3, "no room kept for a new pending queue");
+  mn__addrmap_put(&a->qmap, qkey(p->stream_id), 0, p);
   p->qtail = p;
-  a->queues = p;
+  a->nqueues++;
+  if (!first) { /* the first pending free: polled by the next allocation */
+    p->qnext = p->qprev = p;
+    a->queues = p;
+    a->poll_every = 1;
+    a->poll_wait = 0;
+    return;
+  }
+  p->qnext = first;
+  p->qprev = first->qprev;
+  first->qprev->qnext = p;
+  first->qprev = p;
+}
+
+/* Takes the queue head h off the ring, or (nh: its queue's next entry) puts
+ * nh in its place. */
+static void queue_replace(mn__caching_t *a, mn__pending_t *h, mn__pending_t *nh) {
+  bool alone = h->qnext == h;
+  mn__addrmap_entry_t *e = mn__addrmap_find(&a->qmap, qkey(h->stream_id));
+  if (nh) {
+    e->data = nh;
+    nh->qtail = h->qtail;
+    if (alone) {
+      nh->qnext = nh->qprev = nh;
+    } else {
+      nh->qnext = h->qnext;
+      nh->qprev = h->qprev;
+      nh->qprev->qnext = nh;
+      nh->qnext->qprev = nh;
+    }
+    if (a->queues == h) a->queues = nh;
+    return;
+  }
+  mn__addrmap_remove_entry(&a->qmap, e);
+  a->nqueues--;
+  if (alone) {
+    a->queues = NULL;
+    return;
+  }
+  h->qprev->qnext = h->qnext;
+  h->qnext->qprev = h->qprev;
+  if (a->queues == h) a->queues = h->qnext;
 }
 
 mn__pending_t *mn__pending_detach_all(mn__caching_t *a) {
   mn__pending_t *list = NULL, **end = &list;
-  for (mn__pending_t *h = a->queues, *next; h; h = next) {
-    next = h->qnext;
+  for (size_t i = 0, n = a->nqueues; i < n; i++) {
+    mn__pending_t *h = a->queues;
+    a->queues = h->qnext;
+    (void)mn__addrmap_remove(&a->qmap, qkey(h->stream_id), NULL);
     *end = h;
     end = &h->qtail->next;
   }
   a->queues = NULL;
+  a->nqueues = 0;
   a->npending = 0;
   return list;
 }
@@ -128,33 +180,67 @@ void mn__free_block(mn__caching_t *a, mn__block_t *b) {
 #undef MN__FREED_STATS
 }
 
-/* Retires completed events without blocking: each stream's queue from its
- * head, stopping at the first not done (a failed query counts as not done
- * yet). O(streams with pending events + events retired). */
-void mn__process_events_slow(mn__caching_t *a) {
-  if (a->ncaptures) return; /* no event queries while a capture is under way (as PyTorch) */
-  mn__pending_t **pp = &a->queues;
-  while (*pp) {
-    mn__pending_t *h = *pp;
+/* Retires the completed events at the head of queue h, in record order,
+ * stopping at the first not done (a failed query counts as not done yet).
+ * Whether any was retired. */
+static bool queue_retire(mn__caching_t *a, mn__pending_t *h) {
+  bool any = false;
+  for (;;) {
     bool done = false;
-    if (mn_event_query(h->event, &done) != MN_OK || !done) {
-      pp = &h->qnext;
-      continue;
-    }
+    if (mn_event_query(h->event, &done) != MN_OK || !done) return any;
     mn__pending_t *nh = h->next; /* the queue's new head, or the queue goes */
-    if (nh) {
-      nh->qnext = h->qnext;
-      nh->qtail = h->qtail;
-      *pp = nh;
-    } else {
-      *pp = h->qnext;
-    }
+    queue_replace(a, h, nh);
     a->npending--;
     mn__block_t *b = h->block;
     mn__event_put(a, h->event);
     mn__pending_put(a, h);
     if (--b->event_count == 0) mn__free_block(a, b);
+    any = true;
+    if (!nh) return true;
+    h = nh;
   }
+}
+
+/* Polls back off while they find nothing, and come back to every allocation
+ * as soon as an event is retired or few streams are left. */
+static void poll_interval(mn__caching_t *a, bool retired) {
+  if (retired || a->nqueues <= MN__POLL_ALL_MAX) a->poll_every = 1;
+  else if (a->poll_every < MN__POLL_EVERY_MAX) a->poll_every = a->poll_every ? 2 * a->poll_every : 1;
+  a->poll_wait = a->poll_every - 1;
+}
+
+/* Few streams: all of them. Else one, in turn: the ring turns first, so the
+ * next poll asks the next stream whatever this one retires. O(1 + events
+ * retired) beyond MN__POLL_ALL_MAX streams. */
+void mn__poll_events_slow(mn__caching_t *a) {
+  if (a->ncaptures) { /* no event queries while a capture is under way (as PyTorch) */
+    poll_interval(a, false);
+    return;
+  }
+  if (a->nqueues <= MN__POLL_ALL_MAX) {
+    (void)mn__process_events_all(a);
+    poll_interval(a, true);
+    return;
+  }
+  mn__pending_t *h = a->queues;
+  a->queues = h->qnext;
+  poll_interval(a, queue_retire(a, h));
+}
+
+/* Every stream once, from the next to poll. Retiring a queue changes only its
+ * own place in the ring (its new head, or it leaves), so the successor taken
+ * before stays valid. O(streams with pending events + events retired). */
+bool mn__process_events_all(mn__caching_t *a) {
+  if (a->ncaptures || !a->queues) return false; /* no event queries during a capture (as PyTorch) */
+  bool any = false;
+  mn__pending_t *h = a->queues;
+  for (size_t i = 0, n = a->nqueues; i < n; i++) {
+    mn__pending_t *next = h->qnext;
+    any |= queue_retire(a, h);
+    h = next;
+  }
+  if (any) poll_interval(a, true);
+  return any;
 }
 
 /* Waits for every outstanding event (lock dropped while waiting), then frees

@@ -4,7 +4,11 @@
  * (cudaMallocAsync from a pool of its own); 1-16 threads on SIM; one failed
  * (out-of-memory) allocation with 10, 1k and 100k cached blocks; the cached
  * pair on SIM fed to the ring recorder without and with C stacks
- * (recorder_pair/0, /16, /64: max frames).
+ * (recorder_pair/0, /16, /64: max frames); the cached pair on SIM with frees
+ * pending on 0, 1, 16, 17, 1,000 and 10,000 other streams
+ * (pending_streams_pair/S: one free after record_stream on each stream, whose
+ * work never runs; up to 16 streams every allocation polls them all, beyond
+ * at most one, backing off).
  * Single-threaded bodies except the threads benchmark. */
 #include <pthread.h>
 #include <stdio.h>
@@ -65,6 +69,53 @@ static void bench_pair(mn_bench_t *b, void *arg) {
   mn_bench_counter(b, "device_allocs", (double)st.num_device_alloc);
   mn_bench_set_items(b, 1);
   cool(a, cached, live);
+}
+
+static void never_runs(void *arg) { (void)arg; }
+
+/* The cached pair of bench_pair (10 cached blocks, SIM) with one free pending
+ * on each of arg 0 other streams: a block allocated on the default stream,
+ * recorded on the stream (whose queued host function the SIM device runs only
+ * when the stream is advanced or synchronized, so its event never completes)
+ * and freed, after the cached blocks are laid out. Sizes of 33..64 x 512 B:
+ * never the pair's size. Reports the frees still pending at the end (all of
+ * them: none completed). */
+static void bench_pending_streams(mn_bench_t *b, void *arg) {
+  const mn_device_t *dev = arg;
+  int64_t nstreams = mn_bench_arg(b, 0);
+  mn_allocator_t *a = NULL;
+  if (mn_caching_allocator_create(*dev, NULL, &a) != MN_OK) die("create");
+  const int64_t cached = 10; /* first, so that they lie as bench_pair's (warm()) */
+  void **live = malloc(sizeof(void *) * (size_t)(2 * cached + 1));
+  if (!live) die("malloc");
+  for (int64_t i = 0; i < 2 * cached + 1; i++) MN_BENCH_OK(mn_allocator_alloc(a, size_of(i / 2), NULL, &live[i]));
+  for (int64_t i = 1; i < 2 * cached + 1; i += 2) MN_BENCH_OK(mn_allocator_free(a, live[i]));
+  mn_stream_t **streams = calloc((size_t)nstreams + 1, sizeof *streams);
+  if (!streams) die("calloc");
+  for (int64_t i = 0; i < nstreams; i++) {
+    void *p = NULL;
+    MN_BENCH_OK(mn_stream_create(*dev, &streams[i]));
+    MN_BENCH_OK(mn_stream_launch_host(streams[i], never_runs, NULL));
+    MN_BENCH_OK(mn_allocator_alloc(a, size_of(32 + i % 32), NULL, &p));
+    MN_BENCH_OK(mn_allocator_record_stream(a, p, streams[i]));
+    MN_BENCH_OK(mn_allocator_free(a, p));
+  }
+  size_t want = size_of(cached / 2);
+  void *p = NULL;
+  while (mn_bench_next(b)) {
+    MN_BENCH_OK(mn_allocator_alloc(a, want, NULL, &p));
+    MN_BENCH_OK(mn_allocator_free(a, p));
+  }
+  mn_alloc_stats_t st; /* active = live blocks + frees still pending */
+  MN_BENCH_OK(mn_allocator_get_stats(a, &st));
+  mn_bench_counter(b, "still_pending", (double)(st.active[MN_POOL_ALL].current - (cached + 1)));
+  mn_bench_set_items(b, 1);
+  for (int64_t i = 0; i < 2 * cached + 1; i += 2) MN_BENCH_OK(mn_allocator_free(a, live[i]));
+  free(live);
+  for (int64_t i = 0; i < nstreams; i++) MN_BENCH_OK(mn_stream_synchronize(streams[i]));
+  mn_allocator_destroy(a);
+  for (int64_t i = 0; i < nstreams; i++) MN_BENCH_OK(mn_stream_destroy(streams[i]));
+  free(streams);
 }
 
 /* The cached pair of bench_pair (10 cached blocks, SIM) with the allocator's
@@ -217,6 +268,9 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 3; i++) mn_bench_register("caching/failed_alloc", bench_failed_alloc, &sim, 1, &cached[i]);
   static const int64_t frames[] = {0, 16, 64};
   for (int i = 0; i < 3; i++) mn_bench_register("caching/recorder_pair", bench_recorder_pair, &sim, 1, &frames[i]);
+  static const int64_t nstreams[] = {0, 1, 16, 17, 1000, 10000};
+  for (int i = 0; i < 6; i++)
+    mn_bench_register("caching/pending_streams_pair", bench_pending_streams, &sim, 1, &nstreams[i]);
   int ncuda = 0;
   if (mn_device_count(MN_DEVICE_CUDA, &ncuda) == MN_OK && ncuda > 0) {
     for (int i = 0; i < 3; i++) mn_bench_register("caching/cuda/alloc_free_pair", bench_pair, &cuda, 1, &cached[i]);

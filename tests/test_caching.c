@@ -772,6 +772,125 @@ MN_TEST(failed_free_keeps_stream_holds) {
   done(a);
 }
 
+/* ---- many streams holding pending frees ---------------------------------------------- */
+
+enum { PF_STREAMS = 100, PF_BLOCKS = 512 }; /* 512 x 4 KiB: one whole 2 MiB small segment */
+
+static bool pf_is_pending_block(char *const *blk, const void *p) {
+  for (int i = 0; i < PF_BLOCKS; i++)
+    if (blk[i] == p) return true;
+  return false;
+}
+
+/* Frees pending on more streams than every allocation polls (MN__POLL_ALL_MAX):
+ * record_stream fails cleanly without host memory for the queue map's room;
+ * a cached pair makes a bounded number of event queries whatever the streams
+ * (it made one per stream: 100 per allocation); a block comes back exactly
+ * when its stream passes its free, never before; an allocation that needs
+ * memory first reclaims every completed pending free (no new segment while
+ * one is reusable); and with no allocation missing the cache, every completed
+ * free is still reclaimed within MN__POLL_EVERY_MAX allocations per stream. */
+MN_TEST(pending_frees_many_streams) {
+  MN_CHECK(PF_STREAMS > MN__POLL_ALL_MAX);
+  mn_allocator_t *a = mk(NULL);
+  mn_stream_t *s[PF_STREAMS];
+  char *blk[PF_BLOCKS];
+  for (int i = 0; i < PF_STREAMS; i++) s[i] = new_stream();
+  /* A record_stream that cannot have the host memory for its queue's room
+   * changes nothing: the free that follows needs no event. */
+  void *h = alloc_on(a, 4 * KB, NULL);
+  mn__hostmem_fail_nth(1);
+  MN_CHECK_ERR(mn_allocator_record_stream(a, h, s[0]), MN_ERR_OUT_OF_MEMORY, "stream use");
+  mn__hostmem_fail_nth(0);
+  inv(a);
+  MN_CHECK_OK(mn_allocator_free(a, h));
+  MN_CHECK(stats_of(a).active[MN_POOL_ALL].current == 0);
+  for (int i = 0; i < PF_BLOCKS; i++) blk[i] = alloc_on(a, 4 * KB, NULL);
+  MN_CHECK(stats_of(a).num_device_alloc == 1); /* one segment, full */
+  /* Block i: work queued on stream i % PF_STREAMS (not run), its use recorded, freed. */
+  for (int i = 0; i < PF_BLOCKS; i++) {
+    mn_stream_t *u = s[i % PF_STREAMS];
+    MN_CHECK_OK(mn_memset_async(SIM0, blk[i], 1 + i % 200, 64, u));
+    MN_CHECK_OK(mn_allocator_record_stream(a, blk[i], u));
+    MN_CHECK_OK(mn_allocator_free(a, blk[i]));
+  }
+  inv(a);
+  MN_CHECK(stats_of(a).active[MN_POOL_ALL].current == PF_BLOCKS);
+
+  /* 1. Nothing completes: the first allocation misses (every stream polled,
+   * none passed: a new segment); then cached pairs, each querying less than
+   * one event on average (the query after PAIRS would fail: it never comes). */
+  void *warm = alloc_on(a, 4 * KB, NULL);
+  MN_CHECK(!pf_is_pending_block(blk, warm) && stats_of(a).num_device_alloc == 2);
+  MN_CHECK_OK(mn_allocator_free(a, warm));
+  enum { PAIRS = 2000 };
+  uint64_t fired = sim_stats().faults_fired;
+  MN_CHECK_OK(mn_sim_fault_inject(SIM0, MN_SIM_FAULT_EVENT_QUERY, PAIRS + 1, 1));
+  for (int k = 0; k < PAIRS; k++) {
+    void *q = alloc_on(a, 4 * KB, NULL);
+    MN_CHECK(q == warm);
+    MN_CHECK_OK(mn_allocator_free(a, q));
+  }
+  MN_CHECK(sim_stats().faults_fired == fired);
+  MN_CHECK_OK(mn_sim_fault_clear(SIM0));
+  MN_CHECK(stats_of(a).active[MN_POOL_ALL].current == PF_BLOCKS);
+  inv(a);
+
+  /* 2. The second segment filled: from here on an allocation misses the cache
+   * unless a pending free is reclaimed. */
+  void *fill[PF_BLOCKS];
+  for (int i = 0; i < PF_BLOCKS; i++) fill[i] = alloc_on(a, 4 * KB, NULL);
+  MN_CHECK(stats_of(a).num_device_alloc == 2);
+
+  /* 3. Stream 37 passes its first free only (blocks 37, 137, ... wait behind
+   * their own work): block 37, and only it, comes back, its work done, and no
+   * memory is asked for. */
+  size_t ran = 0;
+  MN_CHECK_OK(mn_sim_stream_advance(s[37], 1, &ran));
+  MN_CHECK(ran == 1);
+  char *q = alloc_on(a, 4 * KB, NULL);
+  MN_CHECK(q == blk[37] && (unsigned char)q[0] == 1 + 37);
+  mn_alloc_stats_t st = stats_of(a);
+  MN_CHECK(st.num_device_alloc == 2 && st.active[MN_POOL_ALL].current == 2 * PF_BLOCKS);
+  inv(a);
+
+  /* 4. Every stream passes: the next allocation, which needs memory, reclaims
+   * all of them first (they merge: a 64 KiB block fits where they lay). */
+  for (int i = 0; i < PF_STREAMS; i++) MN_CHECK_OK(mn_stream_synchronize(s[i]));
+  char *big = alloc_on(a, 64 * KB, NULL);
+  st = stats_of(a);
+  MN_CHECK(pf_is_pending_block(blk, big));
+  MN_CHECK(st.num_device_alloc == 2 && st.active[MN_POOL_ALL].current == PF_BLOCKS + 2);
+  inv(a);
+  MN_CHECK_OK(mn_allocator_free(a, big));
+  MN_CHECK_OK(mn_allocator_free(a, q));
+  for (int i = 0; i < PF_BLOCKS; i++) MN_CHECK_OK(mn_allocator_free(a, fill[i]));
+
+  /* 5. One pending free per stream, all passed, and only cached pairs after:
+   * each is reclaimed within MN__POLL_EVERY_MAX allocations per stream. */
+  char *one[PF_STREAMS];
+  for (int i = 0; i < PF_STREAMS; i++) one[i] = alloc_on(a, 4 * KB, NULL);
+  void *keep = alloc_on(a, 4 * KB, NULL); /* the pairs' block lies apart from them */
+  for (int i = 0; i < PF_STREAMS; i++) {
+    MN_CHECK_OK(mn_memset_async(SIM0, one[i], 0x5a, 64, s[i]));
+    MN_CHECK_OK(mn_allocator_record_stream(a, one[i], s[i]));
+    MN_CHECK_OK(mn_allocator_free(a, one[i]));
+  }
+  for (int i = 0; i < PF_STREAMS; i++) MN_CHECK_OK(mn_stream_synchronize(s[i]));
+  long pairs = 0;
+  while (stats_of(a).active[MN_POOL_ALL].current > 1 && pairs < (long)PF_STREAMS * MN__POLL_EVERY_MAX) {
+    void *p = alloc_on(a, 512, NULL);
+    MN_CHECK_OK(mn_allocator_free(a, p));
+    pairs++;
+  }
+  MN_CHECK(stats_of(a).active[MN_POOL_ALL].current == 1);
+  MN_CHECK(stats_of(a).num_device_alloc == 2);
+  inv(a);
+  MN_CHECK_OK(mn_allocator_free(a, keep));
+  done(a);
+  for (int i = 0; i < PF_STREAMS; i++) MN_CHECK_OK(mn_stream_destroy(s[i]));
+}
+
 MN_TEST(garbage_collection) {
   mn_allocator_t *a = mk("garbage_collection_threshold:0.5,per_process_memory_fraction:0.5");
   void *p[3];
@@ -823,5 +942,6 @@ int main(void) {
   MN_RUN(stream_lifetime_normal_flow_and_allocator_destroy);
   MN_RUN(failed_free_keeps_stream_holds);
   MN_RUN(garbage_collection);
+  MN_RUN(pending_frees_many_streams);
   return mn_test_finish();
 }

@@ -1,6 +1,7 @@
 /* tests/test_caching_random.c: the caching allocator on SIM at scale and at random: the
  * free set with 100k blocks, and seeded runs of alloc/free/record_stream/advance/empty_cache
- * over several streams, both invariant checkers after every step (label sim). */
+ * over several streams (and over 40, more than every allocation polls), both invariant
+ * checkers after every step (label sim). */
 #include <time.h>
 
 #include "allocators/caching_internal.h"
@@ -124,6 +125,7 @@ MN_TEST(free_set_and_map_at_scale) {
 /* ---- randomized ------------------------------------------------------------------------------ */
 
 #define NSTREAMS 4
+#define MANY_STREAMS 40 /* more than MN__POLL_ALL_MAX: allocations poll one stream, in turn */
 #define MAXLIVE 192
 #define MAXFLIGHT 512
 
@@ -150,8 +152,10 @@ static size_t pick_size(uint64_t *r) {
  * out may overlap queued work of another stream that has not run yet. */
 static void random_run(const char *conf, uint64_t seed, int steps, int nstreams) {
   mn_allocator_t *a = mk(conf);
-  mn_stream_t *st[NSTREAMS];
-  uint64_t queued[NSTREAMS] = {0}, r = seed | 1;
+  mn_stream_t *st[MANY_STREAMS];
+  uint64_t queued[MANY_STREAMS] = {0}, r = seed | 1;
+  size_t max_queues = 0; /* streams holding pending frees at once */
+  bool many = nstreams > NSTREAMS; /* slower streams and no empty_cache: more pending at once */
   for (int i = 0; i < nstreams; i++) st[i] = new_stream();
   live_t live[MAXLIVE];
   flight_t fl[MAXFLIGHT];
@@ -168,7 +172,7 @@ static void random_run(const char *conf, uint64_t seed, int steps, int nstreams)
       if (rc != MN_OK && getenv("MNEMO_TEST_VERBOSE")) printf("  OOM at step %d: %s\n", step, mn_last_error());
       if (rc == MN_OK) {
         uintptr_t lo = (uintptr_t)p, hi = lo + n;
-        uint64_t ran[NSTREAMS];
+        uint64_t ran[MANY_STREAMS];
         for (int i = 0; i < nstreams; i++) ran[i] = queued[i] - pending_ops(st[i]);
         for (size_t f = 0; f < nfl; f++) {
           bool running = fl[f].seq > ran[fl[f].stream];
@@ -198,14 +202,16 @@ static void random_run(const char *conf, uint64_t seed, int steps, int nstreams)
         fl[nfl++] = (flight_t){(uintptr_t)l->p, (uintptr_t)l->p + l->n, sj, queued[sj]};
       }
     } else if (k < 96) {
-      MN_CHECK_OK(mn_sim_stream_advance(st[rnd(&r) % (uint64_t)nstreams], rnd(&r) % 4, NULL));
+      MN_CHECK_OK(mn_sim_stream_advance(st[rnd(&r) % (uint64_t)nstreams], rnd(&r) % (many ? 2 : 4), NULL));
     } else if (k < 98) {
-      MN_CHECK_OK(mn_allocator_empty_cache(a));
-    } else {
+      if (!many) MN_CHECK_OK(mn_allocator_empty_cache(a));
+    } else if (!many) {
       MN_CHECK_OK(mn_stream_synchronize(st[rnd(&r) % (uint64_t)nstreams]));
     }
     MN_CHECK_OK(mn_allocator_check_invariants(a));
     MN_CHECK_OK(mn_sim_check_invariants(SIM0));
+    size_t nq = ((const mn__caching_t *)a)->nqueues;
+    if (nq > max_queues) max_queues = nq;
     mn_alloc_stats_t s = stats_of(a);
     MN_CHECK(s.allocation[MN_POOL_ALL].current == (int64_t)nlive);
     if (step % 97 == 0) { /* the snapshot's active blocks are exactly the live ones plus pending ones */
@@ -229,11 +235,14 @@ static void random_run(const char *conf, uint64_t seed, int steps, int nstreams)
     }
   }
   MN_CHECK(bad_overlaps == 0);
+  if (nstreams > (int)MN__POLL_ALL_MAX) MN_CHECK(max_queues > MN__POLL_ALL_MAX); /* the bounded polls ran */
   mn_alloc_stats_t fin = stats_of(a);
-  printf("  %s: %lld allocations, %lld OOMs, %lld retries, %lld syncs, peak %lld live, peak %.1f MiB reserved\n",
-         conf ? conf : "default", (long long)fin.allocation[MN_POOL_ALL].allocated, (long long)fin.num_ooms,
+  printf("  %s, %d streams: %lld allocations, %lld OOMs, %lld retries, %lld syncs, peak %lld live, peak %.1f MiB "
+         "reserved, at most %zu streams holding pending frees\n",
+         conf ? conf : "default", nstreams, (long long)fin.allocation[MN_POOL_ALL].allocated, (long long)fin.num_ooms,
          (long long)fin.num_alloc_retries, (long long)fin.num_sync_all_streams,
-         (long long)fin.allocation[MN_POOL_ALL].peak, (double)fin.reserved_bytes[MN_POOL_ALL].peak / (double)MB);
+         (long long)fin.allocation[MN_POOL_ALL].peak, (double)fin.reserved_bytes[MN_POOL_ALL].peak / (double)MB,
+         max_queues);
   for (size_t i = 0; i < nlive; i++) MN_CHECK_OK(mn_allocator_free(a, live[i].p));
   for (int i = 0; i < nstreams; i++) MN_CHECK_OK(mn_stream_synchronize(st[i]));
   done(a);
@@ -250,6 +259,11 @@ MN_TEST(randomized_oversize_gc) {
              g_seed + 2, 3000, NSTREAMS);
 }
 
+/* Pending frees on more streams than every allocation polls: the same safety
+ * (nothing handed out under queued work of a stream that has not passed it),
+ * the invariants after every step. */
+MN_TEST(randomized_many_streams) { random_run(NULL, g_seed + 3, 3000, MANY_STREAMS); }
+
 int main(void) {
   const char *seed = getenv("MNEMO_TEST_SEED");
   if (seed && *seed) g_seed = strtoull(seed, NULL, 0);
@@ -265,5 +279,6 @@ int main(void) {
   MN_RUN(randomized_default);
   MN_RUN(randomized_expandable);
   MN_RUN(randomized_oversize_gc);
+  MN_RUN(randomized_many_streams);
   return mn_test_finish();
 }
