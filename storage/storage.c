@@ -40,6 +40,7 @@ struct mn_storage_s {
   void *ipc_base;               /* IPC: the base ipc_open returned */
   mn__share_import_t *share;    /* IPC from a share handle (mnemo/share.h): the import */
   void *meta_block;             /* ALLOCATOR on meta: the allocator's address (data stays NULL) */
+  atomic_long views;            /* live views of this storage (each also holds a reference) */
 };
 
 /* The refusal of an operation that reads a meta storage's bytes. */
@@ -66,6 +67,7 @@ static mn_storage_t *storage_new(mn_device_t dev, mn_storage_kind kind) {
   mn_storage_t *s = mn__calloc(1, sizeof *s);
   if (!s) return NULL;
   atomic_init(&s->refcount, 1);
+  atomic_init(&s->views, 0);
   s->device = dev;
   s->kind = kind;
   s->fd = -1;
@@ -99,6 +101,16 @@ mn_status mn_storage_create(mn_device_t dev, size_t nbytes, mn_allocator_t *allo
 mn_storage_t *mn_storage_retain(mn_storage_t *s) {
   if (s) atomic_fetch_add_explicit(&s->refcount, 1, memory_order_relaxed);
   return s;
+}
+
+mn_storage_t *mn__storage_view_attach(mn_storage_t *s) {
+  atomic_fetch_add_explicit(&s->views, 1, memory_order_relaxed);
+  return mn_storage_retain(s);
+}
+
+void mn__storage_view_detach(mn_storage_t *s) {
+  atomic_fetch_sub_explicit(&s->views, 1, memory_order_relaxed);
+  mn_storage_release(s);
 }
 
 /* Frees what the storage's bytes hold, by kind (not the struct). Failures
@@ -223,6 +235,15 @@ mn_status mn_storage_resize(mn_storage_t *s, size_t nbytes, mn_stream_t *stream)
   MN__CHECK_ARG(s != NULL, "s must not be NULL");
   if (s->kind != MN_STORAGE_ALLOCATOR) return not_resizable(__func__, s);
   if (nbytes == s->nbytes) return MN_OK;
+  /* Every resize moves the bytes to a new block: a view would reach past the
+   * end of a smaller one, and memory handed out through a view (DLPack,
+   * numpy's __array_interface__, mn_view_data) would dangle. Refused. */
+  long views = atomic_load_explicit(&s->views, memory_order_relaxed);
+  if (views > 0)
+    return mn__error(MN_ERR_INVALID_STATE, __func__,
+                     "storage of %zu bytes has %ld live view(s): a resize to %zu bytes would move the bytes they "
+                     "reach; destroy the views first (or resize a clone)",
+                     s->nbytes, views, nbytes);
   /* Device storages: the copy and the old block's last use are ordered on a
    * stream of the storage's device (its default when NULL). CPU storages copy
    * at once (NULL) or after the given stream's earlier work (any device). */

@@ -126,7 +126,7 @@ static mn_status view_make_q(mn_storage_t *storage, mn_dtype dtype, int ndim, co
   if (st != MN_OK) return st;
   mn_view_t *v = mn__calloc(1, sizeof *v);
   if (!v) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
-  v->storage = mn_storage_retain(storage);
+  v->storage = mn__storage_view_attach(storage);
   v->dtype = dtype;
   v->ndim = ndim;
   if (ndim) {
@@ -256,7 +256,7 @@ mn_status mn_view_as_strided(const mn_view_t *v, int ndim, const int64_t *sizes,
 
 void mn_view_destroy(mn_view_t *v) {
   if (!v) return;
-  mn_storage_release(v->storage);
+  mn__storage_view_detach(v->storage);
   free(v);
 }
 

@@ -3,6 +3,8 @@
  * storages, and index_put_, scatter_, scatter_add_ as scatters into a view.
  * Every argument and every index is checked here, with PyTorch 1.13's
  * messages, before a byte is written (the indices are read on the host);
+ * a result is sized and allocated before any integer index is read, so a
+ * hostile size fails at once (masks are read first: their count is a size);
  * the moves are the kernels of kernels/index.h. Thread-safe as the views
  * it takes (no state of its own). */
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 #include "kernels/ops.h"
 #include "mnemo/index.h"
 #include "mnemo/mnemo.h"
+#include "runtime/checked.h"
 #include "runtime/error.h"
 #include "storage/view_internal.h"
 
@@ -41,12 +44,18 @@ static void temps_free(temps_t *t) {
   t->n = 0;
 }
 
-/* Quantized views: the gathers move their stored integers and keep scale and
- * zero point (torch 1.13 has index_select and index for them); the packed
- * dtypes (elements inside bytes) and writes into quantized views (torch
- * wants float values to quantize there) are refused. */
-static mn_status quant_check(const mn_view_t *v, bool write, const char *func) {
+/* Quantized views: index_select and index move their stored integers and
+ * keep scale and zero point (torch 1.13 has quantized kernels for those two
+ * only); take, gather and masked_select (no quantized kernel in torch: `op`
+ * names them), the packed dtypes (elements inside bytes) and writes into
+ * quantized views (torch wants float values to quantize there) are refused. */
+static mn_status quant_check(const mn_view_t *v, bool write, const char *op, const char *func) {
   if (!mn_dtype_is_quantized(v->dtype)) return MN_OK;
+  if (op)
+    return mn__error(MN_ERR_NOT_SUPPORTED, func,
+                     "%s of a %s view is not supported (PyTorch has no quantized kernel for it): dequantize first, or "
+                     "use index_select / index",
+                     op, mn_dtype_name(v->dtype));
   if (write)
     return mn__error(MN_ERR_NOT_SUPPORTED, func,
                      "writing into a %s view through indices is not supported: its values are quantized (write "
@@ -244,16 +253,22 @@ static int at_least_1d(const mn_view_t *v, int64_t *sizes, int64_t *strides) {
 
 /* ---- advanced indexing: the plan shared by index and index_put ---------- */
 
+/* Built in two steps, so that the result is sized before any index is read:
+ * plan_build (shapes only; a mask is read, as its nonzero count is a size)
+ * and plan_place (range check, indices moved to v's device, operands). */
 typedef struct {
   int n;                      /* integer index operands (masks expanded) */
   int dims[MN__INDEX_MAX];    /* the dim of v each indexes */
-  mn_view_t *idx[MN__INDEX_MAX]; /* on v's device (in the call's temps) */
+  mn_view_t *idx[MN__INDEX_MAX]; /* the caller's index until placed, then on v's device (in the call's temps) */
+  const mn_view_t *orig[MN__INDEX_MAX]; /* the caller's integer indices (NULL for a mask's), unplaced */
   int bnd;
   int64_t bsizes[MN_MAX_DIMS]; /* their broadcast shape B */
+  int bpos;                    /* where B sits among the result's dims */
   int rnd;
   int64_t rsizes[MN_MAX_DIMS]; /* the result's shape */
+  int64_t numel;               /* its elements (checked: fits int64) */
   int64_t vstrides[MN_MAX_DIMS]; /* v's strides over the result (0 on B's dims) */
-  mn__index_ops_t ix;          /* (idx data pointers filled in) */
+  mn__index_ops_t ix;          /* the kernels' operands (after plan_place) */
 } plan_t;
 
 static const char *fmt(const int64_t *s, int n, char *buf, size_t len) { return mn__format_sizes(s, n, buf, len); }
@@ -322,10 +337,13 @@ static mn_status broadcast_indices(plan_t *p, const char *func) {
   return MN_OK;
 }
 
-/* Validates indices[0..n) against v and builds the plan (indices on v's
- * device, in temps). Nothing is written. */
+/* Validates indices[0..n) against v and sizes the result: every check that
+ * needs only shapes. Integer indices are not read (their range is checked by
+ * plan_place, once the caller has sized its result); masks are (their
+ * nonzero positions, on v's device in temps, are the indices). Nothing is
+ * written. */
 static mn_status plan_build(const mn_view_t *v, int n, const mn_view_t *const *indices, const mn_view_t *avoid,
-                            bool checked, temps_t *t, const char *func, plan_t *p) {
+                            temps_t *t, const char *func, plan_t *p) {
   memset(p, 0, sizeof *p);
   if (n < 0 || (n > 0 && !indices)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "indices must not be NULL");
   mn_device_t dev = mn_view_device(v);
@@ -341,7 +359,6 @@ static mn_status plan_build(const mn_view_t *v, int n, const mn_view_t *const *i
                      covered);
   int pos = 0;
   mn_status st = MN_OK;
-  const mn_view_t *orig[MN__INDEX_MAX] = {0};
   for (int i = 0; i < n && st == MN_OK; i++) {
     const mn_view_t *x = indices[i];
     if (!x) {
@@ -367,10 +384,8 @@ static mn_status plan_build(const mn_view_t *v, int n, const mn_view_t *const *i
       st = mask_indices(x, dev, avoid, t, func, &p->idx[p->n]);
       for (int d = 0; d < k; d++) p->dims[p->n + d] = pos + d;
     } else {
-      orig[p->n] = x; /* range-checked below, once the result's size is known */
-      mn_view_t *d = NULL;
-      st = to_dev(x, dev, avoid, func, &d);
-      if (st == MN_OK) p->idx[p->n] = keep(t, d);
+      p->orig[p->n] = x; /* read by plan_place, once the result is sized */
+      p->idx[p->n] = (mn_view_t *)x; /* its shape only, until placed */
       p->dims[p->n] = pos;
     }
     p->n += k;
@@ -381,6 +396,7 @@ static mn_status plan_build(const mn_view_t *v, int n, const mn_view_t *const *i
     p->rnd = v->ndim;
     memcpy(p->rsizes, v->sizes, (size_t)v->ndim * sizeof *v->sizes);
     memcpy(p->vstrides, v->strides, (size_t)v->ndim * sizeof *v->strides);
+    p->numel = mn_view_numel(v);
     return MN_OK;
   }
   st = broadcast_indices(p, func);
@@ -405,23 +421,56 @@ static mn_status plan_build(const mn_view_t *v, int n, const mn_view_t *const *i
     p->rsizes[r] = v->sizes[d];
     p->vstrides[r++] = v->strides[d];
   }
-  /* As PyTorch, indices are checked only when the result has elements. */
+  p->bpos = bpos;
+  /* The result's size, checked before any integer index is read (a huge
+   * expanded index fails here at once, not after reading all of it). */
+  bool ovf = false;
   int64_t numel = 1;
-  for (int d = 0; d < p->rnd; d++) numel *= p->rsizes[d];
-  int64_t bnumel = 1;
-  for (int d = 0; d < p->bnd; d++) bnumel *= p->bsizes[d];
+  for (int d = 0; d < p->rnd; d++) numel = mn__ck_mul(numel, p->rsizes[d], &ovf);
+  if (ovf) {
+    char a[256];
+    return mn__error(MN_ERR_OVERFLOW, func, "the indexing result's number of elements overflows int64 (shape %s)",
+                     fmt(p->rsizes, p->rnd, a, sizeof a));
+  }
+  p->numel = numel;
+  bool bempty = false; /* B has no element: nothing indexes the dims */
+  for (int d = 0; d < p->bnd; d++) bempty |= p->bsizes[d] == 0;
   for (int j = 0; j < p->n; j++)
-    if (v->sizes[p->dims[j]] == 0 && bnumel > 0)
+    if (v->sizes[p->dims[j]] == 0 && !bempty)
       return mn__error(MN_ERR_INVALID_ARGUMENT, func, "index is out of bounds for dimension with size 0");
-  for (int j = 0; j < p->n && numel > 0 && !checked; j++)
-    if (orig[j] && (st = check_range(v, orig[j], v->sizes[p->dims[j]], j, RANGE_INDEX, func)) != MN_OK)
-      return st;
+  return MN_OK;
+}
+
+/* The second step of a plan, once the caller has sized (and allocated) its
+ * result: reads the integer indices to check their range (`mode`; as
+ * PyTorch, only when the result has elements, except for index_select),
+ * moves them to v's device
+ * (copies that would share storage with `avoid`) and fills the kernels'
+ * operands. Nothing to do for an empty result (no kernel runs). */
+static mn_status plan_place(const mn_view_t *v, plan_t *p, const mn_view_t *avoid, range_mode mode, temps_t *t,
+                            const char *func) {
+  if (p->numel > 0 || mode == RANGE_SELECT) /* index_select checks even for an empty result, as PyTorch */
+    for (int j = 0; j < p->n; j++) {
+      if (!p->orig[j]) continue;
+      mn_status st = check_range(v, p->orig[j], v->sizes[p->dims[j]], j, mode, func);
+      if (st != MN_OK) return st;
+    }
+  if (p->numel == 0 || p->n == 0) return MN_OK;
+  mn_device_t dev = mn_view_device(v);
+  for (int j = 0; j < p->n; j++) {
+    if (!p->orig[j]) continue;
+    mn_view_t *d = NULL;
+    mn_status st = to_dev(p->orig[j], dev, avoid, func, &d);
+    if (st != MN_OK) return st;
+    p->idx[j] = keep(t, d);
+    p->orig[j] = NULL;
+  }
   p->ix.n = p->n;
   for (int j = 0; j < p->n; j++) {
     const mn_view_t *x = p->idx[j];
     int64_t strides[MN_MAX_DIMS] = {0};
     for (int i = 0; i < x->ndim; i++)
-      strides[bpos + p->bnd - x->ndim + i] = x->sizes[i] == 1 ? 0 : x->strides[i];
+      strides[p->bpos + p->bnd - x->ndim + i] = x->sizes[i] == 1 ? 0 : x->strides[i];
     operand(x, p->rnd, p->rsizes, strides, &p->ix.idx[j]);
     p->ix.idx_dtype[j] = x->dtype;
     p->ix.size[j] = v->sizes[p->dims[j]];
@@ -438,10 +487,14 @@ static mn_status gathered_view(const mn_view_t *v, int ndim, const int64_t *size
   return st;
 }
 
-/* Runs a plan as a gather into a new contiguous view on s. */
-static mn_status plan_gather(const mn_view_t *v, const plan_t *p, mn_stream_t *s, const char *func, mn_view_t **out) {
+/* Runs a plan as a gather into a new contiguous view on s: the result is
+ * allocated first (its size checked), then the indices are read (plan_place,
+ * range `mode`) and moved. */
+static mn_status plan_gather(const mn_view_t *v, plan_t *p, mn_stream_t *s, range_mode mode, temps_t *t,
+                             const char *func, mn_view_t **out) {
   mn_view_t *r = NULL;
   mn_status st = gathered_view(v, p->rnd, p->rsizes, s, &r);
+  if (st == MN_OK) st = plan_place(v, p, NULL, mode, t, func);
   if (st == MN_OK && s && mn_view_numel(r) > 0) {
     if (p->n == 0) {
       st = mn_kernel_copy_view(s, r, v);
@@ -460,27 +513,27 @@ static mn_status plan_gather(const mn_view_t *v, const plan_t *p, mn_stream_t *s
   return MN_OK;
 }
 
-/* mn_view_index; `checked`: the caller has range-checked the indices. */
+/* mn_view_index; `mode`: how the integer indices' range is checked (and
+ * which of PyTorch's messages a bad one gets). */
 static mn_status index_impl(const mn_view_t *v, int n, const mn_view_t *const *indices, mn_stream_t *stream,
-                            bool checked, const char *func, mn_view_t **out) {
+                            range_mode mode, const char *func, mn_view_t **out) {
   mn_device_t dev = mn_view_device(v);
   mn_stream_t *s = NULL;
   mn_status st = call_stream(dev, stream, func, &s);
   if (st != MN_OK) return st;
   temps_t t = {.n = 0};
   plan_t p;
-  st = plan_build(v, n, indices, NULL, checked, &t, func, &p);
-  if (st == MN_OK) st = plan_gather(v, &p, s, func, out);
+  st = plan_build(v, n, indices, NULL, &t, func, &p);
+  if (st == MN_OK) st = plan_gather(v, &p, s, mode, &t, func, out);
   return finish(s, &t, st, func);
 }
 
 mn_status mn_view_index(const mn_view_t *v, int n, const mn_view_t *const *indices, mn_stream_t *stream,
                         mn_view_t **out) {
   MN__CHECK_ARG(v != NULL && out != NULL, "view and out must not be NULL");
-  mn_status qst = quant_check(v, false, __func__);
+  mn_status qst = quant_check(v, false, NULL, __func__);
   if (qst != MN_OK) return qst;
-  *out = NULL;
-  return index_impl(v, n, indices, stream, false, __func__, out);
+  return index_impl(v, n, indices, stream, RANGE_INDEX, __func__, out);
 }
 
 /* values checked and broadcast to the plan's result shape, on v's device,
@@ -489,6 +542,7 @@ static mn_status values_for(const mn_view_t *v, const mn_view_t *values, int rnd
                             const char *func, const mn_view_t **out) {
   mn_view_t *e = NULL;
   mn_status st = mn_view_expand(values, rnd, rsizes, &e);
+  if (st != MN_OK && st != MN_ERR_INVALID_ARGUMENT) return mn__error_wrap(st, func); /* out of host memory */
   if (st != MN_OK) {
     char a[256], b[256];
     return mn__error(MN_ERR_INVALID_ARGUMENT, func,
@@ -539,7 +593,7 @@ static mn_status zero_index(mn_device_t dev, mn_stream_t *s, temps_t *t, const c
 mn_status mn_view_index_put(mn_view_t *v, int n, const mn_view_t *const *indices, const mn_view_t *values,
                             bool accumulate, mn_stream_t *stream) {
   MN__CHECK_ARG(v != NULL && values != NULL, "view and values must not be NULL");
-  mn_status qst = quant_check(v, true, __func__);
+  mn_status qst = quant_check(v, true, NULL, __func__);
   if (qst != MN_OK) return qst;
   if (values->dtype != v->dtype)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
@@ -554,8 +608,10 @@ mn_status mn_view_index_put(mn_view_t *v, int n, const mn_view_t *const *indices
   temps_t t = {.n = 0};
   plan_t p;
   const mn_view_t *vals = NULL;
-  st = plan_build(v, n, indices, v, false, &t, __func__, &p);
+  st = plan_build(v, n, indices, v, &t, __func__, &p);
+  /* PyTorch's order: the values' shape, then the indices' range */
   if (st == MN_OK) st = values_for(v, values, p.rnd, p.rsizes, &t, __func__, &vals);
+  if (st == MN_OK) st = plan_place(v, &p, v, RANGE_INDEX, &t, __func__);
   if (st == MN_OK && p.n == 0 && s) { /* no index: one zero index of a size-1 stride-0 dim */
     mn_view_t *z = NULL;
     st = zero_index(dev, s, &t, __func__, &z);
@@ -582,9 +638,8 @@ mn_status mn_view_index_put(mn_view_t *v, int n, const mn_view_t *const *indices
 mn_status mn_view_index_select(const mn_view_t *v, int dim, const mn_view_t *index, mn_stream_t *stream,
                                mn_view_t **out) {
   MN__CHECK_ARG(v != NULL && index != NULL && out != NULL, "view, index and out must not be NULL");
-  mn_status qst = quant_check(v, false, __func__);
+  mn_status qst = quant_check(v, false, NULL, __func__);
   if (qst != MN_OK) return qst;
-  *out = NULL;
   int d;
   mn_status st = mn__wrap_dim(dim, v->ndim, true, __func__, &d);
   if (st != MN_OK) return st;
@@ -598,48 +653,46 @@ mn_status mn_view_index_select(const mn_view_t *v, int dim, const mn_view_t *ind
   if (v->ndim == 0 && n != 1)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
                      "index_select(): Index to scalar can have only 1 value, got %lld value(s)", (long long)n);
-  st = check_range(v, index, size, d, RANGE_SELECT, __func__);
-  if (st != MN_OK) return st;
-  if (v->ndim == 0) { /* the one element (index 0), as a new storage */
+  if (v->ndim == 0) { /* the one element (index 0), as a new storage; one index to read */
+    st = check_range(v, index, size, d, RANGE_SELECT, __func__);
+    if (st != MN_OK) return st;
     mn_stream_t *s = NULL;
     st = call_stream(mn_view_device(v), stream, __func__, &s);
     temps_t t = {.n = 0};
-    plan_t p = {.n = 0, .rnd = 0};
-    if (st == MN_OK) st = plan_gather(v, &p, s, __func__, out);
+    plan_t p = {.n = 0, .rnd = 0, .numel = 1};
+    if (st == MN_OK) st = plan_gather(v, &p, s, RANGE_SELECT, &t, __func__, out);
     return finish(s, &t, st, __func__);
   }
-  /* v[:, ..., index] with index seen as 1-d */
+  /* v[:, ..., index] with index seen as 1-d: sized, then read (index_impl) */
   mn_view_t *flat = NULL;
   const int64_t one = 1, zero = 0;
   st = index->ndim == 1 ? same_view(index, __func__, &flat) : restride(index, 1, &one, &zero, __func__, &flat);
   if (st != MN_OK) return st;
   const mn_view_t *ixs[MN_MAX_DIMS] = {0};
   ixs[d] = flat;
-  st = index_impl(v, d + 1, ixs, stream, true, __func__, out);
+  st = index_impl(v, d + 1, ixs, stream, RANGE_SELECT, __func__, out);
   mn_view_destroy(flat);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
 mn_status mn_view_take(const mn_view_t *v, const mn_view_t *index, mn_stream_t *stream, mn_view_t **out) {
   MN__CHECK_ARG(v != NULL && index != NULL && out != NULL, "view, index and out must not be NULL");
-  mn_status qst = quant_check(v, false, __func__);
+  mn_status qst = quant_check(v, false, "take", __func__);
   if (qst != MN_OK) return qst;
-  *out = NULL;
   if (!is_int_index(index->dtype))
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "take(): Expected a long tensor for index, but got %s",
                      mn_dtype_name(index->dtype));
   int64_t numel = mn_view_numel(v);
   if (numel == 0 && mn_view_numel(index) > 0)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "take(): tried to take from an empty tensor");
-  mn_status st = check_range(v, index, numel, 0, RANGE_TAKE, __func__);
-  if (st != MN_OK) return st;
   mn_device_t dev = mn_view_device(v);
   mn_stream_t *s = NULL;
-  st = call_stream(dev, stream, __func__, &s);
+  mn_status st = call_stream(dev, stream, __func__, &s);
   if (st != MN_OK) return st;
   temps_t t = {.n = 0};
   mn_view_t *r = NULL, *vc = NULL, *ix = NULL;
-  st = gathered_view(v, index->ndim, index->sizes, s, &r);
+  st = gathered_view(v, index->ndim, index->sizes, s, &r); /* sized before the index is read */
+  if (st == MN_OK) st = check_range(v, index, numel, 0, RANGE_TAKE, __func__);
   if (st == MN_OK && s && mn_view_numel(r) > 0) {
     st = mn_view_contiguous(v, s, &vc);
     if (st == MN_OK) keep(&t, vc);
@@ -691,19 +744,21 @@ static void along_dim(const mn_view_t *ix, const mn_view_t *v, int d, int64_t si
   operand(other, nd, sizes, ostr, oop);
 }
 
-/* gather's and scatter's checks of the index (and src) shapes. */
+/* gather's and scatter's checks of the index (and src) shapes; a 0-d view
+ * counts as 1-d of size 1 (PyTorch's ensure_nonempty_dim / _size). As in
+ * PyTorch, an empty index is not checked (not even its number of dims). */
 static mn_status check_dim_shapes(const mn_view_t *v, int d, const mn_view_t *index, const mn_view_t *src,
                                   const char *func) {
+  if (mn_view_numel(index) == 0) return MN_OK;
   int vn = v->ndim ? v->ndim : 1, in = index->ndim ? index->ndim : 1;
   if (vn != in)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "Index tensor must have the same number of dimensions as %s tensor",
                      src ? "self" : "input");
   if (src && (src->ndim ? src->ndim : 1) != in)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "Index tensor must have the same number of dimensions as src tensor");
-  if (mn_view_numel(index) == 0) return MN_OK;
   for (int k = 0; k < index->ndim; k++) {
     int64_t is = index->sizes[k];
-    bool bad = (k != d && v->ndim && is > v->sizes[k]) || (src && src->ndim && is > src->sizes[k]);
+    bool bad = (k != d && v->ndim && is > v->sizes[k]) || (src && is > (src->ndim ? src->sizes[k] : 1));
     if (!bad) continue;
     char a[256], b[256], c[256];
     if (src)
@@ -720,27 +775,38 @@ static mn_status check_dim_shapes(const mn_view_t *v, int d, const mn_view_t *in
   return MN_OK;
 }
 
+/* On the meta device no index is read, but a non-empty index into a dim of
+ * size 0 is refused from the shapes alone: every value is out of range
+ * there, so every real device refuses it (index_select, index and index_put
+ * check the same). PyTorch 1.13's meta kernels of gather and scatter accept
+ * it (and so do its index_select and index_put_ on meta). */
+static mn_status meta_empty_dim(const mn_view_t *v, int d, const mn_view_t *index, const char *func) {
+  if (!mn__is_meta(mn_view_device(v)) || v->ndim == 0 || v->sizes[d] != 0 || mn_view_numel(index) == 0)
+    return MN_OK;
+  return mn__error(MN_ERR_INVALID_ARGUMENT, func, "index is out of bounds for dimension %d with size 0", d);
+}
+
 mn_status mn_view_gather(const mn_view_t *v, int dim, const mn_view_t *index, mn_stream_t *stream, mn_view_t **out) {
   MN__CHECK_ARG(v != NULL && index != NULL && out != NULL, "view, index and out must not be NULL");
-  mn_status qst = quant_check(v, false, __func__);
+  mn_status qst = quant_check(v, false, "gather", __func__);
   if (qst != MN_OK) return qst;
-  *out = NULL;
   int d;
   mn_status st = mn__wrap_dim(dim, v->ndim, true, __func__, &d);
   if (st != MN_OK) return st;
-  if (!is_int_index(index->dtype))
+  if (!is_int_index(index->dtype) && mn_view_numel(index) > 0) /* an empty index is not checked (PyTorch) */
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "gather(): Expected dtype int32 or int64 for index");
   st = check_dim_shapes(v, d, index, NULL, __func__);
-  int64_t size = v->ndim ? v->sizes[d] : 1;
-  if (st == MN_OK) st = check_range(v, index, size, d, RANGE_DIM, __func__);
+  if (st == MN_OK) st = meta_empty_dim(v, d, index, __func__);
   if (st != MN_OK) return st;
+  int64_t size = v->ndim ? v->sizes[d] : 1;
   mn_device_t dev = mn_view_device(v);
   mn_stream_t *s = NULL;
   st = call_stream(dev, stream, __func__, &s);
   if (st != MN_OK) return st;
   temps_t t = {.n = 0};
   mn_view_t *r = NULL, *ix = NULL;
-  st = gathered_view(v, index->ndim, index->sizes, s, &r);
+  st = gathered_view(v, index->ndim, index->sizes, s, &r); /* sized before the index is read */
+  if (st == MN_OK) st = check_range(v, index, size, d, RANGE_DIM, __func__);
   if (st == MN_OK && s && mn_view_numel(r) > 0) {
     st = to_dev(index, dev, NULL, __func__, &ix);
     if (st == MN_OK) {
@@ -758,9 +824,8 @@ mn_status mn_view_gather(const mn_view_t *v, int dim, const mn_view_t *index, mn
 
 mn_status mn_view_masked_select(const mn_view_t *v, const mn_view_t *mask, mn_stream_t *stream, mn_view_t **out) {
   MN__CHECK_ARG(v != NULL && mask != NULL && out != NULL, "view, mask and out must not be NULL");
-  mn_status qst = quant_check(v, false, __func__);
+  mn_status qst = quant_check(v, false, "masked_select", __func__);
   if (qst != MN_OK) return qst;
-  *out = NULL;
   if (!is_mask(mask->dtype))
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "masked_select: expected BoolTensor or ByteTensor for mask");
   int nd = v->ndim > mask->ndim ? v->ndim : mask->ndim;
@@ -792,7 +857,7 @@ mn_status mn_view_masked_select(const mn_view_t *v, const mn_view_t *mask, mn_st
   }
   if (st == MN_OK) {
     const mn_view_t *ixs[1] = {me};
-    st = index_impl(ve, 1, ixs, stream, true, __func__, out);
+    st = index_impl(ve, 1, ixs, stream, RANGE_INDEX, __func__, out); /* a mask's indices are in range */
   }
   mn_view_destroy(ve);
   mn_view_destroy(me);
@@ -804,12 +869,12 @@ mn_status mn_view_masked_select(const mn_view_t *v, const mn_view_t *mask, mn_st
 static mn_status scatter_impl(mn_view_t *v, int dim, const mn_view_t *index, const mn_view_t *src, bool add,
                               mn_stream_t *stream, const char *name, const char *func) {
   if (!v || !index || !src) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "view, index and src must not be NULL");
-  mn_status qst = quant_check(v, true, func);
+  mn_status qst = quant_check(v, true, NULL, func);
   if (qst != MN_OK) return qst;
   int d;
   mn_status st = mn__wrap_dim(dim, v->ndim, true, func, &d);
   if (st != MN_OK) return st;
-  if (!is_int_index(index->dtype))
+  if (!is_int_index(index->dtype) && mn_view_numel(index) > 0) /* an empty index is not checked (PyTorch) */
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%s(): Expected dtype int32 or int64 for index", name);
   if (src->dtype != v->dtype)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%s(): Expected self.dtype to be equal to src.dtype", name);
@@ -820,7 +885,8 @@ static mn_status scatter_impl(mn_view_t *v, int dim, const mn_view_t *index, con
   if (o1 == MN__OVERLAP_PARTIAL || o1 == MN__OVERLAP_FULL || o2 == MN__OVERLAP_PARTIAL || o2 == MN__OVERLAP_FULL)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, MN__PARTIAL_MSG);
   int64_t size = v->ndim ? v->sizes[d] : 1;
-  st = check_range(v, index, size, d, RANGE_DIM, func);
+  st = meta_empty_dim(v, d, index, func);
+  if (st == MN_OK) st = check_range(v, index, size, d, RANGE_DIM, func);
   if (st != MN_OK) return st;
   mn_device_t dev = mn_view_device(v);
   mn_stream_t *s = NULL;

@@ -48,6 +48,12 @@ static inline bool mn__is_meta(mn_device_t dev) { return dev.type == MN_DEVICE_M
   "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory " \
   "location. Please clone() the tensor before performing the operation."
 
+/* A view's hold on its storage (storage.c): a reference, and one count among
+ * the storage's live views, which mn_storage_resize refuses to move. Every
+ * view takes its storage with attach and gives it back with detach. */
+mn_storage_t *mn__storage_view_attach(mn_storage_t *s);
+void mn__storage_view_detach(mn_storage_t *s);
+
 /* The geometry of v. */
 void mn__geom_of(const mn_view_t *v, mn__geom_t *g);
 /* A new view of v's storage with geometry g, checked against the storage. */

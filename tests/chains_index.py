@@ -16,6 +16,19 @@ tensor with several indices: the torch side refuses that, as later versions do),
   a contiguous clone.
 - Without accumulate, PyTorch leaves duplicate targets undefined: the
   generator makes none for index_put and scatter.
+
+Mixed with other families (view_diff.py FAMILY quant+index, meta+index):
+- quantized views: index_select and index run (torch 1.13 has quantized
+  kernels for them); take, gather and masked_select are refused by both
+  (torch: no quantized kernel); writes are refused by both.
+- the meta device: mnemo reads no index there, checks every shape as on the
+  CPU and refuses a non-empty index into a dim of size 0 (any value is out
+  of range there). torch 1.13's meta kernels check less (index_select,
+  gather, scatter and index_put_ accept an index into an empty dim;
+  index_put_ checks nothing) and take has none: the torch side runs the op
+  on a CPU tensor of the same geometry with every index value 0 and moves
+  the result to meta. Masks are refused by mnemo on meta (the result's size
+  depends on their values): a Deviation.
 """
 import math
 
@@ -51,9 +64,18 @@ def flags(tok):
     return f
 
 
+# Set while an op of a meta chain runs on its CPU stand-in: every integer
+# index value reads as 0 (mnemo reads none on meta).
+ZERO = [False]
+
+OPS = ("index_select", "take", "gather", "masked_select", "index", "index_put", "scatter", "scatter_add")
+
+
 def index_tensor(s, mask, f, long_only=True):
     shape, vals = s.split("/")
     shape, vals = parse_list(shape), parse_list(vals)
+    if ZERO[0] and not mask:
+        vals = [0] * len(vals)
     if mask:
         # uint8 masks index as bool masks (PyTorch's deprecated byte masks, same
         # meaning); the torch side uses bool to keep its deprecation warning quiet.
@@ -90,7 +112,30 @@ def check_index_dims(t, idx):
             raise IndexError("0-d mask")
 
 
+def cpu_stand_in(t):
+    """A CPU tensor of t's sizes, strides and offset (zeros)."""
+    extent = t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) + 1 if t.numel() else 0
+    return torch.zeros(max(extent, t.storage_offset()), dtype=t.dtype).as_strided(t.shape, t.stride(),
+                                                                                  t.storage_offset())
+
+
+def apply_meta(t, root, tok):
+    n, a = tok[0], list(tok[1:])
+    flags(a)
+    if n == "masked_select" or (n in ("index", "index_put") and any(e.startswith("m") for e in a)):
+        raise _main().Deviation()  # mnemo refuses masks on meta (their values size the result)
+    c = cpu_stand_in(t)
+    ZERO[0] = True
+    try:
+        r = apply(c, root, tok)
+    finally:
+        ZERO[0] = False
+    return t if n in ("index_put", "scatter", "scatter_add") else r.to("meta")
+
+
 def apply(t, root, tok):
+    if t.is_meta and tok[0] in OPS:
+        return apply_meta(t, root, tok)
     r = apply_op(t, root, tok)
     if r is NotImplemented or tok[0] in ("index_put", "scatter", "scatter_add"):
         return r
@@ -101,7 +146,7 @@ def apply(t, root, tok):
 def apply_op(t, root, tok):
     n = tok[0]
     a = list(tok[1:])
-    if n not in ("index_select", "take", "gather", "masked_select", "index", "index_put", "scatter", "scatter_add"):
+    if n not in OPS:
         return NotImplemented
     f = flags(a)
     if n == "index_select":
@@ -272,6 +317,9 @@ def gen_op(rng, t):
             [] if rng.random() < 0.5 else [1])
         if sh and rng.random() < 0.04:
             sh[rng.randrange(len(sh))] += 1
+        if rng.random() < 0.06:  # an empty index of any number of dims: not checked (PyTorch)
+            sh = [rng.randint(0, 2) for _ in range(rng.randint(1, 3))]
+            sh[rng.randrange(len(sh))] = 0
         size = shape[dd] if nd else 1
         return "gather %d %s%s" % (d, idx_tok(sh, some_values(rng, size, math.prod(sh), allow_neg=False)),
                                    flag_str(rng))
@@ -314,9 +362,12 @@ def gen_op(rng, t):
     sh = [rng.randint(0, s) for s in shape] if nd else ([] if rng.random() < 0.5 else [1])
     if sh and rng.random() < 0.04:
         sh[rng.randrange(len(sh))] += 1
+    if rng.random() < 0.06:  # an empty index of any number of dims: not checked (PyTorch)
+        sh = [rng.randint(0, 2) for _ in range(rng.randint(1, 3))]
+        sh[rng.randrange(len(sh))] = 0
     vals = []
     if k == "scatter":
-        if nd:
+        if nd and dd < len(sh):
             sh[dd] = min(sh[dd], size)
         # distinct targets along dim for every line
         lines = {}
@@ -335,4 +386,6 @@ def gen_op(rng, t):
     ss = [x + (rng.random() < 0.3) for x in sh]
     if rng.random() < 0.04 and ss:
         ss[0] = max(ss[0] - 1, 0)
+    if rng.random() < 0.1:  # a 0-d src: size 1 in every dim (more than one index refused)
+        ss = []
     return "%s %d %s %s%s" % (k, d, idx_tok(sh, vals), lst(ss), flag_str(rng))

@@ -22,6 +22,9 @@ Known deviations (docs/VIEWS.md, "Quantized views"), checked as such:
   - torch 1.13 refuses to quantize a channels_last-like view into quint4x2 /
     quint2x4 ("required rank 4 tensor"), or makes a broken tensor; mnemo
     quantizes it row-major: not compared (KnownDeviation).
+  - a cast ("to") of a float outside an integer dtype's range (the roots
+    hold NaN, infinities and 1e10): undefined in torch (C++), defined in
+    mnemo (docs/KERNELS.md): not compared (KnownDeviation).
   - torch 1.13's view ops on packed tensors are broken (setStorage counts
     elements as bytes; clone has no copy kernel): on a quint4x2 / quint2x4
     tensor only view, reshape, flatten, unflatten, real, contiguous and base
@@ -43,6 +46,10 @@ PACKED = (torch.quint4x2, torch.quint2x4)
 # view ops torch 1.13 gets right on packed tensors
 PACKED_OK = ("view", "reshape", "flatten", "unflatten", "real", "contiguous", "base", "quantize", "dequantize",
              "int_repr")
+
+
+_INT_RANGE = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-2 ** 15, 2 ** 15 - 1),
+              "int32": (-2 ** 31, 2 ** 31 - 1), "int64": (-2 ** 63, 2 ** 63 - 1)}
 
 
 class KnownDeviation(Exception):
@@ -93,6 +100,13 @@ def apply(t, root, tok):
         return t.dequantize()
     if n == "int_repr":
         return t.int_repr()
+    if n == "to" and not t.is_quantized and t.is_floating_point() and a and a[0] in _INT_RANGE:
+        lo, hi = _INT_RANGE[a[0]]
+        v = t.detach().to(torch.float64)
+        if t.numel() and not bool(((v >= float(lo)) & (v < float(hi) + 1.0)).all()):
+            # a float outside the int dtype (NaN, inf, 1e10): C++ leaves torch's cast undefined;
+            # mnemo's is defined (docs/KERNELS.md: truncate to int64, saturate, wrap)
+            raise KnownDeviation("out-of-range float to %s" % a[0])
     if t.is_quantized:
         if t.dtype in PACKED and n not in PACKED_OK:
             raise KnownDeviation(n)

@@ -8,6 +8,7 @@
 
 #include "mn_test.h"
 #include "mnemo/index.h"
+#include "runtime/hostmem.h"
 
 static mn_device_t CPU, SIM;
 
@@ -410,7 +411,207 @@ MN_TEST(meta_shapes_without_reading) {
   MN_CHECK_ERR(mn_view_masked_select(x, m, NULL, &r), MN_ERR_NOT_SUPPORTED, "meta");
   const mn_view_t *em[3] = {NULL, NULL, m};
   MN_CHECK_ERR(mn_view_index(x, 3, em, NULL, &r), MN_ERR_NOT_SUPPORTED, "meta");
-  mn_view_t *objs[] = {x, i, g, val, m};
+  /* issue 32 (16): a non-empty index into a dim of size 0 is refused by
+   * every op from the shapes alone (every real device refuses it; torch
+   * 1.13's meta gather / scatter / index_select / index_put_ accept it) */
+  mn_view_t *z = NULL, *zsrc = NULL, *i0 = idx1(CPU, MN_DTYPE_INT64, 1, L(0));
+  mn_view_t *g0 = make(CPU, MN_DTYPE_INT64, 2, L(1, 3), L(0, 0, 0));
+  MN_CHECK_OK(mn_view_empty(META, MN_DTYPE_FLOAT32, 2, L(0, 3), &z));
+  MN_CHECK_OK(mn_view_empty(META, MN_DTYPE_FLOAT32, 2, L(1, 3), &zsrc));
+  r = NULL;
+  const char *empty_dim = "index is out of bounds for dimension with size 0", *empty_d0 = "for dimension 0 with size 0";
+  MN_CHECK_ERR(mn_view_index_select(z, 0, i0, NULL, &r), MN_ERR_INVALID_ARGUMENT,
+               "self indexing axis dim should be positive");
+  const mn_view_t *ez[1] = {i0};
+  MN_CHECK_ERR(mn_view_index(z, 1, ez, NULL, &r), MN_ERR_INVALID_ARGUMENT, empty_dim);
+  MN_CHECK_ERR(mn_view_index_put(z, 1, ez, val, false, NULL), MN_ERR_INVALID_ARGUMENT, empty_dim);
+  MN_CHECK_ERR(mn_view_gather(z, 0, g0, NULL, &r), MN_ERR_INVALID_ARGUMENT, empty_d0);
+  MN_CHECK_ERR(mn_view_scatter(z, 0, g0, zsrc, NULL), MN_ERR_INVALID_ARGUMENT, empty_d0);
+  MN_CHECK_ERR(mn_view_scatter_add(z, 0, g0, zsrc, NULL), MN_ERR_INVALID_ARGUMENT, empty_d0);
+  MN_CHECK(r == NULL);
+  mn_view_t *ge = NULL;
+  MN_CHECK_OK(mn_view_empty(CPU, MN_DTYPE_INT64, 2, L(0, 3), &ge));
+  MN_CHECK_OK(mn_view_gather(z, 0, ge, NULL, &r)); /* an empty index: nothing out of range */
+  mn_view_destroy(r);
+  MN_CHECK_OK(mn_view_scatter(z, 0, ge, zsrc, NULL));
+  MN_CHECK_OK(mn_view_gather(z, 1, ge, NULL, &r)); /* dim 1 has size 3 */
+  mn_view_destroy(r);
+  mn_view_t *objs[] = {x, i, g, val, m, z, zsrc, i0, g0, ge};
+  for (size_t q = 0; q < sizeof objs / sizeof *objs; q++) mn_view_destroy(objs[q]);
+}
+
+/* Issue 32 (10): a result is sized before any index is read. Each index
+ * here is one out-of-range value (99) expanded (stride 0) to 2^62 or 2^30
+ * positions: the call must fail on the result's size (overflow, or no
+ * memory for it), not with the range error that reading it gives (before
+ * the fix every call read first: the range error here, and minutes of
+ * reading for a valid index of that size). */
+MN_TEST(hostile_sizes_fail_before_reading) {
+  const int64_t huge = (int64_t)1 << 62;
+  mn_view_t *x = arange(CPU, MN_DTYPE_FLOAT32, 2, L(4, 4)), *r = NULL;
+  mn_view_t *i1 = idx1(CPU, MN_DTYPE_INT64, 1, L(99)), *g1 = make(CPU, MN_DTYPE_INT64, 2, L(1, 1), L(99));
+  mn_view_t *e = NULL, *ge = NULL;
+  MN_CHECK_OK(mn_view_expand(i1, 1, &huge, &e));
+  MN_CHECK_OK(mn_view_expand(g1, 2, L(huge, 1), &ge));
+  MN_CHECK_ERR(mn_view_index_select(x, 0, e, NULL, &r), MN_ERR_OVERFLOW, "overflows");
+  MN_CHECK_ERR(mn_view_take(x, e, NULL, &r), MN_ERR_OVERFLOW, "overflows");
+  MN_CHECK_ERR(mn_view_gather(x, 0, ge, NULL, &r), MN_ERR_OVERFLOW, "overflows");
+  const mn_view_t *ix[1] = {e};
+  MN_CHECK_ERR(mn_view_index(x, 1, ix, NULL, &r), MN_ERR_OVERFLOW, "overflows");
+  mn_view_t *val = make(CPU, MN_DTYPE_FLOAT32, 0, NULL, L(1));
+  MN_CHECK_ERR(mn_view_index_put(x, 1, ix, val, false, NULL), MN_ERR_OVERFLOW, "overflows");
+  MN_CHECK(r == NULL);
+  MN_CHECK(IS(x, S(4, 4), S(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)));
+  /* sizes that fit but that no memory holds (SIM has 256 MiB): no memory */
+  const int64_t big = (int64_t)1 << 30;
+  mn_view_t *xs = arange(SIM, MN_DTYPE_FLOAT32, 2, L(4, 4)), *eb = NULL;
+  MN_CHECK_OK(mn_view_expand(i1, 1, &big, &eb));
+  MN_CHECK_ERR(mn_view_index_select(xs, 0, eb, NULL, &r), MN_ERR_OUT_OF_MEMORY, "");
+  MN_CHECK_ERR(mn_view_take(xs, eb, NULL, &r), MN_ERR_OUT_OF_MEMORY, "");
+  const mn_view_t *ixb[1] = {eb};
+  MN_CHECK_ERR(mn_view_index(xs, 1, ixb, NULL, &r), MN_ERR_OUT_OF_MEMORY, "");
+  MN_CHECK(r == NULL);
+  mn_view_t *objs[] = {x, i1, g1, e, ge, val, xs, eb};
+  for (size_t q = 0; q < sizeof objs / sizeof *objs; q++) mn_view_destroy(objs[q]);
+}
+
+/* Issue 32 (11): every host allocation of every index op failing in turn
+ * (runtime/hostmem.h's per-thread seam): the call reports
+ * MN_ERR_OUT_OF_MEMORY (index_put's values broadcast used to report it as
+ * invalid_argument "shape mismatch") and writes nothing. */
+static int64_t g_fault_nth;
+static bool g_fault_fired;
+
+static mn_status run_index_op(int op, mn_device_t dev, mn_view_t *x, mn_view_t **r) {
+  mn_view_t *i = idx1(dev, MN_DTYPE_INT64, 2, L(2, 0)), *g = make(dev, MN_DTYPE_INT64, 2, L(1, 2), L(1, 2));
+  mn_view_t *m = make(dev, MN_DTYPE_BOOL, 1, L(3), L(1, 0, 1)), *vals = make(dev, MN_DTYPE_FLOAT32, 1, L(1), L(7));
+  mn_view_t *src = make(dev, MN_DTYPE_FLOAT32, 2, L(1, 2), L(5, 6));
+  mn_view_t *m4 = make(dev, MN_DTYPE_BOOL, 1, L(4), L(1, 0, 1, 1));
+  const mn_view_t *ix[2] = {i, NULL}, *im[1] = {m};
+  mn_status st = MN_OK;
+  MN_CHECK_OK(mn_device_synchronize(dev));
+  mn__hostmem_fail_nth(g_fault_nth); /* armed for the index call only */
+  switch (op) {
+    case 0: st = mn_view_index_select(x, 0, i, NULL, r); break;
+    case 1: st = mn_view_take(x, i, NULL, r); break;
+    case 2: st = mn_view_gather(x, 0, g, NULL, r); break;
+    case 3: st = mn_view_masked_select(x, m4, NULL, r); break;
+    case 4: st = mn_view_index(x, 2, ix, NULL, r); break;
+    case 5: st = mn_view_index(x, 1, im, NULL, r); break;
+    case 6: st = mn_view_index_put(x, 1, ix, vals, false, NULL); break;
+    case 7: st = mn_view_index_put(x, 1, im, vals, true, NULL); break;
+    case 8: st = mn_view_scatter(x, 0, g, src, NULL); break;
+    default: st = mn_view_scatter_add(x, 0, g, src, NULL); break;
+  }
+  g_fault_fired = mn__hostmem_fault_fired();
+  mn__hostmem_fail_nth(0);
+  MN_CHECK_OK(mn_device_synchronize(dev));
+  mn_view_t *objs[] = {i, g, m, vals, src, m4};
+  for (size_t q = 0; q < sizeof objs / sizeof *objs; q++) mn_view_destroy(objs[q]);
+  return st;
+}
+
+MN_TEST(host_oom_is_out_of_memory) {
+  const int64_t orig[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  int faulted = 0;
+  for (int k = 0; k < 2; k++) {
+    mn_device_t dev = devs()[k];
+    for (int op = 0; op < 10; op++) {
+      for (int64_t nth = 1;; nth++) {
+        mn_view_t *x = arange(dev, MN_DTYPE_FLOAT32, 2, L(3, 4)), *r = NULL;
+        g_fault_nth = nth;
+        mn_status st = run_index_op(op, dev, x, &r);
+        bool fired = g_fault_fired;
+        if (fired && st != MN_OK) {
+          faulted++;
+          if (st != MN_ERR_OUT_OF_MEMORY)
+            fprintf(stderr, "  op %d on %s, fault %lld: %s: %s\n", op, k ? "sim" : "cpu", (long long)nth,
+                    mn_status_name(st), mn_last_error());
+          MN_CHECK(st == MN_ERR_OUT_OF_MEMORY);
+          MN_CHECK(r == NULL);
+          MN_CHECK(IS(x, S(3, 4), orig));
+        } else {
+          MN_CHECK_OK(st);
+        }
+        mn_view_destroy(r);
+        mn_view_destroy(x);
+        if (!fired || nth > 400) break;
+      }
+    }
+  }
+  MN_CHECK(faulted > 20); /* the sweep reached the calls' own allocations */
+}
+
+/* Issue 32 (16): gather's and scatter's shape rules as PyTorch 1.13's: a
+ * 0-d src counts as size 1 (several indices into it are refused, as
+ * mnemo/index.h states), an empty index is not checked at all (its number
+ * of dims nor its dtype); a refused scatter writes nothing. */
+MN_TEST(gather_scatter_shape_rules) {
+  for (int k = 0; k < 2; k++) {
+    mn_device_t dev = devs()[k];
+    mn_view_t *x = arange(dev, MN_DTYPE_FLOAT32, 1, L(5)), *r = NULL;
+    mn_view_t *s0 = make(dev, MN_DTYPE_FLOAT32, 0, NULL, L(7)), *i3 = idx1(dev, MN_DTYPE_INT64, 3, L(0, 1, 2));
+    mn_view_t *i1 = idx1(dev, MN_DTYPE_INT64, 1, L(4));
+    MN_CHECK_ERR(mn_view_scatter(x, 0, i3, s0, NULL), MN_ERR_INVALID_ARGUMENT,
+                 "Expected index [3] to be smaller than self [5] apart from dimension 0 and to be smaller size than "
+                 "src []");
+    MN_CHECK_ERR(mn_view_scatter_add(x, 0, i3, s0, NULL), MN_ERR_INVALID_ARGUMENT, "smaller size than src []");
+    MN_CHECK(IS(x, S(5), S(0, 1, 2, 3, 4)));
+    MN_CHECK_OK(mn_view_scatter(x, 0, i1, s0, NULL)); /* one index: fine */
+    MN_CHECK(IS(x, S(5), S(0, 1, 2, 3, 7)));
+    /* empty indices of another number of dims (and of a float dtype) */
+    mn_view_t *y = arange(dev, MN_DTYPE_FLOAT32, 2, L(2, 3)), *e1 = NULL, *e3 = NULL, *ef = NULL;
+    MN_CHECK_OK(mn_view_empty(dev, MN_DTYPE_INT64, 1, L(0), &e1));
+    MN_CHECK_OK(mn_view_empty(dev, MN_DTYPE_INT64, 3, L(0, 2, 2), &e3));
+    MN_CHECK_OK(mn_view_empty(dev, MN_DTYPE_FLOAT32, 1, L(0), &ef));
+    MN_CHECK_OK(mn_view_gather(y, 0, e1, NULL, &r));
+    MN_CHECK(r && mn_view_ndim(r) == 1 && mn_view_numel(r) == 0);
+    mn_view_destroy(r);
+    r = NULL;
+    MN_CHECK_OK(mn_view_gather(y, 1, e3, NULL, &r));
+    MN_CHECK(r && mn_view_ndim(r) == 3 && mn_view_size(r, 1) == 2 && mn_view_dtype(r) == MN_DTYPE_FLOAT32);
+    mn_view_destroy(r);
+    r = NULL;
+    MN_CHECK_OK(mn_view_gather(y, 0, ef, NULL, &r));
+    mn_view_destroy(r);
+    r = NULL;
+    MN_CHECK_OK(mn_view_scatter(y, 0, e1, s0, NULL));
+    MN_CHECK_ERR(mn_view_scatter_add(y, 0, e3, y, NULL), MN_ERR_INVALID_ARGUMENT,
+                 "refer to a single memory location"); /* self as src: refused all the same, as PyTorch */
+    MN_CHECK_OK(mn_view_scatter(y, 0, ef, x, NULL));
+    mn_view_t *yd = make(dev, MN_DTYPE_FLOAT64, 2, L(2, 3), L(0, 0, 0, 0, 0, 0));
+    MN_CHECK_ERR(mn_view_scatter(y, 0, e1, yd, NULL), MN_ERR_INVALID_ARGUMENT,
+                 "Expected self.dtype to be equal to src.dtype");
+    MN_CHECK(IS(y, S(2, 3), S(0, 1, 2, 3, 4, 5)));
+    /* a non-empty index keeps every check */
+    mn_view_t *g1 = idx1(dev, MN_DTYPE_INT64, 1, L(0));
+    MN_CHECK_ERR(mn_view_gather(y, 0, g1, NULL, &r), MN_ERR_INVALID_ARGUMENT,
+                 "Index tensor must have the same number of dimensions as input tensor");
+    MN_CHECK(r == NULL);
+    mn_view_t *objs[] = {x, s0, i3, i1, y, e1, e3, ef, yd, g1};
+    for (size_t q = 0; q < sizeof objs / sizeof *objs; q++) mn_view_destroy(objs[q]);
+  }
+}
+
+/* The README's rule: a failed call leaves its outputs untouched (the calls
+ * of mnemo/index.h used to set *out = NULL on entry). */
+MN_TEST(failed_calls_leave_out_untouched) {
+  mn_view_t *x = arange(CPU, MN_DTYPE_FLOAT32, 2, L(3, 4)), *bad = idx1(CPU, MN_DTYPE_INT64, 1, L(3));
+  mn_view_t *flt = make(CPU, MN_DTYPE_FLOAT32, 1, L(1), L(0));
+  mn_view_t *const sentinel = (mn_view_t *)(uintptr_t)0x5a5a;
+  mn_view_t *r = sentinel;
+  MN_CHECK_ERR(mn_view_index_select(x, 0, bad, NULL, &r), MN_ERR_INVALID_ARGUMENT, "index out of range in self");
+  MN_CHECK(r == sentinel);
+  MN_CHECK_ERR(mn_view_take(x, flt, NULL, &r), MN_ERR_INVALID_ARGUMENT, "take()");
+  MN_CHECK(r == sentinel);
+  MN_CHECK_ERR(mn_view_gather(x, 0, bad, NULL, &r), MN_ERR_INVALID_ARGUMENT, "same number of dimensions");
+  MN_CHECK(r == sentinel);
+  MN_CHECK_ERR(mn_view_masked_select(x, bad, NULL, &r), MN_ERR_INVALID_ARGUMENT, "masked_select");
+  MN_CHECK(r == sentinel);
+  const mn_view_t *ix[1] = {bad};
+  MN_CHECK_ERR(mn_view_index(x, 1, ix, NULL, &r), MN_ERR_INVALID_ARGUMENT, "out of bounds");
+  MN_CHECK(r == sentinel);
+  mn_view_t *objs[] = {x, bad, flt};
   for (size_t q = 0; q < sizeof objs / sizeof *objs; q++) mn_view_destroy(objs[q]);
 }
 
@@ -439,6 +640,10 @@ int main(void) {
   MN_RUN(refusals_write_nothing);
   MN_RUN(empty_cases);
   MN_RUN(meta_shapes_without_reading);
+  MN_RUN(hostile_sizes_fail_before_reading);
+  MN_RUN(host_oom_is_out_of_memory);
+  MN_RUN(gather_scatter_shape_rules);
+  MN_RUN(failed_calls_leave_out_untouched);
   MN_RUN(nothing_left_on_sim);
   return mn_test_finish();
 }

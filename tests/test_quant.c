@@ -345,6 +345,29 @@ MN_TEST(indexing_meta_and_empty_like) {
     }
     MN_CHECK_ERR(mn_view_index_select(q4, 0, idx, NULL, &bad), MN_ERR_NOT_SUPPORTED, "packed");
     MN_CHECK(bad == NULL);
+    /* issue 32 (16): take, gather and masked_select have no quantized kernel
+     * in PyTorch 1.13 (NotImplementedError): refused, as there; a mask
+     * through index is PyTorch's aten::index, which has one */
+    int64_t one = 1;
+    mn_view_t *mask = NULL, *gi = NULL;
+    MN_CHECK_OK(mn_view_empty(mn_device_cpu(), MN_DTYPE_BOOL, 1, &n, &mask));
+    MN_CHECK_OK(mn_view_empty(mn_device_cpu(), MN_DTYPE_INT64, 1, &one, &gi));
+    if (mask && gi) {
+      memcpy(mn_view_data(mask), (const bool[4]){true, false, false, true}, 4);
+      ((int64_t *)mn_view_data(gi))[0] = 2;
+      MN_CHECK_ERR(mn_view_take(q, idx, NULL, &bad), MN_ERR_NOT_SUPPORTED,
+                   "take of a qint8 view is not supported (PyTorch has no quantized kernel for it)");
+      MN_CHECK_ERR(mn_view_gather(q, 0, gi, NULL, &bad), MN_ERR_NOT_SUPPORTED, "gather of a qint8 view");
+      MN_CHECK_ERR(mn_view_masked_select(q, mask, NULL, &bad), MN_ERR_NOT_SUPPORTED, "masked_select of a qint8 view");
+      MN_CHECK(bad == NULL);
+      const mn_view_t *mi[1] = {mask};
+      mn_view_t *sel = NULL;
+      MN_CHECK_OK(mn_view_index(q, 1, mi, NULL, &sel));
+      if (sel) MN_CHECK(mn_view_numel(sel) == 2 && mn_view_dtype(sel) == MN_DTYPE_QINT8 && mn_view_q_scale(sel) == 0.5);
+      mn_view_destroy(sel);
+    }
+    mn_view_destroy(mask);
+    mn_view_destroy(gi);
     /* a refused scatter leaves the quantized view as it was */
     MN_CHECK_OK(mn_view_index_select(q, 0, idx, NULL, &src));
     mn_view_t *before = NULL, *after = NULL;

@@ -122,6 +122,39 @@ MN_TEST(resize_failure_keeps_old_bytes) {
   mn_storage_release(s);
 }
 
+/* Issue 32 (6): a resize moves the bytes to a new block, so it is refused
+ * while a view of the storage lives (shrinking under one let later writes
+ * through it run past the end); it goes through once the views are gone. */
+MN_TEST(resize_refused_while_views_live) {
+  mn_device_t devs[NDEV] = DEVICES;
+  for (int d = 0; d < NDEV; d++) {
+    mn_storage_t *s = make(devs[d], 4096);
+    const int64_t n = 1024;
+    mn_view_t *v = NULL, *part = NULL;
+    MN_CHECK_OK(mn_view_create(s, MN_DTYPE_FLOAT32, 1, &n, NULL, 0, &v));
+    MN_CHECK_OK(mn_view_fill(v, mn_scalar_float(1.0), NULL));
+    MN_CHECK_ERR(mn_storage_resize(s, 64, NULL), MN_ERR_INVALID_STATE, "has 1 live view(s)");
+    MN_CHECK(mn_storage_nbytes(s) == 4096);
+    MN_CHECK_OK(mn_view_fill(v, mn_scalar_float(2.0), NULL)); /* before the fix: 4032 bytes past a 64-byte block */
+    MN_CHECK_OK(mn_view_narrow(v, 0, 2, 2, &part));
+    MN_CHECK_ERR(mn_storage_resize(s, 8192, NULL), MN_ERR_INVALID_STATE, "has 2 live view(s)"); /* growing moves too */
+    MN_CHECK(mn_storage_nbytes(s) == 4096);
+    sync_dev(devs[d]);
+    static float back[1024];
+    read_back(s, back);
+    bool ok = true;
+    for (int i = 0; i < 1024; i++) ok &= back[i] == 2.0f;
+    MN_CHECK(ok);
+    MN_CHECK_OK(mn_storage_resize(s, 4096, NULL)); /* no change: nothing moves */
+    mn_view_destroy(part);
+    mn_view_destroy(v);
+    MN_CHECK_OK(mn_storage_resize(s, 64, NULL)); /* no view left */
+    MN_CHECK_OK(mn_storage_resize(s, 8192, NULL));
+    MN_CHECK(mn_storage_nbytes(s) == 8192);
+    mn_storage_release(s);
+  }
+}
+
 static int deleter_calls;
 static void count_deleter(void *ctx, void *data) {
   deleter_calls++;
@@ -923,6 +956,7 @@ int main(void) {
   MN_RUN(sim_from_buffer_refuses_foreign_pointers);
   MN_RUN(resize_failure_keeps_old_bytes);
   MN_RUN(resize_refused_for_fixed_kinds);
+  MN_RUN(resize_refused_while_views_live);
   MN_RUN(fill_bytes_and_typed);
   MN_RUN(copy_between_devices);
   MN_RUN(clone_to_and_pin);

@@ -14,7 +14,11 @@ any mismatch (printing the first ones), 0 otherwise.
 FAMILY (default: none, the view ops only) names an op family module,
 tests/chains_FAMILY.py (index: advanced indexing; quant: quantized views;
 meta: the meta device): every chain then holds at least one of its ops,
-mixed with the view ops. A family module defines NAME, DTYPES (extra dtype
+mixed with the view ops. Several families joined by "+" (quant+index:
+indexing of quantized views; meta+index: indexing on the meta device) mix
+their ops; each op goes to the first family (in that order) whose apply
+takes it, the first family with a gen_root makes the roots, and a result is
+described by the first family whose describe gives one. A family module defines NAME, DTYPES (extra dtype
 names), apply(t, root, tok) (a tensor, or NotImplemented for ops that are
 not its own), gen_op(rng, t) (an op, or None), and may define
 gen_root(rng) (a creation line, or None) and describe(t) (a dict, or None
@@ -51,8 +55,8 @@ DNAMES = list(DTYPES)
 TNAME = {v: k for k, v in DTYPES.items()}
 
 
-# The op family of this run (FAMILY), or None.
-EXT = [None]
+# The op families of this run (FAMILY; none: the view ops only).
+EXTS = []
 
 
 def lst(xs):
@@ -114,8 +118,8 @@ def written(t):
 
 def apply(t, root, tok):
     n, a = tok[0], tok[1:]
-    if EXT[0] is not None:
-        r = EXT[0].apply(t, root, tok)
+    for fam in EXTS:
+        r = fam.apply(t, root, tok)
         if r is not NotImplemented:
             return r
     if n == "view":
@@ -207,8 +211,8 @@ def value(x):
 
 
 def describe(t):
-    if EXT[0] is not None and hasattr(EXT[0], "describe"):
-        d = EXT[0].describe(t)
+    for fam in EXTS:
+        d = fam.describe(t) if hasattr(fam, "describe") else None
         if d is not None:
             return d
     return {
@@ -362,9 +366,12 @@ def gen_chain(rng):
         shape = [rng.randint(0, 4) if rng.random() < 0.1 else rng.randint(1, 4) for _ in range(rng.randint(0, 4))]
         kind = rng.choice(["zeros", "ones", "full 2"])
         line = "%s %s %s" % (kind, " ".join(str(x) for x in shape), dt)
-    fam = EXT[0]
-    if fam is not None and hasattr(fam, "gen_root"):
-        line = fam.gen_root(rng) or line
+    for fam in EXTS:
+        if hasattr(fam, "gen_root"):
+            root = fam.gen_root(rng)
+            if root:
+                line = root
+                break
     try:
         t = run_torch(line)
     except Exception:
@@ -373,7 +380,8 @@ def gen_chain(rng):
     nops = rng.randint(1, 7)
     for i in range(nops):
         op = None
-        if fam is not None and (rng.random() < 0.5 or (i == nops - 1 and nfam == 0)):
+        if EXTS and (rng.random() < 0.5 or (i == nops - 1 and nfam == 0)):
+            fam = EXTS[0] if len(EXTS) == 1 else rng.choice(EXTS)
             op = fam.gen_op(rng, t)
             nfam += op is not None
         if op is None:
@@ -393,9 +401,11 @@ def main():
     device = sys.argv[4] if len(sys.argv) > 4 else "cpu"
     if len(sys.argv) > 5:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        EXT[0] = importlib.import_module("chains_" + sys.argv[5])
-        DTYPES.update(EXT[0].DTYPES)
-        TNAME.update({v: k for k, v in EXT[0].DTYPES.items()})
+        for name in sys.argv[5].split("+"):
+            fam = importlib.import_module("chains_" + name)
+            EXTS.append(fam)
+            DTYPES.update(fam.DTYPES)
+            TNAME.update({v: k for k, v in fam.DTYPES.items()})
     rng = random.Random(seed)
     chains = [gen_chain(rng) for _ in range(count)]
     proc = subprocess.run([driver, device], input="\n".join(chains) + "\n", capture_output=True, text=True)
@@ -435,8 +445,8 @@ def main():
             bad += 1
             if bad <= 20:
                 print("MISMATCH: %s\n  mnemo: %s\n  torch: %s" % (line, json.dumps(got), json.dumps(want)))
-    if EXT[0] is not None:
-        print("family %s: every chain holds at least one of its ops" % EXT[0].NAME)
+    if EXTS:
+        print("family %s: every chain holds at least one of its ops" % "+".join(f.NAME for f in EXTS))
     if stats.get("skipped"):
         print("%d chains not compared (a known deviation of torch, see the family module)" % stats["skipped"])
     print("%d chains (%d ran, %d of them with values not compared after a write into a self-overlapping view; "

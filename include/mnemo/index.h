@@ -12,14 +12,23 @@
  *   message before a byte is written (validation reads the indices, so on a
  *   queued device the call waits for the index's device). index_select,
  *   gather, scatter and scatter_add take [0, size), as PyTorch 1.13 does.
+ * - A result is sized and allocated before any integer index is read: a
+ *   result too large for int64 / size_t is MN_ERR_OVERFLOW, one no memory
+ *   holds MN_ERR_OUT_OF_MEMORY, at once (a mask is read first: its count is
+ *   a size).
  * - Values and sources must have v's dtype (PyTorch's rule: no casting).
  * - Work is queued on `stream` (NULL: the default stream of v's device), as
  *   copies are (mnemo/view.h). Calls whose result size depends on mask
  *   values (masked_select, boolean indices) wait for the mask first.
  * - On the meta device the result's metadata is computed without reading
  *   any index (as PyTorch's meta kernels); masks are refused there (the size
- *   depends on the data).
- * - A refused call changes nothing and returns no view. */
+ *   depends on the data). Shapes are checked as on the CPU: a non-empty
+ *   index into a dim of size 0 is refused by every call (torch 1.13's meta
+ *   gather / scatter / index_select accept it; every real device refuses).
+ * - Quantized views: index_select and index only (take, gather and
+ *   masked_select: MN_ERR_NOT_SUPPORTED, as torch 1.13 has no quantized
+ *   kernel for them); no writes; no packed dtypes.
+ * - A refused call changes nothing and leaves *out untouched. */
 #ifndef MNEMO_INDEX_H
 #define MNEMO_INDEX_H
 
@@ -41,7 +50,7 @@ MN_API MN_NODISCARD mn_status mn_view_take(const mn_view_t *v, const mn_view_t *
                                            mn_view_t **out);
 /* gather(dim, index): index has v's ndim and index.size(d) <= v.size(d) for
  * every d != dim; out[i][j][k] = v[index[i][j][k]][j][k] (dim 0). The result
- * has index's shape. */
+ * has index's shape. An empty index is not checked (any ndim, any dtype). */
 MN_API MN_NODISCARD mn_status mn_view_gather(const mn_view_t *v, int dim, const mn_view_t *index, mn_stream_t *stream,
                                              mn_view_t **out);
 /* masked_select(mask): v and mask broadcast together; the result is 1-d, the
@@ -68,8 +77,9 @@ MN_API MN_NODISCARD mn_status mn_view_index(const mn_view_t *v, int n, const mn_
 MN_API MN_NODISCARD mn_status mn_view_index_put(mn_view_t *v, int n, const mn_view_t *const *indices,
                                                 const mn_view_t *values, bool accumulate, mn_stream_t *stream);
 /* scatter_(dim, index, src): v[index[i][j][k]][j][k] = src[i][j][k] (dim 0);
- * index has v's ndim, index.size(d) <= src.size(d) for every d and
- * <= v.size(d) for d != dim; src has v's dtype. Duplicates: the last in
+ * index has v's ndim, index.size(d) <= src.size(d) for every d (a 0-d src
+ * has size 1) and <= v.size(d) for d != dim; src has v's dtype. An empty
+ * index is not checked (nothing is written). Duplicates: the last in
  * row-major order of index wins, on every device. */
 MN_API MN_NODISCARD mn_status mn_view_scatter(mn_view_t *v, int dim, const mn_view_t *index, const mn_view_t *src,
                                               mn_stream_t *stream);

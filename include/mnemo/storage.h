@@ -84,8 +84,14 @@ MN_API MN_NODISCARD mn_status mn_storage_from_buffer_copy(mn_device_t dev, const
 /* Grows or shrinks an allocator-owned storage to nbytes keeping the common
  * prefix (new bytes are undefined): allocates the new block on `stream`,
  * copies the prefix on it, then frees the old block (recorded on `stream`).
- * MN_ERR_INVALID_STATE for other kinds; on any failure the storage keeps its
- * old bytes and size. */
+ * MN_ERR_INVALID_STATE for other kinds, and while any view of the storage
+ * lives (the message counts them): the bytes move to a new block, which a
+ * view could reach past the end of, and pointers handed out through views
+ * (mn_view_data, DLPack, numpy) would dangle. PyTorch allows it and crashes
+ * on the next write through such a view; destroy the views first, or resize
+ * a clone. A resize to the same size does nothing and is always allowed.
+ * Pointers from mn_storage_data taken before a resize are invalid after it.
+ * On any failure the storage keeps its old bytes and size. */
 MN_API MN_NODISCARD mn_status mn_storage_resize(mn_storage_t *s, size_t nbytes, mn_stream_t *stream);
 /* Sets every byte to `value` (low 8 bits). */
 MN_API MN_NODISCARD mn_status mn_storage_fill(mn_storage_t *s, int value, mn_stream_t *stream);

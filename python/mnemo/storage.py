@@ -145,7 +145,9 @@ class Storage:
     def resize_(self, nbytes):
         """Grows or shrinks an allocator-owned storage in place, keeping the
         common prefix (new bytes undefined). MnemoError (invalid_state) for
-        other kinds; a failure leaves the storage as it was."""
+        other kinds, and while any View of this storage lives (the bytes
+        move: drop the views first, or resize a clone); a failure leaves the
+        storage as it was."""
         lib.mn_storage_resize(self._h(), _core.as_int(nbytes, "nbytes", 0), None)
         return self
 

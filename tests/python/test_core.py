@@ -208,6 +208,25 @@ class Storages(unittest.TestCase):
         with self.assertRaises(TypeError):
             mnemo.Storage(8, allocator=object())
 
+    def test_resize_refused_under_a_view(self):
+        # issue 32 (6): shrinking under a live view let writes through it run
+        # past the end; any resize moves the bytes, so it waits for the views
+        for dev in DEVICES:
+            v = mnemo.zeros(1024, device=dev)
+            s = v.untyped_storage()
+            for n in (16, 8192):
+                with self.assertRaises(mnemo.MnemoError) as cm:
+                    s.resize_(n)
+                self.assertEqual(cm.exception.status_name, "invalid_state")
+                self.assertIn("1 live view(s)", cm.exception.message)
+                self.assertEqual(s.nbytes(), 4096)
+            v.fill_(2.0)
+            self.assertEqual(v.tolist(), [2.0] * 1024)
+            del v
+            gc.collect()
+            s.resize_(16)
+            self.assertEqual(s.nbytes(), 16)
+
 
 class Factories(unittest.TestCase):
     def test_factories(self):
