@@ -108,6 +108,11 @@ declare("mn_view_copy", "status", [VP, VP, VP])
 declare("mn_view_fill", "status", [VP, Scalar, VP])
 declare("mn_view_zero", "status", [VP, VP])
 declare("mn_scalar_from_bytes", "status", [C.c_int, VP, C.POINTER(Scalar)])
+declare("mn_view_is_quantized", C.c_bool, [VP])
+declare("mn_view_q_scale", C.c_double, [VP])
+declare("mn_view_q_zero_point", C.c_int64, [VP])
+declare("mn_view_create_quantized", "status", [VP, C.c_int, C.c_int, I64P, I64P, C.c_int64, C.c_double, C.c_int64,
+                                                 VPP])
 
 _libc = C.CDLL(None)
 libc_free = _libc.free
