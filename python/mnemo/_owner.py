@@ -121,11 +121,11 @@ def _retry_orphans(box, _destroy=lib.mn_mempool_destroy):
     box.orphans[:] = keep
 
 
-def _destroy_if_done(box, _boxes=_boxes, _destroy=lib.mn_allocator_destroy):
+def _destroy_if_done(box, _boxes=_boxes, _destroy=lib.mn_allocator_destroy, _retry=_retry_orphans):
     """Destroys the allocator when its owner is gone and nothing lives from it
     (with the lock held)."""
     if box.orphans and box.handle is not None:
-        _retry_orphans(box)
+        _retry(box)
     if box.closed and box.live == 0 and box.pools == 0 and box.handle is not None:
         h, box.handle = box.handle, None
         _boxes.pop(h, None)
@@ -141,12 +141,13 @@ def pin(box, _lock=lock):
     return box
 
 
-def unpin(box, _lock=lock):
-    """The opposite of pin: may destroy the allocator (the last thing gone)."""
+def unpin(box, _lock=lock, _done=_destroy_if_done):
+    """The opposite of pin: may destroy the allocator (the last thing gone).
+    (Everything it uses is bound now: a DLPack deleter may call it at exit.)"""
     if box is not None:
         with _lock:
             box.live -= 1
-            _destroy_if_done(box)
+            _done(box)
 
 
 def pin_storage(storage, _alloc=lib.mn_storage_allocator, _lock=lock):

@@ -526,7 +526,9 @@ class Allocator(_owner.Resource):
     def __del__(self, _closed=_owner.allocator_closed):
         # Collected: no other reference exists, so nothing races this. The
         # destroy waits for whatever still lives from it (mnemo._owner).
-        box = self.__dict__.get("_box")
+        # (Not self.__dict__: making the dict here, in a finalizer, would make
+        # CPython 3.11 count the object's garbage cycle resurrected.)
+        box = getattr(self, "_box", None)
         if box is not None and self._take() is not None:
             _closed(box)
 

@@ -218,7 +218,7 @@ class Storage(_owner.Owner):
         in pinned memory; synchronize before reading it."""
         dev = _device(device)
         h = out_handle(lib.mn_storage_to, self._h(), dev._c, bool(non_blocking), None)
-        return Storage._wrap(h, self._keep)
+        return Storage._wrap(h, _core.keep_for(h, self._handle, self._keep))
 
     def cpu(self):
         """to("cpu")."""
@@ -231,7 +231,7 @@ class Storage(_owner.Owner):
         if device is None:
             device = "cuda:0" if device_count("cuda") > 0 else "sim:0"
         h = out_handle(lib.mn_storage_pin_memory, self._h(), _device(device)._c)
-        return Storage._wrap(h, self._keep)
+        return Storage._wrap(h, _core.keep_for(h, self._handle, self._keep))
 
     def share_memory_(self):
         """Moves a CPU storage into (unnamed, sealed) shared memory in place;

@@ -126,8 +126,11 @@ class View(_owner.Owner):
         return View._wrap(out_handle(fn, self._handle, *args), self._keep, self._box)
 
     def _op_copy(self, fn, *args):
-        """An operation that may copy (into this storage's allocator, or another device's)."""
-        return View._wrap(out_handle(fn, self._handle, *args), self._keep)
+        """An operation that may copy (into this storage's allocator, or another
+        device's default): the result keeps this view's allocator objects only
+        when its storage comes from the same allocator."""
+        h = out_handle(fn, self._handle, *args)
+        return View._wrap(h, _core.keep_for(lib.mn_view_storage(h), lib.mn_view_storage(self._handle), self._keep))
 
     def __del__(self, _destroy=lib.mn_view_destroy, _unpin=_owner.unpin):
         h = self._take()

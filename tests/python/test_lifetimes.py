@@ -335,6 +335,54 @@ class Cycles(unittest.TestCase):
             gc.collect()
             self.assertEqual(live_allocators(), base, f"round {i}")
 
+    def test_cycle_goes_in_one_collection(self):
+        # the allocator's finalizer must not make CPython count the cycle
+        # resurrected (it did, by materializing the object's __dict__)
+        gc.collect()
+        a = mnemo.NaiveAllocator(SIM)
+        v = mnemo.ones(4, device=SIM, allocator=a)
+        cyc = [v, v[1:]]
+        cyc.append(cyc)
+        a.cycle = cyc
+        cyc.append(a)
+        gone = weakref.ref(a)
+        del a, v, cyc
+        gc.collect()
+        self.assertIsNone(gone())
+
+    def test_export_in_a_cycle(self):
+        # a DLPack export counts on the allocator's box; holding the allocator
+        # object in interop's module-level table made such a cycle immortal
+        import numpy as np
+        gc.collect()
+        base = live_allocators()
+        a = mnemo.PinnedAllocator("cpu")
+        v = mnemo.full((4,), 3.0, allocator=a)
+        arr = np.from_dlpack(v)
+        cyc = [v, arr]
+        cyc.append(cyc)
+        a.cycle = cyc
+        gone = weakref.ref(a)
+        del a, v, arr, cyc
+        gc.collect()
+        self.assertIsNone(gone())
+        self.assertEqual(live_allocators(), base)
+
+    def test_exports_alive_at_exit(self):
+        # numpy frees its DLPack imports during interpreter shutdown, after
+        # mnemo's modules: the deleters must still be callable then
+        script = ("import gc, numpy as np, mnemo\n"
+                  "a = mnemo.PinnedAllocator('cpu')\n"
+                  "v = mnemo.full((4,), 1.0, allocator=a)\n"
+                  "x = np.from_dlpack(v)\n"
+                  "y = np.from_dlpack(mnemo.ones(3))\n"
+                  "c = [x, v]; c.append(c); a.cycle = c\n"
+                  "del a, v, c\n"
+                  "print('ok')\n")
+        import subprocess
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        self.assertEqual((r.returncode, r.stdout.strip()), (0, "ok"), r.stderr[-2000:])
+
     def test_allocator_dropped_first(self):
         a = mnemo.CachingAllocator(SIM)
         v = mnemo.full((8,), 3.0, device=SIM, allocator=a)
