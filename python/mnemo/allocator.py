@@ -29,7 +29,6 @@ destroys once) but must not race with other calls on the same allocator, and ``s
 allocations on that device that rely on the default.
 """
 import ctypes as C
-import threading
 
 from . import _owner
 from ._lib import Device as _CDevice, MnemoError, VP, declare, lib
@@ -536,7 +535,10 @@ class Allocator(_owner.Resource):
 # Defaults set from Python: device -> the Allocator object now default there
 # (kept alive), and every allocator that was ever a default (kept alive until
 # closed: storages made meanwhile keep its C pointer).
-_defaults_lock = threading.RLock()
+# (The owner lock itself: close() holds it while it restores a default, and a
+# collection inside set_default_allocator may run finalizers that take it; one
+# re-entrant lock cannot be taken in two orders.)
+_defaults_lock = _owner.lock
 _current_default = {}
 _kept = {}
 
