@@ -393,6 +393,22 @@ class Cycles(unittest.TestCase):
         r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
         self.assertEqual((r.returncode, r.stdout.strip()), (0, "ok"), r.stderr[-2000:])
 
+    def test_pool_collected_while_busy(self):
+        a = mnemo.CachingAllocator(SIM)
+        pool = mnemo.MemPool(a)
+        with pool.use():
+            v = mnemo.ones(1024, device=SIM, allocator=a)
+        del pool
+        gc.collect()
+        self.assertEqual(len(a._box.orphans), 1, "busy: left to the allocator")
+        self.assertEqual(v.tolist()[:2], [1.0, 1.0])
+        del v
+        gc.collect()
+        self.assertEqual(a._box.orphans, [], "destroyed once its block went")
+        a.empty_cache()
+        self.assertEqual(a.memory_stats()["reserved_bytes.all.current"], 0, "the pool's cache was given back")
+        a.close()
+
     def test_allocator_dropped_first(self):
         a = mnemo.CachingAllocator(SIM)
         v = mnemo.full((8,), 3.0, device=SIM, allocator=a)
