@@ -313,6 +313,9 @@ class Allocator(_owner.Resource):
     owns). ``_handle`` is the C pointer as an int; ``mnemo.Storage(nbytes,
     device, allocator=obj)`` allocates from it and keeps ``obj`` alive."""
 
+    _no_pickle = ("an allocator and its memory live in this process; a spawned child makes its own, a forked "
+                  "child inherits a copy")
+
     def __init__(self, handle, owned=False):
         """Wraps an existing handle (an int); ``owned`` makes this object
         destroy it in close(). For internal use: make allocators with the
@@ -625,6 +628,8 @@ class MemPool(_owner.Resource):
     into pools is C-only: mnemo/mempool.h). A pool collected while busy is
     destroyed once its blocks are gone, or with its allocator. The
     allocator (an owned one) is destroyed only after its open pools."""
+
+    _no_pickle = "a memory pool is part of an allocator of this process"
 
     def __init__(self, allocator, no_split=False, use_on_oom=False):
         self._handle = None

@@ -175,6 +175,8 @@ class record(_owner.Resource):
     allocator's previous sink (MNEMO_TRACE's process-wide recorder among
     them); stop() detaches, leaving it without one."""
 
+    _no_pickle = "a recorder is attached to an allocator of this process; pickle its trace() instead"
+
     def __init__(self, allocator=None, capacity=1_000_000, stacks=0):
         self._handle = None
         self._attached = None
