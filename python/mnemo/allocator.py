@@ -25,8 +25,9 @@ not own their handle (mnemo does).
 
 Threading: every method may be called from any thread, as the C allocators
 are thread-safe; ``close()`` may be called from several threads at once (it
-destroys once) but must not race with other calls on the same allocator, and ``set_default`` / ``set_default_allocator`` must not race with
-allocations on that device that rely on the default.
+destroys once) but must not race with other calls on the same allocator, and
+``set_default`` / ``set_default_allocator`` must not race with allocations on
+that device that rely on the default.
 """
 import ctypes as C
 

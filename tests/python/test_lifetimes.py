@@ -11,7 +11,6 @@
 import copy
 import gc
 import multiprocessing as mp
-import os
 import pickle
 import sys
 import threading
@@ -219,7 +218,7 @@ class Pickles(unittest.TestCase):
                 for proto in range(pickle.HIGHEST_PROTOCOL + 1):
                     with self.assertRaises(TypeError) as cm:
                         pickle.dumps(o, protocol=proto)
-                    self.assertIn(f"cannot pickle mnemo.", str(cm.exception))
+                    self.assertIn("cannot pickle mnemo.", str(cm.exception))
                     self.assertIn(name, str(cm.exception))
                 with self.assertRaises(TypeError):
                     mp.reduction.ForkingPickler.dumps(o)
