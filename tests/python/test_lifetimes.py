@@ -14,6 +14,7 @@ import multiprocessing as mp
 import pickle
 import sys
 import threading
+import time
 import unittest
 import weakref
 
@@ -44,6 +45,16 @@ def make_resources():
     rec = record(caching, capacity=16)
     objs = [caching, naive, pinned, default, pool, rec]
     return objs, [rec, pool, caching, naive, pinned, default]
+
+
+def is_closed(o):
+    if isinstance(o, mnemo.Allocator):
+        return o.closed
+    try:
+        o._r() if isinstance(o, record) else o._h()
+    except ValueError:
+        return True
+    return False
 
 
 def storage_refcount(v):
@@ -466,6 +477,12 @@ class CloseRules(unittest.TestCase):
         a.close()
 
 
+def yield_after_c_calls(frame, event, arg):
+    """A profile hook: gives the GIL away after every C call of the thread."""
+    if event == "c_return":
+        time.sleep(0)
+
+
 class Threads(unittest.TestCase):
     """Defect 5: release()/close() from several threads at once run once."""
 
@@ -482,10 +499,13 @@ class Threads(unittest.TestCase):
 
         def run():
             barrier.wait()
+            sys.setprofile(yield_after_c_calls)  # interleave inside fn itself
             try:
                 fn()
             except Exception as e:  # pragma: no cover - reported below
                 errors.append(e)
+            finally:
+                sys.setprofile(None)
         ts = [threading.Thread(target=run) for _ in range(n)]
         for t in ts:
             t.start()
@@ -494,19 +514,42 @@ class Threads(unittest.TestCase):
         self.assertEqual(errors, [])
 
     def test_concurrent_storage_release(self):
-        for i in range(4000):  # before the fix, the reference was dropped twice within some hundred rounds
-            s = mnemo.Storage(64, SIM if i % 10 == 9 else "cpu")
+        # Each worker gives the GIL away after every C call it makes (a
+        # profile hook), so the threads interleave inside release() itself:
+        # before the fix two of them read the same handle and released it twice.
+        n, rounds = 4, 300
+        start, done = threading.Barrier(n + 1), threading.Barrier(n + 1)
+        box = {}
+
+        def worker():
+            for _ in range(rounds):
+                start.wait()
+                sys.setprofile(yield_after_c_calls)
+                box["s"].release()
+                sys.setprofile(None)
+                done.wait()
+        ts = [threading.Thread(target=worker) for _ in range(n)]
+        for t in ts:
+            t.start()
+        bad = None
+        for i in range(rounds):
+            s = box["s"] = mnemo.Storage(64, SIM if i % 10 == 9 else "cpu")
             keep = mnemo.View(s, mnemo.uint8, (64,))
-            self.hammer(s.release, 4)
-            self.assertIsNone(s._handle)
-            self.assertEqual(storage_refcount(keep), 1, f"round {i}: released once")
+            start.wait()
+            done.wait()
+            if bad is None and (s._handle is not None or storage_refcount(keep) != 1):
+                bad = (i, storage_refcount(keep))
+            del s, keep
+        for t in ts:
+            t.join()
+        self.assertIsNone(bad, "round, refcount: a storage released more than once")
 
     def test_concurrent_close(self):
         for i in range(100):
             objs, order = make_resources()
             for o in order:
                 self.hammer(o.close, 4)
-                self.assertTrue(o.closed if hasattr(o, "closed") else o._handle is None)
+                self.assertTrue(is_closed(o), type(o).__name__)
 
     def test_close_races_release(self):
         base = live_allocators()
