@@ -108,11 +108,25 @@ declare("mn_view_copy", "status", [VP, VP, VP])
 declare("mn_view_fill", "status", [VP, Scalar, VP])
 declare("mn_view_zero", "status", [VP, VP])
 declare("mn_scalar_from_bytes", "status", [C.c_int, VP, C.POINTER(Scalar)])
+declare("mn_view_is_quantized", C.c_bool, [VP])
+declare("mn_view_q_scale", C.c_double, [VP])
+declare("mn_view_q_zero_point", C.c_int64, [VP])
+declare("mn_view_create_quantized", "status", [VP, C.c_int, C.c_int, I64P, I64P, C.c_int64, C.c_double, C.c_int64,
+                                                 VPP])
 
 _libc = C.CDLL(None)
 libc_free = _libc.free
 libc_free.restype = None
 libc_free.argtypes = [VP]
+
+
+def keep_for(new_storage, old_storage, keep):
+    """What a storage made from another (a copy) keeps alive of the old one's
+    ``keep`` (its allocator objects): all of it when the same allocator made
+    both, else nothing (the copy lives in another device's default)."""
+    if keep and lib.mn_storage_allocator(new_storage) != lib.mn_storage_allocator(old_storage):
+        return ()
+    return keep
 
 
 def out_handle(fn, *args):
@@ -221,11 +235,21 @@ def host_buffer(obj):
     return C.addressof(arr), n, (arr, mv)
 
 
+def immortal(cfunc):
+    """Keeps a ctypes callback valid until the process ends and returns it: C
+    may call it during interpreter shutdown (a numpy array or a C storage
+    freed after this module is gone), when its trampoline would otherwise be
+    freed already (a crash at exit, found by tests/python/fuzz_lifetimes.py)."""
+    C.pythonapi.Py_IncRef(C.py_object(cfunc))
+    return cfunc
+
+
 # Python objects that C storages keep alive (foreign memory): ctx -> object.
 _kept = {}
 _kept_ids = itertools.count(1)
 
 
+@immortal
 @STORAGE_DELETER
 def _release_kept(ctx, data, _pop=_kept.pop):  # (bound now: may run at interpreter exit)
     _pop(ctx, None)

@@ -6,11 +6,17 @@ configuration, the pinned host pool and the naive allocator, their statistics
 summaries, and the per-device default allocator that storages use when given
 none (``mnemo.memory_stats(device)``, ``mnemo.empty_cache(device)``, ...).
 
-Ownership: an allocator object made here (CachingAllocator, PinnedAllocator,
-NaiveAllocator) owns its C handle and destroys it in ``close()`` (also on
-leaving a ``with`` block, and when garbage collected). ``close()`` refuses,
-changing nothing, while the allocator has live allocations, because storages
-and raw pointers would then point into freed memory. An allocator made a
+Ownership (docs/PYTHON.md "Object lifetimes"): an allocator object made here
+(CachingAllocator, PinnedAllocator, NaiveAllocator) owns its C handle, once
+(mnemo._owner): ``close()`` (also on leaving a ``with`` block) destroys it,
+and refuses with MnemoError (invalid_state), changing nothing, while a view,
+a storage, a DLPack export, an open MemPool or a raw ``alloc()`` of it lives,
+because they would then point into freed memory. When the object is garbage
+collected instead, the destroy waits for the last of those to go (even in a
+garbage cycle that holds them all): no error, no leak. Allocators, memory
+pools and recorders are not duplicated: ``copy.copy``/``copy.deepcopy`` give
+the object itself; pickling raises TypeError (a ``spawn`` child cannot get
+one; a ``fork`` child has its own copy of the process, allocator included). An allocator made a
 device's default (``set_default()``) is kept alive by this module as long as it
 is the default, and afterwards too unless closed explicitly: storages created
 while it was the default keep its C pointer. Objects from
@@ -18,14 +24,14 @@ while it was the default keep its C pointer. Objects from
 not own their handle (mnemo does).
 
 Threading: every method may be called from any thread, as the C allocators
-are thread-safe; ``close()`` must not race with other calls on the same
-allocator, and ``set_default`` / ``set_default_allocator`` must not race with
-allocations on that device that rely on the default.
+are thread-safe; ``close()`` may be called from several threads at once (it
+destroys once) but must not race with other calls on the same allocator, and
+``set_default`` / ``set_default_allocator`` must not race with allocations on
+that device that rely on the default.
 """
 import ctypes as C
-import threading
-import weakref
 
+from . import _owner
 from ._lib import Device as _CDevice, MnemoError, VP, declare, lib
 from .device import Device, best_device, device as _device
 
@@ -301,12 +307,15 @@ def _snapshot_list(snap):
     return segments
 
 
-class Allocator:
+class Allocator(_owner.Resource):
     """An mnemo allocator (an ``mn_allocator_t``): allocation, statistics,
     snapshots. Made by CachingAllocator, PinnedAllocator, NaiveAllocator, or
     ``default_allocator(device)`` (a view of a device's default that mnemo
     owns). ``_handle`` is the C pointer as an int; ``mnemo.Storage(nbytes,
     device, allocator=obj)`` allocates from it and keeps ``obj`` alive."""
+
+    _no_pickle = ("an allocator and its memory live in this process; a spawned child makes its own, a forked "
+                  "child inherits a copy")
 
     def __init__(self, handle, owned=False):
         """Wraps an existing handle (an int); ``owned`` makes this object
@@ -314,10 +323,13 @@ class Allocator:
         subclasses or default_allocator()."""
         self._handle = None
         self._owned = False
+        self._box = None
         if not isinstance(handle, int) or handle == 0:
             raise ValueError("mnemo: an allocator handle is a non-zero int")
         self._handle = handle
         self._owned = bool(owned)
+        if owned:
+            self._box = _owner.register_allocator(handle)
 
     # -- identity ---------------------------------------------------------
     def _h(self):
@@ -355,6 +367,10 @@ class Allocator:
             raise TypeError(f"mnemo: nbytes must be an int >= 0, got {nbytes!r}")
         out = VP()
         lib.mn_allocator_alloc(self._h(), nbytes, _stream_handle(stream), C.byref(out))
+        box = self._box
+        if out.value and box is not None:
+            with _owner.lock:
+                box.raw += 1  # close() refuses until it is freed
         return out.value or 0
 
     def free(self, ptr):
@@ -363,6 +379,10 @@ class Allocator:
         MnemoError and changes nothing."""
         _check_ptr(ptr)
         lib.mn_allocator_free(self._h(), ptr or None)
+        box = self._box
+        if ptr and box is not None:
+            with _owner.lock:
+                box.raw = max(0, box.raw - 1)
 
     def record_stream(self, ptr, stream):
         """Marks the block at ``ptr`` as used by ``stream``, so its memory is
@@ -461,32 +481,37 @@ class Allocator:
 
     def close(self):
         """Destroys the allocator (an owned one; for a view it just detaches).
-        Refused with MnemoError (invalid_state), changing nothing, while it has
-        live allocations. If it is a device's default, the built-in default is
-        restored first. Closing twice is a no-op."""
-        if self._handle is None:
-            return
-        if not self._owned:
+        Refused with MnemoError (invalid_state), changing nothing, while a
+        view, storage, DLPack export, open MemPool or raw alloc() of it lives.
+        If it is a device's default, the built-in default is restored first.
+        Closing twice, or from several threads at once, destroys it once."""
+        with _owner.lock:
+            if self._handle is None:
+                return
+            if not self._owned:
+                self._handle = None
+                return
+            box = self._box
+            what = f"mnemo: cannot close the {self.name} allocator of {self.device}"
+            if box.pools:
+                raise MnemoError(_MN_ERR_INVALID_STATE,
+                                 f"{what}: {box.pools} memory pool(s) of it are open; close them first")
+            if box.live:
+                raise MnemoError(_MN_ERR_INVALID_STATE,
+                                 f"{what}: {box.live} view(s), storage(s) or DLPack export(s) of its memory are "
+                                 "alive; drop them first")
+            live = max(box.raw, self._live_allocations())
+            if live:
+                raise MnemoError(_MN_ERR_INVALID_STATE,
+                                 f"{what}: it has {live} live allocation(s); free them (drop the storages) first")
+            with _defaults_lock:
+                dev = self.device
+                if _current_default.get(dev) is self:
+                    lib.mn_allocator_set_default(dev._c, None)
+                    del _current_default[dev]
+                _kept.pop(id(self), None)
             self._handle = None
-            return
-        pools = [p for p in getattr(self, "_pools", {}).values() if p._handle is not None]
-        if pools:
-            raise MnemoError(_MN_ERR_INVALID_STATE,
-                             f"mnemo: cannot close the {self.name} allocator of {self.device}: {len(pools)} memory "
-                             "pool(s) of it are open; close them first")
-        live = self._live_allocations()
-        if live:
-            raise MnemoError(_MN_ERR_INVALID_STATE,
-                             f"mnemo: cannot close the {self.name} allocator of {self.device}: it has {live} live "
-                             "allocation(s); free them (drop the storages) first")
-        with _defaults_lock:
-            dev = self.device
-            if _current_default.get(dev) is self:
-                lib.mn_allocator_set_default(dev._c, None)
-                del _current_default[dev]
-            _kept.pop(id(self), None)
-        h, self._handle = self._handle, None
-        lib.mn_allocator_destroy(h)
+            _owner.allocator_closed(box)
 
     def __enter__(self):
         return self
@@ -501,20 +526,23 @@ class Allocator:
                 pass
         return False
 
-    def __del__(self):
-        h = getattr(self, "_handle", None)
-        if h is not None and getattr(self, "_owned", False):
-            try:
-                lib.mn_allocator_destroy(h)
-            except Exception:  # interpreter shutdown
-                pass
-            self._handle = None
+    def __del__(self, _closed=_owner.allocator_closed):
+        # Collected: no other reference exists, so nothing races this. The
+        # destroy waits for whatever still lives from it (mnemo._owner).
+        # (Not self.__dict__: making the dict here, in a finalizer, would make
+        # CPython 3.11 count the object's garbage cycle resurrected.)
+        box = getattr(self, "_box", None)
+        if box is not None and self._take() is not None:
+            _closed(box)
 
 
 # Defaults set from Python: device -> the Allocator object now default there
 # (kept alive), and every allocator that was ever a default (kept alive until
 # closed: storages made meanwhile keep its C pointer).
-_defaults_lock = threading.RLock()
+# (The owner lock itself: close() holds it while it restores a default, and a
+# collection inside set_default_allocator may run finalizers that take it; one
+# re-entrant lock cannot be taken in two orders.)
+_defaults_lock = _owner.lock
 _current_default = {}
 _kept = {}
 
@@ -586,7 +614,7 @@ declare("mn_mempool_snapshot", "status", [VP, C.POINTER(C.POINTER(_Snapshot))])
 declare("mn_mempool_empty_cache", "status", [VP])
 
 
-class MemPool:
+class MemPool(_owner.Resource):
     """A memory pool of a CachingAllocator, as torch.cuda.MemPool: its own
     segments, statistics and snapshot; blocks never move between pools.
     ``no_split``: every allocation is a segment of its own; ``use_on_oom``:
@@ -598,19 +626,25 @@ class MemPool:
     allocator's empty_cache leaves the pool's cache alone (PyTorch's rule);
     ``pool.empty_cache()`` gives it back. close() destroys it: MnemoError
     (busy), changing nothing, while a block of it is live (stream capture
-    into pools is C-only: mnemo/mempool.h)."""
+    into pools is C-only: mnemo/mempool.h). A pool collected while busy is
+    destroyed once its blocks are gone, or with its allocator. The
+    allocator (an owned one) is destroyed only after its open pools."""
+
+    _no_pickle = "a memory pool is part of an allocator of this process"
 
     def __init__(self, allocator, no_split=False, use_on_oom=False):
         self._handle = None
+        self._box = None
         if not isinstance(allocator, Allocator):
             raise TypeError("mnemo: a MemPool needs a caching allocator, not " + type(allocator).__name__)
         opts = _MemPoolOptions(None, bool(no_split), bool(use_on_oom))
         out = VP()
-        lib.mn_mempool_create(allocator._h(), C.byref(opts), C.byref(out))
-        self._handle = out.value
+        with _owner.lock:
+            ah = allocator._h()
+            lib.mn_mempool_create(ah, C.byref(opts), C.byref(out))
+            self._box = _owner.pool_opened(ah)  # the allocator's close() refuses while it is open
+            self._handle = out.value
         self.allocator = allocator  # kept alive: the pool is part of it
-        # the allocator's close() refuses while a pool of it is open
-        allocator.__dict__.setdefault("_pools", weakref.WeakValueDictionary())[id(self)] = self
 
     def _h(self):
         if self._handle is None:
@@ -652,13 +686,19 @@ class MemPool:
         lib.mn_mempool_empty_cache(self._h())
 
     def close(self):
-        """Destroys the pool (its cache is given back first). Closing twice is
-        a no-op."""
-        if self._handle is None:
-            return
-        lib.mn_mempool_destroy(self._handle)
-        self._handle = None
-        self.allocator.__dict__.get("_pools", {}).pop(id(self), None)
+        """Destroys the pool (its cache is given back first). Closing twice, or
+        from several threads at once, destroys it once."""
+        with _owner.lock:
+            if self._handle is None:
+                return
+            lib.mn_mempool_destroy(self._handle)  # MnemoError (busy): nothing changed
+            self._handle = None
+            _owner.pool_closed(self._box)
+
+    def __del__(self, _gone=_owner.pool_collected):
+        h = self._take()
+        if h is not None:
+            _gone(self._box, h)
 
     def __enter__(self):
         return self

@@ -24,7 +24,7 @@ Threading: any thread may export or import; a capsule must be consumed once.
 import ctypes as C
 import sys
 
-from . import _core
+from . import _core, _owner
 from ._core import VP, VPP, out_handle
 from ._lib import declare, lib
 from .device import Device, device as _device
@@ -101,6 +101,7 @@ _raw_is_valid = _pyapi("PyCapsule_IsValid", C.c_int, [VP, C.c_char_p])
 _raw_get_pointer = _pyapi("PyCapsule_GetPointer", VP, [VP, C.c_char_p])
 
 
+@_core.immortal
 @C.CFUNCTYPE(None, VP)
 def _capsule_destructor(cap, _valid=_raw_is_valid, _get=_raw_get_pointer, _cast=C.cast, _ptr=C.POINTER,
                         _legacy=(_name(b"dltensor"), DLManagedTensor),
@@ -119,20 +120,26 @@ _DESTRUCTOR = C.cast(_capsule_destructor, VP).value
 
 # Exports of storages whose Python allocator must outlive them: the managed
 # tensor's deleter is replaced by one that calls mnemo's and then lets the
-# allocator object go. address -> (mnemo's deleter, objects to keep).
+# allocator go (the export's count on its box, mnemo._owner; or, for an
+# allocator object mnemo does not own, the object itself).
+# address -> (mnemo's deleter, objects to keep, box).
 _exports = {}
 
 
+@_core.immortal
 @LEGACY_DELETER
-def _legacy_deleter(m, _pop=_exports.pop, _cast=C.cast, _fn=LEGACY_DELETER):
-    orig, _keep = _pop(_cast(m, VP).value)
+def _legacy_deleter(m, _pop=_exports.pop, _cast=C.cast, _fn=LEGACY_DELETER, _unpin=_owner.unpin):
+    orig, _keep, box = _pop(_cast(m, VP).value)
     _fn(orig)(m)
+    _unpin(box)
 
 
+@_core.immortal
 @VERSIONED_DELETER
-def _versioned_deleter(m, _pop=_exports.pop, _cast=C.cast, _fn=VERSIONED_DELETER):
-    orig, _keep = _pop(_cast(m, VP).value)
+def _versioned_deleter(m, _pop=_exports.pop, _cast=C.cast, _fn=VERSIONED_DELETER, _unpin=_owner.unpin):
+    orig, _keep, box = _pop(_cast(m, VP).value)
     _fn(orig)(m)
+    _unpin(box)
 
 
 def dlpack_device(dev):
@@ -202,9 +209,13 @@ def to_dlpack(view, stream=None, max_version=None, dl_device=None, copy=None):
         m = C.cast(p, C.POINTER(DLManagedTensor))
         name, wrapper = b"dltensor", _legacy_deleter
     try:
-        if src._keep:
+        if src._keep or src._box is not None:
             # (the address, read now: a ctypes function field read is a view of the struct's memory)
-            _exports[p] = (C.cast(m.contents.deleter, VP).value, src._keep)
+            # An allocator with a box is kept by the count alone: holding its
+            # object in this module-level table would make any garbage cycle
+            # through it uncollectable; other allocator objects are held.
+            keep = () if src._box is not None else src._keep
+            _exports[p] = (C.cast(m.contents.deleter, VP).value, keep, _owner.pin(src._box))
             m.contents.deleter = wrapper
         return _capsule_new(p, _name(name), _DESTRUCTOR)
     except BaseException:

@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import tempfile
 
+from . import _owner
 from ._lib import MnemoError, VP, built_path, declare, lib
 
 __all__ = ["ToolError", "read_trace", "record", "import_snapshot", "replay", "report", "snapshot", "cli_path"]
@@ -157,7 +158,7 @@ def read_trace(path):
 # ---- recording ---------------------------------------------------------------------
 
 
-class record:
+class record(_owner.Resource):
     """Records every event of a caching allocator (alloc, frees, segment
     allocs/frees/maps/unmaps, empty_cache, oom) into a bounded ring buffer
     (mn_trace_recorder_t) of ``capacity`` events (the oldest are overwritten
@@ -174,8 +175,10 @@ class record:
     allocator's previous sink (MNEMO_TRACE's process-wide recorder among
     them); stop() detaches, leaving it without one."""
 
+    _no_pickle = "a recorder is attached to an allocator of this process; pickle its trace() instead"
+
     def __init__(self, allocator=None, capacity=1_000_000, stacks=0):
-        self._rec = None
+        self._handle = None
         self._attached = None
         from .allocator import Allocator, default_allocator
         if not isinstance(allocator, Allocator):
@@ -186,22 +189,24 @@ class record:
             raise ValueError(f"mnemo: stacks must be an int >= 0 (frames), got {stacks!r}")
         rec = VP()
         lib.mn_trace_recorder_create(capacity, C.byref(rec))
-        self._rec = rec.value
         try:
             if stacks:
-                lib.mn_trace_recorder_set_stacks(self._rec, stacks)
-            lib.mn_caching_allocator_set_trace_sink(allocator._h(), _SINK_FN, self._rec)
+                lib.mn_trace_recorder_set_stacks(rec.value, stacks)
+            ah = allocator._h()
+            lib.mn_caching_allocator_set_trace_sink(ah, _SINK_FN, rec.value)
         except BaseException:
-            lib.mn_trace_recorder_destroy(self._rec)
-            self._rec = None
+            lib.mn_trace_recorder_destroy(rec.value)
             raise
+        self._handle = rec.value
         self._allocator = allocator  # kept alive while attached
-        self._attached = allocator
+        # stop() detaches from the C allocator while it lives: an owned one may
+        # outlive its Python object (its box says when it is destroyed)
+        self._attached = (ah, _owner.box_of(ah))
 
     def _r(self):
-        if self._rec is None:
+        if self._handle is None:
             raise ValueError("mnemo: this recorder is closed")
-        return self._rec
+        return self._handle
 
     @property
     def recording(self):
@@ -210,9 +215,12 @@ class record:
 
     def stop(self):
         """Detaches from the allocator (no more events); the events stay."""
-        a, self._attached = self._attached, None
-        if a is not None and not a.closed:
-            lib.mn_caching_allocator_set_trace_sink(a._h(), None, None)
+        with _owner.lock:
+            attached, self._attached = self._attached, None
+            if attached is not None:
+                ah, box = attached
+                if box is None or box.handle is not None:  # the C allocator still lives
+                    lib.mn_caching_allocator_set_trace_sink(ah, None, None)
 
     def stats(self):
         """A dict: recorded (events received), overwritten (lost to the
@@ -247,9 +255,10 @@ class record:
         return p
 
     def close(self):
-        """Stops and frees the recorder."""
+        """Stops and frees the recorder. Closing twice, or from several threads
+        at once, frees it once."""
         self.stop()
-        r, self._rec = self._rec, None
+        r = self._take()
         if r is not None:
             lib.mn_trace_recorder_destroy(r)
 

@@ -2,15 +2,22 @@
 device (PyTorch's UntypedStorage) over mn_storage_t: allocator-owned,
 foreign (wrapped memory), mmap'd files, shared memory and CUDA IPC imports.
 
-A Storage object owns exactly one C reference and drops it when it dies;
-views hold their own references, so ``View.untyped_storage()`` returns a
-Storage that shares the bytes (the C refcount counts both). A storage made
-from a Python allocator object (anything with ``_handle``, the
-``mn_allocator_t*``) keeps that object alive for as long as the storage (and
-every view or copy made from it) lives.
+A Storage object owns exactly one C reference and drops it when it dies or
+on ``release()`` (docs/PYTHON.md "Object lifetimes"); views hold their own
+references, so ``View.untyped_storage()`` returns a Storage that shares the
+bytes (the C refcount counts both). ``copy.copy`` and ``copy.deepcopy`` clone
+the bytes, as PyTorch's storages do (deepcopy once per C storage within one
+deepcopy); pickling carries the device, the size and the bytes (a
+multiprocessing child gets its own copy). A storage made from a Python
+allocator object (anything with ``_handle``, the ``mn_allocator_t*``) keeps
+that object alive for as long as the storage (and every view or copy made
+from it) lives; the allocators of mnemo.allocator also count it
+(mnemo._owner), so even a garbage cycle destroys the allocator last.
 
 Threading: the reference count is atomic; reads (nbytes, data_ptr, copies
-out) may run on any thread. ``resize_`` and ``share_memory_`` change the
+out) may run on any thread; ``release()`` may be called from several threads
+at once (the reference is dropped once), but not while another thread still
+uses the storage. ``resize_`` and ``share_memory_`` change the
 storage in place and must not race any other use of it, as in PyTorch.
 Device work (fill_, copy_ with non_blocking) is queued on the device's
 default stream; host reads (tolist, repr) synchronize the device first.
@@ -18,13 +25,15 @@ default stream; host reads (tolist, repr) synchronize the device first.
 import ctypes as C
 import os
 
-from . import _core
+from . import _core, _owner
 from ._core import out_handle
 from ._lib import Scalar, lib
 from .device import Device, device as _device, device_count
 from .dtype import dtype as _dtype
 
 __all__ = ["Storage"]
+
+_LOOKUP = object()  # _wrap's box argument: find the allocator box from the handle
 
 _KIND_NAMES = {k: lib.mn_storage_kind_name(k).decode() for k in range(5)}
 
@@ -39,7 +48,7 @@ def _allocator_handle(allocator):
     return h
 
 
-class Storage:
+class Storage(_owner.Owner):
     """An untyped storage of ``nbytes`` bytes on ``device`` (contents
     undefined), from ``allocator`` (an object with ``_handle``, e.g.
     mnemo.CachingAllocator; None: the device's default allocator).
@@ -48,29 +57,37 @@ class Storage:
     device, resize_(), fill_(), copy_(), clone(), to(), cpu(), pin_memory(),
     share_memory_(), tolist(), from_file(), from_buffer()."""
 
-    __slots__ = ("_handle", "_keep", "__weakref__")
+    __slots__ = ("_handle", "_keep", "_box", "__weakref__")
 
     def __init__(self, nbytes=0, device="cpu", allocator=None):
-        self._handle = None
+        self._handle = self._box = None
         n = _core.as_int(nbytes, "nbytes", 0)
         dev = _device(device)
         ah = _allocator_handle(allocator)
         self._keep = (allocator,) if allocator is not None else ()
-        self._handle = out_handle(lib.mn_storage_create, dev._c, n, ah, None)
+        h = out_handle(lib.mn_storage_create, dev._c, n, ah, None)
+        self._box = _owner.pin_storage(h)
+        self._handle = h
 
     @classmethod
-    def _wrap(cls, handle, keep=()):
-        """A Storage owning one reference `handle` (taken over, not retained)."""
+    def _wrap(cls, handle, keep=(), box=_LOOKUP):
+        """A Storage owning one reference `handle` (taken over, not retained);
+        box: the allocator box its storage counts on (default: looked up)."""
         s = object.__new__(cls)
-        s._handle = handle
+        s._handle = None
         s._keep = tuple(keep)
+        s._box = _owner.pin_storage(handle) if box is _LOOKUP else _owner.pin(box)
+        s._handle = handle
         return s
 
-    def __del__(self, _release=lib.mn_storage_release):
-        h = getattr(self, "_handle", None)
+    def __del__(self):
+        self._drop()
+
+    def _drop(self, _release=lib.mn_storage_release, _unpin=_owner.unpin):
+        h = self._take()  # once, whichever thread gets here first
         if h:
-            self._handle = None
             _release(h)
+            _unpin(self._box)
 
     def _h(self):
         if not self._handle:
@@ -79,8 +96,9 @@ class Storage:
 
     def release(self):
         """Drops this object's reference now (the bytes go when no view or
-        other Storage holds one). The object is unusable afterwards."""
-        self.__del__()
+        other Storage holds one). The object is unusable afterwards (ValueError).
+        Releasing twice, or from several threads at once, drops it once."""
+        self._drop()
 
     def __enter__(self):
         return self
@@ -173,13 +191,36 @@ class Storage:
         """A new storage with the same bytes on the same device."""
         return Storage._wrap(out_handle(lib.mn_storage_clone, self._h(), None), self._keep)
 
+    # ---- copies and pickles (docs/PYTHON.md "Object lifetimes") ---------------------
+    def __copy__(self):
+        """copy.copy: a clone, as torch.UntypedStorage's."""
+        return self.clone()
+
+    def __deepcopy__(self, memo):
+        """copy.deepcopy: a clone, one per C storage within one deepcopy (views
+        of one storage deep-copied together share the new one), as PyTorch."""
+        seen = memo.setdefault("mnemo.storages", {})
+        key = self._h()
+        new = seen.get(key)
+        if new is None:
+            new = seen[key] = self.clone()
+        return new
+
+    def __reduce_ex__(self, protocol):
+        """Pickles by value: device, size and bytes (none on the meta device);
+        the unpickled storage comes from its device's default allocator."""
+        self._h()
+        dev = self.device
+        data = None if dev.type == "meta" else self.tobytes()
+        return (_rebuild_storage, (str(dev), self.nbytes(), data))
+
     def to(self, device, non_blocking=False):
         """The storage on ``device``: this storage (a new object sharing it)
         when already there, else a copy. A non_blocking copy to the CPU lands
         in pinned memory; synchronize before reading it."""
         dev = _device(device)
         h = out_handle(lib.mn_storage_to, self._h(), dev._c, bool(non_blocking), None)
-        return Storage._wrap(h, self._keep)
+        return Storage._wrap(h, _core.keep_for(h, self._handle, self._keep))
 
     def cpu(self):
         """to("cpu")."""
@@ -192,7 +233,7 @@ class Storage:
         if device is None:
             device = "cuda:0" if device_count("cuda") > 0 else "sim:0"
         h = out_handle(lib.mn_storage_pin_memory, self._h(), _device(device)._c)
-        return Storage._wrap(h, self._keep)
+        return Storage._wrap(h, _core.keep_for(h, self._handle, self._keep))
 
     def share_memory_(self):
         """Moves a CPU storage into (unnamed, sealed) shared memory in place;
@@ -267,3 +308,19 @@ class Storage:
         h = out_handle(lib.mn_storage_from_buffer_copy, dev._c, addr or None, n)
         del keep
         return cls._wrap(h)
+
+
+def _rebuild_storage(device, nbytes, data):
+    """The storage of a pickle (Storage.__reduce_ex__): ``nbytes`` bytes on
+    ``device`` holding ``data`` (bytes, or None on the meta device)."""
+    n = _core.as_int(nbytes, "nbytes", 0)
+    dev = _device(device)
+    if data is None:
+        if dev.type != "meta":
+            raise ValueError(f"mnemo: a pickled storage on {dev} carries its bytes")
+        return Storage(n, dev)
+    if not isinstance(data, (bytes, bytearray)):
+        raise TypeError(f"mnemo: a pickled storage's bytes are bytes, not {type(data).__name__}")
+    if len(data) != n:
+        raise ValueError(f"mnemo: a pickled storage of {n} bytes carries {len(data)}")
+    return Storage.from_buffer(data, dev)

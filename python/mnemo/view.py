@@ -6,6 +6,12 @@ ones, full, empty_strided, tensor).
 
 Views are immutable handles: every operation returns a new View that holds
 its own storage reference; views of one storage see each other's writes.
+Copies follow PyTorch's tensors (docs/PYTHON.md "Object lifetimes"):
+``copy.copy`` is a new view of the same storage (the library's reference
+count counts it), ``copy.deepcopy`` clones the whole storage (views of one
+storage deep-copied together share the clone), and pickling carries the
+storage's bytes with dtype, shape, strides and offset (a multiprocessing
+child gets its own copy; views pickled separately no longer share).
 Host reads (numpy() of a SIM view, tolist, item, repr) synchronize the
 device first. CPU views hand numpy their memory without a copy
 (``numpy()``, ``__array_interface__``, ``__array__``); CUDA views refuse
@@ -18,15 +24,16 @@ need the caller's synchronization, as in PyTorch. Writes on SIM and CUDA are
 queued on the device's default stream, like PyTorch's CUDA work; copy_ and
 to() wait for completion unless non_blocking.
 """
+import copy
 import ctypes as C
 import numbers
 
-from . import _core
+from . import _core, _owner
 from ._core import VIEW_END, VP, VPP, as_dim, as_int, as_shape, i64_array, int_array, out_handle
 from ._lib import Scalar, lib
 from .device import Device, device as _device
 from .dtype import dtype as _dtype
-from .storage import Storage
+from .storage import _LOOKUP, Storage
 
 __all__ = ["View", "empty", "empty_strided", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like",
            "full_like", "tensor", "contiguous_format", "channels_last", "channels_last_3d", "preserve_format"]
@@ -76,17 +83,17 @@ def _ctype_sizes(shape):
     return i64_array(shape) if shape else None
 
 
-class View:
+class View(_owner.Owner):
     """A strided view over a storage: ``View(storage, dtype, shape,
     strides=None, offset=0)`` (strides and offset in elements; None:
     contiguous) is mn_view_create; every element must lie inside the storage.
     Most views come from the factories (mnemo.empty, zeros, tensor, ...) and
     from other views' operations."""
 
-    __slots__ = ("_handle", "_keep", "__weakref__")
+    __slots__ = ("_handle", "_keep", "_box", "__weakref__")
 
     def __init__(self, storage, dtype, shape, strides=None, offset=0):
-        self._handle = None
+        self._handle = self._box = None
         if not isinstance(storage, Storage):
             raise TypeError(f"mnemo: View() takes a Storage, got {type(storage).__name__}")
         dt = _dtype(dtype)
@@ -98,27 +105,65 @@ class View:
                 raise ValueError(f"mnemo: {len(shape)} sizes but {len(st)} strides")
         off = as_int(offset, "offset")
         self._keep = storage._keep
-        self._handle = out_handle(lib.mn_view_create, storage._h(), dt.value, len(shape), _ctype_sizes(shape),
-                                  _ctype_sizes(st) if st is not None else None, off)
+        h = out_handle(lib.mn_view_create, storage._h(), dt.value, len(shape), _ctype_sizes(shape),
+                       _ctype_sizes(st) if st is not None else None, off)
+        self._box = _owner.pin(storage._box)
+        self._handle = h
 
     @classmethod
-    def _wrap(cls, handle, keep=()):
+    def _wrap(cls, handle, keep=(), box=_LOOKUP):
+        """A View owning C view `handle`; box: the allocator box its storage
+        counts on (default: looked up from the handle)."""
         v = object.__new__(cls)
-        v._handle = handle
+        v._handle = None
         v._keep = keep
+        v._box = _owner.pin_view(handle) if box is _LOOKUP else _owner.pin(box)
+        v._handle = handle
         return v
 
-    def _new(self, handle):
-        return View._wrap(handle, self._keep)
-
     def _op(self, fn, *args):
-        return View._wrap(out_handle(fn, self._handle, *args), self._keep)
+        """A view operation that never copies: the result shares this storage."""
+        return View._wrap(out_handle(fn, self._handle, *args), self._keep, self._box)
 
-    def __del__(self, _destroy=lib.mn_view_destroy):
-        h = getattr(self, "_handle", None)
+    def _op_copy(self, fn, *args):
+        """An operation that may copy (into this storage's allocator, or another
+        device's default): the result keeps this view's allocator objects only
+        when its storage comes from the same allocator."""
+        h = out_handle(fn, self._handle, *args)
+        return View._wrap(h, _core.keep_for(lib.mn_view_storage(h), lib.mn_view_storage(self._handle), self._keep))
+
+    def __del__(self, _destroy=lib.mn_view_destroy, _unpin=_owner.unpin):
+        h = self._take()
         if h:
-            self._handle = None
             _destroy(h)
+            _unpin(self._box)
+
+    # ---- copies and pickles (docs/PYTHON.md "Object lifetimes") ---------------------
+    def __copy__(self):
+        """copy.copy: a new view of the same storage, as PyTorch's copy.copy of a tensor."""
+        n = self.ndim
+        return self._op(lib.mn_view_as_strided, n, _ctype_sizes(self.shape), _ctype_sizes(self.stride()),
+                        _core.OFFSET_KEEP)
+
+    def _qparams(self):
+        if not lib.mn_view_is_quantized(self._handle):
+            return None
+        return float(lib.mn_view_q_scale(self._handle)), int(lib.mn_view_q_zero_point(self._handle))
+
+    def __deepcopy__(self, memo):
+        """copy.deepcopy: the view over a clone of its whole storage (same
+        dtype, shape, strides, offset), as PyTorch's; one clone per storage
+        within one deepcopy."""
+        storage = copy.deepcopy(self.untyped_storage(), memo)
+        return _rebuild_view(storage, self.dtype.name, self.shape, self.stride(), self.storage_offset(),
+                             self._qparams())
+
+    def __reduce_ex__(self, protocol):
+        """Pickles by value: the whole storage (Storage.__reduce_ex__), dtype,
+        shape, strides, offset and quantization parameters, as PyTorch pickles
+        a tensor."""
+        return (_rebuild_view, (self.untyped_storage(), self.dtype.name, self.shape, self.stride(),
+                                self.storage_offset(), self._qparams()))
 
     # ---- metadata -------------------------------------------------------------------
     @property
@@ -199,7 +244,7 @@ class View:
         """The Storage the view looks at (a new Storage object holding its own
         reference to the same C storage)."""
         h = lib.mn_storage_retain(lib.mn_view_storage(self._handle))
-        return Storage._wrap(h, self._keep)
+        return Storage._wrap(h, self._keep, self._box)
 
     def is_contiguous(self, memory_format=None):
         """Whether the view is contiguous in ``memory_format`` (None or
@@ -251,11 +296,11 @@ class View:
     def reshape(self, *shape):
         """view() when possible, else a contiguous copy of the new shape."""
         s = as_shape(shape)
-        return self._op(lib.mn_view_reshape, len(s), _ctype_sizes(s), None)
+        return self._op_copy(lib.mn_view_reshape, len(s), _ctype_sizes(s), None)
 
     def flatten(self, start_dim=0, end_dim=-1):
         """Merges dims start_dim..end_dim (a view when possible)."""
-        return self._op(lib.mn_view_flatten, as_dim(start_dim), as_dim(end_dim), None)
+        return self._op_copy(lib.mn_view_flatten, as_dim(start_dim), as_dim(end_dim), None)
 
     def transpose(self, dim0, dim1):
         """Swaps two dims."""
@@ -344,7 +389,7 @@ class View:
         fn(self._handle, n, as_dim(dim), C.byref(arr), C.byref(count))
         try:
             handles = [arr[i] for i in range(count.value)]
-            out = tuple(View._wrap(h, self._keep) for h in handles)
+            out = tuple(View._wrap(h, self._keep, self._box) for h in handles)
         finally:
             libc_free = _core.libc_free
             libc_free(C.cast(arr, VP))  # the array only: the views are now owned by the tuple
@@ -401,11 +446,11 @@ class View:
         contiguous copy."""
         if memory_format not in (None, "contiguous_format") and str(memory_format) != "torch.contiguous_format":
             raise ValueError("mnemo: contiguous() supports only the contiguous format")
-        return self._op(lib.mn_view_contiguous, None)
+        return self._op_copy(lib.mn_view_contiguous, None)
 
     def clone(self):
         """A copy in a new storage (keeps the strides of a dense view)."""
-        return self._op(lib.mn_view_clone, None)
+        return self._op_copy(lib.mn_view_clone, None)
 
     def to(self, device=None, dtype=None, non_blocking=False, copy=False):
         """The view on ``device`` as ``dtype``: a new handle of the same
@@ -419,7 +464,7 @@ class View:
             device, dtype = None, device
         dev = self.device if device is None else _device(device)
         dt = self.dtype if dtype is None else _dtype(dtype)
-        out = self._op(lib.mn_view_to, dev._c, dt.value, bool(non_blocking), None)
+        out = self._op_copy(lib.mn_view_to, dev._c, dt.value, bool(non_blocking), None)
         if copy and out.is_set_to(self):
             out = out.clone()
             if not non_blocking:
@@ -654,6 +699,25 @@ class View:
         """The CUDA array interface (version 3) of a CUDA view; AttributeError otherwise."""
         from . import interop
         return interop.cuda_array_interface(self)
+
+
+def _rebuild_view(storage, dtype, shape, strides, offset, qparams):
+    """The view of a pickle or deepcopy (View.__reduce_ex__): mn_view_create
+    (or mn_view_create_quantized with qparams (scale, zero_point)) over
+    ``storage``, bounds-checked by the library."""
+    if not isinstance(storage, Storage):
+        raise TypeError(f"mnemo: a pickled view's storage is a Storage, not {type(storage).__name__}")
+    if qparams is None:
+        return View(storage, dtype, shape, strides, offset)
+    dt = _dtype(dtype)
+    s = as_shape((shape,))
+    st = as_shape((strides,), "strides")
+    if len(st) != len(s):
+        raise ValueError(f"mnemo: {len(s)} sizes but {len(st)} strides")
+    scale, zero_point = qparams
+    h = out_handle(lib.mn_view_create_quantized, storage._h(), dt.value, len(s), _ctype_sizes(s), _ctype_sizes(st),
+                   as_int(offset, "offset"), float(scale), as_int(zero_point, "zero_point"))
+    return View._wrap(h, storage._keep, storage._box)
 
 
 def _clamp64(x):
