@@ -1582,7 +1582,8 @@ static mn_status mn__cuda_capture_reaches(int index, void *stream, uint64_t mark
   cudaGraphNode_t target = (cudaGraphNode_t)(uintptr_t)marker;
   cudaError_t err = cudaGraphGetNodes(graph, NULL, &n);
   if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaGraphGetNodes(count)");
-  cudaGraphNode_t *nodes = mn__malloc((n + 1) * sizeof *nodes), *stack = mn__malloc((n + 1) * sizeof *stack);
+  cudaGraphNode_t *nodes = mn__malloc((n + 1) * sizeof *nodes);
+  cudaGraphNode_t *stack = mn__malloc((n + 1) * sizeof *stack);
   bool *seen = mn__calloc(n + 1, sizeof *seen);
   size_t dcap = 16, top = 0;
   cudaGraphNode_t *deps = mn__malloc(dcap * sizeof *deps);

@@ -77,8 +77,8 @@ typedef struct cond_state {
 typedef struct cond_frame {
   cond_state here;   /* in this build */
   cond_state nocuda; /* in this build without MNEMO_HAVE_CUDA */
-  char why[200];     /* the directive that decided `here.value`, for a 0 */
-  char open[160];    /* the #if that opened it, as written */
+  char why[320];     /* the directive that decided `here.value`, for a 0 */
+  char open[200];    /* the #if that opened it, as written */
 } cond_frame;
 
 typedef struct scan_ctx {
@@ -177,7 +177,7 @@ static bool add_site(hf_scan *out, int *cap, const file_scan *f, int line, int l
 static bool add_libc(hf_scan *out, int *cap, const char *rel, int line, const char *name) {
   if (out->nlibc == *cap) {
     int nc = *cap ? 2 * *cap : 16;
-    char(*nl)[160] = realloc(out->libc, (size_t)nc * sizeof *nl);
+    char(*nl)[200] = realloc(out->libc, (size_t)nc * sizeof *nl);
     if (!nl) return false;
     out->libc = nl;
     *cap = nc;
@@ -272,9 +272,9 @@ static bool scan_text(const char *b, size_t n, const file_scan *f, bool collect,
         cond_frame *fr = &c.stack[c.depth++];
         cond_open(&fr->here, eval_cond(have_cuda, kernel_emu, cond));
         cond_open(&fr->nocuda, eval_cond(false, kernel_emu, cond));
-        snprintf(fr->why, sizeof fr->why, "compiled out here: `#%s %.120s` (%s:%d) is false in this build", word, p,
+        snprintf(fr->why, sizeof fr->why, "compiled out here: `#%s %.60s` (%s:%d) is false in this build", word, p,
                  f->rel, dline);
-        snprintf(fr->open, sizeof fr->open, "#%s %.100s` (line %d", word, p, dline);
+        snprintf(fr->open, sizeof fr->open, "#%s %.60s` (line %d", word, p, dline);
       } else if ((strcmp(word, "elif") == 0 || strcmp(word, "else") == 0) && c.depth > 0) {
         cond_frame *fr = &c.stack[c.depth - 1];
         bool els = strcmp(word, "else") == 0;
@@ -284,11 +284,11 @@ static bool scan_text(const char *b, size_t n, const file_scan *f, bool collect,
           char why[sizeof fr->why + sizeof fr->open];
           snprintf(why, sizeof why, "compiled out here: the #else (%s:%d) of `%s), true in this build", f->rel, dline,
                    fr->open);
-          snprintf(fr->why, sizeof fr->why, "%.199s", why);
-        }
-        else
-          snprintf(fr->why, sizeof fr->why, "compiled out here: `#elif %.120s` (%s:%d) is not taken in this build", p,
+          snprintf(fr->why, sizeof fr->why, "%.319s", why);
+        } else {
+          snprintf(fr->why, sizeof fr->why, "compiled out here: `#elif %.60s` (%s:%d) is not taken in this build", p,
                    f->rel, dline);
+        }
       } else if (strcmp(word, "endif") == 0 && c.depth > 0) {
         c.depth--;
       } else if (strcmp(word, "define") == 0 && collect) {
@@ -391,7 +391,7 @@ static bool scan_folder(const folder_job *job, bool collect, hf_scan *out, int *
   qsort(names, (size_t)nn, sizeof names[0], name_cmp);
   bool ok = true;
   for (int i = 0; i < nn && ok; i++) {
-    char abs[1000], rel[96], why[240];
+    char abs[1000], rel[96], why[300];
     snprintf(abs, sizeof abs, "%s/%s", dir, names[i]);
     snprintf(rel, sizeof rel, "%s/%s", job->folder, names[i]);
     const char *dot = strrchr(names[i], '.');

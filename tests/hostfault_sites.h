@@ -11,7 +11,7 @@ typedef struct hf_site {
   int line;      /* the line of the call's name (GCC's __LINE__ in a macro call) */
   int line_end;  /* the line of its closing parenthesis (clang's) */
   bool counted;  /* compiled into this build's libmnemo, so the sweep must reach it */
-  char why[240]; /* when not counted: why, as the scan found it */
+  char why[400]; /* when not counted: why, as the scan found it */
   bool reached;
 } hf_site;
 
@@ -20,7 +20,7 @@ typedef struct hf_scan {
   int nsites;
   /* direct libc allocations outside runtime/hostmem.c, in any scanned file
    * and any branch ("folder/file.c:line: name()") */
-  char (*libc)[160];
+  char (*libc)[200];
   int nlibc;
   int nfiles;
 } hf_scan;
