@@ -489,6 +489,7 @@ static mn_status values_for(const mn_view_t *v, const mn_view_t *values, int rnd
                             const char *func, const mn_view_t **out) {
   mn_view_t *e = NULL;
   mn_status st = mn_view_expand(values, rnd, rsizes, &e);
+  if (st != MN_OK && st != MN_ERR_INVALID_ARGUMENT) return mn__error_wrap(st, func); /* out of host memory */
   if (st != MN_OK) {
     char a[256], b[256];
     return mn__error(MN_ERR_INVALID_ARGUMENT, func,

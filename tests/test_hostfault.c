@@ -726,6 +726,60 @@ done:
   return st;
 }
 
+/* Advanced indexing (take, masked_select, index with a mask and split
+ * integer indices, index_put with and without accumulate, scatter_add) and
+ * quantization (per-tensor, packed, dequantize, int_repr) on dev. */
+static mn_status index_quant_on(mn_device_t dev) {
+  mn_status st = MN_OK;
+  mn_view_t *v = NULL, *i0 = NULL, *i2 = NULL, *mask = NULL, *vals = NULL, *r[8] = {0}, *q = NULL, *q4 = NULL;
+  mn_view_t *dq = NULL, *ir = NULL, *ix = NULL, *src = NULL;
+  const int64_t vs[3] = {4, 3, 5}, is[1] = {2}, ms[2] = {4, 3}, xs[3] = {2, 3, 5};
+  TRY(mn_view_empty(dev, MN_DTYPE_FLOAT32, 3, vs, &v));
+  TRY(mn_view_fill(v, mn_scalar_float(2.5), NULL));
+  TRY(mn_view_empty(dev, MN_DTYPE_INT64, 1, is, &i0));
+  TRY(mn_view_fill(i0, mn_scalar_int(1), NULL));
+  TRY(mn_view_empty(dev, MN_DTYPE_INT64, 1, is, &i2));
+  TRY(mn_view_fill(i2, mn_scalar_int(-1), NULL));
+  TRY(mn_view_empty(dev, MN_DTYPE_BOOL, 2, ms, &mask));
+  TRY(mn_view_fill(mask, mn_scalar_int(1), NULL));
+  TRY(mn_view_take(v, i2, NULL, &r[0]));
+  mn_view_t *tail = NULL; /* broadcast against v's last two dims */
+  const int64_t ts[2] = {3, 5};
+  TRY(mn_view_empty(dev, MN_DTYPE_BOOL, 2, ts, &tail));
+  st = mn_view_fill(tail, mn_scalar_int(1), NULL);
+  if (st == MN_OK) st = mn_view_masked_select(v, tail, NULL, &r[1]);
+  mn_view_destroy(tail);
+  TRY(st);
+  const mn_view_t *split[3] = {i0, NULL, i2}; /* not adjacent: the index shape comes first */
+  TRY(mn_view_index(v, 3, split, NULL, &r[2]));
+  const mn_view_t *bym[1] = {mask};
+  TRY(mn_view_index(v, 1, bym, NULL, &r[3]));
+  const int64_t one = 1;
+  TRY(mn_view_empty(dev, MN_DTYPE_FLOAT32, 1, &one, &vals));
+  TRY(mn_view_fill(vals, mn_scalar_float(1.0), NULL));
+  TRY(mn_view_index_put(v, 3, split, vals, true, NULL));
+  TRY(mn_view_index_put(v, 1, bym, vals, false, NULL));
+  TRY(mn_view_empty(dev, MN_DTYPE_INT64, 3, xs, &ix));
+  TRY(mn_view_fill(ix, mn_scalar_int(3), NULL));
+  TRY(mn_view_empty(dev, MN_DTYPE_FLOAT32, 3, xs, &src));
+  TRY(mn_view_fill(src, mn_scalar_float(0.5), NULL));
+  TRY(mn_view_scatter_add(v, 0, ix, src, NULL));
+  TRY(mn_view_quantize_per_tensor(v, 0.25, 3, MN_DTYPE_QUINT8, NULL, &q));
+  TRY(mn_view_quantize_per_tensor(v, 0.5, 1, MN_DTYPE_QUINT4X2, NULL, &q4));
+  TRY(mn_view_dequantize(q, NULL, &dq));
+  TRY(mn_view_int_repr(q4, NULL, &ir));
+  TRY(mn_device_synchronize(dev));
+done:
+  if (st != MN_OK) mn_test_ignore(mn_device_synchronize(dev));
+  mn_view_t *all[] = {v, i0, i2, mask, vals, q, q4, dq, ir, ix, src};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mn_view_destroy(all[i]);
+  for (int i = 0; i < 8; i++) mn_view_destroy(r[i]);
+  return st;
+}
+
+static mn_status w_index_cpu(void) { return index_quant_on(mn_device_cpu()); }
+static mn_status w_index_sim(void) { return index_quant_on(mn_device_sim(0)); }
+
 /* ---- the sweep ---- */
 
 typedef struct workload {
@@ -1010,7 +1064,7 @@ int main(int argc, char **argv) {
       {"save_load", w_save_load}, {"safetensors", w_safetensors}, {"trace_import", w_trace_import},
       {"replay", w_replay},       {"allocators", w_allocators}, {"storage_misc", w_storage_misc},
       {"graphs", w_graphs},       {"streams", w_streams},         {"profiling", w_profiling},
-      {"sim_data", w_sim_data},
+      {"sim_data", w_sim_data},   {"index_cpu", w_index_cpu},     {"index_sim", w_index_sim},
   };
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
     if (argc > 1 && strcmp(argv[1], all[i].name) != 0) continue;
