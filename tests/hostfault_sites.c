@@ -13,12 +13,13 @@
 #include <string.h>
 
 static const char *const k_seam[] = {"mn__malloc", "mn__calloc", "mn__realloc", "mn__aligned_alloc", "mn__strdup"};
-/* libc (and POSIX/GNU) calls that hand back heap memory the caller frees */
-static const char *const k_libc[] = {"malloc",         "calloc",  "realloc", "reallocarray", "aligned_alloc",
-                                     "posix_memalign", "memalign", "valloc", "pvalloc",      "strdup",
-                                     "strndup",        "asprintf", "vasprintf", "getline",   "getdelim",
-                                     "open_memstream", "open_wmemstream", "wcsdup", "realpath", "tempnam",
-                                     "scandir",        "get_current_dir_name"};
+/* libc (and POSIX/GNU) calls that hand back heap memory the caller frees
+ * (realpath only with a NULL buffer: left out) */
+static const char *const k_libc[] = {"malloc",   "calloc",         "realloc",         "reallocarray", "aligned_alloc",
+                                     "posix_memalign", "memalign", "valloc",          "pvalloc",      "strdup",
+                                     "strndup",  "asprintf",       "vasprintf",       "getline",      "getdelim",
+                                     "open_memstream", "open_wmemstream", "wcsdup",   "tempnam",      "scandir",
+                                     "get_current_dir_name"};
 
 #define MAX_WRAP 64
 static char g_wrap[MAX_WRAP][64]; /* macros whose body calls an entry point */
