@@ -863,6 +863,45 @@ done:
   return st;
 }
 
+/* Saves holding quantized (packed too), strided and shared views; loaded
+ * with each flag (copies, maps, unverified) on CPU and SIM; a strided view
+ * saved as safetensors, loaded as copies. */
+static mn_status w_files(void) {
+  mn_status st = MN_OK;
+  mn_device_t sim = mn_device_sim(0);
+  mn_view_t *f = NULL, *q = NULL, *q4 = NULL, *t = NULL, *s = NULL;
+  mn_named_views_t *got[5] = {0};
+  char path[400], spath[400];
+  snprintf(path, sizeof path, "%s/files.mnemo", g_dir);
+  snprintf(spath, sizeof spath, "%s/files.safetensors", g_dir);
+  const int64_t sizes[2] = {6, 4};
+  TRY(mn_view_empty(sim, MN_DTYPE_FLOAT32, 2, sizes, &f));
+  TRY(mn_view_fill(f, mn_scalar_float(1.25), NULL));
+  TRY(mn_view_quantize_per_tensor(f, 0.125, 2, MN_DTYPE_QINT8, NULL, &q));
+  TRY(mn_view_quantize_per_tensor(f, 0.5, 0, MN_DTYPE_QUINT2X4, NULL, &q4));
+  TRY(mn_view_transpose(f, 0, 1, &t));
+  TRY(mn_view_slice(f, 0, 1, 5, 2, &s));
+  const char *names[5] = {"f", "q", "q4", "t", "s"};
+  const mn_view_t *views[5] = {f, q, q4, t, s};
+  TRY(mn_save(path, 5, names, views));
+  TRY(mn_load_ex(path, mn_device_cpu(), MN_LOAD_COPY, &got[0]));
+  TRY(mn_load_ex(path, mn_device_cpu(), MN_LOAD_MAP | MN_LOAD_NO_VERIFY, &got[1]));
+  TRY(mn_load_ex(path, sim, MN_LOAD_COPY, &got[2]));
+  const char *snames[1] = {"t"}; /* safetensors keeps no aliasing, has no quantized dtypes */
+  const mn_view_t *sviews[1] = {t};
+  TRY(mn_safetensors_save(spath, 1, snames, sviews, 0, NULL, NULL));
+  TRY(mn_safetensors_load_ex(spath, mn_device_cpu(), MN_LOAD_COPY, &got[3]));
+  TRY(mn_safetensors_load_ex(spath, sim, MN_LOAD_COPY, &got[4]));
+  TRY(mn_device_synchronize(sim));
+  if (mn_view_q_zero_point(mn_named_views_find(got[0], "q")) != 2) st = wrong("loaded quantization parameters");
+done:
+  if (st != MN_OK) mn_test_ignore(mn_device_synchronize(sim));
+  for (int i = 0; i < 5; i++) mn_named_views_free(got[i]);
+  mn_view_t *all[] = {f, q, q4, t, s};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mn_view_destroy(all[i]);
+  return st;
+}
+
 /* ---- the sweep ---- */
 
 typedef struct workload {
@@ -1187,7 +1226,7 @@ int main(int argc, char **argv) {
       {"replay", w_replay},       {"allocators", w_allocators}, {"storage_misc", w_storage_misc},
       {"graphs", w_graphs},       {"streams", w_streams},         {"profiling", w_profiling},
       {"sim_data", w_sim_data},   {"index_cpu", w_index_cpu},     {"index_sim", w_index_sim},
-      {"storages", w_storages},
+      {"storages", w_storages},   {"files", w_files},
   };
   char self[512];
   ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
