@@ -15,6 +15,7 @@
 #include "nccl/nccl_internal.h"
 #include "runtime/cuda_device.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
 
 /* ---- NCCL calls, replaceable by tests ---------------------------------------- */
 
@@ -260,7 +261,7 @@ static mn_status reg_add(registration *r, const char *func, uintptr_t addr, size
     if (r->entries[i].addr == addr) return MN_OK;
   if (r->n == r->cap) {
     size_t cap = r->cap ? 2 * r->cap : 16;
-    reg_entry *grown = realloc(r->entries, cap * sizeof *grown);
+    reg_entry *grown = mn__realloc(r->entries, cap * sizeof *grown);
     if (!grown) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory for a registration");
     r->entries = grown;
     r->cap = cap;
@@ -316,7 +317,7 @@ static void reg_free(registration *r) {
 mn_status mn_nccl_register_pool(ncclComm_t comm, mn_mempool_t *pool) {
   MN__CHECK_ARG(comm != NULL && pool != NULL, "comm and pool must not be NULL");
   mn_allocator_t *alloc = mn_mempool_allocator(pool);
-  registration *r = calloc(1, sizeof *r);
+  registration *r = mn__calloc(1, sizeof *r);
   if (!r) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   *r = (registration){.comm = comm, .pool = pool, .alloc = alloc, .pool_id = mn_mempool_id(pool)};
   pthread_mutex_lock(&g_lock);

@@ -215,7 +215,7 @@ static int64_t reserved_now(mn__replay_t *r) {
 static mn_status hold(pre_build_t *b, void *p) {
   if (b->nhold == b->cap) {
     size_t cap = b->cap ? 2 * b->cap : 64;
-    void **n = realloc(b->hold, cap * sizeof *n);
+    void **n = mn__realloc(b->hold, cap * sizeof *n);
     if (!n) return mn__error(MN_ERR_OUT_OF_MEMORY, "mn_trace_replay", "out of host memory");
     b->hold = n;
     b->cap = cap;
@@ -277,7 +277,7 @@ static mn_status build_segment(mn__replay_t *r, size_t si, const pre_piece_t *pc
   if ((st = mn_allocator_free(r->a, p)) != MN_OK) return st;
   /* Lay the pieces out, each from the start of the segment's one free block. */
   bool ok = true;
-  void **mine = calloc(np ? np : 1, sizeof *mine);
+  void **mine = mn__calloc(np ? np : 1, sizeof *mine);
   if (!mine) return mn__error(MN_ERR_OUT_OF_MEMORY, "mn_trace_replay", "out of host memory");
   for (size_t k = 0; k < np && ok; k++) {
     bool gap = pc[k].entry == SIZE_MAX;
@@ -360,8 +360,9 @@ static mn_status build_pre_segments(mn__replay_t *r, mn_replay_result_t *res) {
   }
   if (nseg == 0 || reserved_now(r) < 0) return MN_OK;
   mn_clear_error();
-  pre_piece_t *segs = calloc(nseg, sizeof *segs), *allocs = calloc(nalloc ? nalloc : 1, sizeof *allocs);
-  pre_piece_t *pc = calloc(2 * nalloc + nseg + 1, sizeof *pc);
+  pre_piece_t *segs = mn__calloc(nseg, sizeof *segs);
+  pre_piece_t *allocs = mn__calloc(nalloc ? nalloc : 1, sizeof *allocs);
+  pre_piece_t *pc = mn__calloc(2 * nalloc + nseg + 1, sizeof *pc);
   pre_build_t b = {0};
   mn_status st = MN_OK;
   int64_t expect_reserved = 0; /* reserved before the rebuild, plus each segment reserved */

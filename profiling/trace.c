@@ -324,9 +324,11 @@ static mn_status stack_push(mn_trace_t *t, const char *func, const uint32_t *ids
   if (t->nstacks >= UINT32_MAX - 1 || n > UINT32_MAX - used)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%zu stacks of %" PRIu32 " frame ids is the most a trace holds",
                      t->nstacks, used);
-  if (!t->intern_) t->intern_ = mn__calloc(1, sizeof *t->intern_);
+  /* its n >= 1 frame ids were checked against the trace's frames, and the
+   * first frame_push made the intern tables */
   struct mn__trace_intern_s *in = t->intern_;
-  if (!in || !mn__array_grow((void **)&t->stack_start, &in->start_cap, t->nstacks + 2, sizeof *t->stack_start) ||
+  if (!in) return mn__error(MN_ERR_INTERNAL, func, "a stack of %zu frame ids in a trace without frames", n);
+  if (!mn__array_grow((void **)&t->stack_start, &in->start_cap, t->nstacks + 2, sizeof *t->stack_start) ||
       !mn__array_grow((void **)&in->stack_hash, &in->stack_hash_cap, t->nstacks + 1, sizeof *in->stack_hash) ||
       !mn__array_grow((void **)&t->stack_frames, &in->ids_cap, (size_t)used + n, sizeof *t->stack_frames) ||
       (!repeat && !mn__idtable_reserve(&in->stack_slots, &in->stack_slots_cap, in->stack_slots_used, in->stack_hash)))

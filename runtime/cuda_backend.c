@@ -772,7 +772,7 @@ static bool mn__cuda_remember_map(int index, void *addr, size_t nbytes) {
   mn__cuda_vmm_state *v = &mn__cuda_vmm[index];
   if (v->nmaps == v->cap) {
     size_t cap = v->cap ? 2 * v->cap : 64;
-    mn__cuda_vrange *grown = realloc(v->maps, cap * sizeof *grown);
+    mn__cuda_vrange *grown = mn__realloc(v->maps, cap * sizeof *grown);
     if (grown) {
       v->maps = grown;
       v->cap = cap;
@@ -1582,7 +1582,8 @@ static mn_status mn__cuda_capture_reaches(int index, void *stream, uint64_t mark
   cudaGraphNode_t target = (cudaGraphNode_t)(uintptr_t)marker;
   cudaError_t err = cudaGraphGetNodes(graph, NULL, &n);
   if (err != cudaSuccess) return mn__cuda_fail(err, __func__, index, "cudaGraphGetNodes(count)");
-  cudaGraphNode_t *nodes = mn__malloc((n + 1) * sizeof *nodes), *stack = mn__malloc((n + 1) * sizeof *stack);
+  cudaGraphNode_t *nodes = mn__malloc((n + 1) * sizeof *nodes);
+  cudaGraphNode_t *stack = mn__malloc((n + 1) * sizeof *stack);
   bool *seen = mn__calloc(n + 1, sizeof *seen);
   size_t dcap = 16, top = 0;
   cudaGraphNode_t *deps = mn__malloc(dcap * sizeof *deps);
@@ -1749,7 +1750,7 @@ static mn_status mn__cuda_share_import(int index, const mn__share_mem_t *in, voi
     snprintf(why, sizeof why, "%s", mn_last_error());
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "cuda:%d: the pieces: %s", index, why);
   }
-  mn__cuda_import *rec = calloc(1, sizeof *rec);
+  mn__cuda_import *rec = mn__calloc(1, sizeof *rec);
   if (!rec) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   CUdeviceptr va = 0;
   CUresult res = mn__cu.mem_address_reserve(&va, total, g, 0, 0);

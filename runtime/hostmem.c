@@ -17,8 +17,16 @@ static bool fault(const char *file, int line) {
   if (t_fail_at <= 0) return false;
   if (++t_calls != t_fail_at) return false;
   t_fired = true;
-  const char *base = strrchr(file, '/');
-  snprintf(t_site, sizeof t_site, "%s:%d", base ? base + 1 : file, line);
+  /* "folder/file.c:line": the library's folders are one level deep, so the
+   * last two parts of the path name the file (runtime/ptrmap.h and
+   * allocators/ptrmap.h stay apart) however the build spelled it */
+  const char *base = file, *last = NULL;
+  for (const char *c = file; *c; c++)
+    if (*c == '/') {
+      if (last) base = last + 1;
+      last = c;
+    }
+  snprintf(t_site, sizeof t_site, "%s:%d", base, line);
   return true;
 }
 

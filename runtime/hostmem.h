@@ -38,7 +38,8 @@ void mn__hostmem_fail_nth(int64_t n);
 int64_t mn__hostmem_calls(void);
 /* Whether the armed fault has fired on this thread. */
 bool mn__hostmem_fault_fired(void);
-/* The call site ("file.c:line") of the fault that fired on this thread, or "". */
+/* The call site of the fault that fired on this thread ("folder/file.c:line",
+ * e.g. "storage/copy.c:12"), or "". */
 const char *mn__hostmem_fault_site(void);
 
 #ifdef __cplusplus

@@ -135,7 +135,11 @@ static mn_status range_add_locked(const char *func, size_t size, bool reservatio
 static void range_remove_locked(size_t i) {
   free(g_ranges[i].pages);
   memmove(&g_ranges[i], &g_ranges[i + 1], (g_nranges - i - 1) * sizeof *g_ranges);
-  g_nranges--;
+  if (--g_nranges == 0) { /* the last range: the table goes too (the next range makes a new one) */
+    free(g_ranges);
+    g_ranges = NULL;
+    g_cap_ranges = 0;
+  }
 }
 
 static mn_status meta_raw_alloc(int index, size_t nbytes, void **out) {

@@ -1622,7 +1622,11 @@ static mn_status pin_remove(int index, const char *func, void *ptr, bool owned) 
                    owned ? "pinned memory from mn_device_host_alloc" : "the start of a registered host range");
   } else {
     memmove(&g_pins[i], &g_pins[i + 1], (g_npins - (size_t)i - 1) * sizeof *g_pins);
-    g_npins--;
+    if (--g_npins == 0) { /* the last record: the table goes too (the next pin makes a new one) */
+      free(g_pins);
+      g_pins = NULL;
+      g_cap_pins = 0;
+    }
   }
   pthread_mutex_unlock(&g_pin_lock);
   return st;

@@ -455,7 +455,8 @@ mn_status mn_storage_byteswap(mn_storage_t *s, size_t item_size, mn_stream_t *st
       }
       return MN_OK;
     }
-    default: { /* device memory: through a host copy */
+#ifdef MNEMO_HAVE_CUDA
+    default: { /* CUDA memory: through a host copy */
       unsigned char *h = mn__malloc(s->nbytes);
       if (!h) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory (%zu bytes)", s->nbytes);
       st = mn_copy_bytes(mn_device_cpu(), h, s->device, s->data, s->nbytes, str, 0);
@@ -466,6 +467,10 @@ mn_status mn_storage_byteswap(mn_storage_t *s, size_t item_size, mn_stream_t *st
       free(h);
       return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
     }
+#else
+    default: /* CPU, SIM and meta are all a build without CUDA has */
+      return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "built without CUDA");
+#endif
   }
 }
 
