@@ -365,7 +365,7 @@ static __attribute__((noinline)) mn__block_t *alloc_slow(mn__caching_t *a, param
    * the start of every malloc: this lookup then sees the free set PyTorch's
    * would; the garbage collector counts the two lookups as PyTorch's one,
    * made after the events). With fewer, the allocation polled them all. */
-  if (a->nqueues > MN__POLL_ALL_MAX && !a->ncaptures) {
+  if (a->qmap.count > MN__POLL_ALL_MAX && !a->ncaptures) {
     bool gc = gc_enabled(a);
     if (gc) p->pool->get_free_calls--;
     bool any = mn__process_events_all(a);

@@ -330,7 +330,7 @@ static mn_status check_locked(const mn__caching_t *a) {
     BROKEN("pointer map holds %zu entries for %zu allocated blocks", a->live.count, t.allocated);
   size_t events = 0, nqueues = 0;
   const mn__pending_t *h = a->queues;
-  for (size_t q = 0; h && q < a->nqueues; q++, h = h->qnext) {
+  for (size_t q = 0; h && q < a->qmap.count; q++, h = h->qnext) {
     if (h->qnext->qprev != h || h->qprev->qnext != h)
       BROKEN("stream %llu's pending queue is badly linked in the ring", (unsigned long long)h->stream_id);
     const mn__addrmap_entry_t *e = mn__addrmap_find(&a->qmap, (uintptr_t)h->stream_id + 1);
@@ -347,9 +347,8 @@ static mn_status check_locked(const mn__caching_t *a) {
       events++;
     }
   }
-  if (h != a->queues || nqueues != a->nqueues)
-    BROKEN("the ring of pending queues does not close after its %zu queues", a->nqueues);
-  if (a->qmap.count != a->nqueues) BROKEN("%zu pending queues, %zu in their map", a->nqueues, a->qmap.count);
+  if (h != a->queues || nqueues != a->qmap.count)
+    BROKEN("the ring of pending queues does not close after the %zu queues of its map", a->qmap.count);
   if (t.uses != a->nuses_total) BROKEN("%zu stream uses listed by blocks, %zu counted", t.uses, a->nuses_total);
   if ((a->qmap.count + a->nuses_total) * 4 > a->qmap.cap * 3)
     BROKEN("the queue map has no room kept for the queues of %zu stream uses", a->nuses_total);

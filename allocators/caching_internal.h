@@ -354,8 +354,7 @@ typedef struct mn__caching_s {
   size_t exp_segments;      /* how many of them are expandable */
   mn__addrmap_t live;       /* allocated blocks by address; data = the block */
   mn__pending_t *queues;    /* the ring of per-stream pending queues, at the next one to poll */
-  size_t nqueues;           /* queues in the ring (streams with pending events) */
-  mn__addrmap_t qmap;       /* stream id + 1 -> its queue's head; room kept for every
+  mn__addrmap_t qmap;       /* stream id + 1 -> its queue's head (count: queues in the ring); room kept for every
                              * stream use not yet freed (nuses_total), so appends cannot fail */
   size_t nuses_total;       /* stream uses (record_stream) held by blocks, summed */
   uint32_t poll_wait;       /* allocations left before the next poll of the ring */

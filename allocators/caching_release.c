@@ -78,7 +78,6 @@ void mn__pending_append(mn__caching_t *a, mn__pending_t *p) {
   MN__ASSERT((a->qmap.count + 1) * 4 <= a->qmap.cap * 3, "no room kept for a new pending queue");
   mn__addrmap_put(&a->qmap, qkey(p->stream_id), 0, p);
   p->qtail = p;
-  a->nqueues++;
   if (!first) { /* the first pending free: polled by the next allocation */
     p->qnext = p->qprev = p;
     a->queues = p;
@@ -112,7 +111,6 @@ static void queue_replace(mn__caching_t *a, mn__pending_t *h, mn__pending_t *nh)
     return;
   }
   mn__addrmap_remove_entry(&a->qmap, e);
-  a->nqueues--;
   if (alone) {
     a->queues = NULL;
     return;
@@ -124,7 +122,7 @@ static void queue_replace(mn__caching_t *a, mn__pending_t *h, mn__pending_t *nh)
 
 mn__pending_t *mn__pending_detach_all(mn__caching_t *a) {
   mn__pending_t *list = NULL, **end = &list;
-  for (size_t i = 0, n = a->nqueues; i < n; i++) {
+  for (size_t i = 0, n = a->qmap.count; i < n; i++) {
     mn__pending_t *h = a->queues;
     a->queues = h->qnext;
     (void)mn__addrmap_remove(&a->qmap, qkey(h->stream_id), NULL);
@@ -132,7 +130,6 @@ mn__pending_t *mn__pending_detach_all(mn__caching_t *a) {
     end = &h->qtail->next;
   }
   a->queues = NULL;
-  a->nqueues = 0;
   a->npending = 0;
   return list;
 }
@@ -204,7 +201,7 @@ static bool queue_retire(mn__caching_t *a, mn__pending_t *h) {
 /* Polls back off while they find nothing, and come back to every allocation
  * as soon as an event is retired or few streams are left. */
 static void poll_interval(mn__caching_t *a, bool retired) {
-  if (retired || a->nqueues <= MN__POLL_ALL_MAX) a->poll_every = 1;
+  if (retired || a->qmap.count <= MN__POLL_ALL_MAX) a->poll_every = 1;
   else if (a->poll_every < MN__POLL_EVERY_MAX) a->poll_every = a->poll_every ? 2 * a->poll_every : 1;
   a->poll_wait = a->poll_every - 1;
 }
@@ -217,7 +214,7 @@ void mn__poll_events_slow(mn__caching_t *a) {
     poll_interval(a, false);
     return;
   }
-  if (a->nqueues <= MN__POLL_ALL_MAX) {
+  if (a->qmap.count <= MN__POLL_ALL_MAX) {
     (void)mn__process_events_all(a);
     poll_interval(a, true);
     return;
@@ -234,7 +231,7 @@ bool mn__process_events_all(mn__caching_t *a) {
   if (a->ncaptures || !a->queues) return false; /* no event queries during a capture (as PyTorch) */
   bool any = false;
   mn__pending_t *h = a->queues;
-  for (size_t i = 0, n = a->nqueues; i < n; i++) {
+  for (size_t i = 0, n = a->qmap.count; i < n; i++) {
     mn__pending_t *next = h->qnext;
     any |= queue_retire(a, h);
     h = next;

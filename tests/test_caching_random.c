@@ -210,7 +210,7 @@ static void random_run(const char *conf, uint64_t seed, int steps, int nstreams)
     }
     MN_CHECK_OK(mn_allocator_check_invariants(a));
     MN_CHECK_OK(mn_sim_check_invariants(SIM0));
-    size_t nq = ((const mn__caching_t *)a)->nqueues;
+    size_t nq = ((const mn__caching_t *)a)->qmap.count; /* streams with pending frees */
     if (nq > max_queues) max_queues = nq;
     mn_alloc_stats_t s = stats_of(a);
     MN_CHECK(s.allocation[MN_POOL_ALL].current == (int64_t)nlive);
