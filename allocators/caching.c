@@ -601,8 +601,10 @@ static mn_status caching_record_stream(mn_allocator_t *self, void *ptr, mn_strea
   for (uint32_t i = 0; i < b->nuses; i++)
     if (b->uses[i].id == id) goto done;
   /* Room in the queue map for the queue this use's event may start at free
-   * (room for one per use held: mn__pending_append cannot fail). */
-  if (mn__addrmap_reserve(&a->qmap, a->nuses_total + 1) != MN_OK) {
+   * (room for one per use held: mn__pending_append cannot fail), and for the
+   * queues of events a synchronize took off the map while it waits with the
+   * lock dropped: the ones whose wait fails are appended again. */
+  if (mn__addrmap_reserve(&a->qmap, a->nuses_total + a->pending_waited + 1) != MN_OK) {
     unlock(a);
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a stream use");
   }
