@@ -96,7 +96,10 @@ static mn_status state_create(const char *func, mn__caching_t *a) {
   return MN_OK;
 }
 
-static void ref_destroy(ref_t *r) {
+/* Marks export r released (no importer may open it from now on; those that
+ * have it keep their mapping) and frees the exporter's side of it. */
+static void ref_release(ref_t *r) {
+  atomic_store_explicit(&r->map->state, REF_RELEASED, memory_order_release);
   munmap(r->map, REF_SIZE);
   close(r->fd);
   free(r);
@@ -107,9 +110,7 @@ static void ref_destroy(ref_t *r) {
 static bool ref_try_release(ref_t *r) {
   struct flock l = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0, .l_pid = 0};
   if (fcntl(r->fd, F_OFD_SETLK, &l) != 0) return false; /* held (or cannot tell: kept) */
-  /* under the write lock: an importer whose read lock comes later sees this */
-  atomic_store_explicit(&r->map->state, REF_RELEASED, memory_order_release);
-  ref_destroy(r);
+  ref_release(r); /* under the write lock: an importer whose read lock comes later sees it released */
   return true;
 }
 
@@ -178,10 +179,7 @@ void mn__share_destroy(mn__caching_t *a) {
         mn__share_rec_t *rec = b->share;
         for (ref_t *r = rec->refs, *next; r; r = next) {
           next = r->next;
-          /* the block goes with the allocator: no importer may open it later
-           * (those that have it keep their mapping) */
-          atomic_store_explicit(&r->map->state, REF_RELEASED, memory_order_release);
-          ref_destroy(r);
+          ref_release(r); /* the block goes with the allocator */
         }
         free(rec);
         b->share = NULL;
