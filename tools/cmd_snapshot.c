@@ -81,8 +81,7 @@ static int print_holders(const stop_t *s) {
   for (size_t i = 0; live && i < t->nentries; i++)
     if (s->live[i]) {
       live[nlive++] = i;
-      uint64_t sz = t->entries[i].size; /* user data: the total saturates */
-      total = total > UINT64_MAX - sz ? UINT64_MAX : total + sz;
+      total = mn__tools_sat_add_u64(total, t->entries[i].size); /* user data: the total saturates */
     }
   if (!live || !mn__tools_holders(t, live, nlive, &groups, &ngroups)) { /* live: sorted, largest first */
     free(live);

@@ -212,8 +212,7 @@ static int cmp_holder_bytes(const void *a, const void *b) {
   return cmp_holder_key(a, b);
 }
 
-/* a + b, UINT64_MAX when it would wrap (sizes are user data). */
-static uint64_t sat_add_u64(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+uint64_t mn__tools_sat_add_u64(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
 bool mn__tools_holders(const mn_trace_t *t, size_t *live, size_t n, mn__tools_holder_t **groups, size_t *ngroups) {
   mn__tools_holder_t *g = malloc((n ? n : 1) * sizeof *g);
@@ -229,8 +228,8 @@ bool mn__tools_holders(const mn_trace_t *t, size_t *live, size_t n, mn__tools_ho
   for (size_t k = 0; k < n; k++) {
     if (m && !cmp_holder_key(&g[m - 1], &g[k])) {
       g[m - 1].count++;
-      g[m - 1].bytes = sat_add_u64(g[m - 1].bytes, g[k].bytes);
-      g[m - 1].block_bytes = sat_add_u64(g[m - 1].block_bytes, g[k].block_bytes);
+      g[m - 1].bytes = mn__tools_sat_add_u64(g[m - 1].bytes, g[k].bytes);
+      g[m - 1].block_bytes = mn__tools_sat_add_u64(g[m - 1].block_bytes, g[k].block_bytes);
     } else {
       g[m++] = g[k];
     }

@@ -46,6 +46,8 @@ const char *mn__tools_recorded_config(const char *prog, const mn_trace_t *t, boo
  * block size, or the request rounded up to PyTorch's 512 B when none was recorded
  * (a request within 511 B of 2^64 as it is). */
 uint64_t mn__tools_recorded_block(const mn_trace_entry_t *e);
+/* a + b, UINT64_MAX where it would wrap (sizes are user data: sums saturate). */
+uint64_t mn__tools_sat_add_u64(uint64_t a, uint64_t b);
 
 /* Sorts idx[0..n) (entry indices of t) by the entries' size, largest first (ties:
  * the earlier entry first). */
