@@ -26,6 +26,7 @@ lock (re-entrant: a collection may run finalizers on a thread that holds it).
 """
 import threading
 
+from . import _core  # noqa: F401 (declares mn_storage_allocator and mn_view_storage, used below)
 from ._lib import VP, declare, lib
 
 __all__ = ["Owner", "Resource", "AllocatorBox", "lock", "register_allocator", "box_of", "pin", "unpin",
@@ -34,8 +35,6 @@ __all__ = ["Owner", "Resource", "AllocatorBox", "lock", "register_allocator", "b
 
 declare("mn_allocator_destroy", None, [VP])
 declare("mn_mempool_destroy", "status", [VP])
-declare("mn_storage_allocator", VP, [VP])
-declare("mn_view_storage", VP, [VP])
 
 lock = threading.RLock()
 # C allocator address -> its AllocatorBox, for every allocator a Python

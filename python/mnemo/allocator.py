@@ -112,7 +112,6 @@ declare("mn_allocator_reset_peak", "status", [VP])
 declare("mn_allocator_snapshot", "status", [VP, C.POINTER(C.POINTER(_Snapshot))])
 declare("mn_snapshot_free", None, [C.POINTER(_Snapshot)])
 declare("mn_allocator_check_invariants", "status", [VP])
-declare("mn_allocator_destroy", None, [VP])
 declare("mn_allocator_name", C.c_char_p, [VP])
 declare("mn_allocator_device", _CDevice, [VP])
 declare("mn_allocator_size_of", C.c_size_t, [VP, VP])
@@ -605,7 +604,6 @@ class _MemPoolOptions(C.Structure):
 
 
 declare("mn_mempool_create", "status", [VP, C.POINTER(_MemPoolOptions), C.POINTER(VP)])
-declare("mn_mempool_destroy", "status", [VP])
 declare("mn_mempool_id", C.c_uint64, [VP])
 declare("mn_mempool_use", "status", [VP])
 declare("mn_mempool_unuse", "status", [VP])

@@ -139,11 +139,14 @@ class View(_owner.Owner):
             _unpin(self._box)
 
     # ---- copies and pickles (docs/PYTHON.md "Object lifetimes") ---------------------
+    def _alias(self):
+        """A new view (its own handle) of this view's storage with this view's geometry."""
+        return self._op(lib.mn_view_as_strided, self.ndim, _ctype_sizes(self.shape), _ctype_sizes(self.stride()),
+                        _core.OFFSET_KEEP)
+
     def __copy__(self):
         """copy.copy: a new view of the same storage, as PyTorch's copy.copy of a tensor."""
-        n = self.ndim
-        return self._op(lib.mn_view_as_strided, n, _ctype_sizes(self.shape), _ctype_sizes(self.stride()),
-                        _core.OFFSET_KEEP)
+        return self._alias()
 
     def _qparams(self):
         if not lib.mn_view_is_quantized(self._handle):
@@ -549,8 +552,7 @@ class View(_owner.Owner):
                     raise IndexError(f"mnemo: index {i} is out of bounds for dimension {dim} with size {size}")
                 v = v._op(lib.mn_view_select, dim, i)
         if v is self:  # v[()] / v[...]: a new handle, as every indexing result
-            v = self._op(lib.mn_view_as_strided, ndim, _ctype_sizes(self.shape), _ctype_sizes(self.stride()),
-                         _core.OFFSET_KEEP)
+            v = self._alias()
         return v
 
     def __getitem__(self, key):
