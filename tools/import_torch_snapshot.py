@@ -298,6 +298,12 @@ class Snapshot:
                                     f"{DEVICE_MAX})")
             self.seg_devices.add(dev)
 
+    def release_events(self):
+        """Drops the pickle's event dicts once every Device has read its own
+        (the biggest part of a big snapshot's memory); which devices had events
+        is kept (event_devices)."""
+        self.traces = [[None] if t else [] for t in self.traces]
+
     def event_devices(self):
         return [i for i, t in enumerate(self.traces) if t]
 
@@ -1297,6 +1303,7 @@ def _convert(data, device, source, warn, max_decompressed):
     fp = _FrameParser()
     if device == "all":
         devs = [Device(snap, d, fp, warn) for d in snap.all_devices()]
+        snap.release_events()
         text, version, stacks = trace_text(source, snap, devs, True, warn)
         return text, devs, version, stacks
     if device is None:
@@ -1304,6 +1311,7 @@ def _convert(data, device, source, warn, max_decompressed):
     else:
         snap.check_device(device)
     devs = [Device(snap, device, fp, warn)]
+    snap.release_events()
     text, version, stacks = trace_text(source, snap, devs, False, warn)
     return text, devs, version, stacks
 
