@@ -14,7 +14,7 @@ const char cmd_replay_usage[] =
     "  replay TRACE [--config ALLOC_CONF]... [--allocator caching|naive] [--json]\n"
     "            [--device sim|cuda] [--capacity BYTES] [--retries N] [--trace-device N]\n"
     "            [--no-pre] [--no-pre-segments] [--no-empty-cache] [--repeat N]\n"
-    "            [--progress|--no-progress] [--max-decompressed-size BYTES]\n"
+    "            [--progress|--no-progress] [--max-decompressed-size BYTES] [--no-cache]\n"
     "            replay a trace (docs/TRACE_FORMAT.md) or a PyTorch snapshot (.pickle,\n"
     "            imported on the fly) on the SIM device (or cuda:0), once per --config\n"
     "            (PYTORCH_CUDA_ALLOC_CONF syntax; default: as recorded, the settings in\n"
@@ -23,7 +23,9 @@ const char cmd_replay_usage[] =
     "            cache recording began with) unless --no-pre-segments; --capacity: SIM device size (OOMs beyond it); --retries N: on OOM\n"
     "            empty the cache and retry up to N times; --repeat N: N fresh replays\n"
     "            per config, median ns/op; a progress bar on stderr when it is a terminal;\n"
-    "            --max-decompressed-size: the most a .pickle.gz may inflate to (default 4G)\n";
+    "            --max-decompressed-size: the most a .pickle.gz may inflate to (default 4G);\n"
+    "            a snapshot is imported once (the import cache, docs/PROFILING.md);\n"
+    "            --no-cache (or MNEMO_CACHE=0) imports it again and keeps nothing\n";
 
 #define MAX_CONFIGS 64
 #define MAX_REPEAT 101

@@ -33,7 +33,7 @@
 
 const char cmd_report_usage[] =
     "  report TRACE -o REPORT.html [--config ALLOC_CONF]... [--capacity BYTES]\n"
-    "            [--trace-device N] [--title TEXT] [--max-decompressed-size BYTES]\n"
+    "            [--trace-device N] [--title TEXT] [--max-decompressed-size BYTES] [--no-cache]\n"
     "            replay the trace (or a PyTorch snapshot .pickle, imported on the fly)\n"
     "            on the SIM device (first --config, default: as recorded, for the\n"
     "            timeline and the segment map at the peak; every --config in the\n"
