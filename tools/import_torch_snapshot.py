@@ -195,13 +195,11 @@ def _check_nesting(obj, limit=NESTING_MAX):
     if type(obj) not in _CONTAINERS:
         return
     level, seen = [obj], {id(obj)}
-    containers = _CONTAINERS
     for _ in range(limit):
         nxt = []
         for o in level:
-            # the containers among o's items first (a comprehension: most items are numbers and strings)
-            for k in [k for k in (o.values() if type(o) is dict else o) if type(k) in containers]:
-                if id(k) not in seen:
+            for k in (o.values() if type(o) is dict else o):
+                if type(k) in _CONTAINERS and id(k) not in seen:
                     seen.add(id(k))
                     nxt.append(k)
         if not nxt:
