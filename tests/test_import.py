@@ -251,7 +251,15 @@ class ImporterTest(unittest.TestCase):
         return p, text
 
     def test_example(self):
+        # every device by default: device 1's empty segment too, devices in the lines
         p, text = self.run_importer(example_snapshot())
+        self.assertEqual(p.returncode, 0, p.stderr)
+        meta, pre, events = parse_trace(text)
+        self.assertEqual((meta["devices"], meta["device"]), ("0 1", "0"))
+        self.assertIn(["segment_alloc", "0", "0x90000000", str(2 * MiB), "0", "1", "0"], pre)
+        self.assertEqual(meta["dev1.torch_peak_reserved"], str(2 * MiB))
+        self.assertEqual(len(events), 9)
+        p, text = self.run_importer(example_snapshot(), args=("--device", "0"))
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertTrue(text.startswith("mnemo-trace 3\n"))   # every event has frames
         meta, pre, events = parse_trace(text)
@@ -296,6 +304,7 @@ class ImporterTest(unittest.TestCase):
         snap = example_snapshot()
         for e in snap["device_traces"][0]:
             e.pop("frames", None)
+        snap["segments"].pop()   # device 1's segment: one device (0) left
         p, text = self.run_importer(snap)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertTrue(text.startswith("mnemo-trace 1\n"))
@@ -310,11 +319,18 @@ class ImporterTest(unittest.TestCase):
         snap["device_traces"] = [[], snap["device_traces"][0]]
         for s in snap["segments"]:
             s["device"] = 1 - s["device"]
-        p, text = self.run_importer(snap)  # default: the first device with events (1)
+        p, text = self.run_importer(snap)  # default: every device (0: a segment, 1: events)
         self.assertEqual(p.returncode, 0, p.stderr)
         meta, pre, events = parse_trace(text)
-        self.assertEqual(meta["device"], "1")
+        self.assertEqual((meta["device"], meta["devices"]), ("0", "0 1"))
         self.assertEqual(len(events), 9)
+        self.assertEqual({e[6] for e in events}, {"1"})
+        p, text = self.run_importer(snap, args=("--device", "1"))   # one device: its own index kept
+        self.assertEqual(p.returncode, 0, p.stderr)
+        meta, pre, events = parse_trace(text)
+        self.assertEqual((meta["device"], meta["devices"]), ("1", "1"))
+        self.assertEqual(len(events), 9)
+        self.assertEqual({e[6] for e in events}, {"1"})
         p, text = self.run_importer(snap, args=("--device", "0"))
         self.assertEqual(p.returncode, 0, p.stderr)
         meta, pre, events = parse_trace(text)
@@ -368,8 +384,6 @@ class ImporterTest(unittest.TestCase):
              None, "'addr'"),
             ({"segments": [], "device_traces": [[{"action": "alloc", "addr": 1, "size": -1, "stream": 0}]]},
              None, "'size'"),
-            ({"segments": [], "device_traces": [[{"action": "teleport", "addr": 1, "size": 1, "stream": 0}]]},
-             None, "unknown action 'teleport'"),
             ({"segments": [], "device_traces": [[dict(ev("alloc", 16, 16), time_us=float("nan"))]]},
              None, "'time_us'"),
             ({"segments": [], "device_traces": [[dict(ev("alloc", 16, 16), frames=[{"name": 3}])]]},
@@ -664,9 +678,16 @@ class TestSamples(unittest.TestCase):
         if out:
             self.assertIn('"trace_device": 0', out)
             self.assertIn('"streams": 2', out)
-        # One device only: version 1, as before.
+        # every device is the default
+        self.assertEqual(self.convert("multi_device.pickle"), text)
+        # One device only: its own index kept (version 2), so --trace-device 1 finds it.
         one = self.convert("multi_device.pickle", "--device", "1")
-        self.assertTrue(one.startswith("mnemo-trace 1\n"))
+        self.assertTrue(one.startswith("mnemo-trace 2\n"))
+        meta, rest = self.lines(one)
+        self.assertEqual((meta["device"], meta["devices"]), ("1", "1"))
+        self.assertEqual({f[6] for f in rest if f[0] != "end"}, {"1"})
+        zero = self.convert("multi_device.pickle", "--device", "0")   # device 0 alone: version 1, as before
+        self.assertTrue(zero.startswith("mnemo-trace 1\n"))
 
     def test_expandable(self):
         meta, rest = self.lines(self.convert("expandable.pickle"))
@@ -700,7 +721,7 @@ class TestSamples(unittest.TestCase):
         self.assertEqual(body(convert(pickle.dumps(snap))[0]), body(convert("oom.pickle")[0]))
 
     def test_state_only(self):
-        text, devs, version, stacks, warnings = convert("state_only.pickle")
+        text, devs, version, stacks, warnings = convert("state_only.pickle", 0)
         self.assertEqual(version, 3)   # the dump's blocks have frames
         self.assertEqual(body(text), [
             "frame 1 12 /src/model.py make_weights",
@@ -726,22 +747,23 @@ class TestSamples(unittest.TestCase):
         self.assertTrue(m["torch_allocated_method"].startswith("state"))
         self.assertEqual(m["torch_segment_allocs"], "0")
         # device 1, and every device
-        text1 = convert("state_only.pickle", 1)[0]
-        self.assertEqual(body(text1), ["pre segment_alloc 0 0x10000000 20971520",
-                                       "pre alloc 0 0x10000000 1048576 1048576", "end 2"])
+        text1 = convert("state_only.pickle", 1)[0]   # its own index in the lines
+        self.assertEqual(body(text1), ["pre segment_alloc 0 0x10000000 20971520 0 1",
+                                       "pre alloc 0 0x10000000 1048576 1048576 1", "end 2"])
         self.assertEqual(metas(text1)["device"], "1")
         alltext = convert("state_only.pickle", "all")[0]
+        self.assertEqual(convert("state_only.pickle")[0], alltext)   # every device: the default
         self.assertTrue(alltext.startswith("mnemo-trace 3\n"))
         self.assertEqual(metas(alltext)["devices"], "0 1")
         self.assertIn("pre alloc 0 0x10000000 1048576 1048576 1 0", body(alltext))
         self.assertIn("pre alloc 0 0x10000000 4000000 4194304 0 1", body(alltext))
         # gzip-compressed: the same trace
-        gz = convert("state_only.pickle.gz")[0]
+        gz = convert("state_only.pickle.gz", 0)[0]
         self.assertEqual(body(gz), body(text))
         # device_traces missing altogether, or no device_traces and no segments
         snap = load_sample("state_only.pickle")
         del snap["device_traces"]
-        self.assertEqual(body(convert(pickle.dumps(snap))[0]), body(text))
+        self.assertEqual(body(convert(pickle.dumps(snap), 0)[0]), body(text))
         self.assertEqual(body(convert(pickle.dumps({"segments": []}))[0]), ["end 0"])
         with self.assertRaises(imp.SnapshotError) as cm:
             convert("state_only.pickle", 2)
@@ -762,17 +784,17 @@ class TestSamples(unittest.TestCase):
                 self.assertIn("segments", r.stdout)
 
     def test_legacy_list(self):
-        text, devs, version, _, _ = convert("legacy_list.pickle")
+        text, devs, version, _, _ = convert("legacy_list.pickle", 0)
         self.assertEqual(body(text), ["frame 1 5 /src/data.py load", "stack 1 1",
                                       "pre segment_alloc 0 0x30000000 20971520 0 0 0",
                                       "pre alloc 0 0x30000000 8000000 8388608 0 1",   # history[0]: size and frames
                                       "end 2"])
         self.assertEqual(metas(text)["state_only"], "1")
         text1 = convert("legacy_list.pickle", 1)[0]   # no history: requested = block size
-        self.assertTrue(text1.startswith("mnemo-trace 1\n"))
-        self.assertEqual(body(text1), ["pre segment_alloc 0 0x40000000 2097152",
-                                       "pre alloc 0 0x40000000 1048576 1048576", "end 2"])
-        alltext = convert("legacy_list.pickle", "all")[0]
+        self.assertTrue(text1.startswith("mnemo-trace 2\n"))   # device 1 keeps its index
+        self.assertEqual(body(text1), ["pre segment_alloc 0 0x40000000 2097152 0 1",
+                                       "pre alloc 0 0x40000000 1048576 1048576 1", "end 2"])
+        alltext = convert("legacy_list.pickle")[0]
         self.assertEqual(metas(alltext)["devices"], "0 1")
         self.assertEqual(body(alltext)[-3:], ["pre alloc 0 0x30000000 8000000 8388608 0 1",
                                               "pre alloc 0 0x40000000 1048576 1048576 1 0", "end 4"])
@@ -795,7 +817,8 @@ class TestSamples(unittest.TestCase):
         self.assertEqual(metas(text)["time_origin_us"], "0")
 
     def test_frames_v3(self):
-        text, devs, version, stacks, _ = convert("framed.pickle")
+        text, devs, version, stacks, _ = convert("framed.pickle", 0)
+        self.assertEqual(version, 4)   # its external_annotations entry: an annotate line
         lines = body(text)
         deep = [f"frame {7 + i} {i} /src/deep.py rec" for i in range(124)]   # 128 frames kept per stack
         self.assertEqual(lines[:6], [
@@ -812,12 +835,13 @@ class TestSamples(unittest.TestCase):
         self.assertEqual(lines[131:134], ["stack 1 1 2", "stack 2 " + " ".join(str(i) for i in range(3, 131)),
                                           "stack 3 131"])
         self.assertEqual(lines[134:], [
+            "annotate 0 0 start 0 step",   # time 999, before the first event (1000): first, at time 0
             "0 segment_alloc 0 0x60000000 20971520 0 0 1",
             "1 alloc 0 0x60000000 3145728 3145728 0 1",
             "2 alloc 0 0x60300000 1048577 1049088 0 2",
             "3 free_requested 0 0x60000000 3145728 0 0 3",
             "4 free_completed 0 0x60000000 3145728 0 0 3",
-            "end 5"])
+            "end 6"])
         # the strict reader decodes the frames back
         t = exp.parse_trace(text.encode())
         self.assertEqual(t.stack_frames(2)[:4], [("", 0, "c10::cuda::Foo<int, 2>::bar(unsigned long)"),
@@ -827,7 +851,8 @@ class TestSamples(unittest.TestCase):
         self.assertEqual(m["config"], "max_split_size_mb:512,roundup_power2_divisions:[" + ",".join(
             f"{1 << k}:{4 if k < 6 else 8}" for k in range(16)) + "]")
         # several devices: the device field is the CUDA index, stacks shared
-        alltext = convert("framed.pickle", "all")[0]
+        alltext = convert("framed.pickle")[0]
+        self.assertEqual(convert("framed.pickle", "all")[0], alltext)
         self.assertIn("1 segment_alloc 0 0x60000000 2097152 0 1 1", body(alltext))
         self.assertIn("2 alloc 0 0x60000000 4096 4096 1 1", body(alltext))
         if CLI:
@@ -937,7 +962,7 @@ class TestSamples(unittest.TestCase):
             with self.subTest(name=name):
                 with open(os.path.join(TRACES, name), "rb") as f:
                     text, devs, version, stacks, _ = convert(f.read())
-                self.assertEqual(version, 3)
+                self.assertEqual(version, 4 if any(d.annotations for d in devs) else 3)
                 self.assertGreater(len(stacks.stack_lines), 0)
                 trace = os.path.join(TRACES, name[:-len(".pickle.gz")] + ".trace")
                 if os.path.exists(trace):
@@ -1162,7 +1187,7 @@ class TestExport(unittest.TestCase):
         cases = [
             ("", "empty file"),
             ("mnemo-trace 1\nend 0", "no line feed"),
-            ("mnemo-trace 4\nend 0\n", "unsupported trace version 4"),
+            ("mnemo-trace 5\nend 0\n", "unsupported trace version 5"),
             ("mnemo-trace 1\n", "no end line"),
             ("mnemo-trace 1\nend 1\n", "end count 1"),
             ("mnemo-trace 1\nend 0\n# late\n", "after the end line"),
