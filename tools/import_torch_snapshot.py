@@ -35,7 +35,9 @@ What it writes (see docs/TRACE_FORMAT.md):
     emptying the cache (infer_empty_cache);
   * with stack frames in the snapshot: trace format version 3 (frame and stack
     lines, the stack id as the 8th field of every pre and event line);
-    without: version 1 (version 2 for --device all), as before;
+    without: version 1 (one device, index 0) or 2, as before; with
+    annotations (PyTorch 2.14's `annotate` events, `external_annotations`):
+    version 4, `annotate` lines among the events;
   * PyTorch's own figures for the run in `meta` lines (peak allocated from a
     reconstruction of the allocator's block layout, peak requested, peak
     reserved, reserved and allocated at the start, segment_alloc events,
@@ -43,10 +45,14 @@ What it writes (see docs/TRACE_FORMAT.md):
     PYTORCH_CUDA_ALLOC_CONF syntax (what `mnemo replay` uses by default) and
     the raw string as `meta torch_alloc_conf`.
 
-Several devices (`--device all` writes one trace whose lines carry the device
-index; figures per device in meta keys `devN.torch_*`), several streams,
-expandable segments and oom events (kept as `oom` lines, the device's free
-bytes as the address) are handled. `--table` prints the snapshot's segments
+Every device by default (`--device all`, the same): one trace whose lines carry
+the CUDA device index, figures per device in meta keys `devN.torch_*`; `--device
+N` imports device N alone, its index kept. Pinned host memory (PyTorch 2.14's
+`host_segments` / `host_traces`) is one more device, `meta host_device`, after
+the CUDA ones. Several streams, expandable segments and oom events (kept as
+`oom` lines, the device's free bytes as the address) are handled. Trace actions
+and top-level keys this importer does not know (a later PyTorch's) are warned
+about once per name, with a count, and the rest imported. `--table` prints the snapshot's segments
 instead (mnemo snapshot). Events marked `mnemo_synthetic` (written by
 tools/export_torch_snapshot.py to keep PyTorch's viewer consistent) are skipped.
 
