@@ -1,5 +1,7 @@
 /* tools/cmd_replay.c: `mnemo replay`: replays a trace file against the caching
- * allocator (one run per --config) on the SIM device and prints the memory it needed. */
+ * allocator (one run per --config) on the SIM device and prints the memory it needed.
+ * Options: its table below, read by the shared parser (tools/cli.h).
+ * Single-threaded (the CLI's main thread). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,7 @@
 /* tools/cmd_snapshot.c: `mnemo snapshot` (segment/block tables and memory_summary of
- * a trace's replay at a point, or of a PyTorch snapshot) and `mnemo import` (RMM CSV, PyTorch). */
+ * a trace's replay at a point, or of a PyTorch snapshot), `mnemo import` (RMM CSV,
+ * PyTorch) and `mnemo export` (to a PyTorch snapshot). Options: their tables below,
+ * read by the shared parser (tools/cli.h). Single-threaded (the CLI's main thread). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
