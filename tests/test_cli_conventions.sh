@@ -124,6 +124,8 @@ check "... a trace that replays" has "$tmp/out" '"allocs": 2'
 check "import --from torch -o -: the trace on stdout" has "$tmp/torch.out" " oom 0 0x100000 41943040"
 "$cli" export --to torch "$small" -o - >"$tmp/exp.out" 2>"$tmp/err"
 check "export -o -: the pickle on stdout" test "$(head -c 1 "$tmp/exp.out" | od -An -tx1 | tr -d ' ')" = 80
+"$cli" bench --device cpu --cases fill_u8 --sizes 64K --reps 1 --min-time 0 --plot - >"$tmp/out" 2>"$tmp/err"
+check "bench --plot -: exit 2 (stdout holds the results), nothing run" test $? -eq 2 -a ! -s "$tmp/out"
 check "no file named - anywhere" test ! -e "$tmp/-"
 
 # no silent ignores
@@ -138,6 +140,12 @@ check "replay --allocator naive with one --config: exit 2" test $? -eq 2
 check "... saying why" has "$tmp/err" "--config applies to the caching allocator"
 "$cli" import --from rmm "$rmm" -o "$tmp/x.trace" --max-decompressed-size 1G >"$tmp/out" 2>"$tmp/err"
 check "import --from rmm --max-decompressed-size: exit 2" test $? -eq 2
+"$cli" export --to torch "$small" -o "$tmp/e.pickle" --device=first >"$tmp/out" 2>"$tmp/err"
+check "export --device first: exit 2, mnemo's message (not the script's)" test $? -eq 2 -a -n "$(grep '^mnemo export: --device' "$tmp/err")"
+"$cli" import --from torch "$pickle" -o "$tmp/i.trace" --device first >"$tmp/out" 2>"$tmp/err"
+check "import --device first: exit 2, mnemo's message" test $? -eq 2 -a -n "$(grep '^mnemo import: --device' "$tmp/err")"
+"$cli" import --from torch "$pickle" -o "$tmp/i.trace" --device=all >"$tmp/out" 2>"$tmp/err"
+check "import --device=all: exit 0" test $? -eq 0
 "$cli" info extra >"$tmp/out" 2>"$tmp/err"
 check "info with an argument: exit 2" test $? -eq 2
 "$cli" version extra >"$tmp/out" 2>"$tmp/err"

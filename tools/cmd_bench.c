@@ -1198,6 +1198,8 @@ int cmd_bench(int argc, char **argv) {
   }
   if (!rc && b->json && b->csv) rc = bad("--json and --csv: choose one%s", "");
   if (!rc && b->plot && !*b->plot) rc = bad("--plot needs a file name%s", "");
+  if (!rc && b->plot && !strcmp(b->plot, "-")) /* stdout holds the results: - is not a file name here */
+    rc = bad("--plot %s: the SVG cannot share stdout with the results; name a file (./- for one named -)", b->plot);
   if (!rc && b->plot) rc = check_plot_path(b->plot);
   if (!rc) {
     if (sizes_text) rc = parse_sizes(b, sizes_text);

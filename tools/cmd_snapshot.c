@@ -294,7 +294,16 @@ static int parse_io_args(int argc, char **argv, io_args_t *a) {
     case O_FROM:
     case O_TO: a->format = v; break;
     case O_OUTPUT: a->out = v; break;
-    case O_DEVICE: a->device = v; break;
+    case O_DEVICE: {
+      long n = 0;
+      /* checked here, so that a bad value is mnemo's usage error, not the script's */
+      bool import = !strcmp(a->p.cmd->name, "import");
+      if (import && strcmp(v, "all") && (!*v || strspn(v, "0123456789") != strlen(v) || strtol(v, NULL, 10) > 1000))
+        return mn__cli_error(&a->p, "--device must be an index (0..1000) or all, not \"%s\"", v);
+      if (!import && mn__cli_int(&a->p, v, 0, 1000, &n)) return 2;
+      a->device = v;
+      break;
+    }
     case O_MAX_DECOMPRESSED:
       if (mn__tools_set_max_decompressed(&a->p, v)) return 2;
       a->max_decompressed = true;
