@@ -1194,6 +1194,132 @@ class TestExport(unittest.TestCase):
 
 # ---- fuzz --------------------------------------------------------------------------------
 
+class TestReplayDevices(unittest.TestCase):
+    """`mnemo replay` on snapshots of several devices and with recorded OOMs:
+    every device replayed on its own and compared with its own PyTorch figures;
+    --trace-device on a pickle; the capacity as recorded reproduces an OOM at its
+    entry; the JSON shape (one object for one device and one config, else an
+    array of objects with device and config)."""
+
+    def setUp(self):
+        if not CLI:
+            self.skipTest("no mnemo CLI given")
+        self.tmp = tempfile.mkdtemp()
+
+    def tearDown(self):
+        for f in os.listdir(self.tmp):
+            os.unlink(os.path.join(self.tmp, f))
+        os.rmdir(self.tmp)
+
+    def replay_json(self, path, *args, rc=0):
+        r = run_cli("replay", path, "--json", "--no-progress", *args)
+        self.assertEqual(r.returncode, rc, r.stderr)
+        import json
+        return json.loads(r.stdout) if rc == 0 else r
+
+    def write(self, name, data):
+        path = os.path.join(self.tmp, name)
+        with open(path, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
+        return path
+
+    def test_every_device_with_its_own_figures(self):
+        # PyTorch: device 0 peaked at 22 MiB reserved, device 1 at 20 MiB
+        want = {0: 22 * MiB, 1: 20 * MiB}
+        text = convert("multi_device.pickle", "all")[0]
+        for path in (os.path.join(SAMPLES, "multi_device.pickle"), self.write("all.trace", text)):
+            out = self.replay_json(path)
+            self.assertIsInstance(out, list)
+            self.assertEqual([o["device"] for o in out], [0, 1])
+            for o in out:
+                self.assertEqual(o["torch"]["peak_reserved"], want[o["device"]])
+                self.assertEqual(o["peak_reserved"], want[o["device"]])
+                self.assertEqual(o["reserved_vs_torch"], 1.0)
+                self.assertEqual(o["segments_vs_torch"], 1.0)
+                self.assertEqual(o["replay_device"], "sim:0")
+        # the table: one block per device, each with its own res/torch
+        r = run_cli("replay", os.path.join(SAMPLES, "multi_device.pickle"), "--no-progress")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("device 0: 7 entries", r.stdout)
+        self.assertIn("device 1: 5 entries", r.stdout)
+        self.assertNotIn("0.909", r.stdout)   # device 1 against device 0's figures, before
+
+    def test_trace_device_on_a_pickle(self):
+        pk = os.path.join(SAMPLES, "multi_device.pickle")
+        one = self.replay_json(pk, "--trace-device", "1")
+        self.assertIsInstance(one, dict)   # one device, one config: one object, as before
+        self.assertEqual(one["device"], 1)
+        self.assertEqual(one["torch"]["peak_reserved"], 20 * MiB)
+        self.assertEqual(one["reserved_vs_torch"], 1.0)
+        # the same on the --device all trace, and on a one-device import of device 1
+        for text in (convert("multi_device.pickle", "all")[0], convert("multi_device.pickle", 1)[0]):
+            o = self.replay_json(self.write("t.trace", text), "--trace-device", "1")
+            self.assertEqual((o["device"], o["torch"]["peak_reserved"], o["reserved_vs_torch"]), (1, 20 * MiB, 1.0))
+        r = self.replay_json(self.write("t.trace", convert("multi_device.pickle", "all")[0]), "--trace-device", "3",
+                             rc=1)
+        self.assertIn("--trace-device 3: the trace has no entries on that device (it has: 0 1)", r.stderr)
+
+    def test_several_configs_and_devices(self):
+        out = self.replay_json(os.path.join(SAMPLES, "multi_device.pickle"), "--config", "",
+                               "--config", "max_split_size_mb:512")
+        self.assertEqual([(o["device"], o["config"]) for o in out],
+                         [(0, ""), (0, "max_split_size_mb:512"), (1, ""), (1, "max_split_size_mb:512")])
+
+    def test_oom_as_recorded(self):
+        # oom.pickle: 20 MiB reserved when PyTorch failed to get 40 MiB with 1 MiB free
+        o = self.replay_json(os.path.join(SAMPLES, "oom.pickle"))
+        self.assertEqual((o["capacity"], o["capacity_from"]), (20 * MiB, "oom"))
+        self.assertEqual(o["torch_ooms"], [{"entry": 2, "time_us": 2, "size": 40 * MiB, "device_free": MiB,
+                                            "reproduced": True}])
+        self.assertTrue(o["oom_reproduced"])
+        self.assertEqual((o["ooms"], o["oom_entries"], o["ooms_reproduced"]), (0, [], 1))
+        # --capacity overrides: 1 GiB has room for it
+        o = self.replay_json(os.path.join(SAMPLES, "oom.pickle"), "--capacity", "1G")
+        self.assertEqual((o["capacity"], o["capacity_from"]), (1 << 30, "option"))
+        self.assertFalse(o["torch_ooms"][0]["reproduced"])
+        self.assertFalse(o["oom_reproduced"])
+        # with 16 MiB the recorded allocation of 10 MiB fails (the replay's own OOM)
+        o = self.replay_json(os.path.join(SAMPLES, "oom.pickle"), "--capacity", "8M")
+        self.assertEqual(o["oom_entries"], [{"entry": 1, "size": 10 * MiB}])
+        self.assertEqual(o["ooms"], 1)
+        r = run_cli("replay", os.path.join(SAMPLES, "oom.pickle"), "--no-progress")
+        self.assertIn("recorded OOM at entry 2 (2 us): asked 40.00 MiB, the device had 1.00 MiB free", r.stdout)
+        self.assertIn("out of memory there too", r.stdout)
+
+    def test_oom_on_the_second_device(self):
+        # device 1 runs out of memory (30 MiB asked, 4 MiB free at 20 MiB reserved);
+        # device 0 does not: only device 1 takes its capacity from the snapshot
+        snap = load_sample("multi_device.pickle")
+        d1 = snap["device_traces"][1]
+        d1.insert(3, {"action": "oom", "device_free": 4 * MiB + 12345, "size": 30 * MiB, "stream": 0,
+                      "time_us": 16, "frames": []})
+        path = self.write("oom2.pickle", pickle.dumps(snap, protocol=4))
+        out = self.replay_json(path)
+        self.assertEqual([(o["device"], o["capacity_from"]) for o in out], [(0, "default"), (1, "oom")])
+        self.assertEqual(out[0]["torch_ooms"], [])
+        self.assertNotIn("oom_reproduced", out[0])
+        self.assertEqual(out[1]["capacity"], 24 * MiB)   # 20 MiB reserved + 4 MiB free (2 MiB granules)
+        self.assertEqual(len(out[1]["torch_ooms"]), 1)
+        self.assertEqual(out[1]["torch_ooms"][0]["device_free"], 4 * MiB + 12345)
+        self.assertTrue(out[1]["oom_reproduced"])
+        self.assertEqual(out[1]["reserved_vs_torch"], 1.0)
+
+    def test_pinned_host_device_is_not_replayed(self):
+        text = ("mnemo-trace 2\nmeta devices 0\nmeta host_device 1\n"
+                "1 alloc 0 0x1000 1048576 1048576 0\n2 alloc 0 0x1000 4096 4096 1\n"
+                "3 free_requested 0 0x1000 1048576 0 0\nend 3\n")
+        path = self.write("host.trace", text)
+        r = run_cli("replay", path, "--json", "--no-progress")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        import json
+        o = json.loads(r.stdout)
+        self.assertEqual((o["device"], o["allocs"]), (0, 1))
+        self.assertIn("device 1 holds pinned host memory (meta host_device): not replayed", r.stderr)
+        r = run_cli("replay", path, "--json", "--no-progress", "--trace-device", "1")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("pinned host memory", r.stderr)
+
+
 def _mutate_obj(rng, obj):
     """A random structural change somewhere in a snapshot object: a field deleted,
     a value of another type, a list cut, an element repeated."""
