@@ -46,6 +46,8 @@ typedef struct dev_info_s {
   size_t nentries, pre;
   size_t ntorch_ooms; /* its recorded oom lines */
   uint64_t oom_capacity; /* reserved at its first oom line + that line's device_free; 0: no oom line */
+  uint64_t release_capacity; /* no oom line: the size its partial cache releases imply (0: none) */
+  size_t partial_releases;   /* runs of segment frees with no empty_cache line before them */
   torch_figs_t tf;
 } dev_info_t;
 
@@ -208,9 +210,10 @@ static void print_table_device(const mn_trace_t *t, const char *allocator, const
            d->pre, runs[0].res.streams);
     if (capnote)
       printf("; capacity %s (%s)", gib((int64_t)runs[0].capacity, a, sizeof a),
-             runs[0].capacity_from[0] == 'o' ? "as recorded: PyTorch's reserved bytes at its first OOM + the free "
-                                               "bytes it reported"
-                                             : "--capacity");
+             runs[0].capacity_from[0] == 'o'   ? "as recorded: PyTorch's reserved bytes at its first OOM + the free "
+                                                 "bytes it reported"
+             : runs[0].capacity_from[0] == 'r' ? "as recorded: the least that PyTorch's partial cache releases allow"
+                                               : "--capacity");
     printf("\n");
   }
   printf("%-*s %12s %12s %7s %9s %8s %7s %9s %5s\n", w, "config", "peak alloc", "peak reserv", "res/all",
@@ -469,18 +472,48 @@ static int find_devices(const mn_trace_t *t, int want, dev_info_t **out, size_t 
     /* As recorded: the device's memory at its first OOM, PyTorch's reserved bytes
      * then (pre segments and the segment lines before it) + the free bytes its oom
      * line reports (the address field: PyTorch's device_free). */
-    uint64_t reserved = 0;
+    /* Without an oom line, the runs of segment frees that no empty_cache line
+     * precedes (the importer leaves it out where the run left a free segment
+     * cached: PyTorch's out-of-memory path freed only part of its cache,
+     * release_available_cached_blocks) and that a segment_alloc of N bytes follows
+     * say cudaMalloc failed there: reserved before the run + N > capacity >=
+     * reserved after it + N. The smallest capacity that is also >= the peak
+     * reserved makes the replayed allocator free the same blocks at the same
+     * entries. Not with the garbage collector on (it frees without a failure). */
+    uint64_t reserved = 0, peak = 0, lo = 0, hi = UINT64_MAX, before = 0;
+    const mn_trace_entry_t *prev = NULL;
+    bool in_run = false, run_ok = false;
     for (size_t i = 0; i < t->nentries; i++) {
       const mn_trace_entry_t *e = &t->entries[i];
       if (e->device != d[k].index) continue;
-      if (e->action == MN_TRACE_SEGMENT_ALLOC || e->action == MN_TRACE_SEGMENT_MAP)
+      if (in_run && e->action != MN_TRACE_SEGMENT_FREE) {
+        in_run = false;
+        if (run_ok && e->action == MN_TRACE_SEGMENT_ALLOC) {
+          uint64_t l = mn__tools_sat_add_u64(reserved, e->size), h = mn__tools_sat_add_u64(before, e->size);
+          if (l > lo) lo = l;
+          if (h - 1 < hi) hi = h - 1;
+          d[k].partial_releases++;
+        }
+      }
+      if (e->action == MN_TRACE_SEGMENT_FREE && !e->pre && !in_run) {
+        in_run = true;
+        run_ok = !prev || prev->action != MN_TRACE_EMPTY_CACHE;
+        before = reserved;
+      }
+      if (e->action == MN_TRACE_SEGMENT_ALLOC || e->action == MN_TRACE_SEGMENT_MAP) {
         reserved = mn__tools_sat_add_u64(reserved, e->size);
-      else if (e->action == MN_TRACE_SEGMENT_FREE || e->action == MN_TRACE_SEGMENT_UNMAP)
+        if (reserved > peak) peak = reserved;
+      } else if (e->action == MN_TRACE_SEGMENT_FREE || e->action == MN_TRACE_SEGMENT_UNMAP) {
         reserved = e->size > reserved ? 0 : reserved - e->size;
-      else if (e->action == MN_TRACE_OOM) {
+      } else if (e->action == MN_TRACE_OOM) {
         if (d[k].ntorch_ooms++ == 0) d[k].oom_capacity = mn__tools_sat_add_u64(reserved, e->address);
       }
+      prev = e;
     }
+    const char *conf = mn_trace_meta_get(t, "config");
+    bool gc = conf && strstr(conf, "garbage_collection_threshold");
+    if (peak > lo) lo = peak;
+    if (d[k].partial_releases && !gc && lo <= hi) d[k].release_capacity = lo;
   }
   *out = d;
   *nout = m;
@@ -634,6 +667,11 @@ int cmd_replay(int argc, char **argv) {
         size_t g = sc.granularity, c = (size_t)devs[d].oom_capacity / g * g;
         sc.capacity = c ? c : g;
         from = "oom";
+      } else if (!capacity && devs[d].release_capacity && devs[d].release_capacity <= SIZE_MAX - (1u << 30) &&
+                 sc.granularity) {
+        size_t g = sc.granularity;
+        sc.capacity = ((size_t)devs[d].release_capacity + g - 1) / g * g;
+        from = "releases";
       }
       if (mn_sim_configure(&sc) != MN_OK) {
         fprintf(stderr, "mnemo replay: %s%s: %s\n", capacity ? "--capacity" : "the SIM device's capacity",

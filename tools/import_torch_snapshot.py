@@ -561,6 +561,72 @@ def infer_empty_cache(events, gc_enabled):
     return out, n
 
 
+def drop_partial_releases(events, pre_allocs, pre_segs):
+    """Removes the inferred `empty_cache` events (infer_empty_cache) before the
+    runs of segment frees that left a segment of the device entirely free: a
+    full release (torch.cuda.empty_cache(), or release_cached_blocks on PyTorch's
+    out-of-memory path) frees every free segment that holds no allocation, in
+    every pool and stream, so such a run freed only some of the cache: PyTorch's
+    out-of-memory path with max_split_size set (release_available_cached_blocks:
+    only enough of the largest free blocks for the allocation that failed), or
+    the garbage collector. Replaying it as a full empty_cache would free more
+    than PyTorch did (and make segments again later). An allocation is live from
+    its alloc to its free_requested (a pending free is settled by a full release).
+    Runs with expandable segments (segment_unmap) are left as they are.
+    Returns (events, number dropped)."""
+    starts = sorted(a for a, ps in pre_segs.items() if ps.get("kind", "segment_alloc") == "segment_alloc")
+    size = {a: pre_segs[a]["size"] for a in starts}
+    count = {a: 0 for a in starts}
+    where = {}   # live allocation address -> its segment's start
+
+    def seg_of(addr):
+        i = bisect.bisect_right(starts, addr) - 1
+        if i >= 0 and addr < starts[i] + size[starts[i]]:
+            return starts[i]
+        return None
+
+    def add(addr):
+        sa = seg_of(addr)
+        if sa is not None:
+            where[addr] = sa
+            count[sa] += 1
+
+    for addr in pre_allocs:
+        add(addr)
+    out, dropped = [], 0
+    pending = None   # index in out of an inferred empty_cache whose run is being applied
+    for ev in events:
+        a = ev["action"]
+        if pending is not None and a not in ("segment_free", "segment_unmap"):
+            if any(c == 0 for c in count.values()):
+                del out[pending]
+                dropped += 1
+            pending = None
+        if a == "empty_cache" and ev["index"] != int(ev["index"]):
+            pending = len(out)
+        elif a == "segment_unmap":
+            pending = None
+        elif a == "segment_alloc":
+            if ev["addr"] not in size:
+                bisect.insort(starts, ev["addr"])
+            size[ev["addr"]] = ev["size"]
+            count[ev["addr"]] = 0
+        elif a == "segment_free" and ev["addr"] in size:
+            starts.remove(ev["addr"])
+            del size[ev["addr"]], count[ev["addr"]]
+        elif a == "alloc":
+            add(ev["addr"])
+        elif a == "free_requested" and ev["addr"] in where:
+            sa = where.pop(ev["addr"])
+            if sa in count:
+                count[sa] -= 1
+        out.append(ev)
+    if pending is not None and any(c == 0 for c in count.values()):
+        del out[pending]
+        dropped += 1
+    return out, dropped
+
+
 # ---- allocator settings -> meta config -----------------------------------------------------
 
 def _lex_conf(text):
@@ -1056,6 +1122,7 @@ class Device:
         segs = _segments(snap, device, fp)
         self.events, _ = infer_empty_cache(events, gc_enabled(snap.settings))
         self.pre_allocs, self.pre_segs = reconstruct_pre(self.events, segs, warn)
+        self.events, _ = drop_partial_releases(self.events, self.pre_allocs, self.pre_segs)
         self.fig, self.block_sizes = torch_figures(self.events, segs, self.pre_allocs, self.pre_segs)
         # empty_cache lines: inferred here, or explicit (mnemo recordings exported to PyTorch's form)
         self.fig["torch_empty_cache_points"] = sum(ev["action"] == "empty_cache" for ev in self.events)
