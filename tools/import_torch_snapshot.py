@@ -32,7 +32,9 @@ What it writes (see docs/TRACE_FORMAT.md):
     alive at dump time that the trace never allocated);
   * one line per trace event, times relative to the first event, and one
     `empty_cache` line before each run of segment frees the program caused by
-    emptying the cache (infer_empty_cache);
+    emptying the cache (infer_empty_cache), not before a run that left a free
+    segment cached (a partial release of PyTorch's out-of-memory path:
+    drop_partial_releases);
   * with stack frames in the snapshot: trace format version 3 (frame and stack
     lines, the stack id as the 8th field of every pre and event line);
     without: version 1 (version 2 for --device all), as before;
