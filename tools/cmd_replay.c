@@ -501,6 +501,8 @@ static int find_devices(const mn_trace_t *t, int want, dev_info_t **out, size_t 
      * reserved makes the replayed allocator free the same blocks at the same
      * entries. Not with the garbage collector on (it frees without a failure). */
     uint64_t reserved = 0, peak = 0, lo = 0, hi = UINT64_MAX, before = 0;
+    const char *by = mn_trace_meta_get(t, "recorded_by");
+    bool pytorch = by && !strcmp(by, "pytorch");
     const mn_trace_entry_t *prev = NULL;
     bool in_run = false, run_ok = false;
     for (size_t i = 0; i < t->nentries; i++) {
@@ -526,7 +528,9 @@ static int find_devices(const mn_trace_t *t, int want, dev_info_t **out, size_t 
       } else if (e->action == MN_TRACE_SEGMENT_FREE || e->action == MN_TRACE_SEGMENT_UNMAP) {
         reserved = e->size > reserved ? 0 : reserved - e->size;
       } else if (e->action == MN_TRACE_OOM) {
-        if (d[k].ntorch_ooms++ == 0) d[k].oom_capacity = mn__tools_sat_add_u64(reserved, e->address);
+        /* mnemo's recorder writes 0x0 there (the free bytes unknown): no size from it */
+        if (d[k].ntorch_ooms++ == 0 && (e->address || pytorch))
+          d[k].oom_capacity = mn__tools_sat_add_u64(reserved, e->address);
       }
       prev = e;
     }

@@ -587,10 +587,14 @@ def drop_partial_releases(events, pre_allocs, pre_segs):
             return starts[i]
         return None
 
+    nfree = len(starts)   # segments holding no allocation
+
     def add(addr):
+        nonlocal nfree
         sa = seg_of(addr)
         if sa is not None:
             where[addr] = sa
+            nfree -= count[sa] == 0
             count[sa] += 1
 
     for addr in pre_allocs:
@@ -600,7 +604,7 @@ def drop_partial_releases(events, pre_allocs, pre_segs):
     for ev in events:
         a = ev["action"]
         if pending is not None and a not in ("segment_free", "segment_unmap"):
-            if any(c == 0 for c in count.values()):
+            if nfree:
                 del out[pending]
                 dropped += 1
             pending = None
@@ -609,21 +613,26 @@ def drop_partial_releases(events, pre_allocs, pre_segs):
         elif a == "segment_unmap":
             pending = None
         elif a == "segment_alloc":
-            if ev["addr"] not in size:
+            if ev["addr"] in size:
+                nfree -= count[ev["addr"]] == 0
+            else:
                 bisect.insort(starts, ev["addr"])
             size[ev["addr"]] = ev["size"]
             count[ev["addr"]] = 0
+            nfree += 1
         elif a == "segment_free" and ev["addr"] in size:
-            starts.remove(ev["addr"])
-            del size[ev["addr"]], count[ev["addr"]]
+            del starts[bisect.bisect_left(starts, ev["addr"])]
+            nfree -= count.pop(ev["addr"]) == 0
+            del size[ev["addr"]]
         elif a == "alloc":
             add(ev["addr"])
         elif a == "free_requested" and ev["addr"] in where:
             sa = where.pop(ev["addr"])
             if sa in count:
                 count[sa] -= 1
+                nfree += count[sa] == 0
         out.append(ev)
-    if pending is not None and any(c == 0 for c in count.values()):
+    if pending is not None and nfree:
         del out[pending]
         dropped += 1
     return out, dropped
