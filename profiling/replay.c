@@ -457,8 +457,10 @@ done:
   return st;
 }
 
+/* stop_first: stop before the first entry (a stop_after before every entry of
+ * the device replayed: the allocator as it was, nothing replayed). */
 static mn_status replay_one_device(const mn_trace_t *trace, mn_allocator_t *allocator, mn_replay_options_t opt,
-                                   mn_replay_result_t *out) {
+                                   bool stop_first, mn_replay_result_t *out) {
   mn__replay_t r;
   memset(&r, 0, sizeof r);
   r.opt = &opt;
@@ -496,14 +498,14 @@ static mn_status replay_one_device(const mn_trace_t *trace, mn_allocator_t *allo
   uint64_t pre_ns = 0;
   size_t i = 0;
   bool stopped = false; /* past opt.stop_after */
-  if (!opt.skip_pre && !opt.skip_pre_segments && r.have_stats) {
+  if (!opt.skip_pre && !opt.skip_pre_segments && r.have_stats && !stop_first) {
     if ((st = build_pre_segments(&r, &res)) != MN_OK) goto done;
     /* the gaps were allocated while the segments were laid out: not the trace's peak */
     mn__ignore(mn_allocator_reset_peak(allocator)); /* MN_ERR_NOT_SUPPORTED: checked at the start */
     track_mapped(&r);
   }
   for (; i < n && trace->entries[i].pre; i++) {
-    if (i > opt.stop_after) {
+    if (stop_first || i > opt.stop_after) {
       stopped = true;
       break;
     }
@@ -535,7 +537,7 @@ static mn_status replay_one_device(const mn_trace_t *trace, mn_allocator_t *allo
 
   for (; i < n && !stopped; i++) {
     const mn_trace_entry_t *e = &trace->entries[i];
-    if (i > opt.stop_after) {
+    if (stop_first || i > opt.stop_after) {
       stopped = true;
       break;
     }
@@ -673,7 +675,7 @@ mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator, co
   mn_status st;
   mn_replay_result_t res;
   if (!mixed && (trace->nentries == 0 || trace->entries[0].device == want)) {
-    st = replay_one_device(trace, allocator, opt, &res);
+    st = replay_one_device(trace, allocator, opt, false, &res);
   } else {
     mn_trace_t sub;
     memset(&sub, 0, sizeof sub);
@@ -697,6 +699,7 @@ mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator, co
       free(orig);
       return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "the trace has no entries on device %" PRIu32, want);
     }
+    bool stop_first = opt.stop_after != SIZE_MAX && stop == SIZE_MAX; /* it stops before this device's first entry */
     if (opt.stop_after != SIZE_MAX) opt.stop_after = stop == SIZE_MAX ? 0 : stop;
     sub.capacity = sub.nentries;
     void **want_ptrs = opt.live_ptrs;
@@ -719,7 +722,7 @@ mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator, co
       opt.on_oom = sub_oom;
       opt.on_oom_user = &so;
     }
-    st = replay_one_device(&sub, allocator, opt, &res);
+    st = replay_one_device(&sub, allocator, opt, stop_first, &res);
     if (want_ptrs) {
       for (size_t k = 0; st == MN_OK && k < sub.nentries; k++) want_ptrs[orig[k]] = opt.live_ptrs[k];
       free(opt.live_ptrs);

@@ -1150,6 +1150,12 @@ MN_TEST(replay_live_ptrs) {
   o.trace_device = 1;
   MN_CHECK_OK(replay_text(text, &o, &r));
   MN_CHECK(!live[0] && live[1] && !live[2] && !live[3] && !live[4]);
+  /* stopped before device 1's first entry (entry 1): nothing of it replayed */
+  o.stop_after = 0;
+  memset(live, 0xab, sizeof live);
+  MN_CHECK_OK(replay_text(text, &o, &r));
+  MN_CHECK(!live[0] && !live[1] && !live[2] && !live[3] && !live[4]);
+  MN_CHECK(r.allocs == 0 && r.pre_allocs == 0 && r.peak_allocated == 0);
 }
 
 /* Recorded oom lines: counted always; with replay_ooms their allocation is tried
