@@ -1416,6 +1416,272 @@ class TestExport(unittest.TestCase):
 
 # ---- fuzz --------------------------------------------------------------------------------
 
+class TestReplayDevices(unittest.TestCase):
+    """`mnemo replay` on snapshots of several devices and with recorded OOMs:
+    every device replayed on its own and compared with its own PyTorch figures;
+    --trace-device on a pickle; the capacity as recorded reproduces an OOM at its
+    entry; the JSON shape (one object for one device and one config, else an
+    array of objects with device and config)."""
+
+    def setUp(self):
+        if not CLI:
+            self.skipTest("no mnemo CLI given")
+        self.tmp = tempfile.mkdtemp()
+
+    def tearDown(self):
+        for f in os.listdir(self.tmp):
+            os.unlink(os.path.join(self.tmp, f))
+        os.rmdir(self.tmp)
+
+    def replay_json(self, path, *args, rc=0):
+        r = run_cli("replay", path, "--json", "--no-progress", *args)
+        self.assertEqual(r.returncode, rc, r.stderr)
+        import json
+        return json.loads(r.stdout) if rc == 0 else r
+
+    def write(self, name, data):
+        path = os.path.join(self.tmp, name)
+        with open(path, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
+        return path
+
+    def test_every_device_with_its_own_figures(self):
+        # PyTorch: device 0 peaked at 22 MiB reserved, device 1 at 20 MiB
+        want = {0: 22 * MiB, 1: 20 * MiB}
+        text = convert("multi_device.pickle", "all")[0]
+        for path in (os.path.join(SAMPLES, "multi_device.pickle"), self.write("all.trace", text)):
+            out = self.replay_json(path)
+            self.assertIsInstance(out, list)
+            self.assertEqual([o["device"] for o in out], [0, 1])
+            for o in out:
+                self.assertEqual(o["torch"]["peak_reserved"], want[o["device"]])
+                self.assertEqual(o["peak_reserved"], want[o["device"]])
+                self.assertEqual(o["reserved_vs_torch"], 1.0)
+                self.assertEqual(o["segments_vs_torch"], 1.0)
+                self.assertEqual(o["replay_device"], "sim:0")
+        # the table: one block per device, each with its own res/torch
+        r = run_cli("replay", os.path.join(SAMPLES, "multi_device.pickle"), "--no-progress")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("device 0: 7 entries", r.stdout)
+        self.assertIn("device 1: 5 entries", r.stdout)
+        self.assertNotIn("0.909", r.stdout)   # device 1 against device 0's figures, before
+
+    def test_trace_device_on_a_pickle(self):
+        pk = os.path.join(SAMPLES, "multi_device.pickle")
+        one = self.replay_json(pk, "--trace-device", "1")
+        self.assertIsInstance(one, dict)   # one device, one config: one object, as before
+        self.assertEqual(one["device"], 1)
+        self.assertEqual(one["torch"]["peak_reserved"], 20 * MiB)
+        self.assertEqual(one["reserved_vs_torch"], 1.0)
+        # the same on the --device all trace, and on a one-device import of device 1
+        for text in (convert("multi_device.pickle", "all")[0], convert("multi_device.pickle", 1)[0]):
+            o = self.replay_json(self.write("t.trace", text), "--trace-device", "1")
+            self.assertEqual((o["device"], o["torch"]["peak_reserved"], o["reserved_vs_torch"]), (1, 20 * MiB, 1.0))
+        r = self.replay_json(self.write("t.trace", convert("multi_device.pickle", "all")[0]), "--trace-device", "3",
+                             rc=1)
+        self.assertIn("--trace-device 3: the trace has no entries on that device (it has: 0 1)", r.stderr)
+
+    def test_several_configs_and_devices(self):
+        out = self.replay_json(os.path.join(SAMPLES, "multi_device.pickle"), "--config", "",
+                               "--config", "max_split_size_mb:512")
+        self.assertEqual([(o["device"], o["config"]) for o in out],
+                         [(0, ""), (0, "max_split_size_mb:512"), (1, ""), (1, "max_split_size_mb:512")])
+
+    def test_oom_as_recorded(self):
+        # oom.pickle: 20 MiB reserved when PyTorch failed to get 40 MiB with 1 MiB free
+        o = self.replay_json(os.path.join(SAMPLES, "oom.pickle"))
+        self.assertEqual((o["capacity"], o["capacity_from"]), (20 * MiB, "oom"))
+        self.assertEqual(o["torch_ooms"], [{"entry": 2, "time_us": 2, "size": 40 * MiB, "device_free": MiB,
+                                            "reproduced": True}])
+        self.assertTrue(o["oom_reproduced"])
+        self.assertEqual((o["ooms"], o["oom_entries"], o["ooms_reproduced"]), (0, [], 1))
+        # --capacity overrides: 1 GiB has room for it
+        o = self.replay_json(os.path.join(SAMPLES, "oom.pickle"), "--capacity", "1G")
+        self.assertEqual((o["capacity"], o["capacity_from"]), (1 << 30, "option"))
+        self.assertFalse(o["torch_ooms"][0]["reproduced"])
+        self.assertFalse(o["oom_reproduced"])
+        # with 16 MiB the recorded allocation of 10 MiB fails (the replay's own OOM)
+        o = self.replay_json(os.path.join(SAMPLES, "oom.pickle"), "--capacity", "8M")
+        self.assertEqual(o["oom_entries"], [{"entry": 1, "size": 10 * MiB}])
+        self.assertEqual(o["ooms"], 1)
+        r = run_cli("replay", os.path.join(SAMPLES, "oom.pickle"), "--no-progress")
+        self.assertIn("recorded OOM at entry 2 (2 us): asked 40.00 MiB, the device had 1.00 MiB free", r.stdout)
+        self.assertIn("out of memory there too", r.stdout)
+
+    def test_oom_on_the_second_device(self):
+        # device 1 runs out of memory (30 MiB asked, 4 MiB free at 20 MiB reserved);
+        # device 0 does not: only device 1 takes its capacity from the snapshot
+        snap = load_sample("multi_device.pickle")
+        d1 = snap["device_traces"][1]
+        d1.insert(3, {"action": "oom", "device_free": 4 * MiB + 12345, "size": 30 * MiB, "stream": 0,
+                      "time_us": 16, "frames": []})
+        path = self.write("oom2.pickle", pickle.dumps(snap, protocol=4))
+        out = self.replay_json(path)
+        self.assertEqual([(o["device"], o["capacity_from"]) for o in out], [(0, "default"), (1, "oom")])
+        self.assertEqual(out[0]["torch_ooms"], [])
+        self.assertNotIn("oom_reproduced", out[0])
+        self.assertEqual(out[1]["capacity"], 24 * MiB)   # 20 MiB reserved + 4 MiB free (2 MiB granules)
+        self.assertEqual(len(out[1]["torch_ooms"]), 1)
+        self.assertEqual(out[1]["torch_ooms"][0]["device_free"], 4 * MiB + 12345)
+        self.assertTrue(out[1]["oom_reproduced"])
+        self.assertEqual(out[1]["reserved_vs_torch"], 1.0)
+
+    def test_pinned_host_device_is_not_replayed(self):
+        text = ("mnemo-trace 2\nmeta devices 0\nmeta host_device 1\n"
+                "1 alloc 0 0x1000 1048576 1048576 0\n2 alloc 0 0x1000 4096 4096 1\n"
+                "3 free_requested 0 0x1000 1048576 0 0\nend 3\n")
+        path = self.write("host.trace", text)
+        r = run_cli("replay", path, "--json", "--no-progress")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        import json
+        o = json.loads(r.stdout)
+        self.assertEqual((o["device"], o["allocs"]), (0, 1))
+        self.assertIn("device 1 holds pinned host memory (meta host_device): not replayed", r.stderr)
+        r = run_cli("replay", path, "--json", "--no-progress", "--trace-device", "1")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("pinned host memory", r.stderr)
+
+
+def empty_cache_cycles_workload(cycles=28):
+    """A training-like loop of `cycles` empty_cache() cycles as a trace of allocs,
+    frees and empty_cache lines (no segments: the allocator makes them). Each
+    cycle caches ten oversize blocks (max_split_size_mb:64), then a 300 MiB
+    allocation that does not fit the device makes PyTorch's out-of-memory path
+    free only the largest two (release_available_cached_blocks), then the ten
+    sizes again (eight reuse their cached blocks), then torch.cuda.empty_cache()."""
+    lines, live, t, nxt = ["mnemo-trace 1"], {}, 0, 0x100000000
+
+    def alloc(size):
+        nonlocal t, nxt
+        t += 1
+        lines.append(f"{t} alloc 0 0x{nxt:x} {size}")
+        live[nxt] = size
+        nxt += 1 << 32
+        return nxt - (1 << 32)
+
+    def free(a):
+        nonlocal t
+        t += 1
+        lines.append(f"{t} free_requested 0 0x{a:x} {live.pop(a)}")
+
+    weights = [alloc(256 * MiB) for _ in range(4)]
+    for c in range(cycles):
+        for a in [alloc((80 + 20 * k) * MiB + 4096 * c) for k in range(10)]:
+            free(a)
+        big = alloc(300 * MiB)
+        small = [alloc((k + 1) * 100000) for k in range(8)]
+        free(big)
+        for a in [alloc((80 + 20 * k) * MiB + 4096 * c) for k in range(10)] + small:
+            free(a)
+        t += 1
+        lines.append(f"{t} empty_cache 0 0x0 0")
+    for a in weights:
+        free(a)
+    lines.append(f"end {len(lines) - 1}")
+    return "\n".join(lines) + "\n"
+
+
+class TestEmptyCacheFidelity(unittest.TestCase):
+    """Replay of empty_cache-heavy runs: a PyTorch-shaped snapshot made by
+    running a workload on mnemo's caching allocator (PyTorch's rules) on a device
+    too small for it, recorded (MNEMO_TRACE) and exported in PyTorch's form
+    without mnemo's empty_cache events (PyTorch records none); its replay must
+    give PyTorch's peak reserved and segment count (the bound is 2%; it is exact).
+    Before: every run of segment frees became a full empty_cache, so the partial
+    releases of PyTorch's out-of-memory path freed the whole cache in the replay
+    (676 segment allocations against 452)."""
+
+    def setUp(self):
+        if not CLI:
+            self.skipTest("no mnemo CLI given")
+        self.tmp = tempfile.mkdtemp()
+
+    def tearDown(self):
+        for f in os.listdir(self.tmp):
+            os.unlink(os.path.join(self.tmp, f))
+        os.rmdir(self.tmp)
+
+    def test_drop_partial_releases(self):
+        # two free 20 MiB segments; a run frees one (a segment stays free: partial),
+        # then a run frees the other (none left: a full release)
+        e = lambda a, addr, size, i: {"action": a, "addr": addr, "size": size, "stream": 0,  # noqa: E731
+                                      "time_us": i, "index": i, "frames": ()}
+        evs = [e("segment_alloc", 0x1000000, 20 * MiB, 0), e("segment_alloc", 0x3000000, 20 * MiB, 1),
+               e("alloc", 0x3000000, MiB, 2), e("free_requested", 0x3000000, MiB, 3),
+               e("segment_free", 0x1000000, 20 * MiB, 4), e("segment_alloc", 0x5000000, 40 * MiB, 5),
+               e("alloc", 0x5000000, 40 * MiB, 6), e("segment_free", 0x3000000, 20 * MiB, 7)]
+        inferred, n = imp.infer_empty_cache(evs, False)
+        self.assertEqual(n, 2)
+        kept, dropped = imp.drop_partial_releases(inferred, {}, {})
+        self.assertEqual(dropped, 1)
+        self.assertEqual([x["action"] for x in kept if x["action"] in ("empty_cache", "segment_free")],
+                         ["segment_free", "empty_cache", "segment_free"])
+
+    def make_snapshot(self, capacity_mib):
+        work = os.path.join(self.tmp, "work.trace")
+        with open(work, "w") as f:
+            f.write(empty_cache_cycles_workload())
+        rec = os.path.join(self.tmp, "rec.trace")
+        env = dict(os.environ, MNEMO_TRACE=rec)
+        r = subprocess.run([CLI, "replay", work, "--json", "--no-progress", "--no-pre-segments", "--capacity",
+                            f"{capacity_mib}M", "--config", "max_split_size_mb:64"], capture_output=True,
+                           text=True, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        import json
+        live = json.loads(r.stdout)
+        r = subprocess.run([sys.executable, EXPORTER, rec, "-o", os.path.join(self.tmp, "rec.pickle")],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        snap = load_sample(os.path.join(self.tmp, "rec.pickle"))
+        snap["allocator_settings"].update(PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb:64", max_split_size=64 * MiB)
+        for tr in snap["device_traces"]:
+            tr[:] = [x for x in tr if x["action"] != "empty_cache"]
+        path = os.path.join(self.tmp, "cycles.pickle")
+        with open(path, "wb") as f:
+            pickle.dump(snap, f, protocol=4)
+        return live, path
+
+    def test_empty_cache_cycles_replay_within_two_percent(self):
+        import json
+        live, path = self.make_snapshot(2900)
+        self.assertEqual(live["ooms"], 0)
+        r = run_cli("replay", path, "--json", "--no-progress")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        o = json.loads(r.stdout)
+        torch = o["torch"]
+        self.assertEqual((torch["peak_reserved"], torch["segment_allocs"]),
+                         (live["peak_reserved"], live["device_allocs_events"]))
+        self.assertGreaterEqual(o["empty_caches"], 28)
+        self.assertLessEqual(abs(o["reserved_vs_torch"] - 1), 0.02)
+        self.assertLessEqual(abs(o["segments_vs_torch"] - 1), 0.02)
+        # exact: the partial releases replay as PyTorch made them, on a device of the
+        # size they imply (capacity as recorded, "releases")
+        self.assertEqual(o["capacity_from"], "releases")
+        self.assertEqual((o["peak_reserved"], o["device_allocs_events"]),
+                         (torch["peak_reserved"], torch["segment_allocs"]))
+        r = run_cli("replay", path, "--no-progress")
+        self.assertIn("as recorded: the least that PyTorch's partial cache releases allow", r.stdout)
+
+    def test_real_snapshots_exact(self):
+        """The bundled recorded snapshots and, when present, the shared ones
+        ($MNEMO_SHARED_TRACES, else ../shared/traces next to the repository): peak reserved equal to
+        PyTorch's to the byte, and the same segment count, on every device."""
+        import json
+        paths = [os.path.join(TRACES, n) for n in sorted(os.listdir(TRACES)) if n.endswith(".pickle.gz")]
+        shared = os.environ.get("MNEMO_SHARED_TRACES") or os.path.join(HERE, "..", "..", "shared", "traces")
+        if os.path.isdir(shared):
+            paths += [os.path.join(shared, n) for n in sorted(os.listdir(shared)) if n.endswith(".pickle")]
+        self.assertGreaterEqual(len(paths), 4)
+        for path in paths:
+            with self.subTest(path=os.path.basename(path)):
+                r = run_cli("replay", path, "--json", "--no-progress")
+                self.assertEqual(r.returncode, 0, r.stderr)
+                out = json.loads(r.stdout)
+                for o in out if isinstance(out, list) else [out]:
+                    self.assertEqual(o["peak_reserved"], o["torch"]["peak_reserved"])
+                    self.assertEqual(o["device_allocs_events"], o["torch"]["segment_allocs"])
+
+
 def _mutate_obj(rng, obj):
     """A random structural change somewhere in a snapshot object: a field deleted,
     a value of another type, a list cut, an element repeated."""

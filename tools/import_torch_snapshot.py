@@ -32,7 +32,9 @@ What it writes (see docs/TRACE_FORMAT.md):
     alive at dump time that the trace never allocated);
   * one line per trace event, times relative to the first event, and one
     `empty_cache` line before each run of segment frees the program caused by
-    emptying the cache (infer_empty_cache);
+    emptying the cache (infer_empty_cache), not before a run that left a free
+    segment cached (a partial release of PyTorch's out-of-memory path:
+    drop_partial_releases);
   * with stack frames in the snapshot: trace format version 3 (frame and stack
     lines, the stack id as the 8th field of every pre and event line);
     without: version 1 (one device, index 0) or 2, as before; with
@@ -656,6 +658,81 @@ def infer_empty_cache(events, gc_enabled):
     return out, n
 
 
+def drop_partial_releases(events, pre_allocs, pre_segs):
+    """Removes the inferred `empty_cache` events (infer_empty_cache) before the
+    runs of segment frees that left a segment of the device entirely free: a
+    full release (torch.cuda.empty_cache(), or release_cached_blocks on PyTorch's
+    out-of-memory path) frees every free segment that holds no allocation, in
+    every pool and stream, so such a run freed only some of the cache: PyTorch's
+    out-of-memory path with max_split_size set (release_available_cached_blocks:
+    only enough of the largest free blocks for the allocation that failed), or
+    the garbage collector. Replaying it as a full empty_cache would free more
+    than PyTorch did (and make segments again later). An allocation is live from
+    its alloc to its free_requested (a pending free is settled by a full release).
+    Runs with expandable segments (segment_unmap) are left as they are.
+    Returns (events, number dropped)."""
+    starts = sorted(a for a, ps in pre_segs.items() if ps.get("kind", "segment_alloc") == "segment_alloc")
+    size = {a: pre_segs[a]["size"] for a in starts}
+    count = {a: 0 for a in starts}
+    where = {}   # live allocation address -> its segment's start
+
+    def seg_of(addr):
+        i = bisect.bisect_right(starts, addr) - 1
+        if i >= 0 and addr < starts[i] + size[starts[i]]:
+            return starts[i]
+        return None
+
+    nfree = len(starts)   # segments holding no allocation
+
+    def add(addr):
+        nonlocal nfree
+        sa = seg_of(addr)
+        if sa is not None:
+            where[addr] = sa
+            nfree -= count[sa] == 0
+            count[sa] += 1
+
+    for addr in pre_allocs:
+        add(addr)
+    out, dropped = [], 0
+    pending = None   # index in out of an inferred empty_cache whose run is being applied
+    for ev in events:
+        a = ev["action"]
+        if pending is not None and a not in ("segment_free", "segment_unmap"):
+            if nfree:
+                del out[pending]
+                dropped += 1
+            pending = None
+        if a == "empty_cache" and ev["index"] != int(ev["index"]):
+            pending = len(out)
+        elif a == "segment_unmap":
+            pending = None
+        elif a == "segment_alloc":
+            if ev["addr"] in size:
+                nfree -= count[ev["addr"]] == 0
+            else:
+                bisect.insort(starts, ev["addr"])
+            size[ev["addr"]] = ev["size"]
+            count[ev["addr"]] = 0
+            nfree += 1
+        elif a == "segment_free" and ev["addr"] in size:
+            del starts[bisect.bisect_left(starts, ev["addr"])]
+            nfree -= count.pop(ev["addr"]) == 0
+            del size[ev["addr"]]
+        elif a == "alloc":
+            add(ev["addr"])
+        elif a == "free_requested" and ev["addr"] in where:
+            sa = where.pop(ev["addr"])
+            if sa in count:
+                count[sa] -= 1
+                nfree += count[sa] == 0
+        out.append(ev)
+    if pending is not None and nfree:
+        del out[pending]
+        dropped += 1
+    return out, dropped
+
+
 # ---- allocator settings -> meta config -----------------------------------------------------
 
 def _lex_conf(text):
@@ -1155,6 +1232,7 @@ class Device:
         segs = _segments(snap, device, fp)
         self.events, _ = infer_empty_cache(events, gc_enabled(snap.settings))
         self.pre_allocs, self.pre_segs = reconstruct_pre(self.events, segs, warn)
+        self.events, _ = drop_partial_releases(self.events, self.pre_allocs, self.pre_segs)
         self.fig, self.block_sizes = torch_figures(self.events, segs, self.pre_allocs, self.pre_segs)
         # empty_cache lines: inferred here, or explicit (mnemo recordings exported to PyTorch's form)
         self.fig["torch_empty_cache_points"] = sum(ev["action"] == "empty_cache" for ev in self.events)
