@@ -11,7 +11,9 @@ Exits 77 (skipped) when no chromium is installed. Pages checked:
     (bytes) and the snapshot's active blocks (count); folded segments add up;
   * TRACE with a `meta config` and no --config: the first row is "as recorded";
   * a small version 3 trace with stacks, written here with known answers: the groups
-    of "who holds the peak" (top 2 frames, torch and C++ frames skipped), and the
+    of "who holds the peak" (top 2 frames from the first user frame: the stack rule of
+    tools/stacks.h, with C++ frames as PyTorch records them, a backward pass's under
+    its autograd node; and by the first user frame alone), and the
     mouse: over the peak marker the tooltip names the peak entry and its reserved
     bytes (time and entry axes), over a band the allocation and its stack; wheel
     zoom, drag-select, reset; a click expands a group's stack;
@@ -235,12 +237,33 @@ STACK_FRAMES = [
     (0, "-", "c10::cuda::CUDACachingAllocator::malloc(int, unsigned long)"),          # 5 internal (C++)
     (55, "/home/u/model.py", "forward"),                                              # 6
     (12, "/home/u/my%20optim.py", "step"),                                            # 7 (a blank in the file)
+    # as PyTorch records C++ frames (from the ctx128 traces): the allocator's own ...
+    (0, "-", "torch::unwind::unwind()"),                                              # 8 internal
+    (0, "-", "torch::CapturedTraceback::gather(bool, bool, bool)"),                   # 9 internal
+    (0, "memory_snapshot.cpp", "torch::cuda::(anonymous namespace)::gather_with_cpp()"),  # 10 internal
+    (0, "CUDACachingAllocator.cpp", "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc("
+     "signed char, unsigned long, CUstream_st*)"),                                    # 11 internal
+    (0, "RegisterCUDA.cpp", "at::(anonymous namespace)::create_out(c10::ArrayRef<long>, c10::ArrayRef<long>, "
+     "c10::TensorOptions const&)"),                                                   # 12 internal
+    # ... the backward pass on autograd's engine thread ...
+    (0, "-", "torch::autograd::generated::MulBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)"),
+    (0, "-", "torch::autograd::Node::operator()(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)"),  # 14
+    (0, "thread48.o", "execute_native_thread_routine"),                               # 15 an object file
+    # ... and a forward op's C++ frames below the Python ones
+    (0, "python_variable_methods.cpp", "torch::autograd::THPVariable_mul(_object*, _object*, _object*)"),  # 16
+    (0, "-", "_PyEval_EvalFrameDefault"),                                             # 17 internal
 ]
-STACKS = {1: [3, 4, 2, 1], 2: [5, 3, 4, 6, 1], 3: [7, 1]}
-EXPECTED_KEYS = {  # top 2 frames after skipping torch/ and C++ frames, innermost first
+STACKS = {1: [3, 4, 2, 1], 2: [5, 3, 4, 6, 1], 3: [7, 1],
+          4: [8, 9, 10, 11, 12, 13, 14, 15],            # backward: C++ frames only
+          5: [8, 9, 10, 11, 12, 16, 17, 2, 4, 1]}       # forward: C++, then Python
+NODE = "?? torch::autograd::generated::MulBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)"
+EXPECTED_KEYS = {  # top 2 frames from the first user frame on (tools/stacks.h), innermost first
     1: "/home/u/model.py:42 forward\n/home/u/train.py:10 main",
     2: "/home/u/model.py:55 forward\n/home/u/train.py:10 main",
     3: "/home/u/my optim.py:12 step\n/home/u/train.py:10 main",
+    # the autograd node, then the native frames outward of it (never the object file)
+    4: NODE + "\n?? torch::autograd::Node::operator()(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)",
+    5: "/home/u/model.py:42 forward\n/home/u/train.py:10 main",  # Python before C++: stack 1's group
 }
 MIB = 1 << 20
 
@@ -248,7 +271,8 @@ MIB = 1 << 20
 def write_stacks_trace(path):
     """A version 3 trace with known stacks: pre segments and allocations (one with a
     stack), then 60 steps of activations (stacks 1 and 2), a few without a stack, and
-    optimizer state (stack 3) that stays; PyTorch's segment events alongside."""
+    optimizer state (stack 3) and gradients (stack 4, the backward pass) that stay;
+    PyTorch's segment events alongside."""
     rnd = random.Random(7)
     lines = ["mnemo-trace 3", "meta source synthetic stacks", "meta recorded_by pytorch"]
     lines += [f"frame {i + 1} {ln} {f} {name}" for i, (ln, f, name) in enumerate(STACK_FRAMES)]
@@ -261,7 +285,7 @@ def write_stacks_trace(path):
         t += 100
         for k in range(3):
             size = rnd.choice([3, 5, 7]) * MIB + rnd.randrange(0, 4096)
-            stack = 1 if k < 2 else (2 if step % 3 else 0)
+            stack = 1 if k < 2 else (0, 2, 4, 0, 2, 5)[step % 6]
             if seg_free < size:
                 lines.append(f"{t} segment_alloc 0 0x{addr + 0x10000000:x} {32 * MIB}")
                 seg_free += 32 * MIB
@@ -272,6 +296,9 @@ def write_stacks_trace(path):
             t += 3
         if step % 10 == 9:  # optimizer state, never freed
             lines.append(f"{t} alloc 0 0x{addr:x} {2 * MIB} 0 0 3")
+            addr += 0x1000000
+        if step % 10 == 4:  # a gradient the backward pass keeps
+            lines.append(f"{t} alloc 0 0x{addr:x} {3 * MIB} 0 0 4")
             addr += 0x1000000
         while len(live) > 12 - (step // 20) * 3:
             a, size = live.pop(rnd.randrange(len(live)))
@@ -470,6 +497,21 @@ def main():
             got_groups = {k: (n, byt) for k, n, byt in groups}
             check(got_groups == want, f"who holds the peak, by top 2 user frames: {got_groups} == {want}")
             check([g[2] for g in groups] == sorted((g[2] for g in groups), reverse=True), "groups largest first")
+            check(any(k.startswith(NODE) for k, _, _ in groups) and
+                  not any(re.search(r"unwind|CachingAllocator|gather_with_cpp|Register|thread48\.o|execute_native", k)
+                          for k, _, _ in groups),
+                  "the stack rule: a backward-pass allocation groups under its autograd node, no group under an "
+                  "allocator-internal frame or an object file")
+            b.eval("document.getElementById('mn-group-depth').value = '1';"
+                   "document.getElementById('mn-group-depth').dispatchEvent(new Event('change')); 1")
+            keys1 = json.loads(b.eval(
+                "JSON.stringify(Array.from(document.querySelectorAll('#mn-holders-table tr.grp')).map(function (r) {"
+                " return r.cells[0].textContent.replace(/^[\\u25b8\\u25be]/, ''); }))"))
+            want1 = {EXPECTED_KEYS[sentries[i]["stack"]].split("\n")[0] for i in slive if sentries[i]["stack"]}
+            check(set(keys1) - {"(no stack: allocated before recording)", "(no stack recorded)"} == want1,
+                  f"grouped by the first user frame: {sorted(keys1)} == {sorted(want1)}")
+            b.eval("document.getElementById('mn-group-depth').value = '2';"
+                   "document.getElementById('mn-group-depth').dispatchEvent(new Event('change')); 1")
             b.eval("document.querySelector('#mn-holders-table tr.grp td .tog:not(:empty)').parentNode.parentNode.click(); 1")
             opened = b.eval("(function () { var r = Array.from(document.querySelectorAll('#mn-holders-table tr.stk'))"
                             ".filter(function (x) { return x.style.display !== 'none'; }); return r.length ? "
@@ -490,7 +532,8 @@ def main():
             k = max(range(len(bands)), key=lambda j: (bands[j][4], -j))
             tip, kind = hover(b, f"mnReport.bandPixel({k})")
             expect_frame = {1: "/home/u/model.py:42 forward", 2: "/home/u/model.py:55 forward",
-                            3: "/home/u/my optim.py:12 step"}.get(sentries[bands[k][0]]["stack"], "no stack")
+                            3: "/home/u/my optim.py:12 step", 4: "MulBackward0::apply",
+                            5: "/home/u/model.py:42 forward"}.get(sentries[bands[k][0]]["stack"], "no stack")
             check(kind == "band" and f"entry {bands[k][0]}:" in tip and str(bands[k][4]) in tip and expect_frame in tip,
                   f"hover on the largest band names its allocation (entry {bands[k][0]}, {bands[k][4]} B, "
                   f"{expect_frame!r}) ({tip[:100]!r})")

@@ -11,24 +11,41 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cli.h"
 #include "mnemo/trace.h"
 
 /* Reads `path`: a mnemo trace, or a PyTorch memory snapshot (a pickle, gzip'ed or
  * not: told by its first bytes) that it imports on the fly through
- * import_torch_snapshot.py into a temporary trace (removed afterwards). device:
+ * import_torch_snapshot.py into a temporary trace (removed afterwards), or takes
+ * from the import cache (docs/PROFILING.md, Scale: the user's cache folder, keyed
+ * by the snapshot's bytes, the importer's and the import options; the importer's
+ * stderr repeated on a hit; off with MNEMO_CACHE=0 or mn__tools_set_no_cache). device:
  * the snapshot's CUDA device to import (-1: the importer's default, the first device
- * with events). On failure prints "<prog>: <message>" on stderr and returns the
+ * with events; MN__TOOLS_ALL_DEVICES: every device, `--device all`). On failure prints "<prog>: <message>" on stderr and returns the
  * exit status (1: I/O or a tool missing, 2: a malformed file); 0 and *out on success. */
+#define MN__TOOLS_ALL_DEVICES (-2)
 int mn__tools_trace_load(const char *prog, const char *path, int device, mn_trace_t **out);
 
 /* The option every command that may import a PyTorch snapshot takes and hands
  * to import_torch_snapshot.py: `--max-decompressed-size BYTES` (the most bytes a
- * .pickle.gz may inflate to; a byte count as mn_bytes_parse reads it). At
- * argv[*i]: returns -1 when it is another argument; 0 when taken (kept for the
- * importer runs that follow, *i moved past the value); 2 after a usage message. */
-int mn__tools_take_import_opt(const char *prog, int argc, char **argv, int *i);
+ * .pickle.gz may inflate to), a row of the command's option table. */
+#define MN__TOOLS_OPT_MAX_DECOMPRESSED(id)                                                    \
+  {"max-decompressed-size", 0, "BYTES", (id),                                                 \
+   "the most bytes a .pickle.gz may inflate to (default 4G; a byte count such as 8G)"}
 
-/* Appends what mn__tools_take_import_opt kept to args[n..] (room for 2 more)
+/* Takes that option's value (a byte count as mn_bytes_parse reads it), kept for
+ * the importer runs that follow: 0, or 2 after a usage error. */
+int mn__tools_set_max_decompressed(const mn__cli_t *p, const char *value);
+
+/* `--no-cache`, a row of the option table of every command that reads a trace
+ * through mn__tools_trace_load; mn__tools_set_no_cache turns the import cache off
+ * for this process (as MNEMO_CACHE=0). */
+#define MN__TOOLS_OPT_NO_CACHE(id)                                                            \
+  {"no-cache", 0, NULL, (id), "import a PyTorch snapshot again, not from the import cache, and keep nothing " \
+   "(as MNEMO_CACHE=0)"}
+void mn__tools_set_no_cache(void);
+
+/* Appends what mn__tools_set_max_decompressed kept to args[n..] (room for 2 more)
  * and returns the new count. */
 int mn__tools_import_args(char **args, int n);
 
@@ -55,16 +72,24 @@ void mn__tools_sort_by_size(const mn_trace_t *t, size_t *idx, size_t n);
 
 /* A group of live allocations that one stack allocated ("who holds the memory"). */
 typedef struct mn__tools_holder_s {
-  uint32_t stack; /* trace stack id, 0: none */
+  uint32_t stack; /* trace stack id, 0: none (grouped by key: the stack holding the most bytes) */
   int kind;       /* 0: with a stack; 1: no stack, allocated before recording; 2: no stack recorded */
   size_t count;
   uint64_t bytes, block_bytes; /* asked for; recorded block bytes (mn__tools_recorded_block); saturated sums */
+  uint32_t key;   /* the stack's first user frame (mn__tools_stack_key, tools/stacks.h); 0: none */
+  size_t nstacks; /* distinct stacks in the group (1 when grouped by stack, 0 without one) */
 } mn__tools_holder_t;
 
 /* Sorts live[0..n) (indices of alloc entries of t) largest request first, and
  * groups them by the stack that allocated them into *groups (malloc'ed, the most
  * bytes first; *ngroups). false (nothing allocated) for want of host memory. */
 bool mn__tools_holders(const mn_trace_t *t, size_t *live, size_t n, mn__tools_holder_t **groups, size_t *ngroups);
+
+/* Merges groups[0..*ngroups) that mn__tools_holders made by stack into groups by
+ * their first user frame (`key`; stacks without one stay apart), in place: sums
+ * their counts and bytes, keeps the stack of the most bytes, the most bytes
+ * first; *ngroups becomes the new count. The rule: tools/stacks.h. */
+void mn__tools_holders_by_key(mn__tools_holder_t *groups, size_t *ngroups);
 
 /* Where the CLI finds what it ships: MN__TOOLS_SCRIPT for import_torch_snapshot.py
  * and export_torch_snapshot.py, MN__TOOLS_DATA for the sample traces' folder

@@ -44,13 +44,18 @@ class _Frame(C.Structure):
     _fields_ = [("file", C.c_char_p), ("name", C.c_char_p), ("line", C.c_uint32)]
 
 
+class _Annotation(C.Structure):
+    _fields_ = [("time_us", C.c_uint64), ("entry", C.c_size_t), ("device", C.c_uint32), ("stack", C.c_uint32),
+                ("stage", C.c_int), ("name", C.c_char_p)]
+
+
 class _Trace(C.Structure):
     _fields_ = [("version", C.c_uint), ("nentries", C.c_size_t), ("entries", C.POINTER(_Entry)),
                 ("nmeta", C.c_size_t), ("meta", C.POINTER(_Meta)), ("capacity", C.c_size_t),
                 ("meta_capacity", C.c_size_t), ("origin_ns", C.c_uint64), ("dropped", C.c_uint64),
                 ("nframes", C.c_size_t), ("frames", C.POINTER(_Frame)), ("nstacks", C.c_size_t),
                 ("stack_start", C.POINTER(C.c_uint32)), ("stack_frames", C.POINTER(C.c_uint32)),
-                ("intern_", VP)]
+                ("nannotations", C.c_size_t), ("annotations", C.POINTER(_Annotation)), ("intern_", VP)]
 
 
 class _RecorderStats(C.Structure):
@@ -68,11 +73,19 @@ _STEP_FN = C.CFUNCTYPE(None, VP, C.POINTER(_ReplayStep))
 _STOP_FN = C.CFUNCTYPE(None, VP, VP)
 
 
+class _ReplayOom(C.Structure):
+    _fields_ = [("entry", C.c_size_t), ("size", C.c_uint64), ("recorded", C.c_bool), ("reproduced", C.c_bool)]
+
+
+_OOM_FN = C.CFUNCTYPE(None, VP, C.POINTER(_ReplayOom))
+
+
 class _ReplayOptions(C.Structure):
     _fields_ = [("skip_pre", C.c_bool), ("skip_empty_cache", C.c_bool), ("trace_device", C.c_int),
                 ("oom_retries", C.c_uint), ("on_step", _STEP_FN), ("on_step_user", VP),
                 ("stop_after", C.c_size_t), ("at_stop", _STOP_FN), ("at_stop_user", VP),
-                ("skip_pre_segments", C.c_bool), ("live_ptrs", C.POINTER(VP))]
+                ("skip_pre_segments", C.c_bool), ("live_ptrs", C.POINTER(VP)), ("replay_ooms", C.c_bool),
+                ("on_oom", _OOM_FN), ("on_oom_user", VP)]
 
 
 class _ReplayResult(C.Structure):
@@ -84,7 +97,8 @@ class _ReplayResult(C.Structure):
                 ("device_allocs", C.c_int64), ("device_allocs_events", C.c_int64), ("device_frees", C.c_int64),
                 ("peak_device_mapped", C.c_int64), ("op_ns", C.c_uint64), ("ns_per_op", C.c_double),
                 ("stats_from_allocator", C.c_bool), ("pre_segments", C.c_uint64),
-                ("pre_segments_laid_out", C.c_uint64)]
+                ("pre_segments_laid_out", C.c_uint64), ("recorded_ooms", C.c_uint64),
+                ("ooms_reproduced", C.c_uint64)]
 
 
 _TP = C.POINTER(_Trace)
@@ -106,6 +120,7 @@ declare("mn_trace_replay", "status", [_TP, VP, C.POINTER(_ReplayOptions), C.POIN
 # The C sink every recorder is attached with, as a plain function address.
 _SINK_FN = C.cast(lib.mn_trace_recorder_sink_fn, VP).value
 _ACTIONS = tuple(lib.mn_trace_action_name(i).decode() for i in range(9))
+_STAGES = ("mark", "start", "end")  # mn_trace_annotation_stage
 
 # ---- traces as dicts --------------------------------------------------------------
 
@@ -128,7 +143,13 @@ def _trace_dict(t):
     stacks = []
     for s in range(t.nstacks):
         stacks.append([t.stack_frames[k] for k in range(t.stack_start[s], t.stack_start[s + 1])])
-    return {"version": t.version, "meta": meta, "entries": entries, "frames": frames, "stacks": stacks}
+    annotations = []
+    for i in range(t.nannotations):
+        a = t.annotations[i]
+        annotations.append({"time_us": a.time_us, "entry": a.entry, "device": a.device, "stack": a.stack,
+                            "stage": _STAGES[a.stage] if 0 <= a.stage < 3 else "invalid", "name": _dec(a.name)})
+    return {"version": t.version, "meta": meta, "entries": entries, "frames": frames, "stacks": stacks,
+            "annotations": annotations}
 
 
 def _path_arg(path, what="path"):
@@ -144,7 +165,9 @@ def read_trace(path):
     "meta" (key -> value strings), "entries" (a list of dicts: action name,
     pre, time_us, stream, address, size, block_size, device, stack (0: none),
     line), "frames" (frame id i+1 is frames[i]: {file, name, line}) and
-    "stacks" (stack id s is stacks[s-1]: its frame ids, innermost first).
+    "stacks" (stack id s is stacks[s-1]: its frame ids, innermost first) and
+    "annotations" (version 4: dicts of time_us, entry (the index of the first
+    entry after it), device, stack, stage ("start", "end" or "mark"), name).
     MnemoError (io_error, format_error naming the line) on a bad file."""
     p = _path_arg(path)
     t = _TP()
@@ -394,21 +417,27 @@ def import_snapshot(path, out=None, device=None, max_decompressed_size=None):
 def replay(trace, configs=None, capacity=None, device=None, retries=None, trace_device=None, pre=True,
            pre_segments=True, empty_cache=True, allocator=None, repeat=None, max_decompressed_size=None):
     """Replays a trace file or a PyTorch snapshot pickle (`mnemo replay
-    --json`) and returns one dict per configuration, in order: peak_allocated,
-    peak_reserved, peak_requested, ratio, device_allocs, ooms, ..., and with
-    PyTorch's recorded figures "torch" and reserved_vs_torch /
-    allocated_vs_torch.
+    --json`) and returns one dict per device and configuration (device by
+    device, each device's configurations in order): device (the recorded
+    device's number), replay_device ("sim:0"), peak_allocated, peak_reserved,
+    peak_requested, ratio, device_allocs, ooms (a count), oom_entries,
+    torch_ooms (the recorded OOMs, each with "reproduced"), capacity, ..., and
+    with that device's recorded PyTorch figures "torch" and reserved_vs_torch /
+    allocated_vs_torch / segments_vs_torch.
 
     configs: None (as recorded: the settings in the trace's meta config), an
     option string ("" for mnemo's defaults), a dict of options, or a list of
     those. capacity: the SIM device's size in bytes (int) or a byte string
-    ("80G"): allocations beyond it fail (counted in ooms). device: "sim"
+    ("80G"): allocations beyond it fail (counted in ooms); None: the SIM
+    default, or for a device that ran out of memory in the recording its
+    size then (capacity_from "oom"). device: "sim"
     (default) or "cuda" (cuda:0). retries: on an OOM empty the cache and retry
-    up to N times. trace_device: which device of a multi-device trace.
+    up to N times. trace_device: replay only that device (its recorded number).
     pre=False leaves out the allocations made before recording;
     pre_segments=False starts from a cold cache (the pre segments are not
     reserved as recorded); empty_cache=False ignores the trace's empty_cache
-    lines. allocator: "caching" (default) or "naive". repeat: replays per
+    lines. allocator: "caching" (default) or "naive" (which takes no configs:
+    ToolError). repeat: replays per
     config (ns_per_op is then the median). max_decompressed_size: as
     import_snapshot()."""
     args = ["replay", _path_arg(trace, "trace"), "--json", "--no-progress"] + _configs_arg(configs)
