@@ -72,6 +72,10 @@ PATH=$nopy "$cli" replay "$tmp/snap.pickle" --json --no-progress >"$tmp/hit.json
 check "cache: a hit needs no importer (exit 0)" test $? -eq 0
 check "cache: a hit replays the same" same "$tmp/miss.json" "$tmp/hit.json"
 check "cache: a hit repeats the importer's messages" cmp -s "$tmp/miss.err" "$tmp/hit.err"
+PATH=$nopy "$cli" report "$tmp/snap.pickle" -o "$tmp/snap.html" >"$tmp/out" 2>&1
+check "cache: report uses replay's entry (every device, the importer's default)" test $? -eq 0
+PATH=$nopy "$cli" snapshot "$tmp/snap.pickle" --at end >"$tmp/out" 2>&1
+check "cache: so does snapshot --at" test $? -eq 0
 PATH=$nopy "$cli" replay "$tmp/snap.pickle" --json --no-progress --trace-device 0 >"$tmp/out" 2>&1
 check "cache: other import options (--trace-device) miss" test $? -ne 0
 PATH=$nopy "$cli" replay "$tmp/snap.pickle" --json --no-progress --max-decompressed-size 1G >"$tmp/out" 2>&1

@@ -265,6 +265,8 @@ static bool cache_entry(const char *path, const char *script, int device, char *
   hash_init(&h, 33);
   hash_update(&h, CACHE_MAGIC, sizeof CACHE_MAGIC);
   if (!hash_file(script, &h)) return false; /* the importer's bytes: its version */
+  /* the importer's default is every device, the same trace as `--device all`: one entry for both */
+  if (device == -1) device = MN__TOOLS_ALL_DEVICES;
   char opts[96];
   int n = snprintf(opts, sizeof opts, "|device=%d|max=%s|", device, g_max_decompressed ? g_max_decompressed : "");
   hash_update(&h, opts, (size_t)n);
