@@ -50,6 +50,7 @@ class PickleWriter:
         self.size = 0
         self.nmemo = 0
         self.strs = {}
+        self.objs = {}   # id(shared list or dict) -> memo index
 
     def raw(self, b):
         self.buf.append(b)
@@ -111,10 +112,29 @@ class PickleWriter:
                 for x in v[k:k + 1000]:
                     self.value(x)
                 self.raw(b"e")
-        elif isinstance(v, Memo):
-            self.get(v.index)
+        elif isinstance(v, Frames):
+            self.frames(v.frames)
         else:
             raise TypeError(type(v))
+
+    def frames(self, st):
+        """A shared frame list: written (its frame dicts too, each once) the
+        first time, a memo reference after that."""
+        i = self.objs.get(id(st))
+        if i is not None:
+            self.get(i)
+            return
+        self.raw(b"]")
+        self.objs[id(st)] = self.memoize()
+        self.raw(b"(")
+        for fr in st:
+            j = self.objs.get(id(fr))
+            if j is not None:
+                self.get(j)
+            else:
+                self.objs[id(fr)] = self.nmemo   # the dict's own memo index (its strings come after)
+                self.dict(fr)
+        self.raw(b"e")
 
     def dict(self, d):
         self.raw(b"}")
@@ -127,17 +147,17 @@ class PickleWriter:
             self.raw(b"u")
 
 
-class Memo:
-    """An object already in the pickle's memo (written again as a BINGET)."""
+class Frames:
+    """A shared frame list in a value written by PickleWriter.value."""
 
-    def __init__(self, index):
-        self.index = index
+    def __init__(self, frames):
+        self.frames = frames
 
 
-def make_stacks(rng, pw, nstacks):
-    """nstacks frame lists (innermost first) over a shared set of frame dicts,
-    written once into the pickle's memo (inside a throwaway key, as a real
-    pickle would write them at their first use); returns their Memo objects."""
+def make_stacks(rng, nstacks):
+    """nstacks frame lists (innermost first) over a shared set of frame dicts;
+    written into the pickle at their first use (PickleWriter.frames), then
+    referred to, as PyTorch's pickler shares them."""
     files = [f"/home/user/project/model/{n}.py" for n in ("layers", "attention", "mlp", "train", "data", "optim")]
     torchf = [f"/usr/lib/python3/dist-packages/torch/{n}.py" for n in ("nn/modules/module", "nn/functional",
                                                                          "autograd/__init__", "_tensor")]
@@ -158,28 +178,7 @@ def make_stacks(rng, pw, nstacks):
         if i % 3 == 0:   # a backward-pass stack: C++ engine frames outermost
             st += [cpp[3], cpp[4], cpp[5]]
         stacks.append(st)
-    # Written as one list under a key PyTorch does not have (the importer ignores
-    # unknown top-level keys), so that every later use is a memo reference.
-    pw.string("generator_frames")
-    pw.raw(b"]")
-    pw.memoize()
-    fmemo = {}
-    out = []
-    pw.raw(b"(")
-    for st in stacks:
-        pw.raw(b"]")
-        out.append(Memo(pw.memoize()))
-        pw.raw(b"(")
-        for fr in st:
-            if id(fr) in fmemo:
-                pw.get(fmemo[id(fr)])
-            else:
-                fmemo[id(fr)] = pw.nmemo   # the dict's own memo index (its strings come after)
-                pw.dict(fr)
-        pw.raw(b"e")
-    pw.raw(b"e")
-    pw.raw(b"s")  # SETITEM into the top-level dict
-    return out
+    return stacks
 
 
 class Sim:
@@ -301,7 +300,7 @@ def main(argv=None):
         pw.raw(b"\x80\x04")       # PROTO 4
         pw.raw(b"}")              # the top-level dict
         pw.memoize()
-        stacks = make_stacks(rng, pw, args.stacks)
+        stacks = make_stacks(rng, args.stacks)
         # device_traces: [[events of device 0]]
         pw.string("device_traces")
         pw.raw(b"]")
@@ -333,7 +332,7 @@ def main(argv=None):
                 pw.raw(b"]")
                 pw.memoize()
             else:
-                pw.get(stack.index)
+                pw.frames(stack)
             pw.raw(b"u")
             state["n"] += 1
             state["batch"] += 1
@@ -399,7 +398,7 @@ def main(argv=None):
                 size, allocated, req, stack = blocks[a]
                 bl.append({"address": a, "size": size, "requested_size": req if allocated else 0,
                            "state": "active_allocated" if allocated else "inactive",
-                           "frames": stack if allocated and stack is not None else []})
+                           "frames": Frames(stack) if allocated and stack is not None else []})
             alloc_b = sum(b["size"] for b in bl if b["state"] != "inactive")
             req_b = sum(b["requested_size"] for b in bl)
             pw.dict({"device": 0, "address": addr, "total_size": segsize, "allocated_size": alloc_b,

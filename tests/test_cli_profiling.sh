@@ -112,6 +112,20 @@ PATH=$nopy "$cli" replay "$tmp/snap.pickle" --no-progress >"$tmp/out" 2>&1
 check "cache: a folder others may write to is not used" test $? -ne 0
 chmod 700 "$cache"
 
+# bench/gen_torch_snapshot.py (the scale benchmark's snapshots) makes consistent
+# snapshots: imported without a warning, replayed near PyTorch's peak reserved (the
+# generator's allocator is a simplified PyTorch's)
+python3 "$src/bench/gen_torch_snapshot.py" "$tmp/gen.pickle" --events 3000 2>/dev/null
+"$cli" replay "$tmp/gen.pickle" --json --no-progress --no-cache >"$tmp/gen.json" 2>"$tmp/gen.err"
+check "generated snapshot: replays" test $? -eq 0
+check "generated snapshot: no importer warning" test "$(grep -c warning "$tmp/gen.err")" -eq 0
+ratio=$(grep -o '"reserved_vs_torch": [0-9.]*' "$tmp/gen.json" | head -1 | cut -d' ' -f2)
+check "generated snapshot: peak reserved within 1% of PyTorch's (got ${ratio:-none})" \
+  awk -v r="${ratio:-0}" 'BEGIN { exit !(r > 0.99 && r < 1.01) }'
+check "generated snapshot: three streams" has "$tmp/gen.json" '"streams": 3'
+python3 "$src/bench/gen_torch_snapshot.py" "$tmp/gen2.pickle" --events 3000 2>/dev/null
+check "generated snapshot: deterministic" cmp -s "$tmp/gen.pickle" "$tmp/gen2.pickle"
+
 # replay
 trace=$src/data/traces/ctx128_forward_mixed.trace
 "$cli" replay "$trace" --device cuda >"$tmp/out" 2>&1
