@@ -94,11 +94,12 @@ check "cache: changed content misses" test $? -ne 0
 "$cli" replay "$tmp/snap.pickle" --json --no-progress >"$tmp/oom.json" 2>&1
 check "cache: ... and makes its own entry" test "$(entries)" -eq 2
 entry=$(grep -l " oom " "$cache"/import-*.trace)
-for damage in flip truncate header; do
+for damage in flip truncate header blanks; do
   case $damage in
     flip) python3 -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 1; open(p, "wb").write(b)' "$entry" ;;
     truncate) head -c 300 "$entry" >"$tmp/e" && cat "$tmp/e" >"$entry" ;;
     header) sed -i '1s/^mnemo-import-cache 1 /mnemo-import-cache 1 0/' "$entry" ;;
+    blanks) printf 'mnemo-import-cache 1%0200d' 0 | tr 0 ' ' >"$entry" ;;
   esac
   PATH=$nopy "$cli" replay "$tmp/snap.pickle" --json --no-progress >"$tmp/out" 2>&1
   check "cache: a damaged entry ($damage) is not used" test $? -ne 0

@@ -314,11 +314,15 @@ static bool cache_load(const char *cpath, const char *key, const char *source, m
     return false;
   }
   char *s = buf, *nl = memchr(s, '\n', len < 256 ? len : 256);
-  char k[64], hex[64];
+  char head[256], k[64], hex[64];
   unsigned long long elen = 0, tlen = 0;
   int used = 0;
-  bool ok = nl && sscanf(s, CACHE_MAGIC " %63s %llu %llu %63s%n", k, &elen, &tlen, hex, &used) == 4 &&
-            s + used == nl && !strcmp(k, key) && elen <= len && tlen <= len &&
+  if (nl) { /* the header line alone, NUL-terminated (the buffer is not) */
+    memcpy(head, s, (size_t)(nl - s));
+    head[nl - s] = '\0';
+  }
+  bool ok = nl && sscanf(head, CACHE_MAGIC " %63s %llu %llu %63s%n", k, &elen, &tlen, hex, &used) == 4 &&
+            used == nl - s && !strcmp(k, key) && elen <= len && tlen <= len &&
             (size_t)(nl + 1 - s) + elen + tlen == len;
   if (ok) {
     char *err = nl + 1, *text = err + elen, want[33];
