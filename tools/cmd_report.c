@@ -37,7 +37,8 @@ const char cmd_report_usage[] =
     "            replay the trace (or a PyTorch snapshot .pickle, imported on the fly)\n"
     "            on the SIM device (first --config, default: as recorded, for the\n"
     "            timeline and the segment map at the peak; every --config in the\n"
-    "            comparison) and write one self-contained HTML page; prints its summary\n";
+    "            comparison) and write one self-contained HTML page; prints its summary.\n"
+    "            With two inputs A B: their comparison as a page (see diff)\n";
 
 #define MAX_CONFIGS 16
 #define FULL_POINTS 6000   /* timeline entries kept all when there are at most this many */
@@ -675,9 +676,8 @@ int cmd_report(int argc, char **argv) {
       return 2;
     } else if (!path) {
       path = arg;
-    } else {
-      fprintf(stderr, "mnemo report: one trace at a time (got %s and %s)\n", path, arg);
-      return 2;
+    } else { /* two inputs: their comparison (tools/cmd_diff.c) */
+      return cmd_diff_report(argc, argv);
     }
   }
   if (!path || !out_path) {

@@ -12,6 +12,13 @@ extern const char cmd_replay_usage[];
 /* mnemo report TRACE -o REPORT.html [--config C]... (tools/cmd_report.c) */
 int cmd_report(int argc, char **argv);
 extern const char cmd_report_usage[];
+/* mnemo diff A B [--json] [--top N] [--config C] (tools/cmd_diff.c) */
+int cmd_diff(int argc, char **argv);
+extern const char cmd_diff_usage[];
+/* mnemo report A B -o DIFF.html [--title T] [--config C] [--top N]: the diff as a
+ * page; cmd_report hands its arguments over when it is given two inputs. */
+int cmd_diff_report(int argc, char **argv);
+
 /* mnemo snapshot FILE [--at peak|end|N] [--config C] [--blocks] [--summary] (tools/cmd_snapshot.c) */
 int cmd_snapshot(int argc, char **argv);
 extern const char cmd_snapshot_usage[];

@@ -1,6 +1,6 @@
 /* tools/mnemo.c: the mnemo command-line tool: `info` lists devices and build
  * options, `demo` runs the walking skeleton, replays a bundled trace and times
- * copies; the other commands (replay, report, snapshot, import, export, bench)
+ * copies; the other commands (replay, report, snapshot, diff, import, export, bench)
  * live in their own files (commands.h). Single-threaded. */
 #include <stdio.h>
 #include <time.h>
@@ -198,8 +198,8 @@ static void usage(FILE *f) {
           "            replay a bundled trace with its report, time copies on the best device\n"
           "            (host -> device on a GPU; CPU -> CPU when the CPU is the best device)\n"
           "  version   print the version\n"
-          "%s%s%s%s%s%s", cmd_replay_usage, cmd_report_usage, cmd_snapshot_usage, cmd_import_usage,
-          cmd_export_usage, cmd_bench_usage);
+          "%s%s%s%s%s%s%s", cmd_replay_usage, cmd_report_usage, cmd_snapshot_usage, cmd_diff_usage,
+          cmd_import_usage, cmd_export_usage, cmd_bench_usage);
 }
 
 static int run(int argc, char **argv) {
@@ -213,6 +213,7 @@ static int run(int argc, char **argv) {
   if (!strcmp(cmd, "replay")) return cmd_replay(argc - 2, argv + 2);
   if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
   if (!strcmp(cmd, "snapshot")) return cmd_snapshot(argc - 2, argv + 2);
+  if (!strcmp(cmd, "diff")) return cmd_diff(argc - 2, argv + 2);
   if (!strcmp(cmd, "import")) return cmd_import(argc - 2, argv + 2);
   if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
