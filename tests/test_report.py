@@ -459,6 +459,20 @@ def main():
             check(kind == "timeline" and f"entry {d['peak_entry']} " in tip and str(runs[0]["peak_reserved"]) in tip,
                   f"hover on the peak marker names entry {d['peak_entry']} and {runs[0]['peak_reserved']} B ({tip[:90]!r})")
 
+            # a hover's stack (cut to 24 frames in the page) opens with the first user frame,
+            # even where it lies deeper: in these traces below ~24 C++ frames (tools/stacks.h)
+            st = d["stacks"]
+            cut = sorted((j for j, bd in enumerate(d["bands"]) if bd[6] and len(st[bd[6] - 1][0]) < st[bd[6] - 1][1]),
+                         key=lambda j: (-d["bands"][j][4], j))
+            first = ""
+            for j in cut[:10]:
+                tip, kind = hover(b, f"mnReport.bandPixel({j})")
+                if kind == "band" and "stack:\n" in tip:
+                    first = tip.split("stack:\n", 1)[1].split("\n", 1)[0]
+                    break
+            check(cut and re.match(r"\s+/home/\S+\.py:\d+ ", first),
+                  f"a band's hover stack (cut in the page) opens with its first user frame, a Python one ({first[:80]!r})")
+
             # 2. as recorded: the trace's meta config, no --config
             with open(trace) as f:  # its own meta config (the importer writes one) replaced
                 text = "".join(l for l in f.read().splitlines(True) if l.split()[:2] != ["meta", "config"])
