@@ -216,9 +216,17 @@ check "diff of a missing file: exit 1, named" test $? -eq 1
 check "report A B without -o: usage error" test $? -eq 2
 "$cli" report "$full" "$fwd" -o "$tmp/d.html" --capacity 1G >/dev/null 2>"$tmp/err"
 check "report A B with an option of one trace's report: usage error, said" test $? -eq 2
-check "... naming the options two inputs take" has "$tmp/err" "with two inputs:"
+check "... naming the options two inputs take" has "$tmp/err" "with two inputs (a comparison): -o, --title"
 "$cli" report "$full" "$fwd" -o "$tmp/d.html" >"$tmp/out" 2>&1
 check "report A B writes the diff page" grep -q 'id="mn-delta"' "$tmp/d.html"
+"$cli" report "$full" "$fwd" -o - >"$tmp/d2.html" 2>"$tmp/err"
+check "report A B -o -: the page on stdout, the summary on stderr" \
+  bash -c "grep -q 'id=\"mn-delta\"' '$tmp/d2.html' && grep -q '^report (stdout)' '$tmp/err'"
+"$cli" diff "$full" "$fwd" --top=2 --config=expandable_segments:True >"$tmp/out" 2>&1
+check "diff --top=2 --config=X: two rows, replayed with X" \
+  bash -c "grep -q '(2 of [0-9]* groups)' '$tmp/out' && grep -q 'replayed on sim:0 (expandable_segments:True)' '$tmp/out'"
+"$cli" diff "$full" "$fwd" --config a --config b >/dev/null 2>"$tmp/err"
+check "diff with two --config: usage error, said" bash -c "test \$? -eq 0 && grep -q 'one --config for both' '$tmp/err'"
 
 # MNEMO_TRACE: every caching allocator of the process is recorded, written at exit.
 # (--no-pre-segments: laying the pre segments out as recorded allocates and frees

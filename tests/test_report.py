@@ -621,8 +621,9 @@ def main():
                   f"diff page: the peaks are `mnemo diff --json`'s ({peaks[:2]})")
             rows = json.loads(b.eval("JSON.stringify(Array.from(document.querySelectorAll('#mn-delta-table tr.delta'))"
                                      ".map(function (r) { return [r.dataset.group, +r.dataset.delta]; }))"))
-            want = [[g["group"], g["delta_bytes"]] for g in dj["groups"][:15]]
-            check(rows == want and len(rows) == min(15, len(dj["groups"])) > 0,
+            top = page_data(dhtml)["top"]
+            want = [[g["group"], g["delta_bytes"]] for g in dj["groups"][:top]]
+            check(rows == want and len(rows) == min(top, len(dj["groups"])) > 0,
                   f"diff page: the delta table, largest change first, is `mnemo diff --json`'s ({rows[:2]})")
             check(any("BmmBackward0::apply" in g and d < 0 for g, d in rows),
                   "diff page: the backward pass's group (only in the training step) is a row")

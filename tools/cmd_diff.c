@@ -23,17 +23,28 @@
 #include "stacks.h"
 #include "trace_input.h"
 
-const char cmd_diff_usage[] =
-    "  diff A B [--json] [--top N] [--config ALLOC_CONF] [--max-decompressed-size BYTES]\n"
-    "            compare two traces or PyTorch snapshots (two runs, or two ranks of one\n"
-    "            job), each replayed as recorded (or with --config): peaks (replay and\n"
-    "            PyTorch's recorded), the allocations alive at each one's peak grouped by\n"
-    "            the first user frame of their stacks with the change per group (largest\n"
-    "            first; --top N rows, default 15), the segment sizes only one holds at its\n"
-    "            peak reserved; --json: one object. As a page with the two timelines\n"
-    "            aligned: report A B -o DIFF.html [--title TEXT]\n";
+const char cmd_diff_about[] =
+    "Compares two traces or PyTorch snapshots (imported on the fly): two runs, or two\n"
+    "ranks of one job (files named rank0, rank_1...: labelled so). Each is replayed\n"
+    "on the SIM device as recorded (or with --config): the peaks (replay and\n"
+    "PyTorch's recorded), the allocations alive at each one's peak of allocated\n"
+    "bytes grouped by the first user frame of their stacks with the change per group\n"
+    "(largest first), the segment sizes only one holds at its peak of reserved bytes.\n"
+    "As a page with the two timelines aligned: mnemo report A B -o DIFF.html.\n";
+
+enum { O_JSON = 1, O_TOP, O_CONFIG, O_MAX_DECOMPRESSED };
+
+const mn__cli_opt_t cmd_diff_opts[] = {
+    {"json", 0, NULL, O_JSON, "print one JSON object (every group) instead of the text"},
+    {"top", 0, "N", O_TOP, "the text's rows of groups and of segment sizes (default 15)"},
+    {"config", 0, "ALLOC_CONF", O_CONFIG,
+     "allocator settings of both replays (PYTORCH_CUDA_ALLOC_CONF syntax; default: each as recorded)"},
+    MN__TOOLS_OPT_MAX_DECOMPRESSED(O_MAX_DECOMPRESSED),
+    {NULL, 0, NULL, 0, NULL},
+};
 
 #define DEFAULT_TOP 15
+#define PAGE_TOP 50          /* the page's rows of groups */
 #define PAGE_POINTS_ALL 6000 /* up to this many steps a timeline keeps every one */
 #define PAGE_BUCKETS 3000    /* beyond: per bucket, the steps of highest allocated and reserved */
 
@@ -346,13 +357,13 @@ static void gib_delta(char *buf, size_t n, uint64_t a, uint64_t b) {
   else snprintf(buf, n, "%+.2f GiB", (db - da) / 1073741824.0);
 }
 
-static void print_peak_row(const char *what, bool ha, uint64_t a, bool hb, uint64_t b) {
+static void print_peak_row(FILE *f, const char *what, bool ha, uint64_t a, bool hb, uint64_t b) {
   char x[32], y[32], z[48];
   snprintf(x, sizeof x, ha ? "%.2f GiB" : "-", (double)a / 1073741824.0);
   snprintf(y, sizeof y, hb ? "%.2f GiB" : "-", (double)b / 1073741824.0);
   if (ha && hb) gib_delta(z, sizeof z, a, b);
   else snprintf(z, sizeof z, "-");
-  printf("  %-34s %14s %14s   %s\n", what, x, y, z);
+  fprintf(f, "  %-34s %14s %14s   %s\n", what, x, y, z);
 }
 
 static void print_mib_signed(uint64_t a, uint64_t b) {
@@ -370,11 +381,11 @@ static void print_text(const diff_t *d, size_t top) {
            s->as_recorded ? "as recorded: " : "", s->config[0] ? s->config : "defaults");
   }
   printf("\npeaks %*s %14s %14s   %s - %s\n", 28, "", a->label, b->label, b->label, a->label);
-  print_peak_row("replay allocated", true, (uint64_t)a->res.peak_allocated, true, (uint64_t)b->res.peak_allocated);
-  print_peak_row("replay reserved", true, (uint64_t)a->res.peak_reserved, true, (uint64_t)b->res.peak_reserved);
-  print_peak_row("pytorch allocated (recorded)", a->has_torch_alloc, a->torch_alloc, b->has_torch_alloc,
+  print_peak_row(stdout, "replay allocated", true, (uint64_t)a->res.peak_allocated, true, (uint64_t)b->res.peak_allocated);
+  print_peak_row(stdout, "replay reserved", true, (uint64_t)a->res.peak_reserved, true, (uint64_t)b->res.peak_reserved);
+  print_peak_row(stdout, "pytorch allocated (recorded)", a->has_torch_alloc, a->torch_alloc, b->has_torch_alloc,
                  b->torch_alloc);
-  print_peak_row("pytorch reserved (recorded)", a->has_torch_res, a->torch_res, b->has_torch_res, b->torch_res);
+  print_peak_row(stdout, "pytorch reserved (recorded)", a->has_torch_res, a->torch_res, b->has_torch_res, b->torch_res);
   printf("  %-34s %14zu %14zu\n", "segments at the peak reserved", a->nsegs, b->nsegs);
   printf("  %-34s %14zu %14zu\n", "allocations at the peak allocated", a->live, b->live);
 
@@ -497,72 +508,16 @@ static void diff_free(diff_t *d) {
 }
 
 typedef struct diff_args_s {
-  const char *paths[2], *config, *out, *title;
-  bool json;
-  size_t top;
+  const char *paths[2], *config;
 } diff_args_t;
 
-/* Parses the arguments of `diff` (page false) or `report A B` (page true); -1 when
- * they parse, else the exit status after a message. */
-static int parse_args(const char *prog, bool page, int argc, char **argv, diff_args_t *a) {
-  memset(a, 0, sizeof *a);
-  a->top = DEFAULT_TOP;
-  size_t npaths = 0;
-  for (int i = 0; i < argc; i++) {
-    const char *arg = argv[i];
-    int iorc = mn__tools_take_import_opt(prog, argc, argv, &i);
-    if (iorc >= 0) {
-      if (iorc) return iorc;
-      continue;
-    }
-    bool takes = !strcmp(arg, "--config") || !strcmp(arg, "--top") || (page && (!strcmp(arg, "-o") || !strcmp(arg, "--title")));
-    if (takes && i + 1 >= argc) {
-      fprintf(stderr, "%s: %s needs a value\n", prog, arg);
-      return 2;
-    }
-    if (!strcmp(arg, "--config")) {
-      if (a->config) {
-        fprintf(stderr, "%s: one --config for both inputs\n", prog);
-        return 2;
-      }
-      a->config = argv[++i];
-    } else if (!strcmp(arg, "--top")) {
-      char *end = NULL;
-      long n = strtol(argv[++i], &end, 10);
-      if (*end || n < 1 || n > 1000000) {
-        fprintf(stderr, "%s: --top must be 1..1000000, not \"%s\"\n", prog, argv[i]);
-        return 2;
-      }
-      a->top = (size_t)n;
-    } else if (page && !strcmp(arg, "-o")) {
-      a->out = argv[++i];
-    } else if (page && !strcmp(arg, "--title")) {
-      a->title = argv[++i];
-    } else if (!page && !strcmp(arg, "--json")) {
-      a->json = true;
-    } else if (arg[0] == '-' && arg[1]) {
-      fprintf(stderr, "%s: unknown option %s%s\nusage: mnemo\n%s", prog, arg,
-              page ? " (with two inputs: -o, --title, --config, --top, --max-decompressed-size)" : "", cmd_diff_usage);
-      return 2;
-    } else if (npaths < 2) {
-      a->paths[npaths++] = arg;
-    } else {
-      fprintf(stderr, "%s: two inputs to compare, not more (%s)\n", prog, arg);
-      return 2;
-    }
-  }
-  if (npaths != 2 || (page && !a->out)) {
-    fprintf(stderr, "usage: mnemo\n%s", cmd_diff_usage);
-    return 2;
-  }
-  if (a->config) {
-    mn_caching_config_t cfg = mn_caching_config_default();
-    if (mn_caching_config_parse(a->config, &cfg) != MN_OK) {
-      fprintf(stderr, "%s: bad --config \"%s\": %s\n", prog, a->config, mn_last_error());
-      return 2;
-    }
-  }
-  return -1;
+/* A --config both replays can use: 0, else a usage error (2). */
+static int check_config(const mn__cli_t *p, const char *config) {
+  mn_caching_config_t cfg = mn_caching_config_default();
+  if (!config || mn_caching_config_parse(config, &cfg) == MN_OK) return 0;
+  int rc = mn__cli_error(p, "bad --config \"%s\": %s", config, mn_last_error());
+  mn_clear_error();
+  return rc;
 }
 
 static int run_diff(const char *prog, const diff_args_t *args, diff_t *d) {
@@ -586,55 +541,85 @@ static int run_diff(const char *prog, const diff_args_t *args, diff_t *d) {
 }
 
 int cmd_diff(int argc, char **argv) {
-  diff_args_t args;
-  int prc = parse_args("mnemo diff", false, argc, argv, &args);
-  if (prc >= 0) return prc;
+  diff_args_t args = {{NULL, NULL}, NULL};
+  bool json = false;
+  long top = DEFAULT_TOP;
+  mn__cli_t p;
+  mn__cli_begin(&p, argc, argv);
+  const char *v;
+  int id;
+  while ((id = mn__cli_next(&p, &v)) > 0) {
+    switch (id) {
+    case O_JSON: json = true; break;
+    case O_TOP:
+      if (mn__cli_int(&p, v, 1, 1000000, &top)) return 2;
+      break;
+    case O_CONFIG:
+      if (args.config) return mn__cli_error(&p, "one --config for both inputs");
+      args.config = v;
+      break;
+    case O_MAX_DECOMPRESSED:
+      if (mn__tools_set_max_decompressed(&p, v)) return 2;
+      break;
+    }
+  }
+  if (id < 0) return p.rc;
+  if (mn__cli_want_args(&p, 2, 2, "two traces or snapshots to compare")) return 2;
+  args.paths[0] = p.args[0];
+  args.paths[1] = p.args[1];
+  if (check_config(&p, args.config)) return 2;
   diff_t d;
   memset(&d, 0, sizeof d);
-  int rc = run_diff("mnemo diff", &args, &d);
+  int rc = run_diff(p.prog, &args, &d);
   if (!rc) {
-    if (args.json) json_diff(stdout, &d, false);
-    else print_text(&d, args.top);
+    if (json) json_diff(stdout, &d, false);
+    else print_text(&d, (size_t)top);
   }
   diff_free(&d);
   return rc;
 }
 
-int cmd_diff_report(int argc, char **argv) {
-  diff_args_t args;
-  int prc = parse_args("mnemo report", true, argc, argv, &args);
-  if (prc >= 0) return prc;
+int cmd_diff_page(const mn__cli_t *p, const char *a, const char *b, const char *out, const char *title,
+                  const char *config) {
+  diff_args_t args = {{a, b}, config};
+  if (check_config(p, config)) return 2;
   diff_t d;
   memset(&d, 0, sizeof d);
-  int rc = run_diff("mnemo report", &args, &d);
+  int rc = run_diff(p->prog, &args, &d);
   char *page = NULL;
   size_t len = 0;
   FILE *f = rc ? NULL : open_memstream(&page, &len);
   if (!rc && !f) {
-    fprintf(stderr, "mnemo report: out of host memory\n");
+    fprintf(stderr, "%s: out of host memory\n", p->prog);
     rc = 1;
   }
   if (f) {
     fputs(mn_diff_page_head, f);
     fprintf(f, "<script id=\"mn-data\" type=\"application/json\">\n{\"title\": ");
-    char title[512];
-    snprintf(title, sizeof title, "%s vs %s", d.s[0].path, d.s[1].path);
-    mn__tools_json_str(f, args.title ? args.title : title);
-    fprintf(f, ",\n\"top\": %zu,\n\"diff\": ", args.top);
+    char dflt[512];
+    snprintf(dflt, sizeof dflt, "%s vs %s", d.s[0].path, d.s[1].path);
+    mn__tools_json_str(f, title ? title : dflt);
+    fprintf(f, ",\n\"top\": %d,\n\"diff\": ", PAGE_TOP);
     json_diff(f, &d, true);
     fprintf(f, "}\n</script>\n");
     fputs(mn_diff_page_tail, f);
     bool built = !ferror(f);
     built = fclose(f) == 0 && built;
-    if (!built || mn__file_write_atomic("mnemo report", args.out, page, len) != MN_OK) {
-      fprintf(stderr, "%s\n", built ? mn_last_error() : "mnemo report: out of host memory building the page");
+    bool to_stdout = mn__cli_is_stdout(out);
+    FILE *sum = to_stdout ? stderr : stdout; /* the summary, out of the page's way */
+    if (!built) {
+      fprintf(stderr, "%s: out of host memory building the page\n", p->prog);
+      rc = 1;
+    } else if (to_stdout ? fwrite(page, 1, len, stdout) != len
+                         : mn__file_write_atomic(p->prog, out, page, len) != MN_OK) {
+      fprintf(stderr, "%s\n", to_stdout ? "mnemo report: writing the page to stdout failed" : mn_last_error());
       rc = 1;
     } else {
-      printf("report %s: %s (%s) vs %s (%s), %zu bytes\n", args.out, d.s[0].path, d.s[0].label, d.s[1].path,
-             d.s[1].label, len);
-      print_peak_row("replay allocated", true, (uint64_t)d.s[0].res.peak_allocated, true,
+      fprintf(sum, "report %s: %s (%s) vs %s (%s), %zu bytes\n", to_stdout ? "(stdout)" : out, d.s[0].path,
+              d.s[0].label, d.s[1].path, d.s[1].label, len);
+      print_peak_row(sum, "replay allocated", true, (uint64_t)d.s[0].res.peak_allocated, true,
                      (uint64_t)d.s[1].res.peak_allocated);
-      print_peak_row("replay reserved", true, (uint64_t)d.s[0].res.peak_reserved, true,
+      print_peak_row(sum, "replay reserved", true, (uint64_t)d.s[0].res.peak_reserved, true,
                      (uint64_t)d.s[1].res.peak_reserved);
     }
   }
