@@ -205,6 +205,25 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 sys.exit(not (d['groups'] and all(g['delta_bytes'] == 0 for g in d['groups']) and not d['segments'] and
               d['a']['peak_reserved'] == d['b']['peak_reserved']))" "$tmp/same.json"
+# a snapshot of two GPUs: one device compared, named; --trace-device picks it (its own PyTorch figures)
+md=$src/tests/data/torch/multi_device.pickle
+"$cli" diff "$md" "$md" --json >"$tmp/md.json" 2>"$tmp/err"
+check "diff of a two-GPU snapshot: device 0 compared, a note names the choice" \
+  bash -c "grep -q 'comparing device 0 (--trace-device N for another)' '$tmp/err' && grep -q '\"device\": 0' '$tmp/md.json'"
+"$cli" diff "$md" "$md" --trace-device=1 --json >"$tmp/md.json" 2>"$tmp/err"
+check "diff --trace-device 1: device 1 with its PyTorch figures (dev1.torch_*), no change" \
+  /usr/bin/python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+a = d['a']
+sys.exit(not (a['device'] == 1 and a['torch_peak_allocated'] == 8388608 and a['torch_peak_reserved'] == 20971520 and
+              all(g['delta_bytes'] == 0 for g in d['groups']) and not d['segments']))" "$tmp/md.json"
+"$cli" diff "$md" "$md" --trace-device 3 >/dev/null 2>"$tmp/err"
+rc=$?
+check "diff --trace-device of a device it lacks: exit 2 (got $rc)" test $rc -eq 2
+check "... said" has "$tmp/err" "has no device 3"
+"$cli" report "$md" "$md" --trace-device 1 -o "$tmp/md.html" >/dev/null 2>&1
+check "report A B --trace-device 1: the page" grep -q '"device": 1' "$tmp/md.html"
 # usage errors
 "$cli" diff "$full" >/dev/null 2>&1
 check "diff with one input: usage error" test $? -eq 2
@@ -226,7 +245,9 @@ check "report A B -o -: the page on stdout, the summary on stderr" \
 check "diff --top=2 --config=X: two rows, replayed with X" \
   bash -c "grep -q '(2 of [0-9]* groups)' '$tmp/out' && grep -q 'replayed on sim:0 (expandable_segments:True)' '$tmp/out'"
 "$cli" diff "$full" "$fwd" --config a --config b >/dev/null 2>"$tmp/err"
-check "diff with two --config: usage error, said" bash -c "test \$? -eq 0 && grep -q 'one --config for both' '$tmp/err'"
+rc=$?
+check "diff with two --config: usage error (got $rc)" test $rc -eq 2
+check "... said" has "$tmp/err" "one --config for both"
 
 # MNEMO_TRACE: every caching allocator of the process is recorded, written at exit.
 # (--no-pre-segments: laying the pre segments out as recorded allocates and frees

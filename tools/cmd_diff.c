@@ -32,13 +32,15 @@ const char cmd_diff_about[] =
     "(largest first), the segment sizes only one holds at its peak of reserved bytes.\n"
     "As a page with the two timelines aligned: mnemo report A B -o DIFF.html.\n";
 
-enum { O_JSON = 1, O_TOP, O_CONFIG, O_MAX_DECOMPRESSED };
+enum { O_JSON = 1, O_TOP, O_CONFIG, O_TRACE_DEVICE, O_MAX_DECOMPRESSED };
 
 const mn__cli_opt_t cmd_diff_opts[] = {
     {"json", 0, NULL, O_JSON, "print one JSON object (every group) instead of the text"},
     {"top", 0, "N", O_TOP, "the text's rows of groups and of segment sizes (default 15)"},
     {"config", 0, "ALLOC_CONF", O_CONFIG,
      "allocator settings of both replays (PYTORCH_CUDA_ALLOC_CONF syntax; default: each as recorded)"},
+    {"trace-device", 0, "N", O_TRACE_DEVICE,
+     "the recorded device to compare in both (0..1000; default: each one's lowest, with a note when it has more)"},
     MN__TOOLS_OPT_MAX_DECOMPRESSED(O_MAX_DECOMPRESSED),
     {NULL, 0, NULL, 0, NULL},
 };
@@ -80,6 +82,9 @@ typedef struct side_s {
   bool has_torch_alloc, has_torch_res;
   uint64_t torch_alloc, torch_res;
   uint64_t t0; /* time of the first event (not a pre line) */
+  int replay_device; /* the trace device index replayed (-1: the replay's default, the lowest) */
+  uint64_t device;   /* the recorded device number compared (the importer's CUDA index) */
+  bool multi;        /* a trace of several devices (`meta devices`) */
 } side_t;
 
 /* One row of the comparison of groups. */
@@ -145,9 +150,10 @@ static void take_segments(void *user, mn_allocator_t *a) {
   mn_snapshot_free(snap);
 }
 
-static mn_status replay(side_t *s, const mn_replay_options_t *o, mn_replay_result_t *res) {
+static mn_status replay(side_t *s, mn_replay_options_t *o, mn_replay_result_t *res) {
   mn_caching_config_t cfg = mn_caching_config_default();
   mn_allocator_t *a = NULL;
+  o->trace_device = s->replay_device;
   mn_status st = mn_caching_config_parse(s->config, &cfg);
   if (st == MN_OK) st = mn_caching_allocator_create(mn_device_sim(0), &cfg, &a);
   if (st == MN_OK) st = mn_trace_replay(s->t, a, o, res);
@@ -260,8 +266,13 @@ static int analyze_side(side_t *s) {
       return 1;
     }
   }
-  s->has_torch_alloc = mn_trace_meta_get_u64(s->t, "torch_peak_allocated", &s->torch_alloc) == MN_OK;
-  s->has_torch_res = mn_trace_meta_get_u64(s->t, "torch_peak_reserved", &s->torch_res) == MN_OK;
+  /* PyTorch's figures of the device compared: its devN.torch_* keys in a trace of several */
+  if (s->multi) s->device = s->res.trace_device;
+  char ka[MN_TRACE_META_KEY_MAX + 1], kr[MN_TRACE_META_KEY_MAX + 1];
+  snprintf(ka, sizeof ka, s->multi ? "dev%" PRIu64 ".torch_peak_allocated" : "torch_peak_allocated", s->device);
+  snprintf(kr, sizeof kr, s->multi ? "dev%" PRIu64 ".torch_peak_reserved" : "torch_peak_reserved", s->device);
+  s->has_torch_alloc = mn_trace_meta_get_u64(s->t, ka, &s->torch_alloc) == MN_OK;
+  s->has_torch_res = mn_trace_meta_get_u64(s->t, kr, &s->torch_res) == MN_OK;
   mn_clear_error();
   s->t0 = 0;
   for (size_t i = 0; i < s->t->nentries; i++)
@@ -377,8 +388,10 @@ static void print_text(const diff_t *d, size_t top) {
   printf("mnemo diff%s:\n", d->ranks ? " of two ranks" : "");
   for (int k = 0; k < 2; k++) {
     const side_t *s = &d->s[k];
-    printf("  %-7s %s: %zu entries, replayed on sim:0 (%s%s)\n", s->label, s->path, s->t->nentries,
-           s->as_recorded ? "as recorded: " : "", s->config[0] ? s->config : "defaults");
+    printf("  %-7s %s", s->label, s->path);
+    if (s->multi) printf(" device %" PRIu64, s->device);
+    printf(": %zu entries, replayed on sim:0 (%s%s)\n", s->t->nentries, s->as_recorded ? "as recorded: " : "",
+           s->config[0] ? s->config : "defaults");
   }
   printf("\npeaks %*s %14s %14s   %s - %s\n", 28, "", a->label, b->label, b->label, a->label);
   print_peak_row(stdout, "replay allocated", true, (uint64_t)a->res.peak_allocated, true, (uint64_t)b->res.peak_allocated);
@@ -450,6 +463,7 @@ static void json_side(FILE *f, const side_t *s, bool points) {
   mn__tools_json_str(f, s->label);
   fprintf(f, ", \"config\": ");
   mn__tools_json_str(f, s->config);
+  fprintf(f, ", \"device\": %" PRIu64, s->device);
   const step_t *pa = s->nsteps ? &s->steps[s->peak_alloc_step] : NULL, *pr = s->nsteps ? &s->steps[s->peak_res_step] : NULL;
   fprintf(f,
           ", \"as_recorded\": %s, \"entries\": %zu, \"peak_allocated\": %" PRId64 ", \"peak_reserved\": %" PRId64
@@ -509,7 +523,51 @@ static void diff_free(diff_t *d) {
 
 typedef struct diff_args_s {
   const char *paths[2], *config;
+  int trace_device; /* the recorded device to compare in both (-1: each one's lowest) */
 } diff_args_t;
+
+/* Which device of side s's trace to replay: `want` (a recorded device number, as
+ * `replay --trace-device` takes), else the lowest; pinned host memory (`meta
+ * host_device`) never. 0, or an exit status after a message. */
+static int pick_device(const char *prog, side_t *s, int want) {
+  const mn_trace_t *t = s->t;
+  uint64_t one = 0, host = UINT64_MAX;
+  s->multi = mn_trace_meta_get(t, "devices") != NULL;
+  bool has_host = mn_trace_meta_get_u64(t, "host_device", &host) == MN_OK;
+  if (!s->multi) mn__ignore(mn_trace_meta_get_u64(t, "device", &one));
+  mn_clear_error();
+  s->device = one;
+  s->replay_device = -1;
+  /* the devices present (a bit set of the first 64 indices; more are rare and still replayable) */
+  uint64_t seen = 0;
+  for (size_t i = 0; i < t->nentries; i++)
+    if (t->entries[i].device < 64) seen |= (uint64_t)1 << t->entries[i].device;
+  if (has_host && host < 64) seen &= ~((uint64_t)1 << host);
+  if (want >= 0) {
+    if (has_host && (uint64_t)want == host) {
+      fprintf(stderr, "%s: --trace-device %d is %s's pinned host memory (meta host_device): only device memory is "
+                      "compared\n", prog, want, s->path);
+      return 2;
+    }
+    bool present = s->multi ? want < 64 && (seen >> want & 1) : (uint64_t)want == one;
+    if (!present) {
+      fprintf(stderr, "%s: %s has no device %d\n", prog, s->path, want);
+      return 2;
+    }
+    if (s->multi) s->replay_device = want;
+    s->device = (uint64_t)want;
+    return 0;
+  }
+  if (s->multi && seen) {
+    int lowest = 0;
+    while (!(seen >> lowest & 1)) lowest++;
+    s->replay_device = lowest;
+    if (seen & (seen - 1))
+      fprintf(stderr, "%s: note: %s holds several devices; comparing device %d (--trace-device N for another)\n",
+              prog, s->path, lowest);
+  }
+  return 0;
+}
 
 /* A --config both replays can use: 0, else a usage error (2). */
 static int check_config(const mn__cli_t *p, const char *config) {
@@ -526,6 +584,8 @@ static int run_diff(const char *prog, const diff_args_t *args, diff_t *d) {
     s->path = args->paths[k];
     int lrc = mn__tools_trace_load(prog, s->path, -1, &s->t);
     if (lrc) return lrc;
+    lrc = pick_device(prog, s, args->trace_device);
+    if (lrc) return lrc;
     s->config = args->config ? args->config : mn__tools_recorded_config(prog, s->t, &s->as_recorded);
   }
   set_labels(d);
@@ -541,9 +601,9 @@ static int run_diff(const char *prog, const diff_args_t *args, diff_t *d) {
 }
 
 int cmd_diff(int argc, char **argv) {
-  diff_args_t args = {{NULL, NULL}, NULL};
+  diff_args_t args = {{NULL, NULL}, NULL, -1};
   bool json = false;
-  long top = DEFAULT_TOP;
+  long top = DEFAULT_TOP, dev = 0;
   mn__cli_t p;
   mn__cli_begin(&p, argc, argv);
   const char *v;
@@ -557,6 +617,10 @@ int cmd_diff(int argc, char **argv) {
     case O_CONFIG:
       if (args.config) return mn__cli_error(&p, "one --config for both inputs");
       args.config = v;
+      break;
+    case O_TRACE_DEVICE:
+      if (mn__cli_int(&p, v, 0, 1000, &dev)) return 2;
+      args.trace_device = (int)dev;
       break;
     case O_MAX_DECOMPRESSED:
       if (mn__tools_set_max_decompressed(&p, v)) return 2;
@@ -580,8 +644,8 @@ int cmd_diff(int argc, char **argv) {
 }
 
 int cmd_diff_page(const mn__cli_t *p, const char *a, const char *b, const char *out, const char *title,
-                  const char *config) {
-  diff_args_t args = {{a, b}, config};
+                  const char *config, int trace_device) {
+  diff_args_t args = {{a, b}, config, trace_device};
   if (check_config(p, config)) return 2;
   diff_t d;
   memset(&d, 0, sizeof d);

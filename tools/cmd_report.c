@@ -39,8 +39,8 @@ const char cmd_report_about[] =
     "segment map at the peak; every --config in the comparison) and writes one\n"
     "self-contained HTML page (-o FILE, or -o - for stdout); prints its summary on\n"
     "stdout (on stderr when the page goes to stdout). With two inputs A B: their\n"
-    "comparison as a page (`mnemo diff --help`), taking -o, --title, one --config\n"
-    "and --max-decompressed-size.\n";
+    "comparison as a page (`mnemo diff --help`), taking -o, --title, one --config,\n"
+    "--trace-device and --max-decompressed-size.\n";
 
 enum { O_OUTPUT = 1, O_CONFIG, O_CAPACITY, O_TRACE_DEVICE, O_TITLE, O_MAX_DECOMPRESSED };
 
@@ -694,10 +694,11 @@ int cmd_report(int argc, char **argv) {
   }
   if (id < 0) return p.rc;
   if (p.nargs == 2) { /* two inputs: their comparison as a page (tools/cmd_diff.c) */
-    if (capacity || trace_device >= 0 || nconfigs > 1)
-      return mn__cli_error(&p, "with two inputs (a comparison): -o, --title, one --config, --max-decompressed-size");
+    if (capacity || nconfigs > 1)
+      return mn__cli_error(&p, "with two inputs (a comparison): -o, --title, one --config, --trace-device, "
+                               "--max-decompressed-size");
     if (!out_path) return mn__cli_error(&p, "missing -o FILE (the page to write; - for stdout)");
-    return cmd_diff_page(&p, p.args[0], p.args[1], out_path, title, nconfigs ? configs[0] : NULL);
+    return cmd_diff_page(&p, p.args[0], p.args[1], out_path, title, nconfigs ? configs[0] : NULL, trace_device);
   }
   if (mn__cli_want_args(&p, 1, 1, "trace")) return 2;
   path = p.args[0];
