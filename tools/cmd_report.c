@@ -2,6 +2,26 @@
  * one self-contained HTML page (inline CSS and JavaScript, canvas drawing; no
  * network) about its memory. Single-threaded (the CLI's main thread).
  *
+ * Every device of the trace (or --trace-device's) is replayed on its own
+ * (report_device) and has its own data element in the page ("mn-data" for the
+ * first, "mn-data-dev<N>" for the others; "mn-devices" lists them, the one named by
+ * `meta host_device` as pinned host memory); the page's selector picks one.
+ * "Who holds the peak" is taken at the replay's first entry at the peak of
+ * allocated bytes (and at the peak of reserved bytes, labelled), every allocation
+ * alive in the trace there counted, each group with the replay's block bytes,
+ * which add up to the replay's allocated bytes there. A state dump (`meta
+ * state_only 1` or pre lines only) is its state after the last entry.
+ *
+ * The allocator state at any entry: the first replay's allocator has a trace sink
+ * (ev_sink) that keeps its own events (alloc, free_completed, segment alloc/free,
+ * map/unmap), each tagged at the next replay step with the trace entry whose replay
+ * caused it, and, for an alloc entry's one block, with that entry (the blocks laid
+ * out in the pre segments before the first step are matched by address to the
+ * pointers a replay stopped after the pre lines gives). The page gets them as
+ * typed arrays in base64 (write_events: about 35 bytes per trace entry, 36 MB at
+ * 1M entries) and rebuilds the state at an entry from the nearest checkpoint (one
+ * every 32768 events, kept as first passed): 2-20 ms per moment at 1M entries.
+ *
  * The page's data (a JSON object in the page, read by tools/report_page.html) stays
  * bounded whatever the trace's length:
  *  - timeline: the replayed device's entries that change a curve (alloc,
