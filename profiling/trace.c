@@ -1,7 +1,8 @@
 /* profiling/trace.c: the trace file format (docs/TRACE_FORMAT.md): a strict
  * reader with file:line errors (linear in the file's size), a writer, the
  * interned frames and stacks of version 3 (hash tables, so interning is
- * linear too), and a recorder for allocator trace sinks. No shared state but
+ * linear too), the annotations of version 4, and a recorder for allocator
+ * trace sinks. No shared state but
  * the hash seed (made once, pthread_once): any thread, one thread at a time
  * per trace. */
 #include <errno.h>
@@ -51,6 +52,8 @@ void mn_trace_destroy(mn_trace_t *trace) {
   free(trace->frames);
   free(trace->stack_start);
   free(trace->stack_frames);
+  for (size_t i = 0; i < trace->nannotations; i++) free(trace->annotations[i].name);
+  free(trace->annotations);
   mn__trace_intern_free(trace->intern_);
   free(trace);
 }
@@ -206,6 +209,7 @@ struct mn__trace_intern_s {
   size_t frames_cap, frame_hash_cap; /* slots of frames[] and frame_hash[] */
   size_t start_cap, stack_hash_cap;  /* slots of stack_start[] (nstacks + 1 used) and stack_hash[] */
   size_t ids_cap;                    /* slots of stack_frames[] */
+  size_t annotations_cap;            /* slots of annotations[] (version 4) */
   uint64_t *frame_hash;              /* frame id - 1 -> hash */
   uint64_t *stack_hash;              /* stack id - 1 -> hash */
   uint32_t *frame_slots, *stack_slots;
@@ -220,6 +224,12 @@ static void mn__trace_intern_free(struct mn__trace_intern_s *in) {
   free(in->frame_slots);
   free(in->stack_slots);
   free(in);
+}
+
+/* The trace's private part, made on first use (NULL when out of host memory). */
+static struct mn__trace_intern_s *intern_get(mn_trace_t *t) {
+  if (!t->intern_) t->intern_ = mn__calloc(1, sizeof *t->intern_);
+  return t->intern_;
 }
 
 static uint64_t g_hash_seed;
@@ -281,8 +291,7 @@ static mn_status frame_push(mn_trace_t *t, const char *func, const char *file, s
                             size_t nlen, uint32_t line, uint64_t h, bool repeat, uint32_t *id) {
   if (t->nframes >= UINT32_MAX - 1)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%zu frames is the most a trace holds", t->nframes);
-  if (!t->intern_) t->intern_ = mn__calloc(1, sizeof *t->intern_);
-  struct mn__trace_intern_s *in = t->intern_;
+  struct mn__trace_intern_s *in = intern_get(t);
   char *buf = in ? mn__malloc(flen + nlen + 2) : NULL;
   if (!buf || !mn__array_grow((void **)&t->frames, &in->frames_cap, t->nframes + 1, sizeof *t->frames) ||
       !mn__array_grow((void **)&in->frame_hash, &in->frame_hash_cap, t->nframes + 1, sizeof *in->frame_hash) ||
@@ -426,6 +435,52 @@ const mn_trace_frame_t *mn_trace_frame_get(const mn_trace_t *t, uint32_t id) {
   return &t->frames[id - 1];
 }
 
+/* ---- annotations (version 4) ------------------------------------------------ */
+
+static const char *const k_stage_names[] = {"mark", "start", "end"};
+
+const char *mn_trace_annotation_stage_name(mn_trace_annotation_stage stage) {
+  return (unsigned)stage < 3 ? k_stage_names[stage] : NULL;
+}
+
+/* The length of an annotation's line as a writer writes it, newline excluded. */
+static size_t annotation_line_len(const mn_trace_annotation_t *a, size_t nlen) {
+  size_t len = 8 + 1 + dec_len(a->time_us) + 1 + dec_len(a->device) + 1 + strlen(k_stage_names[a->stage]) + 1 +
+               dec_len(a->stack);
+  return nlen ? len + 1 + encoded_len(a->name, nlen, false) : len;
+}
+
+/* Appends a copy of a (stage, device and stack checked; name not NULL) at the
+ * end of the trace; nothing changes on failure. */
+static mn_status annotation_push(mn_trace_t *t, const char *func, const mn_trace_annotation_t *a, size_t nlen) {
+  struct mn__trace_intern_s *in = intern_get(t);
+  char *name = in ? dup_n(a->name, nlen) : NULL;
+  if (!name || !mn__array_grow((void **)&t->annotations, &in->annotations_cap, t->nannotations + 1,
+                               sizeof *t->annotations)) {
+    free(name);
+    return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory for %zu annotations", t->nannotations + 1);
+  }
+  mn_trace_annotation_t *d = &t->annotations[t->nannotations++];
+  *d = *a;
+  d->name = name;
+  d->entry = t->nentries;
+  return MN_OK;
+}
+
+mn_status mn_trace_annotation_add(mn_trace_t *t, const mn_trace_annotation_t *a) {
+  MN__CHECK_ARG(t != NULL && a != NULL, "t and a must not be NULL");
+  MN__CHECK_ARG((unsigned)a->stage < 3, "stage %d is not a mn_trace_annotation_stage", (int)a->stage);
+  MN__CHECK_ARG(a->device <= INT32_MAX, "device index %" PRIu32 " is over %d", a->device, INT32_MAX);
+  MN__CHECK_ARG(a->stack <= t->nstacks, "stack %" PRIu32 " is not a stack id (the trace has %zu stacks)", a->stack,
+                t->nstacks);
+  mn_trace_annotation_t c = *a;
+  if (!c.name) c.name = "";
+  size_t nlen = strlen(c.name), ll = annotation_line_len(&c, nlen);
+  MN__CHECK_ARG(ll <= MN_TRACE_LINE_MAX, "the annotation's line would be %zu bytes, over the %d-byte line (%.40s...)",
+                ll, MN_TRACE_LINE_MAX, c.name);
+  return annotation_push(t, __func__, &c, nlen);
+}
+
 /* ---- liveness: pair each free_requested with the alloc it frees ---------- */
 
 /* Describes entry i for a message: "name:line" or "entry i". */
@@ -504,13 +559,18 @@ mn_status mn__trace_match(const mn_trace_t *trace, size_t *match) {
 
 /* ---- reader ------------------------------------------------------------------ */
 
-typedef enum { ST_VERSION, ST_META, ST_FRAMES, ST_STACKS, ST_PRE, ST_EVENTS, ST_END } mn__parse_state;
+/* ST_ANNOT: an annotate line (version 4) came before any pre or event line. */
+typedef enum { ST_VERSION, ST_META, ST_FRAMES, ST_STACKS, ST_ANNOT, ST_PRE, ST_EVENTS, ST_END } mn__parse_state;
+
+static const char *state_line_name(mn__parse_state s) {
+  return s == ST_FRAMES ? "frame" : s == ST_STACKS ? "stack" : s == ST_ANNOT ? "annotate" : s == ST_PRE ? "pre" : "event";
+}
 
 typedef struct mn__parser_s {
   const char *name;
   uint64_t line;
   mn__parse_state state;
-  uint64_t count; /* pre + event lines (not frame and stack lines) */
+  uint64_t count; /* pre + event + annotate lines (not frame and stack lines) */
   mn_trace_t *t;
   mn__nameset_t meta_keys; /* the meta keys so far (keys point into the text parsed) */
 } mn__parser_t;
@@ -595,12 +655,12 @@ static bool decode(const char *s, size_t n, char *out, size_t *outlen, const cha
       lo = hex_digit(s[i + 2]);
     }
     if (hi < 0 || lo < 0) {
-      snprintf(why, whysize, "bad %% escape \"%.*s\" in the frame's %s (%%XX, two hex digits)",
+      snprintf(why, whysize, "bad %% escape \"%.*s\" in the %s (%%XX, two hex digits)",
                (int)(n - i < 3 ? n - i : 3), s + i, what);
       return false;
     }
     if (hi == 0 && lo == 0) {
-      snprintf(why, whysize, "%%00 (a NUL byte) in the frame's %s", what);
+      snprintf(why, whysize, "%%00 (a NUL byte) in the %s", what);
       return false;
     }
     out[k++] = (char)(hi * 16 + lo);
@@ -615,9 +675,7 @@ static bool decode(const char *s, size_t n, char *out, size_t *outlen, const cha
 static mn_status parse_frame(mn__parser_t *p, const char *line, size_t len) {
   if (p->t->version < 3)
     return perr(p, "frame line in a version %u file (frame and stack lines need version 3)", p->t->version);
-  if (p->state > ST_FRAMES)
-    return perr(p, "frame line after the first %s line", p->state == ST_STACKS ? "stack"
-                                                         : p->state == ST_PRE  ? "pre" : "event");
+  if (p->state > ST_FRAMES) return perr(p, "frame line after the first %s line", state_line_name(p->state));
   p->state = ST_FRAMES;
   const char *tok[3];
   size_t tlen[3], i = 0;
@@ -647,8 +705,8 @@ static mn_status parse_frame(mn__parser_t *p, const char *line, size_t len) {
   char file[MN_TRACE_LINE_MAX + 1], nm[MN_TRACE_LINE_MAX + 1], why[96];
   size_t flen = 0, dnlen = 0;
   if (tlen[2] == 1 && tok[2][0] == '-') file[0] = '\0';
-  else if (!decode(tok[2], tlen[2], file, &flen, "file", why, sizeof why)) return perr(p, "%s", why);
-  if (!decode(name, nlen, nm, &dnlen, "name", why, sizeof why)) return perr(p, "%s", why);
+  else if (!decode(tok[2], tlen[2], file, &flen, "frame's file", why, sizeof why)) return perr(p, "%s", why);
+  if (!decode(name, nlen, nm, &dnlen, "frame's name", why, sizeof why)) return perr(p, "%s", why);
   uint64_t h = frame_hash(file, flen, nm, dnlen, (uint32_t)ln);
   bool repeat = frame_find(p->t, h, file, flen, nm, dnlen, (uint32_t)ln) != 0;
   uint32_t got;
@@ -660,8 +718,7 @@ static mn_status parse_frame(mn__parser_t *p, const char *line, size_t len) {
 static mn_status parse_stack(mn__parser_t *p, const char *line, size_t len) {
   if (p->t->version < 3)
     return perr(p, "stack line in a version %u file (frame and stack lines need version 3)", p->t->version);
-  if (p->state > ST_STACKS)
-    return perr(p, "stack line after the first %s line", p->state == ST_PRE ? "pre" : "event");
+  if (p->state > ST_STACKS) return perr(p, "stack line after the first %s line", state_line_name(p->state));
   p->state = ST_STACKS;
   uint32_t ids[MN_TRACE_LINE_MAX / 2 + 1];
   size_t n = 0, i = 0;
@@ -697,8 +754,66 @@ static mn_status parse_stack(mn__parser_t *p, const char *line, size_t len) {
   return stack_push(p->t, "mn_trace_parse", ids, n, h, repeat, &got);
 }
 
+/* A decimal token tok[0..tl) of at most 20 digits up to max; false otherwise.
+ * num receives its first 23 bytes for messages. */
+static bool token_dec(const char *tok, size_t tl, uint64_t max, uint64_t *v, char num[24]) {
+  snprintf(num, 24, "%.*s", (int)(tl < 23 ? tl : 23), tok);
+  return tl <= 20 && mn__parse_dec(num, v) && *v <= max;
+}
+
+/* `annotate <time_us> <device> <stage> <stack> <name>` (version 4). */
+static mn_status parse_annotate(mn__parser_t *p, const char *line, size_t len) {
+  if (p->t->version < 4) return perr(p, "annotate line in a version %u file (annotations need version 4)",
+                                     p->t->version);
+  const char *tok[4];
+  size_t tlen[4], i = 0;
+  while (i < len && is_blank(line[i])) i++;
+  i += 8; /* "annotate" */
+  static const char *const what[4] = {"a time", "a device", "a stage", "a stack"};
+  for (int k = 0; k < 4; k++) {
+    while (i < len && is_blank(line[i])) i++;
+    tok[k] = line + i;
+    while (i < len && !is_blank(line[i])) i++;
+    tlen[k] = (size_t)(line + i - tok[k]);
+    if (tlen[k] == 0)
+      return perr(p, "annotate line without %s (annotate <time_us> <device> <stage> <stack> <name>)", what[k]);
+  }
+  while (i < len && is_blank(line[i])) i++;
+  const char *name = line + i;
+  size_t nlen = len - i;
+  while (nlen > 0 && is_blank(name[nlen - 1])) nlen--;
+  if (memchr(name, '\t', nlen)) return perr(p, "tab inside the annotation's name (writers write %%09)");
+  mn_trace_annotation_t a;
+  memset(&a, 0, sizeof a);
+  char num[24];
+  uint64_t v;
+  if (!token_dec(tok[0], tlen[0], UINT64_MAX, &a.time_us, num)) return perr(p, "time \"%s\" is not a decimal", num);
+  if (!token_dec(tok[1], tlen[1], INT32_MAX, &v, num))
+    return perr(p, "device \"%s\" is not a decimal up to %d", num, INT32_MAX);
+  a.device = (uint32_t)v;
+  int stage = -1;
+  for (int s = 0; s < 3; s++)
+    if (tlen[2] == strlen(k_stage_names[s]) && memcmp(tok[2], k_stage_names[s], tlen[2]) == 0) stage = s;
+  if (stage < 0)
+    return perr(p, "annotation stage \"%.*s\" is not start, end or mark", (int)(tlen[2] < 32 ? tlen[2] : 32), tok[2]);
+  a.stage = (mn_trace_annotation_stage)stage;
+  if (!token_dec(tok[3], tlen[3], p->t->nstacks, &v, num))
+    return perr(p, "stack \"%s\" is not 0 or a stack id (the file has %zu stacks)", num, p->t->nstacks);
+  a.stack = (uint32_t)v;
+  char nm[MN_TRACE_LINE_MAX + 1], why[96];
+  size_t dnlen = 0;
+  if (!decode(name, nlen, nm, &dnlen, "annotation's name", why, sizeof why)) return perr(p, "%s", why);
+  a.name = nm;
+  mn_status st = annotation_push(p->t, "mn_trace_parse", &a, dnlen);
+  if (st != MN_OK) return st;
+  if (p->state < ST_ANNOT) p->state = ST_ANNOT;
+  p->count++;
+  return MN_OK;
+}
+
 static mn_status parse_meta(mn__parser_t *p, const char *line, size_t len) {
   if (p->state == ST_FRAMES || p->state == ST_STACKS) return perr(p, "meta line after a frame or stack line");
+  if (p->state == ST_ANNOT) return perr(p, "meta line after an annotate line");
   if (p->state != ST_META) return perr(p, "meta line after the first pre or event line");
   size_t i = 0;
   while (i < len && is_blank(line[i])) i++;
@@ -756,6 +871,7 @@ static mn_status parse_line(mn__parser_t *p, const char *line, size_t len) {
   while (i + wlen < len && !is_blank(line[i + wlen])) wlen++;
   if (wlen == 5 && memcmp(line + i, "frame", 5) == 0) return parse_frame(p, line, len);
   if (wlen == 5 && memcmp(line + i, "stack", 5) == 0) return parse_stack(p, line, len);
+  if (wlen == 8 && memcmp(line + i, "annotate", 8) == 0) return parse_annotate(p, line, len);
   char buf[MN_TRACE_LINE_MAX + 1], *f[MN__TRACE_MAX_FIELDS];
   memcpy(buf, line, len);
   buf[len] = '\0';
@@ -764,8 +880,8 @@ static mn_status parse_line(mn__parser_t *p, const char *line, size_t len) {
     uint64_t n;
     if (nf != 2 || !mn__parse_dec(f[1], &n)) return perr(p, "bad end line (expected \"end <count>\")");
     if (n != p->count)
-      return perr(p, "end line counts %" PRIu64 " pre and event lines, the file has %" PRIu64
-                  " (damaged or edited)", n, p->count);
+      return perr(p, "end line counts %" PRIu64 " %s lines, the file has %" PRIu64 " (damaged or edited)", n,
+                  p->t->version >= 4 ? "pre, event and annotate" : "pre and event", p->count);
     p->state = ST_END;
     return MN_OK;
   }
@@ -778,8 +894,8 @@ static mn_status parse_line(mn__parser_t *p, const char *line, size_t len) {
     p->state = ST_EVENTS;
     return parse_entry(p, f, nf, false);
   }
-  return perr(p, "unknown line kind \"%.32s\" (expected meta, %spre, end, # or a time)", f[0],
-              p->t->version >= 3 ? "frame, stack, " : "");
+  return perr(p, "unknown line kind \"%.32s\" (expected meta, %spre, %send, # or a time)", f[0],
+              p->t->version >= 3 ? "frame, stack, " : "", p->t->version >= 4 ? "annotate, " : "");
 }
 
 mn_status mn_trace_parse(const char *text, size_t len, const char *name, mn_trace_t **out) {
@@ -804,7 +920,8 @@ mn_status mn_trace_parse(const char *text, size_t len, const char *name, mn_trac
     if (st != MN_OK) goto fail;
   }
   if (p.state != ST_END) {
-    st = perr(&p, "truncated file: no end line after %" PRIu64 " pre and event lines", p.count);
+    st = perr(&p, "truncated file: no end line after %" PRIu64 " %s lines", p.count,
+              p.t->version >= 4 ? "pre, event and annotate" : "pre and event");
     goto fail;
   }
   st = trace_match(p.t, NULL, p.name, __func__);
@@ -930,6 +1047,15 @@ static mn_status check_writable(const mn_trace_t *t) {
         return mn__error(MN_ERR_INVALID_ARGUMENT, "mn_trace_format", "stack %zu names frame %" PRIu32
                          ", not a frame of the trace", s, t->stack_frames[k]);
   }
+  if (t->nannotations && !t->annotations)
+    return mn__error(MN_ERR_INVALID_ARGUMENT, "mn_trace_format", "the annotations array is missing");
+  for (size_t i = 0; i < t->nannotations; i++) {
+    const mn_trace_annotation_t *a = &t->annotations[i];
+    if ((unsigned)a->stage >= 3 || a->device > INT32_MAX || a->stack > t->nstacks || !a->name ||
+        a->entry > t->nentries || (i > 0 && a->entry < t->annotations[i - 1].entry) ||
+        annotation_line_len(a, strlen(a->name)) > MN_TRACE_LINE_MAX)
+      return mn__error(MN_ERR_INVALID_ARGUMENT, "mn_trace_format", "annotation %zu breaks the format", i);
+  }
   st = trace_match(t, NULL, NULL, "mn_trace_format");
   if (st == MN_ERR_FORMAT) st = MN_ERR_INVALID_ARGUMENT; /* a trace to write that breaks the format */
   return st;
@@ -940,11 +1066,11 @@ mn_status mn_trace_format(const mn_trace_t *trace, char **text, size_t *len) {
   mn_status st = check_writable(trace);
   if (st != MN_OK) return st;
   mn__strbuf_t b = {0};
-  /* Version 3 when there are frames (stacks need them), else 1 unless an
-   * entry is on another device than 0. */
-  bool v3 = trace->nframes > 0, v2 = v3;
+  /* Version 4 when there are annotations, else 3 when there are frames
+   * (stacks need them), else 1 unless an entry is on another device than 0. */
+  bool v4 = trace->nannotations > 0, v3 = v4 || trace->nframes > 0, v2 = v3;
   for (size_t i = 0; i < trace->nentries && !v2; i++) v2 = trace->entries[i].device != 0;
-  sb_printf(&b, "mnemo-trace %d\n", v3 ? 3 : v2 ? 2 : 1);
+  sb_printf(&b, "mnemo-trace %d\n", v4 ? 4 : v3 ? 3 : v2 ? 2 : 1);
   for (size_t i = 0; i < trace->nmeta; i++) {
     if (trace->meta[i].value[0]) sb_printf(&b, "meta %s %s\n", trace->meta[i].key, trace->meta[i].value);
     else sb_printf(&b, "meta %s\n", trace->meta[i].key);
@@ -968,7 +1094,19 @@ mn_status mn_trace_format(const mn_trace_t *trace, char **text, size_t *len) {
     for (size_t j = 0; j < k; j++) sb_printf(&b, " %" PRIu32, ids[j]);
     sb_printf(&b, "\n");
   }
-  for (size_t i = 0; i < trace->nentries; i++) {
+  size_t k = 0; /* the next annotation */
+  for (size_t i = 0; i <= trace->nentries; i++) {
+    for (; k < trace->nannotations && trace->annotations[k].entry == i; k++) {
+      const mn_trace_annotation_t *a = &trace->annotations[k];
+      sb_printf(&b, "annotate %" PRIu64 " %" PRIu32 " %s %" PRIu32, a->time_us, a->device, k_stage_names[a->stage],
+                a->stack);
+      if (a->name[0]) {
+        sb_printf(&b, " ");
+        sb_encode(&b, a->name, strlen(a->name), false);
+      }
+      sb_printf(&b, "\n");
+    }
+    if (i == trace->nentries) break;
     const mn_trace_entry_t *e = &trace->entries[i];
     if (e->pre) sb_printf(&b, "pre");
     else sb_printf(&b, "%" PRIu64, e->time_us);
@@ -979,7 +1117,7 @@ mn_status mn_trace_format(const mn_trace_t *trace, char **text, size_t *len) {
     else if (e->block_size) sb_printf(&b, " %" PRIu64, e->block_size);
     sb_printf(&b, "\n");
   }
-  sb_printf(&b, "end %zu\n", trace->nentries);
+  sb_printf(&b, "end %zu\n", trace->nentries + trace->nannotations);
   if (b.oom) {
     free(b.p);
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory formatting %zu entries", trace->nentries);

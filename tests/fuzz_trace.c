@@ -1,4 +1,4 @@
-/* tests/fuzz_trace.c: fuzzes the trace reader (versions 1 to 3) and the RMM CSV
+/* tests/fuzz_trace.c: fuzzes the trace reader (versions 1 to 4) and the RMM CSV
  * importer: a libFuzzer target (clang, MN_FUZZ_LIBFUZZER) and a plain driver that
  * mutates the seed corpus (any compiler). */
 /*
@@ -89,7 +89,10 @@ static const char *const TOKENS[] = {
     ",free,", ",allocate failure,", "1,0.5,allocate,0x10,8,0x0\n", "12:00:01.5", ",",
     /* version 3: frames, stacks, percent escapes, the stack field */
     "mnemo-trace 3\n", "frame 1 0 f n\n", "frame 2 7 - a b\n", "stack 1 1\n", "stack 2 2 1\n", " 0 0 1\n", "%",
-    "%2", "%00", "%C3%A9", "%25", "%20", " -", "frame ", "stack ", " 4294967296", "\xc3\xa9"};
+    "%2", "%00", "%C3%A9", "%25", "%20", " -", "frame ", "stack ", " 4294967296", "\xc3\xa9",
+    /* version 4: annotate lines (stages, stack ids, names) among the entries */
+    "mnemo-trace 4\n", "annotate 0 0 mark 0 x\n", "annotate 5 1 start 1 a%20b\n", "annotate 9 0 end 2\n",
+    "annotate ", " start ", " end ", " mark ", " begin ", "annotate 0 0 mark 0 %zz\n", "end 2\n"};
 
 static const mn_fuzz_driver_t DRIVER = {
     .corpus_dir = MN_TRACE_CORPUS_DIR,

@@ -84,6 +84,39 @@ check "... --blocks: the live allocations with their innermost frame" has "$tmp/
 "$cli" snapshot "$trace" --at 99999999 >"$tmp/out" 2>&1
 check "snapshot --at out of range: usage error" test $? -eq 2
 
+# the stack rule (tools/stacks.h, docs/PROFILING.md): each group of "who holds the
+# memory" opens with its first user frame, never with an allocator-internal one
+first_frames() { # the first line under each group's header, in order
+  sed -n '/^who holds the memory/,/^$/p' "$1" | awk 'g { print; g = 0 } / MiB .*% in [0-9]* allocation/ { g = 1 }' | sed 's/^ *//'
+}
+"$cli" snapshot "$src/tests/data/traces/stack_rule.trace" --at end --blocks >"$tmp/out" 2>&1
+first_frames "$tmp/out" >"$tmp/keys"
+cat >"$tmp/want" <<'WANT'
+torch::autograd::generated::MulBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)
+forward  (/home/u/model.py:42)
+(no user frame; the frames not internal:)
+my_op(at::Tensor const&)  (/src/my_ext.cpp)
+on_epoch_start  (/home/u/cb.py:7)
+main  (/opt/torch/x/train.py:5)
+step  (/opt/torch/.venv/lib/python3.12/site-packages/torch/optim/adam.py:100)
+WANT
+check "stack rule: each case's group opens with its first user frame" cmp -s "$tmp/keys" "$tmp/want" ||
+  diff "$tmp/want" "$tmp/keys"
+check "stack rule: no allocator-internal frame shown" \
+  bash -c "! grep -E 'unwind::unwind|CapturedTraceback|gather_with_cpp|CachingAllocator::|RegisterCUDA|_PyEval' '$tmp/out'"
+check "stack rule: --blocks names the first user frame" has "$tmp/out" "      at on_epoch_start  (/home/u/cb.py:7)"
+# a real training step: the backward pass's allocations (C++ frames only, on
+# autograd's engine thread) group under their autograd node
+"$cli" snapshot "$src/data/traces/ctx128_fullstep.trace" >"$tmp/out" 2>&1
+first_frames "$tmp/out" >"$tmp/keys"
+check "ctx128 step: the backward pass groups under its node (BmmBackward0)" \
+  grep -q '^torch::autograd::generated::BmmBackward0::apply' "$tmp/keys"
+check "ctx128 step: the optimizer's state under optimizers.py" grep -q '^step  (.*/optimizers.py:82)' "$tmp/keys"
+check "ctx128 step: no group opens with an object file or allocator internals" \
+  bash -c "! grep -E 'execute_native_thread_routine|\.o\)|\.so|unwind|CachingAllocator|gather' '$tmp/keys'"
+check "ctx128 step: no allocator-internal frame shown" \
+  bash -c "! sed -n '/^who holds/,\$p' '$tmp/out' | grep -E 'unwind::unwind|CapturedTraceback|gather_with_cpp|CachingAllocator::'"
+
 # MNEMO_TRACE: every caching allocator of the process is recorded, written at exit.
 # (--no-pre-segments: laying the pre segments out as recorded allocates and frees
 # placeholders, which the recorder would record as events of the live run too)

@@ -225,6 +225,16 @@ static mn_status w_trace_import(void) {
   TRY(mn_trace_import_rmm_csv_file(path, &u));
   TRY(mn_trace_meta_set(u, "note", "fault sweep"));
   TRY(mn_trace_validate(u));
+  /* version 4: annotations read, added and written */
+  mn_trace_destroy(t);
+  t = NULL;
+  free(text);
+  text = NULL;
+  snprintf(path, sizeof path, "%s/tests/corpus/trace/v4_annotations.trace", g_source);
+  TRY(mn_trace_read(path, &t));
+  mn_trace_annotation_t a = {.time_us = 1, .stage = MN_TRACE_ANNOTATION_MARK, .name = "fault sweep"};
+  TRY(mn_trace_annotation_add(t, &a));
+  TRY(mn_trace_format(t, &text, &len));
 done:
   mn_trace_destroy(t);
   mn_trace_destroy(r);

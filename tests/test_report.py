@@ -11,7 +11,9 @@ Exits 77 (skipped) when no chromium is installed. Pages checked:
     (bytes) and the snapshot's active blocks (count); folded segments add up;
   * TRACE with a `meta config` and no --config: the first row is "as recorded";
   * a small version 3 trace with stacks, written here with known answers: the groups
-    of "who holds the peak" (top 2 frames, torch and C++ frames skipped), and the
+    of "who holds the peak" (top 2 frames from the first user frame: the stack rule of
+    tools/stacks.h, with C++ frames as PyTorch records them, a backward pass's under
+    its autograd node; and by the first user frame alone), and the
     mouse: over the peak marker the tooltip names the peak entry and its reserved
     bytes (time and entry axes), over a band the allocation and its stack; wheel
     zoom, drag-select, reset; a click expands a group's stack;
@@ -183,7 +185,7 @@ def read_trace(path):
     with open(path, encoding="latin-1") as f:
         for line in f:
             w = line.split()
-            if not w or w[0].startswith("#") or w[0] in ("mnemo-trace", "end"):
+            if not w or w[0].startswith("#") or w[0] in ("mnemo-trace", "end", "annotate"):
                 continue
             if w[0] == "meta":
                 meta[w[1]] = line.split(None, 2)[2].strip() if len(w) > 2 else ""
@@ -244,12 +246,33 @@ STACK_FRAMES = [
     (0, "-", "c10::cuda::CUDACachingAllocator::malloc(int, unsigned long)"),          # 5 internal (C++)
     (55, "/home/u/model.py", "forward"),                                              # 6
     (12, "/home/u/my%20optim.py", "step"),                                            # 7 (a blank in the file)
+    # as PyTorch records C++ frames (from the ctx128 traces): the allocator's own ...
+    (0, "-", "torch::unwind::unwind()"),                                              # 8 internal
+    (0, "-", "torch::CapturedTraceback::gather(bool, bool, bool)"),                   # 9 internal
+    (0, "memory_snapshot.cpp", "torch::cuda::(anonymous namespace)::gather_with_cpp()"),  # 10 internal
+    (0, "CUDACachingAllocator.cpp", "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc("
+     "signed char, unsigned long, CUstream_st*)"),                                    # 11 internal
+    (0, "RegisterCUDA.cpp", "at::(anonymous namespace)::create_out(c10::ArrayRef<long>, c10::ArrayRef<long>, "
+     "c10::TensorOptions const&)"),                                                   # 12 internal
+    # ... the backward pass on autograd's engine thread ...
+    (0, "-", "torch::autograd::generated::MulBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)"),
+    (0, "-", "torch::autograd::Node::operator()(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)"),  # 14
+    (0, "thread48.o", "execute_native_thread_routine"),                               # 15 an object file
+    # ... and a forward op's C++ frames below the Python ones
+    (0, "python_variable_methods.cpp", "torch::autograd::THPVariable_mul(_object*, _object*, _object*)"),  # 16
+    (0, "-", "_PyEval_EvalFrameDefault"),                                             # 17 internal
 ]
-STACKS = {1: [3, 4, 2, 1], 2: [5, 3, 4, 6, 1], 3: [7, 1]}
-EXPECTED_KEYS = {  # top 2 frames after skipping torch/ and C++ frames, innermost first
+STACKS = {1: [3, 4, 2, 1], 2: [5, 3, 4, 6, 1], 3: [7, 1],
+          4: [8, 9, 10, 11, 12, 13, 14, 15],            # backward: C++ frames only
+          5: [8, 9, 10, 11, 12, 16, 17, 2, 4, 1]}       # forward: C++, then Python
+NODE = "?? torch::autograd::generated::MulBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)"
+EXPECTED_KEYS = {  # top 2 frames from the first user frame on (tools/stacks.h), innermost first
     1: "/home/u/model.py:42 forward\n/home/u/train.py:10 main",
     2: "/home/u/model.py:55 forward\n/home/u/train.py:10 main",
     3: "/home/u/my optim.py:12 step\n/home/u/train.py:10 main",
+    # the autograd node, then the native frames outward of it (never the object file)
+    4: NODE + "\n?? torch::autograd::Node::operator()(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)",
+    5: "/home/u/model.py:42 forward\n/home/u/train.py:10 main",  # Python before C++: stack 1's group
 }
 MIB = 1 << 20
 
@@ -257,7 +280,8 @@ MIB = 1 << 20
 def write_stacks_trace(path):
     """A version 3 trace with known stacks: pre segments and allocations (one with a
     stack), then 60 steps of activations (stacks 1 and 2), a few without a stack, and
-    optimizer state (stack 3) that stays; PyTorch's segment events alongside."""
+    optimizer state (stack 3) and gradients (stack 4, the backward pass) that stay;
+    PyTorch's segment events alongside."""
     rnd = random.Random(7)
     lines = ["mnemo-trace 3", "meta source synthetic stacks", "meta recorded_by pytorch"]
     lines += [f"frame {i + 1} {ln} {f} {name}" for i, (ln, f, name) in enumerate(STACK_FRAMES)]
@@ -270,7 +294,7 @@ def write_stacks_trace(path):
         t += 100
         for k in range(3):
             size = rnd.choice([3, 5, 7]) * MIB + rnd.randrange(0, 4096)
-            stack = 1 if k < 2 else (2 if step % 3 else 0)
+            stack = 1 if k < 2 else (0, 2, 4, 0, 2, 5)[step % 6]
             if seg_free < size:
                 lines.append(f"{t} segment_alloc 0 0x{addr + 0x10000000:x} {32 * MIB}")
                 seg_free += 32 * MIB
@@ -281,6 +305,9 @@ def write_stacks_trace(path):
             t += 3
         if step % 10 == 9:  # optimizer state, never freed
             lines.append(f"{t} alloc 0 0x{addr:x} {2 * MIB} 0 0 3")
+            addr += 0x1000000
+        if step % 10 == 4:  # a gradient the backward pass keeps
+            lines.append(f"{t} alloc 0 0x{addr:x} {3 * MIB} 0 0 4")
             addr += 0x1000000
         while len(live) > 12 - (step // 20) * 3:
             a, size = live.pop(rnd.randrange(len(live)))
@@ -328,9 +355,10 @@ def write_big_trace(path, n_target=100_000):
 
 
 def write_multi_device_trace(path):
-    """Version 3, devices 0 and 1 (CUDA) and 2 (pinned host memory, `meta host_device 2`),
-    with stacks, an `oom` line on device 1 (asked 3 GiB, 1 GiB free) and per-device figures."""
-    lines = ["mnemo-trace 3", "meta source synthetic devices", "meta recorded_by pytorch", "meta devices 0 1",
+    """Version 4, devices 0 and 1 (CUDA) and 2 (pinned host memory, `meta host_device 2`),
+    with stacks, an `oom` line on device 1 (asked 3 GiB, 1 GiB free), and on device 0 the
+    annotations (PyTorch 2.14's `annotate`): a range `forward` and a mark `checkpoint`."""
+    lines = ["mnemo-trace 4", "meta source synthetic devices", "meta recorded_by pytorch", "meta devices 0 1",
              "meta host_device 2"]
     lines += [f"frame {i + 1} {ln} {f} {name}" for i, (ln, f, name) in enumerate(STACK_FRAMES)]
     lines += [f"stack {s} " + " ".join(map(str, fr)) for s, fr in STACKS.items()]
@@ -343,6 +371,11 @@ def write_multi_device_trace(path):
             a = base + k * 0x1000000
             lines.append(f"{t} alloc 0 0x{a:x} {mib * MIB} 0 {dev} {1 + k % 3}")
             addrs.append((a, mib))
+            if dev == 0 and k == 0:
+                lines.append(f"annotate {t + 1} 0 start 1 forward")
+            if dev == 0 and k == 1:
+                lines.append(f"annotate {t + 1} 0 end 0 forward")
+                lines.append(f"annotate {t + 2} 0 mark 0 checkpoint%201")
         if dev == 1:
             t += 10
             lines.append(f"{t} oom 0 0x{1 << 30:x} {3 << 30} 0 1 0")
@@ -534,7 +567,7 @@ def main():
             report(st_trace, st_page)
             sd = page_data(open(st_page, encoding="utf-8").read())
             sentries, _, _, _ = read_trace(st_trace)
-            slive = live_after(sentries, sd["peak_entry"])
+            slive = live_after(sentries, sd["peak_alloc_entry"])  # who holds the peak of allocated bytes
             want = {}
             for i in slive:
                 e = sentries[i]
@@ -549,6 +582,21 @@ def main():
             got_groups = {k: (n, byt) for k, n, byt in groups}
             check(got_groups == want, f"who holds the peak, by top 2 user frames: {got_groups} == {want}")
             check([g[2] for g in groups] == sorted((g[2] for g in groups), reverse=True), "groups largest first")
+            check(any(k.startswith(NODE) for k, _, _ in groups) and
+                  not any(re.search(r"unwind|CachingAllocator|gather_with_cpp|Register|thread48\.o|execute_native", k)
+                          for k, _, _ in groups),
+                  "the stack rule: a backward-pass allocation groups under its autograd node, no group under an "
+                  "allocator-internal frame or an object file")
+            b.eval("document.getElementById('mn-group-depth').value = '1';"
+                   "document.getElementById('mn-group-depth').dispatchEvent(new Event('change')); 1")
+            keys1 = json.loads(b.eval(
+                "JSON.stringify(Array.from(document.querySelectorAll('#mn-holders-table tr.grp')).map(function (r) {"
+                " return r.cells[0].textContent.replace(/^[\\u25b8\\u25be]/, ''); }))"))
+            want1 = {EXPECTED_KEYS[sentries[i]["stack"]].split("\n")[0] for i in slive if sentries[i]["stack"]}
+            check(set(keys1) - {"(no stack: allocated before recording)", "(no stack recorded)"} == want1,
+                  f"grouped by the first user frame: {sorted(keys1)} == {sorted(want1)}")
+            b.eval("document.getElementById('mn-group-depth').value = '2';"
+                   "document.getElementById('mn-group-depth').dispatchEvent(new Event('change')); 1")
             b.eval("document.querySelector('#mn-holders-table tr.grp td .tog:not(:empty)').parentNode.parentNode.click(); 1")
             opened = b.eval("(function () { var r = Array.from(document.querySelectorAll('#mn-holders-table tr.stk'))"
                             ".filter(function (x) { return x.style.display !== 'none'; }); return r.length ? "
@@ -569,7 +617,8 @@ def main():
             k = max(range(len(bands)), key=lambda j: (bands[j][4], -j))
             tip, kind = hover(b, f"mnReport.bandPixel({k})")
             expect_frame = {1: "/home/u/model.py:42 forward", 2: "/home/u/model.py:55 forward",
-                            3: "/home/u/my optim.py:12 step"}.get(sentries[bands[k][0]]["stack"], "no stack")
+                            3: "/home/u/my optim.py:12 step", 4: "MulBackward0::apply",
+                            5: "/home/u/model.py:42 forward"}.get(sentries[bands[k][0]]["stack"], "no stack")
             check(kind == "band" and f"entry {bands[k][0]}:" in tip and str(bands[k][4]) in tip and expect_frame in tip,
                   f"hover on the largest band names its allocation (entry {bands[k][0]}, {bands[k][4]} B, "
                   f"{expect_frame!r}) ({tip[:100]!r})")
@@ -626,8 +675,7 @@ def main():
                 if with_stack:
                     k, size, own = max(with_stack, key=lambda x: x[1])
                     tip, kind = hover(b, f"mnReport.blockPixel({k})")
-                    frame = {1: "/home/u/model.py:42 forward", 2: "/home/u/model.py:55 forward",
-                             3: "/home/u/my optim.py:12 step"}[sentries[own]["stack"]]
+                    frame = EXPECTED_KEYS[sentries[own]["stack"]].split("\n")[0]
                     check(kind == "block" and f"allocated at entry {own}" in tip and "stack:" in tip and frame in tip,
                           f"hover on a block of the state map gives its entry {own} and stack {frame!r} ({tip[:120]!r})")
                 else:
@@ -676,6 +724,16 @@ def main():
                 if dev == 0:
                     check(b.eval("document.getElementById('sec-ooms').style.display") == "none",
                           "device 0 has no OOM section")
+                    anns = json.loads(b.eval("JSON.stringify(mnReport.annotations())"))
+                    check(sorted(a[0] for a in anns) == ["checkpoint 1", "forward"] and
+                          any(a[0] == "forward" and a[2] is not None and a[2] > a[1] for a in anns),
+                          f"device 0's annotations: the range forward and the mark 'checkpoint 1' ({anns})")
+                    for j, a in enumerate(anns):
+                        tip, kind = hover(b, f"mnReport.annotationPixel({j})")
+                        want = ("annotated range: forward" if a[0] == "forward" else "annotation: checkpoint 1")
+                        check(kind == "annotation" and want in tip and
+                              (a[0] != "forward" or "/home/u/model.py:42 forward" in tip),
+                              f"hover on the annotation {a[0]!r} names it ({tip[:100]!r})")
 
             # 3c. a state-only dump: the dump's state, no timeline
             so_trace, so_page = os.path.join(tmp, "state.trace"), os.path.join(tmp, "state.html")
@@ -717,6 +775,10 @@ def main():
                     sj = json.loads(r.stdout)
                 except ValueError:
                     sj = {}
+                hidden = [f["name"] for a in sj.get("allocations", []) for f in a["frames"]
+                          if any(x in f["name"] for x in ("unwind::unwind", "CapturedTraceback::gather",
+                                                           "gather_with_cpp", "CachingAllocator::"))]
+                check(not hidden, f"{name}: snapshot --json leaves the allocator-internal frames out ({hidden[:2]})")
                 shape = (sj.get("allocations") is not None and all(
                     set(a) >= {"size", "stream", "frames", "requested", "entry"} and
                     all(set(f) == {"file", "line", "name"} for f in a["frames"]) for a in sj["allocations"]))

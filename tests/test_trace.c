@@ -1,6 +1,7 @@
 /* tests/test_trace.c: the trace format (docs/TRACE_FORMAT.md): parser accepts and
  * rejects with line numbers, writer round trip, version 3 (frames, stacks,
- * percent-encoding, interning, the writer's cuts), recorder sink, replay on SIM;
+ * percent-encoding, interning, the writer's cuts), version 4 (annotations
+ * among the entries, their errors, host faults), recorder sink, replay on SIM;
  * 100k meta keys parse and write in linear time; the readers (trace, RMM CSV)
  * and the writer refuse a FIFO, a folder or a device at once. */
 #include <stdint.h>
@@ -102,7 +103,7 @@ MN_TEST(parse_rejects_with_line_numbers) {
       {"mnemo-trace 1\n", "t.trace:1: truncated file: no end line"},
       {"hello\nend 0\n", "t.trace:1: not a mnemo trace"},
       {"# comment first\nmnemo-trace 1\nend 0\n", "t.trace:1: not a mnemo trace"},
-      {"mnemo-trace 4\nend 0\n", "t.trace:1: unsupported trace version 4"},
+      {"mnemo-trace 5\nend 0\n", "t.trace:1: unsupported trace version 5"},
       {"mnemo-trace 1\n0 alloc 0 0x10 8 0 1\nend 1\n", "t.trace:2: event line has 7 fields, expected 5 to 6"},
       {"mnemo-trace 2\n0 alloc 0 0x10 8 0 x\nend 1\n", "t.trace:2: device \"x\" is not a decimal"},
       {"mnemo-trace x\nend 0\n", "t.trace:1: bad version line"},
@@ -663,6 +664,266 @@ MN_TEST(v3_host_faults) {
   MN_CHECK_OK(v3_workload());
 }
 
+/* ---- version 4: annotations ---- */
+
+static void same_annotations(const mn_trace_t *a, const mn_trace_t *b) {
+  MN_CHECK(a->nannotations == b->nannotations);
+  for (size_t i = 0; i < a->nannotations && i < b->nannotations; i++) {
+    const mn_trace_annotation_t *x = &a->annotations[i], *y = &b->annotations[i];
+    MN_CHECK(x->time_us == y->time_us && x->entry == y->entry && x->device == y->device && x->stack == y->stack &&
+             x->stage == y->stage && !strcmp(x->name, y->name));
+  }
+}
+
+/* Annotations before the pre lines, between them, among the events and after
+ * the last one, with and without a stack, names with blanks, %, a tab, UTF-8
+ * and none: written as version 4, read back the same, the text stable. */
+MN_TEST(v4_round_trip) {
+  mn_trace_t *t = NULL;
+  MN_CHECK_OK(mn_trace_create(&t));
+  if (!t) return;
+  uint32_t f1 = 0, s1 = 0;
+  MN_CHECK_OK(mn_trace_frame_add(t, "train.py", 7, "step", &f1));
+  MN_CHECK_OK(mn_trace_stack_add(t, &f1, 1, &s1));
+  mn_trace_annotation_t a = {.time_us = 0, .device = 0, .stage = MN_TRACE_ANNOTATION_START, .name = "whole run"};
+  MN_CHECK_OK(mn_trace_annotation_add(t, &a));
+  mn_trace_entry_t pre = {.action = MN_TRACE_ALLOC, .pre = true, .address = 0x100, .size = 8};
+  MN_CHECK_OK(mn_trace_append(t, &pre));
+  a = (mn_trace_annotation_t){.device = 1, .stage = MN_TRACE_ANNOTATION_MARK, .name = "between pre lines",
+                              .entry = 99 /* ignored */};
+  MN_CHECK_OK(mn_trace_annotation_add(t, &a));
+  pre.address = 0x200;
+  MN_CHECK_OK(mn_trace_append(t, &pre));
+  mn_trace_entry_t e = {.action = MN_TRACE_ALLOC, .time_us = 5, .address = 0x300, .size = 16, .stack = s1};
+  MN_CHECK_OK(mn_trace_append(t, &e));
+  a = (mn_trace_annotation_t){.time_us = 6, .stage = MN_TRACE_ANNOTATION_START, .stack = s1,
+                              .name = " forward 100%\tdone caf\xc3\xa9 "};
+  MN_CHECK_OK(mn_trace_annotation_add(t, &a));
+  a = (mn_trace_annotation_t){.time_us = 6, .stage = MN_TRACE_ANNOTATION_MARK, .name = NULL};
+  MN_CHECK_OK(mn_trace_annotation_add(t, &a));
+  e = (mn_trace_entry_t){.action = MN_TRACE_FREE_REQUESTED, .time_us = 9, .address = 0x300, .size = 16};
+  MN_CHECK_OK(mn_trace_append(t, &e));
+  a = (mn_trace_annotation_t){.time_us = 10, .stage = MN_TRACE_ANNOTATION_END, .stack = s1,
+                              .name = " forward 100%\tdone caf\xc3\xa9 "};
+  MN_CHECK_OK(mn_trace_annotation_add(t, &a));
+  MN_CHECK(t->nannotations == 5 && t->nentries == 4);
+  static const size_t want_entry[] = {0, 1, 3, 3, 4};
+  for (size_t i = 0; i < 5 && i < t->nannotations; i++) MN_CHECK(t->annotations[i].entry == want_entry[i]);
+  MN_CHECK(t->annotations[3].name && t->annotations[3].name[0] == '\0');
+  char *text = NULL, *text2 = NULL;
+  size_t len = 0, len2 = 0;
+  MN_CHECK_OK(mn_trace_format(t, &text, &len));
+  if (!text) {
+    mn_trace_destroy(t);
+    return;
+  }
+  static const char want[] =
+      "mnemo-trace 4\n"
+      "frame 1 7 train.py step\n"
+      "stack 1 1\n"
+      "annotate 0 0 start 0 whole run\n"
+      "pre alloc 0 0x100 8 0 0 0\n"
+      "annotate 0 1 mark 0 between pre lines\n"
+      "pre alloc 0 0x200 8 0 0 0\n"
+      "5 alloc 0 0x300 16 0 0 1\n"
+      "annotate 6 0 start 1 %20forward 100%25%09done caf%C3%A9%20\n"
+      "annotate 6 0 mark 0\n"
+      "9 free_requested 0 0x300 16 0 0 0\n"
+      "annotate 10 0 end 1 %20forward 100%25%09done caf%C3%A9%20\n"
+      "end 9\n";
+  MN_CHECK(len == strlen(want) && !strcmp(text, want));
+  if (strcmp(text, want)) printf("got:\n%s", text);
+  mn_trace_t *u = NULL;
+  MN_CHECK_OK(mn_trace_parse(text, len, "v4", &u));
+  if (u) {
+    MN_CHECK(u->version == 4);
+    same_v3(t, u);
+    same_annotations(t, u);
+    MN_CHECK_OK(mn_trace_format(u, &text2, &len2));
+    MN_CHECK(text2 && len2 == len && !memcmp(text, text2, len));
+    MN_CHECK_OK(mn_trace_validate(u));
+  }
+  /* a file (mn_trace_write / mn_trace_read) */
+  char *path = tmp_path("v4");
+  mn_trace_t *r = NULL;
+  MN_CHECK_OK(mn_trace_write(t, path));
+  MN_CHECK_OK(mn_trace_read(path, &r));
+  if (r) same_annotations(t, r);
+  unlink(path);
+  mn_trace_destroy(r);
+  mn_trace_destroy(u);
+  free(text);
+  free(text2);
+  mn_trace_destroy(t);
+  /* Without frames the annotations still make it version 4 (every field written);
+   * without annotations nothing changes: version 1. */
+  MN_CHECK_OK(parse_str("mnemo-trace 4\n0 alloc 0 0x10 16\nannotate 3 0 mark 0 x\nend 2\n", &t));
+  if (t) {
+    MN_CHECK(t->nannotations == 1 && t->annotations[0].entry == 1 && t->annotations[0].time_us == 3 &&
+             t->annotations[0].stage == MN_TRACE_ANNOTATION_MARK && !strcmp(t->annotations[0].name, "x"));
+    MN_CHECK_OK(mn_trace_format(t, &text, &len));
+    MN_CHECK(text && !strcmp(text, "mnemo-trace 4\n0 alloc 0 0x10 16 0 0 0\nannotate 3 0 mark 0 x\nend 2\n"));
+    free(text);
+    mn_trace_destroy(t);
+  }
+  MN_CHECK_OK(parse_str("mnemo-trace 4\n  annotate  1 2147483647 end 0 a  b \t\nend 1\n", &t));
+  if (t) {
+    MN_CHECK(t->nannotations == 1 && t->annotations[0].entry == 0 && t->annotations[0].device == INT32_MAX &&
+             t->annotations[0].stage == MN_TRACE_ANNOTATION_END && !strcmp(t->annotations[0].name, "a  b"));
+    mn_trace_destroy(t);
+  }
+  MN_CHECK_OK(parse_str("mnemo-trace 4\n0 alloc 0 0x10 16\nend 1\n", &t));
+  if (t) {
+    MN_CHECK(t->version == 4 && t->nannotations == 0);
+    MN_CHECK_OK(mn_trace_format(t, &text, &len));
+    MN_CHECK(text && !strcmp(text, "mnemo-trace 1\n0 alloc 0 0x10 16\nend 1\n"));
+    free(text);
+    mn_trace_destroy(t);
+  }
+  MN_CHECK(!strcmp(mn_trace_annotation_stage_name(MN_TRACE_ANNOTATION_START), "start") &&
+           !strcmp(mn_trace_annotation_stage_name(MN_TRACE_ANNOTATION_END), "end") &&
+           !strcmp(mn_trace_annotation_stage_name(MN_TRACE_ANNOTATION_MARK), "mark") &&
+           mn_trace_annotation_stage_name((mn_trace_annotation_stage)3) == NULL);
+}
+
+MN_TEST(v4_rejects_with_line_numbers) {
+  static const bad_case_t cases[] = {
+      {"mnemo-trace 3\nannotate 0 0 mark 0 x\nend 1\n", "t.trace:2: annotate line in a version 3 file"},
+      {"mnemo-trace 1\nannotate 0 0 mark 0 x\nend 1\n", "t.trace:2: annotate line in a version 1 file"},
+      {"mnemo-trace 4\nannotate 0 0 begin 0 x\nend 1\n", "t.trace:2: annotation stage \"begin\" is not start, end or mark"},
+      {"mnemo-trace 4\nannotate 0 0 START 0 x\nend 1\n", "t.trace:2: annotation stage \"START\""},
+      {"mnemo-trace 4\nannotate 0 0 mark 1 x\nend 1\n", "t.trace:2: stack \"1\" is not 0 or a stack id (the file has 0 stacks)"},
+      {"mnemo-trace 4\nframe 1 0 f n\nstack 1 1\nannotate 0 0 mark 2 x\nend 1\n",
+       "t.trace:4: stack \"2\" is not 0 or a stack id (the file has 1 stacks)"},
+      {"mnemo-trace 4\nannotate 0 0 mark x y\nend 1\n", "t.trace:2: stack \"x\""},
+      {"mnemo-trace 4\nannotate 0 0 mark 0 a%zz\nend 1\n", "t.trace:2: bad % escape \"%zz\" in the annotation's name"},
+      {"mnemo-trace 4\nannotate 0 0 mark 0 100%\nend 1\n", "t.trace:2: bad % escape \"%\" in the annotation's name"},
+      {"mnemo-trace 4\nannotate 0 0 mark 0 a%00b\nend 1\n", "t.trace:2: %00 (a NUL byte) in the annotation's name"},
+      {"mnemo-trace 4\nannotate 0 0 mark 0 a\tb\nend 1\n", "t.trace:2: tab inside the annotation's name"},
+      {"mnemo-trace 4\nannotate 0 0 mark 0 caf\xc3\xa9\nend 1\n", "t.trace:2: byte 0xc3"},
+      {"mnemo-trace 4\nannotate x 0 mark 0 n\nend 1\n", "t.trace:2: time \"x\" is not a decimal"},
+      {"mnemo-trace 4\nannotate 18446744073709551616 0 mark 0 n\nend 1\n", "t.trace:2: time"},
+      {"mnemo-trace 4\nannotate 0 2147483648 mark 0 n\nend 1\n", "t.trace:2: device \"2147483648\" is not a decimal up to"},
+      {"mnemo-trace 4\nannotate 0 0 mark\nend 1\n", "t.trace:2: annotate line without a stack"},
+      {"mnemo-trace 4\nannotate\nend 1\n", "t.trace:2: annotate line without a time"},
+      {"mnemo-trace 4\nannotate 0 0 mark 0 x\nend 0\n",
+       "t.trace:3: end line counts 0 pre, event and annotate lines, the file has 1"},
+      {"mnemo-trace 4\nannotate 0 0 mark 0 x\n", "t.trace:2: truncated file: no end line after 1 pre, event and annotate"},
+      {"mnemo-trace 4\nannotate 0 0 mark 0 x\nmeta k v\nend 1\n", "t.trace:3: meta line after an annotate line"},
+      {"mnemo-trace 4\nannotate 0 0 mark 0 x\nframe 1 0 f n\nend 1\n", "t.trace:3: frame line after the first annotate line"},
+      {"mnemo-trace 4\nframe 1 0 f n\nannotate 0 0 mark 0 x\nstack 1 1\nend 1\n",
+       "t.trace:4: stack line after the first annotate line"},
+      {"mnemo-trace 4\nend 0\nannotate 0 0 mark 0 x\n", "t.trace:3: text after the end line"},
+      {"mnemo-trace 4\n0 alloc 0 0x10 16\nannotate 0 0 mark 0 x\npre alloc 0 0x20 16\nend 3\n",
+       "t.trace:4: pre line after an event line"},
+      {"mnemo-trace 4\nannotations 0 0 mark 0 x\nend 1\n", "t.trace:2: unknown line kind \"annotations\" (expected meta, frame, stack, pre, annotate,"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    mn_trace_t *t = (mn_trace_t *)&cases[i]; /* must stay untouched */
+    mn_trace_t *before = t;
+    MN_CHECK_ERR(parse_str(cases[i].text, &t), MN_ERR_FORMAT, cases[i].needle);
+    MN_CHECK(t == before);
+  }
+  /* The API refuses what the format does not allow and leaves the trace unchanged. */
+  mn_trace_t *t = NULL;
+  MN_CHECK_OK(mn_trace_create(&t));
+  if (!t) return;
+  mn_trace_annotation_t a = {.stage = (mn_trace_annotation_stage)3, .name = "x"};
+  MN_CHECK_ERR(mn_trace_annotation_add(t, &a), MN_ERR_INVALID_ARGUMENT, "stage 3");
+  a.stage = MN_TRACE_ANNOTATION_MARK;
+  a.stack = 1;
+  MN_CHECK_ERR(mn_trace_annotation_add(t, &a), MN_ERR_INVALID_ARGUMENT, "stack 1 is not a stack id");
+  a.stack = 0;
+  a.device = (uint32_t)INT32_MAX + 1;
+  MN_CHECK_ERR(mn_trace_annotation_add(t, &a), MN_ERR_INVALID_ARGUMENT, "device index 2147483648");
+  a.device = 0;
+  char *longname = malloc(MN_TRACE_LINE_MAX);
+  if (longname) {
+    memset(longname, '%', MN_TRACE_LINE_MAX / 3); /* each byte written %25 */
+    longname[MN_TRACE_LINE_MAX / 3] = '\0';
+    a.name = longname;
+    MN_CHECK_ERR(mn_trace_annotation_add(t, &a), MN_ERR_INVALID_ARGUMENT, "over the 4096-byte line");
+    free(longname);
+  }
+  MN_CHECK_ERR(mn_trace_annotation_add(t, NULL), MN_ERR_INVALID_ARGUMENT, "must not be NULL");
+  MN_CHECK(t->nannotations == 0 && t->annotations == NULL);
+  /* The writer refuses annotations out of order or past the entries (fields changed by hand). */
+  a.name = "ok";
+  MN_CHECK_OK(mn_trace_annotation_add(t, &a));
+  mn_trace_entry_t e = {.action = MN_TRACE_ALLOC, .address = 0x10, .size = 4};
+  MN_CHECK_OK(mn_trace_append(t, &e));
+  MN_CHECK_OK(mn_trace_annotation_add(t, &a));
+  char *text = NULL;
+  size_t len = 0;
+  if (t->nannotations == 2) {
+    t->annotations[0].entry = 1;
+    t->annotations[1].entry = 0;
+    MN_CHECK_ERR(mn_trace_format(t, &text, &len), MN_ERR_INVALID_ARGUMENT, "annotation 1 breaks the format");
+    t->annotations[0].entry = 0;
+    t->annotations[1].entry = 2;
+    MN_CHECK_ERR(mn_trace_format(t, &text, &len), MN_ERR_INVALID_ARGUMENT, "annotation 1 breaks the format");
+    t->annotations[1].entry = 1;
+    t->annotations[1].stage = (mn_trace_annotation_stage)7;
+    MN_CHECK_ERR(mn_trace_format(t, &text, &len), MN_ERR_INVALID_ARGUMENT, "annotation 1 breaks the format");
+    t->annotations[1].stage = MN_TRACE_ANNOTATION_END;
+    MN_CHECK(text == NULL);
+    MN_CHECK_OK(mn_trace_format(t, &text, &len));
+    MN_CHECK(text && !strcmp(text, "mnemo-trace 4\nannotate 0 0 mark 0 ok\n0 alloc 0 0x10 4 0 0 0\n"
+                                   "annotate 0 0 end 0 ok\nend 3\n"));
+    free(text);
+  }
+  mn_trace_destroy(t);
+}
+
+/* Builds a trace with annotations (enough to grow the array), formats,
+ * parses and formats it again. */
+static mn_status v4_workload(void) {
+  mn_trace_t *t = NULL, *u = NULL;
+  char *text = NULL, *text2 = NULL;
+  size_t len = 0, len2 = 0;
+  mn_status st = mn_trace_create(&t);
+  char name[32];
+  for (int i = 0; i < 100 && st == MN_OK; i++) {
+    snprintf(name, sizeof name, "step %d%%", i);
+    mn_trace_annotation_t a = {.time_us = (uint64_t)i, .stage = (mn_trace_annotation_stage)(i % 3), .name = name};
+    st = mn_trace_annotation_add(t, &a);
+    mn_trace_entry_t e = {.action = MN_TRACE_ALLOC, .time_us = (uint64_t)i, .address = 16 * (uint64_t)(i + 1),
+                          .size = 8};
+    if (st == MN_OK) st = mn_trace_append(t, &e);
+  }
+  if (st == MN_OK) st = mn_trace_format(t, &text, &len);
+  if (st == MN_OK) st = mn_trace_parse(text, len, "sweep", &u);
+  if (st == MN_OK) st = mn_trace_format(u, &text2, &len2);
+  if (st == MN_OK && (len != len2 || memcmp(text, text2, len) != 0 || u->nannotations != 100)) st = MN_ERR_INTERNAL;
+  free(text);
+  free(text2);
+  mn_trace_destroy(t);
+  mn_trace_destroy(u);
+  return st;
+}
+
+/* Every host allocation of v4_workload fails in turn: a clean
+ * MN_ERR_OUT_OF_MEMORY with a message, nothing leaked (LSan in the ASan build). */
+MN_TEST(v4_host_faults) {
+  mn__hostmem_fail_nth(INT64_MAX);
+  MN_CHECK_OK(v4_workload());
+  int64_t calls = mn__hostmem_calls();
+  mn__hostmem_fail_nth(0);
+  MN_CHECK(calls > 10);
+  for (int64_t k = 1; k <= calls; k++) {
+    mn__hostmem_fail_nth(k);
+    mn_status st = v4_workload();
+    bool fired = mn__hostmem_fault_fired();
+    mn__hostmem_fail_nth(0);
+    MN_CHECK(fired && st == MN_ERR_OUT_OF_MEMORY && strstr(mn_last_error(), "out of host memory"));
+    if (!fired || st != MN_ERR_OUT_OF_MEMORY) {
+      printf("  fault %lld of %lld: %s %s\n", (long long)k, (long long)calls, mn_status_name(st), mn_last_error());
+      break;
+    }
+  }
+  MN_CHECK_OK(v4_workload());
+}
+
 static bool is_fifo(const char *path) {
   struct stat sb;
   return lstat(path, &sb) == 0 && S_ISFIFO(sb.st_mode);
@@ -1075,6 +1336,9 @@ int main(void) {
   MN_RUN(v3_rejects_with_line_numbers);
   MN_RUN(v3_interning_and_cuts);
   MN_RUN(v3_host_faults);
+  MN_RUN(v4_round_trip);
+  MN_RUN(v4_rejects_with_line_numbers);
+  MN_RUN(v4_host_faults);
   MN_RUN(many_meta_keys);
   MN_RUN(paths_refuse_fifos_folders_and_devices);
   MN_RUN(recorder_sink);

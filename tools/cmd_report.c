@@ -532,6 +532,8 @@ static bool collect_stacks(report_t *r) {
   if (!r->smap || !r->sdepth || !r->sout || !r->fmap || !r->fout) return false;
   for (size_t k = 0; k < r->nholders; k++) ref_stack(r, r->holders[k].stack, true);
   for (size_t k = 0; k < r->nholders_res; k++) ref_stack(r, r->holders_res[k].stack, true);
+  for (size_t k = 0; k < t->nannotations; k++)
+    if (t->annotations[k].device == r->dev) ref_stack(r, t->annotations[k].stack, false);
   if (r->ev)
     for (size_t k = 0; k < r->ev->n; k++)
       if (r->ev->kind[k] == EV_ALLOC && r->ev->own[k] < r->n) ref_stack(r, t->entries[r->ev->own[k]].stack, false);
@@ -940,6 +942,18 @@ static bool write_device_data(FILE *f, const report_t *r, const page_args_t *p, 
     const mn_trace_entry_t *e = &t->entries[r->ooms[k]];
     fprintf(f, "%s[%zu,%" PRId64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu32 "]", k ? "," : "", r->ooms[k],
             e->pre ? (int64_t)-1 : (int64_t)r->tmono[r->ooms[k]], e->size, e->address, e->line);
+  }
+  fputc(']', f);
+  /* annotations (version 4): [entry after it, time, stage (0 mark, 1 start, 2 end), name, stack] */
+  fprintf(f, ",\n\"annotations\": [");
+  const char *asep = "";
+  for (size_t k = 0; k < t->nannotations; k++) {
+    const mn_trace_annotation_t *an = &t->annotations[k];
+    if (an->device != r->dev) continue;
+    fprintf(f, "%s[%zu,%" PRIu64 ",%d,", asep, an->entry, an->time_us, (int)an->stage);
+    mn__tools_json_str(f, an->name ? an->name : "");
+    fprintf(f, ",%" PRIu32 "]", stack_out(r, an->stack));
+    asep = ",";
   }
   fputc(']', f);
   if (!write_events(f, r)) return false;

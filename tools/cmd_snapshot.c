@@ -14,6 +14,7 @@
 #include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/fileio.h"
+#include "stacks.h"
 #include "trace_input.h"
 
 const char cmd_snapshot_usage[] =
@@ -58,13 +59,9 @@ static void find_peak(void *user, const mn_replay_step_t *s) {
   p->last = s->entry;
 }
 
-/* Whether `snapshot --json` leaves a frame out of a stack: the allocator-internal
- * frames memory_viz filters. The one place the rule is applied (it becomes the
- * shared rule of tools/stacks.h); for now every frame is kept. */
-static bool frame_hidden(const mn_trace_frame_t *f) {
-  (void)f;
-  return false;
-}
+/* Whether `snapshot --json` leaves a frame out of a stack: the stack rule's hidden
+ * (allocator-internal) frames, those memory_viz filters (tools/stacks.h). */
+static bool frame_hidden(const mn_trace_frame_t *f) { return mn__tools_frame_is_internal(f); }
 
 typedef struct json_stop_s {
   const mn_trace_t *t;
@@ -187,15 +184,24 @@ static int print_holders(const stop_t *s) {
   }
   static const char *const no_stack[] = {"", ", no stack: allocated before recording", ", no stack recorded"};
   if (t->nstacks) {
-    printf("\nwho holds the memory: %zu live allocations, %.2f MiB asked for, by the stack that allocated them\n",
+    mn__tools_holders_by_key(groups, &ngroups);
+    printf("\nwho holds the memory: %zu live allocations, %.2f MiB asked for, by the first user frame of the stack\n"
+           "that allocated them (allocator-internal frames hidden; the rule: docs/PROFILING.md)\n",
            nlive, (double)total / 1048576.0);
     for (size_t j = 0; j < TOP_STACKS && j < ngroups; j++) {
       const mn__tools_holder_t *g = &groups[j];
-      printf("  %10.2f MiB %5.1f%% in %zu allocation%s%s\n", (double)g->bytes / 1048576.0,
-             total ? 100.0 * (double)g->bytes / (double)total : 0.0, g->count, g->count == 1 ? "" : "s",
-             no_stack[g->kind]);
-      const uint32_t *fr = NULL;
-      size_t nf = mn_trace_stack_get(t, g->stack, &fr);
+      printf("  %10.2f MiB %5.1f%% in %zu allocation%s", (double)g->bytes / 1048576.0,
+             total ? 100.0 * (double)g->bytes / (double)total : 0.0, g->count, g->count == 1 ? "" : "s");
+      if (g->nstacks > 1) printf(" from %zu stacks", g->nstacks);
+      printf("%s\n", no_stack[g->kind]);
+      if (!g->stack) continue;
+      uint32_t fr[FRAMES_SHOWN];
+      /* the first user frame and those outward of it; a stack without one: what is not internal */
+      size_t nf = mn__tools_stack_user_frames(t, g->stack, fr, FRAMES_SHOWN);
+      if (!nf) {
+        nf = mn__tools_stack_shown_frames(t, g->stack, fr, FRAMES_SHOWN);
+        printf("      (no user frame%s)\n", nf ? "; the frames not internal:" : ": only allocator-internal frames");
+      }
       for (size_t f = 0; f < nf && f < FRAMES_SHOWN; f++) print_frame(t, fr[f], "      ");
       if (nf > FRAMES_SHOWN) printf("      ... %zu more frames\n", nf - FRAMES_SHOWN);
     }
@@ -206,8 +212,8 @@ static int print_holders(const stop_t *s) {
       const mn_trace_entry_t *e = &t->entries[live[j]];
       printf("  %p %12.2f KiB  trace %s %" PRIu32 "%s\n", s->live[live[j]], (double)e->size / 1024.0,
              e->line ? "line" : "entry", e->line ? e->line : (uint32_t)live[j], e->pre ? " (before recording)" : "");
-      const uint32_t *fr = NULL;
-      if (mn_trace_stack_get(t, e->stack, &fr)) print_frame(t, fr[0], "      at ");
+      uint32_t key = mn__tools_stack_key(t, e->stack);
+      if (key) print_frame(t, key, "      at ");
     }
   }
   free(groups);

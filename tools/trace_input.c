@@ -3,6 +3,7 @@
  * traces relative to the executable, and writes JSON strings for every command's
  * output. Single-threaded (the CLI's main thread). */
 #include "trace_input.h"
+#include "stacks.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -221,7 +222,7 @@ bool mn__tools_holders(const mn_trace_t *t, size_t *live, size_t n, mn__tools_ho
   for (size_t k = 0; k < n; k++) {
     const mn_trace_entry_t *e = &t->entries[live[k]];
     g[k] = (mn__tools_holder_t){e->stack, e->stack ? 0 : e->pre ? 1 : 2, 1, e->size,
-                                mn__tools_recorded_block(e)};
+                                mn__tools_recorded_block(e), 0, e->stack ? 1 : 0};
   }
   qsort(g, n, sizeof *g, cmp_holder_key);
   size_t m = 0;
@@ -234,10 +235,49 @@ bool mn__tools_holders(const mn_trace_t *t, size_t *live, size_t n, mn__tools_ho
       g[m++] = g[k];
     }
   }
+  for (size_t k = 0; k < m; k++) g[k].key = mn__tools_stack_key(t, g[k].stack);
   qsort(g, m, sizeof *g, cmp_holder_bytes);
   *groups = g;
   *ngroups = m;
   return true;
+}
+
+/* By first user frame; a stack without one is its own group (then by stack id). */
+static int cmp_holder_user_key(const void *a, const void *b) {
+  const mn__tools_holder_t *x = a, *y = b;
+  if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+  if (x->key != y->key) return x->key < y->key ? -1 : 1;
+  return x->key ? 0 : x->stack < y->stack ? -1 : x->stack > y->stack;
+}
+
+static int cmp_holder_user_bytes(const void *a, const void *b) {
+  const mn__tools_holder_t *x = a, *y = b;
+  if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
+  int c = cmp_holder_user_key(a, b);
+  return c ? c : x->stack < y->stack ? -1 : x->stack > y->stack;
+}
+
+/* By key, the most bytes first within one (so a group's first member is its largest stack). */
+static int cmp_holder_key_then_bytes(const void *a, const void *b) {
+  int c = cmp_holder_user_key(a, b);
+  return c ? c : cmp_holder_user_bytes(a, b);
+}
+
+void mn__tools_holders_by_key(mn__tools_holder_t *g, size_t *ngroups) {
+  size_t n = *ngroups, m = 0;
+  qsort(g, n, sizeof *g, cmp_holder_key_then_bytes);
+  for (size_t k = 0; k < n; k++) {
+    if (m && !cmp_holder_user_key(&g[m - 1], &g[k])) {
+      g[m - 1].count += g[k].count;
+      g[m - 1].nstacks += g[k].nstacks;
+      g[m - 1].bytes = mn__tools_sat_add_u64(g[m - 1].bytes, g[k].bytes);
+      g[m - 1].block_bytes = mn__tools_sat_add_u64(g[m - 1].block_bytes, g[k].block_bytes);
+    } else {
+      g[m++] = g[k];
+    }
+  }
+  qsort(g, m, sizeof *g, cmp_holder_user_bytes);
+  *ngroups = m;
 }
 
 /* (trace_input.h) */

@@ -55,16 +55,24 @@ void mn__tools_sort_by_size(const mn_trace_t *t, size_t *idx, size_t n);
 
 /* A group of live allocations that one stack allocated ("who holds the memory"). */
 typedef struct mn__tools_holder_s {
-  uint32_t stack; /* trace stack id, 0: none */
+  uint32_t stack; /* trace stack id, 0: none (grouped by key: the stack holding the most bytes) */
   int kind;       /* 0: with a stack; 1: no stack, allocated before recording; 2: no stack recorded */
   size_t count;
   uint64_t bytes, block_bytes; /* asked for; recorded block bytes (mn__tools_recorded_block); saturated sums */
+  uint32_t key;   /* the stack's first user frame (mn__tools_stack_key, tools/stacks.h); 0: none */
+  size_t nstacks; /* distinct stacks in the group (1 when grouped by stack, 0 without one) */
 } mn__tools_holder_t;
 
 /* Sorts live[0..n) (indices of alloc entries of t) largest request first, and
  * groups them by the stack that allocated them into *groups (malloc'ed, the most
  * bytes first; *ngroups). false (nothing allocated) for want of host memory. */
 bool mn__tools_holders(const mn_trace_t *t, size_t *live, size_t n, mn__tools_holder_t **groups, size_t *ngroups);
+
+/* Merges groups[0..*ngroups) that mn__tools_holders made by stack into groups by
+ * their first user frame (`key`; stacks without one stay apart), in place: sums
+ * their counts and bytes, keeps the stack of the most bytes, the most bytes
+ * first; *ngroups becomes the new count. The rule: tools/stacks.h. */
+void mn__tools_holders_by_key(mn__tools_holder_t *groups, size_t *ngroups);
 
 /* Where the CLI finds what it ships: MN__TOOLS_SCRIPT for import_torch_snapshot.py
  * and export_torch_snapshot.py, MN__TOOLS_DATA for the sample traces' folder

@@ -13,9 +13,10 @@
 extern "C" {
 #endif
 
-#define MN_TRACE_FORMAT_VERSION 3 /* the newest version; mn_trace_write writes 3 when
-                                     the trace holds frames (stacks), else 1 when
-                                     every entry is on device 0, else 2 */
+#define MN_TRACE_FORMAT_VERSION 4 /* the newest version; mn_trace_write writes 4 when
+                                     the trace holds annotations, else 3 when it
+                                     holds frames (stacks), else 1 when every
+                                     entry is on device 0, else 2 */
 #define MN_TRACE_LINE_MAX 4096    /* bytes per line, newline excluded */
 #define MN_TRACE_META_KEY_MAX 63  /* bytes per meta key */
 #define MN_TRACE_STACK_MAX 128    /* frames per stack that writers keep (the innermost) */
@@ -41,6 +42,25 @@ typedef struct mn_trace_frame_s {
   uint32_t line; /* 0 when unknown */
 } mn_trace_frame_t;
 
+/* The stage of an annotation (version 4): a point in time, or the start or
+ * end of a named range (PyTorch's `annotate` trace events, stage START/END). */
+typedef enum {
+  MN_TRACE_ANNOTATION_MARK,
+  MN_TRACE_ANNOTATION_START,
+  MN_TRACE_ANNOTATION_END
+} mn_trace_annotation_stage;
+
+/* One `annotate` line (version 4): a user's label at a moment of the trace.
+ * Not an entry: replay never sees it. */
+typedef struct mn_trace_annotation_s {
+  uint64_t time_us;   /* microseconds since the trace's origin, like an event's */
+  size_t entry;       /* index of the first entry after it (nentries if none) */
+  uint32_t device;    /* the trace's device index */
+  uint32_t stack;     /* stack id (1..nstacks), 0: none */
+  mn_trace_annotation_stage stage;
+  char *name;         /* decoded; any bytes but NUL, may be "" */
+} mn_trace_annotation_t;
+
 typedef struct mn_trace_meta_s {
   char *key;   /* [A-Za-z0-9_.-]{1,63} */
   char *value; /* may be empty */
@@ -49,7 +69,7 @@ typedef struct mn_trace_meta_s {
 /* A trace in memory. Fields are read-only for callers: change it through
  * the functions below, which keep the arrays valid. */
 typedef struct mn_trace_s {
-  unsigned version;          /* the version read (1 to 3); 1 for a new trace */
+  unsigned version;          /* the version read (1 to 4); 1 for a new trace */
   size_t nentries;           /* pre lines first, then events, in file order */
   mn_trace_entry_t *entries;
   size_t nmeta;
@@ -66,6 +86,10 @@ typedef struct mn_trace_s {
                                 innermost (most recent call) first */
   uint32_t *stack_start;     /* nstacks + 1 offsets, stack_start[0] = 0 (NULL while nstacks = 0) */
   uint32_t *stack_frames;
+  /* Version 4: annotations in file order, entry non-decreasing (read-only;
+   * add them with mn_trace_annotation_add). */
+  size_t nannotations;
+  mn_trace_annotation_t *annotations;
   struct mn__trace_intern_s *intern_; /* private: capacities and the intern hash tables */
 } mn_trace_t;
 
@@ -83,7 +107,8 @@ MN_API MN_NODISCARD mn_status mn_trace_read(const char *path, mn_trace_t **out);
  * `name` (may be NULL: "<memory>") prefixes error messages. */
 MN_API MN_NODISCARD mn_status mn_trace_parse(const char *text, size_t len, const char *name, mn_trace_t **out);
 /* Writes the trace in the format (version line, meta, frames, stacks, pre
- * lines, events, end line; version 3 when the trace has frames, else 2 when
+ * lines, events with the annotations among them, end line; version 4 when the
+ * trace has annotations, else 3 when the trace has frames, else 2 when
  * an entry is on a device other than 0, else 1); fails with MN_ERR_INVALID_ARGUMENT, writing nothing, when an entry or
  * meta key breaks the format's rules. Writes through a temporary file renamed
  * over `path`. */
@@ -121,6 +146,18 @@ MN_API MN_NODISCARD mn_status mn_trace_stack_add(mn_trace_t *t, const uint32_t *
 MN_API size_t mn_trace_stack_get(const mn_trace_t *t, uint32_t id, const uint32_t **frame_ids);
 /* Frame `id` (1..nframes), or NULL. */
 MN_API const mn_trace_frame_t *mn_trace_frame_get(const mn_trace_t *t, uint32_t id);
+
+/* ---- annotations (version 4) ----------------------------------------------------
+ * Appends an annotation at the current end of the trace: its `entry` is
+ * ignored and set to nentries (the entries appended later come after it), so
+ * a writer interleaves mn_trace_append and mn_trace_annotation_add in file
+ * order. The name is copied (NULL: ""). MN_ERR_INVALID_ARGUMENT for a stage
+ * that is not a mn_trace_annotation_stage, a device over INT32_MAX, a stack
+ * that is neither 0 nor a stack id, or a name whose line would pass
+ * MN_TRACE_LINE_MAX bytes; the trace is unchanged on failure. */
+MN_API MN_NODISCARD mn_status mn_trace_annotation_add(mn_trace_t *t, const mn_trace_annotation_t *a);
+/* "mark", "start" or "end" (NULL for any other value). */
+MN_API const char *mn_trace_annotation_stage_name(mn_trace_annotation_stage stage);
 
 /* Checks the liveness rules (an address is allocated at most once at a time,
  * frees free a live address); the message names the line (or entry index). */

@@ -44,13 +44,18 @@ class _Frame(C.Structure):
     _fields_ = [("file", C.c_char_p), ("name", C.c_char_p), ("line", C.c_uint32)]
 
 
+class _Annotation(C.Structure):
+    _fields_ = [("time_us", C.c_uint64), ("entry", C.c_size_t), ("device", C.c_uint32), ("stack", C.c_uint32),
+                ("stage", C.c_int), ("name", C.c_char_p)]
+
+
 class _Trace(C.Structure):
     _fields_ = [("version", C.c_uint), ("nentries", C.c_size_t), ("entries", C.POINTER(_Entry)),
                 ("nmeta", C.c_size_t), ("meta", C.POINTER(_Meta)), ("capacity", C.c_size_t),
                 ("meta_capacity", C.c_size_t), ("origin_ns", C.c_uint64), ("dropped", C.c_uint64),
                 ("nframes", C.c_size_t), ("frames", C.POINTER(_Frame)), ("nstacks", C.c_size_t),
                 ("stack_start", C.POINTER(C.c_uint32)), ("stack_frames", C.POINTER(C.c_uint32)),
-                ("intern_", VP)]
+                ("nannotations", C.c_size_t), ("annotations", C.POINTER(_Annotation)), ("intern_", VP)]
 
 
 class _RecorderStats(C.Structure):
@@ -106,6 +111,7 @@ declare("mn_trace_replay", "status", [_TP, VP, C.POINTER(_ReplayOptions), C.POIN
 # The C sink every recorder is attached with, as a plain function address.
 _SINK_FN = C.cast(lib.mn_trace_recorder_sink_fn, VP).value
 _ACTIONS = tuple(lib.mn_trace_action_name(i).decode() for i in range(9))
+_STAGES = ("mark", "start", "end")  # mn_trace_annotation_stage
 
 # ---- traces as dicts --------------------------------------------------------------
 
@@ -128,7 +134,13 @@ def _trace_dict(t):
     stacks = []
     for s in range(t.nstacks):
         stacks.append([t.stack_frames[k] for k in range(t.stack_start[s], t.stack_start[s + 1])])
-    return {"version": t.version, "meta": meta, "entries": entries, "frames": frames, "stacks": stacks}
+    annotations = []
+    for i in range(t.nannotations):
+        a = t.annotations[i]
+        annotations.append({"time_us": a.time_us, "entry": a.entry, "device": a.device, "stack": a.stack,
+                            "stage": _STAGES[a.stage] if 0 <= a.stage < 3 else "invalid", "name": _dec(a.name)})
+    return {"version": t.version, "meta": meta, "entries": entries, "frames": frames, "stacks": stacks,
+            "annotations": annotations}
 
 
 def _path_arg(path, what="path"):
@@ -144,7 +156,9 @@ def read_trace(path):
     "meta" (key -> value strings), "entries" (a list of dicts: action name,
     pre, time_us, stream, address, size, block_size, device, stack (0: none),
     line), "frames" (frame id i+1 is frames[i]: {file, name, line}) and
-    "stacks" (stack id s is stacks[s-1]: its frame ids, innermost first).
+    "stacks" (stack id s is stacks[s-1]: its frame ids, innermost first) and
+    "annotations" (version 4: dicts of time_us, entry (the index of the first
+    entry after it), device, stack, stage ("start", "end" or "mark"), name).
     MnemoError (io_error, format_error naming the line) on a bad file."""
     p = _path_arg(path)
     t = _TP()

@@ -135,6 +135,23 @@ class ReadTrace(unittest.TestCase):
         used = {e["stack"] for e in t["entries"]} - {0}
         self.assertTrue(used and max(used) <= len(t["stacks"]))
 
+    def test_annotations_v4(self):
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "corpus", "trace",
+                            "v4_annotations.trace")
+        t = P.read_trace(path)
+        self.assertEqual(t["version"], 4)
+        self.assertEqual(t["meta"]["host_device"], "2")
+        self.assertEqual(len(t["entries"]), 7)
+        a = t["annotations"]
+        self.assertEqual([(x["stage"], x["entry"], x["device"], x["stack"]) for x in a],
+                         [("start", 0, 0, 0), ("mark", 1, 1, 0), ("start", 3, 0, 1), ("end", 5, 0, 1),
+                          ("mark", 7, 1, 0)])
+        self.assertEqual(a[0]["name"], "whole run")
+        self.assertEqual(a[1]["name"], "")
+        self.assertEqual(a[2]["name"], "forward 100% caf\u00e9\tx")
+        self.assertEqual(a[2]["time_us"], 2)
+        self.assertEqual(P.read_trace(CTX)["annotations"], [])
+
     def test_errors(self):
         with self.assertRaises(mnemo.MnemoError) as cm:
             P.read_trace("/nonexistent/x.trace")
