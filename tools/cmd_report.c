@@ -1240,6 +1240,15 @@ int cmd_report(int argc, char **argv) {
     qsort(devs, ndevs, sizeof *devs, cmp_u32);
     if (!ndevs) devs[ndevs++] = 0;
   }
+  size_t ntrace_devs = 0; /* distinct devices in the trace (its torch_* keys are the only one's) */
+  {
+    uint32_t seen[MAX_DEVICES];
+    for (size_t i = 0; i < t->nentries && ntrace_devs < MAX_DEVICES; i++) {
+      size_t k = 0;
+      while (k < ntrace_devs && seen[k] != t->entries[i].device) k++;
+      if (k == ntrace_devs) seen[ntrace_devs++] = t->entries[i].device;
+    }
+  }
   uint64_t host_dev = UINT64_MAX;
   if (mn_trace_meta_get(t, "host_device") && mn_trace_meta_get_u64(t, "host_device", &host_dev) != MN_OK)
     host_dev = UINT64_MAX;
@@ -1271,7 +1280,7 @@ int cmd_report(int argc, char **argv) {
     char lb[64];
     if (devs[k] == host_dev) snprintf(lb, sizeof lb, "pinned host memory");
     else snprintf(lb, sizeof lb, "cuda:%" PRIu32, devs[k]);
-    device_args_t da = {path, title, configs, nconfigs, as_recorded, (int)devs[k], ndevs == 1, devs[k] == host_dev,
+    device_args_t da = {path, title, configs, nconfigs, as_recorded, (int)devs[k], ntrace_devs <= 1, devs[k] == host_dev,
                         lb, k == 0, sum};
     int drc = report_device(f, t, &da);
     if (drc) {
