@@ -802,6 +802,11 @@ def main():
             # bounded but for the replay allocator's events (about 30 bytes per entry; a
             # 1M-entry trace gives a ~35 MB page: docs/PROFILING.md)
             check(bd["entries"] >= 100_000 and size < 5_000_000, f"100k entries: the page holds {size} bytes (< 5 MB)")
+            seg_streams = sorted({seg["stream"] for seg in bd["segments"]})
+            check(set(seg_streams) <= {0, 7} and 7 in seg_streams,
+                  f"100k: the segment map names the recorded streams (0 and 7), not the SIM streams the replay made "
+                  f"({seg_streams})")
+            check(sorted(int(x) for x in bd["streams"]) == [0, 7], f"100k: tooltips' streams are the trace's ({bd['streams']})")
             drawn = json.loads(render(b, big_page, "100k"))
             check(drawn["tl"] > 0 and drawn["act"] > 0, f"100k: canvases drawn ({drawn})")
             check(b.eval("document.getElementById('mn-peak-reserved').dataset.bytes") == str(bruns[0]["peak_reserved"]),

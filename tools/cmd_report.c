@@ -89,6 +89,8 @@ typedef struct evlog_s {
   double *addr, *size;
   size_t n, cap, tagged; /* events [0, tagged) have their entry */
   bool oom;
+  bool streams_only;        /* keep no events: only the stream map below */
+  size_t pend_alloc;        /* streams_only: alloc events since the last step */
   uint64_t last_stream;     /* the replay stream of the last alloc event */
   uint64_t sim_stream[64], rec_stream[64]; /* replay stream id -> the trace's, from the first alloc on it */
   size_t nsim;
@@ -111,6 +113,13 @@ static void ev_sink(void *user, const mn_trace_event_t *e) {
     case MN_TRACE_SEGMENT_MAP: kind = EV_MAP; break;
     case MN_TRACE_SEGMENT_UNMAP: kind = EV_UNMAP; break;
     default: return; /* free_requested (the block stays taken until completed), empty_cache, oom */
+  }
+  if (ev->streams_only) {
+    if (kind == EV_ALLOC) {
+      ev->last_stream = e->stream_id;
+      ev->pend_alloc++;
+    }
+    return;
   }
   if (ev->oom) return;
   if (ev->n == ev->cap) {
@@ -147,10 +156,26 @@ static void evlog_free(evlog_t *ev) {
   free(ev->size);
 }
 
+/* Notes that the replay's stream `sim` serves the trace's stream of entry i. */
+static void map_stream(evlog_t *ev, uint64_t sim, const mn_trace_entry_t *e) {
+  size_t k = 0;
+  while (k < ev->nsim && ev->sim_stream[k] != sim) k++;
+  if (k == ev->nsim && k < 64) {
+    ev->sim_stream[k] = sim;
+    ev->rec_stream[k] = e->stream;
+    ev->nsim++;
+  }
+}
+
 static void on_step(void *user, const mn_replay_step_t *st) {
   step_ctx_t *cx = user;
   timeline_t *tl = cx->tl;
-  if (cx->ev) { /* the events since the last step were caused by this entry */
+  if (cx->ev && cx->ev->streams_only) {
+    evlog_t *ev = cx->ev;
+    if (ev->pend_alloc == 1 && cx->t->entries[st->entry].action == MN_TRACE_ALLOC)
+      map_stream(ev, ev->last_stream, &cx->t->entries[st->entry]);
+    ev->pend_alloc = 0;
+  } else if (cx->ev) { /* the events since the last step were caused by this entry */
     evlog_t *ev = cx->ev;
     uint32_t at = st->entry > UINT32_MAX - 1 ? UINT32_MAX - 1 : (uint32_t)st->entry;
     size_t nalloc = 0, last = 0;
@@ -165,16 +190,11 @@ static void on_step(void *user, const mn_replay_step_t *st) {
      * blocks laid out in the pre segments (matched by address afterwards) */
     if (nalloc == 1 && cx->t->entries[st->entry].action == MN_TRACE_ALLOC) {
       ev->own[last] = at;
-      size_t k = 0;
-      while (k < ev->nsim && ev->sim_stream[k] != ev->last_stream) k++;
-      if (k == ev->nsim && k < 64) {
-        ev->sim_stream[k] = ev->last_stream;
-        ev->rec_stream[k] = cx->t->entries[st->entry].stream;
-        ev->nsim++;
-      }
+      map_stream(ev, ev->last_stream, &cx->t->entries[st->entry]);
     }
     ev->tagged = ev->n;
   }
+  if (!tl) return;
   if (tl->n == tl->cap) {
     size_t cap = tl->cap ? tl->cap * 2 : 4096;
     sample_t *ns = realloc(tl->s, cap * sizeof *ns);
@@ -243,6 +263,7 @@ typedef struct report_s {
   size_t peak_res, peak_alloc;           /* entries: first step at the replay's peak reserved / allocated */
   bool state_only;                       /* a dump without history (`meta state_only 1` or no events) */
   const evlog_t *ev;                     /* the replay allocator's events (NULL: none) */
+  const evlog_t *stop_streams;           /* the stream map of the replay stopped at the peak reserved */
   double *rblk;                          /* per alloc entry: the replay's block bytes (0: none, e.g. OOM) */
   size_t *ooms, nooms;                   /* the device's recorded oom entries */
   uint64_t *streams;
@@ -720,10 +741,11 @@ static void write_stacks(FILE *f, const report_t *r) {
   fputc(']', f);
 }
 
-/* The trace's (recorded) stream id of a replay stream id: the stream of the trace
- * entry whose allocation first used it; the replay's own id when none did. */
+/* The trace's (recorded) stream id of a stream of the replay that took the
+ * snapshot at the peak (each replay creates its own streams): the stream of the
+ * trace entry whose allocation first used it; the replay's own id when none did. */
 static uint64_t recorded_stream(const report_t *r, uint64_t sim) {
-  const evlog_t *ev = r->ev;
+  const evlog_t *ev = r->stop_streams;
   for (size_t k = 0; ev && k < ev->nsim; k++)
     if (ev->sim_stream[k] == sim) return ev->rec_stream[k];
   return sim;
@@ -996,8 +1018,10 @@ static int cmp_u32(const void *a, const void *b) {
 static int report_device(FILE *f, const mn_trace_t *t, const device_args_t *da) {
   int rc = 1;
   timeline_t tl = {0};
-  evlog_t ev;
+  evlog_t ev, stop_ev;
   memset(&ev, 0, sizeof ev);
+  memset(&stop_ev, 0, sizeof stop_ev);
+  stop_ev.streams_only = true;
   report_t rep;
   memset(&rep, 0, sizeof rep);
   mn_snapshot_t *snap = NULL;
@@ -1050,6 +1074,10 @@ static int report_device(FILE *f, const mn_trace_t *t, const device_args_t *da) 
   o.stop_after = peak_entry;
   o.at_stop = at_stop;
   o.at_stop_user = &snap;
+  step_ctx_t scx = {t, NULL, &stop_ev};
+  o.on_step = on_step;
+  o.on_step_user = &scx;
+  if (mn_caching_allocator_set_trace_sink(a, ev_sink, &stop_ev) != MN_OK) goto fail;
   mn_replay_result_t stop_res;
   if (mn_trace_replay(t, a, &o, &stop_res) != MN_OK) goto fail;
   mn_allocator_destroy(a);
@@ -1083,6 +1111,7 @@ static int report_device(FILE *f, const mn_trace_t *t, const device_args_t *da) 
   rep.n = t->nentries;
   rep.dev = res[0].trace_device;
   rep.ev = &ev;
+  rep.stop_streams = &stop_ev;
   if (!analyze(&rep, &tl, pre_ptrs)) {
     fprintf(stderr, "mnemo report: out of host memory\n");
     goto done;
