@@ -166,7 +166,8 @@ expect "--to that does not exist" 1 'no device sim:1' --device sim:0 --to sim:1
 expect "--plot into a missing folder" 1 'does not exist' --plot "$d/no/such/dir/x.svg"
 mkfifo "$d/fifo"
 expect "--plot into a FIFO" 1 'not a regular file' --plot "$d/fifo"
-if "$cli" --help | grep -q "bench \[--device D\]" && "$cli" bench --help | grep -qF "$conv"; then
+if "$cli" --help | grep -q "^  bench  " && "$cli" bench --help | grep -qF -- "--device D" &&
+  "$cli" bench --help | grep -qF "$conv"; then
   ok "help lists bench and its convention"
 else
   bad "help"

@@ -495,7 +495,10 @@ class ImporterTest(unittest.TestCase):
                 self.assertEqual(r.returncode, 0, r.stderr)
         r = run_cli("replay", src, "--max-decompressed-size")
         self.assertEqual(r.returncode, 2)
-        self.assertIn("--max-decompressed-size needs a byte count", r.stderr)
+        self.assertIn("--max-decompressed-size needs a value", r.stderr)
+        r = run_cli("replay", src, "--max-decompressed-size=12Q")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--max-decompressed-size needs a byte count (e.g. 8G), not \"12Q\"", r.stderr)
 
     def test_hostile_strings_round_trip(self):
         """Every string the importer copies into the trace (frame files and names,

@@ -23,36 +23,47 @@
 #include "kernels/pool.h"
 #include "runtime/fileio.h"
 
-const char cmd_bench_usage[] =
-    "  bench [--device D] [--to D2] [--cases LIST] [--sizes LIST|A..B] [--reps N]\n"
-    "            [--min-time S] [--json|--csv] [--plot OUT.svg] [--progress|--no-progress]\n"
-    "            [--sim-devices N]\n"
-    "            copy throughput through the public API (docs/COPY.md, \"mnemo bench\"):\n"
-    "            --device: where the copies, casts and fills run (default: the best\n"
-    "            device, cuda:0 when present, else cpu; sim:0 is host memory, so its\n"
-    "            figures are host memcpy speeds, not a GPU's); --to: the other end of\n"
-    "            the transfers (default cpu: h2d/d2h; a second device of the same type:\n"
-    "            peer copies); --cases: names or groups, comma-separated (default all:\n"
-    "            every case that applies; groups transfer, h2d, d2h, peer, layout,\n"
-    "            cast, fill; names h2d_pinned_nb, h2d_pinned_blocking, h2d_pageable_nb,\n"
-    "            h2d_pageable_blocking, d2h_* alike, d2d, peer, peer_reverse, copy,\n"
-    "            transpose2d, nchw_to_nhwc, nhwc_to_nchw, cast_f32_f16, cast_f32_bf16,\n"
-    "            cast_f16_f32, cast_i64_f32, fill_f32, fill_u8); --sizes: bytes of the\n"
-    "            source (of the destination for fills), e.g. 64K,1M,16M or 64K..64M\n"
-    "            (x4 steps up to B), at least 4K (default 64K..64M; 64K..256M on CUDA);\n"
-    "            --reps N: at least N timed reps per measurement (default 5), more until\n"
-    "            --min-time S seconds (default 0.1), at most max(N, 5000);\n"
-    "            each rep is one call and a stream synchronize.\n"
-    "            GB/s = (bytes read + bytes written) / seconds, 1 GB = 1e9 bytes (an\n"
-    "            N-byte transfer counts 2N); best = the fastest rep, median = the\n"
-    "            median rep; ceiling = per domain and size, the best rate of the\n"
-    "            domain's raw primitive (host: memcpy, memset for fills; device:\n"
-    "            mn_memcpy_async D2D, mn_memset_async for fills; h2d/d2h:\n"
-    "            mn_memcpy_async of pinned memory; peer: mn_memcpy_peer_async) and of\n"
-    "            every case of the domain, so % of ceiling <= 100; \"set by\" says\n"
-    "            which. --plot: an SVG of GB/s against size, one panel per domain;\n"
-    "            --sim-devices N: configure N SIM devices first (for --to sim:1).\n"
-    "            A progress bar on stderr when it is a terminal.\n";
+const char cmd_bench_about[] =
+    "Copy throughput through the public API (docs/COPY.md, \"mnemo bench\"). Each rep\n"
+    "is one call and a stream synchronize.\n"
+    "GB/s = (bytes read + bytes written) / seconds, 1 GB = 1e9 bytes (an N-byte\n"
+    "transfer counts 2N); best = the fastest rep, median = the median rep;\n"
+    "ceiling = per domain and size, the best rate of the domain's raw primitive\n"
+    "(host: memcpy, memset for fills; device: mn_memcpy_async D2D, mn_memset_async\n"
+    "for fills; h2d/d2h: mn_memcpy_async of pinned memory; peer:\n"
+    "mn_memcpy_peer_async) and of every case of the domain, so % of ceiling <= 100;\n"
+    "\"set by\" says which. A progress bar on stderr when it is a terminal.\n";
+
+enum {
+  O_DEVICE = 1, O_TO, O_CASES, O_SIZES, O_REPS, O_MIN_TIME, O_JSON, O_CSV, O_PLOT, O_PROGRESS, O_NO_PROGRESS,
+  O_SIM_DEVICES
+};
+
+const mn__cli_opt_t cmd_bench_opts[] = {
+    {"device", 0, "D", O_DEVICE,
+     "where the copies, casts and fills run (default: the best device, cuda:0 when present, else cpu; sim:0 is "
+     "host memory, so its figures are host memcpy speeds, not a GPU's)"},
+    {"to", 0, "D2", O_TO,
+     "the other end of the transfers (default cpu: h2d/d2h; a second device of the same type: peer copies)"},
+    {"cases", 0, "LIST", O_CASES,
+     "names or groups, comma-separated (default all: every case that applies; groups transfer, h2d, d2h, peer, "
+     "layout, cast, fill; names h2d_pinned_nb, h2d_pinned_blocking, h2d_pageable_nb, h2d_pageable_blocking, d2h_* "
+     "alike, d2d, peer, peer_reverse, copy, transpose2d, nchw_to_nhwc, nhwc_to_nchw, cast_f32_f16, cast_f32_bf16, "
+     "cast_f16_f32, cast_i64_f32, fill_f32, fill_u8)"},
+    {"sizes", 0, "LIST|A..B", O_SIZES,
+     "bytes of the source (of the destination for fills), e.g. 64K,1M,16M or 64K..64M (x4 steps up to B), at "
+     "least 4K (default 64K..64M; 64K..256M on CUDA)"},
+    {"reps", 0, "N", O_REPS,
+     "at least N timed reps per measurement (default 5), more until --min-time, at most max(N, 5000)"},
+    {"min-time", 0, "S", O_MIN_TIME, "seconds of reps per measurement (default 0.1; 0..60)"},
+    {"json", 0, NULL, O_JSON, "the results as JSON"},
+    {"csv", 0, NULL, O_CSV, "the results as CSV"},
+    {"plot", 0, "OUT.svg", O_PLOT, "an SVG of GB/s against size, one panel per domain"},
+    {"progress", 0, NULL, O_PROGRESS, "a progress bar on stderr (default: when it is a terminal)"},
+    {"no-progress", 0, NULL, O_NO_PROGRESS, "no progress bar"},
+    {"sim-devices", 0, "N", O_SIM_DEVICES, "configure N SIM devices first (1..16; for --to sim:1)"},
+    {NULL, 0, NULL, 0, NULL},
+};
 
 #define CONVENTION "GB/s = (bytes read + bytes written) / seconds, 1 GB = 1e9 bytes"
 #define MIN_SIZE ((size_t)4096)
@@ -1133,12 +1144,6 @@ static int check_plot_path(const char *path) {
   return 0;
 }
 
-static int need_value(int i, int argc, const char *arg) {
-  if (i + 1 < argc) return 0;
-  fprintf(stderr, "mnemo bench: %s needs a value\n", arg);
-  return 2;
-}
-
 int cmd_bench(int argc, char **argv) {
   bench_t *b = calloc(1, sizeof *b);
   if (!b) {
@@ -1150,50 +1155,51 @@ int cmd_bench(int argc, char **argv) {
   b->reps = 5;
   b->min_time = 0.1;
   b->progress = isatty(2) != 0;
-  for (int i = 0; i < argc && !rc; i++) {
-    const char *arg = argv[i];
-    if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
-      printf("usage: mnemo\n%s", cmd_bench_usage);
-      free(b);
-      return 0;
-    } else if (!strcmp(arg, "--json")) {
-      b->json = true;
-    } else if (!strcmp(arg, "--csv")) {
-      b->csv = true;
-    } else if (!strcmp(arg, "--progress") || !strcmp(arg, "--no-progress")) {
-      b->progress = !strcmp(arg, "--progress");
-    } else if (!strcmp(arg, "--device") || !strcmp(arg, "--to") || !strcmp(arg, "--cases") ||
-               !strcmp(arg, "--sizes") || !strcmp(arg, "--reps") || !strcmp(arg, "--min-time") ||
-               !strcmp(arg, "--plot") || !strcmp(arg, "--sim-devices")) {
-      if ((rc = need_value(i, argc, arg))) break;
-      const char *v = argv[++i];
-      char *end = NULL;
-      if (!strcmp(arg, "--device")) dev_text = v;
-      else if (!strcmp(arg, "--to")) to_text = v;
-      else if (!strcmp(arg, "--cases")) cases_text = v;
-      else if (!strcmp(arg, "--sizes")) sizes_text = v;
-      else if (!strcmp(arg, "--plot")) b->plot = v;
-      else if (!strcmp(arg, "--min-time")) {
-        double t = strtod(v, &end);
-        if (end == v || *end || !(t >= 0 && t <= 60)) rc = bad("--min-time must be 0..60 seconds, not \"%s\"", v);
-        else b->min_time = t;
-      } else {
-        long n = strtol(v, &end, 10);
-        bool reps = !strcmp(arg, "--reps");
-        long hi = reps ? MAX_REPS_ARG : 16;
-        if (end == v || *end || n < 1 || n > hi)
-          rc = bad(reps ? "--reps must be 1..100000, not \"%s\"" : "--sim-devices must be 1..16, not \"%s\"", v);
-        else if (reps) b->reps = (int)n;
-        else sim_devices = (int)n;
-      }
-    } else {
-      fprintf(stderr, "mnemo bench: unknown %s \"%s\" (mnemo bench --help lists the options)\n",
-              arg[0] == '-' ? "option" : "argument", arg);
-      rc = 2;
+  mn__cli_t p;
+  mn__cli_begin(&p, argc, argv);
+  const char *v;
+  int id = 0;
+  while (!rc && (id = mn__cli_next(&p, &v)) > 0) {
+    char *end = NULL;
+    long n = 0;
+    switch (id) {
+    case O_JSON: b->json = true; break;
+    case O_CSV: b->csv = true; break;
+    case O_PROGRESS: b->progress = true; break;
+    case O_NO_PROGRESS: b->progress = false; break;
+    case O_DEVICE: dev_text = v; break;
+    case O_TO: to_text = v; break;
+    case O_CASES: cases_text = v; break;
+    case O_SIZES: sizes_text = v; break;
+    case O_PLOT: b->plot = v; break;
+    case O_MIN_TIME: {
+      double t = strtod(v, &end);
+      if (end == v || *end || !(t >= 0 && t <= 60)) rc = bad("--min-time must be 0..60 seconds, not \"%s\"", v);
+      else b->min_time = t;
+      break;
     }
+    case O_REPS:
+      n = strtol(v, &end, 10);
+      if (end == v || *end || n < 1 || n > MAX_REPS_ARG) rc = bad("--reps must be 1..100000, not \"%s\"", v);
+      else b->reps = (int)n;
+      break;
+    case O_SIM_DEVICES:
+      n = strtol(v, &end, 10);
+      if (end == v || *end || n < 1 || n > 16) rc = bad("--sim-devices must be 1..16, not \"%s\"", v);
+      else sim_devices = (int)n;
+      break;
+    }
+  }
+  if (!rc && id < 0) rc = p.rc;
+  if (!rc && id == 0 && p.nargs) rc = mn__cli_want_args(&p, 0, 0, "");
+  if (rc || id < 0) { /* a usage error, or --help (0) */
+    free(b);
+    return rc;
   }
   if (!rc && b->json && b->csv) rc = bad("--json and --csv: choose one%s", "");
   if (!rc && b->plot && !*b->plot) rc = bad("--plot needs a file name%s", "");
+  if (!rc && b->plot && !strcmp(b->plot, "-")) /* stdout holds the results: - is not a file name here */
+    rc = bad("--plot %s: the SVG cannot share stdout with the results; name a file (./- for one named -)", b->plot);
   if (!rc && b->plot) rc = check_plot_path(b->plot);
   if (!rc) {
     if (sizes_text) rc = parse_sizes(b, sizes_text);

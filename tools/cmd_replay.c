@@ -1,5 +1,7 @@
 /* tools/cmd_replay.c: `mnemo replay`: replays a trace file against the caching
- * allocator (one run per --config) on the SIM device and prints the memory it needed. */
+ * allocator (one run per --config) on the SIM device and prints the memory it needed.
+ * Options: its table below, read by the shared parser (tools/cli.h).
+ * Single-threaded (the CLI's main thread). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,20 +12,38 @@
 #include "commands.h"
 #include "trace_input.h"
 
-const char cmd_replay_usage[] =
-    "  replay TRACE [--config ALLOC_CONF]... [--allocator caching|naive] [--json]\n"
-    "            [--device sim|cuda] [--capacity BYTES] [--retries N] [--trace-device N]\n"
-    "            [--no-pre] [--no-pre-segments] [--no-empty-cache] [--repeat N]\n"
-    "            [--progress|--no-progress] [--max-decompressed-size BYTES]\n"
-    "            replay a trace (docs/TRACE_FORMAT.md) or a PyTorch snapshot (.pickle,\n"
-    "            imported on the fly) on the SIM device (or cuda:0), once per --config\n"
-    "            (PYTORCH_CUDA_ALLOC_CONF syntax; default: as recorded, the settings in\n"
-    "            the trace), and compare peak allocated/reserved bytes with the recorded\n"
-    "            run; the pre-existing segments are reserved as recorded (the warm\n"
-    "            cache recording began with) unless --no-pre-segments; --capacity: SIM device size (OOMs beyond it); --retries N: on OOM\n"
-    "            empty the cache and retry up to N times; --repeat N: N fresh replays\n"
-    "            per config, median ns/op; a progress bar on stderr when it is a terminal;\n"
-    "            --max-decompressed-size: the most a .pickle.gz may inflate to (default 4G)\n";
+const char cmd_replay_about[] =
+    "Replays a trace (docs/TRACE_FORMAT.md) or a PyTorch snapshot (.pickle, imported\n"
+    "on the fly) on the SIM device (or cuda:0), once per --config, and compares the\n"
+    "peak allocated/reserved bytes with the recorded run. With no --config the replay\n"
+    "is as recorded: the allocator settings in the trace; the pre-existing segments\n"
+    "are reserved as recorded (the warm cache recording began with) unless\n"
+    "--no-pre-segments. A progress bar on stderr when it is a terminal.\n";
+
+enum {
+  O_CONFIG = 1, O_ALLOCATOR, O_JSON, O_DEVICE, O_CAPACITY, O_RETRIES, O_TRACE_DEVICE, O_NO_PRE, O_NO_PRE_SEGMENTS,
+  O_NO_EMPTY_CACHE, O_REPEAT, O_PROGRESS, O_NO_PROGRESS, O_MAX_DECOMPRESSED
+};
+
+const mn__cli_opt_t cmd_replay_opts[] = {
+    {"config", 0, "ALLOC_CONF", O_CONFIG,
+     "allocator settings of one run (PYTORCH_CUDA_ALLOC_CONF syntax, \"\" for mnemo's defaults); repeat it to "
+     "compare several (at most 64; default: as recorded)"},
+    {"allocator", 0, "caching|naive", O_ALLOCATOR, "the allocator replayed (default caching; naive takes no --config)"},
+    {"json", 0, NULL, O_JSON, "one JSON object per run (a list for several) instead of the table"},
+    {"device", 0, "sim|cuda", O_DEVICE, "the device replayed on: sim:0 (default) or cuda:0"},
+    {"capacity", 0, "BYTES", O_CAPACITY, "the SIM device's size (e.g. 80G); OOMs beyond it"},
+    {"retries", 0, "N", O_RETRIES, "on an OOM, empty the cache and retry up to N times (0..1000)"},
+    {"trace-device", 0, "N", O_TRACE_DEVICE, "the trace's (or snapshot's) device to replay (0..1000)"},
+    {"no-pre", 0, NULL, O_NO_PRE, "skip the allocations made before recording began"},
+    {"no-pre-segments", 0, NULL, O_NO_PRE_SEGMENTS, "do not reserve the pre-existing segments as recorded"},
+    {"no-empty-cache", 0, NULL, O_NO_EMPTY_CACHE, "ignore the trace's empty_cache points"},
+    {"repeat", 0, "N", O_REPEAT, "N fresh replays per config (1..101), median ns/op"},
+    {"progress", 0, NULL, O_PROGRESS, "a progress bar on stderr (default: when it is a terminal)"},
+    {"no-progress", 0, NULL, O_NO_PROGRESS, "no progress bar"},
+    MN__TOOLS_OPT_MAX_DECOMPRESSED(O_MAX_DECOMPRESSED),
+    {NULL, 0, NULL, 0, NULL},
+};
 
 #define MAX_CONFIGS 64
 #define MAX_REPEAT 101
@@ -116,9 +136,17 @@ static void print_table(const char *trace_path, const mn_trace_t *t, const char 
   printf("trace %s%s%s%s: %zu entries (%zu pre-existing allocations), %zu stream(s); device %s; allocator %s\n",
          trace_path, src ? " (from " : "", src ? src : "", src ? ")" : "", t->nentries, pre,
          nruns ? runs[0].res.streams : 0, g_devname, allocator);
-  printf("%-40s %12s %12s %7s %9s %8s %7s %9s %5s\n", "config", "peak alloc", "peak reserv", "res/all",
+  /* the config column as wide as its longest label: names are never cut */
+  static const char torch_label[] = "pytorch (recorded, from the trace header)";
+  char a[32], b[32], rt[16], sg[32], lb[4096];
+  int w = 40;
+  for (size_t k = 0; k < nruns; k++) {
+    size_t len = strlen(run_label(&runs[k], allocator_naive, lb, sizeof lb));
+    if (len > (size_t)w) w = len > 512 ? 512 : (int)len;
+  }
+  if ((tf->has_allocated || tf->has_reserved) && sizeof torch_label - 1 > (size_t)w) w = (int)sizeof torch_label - 1;
+  printf("%-*s %12s %12s %7s %9s %8s %7s %9s %5s\n", w, "config", "peak alloc", "peak reserv", "res/all",
          "res/torch", "seg/torch", "dev.all", "ns/op", "OOMs");
-  char a[32], b[32], rt[16], sg[32], lb[600];
   for (size_t k = 0; k < nruns; k++) {
     const mn_replay_result_t *r = &runs[k].res;
     if (tf->has_reserved && tf->peak_reserved && r->peak_reserved >= 0)
@@ -127,12 +155,12 @@ static void print_table(const char *trace_path, const mn_trace_t *t, const char 
     if (tf->has_segments && tf->segment_allocs)
       snprintf(sg, sizeof sg, "%.3f", (double)r->device_allocs_events / (double)tf->segment_allocs);
     else snprintf(sg, sizeof sg, "-");
-    printf("%-40.40s %12s %12s %7.3f %9s %8s %7" PRId64 " %9.1f %5" PRIu64 "\n",
+    printf("%-*s %12s %12s %7.3f %9s %8s %7" PRId64 " %9.1f %5" PRIu64 "\n", w,
            run_label(&runs[k], allocator_naive, lb, sizeof lb), gib(r->peak_allocated, a, sizeof a),
            gib(r->peak_reserved, b, sizeof b), r->ratio, rt, sg, r->device_allocs, r->ns_per_op, r->ooms);
   }
   if (tf->has_allocated || tf->has_reserved) {
-    printf("%-40s %12s %12s %7.3f %9s %8s %7s %9s %5s\n", "pytorch (recorded, from the trace header)",
+    printf("%-*s %12s %12s %7.3f %9s %8s %7s %9s %5s\n", w, torch_label,
            tf->has_allocated ? gib((int64_t)tf->peak_allocated, a, sizeof a) : "-",
            tf->has_reserved ? gib((int64_t)tf->peak_reserved, b, sizeof b) : "-",
            tf->has_allocated && tf->peak_allocated ? (double)tf->peak_reserved / (double)tf->peak_allocated : 0.0,
@@ -249,107 +277,75 @@ int cmd_replay(int argc, char **argv) {
   bool json = false, naive = false, skip_pre = false;
   int repeat = 1;
   replay_args_t ra = {.repeat = 1, .trace_device = -1, .device = mn_device_sim(0), .progress = isatty(2) != 0};
-  for (int i = 0; i < argc; i++) {
-    const char *arg = argv[i];
-    int iorc = mn__tools_take_import_opt("mnemo replay", argc, argv, &i);
-    if (iorc >= 0) {
-      if (iorc) return iorc;
-      continue;
-    }
-    if (!strcmp(arg, "--json")) {
-      json = true;
-    } else if (!strcmp(arg, "--no-pre")) {
-      skip_pre = true;
-    } else if (!strcmp(arg, "--no-pre-segments")) {
-      ra.skip_pre_segments = true;
-    } else if (!strcmp(arg, "--no-empty-cache")) {
-      ra.skip_empty_cache = true;
-    } else if (!strcmp(arg, "--progress") || !strcmp(arg, "--no-progress")) {
-      ra.progress = !strcmp(arg, "--progress");
-    } else if (!strcmp(arg, "--device") || !strcmp(arg, "--retries") || !strcmp(arg, "--trace-device")) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "mnemo replay: %s needs a value\n", arg);
-        return 2;
-      }
-      const char *v = argv[++i];
-      char *end = NULL;
-      long n = strtol(v, &end, 10);
-      if (!strcmp(arg, "--device")) {
-        if (!strcmp(v, "sim")) {
-          ra.device = mn_device_sim(0);
-        } else if (!strcmp(v, "cuda")) {
-          int ncuda = 0;
-          if (mn_device_count(MN_DEVICE_CUDA, &ncuda) != MN_OK || ncuda == 0) {
-            fprintf(stderr, "mnemo replay: --device cuda: no CUDA device here (%s); use --device sim\n",
-                    mn_build_has_cuda() ? "none found" : "this mnemo was built without CUDA");
-            return 1;
-          }
-          ra.device = mn_device_cuda(0);
-        } else {
-          fprintf(stderr, "mnemo replay: --device must be sim or cuda, not \"%s\"\n", v);
-          return 2;
-        }
-      } else if (*end || n < 0 || n > 1000) {
-        fprintf(stderr, "mnemo replay: %s must be 0..1000, not \"%s\"\n", arg, v);
-        return 2;
-      } else if (!strcmp(arg, "--retries")) {
-        ra.retries = (unsigned)n;
+  mn__cli_t p;
+  mn__cli_begin(&p, argc, argv);
+  const char *v;
+  int id;
+  long n = 0;
+  while ((id = mn__cli_next(&p, &v)) > 0) {
+    switch (id) {
+    case O_JSON: json = true; break;
+    case O_NO_PRE: skip_pre = true; break;
+    case O_NO_PRE_SEGMENTS: ra.skip_pre_segments = true; break;
+    case O_NO_EMPTY_CACHE: ra.skip_empty_cache = true; break;
+    case O_PROGRESS: ra.progress = true; break;
+    case O_NO_PROGRESS: ra.progress = false; break;
+    case O_MAX_DECOMPRESSED:
+      if (mn__tools_set_max_decompressed(&p, v)) return 2;
+      break;
+    case O_DEVICE:
+      if (!strcmp(v, "sim")) {
+        ra.device = mn_device_sim(0);
+      } else if (!strcmp(v, "cuda")) {
+        ra.device = mn_device_cuda(0); /* checked after the options */
       } else {
-        ra.trace_device = (int)n;
+        return mn__cli_error(&p, "--device must be sim or cuda, not \"%s\"", v);
       }
-    } else if (!strcmp(arg, "--config") || !strcmp(arg, "--capacity") || !strcmp(arg, "--allocator") ||
-               !strcmp(arg, "--repeat")) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "mnemo replay: %s needs a value\n", arg);
-        return 2;
+      break;
+    case O_RETRIES:
+      if (mn__cli_int(&p, v, 0, 1000, &n)) return 2;
+      ra.retries = (unsigned)n;
+      break;
+    case O_TRACE_DEVICE:
+      if (mn__cli_int(&p, v, 0, 1000, &n)) return 2;
+      ra.trace_device = (int)n;
+      break;
+    case O_REPEAT:
+      if (mn__cli_int(&p, v, 1, MAX_REPEAT, &n)) return 2;
+      repeat = (int)n;
+      break;
+    case O_CONFIG:
+      if (nconfigs == MAX_CONFIGS) return mn__cli_error(&p, "at most %d --config", MAX_CONFIGS);
+      configs[nconfigs++] = v;
+      break;
+    case O_CAPACITY:
+      if (mn_bytes_parse(v, &capacity) != MN_OK || capacity == 0) {
+        mn_clear_error();
+        return mn__cli_error(&p, "--capacity \"%s\" is not a byte count (e.g. 85899345920 or 80G)", v);
       }
-      const char *v = argv[++i];
-      if (!strcmp(arg, "--config")) {
-        if (nconfigs == MAX_CONFIGS) {
-          fprintf(stderr, "mnemo replay: at most %d --config\n", MAX_CONFIGS);
-          return 2;
-        }
-        configs[nconfigs++] = v;
-      } else if (!strcmp(arg, "--repeat")) {
-        char *end = NULL;
-        long n = strtol(v, &end, 10);
-        if (*end || n < 1 || n > MAX_REPEAT) {
-          fprintf(stderr, "mnemo replay: --repeat must be 1..%d, not \"%s\"\n", MAX_REPEAT, v);
-          return 2;
-        }
-        repeat = (int)n;
-      } else if (!strcmp(arg, "--capacity")) {
-        if (mn_bytes_parse(v, &capacity) != MN_OK || capacity == 0) {
-          fprintf(stderr, "mnemo replay: --capacity \"%s\" is not a byte count (e.g. 85899345920 or 80G)\n", v);
-          return 2;
-        }
-      } else if (!strcmp(v, "naive") || !strcmp(v, "caching")) {
-        naive = !strcmp(v, "naive");
-      } else {
-        fprintf(stderr, "mnemo replay: --allocator must be caching or naive, not \"%s\"\n", v);
-        return 2;
-      }
-    } else if (arg[0] == '-' && arg[1]) {
-      fprintf(stderr, "mnemo replay: unknown option %s\nusage: mnemo\n%s", arg, cmd_replay_usage);
-      return 2;
-    } else if (!path) {
-      path = arg;
-    } else {
-      fprintf(stderr, "mnemo replay: one trace at a time (got %s and %s)\n", path, arg);
-      return 2;
+      break;
+    case O_ALLOCATOR:
+      if (strcmp(v, "naive") && strcmp(v, "caching"))
+        return mn__cli_error(&p, "--allocator must be caching or naive, not \"%s\"", v);
+      naive = !strcmp(v, "naive");
+      break;
     }
   }
-  if (!path) {
-    fprintf(stderr, "usage: mnemo\n%s", cmd_replay_usage);
-    return 2;
-  }
-  if (naive && nconfigs > 1) {
-    fprintf(stderr, "mnemo replay: --config applies to the caching allocator, not --allocator naive\n");
-    return 2;
-  }
-  if (capacity && ra.device.type != MN_DEVICE_SIM) {
-    fprintf(stderr, "mnemo replay: --capacity applies to the SIM device, not --device cuda\n");
-    return 2;
+  if (id < 0) return p.rc;
+  if (mn__cli_want_args(&p, 1, 1, "trace")) return 2;
+  path = p.args[0];
+  if (naive && nconfigs > 0)
+    return mn__cli_error(&p, "--config applies to the caching allocator, not --allocator naive");
+  if (capacity && ra.device.type != MN_DEVICE_SIM)
+    return mn__cli_error(&p, "--capacity applies to the SIM device, not --device cuda");
+  if (ra.device.type == MN_DEVICE_CUDA) {
+    int ncuda = 0;
+    if (mn_device_count(MN_DEVICE_CUDA, &ncuda) != MN_OK || ncuda == 0) {
+      mn_clear_error();
+      fprintf(stderr, "mnemo replay: --device cuda: no CUDA device here (%s); use --device sim\n",
+              mn_build_has_cuda() ? "none found" : "this mnemo was built without CUDA");
+      return 1;
+    }
   }
   if (capacity) {
     mn_sim_config_t sc = mn_sim_config_default();

@@ -51,13 +51,26 @@
 #include "runtime/fileio.h"
 #include "trace_input.h"
 
-const char cmd_report_usage[] =
-    "  report TRACE -o REPORT.html [--config ALLOC_CONF]... [--capacity BYTES]\n"
-    "            [--trace-device N] [--title TEXT] [--max-decompressed-size BYTES]\n"
-    "            replay the trace (or a PyTorch snapshot .pickle, imported on the fly)\n"
-    "            on the SIM device (first --config, default: as recorded, for the\n"
-    "            timeline and the segment map at the peak; every --config in the\n"
-    "            comparison) and write one self-contained HTML page; prints its summary\n";
+const char cmd_report_about[] =
+    "Replays the trace (or a PyTorch snapshot .pickle, imported on the fly) on the\n"
+    "SIM device (the first --config, default: as recorded, for the timeline and the\n"
+    "segment map at the peak; every --config in the comparison) and writes one\n"
+    "self-contained HTML page (-o FILE, or -o - for stdout); prints its summary on\n"
+    "stdout (on stderr when the page goes to stdout).\n";
+
+enum { O_OUTPUT = 1, O_CONFIG, O_CAPACITY, O_TRACE_DEVICE, O_TITLE, O_MAX_DECOMPRESSED };
+
+const mn__cli_opt_t cmd_report_opts[] = {
+    {"output", 'o', "FILE", O_OUTPUT, "the HTML page to write (required; - for stdout)"},
+    {"config", 0, "ALLOC_CONF", O_CONFIG,
+     "allocator settings (PYTORCH_CUDA_ALLOC_CONF syntax, \"\" for mnemo's defaults); repeat it to compare "
+     "several (at most 16; default: as recorded)"},
+    {"capacity", 0, "BYTES", O_CAPACITY, "the SIM device's size (e.g. 80G); OOMs beyond it"},
+    {"trace-device", 0, "N", O_TRACE_DEVICE, "the trace's (or snapshot's) device to replay (0..1000)"},
+    {"title", 0, "TEXT", O_TITLE, "the page's title (default: the trace's name)"},
+    MN__TOOLS_OPT_MAX_DECOMPRESSED(O_MAX_DECOMPRESSED),
+    {NULL, 0, NULL, 0, NULL},
+};
 
 #define MAX_CONFIGS 16
 #define MAX_DEVICES 64
@@ -1147,10 +1160,10 @@ static int report_device(FILE *f, const mn_trace_t *t, const device_args_t *da) 
             rep.nheld, (double)t->entries[rep.held[0]].size / 1048576.0, t->entries[rep.held[0]].line);
   if (rep.nooms) fprintf(o2, "  %zu OOMs recorded\n", rep.nooms);
   for (size_t k = 0; k < nconfigs; k++) {
-    char lb[64];
-    if (k == 0 && da->as_recorded) snprintf(lb, sizeof lb, "as recorded (%.40s)", configs[0][0] ? configs[0] : "defaults");
+    char lb[4096];
+    if (k == 0 && da->as_recorded) snprintf(lb, sizeof lb, "as recorded (%s)", configs[0][0] ? configs[0] : "defaults");
     else snprintf(lb, sizeof lb, "%s", configs[k][0] ? configs[k] : "(defaults)");
-    fprintf(o2, "  %-40.40s reserved %.2f GiB, allocated %.2f GiB, ratio %.3f, %" PRIu64 " OOMs\n", lb,
+    fprintf(o2, "  %-40s reserved %.2f GiB, allocated %.2f GiB, ratio %.3f, %" PRIu64 " OOMs\n", lb,
             (double)res[k].peak_reserved / 1073741824.0, (double)res[k].peak_allocated / 1073741824.0, res[k].ratio,
             res[k].ooms);
   }
@@ -1182,56 +1195,41 @@ int cmd_report(int argc, char **argv) {
   const char *path = NULL, *out_path = NULL, *title = NULL, *configs[MAX_CONFIGS];
   size_t nconfigs = 0, capacity = 0;
   int trace_device = -1;
-  for (int i = 0; i < argc; i++) {
-    const char *arg = argv[i];
-    int iorc = mn__tools_take_import_opt("mnemo report", argc, argv, &i);
-    if (iorc >= 0) {
-      if (iorc) return iorc;
-      continue;
-    }
-    bool takes = !strcmp(arg, "-o") || !strcmp(arg, "--config") || !strcmp(arg, "--capacity") ||
-                 !strcmp(arg, "--trace-device") || !strcmp(arg, "--title");
-    if (takes && i + 1 >= argc) {
-      fprintf(stderr, "mnemo report: %s needs a value\n", arg);
-      return 2;
-    }
-    if (!strcmp(arg, "-o")) {
-      out_path = argv[++i];
-    } else if (!strcmp(arg, "--title")) {
-      title = argv[++i];
-    } else if (!strcmp(arg, "--config")) {
-      if (nconfigs == MAX_CONFIGS) {
-        fprintf(stderr, "mnemo report: at most %d --config\n", MAX_CONFIGS);
-        return 2;
+  mn__cli_t p;
+  mn__cli_begin(&p, argc, argv);
+  const char *v;
+  int id;
+  long n = 0;
+  while ((id = mn__cli_next(&p, &v)) > 0) {
+    switch (id) {
+    case O_OUTPUT: out_path = v; break;
+    case O_TITLE: title = v; break;
+    case O_CONFIG:
+      if (nconfigs == MAX_CONFIGS) return mn__cli_error(&p, "at most %d --config", MAX_CONFIGS);
+      configs[nconfigs++] = v;
+      break;
+    case O_CAPACITY:
+      if (mn_bytes_parse(v, &capacity) != MN_OK || capacity == 0) {
+        mn_clear_error();
+        return mn__cli_error(&p, "--capacity \"%s\" is not a byte count (e.g. 80G)", v);
       }
-      configs[nconfigs++] = argv[++i];
-    } else if (!strcmp(arg, "--capacity")) {
-      if (mn_bytes_parse(argv[++i], &capacity) != MN_OK || capacity == 0) {
-        fprintf(stderr, "mnemo report: --capacity \"%s\" is not a byte count (e.g. 80G)\n", argv[i]);
-        return 2;
-      }
-    } else if (!strcmp(arg, "--trace-device")) {
-      char *end = NULL;
-      long n = strtol(argv[++i], &end, 10);
-      if (*end || n < 0 || n > 1000) {
-        fprintf(stderr, "mnemo report: --trace-device must be 0..1000, not \"%s\"\n", argv[i]);
-        return 2;
-      }
+      break;
+    case O_TRACE_DEVICE:
+      if (mn__cli_int(&p, v, 0, 1000, &n)) return 2;
       trace_device = (int)n;
-    } else if (arg[0] == '-' && arg[1]) {
-      fprintf(stderr, "mnemo report: unknown option %s\nusage: mnemo\n%s", arg, cmd_report_usage);
-      return 2;
-    } else if (!path) {
-      path = arg;
-    } else {
-      fprintf(stderr, "mnemo report: one trace at a time (got %s and %s)\n", path, arg);
-      return 2;
+      break;
+    case O_MAX_DECOMPRESSED:
+      if (mn__tools_set_max_decompressed(&p, v)) return 2;
+      break;
     }
   }
-  if (!path || !out_path) {
-    fprintf(stderr, "usage: mnemo\n%s", cmd_report_usage);
-    return 2;
-  }
+  if (id < 0) return p.rc;
+  if (mn__cli_want_args(&p, 1, 1, "trace")) return 2;
+  path = p.args[0];
+  if (!out_path) return mn__cli_error(&p, "missing -o FILE (the page to write; - for stdout)");
+  if (!*out_path) return mn__cli_error(&p, "-o needs a file name (or - for stdout)");
+  bool to_stdout = mn__cli_is_stdout(out_path);
+  FILE *out_sum = to_stdout ? stderr : stdout; /* the summary, out of the page's way */
   for (size_t k = 0; k < nconfigs; k++) {
     mn_caching_config_t cfg = mn_caching_config_default();
     if (mn_caching_config_parse(configs[k], &cfg) != MN_OK) {
@@ -1323,16 +1321,25 @@ int cmd_report(int argc, char **argv) {
   bool built = !ferror(f);
   built = fclose(f) == 0 && built;
   f = NULL;
-  mn_status wst = built ? mn__file_write_atomic("mnemo report", out_path, page, page_len) : MN_ERR_OUT_OF_MEMORY;
-  if (wst != MN_OK) {
-    fprintf(stderr, "%s\n", built ? mn_last_error() : "mnemo report: out of host memory building the page");
+  if (!built) {
+    fprintf(stderr, "mnemo report: out of host memory building the page\n");
     goto done;
   }
-  printf("report %s: %zu entries, %zu configs, %zu device%s, %zu bytes\n", out_path, t->nentries, nconfigs, ndevs,
-         ndevs == 1 ? "" : "s", page_len);
+  if (to_stdout) {
+    if (fwrite(page, 1, page_len, stdout) != page_len || fflush(stdout) != 0) {
+      fprintf(stderr, "mnemo report: writing the page to stdout failed\n");
+      goto done;
+    }
+  } else if (mn__file_write_atomic("mnemo report", out_path, page, page_len) != MN_OK) {
+    fprintf(stderr, "%s\n", mn_last_error());
+    goto done;
+  }
+  /* the summary on stdout (stderr when the page went there) */
+  fprintf(out_sum, "report %s: %zu entries, %zu configs, %zu device%s, %zu bytes\n", to_stdout ? "(stdout)" : out_path,
+          t->nentries, nconfigs, ndevs, ndevs == 1 ? "" : "s", page_len);
   fclose(sum);
   sum = NULL;
-  fputs(summary_buf ? summary_buf : "", stdout);
+  fputs(summary_buf ? summary_buf : "", out_sum);
   rc = 0;
 done:
   if (f) fclose(f);

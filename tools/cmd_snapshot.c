@@ -1,5 +1,7 @@
 /* tools/cmd_snapshot.c: `mnemo snapshot` (segment/block tables and memory_summary of
- * a trace's replay at a point, or of a PyTorch snapshot) and `mnemo import` (RMM CSV, PyTorch). */
+ * a trace's replay at a point, or of a PyTorch snapshot), `mnemo import` (RMM CSV,
+ * PyTorch) and `mnemo export` (to a PyTorch snapshot). Options: their tables below,
+ * read by the shared parser (tools/cli.h). Single-threaded (the CLI's main thread). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -17,28 +19,55 @@
 #include "stacks.h"
 #include "trace_input.h"
 
-const char cmd_snapshot_usage[] =
-    "  snapshot FILE [--at peak|reserved-peak|end|ENTRY] [--config ALLOC_CONF] [--blocks]\n"
-    "            [--json] [--max-decompressed-size BYTES]\n"
-    "            FILE a mnemo trace: replay it on the SIM device up to the peak of\n"
-    "            allocated bytes (default), of reserved bytes, its end or an entry\n"
-    "            index, and print the segments (free space, fragmentation), with\n"
-    "            --blocks their blocks, and the memory_summary table (with the recorded\n"
-    "            allocator settings unless --config is given); --json: one JSON object,\n"
-    "            the live allocations there with their stacks. FILE a PyTorch snapshot\n"
-    "            pickle: its segments as dumped (import_torch_snapshot.py --table), or\n"
-    "            with --at or --json imported and replayed as a trace\n";
+const char cmd_snapshot_about[] =
+    "FILE a mnemo trace: replays it on the SIM device up to a moment (--at: the peak\n"
+    "of allocated bytes by default, the peak of reserved bytes, its end, or an entry\n"
+    "index) and prints the segments (free space, fragmentation), with --blocks their\n"
+    "blocks, the memory_summary table (with the recorded allocator settings unless\n"
+    "--config is given) and who holds the memory; --json: one JSON object instead,\n"
+    "allocated_bytes and the live allocations there (size, stream, frames innermost\n"
+    "first). FILE a PyTorch snapshot pickle: its segments as dumped\n"
+    "(import_torch_snapshot.py --table); with --at, --config or --json it is\n"
+    "imported and replayed as a trace.\n";
 
-const char cmd_import_usage[] =
-    "  import --from rmm|torch INPUT -o TRACE [--device N] [--max-decompressed-size BYTES]\n"
-    "            convert an RMM logging_resource_adaptor CSV log or a PyTorch memory\n"
-    "            snapshot (import_torch_snapshot.py) into a mnemo trace\n";
+enum { O_AT = 1, O_CONFIG, O_BLOCKS, O_MAX_DECOMPRESSED, O_JSON };
 
-const char cmd_export_usage[] =
-    "  export --to torch TRACE -o SNAPSHOT.pickle [--device N]\n"
-    "            write a trace (any: imported, recorded by mnemo) as a PyTorch memory\n"
-    "            snapshot, stacks included, that PyTorch's memory_viz opens\n"
-    "            (export_torch_snapshot.py)\n";
+const mn__cli_opt_t cmd_snapshot_opts[] = {
+    {"at", 0, "peak|reserved-peak|end|ENTRY", O_AT,
+     "the moment: the peak of allocated bytes (default), the peak of reserved bytes, the end, or an entry index"},
+    {"config", 0, "ALLOC_CONF", O_CONFIG,
+     "allocator settings of the replay (PYTORCH_CUDA_ALLOC_CONF syntax; default: as recorded)"},
+    {"blocks", 0, NULL, O_BLOCKS, "every block of the segments, and the largest live allocations"},
+    {"json", 0, NULL, O_JSON, "one JSON object: allocated_bytes and the live allocations with their stacks"},
+    MN__TOOLS_OPT_MAX_DECOMPRESSED(O_MAX_DECOMPRESSED),
+    {NULL, 0, NULL, 0, NULL},
+};
+
+const char cmd_import_about[] =
+    "Converts an RMM logging_resource_adaptor CSV log or a PyTorch memory snapshot\n"
+    "(import_torch_snapshot.py) into a mnemo trace (-o FILE, or -o - for stdout).\n";
+
+enum { O_FROM = 11, O_TO, O_OUTPUT, O_DEVICE }; /* apart from the ids above: O_MAX_DECOMPRESSED too */
+
+const mn__cli_opt_t cmd_import_opts[] = {
+    {"from", 0, "rmm|torch", O_FROM, "the input's format (required)"},
+    {"output", 'o', "TRACE", O_OUTPUT, "the trace to write (required; - for stdout)"},
+    {"device", 0, "N|all", O_DEVICE, "--from torch: the snapshot's device to import (default: the importer's)"},
+    MN__TOOLS_OPT_MAX_DECOMPRESSED(O_MAX_DECOMPRESSED),
+    {NULL, 0, NULL, 0, NULL},
+};
+
+const char cmd_export_about[] =
+    "Writes a trace (any: imported, recorded by mnemo) as a PyTorch memory snapshot,\n"
+    "stacks included, that PyTorch's memory_viz opens (export_torch_snapshot.py);\n"
+    "-o FILE, or -o - for stdout.\n";
+
+const mn__cli_opt_t cmd_export_opts[] = {
+    {"to", 0, "torch", O_TO, "the output's format (required; torch is the one)"},
+    {"output", 'o', "SNAPSHOT.pickle", O_OUTPUT, "the pickle to write (required; - for stdout)"},
+    {"device", 0, "N", O_DEVICE, "only this device index of the trace"},
+    {NULL, 0, NULL, 0, NULL},
+};
 
 typedef struct peak_s {
   int64_t reserved, allocated;
@@ -245,44 +274,35 @@ static void print_state(void *user, mn_allocator_t *a) {
 
 int cmd_snapshot(int argc, char **argv) {
   const char *path = NULL, *at = "peak", *config = NULL;
-  bool blocks = false, json = false, at_given = false;
-  for (int i = 0; i < argc; i++) {
-    const char *arg = argv[i];
-    int iorc = mn__tools_take_import_opt("mnemo snapshot", argc, argv, &i);
-    if (iorc >= 0) {
-      if (iorc) return iorc;
-      continue;
-    }
-    if (!strcmp(arg, "--blocks")) {
-      blocks = true;
-    } else if (!strcmp(arg, "--json")) {
-      json = true;
-    } else if (!strcmp(arg, "--at") || !strcmp(arg, "--config")) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "mnemo snapshot: %s needs a value\n", arg);
-        return 2;
-      }
-      if (!strcmp(arg, "--at")) {
-        at = argv[++i];
-        at_given = true;
-      } else {
-        config = argv[++i];
-      }
-    } else if (arg[0] == '-' && arg[1]) {
-      fprintf(stderr, "mnemo snapshot: unknown option %s\nusage: mnemo\n%s", arg, cmd_snapshot_usage);
-      return 2;
-    } else if (!path) {
-      path = arg;
-    } else {
-      fprintf(stderr, "mnemo snapshot: one file at a time\n");
-      return 2;
+  bool blocks = false, json = false;
+  mn__cli_t p;
+  mn__cli_begin(&p, argc, argv);
+  const char *v;
+  int id;
+  bool at_given = false;
+  while ((id = mn__cli_next(&p, &v)) > 0) {
+    switch (id) {
+    case O_BLOCKS: blocks = true; break;
+    case O_JSON: json = true; break;
+    case O_AT:
+      at = v;
+      at_given = true;
+      if (strcmp(at, "peak") && strcmp(at, "reserved-peak") && strcmp(at, "end") &&
+          (!*at || strspn(at, "0123456789") != strlen(at)))
+        return mn__cli_error(&p, "--at must be peak, reserved-peak, end or an entry index, not \"%s\"", at);
+      break;
+    case O_CONFIG: config = v; break;
+    case O_MAX_DECOMPRESSED:
+      if (mn__tools_set_max_decompressed(&p, v)) return 2;
+      break;
     }
   }
-  if (!path) {
-    fprintf(stderr, "usage: mnemo\n%s", cmd_snapshot_usage);
-    return 2;
-  }
-  if (mn__tools_is_snapshot(path) && !json && !at_given) {
+  if (id < 0) return p.rc;
+  if (mn__cli_want_args(&p, 1, 1, "file")) return 2;
+  path = p.args[0];
+  /* A PyTorch snapshot: its segments as dumped; asked for a moment or settings,
+   * imported and replayed as a trace (below), never the option ignored. */
+  if (!at_given && !config && !json && mn__tools_is_snapshot(path)) {
     char *args[5] = {(char *)path, "--table", blocks ? "--blocks" : NULL};
     return mn__tools_run_script("mnemo snapshot", "import_torch_snapshot.py", args,
                                 mn__tools_import_args(args, blocks ? 3 : 2));
@@ -387,58 +407,76 @@ done:
   return rc;
 }
 
-/* The arguments of `mnemo import` and `mnemo export`: FORMAT_OPT (--from or --to)
- * FORMAT, one input, -o OUTPUT, optional --device N. Returns -1 when they parse,
- * else the exit status (2) after saying why on stderr. */
+/* The arguments of `mnemo import` and `mnemo export`: --from or --to FORMAT,
+ * one input, -o OUTPUT, optional --device N (and for import
+ * --max-decompressed-size). Returns -1 when they parse, else the exit status (0
+ * after --help; 2 after saying why on stderr). */
 typedef struct io_args_s {
   const char *format, *in, *out, *device;
+  bool max_decompressed; /* --max-decompressed-size given */
+  mn__cli_t p;
 } io_args_t;
 
-static int parse_io_args(const char *prog, const char *format_opt, const char *usage, int argc, char **argv,
-                         io_args_t *a) {
+static int parse_io_args(int argc, char **argv, io_args_t *a) {
   memset(a, 0, sizeof *a);
-  for (int i = 0; i < argc; i++) {
-    const char *arg = argv[i];
-    int iorc = !strcmp(format_opt, "--from") ? mn__tools_take_import_opt(prog, argc, argv, &i) : -1;
-    if (iorc >= 0) {
-      if (iorc) return iorc;
-      continue;
+  mn__cli_begin(&a->p, argc, argv);
+  const char *v;
+  int id;
+  while ((id = mn__cli_next(&a->p, &v)) > 0) {
+    switch (id) {
+    case O_FROM:
+    case O_TO: a->format = v; break;
+    case O_OUTPUT: a->out = v; break;
+    case O_DEVICE: {
+      long n = 0;
+      /* checked here, so that a bad value is mnemo's usage error, not the script's */
+      bool import = !strcmp(a->p.cmd->name, "import");
+      if (import && strcmp(v, "all") && (!*v || strspn(v, "0123456789") != strlen(v) || strtol(v, NULL, 10) > 1000))
+        return mn__cli_error(&a->p, "--device must be an index (0..1000) or all, not \"%s\"", v);
+      if (!import && mn__cli_int(&a->p, v, 0, 1000, &n)) return 2;
+      a->device = v;
+      break;
     }
-    if (!strcmp(arg, format_opt) || !strcmp(arg, "-o") || !strcmp(arg, "--device")) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "%s: %s needs a value\n", prog, arg);
-        return 2;
-      }
-      const char *v = argv[++i];
-      if (!strcmp(arg, format_opt)) a->format = v;
-      else if (!strcmp(arg, "-o")) a->out = v;
-      else a->device = v;
-    } else if (arg[0] == '-' && arg[1]) {
-      fprintf(stderr, "%s: unknown option %s\nusage: mnemo\n%s", prog, arg, usage);
-      return 2;
-    } else if (!a->in) {
-      a->in = arg;
-    } else {
-      fprintf(stderr, "%s: one input at a time\n", prog);
-      return 2;
+    case O_MAX_DECOMPRESSED:
+      if (mn__tools_set_max_decompressed(&a->p, v)) return 2;
+      a->max_decompressed = true;
+      break;
     }
   }
-  if (!a->format || !a->in || !a->out) {
-    fprintf(stderr, "usage: mnemo\n%s", usage);
-    return 2;
-  }
+  if (id < 0) return a->p.rc;
+  if (mn__cli_want_args(&a->p, 1, 1, "input")) return 2;
+  a->in = a->p.args[0];
+  bool import = !strcmp(a->p.cmd->name, "import");
+  if (!a->format) return mn__cli_error(&a->p, "missing %s", import ? "--from rmm|torch" : "--to torch");
+  if (!a->out) return mn__cli_error(&a->p, "missing -o %s (- for stdout)", import ? "TRACE" : "SNAPSHOT.pickle");
+  if (!*a->out) return mn__cli_error(&a->p, "-o needs a file name (or - for stdout)");
   return -1;
+}
+
+/* The trace as text on stdout (-o -): 0, or 1 after saying why on stderr. */
+static int write_stdout(const mn_trace_t *t) {
+  char *text = NULL;
+  size_t len = 0;
+  if (mn_trace_format(t, &text, &len) != MN_OK) {
+    fprintf(stderr, "mnemo import: %s\n", mn_last_error());
+    return 1;
+  }
+  int rc = 0;
+  if (fwrite(text, 1, len, stdout) != len || fflush(stdout) != 0) {
+    fprintf(stderr, "mnemo import: writing the trace to stdout failed\n");
+    rc = 1;
+  }
+  free(text);
+  return rc;
 }
 
 int cmd_import(int argc, char **argv) {
   io_args_t io;
-  int prc = parse_io_args("mnemo import", "--from", cmd_import_usage, argc, argv, &io);
+  int prc = parse_io_args(argc, argv, &io);
   if (prc >= 0) return prc;
   const char *from = io.format, *in = io.in, *out = io.out, *device = io.device;
-  if (strcmp(from, "rmm") && strcmp(from, "torch")) {
-    fprintf(stderr, "usage: mnemo\n%s", cmd_import_usage);
-    return 2;
-  }
+  if (strcmp(from, "rmm") && strcmp(from, "torch"))
+    return mn__cli_error(&io.p, "--from must be rmm or torch, not \"%s\"", from);
   if (!strcmp(from, "torch")) {
     /* The Python importer would read a FIFO or /dev/zero forever: hand it
      * regular files only, as the C loaders take. */
@@ -452,20 +490,22 @@ int cmd_import(int argc, char **argv) {
     return mn__tools_run_script("mnemo import", "import_torch_snapshot.py", args,
                                 mn__tools_import_args(args, device ? 5 : 3));
   }
-  if (device) {
-    fprintf(stderr, "mnemo import: --device applies to --from torch\n");
-    return 2;
-  }
+  if (device) return mn__cli_error(&io.p, "--device applies to --from torch, not --from rmm");
+  if (io.max_decompressed)
+    return mn__cli_error(&io.p, "--max-decompressed-size applies to --from torch (a .pickle.gz), not --from rmm");
   mn_trace_t *t = NULL;
   if (mn_trace_import_rmm_csv_file(in, &t) != MN_OK) {
     fprintf(stderr, "mnemo import: %s\n", mn_last_error());
     return 1;
   }
   int rc = 0;
-  if (mn_trace_write(t, out) != MN_OK) {
+  if (mn__cli_is_stdout(out)) {
+    rc = write_stdout(t);
+  } else if (mn_trace_write(t, out) != MN_OK) {
     fprintf(stderr, "mnemo import: %s\n", mn_last_error());
     rc = 1;
-  } else {
+  }
+  if (rc == 0) {
     size_t pre = 0;
     for (size_t i = 0; i < t->nentries; i++) pre += t->entries[i].pre;
     fprintf(stderr, "%s: %zu events, %zu allocations made before the log began\n", in, t->nentries - pre, pre);
@@ -476,13 +516,10 @@ int cmd_import(int argc, char **argv) {
 
 int cmd_export(int argc, char **argv) {
   io_args_t io;
-  int prc = parse_io_args("mnemo export", "--to", cmd_export_usage, argc, argv, &io);
+  int prc = parse_io_args(argc, argv, &io);
   if (prc >= 0) return prc;
   const char *to = io.format, *in = io.in, *out = io.out, *device = io.device;
-  if (strcmp(to, "torch") != 0) {
-    fprintf(stderr, "mnemo export: --to torch is the one format (not \"%s\")\n", to);
-    return 2;
-  }
+  if (strcmp(to, "torch") != 0) return mn__cli_error(&io.p, "--to torch is the one format (not \"%s\")", to);
   /* Regular files only, as the C readers take: a FIFO would block the script. */
   int fd = -1;
   if (mn__file_open_regular("mnemo export", in, O_RDONLY, 0, &fd, NULL) != MN_OK) {

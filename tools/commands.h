@@ -1,31 +1,35 @@
-/* tools/commands.h: the mnemo CLI's commands that live in their own files;
- * each takes the arguments after its name and returns the exit status. */
+/* tools/commands.h: the mnemo CLI's commands. Each takes its arguments with
+ * argv[0] its own name (getopt_long's convention), parses them with the shared
+ * parser (tools/cli.h) against its option table, and returns the exit status;
+ * the command table (tools/cli.c) names each with its summary, description
+ * (cmd_X_about) and options (cmd_X_opts). Single-threaded (the CLI's main thread). */
 #ifndef MNEMO_TOOLS_COMMANDS_H
 #define MNEMO_TOOLS_COMMANDS_H
 
-/* mnemo replay TRACE [--config ALLOC_CONF]... [--allocator caching|naive]
- *              [--json] [--capacity BYTES] [--no-pre] [--repeat N]  (tools/cmd_replay.c) */
-int cmd_replay(int argc, char **argv);
-/* The usage lines of `mnemo replay`. */
-extern const char cmd_replay_usage[];
+#include "cli.h"
 
+#define MN__CLI_COMMAND(x)                    \
+  int cmd_##x(int argc, char **argv);         \
+  extern const char cmd_##x##_about[];        \
+  extern const mn__cli_opt_t cmd_##x##_opts[];
+
+/* mnemo info | demo | version (tools/mnemo.c) */
+MN__CLI_COMMAND(info)
+MN__CLI_COMMAND(demo)
+MN__CLI_COMMAND(version)
+/* mnemo replay TRACE [--config ALLOC_CONF]... (tools/cmd_replay.c) */
+MN__CLI_COMMAND(replay)
 /* mnemo report TRACE -o REPORT.html [--config C]... (tools/cmd_report.c) */
-int cmd_report(int argc, char **argv);
-extern const char cmd_report_usage[];
-/* mnemo snapshot FILE [--at peak|end|N] [--config C] [--blocks] [--summary] (tools/cmd_snapshot.c) */
-int cmd_snapshot(int argc, char **argv);
-extern const char cmd_snapshot_usage[];
+MN__CLI_COMMAND(report)
+/* mnemo snapshot FILE [--at peak|end|N] [--config C] [--blocks] (tools/cmd_snapshot.c) */
+MN__CLI_COMMAND(snapshot)
 /* mnemo import --from rmm|torch INPUT -o TRACE (tools/cmd_snapshot.c) */
-int cmd_import(int argc, char **argv);
-extern const char cmd_import_usage[];
-
+MN__CLI_COMMAND(import)
 /* mnemo export --to torch TRACE -o SNAPSHOT.pickle (tools/cmd_snapshot.c) */
-int cmd_export(int argc, char **argv);
-extern const char cmd_export_usage[];
+MN__CLI_COMMAND(export)
+/* mnemo bench [--device D] [--to D2] [--cases LIST] ... (tools/cmd_bench.c) */
+MN__CLI_COMMAND(bench)
 
-/* mnemo bench [--device D] [--to D2] [--cases LIST] [--sizes LIST|A..B] [--reps N]
- *             [--min-time S] [--json|--csv] [--plot OUT.svg] (tools/cmd_bench.c) */
-int cmd_bench(int argc, char **argv);
-extern const char cmd_bench_usage[];
+#undef MN__CLI_COMMAND
 
 #endif /* MNEMO_TOOLS_COMMANDS_H */

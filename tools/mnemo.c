@@ -1,7 +1,8 @@
-/* tools/mnemo.c: the mnemo command-line tool: `info` lists devices and build
- * options, `demo` runs the walking skeleton, replays a bundled trace and times
- * copies; the other commands (replay, report, snapshot, import, export, bench)
- * live in their own files (commands.h). Single-threaded. */
+/* tools/mnemo.c: the mnemo command-line tool's main and its small commands:
+ * `info` lists devices and build options, `demo` runs the walking skeleton,
+ * replays a bundled trace and times copies, `version`; the command table and the
+ * option parser are tools/cli.c, the other commands (replay, report, snapshot,
+ * import, export, bench) live in their own files (commands.h). Single-threaded. */
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "mnemo/mnemo.h"
+#include "cli.h"
 #include "commands.h"
 #include "trace_input.h"
 #include "runtime/env.h"
@@ -42,7 +44,37 @@ static void print_device(mn_device_t dev) {
   printf("%s\n", p.supports_vmm ? ", virtual memory management" : "");
 }
 
-static int cmd_info(void) {
+const char cmd_info_about[] = "";
+const mn__cli_opt_t cmd_info_opts[] = {{NULL, 0, NULL, 0, NULL}};
+const char cmd_demo_about[] =
+    "Runs the walking skeleton on the best device (and the SIM device), replays a\n"
+    "bundled trace with its report (written to $TMPDIR/mnemo-demo-report.html), and\n"
+    "times copies on the best device (host -> device on a GPU; CPU -> CPU when the\n"
+    "CPU is the best device).\n";
+const mn__cli_opt_t cmd_demo_opts[] = {{NULL, 0, NULL, 0, NULL}};
+const char cmd_version_about[] = "";
+const mn__cli_opt_t cmd_version_opts[] = {{NULL, 0, NULL, 0, NULL}};
+
+/* The arguments of a command without options or arguments: -1 to go on, else
+ * the exit status (0 after --help, 2 after a usage error). */
+static int parse_none(int argc, char **argv) {
+  mn__cli_t p;
+  mn__cli_begin(&p, argc, argv);
+  const char *v;
+  if (mn__cli_next(&p, &v) < 0) return p.rc; /* --help, or an unknown option */
+  return mn__cli_want_args(&p, 0, 0, "") ? 2 : -1;
+}
+
+int cmd_version(int argc, char **argv) {
+  int rc = parse_none(argc, argv);
+  if (rc >= 0) return rc;
+  printf("mnemo %s\n", mn_version());
+  return 0;
+}
+
+int cmd_info(int argc, char **argv) {
+  int rc = parse_none(argc, argv);
+  if (rc >= 0) return rc;
   printf("mnemo %s\n", mn_version());
   printf("build: CUDA %s, NVTX %s\n", mn_build_has_cuda() ? "on" : "off", mn_build_has_cuda() ? "on" : "off");
   printf("devices:\n");
@@ -171,7 +203,7 @@ static int demo_trace(void) {
   const char *tmp = mn__env(MN__ENV_TMPDIR);
   snprintf(report, sizeof report, "%s/mnemo-demo-report.html", tmp && *tmp ? tmp : "/tmp");
   printf("replaying the bundled PyTorch trace %s on the SIM device:\n", trace);
-  char *args[] = {trace, "-o", report, "--title", "demo: ctx128_forward_mixed", "--config", "",
+  char *args[] = {"report", trace, "-o", report, "--title", "demo: ctx128_forward_mixed", "--config", "",
                   "--config", "expandable_segments:True"};
   fflush(stdout);
   int rc = cmd_report((int)(sizeof args / sizeof args[0]), args);
@@ -179,58 +211,21 @@ static int demo_trace(void) {
   return rc;
 }
 
-static int cmd_demo(void) {
+int cmd_demo(int argc, char **argv) {
+  int rc = parse_none(argc, argv);
+  if (rc >= 0) return rc;
   mn_device_t best = mn_device_best();
-  int rc = demo_on(best);
+  rc = demo_on(best);
   if (best.type != MN_DEVICE_SIM) rc |= demo_on(mn_device_sim(0));
   rc |= demo_trace();
   printf("copies:\n");
   rc |= demo_copy(best);
   printf("%s\n", rc ? "demo FAILED" : "demo ok");
-  return rc;
-}
-
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: mnemo <command>\n"
-          "  info      devices found and build options\n"
-          "  demo      run the walking skeleton on the best device (and the SIM device),\n"
-          "            replay a bundled trace with its report, time copies on the best device\n"
-          "            (host -> device on a GPU; CPU -> CPU when the CPU is the best device)\n"
-          "  version   print the version\n"
-          "%s%s%s%s%s%s", cmd_replay_usage, cmd_report_usage, cmd_snapshot_usage, cmd_import_usage,
-          cmd_export_usage, cmd_bench_usage);
-}
-
-static int run(int argc, char **argv) {
-  if (argc < 2) {
-    usage(stderr);
-    return 2;
-  }
-  const char *cmd = argv[1];
-  if (!strcmp(cmd, "info")) return cmd_info();
-  if (!strcmp(cmd, "demo")) return cmd_demo();
-  if (!strcmp(cmd, "replay")) return cmd_replay(argc - 2, argv + 2);
-  if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
-  if (!strcmp(cmd, "snapshot")) return cmd_snapshot(argc - 2, argv + 2);
-  if (!strcmp(cmd, "import")) return cmd_import(argc - 2, argv + 2);
-  if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
-  if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
-  if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-    printf("mnemo %s\n", mn_version());
-    return 0;
-  }
-  if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
-    usage(stdout);
-    return 0;
-  }
-  fprintf(stderr, "mnemo: unknown command \"%s\"\n", cmd);
-  usage(stderr);
-  return 2;
+  return rc ? 1 : 0;
 }
 
 int main(int argc, char **argv) {
-  int rc = run(argc, argv);
+  int rc = mn__cli_main(argc, argv);
   /* Output that could not be written (a full disk, /dev/full) is a failure. */
   if (fflush(stdout) != 0 || ferror(stdout)) {
     fprintf(stderr, "mnemo: writing the output failed\n");

@@ -114,15 +114,13 @@ bool mn__tools_is_snapshot(const char *path) {
 
 static const char *g_max_decompressed; /* --max-decompressed-size's value (the CLI is single-threaded) */
 
-int mn__tools_take_import_opt(const char *prog, int argc, char **argv, int *i) {
-  if (strcmp(argv[*i], "--max-decompressed-size") != 0) return -1;
+int mn__tools_set_max_decompressed(const mn__cli_t *p, const char *value) {
   size_t v = 0;
-  if (*i + 1 >= argc || mn_bytes_parse(argv[*i + 1], &v) != MN_OK) {
+  if (mn_bytes_parse(value, &v) != MN_OK) {
     mn_clear_error();
-    fprintf(stderr, "%s: --max-decompressed-size needs a byte count (e.g. 8G)\n", prog);
-    return 2;
+    return mn__cli_error(p, "--max-decompressed-size needs a byte count (e.g. 8G), not \"%s\"", value);
   }
-  g_max_decompressed = argv[++*i];
+  g_max_decompressed = value;
   return 0;
 }
 

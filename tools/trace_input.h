@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cli.h"
 #include "mnemo/trace.h"
 
 /* Reads `path`: a mnemo trace, or a PyTorch memory snapshot (a pickle, gzip'ed or
@@ -23,12 +24,16 @@ int mn__tools_trace_load(const char *prog, const char *path, int device, mn_trac
 
 /* The option every command that may import a PyTorch snapshot takes and hands
  * to import_torch_snapshot.py: `--max-decompressed-size BYTES` (the most bytes a
- * .pickle.gz may inflate to; a byte count as mn_bytes_parse reads it). At
- * argv[*i]: returns -1 when it is another argument; 0 when taken (kept for the
- * importer runs that follow, *i moved past the value); 2 after a usage message. */
-int mn__tools_take_import_opt(const char *prog, int argc, char **argv, int *i);
+ * .pickle.gz may inflate to), a row of the command's option table. */
+#define MN__TOOLS_OPT_MAX_DECOMPRESSED(id)                                                    \
+  {"max-decompressed-size", 0, "BYTES", (id),                                                 \
+   "the most bytes a .pickle.gz may inflate to (default 4G; a byte count such as 8G)"}
 
-/* Appends what mn__tools_take_import_opt kept to args[n..] (room for 2 more)
+/* Takes that option's value (a byte count as mn_bytes_parse reads it), kept for
+ * the importer runs that follow: 0, or 2 after a usage error. */
+int mn__tools_set_max_decompressed(const mn__cli_t *p, const char *value);
+
+/* Appends what mn__tools_set_max_decompressed kept to args[n..] (room for 2 more)
  * and returns the new count. */
 int mn__tools_import_args(char **args, int n);
 

@@ -422,7 +422,8 @@ def replay(trace, configs=None, capacity=None, device=None, retries=None, trace_
     pre=False leaves out the allocations made before recording;
     pre_segments=False starts from a cold cache (the pre segments are not
     reserved as recorded); empty_cache=False ignores the trace's empty_cache
-    lines. allocator: "caching" (default) or "naive". repeat: replays per
+    lines. allocator: "caching" (default) or "naive" (which takes no configs:
+    ToolError). repeat: replays per
     config (ns_per_op is then the median). max_decompressed_size: as
     import_snapshot()."""
     args = ["replay", _path_arg(trace, "trace"), "--json", "--no-progress"] + _configs_arg(configs)
