@@ -95,7 +95,8 @@ static void replay_cleanup(mn__replay_t *r) {
 /* Whether entry e takes part in the replay with a stream: allocations, and pre
  * segments when they are reserved as recorded. */
 static bool uses_stream(const mn__replay_t *r, const mn_trace_entry_t *e) {
-  return e->action == MN_TRACE_ALLOC || (e->pre && e->action == MN_TRACE_SEGMENT_ALLOC && !r->opt->skip_pre_segments);
+  return e->action == MN_TRACE_ALLOC || (e->pre && e->action == MN_TRACE_SEGMENT_ALLOC && !r->opt->skip_pre_segments) ||
+         (e->action == MN_TRACE_OOM && !e->pre && r->opt->replay_ooms);
 }
 
 /* Maps trace stream ids to streams: 0 (or else the first allocation's id) to the default stream. */
@@ -158,13 +159,18 @@ static mn_status op_failed(const mn_trace_entry_t *e, size_t i, mn_status st, co
                    e->size, e->address, msg);
 }
 
-/* One alloc; *oom set when it failed for want of memory. */
+/* One alloc (or, with replay_ooms, a recorded oom line's allocation, freed at
+ * once when it succeeds); *oom set when it failed for want of memory. */
 static mn_status do_alloc(mn__replay_t *r, size_t i, uint64_t *ns, bool *oom) {
   const mn_trace_entry_t *e = &r->trace->entries[i];
   void *p = NULL;
   *oom = false;
   if (e->size > SIZE_MAX) {
     *oom = true;
+    if (r->opt->on_oom) {
+      mn_replay_oom_t o = {.entry = i, .size = e->size, .recorded = e->action == MN_TRACE_OOM, .reproduced = true};
+      r->opt->on_oom(r->opt->on_oom_user, &o);
+    }
     return MN_OK;
   }
   uint64_t t0 = now_ns();
@@ -176,10 +182,25 @@ static mn_status do_alloc(mn__replay_t *r, size_t i, uint64_t *ns, bool *oom) {
   }
   *ns += now_ns() - t0;
   if (st == MN_ERR_OUT_OF_MEMORY) {
+    mn_clear_error();
     *oom = true;
+    if (r->opt->on_oom) {
+      mn_replay_oom_t o = {.entry = i, .size = e->size, .recorded = e->action == MN_TRACE_OOM, .reproduced = true};
+      r->opt->on_oom(r->opt->on_oom_user, &o);
+    }
     return MN_OK;
   }
   if (st != MN_OK) return op_failed(e, i, st, "alloc");
+  if (e->action == MN_TRACE_OOM) { /* a recorded oom line the allocator had room for: not kept */
+    st = mn_allocator_free(r->a, p);
+    if (st != MN_OK) return op_failed(e, i, st, "free of the oom line's allocation");
+    track_mapped(r);
+    if (r->opt->on_oom) {
+      mn_replay_oom_t o = {.entry = i, .size = e->size, .recorded = true, .reproduced = false};
+      r->opt->on_oom(r->opt->on_oom_user, &o);
+    }
+    return MN_OK;
+  }
   r->ptrs[i] = p;
   r->cur_req = req_add(r->cur_req, e->size);
   if (r->cur_req > r->peak_req) r->peak_req = r->cur_req;
@@ -436,8 +457,10 @@ done:
   return st;
 }
 
+/* stop_first: stop before the first entry (a stop_after before every entry of
+ * the device replayed: the allocator as it was, nothing replayed). */
 static mn_status replay_one_device(const mn_trace_t *trace, mn_allocator_t *allocator, mn_replay_options_t opt,
-                                   mn_replay_result_t *out) {
+                                   bool stop_first, mn_replay_result_t *out) {
   mn__replay_t r;
   memset(&r, 0, sizeof r);
   r.opt = &opt;
@@ -475,14 +498,14 @@ static mn_status replay_one_device(const mn_trace_t *trace, mn_allocator_t *allo
   uint64_t pre_ns = 0;
   size_t i = 0;
   bool stopped = false; /* past opt.stop_after */
-  if (!opt.skip_pre && !opt.skip_pre_segments && r.have_stats) {
+  if (!opt.skip_pre && !opt.skip_pre_segments && r.have_stats && !stop_first) {
     if ((st = build_pre_segments(&r, &res)) != MN_OK) goto done;
     /* the gaps were allocated while the segments were laid out: not the trace's peak */
     mn__ignore(mn_allocator_reset_peak(allocator)); /* MN_ERR_NOT_SUPPORTED: checked at the start */
     track_mapped(&r);
   }
   for (; i < n && trace->entries[i].pre; i++) {
-    if (i > opt.stop_after) {
+    if (stop_first || i > opt.stop_after) {
       stopped = true;
       break;
     }
@@ -514,7 +537,7 @@ static mn_status replay_one_device(const mn_trace_t *trace, mn_allocator_t *allo
 
   for (; i < n && !stopped; i++) {
     const mn_trace_entry_t *e = &trace->entries[i];
-    if (i > opt.stop_after) {
+    if (stop_first || i > opt.stop_after) {
       stopped = true;
       break;
     }
@@ -540,6 +563,13 @@ static mn_status replay_one_device(const mn_trace_t *trace, mn_allocator_t *allo
       r.cur_req = req_sub(r.cur_req, trace->entries[j].size);
       res.frees++;
       track_mapped(&r);
+      step(&r, i);
+    } else if (e->action == MN_TRACE_OOM) {
+      res.recorded_ooms++;
+      if (!opt.replay_ooms) continue;
+      bool oom;
+      if ((st = do_alloc(&r, i, &res.op_ns, &oom)) != MN_OK) goto done;
+      res.ooms_reproduced += oom;
       step(&r, i);
     } else if (e->action == MN_TRACE_EMPTY_CACHE && !opt.skip_empty_cache) {
       uint64_t t0 = now_ns();
@@ -601,6 +631,19 @@ static void sub_step(void *user, const mn_replay_step_t *step) {
   s->fn(s->user, &t);
 }
 
+typedef struct mn__sub_oom_s {
+  const size_t *orig;
+  void (*fn)(void *user, const mn_replay_oom_t *oom);
+  void *user;
+} mn__sub_oom_t;
+
+static void sub_oom(void *user, const mn_replay_oom_t *oom) {
+  const mn__sub_oom_t *s = user;
+  mn_replay_oom_t t = *oom;
+  t.entry = s->orig[oom->entry];
+  s->fn(s->user, &t);
+}
+
 mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator, const mn_replay_options_t *options,
                           mn_replay_result_t *out) {
   MN__CHECK_ARG(trace != NULL && allocator != NULL && out != NULL, "trace, allocator and out must not be NULL");
@@ -632,7 +675,7 @@ mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator, co
   mn_status st;
   mn_replay_result_t res;
   if (!mixed && (trace->nentries == 0 || trace->entries[0].device == want)) {
-    st = replay_one_device(trace, allocator, opt, &res);
+    st = replay_one_device(trace, allocator, opt, false, &res);
   } else {
     mn_trace_t sub;
     memset(&sub, 0, sizeof sub);
@@ -656,6 +699,7 @@ mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator, co
       free(orig);
       return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "the trace has no entries on device %" PRIu32, want);
     }
+    bool stop_first = opt.stop_after != SIZE_MAX && stop == SIZE_MAX; /* it stops before this device's first entry */
     if (opt.stop_after != SIZE_MAX) opt.stop_after = stop == SIZE_MAX ? 0 : stop;
     sub.capacity = sub.nentries;
     void **want_ptrs = opt.live_ptrs;
@@ -673,7 +717,12 @@ mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator, co
       opt.on_step = sub_step;
       opt.on_step_user = &ss;
     }
-    st = replay_one_device(&sub, allocator, opt, &res);
+    mn__sub_oom_t so = {orig, opt.on_oom, opt.on_oom_user};
+    if (opt.on_oom) {
+      opt.on_oom = sub_oom;
+      opt.on_oom_user = &so;
+    }
+    st = replay_one_device(&sub, allocator, opt, stop_first, &res);
     if (want_ptrs) {
       for (size_t k = 0; st == MN_OK && k < sub.nentries; k++) want_ptrs[orig[k]] = opt.live_ptrs[k];
       free(opt.live_ptrs);

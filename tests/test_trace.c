@@ -1150,6 +1150,70 @@ MN_TEST(replay_live_ptrs) {
   o.trace_device = 1;
   MN_CHECK_OK(replay_text(text, &o, &r));
   MN_CHECK(!live[0] && live[1] && !live[2] && !live[3] && !live[4]);
+  /* stopped before device 1's first entry (entry 1): nothing of it replayed */
+  o.stop_after = 0;
+  memset(live, 0xab, sizeof live);
+  MN_CHECK_OK(replay_text(text, &o, &r));
+  MN_CHECK(!live[0] && !live[1] && !live[2] && !live[3] && !live[4]);
+  MN_CHECK(r.allocs == 0 && r.pre_allocs == 0 && r.peak_allocated == 0);
+}
+
+/* Recorded oom lines: counted always; with replay_ooms their allocation is tried
+ * (the test's SIM device has 1 GiB): 2 GiB runs out of memory there too
+ * (reproduced), 4 MiB has room (allocated and freed at once). on_oom reports
+ * them, and the replay's own failed allocations, with the trace's entry indices
+ * (also through the one-device copy of a trace of several devices). */
+typedef struct oom_log_s {
+  mn_replay_oom_t v[8];
+  size_t n;
+} oom_log_t;
+
+static void log_oom(void *user, const mn_replay_oom_t *o) {
+  oom_log_t *l = user;
+  if (l->n < 8) l->v[l->n++] = *o;
+}
+
+MN_TEST(replay_oom_lines) {
+  if (!have_caching()) {
+    printf("  (caching allocator not in this build: skipped)\n");
+    return;
+  }
+  const char *text = "mnemo-trace 2\n"
+                     "1 alloc 0 0x10000000 10485760 10485760 0\n"
+                     "2 oom 0 0x100000 2147483648 0 0\n"
+                     "3 oom 0 0x100000 4194304 0 0\n"
+                     "4 alloc 0 0x20000000 4096 4096 1\n"
+                     "5 oom 0 0x0 2147483648 0 1\n"
+                     "6 alloc 0 0x30000000 2147483648 0 0\n"
+                     "7 free_requested 0 0x30000000 2147483648 0 0\n"
+                     "8 free_requested 0 0x10000000 10485760 0 0\n"
+                     "end 8\n";
+  oom_log_t log;
+  memset(&log, 0, sizeof log);
+  mn_replay_options_t o = mn_replay_options_default();
+  o.on_oom = log_oom;
+  o.on_oom_user = &log;
+  mn_replay_result_t r;
+  MN_CHECK_OK(replay_text(text, &o, &r)); /* oom lines only counted */
+  MN_CHECK(r.recorded_ooms == 2 && r.ooms_reproduced == 0 && r.ooms == 1 && r.skipped_frees == 1);
+  MN_CHECK(log.n == 1 && log.v[0].entry == 5 && !log.v[0].recorded && log.v[0].reproduced &&
+           log.v[0].size == 2147483648u);
+  MN_CHECK(r.peak_allocated == 10485760);
+  memset(&log, 0, sizeof log);
+  o.replay_ooms = true;
+  MN_CHECK_OK(replay_text(text, &o, &r));
+  MN_CHECK(r.recorded_ooms == 2 && r.ooms_reproduced == 1 && r.ooms == 1);
+  MN_CHECK(log.n == 3);
+  MN_CHECK(log.v[0].entry == 1 && log.v[0].recorded && log.v[0].reproduced && log.v[0].size == 2147483648u);
+  MN_CHECK(log.v[1].entry == 2 && log.v[1].recorded && !log.v[1].reproduced && log.v[1].size == 4194304);
+  MN_CHECK(log.v[2].entry == 5 && !log.v[2].recorded);
+  MN_CHECK(r.peak_requested == 10485760);                /* the tried allocation is not the trace's */
+  MN_CHECK(r.peak_allocated == 10485760 + 4194304);      /* but the allocator held it a moment */
+  memset(&log, 0, sizeof log);
+  o.trace_device = 1;
+  MN_CHECK_OK(replay_text(text, &o, &r));
+  MN_CHECK(r.trace_device == 1 && r.recorded_ooms == 1 && r.ooms_reproduced == 1 && r.ooms == 0);
+  MN_CHECK(log.n == 1 && log.v[0].entry == 4 && log.v[0].recorded && log.v[0].reproduced);
 }
 
 MN_TEST(replay_caching_and_record) {
@@ -1346,6 +1410,7 @@ int main(void) {
   MN_RUN(replay_caching_and_record);
   MN_RUN(replay_pre_segments_as_recorded);
   MN_RUN(replay_live_ptrs);
+  MN_RUN(replay_oom_lines);
 #ifdef MN_SOURCE_DIR
   /* The recorded GPU had 80 GB: give the SIM device as much (memory is lazily backed). */
   c.capacity = (size_t)80 << 30;

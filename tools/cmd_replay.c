@@ -18,7 +18,11 @@ const char cmd_replay_about[] =
     "peak allocated/reserved bytes with the recorded run. With no --config the replay\n"
     "is as recorded: the allocator settings in the trace; the pre-existing segments\n"
     "are reserved as recorded (the warm cache recording began with) unless\n"
-    "--no-pre-segments. A progress bar on stderr when it is a terminal.\n";
+    "--no-pre-segments. Every device of the trace is replayed on its own, against its\n"
+    "own recorded figures (not pinned host memory). Without --capacity, a device whose\n"
+    "recording ran out of memory (or freed part of its cache for want of it) replays\n"
+    "on a SIM device of the size the recording had, so the OOM recurs at its entry.\n"
+    "A progress bar on stderr when it is a terminal.\n";
 
 enum {
   O_CONFIG = 1, O_ALLOCATOR, O_JSON, O_DEVICE, O_CAPACITY, O_RETRIES, O_TRACE_DEVICE, O_NO_PRE, O_NO_PRE_SEGMENTS,
@@ -30,11 +34,11 @@ const mn__cli_opt_t cmd_replay_opts[] = {
      "allocator settings of one run (PYTORCH_CUDA_ALLOC_CONF syntax, \"\" for mnemo's defaults); repeat it to "
      "compare several (at most 64; default: as recorded)"},
     {"allocator", 0, "caching|naive", O_ALLOCATOR, "the allocator replayed (default caching; naive takes no --config)"},
-    {"json", 0, NULL, O_JSON, "one JSON object per run (a list for several) instead of the table"},
+    {"json", 0, NULL, O_JSON, "one JSON object per device and run (a list when more than one) instead of the table"},
     {"device", 0, "sim|cuda", O_DEVICE, "the device replayed on: sim:0 (default) or cuda:0"},
-    {"capacity", 0, "BYTES", O_CAPACITY, "the SIM device's size (e.g. 80G); OOMs beyond it"},
+    {"capacity", 0, "BYTES", O_CAPACITY, "the SIM device's size (e.g. 80G); OOMs beyond it (default: as recorded)"},
     {"retries", 0, "N", O_RETRIES, "on an OOM, empty the cache and retry up to N times (0..1000)"},
-    {"trace-device", 0, "N", O_TRACE_DEVICE, "the trace's (or snapshot's) device to replay (0..1000)"},
+    {"trace-device", 0, "N", O_TRACE_DEVICE, "replay only this recorded device (0..1000; default: every device)"},
     {"no-pre", 0, NULL, O_NO_PRE, "skip the allocations made before recording began"},
     {"no-pre-segments", 0, NULL, O_NO_PRE_SEGMENTS, "do not reserve the pre-existing segments as recorded"},
     {"no-empty-cache", 0, NULL, O_NO_EMPTY_CACHE, "ignore the trace's empty_cache points"},
@@ -48,17 +52,39 @@ const mn__cli_opt_t cmd_replay_opts[] = {
 #define MAX_CONFIGS 64
 #define MAX_REPEAT 101
 
-typedef struct replay_run_s {
-  const char *config; /* as given; "" for the defaults */
-  bool as_recorded;   /* no --config: the trace's recorded settings (meta config) */
-  char effective[512];
-  mn_replay_result_t res;
-} replay_run_t;
+typedef struct oom_list_s {
+  mn_replay_oom_t *v;
+  size_t n, cap;
+  bool nomem; /* some were lost for want of host memory */
+} oom_list_t;
 
 typedef struct torch_figs_s {
   uint64_t peak_allocated, peak_reserved, segment_allocs, reserved_start;
   bool has_allocated, has_reserved, has_segments, has_start;
 } torch_figs_t;
+
+/* One device of the trace, replayed on its own (a fresh allocator per run). */
+typedef struct dev_info_s {
+  uint32_t index;     /* the trace's device index (the entries' device field) */
+  uint64_t label;     /* the recorded device's number (CUDA index for a PyTorch snapshot) */
+  size_t nentries, pre;
+  size_t ntorch_ooms; /* its recorded oom lines */
+  uint64_t oom_capacity; /* reserved at its first oom line + that line's device_free; 0: no oom line */
+  uint64_t release_capacity; /* no oom line: the size its partial cache releases imply (0: none) */
+  size_t partial_releases;   /* runs of segment frees with no empty_cache line before them */
+  torch_figs_t tf;
+} dev_info_t;
+
+typedef struct replay_run_s {
+  const char *config; /* as given; "" for the defaults */
+  bool as_recorded;   /* no --config: the trace's recorded settings (meta config) */
+  char effective[512];
+  mn_replay_result_t res;
+  const dev_info_t *dev;
+  uint64_t capacity;    /* the SIM device's bytes for this run (0: not a SIM run) */
+  const char *capacity_from; /* "option", "oom" (as recorded) or "default" */
+  oom_list_t ooms;      /* the replay's out-of-memory entries and recorded oom lines */
+} replay_run_t;
 
 static char g_devname[32] = "sim:0"; /* the replay device, for the table */
 
@@ -69,21 +95,52 @@ static const char *gib(int64_t bytes, char *buf, size_t n) {
   return buf;
 }
 
-static void read_torch(const mn_trace_t *t, torch_figs_t *f) {
+/* A device's PyTorch figures: its `devN.torch_*` keys in a trace of several
+ * devices (the importer's `meta devices`), the plain `torch_*` keys otherwise. */
+static void read_torch(const mn_trace_t *t, bool multi, uint64_t label, torch_figs_t *f) {
+  static const char *const names[4] = {"torch_peak_allocated", "torch_peak_reserved", "torch_segment_allocs",
+                                       "torch_reserved_start"};
+  uint64_t *vals[4] = {&f->peak_allocated, &f->peak_reserved, &f->segment_allocs, &f->reserved_start};
+  bool *has[4] = {&f->has_allocated, &f->has_reserved, &f->has_segments, &f->has_start};
   memset(f, 0, sizeof *f);
-  f->has_allocated = mn_trace_meta_get_u64(t, "torch_peak_allocated", &f->peak_allocated) == MN_OK;
-  f->has_reserved = mn_trace_meta_get_u64(t, "torch_peak_reserved", &f->peak_reserved) == MN_OK;
-  f->has_segments = mn_trace_meta_get_u64(t, "torch_segment_allocs", &f->segment_allocs) == MN_OK;
-  f->has_start = mn_trace_meta_get_u64(t, "torch_reserved_start", &f->reserved_start) == MN_OK;
+  for (int k = 0; k < 4; k++) {
+    char key[MN_TRACE_META_KEY_MAX + 1];
+    if (multi) snprintf(key, sizeof key, "dev%" PRIu64 ".%s", label, names[k]);
+    else snprintf(key, sizeof key, "%s", names[k]);
+    *has[k] = mn_trace_meta_get_u64(t, key, vals[k]) == MN_OK;
+  }
   mn_clear_error();
 }
 
-static void print_json_run(const char *trace_path, const char *allocator, const replay_run_t *run,
-                           const torch_figs_t *tf) {
+static void oom_push(void *user, const mn_replay_oom_t *o) {
+  oom_list_t *l = user;
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 16;
+    mn_replay_oom_t *v = realloc(l->v, cap * sizeof *v);
+    if (!v) {
+      l->nomem = true;
+      return;
+    }
+    l->v = v;
+    l->cap = cap;
+  }
+  l->v[l->n++] = *o;
+}
+
+/* The replay's outcome at recorded oom line `entry` (NULL: not replayed). */
+static const mn_replay_oom_t *oom_find(const oom_list_t *l, size_t entry) {
+  for (size_t k = 0; k < l->n; k++)
+    if (l->v[k].recorded && l->v[k].entry == entry) return &l->v[k];
+  return NULL;
+}
+
+static void print_json_run(const char *trace_path, const mn_trace_t *t, const char *allocator,
+                           const replay_run_t *run) {
   const mn_replay_result_t *r = &run->res;
+  const torch_figs_t *tf = &run->dev->tf;
   printf("{\"trace\": ");
   mn__tools_json_str(stdout, trace_path);
-  printf(", \"allocator\": \"%s\", \"config\": ", allocator);
+  printf(", \"device\": %" PRIu64 ", \"allocator\": \"%s\", \"config\": ", run->dev->label, allocator);
   mn__tools_json_str(stdout, run->config);
   printf(", \"config_effective\": ");
   mn__tools_json_str(stdout, run->effective);
@@ -95,15 +152,38 @@ static void print_json_run(const char *trace_path, const char *allocator, const 
          ", \"ooms\": %" PRIu64 ", \"skipped_frees\": %" PRIu64 ", \"streams\": %zu, \"stats_from_allocator\": %s"
          ", \"retries\": %" PRIu64 ", \"empty_caches\": %" PRIu64 ", \"trace_device\": %" PRIu32
          ", \"trace_devices\": %" PRIu32 ", \"pre_segments\": %" PRIu64 ", \"pre_segments_laid_out\": %" PRIu64
-         ", \"device\": \"%s\"",
+         ", \"replay_device\": \"%s\"",
          r->peak_allocated, r->peak_reserved, r->peak_requested, r->ratio, r->device_allocs, r->device_allocs_events,
          r->device_frees, r->peak_device_mapped,
          r->reserved_after_pre, r->allocated_after_pre, r->ns_per_op, r->allocs, r->frees, r->pre_allocs, r->ooms,
          r->skipped_frees, r->streams, r->stats_from_allocator ? "true" : "false", r->retries, r->empty_caches,
          r->trace_device, r->trace_devices, r->pre_segments, r->pre_segments_laid_out, g_devname);
+  if (run->capacity) printf(", \"capacity\": %" PRIu64 ", \"capacity_from\": \"%s\"", run->capacity, run->capacity_from);
+  else printf(", \"capacity\": null");
+  /* the replay's out-of-memory allocations; then the recorded oom lines and what the replay did there */
+  printf(", \"oom_entries\": [");
+  const char *sep = "";
+  for (size_t k = 0; k < run->ooms.n; k++) {
+    if (run->ooms.v[k].recorded) continue;
+    printf("%s{\"entry\": %zu, \"size\": %" PRIu64 "}", sep, run->ooms.v[k].entry, run->ooms.v[k].size);
+    sep = ", ";
+  }
+  printf("], \"torch_ooms\": [");
+  sep = "";
+  for (size_t i = 0; i < t->nentries; i++) {
+    const mn_trace_entry_t *e = &t->entries[i];
+    if (e->action != MN_TRACE_OOM || e->device != run->dev->index) continue;
+    const mn_replay_oom_t *o = oom_find(&run->ooms, i);
+    printf("%s{\"entry\": %zu, \"time_us\": %" PRIu64 ", \"size\": %" PRIu64 ", \"device_free\": %" PRIu64
+           ", \"reproduced\": %s}",
+           sep, i, e->time_us, e->size, e->address, o ? (o->reproduced ? "true" : "false") : "null");
+    sep = ", ";
+  }
+  printf("], \"ooms_reproduced\": %" PRIu64, r->ooms_reproduced);
+  if (r->recorded_ooms) printf(", \"oom_reproduced\": %s", r->ooms_reproduced == r->recorded_ooms ? "true" : "false");
   if (tf->has_allocated || tf->has_reserved) {
     printf(", \"torch\": {");
-    const char *sep = "";
+    sep = "";
     if (tf->has_allocated) printf("%s\"peak_allocated\": %" PRIu64, sep, tf->peak_allocated), sep = ", ";
     if (tf->has_reserved) printf("%s\"peak_reserved\": %" PRIu64, sep, tf->peak_reserved), sep = ", ";
     if (tf->has_segments) printf("%s\"segment_allocs\": %" PRIu64, sep, tf->segment_allocs), sep = ", ";
@@ -113,6 +193,8 @@ static void print_json_run(const char *trace_path, const char *allocator, const 
       printf(", \"reserved_vs_torch\": %.4f", (double)r->peak_reserved / (double)tf->peak_reserved);
     if (tf->has_allocated && tf->peak_allocated)
       printf(", \"allocated_vs_torch\": %.4f", (double)r->peak_allocated / (double)tf->peak_allocated);
+    if (tf->has_segments && tf->segment_allocs && r->device_allocs_events >= 0)
+      printf(", \"segments_vs_torch\": %.4f", (double)r->device_allocs_events / (double)tf->segment_allocs);
   }
   printf("}");
 }
@@ -127,15 +209,12 @@ static const char *run_label(const replay_run_t *run, bool naive, char *buf, siz
   return run->config[0] ? run->config : "(defaults)";
 }
 
-static void print_table(const char *trace_path, const mn_trace_t *t, const char *allocator, const replay_run_t *runs,
-                        size_t nruns, const torch_figs_t *tf) {
-  size_t pre = 0;
-  for (size_t i = 0; i < t->nentries && t->entries[i].pre; i++) pre += t->entries[i].action == MN_TRACE_ALLOC;
-  const char *src = mn_trace_meta_get(t, "source");
+/* One device's block of the table: its runs (runs[0..nruns), all of this device). */
+static void print_table_device(const mn_trace_t *t, const char *allocator, const replay_run_t *runs, size_t nruns,
+                               bool several) {
+  const dev_info_t *d = runs[0].dev;
+  const torch_figs_t *tf = &d->tf;
   bool allocator_naive = !strcmp(allocator, "naive");
-  printf("trace %s%s%s%s: %zu entries (%zu pre-existing allocations), %zu stream(s); device %s; allocator %s\n",
-         trace_path, src ? " (from " : "", src ? src : "", src ? ")" : "", t->nentries, pre,
-         nruns ? runs[0].res.streams : 0, g_devname, allocator);
   /* the config column as wide as its longest label: names are never cut */
   static const char torch_label[] = "pytorch (recorded, from the trace header)";
   char a[32], b[32], rt[16], sg[32], lb[4096];
@@ -145,6 +224,18 @@ static void print_table(const char *trace_path, const mn_trace_t *t, const char 
     if (len > (size_t)w) w = len > 512 ? 512 : (int)len;
   }
   if ((tf->has_allocated || tf->has_reserved) && sizeof torch_label - 1 > (size_t)w) w = (int)sizeof torch_label - 1;
+  bool capnote = runs[0].capacity && runs[0].capacity_from[0] != 'd';
+  if (several || d->ntorch_ooms || capnote) {
+    printf("device %" PRIu64 ": %zu entries (%zu pre-existing allocations), %zu stream(s)", d->label, d->nentries,
+           d->pre, runs[0].res.streams);
+    if (capnote)
+      printf("; capacity %s (%s)", gib((int64_t)runs[0].capacity, a, sizeof a),
+             runs[0].capacity_from[0] == 'o'   ? "as recorded: PyTorch's reserved bytes at its first OOM + the free "
+                                                 "bytes it reported"
+             : runs[0].capacity_from[0] == 'r' ? "as recorded: the least that PyTorch's partial cache releases allow"
+                                               : "--capacity");
+    printf("\n");
+  }
   printf("%-*s %12s %12s %7s %9s %8s %7s %9s %5s\n", w, "config", "peak alloc", "peak reserv", "res/all",
          "res/torch", "seg/torch", "dev.all", "ns/op", "OOMs");
   for (size_t k = 0; k < nruns; k++) {
@@ -166,9 +257,6 @@ static void print_table(const char *trace_path, const mn_trace_t *t, const char 
            tf->has_allocated && tf->peak_allocated ? (double)tf->peak_reserved / (double)tf->peak_allocated : 0.0,
            "1.000", "1.000", "-", "-", "-");
   }
-  printf("peak alloc/reserv: over the whole replay, pre-existing allocations included; res/torch: our peak\n"
-         "reserved / PyTorch's; seg/torch: raw allocations during the trace events / PyTorch's segment_alloc\n"
-         "events; dev.all: raw allocations in all; ns/op: host time per alloc/free call.\n");
   for (size_t k = 0; k < nruns; k++) {
     const mn_replay_result_t *r = &runs[k].res;
     printf("  %s: after the pre-existing allocations reserved %s", run_label(&runs[k], allocator_naive, lb, sizeof lb),
@@ -183,7 +271,45 @@ static void print_table(const char *trace_path, const mn_trace_t *t, const char 
     if (r->stats_from_allocator && r->peak_device_mapped >= 0 && r->peak_device_mapped != r->peak_reserved)
       printf("; WARNING: the SIM device's mapped peak is %s", gib(r->peak_device_mapped, b, sizeof b));
     printf("%s\n", runs[k].res.stats_from_allocator ? "" : " [no allocator stats: SIM mapped bytes]");
+    if (r->recorded_ooms)
+      printf("    PyTorch ran out of memory %" PRIu64 " time(s); the replay did too at %" PRIu64 " of them\n",
+             r->recorded_ooms, r->ooms_reproduced);
   }
+  size_t shown = 0;
+  for (size_t i = 0; i < t->nentries; i++) {
+    const mn_trace_entry_t *e = &t->entries[i];
+    if (e->action != MN_TRACE_OOM || e->device != d->index) continue;
+    if (shown++ == 8) {
+      printf("  ... (%zu recorded OOMs in all: --json lists them)\n", d->ntorch_ooms);
+      break;
+    }
+    const mn_replay_oom_t *o = oom_find(&runs[0].ooms, i);
+    printf("  recorded OOM at entry %zu (%" PRIu64 " us): asked %s, the device had %s free; replay (%s): %s\n", i,
+           e->time_us, gib(e->size > INT64_MAX ? -1 : (int64_t)e->size, a, sizeof a),
+           gib(e->address > INT64_MAX ? -1 : (int64_t)e->address, b, sizeof b),
+           run_label(&runs[0], allocator_naive, lb, sizeof lb),
+           !o ? "not replayed" : o->reproduced ? "out of memory there too" : "had room");
+  }
+}
+
+static void print_table(const char *trace_path, const mn_trace_t *t, const char *allocator, const replay_run_t *runs,
+                        size_t nruns, size_t per_dev) {
+  size_t pre = 0;
+  for (size_t i = 0; i < t->nentries && t->entries[i].pre; i++) pre += t->entries[i].action == MN_TRACE_ALLOC;
+  const char *src = mn_trace_meta_get(t, "source");
+  size_t ndev = per_dev ? nruns / per_dev : 0;
+  printf("trace %s%s%s%s: %zu entries (%zu pre-existing allocations)", trace_path, src ? " (from " : "",
+         src ? src : "", src ? ")" : "", t->nentries, pre);
+  if (ndev == 1) printf(", %zu stream(s)", nruns ? runs[0].res.streams : 0);
+  else printf(", %zu devices, each replayed on its own", ndev);
+  printf("; device %s; allocator %s\n", g_devname, allocator);
+  for (size_t k = 0; k < ndev; k++) {
+    if (k) printf("\n");
+    print_table_device(t, allocator, runs + k * per_dev, per_dev, ndev > 1);
+  }
+  printf("peak alloc/reserv: over the whole replay, pre-existing allocations included; res/torch: our peak\n"
+         "reserved / PyTorch's (this device's figures); seg/torch: raw allocations during the trace events /\n"
+         "PyTorch's segment_alloc events; dev.all: raw allocations in all; ns/op: host time per alloc/free call.\n");
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -239,7 +365,12 @@ static int replay_one(const mn_trace_t *t, const replay_args_t *ra, replay_run_t
     opt.skip_empty_cache = ra->skip_empty_cache;
     opt.skip_pre_segments = ra->skip_pre_segments;
     opt.oom_retries = ra->retries;
-    opt.trace_device = ra->trace_device;
+    opt.trace_device = (int)run->dev->index;
+    opt.replay_ooms = true;
+    if (k == 0) { /* the first replay's OOMs are the run's (the others replay the same) */
+      opt.on_oom = oom_push;
+      opt.on_oom_user = &run->ooms;
+    }
     progress_t prog = {t->nentries, 0, run->config[0] ? run->config : "(defaults)"};
     if (ra->progress) {
       opt.on_step = progress_step;
@@ -258,6 +389,10 @@ static int replay_one(const mn_trace_t *t, const replay_args_t *ra, replay_run_t
       fprintf(stderr, "mnemo replay: %s\n", mn_last_error());
       return 1;
     }
+    if (run->ooms.nomem) {
+      fprintf(stderr, "mnemo replay: out of host memory for the list of OOMs\n");
+      return 1;
+    }
     if (k == 0) run->res = res;
     else if (res.peak_allocated != run->res.peak_allocated || res.peak_reserved != run->res.peak_reserved ||
              res.device_allocs != run->res.device_allocs)
@@ -268,6 +403,144 @@ static int replay_one(const mn_trace_t *t, const replay_args_t *ra, replay_run_t
   qsort(ns, (size_t)repeat, sizeof ns[0], cmp_double);
   run->res.ns_per_op = ns[repeat / 2];
   run->res.op_ns = 0; /* per replay; not meaningful for the median */
+  return 0;
+}
+
+/* The devices of trace t to replay, lowest index first: every device with entries,
+ * or the one whose recorded number is `want` (>= 0). A device's recorded number is
+ * its index in a trace of several devices (`meta devices`, the importer's CUDA
+ * indices), else the trace's `meta device` (a one-device import of device N keeps
+ * its entries on index 0), else its index. The device `meta host_device` names
+ * (pinned host memory) is not replayed: the device allocator is not PyTorch's host
+ * allocator; a note says so. */
+static int find_devices(const mn_trace_t *t, int want, dev_info_t **out, size_t *nout) {
+  uint64_t host = UINT64_MAX, one = 0;
+  bool has_host = mn_trace_meta_get_u64(t, "host_device", &host) == MN_OK;
+  bool multi = mn_trace_meta_get(t, "devices") != NULL;
+  bool has_one = !multi && mn_trace_meta_get_u64(t, "device", &one) == MN_OK;
+  mn_clear_error();
+  /* distinct device indices, in order (few: a linear set) */
+  size_t n = 0, cap = 0;
+  dev_info_t *d = NULL;
+  for (size_t i = 0; i < t->nentries; i++) {
+    const mn_trace_entry_t *e = &t->entries[i];
+    size_t k = 0;
+    while (k < n && d[k].index != e->device) k++;
+    if (k == n) {
+      if (n == cap) {
+        cap = cap ? 2 * cap : 4;
+        dev_info_t *nd = realloc(d, cap * sizeof *nd);
+        if (!nd) {
+          free(d);
+          fprintf(stderr, "mnemo replay: out of host memory\n");
+          return 1;
+        }
+        d = nd;
+      }
+      memset(&d[n], 0, sizeof d[n]);
+      d[n].index = e->device;
+      d[n].label = has_one && e->device == 0 ? one : e->device;
+      n++;
+    }
+    d[k].nentries++;
+    d[k].pre += e->pre && e->action == MN_TRACE_ALLOC;
+  }
+  for (size_t a = 1; a < n; a++) /* sort by index (insertion: few devices) */
+    for (size_t b = a; b > 0 && d[b - 1].index > d[b].index; b--) {
+      dev_info_t x = d[b];
+      d[b] = d[b - 1];
+      d[b - 1] = x;
+    }
+  size_t m = 0;
+  for (size_t k = 0; k < n; k++) {
+    if (has_host && d[k].label == host) {
+      if (want < 0)
+        fprintf(stderr, "mnemo replay: note: device %" PRIu64 " holds pinned host memory (meta host_device): not "
+                        "replayed (the device allocator is not PyTorch's host allocator)\n", host);
+      else if ((uint64_t)want == host) {
+        fprintf(stderr, "mnemo replay: --trace-device %d is the trace's pinned host memory (meta host_device): "
+                        "only device memory is replayed\n", want);
+        free(d);
+        return 2;
+      }
+      continue;
+    }
+    if (want >= 0 && d[k].label != (uint64_t)want) continue;
+    d[m++] = d[k];
+  }
+  if (m == 0) {
+    if (want >= 0) {
+      fprintf(stderr, "mnemo replay: --trace-device %d: the trace has no entries on that device (it has:", want);
+      for (size_t k = 0; k < n; k++) fprintf(stderr, " %" PRIu64, d[k].label);
+      fprintf(stderr, "%s)\n", n ? "" : " none");
+      free(d);
+      return 1;
+    }
+    if (n == 0) { /* an empty trace: one (empty) replay of device 0, as before */
+      free(d);
+      d = calloc(1, sizeof *d);
+      if (!d) {
+        fprintf(stderr, "mnemo replay: out of host memory\n");
+        return 1;
+      }
+      d[0].label = has_one ? one : 0;
+      m = 1;
+    }
+  }
+  for (size_t k = 0; k < m; k++) {
+    read_torch(t, multi, d[k].label, &d[k].tf);
+    /* As recorded: the device's memory at its first OOM, PyTorch's reserved bytes
+     * then (pre segments and the segment lines before it) + the free bytes its oom
+     * line reports (the address field: PyTorch's device_free). */
+    /* Without an oom line, the runs of segment frees that no empty_cache line
+     * precedes (the importer leaves it out where the run left a free segment
+     * cached: PyTorch's out-of-memory path freed only part of its cache,
+     * release_available_cached_blocks) and that a segment_alloc of N bytes follows
+     * say cudaMalloc failed there: reserved before the run + N > capacity >=
+     * reserved after it + N. The smallest capacity that is also >= the peak
+     * reserved makes the replayed allocator free the same blocks at the same
+     * entries. Not with the garbage collector on (it frees without a failure). */
+    uint64_t reserved = 0, peak = 0, lo = 0, hi = UINT64_MAX, before = 0;
+    const char *by = mn_trace_meta_get(t, "recorded_by");
+    bool pytorch = by && !strcmp(by, "pytorch");
+    const mn_trace_entry_t *prev = NULL;
+    bool in_run = false, run_ok = false;
+    for (size_t i = 0; i < t->nentries; i++) {
+      const mn_trace_entry_t *e = &t->entries[i];
+      if (e->device != d[k].index) continue;
+      if (in_run && e->action != MN_TRACE_SEGMENT_FREE) {
+        in_run = false;
+        if (run_ok && e->action == MN_TRACE_SEGMENT_ALLOC) {
+          uint64_t l = mn__tools_sat_add_u64(reserved, e->size), h = mn__tools_sat_add_u64(before, e->size);
+          if (l > lo) lo = l;
+          if (h - 1 < hi) hi = h - 1;
+          d[k].partial_releases++;
+        }
+      }
+      if (e->action == MN_TRACE_SEGMENT_FREE && !e->pre && !in_run) {
+        in_run = true;
+        run_ok = !prev || prev->action != MN_TRACE_EMPTY_CACHE;
+        before = reserved;
+      }
+      if (e->action == MN_TRACE_SEGMENT_ALLOC || e->action == MN_TRACE_SEGMENT_MAP) {
+        reserved = mn__tools_sat_add_u64(reserved, e->size);
+        if (reserved > peak) peak = reserved;
+      } else if (e->action == MN_TRACE_SEGMENT_FREE || e->action == MN_TRACE_SEGMENT_UNMAP) {
+        reserved = e->size > reserved ? 0 : reserved - e->size;
+      } else if (e->action == MN_TRACE_OOM) {
+        /* mnemo's recorder writes 0x0 there (the free bytes unknown): no size from it */
+        if (d[k].ntorch_ooms++ == 0 && (e->address || pytorch))
+          d[k].oom_capacity = mn__tools_sat_add_u64(reserved, e->address);
+      }
+      prev = e;
+    }
+    const char *conf = mn_trace_meta_get(t, "config");
+    bool gc = conf && strstr(conf, "garbage_collection_threshold");
+    if (peak > lo) lo = peak;
+    if (d[k].partial_releases && !gc && lo <= hi) d[k].release_capacity = lo;
+  }
+  *out = d;
+  *nout = m;
   return 0;
 }
 
@@ -347,52 +620,92 @@ int cmd_replay(int argc, char **argv) {
       return 1;
     }
   }
-  if (capacity) {
-    mn_sim_config_t sc = mn_sim_config_default();
-    sc.capacity = capacity;
-    if (mn_sim_configure(&sc) != MN_OK) {
-      fprintf(stderr, "mnemo replay: --capacity: %s\n", mn_last_error());
-      return 2;
-    }
+  mn_sim_config_t sim0 = mn_sim_config_default();
+  if (ra.device.type == MN_DEVICE_SIM && mn_sim_get_config(&sim0) != MN_OK) {
+    fprintf(stderr, "mnemo replay: the SIM device: %s\n", mn_last_error());
+    return 1;
   }
+  if (capacity) sim0.capacity = capacity;
   mn_device_format(ra.device, g_devname, sizeof g_devname);
   mn_trace_t *t = NULL;
-  int lrc = mn__tools_trace_load("mnemo replay", path, ra.trace_device, &t);
+  /* A snapshot: every device (or the one asked for) imported. */
+  int lrc = mn__tools_trace_load("mnemo replay", path, ra.trace_device >= 0 ? ra.trace_device : MN__TOOLS_ALL_DEVICES, &t);
   if (lrc) return lrc;
+  int rc = 0;
+  size_t ndev = 0;
+  dev_info_t *devs = NULL;
+  replay_run_t *runs = NULL;
+  if ((rc = find_devices(t, ra.trace_device, &devs, &ndev)) != 0) goto out;
   /* No --config: replay as recorded, with the settings the trace was recorded with. */
   bool as_recorded = false;
   if (nconfigs == 0) configs[nconfigs++] = naive ? "" : mn__tools_recorded_config("mnemo replay", t, &as_recorded);
-  replay_run_t *runs = calloc(nconfigs, sizeof *runs);
+  runs = calloc(ndev * nconfigs, sizeof *runs);
   if (!runs) {
-    mn_trace_destroy(t);
     fprintf(stderr, "mnemo replay: out of host memory\n");
-    return 1;
+    rc = 1;
+    goto out;
   }
-  int rc = 0;
-  for (size_t k = 0; k < nconfigs && rc == 0; k++) {
-    runs[k].config = configs[k];
-    runs[k].as_recorded = as_recorded;
-    ra.naive = naive;
-    ra.skip_pre = skip_pre;
-    ra.repeat = repeat;
-    rc = replay_one(t, &ra, &runs[k]);
-  }
-  if (rc == 0) {
-    torch_figs_t tf;
-    read_torch(t, &tf);
-    const char *alloc_name = naive ? "naive" : "caching";
-    if (json) {
-      if (nconfigs > 1) printf("[\n");
-      for (size_t k = 0; k < nconfigs; k++) {
-        print_json_run(path, alloc_name, &runs[k], &tf);
-        printf("%s\n", nconfigs > 1 && k + 1 < nconfigs ? "," : "");
+  for (size_t d = 0; d < ndev && rc == 0; d++) {
+    /* Each device on the SIM device sized by --capacity, else as recorded (its first
+     * OOM), else the SIM default; the allocators of the runs before are gone. */
+    uint64_t cap = 0;
+    const char *from = "default";
+    if (ra.device.type == MN_DEVICE_SIM) {
+      mn_sim_config_t sc = sim0;
+      from = capacity ? "option" : "default";
+      if (!capacity && devs[d].oom_capacity && devs[d].oom_capacity <= SIZE_MAX && sc.granularity) {
+        /* the SIM device's size is whole granules (2 MiB, as PyTorch's segments): the
+         * free bytes rounded down, so a segment fits exactly when it fitted in PyTorch */
+        size_t g = sc.granularity, c = (size_t)devs[d].oom_capacity / g * g;
+        sc.capacity = c ? c : g;
+        from = "oom";
+      } else if (!capacity && devs[d].release_capacity && devs[d].release_capacity <= SIZE_MAX - (1u << 30) &&
+                 sc.granularity) {
+        size_t g = sc.granularity;
+        sc.capacity = ((size_t)devs[d].release_capacity + g - 1) / g * g;
+        from = "releases";
       }
-      if (nconfigs > 1) printf("]\n");
-    } else {
-      print_table(path, t, alloc_name, runs, nconfigs, &tf);
+      if (mn_sim_configure(&sc) != MN_OK) {
+        fprintf(stderr, "mnemo replay: %s%s: %s\n", capacity ? "--capacity" : "the SIM device's capacity",
+                from[0] == 'o' && !capacity ? " as recorded" : "", mn_last_error());
+        rc = 2;
+        break;
+      }
+      cap = sc.capacity;
+    }
+    for (size_t k = 0; k < nconfigs && rc == 0; k++) {
+      replay_run_t *run = &runs[d * nconfigs + k];
+      run->config = configs[k];
+      run->as_recorded = as_recorded;
+      run->dev = &devs[d];
+      run->capacity = cap;
+      run->capacity_from = from;
+      ra.naive = naive;
+      ra.skip_pre = skip_pre;
+      ra.repeat = repeat;
+      rc = replay_one(t, &ra, run);
     }
   }
+  if (rc == 0) {
+    const char *alloc_name = naive ? "naive" : "caching";
+    size_t nruns = ndev * nconfigs;
+    if (json) {
+      /* One object when one device and one config (as before several devices were
+       * replayed); else an array, device by device, each device's configs in order. */
+      if (nruns > 1) printf("[\n");
+      for (size_t k = 0; k < nruns; k++) {
+        print_json_run(path, t, alloc_name, &runs[k]);
+        printf("%s\n", nruns > 1 && k + 1 < nruns ? "," : "");
+      }
+      if (nruns > 1) printf("]\n");
+    } else {
+      print_table(path, t, alloc_name, runs, nruns, nconfigs);
+    }
+  }
+out:
+  for (size_t k = 0; runs && k < ndev * nconfigs; k++) free(runs[k].ooms.v);
   free(runs);
+  free(devs);
   mn_trace_destroy(t);
   return rc;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # tools/export_torch_snapshot.py: converts a mnemo trace (docs/TRACE_FORMAT.md, versions
-# 1-3) into a PyTorch memory snapshot pickle, for PyTorch's memory_viz and tools that read
+# 1-4) into a PyTorch memory snapshot pickle, for PyTorch's memory_viz and tools that read
 # torch.cuda.memory._dump_snapshot files. Single-threaded command-line tool; standard
 # library only.
 """Convert a mnemo trace into a PyTorch memory snapshot pickle.
@@ -16,7 +16,7 @@ and one tuple per segment (segment_pool_id, as PyTorch writes it), no class:
     'active_pending_free' when freed but not completed) and the free gaps
     ('inactive'). A block's size is the trace's block size, else the request
     rounded up to 512 bytes (PyTorch's rounding), cut to fit.
-  * 'device_traces': one list per device index (the trace's device index; for a
+  * 'device_traces': one list per CUDA device index (the trace's device index; for a
     one-device trace from a PyTorch snapshot, the CUDA index in `meta device`):
     every event line as {action, addr, size, stream, time_us, frames} (oom:
     'device_free' in place of 'addr', as PyTorch), time_us = `meta
@@ -26,7 +26,13 @@ and one tuple per segment (segment_pool_id, as PyTorch writes it), no class:
     tools/import_torch_snapshot.py reads them back). Pre lines are not events:
     as in a snapshot whose recording started late, allocations alive before
     the trace show in 'segments' (when alive at the end) or as frees without an
-    alloc.
+    alloc. Annotations (version 4 `annotate` lines) are `annotate` events in
+    their places, as PyTorch 2.14 writes them: the text in 'name' and
+    'user_metadata', 'stage' START or END for a range's ends (none for a
+    point), frames from the line's stack.
+  * 'host_segments' and 'host_traces': the device named by `meta host_device`
+    (the pinned host memory of a PyTorch 2.14 snapshot), shaped like
+    'segments' and one device's trace.
   * 'allocator_settings' from `meta config` (or `meta torch_alloc_conf`):
     PYTORCH_CUDA_ALLOC_CONF and the structured fields PyTorch writes
     (max_split_size in bytes, -1 unset; garbage_collection_threshold;
@@ -80,16 +86,19 @@ class TraceError(Exception):
 
 
 class Entry:
-    __slots__ = ("pre", "time", "action", "stream", "addr", "size", "bs", "dev", "stack", "lineno")
+    __slots__ = ("pre", "time", "action", "stream", "addr", "size", "bs", "dev", "stack", "lineno", "name")
 
     def __init__(self, pre, time, action, stream, addr, size, bs, dev, stack, lineno):
         self.pre, self.time, self.action, self.stream, self.addr = pre, time, action, stream, addr
         self.size, self.bs, self.dev, self.stack, self.lineno = size, bs, dev, stack, lineno
+        self.name = None
 
 
 class Trace:
     """A parsed trace: version, meta {key: value}, frames [(file, line, name)]
-    (frame id i+1), stacks [tuple of frame ids] (stack id i+1), entries."""
+    (frame id i+1), stacks [tuple of frame ids] (stack id i+1), entries,
+    annotations (Entry objects: action 'annotate', size 0, addr 0, name set;
+    the stage in 'stream': start, end or mark)."""
 
     def __init__(self):
         self.version = 0
@@ -97,6 +106,7 @@ class Trace:
         self.frames = []
         self.stacks = []
         self.entries = []
+        self.annotations = []
 
     def stack_frames(self, sid):
         """[(file, line, name)] of stack sid, innermost first; [] for 0."""
@@ -140,7 +150,7 @@ def _addr(tok):
 
 def parse_trace(data, name="trace"):
     """Parses trace bytes strictly (the rules of docs/TRACE_FORMAT.md, versions
-    1 to 3); TraceError "<name>:<line>: <message>" on the first error."""
+    1 to 4); TraceError "<name>:<line>: <message>" on the first error."""
     t = Trace()
     lines = data.split(b"\n")
     if lines[-1] != b"":
@@ -166,7 +176,7 @@ def parse_trace(data, name="trace"):
                 if len(f) != 2 or f[0] != "mnemo-trace" or not _DEC.match(f[1]):
                     raise ValueError("expected 'mnemo-trace <version>' on the first line")
                 t.version = int(f[1])
-                if t.version not in (1, 2, 3):
+                if t.version not in (1, 2, 3, 4):
                     raise ValueError(f"unsupported trace version {t.version}")
                 continue
             if not body or body.startswith("#"):
@@ -229,14 +239,34 @@ def parse_trace(data, name="trace"):
                     raise ValueError("end line needs: end <count>")
                 n = _num(f[1], "end count")
                 if n != count:
-                    raise ValueError(f"end count {n}, but the trace has {count} pre and event lines")
+                    raise ValueError(f"end count {n}, but the trace has {count} pre, event and annotate lines")
                 stage = 5
+                continue
+            if kind == "annotate":
+                if t.version < 4:
+                    raise ValueError(f"annotate line in a version {t.version} trace")
+                parts = _BLANKS.split(body, 5)
+                if len(parts) < 5:
+                    raise ValueError("annotate line needs: annotate <time_us> <device> <stage> <stack> [<name>]")
+                if parts[3] not in ("start", "end", "mark"):
+                    raise ValueError(f"annotation stage '{parts[3]:.40}' is not start, end or mark")
+                stack = _num(parts[4], "stack id")
+                if stack > len(t.stacks):
+                    raise ValueError(f"unknown stack id {stack}")
+                a = Entry(False, _num(parts[1], "time"), "annotate", parts[3], 0, 0, 0,
+                          _num(parts[2], "device", 1 << 31), stack, no)
+                if "\t" in (parts[5] if len(parts) > 5 else ""):
+                    raise ValueError("tab inside the annotation's name")
+                a.name = _decode_pct(parts[5], "name") if len(parts) > 5 else ""
+                t.annotations.append(a)
+                stage = max(stage, 3)
+                count += 1
                 continue
             pre = kind == "pre"
             if pre and stage > 3:
                 raise ValueError("pre line after an event line")
             stage = 3 if pre else 4
-            nmax = {1: 6, 2: 7, 3: 8}[t.version]
+            nmax = {1: 6, 2: 7, 3: 8, 4: 8}[t.version]
             if not 5 <= len(f) <= nmax:
                 raise ValueError(f"{'pre' if pre else 'event'} line has {len(f)} fields, expected 5 to {nmax}")
             time = None if pre else _num(f[0], "time")
@@ -350,9 +380,11 @@ def _block_bytes(b):
 def build_snapshot(trace, device=None, note=lambda m: None):
     """The snapshot dict of a parsed trace (every device, or only `device`).
     Returns (snapshot, number of synthetic events added)."""
-    devices = sorted({e.dev for e in trace.entries})
+    devices = sorted({e.dev for e in trace.entries} | {a.dev for a in trace.annotations})
+    md = trace.meta.get("host_device", "")
+    host = int(md) if _DEC.match(md) and int(md) < 1 << 31 else None
     if device is not None:
-        if device not in devices and trace.entries:
+        if device not in devices and (trace.entries or trace.annotations):
             raise TraceError(f"--device {device}: the trace has device index(es) "
                              f"{' '.join(map(str, devices)) or 'none'}")
         devices = [device]
@@ -361,7 +393,7 @@ def build_snapshot(trace, device=None, note=lambda m: None):
     # A one-device trace from a PyTorch snapshot keeps its CUDA index in `meta device`.
     torch_index = {d: d for d in devices}
     md = trace.meta.get("device", "")
-    if all(e.dev == 0 for e in trace.entries) and _DEC.match(md) and int(md) < MAX_DEVICES:
+    if all(e.dev == 0 for e in trace.entries) and _DEC.match(md) and int(md) < MAX_DEVICES and host is None:
         torch_index = {0: int(md)} if devices == [0] else torch_index
     origin = int(trace.meta["time_origin_us"]) if _DEC.match(trace.meta.get("time_origin_us", "")) else 0
     frames_of = {}
@@ -382,17 +414,26 @@ def build_snapshot(trace, device=None, note=lambda m: None):
             e[SYNTHETIC_KEY] = True
         return e
 
-    ntraces = max(torch_index.values()) + 1
+    def annotation(a):
+        e = {"action": "annotate", "addr": 0, "size": 0, "stream": 0, "time_us": origin + a.time,
+             "frames": frames(a.stack), "name": a.name, "user_metadata": a.name}
+        if a.stream != "mark":
+            e["stage"] = a.stream.upper()
+        return e
+
+    ntraces = max([v for d, v in torch_index.items() if d != host] or [-1]) + 1
     if ntraces > MAX_DEVICES:   # PyTorch keeps one list per device index
         raise TraceError(f"device index {ntraces - 1}: a PyTorch snapshot holds one trace list per device "
                          f"index, at most {MAX_DEVICES}")
     device_traces = [[] for _ in range(ntraces)]
-    segments = []
+    segments, host_segments, host_traces = [], [], []
     synthetic = 0
     for dev in devices:
         entries = [e for e in trace.entries if e.dev == dev]
+        anns = [a for a in trace.annotations if a.dev == dev]
+        k = 0   # the next annotation (they precede the entry after them in the file)
         st = _DeviceState()
-        out = device_traces[torch_index[dev]]
+        out = host_traces if dev == host else device_traces[torch_index[dev]]
         completes = any(e.action == "free_completed" for e in entries)
 
         def finish(addr, e, synth):
@@ -424,6 +465,9 @@ def build_snapshot(trace, device=None, note=lambda m: None):
         for e in entries:
             if e.pre:
                 continue
+            while k < len(anns) and anns[k].lineno < e.lineno:
+                out.append(annotation(anns[k]))
+                k += 1
             a = e.action
             if a == "alloc":
                 old = st.blocks.get(e.addr)
@@ -462,7 +506,11 @@ def build_snapshot(trace, device=None, note=lambda m: None):
                 out.append(event(a, e.addr, e.size, e.stream, e.time, e.stack))
             else:   # empty_cache, oom
                 out.append(event(a, e.addr, e.size, e.stream, e.time, e.stack))
-        segments += _final_segments(st, torch_index[dev], frames)
+        out += [annotation(x) for x in anns[k:]]
+        if dev == host:
+            host_segments += _final_segments(st, -1, frames)
+        else:
+            segments += _final_segments(st, torch_index[dev], frames)
     if synthetic:
         note(f"{synthetic} events added for PyTorch's viewer (marked {SYNTHETIC_KEY}): segments of their own for "
              "allocations outside every segment, completions of frees never completed")
@@ -470,6 +518,8 @@ def build_snapshot(trace, device=None, note=lambda m: None):
     raw = trace.meta.get("torch_alloc_conf", conf)
     snap = {"segments": segments, "device_traces": device_traces,
             "allocator_settings": allocator_settings(conf, raw), "external_annotations": []}
+    if host in devices:
+        snap["host_segments"], snap["host_traces"] = host_segments, host_traces
     return snap, synthetic
 
 

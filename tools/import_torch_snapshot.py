@@ -32,10 +32,14 @@ What it writes (see docs/TRACE_FORMAT.md):
     alive at dump time that the trace never allocated);
   * one line per trace event, times relative to the first event, and one
     `empty_cache` line before each run of segment frees the program caused by
-    emptying the cache (infer_empty_cache);
+    emptying the cache (infer_empty_cache), not before a run that left a free
+    segment cached (a partial release of PyTorch's out-of-memory path:
+    drop_partial_releases);
   * with stack frames in the snapshot: trace format version 3 (frame and stack
     lines, the stack id as the 8th field of every pre and event line);
-    without: version 1 (version 2 for --device all), as before;
+    without: version 1 (one device, index 0) or 2, as before; with
+    annotations (PyTorch 2.14's `annotate` events, `external_annotations`):
+    version 4, `annotate` lines among the events;
   * PyTorch's own figures for the run in `meta` lines (peak allocated from a
     reconstruction of the allocator's block layout, peak requested, peak
     reserved, reserved and allocated at the start, segment_alloc events,
@@ -43,10 +47,14 @@ What it writes (see docs/TRACE_FORMAT.md):
     PYTORCH_CUDA_ALLOC_CONF syntax (what `mnemo replay` uses by default) and
     the raw string as `meta torch_alloc_conf`.
 
-Several devices (`--device all` writes one trace whose lines carry the device
-index; figures per device in meta keys `devN.torch_*`), several streams,
-expandable segments and oom events (kept as `oom` lines, the device's free
-bytes as the address) are handled. `--table` prints the snapshot's segments
+Every device by default (`--device all`, the same): one trace whose lines carry
+the CUDA device index, figures per device in meta keys `devN.torch_*`; `--device
+N` imports device N alone, its index kept. Pinned host memory (PyTorch 2.14's
+`host_segments` / `host_traces`) is one more device, `meta host_device`, after
+the CUDA ones. Several streams, expandable segments and oom events (kept as
+`oom` lines, the device's free bytes as the address) are handled. Trace actions
+and top-level keys this importer does not know (a later PyTorch's) are warned
+about once per name, with a count, and the rest imported. `--table` prints the snapshot's segments
 instead (mnemo snapshot). Events marked `mnemo_synthetic` (written by
 tools/export_torch_snapshot.py to keep PyTorch's viewer consistent) are skipped.
 
@@ -82,6 +90,11 @@ LARGE_BUFFER = 20 * MIB    # kLargeBuffer: the least max_split_size PyTorch (and
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
            "segment_map", "segment_unmap", "empty_cache", "oom")
 DROPPED_ACTIONS = ("snapshot", "user_defined")   # PyTorch actions with no mnemo meaning
+ANNOTATE = "annotate"      # PyTorch 2.14's user annotations: annotate lines (trace format version 4)
+# The top-level keys of a snapshot dict this importer reads; others are warned about.
+KNOWN_KEYS = ("segments", "device_traces", "allocator_settings", "external_annotations", "host_segments",
+              "host_traces")
+STAGES = {"START": "start", "END": "end"}   # PyTorch's annotation stages; any other (or none): a mark
 LIVE_STATES = ("active_allocated", "active_pending_free")
 SYNTHETIC_KEY = "mnemo_synthetic"   # events tools/export_torch_snapshot.py made up
 LINE_MAX = 4096            # MN_TRACE_LINE_MAX
@@ -221,10 +234,18 @@ def round_size(n):
 
 class Snapshot:
     """A loaded snapshot, whatever its shape: traces (list of per-device event
-    lists, possibly empty), segments (list), settings (dict), state_only."""
+    lists, possibly empty), segments (list), settings (dict), state_only;
+    external_annotations (list of dicts), host_segments and host_traces (the
+    pinned host memory of PyTorch 2.14: a list of segments, a list of events);
+    unknown_keys and unknown_actions (name -> count), warned about."""
+
+    trace_label = "device_traces[{}]"
+    seg_label = "segments"
 
     def __init__(self, obj):
         self.settings = {}
+        self.external_annotations, self.host_segments, self.host_traces = [], [], []
+        self.unknown_keys, self.unknown_actions = [], {}
         if isinstance(obj, list):  # torch.cuda.memory_snapshot(): the segments alone
             self.legacy, self.traces, self.segments = True, [], obj
         elif isinstance(obj, dict):
@@ -241,6 +262,7 @@ class Snapshot:
                 raise SnapshotError("'segments' is not a list")
             if isinstance(obj.get("allocator_settings"), dict):
                 self.settings = obj["allocator_settings"]
+            self._read_2_14(obj)
         else:
             raise SnapshotError(f"top level is a {type(obj).__name__}, expected a dict "
                                 "(torch.cuda.memory._snapshot()) or a list of segments "
@@ -256,6 +278,49 @@ class Snapshot:
                                     f"{DEVICE_MAX})")
             self.seg_devices.add(dev)
 
+    def _read_2_14(self, obj):
+        """external_annotations, host_segments, host_traces; the unknown keys."""
+        self.unknown_keys = [k for k in obj if k not in KNOWN_KEYS]
+        ann = obj.get("external_annotations", [])
+        if not isinstance(ann, list) or not all(isinstance(a, dict) for a in ann):
+            raise SnapshotError("'external_annotations' is not a list of dicts")
+        self.external_annotations = ann
+        hs = obj.get("host_segments", [])
+        if not isinstance(hs, list) or not all(isinstance(x, dict) for x in hs):
+            raise SnapshotError("'host_segments' is not a list of dicts (segments)")
+        self.host_segments = hs
+        ht = obj.get("host_traces", [])
+        if not isinstance(ht, list):
+            raise SnapshotError("'host_traces' is not a list")
+        if ht and all(isinstance(x, list) for x in ht):   # one list per host allocator: merged by time
+            ht = [e for _, _, e in heapq.merge(*[[(_time_key(e), i, e) for i, e in enumerate(t)] for t in ht],
+                                               key=lambda x: (x[0], x[1]))]
+        self.host_traces = ht
+
+    def has_host(self):
+        return bool(self.host_segments or self.host_traces)
+
+    def cuda_devices(self):
+        """The CUDA device indices with events or segments, lowest first."""
+        return sorted(set(self.event_devices()) | self.seg_devices)
+
+    def host_device(self):
+        """The trace device index of the pinned host memory: the largest CUDA index + 1 (0 without one)."""
+        cuda = self.cuda_devices()
+        return cuda[-1] + 1 if cuda else 0
+
+    def host_view(self):
+        """The host memory as a one-device snapshot (device 0) that Device reads."""
+        view = Snapshot.__new__(Snapshot)
+        view.settings, view.legacy = {}, False
+        view.traces = [self.host_traces]
+        view.segments = [dict(x, device=0) for x in self.host_segments]
+        view.state_only = not self.host_traces
+        view.external_annotations, view.host_segments, view.host_traces = [], [], []
+        view.unknown_keys, view.unknown_actions = [], self.unknown_actions
+        view.trace_label, view.seg_label = "host_traces", "host_segments"
+        return view
+
     def event_devices(self):
         return [i for i, t in enumerate(self.traces) if t]
 
@@ -267,14 +332,17 @@ class Snapshot:
 
     def check_device(self, device):
         if device in self.seg_devices or 0 <= device < len(self.traces) or (
-                device == 0 and not self.traces and not self.seg_devices):
+                device == 0 and not self.traces and not self.seg_devices and not self.has_host()) or (
+                self.has_host() and device == self.host_device()):
             return
+        host = f" and host memory as device {self.host_device()}" if self.has_host() else ""
         raise SnapshotError(f"--device {device}: the snapshot has traces for {len(self.traces)} device(s) and "
-                            f"segments on device(s) {sorted(self.seg_devices) or 'none'}")
+                            f"segments on device(s) {sorted(self.seg_devices) or 'none'}{host}")
 
     def all_devices(self):
-        devs = sorted(set(self.event_devices()) | self.seg_devices)
-        return devs or [0]
+        """The CUDA devices to import (all: [0] for an empty snapshot without host memory)."""
+        devs = self.cuda_devices()
+        return devs or ([] if self.has_host() else [0])
 
 
 # ---- stack frames ------------------------------------------------------------------------
@@ -417,7 +485,28 @@ class Stacks:
 
 # ---- validation --------------------------------------------------------------------------
 
-def _events(snap, device, fp):
+def _time_key(e):
+    """An event's time_us for ordering, 0 when absent or not a number (checked later)."""
+    t = e.get("time_us", 0) if isinstance(e, dict) else 0
+    return t if isinstance(t, (int, float)) and not isinstance(t, bool) and t == t else 0
+
+
+def _annotation(e, key, where, fp):
+    """An annotation (dict: key, time_us, stage, name, frames) from PyTorch's
+    `annotate` trace event (2.14: the text in 'user_metadata', frames of the
+    annotation site) or an external_annotations entry ('name', 'stage' START or
+    END). key orders it among its device's events."""
+    name = e.get("name") or e.get("user_metadata") or ""
+    name = name if isinstance(name, str) else repr(name)
+    t = e.get("time_us", 0)
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < 1 << 63 or t != t:
+        raise SnapshotError(f"{where}: 'time_us' is not a non-negative number (got {t!r:.40})")
+    stage = e.get("stage")
+    return {"key": key, "time_us": int(t), "stage": STAGES.get(stage, "mark") if isinstance(stage, str) else "mark",
+            "name": name.replace("\0", "\ufffd"), "frames": fp.frames(e.get("frames"), where)}
+
+
+def _events(snap, device, fp, annotations=None):
     """The kept events of one device, each a dict: action, addr, size, stream,
     time_us, index (position in the device's list), frames.
     Defaults for what older PyTorch versions did not write: time_us 0 (the
@@ -425,11 +514,14 @@ def _events(snap, device, fp):
     events carry the device's free bytes in 'device_free' (every PyTorch
     version); they become the address field. 'frames' is absent on events
     recorded without context; 'cpp_frames' (C++ frames as strings, early
-    versions), 'compile_context' and 'user_metadata' are ignored."""
+    versions), 'compile_context' and 'user_metadata' are ignored. `annotate`
+    events go to annotations (a list, when given); unknown actions are counted
+    in snap.unknown_actions and skipped."""
     events = []
     trace = snap.traces[device] if device < len(snap.traces) else []
+    label = snap.trace_label.format(device)
     for i, e in enumerate(trace):
-        where = f"device_traces[{device}][{i}]"
+        where = f"{label}[{i}]"
         if not isinstance(e, dict):
             raise SnapshotError(f"{where}: not a dict")
         action = e.get("action")
@@ -438,7 +530,12 @@ def _events(snap, device, fp):
         if action in DROPPED_ACTIONS or e.get(SYNTHETIC_KEY) is True:
             continue
         if action not in ACTIONS:
-            raise SnapshotError(f"{where}: unknown action '{action:.40}'")
+            if action == ANNOTATE:
+                if annotations is not None:
+                    annotations.append(_annotation(e, i, where, fp))
+            else:   # a later PyTorch's action: warned about (convert), the rest imported
+                snap.unknown_actions[action] = snap.unknown_actions.get(action, 0) + 1
+            continue
         t = e.get("time_us", 0)
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < 1 << 63 or t != t:
             raise SnapshotError(f"{where}: 'time_us' is not a non-negative number (got {t!r:.40})")
@@ -486,7 +583,7 @@ def _segments(snap, device, fp):
     no block address before 2.1), 'frames' [] (recorded without context)."""
     segs = []
     for i, s in enumerate(snap.segments):
-        where = f"segments[{i}]"
+        where = f"{snap.seg_label}[{i}]"
         if _int(s, "device", where, default=0) != device:
             continue
         seg = {"address": _int(s, "address", where), "total_size": _int(s, "total_size", where),
@@ -559,6 +656,81 @@ def infer_empty_cache(events, gc_enabled):
         out.extend(events[i:j])
         i = j
     return out, n
+
+
+def drop_partial_releases(events, pre_allocs, pre_segs):
+    """Removes the inferred `empty_cache` events (infer_empty_cache) before the
+    runs of segment frees that left a segment of the device entirely free: a
+    full release (torch.cuda.empty_cache(), or release_cached_blocks on PyTorch's
+    out-of-memory path) frees every free segment that holds no allocation, in
+    every pool and stream, so such a run freed only some of the cache: PyTorch's
+    out-of-memory path with max_split_size set (release_available_cached_blocks:
+    only enough of the largest free blocks for the allocation that failed), or
+    the garbage collector. Replaying it as a full empty_cache would free more
+    than PyTorch did (and make segments again later). An allocation is live from
+    its alloc to its free_requested (a pending free is settled by a full release).
+    Runs with expandable segments (segment_unmap) are left as they are.
+    Returns (events, number dropped)."""
+    starts = sorted(a for a, ps in pre_segs.items() if ps.get("kind", "segment_alloc") == "segment_alloc")
+    size = {a: pre_segs[a]["size"] for a in starts}
+    count = {a: 0 for a in starts}
+    where = {}   # live allocation address -> its segment's start
+
+    def seg_of(addr):
+        i = bisect.bisect_right(starts, addr) - 1
+        if i >= 0 and addr < starts[i] + size[starts[i]]:
+            return starts[i]
+        return None
+
+    nfree = len(starts)   # segments holding no allocation
+
+    def add(addr):
+        nonlocal nfree
+        sa = seg_of(addr)
+        if sa is not None:
+            where[addr] = sa
+            nfree -= count[sa] == 0
+            count[sa] += 1
+
+    for addr in pre_allocs:
+        add(addr)
+    out, dropped = [], 0
+    pending = None   # index in out of an inferred empty_cache whose run is being applied
+    for ev in events:
+        a = ev["action"]
+        if pending is not None and a not in ("segment_free", "segment_unmap"):
+            if nfree:
+                del out[pending]
+                dropped += 1
+            pending = None
+        if a == "empty_cache" and ev["index"] != int(ev["index"]):
+            pending = len(out)
+        elif a == "segment_unmap":
+            pending = None
+        elif a == "segment_alloc":
+            if ev["addr"] in size:
+                nfree -= count[ev["addr"]] == 0
+            else:
+                bisect.insort(starts, ev["addr"])
+            size[ev["addr"]] = ev["size"]
+            count[ev["addr"]] = 0
+            nfree += 1
+        elif a == "segment_free" and ev["addr"] in size:
+            del starts[bisect.bisect_left(starts, ev["addr"])]
+            nfree -= count.pop(ev["addr"]) == 0
+            del size[ev["addr"]]
+        elif a == "alloc":
+            add(ev["addr"])
+        elif a == "free_requested" and ev["addr"] in where:
+            sa = where.pop(ev["addr"])
+            if sa in count:
+                count[sa] -= 1
+                nfree += count[sa] == 0
+        out.append(ev)
+    if pending is not None and nfree:
+        del out[pending]
+        dropped += 1
+    return out, dropped
 
 
 # ---- allocator settings -> meta config -----------------------------------------------------
@@ -1050,18 +1222,40 @@ FIG_KEYS = ("torch_peak_allocated", "torch_peak_requested", "torch_peak_reserved
 class Device:
     """One device of a snapshot, analysed: what the trace writers take."""
 
-    def __init__(self, snap, device, fp, warn):
-        self.device = device
-        events = _events(snap, device, fp)
+    def __init__(self, snap, device, fp, warn, index=None):
+        """index: the trace device index to write (device by default; the host
+        memory's view is device 0 of its own snapshot)."""
+        self.device = device if index is None else index
+        self.host = index is not None
+        self.annotations = []
+        events = _events(snap, device, fp, self.annotations)
         segs = _segments(snap, device, fp)
         self.events, _ = infer_empty_cache(events, gc_enabled(snap.settings))
         self.pre_allocs, self.pre_segs = reconstruct_pre(self.events, segs, warn)
+        self.events, _ = drop_partial_releases(self.events, self.pre_allocs, self.pre_segs)
         self.fig, self.block_sizes = torch_figures(self.events, segs, self.pre_allocs, self.pre_segs)
         # empty_cache lines: inferred here, or explicit (mnemo recordings exported to PyTorch's form)
         self.fig["torch_empty_cache_points"] = sum(ev["action"] == "empty_cache" for ev in self.events)
         if snap.state_only:
             # No events: reserved = the dump's segments, allocated = its live blocks' sizes.
             self.fig["torch_allocated_method"] = "state (live block sizes of the dump; no trace events)"
+
+    def add_external(self, anns, fp):
+        """external_annotations entries of this device: placed after its events of
+        the same or an earlier time (they carry no position in the trace)."""
+        times = [ev["time_us"] for ev in self.events]
+        for i, a in anns:
+            got = _annotation(a, 0, f"external_annotations[{i}]", fp)
+            k = bisect.bisect_right(times, got["time_us"])
+            got["key"] = self.events[k - 1]["index"] + 0.25 if k else -1
+            self.annotations.append(got)
+        self.annotations.sort(key=lambda a: a["key"])
+
+    def annotation_items(self, origin):
+        """(position, annotation) pairs: position = how many of this device's
+        events (self.events order) come before it."""
+        keys = [ev["index"] for ev in self.events]
+        return [(bisect.bisect_right(keys, a["key"]), a) for a in self.annotations]
 
     def pre_records(self, dev):
         """(kind, record) of the pre lines, segments then allocations, address order."""
@@ -1095,7 +1289,7 @@ def _header(version, how, fields, source, snap, device_meta, origin, warn):
              [f"meta time_origin_us {origin}",
               _meta_line("torch_alloc_conf", " ".join(conf.split()), warn),
               f"meta config {alloc_config(snap.settings, warn)}".rstrip()])
-    if snap.state_only:
+    if snap.state_only and not snap.host_traces:
         lines.append("meta state_only 1")
     return lines
 
@@ -1156,34 +1350,84 @@ def _with_stacks(records):
     return stacks
 
 
+def _merge_events(devs, origin):
+    """The event records of several devices interleaved by time (ties: lowest
+    device first); each device's events stay in their own order even where its
+    times go backwards."""
+    per_dev = [[(ev["time_us"], d.device, rec) for ev, rec in zip(d.events, d.event_records(d.device, origin))]
+               for d in devs]
+    return [m[2] for m in heapq.merge(*per_dev, key=lambda m: (m[0], m[1]))]
+
+
+def _merge_annotated(devs, origin, multi):
+    """(event records, [(position among the event records, device, annotation)]):
+    _merge_events with each device's annotations carried along in their places."""
+    per_dev = []
+    for d in devs:
+        dev = d.device if multi else 0
+        ann, j, items = d.annotation_items(origin), 0, []
+        for i, (ev, rec) in enumerate(zip(d.events, d.event_records(dev, origin))):
+            while j < len(ann) and ann[j][0] <= i:
+                items.append((ann[j][1]["time_us"], d.device, 1, (dev, ann[j][1])))
+                j += 1
+            items.append((ev["time_us"], d.device, 0, rec))
+        items += [(a["time_us"], d.device, 1, (dev, a)) for _, a in ann[j:]]
+        per_dev.append(items)
+    evs, anns = [], []
+    for _, _, kind, x in heapq.merge(*per_dev, key=lambda m: (m[0], m[1])):
+        if kind:
+            anns.append((len(evs), x[0], x[1]))
+        else:
+            evs.append(x)
+    return evs, anns
+
+
+def _annotation_line(t, dev, a, stacks):
+    """`annotate <time_us> <device> <stage> <stack> <name>`, the name encoded as
+    a frame name and cut to the line's LINE_MAX bytes."""
+    head = f"annotate {t} {dev} {a['stage']} {stacks.stack_id(a['frames'])}"
+    n = _pct(a["name"], False)
+    if n[:1] == " ":
+        n = "%20" + n[1:]
+    if n[-1:] == " ":
+        n = n[:-1] + "%20"
+    n = _cut(n, LINE_MAX - len(head) - 1)
+    return f"{head} {n}".rstrip()
+
+
 def trace_text(source, snap, devs, multi, warn):
-    """The trace of analysed devices (Device objects, lowest first): version 1
-    (one device) or 2 (multi), 3 when any line has frames."""
+    """The trace of analysed devices (Device objects, lowest first, the host
+    memory last): version 1 (one device, index 0) or 2 (multi), 3 when any line
+    has frames, 4 when there are annotations."""
     origin = min((d.events[0]["time_us"] for d in devs if d.events), default=0)
     pre_s, pre_a, evs = [], [], []
     for d in devs:
         s, a = d.pre_records(d.device if multi else 0)
         pre_s += s
         pre_a += a
-    if multi:
-        # Devices interleaved by time (ties: lowest device first); each device's
-        # events stay in their own order even where its times go backwards.
-        per_dev = [[(ev["time_us"], d.device, rec) for ev, rec in zip(d.events, d.event_records(d.device, origin))]
-                   for d in devs]
-        evs = [m[2] for m in heapq.merge(*per_dev, key=lambda m: (m[0], m[1]))]
+    anns = []
+    if any(d.annotations for d in devs):
+        evs, anns = _merge_annotated(devs, origin, multi)
+    elif multi:
+        evs = _merge_events(devs, origin)
     else:
         evs = devs[0].event_records(0, origin)
     records = pre_s + pre_a + evs
     stacks = _with_stacks(records)
-    version = 3 if stacks.stack_lines else (2 if multi else FORMAT_VERSION)
-    fields = "; last fields: block size, device, stack" if version == 3 else (
+    for _, _, a in anns:
+        stacks.stack_id(a["frames"])
+    version = 4 if anns else 3 if stacks.stack_lines else (2 if multi else FORMAT_VERSION)
+    fields = "; last fields: block size, device, stack" if version >= 3 else (
         "; last field: device" if multi else "")
+    cuda = [d for d in devs if not d.host]
     if multi:
-        device_meta = [f"meta device {devs[0].device}", "meta devices " + " ".join(str(d.device) for d in devs)]
+        device_meta = [f"meta device {devs[0].device}", "meta devices " + " ".join(str(d.device) for d in cuda)]
         if len(device_meta[1]) > LINE_MAX:
-            raise SnapshotError(f"--device all: {len(devs)} devices do not fit the trace's one 'meta devices' line "
+            raise SnapshotError(f"{len(devs)} devices do not fit the trace's one 'meta devices' line "
                                 f"({LINE_MAX} bytes); import them one --device at a time")
-        lines = _header(version, " --device all", fields, source, snap, device_meta, origin, warn)
+        device_meta[1] = device_meta[1].rstrip()
+        device_meta += [f"meta host_device {d.device}" for d in devs if d.host]
+        lines = _header(version, "", fields, source, snap, device_meta, origin, warn)
         for key in FIG_KEYS:  # the plain keys describe the lowest device (what replay picks by default)
             lines.append(f"meta {key} {devs[0].fig[key]}")
         for d in devs:
@@ -1196,16 +1440,26 @@ def trace_text(source, snap, devs, multi, warn):
     lines.append(f"meta pre_segments {len(pre_s)}")
     lines.append(f"meta pre_allocs {len(pre_a)}")
     lines += stacks.frame_lines + stacks.stack_lines
-    lines += _format_records(records, version, stacks)
-    lines.append(f"end {len(records)}")
+    body = _format_records(records, version, stacks)
+    if anns:   # annotate lines in their places (positions among the event records)
+        npre, out, k = len(pre_s) + len(pre_a), body[:len(pre_s) + len(pre_a)], 0
+        for pos, dev, a in anns:
+            out += body[npre + k:npre + pos]
+            k = pos
+            out.append(_annotation_line(max(a["time_us"] - origin, 0), dev, a, stacks))
+        body = out + body[npre + k:]
+    lines += body
+    lines.append(f"end {len(records) + len(anns)}")
     return _check_lines(lines), version, stacks
 
 
 def convert(data, device=None, source="snapshot.pickle", warn=lambda m: None, max_decompressed=MAX_DECOMPRESSED):
     """Snapshot bytes -> (trace text, [Device], version, Stacks). device: an
-    index, 'all', or None (the first device with events; for a state-only
-    snapshot the lowest device with segments). max_decompressed: the most
-    bytes a gzip'ed snapshot may inflate to. SnapshotError on bad input."""
+    index (one device; the host memory's index, the largest CUDA index + 1,
+    picks it), or 'all' / None (every device with events or segments, and the
+    pinned host memory). max_decompressed: the most bytes a gzip'ed snapshot
+    may inflate to. SnapshotError on bad input; what this importer does not
+    know (top-level keys, trace actions of a later PyTorch) goes to warn."""
     try:
         return _convert(data, device, source, warn, max_decompressed)
     except RecursionError:   # a structure deep enough to defeat a check: still malformed input
@@ -1215,16 +1469,31 @@ def convert(data, device=None, source="snapshot.pickle", warn=lambda m: None, ma
 def _convert(data, device, source, warn, max_decompressed):
     snap = Snapshot(parse_bytes(data, max_decompressed))
     fp = _FrameParser()
-    if device == "all":
+    host = snap.host_device() if snap.has_host() else None
+    if device in (None, "all"):
         devs = [Device(snap, d, fp, warn) for d in snap.all_devices()]
-        text, version, stacks = trace_text(source, snap, devs, True, warn)
-        return text, devs, version, stacks
-    if device is None:
-        device = snap.default_device()
+        if host is not None:
+            devs.append(Device(snap.host_view(), 0, fp, warn, index=host))
     else:
         snap.check_device(device)
-    devs = [Device(snap, device, fp, warn)]
-    text, version, stacks = trace_text(source, snap, devs, False, warn)
+        devs = [Device(snap.host_view(), 0, fp, warn, index=host) if device == host else
+                Device(snap, device, fp, warn)]
+    by_dev = {d.device: d for d in devs if not d.host}
+    ext = {}
+    for i, a in enumerate(snap.external_annotations):
+        dv = a.get("device", 0)
+        if isinstance(dv, int) and not isinstance(dv, bool) and dv in by_dev:
+            ext.setdefault(dv, []).append((i, a))
+    for dv, anns in ext.items():
+        by_dev[dv].add_external(anns, fp)
+    for k in snap.unknown_keys:
+        warn(f"unknown snapshot key {str(k)!r:.60} (a later PyTorch's?): ignored; the rest is imported")
+    for name, n in sorted(snap.unknown_actions.items()):
+        warn(f"unknown trace action {name!r:.60} in {n} event(s) (a later PyTorch's?): skipped; "
+             "the rest is imported")
+    # One CUDA device 0 stays version 1 as before; any other index is written as it is.
+    multi = len(devs) > 1 or devs[0].device != 0 or devs[0].host
+    text, version, stacks = trace_text(source, snap, devs, multi, warn)
     return text, devs, version, stacks
 
 
@@ -1346,7 +1615,8 @@ def main(argv=None):
     ap.add_argument("snapshot", help="pickle (or .pickle.gz) written by torch.cuda.memory._dump_snapshot")
     ap.add_argument("-o", "--output", help="trace file to write ('-' for stdout)")
     ap.add_argument("--device", default=None,
-                    help="device index, or 'all' (default: the first device with trace events)")
+                    help="one device index (the pinned host memory's is the largest CUDA index + 1), or 'all' "
+                         "(the default: every device with events or segments, and the host memory)")
     ap.add_argument("--table", action="store_true", help="print the snapshot's segments instead")
     ap.add_argument("--blocks", action="store_true", help="with --table: every block too")
     ap.add_argument("--max-decompressed-size", metavar="BYTES", default=None,
@@ -1389,13 +1659,14 @@ def main(argv=None):
     gib = float(1 << 30)
     for d in devs:
         fig = d.fig
-        print(f"{args.snapshot} (device {d.device}): {len(d.events)} events, {len(d.pre_allocs)} pre-existing "
+        what = f"host memory, device {d.device}" if d.host else f"device {d.device}"
+        print(f"{args.snapshot} ({what}): {len(d.events)} events, {len(d.pre_allocs)} pre-existing "
               f"allocations in {len(d.pre_segs)} pre-existing segments; PyTorch: peak allocated "
               f"{fig['torch_peak_allocated'] / gib:.2f} GiB, peak reserved "
               f"{fig['torch_peak_reserved'] / gib:.2f} GiB "
               f"({fig['torch_peak_reserved'] / max(fig['torch_peak_allocated'], 1):.3f}), "
-              f"{fig['torch_segment_allocs']} segment allocs, {fig['torch_empty_cache_points']} empty-cache points",
-              file=sys.stderr)
+              f"{fig['torch_segment_allocs']} segment allocs, {fig['torch_empty_cache_points']} empty-cache points"
+              + (f", {len(d.annotations)} annotations" if d.annotations else ""), file=sys.stderr)
     print(f"trace version {version}: {len(stacks.frame_lines)} frames, {len(stacks.stack_lines)} stacks",
           file=sys.stderr)
     return 0

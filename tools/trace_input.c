@@ -151,9 +151,10 @@ int mn__tools_trace_load(const char *prog, const char *path, int device, mn_trac
   }
   close(fd);
   char dev[16];
-  snprintf(dev, sizeof dev, "%d", device);
+  if (device == MN__TOOLS_ALL_DEVICES) snprintf(dev, sizeof dev, "all");
+  else snprintf(dev, sizeof dev, "%d", device);
   char *args[7] = {(char *)path, "-o", tmp, "--device", dev};
-  int nargs = mn__tools_import_args(args, device >= 0 ? 5 : 3);
+  int nargs = mn__tools_import_args(args, device >= 0 || device == MN__TOOLS_ALL_DEVICES ? 5 : 3);
   int rc = mn__tools_run_script(prog, "import_torch_snapshot.py", args, nargs);
   if (rc == 0 && mn_trace_read(tmp, out) != MN_OK) {
     fprintf(stderr, "%s: reading the imported %s: %s\n", prog, path, mn_last_error());

@@ -18,8 +18,9 @@
  * not: told by its first bytes) that it imports on the fly through
  * import_torch_snapshot.py into a temporary trace (removed afterwards). device:
  * the snapshot's CUDA device to import (-1: the importer's default, the first device
- * with events). On failure prints "<prog>: <message>" on stderr and returns the
+ * with events; MN__TOOLS_ALL_DEVICES: every device, `--device all`). On failure prints "<prog>: <message>" on stderr and returns the
  * exit status (1: I/O or a tool missing, 2: a malformed file); 0 and *out on success. */
+#define MN__TOOLS_ALL_DEVICES (-2)
 int mn__tools_trace_load(const char *prog, const char *path, int device, mn_trace_t **out);
 
 /* The option every command that may import a PyTorch snapshot takes and hands

@@ -180,7 +180,8 @@ MN_API void mn_trace_recorder_sink(void *user, const mn_trace_event_t *event);
  * streams of the allocator's device: the first id seen (or 0) to the default
  * stream, each other id to a stream created for the replay. Trace addresses
  * map to the pointers the allocator returns. An allocation that fails for
- * want of memory is counted (ooms) and its later free skipped; other
+ * want of memory is counted (ooms) and its later free skipped (recorded oom
+ * lines: see replay_ooms); other
  * failures stop the replay with the trace line named. At the end every live
  * allocation is freed and the created streams destroyed. */
 typedef struct mn_replay_step_s {
@@ -188,6 +189,14 @@ typedef struct mn_replay_step_s {
   int64_t allocated, reserved;/* allocator's current bytes (-1: unknown) */
   int64_t requested;          /* bytes asked for and live */
 } mn_replay_step_t;
+
+/* An out-of-memory of a replay (mn_replay_options_t.on_oom). */
+typedef struct mn_replay_oom_s {
+  size_t entry;    /* index in the trace of the alloc or oom line */
+  uint64_t size;   /* bytes asked */
+  bool recorded;   /* the entry is a recorded oom line (replay_ooms) */
+  bool reproduced; /* recorded: the replay ran out of memory there too; else true */
+} mn_replay_oom_t;
 
 typedef struct mn_replay_options_s {
   bool skip_pre; /* leave out the pre allocations (their frees are then skipped) */
@@ -225,7 +234,20 @@ typedef struct mn_replay_options_s {
    * it; NULL for every other entry. Maps the blocks of a snapshot taken in
    * at_stop back to the trace lines (and stacks) that allocated them. */
   void **live_ptrs;
+  /* Replay the trace's `oom` lines (an allocation the recording allocator could
+   * not make: it has no alloc line of its own; size = the bytes asked): at each,
+   * ask the allocator for those bytes on the line's stream (with oom_retries as
+   * for an alloc) and free them at once when it had room. Whether it ran out of
+   * memory there too is counted in ooms_reproduced. false (the default): oom
+   * lines are only counted (recorded_ooms). */
+  bool replay_ooms;
+  /* Called (NULL: none) for every allocation of the replay that fails for want
+   * of memory and, with replay_ooms, for every recorded oom line, reproduced or
+   * not; may not call the allocator. */
+  void (*on_oom)(void *user, const mn_replay_oom_t *oom);
+  void *on_oom_user;
 } mn_replay_options_t;
+
 
 MN_API mn_replay_options_t mn_replay_options_default(void);
 
@@ -260,6 +282,8 @@ typedef struct mn_replay_result_s {
   bool stats_from_allocator;
   uint64_t pre_segments;        /* pre segments reserved as recorded (skip_pre_segments unset) */
   uint64_t pre_segments_laid_out; /* of which with their pre allocations at the recorded offsets */
+  uint64_t recorded_ooms;       /* the trace's oom lines on the device replayed (up to stop_after) */
+  uint64_t ooms_reproduced;     /* replay_ooms: of those, where the replay ran out of memory too */
 } mn_replay_result_t;
 
 /* options NULL: the defaults. The allocator should be fresh (its peaks are

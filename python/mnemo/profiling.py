@@ -73,11 +73,19 @@ _STEP_FN = C.CFUNCTYPE(None, VP, C.POINTER(_ReplayStep))
 _STOP_FN = C.CFUNCTYPE(None, VP, VP)
 
 
+class _ReplayOom(C.Structure):
+    _fields_ = [("entry", C.c_size_t), ("size", C.c_uint64), ("recorded", C.c_bool), ("reproduced", C.c_bool)]
+
+
+_OOM_FN = C.CFUNCTYPE(None, VP, C.POINTER(_ReplayOom))
+
+
 class _ReplayOptions(C.Structure):
     _fields_ = [("skip_pre", C.c_bool), ("skip_empty_cache", C.c_bool), ("trace_device", C.c_int),
                 ("oom_retries", C.c_uint), ("on_step", _STEP_FN), ("on_step_user", VP),
                 ("stop_after", C.c_size_t), ("at_stop", _STOP_FN), ("at_stop_user", VP),
-                ("skip_pre_segments", C.c_bool), ("live_ptrs", C.POINTER(VP))]
+                ("skip_pre_segments", C.c_bool), ("live_ptrs", C.POINTER(VP)), ("replay_ooms", C.c_bool),
+                ("on_oom", _OOM_FN), ("on_oom_user", VP)]
 
 
 class _ReplayResult(C.Structure):
@@ -89,7 +97,8 @@ class _ReplayResult(C.Structure):
                 ("device_allocs", C.c_int64), ("device_allocs_events", C.c_int64), ("device_frees", C.c_int64),
                 ("peak_device_mapped", C.c_int64), ("op_ns", C.c_uint64), ("ns_per_op", C.c_double),
                 ("stats_from_allocator", C.c_bool), ("pre_segments", C.c_uint64),
-                ("pre_segments_laid_out", C.c_uint64)]
+                ("pre_segments_laid_out", C.c_uint64), ("recorded_ooms", C.c_uint64),
+                ("ooms_reproduced", C.c_uint64)]
 
 
 _TP = C.POINTER(_Trace)
@@ -408,17 +417,22 @@ def import_snapshot(path, out=None, device=None, max_decompressed_size=None):
 def replay(trace, configs=None, capacity=None, device=None, retries=None, trace_device=None, pre=True,
            pre_segments=True, empty_cache=True, allocator=None, repeat=None, max_decompressed_size=None):
     """Replays a trace file or a PyTorch snapshot pickle (`mnemo replay
-    --json`) and returns one dict per configuration, in order: peak_allocated,
-    peak_reserved, peak_requested, ratio, device_allocs, ooms, ..., and with
-    PyTorch's recorded figures "torch" and reserved_vs_torch /
-    allocated_vs_torch.
+    --json`) and returns one dict per device and configuration (device by
+    device, each device's configurations in order): device (the recorded
+    device's number), replay_device ("sim:0"), peak_allocated, peak_reserved,
+    peak_requested, ratio, device_allocs, ooms (a count), oom_entries,
+    torch_ooms (the recorded OOMs, each with "reproduced"), capacity, ..., and
+    with that device's recorded PyTorch figures "torch" and reserved_vs_torch /
+    allocated_vs_torch / segments_vs_torch.
 
     configs: None (as recorded: the settings in the trace's meta config), an
     option string ("" for mnemo's defaults), a dict of options, or a list of
     those. capacity: the SIM device's size in bytes (int) or a byte string
-    ("80G"): allocations beyond it fail (counted in ooms). device: "sim"
+    ("80G"): allocations beyond it fail (counted in ooms); None: the SIM
+    default, or for a device that ran out of memory in the recording its
+    size then (capacity_from "oom"). device: "sim"
     (default) or "cuda" (cuda:0). retries: on an OOM empty the cache and retry
-    up to N times. trace_device: which device of a multi-device trace.
+    up to N times. trace_device: replay only that device (its recorded number).
     pre=False leaves out the allocations made before recording;
     pre_segments=False starts from a cold cache (the pre segments are not
     reserved as recorded); empty_cache=False ignores the trace's empty_cache

@@ -185,7 +185,8 @@ class Tool(unittest.TestCase):
         self.assertEqual(r["peak_reserved"], 24245174272)
         self.assertEqual(r["torch"]["peak_reserved"], 24245174272)
         self.assertEqual(r["pre_segments"], r["pre_segments_laid_out"])
-        self.assertEqual(r["device"], "sim:0")
+        self.assertEqual(r["replay_device"], "sim:0")
+        self.assertEqual(r["device"], 0)  # the recorded device
 
     def test_replay_configs(self):
         r = P.replay(CTX, configs=["", {"expandable_segments": True}, "max_split_size_mb:512"])

@@ -23,6 +23,13 @@ imitates writes, for one variant (tests/test_import.py checks their traces):
   empty_cache.pickle   segment_free runs: two from empty_cache(), one before an oom
   gc.pickle            garbage_collection_threshold 0.6: a run the collector caused
                        (a segment_alloc follows) and one from empty_cache()
+  multi_device_oom.pickle  events on 3 GPUs (device 2 on stream 3), an oom on device 1
+                       (its 'device_free'), segments per device at the dump
+  torch214.pickle      PyTorch 2.14's additions: `annotate` events (a START/END range
+                       and a point one, text in 'user_metadata', frames of the
+                       annotation site), pinned host memory (host_segments shaped like
+                       segments, host_traces a list of events with frames), an action
+                       and a top-level key no PyTorch here knows (warned, not refused)
 """
 import gzip
 import os
@@ -219,9 +226,60 @@ def gc():
                                            garbage_collection_threshold=0.6)}
 
 
+def multi_device_oom():
+    A, B, C = 0x10000000, 0x7f0000000000, 0x20000000
+    d0 = [ev("segment_alloc", A, 20 * MiB, t=10), ev("alloc", A, 8 * MiB, t=11),
+          ev("free_requested", A, 8 * MiB, t=20), ev("free_completed", A, 8 * MiB, t=20),
+          ev("alloc", A, 2 * MiB, t=21)]
+    d1 = [ev("segment_alloc", B, 40 * MiB, t=12), ev("alloc", B, 30 * MiB, t=13),
+          ev("oom", 6 * MiB, 64 * MiB, t=14),   # 64 MiB asked, 6 MiB free on the device
+          ev("free_requested", B, 30 * MiB, t=15), ev("free_completed", B, 30 * MiB, t=15)]
+    d2 = [ev("segment_alloc", C, 2 * MiB, stream=3, t=16), ev("alloc", C, 4096, stream=3, t=17)]
+    segments = [
+        seg(0, A, 20 * MiB, [blk(A, 2 * MiB, 2 * MiB, "active_allocated"), blk(A + 2 * MiB, 18 * MiB, 0, "inactive")]),
+        seg(1, B, 40 * MiB, [blk(B, 40 * MiB, 0, "inactive")]),
+        seg(2, C, 2 * MiB, [blk(C, 4096, 4096, "active_allocated"), blk(C + 4096, 2 * MiB - 4096, 0, "inactive")],
+            stream=3, kind="small"),
+    ]
+    return {"segments": segments, "device_traces": [d0, d1, d2], "allocator_settings": settings()}
+
+
+def torch214():
+    A, H = 0x10000000, 0x7e0000000000
+    site = [fr("pack_hook", "/src/train.py", 50), fr("<module>", "/src/train.py", 3)]
+    hf = [fr("pin", "/src/data.py", 9), fr("<module>", "/src/train.py", 4)]
+    meta = {"compile_context": "N/A", "user_metadata": ""}
+
+    def ann(t, text, frames=(), **kw):
+        e = {"action": "annotate", "addr": A, "size": 0, "stream": 0, "time_us": t, "frames": list(frames),
+             "compile_context": "N/A", "user_metadata": text}
+        e.update(kw)
+        return e
+
+    d0 = [dict(ev("segment_alloc", A, 20 * MiB, t=100, frames=site), **meta),
+          ann(101, "", name="forward", stage="START"),
+          dict(ev("alloc", A, 4 * MiB, t=102, frames=site), **meta),
+          ann(103, "saved for backward", site),                       # a point: _annotate_memory's text
+          {"action": "prefetch", "addr": A, "size": 4 * MiB, "stream": 0, "time_us": 104},   # unknown
+          ann(105, "", name="forward", stage="END"),
+          dict(ev("free_requested", A, 4 * MiB, t=106, frames=site), **meta),
+          dict(ev("free_completed", A, 4 * MiB, t=106), **meta),
+          {"action": "prefetch", "addr": A, "size": 1, "stream": 0, "time_us": 107}]
+    host = [ev("segment_alloc", H, 4 * MiB, t=99, frames=hf), ev("alloc", H, 3 * MiB, t=100, frames=hf),
+            ev("alloc", H + 3 * MiB, MiB, t=104, frames=hf),
+            ev("free_requested", H, 3 * MiB, t=108, frames=hf), ev("free_completed", H, 3 * MiB, t=108)]
+    segments = [seg(0, A, 20 * MiB, [blk(A, 20 * MiB, 0, "inactive")], frames=site)]
+    host_segments = [seg(-1, H, 4 * MiB, [blk(H, 3 * MiB, 0, "inactive"),
+                                          blk(H + 3 * MiB, MiB, MiB, "active_allocated", hf)], frames=hf)]
+    return {"segments": segments, "device_traces": [d0], "allocator_settings": settings(),
+            "external_annotations": [], "host_segments": host_segments, "host_traces": host,
+            "stream_info": {"0": "default"}}
+
+
 SAMPLES = (("multi_device", multi_device, 4), ("expandable", expandable, 4), ("oom", oom, 4),
            ("state_only", state_only, 4), ("legacy_list", legacy_list, 4), ("old_dict", old_dict, 2),
-           ("framed", framed, 2), ("empty_cache", empty_cache, 4), ("gc", gc, 4))
+           ("framed", framed, 2), ("empty_cache", empty_cache, 4), ("gc", gc, 4),
+           ("multi_device_oom", multi_device_oom, 4), ("torch214", torch214, 4))
 
 if __name__ == "__main__":
     for name, make, protocol in SAMPLES:
