@@ -1017,6 +1017,8 @@ typedef struct device_args_s {
   const char *label;
   bool first; /* its data is the page's default ("mn-data") */
   FILE *sum;  /* the summary lines for stdout */
+  const mn_sim_config_t *sim0; /* the SIM device (--capacity's size, else the default) */
+  bool capacity_given;         /* else each device sized as recorded, as `mnemo replay` does */
 } device_args_t;
 
 static int cmp_u32(const void *a, const void *b) {
@@ -1044,6 +1046,19 @@ static int report_device(FILE *f, const mn_trace_t *t, const device_args_t *da) 
   const char *const *configs = da->configs;
   size_t nconfigs = da->nconfigs;
   step_ctx_t cx = {t, &tl, &ev};
+  /* 0: the SIM device sized as `mnemo replay` sizes it: --capacity, else as
+   * recorded (the device's first OOM, or its partial cache releases), else the default. */
+  mn_sim_config_t sc = *da->sim0;
+  const char *cap_from = "option";
+  if (!da->capacity_given) {
+    int crc = mn__tools_sim_as_recorded(t, (uint32_t)da->dev, &sc, &cap_from);
+    if (crc) return crc;
+  }
+  if (mn_sim_configure(&sc) != MN_OK) {
+    fprintf(stderr, "mnemo report: the SIM device's capacity%s: %s\n", cap_from[0] == 'o' && cap_from[1] == 'o' ? " as recorded" : "",
+            mn_last_error());
+    return 2;
+  }
   /* 1: every config, the first with the timeline and the allocator's events. */
   for (size_t k = 0; k < nconfigs; k++) {
     if (make_allocator(configs[k], &a) != MN_OK) goto fail;
@@ -1141,6 +1156,11 @@ static int report_device(FILE *f, const mn_trace_t *t, const device_args_t *da) 
   char x[32], y[32];
   fprintf(o2, "%s (trace device %" PRIu32 ")%s\n", da->label, rep.dev,
           rep.state_only ? ": a state dump, no history (the state as dumped)" : "");
+  if (strcmp(cap_from, "default"))
+    fprintf(o2, "  SIM capacity %zu B (%.2f GiB, %s)\n", sc.capacity, (double)sc.capacity / 1073741824.0,
+            !strcmp(cap_from, "option") ? "--capacity"
+            : !strcmp(cap_from, "oom") ? "as recorded: PyTorch's reserved bytes at its first OOM + the free bytes it reported"
+                                       : "as recorded: the least that PyTorch's partial cache releases allow");
   fprintf(o2, "  peak reserved %" PRId64 " B (%.2f GiB) at entry %zu; peak allocated %" PRId64 " B (%.2f GiB) at entry %zu\n",
           res[0].peak_reserved, (double)res[0].peak_reserved / 1073741824.0, peak_entry, res[0].peak_allocated,
           (double)res[0].peak_allocated / 1073741824.0, rep.peak_alloc);
@@ -1237,16 +1257,22 @@ int cmd_report(int argc, char **argv) {
       return 2;
     }
   }
+  mn_sim_config_t sim0 = mn_sim_config_default();
+  if (mn_sim_get_config(&sim0) != MN_OK) {
+    fprintf(stderr, "mnemo report: the SIM device: %s\n", mn_last_error());
+    return 1;
+  }
   if (capacity) {
-    mn_sim_config_t sc = mn_sim_config_default();
-    sc.capacity = capacity;
+    sim0.capacity = capacity;
+    mn_sim_config_t sc = sim0;
     if (mn_sim_configure(&sc) != MN_OK) {
       fprintf(stderr, "mnemo report: --capacity: %s\n", mn_last_error());
       return 2;
     }
   }
   mn_trace_t *t = NULL;
-  int lrc = mn__tools_trace_load("mnemo report", path, trace_device, &t);
+  /* a snapshot: every device imported (or the one asked for) */
+  int lrc = mn__tools_trace_load("mnemo report", path, trace_device >= 0 ? trace_device : MN__TOOLS_ALL_DEVICES, &t);
   if (lrc) return lrc;
   /* No --config: replay as recorded, with the settings the trace was recorded with
    * (its `meta config`; the defaults when it has none or mnemo refuses them). */
@@ -1308,7 +1334,7 @@ int cmd_report(int argc, char **argv) {
     if (devs[k] == host_dev) snprintf(lb, sizeof lb, "pinned host memory");
     else snprintf(lb, sizeof lb, "cuda:%" PRIu32, devs[k]);
     device_args_t da = {path, title, configs, nconfigs, as_recorded, (int)devs[k], ntrace_devs <= 1, devs[k] == host_dev,
-                        lb, k == 0, sum};
+                        lb, k == 0, sum, &sim0, capacity != 0};
     int drc = report_device(f, t, &da);
     if (drc) {
       rc = drc;
