@@ -735,6 +735,37 @@ def main():
                               (a[0] != "forward" or "/home/u/model.py:42 forward" in tip),
                               f"hover on the annotation {a[0]!r} names it ({tip[:100]!r})")
 
+            # 3b'. the importer's samples (tests/data/torch): every device of a pickle in the page
+            root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            samples = os.path.join(root, "tests", "data", "torch")
+            mdo, t214 = os.path.join(samples, "multi_device_oom.pickle"), os.path.join(samples, "torch214.pickle")
+            if os.path.exists(mdo) and os.path.exists(t214):
+                def all_data(html):
+                    devs = json.loads(re.search(r'<script id="mn-devices" type="application/json">(.*?)</script>',
+                                                html, re.S).group(1))
+                    out = {}
+                    for d in devs:
+                        sid = "mn-data" if d is devs[0] else f"mn-data-dev{d[0]}"
+                        out[d[0]] = json.loads(re.search(f'<script id="{sid}" type="application/json">(.*?)</script>',
+                                                         html, re.S).group(1))
+                    return devs, out
+                sp = os.path.join(tmp, "sample.html")
+                report(mdo, sp)
+                devs, data = all_data(open(sp, encoding="utf-8").read())
+                check([d[0] for d in devs] == [0, 1, 2] and len(data[1]["ooms"]) == 1 and not data[0]["ooms"],
+                      f"multi_device_oom.pickle: its 3 devices in the page, device 1's recorded OOM ({[d[1] for d in devs]})")
+                report(t214, sp)
+                devs, data = all_data(open(sp, encoding="utf-8").read())
+                check([d[1] for d in devs] == ["cuda:0", "pinned host memory"] and data[1]["host"] and
+                      len(data[0]["annotations"]) == 3,
+                      f"torch214.pickle: cuda:0 with its 3 annotate events and pinned host memory ({[d[1] for d in devs]}, "
+                      f"{len(data[0]['annotations'])} annotations)")
+                render(b, sp, "torch214")
+                anns = json.loads(b.eval("JSON.stringify(mnReport.annotations())"))
+                check(len(anns) == 2, f"torch214: a range and a point drawn ({anns})")
+            else:
+                check(False, "the importer's samples tests/data/torch/{multi_device_oom,torch214}.pickle are there")
+
             # 3c. a state-only dump: the dump's state, no timeline
             so_trace, so_page = os.path.join(tmp, "state.trace"), os.path.join(tmp, "state.html")
             write_state_only_trace(so_trace)
