@@ -5,7 +5,8 @@
  * Every device of the trace (or --trace-device's) is replayed on its own
  * (report_device) and has its own data element in the page ("mn-data" for the
  * first, "mn-data-dev<N>" for the others; "mn-devices" lists them, the one named by
- * `meta host_device` as pinned host memory); the page's selector picks one.
+ * `meta host_device` as pinned host memory); the page's selector picks one. Each
+ * device's SIM capacity is the one `mnemo replay` gives it (mn__tools_sim_as_recorded).
  * "Who holds the peak" is taken at the replay's first entry at the peak of
  * allocated bytes (and at the peak of reserved bytes, labelled), every allocation
  * alive in the trace there counted, each group with the replay's block bytes,
