@@ -1082,6 +1082,7 @@ static int report_device(FILE *f, const mn_trace_t *t, const device_args_t *da) 
     if (make_allocator(configs[k], &a) != MN_OK) goto fail;
     mn_replay_options_t o = mn_replay_options_default();
     o.trace_device = da->dev;
+    o.replay_ooms = true; /* as `mnemo replay`: the recorded OOMs are tried again */
     if (k == 0) {
       o.on_step = on_step;
       o.on_step_user = &cx;
@@ -1117,6 +1118,7 @@ static int report_device(FILE *f, const mn_trace_t *t, const device_args_t *da) 
   if (make_allocator(configs[0], &a) != MN_OK) goto fail;
   mn_replay_options_t o = mn_replay_options_default();
   o.trace_device = da->dev;
+  o.replay_ooms = true;
   o.stop_after = peak_entry;
   o.at_stop = at_stop;
   o.at_stop_user = &snap;
@@ -1143,6 +1145,7 @@ static int report_device(FILE *f, const mn_trace_t *t, const device_args_t *da) 
     if (make_allocator(configs[0], &a) != MN_OK) goto fail;
     mn_replay_options_t op = mn_replay_options_default();
     op.trace_device = da->dev;
+    op.replay_ooms = true;
     op.stop_after = last_pre;
     op.live_ptrs = pre_ptrs;
     mn_replay_result_t pre_res;
@@ -1196,7 +1199,9 @@ static int report_device(FILE *f, const mn_trace_t *t, const device_args_t *da) 
   if (rep.nheld)
     fprintf(o2, "  %zu allocations alive at the peak allocated; the largest: %.2f MiB (trace line %" PRIu32 ")\n",
             rep.nheld, (double)t->entries[rep.held[0]].size / 1048576.0, t->entries[rep.held[0]].line);
-  if (rep.nooms) fprintf(o2, "  %zu OOMs recorded\n", rep.nooms);
+  if (rep.nooms)
+    fprintf(o2, "  %zu OOMs recorded; the replay ran out of memory at %" PRIu64 " of them\n", rep.nooms,
+            res[0].ooms_reproduced);
   for (size_t k = 0; k < nconfigs; k++) {
     char lb[4096];
     if (k == 0 && da->as_recorded) snprintf(lb, sizeof lb, "as recorded (%s)", configs[0][0] ? configs[0] : "defaults");

@@ -472,17 +472,25 @@ def replay(trace, configs=None, capacity=None, device=None, retries=None, trace_
 
 
 _REPORT_RE = re.compile(r"report (?P<path>.*): (?P<entries>\d+) entries, (?P<configs>\d+) configs, "
-                        r"(?P<bytes>\d+) bytes\n\s*peak reserved (?P<peak_reserved>\d+) B .*? at entry "
-                        r"(?P<peak_entry>\d+); peak allocated (?P<peak_allocated>\d+) B")
+                        r"(?P<devices>\d+) devices?, (?P<bytes>\d+) bytes\n")
+_REPORT_DEV_RE = re.compile(r"^(?P<label>\S+) \(trace device (?P<device>\d+)\)(?P<state>: a state dump)?.*\n"
+                            r"(?:  SIM capacity (?P<capacity>\d+) B.*\n)?"
+                            r"  peak reserved (?P<peak_reserved>\d+) B .*? at entry (?P<peak_reserved_entry>\d+); "
+                            r"peak allocated (?P<peak_allocated>\d+) B .*? at entry (?P<peak_allocated_entry>\d+)",
+                            re.M)
 
 
 def report(trace, out, configs=None, title=None, capacity=None, trace_device=None, max_decompressed_size=None):
     """Writes the self-contained HTML report of a trace or a PyTorch snapshot
     (`mnemo report`: timeline, active memory, who holds the peak, segment map
-    at the peak, configurations compared). Returns {"path": out, "bytes": its
-    size, "entries", "configs", "peak_reserved", "peak_allocated",
-    "peak_entry", "summary": the tool's printed summary}. configs, capacity,
-    trace_device, max_decompressed_size: as replay()."""
+    at any moment, configurations compared; every device of the trace).
+    Returns {"path": out, "bytes": its size, "entries", "configs", "devices":
+    one dict per device (device, label, state_only, capacity or None,
+    peak_reserved, peak_reserved_entry, peak_allocated, peak_allocated_entry),
+    the first device's "peak_reserved", "peak_allocated" and "peak_entry" (the
+    entry of its peak of allocated bytes, where "who holds the peak" looks),
+    "summary": the tool's printed summary}. configs, capacity, trace_device,
+    max_decompressed_size: as replay()."""
     dst = _path_arg(out, "out")
     args = ["report", _path_arg(trace, "trace"), "-o", dst] + _configs_arg(configs)
     args += _max_decompressed_arg(max_decompressed_size)
@@ -496,8 +504,20 @@ def report(trace, out, configs=None, title=None, capacity=None, trace_device=Non
     res = {"path": dst, "bytes": os.path.getsize(dst)}
     m = _REPORT_RE.search(text)
     if m:
-        for k in ("entries", "configs", "peak_reserved", "peak_allocated", "peak_entry"):
+        for k in ("entries", "configs"):
             res[k] = int(m.group(k))
+    devs = []
+    for d in _REPORT_DEV_RE.finditer(text):
+        dev = {"device": int(d.group("device")), "label": d.group("label"), "state_only": bool(d.group("state")),
+               "capacity": int(d.group("capacity")) if d.group("capacity") else None}
+        for k in ("peak_reserved", "peak_reserved_entry", "peak_allocated", "peak_allocated_entry"):
+            dev[k] = int(d.group(k))
+        devs.append(dev)
+    res["devices"] = devs
+    if devs:
+        res["peak_reserved"] = devs[0]["peak_reserved"]
+        res["peak_allocated"] = devs[0]["peak_allocated"]
+        res["peak_entry"] = devs[0]["peak_allocated_entry"]
     res["summary"] = text
     return res
 
@@ -514,7 +534,9 @@ def _is_snapshot_file(path):
 def snapshot(trace, at="peak", config=None, pre_segments=True, trace_device=None, max_decompressed_size=None):
     """Replays a trace (a file, or a PyTorch snapshot pickle imported first)
     on sim:0 in this process, with a fresh caching allocator, up to ``at``
-    ("peak": the entry where reserved bytes peak, "end", or an entry index),
+    ("peak": the first entry where allocated bytes peak, as `mnemo snapshot
+    --at peak`; "reserved-peak": where reserved bytes peak; "end"; or an
+    entry index),
     and returns {"entry": the entry index stopped after, "line": its trace
     line, "config": the settings used, "as_recorded": whether they are the
     trace's meta config (used when config is None and mnemo accepts it),
@@ -562,13 +584,15 @@ def snapshot(trace, at="peak", config=None, pre_segments=True, trace_device=None
                 o.trace_device = int(_int_opt("trace_device", trace_device))
             return o
 
-        if at == "peak":
+        if at in ("peak", "reserved-peak"):
             peak = [-1, 0]
+            field = "allocated" if at == "peak" else "reserved"
 
             def on_step(user, step):
                 s = step.contents
-                if s.reserved > peak[0]:
-                    peak[0], peak[1] = s.reserved, s.entry
+                v = getattr(s, field)
+                if v > peak[0]:
+                    peak[0], peak[1] = v, s.entry
             cb = _STEP_FN(on_step)
             o = options()
             o.on_step = cb
@@ -581,7 +605,7 @@ def snapshot(trace, at="peak", config=None, pre_segments=True, trace_device=None
         elif isinstance(at, int) and not isinstance(at, bool) and 0 <= at < n:
             stop = at
         else:
-            raise ValueError(f"mnemo: at must be 'peak', 'end' or an entry index below {n}, not {at!r}")
+            raise ValueError(f"mnemo: at must be 'peak', 'reserved-peak', 'end' or an entry index below {n}, not {at!r}")
         got = {}
 
         def at_stop(user, handle):
