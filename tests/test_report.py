@@ -27,6 +27,9 @@ Exits 77 (skipped) when no chromium is installed. Pages checked:
   * several devices (two GPUs and pinned host memory) with recorded OOMs: the device
     selector picks each, the OOM marker's tooltip gives its numbers;
   * a state-only dump: no timeline, the dump's every allocation held;
+  * a diff page (`report A B`: the bundled training step against TRACE): both
+    timelines drawn (and redrawn on the time axis), the peaks and the delta table
+    equal `mnemo diff --json`'s, segments only in one of either;
   * a page whose script throws is reported (status "error"), so the checks are live.
 """
 
@@ -457,9 +460,8 @@ def main():
         probs = b.problems()
         check(not probs, f"{name}: no console message, exception or external load ({probs[:3]})")
         print(f"      {name}: rendered in {time.time() - t0:.2f} s")
-        return b.eval("JSON.stringify({tl: +document.getElementById('mn-timeline').dataset.drawn, "
-                      "act: +document.getElementById('mn-active').dataset.drawn, "
-                      "seg: +document.getElementById('mn-segmap').dataset.drawn})")
+        return b.eval("(function () { function n(id) { var e = document.getElementById(id); return e ? +e.dataset.drawn : 0; }"
+                      " return JSON.stringify({tl: n('mn-timeline'), act: n('mn-active'), seg: n('mn-segmap')}); })()")
 
     def tooltip(b):
         return b.eval("document.getElementById('mn-tip').textContent"), \
@@ -541,6 +543,16 @@ def main():
             tip, kind = hover(b, "mnReport.peakPixel()")
             check(kind == "timeline" and f"entry {d['peak_entry']} " in tip and str(runs[0]["peak_reserved"]) in tip,
                   f"hover on the peak marker names entry {d['peak_entry']} and {runs[0]['peak_reserved']} B ({tip[:90]!r})")
+
+            # a stack cut to 24 frames for hovers keeps its user frames (tools/stacks.h), not the
+            # innermost ones: in these traces the Python frame that allocated lies below ~24 C++
+            # frames (the unwinder, the allocator, the dispatcher), so the page's frames of every
+            # cut stack open with a Python frame outside torch
+            cut = [sk for sk in d["stacks"] if len(sk[0]) < sk[1]]
+            firsts = {d["frames"][sk[0][0]][0] for sk in cut if sk[0]}
+            check(cut and all(f.endswith(".py") and "site-packages/torch/" not in f for f in firsts),
+                  f"{len(cut)} stacks cut for hovers keep their user frames: the first one a Python frame "
+                  f"outside torch ({sorted(firsts)[:3]})")
 
             # 2. as recorded: the trace's meta config, no --config
             with open(trace) as f:  # its own meta config (the importer writes one) replaced
@@ -845,7 +857,50 @@ def main():
             tip, kind = hover(b, "mnReport.peakPixel()")
             check(kind == "timeline" and f"entry {bd['peak_entry']} " in tip, f"100k: hover names the peak ({tip[:60]!r})")
 
-            # 5. a throwing page is reported
+            # 5. two traces compared: `mnemo report A B -o diff.html` (tools/cmd_diff.c)
+            full = os.path.join(os.path.dirname(trace), "ctx128_fullstep.trace")
+            diff_page = os.path.join(tmp, "diff.html")
+            out = subprocess.run([cli, "report", full, trace, "-o", diff_page], capture_output=True, text=True)
+            check(out.returncode == 0, f"mnemo report A B exits 0 ({out.stderr.strip()[:300]})")
+            dj = json.loads(subprocess.run([cli, "diff", full, trace, "--json"], capture_output=True, text=True,
+                                           check=True).stdout)
+            dhtml = open(diff_page, encoding="utf-8").read()
+            check(not re.findall(r'(?:src|href)\s*=\s*["\']?(?:https?:)?//|@import|<link\b|\burl\(', dhtml),
+                  "diff page: self-contained")
+            render(b, diff_page, "diff")
+            drawn = [int(b.eval(f"document.getElementById('{c}').dataset.drawn || 0")) for c in ("mn-tl-a", "mn-tl-b")]
+            check(all(n > 0 for n in drawn), f"diff page: both timelines drawn ({drawn})")
+            peaks = json.loads(b.eval("JSON.stringify(Array.from(document.querySelectorAll('#mn-peaks-table tr[data-key]'))"
+                                      ".map(function (r) { return [r.dataset.key, r.dataset.a, r.dataset.b]; }))"))
+            check(["peak_reserved", str(dj["a"]["peak_reserved"]), str(dj["b"]["peak_reserved"])] in peaks and
+                  ["peak_allocated", str(dj["a"]["peak_allocated"]), str(dj["b"]["peak_allocated"])] in peaks,
+                  f"diff page: the peaks are `mnemo diff --json`'s ({peaks[:2]})")
+            rows = json.loads(b.eval("JSON.stringify(Array.from(document.querySelectorAll('#mn-delta-table tr.delta'))"
+                                     ".map(function (r) { return [r.dataset.group, +r.dataset.delta]; }))"))
+            top = page_data(dhtml)["top"]
+            want = [[g["group"], g["delta_bytes"]] for g in dj["groups"][:top]]
+            check(rows == want and len(rows) == min(top, len(dj["groups"])) > 0,
+                  f"diff page: the delta table, largest change first, is `mnemo diff --json`'s ({rows[:2]})")
+            check(any("BmmBackward0::apply" in g and d < 0 for g, d in rows),
+                  "diff page: the backward pass's group (only in the training step) is a row")
+            segs = json.loads(b.eval("JSON.stringify(Array.from(document.querySelectorAll('#mn-seg-table tr.seg'))"
+                                     ".map(function (r) { return [+r.dataset.size, r.dataset.only]; }))"))
+            check(len(segs) == len(dj["segments"]) > 0 and {"a", "b"} <= {o for _, o in segs},
+                  f"diff page: segments only in one, in A and in B ({segs[:3]})")
+            b.eval("document.getElementById('mn-x-time').click(); 1")
+            redrawn = [int(b.eval(f"document.getElementById('{c}').dataset.drawn || 0")) for c in ("mn-tl-a", "mn-tl-b")]
+            check(b.eval("mnDiff.mode()") == "time" and all(n > 0 for n in redrawn),
+                  f"diff page: the time axis redraws both ({redrawn})")
+            b.eval("mnDiff.setMode('frac'); 1")
+            pa, pb = (json.loads(b.eval(f"JSON.stringify(mnDiff.peakPixel({k}))")) for k in (0, 1))
+            check(abs(pa["x"] - pb["x"]) < 30, f"diff page: on the entry-fraction axis both peaks sit near the end "
+                  f"({pa['x']:.0f} and {pb['x']:.0f} px)")
+            pa = json.loads(b.eval("JSON.stringify(mnDiff.peakPixel(0))"))  # scrolled into view again
+            b.mouse("mouseMoved", pa["x"], pa["y"])
+            tip = b.eval("document.getElementById('mn-tip').textContent")
+            check(f"entry {dj['a']['peak_reserved_entry']} " in tip, f"diff page: hover names the entry ({tip[:60]!r})")
+
+            # 6. a throwing page is reported
             bad_page = os.path.join(tmp, "bad.html")
             with open(bad_page, "w", encoding="utf-8") as f:
                 f.write(html.replace('"bands": [', '"bands": 5, "x": [', 1))

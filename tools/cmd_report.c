@@ -35,8 +35,9 @@
  *    point is a real entry with all its values (hover names it);
  *  - active memory: the BANDS_MAX largest allocations are bands of their own; the
  *    others are summed per point (`g`), the grey band on top;
- *  - stacks: only those the page refers to, cut to STACK_HOVER_MAX frames
- *    (innermost) unless a "who holds the peak" group needs the whole stack;
+ *  - stacks: only those the page refers to, cut to STACK_HOVER_MAX frames (its
+ *    user frames, tools/stacks.h, else the innermost) unless a "who holds the
+ *    peak" group needs the whole stack;
  *  - segments at the peak: fully free ones folded into one row per size.
  * Everything else (stacking the bands, grouping by frames, zoom) is done by the
  * page's script. */
@@ -49,6 +50,7 @@
 #include "mnemo/mnemo.h"
 #include "commands.h"
 #include "report_page.h"
+#include "stacks.h"
 #include "runtime/fileio.h"
 #include "trace_input.h"
 
@@ -57,7 +59,9 @@ const char cmd_report_about[] =
     "SIM device (the first --config, default: as recorded, for the timeline and the\n"
     "segment map at the peak; every --config in the comparison) and writes one\n"
     "self-contained HTML page (-o FILE, or -o - for stdout); prints its summary on\n"
-    "stdout (on stderr when the page goes to stdout).\n";
+    "stdout (on stderr when the page goes to stdout). With two inputs A B: their\n"
+    "comparison as a page (`mnemo diff --help`), taking -o, --title, one --config,\n"
+    "--trace-device and --max-decompressed-size.\n";
 
 enum { O_OUTPUT = 1, O_CONFIG, O_CAPACITY, O_TRACE_DEVICE, O_TITLE, O_MAX_DECOMPRESSED };
 
@@ -555,6 +559,19 @@ static bool find_holders(report_t *r, size_t at, size_t **held, size_t *nheld, m
   return true;
 }
 
+/* The frames of stack `id` the page gets, innermost first (*fr points to them):
+ * all of them when kept whole, else at most STACK_HOVER_MAX, its user frames
+ * (tools/stacks.h) when it has any, so that a cut stack keeps what its hover
+ * shows (the first user frame may lie deeper than the innermost frames). */
+static size_t page_frames(const report_t *r, uint32_t id, uint32_t buf[STACK_HOVER_MAX], const uint32_t **fr) {
+  size_t d = mn_trace_stack_get(r->t, id, fr);
+  if (d <= r->sdepth[id]) return d;
+  size_t n = mn__tools_stack_user_frames(r->t, id, buf, STACK_HOVER_MAX);
+  if (!n) return r->sdepth[id];
+  *fr = buf;
+  return n < STACK_HOVER_MAX ? n : STACK_HOVER_MAX;
+}
+
 /* The stacks the page shows (page indices in the order first needed), and their frames. */
 static bool collect_stacks(report_t *r) {
   const mn_trace_t *t = r->t;
@@ -581,8 +598,8 @@ static bool collect_stacks(report_t *r) {
   for (size_t k = 0; k < r->nbands; k++) ref_stack(r, t->entries[r->bands[k]].stack, false);
   for (size_t k = 0; k < r->nsout; k++) {
     const uint32_t *fr = NULL;
-    size_t d = mn_trace_stack_get(t, r->sout[k], &fr);
-    if (d > r->sdepth[r->sout[k]]) d = r->sdepth[r->sout[k]];
+    uint32_t buf[STACK_HOVER_MAX];
+    size_t d = page_frames(r, r->sout[k], buf, &fr);
     for (size_t j = 0; j < d; j++)
       if (fr[j] && fr[j] <= t->nframes && !r->fmap[fr[j]]) {
         r->fout[r->nfout++] = fr[j];
@@ -731,8 +748,8 @@ static void write_stacks(FILE *f, const report_t *r) {
   fprintf(f, ",\n\"stacks\": [");
   for (size_t k = 0; k < r->nsout; k++) {
     const uint32_t *fr = NULL;
-    size_t full = mn_trace_stack_get(t, r->sout[k], &fr), d = full;
-    if (d > r->sdepth[r->sout[k]]) d = r->sdepth[r->sout[k]];
+    uint32_t buf[STACK_HOVER_MAX];
+    size_t full = mn_trace_stack_get(t, r->sout[k], &fr), d = page_frames(r, r->sout[k], buf, &fr);
     /* [frames kept (page frame indices), frames in the whole stack] */
     fprintf(f, "%s[[", k ? "," : "");
     const char *sep = "";
@@ -1250,6 +1267,13 @@ int cmd_report(int argc, char **argv) {
     }
   }
   if (id < 0) return p.rc;
+  if (p.nargs == 2) { /* two inputs: their comparison as a page (tools/cmd_diff.c) */
+    if (capacity || nconfigs > 1)
+      return mn__cli_error(&p, "with two inputs (a comparison): -o, --title, one --config, --trace-device, "
+                               "--max-decompressed-size");
+    if (!out_path) return mn__cli_error(&p, "missing -o FILE (the page to write; - for stdout)");
+    return cmd_diff_page(&p, p.args[0], p.args[1], out_path, title, nconfigs ? configs[0] : NULL, trace_device);
+  }
   if (mn__cli_want_args(&p, 1, 1, "trace")) return 2;
   path = p.args[0];
   if (!out_path) return mn__cli_error(&p, "missing -o FILE (the page to write; - for stdout)");

@@ -27,6 +27,8 @@ MN__CLI_COMMAND(replay)
 int mn__tools_sim_as_recorded(const mn_trace_t *t, uint32_t index, mn_sim_config_t *sc, const char **from);
 /* mnemo report TRACE -o REPORT.html [--config C]... (tools/cmd_report.c) */
 MN__CLI_COMMAND(report)
+/* mnemo diff A B [--json] [--top N] [--config C] (tools/cmd_diff.c) */
+MN__CLI_COMMAND(diff)
 /* mnemo snapshot FILE [--at peak|end|N] [--config C] [--blocks] (tools/cmd_snapshot.c) */
 MN__CLI_COMMAND(snapshot)
 /* mnemo import --from rmm|torch INPUT -o TRACE (tools/cmd_snapshot.c) */
@@ -37,5 +39,12 @@ MN__CLI_COMMAND(export)
 MN__CLI_COMMAND(bench)
 
 #undef MN__CLI_COMMAND
+
+/* `mnemo report A B -o DIFF.html`: cmd_report hands two inputs over to the diff
+ * (tools/cmd_diff.c) with what it parsed (p: its parse, for messages; config
+ * NULL: each replayed as recorded; out "-": stdout; trace_device -1: each one's
+ * lowest). Returns the exit status. */
+int cmd_diff_page(const mn__cli_t *p, const char *a, const char *b, const char *out, const char *title,
+                  const char *config, int trace_device);
 
 #endif /* MNEMO_TOOLS_COMMANDS_H */
