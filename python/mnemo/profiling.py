@@ -16,6 +16,7 @@ recorder is thread-safe); its start/stop/close calls must not race with each
 other. The other functions keep no state and may run on any thread.
 """
 import ctypes as C
+import json
 import os
 import re
 import shutil
@@ -25,7 +26,7 @@ import tempfile
 from . import _owner
 from ._lib import MnemoError, VP, built_path, declare, lib
 
-__all__ = ["ToolError", "read_trace", "record", "import_snapshot", "replay", "report", "snapshot", "cli_path"]
+__all__ = ["ToolError", "read_trace", "record", "import_snapshot", "replay", "report", "diff", "snapshot", "cli_path"]
 
 # ---- C structs -----------------------------------------------------------------
 
@@ -519,6 +520,39 @@ def report(trace, out, configs=None, title=None, capacity=None, trace_device=Non
         res["peak_allocated"] = devs[0]["peak_allocated"]
         res["peak_entry"] = devs[0]["peak_allocated_entry"]
     res["summary"] = text
+    return res
+
+
+def diff(a, b, out=None, config=None, trace_device=None, title=None, max_decompressed_size=None):
+    """Compares two traces or PyTorch snapshots (two runs, or two ranks of one
+    job): `mnemo diff A B --json`, returned as a dict: "a" and "b" (each one's
+    peaks, replay and PyTorch's recorded, and its live allocations at its peak
+    of allocated bytes), "ranks", "groups" (the change per stack group, grouped
+    by the first user frame, largest change first) and the segment sizes held
+    by only one. out: also write the page with the two timelines aligned
+    (`mnemo report A B -o out`). config: one allocator setting for both replays
+    (None: each as recorded). trace_device: the recorded device compared in both.
+    max_decompressed_size: as import_snapshot()."""
+    common = []
+    if config is not None:
+        from .allocator import _config_text
+        common += ["--config", _config_text(config)]
+    if trace_device is not None:
+        common += ["--trace-device", _int_opt("trace_device", trace_device)]
+    common += _max_decompressed_arg(max_decompressed_size)
+    pa, pb = _path_arg(a, "a"), _path_arg(b, "b")
+    text, _ = _run(["diff", pa, pb, "--json"] + common)
+    try:
+        res = json.loads(text)
+    except ValueError as e:
+        raise ToolError(f"mnemo diff printed no JSON object: {e}", None, [cli_path(), "diff"]) from None
+    if out is not None:
+        dst = _path_arg(out, "out")
+        args = ["report", pa, pb, "-o", dst] + common
+        if title is not None:
+            args += ["--title", str(title)]
+        _run(args)
+        res["path"] = dst
     return res
 
 

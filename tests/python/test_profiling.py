@@ -260,6 +260,25 @@ class Tool(unittest.TestCase):
         pk = P.snapshot(RESNET_PICKLE, at="reserved-peak")  # a pickle is imported first
         self.assertEqual(pk["stats"]["reserved_bytes.all.current"], 3797942272)
 
+    def test_diff(self):
+        """diff(): the CLI's `diff --json` as a dict, and the page with out=."""
+        full = os.path.join(os.path.dirname(CTX), "ctx128_fullstep.trace")
+        page = os.path.join(self.tmp.name, "diff.html")
+        d = P.diff(full, CTX, out=page, title="two runs")
+        self.assertEqual(d["path"], page)
+        self.assertEqual(d["a"]["peak_reserved"], 61111009280)
+        self.assertEqual(d["b"]["peak_reserved"], 24245174272)
+        self.assertFalse(d["ranks"])
+        self.assertEqual(sum(g["a_bytes"] for g in d["groups"]), d["a"]["live_bytes_at_peak"])
+        self.assertEqual(sum(g["b_bytes"] for g in d["groups"]), d["b"]["live_bytes_at_peak"])
+        with open(page, encoding="utf-8") as f:
+            self.assertIn("two runs", f.read())
+        same = P.diff(CTX, CTX)
+        self.assertTrue(all(g["delta_bytes"] == 0 for g in same["groups"]))
+        with self.assertRaises(P.ToolError) as cm:
+            P.diff(CTX, os.path.join(self.tmp.name, "missing.trace"))
+        self.assertEqual(cm.exception.returncode, 1)
+
     def test_decompression_limit(self):
         """max_decompressed_size reaches the importer from every function that
         imports (resnet50_train.pickle.gz inflates to 247,057 bytes)."""
