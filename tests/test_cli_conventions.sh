@@ -26,7 +26,7 @@ trace=$src/data/traces/ctx128_forward_mixed.trace
 small=$src/tests/corpus/trace/small.trace
 pickle=$src/tests/data/torch/oom.pickle
 rmm=$src/tests/data/rmm/small.csv
-commands="info demo replay report snapshot import export bench version"
+commands="info demo replay report snapshot diff import export bench version"
 
 # mnemo --help: every command of the table, the exit statuses
 "$cli" --help >"$tmp/out" 2>"$tmp/err"

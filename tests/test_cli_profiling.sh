@@ -3,6 +3,8 @@
 # CSV: good, malformed with its line number, truncated), replay options, snapshot,
 # and MNEMO_TRACE recording at exit whose replay gives the live run's peaks;
 # report, replay and snapshot of a trace whose sizes sum past 2^63;
+# the stack rule (tools/stacks.h) in snapshot's holders; diff of two traces, two
+# ranks, a pickle and its import (tools/cmd_diff.c);
 # the environment variables: `mnemo info` and the README list every one of the
 # table (runtime/env.h), and no source but runtime/env.c calls getenv.
 # Usage: test_cli_profiling.sh MNEMO_CLI SOURCE_DIR
@@ -191,6 +193,136 @@ check "ctx128 step: no group opens with an object file or allocator internals" \
   bash -c "! grep -E 'execute_native_thread_routine|\.o\)|\.so|unwind|CachingAllocator|gather' '$tmp/keys'"
 check "ctx128 step: no allocator-internal frame shown" \
   bash -c "! sed -n '/^who holds/,\$p' '$tmp/out' | grep -E 'unwind::unwind|CapturedTraceback|gather_with_cpp|CachingAllocator::'"
+
+# mnemo diff A B: two bundled traces (a training step, a forward pass)
+full=$src/data/traces/ctx128_fullstep.trace
+fwd=$src/data/traces/ctx128_forward_mixed.trace
+"$cli" diff "$full" "$fwd" >"$tmp/out" 2>&1
+check "diff of two traces exits 0" test $? -eq 0
+check "diff: the peaks, A and B" has "$tmp/out" "replay allocated                        51.30 GiB      22.37 GiB   -28.92 GiB (-56.4%)"
+check "diff: who holds each peak, by the first user frame" has "$tmp/out" "who holds each peak of allocated bytes"
+check "diff: the backward pass's group only in A" \
+  grep -q -- "-12929.66 MiB   torch::autograd::generated::BmmBackward0::apply(.*) (226 -> 0 allocations)" "$tmp/out"
+check "diff: segments only in one" has "$tmp/out" "97 only in B"
+"$cli" diff "$full" "$fwd" --json >"$tmp/diff.json" 2>"$tmp/err"
+"$cli" replay "$full" --json --no-progress >"$tmp/ra.json" 2>&1
+"$cli" replay "$fwd" --json --no-progress >"$tmp/rb.json" 2>&1
+# the JSON: one object; its figures against replay --json, the trace's meta, and sums
+diff_json_check() { # diff_json_check DIFF.json REPLAY_A.json REPLAY_B.json TRACE_A TRACE_B
+  /usr/bin/python3 - "$@" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+bad = []
+for side, rp, tr in (("a", sys.argv[2], sys.argv[4]), ("b", sys.argv[3], sys.argv[5])):
+    s, r = d[side], json.load(open(rp))
+    r = r[0] if isinstance(r, list) else r
+    if (s["peak_allocated"], s["peak_reserved"]) != (r["peak_allocated"], r["peak_reserved"]):
+        bad.append(f"{side}: peaks {s['peak_allocated']}, {s['peak_reserved']} != replay's")
+    meta = dict(l.split()[1:] for l in open(tr) if l.startswith("meta ") and len(l.split()) == 3)
+    for k in ("torch_peak_allocated", "torch_peak_reserved"):
+        if str(s[k]) != meta.get(k, "None"):
+            bad.append(f"{side}: {k} {s[k]} != meta {meta.get(k)}")
+    held = sum(g[side + "_bytes"] for g in d["groups"])
+    if held != s["live_bytes_at_peak"] or sum(g[side + "_count"] for g in d["groups"]) != s["live_at_peak"]:
+        bad.append(f"{side}: groups hold {held} B, not the {s['live_bytes_at_peak']} B alive at its peak")
+deltas = [abs(g["b_bytes"] - g["a_bytes"]) for g in d["groups"]]
+if deltas != sorted(deltas, reverse=True) or any(g["delta_bytes"] != g["b_bytes"] - g["a_bytes"] for g in d["groups"]):
+    bad.append("groups not by |delta|, largest first, or a wrong delta")
+if any(x["a_count"] == x["b_count"] for x in d["segments"]) or \
+        sum(x["a_count"] - x["b_count"] for x in d["segments"]) != d["a"]["segments_at_peak"] - d["b"]["segments_at_peak"]:
+    bad.append("segment rows do not account for the segment counts")
+print("; ".join(bad) or "ok")
+sys.exit(1 if bad else 0)
+PY
+}
+check "diff --json: one object; peaks as replay, PyTorch's as meta, groups sum to each peak's live bytes" \
+  diff_json_check "$tmp/diff.json" "$tmp/ra.json" "$tmp/rb.json" "$full" "$fwd"
+check "diff --json: the labels A and B" grep -q '"label": "B"' "$tmp/diff.json"
+# two ranks of one job (generated): labelled by rank, the change per group exact
+gen_rank() { # gen_rank FILE N_MODEL_ALLOCS WITH_EXTRA
+  {
+    echo "mnemo-trace 3"
+    echo "frame 1 10 /home/u/train.py main"
+    echo "frame 2 42 /home/u/model.py forward"
+    echo "frame 3 7 /home/u/comm.py all_gather"
+    echo "stack 1 2 1"
+    echo "stack 2 3 1"
+    n=0
+    for k in $(seq 1 "$2"); do echo "$k alloc 0 0x$((k + 16))0000000 10485760 10485760 0 1"; n=$((n + 1)); done
+    if [ "$3" = 1 ]; then echo "50 alloc 0 0x900000000 31457280 31457280 0 2"; n=$((n + 1)); fi
+    echo "end $n"
+  } >"$1"
+}
+gen_rank "$tmp/job_rank0.trace" 2 0
+gen_rank "$tmp/job_rank1.trace" 3 1
+"$cli" diff "$tmp/job_rank0.trace" "$tmp/job_rank1.trace" --json >"$tmp/ranks.json" 2>&1
+"$cli" replay "$tmp/job_rank0.trace" --json --no-progress >"$tmp/ra.json" 2>&1
+"$cli" replay "$tmp/job_rank1.trace" --json --no-progress >"$tmp/rb.json" 2>&1
+check "diff of two ranks: the JSON's sums and peaks hold" \
+  diff_json_check "$tmp/ranks.json" "$tmp/ra.json" "$tmp/rb.json" "$tmp/job_rank0.trace" "$tmp/job_rank1.trace"
+check "diff of two ranks: labelled rank 0 and rank 1" \
+  /usr/bin/python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(not (d['ranks'] and d['a']['label'] == 'rank 0' and d['b']['label'] == 'rank 1'))" "$tmp/ranks.json"
+check "diff of two ranks: the change per group, largest first" \
+  /usr/bin/python3 -c "
+import json, sys
+g = [(x['group'], x['delta_bytes']) for x in json.load(open(sys.argv[1]))['groups']]
+sys.exit(g != [('/home/u/comm.py:7 all_gather', 31457280), ('/home/u/model.py:42 forward', 10485760)])" "$tmp/ranks.json"
+check "diff of two ranks: a segment only in rank 1" \
+  /usr/bin/python3 -c "import json,sys; sys.exit(not any(s['b_count'] > s['a_count'] for s in json.load(open(sys.argv[1]))['segments']))" "$tmp/ranks.json"
+"$cli" diff "$tmp/job_rank0.trace" "$tmp/job_rank1.trace" >"$tmp/out" 2>&1
+check "diff of two ranks (text): says so, and names the ranks" has "$tmp/out" "mnemo diff of two ranks:"
+check "... rank 1's extra group" grep -q "+30.00 MiB   /home/u/comm.py:7 all_gather (0 -> 1 allocations)" "$tmp/out"
+# a snapshot against its own import: nothing changes
+"$cli" diff "$src/data/traces/gpt2_train_2s.pickle.gz" "$src/data/traces/gpt2_train_2s.trace" --json >"$tmp/same.json" 2>"$tmp/err"
+check "diff of a pickle (imported on the fly) and its trace: no change anywhere" \
+  /usr/bin/python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+sys.exit(not (d['groups'] and all(g['delta_bytes'] == 0 for g in d['groups']) and not d['segments'] and
+              d['a']['peak_reserved'] == d['b']['peak_reserved']))" "$tmp/same.json"
+# a snapshot of two GPUs: one device compared, named; --trace-device picks it (its own PyTorch figures)
+md=$src/tests/data/torch/multi_device.pickle
+"$cli" diff "$md" "$md" --json >"$tmp/md.json" 2>"$tmp/err"
+check "diff of a two-GPU snapshot: device 0 compared, a note names the choice" \
+  bash -c "grep -q 'comparing device 0 (--trace-device N for another)' '$tmp/err' && grep -q '\"device\": 0' '$tmp/md.json'"
+"$cli" diff "$md" "$md" --trace-device=1 --json >"$tmp/md.json" 2>"$tmp/err"
+check "diff --trace-device 1: device 1 with its PyTorch figures (dev1.torch_*), no change" \
+  /usr/bin/python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+a = d['a']
+sys.exit(not (a['device'] == 1 and a['torch_peak_allocated'] == 8388608 and a['torch_peak_reserved'] == 20971520 and
+              all(g['delta_bytes'] == 0 for g in d['groups']) and not d['segments']))" "$tmp/md.json"
+"$cli" diff "$md" "$md" --trace-device 3 >/dev/null 2>"$tmp/err"
+rc=$?
+check "diff --trace-device of a device it lacks: exit 2 (got $rc)" test $rc -eq 2
+check "... said" has "$tmp/err" "has no device 3"
+"$cli" report "$md" "$md" --trace-device 1 -o "$tmp/md.html" >/dev/null 2>&1
+check "report A B --trace-device 1: the page" grep -q '"device": 1' "$tmp/md.html"
+# usage errors
+"$cli" diff "$full" >/dev/null 2>&1
+check "diff with one input: usage error" test $? -eq 2
+"$cli" diff "$full" "$fwd" "$full" >/dev/null 2>&1
+check "diff with three inputs: usage error" test $? -eq 2
+"$cli" diff "$full" "$tmp/missing.trace" >/dev/null 2>"$tmp/err"
+check "diff of a missing file: exit 1, named" test $? -eq 1
+"$cli" report "$full" "$fwd" >/dev/null 2>&1
+check "report A B without -o: usage error" test $? -eq 2
+"$cli" report "$full" "$fwd" -o "$tmp/d.html" --capacity 1G >/dev/null 2>"$tmp/err"
+check "report A B with an option of one trace's report: usage error, said" test $? -eq 2
+check "... naming the options two inputs take" has "$tmp/err" "with two inputs (a comparison): -o, --title"
+"$cli" report "$full" "$fwd" -o "$tmp/d.html" >"$tmp/out" 2>&1
+check "report A B writes the diff page" grep -q 'id="mn-delta"' "$tmp/d.html"
+"$cli" report "$full" "$fwd" -o - >"$tmp/d2.html" 2>"$tmp/err"
+check "report A B -o -: the page on stdout, the summary on stderr" \
+  bash -c "grep -q 'id=\"mn-delta\"' '$tmp/d2.html' && grep -q '^report (stdout)' '$tmp/err'"
+"$cli" diff "$full" "$fwd" --top=2 --config=expandable_segments:True >"$tmp/out" 2>&1
+check "diff --top=2 --config=X: two rows, replayed with X" \
+  bash -c "grep -q '(2 of [0-9]* groups)' '$tmp/out' && grep -q 'replayed on sim:0 (expandable_segments:True)' '$tmp/out'"
+"$cli" diff "$full" "$fwd" --config a --config b >/dev/null 2>"$tmp/err"
+rc=$?
+check "diff with two --config: usage error (got $rc)" test $rc -eq 2
+check "... said" has "$tmp/err" "one --config for both"
 
 # MNEMO_TRACE: every caching allocator of the process is recorded, written at exit.
 # (--no-pre-segments: laying the pre segments out as recorded allocates and frees

@@ -23,6 +23,8 @@ const mn__cli_cmd_t mn__cli_commands[] = {
      cmd_report_opts},
     {"snapshot", cmd_snapshot, "FILE", "segments, blocks and who holds the memory at a moment of a trace",
      cmd_snapshot_about, cmd_snapshot_opts},
+    {"diff", cmd_diff, "A B", "compare two traces or snapshots: peaks, stack groups, segments",
+     cmd_diff_about, cmd_diff_opts},
     {"import", cmd_import, "--from rmm|torch INPUT -o TRACE", "convert an RMM log or a PyTorch snapshot into a mnemo trace", cmd_import_about,
      cmd_import_opts},
     {"export", cmd_export, "--to torch TRACE -o SNAPSHOT.pickle", "write a trace as a PyTorch memory snapshot (memory_viz opens it)",

@@ -89,6 +89,24 @@ typedef struct replay_run_s {
 
 static char g_devname[32] = "sim:0"; /* the replay device, for the table */
 
+/* The SIM device as recorded for device d: sc->capacity from its first OOM (the
+ * free bytes rounded down to whole granules, 2 MiB as PyTorch's segments, so a
+ * segment fits exactly when it fitted in PyTorch), else from its partial cache
+ * releases (rounded up), else unchanged. Returns "oom", "releases" or "default". */
+static const char *size_as_recorded(const dev_info_t *d, mn_sim_config_t *sc) {
+  if (d->oom_capacity && d->oom_capacity <= SIZE_MAX && sc->granularity) {
+    size_t g = sc->granularity, c = (size_t)d->oom_capacity / g * g;
+    sc->capacity = c ? c : g;
+    return "oom";
+  }
+  if (d->release_capacity && d->release_capacity <= SIZE_MAX - (1u << 30) && sc->granularity) {
+    size_t g = sc->granularity;
+    sc->capacity = ((size_t)d->release_capacity + g - 1) / g * g;
+    return "releases";
+  }
+  return "default";
+}
+
 static const char *gib(int64_t bytes, char *buf, size_t n) {
   if (bytes < 0) snprintf(buf, n, "n/a");
   else if (bytes >= (int64_t)1 << 30) snprintf(buf, n, "%.2f GiB", (double)bytes / (double)(1u << 30));
@@ -414,7 +432,7 @@ static int replay_one(const mn_trace_t *t, const replay_args_t *ra, replay_run_t
  * its entries on index 0), else its index. The device `meta host_device` names
  * (pinned host memory) is not replayed: the device allocator is not PyTorch's host
  * allocator; a note says so. */
-static int find_devices(const mn_trace_t *t, int want, dev_info_t **out, size_t *nout) {
+static int find_devices(const mn_trace_t *t, int want, bool quiet, dev_info_t **out, size_t *nout) {
   uint64_t host = UINT64_MAX, one = 0;
   bool has_host = mn_trace_meta_get_u64(t, "host_device", &host) == MN_OK;
   bool multi = mn_trace_meta_get(t, "devices") != NULL;
@@ -455,7 +473,7 @@ static int find_devices(const mn_trace_t *t, int want, dev_info_t **out, size_t 
   size_t m = 0;
   for (size_t k = 0; k < n; k++) {
     if (has_host && d[k].label == host) {
-      if (want < 0)
+      if (want < 0 && !quiet)
         fprintf(stderr, "mnemo replay: note: device %" PRIu64 " holds pinned host memory (meta host_device): not "
                         "replayed (the device allocator is not PyTorch's host allocator)\n", host);
       else if ((uint64_t)want == host) {
@@ -637,7 +655,7 @@ int cmd_replay(int argc, char **argv) {
   size_t ndev = 0;
   dev_info_t *devs = NULL;
   replay_run_t *runs = NULL;
-  if ((rc = find_devices(t, ra.trace_device, &devs, &ndev)) != 0) goto out;
+  if ((rc = find_devices(t, ra.trace_device, false, &devs, &ndev)) != 0) goto out;
   /* No --config: replay as recorded, with the settings the trace was recorded with. */
   bool as_recorded = false;
   if (nconfigs == 0) configs[nconfigs++] = naive ? "" : mn__tools_recorded_config("mnemo replay", t, &as_recorded);
@@ -654,19 +672,7 @@ int cmd_replay(int argc, char **argv) {
     const char *from = "default";
     if (ra.device.type == MN_DEVICE_SIM) {
       mn_sim_config_t sc = sim0;
-      from = capacity ? "option" : "default";
-      if (!capacity && devs[d].oom_capacity && devs[d].oom_capacity <= SIZE_MAX && sc.granularity) {
-        /* the SIM device's size is whole granules (2 MiB, as PyTorch's segments): the
-         * free bytes rounded down, so a segment fits exactly when it fitted in PyTorch */
-        size_t g = sc.granularity, c = (size_t)devs[d].oom_capacity / g * g;
-        sc.capacity = c ? c : g;
-        from = "oom";
-      } else if (!capacity && devs[d].release_capacity && devs[d].release_capacity <= SIZE_MAX - (1u << 30) &&
-                 sc.granularity) {
-        size_t g = sc.granularity;
-        sc.capacity = ((size_t)devs[d].release_capacity + g - 1) / g * g;
-        from = "releases";
-      }
+      from = capacity ? "option" : size_as_recorded(&devs[d], &sc);
       if (mn_sim_configure(&sc) != MN_OK) {
         fprintf(stderr, "mnemo replay: %s%s: %s\n", capacity ? "--capacity" : "the SIM device's capacity",
                 from[0] == 'o' && !capacity ? " as recorded" : "", mn_last_error());
@@ -710,4 +716,17 @@ out:
   free(devs);
   mn_trace_destroy(t);
   return rc;
+}
+
+/* (commands.h) */
+int mn__tools_sim_as_recorded(const mn_trace_t *t, uint32_t index, mn_sim_config_t *sc, const char **from) {
+  *from = "default";
+  dev_info_t *d = NULL;
+  size_t n = 0;
+  int rc = find_devices(t, -1, true, &d, &n);
+  if (rc) return rc;
+  for (size_t k = 0; k < n; k++)
+    if (d[k].index == index) *from = size_as_recorded(&d[k], sc);
+  free(d);
+  return 0;
 }

@@ -2,6 +2,27 @@
  * one self-contained HTML page (inline CSS and JavaScript, canvas drawing; no
  * network) about its memory. Single-threaded (the CLI's main thread).
  *
+ * Every device of the trace (or --trace-device's) is replayed on its own
+ * (report_device) and has its own data element in the page ("mn-data" for the
+ * first, "mn-data-dev<N>" for the others; "mn-devices" lists them, the one named by
+ * `meta host_device` as pinned host memory); the page's selector picks one. Each
+ * device's SIM capacity is the one `mnemo replay` gives it (mn__tools_sim_as_recorded).
+ * "Who holds the peak" is taken at the replay's first entry at the peak of
+ * allocated bytes (and at the peak of reserved bytes, labelled), every allocation
+ * alive in the trace there counted, each group with the replay's block bytes,
+ * which add up to the replay's allocated bytes there. A state dump (`meta
+ * state_only 1` or pre lines only) is its state after the last entry.
+ *
+ * The allocator state at any entry: the first replay's allocator has a trace sink
+ * (ev_sink) that keeps its own events (alloc, free_completed, segment alloc/free,
+ * map/unmap), each tagged at the next replay step with the trace entry whose replay
+ * caused it, and, for an alloc entry's one block, with that entry (the blocks laid
+ * out in the pre segments before the first step are matched by address to the
+ * pointers a replay stopped after the pre lines gives). The page gets them as
+ * typed arrays in base64 (write_events: about 35 bytes per trace entry, 36 MB at
+ * 1M entries) and rebuilds the state at an entry from the nearest checkpoint (one
+ * every 32768 events, kept as first passed): 2-20 ms per moment at 1M entries.
+ *
  * The page's data (a JSON object in the page, read by tools/report_page.html) stays
  * bounded whatever the trace's length:
  *  - timeline: the replayed device's entries that change a curve (alloc,
@@ -14,8 +35,9 @@
  *    point is a real entry with all its values (hover names it);
  *  - active memory: the BANDS_MAX largest allocations are bands of their own; the
  *    others are summed per point (`g`), the grey band on top;
- *  - stacks: only those the page refers to, cut to STACK_HOVER_MAX frames
- *    (innermost) unless a "who holds the peak" group needs the whole stack;
+ *  - stacks: only those the page refers to, cut to STACK_HOVER_MAX frames (its
+ *    user frames, tools/stacks.h, else the innermost) unless a "who holds the
+ *    peak" group needs the whole stack;
  *  - segments at the peak: fully free ones folded into one row per size.
  * Everything else (stacking the bands, grouping by frames, zoom) is done by the
  * page's script. */
@@ -28,6 +50,7 @@
 #include "mnemo/mnemo.h"
 #include "commands.h"
 #include "report_page.h"
+#include "stacks.h"
 #include "runtime/fileio.h"
 #include "trace_input.h"
 
@@ -36,7 +59,9 @@ const char cmd_report_about[] =
     "SIM device (the first --config, default: as recorded, for the timeline and the\n"
     "segment map at the peak; every --config in the comparison) and writes one\n"
     "self-contained HTML page (-o FILE, or -o - for stdout); prints its summary on\n"
-    "stdout (on stderr when the page goes to stdout).\n";
+    "stdout (on stderr when the page goes to stdout). With two inputs A B: their\n"
+    "comparison as a page (`mnemo diff --help`), taking -o, --title, one --config,\n"
+    "--trace-device and --max-decompressed-size.\n";
 
 enum { O_OUTPUT = 1, O_CONFIG, O_CAPACITY, O_TRACE_DEVICE, O_TITLE, O_MAX_DECOMPRESSED, O_NO_CACHE };
 
@@ -54,6 +79,7 @@ const mn__cli_opt_t cmd_report_opts[] = {
 };
 
 #define MAX_CONFIGS 16
+#define MAX_DEVICES 64
 #define FULL_POINTS 6000   /* timeline entries kept all when there are at most this many */
 #define BUCKETS 1500       /* else this many buckets, each keeping its extremes */
 #define PEAK_WINDOW 400    /* timeline entries each side of the peak kept all */
@@ -72,8 +98,122 @@ typedef struct timeline_s {
   bool oom;
 } timeline_t;
 
+/* The replay allocator's own events (its trace sink), each tagged with the trace
+ * entry whose replay caused it: the page rebuilds the allocator's state at any
+ * entry from them (segments as rows, live blocks in them). kind: EV_*. */
+enum { EV_ALLOC, EV_FREE, EV_SEG_ALLOC, EV_SEG_FREE, EV_MAP, EV_UNMAP };
+typedef struct evlog_s {
+  uint32_t *entry, *own; /* the entry replayed; for EV_ALLOC the alloc entry it serves (UINT32_MAX: unknown) */
+  uint8_t *kind;
+  double *addr, *size;
+  size_t n, cap, tagged; /* events [0, tagged) have their entry */
+  bool oom;
+  bool streams_only;        /* keep no events: only the stream map below */
+  size_t pend_alloc;        /* streams_only: alloc events since the last step */
+  uint64_t last_stream;     /* the replay stream of the last alloc event */
+  uint64_t sim_stream[64], rec_stream[64]; /* replay stream id -> the trace's, from the first alloc on it */
+  size_t nsim;
+} evlog_t;
+
+typedef struct step_ctx_s {
+  const mn_trace_t *t;
+  timeline_t *tl;
+  evlog_t *ev;
+} step_ctx_t;
+
+static void ev_sink(void *user, const mn_trace_event_t *e) {
+  evlog_t *ev = user;
+  int kind;
+  switch (e->action) {
+    case MN_TRACE_ALLOC: kind = EV_ALLOC; break;
+    case MN_TRACE_FREE_COMPLETED: kind = EV_FREE; break;
+    case MN_TRACE_SEGMENT_ALLOC: kind = EV_SEG_ALLOC; break;
+    case MN_TRACE_SEGMENT_FREE: kind = EV_SEG_FREE; break;
+    case MN_TRACE_SEGMENT_MAP: kind = EV_MAP; break;
+    case MN_TRACE_SEGMENT_UNMAP: kind = EV_UNMAP; break;
+    default: return; /* free_requested (the block stays taken until completed), empty_cache, oom */
+  }
+  if (ev->streams_only) {
+    if (kind == EV_ALLOC) {
+      ev->last_stream = e->stream_id;
+      ev->pend_alloc++;
+    }
+    return;
+  }
+  if (ev->oom) return;
+  if (ev->n == ev->cap) {
+    size_t cap = ev->cap ? ev->cap * 2 : 4096;
+    uint32_t *ne = realloc(ev->entry, cap * sizeof *ne);
+    if (ne) ev->entry = ne;
+    uint32_t *no = realloc(ev->own, cap * sizeof *no);
+    if (no) ev->own = no;
+    uint8_t *nk = realloc(ev->kind, cap * sizeof *nk);
+    if (nk) ev->kind = nk;
+    double *na = realloc(ev->addr, cap * sizeof *na);
+    if (na) ev->addr = na;
+    double *ns = realloc(ev->size, cap * sizeof *ns);
+    if (ns) ev->size = ns;
+    if (!ne || !no || !nk || !na || !ns) {
+      ev->oom = true;
+      return;
+    }
+    ev->cap = cap;
+  }
+  ev->entry[ev->n] = ev->own[ev->n] = UINT32_MAX;
+  if (kind == EV_ALLOC) ev->last_stream = e->stream_id;
+  ev->kind[ev->n] = (uint8_t)kind;
+  ev->addr[ev->n] = (double)e->address;
+  ev->size[ev->n] = (double)e->size;
+  ev->n++;
+}
+
+static void evlog_free(evlog_t *ev) {
+  free(ev->entry);
+  free(ev->own);
+  free(ev->kind);
+  free(ev->addr);
+  free(ev->size);
+}
+
+/* Notes that the replay's stream `sim` serves the trace's stream of entry i. */
+static void map_stream(evlog_t *ev, uint64_t sim, const mn_trace_entry_t *e) {
+  size_t k = 0;
+  while (k < ev->nsim && ev->sim_stream[k] != sim) k++;
+  if (k == ev->nsim && k < 64) {
+    ev->sim_stream[k] = sim;
+    ev->rec_stream[k] = e->stream;
+    ev->nsim++;
+  }
+}
+
 static void on_step(void *user, const mn_replay_step_t *st) {
-  timeline_t *tl = user;
+  step_ctx_t *cx = user;
+  timeline_t *tl = cx->tl;
+  if (cx->ev && cx->ev->streams_only) {
+    evlog_t *ev = cx->ev;
+    if (ev->pend_alloc == 1 && cx->t->entries[st->entry].action == MN_TRACE_ALLOC)
+      map_stream(ev, ev->last_stream, &cx->t->entries[st->entry]);
+    ev->pend_alloc = 0;
+  } else if (cx->ev) { /* the events since the last step were caused by this entry */
+    evlog_t *ev = cx->ev;
+    uint32_t at = st->entry > UINT32_MAX - 1 ? UINT32_MAX - 1 : (uint32_t)st->entry;
+    size_t nalloc = 0, last = 0;
+    for (size_t k = ev->tagged; k < ev->n; k++) {
+      ev->entry[k] = at;
+      if (ev->kind[k] == EV_ALLOC) {
+        nalloc++;
+        last = k;
+      }
+    }
+    /* an alloc entry's step holds its one block; the first step also holds the
+     * blocks laid out in the pre segments (matched by address afterwards) */
+    if (nalloc == 1 && cx->t->entries[st->entry].action == MN_TRACE_ALLOC) {
+      ev->own[last] = at;
+      map_stream(ev, ev->last_stream, &cx->t->entries[st->entry]);
+    }
+    ev->tagged = ev->n;
+  }
+  if (!tl) return;
   if (tl->n == tl->cap) {
     size_t cap = tl->cap ? tl->cap * 2 : 4096;
     sample_t *ns = realloc(tl->s, cap * sizeof *ns);
@@ -131,9 +271,20 @@ typedef struct report_s {
   uint64_t *tmono;                       /* per entry on the device: time_us, never decreasing (pre: 0) */
   size_t *keep, nkeep;                   /* timeline points: entries, ascending */
   size_t *bands, nbands;                 /* allocations drawn as bands, ascending */
-  size_t *held, nheld;                   /* allocations alive at the peak, largest first */
+  size_t *held, nheld;                   /* allocations alive at the peak of allocated bytes, largest first */
   mn__tools_holder_t *holders;         /* those grouped by stack, the most bytes first */
   size_t nholders;
+  uint64_t *grb;                         /* per group: the replay's block bytes (sums to its allocated bytes) */
+  size_t *held_res, nheld_res;           /* the same at the peak of reserved bytes */
+  mn__tools_holder_t *holders_res;
+  size_t nholders_res;
+  uint64_t *grb_res;
+  size_t peak_res, peak_alloc;           /* entries: first step at the replay's peak reserved / allocated */
+  bool state_only;                       /* a dump without history (`meta state_only 1` or no events) */
+  const evlog_t *ev;                     /* the replay allocator's events (NULL: none) */
+  const evlog_t *stop_streams;           /* the stream map of the replay stopped at the peak reserved */
+  double *rblk;                          /* per alloc entry: the replay's block bytes (0: none, e.g. OOM) */
+  size_t *ooms, nooms;                   /* the device's recorded oom entries */
   uint64_t *streams;
   size_t nstreams;                       /* distinct stream ids on the device, sorted */
   uint32_t *smap, *sdepth, *sout;        /* stack id -> page index + 1; frames kept; page index -> id */
@@ -161,6 +312,12 @@ static void report_free(report_t *r) {
   free(r->bands);
   free(r->held);
   free(r->holders);
+  free(r->grb);
+  free(r->held_res);
+  free(r->holders_res);
+  free(r->grb_res);
+  free(r->rblk);
+  free(r->ooms);
   free(r->streams);
   free(r->smap);
   free(r->sdepth);
@@ -310,7 +467,7 @@ static void compute_curves(report_t *r, const timeline_t *tl) {
 
 /* The timeline points: the device's curve-changing entries, bucketed when there are
  * more than FULL_POINTS; idx: scratch of n entries. */
-static bool choose_points(report_t *r, size_t *idx, size_t peak_entry) {
+static bool choose_points(report_t *r, size_t *idx) {
   size_t n = r->n;
   size_t ns = 0;
   for (size_t i = 0; i < n; i++)
@@ -337,14 +494,18 @@ static bool choose_points(report_t *r, size_t *idx, size_t peak_entry) {
       for (size_t k = 0; k < 7; k++)
         if (best[k] != SIZE_MAX) r->flag[best[k]] |= F_KEEP;
     }
-    size_t at = 0; /* the peak's position among them */
-    while (at < ns && idx[at] < peak_entry) at++;
-    for (size_t k = at > PEAK_WINDOW ? at - PEAK_WINDOW : 0; k < ns && k <= at + PEAK_WINDOW; k++)
-      r->flag[idx[k]] |= F_KEEP;
+    for (int pk = 0; pk < 2; pk++) { /* around both peaks (reserved, allocated) */
+      size_t peak_entry = pk ? r->peak_alloc : r->peak_res, at = 0; /* the peak's position among them */
+      while (at < ns && idx[at] < peak_entry) at++;
+      for (size_t k = at > PEAK_WINDOW ? at - PEAK_WINDOW : 0; k < ns && k <= at + PEAK_WINDOW; k++)
+        r->flag[idx[k]] |= F_KEEP;
+    }
     r->flag[idx[0]] |= F_KEEP;
     r->flag[idx[ns - 1]] |= F_KEEP;
   }
-  if (peak_entry < n && (r->flag[peak_entry] & F_DEV)) r->flag[peak_entry] |= F_KEEP;
+  if (r->peak_res < n && (r->flag[r->peak_res] & F_DEV)) r->flag[r->peak_res] |= F_KEEP;
+  if (r->peak_alloc < n && (r->flag[r->peak_alloc] & F_DEV)) r->flag[r->peak_alloc] |= F_KEEP;
+  for (size_t k = 0; k < r->nooms; k++) r->flag[r->ooms[k]] |= F_KEEP;
   if (r->first_event != SIZE_MAX && (r->flag[r->first_event] & F_SERIES)) r->flag[r->first_event] |= F_KEEP;
   for (size_t i = 0; i < n; i++)
     if (r->flag[i] & F_KEEP) r->nkeep++;
@@ -357,23 +518,59 @@ static bool choose_points(report_t *r, size_t *idx, size_t peak_entry) {
   return true;
 }
 
-/* Who holds the peak: the allocations alive after the peak entry, largest first,
- * and grouped by stack (and, without one, by whether it was made before recording). */
-static bool find_holders(report_t *r, size_t peak_entry) {
+/* Who holds the memory after entry `at`: the device's allocations alive in the trace
+ * there, largest first, grouped by stack (and, without one, by whether it was made
+ * before recording), each group with the replay's block bytes (*grb), which add up to
+ * the replay's allocated bytes there (an allocation the replay could not make
+ * counts 0). */
+static bool find_holders(report_t *r, size_t at, size_t **held, size_t *nheld, mn__tools_holder_t **holders,
+                         size_t *nholders, uint64_t **grb) {
   const mn_trace_t *t = r->t;
   size_t n = r->n;
-  for (size_t i = 0; i < n && i <= peak_entry; i++)
-    if ((r->flag[i] & F_DEV) && t->entries[i].action == MN_TRACE_ALLOC &&
-        (r->pair[i] == SIZE_MAX || r->pair[i] > peak_entry))
-      r->nheld++;
-  r->held = malloc((r->nheld ? r->nheld : 1) * sizeof *r->held);
-  if (!r->held) return false;
-  r->nheld = 0;
-  for (size_t i = 0; i < n && i <= peak_entry; i++)
-    if ((r->flag[i] & F_DEV) && t->entries[i].action == MN_TRACE_ALLOC &&
-        (r->pair[i] == SIZE_MAX || r->pair[i] > peak_entry))
-      r->held[r->nheld++] = i;
-  return mn__tools_holders(t, r->held, r->nheld, &r->holders, &r->nholders);
+  *nheld = 0;
+  for (size_t i = 0; i < n && i <= at; i++)
+    if ((r->flag[i] & F_DEV) && t->entries[i].action == MN_TRACE_ALLOC && (r->pair[i] == SIZE_MAX || r->pair[i] > at))
+      (*nheld)++;
+  *held = malloc((*nheld ? *nheld : 1) * sizeof **held);
+  if (!*held) return false;
+  *nheld = 0;
+  for (size_t i = 0; i < n && i <= at; i++)
+    if ((r->flag[i] & F_DEV) && t->entries[i].action == MN_TRACE_ALLOC && (r->pair[i] == SIZE_MAX || r->pair[i] > at))
+      (*held)[(*nheld)++] = i;
+  if (!mn__tools_holders(t, *held, *nheld, holders, nholders)) return false;
+  *grb = calloc(*nholders ? *nholders : 1, sizeof **grb);
+  uint32_t *gix = calloc(t->nstacks + 1, sizeof *gix); /* stack id -> group index + 1 */
+  if (!*grb || !gix) {
+    free(gix);
+    return false;
+  }
+  size_t nostack[3] = {SIZE_MAX, SIZE_MAX, SIZE_MAX};
+  for (size_t g = 0; g < *nholders; g++) {
+    const mn__tools_holder_t *h = &(*holders)[g];
+    if (h->kind == 0 && h->stack <= t->nstacks) gix[h->stack] = (uint32_t)(g + 1);
+    else if (h->kind > 0 && h->kind < 3) nostack[h->kind] = g;
+  }
+  for (size_t k = 0; k < *nheld; k++) {
+    const mn_trace_entry_t *e = &t->entries[(*held)[k]];
+    size_t g = e->stack ? (e->stack <= t->nstacks && gix[e->stack] ? gix[e->stack] - 1 : SIZE_MAX)
+                        : nostack[e->pre ? 1 : 2];
+    if (g < *nholders) (*grb)[g] = mn__tools_sat_add_u64((*grb)[g], (uint64_t)r->rblk[(*held)[k]]);
+  }
+  free(gix);
+  return true;
+}
+
+/* The frames of stack `id` the page gets, innermost first (*fr points to them):
+ * all of them when kept whole, else at most STACK_HOVER_MAX, its user frames
+ * (tools/stacks.h) when it has any, so that a cut stack keeps what its hover
+ * shows (the first user frame may lie deeper than the innermost frames). */
+static size_t page_frames(const report_t *r, uint32_t id, uint32_t buf[STACK_HOVER_MAX], const uint32_t **fr) {
+  size_t d = mn_trace_stack_get(r->t, id, fr);
+  if (d <= r->sdepth[id]) return d;
+  size_t n = mn__tools_stack_user_frames(r->t, id, buf, STACK_HOVER_MAX);
+  if (!n) return r->sdepth[id];
+  *fr = buf;
+  return n < STACK_HOVER_MAX ? n : STACK_HOVER_MAX;
 }
 
 /* The stacks the page shows (page indices in the order first needed), and their frames. */
@@ -387,6 +584,12 @@ static bool collect_stacks(report_t *r) {
   r->fout = malloc((t->nframes ? t->nframes : 1) * sizeof *r->fout);
   if (!r->smap || !r->sdepth || !r->sout || !r->fmap || !r->fout) return false;
   for (size_t k = 0; k < r->nholders; k++) ref_stack(r, r->holders[k].stack, true);
+  for (size_t k = 0; k < r->nholders_res; k++) ref_stack(r, r->holders_res[k].stack, true);
+  for (size_t k = 0; k < t->nannotations; k++)
+    if (t->annotations[k].device == r->dev) ref_stack(r, t->annotations[k].stack, false);
+  if (r->ev)
+    for (size_t k = 0; k < r->ev->n; k++)
+      if (r->ev->kind[k] == EV_ALLOC && r->ev->own[k] < r->n) ref_stack(r, t->entries[r->ev->own[k]].stack, false);
   for (size_t k = 0; k < r->nkeep; k++) {
     size_t i = r->keep[k];
     ref_stack(r, t->entries[i].stack, false);
@@ -396,8 +599,8 @@ static bool collect_stacks(report_t *r) {
   for (size_t k = 0; k < r->nbands; k++) ref_stack(r, t->entries[r->bands[k]].stack, false);
   for (size_t k = 0; k < r->nsout; k++) {
     const uint32_t *fr = NULL;
-    size_t d = mn_trace_stack_get(t, r->sout[k], &fr);
-    if (d > r->sdepth[r->sout[k]]) d = r->sdepth[r->sout[k]];
+    uint32_t buf[STACK_HOVER_MAX];
+    size_t d = page_frames(r, r->sout[k], buf, &fr);
     for (size_t j = 0; j < d; j++)
       if (fr[j] && fr[j] <= t->nframes && !r->fmap[fr[j]]) {
         r->fout[r->nfout++] = fr[j];
@@ -408,7 +611,52 @@ static bool collect_stacks(report_t *r) {
 }
 
 /* Fills the report from the trace and the replay's steps; false when out of host memory. */
-static bool analyze(report_t *r, const timeline_t *tl, size_t peak_entry) {
+/* The replay's block bytes of each alloc entry, from the replay allocator's events;
+ * the blocks laid out in the pre segments (events before the first step, owner
+ * unknown) matched by address with pre_ptrs (the replay's pointer of each pre
+ * allocation once they are in; NULL: none). */
+static bool replay_blocks(report_t *r, void *const *pre_ptrs) {
+  r->rblk = calloc(r->n ? r->n : 1, sizeof *r->rblk);
+  if (!r->rblk) return false;
+  evlog_t *ev = (evlog_t *)r->ev;
+  if (!ev) return true;
+  if (pre_ptrs) {
+    size_t npre = 0;
+    for (size_t i = 0; i < r->n && r->t->entries[i].pre; i++)
+      if (pre_ptrs[i]) npre++;
+    ref_t *by = malloc((npre ? npre : 1) * sizeof *by);
+    if (!by) return false;
+    npre = 0;
+    for (size_t i = 0; i < r->n && r->t->entries[i].pre; i++)
+      if (pre_ptrs[i]) by[npre++] = (ref_t){(uint64_t)(uintptr_t)pre_ptrs[i], i};
+    qsort(by, npre, sizeof *by, cmp_ref);
+    /* the last alloc event of an address among those of the pre allocations owns it
+     * (a gap block of the layout, freed, may have had the same address before) */
+    for (size_t k = ev->n; k-- > 0;) {
+      if (ev->kind[k] != EV_ALLOC || ev->own[k] != UINT32_MAX || ev->entry[k] >= r->n ||
+          !r->t->entries[ev->entry[k]].pre)
+        continue;
+      ref_t key = {(uint64_t)ev->addr[k], 0};
+      size_t lo = 0, hi = npre;
+      while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (by[mid].address < key.address) lo = mid + 1;
+        else hi = mid;
+      }
+      if (lo < npre && by[lo].address == key.address && by[lo].index != SIZE_MAX) {
+        ev->own[k] = (uint32_t)by[lo].index;
+        by[lo].index = SIZE_MAX; /* taken */
+      }
+    }
+    free(by);
+  }
+  for (size_t k = 0; k < ev->n; k++)
+    if (ev->kind[k] == EV_ALLOC && ev->own[k] < r->n) r->rblk[ev->own[k]] = ev->size[k];
+  return true;
+}
+
+/* Fills the report from the trace and the replay's steps; false when out of host memory. */
+static bool analyze(report_t *r, const timeline_t *tl, void *const *pre_ptrs) {
   size_t m = r->n ? r->n : 1;
   r->flag = calloc(m, sizeof *r->flag);
   r->pair = malloc(m * sizeof *r->pair);
@@ -421,13 +669,19 @@ static bool analyze(report_t *r, const timeline_t *tl, size_t peak_entry) {
   r->agg = malloc(m * sizeof *r->agg);
   r->tmono = malloc(m * sizeof *r->tmono);
   r->streams = malloc(m * sizeof *r->streams);
+  r->ooms = malloc(m * sizeof *r->ooms);
   ref_t *refs = malloc(m * sizeof *refs);
   size_t *idx = malloc(m * sizeof *idx);
   bool ok = r->flag && r->pair && r->rep_a && r->rep_r && r->rep_q && r->rec_a && r->rec_r && r->live && r->agg &&
-            r->tmono && r->streams && refs && idx && scan_device(r, refs, idx);
+            r->tmono && r->streams && r->ooms && refs && idx && scan_device(r, refs, idx) && replay_blocks(r, pre_ptrs);
   if (ok) {
+    for (size_t i = 0; i < r->n; i++)
+      if ((r->flag[i] & F_DEV) && r->t->entries[i].action == MN_TRACE_OOM) r->ooms[r->nooms++] = i;
     compute_curves(r, tl);
-    ok = choose_points(r, idx, peak_entry) && find_holders(r, peak_entry) && collect_stacks(r);
+    ok = choose_points(r, idx) &&
+         find_holders(r, r->peak_alloc, &r->held, &r->nheld, &r->holders, &r->nholders, &r->grb) &&
+         find_holders(r, r->peak_res, &r->held_res, &r->nheld_res, &r->holders_res, &r->nholders_res, &r->grb_res) &&
+         collect_stacks(r);
   }
   free(refs);
   free(idx);
@@ -495,8 +749,8 @@ static void write_stacks(FILE *f, const report_t *r) {
   fprintf(f, ",\n\"stacks\": [");
   for (size_t k = 0; k < r->nsout; k++) {
     const uint32_t *fr = NULL;
-    size_t full = mn_trace_stack_get(t, r->sout[k], &fr), d = full;
-    if (d > r->sdepth[r->sout[k]]) d = r->sdepth[r->sout[k]];
+    uint32_t buf[STACK_HOVER_MAX];
+    size_t full = mn_trace_stack_get(t, r->sout[k], &fr), d = page_frames(r, r->sout[k], buf, &fr);
     /* [frames kept (page frame indices), frames in the whole stack] */
     fprintf(f, "%s[[", k ? "," : "");
     const char *sep = "";
@@ -519,8 +773,18 @@ static void write_stacks(FILE *f, const report_t *r) {
   fputc(']', f);
 }
 
+/* The trace's (recorded) stream id of a stream of the replay that took the
+ * snapshot at the peak (each replay creates its own streams): the stream of the
+ * trace entry whose allocation first used it; the replay's own id when none did. */
+static uint64_t recorded_stream(const report_t *r, uint64_t sim) {
+  const evlog_t *ev = r->stop_streams;
+  for (size_t k = 0; ev && k < ev->nsim; k++)
+    if (ev->sim_stream[k] == sim) return ev->rec_stream[k];
+  return sim;
+}
+
 /* The allocator's segments at the peak: fully free ones folded by size. */
-static bool write_segments(FILE *f, const mn_snapshot_t *snap) {
+static bool write_segments(FILE *f, const report_t *r, const mn_snapshot_t *snap) {
   uint64_t *fsz = malloc((snap->nsegments ? snap->nsegments : 1) * sizeof *fsz);
   if (!fsz) return false;
   size_t nfree = 0;
@@ -536,7 +800,7 @@ static bool write_segments(FILE *f, const mn_snapshot_t *snap) {
     }
     fprintf(f, "%s\n  {\"address\": \"0x%" PRIxPTR "\", \"size\": %zu, \"allocated\": %zu, \"stream\": %" PRIu64
             ", \"large\": %s, \"expandable\": %s, \"blocks\": [",
-            sep, s->address, s->total_size, s->allocated_size, s->stream_id, s->is_large ? "true" : "false",
+            sep, s->address, s->total_size, s->allocated_size, recorded_stream(r, s->stream_id), s->is_large ? "true" : "false",
             s->is_expandable ? "true" : "false");
     sep = ",";
     for (size_t b = 0; b < s->nblocks; b++)
@@ -563,13 +827,106 @@ typedef struct page_args_s {
   const mn_replay_result_t *res;
   size_t peak_entry;
   const mn_snapshot_t *snap;
+  const char *label;  /* the device's name in the selector */
+  bool host;          /* pinned host memory (`meta host_device`) */
+  bool single_device; /* the trace's only device: the trace-wide torch_* figures are its own */
 } page_args_t;
 
-/* The page: head, data, tail. false when out of host memory. */
-static bool write_page(FILE *f, const report_t *r, const page_args_t *p) {
+/* Base64 of n bytes (the page decodes it into a typed array, little-endian). */
+static void write_b64(FILE *f, const void *data, size_t n) {
+  static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const unsigned char *p = data;
+  fputc('"', f);
+  size_t k = 0;
+  for (; k + 3 <= n; k += 3) {
+    uint32_t v = (uint32_t)p[k] << 16 | (uint32_t)p[k + 1] << 8 | p[k + 2];
+    char q[4] = {A[v >> 18], A[(v >> 12) & 63], A[(v >> 6) & 63], A[v & 63]};
+    fwrite(q, 1, 4, f);
+  }
+  if (n - k == 1) {
+    uint32_t v = (uint32_t)p[k] << 16;
+    fprintf(f, "%c%c==", A[v >> 18], A[(v >> 12) & 63]);
+  } else if (n - k == 2) {
+    uint32_t v = (uint32_t)p[k] << 16 | (uint32_t)p[k + 1] << 8;
+    fprintf(f, "%c%c%c=", A[v >> 18], A[(v >> 12) & 63], A[(v >> 6) & 63]);
+  }
+  fputc('"', f);
+}
+
+/* The replay allocator's events (the allocator state at any entry, rebuilt by the
+ * page): columns of typed arrays in base64. Per event: entry (u32), kind (u8),
+ * address (f64); per event other than a free: size (f64); per alloc event: the alloc
+ * entry it serves (u32, 2^32 - 1: unknown), its stack (page index + 1, u32), stream
+ * (index in "streams", u16) and bytes asked for (f64). */
+static bool write_events(FILE *f, const report_t *r) {
+  const evlog_t *ev = r->ev;
+  size_t n = ev ? ev->tagged : 0, nsized = 0, nalloc = 0;
+  for (size_t k = 0; k < n; k++) {
+    nsized += ev->kind[k] != EV_FREE;
+    nalloc += ev->kind[k] == EV_ALLOC;
+  }
+  double *sz = malloc((nsized ? nsized : 1) * sizeof *sz), *req = malloc((nalloc ? nalloc : 1) * sizeof *req);
+  uint32_t *own = malloc((nalloc ? nalloc : 1) * sizeof *own), *stk = malloc((nalloc ? nalloc : 1) * sizeof *stk);
+  uint16_t *str = malloc((nalloc ? nalloc : 1) * sizeof *str);
+  bool ok = sz && req && own && stk && str;
+  if (ok) {
+    size_t a = 0, z = 0;
+    for (size_t k = 0; k < n; k++) {
+      if (ev->kind[k] != EV_FREE) sz[z++] = ev->size[k];
+      if (ev->kind[k] != EV_ALLOC) continue;
+      uint32_t o = ev->own[k];
+      const mn_trace_entry_t *e = o < r->n ? &r->t->entries[o] : NULL;
+      own[a] = o;
+      stk[a] = e ? stack_out(r, e->stack) : 0;
+      size_t si = e ? stream_index(r, e->stream) : 0;
+      str[a] = (uint16_t)(si > UINT16_MAX ? UINT16_MAX : si);
+      req[a] = e ? (double)e->size : ev->size[k];
+      a++;
+    }
+    fprintf(f, ",\n\"events\": {\"n\": %zu, \"nalloc\": %zu, \"entry\": ", n, nalloc);
+    write_b64(f, ev ? ev->entry : NULL, n * sizeof(uint32_t));
+    fprintf(f, ",\n \"kind\": ");
+    write_b64(f, ev ? ev->kind : NULL, n);
+    fprintf(f, ",\n \"addr\": ");
+    write_b64(f, ev ? ev->addr : NULL, n * sizeof(double));
+    fprintf(f, ",\n \"size\": ");
+    write_b64(f, sz, nsized * sizeof *sz);
+    fprintf(f, ",\n \"own\": ");
+    write_b64(f, own, nalloc * sizeof *own);
+    fprintf(f, ",\n \"stack\": ");
+    write_b64(f, stk, nalloc * sizeof *stk);
+    fprintf(f, ",\n \"stream\": ");
+    write_b64(f, str, nalloc * sizeof *str);
+    fprintf(f, ",\n \"req\": ");
+    write_b64(f, req, nalloc * sizeof *req);
+    fputc('}', f);
+  }
+  free(sz);
+  free(req);
+  free(own);
+  free(stk);
+  free(str);
+  return ok;
+}
+
+/* holders: [stack (page index + 1, 0: none), kind, count, bytes asked, recorded block bytes, replay block bytes] */
+static void write_holders(FILE *f, const report_t *r, const char *name, const mn__tools_holder_t *hs, size_t nh,
+                          const uint64_t *grb) {
+  fprintf(f, ",\n\"%s\": [", name);
+  for (size_t k = 0; k < nh; k++) {
+    const mn__tools_holder_t *h = &hs[k];
+    fprintf(f, "%s[%" PRIu32 ",%d,%zu,%" PRIu64 ",%" PRIu64 ",%" PRIu64 "]", k ? "," : "", stack_out(r, h->stack),
+            h->kind, h->count, h->bytes, h->block_bytes, grb[k]);
+  }
+  fputc(']', f);
+}
+
+/* One device's data: a JSON object in a script element (id "mn-data" for the first
+ * device, "mn-data-dev<N>" for the others). false when out of host memory. */
+static bool write_device_data(FILE *f, const report_t *r, const page_args_t *p, bool first) {
   const mn_trace_t *t = r->t;
-  fputs(mn_report_page_head, f);
-  fprintf(f, "<script id=\"mn-data\" type=\"application/json\">\n{\"trace\": ");
+  if (first) fprintf(f, "<script id=\"mn-data\" type=\"application/json\">\n{\"trace\": ");
+  else fprintf(f, "<script id=\"mn-data-dev%" PRIu32 "\" type=\"application/json\">\n{\"trace\": ", r->dev);
   mn__tools_json_str(f, p->path);
   fprintf(f, ", \"title\": ");
   mn__tools_json_str(f, p->title ? p->title : p->path);
@@ -583,8 +940,13 @@ static bool write_page(FILE *f, const report_t *r, const page_args_t *p) {
           ", \"live_at_peak\": %zu, \"first_event\": %" PRId64 ", \"t_first\": %" PRIu64 ", \"t_last\": %" PRIu64
           ", \"has_stacks\": %s, \"has_recorded\": %s, \"as_recorded\": %s",
           t->nentries, r->dev, p->peak_entry, p->peak_entry < t->nentries ? t->entries[p->peak_entry].line : 0,
-          r->nheld, r->first_event == SIZE_MAX ? (int64_t)-1 : (int64_t)r->first_event, r->t_first, r->t_last,
+          r->nheld_res, r->first_event == SIZE_MAX ? (int64_t)-1 : (int64_t)r->first_event, r->t_first, r->t_last,
           t->nstacks ? "true" : "false", r->has_recorded ? "true" : "false", p->as_recorded ? "true" : "false");
+  fprintf(f, ",\n\"peak_alloc_entry\": %zu, \"peak_alloc_line\": %" PRIu32 ", \"live_at_alloc_peak\": %zu, "
+          "\"state_only\": %s, \"host\": %s, \"label\": ",
+          r->peak_alloc, r->peak_alloc < t->nentries ? t->entries[r->peak_alloc].line : 0, r->nheld,
+          r->state_only ? "true" : "false", p->host ? "true" : "false");
+  mn__tools_json_str(f, p->label);
   fprintf(f, ",\n\"limits\": {\"full_points\": %d, \"buckets\": %d, \"peak_window\": %d, \"bands\": %d, "
           "\"stack_hover\": %d}", FULL_POINTS, BUCKETS, PEAK_WINDOW, BANDS_MAX, STACK_HOVER_MAX);
   fprintf(f, ",\n\"actions\": [");
@@ -598,11 +960,15 @@ static bool write_page(FILE *f, const report_t *r, const page_args_t *p) {
   fprintf(f, "],\n\"torch\": {");
   const char *sep = "";
   static const char *const tkeys[] = {"torch_peak_allocated", "torch_peak_reserved", "torch_peak_requested"};
-  for (size_t k = 0; k < 3; k++)
-    if (mn_trace_meta_get_u64(t, tkeys[k], &v) == MN_OK) {
+  for (size_t k = 0; k < 3; k++) {
+    char key[96];
+    snprintf(key, sizeof key, "dev%" PRIu32 ".%s", r->dev, tkeys[k]); /* the device's own figures */
+    bool own = mn_trace_meta_get_u64(t, key, &v) == MN_OK;
+    if (own || (p->single_device && mn_trace_meta_get_u64(t, tkeys[k], &v) == MN_OK)) {
       fprintf(f, "%s\"%s\": %" PRIu64, sep, tkeys[k] + 6, v);
       sep = ", ";
     }
+  }
   mn_clear_error();
   fprintf(f, "}, \"results\": [");
   for (size_t k = 0; k < p->nconfigs; k++) {
@@ -621,27 +987,252 @@ static bool write_page(FILE *f, const report_t *r, const page_args_t *p) {
             j == SIZE_MAX ? (int64_t)-1 : (int64_t)r->tmono[j], e->size, stream_index(r, e->stream),
             stack_out(r, e->stack));
   }
-  /* holders: [stack (page index + 1, 0: none), kind, count, bytes asked, recorded block bytes] */
-  fprintf(f, "],\n\"holders\": [");
-  for (size_t k = 0; k < r->nholders; k++) {
-    const mn__tools_holder_t *h = &r->holders[k];
-    fprintf(f, "%s[%" PRIu32 ",%d,%zu,%" PRIu64 ",%" PRIu64 "]", k ? "," : "", stack_out(r, h->stack), h->kind,
-            h->count, h->bytes, h->block_bytes);
+  fputc(']', f); /* bands */
+  write_holders(f, r, "holders", r->holders, r->nholders, r->grb);
+  write_holders(f, r, "holders_res", r->holders_res, r->nholders_res, r->grb_res);
+  /* ooms: [entry, time (-1: pre), bytes asked, device_free, trace line] */
+  fprintf(f, ",\n\"ooms\": [");
+  for (size_t k = 0; k < r->nooms; k++) {
+    const mn_trace_entry_t *e = &t->entries[r->ooms[k]];
+    fprintf(f, "%s[%zu,%" PRId64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu32 "]", k ? "," : "", r->ooms[k],
+            e->pre ? (int64_t)-1 : (int64_t)r->tmono[r->ooms[k]], e->size, e->address, e->line);
   }
   fputc(']', f);
+  /* annotations (version 4): [entry after it, time, stage (0 mark, 1 start, 2 end), name, stack] */
+  fprintf(f, ",\n\"annotations\": [");
+  const char *asep = "";
+  for (size_t k = 0; k < t->nannotations; k++) {
+    const mn_trace_annotation_t *an = &t->annotations[k];
+    if (an->device != r->dev) continue;
+    fprintf(f, "%s[%zu,%" PRIu64 ",%d,", asep, an->entry, an->time_us, (int)an->stage);
+    mn__tools_json_str(f, an->name ? an->name : "");
+    fprintf(f, ",%" PRIu32 "]", stack_out(r, an->stack));
+    asep = ",";
+  }
+  fputc(']', f);
+  if (!write_events(f, r)) return false;
   write_stacks(f, r);
-  if (!write_segments(f, p->snap)) return false;
-  /* largest: [trace line, entry, stream id, asked, recorded block, time, pre, stack] */
+  if (!write_segments(f, r, p->snap)) return false;
+  /* largest (at the peak of allocated bytes): [trace line, entry, stream id, asked, recorded block, time, pre,
+   * stack, replay block] */
   fprintf(f, ",\n\"largest\": [");
   for (size_t k = 0; k < r->nheld && k < TOP_ALLOCS; k++) {
     const mn_trace_entry_t *e = &t->entries[r->held[k]];
-    fprintf(f, "%s[%" PRIu32 ",%zu,\"%" PRIu64 "\",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%d,%" PRIu32 "]", k ? "," : "",
-            e->line, r->held[k], e->stream, e->size, e->block_size, e->time_us, e->pre ? 1 : 0,
-            stack_out(r, e->stack));
+    fprintf(f, "%s[%" PRIu32 ",%zu,\"%" PRIu64 "\",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%d,%" PRIu32 ",%.0f]",
+            k ? "," : "", e->line, r->held[k], e->stream, e->size, e->block_size, e->time_us, e->pre ? 1 : 0,
+            stack_out(r, e->stack), r->rblk[r->held[k]]);
   }
   fprintf(f, "]}\n</script>\n");
-  fputs(mn_report_page_tail, f);
   return true;
+}
+
+typedef struct device_args_s {
+  const char *path, *title;
+  const char *const *configs;
+  size_t nconfigs;
+  bool as_recorded;
+  int dev;
+  bool single, host;
+  const char *label;
+  bool first; /* its data is the page's default ("mn-data") */
+  FILE *sum;  /* the summary lines for stdout */
+  const mn_sim_config_t *sim0; /* the SIM device (--capacity's size, else the default) */
+  bool capacity_given;         /* else each device sized as recorded, as `mnemo replay` does */
+} device_args_t;
+
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* One device of the trace: every config replayed (the first with the timeline and
+ * the replay allocator's events), the allocator's state at the peak of reserved
+ * bytes, the trace's own curves, and its data written to f; its summary to a->sum.
+ * Returns 0, or the exit status after a message on stderr. */
+static int report_device(FILE *f, const mn_trace_t *t, const device_args_t *da) {
+  int rc = 1;
+  timeline_t tl = {0};
+  evlog_t ev, stop_ev;
+  memset(&ev, 0, sizeof ev);
+  memset(&stop_ev, 0, sizeof stop_ev);
+  stop_ev.streams_only = true;
+  report_t rep;
+  memset(&rep, 0, sizeof rep);
+  mn_snapshot_t *snap = NULL;
+  mn_replay_result_t res[MAX_CONFIGS];
+  mn_allocator_t *a = NULL;
+  void **pre_ptrs = NULL;
+  const char *const *configs = da->configs;
+  size_t nconfigs = da->nconfigs;
+  step_ctx_t cx = {t, &tl, &ev};
+  /* 0: the SIM device sized as `mnemo replay` sizes it: --capacity, else as
+   * recorded (the device's first OOM, or its partial cache releases), else the default. */
+  mn_sim_config_t sc = *da->sim0;
+  const char *cap_from = "option";
+  if (!da->capacity_given) {
+    int crc = mn__tools_sim_as_recorded(t, (uint32_t)da->dev, &sc, &cap_from);
+    if (crc) return crc;
+  }
+  if (mn_sim_configure(&sc) != MN_OK) {
+    fprintf(stderr, "mnemo report: the SIM device's capacity%s: %s\n", cap_from[0] == 'o' && cap_from[1] == 'o' ? " as recorded" : "",
+            mn_last_error());
+    return 2;
+  }
+  /* 1: every config, the first with the timeline and the allocator's events. */
+  for (size_t k = 0; k < nconfigs; k++) {
+    if (make_allocator(configs[k], &a) != MN_OK) goto fail;
+    mn_replay_options_t o = mn_replay_options_default();
+    o.trace_device = da->dev;
+    o.replay_ooms = true; /* as `mnemo replay`: the recorded OOMs are tried again */
+    if (k == 0) {
+      o.on_step = on_step;
+      o.on_step_user = &cx;
+      if (mn_caching_allocator_set_trace_sink(a, ev_sink, &ev) != MN_OK) goto fail;
+    }
+    if (mn_trace_replay(t, a, &o, &res[k]) != MN_OK) goto fail;
+    mn_allocator_destroy(a);
+    a = NULL;
+  }
+  if (tl.oom || ev.oom) {
+    fprintf(stderr, "mnemo report: out of host memory for the timeline\n");
+    goto done;
+  }
+  /* 2: the peaks (the first step at the peak reserved, at the peak allocated), and
+   * the allocator's state at the peak reserved. A dump without history (state only):
+   * its state, after the last entry. */
+  size_t peak_i = 0, peak_a = 0, last_pre = SIZE_MAX, nev = 0;
+  for (size_t i = 0; i < tl.n; i++) {
+    if (tl.s[i].reserved > tl.s[peak_i].reserved) peak_i = i;
+    if (tl.s[i].allocated > tl.s[peak_a].allocated) peak_a = i;
+  }
+  for (size_t i = 0; i < t->nentries; i++)
+    if (t->entries[i].device == (uint32_t)da->dev) {
+      if (t->entries[i].pre) last_pre = i;
+      else nev++;
+    }
+  const char *so = mn_trace_meta_get(t, "state_only");
+  rep.state_only = (so && !strcmp(so, "1")) || nev == 0;
+  if (rep.state_only && tl.n) peak_i = peak_a = tl.n - 1;
+  size_t peak_entry = tl.n ? tl.s[peak_i].entry : 0;
+  rep.peak_res = peak_entry;
+  rep.peak_alloc = tl.n ? tl.s[peak_a].entry : 0;
+  if (make_allocator(configs[0], &a) != MN_OK) goto fail;
+  mn_replay_options_t o = mn_replay_options_default();
+  o.trace_device = da->dev;
+  o.replay_ooms = true;
+  o.stop_after = peak_entry;
+  o.at_stop = at_stop;
+  o.at_stop_user = &snap;
+  step_ctx_t scx = {t, NULL, &stop_ev};
+  o.on_step = on_step;
+  o.on_step_user = &scx;
+  if (mn_caching_allocator_set_trace_sink(a, ev_sink, &stop_ev) != MN_OK) goto fail;
+  mn_replay_result_t stop_res;
+  if (mn_trace_replay(t, a, &o, &stop_res) != MN_OK) goto fail;
+  mn_allocator_destroy(a);
+  a = NULL;
+  if (!snap) {
+    fprintf(stderr, "mnemo report: no snapshot at the peak: %s\n", mn_last_error());
+    goto done;
+  }
+  /* the replay's pointers of the pre allocations (their blocks were laid out in the
+   * pre segments before the first step: matched to their entries by address) */
+  if (last_pre != SIZE_MAX) {
+    pre_ptrs = calloc(t->nentries ? t->nentries : 1, sizeof *pre_ptrs);
+    if (!pre_ptrs) {
+      fprintf(stderr, "mnemo report: out of host memory\n");
+      goto done;
+    }
+    if (make_allocator(configs[0], &a) != MN_OK) goto fail;
+    mn_replay_options_t op = mn_replay_options_default();
+    op.trace_device = da->dev;
+    op.replay_ooms = true;
+    op.stop_after = last_pre;
+    op.live_ptrs = pre_ptrs;
+    mn_replay_result_t pre_res;
+    if (mn_trace_replay(t, a, &op, &pre_res) != MN_OK) goto fail;
+    mn_allocator_destroy(a);
+    a = NULL;
+  }
+  size_t nblocks = 0;
+  for (size_t i = 0; i < snap->nsegments; i++) nblocks += snap->segments[i].nblocks;
+  /* 3: what the trace itself says, for the replayed device. */
+  rep.t = t;
+  rep.n = t->nentries;
+  rep.dev = res[0].trace_device;
+  rep.ev = &ev;
+  rep.stop_streams = &stop_ev;
+  if (!analyze(&rep, &tl, pre_ptrs)) {
+    fprintf(stderr, "mnemo report: out of host memory\n");
+    goto done;
+  }
+  /* 4: its data in the page. */
+  page_args_t pa = {da->path, da->title, configs, nconfigs, da->as_recorded, res, peak_entry, snap,
+                    da->label, da->host, da->single};
+  if (!write_device_data(f, &rep, &pa, da->first)) {
+    fprintf(stderr, "mnemo report: out of host memory building the page\n");
+    goto done;
+  }
+  /* 5: the summary. */
+  FILE *o2 = da->sum;
+  char x[32], y[32];
+  fprintf(o2, "%s (trace device %" PRIu32 ")%s\n", da->label, rep.dev,
+          rep.state_only ? ": a state dump, no history (the state as dumped)" : "");
+  if (strcmp(cap_from, "default"))
+    fprintf(o2, "  SIM capacity %zu B (%.2f GiB, %s)\n", sc.capacity, (double)sc.capacity / 1073741824.0,
+            !strcmp(cap_from, "option") ? "--capacity"
+            : !strcmp(cap_from, "oom") ? "as recorded: PyTorch's reserved bytes at its first OOM + the free bytes it reported"
+                                       : "as recorded: the least that PyTorch's partial cache releases allow");
+  fprintf(o2, "  peak reserved %" PRId64 " B (%.2f GiB) at entry %zu; peak allocated %" PRId64 " B (%.2f GiB) at entry %zu\n",
+          res[0].peak_reserved, (double)res[0].peak_reserved / 1073741824.0, peak_entry, res[0].peak_allocated,
+          (double)res[0].peak_allocated / 1073741824.0, rep.peak_alloc);
+  size_t fr = 0, largest_free = 0;
+  for (size_t i = 0; i < snap->nsegments; i++)
+    for (size_t b = 0; b < snap->segments[i].nblocks; b++)
+      if (snap->segments[i].blocks[b].state == MN_BLOCK_INACTIVE) {
+        fr += snap->segments[i].blocks[b].size;
+        if (snap->segments[i].blocks[b].size > largest_free) largest_free = snap->segments[i].blocks[b].size;
+      }
+  snprintf(x, sizeof x, "%.2f MiB", (double)fr / 1048576.0);
+  snprintf(y, sizeof y, "%.2f MiB", (double)largest_free / 1048576.0);
+  fprintf(o2, "  at the peak reserved: %zu segments, %zu blocks, %s free in segments (largest free block %s)\n",
+          snap->nsegments, nblocks, x, y);
+  if (rep.nheld)
+    fprintf(o2, "  %zu allocations alive at the peak allocated; the largest: %.2f MiB (trace line %" PRIu32 ")\n",
+            rep.nheld, (double)t->entries[rep.held[0]].size / 1048576.0, t->entries[rep.held[0]].line);
+  if (rep.nooms)
+    fprintf(o2, "  %zu OOMs recorded; the replay ran out of memory at %" PRIu64 " of them\n", rep.nooms,
+            res[0].ooms_reproduced);
+  for (size_t k = 0; k < nconfigs; k++) {
+    char lb[4096];
+    if (k == 0 && da->as_recorded) snprintf(lb, sizeof lb, "as recorded (%s)", configs[0][0] ? configs[0] : "defaults");
+    else snprintf(lb, sizeof lb, "%s", configs[k][0] ? configs[k] : "(defaults)");
+    fprintf(o2, "  %-40s reserved %.2f GiB, allocated %.2f GiB, ratio %.3f, %" PRIu64 " OOMs\n", lb,
+            (double)res[k].peak_reserved / 1073741824.0, (double)res[k].peak_allocated / 1073741824.0, res[k].ratio,
+            res[k].ooms);
+  }
+  uint64_t tr = 0, ta = 0;
+  char kr[96], ka[96];
+  snprintf(kr, sizeof kr, "dev%" PRIu32 ".torch_peak_reserved", rep.dev);
+  snprintf(ka, sizeof ka, "dev%" PRIu32 ".torch_peak_allocated", rep.dev);
+  bool own = mn_trace_meta_get_u64(t, kr, &tr) == MN_OK && mn_trace_meta_get_u64(t, ka, &ta) == MN_OK;
+  if (own || (da->single && mn_trace_meta_get_u64(t, "torch_peak_reserved", &tr) == MN_OK &&
+              mn_trace_meta_get_u64(t, "torch_peak_allocated", &ta) == MN_OK))
+    fprintf(o2, "  %-40s reserved %.2f GiB, allocated %.2f GiB, ratio %.3f\n", "pytorch (recorded, from the trace)",
+            (double)tr / 1073741824.0, (double)ta / 1073741824.0, ta ? (double)tr / (double)ta : 0.0);
+  mn_clear_error();
+  rc = 0;
+  goto done;
+fail:
+  fprintf(stderr, "mnemo report: %s\n", mn_last_error());
+done:
+  mn_allocator_destroy(a);
+  report_free(&rep);
+  if (snap) mn_snapshot_free(snap);
+  free(tl.s);
+  free(pre_ptrs);
+  evlog_free(&ev);
+  return rc;
 }
 
 int cmd_report(int argc, char **argv) {
@@ -678,12 +1269,19 @@ int cmd_report(int argc, char **argv) {
     }
   }
   if (id < 0) return p.rc;
+  if (p.nargs == 2) { /* two inputs: their comparison as a page (tools/cmd_diff.c) */
+    if (capacity || nconfigs > 1)
+      return mn__cli_error(&p, "with two inputs (a comparison): -o, --title, one --config, --trace-device, "
+                               "--max-decompressed-size");
+    if (!out_path) return mn__cli_error(&p, "missing -o FILE (the page to write; - for stdout)");
+    return cmd_diff_page(&p, p.args[0], p.args[1], out_path, title, nconfigs ? configs[0] : NULL, trace_device);
+  }
   if (mn__cli_want_args(&p, 1, 1, "trace")) return 2;
   path = p.args[0];
   if (!out_path) return mn__cli_error(&p, "missing -o FILE (the page to write; - for stdout)");
   if (!*out_path) return mn__cli_error(&p, "-o needs a file name (or - for stdout)");
   bool to_stdout = mn__cli_is_stdout(out_path);
-  FILE *sum = to_stdout ? stderr : stdout; /* the summary, out of the page's way */
+  FILE *out_sum = to_stdout ? stderr : stdout; /* the summary, out of the page's way */
   for (size_t k = 0; k < nconfigs; k++) {
     mn_caching_config_t cfg = mn_caching_config_default();
     if (mn_caching_config_parse(configs[k], &cfg) != MN_OK) {
@@ -691,88 +1289,94 @@ int cmd_report(int argc, char **argv) {
       return 2;
     }
   }
+  mn_sim_config_t sim0 = mn_sim_config_default();
+  if (mn_sim_get_config(&sim0) != MN_OK) {
+    fprintf(stderr, "mnemo report: the SIM device: %s\n", mn_last_error());
+    return 1;
+  }
   if (capacity) {
-    mn_sim_config_t sc = mn_sim_config_default();
-    sc.capacity = capacity;
+    sim0.capacity = capacity;
+    mn_sim_config_t sc = sim0;
     if (mn_sim_configure(&sc) != MN_OK) {
       fprintf(stderr, "mnemo report: --capacity: %s\n", mn_last_error());
       return 2;
     }
   }
   mn_trace_t *t = NULL;
-  int lrc = mn__tools_trace_load("mnemo report", path, trace_device, &t);
+  /* a snapshot: every device imported (or the one asked for) */
+  int lrc = mn__tools_trace_load("mnemo report", path, trace_device >= 0 ? trace_device : MN__TOOLS_ALL_DEVICES, &t);
   if (lrc) return lrc;
   /* No --config: replay as recorded, with the settings the trace was recorded with
    * (its `meta config`; the defaults when it has none or mnemo refuses them). */
   bool as_recorded = false;
   if (nconfigs == 0) configs[nconfigs++] = mn__tools_recorded_config("mnemo report", t, &as_recorded);
-  int rc = 1;
-  timeline_t tl = {0};
-  report_t rep;
-  memset(&rep, 0, sizeof rep);
-  mn_snapshot_t *snap = NULL;
-  mn_replay_result_t res[MAX_CONFIGS];
-  mn_allocator_t *a = NULL;
-  FILE *f = NULL;
-  char *page = NULL;
-  /* 1: every config, the first with the timeline. */
-  for (size_t k = 0; k < nconfigs; k++) {
-    if (make_allocator(configs[k], &a) != MN_OK) goto fail;
-    mn_replay_options_t o = mn_replay_options_default();
-    o.trace_device = trace_device;
-    if (k == 0) {
-      o.on_step = on_step;
-      o.on_step_user = &tl;
+  /* The devices: --trace-device's, else every device of the trace (each its own
+   * data in the page, picked by the page's device selector). */
+  uint32_t devs[MAX_DEVICES];
+  size_t ndevs = 0;
+  if (trace_device >= 0) {
+    devs[ndevs++] = (uint32_t)trace_device;
+  } else {
+    for (size_t i = 0; i < t->nentries && ndevs < MAX_DEVICES; i++) {
+      size_t k = 0;
+      while (k < ndevs && devs[k] != t->entries[i].device) k++;
+      if (k == ndevs) devs[ndevs++] = t->entries[i].device;
     }
-    if (mn_trace_replay(t, a, &o, &res[k]) != MN_OK) goto fail;
-    mn_allocator_destroy(a);
-    a = NULL;
+    qsort(devs, ndevs, sizeof *devs, cmp_u32);
+    if (!ndevs) devs[ndevs++] = 0;
   }
-  if (tl.oom) {
-    fprintf(stderr, "mnemo report: out of host memory for the timeline\n");
-    goto done;
+  size_t ntrace_devs = 0; /* distinct devices in the trace (its torch_* keys are the only one's) */
+  {
+    uint32_t seen[MAX_DEVICES];
+    for (size_t i = 0; i < t->nentries && ntrace_devs < MAX_DEVICES; i++) {
+      size_t k = 0;
+      while (k < ntrace_devs && seen[k] != t->entries[i].device) k++;
+      if (k == ntrace_devs) seen[ntrace_devs++] = t->entries[i].device;
+    }
   }
-  /* 2: the peak (first step at the peak reserved), and the allocator's state there. */
-  size_t peak_i = 0;
-  for (size_t i = 0; i < tl.n; i++)
-    if (tl.s[i].reserved > tl.s[peak_i].reserved) peak_i = i;
-  size_t peak_entry = tl.n ? tl.s[peak_i].entry : 0;
-  if (make_allocator(configs[0], &a) != MN_OK) goto fail;
-  mn_replay_options_t o = mn_replay_options_default();
-  o.trace_device = trace_device;
-  o.stop_after = peak_entry;
-  o.at_stop = at_stop;
-  o.at_stop_user = &snap;
-  mn_replay_result_t stop_res;
-  if (mn_trace_replay(t, a, &o, &stop_res) != MN_OK) goto fail;
-  mn_allocator_destroy(a);
-  a = NULL;
-  if (!snap) {
-    fprintf(stderr, "mnemo report: no snapshot at the peak: %s\n", mn_last_error());
-    goto done;
+  uint64_t host_dev = UINT64_MAX;
+  if (mn_trace_meta_get(t, "host_device") && mn_trace_meta_get_u64(t, "host_device", &host_dev) != MN_OK)
+    host_dev = UINT64_MAX;
+  mn_clear_error();
+  if (trace_device < 0 && ndevs > 1 && devs[0] == host_dev) { /* a GPU first */
+    memmove(devs, devs + 1, (ndevs - 1) * sizeof *devs);
+    devs[ndevs - 1] = (uint32_t)host_dev;
   }
-  size_t nblocks = 0;
-  for (size_t i = 0; i < snap->nsegments; i++) nblocks += snap->segments[i].nblocks;
-  /* 3: what the trace itself says, for the replayed device. */
-  rep.t = t;
-  rep.n = t->nentries;
-  rep.dev = res[0].trace_device;
-  if (!analyze(&rep, &tl, peak_entry)) {
-    fprintf(stderr, "mnemo report: out of host memory\n");
-    goto done;
-  }
-
-  /* 4: the page, built in memory and written through a temporary file renamed
-   * into place (regular files only: a FIFO or device is refused, not waited on). */
-  size_t page_len = 0;
+  int rc = 1;
+  FILE *f = NULL, *sum = NULL;
+  char *page = NULL, *summary_buf = NULL;
+  size_t page_len = 0, summary_len = 0;
   f = open_memstream(&page, &page_len);
-  if (!f) {
+  sum = open_memstream(&summary_buf, &summary_len);
+  if (!f || !sum) {
     fprintf(stderr, "mnemo report: out of host memory\n");
     goto done;
   }
-  page_args_t pa = {path, title, configs, nconfigs, as_recorded, res, peak_entry, snap};
-  bool built = write_page(f, &rep, &pa);
-  built = !ferror(f) && built;
+  fputs(mn_report_page_head, f);
+  fprintf(f, "<script id=\"mn-devices\" type=\"application/json\">[");
+  for (size_t k = 0; k < ndevs; k++) {
+    char lb[64];
+    if (devs[k] == host_dev) snprintf(lb, sizeof lb, "pinned host memory");
+    else snprintf(lb, sizeof lb, "cuda:%" PRIu32, devs[k]);
+    fprintf(f, "%s[%" PRIu32 ",\"%s\",%s]", k ? "," : "", devs[k], lb, devs[k] == host_dev ? "true" : "false");
+  }
+  fprintf(f, "]</script>\n");
+  for (size_t k = 0; k < ndevs; k++) {
+    char lb[64];
+    if (devs[k] == host_dev) snprintf(lb, sizeof lb, "pinned host memory");
+    else snprintf(lb, sizeof lb, "cuda:%" PRIu32, devs[k]);
+    device_args_t da = {path, title, configs, nconfigs, as_recorded, (int)devs[k], ntrace_devs <= 1, devs[k] == host_dev,
+                        lb, k == 0, sum, &sim0, capacity != 0};
+    int drc = report_device(f, t, &da);
+    if (drc) {
+      rc = drc;
+      goto done;
+    }
+  }
+  fputs(mn_report_page_tail, f);
+  /* the page, built in memory and written through a temporary file renamed into
+   * place (regular files only: a FIFO or device is refused, not waited on). */
+  bool built = !ferror(f);
   built = fclose(f) == 0 && built;
   f = NULL;
   if (!built) {
@@ -788,52 +1392,18 @@ int cmd_report(int argc, char **argv) {
     fprintf(stderr, "%s\n", mn_last_error());
     goto done;
   }
-  /* 5: the summary on stdout (stderr when the page went there). */
-  char x[32], y[32];
-  fprintf(sum, "report %s: %zu entries, %zu configs, %zu bytes\n", to_stdout ? "(stdout)" : out_path, t->nentries,
-          nconfigs, page_len);
-  fprintf(sum, "  peak reserved %" PRId64 " B (%.2f GiB) at entry %zu; peak allocated %" PRId64 " B (%.2f GiB)\n",
-         res[0].peak_reserved, (double)res[0].peak_reserved / 1073741824.0, peak_entry, res[0].peak_allocated,
-         (double)res[0].peak_allocated / 1073741824.0);
-  size_t fr = 0, largest_free = 0;
-  for (size_t i = 0; i < snap->nsegments; i++)
-    for (size_t b = 0; b < snap->segments[i].nblocks; b++)
-      if (snap->segments[i].blocks[b].state == MN_BLOCK_INACTIVE) {
-        fr += snap->segments[i].blocks[b].size;
-        if (snap->segments[i].blocks[b].size > largest_free) largest_free = snap->segments[i].blocks[b].size;
-      }
-  snprintf(x, sizeof x, "%.2f MiB", (double)fr / 1048576.0);
-  snprintf(y, sizeof y, "%.2f MiB", (double)largest_free / 1048576.0);
-  fprintf(sum, "  at the peak: %zu segments, %zu blocks, %s free in segments (largest free block %s)\n", snap->nsegments,
-         nblocks, x, y);
-  if (rep.nheld)
-    fprintf(sum, "  %zu allocations alive at the peak; the largest: %.2f MiB (trace line %" PRIu32 ")\n", rep.nheld,
-           (double)t->entries[rep.held[0]].size / 1048576.0, t->entries[rep.held[0]].line);
-  for (size_t k = 0; k < nconfigs; k++) {
-    char lb[4096];
-    if (k == 0 && as_recorded) snprintf(lb, sizeof lb, "as recorded (%s)", configs[0][0] ? configs[0] : "defaults");
-    else snprintf(lb, sizeof lb, "%s", configs[k][0] ? configs[k] : "(defaults)");
-    fprintf(sum, "  %-40s reserved %.2f GiB, allocated %.2f GiB, ratio %.3f, %" PRIu64 " OOMs\n", lb,
-           (double)res[k].peak_reserved / 1073741824.0, (double)res[k].peak_allocated / 1073741824.0, res[k].ratio,
-           res[k].ooms);
-  }
-  uint64_t tr = 0, ta = 0;
-  if (mn_trace_meta_get_u64(t, "torch_peak_reserved", &tr) == MN_OK &&
-      mn_trace_meta_get_u64(t, "torch_peak_allocated", &ta) == MN_OK)
-    fprintf(sum, "  %-40s reserved %.2f GiB, allocated %.2f GiB, ratio %.3f\n", "pytorch (recorded, from the trace)",
-           (double)tr / 1073741824.0, (double)ta / 1073741824.0, ta ? (double)tr / (double)ta : 0.0);
-  mn_clear_error();
+  /* the summary on stdout (stderr when the page went there) */
+  fprintf(out_sum, "report %s: %zu entries, %zu configs, %zu device%s, %zu bytes\n", to_stdout ? "(stdout)" : out_path,
+          t->nentries, nconfigs, ndevs, ndevs == 1 ? "" : "s", page_len);
+  fclose(sum);
+  sum = NULL;
+  fputs(summary_buf ? summary_buf : "", out_sum);
   rc = 0;
-  goto done;
-fail:
-  fprintf(stderr, "mnemo report: %s\n", mn_last_error());
 done:
   if (f) fclose(f);
+  if (sum) fclose(sum);
   free(page);
-  mn_allocator_destroy(a);
-  report_free(&rep);
-  if (snap) mn_snapshot_free(snap);
-  free(tl.s);
+  free(summary_buf);
   mn_trace_destroy(t);
   return rc;
 }

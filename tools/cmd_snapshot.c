@@ -21,20 +21,24 @@
 
 const char cmd_snapshot_about[] =
     "FILE a mnemo trace: replays it on the SIM device up to a moment (--at: the peak\n"
-    "of reserved bytes by default, its end, or an entry index) and prints the\n"
-    "segments (free space, fragmentation), with --blocks their blocks, the\n"
-    "memory_summary table (with the recorded allocator settings unless --config is\n"
-    "given) and who holds the memory. FILE a PyTorch snapshot pickle: its segments\n"
-    "as dumped (import_torch_snapshot.py --table); with --at or --config it is\n"
+    "of allocated bytes by default, the peak of reserved bytes, its end, or an entry\n"
+    "index) and prints the segments (free space, fragmentation), with --blocks their\n"
+    "blocks, the memory_summary table (with the recorded allocator settings unless\n"
+    "--config is given) and who holds the memory; --json: one JSON object instead,\n"
+    "allocated_bytes and the live allocations there (size, stream, frames innermost\n"
+    "first). FILE a PyTorch snapshot pickle: its segments as dumped\n"
+    "(import_torch_snapshot.py --table); with --at, --config or --json it is\n"
     "imported and replayed as a trace.\n";
 
-enum { O_AT = 1, O_CONFIG, O_BLOCKS, O_MAX_DECOMPRESSED, O_NO_CACHE };
+enum { O_AT = 1, O_CONFIG, O_BLOCKS, O_MAX_DECOMPRESSED, O_JSON, O_NO_CACHE };
 
 const mn__cli_opt_t cmd_snapshot_opts[] = {
-    {"at", 0, "peak|end|ENTRY", O_AT, "the moment: the peak of reserved bytes (default), the end, or an entry index"},
+    {"at", 0, "peak|reserved-peak|end|ENTRY", O_AT,
+     "the moment: the peak of allocated bytes (default), the peak of reserved bytes, the end, or an entry index"},
     {"config", 0, "ALLOC_CONF", O_CONFIG,
      "allocator settings of the replay (PYTORCH_CUDA_ALLOC_CONF syntax; default: as recorded)"},
     {"blocks", 0, NULL, O_BLOCKS, "every block of the segments, and the largest live allocations"},
+    {"json", 0, NULL, O_JSON, "one JSON object: allocated_bytes and the live allocations with their stacks"},
     MN__TOOLS_OPT_MAX_DECOMPRESSED(O_MAX_DECOMPRESSED),
     MN__TOOLS_OPT_NO_CACHE(O_NO_CACHE),
     {NULL, 0, NULL, 0, NULL},
@@ -67,16 +71,107 @@ const mn__cli_opt_t cmd_export_opts[] = {
 };
 
 typedef struct peak_s {
-  int64_t reserved;
-  size_t entry;
+  int64_t reserved, allocated;
+  size_t entry, entry_alloc, last;
 } peak_t;
 
+/* The first steps at the peaks of reserved and of allocated bytes. */
 static void find_peak(void *user, const mn_replay_step_t *s) {
   peak_t *p = user;
   if (s->reserved > p->reserved) {
     p->reserved = s->reserved;
     p->entry = s->entry;
   }
+  if (s->allocated > p->allocated) {
+    p->allocated = s->allocated;
+    p->entry_alloc = s->entry;
+  }
+  p->last = s->entry;
+}
+
+/* Whether `snapshot --json` leaves a frame out of a stack: the stack rule's hidden
+ * (allocator-internal) frames, those memory_viz filters (tools/stacks.h). */
+static bool frame_hidden(const mn_trace_frame_t *f) { return mn__tools_frame_is_internal(f); }
+
+typedef struct json_stop_s {
+  const mn_trace_t *t;
+  void **live;
+  int64_t allocated, reserved;
+  mn_snapshot_t *snap;
+  bool failed;
+} json_stop_t;
+
+static void json_state(void *user, mn_allocator_t *a) {
+  json_stop_t *j = user;
+  mn_alloc_stats_t st;
+  if (mn_allocator_get_stats(a, &st) == MN_OK) {
+    j->allocated = st.allocated_bytes[MN_POOL_ALL].current;
+    j->reserved = st.reserved_bytes[MN_POOL_ALL].current;
+  }
+  if (mn_allocator_snapshot(a, &j->snap) != MN_OK) {
+    j->snap = NULL;
+    j->failed = true;
+  }
+}
+
+/* The replay's block size at address p (its snapshot's block there), 0 if none. */
+static uint64_t block_at(const mn_snapshot_t *s, uintptr_t p) {
+  size_t lo = 0, hi = s->nsegments;
+  while (lo < hi) { /* segments sorted by address: the last one starting at or before p */
+    size_t mid = (lo + hi) / 2;
+    if (s->segments[mid].address <= p) lo = mid + 1;
+    else hi = mid;
+  }
+  if (!lo) return 0;
+  const mn_snapshot_segment_t *g = &s->segments[lo - 1];
+  for (size_t b = 0; b < g->nblocks; b++)
+    if (g->blocks[b].address == p) return g->blocks[b].size;
+  return 0;
+}
+
+/* `snapshot --json`: one object, the live allocations at the stop, largest first. */
+static int print_json(const mn_trace_t *t, const char *path, const char *at, size_t stop, const json_stop_t *j,
+                      bool state_only) {
+  size_t *live = malloc((t->nentries ? t->nentries : 1) * sizeof *live), n = 0;
+  if (!live) {
+    fprintf(stderr, "mnemo snapshot: out of host memory\n");
+    return 1;
+  }
+  for (size_t i = 0; i < t->nentries; i++)
+    if (j->live[i]) live[n++] = i;
+  mn__tools_sort_by_size(t, live, n);
+  printf("{\"trace\": ");
+  mn__tools_json_str(stdout, path);
+  printf(", \"at\": ");
+  mn__tools_json_str(stdout, at);
+  printf(", \"entry\": %zu, \"line\": %" PRIu32 ", \"device\": %" PRIu32 ", \"state_only\": %s"
+         ", \"allocated_bytes\": %" PRId64 ", \"reserved_bytes\": %" PRId64 ", \"count\": %zu, \"allocations\": [",
+         stop, stop < t->nentries ? t->entries[stop].line : 0, stop < t->nentries ? t->entries[stop].device : 0,
+         state_only ? "true" : "false", j->allocated, j->reserved, n);
+  for (size_t k = 0; k < n; k++) {
+    const mn_trace_entry_t *e = &t->entries[live[k]];
+    printf("%s\n {\"size\": %" PRIu64 ", \"requested\": %" PRIu64 ", \"stream\": %" PRIu64
+           ", \"entry\": %zu, \"line\": %" PRIu32 ", \"pre\": %s, \"frames\": [",
+           k ? "," : "", block_at(j->snap, (uintptr_t)j->live[live[k]]), e->size, e->stream, live[k], e->line,
+           e->pre ? "true" : "false");
+    const uint32_t *fr = NULL;
+    size_t nf = mn_trace_stack_get(t, e->stack, &fr);
+    const char *sep = "";
+    for (size_t q = 0; q < nf; q++) {
+      const mn_trace_frame_t *f = mn_trace_frame_get(t, fr[q]);
+      if (!f || frame_hidden(f)) continue;
+      printf("%s{\"file\": ", sep);
+      mn__tools_json_str(stdout, f->file ? f->file : "");
+      printf(", \"line\": %" PRIu32 ", \"name\": ", f->line);
+      mn__tools_json_str(stdout, f->name ? f->name : "");
+      putchar('}');
+      sep = ", ";
+    }
+    printf("]}");
+  }
+  printf("]}\n");
+  free(live);
+  return 0;
 }
 
 typedef struct stop_s {
@@ -180,7 +275,7 @@ static void print_state(void *user, mn_allocator_t *a) {
 
 int cmd_snapshot(int argc, char **argv) {
   const char *path = NULL, *at = "peak", *config = NULL;
-  bool blocks = false;
+  bool blocks = false, json = false;
   mn__cli_t p;
   mn__cli_begin(&p, argc, argv);
   const char *v;
@@ -189,11 +284,13 @@ int cmd_snapshot(int argc, char **argv) {
   while ((id = mn__cli_next(&p, &v)) > 0) {
     switch (id) {
     case O_BLOCKS: blocks = true; break;
+    case O_JSON: json = true; break;
     case O_AT:
       at = v;
       at_given = true;
-      if (strcmp(at, "peak") && strcmp(at, "end") && (!*at || strspn(at, "0123456789") != strlen(at)))
-        return mn__cli_error(&p, "--at must be peak, end or an entry index, not \"%s\"", at);
+      if (strcmp(at, "peak") && strcmp(at, "reserved-peak") && strcmp(at, "end") &&
+          (!*at || strspn(at, "0123456789") != strlen(at)))
+        return mn__cli_error(&p, "--at must be peak, reserved-peak, end or an entry index, not \"%s\"", at);
       break;
     case O_CONFIG: config = v; break;
     case O_MAX_DECOMPRESSED:
@@ -207,7 +304,7 @@ int cmd_snapshot(int argc, char **argv) {
   path = p.args[0];
   /* A PyTorch snapshot: its segments as dumped; asked for a moment or settings,
    * imported and replayed as a trace (below), never the option ignored. */
-  if (!at_given && !config && mn__tools_is_snapshot(path)) {
+  if (!at_given && !config && !json && mn__tools_is_snapshot(path)) {
     char *args[5] = {(char *)path, "--table", blocks ? "--blocks" : NULL};
     return mn__tools_run_script("mnemo snapshot", "import_torch_snapshot.py", args,
                                 mn__tools_import_args(args, blocks ? 3 : 2));
@@ -232,8 +329,10 @@ int cmd_snapshot(int argc, char **argv) {
   size_t stop = SIZE_MAX;
   int rc = 1;
   mn_allocator_t *a = NULL;
-  if (!strcmp(at, "peak")) {
-    peak_t pk = {-1, 0};
+  const char *so = mn_trace_meta_get(t, "state_only");
+  bool state_only = so && !strcmp(so, "1");
+  if (!strcmp(at, "peak") || !strcmp(at, "reserved-peak")) {
+    peak_t pk = {-1, -1, 0, 0, 0};
     mn_replay_options_t o = mn_replay_options_default();
     o.on_step = find_peak;
     o.on_step_user = &pk;
@@ -242,19 +341,43 @@ int cmd_snapshot(int argc, char **argv) {
       goto fail;
     mn_allocator_destroy(a);
     a = NULL;
-    stop = pk.entry;
+    /* a state dump: its state, once every allocation is in */
+    stop = state_only ? pk.last : !strcmp(at, "peak") ? pk.entry_alloc : pk.entry;
   } else if (!strcmp(at, "end")) {
     stop = t->nentries ? t->nentries - 1 : 0;
   } else {
     char *end = NULL;
     unsigned long long n = strtoull(at, &end, 10);
     if (*end || at[0] == '-' || n >= t->nentries) {
-      fprintf(stderr, "mnemo snapshot: --at must be peak, end or an entry index below %zu, not \"%s\"\n", t->nentries,
-              at);
+      fprintf(stderr, "mnemo snapshot: --at must be peak, reserved-peak, end or an entry index below %zu, not \"%s\"\n",
+              t->nentries, at);
       rc = 2;
       goto done;
     }
     stop = (size_t)n;
+  }
+  if (json) {
+    json_stop_t j = {t, calloc(t->nentries ? t->nentries : 1, sizeof(void *)), -1, -1, NULL, false};
+    if (!j.live) {
+      fprintf(stderr, "mnemo snapshot: out of host memory\n");
+      goto done;
+    }
+    mn_replay_options_t o = mn_replay_options_default();
+    o.stop_after = stop;
+    o.at_stop = json_state;
+    o.at_stop_user = &j;
+    o.live_ptrs = j.live;
+    mn_replay_result_t r;
+    if (mn_caching_allocator_create(mn_device_sim(0), &cfg, &a) != MN_OK || mn_trace_replay(t, a, &o, &r) != MN_OK ||
+        j.failed) {
+      free(j.live);
+      if (j.snap) mn_snapshot_free(j.snap);
+      goto fail;
+    }
+    rc = print_json(t, path, at, stop, &j, state_only);
+    free(j.live);
+    mn_snapshot_free(j.snap);
+    goto done;
   }
   printf("snapshot of %s replayed on sim:0 (%s%s) after entry %zu", path, as_recorded ? "as recorded: " : "",
          config[0] ? config : "defaults", stop);

@@ -7,6 +7,7 @@
 #define MNEMO_TOOLS_COMMANDS_H
 
 #include "cli.h"
+#include "mnemo/mnemo.h"
 
 #define MN__CLI_COMMAND(x)                    \
   int cmd_##x(int argc, char **argv);         \
@@ -19,8 +20,15 @@ MN__CLI_COMMAND(demo)
 MN__CLI_COMMAND(version)
 /* mnemo replay TRACE [--config ALLOC_CONF]... (tools/cmd_replay.c) */
 MN__CLI_COMMAND(replay)
+/* The SIM device's configuration `mnemo replay` gives trace device `index` as
+ * recorded (tools/cmd_replay.c): sc->capacity from its first OOM or its partial
+ * cache releases, else sc unchanged; *from "oom", "releases" or "default" (pinned
+ * host memory: "default"). 0, or an exit status after a message on stderr. */
+int mn__tools_sim_as_recorded(const mn_trace_t *t, uint32_t index, mn_sim_config_t *sc, const char **from);
 /* mnemo report TRACE -o REPORT.html [--config C]... (tools/cmd_report.c) */
 MN__CLI_COMMAND(report)
+/* mnemo diff A B [--json] [--top N] [--config C] (tools/cmd_diff.c) */
+MN__CLI_COMMAND(diff)
 /* mnemo snapshot FILE [--at peak|end|N] [--config C] [--blocks] (tools/cmd_snapshot.c) */
 MN__CLI_COMMAND(snapshot)
 /* mnemo import --from rmm|torch INPUT -o TRACE (tools/cmd_snapshot.c) */
@@ -31,5 +39,12 @@ MN__CLI_COMMAND(export)
 MN__CLI_COMMAND(bench)
 
 #undef MN__CLI_COMMAND
+
+/* `mnemo report A B -o DIFF.html`: cmd_report hands two inputs over to the diff
+ * (tools/cmd_diff.c) with what it parsed (p: its parse, for messages; config
+ * NULL: each replayed as recorded; out "-": stdout; trace_device -1: each one's
+ * lowest). Returns the exit status. */
+int cmd_diff_page(const mn__cli_t *p, const char *a, const char *b, const char *out, const char *title,
+                  const char *config, int trace_device);
 
 #endif /* MNEMO_TOOLS_COMMANDS_H */

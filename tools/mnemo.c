@@ -2,7 +2,7 @@
  * `info` lists devices and build options, `demo` runs the walking skeleton,
  * replays a bundled trace and times copies, `version`; the command table and the
  * option parser are tools/cli.c, the other commands (replay, report, snapshot,
- * import, export, bench) live in their own files (commands.h). Single-threaded. */
+ * diff, import, export, bench) live in their own files (commands.h). Single-threaded. */
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>

@@ -16,6 +16,7 @@ recorder is thread-safe); its start/stop/close calls must not race with each
 other. The other functions keep no state and may run on any thread.
 """
 import ctypes as C
+import json
 import os
 import re
 import shutil
@@ -25,7 +26,7 @@ import tempfile
 from . import _owner
 from ._lib import MnemoError, VP, built_path, declare, lib
 
-__all__ = ["ToolError", "read_trace", "record", "import_snapshot", "replay", "report", "snapshot", "cli_path"]
+__all__ = ["ToolError", "read_trace", "record", "import_snapshot", "replay", "report", "diff", "snapshot", "cli_path"]
 
 # ---- C structs -----------------------------------------------------------------
 
@@ -472,17 +473,25 @@ def replay(trace, configs=None, capacity=None, device=None, retries=None, trace_
 
 
 _REPORT_RE = re.compile(r"report (?P<path>.*): (?P<entries>\d+) entries, (?P<configs>\d+) configs, "
-                        r"(?P<bytes>\d+) bytes\n\s*peak reserved (?P<peak_reserved>\d+) B .*? at entry "
-                        r"(?P<peak_entry>\d+); peak allocated (?P<peak_allocated>\d+) B")
+                        r"(?P<devices>\d+) devices?, (?P<bytes>\d+) bytes\n")
+_REPORT_DEV_RE = re.compile(r"^(?P<label>\S+) \(trace device (?P<device>\d+)\)(?P<state>: a state dump)?.*\n"
+                            r"(?:  SIM capacity (?P<capacity>\d+) B.*\n)?"
+                            r"  peak reserved (?P<peak_reserved>\d+) B .*? at entry (?P<peak_reserved_entry>\d+); "
+                            r"peak allocated (?P<peak_allocated>\d+) B .*? at entry (?P<peak_allocated_entry>\d+)",
+                            re.M)
 
 
 def report(trace, out, configs=None, title=None, capacity=None, trace_device=None, max_decompressed_size=None):
     """Writes the self-contained HTML report of a trace or a PyTorch snapshot
     (`mnemo report`: timeline, active memory, who holds the peak, segment map
-    at the peak, configurations compared). Returns {"path": out, "bytes": its
-    size, "entries", "configs", "peak_reserved", "peak_allocated",
-    "peak_entry", "summary": the tool's printed summary}. configs, capacity,
-    trace_device, max_decompressed_size: as replay()."""
+    at any moment, configurations compared; every device of the trace).
+    Returns {"path": out, "bytes": its size, "entries", "configs", "devices":
+    one dict per device (device, label, state_only, capacity or None,
+    peak_reserved, peak_reserved_entry, peak_allocated, peak_allocated_entry),
+    the first device's "peak_reserved", "peak_allocated" and "peak_entry" (the
+    entry of its peak of allocated bytes, where "who holds the peak" looks),
+    "summary": the tool's printed summary}. configs, capacity, trace_device,
+    max_decompressed_size: as replay()."""
     dst = _path_arg(out, "out")
     args = ["report", _path_arg(trace, "trace"), "-o", dst] + _configs_arg(configs)
     args += _max_decompressed_arg(max_decompressed_size)
@@ -496,9 +505,54 @@ def report(trace, out, configs=None, title=None, capacity=None, trace_device=Non
     res = {"path": dst, "bytes": os.path.getsize(dst)}
     m = _REPORT_RE.search(text)
     if m:
-        for k in ("entries", "configs", "peak_reserved", "peak_allocated", "peak_entry"):
+        for k in ("entries", "configs"):
             res[k] = int(m.group(k))
+    devs = []
+    for d in _REPORT_DEV_RE.finditer(text):
+        dev = {"device": int(d.group("device")), "label": d.group("label"), "state_only": bool(d.group("state")),
+               "capacity": int(d.group("capacity")) if d.group("capacity") else None}
+        for k in ("peak_reserved", "peak_reserved_entry", "peak_allocated", "peak_allocated_entry"):
+            dev[k] = int(d.group(k))
+        devs.append(dev)
+    res["devices"] = devs
+    if devs:
+        res["peak_reserved"] = devs[0]["peak_reserved"]
+        res["peak_allocated"] = devs[0]["peak_allocated"]
+        res["peak_entry"] = devs[0]["peak_allocated_entry"]
     res["summary"] = text
+    return res
+
+
+def diff(a, b, out=None, config=None, trace_device=None, title=None, max_decompressed_size=None):
+    """Compares two traces or PyTorch snapshots (two runs, or two ranks of one
+    job): `mnemo diff A B --json`, returned as a dict: "a" and "b" (each one's
+    peaks, replay and PyTorch's recorded, and its live allocations at its peak
+    of allocated bytes), "ranks", "groups" (the change per stack group, grouped
+    by the first user frame, largest change first) and the segment sizes held
+    by only one. out: also write the page with the two timelines aligned
+    (`mnemo report A B -o out`). config: one allocator setting for both replays
+    (None: each as recorded). trace_device: the recorded device compared in both.
+    max_decompressed_size: as import_snapshot()."""
+    common = []
+    if config is not None:
+        from .allocator import _config_text
+        common += ["--config", _config_text(config)]
+    if trace_device is not None:
+        common += ["--trace-device", _int_opt("trace_device", trace_device)]
+    common += _max_decompressed_arg(max_decompressed_size)
+    pa, pb = _path_arg(a, "a"), _path_arg(b, "b")
+    text, _ = _run(["diff", pa, pb, "--json"] + common)
+    try:
+        res = json.loads(text)
+    except ValueError as e:
+        raise ToolError(f"mnemo diff printed no JSON object: {e}", None, [cli_path(), "diff"]) from None
+    if out is not None:
+        dst = _path_arg(out, "out")
+        args = ["report", pa, pb, "-o", dst] + common
+        if title is not None:
+            args += ["--title", str(title)]
+        _run(args)
+        res["path"] = dst
     return res
 
 
@@ -514,7 +568,9 @@ def _is_snapshot_file(path):
 def snapshot(trace, at="peak", config=None, pre_segments=True, trace_device=None, max_decompressed_size=None):
     """Replays a trace (a file, or a PyTorch snapshot pickle imported first)
     on sim:0 in this process, with a fresh caching allocator, up to ``at``
-    ("peak": the entry where reserved bytes peak, "end", or an entry index),
+    ("peak": the first entry where allocated bytes peak, as `mnemo snapshot
+    --at peak`; "reserved-peak": where reserved bytes peak; "end"; or an
+    entry index),
     and returns {"entry": the entry index stopped after, "line": its trace
     line, "config": the settings used, "as_recorded": whether they are the
     trace's meta config (used when config is None and mnemo accepts it),
@@ -562,13 +618,15 @@ def snapshot(trace, at="peak", config=None, pre_segments=True, trace_device=None
                 o.trace_device = int(_int_opt("trace_device", trace_device))
             return o
 
-        if at == "peak":
+        if at in ("peak", "reserved-peak"):
             peak = [-1, 0]
+            field = "allocated" if at == "peak" else "reserved"
 
             def on_step(user, step):
                 s = step.contents
-                if s.reserved > peak[0]:
-                    peak[0], peak[1] = s.reserved, s.entry
+                v = getattr(s, field)
+                if v > peak[0]:
+                    peak[0], peak[1] = v, s.entry
             cb = _STEP_FN(on_step)
             o = options()
             o.on_step = cb
@@ -581,7 +639,7 @@ def snapshot(trace, at="peak", config=None, pre_segments=True, trace_device=None
         elif isinstance(at, int) and not isinstance(at, bool) and 0 <= at < n:
             stop = at
         else:
-            raise ValueError(f"mnemo: at must be 'peak', 'end' or an entry index below {n}, not {at!r}")
+            raise ValueError(f"mnemo: at must be 'peak', 'reserved-peak', 'end' or an entry index below {n}, not {at!r}")
         got = {}
 
         def at_stop(user, handle):

@@ -229,11 +229,19 @@ class Tool(unittest.TestCase):
         self.assertEqual(res["entries"], 6543)
         self.assertEqual(res["peak_reserved"], 24245174272)
         self.assertEqual(res["peak_allocated"], 24024505344)
+        self.assertEqual(len(res["devices"]), 1)
+        d = res["devices"][0]
+        self.assertEqual((d["device"], d["label"], d["state_only"]), (0, "cuda:0", False))
+        self.assertEqual(res["peak_entry"], d["peak_allocated_entry"])
 
     def test_snapshot(self):
         s = P.snapshot(CTX)
         rep = P.report(CTX, os.path.join(self.tmp.name, "r.html"))
-        self.assertEqual(s["entry"], rep["peak_entry"])
+        self.assertEqual(s["entry"], rep["peak_entry"])   # the peak of allocated bytes, as the CLI's
+        self.assertEqual(s["stats"]["allocated_bytes.all.current"], rep["peak_allocated"])
+        r = P.snapshot(CTX, at="reserved-peak")
+        self.assertEqual(r["entry"], rep["devices"][0]["peak_reserved_entry"])
+        self.assertEqual(r["stats"]["reserved_bytes.all.current"], rep["peak_reserved"])
         self.assertTrue(s["as_recorded"])
         self.assertEqual(s["stats"]["reserved_bytes.all.current"], 24245174272)
         self.assertEqual(sum(seg["total_size"] for seg in s["segments"]), 24245174272)
@@ -249,8 +257,27 @@ class Tool(unittest.TestCase):
             P.snapshot(CTX, at=10 ** 9)
         with self.assertRaises(mnemo.MnemoError):
             P.snapshot(CTX, config="foo:1")
-        pk = P.snapshot(RESNET_PICKLE)  # a pickle is imported first
+        pk = P.snapshot(RESNET_PICKLE, at="reserved-peak")  # a pickle is imported first
         self.assertEqual(pk["stats"]["reserved_bytes.all.current"], 3797942272)
+
+    def test_diff(self):
+        """diff(): the CLI's `diff --json` as a dict, and the page with out=."""
+        full = os.path.join(os.path.dirname(CTX), "ctx128_fullstep.trace")
+        page = os.path.join(self.tmp.name, "diff.html")
+        d = P.diff(full, CTX, out=page, title="two runs")
+        self.assertEqual(d["path"], page)
+        self.assertEqual(d["a"]["peak_reserved"], 61111009280)
+        self.assertEqual(d["b"]["peak_reserved"], 24245174272)
+        self.assertFalse(d["ranks"])
+        self.assertEqual(sum(g["a_bytes"] for g in d["groups"]), d["a"]["live_bytes_at_peak"])
+        self.assertEqual(sum(g["b_bytes"] for g in d["groups"]), d["b"]["live_bytes_at_peak"])
+        with open(page, encoding="utf-8") as f:
+            self.assertIn("two runs", f.read())
+        same = P.diff(CTX, CTX)
+        self.assertTrue(all(g["delta_bytes"] == 0 for g in same["groups"]))
+        with self.assertRaises(P.ToolError) as cm:
+            P.diff(CTX, os.path.join(self.tmp.name, "missing.trace"))
+        self.assertEqual(cm.exception.returncode, 1)
 
     def test_decompression_limit(self):
         """max_decompressed_size reaches the importer from every function that
