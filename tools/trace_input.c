@@ -303,10 +303,28 @@ static void hash_hex(const void *a, size_t alen, const void *b, size_t blen, cha
   snprintf(hex, 33, "%016llx%016llx", (unsigned long long)d[0], (unsigned long long)d[1]);
 }
 
+/* A status line on a terminal while a big trace (over STATUS_BYTES: about a
+ * second to hash, read and parse) is read: "<prog>: <what> (N MB)...", cleared
+ * afterwards; nothing when stderr is not a terminal. */
+#define STATUS_BYTES (32u << 20)
+static bool status_show(const char *prog, const char *what, const char *path) {
+  struct stat st;
+  if (!isatty(2) || stat(path, &st) != 0 || (uint64_t)st.st_size < STATUS_BYTES) return false;
+  fprintf(stderr, "\r%s: %s (%llu MB)...\033[K", prog, what, (unsigned long long)st.st_size / 1000000u);
+  fflush(stderr);
+  return true;
+}
+
+static void status_clear(bool shown) {
+  if (!shown) return;
+  fputs("\r\033[K", stderr);
+  fflush(stderr);
+}
+
 /* A hit: the entry's importer messages replayed on stderr and its trace parsed
- * into *out. false (nothing printed, *out untouched) for a missing, stale or
- * damaged entry. */
-static bool cache_load(const char *cpath, const char *key, const char *source, mn_trace_t **out) {
+ * into *out (status: a status_show line to clear first). false (nothing printed,
+ * *out untouched) for a missing, stale or damaged entry. */
+static bool cache_load(const char *cpath, const char *key, const char *source, mn_trace_t **out, bool status) {
   void *buf = NULL;
   size_t len = 0;
   if (mn__file_read_all("mnemo", cpath, &buf, &len) != MN_OK) {
@@ -330,6 +348,7 @@ static bool cache_load(const char *cpath, const char *key, const char *source, m
     mn_trace_t *t = NULL;
     ok = !strcmp(want, hex) && mn_trace_parse(text, tlen, source, &t) == MN_OK;
     if (ok) {
+      status_clear(status);
       fwrite(err, 1, elen, stderr);
       *out = t;
     } else {
@@ -431,7 +450,10 @@ static int run_importer(const char *prog, const char *script, char *const *args,
 
 int mn__tools_trace_load(const char *prog, const char *path, int device, mn_trace_t **out) {
   if (!mn__tools_is_snapshot(path)) {
-    if (mn_trace_read(path, out) != MN_OK) {
+    bool shown = status_show(prog, "reading the trace", path);
+    mn_status st = mn_trace_read(path, out);
+    status_clear(shown);
+    if (st != MN_OK) {
       fprintf(stderr, "%s: %s\n", prog, mn_last_error());
       return 1;
     }
@@ -446,8 +468,11 @@ int mn__tools_trace_load(const char *prog, const char *path, int device, mn_trac
   /* A PyTorch snapshot: from the cache, or imported into a temporary trace,
    * read, kept in the cache, removed. */
   char cpath[PATH_MAX], key[33];
+  bool shown = status_show(prog, "reading the snapshot through the import cache", path);
   bool cached = cache_entry(path, script, device, cpath, sizeof cpath, key);
-  if (cached && cache_load(cpath, key, path, out)) return 0;
+  bool hit = cached && cache_load(cpath, key, path, out, shown);
+  status_clear(shown && !hit);
+  if (hit) return 0;
   const char *tmpdir = mn__env(MN__ENV_TMPDIR);
   char tmp[PATH_MAX];
   snprintf(tmp, sizeof tmp, "%s/mnemo-import-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
