@@ -489,51 +489,95 @@ static void where(const mn_trace_t *t, size_t i, const char *name, char *buf, si
   else snprintf(buf, n, "entry %zu", i);
 }
 
+/* The live allocation of each (device, address) while trace_match walks the
+ * entries in order: an open-addressing table (linear probing, never shrinking:
+ * a freed address keeps its slot, live SIZE_MAX), doubled at half full. */
+typedef struct match_slot_s {
+  uint64_t address;
+  size_t live; /* the live alloc's entry index; SIZE_MAX: none */
+  uint32_t device;
+  bool used;
+} match_slot_t;
+
+typedef struct match_table_s {
+  match_slot_t *slots;
+  size_t cap, count; /* cap: a power of two */
+} match_table_t;
+
+static size_t match_hash(uint64_t address, uint32_t device, size_t cap) {
+  uint64_t x = address ^ ((uint64_t)device << 48) ^ ((uint64_t)device * 0x9E3779B97F4A7C15ull);
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  return (size_t)x & (cap - 1);
+}
+
+/* (Re)makes the table with cap slots, moving what it held; false when out of memory. */
+static bool match_table_resize(match_table_t *mt, size_t cap) {
+  match_slot_t *slots = mn__calloc(cap, sizeof *slots);
+  if (!slots) return false;
+  for (size_t k = 0; k < mt->cap; k++) {
+    if (!mt->slots[k].used) continue;
+    size_t h = match_hash(mt->slots[k].address, mt->slots[k].device, cap);
+    while (slots[h].used) h = (h + 1) & (cap - 1);
+    slots[h] = mt->slots[k];
+  }
+  free(mt->slots);
+  mt->slots = slots;
+  mt->cap = cap;
+  return true;
+}
+
 /* match (nentries slots, may be NULL): for an alloc, the index of its free
- * (SIZE_MAX while live at the end); for a free_requested, its alloc; others SIZE_MAX. */
+ * (SIZE_MAX while live at the end); for a free_requested, its alloc; others SIZE_MAX.
+ * One pass in entry order (linear): the first offending entry is the first found. */
 static mn_status trace_match(const mn_trace_t *t, size_t *match, const char *name, const char *func) {
   size_t n = 0;
-  for (size_t i = 0; i < t->nentries; i++)
-    n += t->entries[i].action == MN_TRACE_ALLOC || t->entries[i].action == MN_TRACE_FREE_REQUESTED;
-  mn__addr_ref_t *refs = n ? mn__malloc(n * sizeof *refs) : NULL;
-  if (n && !refs) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory for %zu references", n);
-  n = 0;
   for (size_t i = 0; i < t->nentries; i++) {
     if (match) match[i] = SIZE_MAX;
-    mn_trace_action a = t->entries[i].action;
-    if (a == MN_TRACE_ALLOC || a == MN_TRACE_FREE_REQUESTED)
-      refs[n++] = (mn__addr_ref_t){t->entries[i].address, i, t->entries[i].device};
+    n += t->entries[i].action == MN_TRACE_ALLOC || t->entries[i].action == MN_TRACE_FREE_REQUESTED;
   }
-  if (n) qsort(refs, n, sizeof *refs, mn__addr_ref_cmp);
+  match_table_t mt = {NULL, 0, 0};
+  if (n && !match_table_resize(&mt, 1024))
+    return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory for %zu references", n);
   size_t bad = SIZE_MAX, bad_other = SIZE_MAX; /* first offending entry, and its live alloc */
-  for (size_t k = 0; k < n;) {
-    size_t live = SIZE_MAX, j = k;
-#define SAME_KEY(x, y) (refs[x].address == refs[y].address && refs[x].device == refs[y].device)
-    for (; j < n && SAME_KEY(j, k); j++) {
-      size_t i = refs[j].index;
-      bool is_alloc = t->entries[i].action == MN_TRACE_ALLOC;
-      if (is_alloc == (live != SIZE_MAX)) { /* alloc while live, or free while not */
-        if (i < bad) {
-          bad = i;
-          bad_other = live;
+  for (size_t i = 0; n && i < t->nentries; i++) {
+    const mn_trace_entry_t *e = &t->entries[i];
+    if (e->action != MN_TRACE_ALLOC && e->action != MN_TRACE_FREE_REQUESTED) continue;
+    size_t h = match_hash(e->address, e->device, mt.cap);
+    while (mt.slots[h].used && (mt.slots[h].address != e->address || mt.slots[h].device != e->device))
+      h = (h + 1) & (mt.cap - 1);
+    match_slot_t *sl = &mt.slots[h];
+    if (!sl->used) {
+      *sl = (match_slot_t){e->address, SIZE_MAX, e->device, true};
+      if (++mt.count * 2 > mt.cap) { /* grow at half full; sl moves */
+        if (!match_table_resize(&mt, mt.cap * 2)) {
+          free(mt.slots);
+          return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory for %zu references", n);
         }
-        break;
-      }
-      if (is_alloc) {
-        live = i;
-      } else {
-        if (match) {
-          match[i] = live;
-          match[live] = i;
-        }
-        live = SIZE_MAX;
+        h = match_hash(e->address, e->device, mt.cap);
+        while (!mt.slots[h].used || mt.slots[h].address != e->address || mt.slots[h].device != e->device)
+          h = (h + 1) & (mt.cap - 1);
+        sl = &mt.slots[h];
       }
     }
-    while (j < n && SAME_KEY(j, k)) j++;
-#undef SAME_KEY
-    k = j;
+    bool is_alloc = e->action == MN_TRACE_ALLOC;
+    if (is_alloc == (sl->live != SIZE_MAX)) { /* alloc while live, or free while not */
+      bad = i;
+      bad_other = sl->live;
+      break;
+    }
+    if (is_alloc) {
+      sl->live = i;
+    } else {
+      if (match) {
+        match[i] = sl->live;
+        match[sl->live] = i;
+      }
+      sl->live = SIZE_MAX;
+    }
   }
-  free(refs);
+  free(mt.slots);
   if (bad == SIZE_MAX) return MN_OK;
   char w[600], o[600];
   where(t, bad, name, w, sizeof w);

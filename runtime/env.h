@@ -33,6 +33,11 @@
   X(TOOLS_DIR, "MNEMO_TOOLS_DIR",                                                                                 \
     "the folder where `mnemo snapshot` and `mnemo import` find import_torch_snapshot.py",                          \
     "the source tree's tools/")                                                                                    \
+  X(CACHE, "MNEMO_CACHE",                                                                                         \
+    "0: no import cache (the CLI imports a PyTorch snapshot on every command); a folder: the cache's place "     \
+    "(docs/PROFILING.md, Scale)", "$XDG_CACHE_HOME/mnemo, else ~/.cache/mnemo")                                  \
+  X(XDG_CACHE_HOME, "XDG_CACHE_HOME", "the user's cache folder (the import cache is its mnemo/)", "~/.cache")    \
+  X(HOME, "HOME", "the user's home folder (~/.cache/mnemo when XDG_CACHE_HOME is unset)", "none")              \
   X(TMPDIR, "TMPDIR", "the folder where `mnemo demo` writes its HTML report", "/tmp")
 /* clang-format on */
 

@@ -13,6 +13,9 @@ cli=$1
 src=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# the import cache of this run only (what the user's environment says is not used)
+unset MNEMO_CACHE
+export XDG_CACHE_HOME=$tmp/xdg
 fails=0
 check() { # check "what" command...
   local what=$1
@@ -53,6 +56,78 @@ printf '\x80\x04junk' >"$tmp/trunc.pickle"
 "$cli" replay "$tmp/trunc.pickle" --no-progress >"$tmp/out" 2>&1
 check "replay of a damaged pickle: exit 2, the importer's message" test $? -eq 2
 check "... saying malformed snapshot" has "$tmp/out" "malformed snapshot"
+
+# the import cache: a snapshot imported once, keyed by its bytes, the importer and the options
+cache=$XDG_CACHE_HOME/mnemo
+entries() { find "$cache" -name 'import-*.trace' 2>/dev/null | wc -l; }
+same() { # same A B: the two replay --json outputs agree but for the host time per call
+  cmp -s <(sed 's/"ns_per_op": [0-9.]*//' "$1") <(sed 's/"ns_per_op": [0-9.]*//' "$2")
+}
+cp "$src/tests/data/torch/framed.pickle" "$tmp/snap.pickle"
+"$cli" replay "$tmp/snap.pickle" --json --no-progress >"$tmp/miss.json" 2>"$tmp/miss.err"
+check "cache: a miss imports (exit 0)" test $? -eq 0
+check "cache: one entry made" test "$(entries)" -eq 1
+check "cache: its folder is private (0700)" test "$(stat -c %a "$cache")" = 700
+nopy=$tmp/nopy # a PATH without python3: only a cache hit can succeed
+mkdir -p "$nopy"
+PATH=$nopy "$cli" replay "$tmp/snap.pickle" --json --no-progress >"$tmp/hit.json" 2>"$tmp/hit.err"
+check "cache: a hit needs no importer (exit 0)" test $? -eq 0
+check "cache: a hit replays the same" same "$tmp/miss.json" "$tmp/hit.json"
+check "cache: a hit repeats the importer's messages" cmp -s "$tmp/miss.err" "$tmp/hit.err"
+PATH=$nopy "$cli" report "$tmp/snap.pickle" -o "$tmp/snap.html" >"$tmp/out" 2>&1
+check "cache: report uses replay's entry (every device, the importer's default)" test $? -eq 0
+PATH=$nopy "$cli" snapshot "$tmp/snap.pickle" --at end >"$tmp/out" 2>&1
+check "cache: so does snapshot --at" test $? -eq 0
+PATH=$nopy "$cli" replay "$tmp/snap.pickle" --json --no-progress --trace-device 0 >"$tmp/out" 2>&1
+check "cache: other import options (--trace-device) miss" test $? -ne 0
+PATH=$nopy "$cli" replay "$tmp/snap.pickle" --json --no-progress --max-decompressed-size 1G >"$tmp/out" 2>&1
+check "cache: other import options (--max-decompressed-size) miss" test $? -ne 0
+PATH=$nopy MNEMO_CACHE=0 "$cli" replay "$tmp/snap.pickle" --no-progress >"$tmp/out" 2>&1
+check "cache: MNEMO_CACHE=0 does not read it" test $? -ne 0
+PATH=$nopy "$cli" replay "$tmp/snap.pickle" --no-cache --no-progress >"$tmp/out" 2>&1
+check "cache: --no-cache does not read it" test $? -ne 0
+MNEMO_CACHE=0 "$cli" report "$src/tests/data/torch/oom.pickle" -o "$tmp/oom.html" >"$tmp/out" 2>&1
+check "cache: MNEMO_CACHE=0 writes no entry" test "$(entries)" -eq 1
+MNEMO_CACHE=$tmp/own "$cli" replay "$tmp/snap.pickle" --no-progress >"$tmp/out" 2>&1
+check "cache: MNEMO_CACHE=FOLDER puts it there" test "$(find "$tmp/own" -name 'import-*.trace' | wc -l)" -eq 1
+cp "$src/tests/data/torch/oom.pickle" "$tmp/snap.pickle" # the same path, other bytes
+PATH=$nopy "$cli" replay "$tmp/snap.pickle" --no-progress >"$tmp/out" 2>&1
+check "cache: changed content misses" test $? -ne 0
+"$cli" replay "$tmp/snap.pickle" --json --no-progress >"$tmp/oom.json" 2>&1
+check "cache: ... and makes its own entry" test "$(entries)" -eq 2
+entry=$(grep -l " oom " "$cache"/import-*.trace)
+for damage in flip truncate header blanks; do
+  case $damage in
+    flip) python3 -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 1; open(p, "wb").write(b)' "$entry" ;;
+    truncate) head -c 300 "$entry" >"$tmp/e" && cat "$tmp/e" >"$entry" ;;
+    header) sed -i '1s/^mnemo-import-cache 1 /mnemo-import-cache 1 0/' "$entry" ;;
+    blanks) printf 'mnemo-import-cache 1%0200d' 0 | tr 0 ' ' >"$entry" ;;
+  esac
+  PATH=$nopy "$cli" replay "$tmp/snap.pickle" --json --no-progress >"$tmp/out" 2>&1
+  check "cache: a damaged entry ($damage) is not used" test $? -ne 0
+  "$cli" replay "$tmp/snap.pickle" --json --no-progress >"$tmp/out" 2>&1
+  check "cache: ... imported again, the same answer ($damage)" same "$tmp/oom.json" "$tmp/out"
+  PATH=$nopy "$cli" replay "$tmp/snap.pickle" --json --no-progress >"$tmp/out" 2>&1
+  check "cache: ... and the entry rewritten ($damage)" same "$tmp/oom.json" "$tmp/out"
+done
+chmod 777 "$cache"
+PATH=$nopy "$cli" replay "$tmp/snap.pickle" --no-progress >"$tmp/out" 2>&1
+check "cache: a folder others may write to is not used" test $? -ne 0
+chmod 700 "$cache"
+
+# bench/gen_torch_snapshot.py (the scale benchmark's snapshots) makes consistent
+# snapshots: imported without a warning, replayed near PyTorch's peak reserved (the
+# generator's allocator is a simplified PyTorch's)
+python3 "$src/bench/gen_torch_snapshot.py" "$tmp/gen.pickle" --events 3000 2>/dev/null
+"$cli" replay "$tmp/gen.pickle" --json --no-progress --no-cache >"$tmp/gen.json" 2>"$tmp/gen.err"
+check "generated snapshot: replays" test $? -eq 0
+check "generated snapshot: no importer warning" test "$(grep -c warning "$tmp/gen.err")" -eq 0
+ratio=$(grep -o '"reserved_vs_torch": [0-9.]*' "$tmp/gen.json" | head -1 | cut -d' ' -f2)
+check "generated snapshot: peak reserved within 1% of PyTorch's (got ${ratio:-none})" \
+  awk -v r="${ratio:-0}" 'BEGIN { exit !(r > 0.99 && r < 1.01) }'
+check "generated snapshot: three streams" has "$tmp/gen.json" '"streams": 3'
+python3 "$src/bench/gen_torch_snapshot.py" "$tmp/gen2.pickle" --events 3000 2>/dev/null
+check "generated snapshot: deterministic" cmp -s "$tmp/gen.pickle" "$tmp/gen2.pickle"
 
 # replay
 trace=$src/data/traces/ctx128_forward_mixed.trace

@@ -1384,6 +1384,31 @@ MN_TEST(replay_real_traces) {
 }
 #endif
 
+/* Alloc/free matching over thousands of addresses on two devices (the matcher's
+ * table grows several times; address 0 is a key like any other): pairs matched,
+ * and the first offending entry reported, whichever address comes first in sort order. */
+static void match_many_addresses(void) {
+  mn_trace_t *t = NULL;
+  MN_CHECK_OK(mn_trace_create(&t));
+  enum { N = 3000 };
+  for (int pass = 0; pass < 2; pass++)
+    for (uint32_t k = 0; k < N; k++) {
+      mn_trace_entry_t e = {.action = pass ? MN_TRACE_FREE_REQUESTED : MN_TRACE_ALLOC, .time_us = k,
+                            .address = (uint64_t)(k / 2) * 512, .size = 512, .device = k % 2};
+      MN_CHECK_OK(mn_trace_append(t, &e));
+    }
+  MN_CHECK_OK(mn_trace_validate(t));
+  /* live again: entry 2N allocates 0x200 on device 1; entry 2N+2 frees 0x400 on
+   * device 0, which is not live; entry 2N+3 allocates 0x200 on device 1 again */
+  mn_trace_entry_t more[4] = {{.action = MN_TRACE_ALLOC, .address = 0x200, .size = 8, .device = 1},
+                              {.action = MN_TRACE_ALLOC, .address = 0x200, .size = 8, .device = 0},
+                              {.action = MN_TRACE_FREE_REQUESTED, .address = 0x400, .size = 8, .device = 0},
+                              {.action = MN_TRACE_ALLOC, .address = 0x200, .size = 8, .device = 1}};
+  for (int k = 0; k < 4; k++) MN_CHECK_OK(mn_trace_append(t, &more[k]));
+  MN_CHECK_ERR(mn_trace_validate(t), MN_ERR_FORMAT, "entry 6002: free_requested of 0x400, which is not live");
+  mn_trace_destroy(t);
+}
+
 int main(void) {
   mn_sim_config_t c = mn_sim_config_default();
   c.capacity = (size_t)1 << 30;
@@ -1410,6 +1435,7 @@ int main(void) {
   MN_RUN(replay_caching_and_record);
   MN_RUN(replay_pre_segments_as_recorded);
   MN_RUN(replay_live_ptrs);
+  MN_RUN(match_many_addresses);
   MN_RUN(replay_oom_lines);
 #ifdef MN_SOURCE_DIR
   /* The recorded GPU had 80 GB: give the SIM device as much (memory is lazily backed). */

@@ -32,7 +32,7 @@ const char cmd_diff_about[] =
     "(largest first), the segment sizes only one holds at its peak of reserved bytes.\n"
     "As a page with the two timelines aligned: mnemo report A B -o DIFF.html.\n";
 
-enum { O_JSON = 1, O_TOP, O_CONFIG, O_TRACE_DEVICE, O_MAX_DECOMPRESSED };
+enum { O_JSON = 1, O_TOP, O_CONFIG, O_TRACE_DEVICE, O_MAX_DECOMPRESSED, O_NO_CACHE };
 
 const mn__cli_opt_t cmd_diff_opts[] = {
     {"json", 0, NULL, O_JSON, "print one JSON object (every group) instead of the text"},
@@ -42,6 +42,7 @@ const mn__cli_opt_t cmd_diff_opts[] = {
     {"trace-device", 0, "N", O_TRACE_DEVICE,
      "the recorded device to compare in both (0..1000; default: each one's lowest, with a note when it has more)"},
     MN__TOOLS_OPT_MAX_DECOMPRESSED(O_MAX_DECOMPRESSED),
+    MN__TOOLS_OPT_NO_CACHE(O_NO_CACHE),
     {NULL, 0, NULL, 0, NULL},
 };
 
@@ -625,6 +626,7 @@ int cmd_diff(int argc, char **argv) {
     case O_MAX_DECOMPRESSED:
       if (mn__tools_set_max_decompressed(&p, v)) return 2;
       break;
+    case O_NO_CACHE: mn__tools_set_no_cache(); break;
     }
   }
   if (id < 0) return p.rc;

@@ -26,7 +26,7 @@ const char cmd_replay_about[] =
 
 enum {
   O_CONFIG = 1, O_ALLOCATOR, O_JSON, O_DEVICE, O_CAPACITY, O_RETRIES, O_TRACE_DEVICE, O_NO_PRE, O_NO_PRE_SEGMENTS,
-  O_NO_EMPTY_CACHE, O_REPEAT, O_PROGRESS, O_NO_PROGRESS, O_MAX_DECOMPRESSED
+  O_NO_EMPTY_CACHE, O_REPEAT, O_PROGRESS, O_NO_PROGRESS, O_MAX_DECOMPRESSED, O_NO_CACHE
 };
 
 const mn__cli_opt_t cmd_replay_opts[] = {
@@ -46,6 +46,7 @@ const mn__cli_opt_t cmd_replay_opts[] = {
     {"progress", 0, NULL, O_PROGRESS, "a progress bar on stderr (default: when it is a terminal)"},
     {"no-progress", 0, NULL, O_NO_PROGRESS, "no progress bar"},
     MN__TOOLS_OPT_MAX_DECOMPRESSED(O_MAX_DECOMPRESSED),
+    MN__TOOLS_OPT_NO_CACHE(O_NO_CACHE),
     {NULL, 0, NULL, 0, NULL},
 };
 
@@ -584,6 +585,7 @@ int cmd_replay(int argc, char **argv) {
     case O_MAX_DECOMPRESSED:
       if (mn__tools_set_max_decompressed(&p, v)) return 2;
       break;
+    case O_NO_CACHE: mn__tools_set_no_cache(); break;
     case O_DEVICE:
       if (!strcmp(v, "sim")) {
         ra.device = mn_device_sim(0);

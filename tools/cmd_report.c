@@ -63,7 +63,7 @@ const char cmd_report_about[] =
     "comparison as a page (`mnemo diff --help`), taking -o, --title, one --config,\n"
     "--trace-device and --max-decompressed-size.\n";
 
-enum { O_OUTPUT = 1, O_CONFIG, O_CAPACITY, O_TRACE_DEVICE, O_TITLE, O_MAX_DECOMPRESSED };
+enum { O_OUTPUT = 1, O_CONFIG, O_CAPACITY, O_TRACE_DEVICE, O_TITLE, O_MAX_DECOMPRESSED, O_NO_CACHE };
 
 const mn__cli_opt_t cmd_report_opts[] = {
     {"output", 'o', "FILE", O_OUTPUT, "the HTML page to write (required; - for stdout)"},
@@ -74,6 +74,7 @@ const mn__cli_opt_t cmd_report_opts[] = {
     {"trace-device", 0, "N", O_TRACE_DEVICE, "the trace's (or snapshot's) device to replay (0..1000)"},
     {"title", 0, "TEXT", O_TITLE, "the page's title (default: the trace's name)"},
     MN__TOOLS_OPT_MAX_DECOMPRESSED(O_MAX_DECOMPRESSED),
+    MN__TOOLS_OPT_NO_CACHE(O_NO_CACHE),
     {NULL, 0, NULL, 0, NULL},
 };
 
@@ -1264,6 +1265,7 @@ int cmd_report(int argc, char **argv) {
     case O_MAX_DECOMPRESSED:
       if (mn__tools_set_max_decompressed(&p, v)) return 2;
       break;
+    case O_NO_CACHE: mn__tools_set_no_cache(); break;
     }
   }
   if (id < 0) return p.rc;

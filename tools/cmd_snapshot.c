@@ -30,7 +30,7 @@ const char cmd_snapshot_about[] =
     "(import_torch_snapshot.py --table); with --at, --config or --json it is\n"
     "imported and replayed as a trace.\n";
 
-enum { O_AT = 1, O_CONFIG, O_BLOCKS, O_MAX_DECOMPRESSED, O_JSON };
+enum { O_AT = 1, O_CONFIG, O_BLOCKS, O_MAX_DECOMPRESSED, O_JSON, O_NO_CACHE };
 
 const mn__cli_opt_t cmd_snapshot_opts[] = {
     {"at", 0, "peak|reserved-peak|end|ENTRY", O_AT,
@@ -40,6 +40,7 @@ const mn__cli_opt_t cmd_snapshot_opts[] = {
     {"blocks", 0, NULL, O_BLOCKS, "every block of the segments, and the largest live allocations"},
     {"json", 0, NULL, O_JSON, "one JSON object: allocated_bytes and the live allocations with their stacks"},
     MN__TOOLS_OPT_MAX_DECOMPRESSED(O_MAX_DECOMPRESSED),
+    MN__TOOLS_OPT_NO_CACHE(O_NO_CACHE),
     {NULL, 0, NULL, 0, NULL},
 };
 
@@ -295,6 +296,7 @@ int cmd_snapshot(int argc, char **argv) {
     case O_MAX_DECOMPRESSED:
       if (mn__tools_set_max_decompressed(&p, v)) return 2;
       break;
+    case O_NO_CACHE: mn__tools_set_no_cache(); break;
     }
   }
   if (id < 0) return p.rc;

@@ -72,6 +72,7 @@ import argparse
 import bisect
 import contextlib
 import errno
+import gc as _gc
 import gzip
 import heapq
 import io
@@ -80,6 +81,7 @@ import pickle
 import stat
 import sys
 import tempfile
+import time
 import zlib
 
 FORMAT_VERSION = 1
@@ -107,6 +109,42 @@ DEVICE_MAX = (1 << 31) - 1  # the trace format's largest device index
 # a 1 MiB .pickle.gz of zeros would otherwise inflate to 1 GiB.
 MAX_DECOMPRESSED = 4 << 30
 NESTING_MAX = 100          # lists/dicts/tuples deep; PyTorch's snapshots nest 7 deep
+
+
+class _Progress:
+    """A one-line progress display on stderr (--progress: mnemo passes it when its
+    stderr is a terminal), shown once the import has run a second, redrawn at
+    most 10 times a second; never a newline (the line is cleared at the end)."""
+
+    def __init__(self):
+        self.on = False
+        self.start = self.last = 0.0
+        self.shown = False
+
+    def enable(self):
+        self.on = True
+        self.start = time.monotonic()
+
+    def __call__(self, stage, done=None, total=None):
+        if not self.on:
+            return
+        now = time.monotonic()
+        if now - self.start < 1.0 or now - self.last < 0.1:
+            return
+        self.last = now
+        pct = f" {100 * done // total:3d}%" if total else ""
+        sys.stderr.write(f"\rimporting the snapshot: {stage}{pct}\033[K")
+        sys.stderr.flush()
+        self.shown = True
+
+    def clear(self):
+        if self.shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+            self.shown = False
+
+
+progress = _Progress()
 
 
 class SnapshotError(Exception):
@@ -187,7 +225,9 @@ def parse_bytes(data, max_decompressed=MAX_DECOMPRESSED):
     """The object pickled in data (gzip-compressed or not, inflating to at most
     max_decompressed bytes), its containers nested at most NESTING_MAX deep;
     SnapshotError otherwise."""
+    progress("reading the pickle")
     obj = _unpickle(data, max_decompressed)
+    progress("checking its structure")
     _check_nesting(obj)
     return obj
 
@@ -277,6 +317,12 @@ class Snapshot:
                 raise SnapshotError(f"segments[{i}]: field 'device' = {dev} out of range (a trace holds 0 to "
                                     f"{DEVICE_MAX})")
             self.seg_devices.add(dev)
+
+    def release_events(self):
+        """Drops the pickle's event dicts once every Device has read its own
+        (the biggest part of a big snapshot's memory); which devices had events
+        is kept (event_devices)."""
+        self.traces = [[None] if t else [] for t in self.traces]
 
     def _read_2_14(self, obj):
         """external_annotations, host_segments, host_traces; the unknown keys."""
@@ -518,18 +564,36 @@ def _events(snap, device, fp, annotations=None):
     events go to annotations (a list, when given); unknown actions are counted
     in snap.unknown_actions and skipped."""
     events = []
+    append = events.append
     trace = snap.traces[device] if device < len(snap.traces) else []
+    lists, frames_of = fp.lists, fp.frames
+    actions, dropped = frozenset(ACTIONS), frozenset(DROPPED_ACTIONS)
+    top = 1 << 64
     label = snap.trace_label.format(device)
     for i, e in enumerate(trace):
-        where = f"{label}[{i}]"
-        if not isinstance(e, dict):
-            raise SnapshotError(f"{where}: not a dict")
+        if not i & 0xFFFF:
+            progress("reading events", i, len(trace))
+        if type(e) is not dict:
+            raise SnapshotError(f"{label}[{i}]: not a dict")
         action = e.get("action")
+        # the common case checked inline (type() is int: no bool); anything else
+        # takes the checks below, with their messages
+        if type(action) is str and action in actions and action != "oom" and SYNTHETIC_KEY not in e:
+            addr, size, stream, t = e.get("addr"), e.get("size"), e.get("stream", 0), e.get("time_us", 0)
+            if (type(addr) is int and type(size) is int and type(stream) is int and type(t) is int and
+                    0 <= addr < top and 0 <= size < top and 0 <= stream < top and 0 <= t < 1 << 63 and
+                    (size or action != "alloc")):
+                fr = e.get("frames")
+                got = lists.get(id(fr)) if fr is not None else None
+                append({"action": action, "addr": addr, "size": size, "stream": stream, "time_us": t, "index": i,
+                        "frames": got[1] if got is not None else frames_of(fr, f"{label}[{i}]")})
+                continue
+        where = f"{label}[{i}]"
         if not isinstance(action, str):
             raise SnapshotError(f"{where}: 'action' missing or not a string")
-        if action in DROPPED_ACTIONS or e.get(SYNTHETIC_KEY) is True:
+        if action in dropped or e.get(SYNTHETIC_KEY) is True:
             continue
-        if action not in ACTIONS:
+        if action not in actions:
             if action == ANNOTATE:
                 if annotations is not None:
                     annotations.append(_annotation(e, i, where, fp))
@@ -548,7 +612,7 @@ def _events(snap, device, fp, annotations=None):
               "frames": fp.frames(e.get("frames"), where)}
         if action == "alloc" and ev["size"] == 0:
             raise SnapshotError(f"{where}: alloc of 0 bytes")
-        events.append(ev)
+        append(ev)
     return events
 
 
@@ -1052,7 +1116,8 @@ class _Layout:
         if i < len(self.starts) and self.starts[i] == addr:
             raise ValueError(f"segment 0x{addr:x} added twice")
         self.starts.insert(i, addr)
-        self.segs[addr] = {"size": size, "blocks": blocks}
+        # ends: block end -> block start, to find a freed block's left neighbour
+        self.segs[addr] = {"size": size, "blocks": blocks, "ends": {a + b[0]: a for a, b in blocks.items()}}
 
     def remove_segment(self, addr):
         seg = self.segs.pop(addr, None)
@@ -1072,7 +1137,8 @@ class _Layout:
 
     def alloc(self, addr, requested):
         """Returns the block size PyTorch gave this allocation."""
-        blocks = self._segment(addr)["blocks"]
+        seg = self._segment(addr)
+        blocks = seg["blocks"]
         b = blocks.get(addr)
         size = round_size(requested)
         if b is None or b[1] or b[0] < size:
@@ -1080,12 +1146,16 @@ class _Layout:
         rem = b[0] - size
         if (size <= SMALL_SIZE and rem >= MIN_BLOCK) or (size > SMALL_SIZE and rem > SMALL_SIZE):
             blocks[addr + size] = [rem, False]
+            ends = seg["ends"]
+            ends[addr + b[0]] = addr + size
+            ends[addr + size] = addr
             b[0] = size
         b[1] = True
         return b[0]
 
     def free(self, addr):
-        blocks = self._segment(addr)["blocks"]
+        seg = self._segment(addr)
+        blocks, ends = seg["blocks"], seg["ends"]
         b = blocks.get(addr)
         if b is None or not b[1]:
             raise ValueError(f"free of 0x{addr:x}, which is not an allocated block")
@@ -1093,10 +1163,15 @@ class _Layout:
         size = b[0]
         nxt = blocks.get(addr + size)
         if nxt is not None and not nxt[1]:
+            del ends[addr + size]
             b[0] += blocks.pop(addr + size)[0]
-        prev = next((a for a, p in blocks.items() if a + p[0] == addr), None)
+            ends[addr + b[0]] = addr
+        prev = ends.get(addr)
         if prev is not None and not blocks[prev][1]:
-            blocks[prev][0] += blocks.pop(addr)[0]
+            del ends[addr]
+            p = blocks[prev]
+            p[0] += blocks.pop(addr)[0]
+            ends[prev + p[0]] = prev
         return size
 
 
@@ -1123,31 +1198,37 @@ def torch_figures(events, segs, pre_allocs, pre_segs):
     """PyTorch's own figures for the run, and the block size of every alloc event
     (index -> bytes) when the layout could be reconstructed."""
     fig = {}
+    progress("PyTorch's figures")
     reserved = sum(s["size"] for s in pre_segs.values())
     fig["torch_reserved_start"] = reserved
     peak_res = reserved
-    for ev in events:
-        a = ev["action"]
-        if a in ("segment_alloc", "segment_map"):
-            reserved += ev["size"]
-        elif a in ("segment_free", "segment_unmap"):
-            reserved -= ev["size"]
-        peak_res = max(peak_res, reserved)
-    fig["torch_peak_reserved"] = peak_res
-    fig["torch_segment_allocs"] = sum(ev["action"] == "segment_alloc" for ev in events)
-    fig["torch_segment_frees"] = sum(ev["action"] == "segment_free" for ev in events)
-    fig["torch_ooms"] = sum(ev["action"] == "oom" for ev in events)
-
     requested = sum(pa["size"] for pa in pre_allocs.values())
     peak_req = requested
     live_req = {}
-    for ev in events:
-        if ev["action"] == "alloc":
+    nsa = nsf = nooms = 0
+    for ev in events:   # one pass: reserved, requested, counts (peaks move only when they grow)
+        a = ev["action"]
+        if a == "alloc":
             live_req[ev["addr"]] = ev["size"]
             requested += ev["size"]
-        elif ev["action"] == "free_requested":
+            if requested > peak_req:
+                peak_req = requested
+        elif a == "free_requested":
             requested -= live_req.pop(ev["addr"], None) or pre_allocs[ev["addr"]]["size"]
-        peak_req = max(peak_req, requested)
+        elif a == "segment_alloc" or a == "segment_map":
+            reserved += ev["size"]
+            nsa += a == "segment_alloc"
+            if reserved > peak_res:
+                peak_res = reserved
+        elif a == "segment_free" or a == "segment_unmap":
+            reserved -= ev["size"]
+            nsf += a == "segment_free"
+        elif a == "oom":
+            nooms += 1
+    fig["torch_peak_reserved"] = peak_res
+    fig["torch_segment_allocs"] = nsa
+    fig["torch_segment_frees"] = nsf
+    fig["torch_ooms"] = nooms
     fig["torch_peak_requested"] = peak_req
 
     block_sizes = {}
@@ -1179,18 +1260,21 @@ def torch_figures(events, segs, pre_allocs, pre_segs):
         allocated = sum(pa["block_size"] for pa in pre_allocs.values())
         fig["torch_allocated_start"] = allocated
         peak = allocated
+        progress("PyTorch's block layout")
+        lalloc, lfree = layout.alloc, layout.free
         for ev in events:
             a = ev["action"]
-            if a == "segment_alloc":
+            if a == "alloc":
+                bs = block_sizes[ev["index"]] = lalloc(ev["addr"], ev["size"])
+                allocated += bs
+                if allocated > peak:
+                    peak = allocated
+            elif a == "free_completed":
+                allocated -= lfree(ev["addr"])
+            elif a == "segment_alloc":
                 layout.add_segment(ev["addr"], ev["size"], {ev["addr"]: [ev["size"], False]})
             elif a == "segment_free":
                 layout.remove_segment(ev["addr"])
-            elif a == "alloc":
-                block_sizes[ev["index"]] = layout.alloc(ev["addr"], ev["size"])
-                allocated += block_sizes[ev["index"]]
-            elif a == "free_completed":
-                allocated -= layout.free(ev["addr"])
-            peak = max(peak, allocated)
         fig["torch_peak_allocated"] = peak
         fig["torch_allocated_method"] = "blocks"
     except ValueError as e:
@@ -1266,12 +1350,9 @@ class Device:
         return segs, allocs
 
     def event_records(self, dev, origin):
-        out = []
-        for ev in self.events:
-            bs = self.block_sizes.get(ev["index"])
-            out.append((max(ev["time_us"] - origin, 0), ev["action"], ev["stream"], ev["addr"], ev["size"], bs,
-                        bs or 0, dev, ev["frames"]))
-        return out
+        get = self.block_sizes.get
+        return [(t if t > 0 else 0, ev["action"], ev["stream"], ev["addr"], ev["size"], bs, bs or 0, dev, ev["frames"])
+                for ev in self.events for t, bs in ((ev["time_us"] - origin, get(ev["index"])),)]
 
 
 # ---- writing ---------------------------------------------------------------------------
@@ -1318,9 +1399,10 @@ def _check_lines(lines):
     """The trace text of lines, checked to stay within the format
     (docs/TRACE_FORMAT.md): no line over LINE_MAX bytes, no NUL or CR;
     SnapshotError (nothing is written) otherwise: never a trace the reader refuses."""
-    for n, line in enumerate(lines, 1):
-        if len(line) > LINE_MAX // 4 and len(line.encode("utf-8", "surrogatepass")) > LINE_MAX:
-            raise SnapshotError(f"line {n} of the trace would be over {LINE_MAX} bytes ({line[:40]!r}...)")
+    if max(map(len, lines), default=0) > LINE_MAX // 4:   # a UTF-8 character is at most 4 bytes
+        for n, line in enumerate(lines, 1):
+            if len(line) > LINE_MAX // 4 and len(line.encode("utf-8", "surrogatepass")) > LINE_MAX:
+                raise SnapshotError(f"line {n} of the trace would be over {LINE_MAX} bytes ({line[:40]!r}...)")
     text = "\n".join(lines) + "\n"
     if "\0" in text or "\r" in text:
         raise SnapshotError("the trace would hold a NUL byte or a carriage return")
@@ -1331,22 +1413,24 @@ def _format_records(records, version, stacks):
     """Trace lines of (time|'pre', action, stream, addr, size, bs_v1, bs, dev, frames)
     records. Version 1: block size only where known; 2: block size and device;
     3: block size, device and stack id."""
-    out = []
-    for tag, action, stream, addr, size, bs1, bs, dev, frames in records:
-        if version == 1:
-            out.append(f"{tag} {action} {stream} 0x{addr:x} {size}" + (f" {bs1}" if bs1 else ""))
-        elif version == 2:
-            out.append(f"{tag} {action} {stream} 0x{addr:x} {size} {bs} {dev}")
-        else:
-            out.append(f"{tag} {action} {stream} 0x{addr:x} {size} {bs} {dev} {stacks.stack_id(frames)}")
-    return out
+    progress("writing the trace")
+    if version == 1:
+        return [f"{tag} {action} {stream} 0x{addr:x} {size}" + (f" {bs1}" if bs1 else "")
+                for tag, action, stream, addr, size, bs1, bs, dev, frames in records]
+    if version == 2:
+        return [f"{tag} {action} {stream} 0x{addr:x} {size} {bs} {dev}"
+                for tag, action, stream, addr, size, bs1, bs, dev, frames in records]
+    sid = stacks.stack_id
+    return [f"{tag} {action} {stream} 0x{addr:x} {size} {bs} {dev} {sid(frames)}"
+            for tag, action, stream, addr, size, bs1, bs, dev, frames in records]
 
 
 def _with_stacks(records):
     """A Stacks table interning every record's frames (empty: no frames anywhere)."""
     stacks = Stacks()
+    sid = stacks.stack_id
     for r in records:
-        stacks.stack_id(r[8])
+        sid(r[8])
     return stacks
 
 
@@ -1493,6 +1577,7 @@ def _convert(data, device, source, warn, max_decompressed):
              "the rest is imported")
     # One CUDA device 0 stays version 1 as before; any other index is written as it is.
     multi = len(devs) > 1 or devs[0].device != 0 or devs[0].host
+    snap.release_events()   # every Device has read its events
     text, version, stacks = trace_text(source, snap, devs, multi, warn)
     return text, devs, version, stacks
 
@@ -1551,12 +1636,15 @@ def guarded(prog, path, fn):
     try:
         return 0, fn()
     except SnapshotError as e:
+        progress.clear()
         print(f"{prog}: {path}: malformed snapshot: {e}", file=sys.stderr)
         return 2, None
     except RecursionError:
+        progress.clear()
         print(f"{prog}: {path}: malformed snapshot: structure nested too deeply to process", file=sys.stderr)
         return 2, None
     except OSError as e:
+        progress.clear()
         print(f"{prog}: {e}", file=sys.stderr)
         return 1, None
 
@@ -1621,7 +1709,14 @@ def main(argv=None):
     ap.add_argument("--blocks", action="store_true", help="with --table: every block too")
     ap.add_argument("--max-decompressed-size", metavar="BYTES", default=None,
                     help="the most bytes a .pickle.gz may inflate to (default 4G; K, M, G, T suffixes)")
+    ap.add_argument("--progress", action="store_true",
+                    help="show progress on stderr (one line, redrawn) once the import takes over a second")
     args = ap.parse_args(argv)
+    if args.progress:
+        progress.enable()
+    # A snapshot is millions of small dicts and no reference cycles: the cyclic
+    # garbage collector would walk them again and again for nothing.
+    _gc.disable()
     cap = MAX_DECOMPRESSED
     if args.max_decompressed_size is not None:
         try:
@@ -1640,6 +1735,7 @@ def main(argv=None):
     prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "import_torch_snapshot.py"
 
     def warn(msg):
+        progress.clear()
         print(f"{prog}: warning: {msg}", file=sys.stderr)
 
     def read():
@@ -1651,9 +1747,12 @@ def main(argv=None):
     rc, got = guarded(prog, args.snapshot,
                       lambda: convert(read(), args.device, args.snapshot, warn, cap))
     if rc:
+        progress.clear()
         return rc
     text, devs, version, stacks = got
+    progress("writing the trace")
     rc = write_output(prog, args.output, text)
+    progress.clear()
     if rc:
         return rc
     gib = float(1 << 30)

@@ -16,7 +16,10 @@
 
 /* Reads `path`: a mnemo trace, or a PyTorch memory snapshot (a pickle, gzip'ed or
  * not: told by its first bytes) that it imports on the fly through
- * import_torch_snapshot.py into a temporary trace (removed afterwards). device:
+ * import_torch_snapshot.py into a temporary trace (removed afterwards), or takes
+ * from the import cache (docs/PROFILING.md, Scale: the user's cache folder, keyed
+ * by the snapshot's bytes, the importer's and the import options; the importer's
+ * stderr repeated on a hit; off with MNEMO_CACHE=0 or mn__tools_set_no_cache). device:
  * the snapshot's CUDA device to import (-1: the importer's default, the first device
  * with events; MN__TOOLS_ALL_DEVICES: every device, `--device all`). On failure prints "<prog>: <message>" on stderr and returns the
  * exit status (1: I/O or a tool missing, 2: a malformed file); 0 and *out on success. */
@@ -33,6 +36,14 @@ int mn__tools_trace_load(const char *prog, const char *path, int device, mn_trac
 /* Takes that option's value (a byte count as mn_bytes_parse reads it), kept for
  * the importer runs that follow: 0, or 2 after a usage error. */
 int mn__tools_set_max_decompressed(const mn__cli_t *p, const char *value);
+
+/* `--no-cache`, a row of the option table of every command that reads a trace
+ * through mn__tools_trace_load; mn__tools_set_no_cache turns the import cache off
+ * for this process (as MNEMO_CACHE=0). */
+#define MN__TOOLS_OPT_NO_CACHE(id)                                                            \
+  {"no-cache", 0, NULL, (id), "import a PyTorch snapshot again, not from the import cache, and keep nothing " \
+   "(as MNEMO_CACHE=0)"}
+void mn__tools_set_no_cache(void);
 
 /* Appends what mn__tools_set_max_decompressed kept to args[n..] (room for 2 more)
  * and returns the new count. */
