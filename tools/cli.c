@@ -260,6 +260,18 @@ int mn__cli_int(const mn__cli_t *p, const char *value, long lo, long hi, long *o
   return 0;
 }
 
+int mn__cli_bytes(const mn__cli_t *p, const char *value, size_t *out) {
+  char buf[64];
+  size_t n = 0;
+  if (mn_bytes_parse(value, &n) != MN_OK || n == 0) {
+    mn_clear_error();
+    return mn__cli_error(p, "%s \"%s\" is not a byte count (e.g. 85899345920 or 80G)",
+                         p->opt ? opt_text(p->opt, buf, sizeof buf) : "the value", value);
+  }
+  *out = n;
+  return 0;
+}
+
 bool mn__cli_is_stdout(const char *path) { return path && !strcmp(path, "-"); }
 
 int mn__cli_main(int argc, char **argv) {

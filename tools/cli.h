@@ -84,6 +84,10 @@ int mn__cli_want_args(const mn__cli_t *p, int lo, int hi, const char *what);
  * the current option. */
 int mn__cli_int(const mn__cli_t *p, const char *value, long lo, long hi, long *out);
 
+/* Parses a byte-count option value (a count, or with K/M/G/T: mn_bytes_parse)
+ * of at least 1; 0, or a usage error (2) naming the current option. */
+int mn__cli_bytes(const mn__cli_t *p, const char *value, size_t *out);
+
 /* Whether an output path means the standard output ("-"). */
 bool mn__cli_is_stdout(const char *path);
 

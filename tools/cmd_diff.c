@@ -115,15 +115,9 @@ typedef struct diff_s {
 static void on_step(void *user, const mn_replay_step_t *st) {
   side_t *s = user;
   if (s->oom) return;
-  if (s->nsteps == s->cap) {
-    size_t cap = s->cap ? s->cap * 2 : 4096;
-    step_t *ns = realloc(s->steps, cap * sizeof *ns);
-    if (!ns) {
-      s->oom = true;
-      return;
-    }
-    s->steps = ns;
-    s->cap = cap;
+  if (!mn__tools_grow(&s->steps, s->nsteps, &s->cap, sizeof *s->steps, 4096)) {
+    s->oom = true;
+    return;
   }
   s->steps[s->nsteps++] = (step_t){st->entry, st->allocated, st->reserved};
 }

@@ -133,15 +133,9 @@ static void read_torch(const mn_trace_t *t, bool multi, uint64_t label, torch_fi
 
 static void oom_push(void *user, const mn_replay_oom_t *o) {
   oom_list_t *l = user;
-  if (l->n == l->cap) {
-    size_t cap = l->cap ? 2 * l->cap : 16;
-    mn_replay_oom_t *v = realloc(l->v, cap * sizeof *v);
-    if (!v) {
-      l->nomem = true;
-      return;
-    }
-    l->v = v;
-    l->cap = cap;
+  if (!mn__tools_grow(&l->v, l->n, &l->cap, sizeof *l->v, 16)) {
+    l->nomem = true;
+    return;
   }
   l->v[l->n++] = *o;
 }
@@ -612,10 +606,7 @@ int cmd_replay(int argc, char **argv) {
       configs[nconfigs++] = v;
       break;
     case O_CAPACITY:
-      if (mn_bytes_parse(v, &capacity) != MN_OK || capacity == 0) {
-        mn_clear_error();
-        return mn__cli_error(&p, "--capacity \"%s\" is not a byte count (e.g. 85899345920 or 80G)", v);
-      }
+      if (mn__cli_bytes(&p, v, &capacity)) return 2;
       break;
     case O_ALLOCATOR:
       if (strcmp(v, "naive") && strcmp(v, "caching"))

@@ -214,15 +214,9 @@ static void on_step(void *user, const mn_replay_step_t *st) {
     ev->tagged = ev->n;
   }
   if (!tl) return;
-  if (tl->n == tl->cap) {
-    size_t cap = tl->cap ? tl->cap * 2 : 4096;
-    sample_t *ns = realloc(tl->s, cap * sizeof *ns);
-    if (!ns) {
-      tl->oom = true;
-      return;
-    }
-    tl->s = ns;
-    tl->cap = cap;
+  if (!mn__tools_grow(&tl->s, tl->n, &tl->cap, sizeof *tl->s, 4096)) {
+    tl->oom = true;
+    return;
   }
   tl->s[tl->n++] = (sample_t){st->entry, st->allocated, st->reserved, st->requested};
 }
@@ -1253,10 +1247,7 @@ int cmd_report(int argc, char **argv) {
       configs[nconfigs++] = v;
       break;
     case O_CAPACITY:
-      if (mn_bytes_parse(v, &capacity) != MN_OK || capacity == 0) {
-        mn_clear_error();
-        return mn__cli_error(&p, "--capacity \"%s\" is not a byte count (e.g. 80G)", v);
-      }
+      if (mn__cli_bytes(&p, v, &capacity)) return 2;
       break;
     case O_TRACE_DEVICE:
       if (mn__cli_int(&p, v, 0, 1000, &n)) return 2;

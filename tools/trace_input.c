@@ -574,6 +574,20 @@ static int cmp_holder_bytes(const void *a, const void *b) {
   return cmp_holder_key(a, b);
 }
 
+bool mn__tools_grow(void *items, size_t n, size_t *cap, size_t size, size_t first) {
+  if (n < *cap) return true;
+  size_t c = *cap ? *cap : first;
+  if (c > SIZE_MAX / 2 / size) return false;
+  if (*cap) c *= 2;
+  void *old; /* the caller's pointer, read and written as bytes (it may be any object pointer type) */
+  memcpy(&old, items, sizeof old);
+  void *p = realloc(old, c * size);
+  if (!p) return false;
+  memcpy(items, &p, sizeof p);
+  *cap = c;
+  return true;
+}
+
 uint64_t mn__tools_sat_add_u64(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
 bool mn__tools_holders(const mn_trace_t *t, size_t *live, size_t n, mn__tools_holder_t **groups, size_t *ngroups) {

@@ -63,6 +63,12 @@ const char *mn__tools_recorded_config(const char *prog, const mn_trace_t *t, boo
  * block size, or the request rounded up to PyTorch's 512 B when none was recorded
  * (a request within 511 B of 2^64 as it is). */
 uint64_t mn__tools_recorded_block(const mn_trace_entry_t *e);
+/* Makes room for one more element in a growing array: `items` is the address of
+ * the array's pointer (any object pointer type, e.g. &steps), n its elements in
+ * use; when n == *cap, doubles *cap (first: `first` elements) and reallocates
+ * the array (elements of `size` bytes). false, with the pointer and *cap
+ * unchanged, when host memory runs out. */
+bool mn__tools_grow(void *items, size_t n, size_t *cap, size_t size, size_t first);
 /* a + b, UINT64_MAX where it would wrap (sizes are user data: sums saturate). */
 uint64_t mn__tools_sat_add_u64(uint64_t a, uint64_t b);
 
