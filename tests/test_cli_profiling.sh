@@ -401,5 +401,19 @@ check "mnemo info shows a set value" grep -q '^  MNEMO_TOOLS_DIR="/no/such/dir"$
   runtime allocators kernels storage profiling tools | grep -v '^runtime/env\.c:') >"$tmp/getenv"
 check "no getenv( outside runtime/env.c (found: $(cat "$tmp/getenv"))" test ! -s "$tmp/getenv"
 
+# what report is doing, on stderr: with --progress (the default on a terminal for
+# 100,000 entries or more), never when stderr is not a terminal or with --no-progress
+ctx="$src/data/traces/ctx128_forward_mixed.trace"
+"$cli" report "$ctx" -o "$tmp/p.html" --config "" --config expandable_segments:True --progress >"$tmp/out" 2>"$tmp/perr"
+check "report --progress exits 0" test $? -eq 0
+check "report --progress: each config's replay" has "$tmp/perr" "cuda:0: replaying 6543 entries (config 2 of 2)"
+check "report --progress: writing the page" has "$tmp/perr" "writing the page (1 devices)"
+check "report --progress: the line is cleared before the summary" test "$(tail -c 4 "$tmp/perr" | od -An -c | tr -d ' ')" = '\r033[K'
+check "report --progress: the summary on stdout as always" has "$tmp/out" "report $tmp/p.html: 6543 entries"
+"$cli" report "$ctx" -o "$tmp/p.html" >"$tmp/out" 2>"$tmp/perr"
+check "report: nothing on stderr when it is not a terminal" test ! -s "$tmp/perr"
+"$cli" report "$ctx" -o "$tmp/p.html" --progress --no-progress >"$tmp/out" 2>"$tmp/perr"
+check "report --no-progress: nothing on stderr" test ! -s "$tmp/perr"
+
 echo "$fails failed"
 [ "$fails" -eq 0 ]

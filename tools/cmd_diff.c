@@ -584,10 +584,14 @@ static int run_diff(const char *prog, const diff_args_t *args, diff_t *d) {
     s->config = args->config ? args->config : mn__tools_recorded_config(prog, s->t, &s->as_recorded);
   }
   set_labels(d);
+  /* what it is doing, on a terminal, for big inputs (mn__tools_stage_on) */
+  bool stage = mn__tools_stage_on(-1, d->s[0].t->nentries + d->s[1].t->nentries);
   for (int k = 0; k < 2; k++) {
+    mn__tools_stage(stage, prog, "%s: replaying %zu entries...", d->s[k].label, d->s[k].t->nentries);
     int rc = analyze_side(&d->s[k]);
     if (rc) return rc;
   }
+  mn__tools_stage_clear(stage);
   if (!compare(d)) {
     fprintf(stderr, "%s: out of host memory\n", prog);
     return 1;

@@ -63,7 +63,8 @@ const char cmd_report_about[] =
     "comparison as a page (`mnemo diff --help`), taking -o, --title, one --config,\n"
     "--trace-device and --max-decompressed-size.\n";
 
-enum { O_OUTPUT = 1, O_CONFIG, O_CAPACITY, O_TRACE_DEVICE, O_TITLE, O_MAX_DECOMPRESSED, O_NO_CACHE };
+enum { O_OUTPUT = 1, O_CONFIG, O_CAPACITY, O_TRACE_DEVICE, O_TITLE, O_MAX_DECOMPRESSED, O_NO_CACHE, O_PROGRESS,
+       O_NO_PROGRESS };
 
 const mn__cli_opt_t cmd_report_opts[] = {
     {"output", 'o', "FILE", O_OUTPUT, "the HTML page to write (required; - for stdout)"},
@@ -75,6 +76,9 @@ const mn__cli_opt_t cmd_report_opts[] = {
     {"title", 0, "TEXT", O_TITLE, "the page's title (default: the trace's name)"},
     MN__TOOLS_OPT_MAX_DECOMPRESSED(O_MAX_DECOMPRESSED),
     MN__TOOLS_OPT_NO_CACHE(O_NO_CACHE),
+    {"progress", 0, NULL, O_PROGRESS,
+     "what it is doing, on stderr (default: when stderr is a terminal and the trace has 100,000 entries or more)"},
+    {"no-progress", 0, NULL, O_NO_PROGRESS, "nothing on stderr but errors and notes"},
     {NULL, 0, NULL, 0, NULL},
 };
 
@@ -1032,6 +1036,7 @@ typedef struct device_args_s {
   FILE *sum;  /* the summary lines for stdout */
   const mn_sim_config_t *sim0; /* the SIM device (--capacity's size, else the default) */
   bool capacity_given;         /* else each device sized as recorded, as `mnemo replay` does */
+  bool stage;                  /* what it is doing on stderr (mn__tools_stage) */
 } device_args_t;
 
 static int cmp_u32(const void *a, const void *b) {
@@ -1074,6 +1079,8 @@ static int report_device(FILE *f, const mn_trace_t *t, const device_args_t *da) 
   }
   /* 1: every config, the first with the timeline and the allocator's events. */
   for (size_t k = 0; k < nconfigs; k++) {
+    mn__tools_stage(da->stage, "mnemo report", "%s: replaying %zu entries (config %zu of %zu)...", da->label,
+                    t->nentries, k + 1, nconfigs);
     if (make_allocator(configs[k], &a) != MN_OK) goto fail;
     mn_replay_options_t o = mn_replay_options_default();
     o.trace_device = da->dev;
@@ -1161,6 +1168,7 @@ static int report_device(FILE *f, const mn_trace_t *t, const device_args_t *da) 
     goto done;
   }
   /* 4: its data in the page. */
+  mn__tools_stage(da->stage, "mnemo report", "%s: writing its data...", da->label);
   page_args_t pa = {da->path, da->title, configs, nconfigs, da->as_recorded, res, peak_entry, snap,
                     da->label, da->host, da->single};
   if (!write_device_data(f, &rep, &pa, da->first)) {
@@ -1232,7 +1240,7 @@ done:
 int cmd_report(int argc, char **argv) {
   const char *path = NULL, *out_path = NULL, *title = NULL, *configs[MAX_CONFIGS];
   size_t nconfigs = 0, capacity = 0;
-  int trace_device = -1;
+  int trace_device = -1, progress = -1;
   mn__cli_t p;
   mn__cli_begin(&p, argc, argv);
   const char *v;
@@ -1242,6 +1250,8 @@ int cmd_report(int argc, char **argv) {
     switch (id) {
     case O_OUTPUT: out_path = v; break;
     case O_TITLE: title = v; break;
+    case O_PROGRESS: progress = 1; break;
+    case O_NO_PROGRESS: progress = 0; break;
     case O_CONFIG:
       if (nconfigs == MAX_CONFIGS) return mn__cli_error(&p, "at most %d --config", MAX_CONFIGS);
       configs[nconfigs++] = v;
@@ -1297,6 +1307,7 @@ int cmd_report(int argc, char **argv) {
   /* a snapshot: every device imported (or the one asked for) */
   int lrc = mn__tools_trace_load("mnemo report", path, trace_device >= 0 ? trace_device : MN__TOOLS_ALL_DEVICES, &t);
   if (lrc) return lrc;
+  bool stage = mn__tools_stage_on(progress, t->nentries);
   /* No --config: replay as recorded, with the settings the trace was recorded with
    * (its `meta config`; the defaults when it has none or mnemo refuses them). */
   bool as_recorded = false;
@@ -1357,7 +1368,7 @@ int cmd_report(int argc, char **argv) {
     if (devs[k] == host_dev) snprintf(lb, sizeof lb, "pinned host memory");
     else snprintf(lb, sizeof lb, "cuda:%" PRIu32, devs[k]);
     device_args_t da = {path, title, configs, nconfigs, as_recorded, (int)devs[k], ntrace_devs <= 1, devs[k] == host_dev,
-                        lb, k == 0, sum, &sim0, capacity != 0};
+                        lb, k == 0, sum, &sim0, capacity != 0, stage};
     int drc = report_device(f, t, &da);
     if (drc) {
       rc = drc;
@@ -1365,6 +1376,7 @@ int cmd_report(int argc, char **argv) {
     }
   }
   fputs(mn_report_page_tail, f);
+  mn__tools_stage(stage, "mnemo report", "writing the page (%zu devices)...", ndevs);
   /* the page, built in memory and written through a temporary file renamed into
    * place (regular files only: a FIFO or device is refused, not waited on). */
   bool built = !ferror(f);
@@ -1383,6 +1395,7 @@ int cmd_report(int argc, char **argv) {
     fprintf(stderr, "%s\n", mn_last_error());
     goto done;
   }
+  mn__tools_stage_clear(stage);
   /* the summary on stdout (stderr when the page went there) */
   fprintf(out_sum, "report %s: %zu entries, %zu configs, %zu device%s, %zu bytes\n", to_stdout ? "(stdout)" : out_path,
           t->nentries, nconfigs, ndevs, ndevs == 1 ? "" : "s", page_len);

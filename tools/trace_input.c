@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -315,11 +316,7 @@ static bool status_show(const char *prog, const char *what, const char *path) {
   return true;
 }
 
-static void status_clear(bool shown) {
-  if (!shown) return;
-  fputs("\r\033[K", stderr);
-  fflush(stderr);
-}
+static void status_clear(bool shown) { mn__tools_stage_clear(shown); }
 
 /* A hit: the entry's importer messages replayed on stderr and its trace parsed
  * into *out (status: a status_show line to clear first). false (nothing printed,
@@ -572,6 +569,28 @@ static int cmp_holder_bytes(const void *a, const void *b) {
   const mn__tools_holder_t *x = a, *y = b;
   if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
   return cmp_holder_key(a, b);
+}
+
+bool mn__tools_stage_on(int forced, size_t entries) {
+  if (forced >= 0) return forced != 0;
+  return isatty(2) && entries >= 100000;
+}
+
+void mn__tools_stage(bool on, const char *prog, const char *fmt, ...) {
+  if (!on) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "\r%s: ", prog);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputs("\033[K", stderr);
+  fflush(stderr);
+}
+
+void mn__tools_stage_clear(bool on) {
+  if (!on) return;
+  fputs("\r\033[K", stderr);
+  fflush(stderr);
 }
 
 bool mn__tools_grow(void *items, size_t n, size_t *cap, size_t size, size_t first) {

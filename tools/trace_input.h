@@ -69,6 +69,15 @@ uint64_t mn__tools_recorded_block(const mn_trace_entry_t *e);
  * the array (elements of `size` bytes). false, with the pointer and *cap
  * unchanged, when host memory runs out. */
 bool mn__tools_grow(void *items, size_t n, size_t *cap, size_t size, size_t first);
+/* What a long command is doing, on a terminal: mn__tools_stage prints
+ * "\r<prog>: <text>" over the line (nothing when `on` is false), and
+ * mn__tools_stage_clear wipes it before the command's own output. `on` comes
+ * from mn__tools_stage_on: --progress / --no-progress when given (forced = 1 / 0),
+ * else stderr is a terminal and the trace has at least 100,000 entries (about a
+ * second of work). */
+bool mn__tools_stage_on(int forced, size_t entries);
+void mn__tools_stage(bool on, const char *prog, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void mn__tools_stage_clear(bool on);
 /* a + b, UINT64_MAX where it would wrap (sizes are user data: sums saturate). */
 uint64_t mn__tools_sat_add_u64(uint64_t a, uint64_t b);
 
