@@ -90,7 +90,10 @@ MN_TEST(environment_table) {
   for (int i = 0; i < n; i++) {
     mn_env_var_t var;
     MN_CHECK_OK(mn_env_get(i, &var));
-    MN_CHECK(var.name != NULL && (strncmp(var.name, "MNEMO_", 6) == 0 || strcmp(var.name, "TMPDIR") == 0));
+    /* mnemo's own, or the standard ones it reads: TMPDIR (temporary files),
+     * XDG_CACHE_HOME and HOME (where the CLI's import cache lives) */
+    MN_CHECK(var.name != NULL && (strncmp(var.name, "MNEMO_", 6) == 0 || strcmp(var.name, "TMPDIR") == 0 ||
+                                  strcmp(var.name, "XDG_CACHE_HOME") == 0 || strcmp(var.name, "HOME") == 0));
     MN_CHECK(var.meaning != NULL && var.meaning[0] != '\0');
     MN_CHECK(var.default_value != NULL && var.default_value[0] != '\0');
     MN_CHECK(strcmp(var.name, mn__env_name((mn__env_id)i)) == 0);
