@@ -7,6 +7,13 @@
  * first, "mn-data-dev<N>" for the others; "mn-devices" lists them, the one named by
  * `meta host_device` as pinned host memory); the page's selector picks one. Each
  * device's SIM capacity is the one `mnemo replay` gives it (mn__tools_sim_as_recorded).
+ * Pinned host memory is never replayed (report_host: PyTorch's CachingHostAllocator
+ * is not the device allocator, as `mnemo replay` says): its page holds the recorded
+ * curves only ("replayed": false, no "a"/"r"/"q" columns, no results), its state
+ * events are the trace's own lines of the device (recorded_events: segment lines as
+ * segments, alloc lines as blocks at their recorded addresses and block sizes, gone
+ * at their free_requested), and its holders and segment map (recorded_segments) are
+ * taken at the recorded peak of allocated bytes; the rest below is about GPUs.
  * "Who holds the peak" is taken at the replay's first entry at the peak of
  * allocated bytes (and at the peak of reserved bytes, labelled), every allocation
  * alive in the trace there counted, each group with the replay's block bytes,
