@@ -74,6 +74,12 @@ PATH=$nopy "$cli" replay "$tmp/snap.pickle" --json --no-progress >"$tmp/hit.json
 check "cache: a hit needs no importer (exit 0)" test $? -eq 0
 check "cache: a hit replays the same" same "$tmp/miss.json" "$tmp/hit.json"
 check "cache: a hit repeats the importer's messages" cmp -s "$tmp/miss.err" "$tmp/hit.err"
+cp "$tmp/snap.pickle" "$tmp/renamed.pickle"
+PATH=$nopy "$cli" replay "$tmp/renamed.pickle" --json --no-progress >"$tmp/hit2.json" 2>"$tmp/hit2.err"
+check "cache: the same bytes under another name hit" test $? -eq 0
+check "cache: ... and the messages name the file given ($(head -c 120 "$tmp/hit2.err"))" \
+  cmp -s <(sed "s|$tmp/snap.pickle|$tmp/renamed.pickle|g" "$tmp/miss.err") "$tmp/hit2.err"
+check "cache: ... never the first one's name" test "$(grep -c "$tmp/snap.pickle" "$tmp/hit2.err")" -eq 0
 PATH=$nopy "$cli" report "$tmp/snap.pickle" -o "$tmp/snap.html" >"$tmp/out" 2>&1
 check "cache: report uses replay's entry (every device, the importer's default)" test $? -eq 0
 PATH=$nopy "$cli" snapshot "$tmp/snap.pickle" --at end >"$tmp/out" 2>&1
@@ -100,8 +106,8 @@ for damage in flip truncate header blanks; do
   case $damage in
     flip) python3 -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 1; open(p, "wb").write(b)' "$entry" ;;
     truncate) head -c 300 "$entry" >"$tmp/e" && cat "$tmp/e" >"$entry" ;;
-    header) sed -i '1s/^mnemo-import-cache 1 /mnemo-import-cache 1 0/' "$entry" ;;
-    blanks) printf 'mnemo-import-cache 1%0200d' 0 | tr 0 ' ' >"$entry" ;;
+    header) sed -i '1s/^mnemo-import-cache 2 /mnemo-import-cache 2 0/' "$entry" ;;
+    blanks) printf 'mnemo-import-cache 2%0200d' 0 | tr 0 ' ' >"$entry" ;;
   esac
   PATH=$nopy "$cli" replay "$tmp/snap.pickle" --json --no-progress >"$tmp/out" 2>&1
   check "cache: a damaged entry ($damage) is not used" test $? -ne 0
@@ -297,6 +303,32 @@ sys.exit(not (a['device'] == 1 and a['torch_peak_allocated'] == 8388608 and a['t
 rc=$?
 check "diff --trace-device of a device it lacks: exit 2 (got $rc)" test $rc -eq 2
 check "... said" has "$tmp/err" "has no device 3"
+
+# snapshot of a snapshot with three GPUs (one OOM on cuda:1) and one with pinned host
+# memory: --trace-device picks the device (replayed as `replay` does: its capacity
+# as recorded, its OOM tried again), a note names the one shown by default
+mdo="$src/tests/data/torch/multi_device_oom.pickle"
+"$cli" snapshot "$mdo" --json >"$tmp/s0.json" 2>"$tmp/err"
+check "snapshot --json of 3 GPUs: exit 0" test $? -eq 0
+check "... a note: the lowest device shown" has "$tmp/err" "holds several devices; showing device 0"
+"$cli" snapshot "$mdo" --json --trace-device 1 >"$tmp/s1.json" 2>"$tmp/err"
+check "snapshot --json --trace-device 1: exit 0" test $? -eq 0
+"$cli" replay "$mdo" --json --trace-device 1 --no-progress >"$tmp/r1.json" 2>/dev/null
+check "... device 1's allocations at its peak, as replay's peak allocated" python3 -c "
+import json, sys
+s0, s1, r = (json.load(open(p)) for p in sys.argv[1:4])
+sys.exit(not (s0['device'] == 0 and s1['device'] == 1 and s1['allocated_bytes'] == r['peak_allocated'] and
+              sum(a['size'] for a in s1['allocations']) == s1['allocated_bytes'] and
+              s0['allocated_bytes'] != s1['allocated_bytes']))" "$tmp/s0.json" "$tmp/s1.json" "$tmp/r1.json"
+"$cli" snapshot "$mdo" --trace-device 1 --at end >"$tmp/out" 2>/dev/null
+check "snapshot --trace-device 1 (text) names the device" grep -q '\[end\] device 1$' "$tmp/out"
+"$cli" snapshot "$mdo" --trace-device 5 --json >/dev/null 2>"$tmp/err"
+rc=$?
+check "snapshot --trace-device of a device it lacks: exit 2 (got $rc)" test $rc -eq 2
+"$cli" snapshot "$src/tests/data/torch/torch214.pickle" --trace-device 1 --json >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "snapshot --trace-device of the pinned host memory: exit 2 (got $rc), nothing printed" test $rc -eq 2 -a ! -s "$tmp/out"
+check "... said why" has "$tmp/err" "pinned host memory (meta host_device)"
 "$cli" report "$md" "$md" --trace-device 1 -o "$tmp/md.html" >/dev/null 2>&1
 check "report A B --trace-device 1: the page" grep -q '"device": 1' "$tmp/md.html"
 # usage errors

@@ -13,6 +13,10 @@ set -uo pipefail
 build=$1 src=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# the import cache of this run only (ctest points XDG_CACHE_HOME into the build tree,
+# which `mnemo info` would print: nothing of the source tree may show there)
+export XDG_CACHE_HOME=$tmp/xdg
+unset MNEMO_CACHE
 unset MNEMO_TOOLS_DIR MNEMO_DATA_DIR
 fails=0
 check() {

@@ -817,6 +817,31 @@ def main():
                               (a[0] != "forward" or "/home/u/model.py:42 forward" in tip),
                               f"hover on the annotation {a[0]!r} names it ({tip[:100]!r})")
 
+            # 3b''. crowded annotations: names in rows that never cover one another, each hovers
+            crowd_trace, crowd_page = os.path.join(tmp, "crowd.trace"), os.path.join(tmp, "crowd.html")
+            with open(md_trace) as f:
+                crowd = f.read().splitlines()
+            k = next(i for i, ln in enumerate(crowd) if ln.startswith("annotate ") and " mark " in ln)
+            tk = int(crowd[k].split()[1])
+            extra = [f"annotate {tk} 0 mark 0 crowded%20mark%20{c}" for c in "ABCD"]
+            crowd[k + 1:k + 1] = extra
+            crowd[-1] = "end %d" % (int(crowd[-1].split()[1]) + len(extra))
+            with open(crowd_trace, "w") as f:
+                f.write("\n".join(crowd) + "\n")
+            report(crowd_trace, crowd_page)
+            render(b, crowd_page, "crowded annotations")
+            labels = json.loads(b.eval("JSON.stringify(mnReport.annotationLabels())"))
+            drawn = [l for l in labels if l[1] >= 0]
+            overlap = [(p[0], q[0]) for p in drawn for q in drawn
+                       if p is not q and p[1] == q[1] and p[2] <= q[2] < p[2] + p[3]]
+            check(not overlap and len({l[1] for l in drawn}) == 3 and len(drawn) >= 4,
+                  f"crowded annotation names: 3 rows, none covering another ({labels})")
+            for j, l in enumerate(labels):
+                if l[1] < 0:
+                    continue
+                tip, kind = hover(b, f"mnReport.annotationPixel({j})")
+                check(kind == "annotation" and l[0] in tip, f"hover on the crowded name {l[0]!r} names it ({tip[:80]!r})")
+
             # 3b'. the importer's samples (tests/data/torch): every device of a pickle in the page
             root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
             samples = os.path.join(root, "tests", "data", "torch")

@@ -525,43 +525,7 @@ typedef struct diff_args_s {
  * `replay --trace-device` takes), else the lowest; pinned host memory (`meta
  * host_device`) never. 0, or an exit status after a message. */
 static int pick_device(const char *prog, side_t *s, int want) {
-  const mn_trace_t *t = s->t;
-  uint64_t one = 0, host = UINT64_MAX;
-  s->multi = mn_trace_meta_get(t, "devices") != NULL;
-  bool has_host = mn_trace_meta_get_u64(t, "host_device", &host) == MN_OK;
-  if (!s->multi) mn__ignore(mn_trace_meta_get_u64(t, "device", &one));
-  mn_clear_error();
-  s->device = one;
-  s->replay_device = -1;
-  /* the devices present (a bit set of the first 64 indices; more are rare and still replayable) */
-  uint64_t seen = 0;
-  for (size_t i = 0; i < t->nentries; i++)
-    if (t->entries[i].device < 64) seen |= (uint64_t)1 << t->entries[i].device;
-  if (has_host && host < 64) seen &= ~((uint64_t)1 << host);
-  if (want >= 0) {
-    if (has_host && (uint64_t)want == host) {
-      fprintf(stderr, "%s: --trace-device %d is %s's pinned host memory (meta host_device): only device memory is "
-                      "compared\n", prog, want, s->path);
-      return 2;
-    }
-    bool present = s->multi ? want < 64 && (seen >> want & 1) : (uint64_t)want == one;
-    if (!present) {
-      fprintf(stderr, "%s: %s has no device %d\n", prog, s->path, want);
-      return 2;
-    }
-    if (s->multi) s->replay_device = want;
-    s->device = (uint64_t)want;
-    return 0;
-  }
-  if (s->multi && seen) {
-    int lowest = 0;
-    while (!(seen >> lowest & 1)) lowest++;
-    s->replay_device = lowest;
-    if (seen & (seen - 1))
-      fprintf(stderr, "%s: note: %s holds several devices; comparing device %d (--trace-device N for another)\n",
-              prog, s->path, lowest);
-  }
-  return 0;
+  return mn__tools_pick_device(prog, s->path, s->t, want, "comparing", &s->replay_device, &s->device, &s->multi);
 }
 
 /* A --config both replays can use: 0, else a usage error (2). */

@@ -30,7 +30,7 @@ const char cmd_snapshot_about[] =
     "(import_torch_snapshot.py --table); with --at, --config or --json it is\n"
     "imported and replayed as a trace.\n";
 
-enum { O_AT = 1, O_CONFIG, O_BLOCKS, O_MAX_DECOMPRESSED, O_JSON, O_NO_CACHE };
+enum { O_AT = 1, O_CONFIG, O_BLOCKS, O_MAX_DECOMPRESSED, O_JSON, O_NO_CACHE, O_TRACE_DEVICE };
 
 const mn__cli_opt_t cmd_snapshot_opts[] = {
     {"at", 0, "peak|reserved-peak|end|ENTRY", O_AT,
@@ -39,6 +39,8 @@ const mn__cli_opt_t cmd_snapshot_opts[] = {
      "allocator settings of the replay (PYTORCH_CUDA_ALLOC_CONF syntax; default: as recorded)"},
     {"blocks", 0, NULL, O_BLOCKS, "every block of the segments, and the largest live allocations"},
     {"json", 0, NULL, O_JSON, "one JSON object: allocated_bytes and the live allocations with their stacks"},
+    {"trace-device", 0, "N", O_TRACE_DEVICE,
+     "the trace's (or snapshot's) device to replay (0..1000; default: the lowest, with a note when there are several)"},
     MN__TOOLS_OPT_MAX_DECOMPRESSED(O_MAX_DECOMPRESSED),
     MN__TOOLS_OPT_NO_CACHE(O_NO_CACHE),
     {NULL, 0, NULL, 0, NULL},
@@ -131,7 +133,7 @@ static uint64_t block_at(const mn_snapshot_t *s, uintptr_t p) {
 
 /* `snapshot --json`: one object, the live allocations at the stop, largest first. */
 static int print_json(const mn_trace_t *t, const char *path, const char *at, size_t stop, const json_stop_t *j,
-                      bool state_only) {
+                      bool state_only, uint64_t device) {
   size_t *live = malloc((t->nentries ? t->nentries : 1) * sizeof *live), n = 0;
   if (!live) {
     fprintf(stderr, "mnemo snapshot: out of host memory\n");
@@ -144,10 +146,10 @@ static int print_json(const mn_trace_t *t, const char *path, const char *at, siz
   mn__tools_json_str(stdout, path);
   printf(", \"at\": ");
   mn__tools_json_str(stdout, at);
-  printf(", \"entry\": %zu, \"line\": %" PRIu32 ", \"device\": %" PRIu32 ", \"state_only\": %s"
+  printf(", \"entry\": %zu, \"line\": %" PRIu32 ", \"device\": %" PRIu64 ", \"state_only\": %s"
          ", \"allocated_bytes\": %" PRId64 ", \"reserved_bytes\": %" PRId64 ", \"count\": %zu, \"allocations\": [",
-         stop, stop < t->nentries ? t->entries[stop].line : 0, stop < t->nentries ? t->entries[stop].device : 0,
-         state_only ? "true" : "false", j->allocated, j->reserved, n);
+         stop, stop < t->nentries ? t->entries[stop].line : 0, device, state_only ? "true" : "false", j->allocated,
+         j->reserved, n);
   for (size_t k = 0; k < n; k++) {
     const mn_trace_entry_t *e = &t->entries[live[k]];
     printf("%s\n {\"size\": %" PRIu64 ", \"requested\": %" PRIu64 ", \"stream\": %" PRIu64
@@ -273,6 +275,15 @@ static void print_state(void *user, mn_allocator_t *a) {
   free(buf);
 }
 
+/* The trace device index a replay with trace_device `want` drives (-1: the lowest). */
+static uint32_t replayed_index(const mn_trace_t *t, int want) {
+  if (want >= 0) return (uint32_t)want;
+  uint32_t low = UINT32_MAX;
+  for (size_t i = 0; i < t->nentries; i++)
+    if (t->entries[i].device < low) low = t->entries[i].device;
+  return low == UINT32_MAX ? 0 : low;
+}
+
 int cmd_snapshot(int argc, char **argv) {
   const char *path = NULL, *at = "peak", *config = NULL;
   bool blocks = false, json = false;
@@ -281,9 +292,15 @@ int cmd_snapshot(int argc, char **argv) {
   const char *v;
   int id;
   bool at_given = false;
+  int trace_device = -1;
+  long dev_opt = 0;
   while ((id = mn__cli_next(&p, &v)) > 0) {
     switch (id) {
     case O_BLOCKS: blocks = true; break;
+    case O_TRACE_DEVICE:
+      if (mn__cli_int(&p, v, 0, 1000, &dev_opt)) return 2;
+      trace_device = (int)dev_opt;
+      break;
     case O_JSON: json = true; break;
     case O_AT:
       at = v;
@@ -304,7 +321,7 @@ int cmd_snapshot(int argc, char **argv) {
   path = p.args[0];
   /* A PyTorch snapshot: its segments as dumped; asked for a moment or settings,
    * imported and replayed as a trace (below), never the option ignored. */
-  if (!at_given && !config && !json && mn__tools_is_snapshot(path)) {
+  if (!at_given && !config && !json && trace_device < 0 && mn__tools_is_snapshot(path)) {
     char *args[5] = {(char *)path, "--table", blocks ? "--blocks" : NULL};
     return mn__tools_run_script("mnemo snapshot", "import_torch_snapshot.py", args,
                                 mn__tools_import_args(args, blocks ? 3 : 2));
@@ -315,8 +332,30 @@ int cmd_snapshot(int argc, char **argv) {
     return 2;
   }
   mn_trace_t *t = NULL;
-  int lrc = mn__tools_trace_load("mnemo snapshot", path, -1, &t);
+  int lrc = mn__tools_trace_load("mnemo snapshot", path, trace_device >= 0 ? trace_device : MN__TOOLS_ALL_DEVICES, &t);
   if (lrc) return lrc;
+  /* the one device shown, its SIM device sized as `mnemo replay` sizes it (its
+   * first recorded OOM...), its recorded OOMs tried again as there */
+  int dev_index = -1;
+  uint64_t dev_number = 0;
+  bool multi = false;
+  lrc = mn__tools_pick_device("mnemo snapshot", path, t, trace_device, "showing", &dev_index, &dev_number, &multi);
+  if (!lrc) {
+    mn_sim_config_t sc = mn_sim_config_default();
+    const char *from = "default";
+    if (mn_sim_get_config(&sc) != MN_OK) {
+      fprintf(stderr, "mnemo snapshot: the SIM device: %s\n", mn_last_error());
+      lrc = 1;
+    } else if ((lrc = mn__tools_sim_as_recorded(t, replayed_index(t, dev_index), &sc, &from)) == 0 &&
+               mn_sim_configure(&sc) != MN_OK) {
+      fprintf(stderr, "mnemo snapshot: the SIM device's capacity as recorded: %s\n", mn_last_error());
+      lrc = 2;
+    }
+  }
+  if (lrc) {
+    mn_trace_destroy(t);
+    return lrc;
+  }
   bool as_recorded = false;
   if (!config) {
     config = mn__tools_recorded_config("mnemo snapshot", t, &as_recorded);
@@ -334,6 +373,8 @@ int cmd_snapshot(int argc, char **argv) {
   if (!strcmp(at, "peak") || !strcmp(at, "reserved-peak")) {
     peak_t pk = {-1, -1, 0, 0, 0};
     mn_replay_options_t o = mn_replay_options_default();
+    o.trace_device = dev_index;
+    o.replay_ooms = true;
     o.on_step = find_peak;
     o.on_step_user = &pk;
     mn_replay_result_t r;
@@ -363,6 +404,8 @@ int cmd_snapshot(int argc, char **argv) {
       goto done;
     }
     mn_replay_options_t o = mn_replay_options_default();
+    o.trace_device = dev_index;
+    o.replay_ooms = true;
     o.stop_after = stop;
     o.at_stop = json_state;
     o.at_stop_user = &j;
@@ -374,7 +417,7 @@ int cmd_snapshot(int argc, char **argv) {
       if (j.snap) mn_snapshot_free(j.snap);
       goto fail;
     }
-    rc = print_json(t, path, at, stop, &j, state_only);
+    rc = print_json(t, path, at, stop, &j, state_only, dev_number);
     free(j.live);
     mn_snapshot_free(j.snap);
     goto done;
@@ -382,13 +425,17 @@ int cmd_snapshot(int argc, char **argv) {
   printf("snapshot of %s replayed on sim:0 (%s%s) after entry %zu", path, as_recorded ? "as recorded: " : "",
          config[0] ? config : "defaults", stop);
   if (stop < t->nentries && t->entries[stop].line) printf(" (line %" PRIu32 ")", t->entries[stop].line);
-  printf(" [%s]\n", at);
+  printf(" [%s]", at);
+  if (multi) printf(" device %" PRIu64, dev_number);
+  printf("\n");
   stop_t s = {blocks, 0, t, calloc(t->nentries ? t->nentries : 1, sizeof(void *))};
   if (!s.live) {
     fprintf(stderr, "mnemo snapshot: out of host memory\n");
     goto done;
   }
   mn_replay_options_t o = mn_replay_options_default();
+  o.trace_device = dev_index;
+  o.replay_ooms = true;
   o.stop_after = stop;
   o.at_stop = print_state;
   o.at_stop_user = &s;

@@ -140,12 +140,13 @@ int mn__tools_import_args(char **args, int n) {
  * stderr, warnings included, replayed on a hit) is kept in the user's cache folder
  * under a key hashed from the snapshot's bytes, the importer script's bytes (its
  * version) and the import options. An entry is
- *   "mnemo-import-cache 1 <key> <stderr bytes> <trace bytes> <hash of both>\n" <stderr> <trace>
+ *   "mnemo-import-cache 2 <key> <stderr bytes> <trace bytes> <hash of both>\n" <stderr> <trace>
+ * (the snapshot's path in <stderr> kept as PATH_MARK: a hit under another name says that name)
  * and is used only when its header, lengths and hash match and the trace parses;
  * anything else is a miss (the entry is rewritten). Not a security boundary: the
  * folder is the user's own (created 0700; one another user may write is not used). */
 
-#define CACHE_MAGIC "mnemo-import-cache 1"
+#define CACHE_MAGIC "mnemo-import-cache 2" /* 2: the snapshot's path in the messages kept as PATH_MARK */
 
 /* A 128-bit content hash (two 64-bit lanes of xxHash64-style rounds over 16-byte
  * blocks, the tail bytewise, lengths folded in): detects changed content, not
@@ -318,6 +319,36 @@ static bool status_show(const char *prog, const char *what, const char *path) {
 
 static void status_clear(bool shown) { mn__tools_stage_clear(shown); }
 
+/* s[0..len) with every `from` replaced by `to`, malloc'ed (NUL-terminated,
+ * *outlen bytes); NULL when out of memory. The importer's messages name the
+ * snapshot by the path it was given: an entry keeps PATH_MARK in its place, so
+ * a hit under another name says that name. */
+#define PATH_MARK "\001"
+static char *swap_text(const char *s, size_t len, const char *from, const char *to, size_t *outlen) {
+  size_t fl = strlen(from), tl = strlen(to), n = 0, cap = len + 1;
+  char *out = malloc(cap);
+  for (size_t i = 0; out && i < len;) {
+    bool at = fl && i + fl <= len && !memcmp(s + i, from, fl);
+    size_t add = at ? tl : 1;
+    if (n + add + 1 > cap) {
+      cap = 2 * cap + add;
+      char *g = realloc(out, cap);
+      if (!g) {
+        free(out);
+        return NULL;
+      }
+      out = g;
+    }
+    memcpy(out + n, at ? to : s + i, add);
+    n += add;
+    i += at ? fl : 1;
+  }
+  if (!out) return NULL;
+  out[n] = '\0';
+  *outlen = n;
+  return out;
+}
+
 /* A hit: the entry's importer messages replayed on stderr and its trace parsed
  * into *out (status: a status_show line to clear first). false (nothing printed,
  * *out untouched) for a missing, stale or damaged entry. */
@@ -344,13 +375,18 @@ static bool cache_load(const char *cpath, const char *key, const char *source, m
     hash_hex(err, elen, text, tlen, want);
     mn_trace_t *t = NULL;
     ok = !strcmp(want, hex) && mn_trace_parse(text, tlen, source, &t) == MN_OK;
+    size_t mlen = 0;
+    char *msg = ok ? swap_text(err, elen, PATH_MARK, source, &mlen) : NULL;
+    ok = ok && msg;
     if (ok) {
       status_clear(status);
-      fwrite(err, 1, elen, stderr);
+      fwrite(msg, 1, mlen, stderr);
       *out = t;
     } else {
+      mn_trace_destroy(t); /* parsed, but its messages could not be had (out of memory) */
       mn_clear_error();
     }
+    free(msg);
   }
   free(buf);
   return ok;
@@ -358,7 +394,11 @@ static bool cache_load(const char *cpath, const char *key, const char *source, m
 
 /* Writes an entry (atomically: a reader sees the old one, none, or the whole new
  * one); a failure leaves no entry and is not an error of the command. */
-static void cache_store(const char *cpath, const char *key, char *err, size_t elen, const char *text, size_t tlen) {
+static void cache_store(const char *cpath, const char *key, const char *source, const char *err0, size_t elen0,
+                        const char *text, size_t tlen) {
+  size_t elen = 0;
+  char *err = swap_text(err0, elen0, source, PATH_MARK, &elen);
+  if (!err) return;
   elen = keep_stderr(err, elen);
   char hex[33], head[160];
   hash_hex(err, elen, text, tlen, hex);
@@ -366,6 +406,7 @@ static void cache_store(const char *cpath, const char *key, char *err, size_t el
   mn__atomic_file_t f;
   if (mn__file_atomic_begin("mnemo", cpath, &f) != MN_OK) {
     mn_clear_error();
+    free(err);
     return;
   }
   const char *parts[3] = {head, err, text};
@@ -381,6 +422,7 @@ static void cache_store(const char *cpath, const char *key, char *err, size_t el
     }
   }
   if (mn__file_atomic_end(&f, werr) != MN_OK) mn_clear_error();
+  free(err);
 }
 
 /* Runs the importer as mn__tools_run_script does, its stderr passed through
@@ -496,7 +538,7 @@ int mn__tools_trace_load(const char *prog, const char *path, int device, mn_trac
       fprintf(stderr, "%s: reading the imported %s: %s\n", prog, path, mn_last_error());
       rc = 1;
     } else if (cached && err) {
-      cache_store(cpath, key, err, elen, text, tlen);
+      cache_store(cpath, key, path, err, elen, text, tlen);
     }
     free(text);
   }
@@ -569,6 +611,48 @@ static int cmp_holder_bytes(const void *a, const void *b) {
   const mn__tools_holder_t *x = a, *y = b;
   if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
   return cmp_holder_key(a, b);
+}
+
+int mn__tools_pick_device(const char *prog, const char *path, const mn_trace_t *t, int want, const char *what,
+                          int *index, uint64_t *number, bool *multi) {
+  uint64_t one = 0, host = UINT64_MAX;
+  bool several = mn_trace_meta_get(t, "devices") != NULL;
+  bool has_host = mn_trace_meta_get_u64(t, "host_device", &host) == MN_OK;
+  if (!several) mn__ignore(mn_trace_meta_get_u64(t, "device", &one));
+  mn_clear_error();
+  *multi = several;
+  *number = one;
+  *index = -1;
+  /* the devices present (a bit set of the first 64 indices; more are rare and still replayable) */
+  uint64_t seen = 0;
+  for (size_t i = 0; i < t->nentries; i++)
+    if (t->entries[i].device < 64) seen |= (uint64_t)1 << t->entries[i].device;
+  if (has_host && host < 64) seen &= ~((uint64_t)1 << host);
+  if (want >= 0) {
+    if (has_host && (uint64_t)want == host) {
+      fprintf(stderr, "%s: --trace-device %d is %s's pinned host memory (meta host_device): only device memory is "
+                      "replayed here (`mnemo report` shows it as recorded)\n", prog, want, path);
+      return 2;
+    }
+    bool present = several ? want < 64 && (seen >> want & 1) : (uint64_t)want == one;
+    if (!present) {
+      fprintf(stderr, "%s: %s has no device %d\n", prog, path, want);
+      return 2;
+    }
+    if (several) *index = want;
+    *number = (uint64_t)want;
+    return 0;
+  }
+  if (several && seen) {
+    int lowest = 0;
+    while (!(seen >> lowest & 1)) lowest++;
+    *index = lowest;
+    *number = (uint64_t)lowest;
+    if (seen & (seen - 1))
+      fprintf(stderr, "%s: note: %s holds several devices; %s device %d (--trace-device N for another)\n", prog, path,
+              what, lowest);
+  }
+  return 0;
 }
 
 bool mn__tools_stage_on(int forced, size_t entries) {

@@ -69,6 +69,18 @@ uint64_t mn__tools_recorded_block(const mn_trace_entry_t *e);
  * the array (elements of `size` bytes). false, with the pointer and *cap
  * unchanged, when host memory runs out. */
 bool mn__tools_grow(void *items, size_t n, size_t *cap, size_t size, size_t first);
+/* The one device of t that a single-device command (snapshot, diff) works on.
+ * want: the recorded device number (--trace-device), -1 for the lowest device
+ * that is not pinned host memory (with a note on stderr naming `path` when t holds
+ * several). *index: the trace device index to replay (mn_replay_options_t
+ * .trace_device; -1 for a one-device trace: the replay's default); *number: the
+ * recorded device number; *multi: whether t is a several-device trace (its
+ * PyTorch figures under devN.torch_*). 0, or 2 after a message on stderr: no such
+ * device, or the pinned host memory (meta host_device), which is not replayed.
+ * `what` ends the note ("comparing", "showing"). */
+int mn__tools_pick_device(const char *prog, const char *path, const mn_trace_t *t, int want, const char *what,
+                          int *index, uint64_t *number, bool *multi);
+
 /* What a long command is doing, on a terminal: mn__tools_stage prints
  * "\r<prog>: <text>" over the line (nothing when `on` is false), and
  * mn__tools_stage_clear wipes it before the command's own output. `on` comes
