@@ -234,6 +234,26 @@ def recorded_curves(entries):
     return out
 
 
+def recorded_state(entries, dev, upto):
+    """Pinned host memory as recorded after entry `upto`, walking the trace's lines of
+    device `dev`: the live blocks [(address, recorded block bytes, alloc entry)] (an
+    alloc lives until its free_requested) and the segments [(address, bytes)]."""
+    live, segs = {}, {}
+    for i, e in enumerate(entries[:upto + 1]):
+        if e["device"] != dev:
+            continue
+        a = e["action"]
+        if a == "alloc":
+            live[e["address"]] = (e["address"], e["block"] or (e["size"] + 511) // 512 * 512, i)
+        elif a == "free_requested":
+            live.pop(e["address"], None)
+        elif a == "segment_alloc":
+            segs[e["address"]] = e["size"]
+        elif a == "segment_free":
+            segs.pop(e["address"], None)
+    return sorted(live.values()), sorted(segs.items())
+
+
 def page_data(html):
     return json.loads(re.search(r'<script id="mn-data" type="application/json">(.*?)</script>', html, re.S).group(1))
 
@@ -472,6 +492,55 @@ def main():
         b.mouse("mouseMoved", p["x"], p["y"])
         return tooltip(b)
 
+    def check_host_view(b, entries, dev, name):
+        """The page shown is device `dev`'s pinned host memory, as recorded: no replay
+        row, its state at every timeline point and its segment map at the peak equal a
+        walk of the trace's own lines, a block's hover gives its recorded stack."""
+        d = json.loads(b.eval("JSON.stringify(mnReport.data)"))
+        nrows = b.eval("document.querySelectorAll('#mn-config-table tr[data-peak-reserved]').length")
+        note = b.eval("(document.getElementById('mn-config-note') || {textContent: ''}).textContent")
+        check(d.get("replayed") is False and not d["results"] and nrows == 0 and "as recorded, not replayed" in note
+              and "a" not in d["points"] and "r" not in d["points"],
+              f"{name}: pinned host memory is not replayed: no replay curve, no config row ({nrows}), a note ({note[:50]!r})")
+        bad = []
+        for e in d["points"]["e"]:
+            b.eval(f"mnReport.setMoment({e}); 1")
+            got_b = sorted((int(x[3]) if len(x) > 3 else -1, int(x[1]), x[2])
+                           for x in json.loads(b.eval("JSON.stringify(mnReport.stateBlocks())")))
+            got_s = sorted((int(x[0]), int(x[1])) for x in json.loads(
+                b.eval("JSON.stringify(mnReport.stateSegments ? mnReport.stateSegments() : [])")))
+            want_b, want_s = recorded_state(entries, dev, e)
+            alloc = int(b.eval("document.getElementById('mn-state-sum').dataset.allocated"))
+            if got_b != want_b or got_s != want_s or alloc != d["points"]["ra"][d["points"]["e"].index(e)]:
+                bad.append((e, got_b, want_b, got_s, want_s))
+        check(not bad and d["points"]["e"],
+              f"{name}: the state at each of {len(d['points']['e'])} moments is the recorded one (blocks at their recorded "
+              f"addresses and sizes, the recorded segments, allocated == the recorded curve) ({bad[:1]})")
+        pa = d["peak_alloc_entry"]
+        want_b, want_s = recorded_state(entries, dev, pa)
+        check(max(d["points"]["ra"]) == sum(x[1] for x in want_b) and
+              b.eval("document.getElementById('mn-holders-total').dataset.blocks") == str(sum(x[1] for x in want_b)) and
+              b.eval("document.getElementById('mn-holders-total').dataset.count") == str(len(want_b)),
+              f"{name}: who holds the peak at the recorded peak of allocated bytes (entry {pa}): {len(want_b)} "
+              f"allocations, recorded block bytes {sum(x[1] for x in want_b)}")
+        segs = sorted([(int(s["address"], 16), s["size"]) for s in d["segments"]] +
+                      [(None, sz) for sz, c in d["free_segments"] for _ in range(c)], key=lambda x: x[1])
+        blocks = sorted(blk[0] for s in d["segments"] for blk in s["blocks"] if blk[2] == 0)
+        check(sorted(sz for _, sz in segs) == sorted(sz for _, sz in want_s) and
+              {a for a, _ in segs if a is not None} <= {a for a, _ in want_s} and
+              blocks == sorted(x[1] for x in want_b),
+              f"{name}: the segment map at the recorded peak of allocated bytes holds the recorded segments "
+              f"{want_s} and blocks {[x[1] for x in want_b]}")
+        b.eval(f"mnReport.setMoment({pa}); 1")
+        blk = json.loads(b.eval("JSON.stringify(mnReport.stateBlocks())"))
+        with_stack = [x for x in blk if 0 <= x[2] < len(entries) and entries[x[2]]["stack"]]
+        if with_stack:
+            tip, kind = hover(b, f"mnReport.blockPixel({with_stack[0][0]})")
+            check(kind == "block" and f"allocated at entry {with_stack[0][2]} (as recorded)" in tip and "stack:" in tip,
+                  f"{name}: hover on a recorded block gives its entry and stack ({tip[:120]!r})")
+        else:
+            check(False, f"{name}: a live block with a stack at the recorded peak")
+
     with tempfile.TemporaryDirectory() as tmp:
         b = Browser(browser, os.path.join(tmp, "profile"))
         try:
@@ -685,7 +754,7 @@ def main():
                 check(sorted(x[2] for x in blocks) == want_live, "each live block maps to its trace allocation")
                 with_stack = [x for x in blocks if x[2] >= 0 and sentries[x[2]]["stack"]]
                 if with_stack:
-                    k, size, own = max(with_stack, key=lambda x: x[1])
+                    k, size, own = max(with_stack, key=lambda x: x[1])[:3]
                     tip, kind = hover(b, f"mnReport.blockPixel({k})")
                     frame = EXPECTED_KEYS[sentries[own]["stack"]].split("\n")[0]
                     check(kind == "block" and f"allocated at entry {own}" in tip and "stack:" in tip and frame in tip,
@@ -727,6 +796,7 @@ def main():
                 if dev == 2:
                     sub = b.eval("document.getElementById('subtitle').textContent")
                     check("pinned host memory" in sub, f"device 2 is labelled pinned host memory ({sub[-80:]!r})")
+                    check_host_view(b, mentries, 2, "devices: pinned host memory")
                 if dev == 1:
                     n_ooms = b.eval("document.querySelectorAll('#mn-ooms-table tr').length - 1")
                     check(n_ooms == 1, f"device 1 lists its one recorded OOM ({n_ooms})")
@@ -800,6 +870,20 @@ def main():
                 render(b, sp, "torch214")
                 anns = json.loads(b.eval("JSON.stringify(mnReport.annotations())"))
                 check(len(anns) == 2, f"torch214: a range and a point drawn ({anns})")
+                # its pinned host memory, as recorded (the trace the importer writes is the oracle)
+                t214_trace = os.path.join(tmp, "torch214.trace")
+                subprocess.run([cli, "import", "--from", "torch", t214, "-o", t214_trace], capture_output=True, check=True)
+                t214_entries, t214_meta, _, _ = read_trace(t214_trace)
+                host = int(t214_meta["host_device"])
+                hp = os.path.join(tmp, "torch214_host.html")
+                out = report(t214, hp)
+                hsum = out.stdout[out.stdout.find("pinned host memory"):]
+                check("shown as recorded, not replayed" in hsum and "as recorded (" not in hsum and "ratio" not in hsum,
+                      f"torch214: the summary of pinned host memory says it is shown as recorded, no replay figures "
+                      f"({hsum[:200]!r})")
+                render(b, hp + f"#dev={host}", "torch214 host")
+                check(b.eval("mnReport.data.device") == host, f"torch214: device {host} (pinned host memory) shown")
+                check_host_view(b, t214_entries, host, "torch214: pinned host memory")
             else:
                 check(False, "the importer's samples tests/data/torch/{multi_device_oom,torch214}.pickle are there")
 

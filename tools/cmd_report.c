@@ -7,6 +7,13 @@
  * first, "mn-data-dev<N>" for the others; "mn-devices" lists them, the one named by
  * `meta host_device` as pinned host memory); the page's selector picks one. Each
  * device's SIM capacity is the one `mnemo replay` gives it (mn__tools_sim_as_recorded).
+ * Pinned host memory is never replayed (report_host: PyTorch's CachingHostAllocator
+ * is not the device allocator, as `mnemo replay` says): its page holds the recorded
+ * curves only ("replayed": false, no "a"/"r"/"q" columns, no results), its state
+ * events are the trace's own lines of the device (recorded_events: segment lines as
+ * segments, alloc lines as blocks at their recorded addresses and block sizes, gone
+ * at their free_requested), and its holders and segment map (recorded_segments) are
+ * taken at the recorded peak of allocated bytes; the rest below is about GPUs.
  * "Who holds the peak" is taken at the replay's first entry at the peak of
  * allocated bytes (and at the peak of reserved bytes, labelled), every allocation
  * alive in the trace there counted, each group with the replay's block bytes,
@@ -279,6 +286,7 @@ typedef struct report_s {
   uint64_t *grb_res;
   size_t peak_res, peak_alloc;           /* entries: first step at the replay's peak reserved / allocated */
   bool state_only;                       /* a dump without history (`meta state_only 1` or no events) */
+  bool recorded;                         /* pinned host memory: shown as recorded, never replayed */
   const evlog_t *ev;                     /* the replay allocator's events (NULL: none) */
   const evlog_t *stop_streams;           /* the stream map of the replay stopped at the peak reserved */
   double *rblk;                          /* per alloc entry: the replay's block bytes (0: none, e.g. OOM) */
@@ -481,7 +489,7 @@ static bool choose_points(report_t *r, size_t *idx) {
         size_t i = idx[k];
         TAKE_BEST(best[0], i, r->rep_r, >);
         TAKE_BEST(best[1], i, r->rep_a, >);
-        TAKE_BEST(best[2], i, r->rep_a, <);
+        TAKE_BEST(best[2], i, r->recorded ? r->rec_a : r->rep_a, <);
         TAKE_BEST(best[3], i, r->rep_q, >);
         TAKE_BEST(best[4], i, r->live, >);
         if (r->has_recorded) {
@@ -653,6 +661,78 @@ static bool replay_blocks(report_t *r, void *const *pre_ptrs) {
   return true;
 }
 
+/* Pinned host memory, as recorded (never replayed: PyTorch's CachingHostAllocator
+ * is not mnemo's device allocator): the page's state events are the trace's own
+ * lines of the device, in the replay sink's form (write_events) -- pre and
+ * segment_alloc / segment_free / segment_map / segment_unmap as segments; pre and
+ * alloc as blocks at their recorded addresses, each its recorded block size
+ * (mn__tools_recorded_block) and its own entry; a block leaves at its
+ * free_requested (as PyTorch's allocated bytes and "who holds the peak" count it).
+ * The replay block bytes (rblk) stay 0. */
+static bool recorded_events(report_t *r) {
+  r->rblk = calloc(r->n ? r->n : 1, sizeof *r->rblk);
+  evlog_t *ev = (evlog_t *)r->ev;
+  if (!r->rblk || !ev) return r->rblk != NULL;
+  r->has_recorded = true; /* the recorded curves are what the page draws */
+  size_t m = 0;
+  for (size_t i = 0; i < r->n; i++) {
+    if (!(r->flag[i] & F_DEV)) continue;
+    mn_trace_action a = r->t->entries[i].action;
+    m += a == MN_TRACE_ALLOC || is_segment_action(a) || (a == MN_TRACE_FREE_REQUESTED && r->pair[i] != SIZE_MAX);
+  }
+  size_t cap = m ? m : 1;
+  ev->entry = malloc(cap * sizeof *ev->entry);
+  ev->own = malloc(cap * sizeof *ev->own);
+  ev->kind = malloc(cap * sizeof *ev->kind);
+  ev->addr = malloc(cap * sizeof *ev->addr);
+  ev->size = malloc(cap * sizeof *ev->size);
+  if (!ev->entry || !ev->own || !ev->kind || !ev->addr || !ev->size) return false;
+  ev->cap = cap;
+  for (size_t i = 0; i < r->n; i++) {
+    if (!(r->flag[i] & F_DEV)) continue;
+    const mn_trace_entry_t *e = &r->t->entries[i];
+    int kind;
+    uint64_t size = e->size;
+    switch (e->action) {
+      case MN_TRACE_ALLOC: kind = EV_ALLOC; size = mn__tools_recorded_block(e); break;
+      case MN_TRACE_FREE_REQUESTED:
+        if (r->pair[i] == SIZE_MAX) continue;
+        kind = EV_FREE;
+        break;
+      case MN_TRACE_SEGMENT_ALLOC: kind = EV_SEG_ALLOC; break;
+      case MN_TRACE_SEGMENT_FREE: kind = EV_SEG_FREE; break;
+      case MN_TRACE_SEGMENT_MAP: kind = EV_MAP; break;
+      case MN_TRACE_SEGMENT_UNMAP: kind = EV_UNMAP; break;
+      default: continue;
+    }
+    uint32_t at = i > UINT32_MAX - 1 ? UINT32_MAX - 1 : (uint32_t)i;
+    ev->entry[ev->n] = at;
+    ev->own[ev->n] = kind == EV_ALLOC ? at : UINT32_MAX;
+    ev->kind[ev->n] = (uint8_t)kind;
+    ev->addr[ev->n] = (double)e->address;
+    ev->size[ev->n] = (double)size;
+    ev->n++;
+  }
+  ev->tagged = ev->n;
+  return true;
+}
+
+/* The recorded peaks (pinned host memory): the first entry of the device at the
+ * most recorded reserved bytes, and at the most recorded allocated bytes; a state
+ * dump: its last entry. */
+static void recorded_peaks(report_t *r) {
+  size_t pr = SIZE_MAX, pa = SIZE_MAX, last = 0;
+  for (size_t i = 0; i < r->n; i++) {
+    if (!(r->flag[i] & F_DEV)) continue;
+    last = i;
+    if (pr == SIZE_MAX || r->rec_r[i] > r->rec_r[pr]) pr = i;
+    if (pa == SIZE_MAX || r->rec_a[i] > r->rec_a[pa]) pa = i;
+  }
+  if (r->state_only) pr = pa = last;
+  r->peak_res = pr == SIZE_MAX ? 0 : pr;
+  r->peak_alloc = pa == SIZE_MAX ? 0 : pa;
+}
+
 /* Fills the report from the trace and the replay's steps; false when out of host memory. */
 static bool analyze(report_t *r, const timeline_t *tl, void *const *pre_ptrs) {
   size_t m = r->n ? r->n : 1;
@@ -671,11 +751,13 @@ static bool analyze(report_t *r, const timeline_t *tl, void *const *pre_ptrs) {
   ref_t *refs = malloc(m * sizeof *refs);
   size_t *idx = malloc(m * sizeof *idx);
   bool ok = r->flag && r->pair && r->rep_a && r->rep_r && r->rep_q && r->rec_a && r->rec_r && r->live && r->agg &&
-            r->tmono && r->streams && r->ooms && refs && idx && scan_device(r, refs, idx) && replay_blocks(r, pre_ptrs);
+            r->tmono && r->streams && r->ooms && refs && idx && scan_device(r, refs, idx) &&
+            (r->recorded ? recorded_events(r) : replay_blocks(r, pre_ptrs));
   if (ok) {
     for (size_t i = 0; i < r->n; i++)
       if ((r->flag[i] & F_DEV) && r->t->entries[i].action == MN_TRACE_OOM) r->ooms[r->nooms++] = i;
     compute_curves(r, tl);
+    if (r->recorded) recorded_peaks(r);
     ok = choose_points(r, idx) &&
          find_holders(r, r->peak_alloc, &r->held, &r->nheld, &r->holders, &r->nholders, &r->grb) &&
          find_holders(r, r->peak_res, &r->held_res, &r->nheld_res, &r->holders_res, &r->nholders_res, &r->grb_res) &&
@@ -730,9 +812,11 @@ static void write_points(FILE *f, const report_t *r) {
                    ? stack_out(r, t->entries[r->pair[i]].stack)
                    : 0u);
   POINT_COLUMN("ln", "%" PRIu32, t->entries[i].line);
-  POINT_COLUMN("a", "%" PRId64, r->rep_a[i]);
-  POINT_COLUMN("r", "%" PRId64, r->rep_r[i]);
-  POINT_COLUMN("q", "%" PRId64, r->rep_q[i]);
+  if (!r->recorded) { /* pinned host memory: no replay */
+    POINT_COLUMN("a", "%" PRId64, r->rep_a[i]);
+    POINT_COLUMN("r", "%" PRId64, r->rep_r[i]);
+    POINT_COLUMN("q", "%" PRId64, r->rep_q[i]);
+  }
   POINT_COLUMN("lv", "%" PRId64, r->live[i]);
   POINT_COLUMN("g", "%" PRId64, r->agg[i]);
   if (r->has_recorded) {
@@ -817,6 +901,174 @@ static bool write_segments(FILE *f, const report_t *r, const mn_snapshot_t *snap
   return true;
 }
 
+/* Pinned host memory's segments after entry `at`, as recorded: its segment_alloc
+ * lines not yet freed (by address, as the page's state rebuild does), its mapped
+ * ranges (adjacent ones merged, as an expandable segment's), and in them its live
+ * allocations (alloc not yet free_requested) at their recorded addresses, each its
+ * recorded block size; the rest of a segment is free. */
+typedef struct rrow_s {
+  uint64_t addr, size, stream, allocated;
+  bool exp;
+  size_t b0, nb; /* its blocks: recseg_t.blk[b0, b0 + nb) */
+} rrow_t;
+
+typedef struct recseg_s {
+  rrow_t *rows;
+  size_t nrows;
+  ref_t *blk; /* live allocations (address, entry), by address */
+  size_t nblk;
+} recseg_t;
+
+static void recseg_free(recseg_t *s) {
+  free(s->rows);
+  free(s->blk);
+}
+
+static int cmp_rrow(const void *a, const void *b) {
+  const rrow_t *x = a, *y = b;
+  return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+static bool recorded_segments(const report_t *r, size_t at, recseg_t *out) {
+  const mn_trace_t *t = r->t;
+  size_t lim = at < r->n ? at + 1 : r->n, nseg = 0, nmap = 0, nlive = 0;
+  memset(out, 0, sizeof *out);
+  for (size_t i = 0; i < lim; i++) {
+    if (!(r->flag[i] & F_DEV)) continue;
+    mn_trace_action a = t->entries[i].action;
+    nseg += a == MN_TRACE_SEGMENT_ALLOC || a == MN_TRACE_SEGMENT_FREE;
+    nmap += a == MN_TRACE_SEGMENT_MAP;
+    nlive += a == MN_TRACE_ALLOC && (r->pair[i] == SIZE_MAX || r->pair[i] > at);
+  }
+  ref_t *sr = malloc((nseg ? nseg : 1) * sizeof *sr);
+  rrow_t *maps = malloc((2 * nmap + 1) * sizeof *maps);
+  out->rows = malloc((nseg + 2 * nmap + 1) * sizeof *out->rows);
+  out->blk = malloc((nlive ? nlive : 1) * sizeof *out->blk);
+  bool ok = sr && maps && out->rows && out->blk;
+  size_t ns = 0, nm = 0;
+  for (size_t i = 0; ok && i < lim; i++) {
+    if (!(r->flag[i] & F_DEV)) continue;
+    const mn_trace_entry_t *e = &t->entries[i];
+    if (e->action == MN_TRACE_SEGMENT_ALLOC || e->action == MN_TRACE_SEGMENT_FREE) {
+      sr[ns++] = (ref_t){e->address, i};
+    } else if (e->action == MN_TRACE_ALLOC && (r->pair[i] == SIZE_MAX || r->pair[i] > at)) {
+      out->blk[out->nblk++] = (ref_t){e->address, i};
+    } else if (e->action == MN_TRACE_SEGMENT_MAP) { /* a range at that address replaced */
+      size_t k = 0;
+      while (k < nm && maps[k].addr != e->address) k++;
+      if (k == nm) nm++;
+      maps[k] = (rrow_t){e->address, e->size, e->stream, 0, true, 0, 0};
+    } else if (e->action == MN_TRACE_SEGMENT_UNMAP) { /* every range it overlaps cut */
+      uint64_t u = e->address, ue = e->address + e->size;
+      for (size_t k = 0; k < nm;) {
+        rrow_t m = maps[k];
+        uint64_t me = m.addr + m.size;
+        if (m.addr >= ue || me <= u) {
+          k++;
+          continue;
+        }
+        maps[k] = maps[--nm];
+        if (m.addr < u) maps[nm++] = (rrow_t){m.addr, u - m.addr, m.stream, 0, true, 0, 0};
+        if (me > ue) maps[nm++] = (rrow_t){ue, me - ue, m.stream, 0, true, 0, 0};
+        if (m.addr < u || me > ue) k = 0; /* the pieces are rescanned: they no longer overlap */
+      }
+    }
+  }
+  if (ok) {
+    qsort(sr, ns, sizeof *sr, cmp_ref); /* by address, then entry: the last segment_alloc not freed */
+    for (size_t k = 0; k < ns;) {
+      size_t open = SIZE_MAX, j = k;
+      for (; j < ns && sr[j].address == sr[k].address; j++)
+        open = t->entries[sr[j].index].action == MN_TRACE_SEGMENT_ALLOC ? sr[j].index : SIZE_MAX;
+      if (open != SIZE_MAX) {
+        const mn_trace_entry_t *e = &t->entries[open];
+        out->rows[out->nrows++] = (rrow_t){e->address, e->size, e->stream, 0, false, 0, 0};
+      }
+      k = j;
+    }
+    qsort(maps, nm, sizeof *maps, cmp_rrow);
+    for (size_t k = 0; k < nm; k++) {
+      rrow_t *last = out->nrows && out->rows[out->nrows - 1].exp ? &out->rows[out->nrows - 1] : NULL;
+      if (last && last->addr + last->size == maps[k].addr) last->size += maps[k].size;
+      else out->rows[out->nrows++] = maps[k];
+    }
+    qsort(out->rows, out->nrows, sizeof *out->rows, cmp_rrow);
+    qsort(out->blk, out->nblk, sizeof *out->blk, cmp_ref);
+    size_t b = 0;
+    for (size_t k = 0; k < out->nrows; k++) { /* the blocks inside each row (others: outside any segment) */
+      rrow_t *row = &out->rows[k];
+      while (b < out->nblk && out->blk[b].address < row->addr) b++;
+      row->b0 = b;
+      while (b < out->nblk && out->blk[b].address - row->addr < row->size) {
+        row->allocated = mn__tools_sat_add_u64(row->allocated, mn__tools_recorded_block(&t->entries[out->blk[b].index]));
+        b++;
+      }
+      row->nb = b - row->b0;
+    }
+  }
+  free(sr);
+  free(maps);
+  if (!ok) recseg_free(out);
+  return ok;
+}
+
+/* Calls fn for each block of recorded row `row`, free gaps included: (size, asked, state). */
+#define RECSEG_BLOCKS(t, s, row, BODY)                                                              \
+  do {                                                                                              \
+    uint64_t cur_ = (row)->addr, end_ = (row)->addr + (row)->size;                                  \
+    for (size_t q_ = 0; q_ <= (row)->nb; q_++) {                                                    \
+      const mn_trace_entry_t *e_ = q_ < (row)->nb ? &(t)->entries[(s)->blk[(row)->b0 + q_].index] : NULL; \
+      uint64_t at_ = e_ ? e_->address : end_;                                                       \
+      if (at_ > cur_) {                                                                             \
+        uint64_t bsize = at_ - cur_, basked = 0;                                                    \
+        int bstate = MN_BLOCK_INACTIVE;                                                             \
+        BODY;                                                                                       \
+      }                                                                                             \
+      if (!e_) break;                                                                               \
+      {                                                                                             \
+        uint64_t bsize = mn__tools_recorded_block(e_), basked = e_->size;                           \
+        int bstate = MN_BLOCK_ACTIVE;                                                               \
+        BODY;                                                                                       \
+        if (at_ + bsize > cur_) cur_ = at_ + bsize;                                                 \
+      }                                                                                             \
+    }                                                                                               \
+  } while (0)
+
+/* The recorded segments in the page's "segments" form (write_segments). */
+static bool write_recorded_segments(FILE *f, const report_t *r, const recseg_t *s) {
+  uint64_t *fsz = malloc((s->nrows ? s->nrows : 1) * sizeof *fsz);
+  if (!fsz) return false;
+  size_t nfree = 0;
+  fprintf(f, ",\n\"nsegments\": %zu, \"segments\": [", s->nrows);
+  const char *sep = "";
+  for (size_t i = 0; i < s->nrows; i++) {
+    const rrow_t *row = &s->rows[i];
+    if (!row->nb) {
+      fsz[nfree++] = row->size;
+      continue;
+    }
+    fprintf(f, "%s\n  {\"address\": \"0x%" PRIx64 "\", \"size\": %" PRIu64 ", \"allocated\": %" PRIu64
+            ", \"stream\": %" PRIu64 ", \"large\": false, \"expandable\": %s, \"blocks\": [",
+            sep, row->addr, row->size, row->allocated, row->stream, row->exp ? "true" : "false");
+    sep = ",";
+    const char *bsep = "";
+    RECSEG_BLOCKS(r->t, s, row, {
+      fprintf(f, "%s[%" PRIu64 ",%" PRIu64 ",%d]", bsep, bsize, basked, bstate);
+      bsep = ",";
+    });
+    fprintf(f, "]}");
+  }
+  qsort(fsz, nfree, sizeof *fsz, cmp_u64_desc);
+  fprintf(f, "],\n\"free_segments\": [");
+  for (size_t i = 0, k = 0; i < nfree; i = k) {
+    while (k < nfree && fsz[k] == fsz[i]) k++;
+    fprintf(f, "%s[%" PRIu64 ",%zu]", i ? "," : "", fsz[i], k - i);
+  }
+  fputc(']', f);
+  free(fsz);
+  return true;
+}
+
 typedef struct page_args_s {
   const char *path, *title;
   const char *const *configs;
@@ -828,6 +1080,7 @@ typedef struct page_args_s {
   const char *label;  /* the device's name in the selector */
   bool host;          /* pinned host memory (`meta host_device`) */
   bool single_device; /* the trace's only device: the trace-wide torch_* figures are its own */
+  const recseg_t *recseg; /* pinned host memory: its recorded segments at the peak (snap: NULL) */
 } page_args_t;
 
 /* Base64 of n bytes (the page decodes it into a typed array, little-endian). */
@@ -945,6 +1198,7 @@ static bool write_device_data(FILE *f, const report_t *r, const page_args_t *p, 
           r->peak_alloc, r->peak_alloc < t->nentries ? t->entries[r->peak_alloc].line : 0, r->nheld,
           r->state_only ? "true" : "false", p->host ? "true" : "false");
   mn__tools_json_str(f, p->label);
+  if (r->recorded) fprintf(f, ", \"replayed\": false");
   fprintf(f, ",\n\"limits\": {\"full_points\": %d, \"buckets\": %d, \"peak_window\": %d, \"bands\": %d, "
           "\"stack_hover\": %d}", FULL_POINTS, BUCKETS, PEAK_WINDOW, BANDS_MAX, STACK_HOVER_MAX);
   fprintf(f, ",\n\"actions\": [");
@@ -1010,7 +1264,7 @@ static bool write_device_data(FILE *f, const report_t *r, const page_args_t *p, 
   fputc(']', f);
   if (!write_events(f, r)) return false;
   write_stacks(f, r);
-  if (!write_segments(f, r, p->snap)) return false;
+  if (!(p->recseg ? write_recorded_segments(f, r, p->recseg) : write_segments(f, r, p->snap))) return false;
   /* largest (at the peak of allocated bytes): [trace line, entry, stream id, asked, recorded block, time, pre,
    * stack, replay block] */
   fprintf(f, ",\n\"largest\": [");
@@ -1044,11 +1298,83 @@ static int cmp_u32(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* The device of `meta host_device` (pinned host memory), as recorded: never
+ * replayed (PyTorch's CachingHostAllocator is not mnemo's device allocator, as
+ * `mnemo replay` says); its timeline is the recorded curves, its state at any entry
+ * and its segment map at the recorded peak of allocated bytes (reserved bytes
+ * often plateau from the first segment on, with nothing in it) the trace's own lines
+ * (recorded_events, recorded_segments), who holds the peak at the recorded peak of
+ * allocated bytes. Returns 0, or the exit status after a message on stderr. */
+static int report_host(FILE *f, const mn_trace_t *t, const device_args_t *da) {
+  int rc = 1;
+  timeline_t tl = {0};
+  evlog_t ev;
+  memset(&ev, 0, sizeof ev);
+  report_t rep;
+  memset(&rep, 0, sizeof rep);
+  recseg_t rs;
+  memset(&rs, 0, sizeof rs);
+  rep.t = t;
+  rep.n = t->nentries;
+  rep.dev = (uint32_t)da->dev;
+  rep.ev = &ev;
+  rep.recorded = true;
+  size_t nev = 0;
+  for (size_t i = 0; i < t->nentries; i++) nev += t->entries[i].device == rep.dev && !t->entries[i].pre;
+  const char *so = mn_trace_meta_get(t, "state_only");
+  rep.state_only = (so && !strcmp(so, "1")) || nev == 0;
+  mn_clear_error();
+  mn__tools_stage(da->stage, "mnemo report", "%s: its %zu recorded entries (not replayed)...", da->label, t->nentries);
+  if (!analyze(&rep, &tl, NULL) || !recorded_segments(&rep, rep.peak_alloc, &rs)) {
+    fprintf(stderr, "mnemo report: out of host memory\n");
+    goto done;
+  }
+  page_args_t pa = {da->path, da->title, da->configs, 0, da->as_recorded, NULL, rep.peak_res, NULL,
+                    da->label, true, da->single, &rs};
+  if (!write_device_data(f, &rep, &pa, da->first)) {
+    fprintf(stderr, "mnemo report: out of host memory building the page\n");
+    goto done;
+  }
+  FILE *o2 = da->sum;
+  fprintf(o2, "%s (trace device %" PRIu32 "): shown as recorded, not replayed (PyTorch's host allocator is not "
+          "the device allocator)%s\n", da->label, rep.dev,
+          rep.state_only ? "; a state dump, no history (the state as dumped)" : "");
+  size_t pr = rep.peak_res < rep.n ? rep.peak_res : 0, pa_ = rep.peak_alloc < rep.n ? rep.peak_alloc : 0;
+  int64_t rr = rep.n ? rep.rec_r[pr] : 0, ra = rep.n ? rep.rec_a[pa_] : 0;
+  fprintf(o2, "  recorded peak reserved %" PRId64 " B (%.2f GiB) at entry %zu; recorded peak allocated %" PRId64
+          " B (%.2f GiB) at entry %zu\n", rr, (double)rr / 1073741824.0, rep.peak_res, ra, (double)ra / 1073741824.0,
+          rep.peak_alloc);
+  size_t nblocks = 0;
+  uint64_t fr = 0, largest_free = 0;
+  for (size_t k = 0; k < rs.nrows; k++)
+    RECSEG_BLOCKS(t, &rs, &rs.rows[k], {
+      nblocks++;
+      (void)basked;
+      if (bstate == MN_BLOCK_INACTIVE) {
+        fr += bsize;
+        if (bsize > largest_free) largest_free = bsize;
+      }
+    });
+  fprintf(o2, "  at the recorded peak allocated: %zu segments, %zu blocks, %.2f MiB free in segments (largest free "
+          "block %.2f MiB)\n", rs.nrows, nblocks, (double)fr / 1048576.0, (double)largest_free / 1048576.0);
+  if (rep.nheld)
+    fprintf(o2, "  %zu allocations alive at the recorded peak allocated; the largest: %.2f MiB (trace line %" PRIu32 ")\n",
+            rep.nheld, (double)t->entries[rep.held[0]].size / 1048576.0, t->entries[rep.held[0]].line);
+  if (rep.nooms) fprintf(o2, "  %zu OOMs recorded\n", rep.nooms);
+  rc = 0;
+done:
+  report_free(&rep);
+  recseg_free(&rs);
+  evlog_free(&ev);
+  return rc;
+}
+
 /* One device of the trace: every config replayed (the first with the timeline and
  * the replay allocator's events), the allocator's state at the peak of reserved
  * bytes, the trace's own curves, and its data written to f; its summary to a->sum.
  * Returns 0, or the exit status after a message on stderr. */
 static int report_device(FILE *f, const mn_trace_t *t, const device_args_t *da) {
+  if (da->host) return report_host(f, t, da);
   int rc = 1;
   timeline_t tl = {0};
   evlog_t ev, stop_ev;
@@ -1170,7 +1496,7 @@ static int report_device(FILE *f, const mn_trace_t *t, const device_args_t *da) 
   /* 4: its data in the page. */
   mn__tools_stage(da->stage, "mnemo report", "%s: writing its data...", da->label);
   page_args_t pa = {da->path, da->title, configs, nconfigs, da->as_recorded, res, peak_entry, snap,
-                    da->label, da->host, da->single};
+                    da->label, da->host, da->single, NULL};
   if (!write_device_data(f, &rep, &pa, da->first)) {
     fprintf(stderr, "mnemo report: out of host memory building the page\n");
     goto done;
