@@ -474,10 +474,11 @@ def replay(trace, configs=None, capacity=None, device=None, retries=None, trace_
 
 _REPORT_RE = re.compile(r"report (?P<path>.*): (?P<entries>\d+) entries, (?P<configs>\d+) configs, "
                         r"(?P<devices>\d+) devices?, (?P<bytes>\d+) bytes\n")
-_REPORT_DEV_RE = re.compile(r"^(?P<label>\S+) \(trace device (?P<device>\d+)\)(?P<state>: a state dump)?.*\n"
+_REPORT_DEV_RE = re.compile(r"^(?P<label>\S.*?) \(trace device (?P<device>\d+)\)(?P<state>: a state dump)?"
+                            r"(?P<recorded>: shown as recorded)?.*\n"
                             r"(?:  SIM capacity (?P<capacity>\d+) B.*\n)?"
-                            r"  peak reserved (?P<peak_reserved>\d+) B .*? at entry (?P<peak_reserved_entry>\d+); "
-                            r"peak allocated (?P<peak_allocated>\d+) B .*? at entry (?P<peak_allocated_entry>\d+)",
+                            r"  (?:recorded )?peak reserved (?P<peak_reserved>\d+) B .*? at entry (?P<peak_reserved_entry>\d+); "
+                            r"(?:recorded )?peak allocated (?P<peak_allocated>\d+) B .*? at entry (?P<peak_allocated_entry>\d+)",
                             re.M)
 
 
@@ -486,7 +487,8 @@ def report(trace, out, configs=None, title=None, capacity=None, trace_device=Non
     (`mnemo report`: timeline, active memory, who holds the peak, segment map
     at any moment, configurations compared; every device of the trace).
     Returns {"path": out, "bytes": its size, "entries", "configs", "devices":
-    one dict per device (device, label, state_only, capacity or None,
+    one dict per device (device, label, state_only, replayed (False for pinned
+    host memory, shown as recorded: its peaks are PyTorch's), capacity or None,
     peak_reserved, peak_reserved_entry, peak_allocated, peak_allocated_entry),
     the first device's "peak_reserved", "peak_allocated" and "peak_entry" (the
     entry of its peak of allocated bytes, where "who holds the peak" looks),
@@ -510,6 +512,7 @@ def report(trace, out, configs=None, title=None, capacity=None, trace_device=Non
     devs = []
     for d in _REPORT_DEV_RE.finditer(text):
         dev = {"device": int(d.group("device")), "label": d.group("label"), "state_only": bool(d.group("state")),
+               "replayed": not d.group("recorded"),
                "capacity": int(d.group("capacity")) if d.group("capacity") else None}
         for k in ("peak_reserved", "peak_reserved_entry", "peak_allocated", "peak_allocated_entry"):
             dev[k] = int(d.group(k))
@@ -588,7 +591,11 @@ def snapshot(trace, at="peak", config=None, pre_segments=True, trace_device=None
     if _is_snapshot_file(src):
         tmp = tempfile.TemporaryDirectory(prefix="mnemo-snapshot-")
         dst = os.path.join(tmp.name, "snapshot.trace")
-        import_snapshot(src, dst, max_decompressed_size=max_decompressed_size)
+        try:
+            import_snapshot(src, dst, max_decompressed_size=max_decompressed_size)
+        except BaseException:
+            tmp.cleanup()
+            raise
         src = dst
     t = _TP()
     try:

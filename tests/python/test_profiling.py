@@ -231,7 +231,14 @@ class Tool(unittest.TestCase):
         self.assertEqual(res["peak_allocated"], 24024505344)
         self.assertEqual(len(res["devices"]), 1)
         d = res["devices"][0]
-        self.assertEqual((d["device"], d["label"], d["state_only"]), (0, "cuda:0", False))
+        self.assertEqual((d["device"], d["label"], d["state_only"], d["replayed"]), (0, "cuda:0", False, True))
+        # a 2.14 snapshot: a GPU and its pinned host memory (shown as recorded, not replayed)
+        t214 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "torch",
+                            "torch214.pickle")
+        r2 = P.report(t214, os.path.join(self.tmp.name, "t214.html"))
+        self.assertEqual([(x["device"], x["label"], x["replayed"]) for x in r2["devices"]],
+                         [(0, "cuda:0", True), (1, "pinned host memory", False)])
+        self.assertEqual(r2["devices"][1]["peak_allocated"], 4194304)
         self.assertEqual(res["peak_entry"], d["peak_allocated_entry"])
 
     def test_snapshot(self):
