@@ -865,6 +865,19 @@ static uint64_t recorded_stream(const report_t *r, uint64_t sim) {
   return sim;
 }
 
+
+/* The fully free segments, folded into one [size, count] row per size (largest
+ * first): "free_segments": [...]; frees fsz. */
+static void write_free_segments(FILE *f, uint64_t *fsz, size_t nfree) {
+  qsort(fsz, nfree, sizeof *fsz, cmp_u64_desc);
+  fprintf(f, "\"free_segments\": [");
+  for (size_t i = 0, k = 0; i < nfree; i = k) {
+    while (k < nfree && fsz[k] == fsz[i]) k++;
+    fprintf(f, "%s[%" PRIu64 ",%zu]", i ? "," : "", fsz[i], k - i);
+  }
+  fputc(']', f);
+  free(fsz);
+}
 /* The allocator's segments at the peak: fully free ones folded by size. */
 static bool write_segments(FILE *f, const report_t *r, const mn_snapshot_t *snap) {
   uint64_t *fsz = malloc((snap->nsegments ? snap->nsegments : 1) * sizeof *fsz);
@@ -890,14 +903,8 @@ static bool write_segments(FILE *f, const report_t *r, const mn_snapshot_t *snap
               (int)s->blocks[b].state);
     fprintf(f, "]}");
   }
-  qsort(fsz, nfree, sizeof *fsz, cmp_u64_desc);
-  fprintf(f, "],\n\"free_segments\": [");
-  for (size_t i = 0, k = 0; i < nfree; i = k) {
-    while (k < nfree && fsz[k] == fsz[i]) k++;
-    fprintf(f, "%s[%" PRIu64 ",%zu]", i ? "," : "", fsz[i], k - i);
-  }
-  fputc(']', f);
-  free(fsz);
+  fprintf(f, "],\n");
+  write_free_segments(f, fsz, nfree);
   return true;
 }
 
@@ -1058,14 +1065,8 @@ static bool write_recorded_segments(FILE *f, const report_t *r, const recseg_t *
     });
     fprintf(f, "]}");
   }
-  qsort(fsz, nfree, sizeof *fsz, cmp_u64_desc);
-  fprintf(f, "],\n\"free_segments\": [");
-  for (size_t i = 0, k = 0; i < nfree; i = k) {
-    while (k < nfree && fsz[k] == fsz[i]) k++;
-    fprintf(f, "%s[%" PRIu64 ",%zu]", i ? "," : "", fsz[i], k - i);
-  }
-  fputc(']', f);
-  free(fsz);
+  fprintf(f, "],\n");
+  write_free_segments(f, fsz, nfree);
   return true;
 }
 

@@ -275,6 +275,24 @@ static void print_state(void *user, mn_allocator_t *a) {
   free(buf);
 }
 
+/* Replays device `dev` of t (-1: the replay's default) on a fresh caching
+ * allocator (*a, the caller's to destroy) up to entry `stop`, calls at_stop there
+ * and fills live (the replay's pointers of the live allocations, by entry); the
+ * recorded OOMs are tried again, as `mnemo replay` does. */
+static mn_status replay_to(const mn_trace_t *t, const mn_caching_config_t *cfg, int dev, size_t stop,
+                           void (*at_stop)(void *, mn_allocator_t *), void *user, void **live, mn_allocator_t **a) {
+  mn_replay_options_t o = mn_replay_options_default();
+  o.trace_device = dev;
+  o.replay_ooms = true;
+  o.stop_after = stop;
+  o.at_stop = at_stop;
+  o.at_stop_user = user;
+  o.live_ptrs = live;
+  mn_replay_result_t r;
+  mn_status st = mn_caching_allocator_create(mn_device_sim(0), cfg, a);
+  return st == MN_OK ? mn_trace_replay(t, *a, &o, &r) : st;
+}
+
 /* The trace device index a replay with trace_device `want` drives (-1: the lowest). */
 static uint32_t replayed_index(const mn_trace_t *t, int want) {
   if (want >= 0) return (uint32_t)want;
@@ -403,16 +421,7 @@ int cmd_snapshot(int argc, char **argv) {
       fprintf(stderr, "mnemo snapshot: out of host memory\n");
       goto done;
     }
-    mn_replay_options_t o = mn_replay_options_default();
-    o.trace_device = dev_index;
-    o.replay_ooms = true;
-    o.stop_after = stop;
-    o.at_stop = json_state;
-    o.at_stop_user = &j;
-    o.live_ptrs = j.live;
-    mn_replay_result_t r;
-    if (mn_caching_allocator_create(mn_device_sim(0), &cfg, &a) != MN_OK || mn_trace_replay(t, a, &o, &r) != MN_OK ||
-        j.failed) {
+    if (replay_to(t, &cfg, dev_index, stop, json_state, &j, j.live, &a) != MN_OK || j.failed) {
       free(j.live);
       if (j.snap) mn_snapshot_free(j.snap);
       goto fail;
@@ -433,15 +442,7 @@ int cmd_snapshot(int argc, char **argv) {
     fprintf(stderr, "mnemo snapshot: out of host memory\n");
     goto done;
   }
-  mn_replay_options_t o = mn_replay_options_default();
-  o.trace_device = dev_index;
-  o.replay_ooms = true;
-  o.stop_after = stop;
-  o.at_stop = print_state;
-  o.at_stop_user = &s;
-  o.live_ptrs = s.live;
-  mn_replay_result_t r;
-  if (mn_caching_allocator_create(mn_device_sim(0), &cfg, &a) != MN_OK || mn_trace_replay(t, a, &o, &r) != MN_OK) {
+  if (replay_to(t, &cfg, dev_index, stop, print_state, &s, s.live, &a) != MN_OK) {
     free(s.live);
     goto fail;
   }
