@@ -8,11 +8,9 @@
 
 #include "mnemo/mnemo.h"
 #include "mnemo/trace.h"
+#include "profiling/text.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
-
-/* From trace.c: for each free_requested the index of its alloc, and back. */
-mn_status mn__trace_match(const mn_trace_t *trace, size_t *match);
 
 mn_replay_options_t mn_replay_options_default(void) {
   mn_replay_options_t o;

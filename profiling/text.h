@@ -1,5 +1,7 @@
 /* profiling/text.h: what the trace readers in profiling/ share (trace files,
- * RMM CSV logs): file reads, lines, numbers, errors, address sorting; any thread. */
+ * RMM CSV logs, and the replay and the CLI's report, which pair each free with its
+ * alloc): file reads, lines, numbers, errors, address sorting, alloc/free
+ * matching; any thread. */
 #ifndef MNEMO_PROFILING_TEXT_H
 #define MNEMO_PROFILING_TEXT_H
 
@@ -10,6 +12,12 @@
 #include "mnemo/status.h"
 #include "mnemo/trace.h"
 #include "runtime/error.h"
+
+/* For each free_requested of the trace the index of its alloc, and for each
+ * alloc its free_requested (SIZE_MAX while live at the end; SIZE_MAX for every
+ * other entry), addresses taken per device: match holds nentries slots. One pass
+ * (profiling/trace.c); MN_ERR_FORMAT on a trace that is not valid, out of memory. */
+mn_status mn__trace_match(const mn_trace_t *trace, size_t *match);
 
 /* Walks text[0..len) line by line; `line` counts the lines handed out (1-based
  * once the first is out), `max` is the longest line accepted. */

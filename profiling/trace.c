@@ -595,8 +595,7 @@ mn_status mn_trace_validate(const mn_trace_t *trace) {
   return trace_match(trace, NULL, NULL, __func__);
 }
 
-/* Exposed for replay.c, which needs each free's alloc (declared there). */
-mn_status mn__trace_match(const mn_trace_t *trace, size_t *match);
+/* For replay.c and the CLI's report (profiling/text.h). */
 mn_status mn__trace_match(const mn_trace_t *trace, size_t *match) {
   return trace_match(trace, match, NULL, "mn_trace_replay");
 }

@@ -56,6 +56,7 @@
 
 #include "mnemo/mnemo.h"
 #include "commands.h"
+#include "profiling/text.h"
 #include "report_page.h"
 #include "stacks.h"
 #include "runtime/fileio.h"
@@ -364,22 +365,25 @@ static uint32_t stack_out(const report_t *r, uint32_t id) {
   } while (0)
 
 /* The device's entries, its streams, each alloc's free (by address, in order) and
- * the bands (the largest allocations); idx and refs: scratch of n entries. */
-static bool scan_device(report_t *r, ref_t *refs, size_t *idx) {
+ * the bands (the largest allocations); idx: scratch of n entries; false when out of host memory. */
+static bool scan_device(report_t *r, size_t *idx) {
   const mn_trace_t *t = r->t;
   size_t n = r->n;
-  size_t nrefs = 0, nallocs = 0;
+  size_t nallocs = 0;
   r->first_event = SIZE_MAX;
   const char *by = mn_trace_meta_get(t, "recorded_by");
   r->has_recorded = by && !strcmp(by, "pytorch");
+  /* each alloc's free and each free's alloc (the trace's own matching), this device's only */
+  if (mn__trace_match(t, r->pair) != MN_OK) return false;
   for (size_t i = 0; i < n; i++) {
     const mn_trace_entry_t *e = &t->entries[i];
-    r->pair[i] = SIZE_MAX;
-    if (e->device != r->dev) continue;
+    if (e->device != r->dev) {
+      r->pair[i] = SIZE_MAX;
+      continue;
+    }
     r->flag[i] = F_DEV;
     r->streams[r->nstreams++] = e->stream;
     if (!e->pre && r->first_event == SIZE_MAX) r->first_event = i;
-    if (e->action == MN_TRACE_ALLOC || e->action == MN_TRACE_FREE_REQUESTED) refs[nrefs++] = (ref_t){e->address, i};
     if (e->action == MN_TRACE_ALLOC) idx[nallocs++] = i;
     if (is_segment_action(e->action)) r->has_recorded = true;
     if (e->action == MN_TRACE_ALLOC || e->action == MN_TRACE_FREE_REQUESTED || e->action == MN_TRACE_EMPTY_CACHE ||
@@ -391,15 +395,6 @@ static bool scan_device(report_t *r, ref_t *refs, size_t *idx) {
   for (size_t k = 0; k < r->nstreams; k++)
     if (u == 0 || r->streams[u - 1] != r->streams[k]) r->streams[u++] = r->streams[k];
   r->nstreams = u;
-  qsort(refs, nrefs, sizeof *refs, cmp_ref);
-  for (size_t k = 0; k + 1 < nrefs; k++) {
-    const ref_t *a = &refs[k], *b = &refs[k + 1];
-    if (a->address == b->address && t->entries[a->index].action == MN_TRACE_ALLOC &&
-        t->entries[b->index].action == MN_TRACE_FREE_REQUESTED) {
-      r->pair[a->index] = b->index;
-      r->pair[b->index] = a->index;
-    }
-  }
 
   mn__tools_sort_by_size(t, idx, nallocs);
   for (size_t k = 0; k < nallocs && k < BANDS_MAX; k++) r->flag[idx[k]] |= F_BAND;
@@ -748,10 +743,9 @@ static bool analyze(report_t *r, const timeline_t *tl, void *const *pre_ptrs) {
   r->tmono = malloc(m * sizeof *r->tmono);
   r->streams = malloc(m * sizeof *r->streams);
   r->ooms = malloc(m * sizeof *r->ooms);
-  ref_t *refs = malloc(m * sizeof *refs);
   size_t *idx = malloc(m * sizeof *idx);
   bool ok = r->flag && r->pair && r->rep_a && r->rep_r && r->rep_q && r->rec_a && r->rec_r && r->live && r->agg &&
-            r->tmono && r->streams && r->ooms && refs && idx && scan_device(r, refs, idx) &&
+            r->tmono && r->streams && r->ooms && idx && scan_device(r, idx) &&
             (r->recorded ? recorded_events(r) : replay_blocks(r, pre_ptrs));
   if (ok) {
     for (size_t i = 0; i < r->n; i++)
@@ -763,7 +757,6 @@ static bool analyze(report_t *r, const timeline_t *tl, void *const *pre_ptrs) {
          find_holders(r, r->peak_res, &r->held_res, &r->nheld_res, &r->holders_res, &r->nholders_res, &r->grb_res) &&
          collect_stacks(r);
   }
-  free(refs);
   free(idx);
   return ok;
 }
@@ -1564,6 +1557,12 @@ done:
   return rc;
 }
 
+/* A device's name in the page and the summary. */
+static void device_label(uint32_t dev, uint64_t host_dev, char *buf, size_t n) {
+  if (dev == host_dev) snprintf(buf, n, "pinned host memory");
+  else snprintf(buf, n, "cuda:%" PRIu32, dev);
+}
+
 int cmd_report(int argc, char **argv) {
   const char *path = NULL, *out_path = NULL, *title = NULL, *configs[MAX_CONFIGS];
   size_t nconfigs = 0, capacity = 0;
@@ -1642,26 +1641,19 @@ int cmd_report(int argc, char **argv) {
   /* The devices: --trace-device's, else every device of the trace (each its own
    * data in the page, picked by the page's device selector). */
   uint32_t devs[MAX_DEVICES];
-  size_t ndevs = 0;
+  size_t ndevs = 0, ntrace_devs = 0; /* distinct devices in the trace (its torch_* keys are the only one's) */
+  for (size_t i = 0; i < t->nentries && ntrace_devs < MAX_DEVICES; i++) {
+    size_t k = 0;
+    while (k < ntrace_devs && devs[k] != t->entries[i].device) k++;
+    if (k == ntrace_devs) devs[ntrace_devs++] = t->entries[i].device;
+  }
   if (trace_device >= 0) {
-    devs[ndevs++] = (uint32_t)trace_device;
+    devs[0] = (uint32_t)trace_device;
+    ndevs = 1;
   } else {
-    for (size_t i = 0; i < t->nentries && ndevs < MAX_DEVICES; i++) {
-      size_t k = 0;
-      while (k < ndevs && devs[k] != t->entries[i].device) k++;
-      if (k == ndevs) devs[ndevs++] = t->entries[i].device;
-    }
+    ndevs = ntrace_devs;
     qsort(devs, ndevs, sizeof *devs, cmp_u32);
     if (!ndevs) devs[ndevs++] = 0;
-  }
-  size_t ntrace_devs = 0; /* distinct devices in the trace (its torch_* keys are the only one's) */
-  {
-    uint32_t seen[MAX_DEVICES];
-    for (size_t i = 0; i < t->nentries && ntrace_devs < MAX_DEVICES; i++) {
-      size_t k = 0;
-      while (k < ntrace_devs && seen[k] != t->entries[i].device) k++;
-      if (k == ntrace_devs) seen[ntrace_devs++] = t->entries[i].device;
-    }
   }
   uint64_t host_dev = UINT64_MAX;
   if (mn_trace_meta_get(t, "host_device") && mn_trace_meta_get_u64(t, "host_device", &host_dev) != MN_OK)
@@ -1685,15 +1677,13 @@ int cmd_report(int argc, char **argv) {
   fprintf(f, "<script id=\"mn-devices\" type=\"application/json\">[");
   for (size_t k = 0; k < ndevs; k++) {
     char lb[64];
-    if (devs[k] == host_dev) snprintf(lb, sizeof lb, "pinned host memory");
-    else snprintf(lb, sizeof lb, "cuda:%" PRIu32, devs[k]);
+    device_label(devs[k], host_dev, lb, sizeof lb);
     fprintf(f, "%s[%" PRIu32 ",\"%s\",%s]", k ? "," : "", devs[k], lb, devs[k] == host_dev ? "true" : "false");
   }
   fprintf(f, "]</script>\n");
   for (size_t k = 0; k < ndevs; k++) {
     char lb[64];
-    if (devs[k] == host_dev) snprintf(lb, sizeof lb, "pinned host memory");
-    else snprintf(lb, sizeof lb, "cuda:%" PRIu32, devs[k]);
+    device_label(devs[k], host_dev, lb, sizeof lb);
     device_args_t da = {path, title, configs, nconfigs, as_recorded, (int)devs[k], ntrace_devs <= 1, devs[k] == host_dev,
                         lb, k == 0, sum, &sim0, capacity != 0, stage};
     int drc = report_device(f, t, &da);
