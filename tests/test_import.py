@@ -1418,12 +1418,8 @@ class TestExport(unittest.TestCase):
 
 # ---- fuzz --------------------------------------------------------------------------------
 
-class TestReplayDevices(unittest.TestCase):
-    """`mnemo replay` on snapshots of several devices and with recorded OOMs:
-    every device replayed on its own and compared with its own PyTorch figures;
-    --trace-device on a pickle; the capacity as recorded reproduces an OOM at its
-    entry; the JSON shape (one object for one device and one config, else an
-    array of objects with device and config)."""
+class _CliCase(unittest.TestCase):
+    """A test that runs the mnemo CLI (skipped without one) in a temporary folder."""
 
     def setUp(self):
         if not CLI:
@@ -1434,6 +1430,14 @@ class TestReplayDevices(unittest.TestCase):
         for f in os.listdir(self.tmp):
             os.unlink(os.path.join(self.tmp, f))
         os.rmdir(self.tmp)
+
+
+class TestReplayDevices(_CliCase):
+    """`mnemo replay` on snapshots of several devices and with recorded OOMs:
+    every device replayed on its own and compared with its own PyTorch figures;
+    --trace-device on a pickle; the capacity as recorded reproduces an OOM at its
+    entry; the JSON shape (one object for one device and one config, else an
+    array of objects with device and config)."""
 
     def replay_json(self, path, *args, rc=0):
         r = run_cli("replay", path, "--json", "--no-progress", *args)
@@ -1583,7 +1587,7 @@ def empty_cache_cycles_workload(cycles=28):
     return "\n".join(lines) + "\n"
 
 
-class TestEmptyCacheFidelity(unittest.TestCase):
+class TestEmptyCacheFidelity(_CliCase):
     """Replay of empty_cache-heavy runs: a PyTorch-shaped snapshot made by
     running a workload on mnemo's caching allocator (PyTorch's rules) on a device
     too small for it, recorded (MNEMO_TRACE) and exported in PyTorch's form
@@ -1592,16 +1596,6 @@ class TestEmptyCacheFidelity(unittest.TestCase):
     Before: every run of segment frees became a full empty_cache, so the partial
     releases of PyTorch's out-of-memory path freed the whole cache in the replay
     (676 segment allocations against 452)."""
-
-    def setUp(self):
-        if not CLI:
-            self.skipTest("no mnemo CLI given")
-        self.tmp = tempfile.mkdtemp()
-
-    def tearDown(self):
-        for f in os.listdir(self.tmp):
-            os.unlink(os.path.join(self.tmp, f))
-        os.rmdir(self.tmp)
 
     def test_drop_partial_releases(self):
         # two free 20 MiB segments; a run frees one (a segment stays free: partial),
