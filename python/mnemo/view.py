@@ -569,14 +569,18 @@ class View(_owner.Owner):
         else:
             target.copy_(value)
 
-    def __len__(self):
+    def __len__(self) -> int:
+        """The size of dim 0; TypeError for a 0-d view, as PyTorch."""
         if self.ndim == 0:
-            raise TypeError("mnemo: len() of a 0-d view")
+            raise TypeError("len() of a 0-d tensor (torch.tensor() and torch.as_tensor() read only numbers, "
+                            "sequences, numpy arrays and tensors: give them numpy.asarray(view), or use "
+                            "torch.from_dlpack(view))")
         return self.shape[0]
 
     def __iter__(self):
+        """The views of dim 0 (select(0, i)); TypeError for a 0-d view, as PyTorch."""
         if self.ndim == 0:
-            raise TypeError("mnemo: iteration over a 0-d view")
+            raise TypeError("iteration over a 0-d tensor")
         for i in range(self.shape[0]):
             yield self._op(lib.mn_view_select, 0, i)
 
@@ -660,20 +664,15 @@ class View(_owner.Owner):
             raise ValueError("mnemo: only views of one element can be converted to Python scalars")
         return self.item()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
+        """PyTorch's text of a tensor (mnemo._format): ``tensor([1., 2.])``,
+        ``device='sim:0'`` off the CPU, ``dtype=mnemo.float16`` for dtypes
+        other than float32, complex64, int64 and bool; mnemo.set_printoptions
+        controls it as torch.set_printoptions."""
         if not getattr(self, "_handle", None):
-            return "mnemo.View(<destroyed>)"
-        import numpy as np
-        dt, dev, shape = self.dtype, self.device, self.shape
-        prefix = "mnemo.View("
-        if dev.type == "meta":  # no data: sizes only, as PyTorch's tensor(..., device='meta', size=...)
-            body = f"..., size={shape}"
-        elif self.numel() == 0:
-            body = "[]" + (f", size={shape}" if len(shape) != 1 else "")
-        else:
-            arr = self._host_numpy()
-            body = np.array2string(arr, separator=", ", prefix=prefix, threshold=1000, edgeitems=3)
-        return f"{prefix}{body}, dtype={dt.name}, device={dev})"
+            return "tensor(<released view>)"
+        from ._format import view_repr
+        return view_repr(self)
 
     __str__ = __repr__
 
