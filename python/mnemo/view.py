@@ -11,7 +11,8 @@ Copies follow PyTorch's tensors (docs/PYTHON.md "Object lifetimes"):
 count counts it), ``copy.deepcopy`` clones the whole storage (views of one
 storage deep-copied together share the clone), and pickling carries the
 storage's bytes with dtype, shape, strides and offset (a multiprocessing
-child gets its own copy; views pickled separately no longer share).
+child gets its own copy; views pickled together share one storage again,
+views pickled separately do not). repr/str print as PyTorch (mnemo._format).
 Host reads (numpy() of a SIM view, tolist, item, repr) synchronize the
 device first. CPU views hand numpy their memory without a copy
 (``numpy()``, ``__array_interface__``, ``__array__``); CUDA views refuse
@@ -27,6 +28,7 @@ to() wait for completion unless non_blocking.
 import copy
 import ctypes as C
 import numbers
+import weakref
 
 from . import _core, _owner
 from ._core import VIEW_END, VP, VPP, as_dim, as_int, as_shape, i64_array, int_array, out_handle
@@ -165,8 +167,20 @@ class View(_owner.Owner):
         """Pickles by value: the whole storage (Storage.__reduce_ex__), dtype,
         shape, strides, offset and quantization parameters, as PyTorch pickles
         a tensor."""
-        return (_rebuild_view, (self.untyped_storage(), self.dtype.name, self.shape, self.stride(),
+        return (_rebuild_view, (self._storage_for_pickle(), self.dtype.name, self.shape, self.stride(),
                                 self.storage_offset(), self._qparams()))
+
+    def _storage_for_pickle(self):
+        """One Storage object per C storage while a pickle is being written:
+        the pickler's memo (which keeps it alive until the pickle is done)
+        then writes the bytes once, and views pickled together share one
+        storage again when loaded, as PyTorch's."""
+        key = lib.mn_view_storage(self._handle)
+        with _owner.lock:
+            s = _PICKLED_STORAGES.get(key)
+            if s is None:
+                s = _PICKLED_STORAGES[key] = self.untyped_storage()
+        return s
 
     # ---- metadata -------------------------------------------------------------------
     @property
@@ -700,6 +714,10 @@ class View(_owner.Owner):
         """The CUDA array interface (version 3) of a CUDA view; AttributeError otherwise."""
         from . import interop
         return interop.cuda_array_interface(self)
+
+
+# C storage address -> the Storage object pickles of its views use (View._storage_for_pickle)
+_PICKLED_STORAGES = weakref.WeakValueDictionary()
 
 
 def _rebuild_view(storage, dtype, shape, strides, offset, qparams):
