@@ -690,6 +690,13 @@ class View(_owner.Owner):
 
     __str__ = __repr__
 
+    def __format__(self, format_spec: str) -> str:
+        """As PyTorch: a 0-d view formats its value (``f"{v:.2f}"``); other
+        views only with an empty spec (their str())."""
+        if self.ndim == 0 and self.device.type != "meta":
+            return format(self.item(), format_spec)
+        return object.__format__(self, format_spec)
+
     # ---- interchange (mnemo.interop) --------------------------------------------------------
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
         """A DLPack capsule of this view (no copy): "dltensor", or

@@ -89,6 +89,11 @@ class FixedText(unittest.TestCase):
             mnemo.set_printoptions(profile="default")
         self.assertEqual(mnemo.get_printoptions()["threshold"], 1000)
 
+    def test_format(self):
+        self.assertEqual(f"{mnemo.tensor(2.5):.2f}|{mnemo.tensor(7):>3}|{mnemo.tensor([1, 2])}", "2.50|  7|tensor([1, 2])")
+        with self.assertRaises(TypeError):
+            f"{mnemo.tensor([1.0]):.2f}"
+
     def test_quantized_prints_without_crash(self):
         q = mnemo.empty(3, dtype=mnemo.quint8)
         text = repr(q)
@@ -105,6 +110,38 @@ class AsTorch(unittest.TestCase):
             with self.subTest(data=str(data)[:40], dtype=dt):
                 t = torch.tensor(data, dtype=getattr(torch, dt) if dt else None)
                 self.assertEqual(repr(mnemo.tensor(data, dtype=dt)), torch_repr(t))
+
+    def test_random_values(self):
+        """Seeded random shapes, dtypes, magnitudes, integral values, inf/nan
+        and transposes (summarized ones included)."""
+        rng = np.random.default_rng(34)
+        names = ["float32", "float64", "float16", "bfloat16", "int64", "int32", "uint8", "int8", "bool", "complex64",
+                 "complex128", "int16"]
+        for i in range(150):
+            nd = int(rng.integers(0, 4))
+            shape = tuple(int(x) for x in rng.integers(1, 14 if nd < 3 else 12, size=nd))
+            dt = names[i % len(names)]
+            scale = 10.0 ** int(rng.integers(-9, 10))
+            a = rng.standard_normal(shape) * scale
+            if rng.random() < 0.3:
+                a = np.round(a)
+            if rng.random() < 0.1 and a.size:
+                a.flat[0] = np.inf
+            if rng.random() < 0.1 and a.size:
+                a.flat[-1] = np.nan
+            if dt.startswith("complex"):
+                a = a + 1j * rng.standard_normal(shape) * scale
+            elif dt.startswith(("int", "uint", "bool")):
+                a = np.nan_to_num(np.clip(a, -100, 100))
+            t = torch.tensor(a).to(getattr(torch, dt))
+            if dt == "bfloat16":  # (numpy has no bfloat16: the bits through int16)
+                v = mnemo.tensor(t.view(torch.int16).numpy()).view(mnemo.bfloat16)
+            else:
+                v = mnemo.tensor(t.numpy())
+            if t.dim() == 2 and rng.random() < 0.3:
+                t, v = t.t(), v.t()
+            with self.subTest(i=i, dtype=dt, shape=shape):
+                self.assertEqual(repr(v), torch_repr(t))
 
     def test_empty_and_meta(self):
         for shape in ((0,), (0, 3), (2, 0)):
