@@ -90,13 +90,15 @@ class Walk(unittest.TestCase):
         }
 
     def storage_maker(self, cls):
-        """Storage classes (mnemo.Storage, and the storage API's typed classes
-        once they exist): 4 elements (bytes for untyped) on the CPU."""
-        for args in ((4,), ()):
+        """Storage classes (mnemo.Storage, and the storage API's untyped,
+        typed and dtype-named classes once they exist): 4 elements (bytes for
+        untyped) on the CPU, however the class takes its size."""
+        for args, kwargs in (((4,), {}), ((4,), {"dtype": mnemo.float32}), ((), {})):
             try:
-                return lambda: cls(*args)
-            except TypeError:
+                x = cls(*args, **kwargs)
+            except (TypeError, ValueError, RuntimeError):
                 continue
+            return lambda x=x: x
         return None
 
     def test_every_class(self):
@@ -155,10 +157,11 @@ class Walk(unittest.TestCase):
                 pickle.dumps(x)
         elif isinstance(x, mnemo.View):
             self.check_view(x)
-        elif isinstance(x, mnemo.Storage):
+        elif type(x).__module__ == "mnemo.storage":  # every storage class: values of its own class
             for y in (copy.copy(x), copy.deepcopy(x), roundtrip(x)):
                 self.assertEqual(type(y), cls)
                 self.assertEqual(y.tolist(), x.tolist())
+                self.assertEqual(y.device, x.device)
         elif isinstance(x, mnemo._format._Options):
             for y in (copy.copy(x), copy.deepcopy(x), roundtrip(x)):
                 self.assertEqual([getattr(y, k) for k in y.__slots__], [getattr(x, k) for k in x.__slots__])
@@ -199,7 +202,8 @@ class Views(unittest.TestCase):
     def test_sharing_together(self):
         base = mnemo.tensor([[1., 2., 3.], [4., 5., 6.]])
         part = base.t()[1:]
-        for a, b in (copy.deepcopy([base, part]), roundtrip([base, part]), roundtrip({"x": base, "y": (part,)}).values()):
+        together = (copy.deepcopy([base, part]), roundtrip([base, part]), roundtrip({"x": base, "y": (part,)}).values())
+        for a, b in together:
             if isinstance(b, tuple):
                 b = b[0]
             self.assertTrue(a.shares_storage(b), "views copied/pickled together share one storage")

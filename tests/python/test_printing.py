@@ -48,7 +48,8 @@ class FixedText(unittest.TestCase):
 
     def test_texts(self):
         self.assertEqual(repr(mnemo.tensor([1., 2., 3.])), "tensor([1., 2., 3.])")
-        self.assertEqual(repr(mnemo.tensor([[0.1, 2.5], [3., 4.]])), "tensor([[0.1000, 2.5000],\n        [3.0000, 4.0000]])")
+        self.assertEqual(repr(mnemo.tensor([[0.1, 2.5], [3., 4.]])),
+                         "tensor([[0.1000, 2.5000],\n        [3.0000, 4.0000]])")
         self.assertEqual(repr(mnemo.tensor(3.5)), "tensor(3.5000)")
         self.assertEqual(repr(mnemo.tensor([1, 2])), "tensor([1, 2])")
         self.assertEqual(repr(mnemo.tensor([1, 2], dtype=mnemo.int32)), "tensor([1, 2], dtype=mnemo.int32)")
@@ -90,7 +91,8 @@ class FixedText(unittest.TestCase):
         self.assertEqual(mnemo.get_printoptions()["threshold"], 1000)
 
     def test_format(self):
-        self.assertEqual(f"{mnemo.tensor(2.5):.2f}|{mnemo.tensor(7):>3}|{mnemo.tensor([1, 2])}", "2.50|  7|tensor([1, 2])")
+        self.assertEqual(f"{mnemo.tensor(2.5):.2f}|{mnemo.tensor(7):>3}|{mnemo.tensor([1, 2])}",
+                         "2.50|  7|tensor([1, 2])")
         with self.assertRaises(TypeError):
             f"{mnemo.tensor([1.0]):.2f}"
 
@@ -146,7 +148,8 @@ class AsTorch(unittest.TestCase):
     def test_empty_and_meta(self):
         for shape in ((0,), (0, 3), (2, 0)):
             for dt in ("float32", "int64", "float16"):
-                self.assertEqual(repr(mnemo.empty(shape, dtype=dt)), torch_repr(torch.empty(shape, dtype=getattr(torch, dt))))
+                want = torch_repr(torch.empty(shape, dtype=getattr(torch, dt)))
+                self.assertEqual(repr(mnemo.empty(shape, dtype=dt)), want)
         for dt in ("float32", "int64"):
             self.assertEqual(repr(mnemo.empty(3, 2, dtype=dt, device="meta")),
                              torch_repr(torch.empty(3, 2, dtype=getattr(torch, dt), device="meta")))
@@ -154,7 +157,8 @@ class AsTorch(unittest.TestCase):
     def test_options(self):
         try:
             for opts in (dict(precision=2), dict(sci_mode=True), dict(sci_mode=False), dict(threshold=5),
-                         dict(profile="short"), dict(profile="full"), dict(linewidth=30), dict(edgeitems=1, threshold=3)):
+                         dict(profile="short"), dict(profile="full"), dict(linewidth=30),
+                         dict(edgeitems=1, threshold=3)):
                 torch.set_printoptions(**opts)
                 mnemo.set_printoptions(**opts)
                 for data in ([1.12345, 22.5, 3.], list(range(10)), [[1.5] * 10] * 10, [1e-6, 2.0]):

@@ -91,7 +91,8 @@ def bytes_of_ones(X, p):
     t = X.ones(3)
     s = untyped(t)
     p(s.tolist())
-    p(t, t.dtype, t.element_size(), t.nbytes if hasattr(t, "nbytes") else t.numel() * t.element_size())  # (torch 1.13: no nbytes)
+    nbytes = t.nbytes if hasattr(t, "nbytes") else t.numel() * t.element_size()  # (torch 1.13: no Tensor.nbytes)
+    p(t, t.dtype, t.element_size(), nbytes)
     if has_storage_printing():
         p(s)
 
