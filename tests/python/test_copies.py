@@ -194,6 +194,40 @@ class Views(unittest.TestCase):
                         self.assertEqual((y.dtype, y.device, y.shape, y.stride(), y.storage_offset(), y.tolist()),
                                          (v.dtype, v.device, v.shape, v.stride(), v.storage_offset(), v.tolist()))
 
+    def test_every_kind_of_storage(self):
+        """Views over imported (numpy, torch), wrapped, file-backed, shared,
+        pinned and released-source storages copy and pickle by value."""
+        import os
+        import tempfile
+        import numpy as np
+        arr = np.arange(6, dtype=np.float32).reshape(2, 3)
+        kinds = {"numpy": mnemo.from_dlpack(arr), "buffer": mnemo.View(mnemo.Storage.from_buffer(arr.tobytes()),
+                                                                        mnemo.float32, (2, 3))}
+        try:
+            import torch
+            kinds["torch"] = mnemo.from_dlpack(torch.arange(6, dtype=torch.float32).reshape(2, 3))
+        except ImportError:
+            pass
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "f.bin")
+            with open(path, "wb") as f:
+                f.write(arr.tobytes())
+            kinds["file"] = mnemo.View(mnemo.Storage.from_file(path, nbytes=24), mnemo.float32, (2, 3))
+            shared = mnemo.Storage(24)
+            shared.copy_(mnemo.Storage.from_buffer(arr.tobytes()))
+            shared.share_memory_()
+            kinds["shared"] = mnemo.View(shared, mnemo.float32, (2, 3))
+            pinned = mnemo.Storage.from_buffer(arr.tobytes()).pin_memory()
+            kinds["pinned"] = mnemo.View(pinned, mnemo.float32, (2, 3))
+            for kind, v in kinds.items():
+                with self.subTest(kind=kind):
+                    v = v.t()[1:]
+                    for y in (copy.copy(v), copy.deepcopy(v), roundtrip(v)):
+                        self.assertEqual((y.shape, y.stride(), y.storage_offset(), y.tolist()),
+                                         (v.shape, v.stride(), v.storage_offset(), v.tolist()))
+            del kinds, v, y, shared, pinned
+            gc.collect()
+
     def test_meta(self):
         v = mnemo.empty(3, 2, device="meta").t()
         for y in (copy.copy(v), copy.deepcopy(v), roundtrip(v)):
