@@ -13,15 +13,16 @@ import numbers
 import operator
 
 from . import device as _device_module  # noqa: F401 (declares mn_device_synchronize, used below)
-from ._lib import Device as CDevice, I64P, Scalar, VP, declare, lib
+from ._lib import (DEVICE_TYPE_NAMES, MN_MAX_DIMS, MN_SCALAR_BOOL, MN_SCALAR_COMPLEX, MN_SCALAR_FLOAT, MN_SCALAR_INT,
+                   MN_SCALAR_UINT, MN_VIEW_END, MN_VIEW_OFFSET_KEEP, Device as CDevice, I64P, Scalar, VP, declare, lib)
 
 VPP = C.POINTER(VP)
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 UINT64_MAX = (1 << 64) - 1
-VIEW_END = INT64_MAX
-OFFSET_KEEP = INT64_MIN
-MAX_DIMS = 25
-DEVICE_TYPES = ("cpu", "cuda", "sim", "meta")
+VIEW_END = MN_VIEW_END
+OFFSET_KEEP = MN_VIEW_OFFSET_KEEP
+MAX_DIMS = MN_MAX_DIMS
+DEVICE_TYPES = DEVICE_TYPE_NAMES
 
 # ---- storages ---------------------------------------------------------------
 declare("mn_storage_create", "status", [CDevice, C.c_size_t, VP, VP, VPP])
@@ -179,20 +180,20 @@ def to_scalar(value):
     """A Python (or numpy) bool, int, float or complex as an mn_scalar_t."""
     s = Scalar()
     if isinstance(value, bool) or type(value).__name__ == "bool_":
-        s.kind, s.v.b = 0, bool(value)
+        s.kind, s.v.b = MN_SCALAR_BOOL, bool(value)
     elif isinstance(value, numbers.Integral):
         v = int(value)
         if INT64_MIN <= v <= INT64_MAX:
-            s.kind, s.v.i = 1, v
+            s.kind, s.v.i = MN_SCALAR_INT, v
         elif 0 <= v <= UINT64_MAX:
-            s.kind, s.v.u = 2, v
+            s.kind, s.v.u = MN_SCALAR_UINT, v
         else:
             raise ValueError(f"mnemo: value {v} does not fit in 64 bits")
     elif isinstance(value, numbers.Real):
-        s.kind, s.v.f = 3, float(value)
+        s.kind, s.v.f = MN_SCALAR_FLOAT, float(value)
     elif isinstance(value, numbers.Complex):
         z = complex(value)
-        s.kind = 4
+        s.kind = MN_SCALAR_COMPLEX
         s.v.c[0], s.v.c[1] = z.real, z.imag
     else:
         item = getattr(value, "item", None)  # a 1-element View, numpy or torch scalar

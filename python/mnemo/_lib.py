@@ -22,6 +22,27 @@ __all__ = ["lib", "library_path", "built_path", "MnemoError", "OutOfMemoryError"
 VP = C.c_void_p
 I64P = C.POINTER(C.c_int64)
 
+# ---- the C constants the package uses -------------------------------------
+# Named as in include/mnemo/*.h; tests/python/test_bindings.py checks every
+# MN_*, kDL* and DLPACK_* name of this module against the compiler's values
+# (tests/py_layouts.c). Modules read numbers from here, never write them.
+MN_OK, MN_ERR_INVALID_ARGUMENT, MN_ERR_OUT_OF_MEMORY, MN_ERR_DEVICE, MN_ERR_NOT_SUPPORTED = 0, 1, 2, 3, 4
+MN_ERR_IO, MN_ERR_NO_DEVICE, MN_ERR_INVALID_STATE, MN_ERR_NOT_FOUND, MN_ERR_FORMAT = 5, 6, 7, 8, 9
+MN_ERR_OVERFLOW, MN_ERR_INTERNAL, MN_ERR_BUSY = 10, 11, 12
+MN_DEVICE_CPU, MN_DEVICE_CUDA, MN_DEVICE_SIM, MN_DEVICE_META, MN_DEVICE_TYPE_COUNT = 0, 1, 2, 3, 4
+DEVICE_TYPE_NAMES = ("cpu", "cuda", "sim", "meta")  # indexed by mn_device_type
+MN_KIND_BOOL, MN_KIND_UINT, MN_KIND_INT, MN_KIND_FLOAT, MN_KIND_COMPLEX, MN_KIND_QUANTIZED = 0, 1, 2, 3, 4, 5
+DTYPE_KIND_NAMES = ("bool", "uint", "int", "float", "complex", "quantized")  # indexed by mn_dtype_kind
+MN_SCALAR_BOOL, MN_SCALAR_INT, MN_SCALAR_UINT, MN_SCALAR_FLOAT, MN_SCALAR_COMPLEX = 0, 1, 2, 3, 4
+MN_POOL_ALL, MN_POOL_SMALL, MN_POOL_LARGE, MN_POOL_COUNT = 0, 1, 2, 3
+MN_MAX_DIMS = 25
+MN_VIEW_END = (1 << 63) - 1        # INT64_MAX
+MN_VIEW_OFFSET_KEEP = -(1 << 63)   # INT64_MIN
+MN_ROUNDUP_BUCKETS = 64
+MN_DEVICE_NAME_MAX = 96
+kDLCPU, kDLCUDA, kDLCUDAHost, kDLExtDev, kDLCUDAManaged = 1, 2, 3, 12, 13
+DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_FLAG_BITMASK_IS_COPIED = 1, 2
+
 
 def built_path(name):
     """The path ``mnemo/_paths.py`` (written by python/CMakeLists.txt) gives
@@ -91,7 +112,7 @@ class OutOfMemoryError(MnemoError, MemoryError):
 
 def _error(status):
     msg = (lib.mn_last_error() or b"").decode("utf-8", "replace")
-    cls = OutOfMemoryError if status == 2 else MnemoError
+    cls = OutOfMemoryError if status == MN_ERR_OUT_OF_MEMORY else MnemoError
     return cls(status, msg)
 
 

@@ -32,7 +32,8 @@ that device that rely on the default.
 import ctypes as C
 
 from . import _owner
-from ._lib import Device as _CDevice, MnemoError, VP, declare, lib
+from ._lib import (MN_DEVICE_CUDA, MN_DEVICE_SIM, MN_ERR_OVERFLOW, MN_ROUNDUP_BUCKETS, Device as _CDevice, MnemoError, VP,
+                   declare, lib)
 from .device import Device, best_device, device as _device
 
 __all__ = ["Allocator", "CachingAllocator", "PinnedAllocator", "NaiveAllocator", "default_allocator",
@@ -76,7 +77,7 @@ class _Snapshot(C.Structure):
     _fields_ = [("nsegments", C.c_size_t), ("segments", C.POINTER(_SnapSegment))]
 
 
-_ROUNDUP_BUCKETS = 64
+_ROUNDUP_BUCKETS = MN_ROUNDUP_BUCKETS
 
 
 class _CachingConfig(C.Structure):
@@ -100,7 +101,7 @@ declare("mn_pluggable_set_device_type", "status", [C.c_int])
 def serve_framework_hooks_from(device_type):
     """Makes libmnemo's PyTorch and CuPy entry points serve ``device_type``
     devices: "cuda" (what frameworks use) or "sim" (tests without a GPU)."""
-    lib.mn_pluggable_set_device_type({"cuda": 1, "sim": 2}[device_type])
+    lib.mn_pluggable_set_device_type({"cuda": MN_DEVICE_CUDA, "sim": MN_DEVICE_SIM}[device_type])
 
 
 declare("mn_allocator_alloc", "status", [VP, C.c_size_t, VP, C.POINTER(VP)])
@@ -130,7 +131,7 @@ declare("mn_pinned_allocator_lookup", "status", [VP, _AP])
 declare("mn_allocator_memory_summary", "status", [VP, C.c_char_p, C.c_size_t, C.POINTER(C.c_size_t)])
 
 _MN_ERR_INVALID_STATE = 7
-_MN_ERR_OVERFLOW = 10
+_MN_ERR_OVERFLOW = MN_ERR_OVERFLOW
 _BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
 _SIZE_MAX = C.c_size_t(-1).value
 

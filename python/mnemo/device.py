@@ -9,12 +9,12 @@ Threading: Device objects are immutable values; any thread may use them.
 """
 import ctypes as C
 
-from ._lib import Device as _CDevice, MnemoError, declare, lib
+from ._lib import DEVICE_TYPE_NAMES, MN_DEVICE_NAME_MAX, Device as _CDevice, MnemoError, declare, lib
 
 __all__ = ["Device", "device", "device_count", "synchronize", "best_device", "build_has_cuda", "cpu", "sim",
            "cuda", "meta", "is_available"]
 
-_TYPES = ("cpu", "cuda", "sim", "meta")  # in mn_device_type order
+_TYPES = DEVICE_TYPE_NAMES  # in mn_device_type order
 
 declare("mn_device_parse", "status", [C.c_char_p, C.POINTER(_CDevice)])
 declare("mn_device_count", "status", [C.c_int, C.POINTER(C.c_int)])
@@ -26,7 +26,7 @@ declare("mn_build_has_cuda", C.c_bool, [])
 
 
 class _Props(C.Structure):
-    _fields_ = [("device", _CDevice), ("name", C.c_char * 96), ("total_memory", C.c_size_t),
+    _fields_ = [("device", _CDevice), ("name", C.c_char * MN_DEVICE_NAME_MAX), ("total_memory", C.c_size_t),
                 ("cc_major", C.c_int), ("cc_minor", C.c_int), ("multiprocessors", C.c_int),
                 ("alloc_granularity", C.c_size_t), ("supports_vmm", C.c_bool), ("is_host_accessible", C.c_bool)]
 

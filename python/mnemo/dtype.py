@@ -16,7 +16,7 @@ may use them.
 """
 import ctypes as C
 
-from ._lib import declare, lib
+from ._lib import DTYPE_KIND_NAMES, declare, lib
 
 __all__ = ["dtype"]
 
@@ -30,7 +30,7 @@ declare("mn_dtype_info", C.POINTER(_Info), [C.c_int])
 declare("mn_dtype_parse", "status", [C.c_char_p, C.POINTER(C.c_int)])
 declare("mn_dtype_bits", C.c_int, [C.c_int])
 
-_KINDS = ("bool", "uint", "int", "float", "complex", "quantized")
+_KINDS = DTYPE_KIND_NAMES  # indexed by mn_dtype_kind
 # Canonical names whose numpy dtype has the same name; the others have none.
 _NUMPY_NAMES = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "complex64",
                 "complex128", "uint16", "uint32", "uint64"}

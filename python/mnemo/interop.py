@@ -26,7 +26,8 @@ import sys
 
 from . import _core, _owner
 from ._core import VP, VPP, out_handle
-from ._lib import declare, lib
+from ._lib import (DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY, declare, kDLCPU, kDLCUDA, kDLCUDAHost,
+                   kDLCUDAManaged, kDLExtDev, lib)
 from .device import Device, device as _device
 from .dtype import dtype as _dtype
 from .storage import Storage
@@ -34,8 +35,8 @@ from .view import View, _copy_data, empty
 
 __all__ = ["from_dlpack", "asarray", "to_dlpack"]
 
-K_DLCPU, K_DLCUDA, K_DLCUDAHOST, K_DLEXTDEV, K_DLCUDAMANAGED = 1, 2, 3, 12, 13
-FLAG_READ_ONLY, FLAG_IS_COPIED = 1, 2
+K_DLCPU, K_DLCUDA, K_DLCUDAHOST, K_DLEXTDEV, K_DLCUDAMANAGED = kDLCPU, kDLCUDA, kDLCUDAHost, kDLExtDev, kDLCUDAManaged
+FLAG_READ_ONLY, FLAG_IS_COPIED = DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_FLAG_BITMASK_IS_COPIED
 
 
 class DLDevice(C.Structure):
