@@ -12,9 +12,12 @@ Where the library comes from, first match wins:
      ``lib/`` relative to the installed package;
   3. the system's search path (``ctypes.util.find_library("mnemo")``).
 """
+from __future__ import annotations
+
 import ctypes as C
 import ctypes.util
 import os
+from typing import Any
 
 __all__ = ["lib", "library_path", "built_path", "MnemoError", "OutOfMemoryError", "check", "declare", "Device",
            "Scalar", "VP", "I64P"]
@@ -44,7 +47,7 @@ kDLCPU, kDLCUDA, kDLCUDAHost, kDLExtDev, kDLCUDAManaged = 1, 2, 3, 12, 13
 DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_FLAG_BITMASK_IS_COPIED = 1, 2
 
 
-def built_path(name):
+def built_path(name: str) -> str | None:
     """The path ``mnemo/_paths.py`` (written by python/CMakeLists.txt) gives
     for ``name`` ("LIBRARY", "CLI"), a relative one resolved against the
     package's folder (the install's); None without _paths.py or the entry."""
@@ -99,7 +102,7 @@ class MnemoError(RuntimeError):
     ("invalid_argument", ...) and ``message`` (mnemo's own message, naming the
     call and the offending values)."""
 
-    def __init__(self, status, message):
+    def __init__(self, status: int, message: str) -> None:
         self.status = int(status)
         self.status_name = lib.mn_status_name(self.status).decode()
         self.message = message
@@ -110,19 +113,19 @@ class OutOfMemoryError(MnemoError, MemoryError):
     """MN_ERR_OUT_OF_MEMORY: the device (or the host) had not enough memory."""
 
 
-def _error(status):
+def _error(status: int) -> MnemoError:
     msg = (lib.mn_last_error() or b"").decode("utf-8", "replace")
     cls = OutOfMemoryError if status == MN_ERR_OUT_OF_MEMORY else MnemoError
     return cls(status, msg)
 
 
-def check(status):
+def check(status: int) -> None:
     """Raises the MnemoError of a non-zero mn_status; returns None on MN_OK."""
     if status != 0:
         raise _error(status)
 
 
-def declare(name, restype, argtypes):
+def declare(name: str, restype: Any, argtypes: list[Any]) -> Any:
     """Declares lib.<name> with its result and argument types and returns it.
     restype "status" declares an mn_status result that raises MnemoError."""
     fn = getattr(lib, name)
