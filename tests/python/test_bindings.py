@@ -6,9 +6,10 @@
 # (tests/py_layouts.c, built by CTest).
 """Run: MNEMO_PY_LAYOUTS=<build>/tests/py_layouts MNEMO_INCLUDE_DIR=include
 PYTHONPATH=<build>/python /usr/bin/python3 tests/python/test_bindings.py
-(exit 0 pass, 1 fail). Without MNEMO_PY_LAYOUTS it looks for py_layouts next to
-the build tree's package, and without MNEMO_INCLUDE_DIR for the repository's
-include/ beside this file; it fails (never skips) when either is missing.
+(exit 0 pass, 1 fail). Without MNEMO_PY_LAYOUTS it takes py_layouts from the
+build tree beside the package, else compiles tests/py_layouts.c with $CC/cc
+(an installed package); without MNEMO_INCLUDE_DIR it reads the repository's
+include/ beside this file. It fails (never skips) when it cannot.
 Labels cpu."""
 import ctypes as C
 import importlib
@@ -16,8 +17,10 @@ import json
 import os
 import pkgutil
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 
 import mnemo
@@ -77,13 +80,26 @@ def _import_all():
                 raise
 
 
-def _find_layouts():
+def _find_layouts(include, tmp):
+    """The py_layouts program: $MNEMO_PY_LAYOUTS (CTest's), the build tree's
+    beside a staged package, else tests/py_layouts.c compiled here with $CC or
+    cc (the package installed from a wheel, scripts/test_wheel.sh)."""
     path = os.environ.get("MNEMO_PY_LAYOUTS")
     if path:
         return path
     # the build tree's staged package: <build>/python/mnemo -> <build>/tests/py_layouts
     build = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(mnemo.__file__))))
-    return os.path.join(build, "tests", "py_layouts")
+    path = os.path.join(build, "tests", "py_layouts")
+    if os.path.exists(path):
+        return path
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        raise AssertionError("no py_layouts program (set MNEMO_PY_LAYOUTS) and no C compiler to build "
+                             "tests/py_layouts.c")
+    path = os.path.join(tmp, "py_layouts")
+    subprocess.run([cc, "-std=c11", "-I", include, os.path.join(os.path.dirname(HERE), "py_layouts.c"), "-o", path],
+                   check=True)
+    return path
 
 
 def _find_include():
@@ -265,13 +281,14 @@ class Bindings(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         _import_all()
-        layouts, include = _find_layouts(), _find_include()
-        if not os.path.exists(layouts):
-            raise AssertionError(f"no py_layouts program at {layouts} (build the py_layouts target or set "
-                                 "MNEMO_PY_LAYOUTS)")
+        include = _find_include()
         if not os.path.isdir(os.path.join(include, "mnemo")):
             raise AssertionError(f"no headers at {include}/mnemo (set MNEMO_INCLUDE_DIR)")
-        cls.layouts = json.loads(subprocess.run([layouts], check=True, capture_output=True, text=True).stdout)
+        with tempfile.TemporaryDirectory() as tmp:
+            layouts = _find_layouts(include, tmp)
+            if not os.path.exists(layouts):
+                raise AssertionError(f"no py_layouts program at {layouts} (build the py_layouts target)")
+            cls.layouts = json.loads(subprocess.run([layouts], check=True, capture_output=True, text=True).stdout)
         cls.protos, fnptrs, enums = parse_headers(include)
         cls.checker = Checker(fnptrs, enums)
         cls.structs = {}
