@@ -35,8 +35,8 @@ import ctypes as C
 from typing import Any, Callable
 
 from . import _owner
-from ._lib import (MN_DEVICE_CUDA, MN_DEVICE_SIM, MN_ERR_OVERFLOW, MN_ROUNDUP_BUCKETS, Device as _CDevice, MnemoError, VP,
-                   declare, lib)
+from ._lib import (MN_DEVICE_CUDA, MN_DEVICE_SIM, MN_ERR_OVERFLOW, MN_ROUNDUP_BUCKETS, Device as _CDevice, MnemoError,
+                   VP, declare, lib)
 from .device import Device, DeviceLike, best_device, device as _device
 
 __all__ = ["Allocator", "CachingAllocator", "PinnedAllocator", "NaiveAllocator", "default_allocator",
