@@ -29,8 +29,8 @@ from typing import Any
 
 from . import _core, _owner
 from ._core import VP, VPP, out_handle
-from ._lib import (DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY, declare, kDLCPU, kDLCUDA, kDLCUDAHost,
-                   kDLCUDAManaged, kDLExtDev, lib)
+from ._lib import (DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY, MN_DLPACK_MAJOR, MN_DLPACK_MINOR, declare,
+                   kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged, kDLExtDev, lib)
 from .device import Device, DeviceLike, device as _device
 from .dtype import dtype as _dtype
 from .storage import Storage
@@ -264,7 +264,7 @@ def from_dlpack(obj: Any) -> View:
     if dev is not None and int(dev[0]) in (K_DLCUDA, K_DLCUDAMANAGED):
         kwargs["stream"] = 1  # mnemo works on the legacy default stream
     try:
-        cap = obj.__dlpack__(max_version=(1, 1), **kwargs)
+        cap = obj.__dlpack__(max_version=(MN_DLPACK_MAJOR, MN_DLPACK_MINOR), **kwargs)
     except TypeError:  # producers of DLPack < 1.0 (numpy 1.x, torch < 2.4) know no max_version
         cap = obj.__dlpack__(**kwargs)
     try:
