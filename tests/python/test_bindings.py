@@ -2,7 +2,8 @@
 # tests/python/test_bindings.py: the package's ctypes bindings agree with
 # include/mnemo/*.h: every declared C function (restype, argtypes) with its
 # MN_API prototype, every mirrored struct (field names, kinds, offsets, sizes,
-# sizeof) and every C constant of mnemo._lib with what the compiler says
+# sizeof from the compiler; each field's type from the header's declaration)
+# and every C constant of mnemo._lib with what the compiler says
 # (tests/py_layouts.c, built by CTest).
 """Run: MNEMO_PY_LAYOUTS=<build>/tests/py_layouts MNEMO_INCLUDE_DIR=include
 PYTHONPATH=<build>/python /usr/bin/python3 tests/python/test_bindings.py
@@ -188,6 +189,67 @@ def parse_headers(include):
     return protos, fnptrs, enums
 
 
+def _split_top(text, sep):
+    """Splits at `sep` outside (), [] and {}."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == sep and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+def parse_structs(include):
+    """{typedef name: (exact, [(field, CType or None, array length text or None)])}
+    of every `typedef struct ... { ... } name;` of the headers. exact is False
+    where a macro expands to fields (MN_ALLOC_STATS_MAP): the list then misses
+    those. A nested struct/union field has CType None."""
+    out = {}
+    folder = os.path.join(include, "mnemo")
+    for fname in sorted(os.listdir(folder)):
+        if not fname.endswith(".h"):
+            continue
+        with open(os.path.join(folder, fname)) as f:
+            text = _strip_comments(f.read())
+        text = re.sub(r"^\s*#.*?(?<!\\)$", " ", text, flags=re.M | re.S)
+        for m in re.finditer(r"typedef\s+struct\s*\w*\s*\{", text):
+            depth, i = 1, m.end()
+            while depth:
+                depth += {"{": 1, "}": -1}.get(text[i], 0)
+                i += 1
+            body = text[m.end():i - 1]
+            nm = re.match(r"\s*(\w+)\s*;", text[i:])
+            if not nm:
+                continue
+            exact = not re.search(r"\b[A-Z_][A-Z0-9_]*\([^()]*\)", body)
+            body = re.sub(r"\b[A-Z_][A-Z0-9_]*\([^()]*\)", " ", body)
+            fields = []
+            for decl in _split_top(body, ";"):
+                if "{" in decl:  # a nested struct or union: its name only
+                    fields.append((re.search(r"(\w+)\s*$", decl).group(1), None, None))
+                    continue
+                if re.search(r"\(\s*\*", decl):  # a function pointer
+                    fields.append((re.search(r"\(\s*\*\s*(\w+)", decl).group(1), _parse_type(decl), None))
+                    continue
+                parts = _split_top(decl, ",")
+                first = re.match(r"^(.*?)([\s*]*)(\w+)\s*(\[[^\]]*\])?$", parts[0], re.S)
+                base = first.group(1)
+                for k, part in enumerate(parts):
+                    pm = re.match(r"^(.*?)([\s*]*)(\w+)\s*(?:\[([^\]]*)\])?$", part if k == 0 else base + " " + part, re.S)
+                    ptr = pm.group(2).count("*")
+                    fields.append((pm.group(3), _parse_type(pm.group(1) + "*" * ptr, name_expected=False), pm.group(4)))
+            out[nm.group(1)] = (exact, fields)
+    return out
+
+
 # ---- comparing ctypes with C types -----------------------------------------------
 _INTS = {  # C integer type -> (signed, size)
     "char": (True, 1), "signed char": (True, 1), "unsigned char": (False, 1), "short": (True, 2),
@@ -290,6 +352,7 @@ class Bindings(unittest.TestCase):
                 raise AssertionError(f"no py_layouts program at {layouts} (build the py_layouts target)")
             cls.layouts = json.loads(subprocess.run([layouts], check=True, capture_output=True, text=True).stdout)
         cls.protos, fnptrs, enums = parse_headers(include)
+        cls.header_structs = parse_structs(include)
         cls.checker = Checker(fnptrs, enums)
         cls.structs = {}
         for name, mod in sorted(sys.modules.items()):
@@ -331,6 +394,35 @@ class Bindings(unittest.TestCase):
                       for f in ct._fields_]
                 self.assertEqual(py, [tuple(f) for f in c["fields"]], f"{key} vs {cname}: (name, offset, size, kind)")
                 self.assertEqual(C.sizeof(ct), c["size"], f"sizeof {key} vs {cname}")
+
+    def test_struct_field_types(self):
+        # each field's ctypes type against the type the header declares
+        # (pointers to their pointee, callbacks by signature, arrays by element),
+        # and the field names against the header's where it lists them all
+        self.assertIn("mn_replay_options_t", self.header_structs)
+        checked = 0
+        for key, cname in MIRRORS.items():
+            if cname not in self.header_structs:
+                continue  # mn_scalar_value_t (an anonymous union): layout only
+            ct = self.structs[key]
+            exact, cfields = self.header_structs[cname]
+            with self.subTest(struct=key, c=cname):
+                if exact:
+                    self.assertEqual([f[0] for f in ct._fields_], [f[0] for f in cfields],
+                                     f"{key}: fields vs the header's {cname}")
+                ctypes_of = dict((f[0], f[1]) for f in ct._fields_)
+                for fname, ctype, array in cfields:
+                    if ctype is None or fname not in ctypes_of:
+                        continue
+                    pt = ctypes_of[fname]
+                    where = f"{key}.{fname}"
+                    if array is not None:
+                        self.assertTrue(issubclass(pt, C.Array), f"{where}: not an array as in C")
+                        pt = pt._type_
+                    why = self.checker.same(pt, ctype, where)
+                    self.assertIsNone(why, why)
+                    checked += 1
+        self.assertGreater(checked, 150, checked)
 
     def test_constants(self):
         names = [n for n in vars(_lib) if re.match(r"^(MN_[A-Z0-9_]+|kDL\w+|DLPACK_\w+)$", n)]
