@@ -473,6 +473,19 @@ class Bindings(unittest.TestCase):
                     why = self.checker.same(a, p, f"{name} argument {i}")
                     self.assertIsNone(why, why)
 
+    def test_every_used_function_declared(self):
+        # a call written in the package's source (lib.mn_x) but declared
+        # nowhere would run with ctypes' defaults (int arguments and result)
+        used = set()
+        folder = os.path.dirname(os.path.abspath(mnemo.__file__))
+        for fname in sorted(os.listdir(folder)):
+            if fname.endswith(".py"):
+                with open(os.path.join(folder, fname)) as f:
+                    used |= set(re.findall(r"\blib\.((?:mn|mnemo)_\w+)", f.read()))
+        self.assertGreater(len(used), 100)
+        declared = {k for k, v in vars(_lib.lib).items() if not k.startswith("_") and v.argtypes is not None}
+        self.assertEqual(sorted(used - declared), [], "called in python/mnemo but never declared")
+
     def test_status_results_raise(self):
         # every mn_status call declared without the raising errcheck is one that
         # reads a status (mn_last_status) rather than failing with one
