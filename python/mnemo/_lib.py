@@ -8,8 +8,9 @@ message is thread-local, and ``check`` reads it on the calling thread).
 Where the library comes from, first match wins:
   1. ``$MNEMO_LIBRARY`` (a path to libmnemo.so);
   2. the path written by the build into ``mnemo/_paths.py``: the build tree's
-     library for the staged package (``<build>/python/mnemo``), or the prefix's
-     ``lib/`` relative to the installed package;
+     library for the staged package (``<build>/python/mnemo``), the wheel's
+     ``mnemo/_native/lib/`` inside the package (``pip install``), or the
+     prefix's ``lib/`` relative to the package (``cmake --install``);
   3. the system's search path (``ctypes.util.find_library("mnemo")``).
 """
 from __future__ import annotations
@@ -52,7 +53,8 @@ DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_FLAG_BITMASK_IS_COPIED = 1, 2
 def built_path(name: str) -> str | None:
     """The path ``mnemo/_paths.py`` (written by python/CMakeLists.txt) gives
     for ``name`` ("LIBRARY", "CLI"), a relative one resolved against the
-    package's folder (the install's); None without _paths.py or the entry."""
+    package's folder (the wheel's or the install's); None without _paths.py or
+    the entry."""
     try:
         from . import _paths
     except ImportError:
