@@ -700,10 +700,16 @@ class TypedStorage(_StorageBase):
         values = list(arg)
         self._untyped_storage = UntypedStorage(len(values) * dt.itemsize, dev, allocator)
         self.dtype = dt
-        if values:
-            from .view import tensor
-            src = tensor(values, dtype=_raw(dt))
-            self._untyped_storage.copy_(src.untyped_storage())
+        if values:  # each value converted and range-checked as fill_ does (through a 1-element CPU view)
+            item = dt.itemsize
+            one = UntypedStorage(item)._elements(_raw(dt))
+            src = one.data_ptr()
+            buf = C.create_string_buffer(len(values) * item)
+            base = C.addressof(buf)
+            for i, v in enumerate(values):
+                one.fill_(v)
+                C.memmove(base + i * item, src, item)
+            self._untyped_storage._write_bytes(buf.raw)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "TypedStorage":
         return object.__new__(TypedStorage)

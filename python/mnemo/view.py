@@ -300,7 +300,7 @@ class View(_owner.Owner):
             untyped = source.untyped()
             if size is None:
                 if storage_offset:
-                    raise ValueError("mnemo: set_: give size with storage_offset")
+                    raise TypeError("mnemo: set_(storage, storage_offset, size, stride): give size with storage_offset")
                 size = (untyped.nbytes() // dt.itemsize,)
             sz = as_shape((size,))
             st = _contiguous_strides(sz) if stride is None else as_shape((stride,), "stride")
