@@ -254,11 +254,11 @@ class View(_owner.Owner):
         Tensor.storage(); it shares the bytes)."""
         return TypedStorage(wrap_storage=self.untyped_storage(), dtype=self.dtype)
 
-    def is_pinned(self, device=None) -> bool:
+    def is_pinned(self, device: object = None) -> bool:
         """Whether the storage is page-locked host memory."""
         return bool(lib.mn_storage_is_pinned(lib.mn_view_storage(self._handle)))
 
-    def pin_memory(self, device=None) -> "View":
+    def pin_memory(self, device: object = None) -> "View":
         """This view when already pinned (as PyTorch), else the view over a
         page-locked copy of its storage (CPU views; see Storage.pin_memory)."""
         if self.is_pinned():
@@ -277,7 +277,8 @@ class View(_owner.Owner):
         self.untyped_storage().share_memory_()
         return self
 
-    def set_(self, source=None, storage_offset: int = 0, size=None, stride=None) -> "View":
+    def set_(self, source: object = None, storage_offset: int = 0, size: object = None,
+             stride: object = None) -> "View":
         """Makes this view look at ``source`` in place, as PyTorch's set_:
         a View (its storage, offset, sizes and strides; same dtype), an
         UntypedStorage or a TypedStorage of this dtype (``size`` elements
@@ -511,7 +512,7 @@ class View(_owner.Owner):
         return self._op(lib.mn_view_as_strided, len(s), _ctype_sizes(s), _ctype_sizes(st), off)
 
     # ---- operations that may copy ---------------------------------------------------------
-    def contiguous(self, memory_format=None):
+    def contiguous(self, memory_format: object = None) -> "View":
         """This view itself when contiguous (as PyTorch), else a contiguous
         copy."""
         if memory_format not in (None, "contiguous_format") and str(memory_format) != "torch.contiguous_format":
@@ -553,7 +554,7 @@ class View(_owner.Owner):
         """to(mnemo.sim(index))."""
         return self.to(Device("sim", index))
 
-    def cuda(self, device=None, non_blocking=False):
+    def cuda(self, device: object = None, non_blocking: bool = False) -> "View":
         """to(cuda:device) (an index, a device, or None: cuda:0): this view
         itself when already there."""
         from .storage import _cuda_device
