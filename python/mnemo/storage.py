@@ -863,7 +863,7 @@ class TypedStorage(_StorageBase):
     @classmethod
     def _new_shared(cls, size: int, device: DeviceLike = None) -> "TypedStorage":
         """A new storage of ``size`` elements in shared memory (CPU)."""
-        dt = cls.__dict__.get("dtype") or _dtype("float32")
+        dt = _class_dtype(cls, None)
         return TypedStorage(wrap_storage=UntypedStorage._new_shared(size * dt.itemsize, device), dtype=dt)
 
     # ---- copies, pickles, text ------------------------------------------------------------

@@ -400,6 +400,8 @@ class LegacyClasses(unittest.TestCase):
         self.assertEqual(s[1], 4.0)
         self.assertEqual(s.get_device(), 0)
         self.assertEqual(mnemo.FloatStorage._new_shared(3).is_shared(), True)
+        self.assertEqual(mnemo.TypedStorage._new_shared(3).dtype, mnemo.float32)
+        self.assertEqual(mnemo.IntStorage._new_shared(3).nbytes(), 12)
         self.assertEqual(mnemo.UntypedStorage._new_shared(3).size(), 3)
 
     def test_shared_bytes(self):
