@@ -207,6 +207,8 @@ class UntypedStorage(_StorageBase, _owner.Owner):
     __slots__ = ("_handle", "_keep", "_box", "__weakref__")
 
     def __init__(self, nbytes: Any = 0, device: DeviceLike = "cpu", allocator: Any = None) -> None:
+        """``nbytes`` new bytes (or a copy of a sequence of byte values, each
+        modulo 256) on ``device`` from ``allocator``."""
         self._handle = self._box = None
         dev = _device("cpu" if device is None else device)
         data = None
@@ -676,6 +678,8 @@ class TypedStorage(_StorageBase):
 
     def __init__(self, *args: Any, wrap_storage: Optional[UntypedStorage] = None, dtype: DtypeLike = None,
                  device: DeviceLike = None, allocator: Any = None) -> None:
+        """See the class docstring: empty, a size, a sequence of values or
+        wrap_storage."""
         dt = _dtype("float32") if dtype is None else _dtype(dtype)
         if wrap_storage is not None:
             if args:
@@ -712,6 +716,7 @@ class TypedStorage(_StorageBase):
             self._untyped_storage._write_bytes(buf.raw)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "TypedStorage":
+        """A TypedStorage (the typed classes make TypedStorages, as PyTorch's)."""
         return object.__new__(TypedStorage)
 
     # ---- queries ---------------------------------------------------------------------
@@ -933,6 +938,7 @@ def _legacy_class(name: str, dtype_name: str) -> type:
     dt = _dtype(dtype_name)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> TypedStorage:
+        """A TypedStorage of the class's dtype (TypedStorage's arguments but dtype)."""
         if "dtype" in kwargs:
             raise TypeError(f"mnemo: {name}() takes no dtype (it is {dt})")
         return TypedStorage(*args, dtype=dt, **kwargs)
