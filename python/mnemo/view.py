@@ -4,8 +4,10 @@ operation of include/mnemo/view.h under PyTorch's names, indexing, copies,
 casts and fills between any two devices, and the factories (empty, zeros,
 ones, full, empty_strided, tensor).
 
-Views are immutable handles: every operation returns a new View that holds
-its own storage reference; views of one storage see each other's writes.
+Views are immutable handles but for ``set_`` (PyTorch's, in place): every
+other operation returns a new View (or the view itself where PyTorch returns
+self) that holds its own storage reference; views of one storage see each
+other's writes.
 Copies follow PyTorch's tensors (docs/PYTHON.md "Object lifetimes"):
 ``copy.copy`` is a new view of the same storage (the library's reference
 count counts it), ``copy.deepcopy`` clones the whole storage (views of one
@@ -18,7 +20,8 @@ device first. CPU views hand numpy their memory without a copy
 host reads (copy them with ``.to("cpu")``). DLPack and the array interfaces
 are in mnemo.interop.
 
-Threading: a View may be used from any thread (the metadata never changes);
+Threading: a View may be used from any thread (the metadata changes only in
+``set_``, which must not race any other use of the view, as in PyTorch);
 in-place writes (fill_, copy_, __setitem__) to memory other threads read
 need the caller's synchronization, as in PyTorch. Writes on SIM and CUDA are
 queued on the device's default stream, like PyTorch's CUDA work; copy_ and
