@@ -550,6 +550,32 @@ class Printing(unittest.TestCase):
         self.assertEqual(mnemo.ones(3).untyped_storage().tolist(), [0, 0, 128, 63] * 3)
 
 
+class DocExample(unittest.TestCase):
+    """The example of PyTorch's storage page: a tensor's untyped storage (the
+    bytes of ones(3)), cloned, zeroed and set back with set_."""
+
+    def example(self, m, untyped):
+        t = m.ones(3)
+        s0 = untyped(t)
+        text0 = repr(s0)
+        s1 = s0.clone()
+        s1.fill_(0)
+        out = t.set_(s1, storage_offset=t.storage_offset(), stride=t.stride(), size=t.size())
+        return text0, out is t, t.tolist(), repr(untyped(t)), s0.tolist()
+
+    def test_example(self):
+        text0, same, values, text1, before = self.example(mnemo, lambda t: t.untyped_storage())
+        self.assertEqual(text0, " 0\n 0\n 128\n 63\n" * 3 + "[mnemo.UntypedStorage(device=cpu) of size 12]")
+        self.assertTrue(same)
+        self.assertEqual(values, [0.0, 0.0, 0.0])
+        self.assertEqual(text1, " 0\n" * 12 + "[mnemo.UntypedStorage(device=cpu) of size 12]")
+        self.assertEqual(before, [0, 0, 128, 63] * 3)  # the old storage is untouched
+        if torch is not None:  # torch 1.13 has no Tensor.untyped_storage(): storage().untyped()
+            want = self.example(torch, lambda t: t.storage().untyped())
+            self.assertEqual((text0, same, values, text1, before),
+                             tuple(w.replace("torch.storage.", "mnemo.") if isinstance(w, str) else w for w in want))
+
+
 class CopiesAndPickles(unittest.TestCase):
     def test_every_class(self):
         objs = [mnemo.UntypedStorage([1, 2, 3]), mnemo.TypedStorage([1, 2], dtype="int16")]
