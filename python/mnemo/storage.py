@@ -41,7 +41,7 @@ import sys
 from typing import Any, Iterator, Optional, Union
 
 from . import _core, _owner
-from ._core import CDevice, out_handle
+from ._core import out_handle
 from ._lib import Scalar, declare, lib
 from .device import Device, device as _device, device_count
 from .dtype import dtype as _dtype
@@ -51,10 +51,8 @@ __all__ = ["Storage", "UntypedStorage", "TypedStorage", "FloatStorage", "DoubleS
            "BoolStorage", "ComplexFloatStorage", "ComplexDoubleStorage", "QUInt8Storage", "QInt8Storage",
            "QInt32Storage", "QUInt4x2Storage", "QUInt2x4Storage"]
 
-# the storage-specific declarations (the rest are in _core)
-declare("mn_storage_fill_typed", "status", [C.c_void_p, C.c_int, Scalar, C.c_void_p])
+# the storage-specific declaration (the rest are in _core)
 declare("mn_storage_convert", "status", [C.c_void_p, C.c_int, C.c_int, C.c_void_p, C.POINTER(C.c_void_p)])
-declare("mn_storage_from_buffer_copy", "status", [CDevice, C.c_void_p, C.c_size_t, C.POINTER(C.c_void_p)])
 
 _LOOKUP = object()  # _wrap's box argument: find the allocator box from the handle
 
@@ -959,7 +957,23 @@ _LEGACY = {
 }
 _LEGACY_BY_NAME = {n: _legacy_class(n, d) for n, d in _LEGACY.items()}
 _LEGACY_BY_DTYPE = {c.dtype.name: c for c in _LEGACY_BY_NAME.values()}
-globals().update(_LEGACY_BY_NAME)
+FloatStorage = _LEGACY_BY_NAME["FloatStorage"]
+DoubleStorage = _LEGACY_BY_NAME["DoubleStorage"]
+HalfStorage = _LEGACY_BY_NAME["HalfStorage"]
+BFloat16Storage = _LEGACY_BY_NAME["BFloat16Storage"]
+ByteStorage = _LEGACY_BY_NAME["ByteStorage"]
+CharStorage = _LEGACY_BY_NAME["CharStorage"]
+ShortStorage = _LEGACY_BY_NAME["ShortStorage"]
+IntStorage = _LEGACY_BY_NAME["IntStorage"]
+LongStorage = _LEGACY_BY_NAME["LongStorage"]
+BoolStorage = _LEGACY_BY_NAME["BoolStorage"]
+ComplexFloatStorage = _LEGACY_BY_NAME["ComplexFloatStorage"]
+ComplexDoubleStorage = _LEGACY_BY_NAME["ComplexDoubleStorage"]
+QUInt8Storage = _LEGACY_BY_NAME["QUInt8Storage"]
+QInt8Storage = _LEGACY_BY_NAME["QInt8Storage"]
+QInt32Storage = _LEGACY_BY_NAME["QInt32Storage"]
+QUInt4x2Storage = _LEGACY_BY_NAME["QUInt4x2Storage"]
+QUInt2x4Storage = _LEGACY_BY_NAME["QUInt2x4Storage"]
 
 
 def _rebuild_storage(device: str, nbytes: int, data: Optional[bytes]) -> UntypedStorage:

@@ -18,7 +18,6 @@ DIFFERENCES are still checked.
 import copy
 import os
 import pickle
-import sys
 import tempfile
 import unittest
 import warnings
