@@ -36,7 +36,6 @@ from .dtype import *  # noqa: F401,F403 (mnemo.float32, mnemo.bfloat16, ... ever
 from .dtype import ALIASES as _ALIASES, DTYPE_NAMES as _DTYPE_NAMES, dtype
 from .interop import asarray, from_dlpack
 from .serialize import load, load_bytes, safetensors, save, save_bytes
-from .storage import Storage
 from .view import (View, channels_last, channels_last_3d, contiguous_format, empty, empty_like, empty_strided, full,
                    full_like, ones, ones_like, preserve_format, tensor, zeros, zeros_like)
 
@@ -50,3 +49,16 @@ __all__ += ["dtype", "Storage", "View", "empty", "empty_strided", "zeros", "ones
 from ._format import get_printoptions, set_printoptions
 
 __all__ += ["set_printoptions", "get_printoptions"]
+
+# PyTorch's storage classes (helper "storage"): UntypedStorage (mnemo.Storage is the same class), TypedStorage and
+# the 17 legacy typed classes (FloatStorage, ...)
+from . import storage
+from .storage import (BFloat16Storage, BoolStorage, ByteStorage, CharStorage, ComplexDoubleStorage,
+                      ComplexFloatStorage, DoubleStorage, FloatStorage, HalfStorage, IntStorage, LongStorage,
+                      QInt8Storage, QInt32Storage, QUInt2x4Storage, QUInt4x2Storage, QUInt8Storage, ShortStorage,
+                      Storage, TypedStorage, UntypedStorage)
+
+__all__ += ["storage", "UntypedStorage", "TypedStorage", "FloatStorage", "DoubleStorage", "HalfStorage",
+            "BFloat16Storage", "ByteStorage", "CharStorage", "ShortStorage", "IntStorage", "LongStorage",
+            "BoolStorage", "ComplexFloatStorage", "ComplexDoubleStorage", "QUInt8Storage", "QInt8Storage",
+            "QInt32Storage", "QUInt4x2Storage", "QUInt2x4Storage"]

@@ -4,8 +4,10 @@ operation of include/mnemo/view.h under PyTorch's names, indexing, copies,
 casts and fills between any two devices, and the factories (empty, zeros,
 ones, full, empty_strided, tensor).
 
-Views are immutable handles: every operation returns a new View that holds
-its own storage reference; views of one storage see each other's writes.
+Views are immutable handles but for ``set_`` (PyTorch's, in place): every
+other operation returns a new View (or the view itself where PyTorch returns
+self) that holds its own storage reference; views of one storage see each
+other's writes.
 Copies follow PyTorch's tensors (docs/PYTHON.md "Object lifetimes"):
 ``copy.copy`` is a new view of the same storage (the library's reference
 count counts it), ``copy.deepcopy`` clones the whole storage (views of one
@@ -19,7 +21,8 @@ device first. CPU views hand numpy their memory without a copy
 host reads (copy them with ``.to("cpu")``). DLPack and the array interfaces
 are in mnemo.interop.
 
-Threading: a View may be used from any thread (the metadata never changes);
+Threading: a View may be used from any thread (the metadata changes only in
+``set_``, which must not race any other use of the view, as in PyTorch);
 in-place writes (fill_, copy_, __setitem__) to memory other threads read
 need the caller's synchronization, as in PyTorch. Writes on SIM and CUDA are
 queued on the device's default stream, like PyTorch's CUDA work; copy_ and
@@ -35,7 +38,7 @@ from ._core import VIEW_END, VP, VPP, as_dim, as_int, as_shape, i64_array, int_a
 from ._lib import Scalar, lib
 from .device import Device, device as _device
 from .dtype import dtype as _dtype
-from .storage import _LOOKUP, Storage
+from .storage import _LOOKUP, Storage, TypedStorage
 
 __all__ = ["View", "empty", "empty_strided", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like",
            "full_like", "tensor", "contiguous_format", "channels_last", "channels_last_3d", "preserve_format"]
@@ -257,11 +260,79 @@ class View(_owner.Owner):
         """The address of element 0 (storage data + offset * itemsize)."""
         return lib.mn_view_data(self._handle) or 0
 
-    def untyped_storage(self):
-        """The Storage the view looks at (a new Storage object holding its own
-        reference to the same C storage)."""
+    def untyped_storage(self) -> Storage:
+        """The UntypedStorage the view looks at (a new Storage object holding
+        its own reference to the same C storage)."""
         h = lib.mn_storage_retain(lib.mn_view_storage(self._handle))
         return Storage._wrap(h, self._keep, self._box)
+
+    def storage(self) -> TypedStorage:
+        """The whole storage as a TypedStorage of this view's dtype (PyTorch's
+        Tensor.storage(); it shares the bytes)."""
+        return TypedStorage(wrap_storage=self.untyped_storage(), dtype=self.dtype)
+
+    def is_pinned(self, device: object = None) -> bool:
+        """Whether the storage is page-locked host memory."""
+        return bool(lib.mn_storage_is_pinned(lib.mn_view_storage(self._handle)))
+
+    def pin_memory(self, device: object = None) -> "View":
+        """This view when already pinned (as PyTorch), else the view over a
+        page-locked copy of its storage (CPU views; see Storage.pin_memory)."""
+        if self.is_pinned():
+            return self
+        storage = self.untyped_storage().pin_memory(device)
+        return _rebuild_view(storage, self.dtype.name, self.shape, self.stride(), self.storage_offset(),
+                             self._qparams())
+
+    def is_shared(self) -> bool:
+        """Whether other processes can map the storage."""
+        return bool(lib.mn_storage_is_shared(lib.mn_view_storage(self._handle)))
+
+    def share_memory_(self) -> "View":
+        """Moves the storage into shared memory in place (every view of it
+        follows); a no-op when already shared and for CUDA. Returns self."""
+        self.untyped_storage().share_memory_()
+        return self
+
+    def set_(self, source: object = None, storage_offset: int = 0, size: object = None,
+             stride: object = None) -> "View":
+        """Makes this view look at ``source`` in place, as PyTorch's set_:
+        a View (its storage, offset, sizes and strides; same dtype), an
+        UntypedStorage or a TypedStorage of this dtype (``size`` elements
+        from ``storage_offset`` with ``stride``; defaults: the whole storage,
+        contiguous), or nothing (a new empty storage). Returns self. Like
+        PyTorch's, it changes this object: no other thread may use it
+        meanwhile."""
+        if self._qparams() is not None:
+            raise TypeError("mnemo: set_ on a quantized view is not supported")
+        dt = self.dtype
+        if source is None:
+            new = View(Storage(0, self.device), dt, (0,))
+        elif isinstance(source, View):
+            if source.dtype is not dt:
+                raise RuntimeError(f"mnemo: set_: a {dt.name} view cannot look at a {source.dtype.name} view")
+            new = source._alias()
+        elif isinstance(source, (Storage, TypedStorage)):
+            if isinstance(source, TypedStorage) and source.dtype is not dt:
+                raise RuntimeError(f"mnemo: set_: expected a storage of {dt.name}, got {source.dtype.name}")
+            untyped = source.untyped()
+            if size is None:
+                if storage_offset:
+                    raise TypeError("mnemo: set_(storage, storage_offset, size, stride): give size with storage_offset")
+                size = (untyped.nbytes() // dt.itemsize,)
+            sz = as_shape((size,))
+            st = _contiguous_strides(sz) if stride is None else as_shape((stride,), "stride")
+            if len(st) != len(sz):
+                raise ValueError(f"mnemo: set_: {len(sz)} sizes but {len(st)} strides")
+            new = View(untyped, dt, sz, st, as_int(storage_offset, "storage_offset", 0))
+        else:
+            raise TypeError(f"mnemo: set_ takes a View or a storage, got {type(source).__name__}")
+        old_h, old_box = self._take(), self._box
+        self._keep, self._box, self._handle = new._keep, new._box, new._take()
+        if old_h:
+            lib.mn_view_destroy(old_h)
+            _owner.unpin(old_box)
+        return self
 
     def is_contiguous(self, memory_format=None):
         """Whether the view is contiguous in ``memory_format`` (None or
@@ -458,11 +529,13 @@ class View(_owner.Owner):
         return self._op(lib.mn_view_as_strided, len(s), _ctype_sizes(s), _ctype_sizes(st), off)
 
     # ---- operations that may copy ---------------------------------------------------------
-    def contiguous(self, memory_format=None):
-        """This view (a new handle, same storage) when contiguous, else a
-        contiguous copy."""
+    def contiguous(self, memory_format: object = None) -> "View":
+        """This view itself when contiguous (as PyTorch), else a contiguous
+        copy."""
         if memory_format not in (None, "contiguous_format") and str(memory_format) != "torch.contiguous_format":
             raise ValueError("mnemo: contiguous() supports only the contiguous format")
+        if lib.mn_view_is_contiguous(self._handle):
+            return self
         return self._op_copy(lib.mn_view_contiguous, None)
 
     def clone(self):
@@ -470,8 +543,8 @@ class View(_owner.Owner):
         return self._op_copy(lib.mn_view_clone, None)
 
     def to(self, device=None, dtype=None, non_blocking=False, copy=False):
-        """The view on ``device`` as ``dtype``: a new handle of the same
-        storage when both already match (unless copy=True), else a copy laid
+        """The view on ``device`` as ``dtype``: this view itself when both
+        already match (unless copy=True; as PyTorch), else a copy laid
         out as clone's. Positional forms as PyTorch: to("sim:0"),
         to(mnemo.float16), to(other_view). Waits for the copy unless
         non_blocking."""
@@ -481,6 +554,8 @@ class View(_owner.Owner):
             device, dtype = None, device
         dev = self.device if device is None else _device(device)
         dt = self.dtype if dtype is None else _dtype(dtype)
+        if not copy and dev == self.device and dt is self.dtype:
+            return self  # as PyTorch: nothing to change, the same object
         out = self._op_copy(lib.mn_view_to, dev._c, dt.value, bool(non_blocking), None)
         if copy and out.is_set_to(self):
             out = out.clone()
@@ -489,16 +564,18 @@ class View(_owner.Owner):
         return out
 
     def cpu(self):
-        """to("cpu")."""
+        """to("cpu"): this view itself when already on the CPU."""
         return self.to("cpu")
 
     def sim(self, index=0):
         """to(mnemo.sim(index))."""
         return self.to(Device("sim", index))
 
-    def cuda(self, index=0):
-        """to(mnemo.cuda(index))."""
-        return self.to(Device("cuda", index))
+    def cuda(self, device: object = None, non_blocking: bool = False) -> "View":
+        """to(cuda:device) (an index, a device, or None: cuda:0): this view
+        itself when already there."""
+        from .storage import _cuda_device
+        return self.to(_cuda_device(device), non_blocking=non_blocking)
 
     def type_as(self, other):
         return self.to(dtype=other.dtype)
