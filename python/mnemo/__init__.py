@@ -45,3 +45,14 @@ __all__ += ["dtype", "Storage", "View", "empty", "empty_strided", "zeros", "ones
             "ones_like", "full_like", "tensor", "from_dlpack", "asarray", "save", "load", "save_bytes", "load_bytes",
             "safetensors", "interop", "serialize", "contiguous_format", "channels_last", "channels_last_3d",
             "preserve_format"] + [_n for _n in _DTYPE_NAMES if _n != "bool"]
+
+# advanced indexing, index operations, arange, quantized views, random fills (helper index)
+from . import indexing, quantized, random
+from .indexing import arange, gather, index_put, index_select, masked_select, scatter, scatter_add, take
+from .quantized import dequantize, int_repr, per_tensor_affine, q_scale, q_zero_point, quantize_per_tensor
+from .random import Generator, initial_seed, manual_seed, rand, rand_like, randint, randn, randn_like, seed
+
+__all__ += ["indexing", "quantized", "random", "arange", "gather", "index_put", "index_select", "masked_select",
+            "scatter", "scatter_add", "take", "dequantize", "int_repr", "per_tensor_affine", "q_scale",
+            "q_zero_point", "quantize_per_tensor", "Generator", "initial_seed", "manual_seed", "rand", "rand_like",
+            "randint", "randn", "randn_like", "seed"]

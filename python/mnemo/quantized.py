@@ -1,0 +1,141 @@
+"""mnemo.quantized: PyTorch's per-tensor affine quantized views over
+include/mnemo/quantized.h: quantize_per_tensor, dequantize, int_repr,
+q_scale, q_zero_point, qscheme, and their printing (``_repr``).
+
+A quantized view (dtype qint8, quint8, qint32, quint4x2 or quint2x4) stores
+integers q and carries a scale and a zero point: its values are
+(q - zero_point) * scale. quantize_per_tensor rounds half to even in float32
+and clamps to the dtype's range, bit-exact against torch 1.13 (docs/VIEWS.md
+"Quantized views"). Every view operation keeps scale and zero point.
+
+Threading: as the views involved (see mnemo.view).
+"""
+from __future__ import annotations
+
+import ctypes as C
+from typing import Any
+
+from ._core import VP, VPP, as_int
+from ._lib import declare, lib
+from .dtype import dtype as _dtype
+
+__all__ = ["quantize_per_tensor", "dequantize", "int_repr", "q_scale", "q_zero_point", "qscheme",
+           "per_tensor_affine", "QScheme"]
+
+declare("mn_view_quantize_per_tensor", "status", [VP, C.c_double, C.c_int64, C.c_int, VP, VPP])
+declare("mn_view_dequantize", "status", [VP, VP, VPP])
+declare("mn_view_int_repr", "status", [VP, VP, VPP])
+declare("mn_dtype_quant_range", "status", [C.c_int, C.POINTER(C.c_int64), C.POINTER(C.c_int64)])
+
+
+class QScheme:
+    """A quantization scheme (PyTorch's torch.qscheme); mnemo has
+    ``mnemo.per_tensor_affine`` only."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"mnemo.{self.name}"
+
+    def __reduce__(self):
+        return (_qscheme, (self.name,))
+
+
+def _qscheme(name: str) -> QScheme:
+    if name != "per_tensor_affine":
+        raise ValueError(f"mnemo: unknown quantization scheme {name!r}")
+    return per_tensor_affine
+
+
+per_tensor_affine = QScheme("per_tensor_affine")
+
+
+def _stream(stream: Any):
+    from .allocator import _stream_handle
+    return _stream_handle(stream)
+
+
+def _check_quantized(v, what: str) -> None:
+    if not v.dtype.is_quantized:
+        raise RuntimeError(f"mnemo: {what} needs a quantized view, got {v.dtype.name}")
+
+
+def quantize_per_tensor(input, scale: float, zero_point: int, dtype: Any, *, stream: Any = None):
+    """A quantized copy of ``input`` (float16, bfloat16, float32 or float64)
+    in a new storage: q = clamp(round_half_even(x / scale) + zero_point) of
+    ``dtype`` (qint8, quint8, qint32, quint4x2, quint2x4), as torch 1.13."""
+    dt = _dtype(dtype)
+    return input._op_copy(lib.mn_view_quantize_per_tensor, float(scale), as_int(zero_point, "zero_point"), dt.value,
+                          _stream(stream))
+
+
+def dequantize(input, *, stream: Any = None):
+    """(q - zero_point) * scale as a new float32 view; a view that is not
+    quantized comes back as itself (PyTorch's dequantize of a float tensor)."""
+    if not input.dtype.is_quantized:
+        return input
+    return input._op_copy(lib.mn_view_dequantize, _stream(stream))
+
+
+def int_repr(input, *, stream: Any = None):
+    """The stored integers in a new view: int8 (qint8), uint8 (quint8),
+    int32 (qint32); the packed bytes (uint8) for quint4x2 and quint2x4."""
+    _check_quantized(input, "int_repr")
+    return input._op_copy(lib.mn_view_int_repr, _stream(stream))
+
+
+def q_scale(input) -> float:
+    """The scale of a quantized view."""
+    _check_quantized(input, "q_scale")
+    return float(lib.mn_view_q_scale(input._handle))
+
+
+def q_zero_point(input) -> int:
+    """The zero point of a quantized view."""
+    _check_quantized(input, "q_zero_point")
+    return int(lib.mn_view_q_zero_point(input._handle))
+
+
+def qscheme(input) -> QScheme:
+    """mnemo.per_tensor_affine for a quantized view (the only scheme)."""
+    _check_quantized(input, "qscheme")
+    return per_tensor_affine
+
+
+def _repr(view) -> str:
+    """PyTorch's repr of a quantized tensor: the dequantized values, then
+    size (always), dtype, quantization_scheme, scale and zero_point."""
+    values = dequantize(view)
+    suffixes = [f"size={tuple(view.shape)}", f"dtype=mnemo.{view.dtype.name}",
+                "quantization_scheme=mnemo.per_tensor_affine", f"scale={q_scale(view)}",
+                f"zero_point={q_zero_point(view)}"]
+    dev = view.device
+    if dev.type != "cpu":
+        suffixes.insert(0, f"device='{dev}'")
+    try:
+        from ._format import format_tensor
+    except ImportError:  # before the print helper's module: numpy's formatting
+        import numpy as np
+        body = "tensor(" + np.array2string(values._host_numpy(), separator=", ", prefix="tensor(", threshold=1000,
+                                           edgeitems=3)
+        return _add_suffixes(body, suffixes, len("tensor("))
+    return format_tensor(values, suffixes)
+
+
+def _add_suffixes(text: str, suffixes: list, indent: int, linewidth: int = 80) -> str:
+    """PyTorch's _add_suffixes: each suffix after ", ", or on a new line
+    (indented) when the line would pass ``linewidth``."""
+    parts = [text]
+    last = len(text) - text.rfind("\n") + 1
+    for suffix in suffixes:
+        if last + len(suffix) + 2 > linewidth:
+            parts.append(",\n" + " " * indent + suffix)
+            last = indent + len(suffix)
+        else:
+            parts.append(", " + suffix)
+            last += len(suffix) + 2
+    parts.append(")")
+    return "".join(parts)
