@@ -27,11 +27,14 @@ from __future__ import annotations
 
 import ctypes as C
 import numbers
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from ._core import VP, VPP
 from ._lib import MnemoError, declare, lib
 from .dtype import dtype as _dtype
+
+if TYPE_CHECKING:
+    from .view import View
 
 __all__ = ["index_select", "gather", "scatter", "scatter_add", "index_put", "take", "masked_select", "arange"]
 
@@ -234,7 +237,7 @@ def _handles(advanced):
     return len(entries), arr
 
 
-def getitem(v, key):
+def getitem(v: "View", key: Any) -> "View":
     """v[key] with advanced indices: a copy (mn_view_index)."""
     base, advanced = _apply(v, key)
     if not advanced:
@@ -259,7 +262,7 @@ def _values_for(target, value, shape=None):
     return tensor(value, dtype=target.dtype, device=target.device)
 
 
-def setitem(v, key, value) -> None:
+def setitem(v: "View", key: Any, value: Any) -> None:
     """v[key] = value with advanced indices (mn_view_index_put)."""
     base, advanced = _apply(v, key)
     vals = _values_for(base, value)
@@ -274,7 +277,7 @@ def setitem(v, key, value) -> None:
 
 
 # ---- index operations (torch.index_select, ... and their View methods) -------------------
-def index_select(input, dim: int, index, *, stream: Any = None):
+def index_select(input: "View", dim: int, index: Any, *, stream: Any = None) -> "View":
     """The elements of ``index`` (0-d or 1-d integers) along ``dim``, in a new storage."""
     from ._core import as_dim
     idx = _as_index_view(index)
@@ -284,7 +287,7 @@ def index_select(input, dim: int, index, *, stream: Any = None):
         raise _to_index_error(e) from None
 
 
-def take(input, index, *, stream: Any = None):
+def take(input: "View", index: Any, *, stream: Any = None) -> "View":
     """input seen as 1-d (row-major) at ``index``; the result has index's shape."""
     idx = _as_index_view(index)
     try:
@@ -293,20 +296,20 @@ def take(input, index, *, stream: Any = None):
         raise _to_index_error(e) from None
 
 
-def gather(input, dim: int, index, *, stream: Any = None):
+def gather(input: "View", dim: int, index: Any, *, stream: Any = None) -> "View":
     """out[i][j][k] = input[index[i][j][k]][j][k] (dim 0); index has input's ndim."""
     from ._core import as_dim
     idx = _as_index_view(index)
     return input._op_copy(lib.mn_view_gather, as_dim(dim), idx._handle, _stream(stream))
 
 
-def masked_select(input, mask, *, stream: Any = None):
+def masked_select(input: "View", mask: Any, *, stream: Any = None) -> "View":
     """The elements where ``mask`` (bool, broadcast with input) is true, as a 1-d view."""
     m = _as_index_view(mask, "mask")
     return input._op_copy(lib.mn_view_masked_select, m._handle, _stream(stream))
 
 
-def scatter_(input, dim: int, index, src, *, stream: Any = None):
+def scatter_(input: "View", dim: int, index: Any, src: Any, *, stream: Any = None) -> "View":
     """In place: input[index[i][j][k]][j][k] = src[i][j][k] (dim 0); src may be a scalar."""
     from ._core import as_dim
     idx = _as_index_view(index)
@@ -315,7 +318,7 @@ def scatter_(input, dim: int, index, src, *, stream: Any = None):
     return input
 
 
-def scatter_add_(input, dim: int, index, src, *, stream: Any = None):
+def scatter_add_(input: "View", dim: int, index: Any, src: Any, *, stream: Any = None) -> "View":
     """In place: input[index[i][j][k]][j][k] += src[i][j][k] (dim 0), summed in row-major order."""
     from ._core import as_dim
     idx = _as_index_view(index)
@@ -324,17 +327,18 @@ def scatter_add_(input, dim: int, index, src, *, stream: Any = None):
     return input
 
 
-def scatter(input, dim: int, index, src, *, stream: Any = None):
+def scatter(input: "View", dim: int, index: Any, src: Any, *, stream: Any = None) -> "View":
     """scatter_ into a clone of input."""
     return scatter_(input.clone(), dim, index, src, stream=stream)
 
 
-def scatter_add(input, dim: int, index, src, *, stream: Any = None):
+def scatter_add(input: "View", dim: int, index: Any, src: Any, *, stream: Any = None) -> "View":
     """scatter_add_ into a clone of input."""
     return scatter_add_(input.clone(), dim, index, src, stream=stream)
 
 
-def index_put_(input, indices: Sequence[Any], values, accumulate: bool = False, *, stream: Any = None):
+def index_put_(input: "View", indices: Sequence[Any], values: Any, accumulate: bool = False, *,
+               stream: Any = None) -> "View":
     """In place: input[indices] = values (or += with accumulate); ``indices``
     is a tuple of index views (None for a whole dim), as torch's index_put_."""
     if not isinstance(indices, (tuple, list)):
@@ -356,7 +360,8 @@ def index_put_(input, indices: Sequence[Any], values, accumulate: bool = False, 
     return input
 
 
-def index_put(input, indices: Sequence[Any], values, accumulate: bool = False, *, stream: Any = None):
+def index_put(input: "View", indices: Sequence[Any], values: Any, accumulate: bool = False, *,
+              stream: Any = None) -> "View":
     """index_put_ into a clone of input."""
     return index_put_(input.clone(), indices, values, accumulate, stream=stream)
 
@@ -384,7 +389,7 @@ def _fma(a: float, i, c: float):
 
 # ---- arange ------------------------------------------------------------------------------------
 def arange(start: numbers.Number = 0, end: Optional[numbers.Number] = None, step: numbers.Number = 1, *,
-           dtype: Any = None, device: Any = "cpu"):
+           dtype: Any = None, device: Any = "cpu") -> "View":
     """torch.arange: arange(end), arange(start, end[, step]): start + i * step
     for i in [0, ceil((end - start) / step)), rounded once to float64 (for
     integer dtypes: in int64 with start and step cast to int64, as PyTorch),

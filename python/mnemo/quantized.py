@@ -13,11 +13,14 @@ Threading: as the views involved (see mnemo.view).
 from __future__ import annotations
 
 import ctypes as C
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._core import VP, VPP, as_int
 from ._lib import declare, lib
 from .dtype import dtype as _dtype
+
+if TYPE_CHECKING:
+    from .view import View
 
 __all__ = ["quantize_per_tensor", "dequantize", "int_repr", "q_scale", "q_zero_point", "qscheme",
            "per_tensor_affine", "QScheme"]
@@ -63,7 +66,7 @@ def _check_quantized(v, what: str) -> None:
         raise RuntimeError(f"mnemo: {what} needs a quantized view, got {v.dtype.name}")
 
 
-def quantize_per_tensor(input, scale: float, zero_point: int, dtype: Any, *, stream: Any = None):
+def quantize_per_tensor(input: "View", scale: float, zero_point: int, dtype: Any, *, stream: Any = None) -> "View":
     """A quantized copy of ``input`` (float16, bfloat16, float32 or float64)
     in a new storage: q = clamp(round_half_even(x / scale) + zero_point) of
     ``dtype`` (qint8, quint8, qint32, quint4x2, quint2x4), as torch 1.13."""
@@ -72,7 +75,7 @@ def quantize_per_tensor(input, scale: float, zero_point: int, dtype: Any, *, str
                           _stream(stream))
 
 
-def dequantize(input, *, stream: Any = None):
+def dequantize(input: "View", *, stream: Any = None) -> "View":
     """(q - zero_point) * scale as a new float32 view; a view that is not
     quantized comes back as itself (PyTorch's dequantize of a float tensor)."""
     if not input.dtype.is_quantized:
@@ -80,32 +83,32 @@ def dequantize(input, *, stream: Any = None):
     return input._op_copy(lib.mn_view_dequantize, _stream(stream))
 
 
-def int_repr(input, *, stream: Any = None):
+def int_repr(input: "View", *, stream: Any = None) -> "View":
     """The stored integers in a new view: int8 (qint8), uint8 (quint8),
     int32 (qint32); the packed bytes (uint8) for quint4x2 and quint2x4."""
     _check_quantized(input, "int_repr")
     return input._op_copy(lib.mn_view_int_repr, _stream(stream))
 
 
-def q_scale(input) -> float:
+def q_scale(input: "View") -> float:
     """The scale of a quantized view."""
     _check_quantized(input, "q_scale")
     return float(lib.mn_view_q_scale(input._handle))
 
 
-def q_zero_point(input) -> int:
+def q_zero_point(input: "View") -> int:
     """The zero point of a quantized view."""
     _check_quantized(input, "q_zero_point")
     return int(lib.mn_view_q_zero_point(input._handle))
 
 
-def qscheme(input) -> QScheme:
+def qscheme(input: "View") -> QScheme:
     """mnemo.per_tensor_affine for a quantized view (the only scheme)."""
     _check_quantized(input, "qscheme")
     return per_tensor_affine
 
 
-def _repr(view) -> str:
+def _repr(view: "View") -> str:
     """PyTorch's repr of a quantized tensor: the dequantized values, then
     size (always), dtype, quantization_scheme, scale and zero_point."""
     values = dequantize(view)

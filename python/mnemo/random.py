@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import ctypes as C
 import threading
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ._core import VP, VPP, as_int, as_shape, out_handle
 from ._lib import Device as CDevice, declare, lib
 from .dtype import dtype as _dtype
+
+if TYPE_CHECKING:
+    from .view import View
 
 __all__ = ["Generator", "manual_seed", "seed", "initial_seed", "default_generator", "rand", "randn", "randint",
            "rand_like", "randn_like"]
@@ -141,30 +144,31 @@ def _empty(size, dtype, device, what):
 
 
 def rand(*size: Any, generator: Optional[Generator] = None, dtype: Any = None, device: Any = "cpu",
-         stream: Any = None):
+         stream: Any = None) -> "View":
     """Uniform numbers in [0, 1) (Philox; 24 random bits, 53 for float64):
     rand(2, 3) or rand((2, 3))."""
     return _fill(_empty(size, dtype, device, "rand"), False, 0.0, 1.0, generator, stream)
 
 
 def randn(*size: Any, generator: Optional[Generator] = None, dtype: Any = None, device: Any = "cpu",
-          stream: Any = None):
+          stream: Any = None) -> "View":
     """Standard normal numbers (Philox + Box-Muller): randn(2, 3) or randn((2, 3))."""
     return _fill(_empty(size, dtype, device, "randn"), True, 0.0, 1.0, generator, stream)
 
 
-def rand_like(input, *, dtype: Any = None, device: Any = None, generator: Optional[Generator] = None):
+def rand_like(input: "View", *, dtype: Any = None, device: Any = None, generator: Optional[Generator] = None) -> "View":
     """rand() of input's shape, dtype and device (unless given)."""
     return rand(input.shape, generator=generator, dtype=dtype or input.dtype, device=device or input.device)
 
 
-def randn_like(input, *, dtype: Any = None, device: Any = None, generator: Optional[Generator] = None):
+def randn_like(input: "View", *, dtype: Any = None, device: Any = None,
+               generator: Optional[Generator] = None) -> "View":
     """randn() of input's shape, dtype and device (unless given)."""
     return randn(input.shape, generator=generator, dtype=dtype or input.dtype, device=device or input.device)
 
 
 def randint(*args: Any, generator: Optional[Generator] = None, dtype: Any = None, device: Any = "cpu",
-            stream: Any = None):
+            stream: Any = None) -> "View":
     """randint(high, size) or randint(low, high, size): integers uniform in
     [low, high), int64 unless ``dtype`` says otherwise."""
     import numpy as np

@@ -125,7 +125,7 @@ class TestGetitem(unittest.TestCase):
 
     def test_on_a_stream(self):
         from mnemo._core import out_handle
-        from mnemo._lib import Device as CDevice, declare, lib
+        from mnemo._lib import Device as CDevice, declare
         import ctypes as C
         create = declare("mn_stream_create", "status", [CDevice, C.POINTER(C.c_void_p)])
         destroy = declare("mn_stream_destroy", "status", [C.c_void_p])
