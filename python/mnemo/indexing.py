@@ -27,14 +27,12 @@ from __future__ import annotations
 
 import ctypes as C
 import numbers
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from ._core import VP, VPP
 from ._lib import MnemoError, declare, lib
 from .dtype import dtype as _dtype
-
-if TYPE_CHECKING:
-    from .view import View
+from .view import View
 
 __all__ = ["index_select", "gather", "scatter", "scatter_add", "index_put", "take", "masked_select", "arange"]
 

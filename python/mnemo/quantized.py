@@ -13,14 +13,12 @@ Threading: as the views involved (see mnemo.view).
 from __future__ import annotations
 
 import ctypes as C
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._core import VP, VPP, as_int
 from ._lib import declare, lib
 from .dtype import dtype as _dtype
-
-if TYPE_CHECKING:
-    from .view import View
+from .view import View
 
 __all__ = ["quantize_per_tensor", "dequantize", "int_repr", "q_scale", "q_zero_point", "qscheme",
            "per_tensor_affine", "QScheme"]

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import ctypes as C
 import threading
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from ._core import VP, VPP, as_int, as_shape, out_handle
 from ._lib import Device as CDevice, declare, lib
 from .dtype import dtype as _dtype
-
-if TYPE_CHECKING:
-    from .view import View
+from .view import View
 
 __all__ = ["Generator", "manual_seed", "seed", "initial_seed", "default_generator", "rand", "randn", "randint",
            "rand_like", "randn_like"]
