@@ -101,8 +101,12 @@ def _seq_shape(x) -> tuple:
 
 
 def _to_index_error(e: MnemoError) -> Exception:
+    """IndexError for the C errors PyTorch raises as IndexError (indices out
+    of range, masks of the wrong shape, indices that do not broadcast); the
+    others (dtype or value-shape mismatches) stay MnemoError (RuntimeError)."""
     msg = e.message
-    if "out of bounds" in msg or "out of range" in msg or "too many indices" in msg or "does not match" in msg:
+    if "out of bounds" in msg or "out of range" in msg or "too many indices" in msg or "does not match" in msg \
+            or "indexing tensors could not be broadcast" in msg:
         return IndexError(msg)
     return e
 

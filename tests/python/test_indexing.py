@@ -107,7 +107,7 @@ class TestGetitem(unittest.TestCase):
     def test_errors_as_torch(self):
         t, v = base()
         for key in ([4], [0, -5], (I(0), I(0), I(0), I(0)), (slice(None), [6]), np.array([True, False]),
-                    np.array([1.0])):
+                    np.array([1.0]), (I(0, 1), I(0, 1, 2))):
             with self.subTest(key=label(key)):
                 with self.assertRaises(IndexError):
                     t[key_for(key, "torch")]
@@ -192,6 +192,10 @@ class TestSetitem(unittest.TestCase):
             v[[0, 1]] = mnemo.tensor([1, 2], dtype="int64")
         with self.assertRaises(RuntimeError):
             t[[0, 1]] = torch.tensor([1, 2])
+        with self.assertRaises(RuntimeError):  # values that do not broadcast: RuntimeError in both
+            t[[0, 1]] = torch.tensor([1.0, 2.0, 3.0])
+        with self.assertRaises(RuntimeError):
+            v[[0, 1]] = mnemo.tensor([1.0, 2.0, 3.0])
         self.assertTrue(torch.equal(as_torch(v), before))
 
 
