@@ -75,9 +75,10 @@ def quantize_per_tensor(input: "View", scale: float, zero_point: int, dtype: Any
 
 def dequantize(input: "View", *, stream: Any = None) -> "View":
     """(q - zero_point) * scale as a new float32 view; a view that is not
-    quantized comes back as itself (PyTorch's dequantize of a float tensor)."""
+    quantized comes back as itself when float32, else cast to float32
+    (PyTorch's dequantize of a non-quantized tensor)."""
     if not input.dtype.is_quantized:
-        return input
+        return input if input.dtype.name == "float32" else input.to(dtype="float32")
     return input._op_copy(lib.mn_view_dequantize, _stream(stream))
 
 

@@ -352,7 +352,11 @@ class TestQuantized(unittest.TestCase):
                         self.assertEqual(sel.dtype.name, dtype)
                         self.assertEqual(sel.q_scale(), tq.q_scale())
                         self.assertTrue(torch.equal(as_torch(sel.int_repr()), tq[[0, 5, 6]].int_repr()))
-            self.assertIs(v.dequantize(), v)  # a float view: itself, as torch
+            self.assertIs(v.dequantize(), v)  # a float32 view: itself, as torch
+            for dt in ("float16", "int64"):  # other views: cast to float32, as torch
+                exp = torch.tensor([1, 2], dtype=getattr(torch, dt)).dequantize()
+                got = mnemo.tensor([1, 2], dtype=dt, device=device).dequantize()
+                self.assertEqual((got.dtype.name, got.tolist()), (str(exp.dtype)[6:], exp.tolist()))
 
     def test_repr(self):
         x = torch.tensor([1.0, 2.0, 3.0])
