@@ -142,15 +142,25 @@ def _key_tuple(key: Any) -> tuple:
     return (key,)
 
 
+_BASIC = (int, slice, type(None), type(Ellipsis))
+
+
 def is_basic(key: Any) -> bool:
     """Whether an index key (View.__getitem__'s) holds only ints, slices,
     None and Ellipsis (a view, no copy: View._index); else this module's
-    getitem/setitem take it."""
-    View = _view_cls()
-    if isinstance(key, list):
+    getitem/setitem take it. Fast for the common keys (called on every
+    indexing)."""
+    t = type(key)
+    if t is tuple:
+        items = key
+    elif t in _BASIC:
+        return True
+    elif t is list:
         return False
-    for k in _key_tuple(key):
-        if k is None or k is Ellipsis or isinstance(k, slice):
+    else:
+        items = (key,)
+    for k in items:
+        if type(k) in _BASIC:
             continue
         if isinstance(k, (bool, View)) or type(k).__name__ == "bool_" or not hasattr(k, "__index__"):
             return False
