@@ -110,6 +110,21 @@ class MnemoError(RuntimeError):
         self.message = message
         super().__init__(f"{message} [{self.status_name}]" if message else self.status_name)
 
+    def __reduce__(self):
+        """Copies and pickles as the same error (class, text, status, every
+        attribute), whatever the subclass's __init__ takes."""
+        return (_rebuild_error, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild_error(cls, args, state):
+    """A MnemoError (or subclass) of a copy or pickle: its args and attributes, no __init__."""
+    if not (isinstance(cls, type) and issubclass(cls, MnemoError)):
+        raise TypeError(f"mnemo: a pickled error must be a MnemoError class, not {cls!r}")
+    e = cls.__new__(cls, *args)
+    e.args = tuple(args)
+    e.__dict__.update(state)
+    return e
+
 
 class OutOfMemoryError(MnemoError, MemoryError):
     """MN_ERR_OUT_OF_MEMORY: the device (or the host) had not enough memory."""

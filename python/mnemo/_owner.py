@@ -92,6 +92,15 @@ class AllocatorBox:
         self.raw = 0
         self.orphans = []
 
+    def __copy__(self):
+        return self  # (one box per C allocator: a second would count and destroy it apart)
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("cannot pickle mnemo._owner.AllocatorBox: it holds an allocator of this process")
+
 
 def register_allocator(handle: int) -> AllocatorBox:
     """The box of an allocator handle a Python object now owns."""

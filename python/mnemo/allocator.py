@@ -719,6 +719,17 @@ class use_mem_pool:
             raise TypeError("mnemo: use_mem_pool takes a MemPool")
         self.pool = pool
 
+    def __copy__(self):
+        """A new context manager for the same pool."""
+        return use_mem_pool(self.pool)
+
+    def __deepcopy__(self, memo):
+        """A new context manager for the same pool (a pool is a resource: never duplicated)."""
+        return use_mem_pool(self.pool)
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("cannot pickle mnemo.use_mem_pool: its MemPool is part of an allocator of this process")
+
     def __enter__(self):
         lib.mn_mempool_use(self.pool._h())
         return self.pool

@@ -55,6 +55,18 @@ class Device:
     def __setattr__(self, name, value):
         raise AttributeError("mnemo.Device is immutable")
 
+    def __reduce__(self):
+        """Pickles as ``Device(type, index)``."""
+        return (Device, (self.type, self.index))
+
+    def __copy__(self):
+        """The object itself (immutable)."""
+        return self
+
+    def __deepcopy__(self, memo):
+        """The object itself (immutable)."""
+        return self
+
     @property
     def _c(self):
         """The mn_device_t of this device."""

@@ -108,36 +108,12 @@ def qscheme(input: "View") -> QScheme:
 
 
 def _repr(view: "View") -> str:
-    """PyTorch's repr of a quantized tensor: the dequantized values, then
-    size (always), dtype, quantization_scheme, scale and zero_point."""
-    values = dequantize(view)
-    suffixes = [f"size={tuple(view.shape)}", f"dtype=mnemo.{view.dtype.name}",
-                "quantization_scheme=mnemo.per_tensor_affine", f"scale={q_scale(view)}",
-                f"zero_point={q_zero_point(view)}"]
-    dev = view.device
-    if dev.type != "cpu":
-        suffixes.insert(0, f"device='{dev}'")
-    try:
-        from ._format import format_tensor
-    except ImportError:  # before the print helper's module: numpy's formatting
-        import numpy as np
-        body = "tensor(" + np.array2string(values._host_numpy(), separator=", ", prefix="tensor(", threshold=1000,
-                                           edgeitems=3)
-        return _add_suffixes(body, suffixes, len("tensor("))
-    return format_tensor(values, suffixes)
-
-
-def _add_suffixes(text: str, suffixes: list, indent: int, linewidth: int = 80) -> str:
-    """PyTorch's _add_suffixes: each suffix after ", ", or on a new line
-    (indented) when the line would pass ``linewidth``."""
-    parts = [text]
-    last = len(text) - text.rfind("\n") + 1
-    for suffix in suffixes:
-        if last + len(suffix) + 2 > linewidth:
-            parts.append(",\n" + " " * indent + suffix)
-            last = indent + len(suffix)
-        else:
-            parts.append(", " + suffix)
-            last += len(suffix) + 2
-    parts.append(")")
-    return "".join(parts)
+    """PyTorch's repr of a quantized tensor (View.__repr__ calls it through
+    mnemo._format): the dequantized values formatted as PyTorch's, then
+    ``device=`` off the CPU, ``size``, ``dtype``, ``quantization_scheme``,
+    ``scale`` and ``zero_point``."""
+    from ._format import device_suffixes, format_tensor
+    suffixes = device_suffixes(view) + [f"size={tuple(view.shape)}", f"dtype={view.dtype!r}",
+                                        f"quantization_scheme={per_tensor_affine!r}", f"scale={q_scale(view)}",
+                                        f"zero_point={q_zero_point(view)}"]
+    return format_tensor(dequantize(view), suffixes)

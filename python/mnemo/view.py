@@ -11,7 +11,8 @@ Copies follow PyTorch's tensors (docs/PYTHON.md "Object lifetimes"):
 count counts it), ``copy.deepcopy`` clones the whole storage (views of one
 storage deep-copied together share the clone), and pickling carries the
 storage's bytes with dtype, shape, strides and offset (a multiprocessing
-child gets its own copy; views pickled separately no longer share).
+child gets its own copy; views pickled together share one storage again,
+views pickled separately do not). repr/str print as PyTorch (mnemo._format).
 Host reads (numpy() of a SIM view, tolist, item, repr) synchronize the
 device first. CPU views hand numpy their memory without a copy
 (``numpy()``, ``__array_interface__``, ``__array__``); CUDA views refuse
@@ -27,6 +28,7 @@ to() wait for completion unless non_blocking.
 import copy
 import ctypes as C
 import numbers
+import weakref
 from typing import Any
 
 from . import _core, _owner
@@ -166,8 +168,20 @@ class View(_owner.Owner):
         """Pickles by value: the whole storage (Storage.__reduce_ex__), dtype,
         shape, strides, offset and quantization parameters, as PyTorch pickles
         a tensor."""
-        return (_rebuild_view, (self.untyped_storage(), self.dtype.name, self.shape, self.stride(),
+        return (_rebuild_view, (self._storage_for_pickle(), self.dtype.name, self.shape, self.stride(),
                                 self.storage_offset(), self._qparams()))
+
+    def _storage_for_pickle(self):
+        """One Storage object per C storage while a pickle is being written:
+        the pickler's memo (which keeps it alive until the pickle is done)
+        then writes the bytes once, and views pickled together share one
+        storage again when loaded, as PyTorch's."""
+        key = lib.mn_view_storage(self._handle)
+        with _owner.lock:
+            s = _PICKLED_STORAGES.get(key)
+            if s is None:
+                s = _PICKLED_STORAGES[key] = self.untyped_storage()
+        return s
 
     # ---- metadata -------------------------------------------------------------------
     @property
@@ -581,14 +595,18 @@ class View(_owner.Owner):
         else:
             target.copy_(value)
 
-    def __len__(self):
+    def __len__(self) -> int:
+        """The size of dim 0; TypeError for a 0-d view, as PyTorch."""
         if self.ndim == 0:
-            raise TypeError("mnemo: len() of a 0-d view")
+            raise TypeError("len() of a 0-d tensor (torch.tensor() and torch.as_tensor() read only numbers, "
+                            "sequences, numpy arrays and tensors: give them numpy.asarray(view), or use "
+                            "torch.from_dlpack(view))")
         return self.shape[0]
 
     def __iter__(self):
+        """The views of dim 0 (select(0, i)); TypeError for a 0-d view, as PyTorch."""
         if self.ndim == 0:
-            raise TypeError("mnemo: iteration over a 0-d view")
+            raise TypeError("iteration over a 0-d tensor")
         for i in range(self.shape[0]):
             yield self._op(lib.mn_view_select, 0, i)
 
@@ -672,22 +690,24 @@ class View(_owner.Owner):
             raise ValueError("mnemo: only views of one element can be converted to Python scalars")
         return self.item()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
+        """PyTorch's text of a tensor (mnemo._format): ``tensor([1., 2.])``,
+        ``device='sim:0'`` off the CPU, ``dtype=mnemo.float16`` for dtypes
+        other than float32, complex64, int64 and bool; mnemo.set_printoptions
+        controls it as torch.set_printoptions."""
         if not getattr(self, "_handle", None):
-            return "mnemo.View(<destroyed>)"
-        import numpy as np
-        dt, dev, shape = self.dtype, self.device, self.shape
-        prefix = "mnemo.View("
-        if dev.type == "meta":  # no data: sizes only, as PyTorch's tensor(..., device='meta', size=...)
-            body = f"..., size={shape}"
-        elif self.numel() == 0:
-            body = "[]" + (f", size={shape}" if len(shape) != 1 else "")
-        else:
-            arr = self._host_numpy()
-            body = np.array2string(arr, separator=", ", prefix=prefix, threshold=1000, edgeitems=3)
-        return f"{prefix}{body}, dtype={dt.name}, device={dev})"
+            return "tensor(<released view>)"
+        from ._format import view_repr
+        return view_repr(self)
 
     __str__ = __repr__
+
+    def __format__(self, format_spec: str) -> str:
+        """As PyTorch: a 0-d view formats its value (``f"{v:.2f}"``); other
+        views only with an empty spec (their str())."""
+        if self.ndim == 0 and self.device.type != "meta":
+            return format(self.item(), format_spec)
+        return object.__format__(self, format_spec)
 
     # ---- interchange (mnemo.interop) --------------------------------------------------------
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
@@ -804,6 +824,10 @@ class View(_owner.Owner):
         """Fills with normal numbers (mnemo's Philox + Box-Muller, not PyTorch's numbers)."""
         from . import random
         return random._fill(self, True, mean, std, generator, stream)
+
+
+# C storage address -> the Storage object pickles of its views use (View._storage_for_pickle)
+_PICKLED_STORAGES = weakref.WeakValueDictionary()
 
 
 def _rebuild_view(storage, dtype, shape, strides, offset, qparams):

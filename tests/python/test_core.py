@@ -572,10 +572,9 @@ class CopiesAndFills(unittest.TestCase):
         b[0, 0] = 42
         self.assertEqual(s[0, 0].item(), 0.0, "numpy() of a SIM view is a copy")
         self.assertEqual(np.asarray(s).tolist(), [[0.0, 9.0], [2.0, 3.0]])
-        self.assertEqual(repr(x.to("sim")), "mnemo.View([[0., 9.],\n            [2., 3.]], dtype=float32, "
-                                              "device=sim:0)")
-        self.assertEqual(repr(mnemo.tensor(2, dtype=mnemo.bfloat16)), "mnemo.View(2., dtype=bfloat16, device=cpu)")
-        self.assertEqual(repr(mnemo.empty(0, 3)), "mnemo.View([], size=(0, 3), dtype=float32, device=cpu)")
+        self.assertEqual(repr(x.to("sim")), "tensor([[0., 9.],\n        [2., 3.]], device='sim:0')")
+        self.assertEqual(repr(mnemo.tensor(2, dtype=mnemo.bfloat16)), "tensor(2., dtype=mnemo.bfloat16)")
+        self.assertEqual(repr(mnemo.empty(0, 3)), "tensor([], size=(0, 3))")
         with self.assertRaises(TypeError) as cm:
             mnemo.zeros(2, dtype=mnemo.bfloat16).numpy()
         self.assertIn("numpy has no bfloat16", str(cm.exception))

@@ -364,6 +364,17 @@ class TestQuantized(unittest.TestCase):
         q = mnemo.quantize_per_tensor(mnemo.tensor(x.numpy()), 0.1, 10, mnemo.quint8)
         text = mnemo.quantized._repr(q)
         self.assertEqual(text, repr(tq).replace("torch.", "mnemo."))
+        self.assertEqual(repr(q), text)  # View.__repr__ prints quantized views through it
+        self.assertEqual(str(q), text)
+        # several lines, another dtype, a negative zero point, on SIM (device= first, as torch's cuda:0)
+        x = torch.linspace(-3, 3, 40).reshape(5, 8)
+        tq = torch.quantize_per_tensor(x, 0.037, -5, torch.qint8)
+        for device in DEVICES:
+            q = mnemo.quantize_per_tensor(mnemo.tensor(x.numpy(), device=device), 0.037, -5, mnemo.qint8)
+            exp = repr(tq).replace("torch.", "mnemo.")
+            if device != "cpu":
+                exp = exp.replace("size=(5, 8)", f"device='{device}', size=(5, 8)", 1)
+            self.assertEqual(repr(q), exp)
 
     def test_errors(self):
         v = mnemo.tensor([1.0, 2.0])
