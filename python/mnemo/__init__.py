@@ -62,3 +62,14 @@ __all__ += ["storage", "UntypedStorage", "TypedStorage", "FloatStorage", "Double
             "BFloat16Storage", "ByteStorage", "CharStorage", "ShortStorage", "IntStorage", "LongStorage",
             "BoolStorage", "ComplexFloatStorage", "ComplexDoubleStorage", "QUInt8Storage", "QInt8Storage",
             "QInt32Storage", "QUInt4x2Storage", "QUInt2x4Storage"]
+
+# advanced indexing, index operations, arange, quantized views, random fills (helper index)
+from . import indexing, quantized, random
+from .indexing import arange, gather, index_put, index_select, masked_select, scatter, scatter_add, take
+from .quantized import dequantize, int_repr, per_tensor_affine, q_scale, q_zero_point, quantize_per_tensor
+from .random import Generator, initial_seed, manual_seed, rand, rand_like, randint, randn, randn_like, seed
+
+__all__ += ["indexing", "quantized", "random", "arange", "gather", "index_put", "index_select", "masked_select",
+            "scatter", "scatter_add", "take", "dequantize", "int_repr", "per_tensor_affine", "q_scale",
+            "q_zero_point", "quantize_per_tensor", "Generator", "initial_seed", "manual_seed", "rand", "rand_like",
+            "randint", "randn", "randn_like", "seed"]

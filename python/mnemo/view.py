@@ -32,6 +32,7 @@ import copy
 import ctypes as C
 import numbers
 import weakref
+from typing import Any
 
 from . import _core, _owner
 from ._core import VIEW_END, VP, VPP, as_dim, as_int, as_shape, i64_array, int_array, out_handle
@@ -647,13 +648,24 @@ class View(_owner.Owner):
         return v
 
     def __getitem__(self, key):
-        """Basic indexing: ints (negative ok), slices with step > 0, None,
-        Ellipsis and tuples of them; always a view (no copy)."""
-        return self._index(key)
+        """PyTorch's indexing: ints (negative ok), slices with step > 0, None,
+        Ellipsis and tuples of them give a view (no copy); integer lists,
+        index views and bool masks (mnemo, numpy or torch), alone or mixed
+        with those, give a copy (advanced indexing, mnemo.indexing)."""
+        from . import indexing
+        if indexing.is_basic(key):
+            return self._index(key)
+        return indexing.getitem(self, key)
 
     def __setitem__(self, key, value):
         """self[key].fill_(value) for a scalar, self[key].copy_(value) for a
-        View (or an array-like), broadcasting."""
+        View (or an array-like), broadcasting; with advanced indices,
+        index_put_ (values of this view's dtype; scalars and array-likes are
+        converted to it)."""
+        from . import indexing
+        if not indexing.is_basic(key):
+            indexing.setitem(self, key, value)
+            return
         target = self._index(key)
         if _core.is_scalar(value):
             target.fill_(value)
@@ -798,6 +810,97 @@ class View(_owner.Owner):
         """The CUDA array interface (version 3) of a CUDA view; AttributeError otherwise."""
         from . import interop
         return interop.cuda_array_interface(self)
+
+    # ---- indexing, quantization and random fills (mnemo.indexing, mnemo.quantized, mnemo.random) ----
+    def index_select(self, dim: int, index: Any, *, stream: Any = None) -> "View":
+        """torch's index_select: mnemo.indexing.index_select(self, dim, index)."""
+        from . import indexing
+        return indexing.index_select(self, dim, index, stream=stream)
+
+    def take(self, index: Any, *, stream: Any = None) -> "View":
+        """torch's take: mnemo.indexing.take(self, index)."""
+        from . import indexing
+        return indexing.take(self, index, stream=stream)
+
+    def gather(self, dim: int, index: Any, *, stream: Any = None) -> "View":
+        """torch's gather: mnemo.indexing.gather(self, dim, index)."""
+        from . import indexing
+        return indexing.gather(self, dim, index, stream=stream)
+
+    def masked_select(self, mask: Any, *, stream: Any = None) -> "View":
+        """torch's masked_select: mnemo.indexing.masked_select(self, mask)."""
+        from . import indexing
+        return indexing.masked_select(self, mask, stream=stream)
+
+    def scatter_(self, dim: int, index: Any, src: Any, *, stream: Any = None) -> "View":
+        """torch's scatter_ (src a View or a scalar); returns self."""
+        from . import indexing
+        return indexing.scatter_(self, dim, index, src, stream=stream)
+
+    def scatter(self, dim: int, index: Any, src: Any, *, stream: Any = None) -> "View":
+        """torch's scatter: scatter_ into a clone."""
+        from . import indexing
+        return indexing.scatter(self, dim, index, src, stream=stream)
+
+    def scatter_add_(self, dim: int, index: Any, src: Any, *, stream: Any = None) -> "View":
+        """torch's scatter_add_ (deterministic: row-major order); returns self."""
+        from . import indexing
+        return indexing.scatter_add_(self, dim, index, src, stream=stream)
+
+    def scatter_add(self, dim: int, index: Any, src: Any, *, stream: Any = None) -> "View":
+        """torch's scatter_add: scatter_add_ into a clone."""
+        from . import indexing
+        return indexing.scatter_add(self, dim, index, src, stream=stream)
+
+    def index_put_(self, indices: Any, values: Any, accumulate: bool = False, *, stream: Any = None) -> "View":
+        """torch's index_put_ (indices: a tuple of index views); returns self."""
+        from . import indexing
+        return indexing.index_put_(self, indices, values, accumulate, stream=stream)
+
+    def index_put(self, indices: Any, values: Any, accumulate: bool = False, *, stream: Any = None) -> "View":
+        """torch's index_put: index_put_ into a clone."""
+        from . import indexing
+        return indexing.index_put(self, indices, values, accumulate, stream=stream)
+
+    @property
+    def is_quantized(self) -> bool:
+        """Whether the dtype is quantized (qint8, quint8, qint32, quint4x2, quint2x4)."""
+        return bool(lib.mn_view_is_quantized(self._handle))
+
+    def dequantize(self, *, stream: Any = None) -> "View":
+        """mnemo.quantized.dequantize(self): the float32 values (self when not quantized)."""
+        from . import quantized
+        return quantized.dequantize(self, stream=stream)
+
+    def int_repr(self, *, stream: Any = None) -> "View":
+        """mnemo.quantized.int_repr(self): the stored integers."""
+        from . import quantized
+        return quantized.int_repr(self, stream=stream)
+
+    def q_scale(self) -> float:
+        """The scale of a quantized view."""
+        from . import quantized
+        return quantized.q_scale(self)
+
+    def q_zero_point(self) -> int:
+        """The zero point of a quantized view."""
+        from . import quantized
+        return quantized.q_zero_point(self)
+
+    def qscheme(self) -> Any:
+        """mnemo.per_tensor_affine for a quantized view."""
+        from . import quantized
+        return quantized.qscheme(self)
+
+    def uniform_(self, from_: float = 0.0, to: float = 1.0, *, generator: Any = None, stream: Any = None) -> "View":
+        """Fills with uniform numbers in [from_, to) (mnemo's Philox, not PyTorch's numbers)."""
+        from . import random
+        return random._fill(self, False, from_, to, generator, stream)
+
+    def normal_(self, mean: float = 0.0, std: float = 1.0, *, generator: Any = None, stream: Any = None) -> "View":
+        """Fills with normal numbers (mnemo's Philox + Box-Muller, not PyTorch's numbers)."""
+        from . import random
+        return random._fill(self, True, mean, std, generator, stream)
 
 
 # C storage address -> the Storage object pickles of its views use (View._storage_for_pickle)

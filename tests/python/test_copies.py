@@ -91,6 +91,8 @@ class Walk(unittest.TestCase):
             "mnemo._format._Options": lambda: mnemo._format._Options(),
             "mnemo.storage._LegacyStorageMeta": lambda: mnemo.FloatStorage,  # its instances are the typed classes
             "mnemo.view.View": lambda: mnemo.tensor([[1., 2., 3.], [4., 5., 6.]], device="sim").t()[1:],
+            "mnemo.quantized.QScheme": lambda: mnemo.per_tensor_affine,
+            "mnemo.random.Generator": lambda: mnemo.Generator("sim:0").manual_seed(5),
         }
 
     def storage_maker(self, cls):
@@ -199,6 +201,15 @@ class Walk(unittest.TestCase):
         elif isinstance(x, mnemo._format._Options):
             for y in (copy.copy(x), copy.deepcopy(x), roundtrip(x)):
                 self.assertEqual([getattr(y, k) for k in y.__slots__], [getattr(x, k) for k in x.__slots__])
+        elif isinstance(x, mnemo.quantized.QScheme):  # a singleton, as torch.per_tensor_affine
+            for y in (copy.copy(x), copy.deepcopy(x), roundtrip(x)):
+                self.assertIs(y, x)
+        elif isinstance(x, mnemo.Generator):  # a value: the same state, its own counter from then on
+            mnemo.rand(3, generator=x)
+            for y in (copy.copy(x), copy.deepcopy(x), roundtrip(x)):
+                self.assertIsNot(y, x)
+                self.assertEqual((y.get_state(), y.device), (x.get_state(), x.device))
+                self.assertEqual(mnemo.rand(3, generator=y).tolist(), mnemo.rand(3, generator=copy.copy(x)).tolist())
         else:
             self.fail(f"{qual}: no expectation written for this class")
 
