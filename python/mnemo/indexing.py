@@ -451,6 +451,8 @@ def arange(start: numbers.Number = 0, end: Optional[numbers.Number] = None, step
         if integral:  # PyTorch's integer kernel: start and step cast to the accumulator (int64) first
             if int(step) == 0:
                 raise RuntimeError("mnemo: arange(): step must be nonzero")
+            if not all(-2 ** 63 <= int(x) < 2 ** 63 for x in (start, end, step)):
+                raise OverflowError
             vals = int(start) + int(step) * np.arange(n, dtype=np.int64)
         else:
             vals = _fma(float(step), np.arange(n, dtype=np.float64), float(start))

@@ -130,6 +130,29 @@ def public_callables():
     return [o for o in out if o[0] not in SKIP]
 
 
+# Half of the time a parameter gets a plausible value for its name (so calls
+# also get past their first check and reach the deeper paths), else anything.
+_small = lambda pool, rng: rng.choice([0, 1, -1, 0, 2])  # noqa: E731
+HINTS = {
+    **{n: _small for n in ("dim", "dim0", "dim1", "source", "destination", "start", "length", "step", "dimension",
+                           "offset", "storage_offset", "zero_point", "low", "high", "end", "count", "size_")},
+    **{n: (lambda pool, rng: rng.choice(pool.views[3:8] + [[0], [1, 0], [[0, 1]]]))
+       for n in ("index", "mask", "indices")},
+    **{n: (lambda pool, rng: rng.choice(pool.views)) for n in ("input", "src", "other", "v", "view", "values", "obj")},
+    **{n: (lambda pool, rng: rng.choice(pool.paths)) for n in ("path", "f", "filename", "out", "trace", "a", "b")},
+    **{n: (lambda pool, rng: rng.choice(["cpu", "sim", "sim:0", "meta", "cuda"])) for n in ("device",)},
+    **{n: (lambda pool, rng: rng.choice([mnemo.float32, mnemo.int64, mnemo.uint8, mnemo.quint8, "float64", None]))
+       for n in ("dtype",)},
+    "scale": lambda pool, rng: rng.choice([0.5, 1.0, 0.0, float("nan"), -1.0]),
+    "size": lambda pool, rng: rng.choice([(2, 3), (3,), (), 4, (0,), [2, 2]]),
+    "shape": lambda pool, rng: rng.choice([(2, 3), (3,), (), (-1,), (6,)]),
+    "stride": lambda pool, rng: rng.choice([(3, 1), (1,), (), (1, 2), (0,)]),
+    "data": lambda pool, rng: rng.choice([[1., 2.], [[1, 2], [3, 4]], 3, [True], b"abcd"]),
+    "storage": lambda pool, rng: rng.choice(pool.storages),
+    "allocator": lambda pool, rng: rng.choice(pool.allocators + [None]),
+}
+
+
 class Pool:
     """The objects the arguments are drawn from: valid ones of every class and
     junk. Remade every `refresh` steps (successful calls may change them)."""
@@ -342,7 +365,9 @@ class Fuzz:
         mn_stream_t address as an int, unchecked as a ctypes pointer is
         (docs/PYTHON.md): streams get None, 0 (the default stream) or a value
         that is no int (which must be refused), never another int."""
-        v = self.pool.value()
+        rng, pool = self.rng, self.pool
+        hint = HINTS.get(name)
+        v = pool.value() if hint is None or rng.random() < 0.5 else hint(pool, rng)
         if name == "stream":
             while isinstance(v, int) and not isinstance(v, bool) and v != 0:
                 v = self.pool.value()

@@ -196,7 +196,8 @@ class Walk(unittest.TestCase):
         elif type(x).__module__ == "mnemo.storage":  # every storage class: values of its own class
             for y in (copy.copy(x), copy.deepcopy(x), roundtrip(x)):
                 self.assertEqual(type(y), cls)
-                self.assertEqual(y.tolist(), x.tolist())
+                # the bytes: the storage's elements are uninitialized, a NaN among them is != itself
+                self.assertEqual(y.untyped().tobytes(), x.untyped().tobytes())
                 self.assertEqual(y.device, x.device)
         elif isinstance(x, mnemo._format._Options):
             for y in (copy.copy(x), copy.deepcopy(x), roundtrip(x)):
@@ -332,6 +333,18 @@ class Errors(unittest.TestCase):
     def test_rebuild_refuses_other_classes(self):
         with self.assertRaises(TypeError):
             mnemo._lib._rebuild_error(ValueError, ("x",), {})
+
+
+
+class DeepcopyMemo(unittest.TestCase):
+    """Found by tests/python/fuzz_api.py: __deepcopy__ called with something
+    that is no memo dict raises TypeError (an AttributeError before)."""
+
+    def test_memo_must_be_a_dict(self):
+        for x in (mnemo.tensor([1., 2.]), mnemo.UntypedStorage(4), mnemo.FloatStorage(2)):
+            for memo in (1, "x", None, [1]):
+                with self.subTest(cls=type(x).__name__, memo=memo), self.assertRaisesRegex(TypeError, "memo"):
+                    x.__deepcopy__(memo)
 
 
 if __name__ == "__main__":
