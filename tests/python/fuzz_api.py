@@ -193,17 +193,26 @@ class Pool:
             mnemo.zeros(2, 2, dtype=mnemo.bool),
             q, q[1:],
             mnemo.empty(5, dtype=mnemo.float8_e4m3fn) if hasattr(mnemo, "float8_e4m3fn") else mnemo.empty(5),
-            mnemo.tensor([1., 2., 3., 4.]).untyped_storage() and mnemo.tensor([1., 2., 3., 4.])[::2],
+            mnemo.tensor([1., 2., 3., 4.])[::2],
+            mnemo.tensor([1., 2.]).expand(3, 2),  # stride 0: writes refused
         ]
+        shared = mnemo.UntypedStorage(16).share_memory_()
+        filed = mnemo.UntypedStorage.from_file(os.path.join(self.tmp, "backing"), shared=True, size=16)
+        pinned = mnemo.UntypedStorage(8).pin_memory()
+        views += [mnemo.empty(0).set_(shared, 1, (3,), (1,)) if hasattr(mnemo.View, "set_") else views[0]]
         storages = [mnemo.UntypedStorage(8), mnemo.UntypedStorage(4, device="sim"), released,
                     mnemo.UntypedStorage(0), mnemo.FloatStorage(3), mnemo.FloatStorage([1., 2.]),
                     mnemo.IntStorage(2), mnemo.BoolStorage([True]), mnemo.QUInt8Storage(4),
                     mnemo.TypedStorage(2, dtype=mnemo.float64), views[1].storage(), views[0].untyped_storage(),
-                    mnemo.UntypedStorage(6, device="meta")]
+                    mnemo.UntypedStorage(6, device="meta"), shared, filed, pinned]
         self.views, self.storages = views, storages
         junk = [object(), {}, {"a": 1}, set(), lambda *a, **k: 0, print, ctypes.c_int(3), range(3), iter([1]),
                 NotImplemented, type, mnemo, Exception("x")]
-        self.others = [mnemo.device("cpu"), mnemo.device("sim:0"), mnemo.device("meta"), mnemo.float32,
+        closed_pool = mnemo.MemPool(alloc)
+        closed_pool.close()
+        stopped = mnemo.profiling.record(alloc, capacity=16)
+        stopped.stop()
+        self.others = [closed_pool, stopped, mnemo.device("cpu"), mnemo.device("sim:0"), mnemo.device("meta"), mnemo.float32,
                        mnemo.int64, mnemo.bool, mnemo.quint8, mnemo.qint32, mnemo.Generator("sim:0"),
                        mnemo.MemPool(alloc), mnemo.per_tensor_affine] + junk
         if np is not None:
@@ -285,7 +294,7 @@ class Pool:
             except Exception:  # noqa: BLE001
                 return None
         if cls.__name__ == "use_mem_pool":
-            return mnemo.use_mem_pool(self.others[9])
+            return mnemo.use_mem_pool(next(x for x in self.others if isinstance(x, mnemo.MemPool)))
         if issubclass(cls, mnemo.TypedStorage):
             try:
                 return cls(3)
