@@ -23,6 +23,8 @@ that a replay on a SIM device of another size (capacity=, or a recording
 that ran out of memory) reconfigures the SIM devices for its duration
 (mn_sim_configure): no other thread may use them meanwhile.
 """
+from __future__ import annotations
+
 import ctypes as C
 import json
 import os
@@ -30,8 +32,14 @@ import re
 import shutil
 import subprocess
 
+from typing import Any, Optional, Sequence, Union
+
 from . import _owner
 from ._lib import MnemoError, VP, built_path, declare, lib
+
+PathLike = Union[str, bytes, "os.PathLike[str]"]
+Bytes = Union[int, str, None]          # a byte count, or a string such as "80G"
+Configs = Union[str, dict, Sequence[Union[str, dict]], None]
 
 __all__ = ["ToolError", "SnapshotError", "SnapshotWarning", "read_trace", "record", "import_snapshot", "replay",
            "report", "diff", "snapshot", "cli_path"]
@@ -169,7 +177,7 @@ def _path_arg(path, what="path"):
     raise TypeError(f"mnemo: {what} must be a file path, got {path!r}")
 
 
-def read_trace(path):
+def read_trace(path: PathLike) -> dict[str, Any]:
     """Reads a trace file (docs/TRACE_FORMAT.md) into a dict: "version",
     "meta" (key -> value strings), "entries" (a list of dicts: action name,
     pre, time_us, stream, address, size, block_size, device, stack (0: none),
@@ -209,7 +217,7 @@ class record(_owner.Resource):
 
     _no_pickle = "a recorder is attached to an allocator of this process; pickle its trace() instead"
 
-    def __init__(self, allocator=None, capacity=1_000_000, stacks=0):
+    def __init__(self, allocator: Any = None, capacity: int = 1_000_000, stacks: int = 0) -> None:
         self._handle = None
         self._attached = None
         from .allocator import Allocator, default_allocator
@@ -241,11 +249,11 @@ class record(_owner.Resource):
         return self._handle
 
     @property
-    def recording(self):
+    def recording(self) -> bool:
         """Whether it is still attached to its allocator."""
         return self._attached is not None
 
-    def stop(self):
+    def stop(self) -> None:
         """Detaches from the allocator (no more events); the events stay."""
         with _owner.lock:
             attached, self._attached = self._attached, None
@@ -254,18 +262,18 @@ class record(_owner.Resource):
                 if box is None or box.handle is not None:  # the C allocator still lives
                     lib.mn_caching_allocator_set_trace_sink(ah, None, None)
 
-    def stats(self):
+    def stats(self) -> dict[str, int]:
         """A dict: recorded (events received), overwritten (lost to the
         bound), held, capacity, max_frames, stacks, stack_pcs, stackless."""
         s = _RecorderStats()
         lib.mn_trace_recorder_get_stats(self._r(), C.byref(s))
         return {name: getattr(s, name) for name, _ in _RecorderStats._fields_}
 
-    def clear(self):
+    def clear(self) -> None:
         """Drops the held events."""
         lib.mn_trace_recorder_clear(self._r())
 
-    def trace(self):
+    def trace(self) -> dict[str, Any]:
         """The held events as a trace dict (read_trace's form, "version" the
         one write() would give), oldest first; allocations freed in the window
         but made before it become pre lines."""
@@ -280,13 +288,13 @@ class record(_owner.Resource):
         d["version"] = 3 if d["frames"] else 2 if any(e["device"] for e in d["entries"]) else 1
         return d
 
-    def write(self, path):
+    def write(self, path: PathLike) -> str:
         """Writes the held events as a trace file (replayable: mnemo replay)."""
         p = _path_arg(path)
         lib.mn_trace_recorder_write(self._r(), os.fsencode(p))
         return p
 
-    def close(self):
+    def close(self) -> None:
         """Stops and frees the recorder. Closing twice, or from several threads
         at once, frees it once."""
         self.stop()
@@ -294,10 +302,10 @@ class record(_owner.Resource):
         if r is not None:
             lib.mn_trace_recorder_destroy(r)
 
-    def __enter__(self):
+    def __enter__(self) -> "record":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> bool:
         self.stop()
         return False
 
@@ -320,7 +328,8 @@ class ToolError(MnemoError):
     ``status`` is invalid_argument for exit status 2, not_found when the tool
     is missing, io_error otherwise."""
 
-    def __init__(self, message, returncode=None, command=None, stderr=""):
+    def __init__(self, message: str, returncode: Optional[int] = None, command: Optional[Sequence[str]] = None,
+                 stderr: str = "") -> None:
         status = 8 if returncode is None else (1 if returncode == 2 else 5)
         super().__init__(status, message)
         self.returncode = returncode
@@ -328,7 +337,7 @@ class ToolError(MnemoError):
         self.stderr = stderr
 
 
-def cli_path():
+def cli_path() -> str:
     """The mnemo executable used: $MNEMO_CLI when set, else the CLI named in
     mnemo/_paths.py (the build tree's, or the install's, relative to the
     package), else `mnemo` on PATH. ToolError when none exists."""
@@ -406,7 +415,7 @@ class SnapshotError(MnemoError):
     format_error; the message names the file and what was wrong (the
     importer's own words, as `mnemo import` prints them)."""
 
-    def __init__(self, message):
+    def __init__(self, message: str) -> None:
         super().__init__(_status("format_error"), message)
 
 
@@ -512,7 +521,8 @@ def _load(who, path, device=None, max_decompressed_size=None):
     return t
 
 
-def import_snapshot(path, out=None, device=None, max_decompressed_size=None):
+def import_snapshot(path: PathLike, out: Optional[PathLike] = None, device: Union[int, str, None] = None,
+                    max_decompressed_size: Bytes = None) -> Union[str, dict[str, Any]]:
     """Converts a PyTorch memory snapshot (the pickle of
     torch.cuda.memory._dump_snapshot(), .pickle or .pickle.gz, any version;
     what `mnemo import --from torch` does) into a mnemo trace, in this process.
@@ -787,8 +797,10 @@ def _int_in(name, value, lo, hi):
     return value
 
 
-def replay(trace, configs=None, capacity=None, device=None, retries=None, trace_device=None, pre=True,
-           pre_segments=True, empty_cache=True, allocator=None, repeat=None, max_decompressed_size=None):
+def replay(trace: PathLike, configs: Configs = None, capacity: Bytes = None, device: Optional[str] = None,
+           retries: Optional[int] = None, trace_device: Optional[int] = None, pre: bool = True,
+           pre_segments: bool = True, empty_cache: bool = True, allocator: Optional[str] = None,
+           repeat: Optional[int] = None, max_decompressed_size: Bytes = None) -> list[dict[str, Any]]:
     """Replays a trace file or a PyTorch snapshot pickle (imported first) in
     this process, as `mnemo replay --json` does, and returns one dict per
     device and configuration (device by device, each device's configurations
@@ -918,7 +930,9 @@ _REPORT_DEV_RE = re.compile(r"^(?P<label>\S.*?) \(trace device (?P<device>\d+)\)
                             re.M)
 
 
-def report(trace, out, configs=None, title=None, capacity=None, trace_device=None, max_decompressed_size=None):
+def report(trace: PathLike, out: PathLike, configs: Configs = None, title: Optional[str] = None,
+           capacity: Bytes = None, trace_device: Optional[int] = None,
+           max_decompressed_size: Bytes = None) -> dict[str, Any]:
     """Writes the self-contained HTML report of a trace or a PyTorch snapshot
     (`mnemo report`: timeline, active memory, who holds the peak, segment map
     at any moment, configurations compared; every device of the trace).
@@ -962,7 +976,9 @@ def report(trace, out, configs=None, title=None, capacity=None, trace_device=Non
     return res
 
 
-def diff(a, b, out=None, config=None, trace_device=None, title=None, max_decompressed_size=None):
+def diff(a: PathLike, b: PathLike, out: Optional[PathLike] = None, config: Union[str, dict, None] = None,
+         trace_device: Optional[int] = None, title: Optional[str] = None,
+         max_decompressed_size: Bytes = None) -> dict[str, Any]:
     """Compares two traces or PyTorch snapshots (two runs, or two ranks of one
     job): `mnemo diff A B --json`, returned as a dict: "a" and "b" (each one's
     peaks, replay and PyTorch's recorded, and its live allocations at its peak
@@ -998,7 +1014,9 @@ def diff(a, b, out=None, config=None, trace_device=None, title=None, max_decompr
 # ---- a replay's segments at a point, in this process ----------------------------------
 
 
-def snapshot(trace, at="peak", config=None, pre_segments=True, trace_device=None, max_decompressed_size=None):
+def snapshot(trace: PathLike, at: Union[str, int] = "peak", config: Union[str, dict, None] = None,
+             pre_segments: bool = True, trace_device: Optional[int] = None,
+             max_decompressed_size: Bytes = None) -> dict[str, Any]:
     """Replays a trace (a file, or a PyTorch snapshot pickle imported first)
     on sim:0 in this process, with a fresh caching allocator, up to ``at``
     ("peak": the first entry where allocated bytes peak, as `mnemo snapshot
