@@ -374,7 +374,9 @@ class InProcess(unittest.TestCase):
         have 4 decimals; ns_per_op is a time): traces of several devices, a
         recorded OOM (the SIM device sized as recorded), pinned host memory,
         several configs, the naive allocator."""
-        if self.old_cli is not None and not os.path.isfile(self.old_cli):
+        try:
+            cli_path = P.cli_path()
+        except P.ToolError:
             self.skipTest("no CLI to compare with")
         import json
         import math
@@ -397,7 +399,7 @@ class InProcess(unittest.TestCase):
                  (RESNET_PICKLE, [], {})]
         for path, args, kw in cases:
             with self.subTest(path=os.path.basename(path), args=args):
-                proc = subprocess.run([P.cli_path(), "replay", path, "--json", "--no-progress", "--no-cache"] + args,
+                proc = subprocess.run([cli_path, "replay", path, "--json", "--no-progress", "--no-cache"] + args,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True)
                 cli = json.loads(proc.stdout)
                 cli = cli if isinstance(cli, list) else [cli]
