@@ -570,7 +570,6 @@ declare("mn_sim_configure", "status", [C.POINTER(_SimConfig)])
 declare("mn_bytes_parse", "status", [C.c_char_p, C.POINTER(C.c_size_t)])
 
 _ACT = {name: i for i, name in enumerate(_ACTIONS)}
-_U64_MAX = (1 << 64) - 1
 _SIZE_MAX = (1 << (8 * C.sizeof(C.c_size_t))) - 1
 _TORCH_KEYS = ("peak_allocated", "peak_reserved", "segment_allocs", "reserved_start")
 
@@ -596,29 +595,34 @@ def _columns(t, names):
     return {k: arr[k].tolist() for k in names}
 
 
+class _TraceDevice(C.Structure):
+    _fields_ = [("index", C.c_uint32), ("label", C.c_uint64), ("host", C.c_bool), ("entries", C.c_size_t),
+                ("pre_allocs", C.c_size_t), ("oom_lines", C.c_size_t), ("oom_capacity", C.c_uint64),
+                ("release_capacity", C.c_uint64), ("partial_releases", C.c_size_t)]
+
+
+declare("mn_trace_devices", "status", [_TP, C.POINTER(C.POINTER(_TraceDevice)), C.POINTER(C.c_size_t)])
+declare("mn_trace_devices_free", None, [C.POINTER(_TraceDevice)])
+
+
 def _find_devices(t, want):
-    """The devices of trace t to replay (mnemo replay's rule, tools/cmd_replay.c
-    find_devices): every device with entries, lowest index first, or the one
-    whose recorded number is want; not the pinned host memory. Each a dict:
-    index, label, nentries, pre, ntorch_ooms, oom_capacity, release_capacity,
-    torch (the recorded figures)."""
-    host = _meta_u64(t, "host_device")
+    """The devices of trace t to replay (mnemo replay's rule: mn_trace_devices,
+    then tools/cmd_replay.c's choice): every device with entries, lowest index
+    first, or the one whose recorded number is want; not the pinned host
+    memory. Each a dict: index, label, oom_capacity, release_capacity, torch
+    (the recorded figures)."""
+    p = C.POINTER(_TraceDevice)()
+    n = C.c_size_t()
+    lib.mn_trace_devices(t, C.byref(p), C.byref(n))
+    try:
+        found = [{f: getattr(p[k], f) for f, _ in _TraceDevice._fields_} for k in range(n.value)]
+    finally:
+        lib.mn_trace_devices_free(p)
     multi = lib.mn_trace_meta_get(t, b"devices") is not None
-    one = None if multi else _meta_u64(t, "device")
-    col = _columns(t, ("action", "pre", "device", "size", "address"))
-    act, pre, dev, size, addr = col["action"], col["pre"], col["device"], col["size"], col["address"]
-    found = {}
-    for i in range(len(act)):
-        d = found.get(dev[i])
-        if d is None:
-            d = found[dev[i]] = {"index": dev[i], "label": one if one is not None and dev[i] == 0 else dev[i],
-                                 "nentries": 0, "pre": 0}
-        d["nentries"] += 1
-        d["pre"] += bool(pre[i]) and act[i] == _ACT["alloc"]
     devs = []
-    for d in sorted(found.values(), key=lambda x: x["index"]):
-        if host is not None and d["label"] == host:
-            if want is not None and want == host:
+    for d in found:
+        if d["host"]:
+            if want is not None and want == d["label"]:
                 raise ValueError(f"mnemo: trace_device {want} is the trace's pinned host memory (meta host_device): "
                                  "only device memory is replayed")
             continue
@@ -627,17 +631,12 @@ def _find_devices(t, want):
         devs.append(d)
     if not devs:
         if want is not None:
-            has = " ".join(str(d["label"]) for d in sorted(found.values(), key=lambda x: x["index"])) or "none"
+            has = " ".join(str(d["label"]) for d in found) or "none"
             raise MnemoError(_status("not_found"),
                              f"mnemo: trace_device {want}: the trace has no entries on that device (it has: {has})")
         if not found:  # an empty trace: one (empty) replay of device 0
-            devs = [{"index": 0, "label": one if one is not None else 0, "nentries": 0, "pre": 0}]
-    by = lib.mn_trace_meta_get(t, b"recorded_by")
-    pytorch = by == b"pytorch"
-    conf = lib.mn_trace_meta_get(t, b"config")
-    gc_on = conf is not None and b"garbage_collection_threshold" in conf
-    SA, SF, SM, SU, OOM, EC = (_ACT[k] for k in ("segment_alloc", "segment_free", "segment_map", "segment_unmap",
-                                                   "oom", "empty_cache"))
+            one = None if multi else _meta_u64(t, "device")
+            devs = [{"index": 0, "label": one if one is not None else 0, "oom_capacity": 0, "release_capacity": 0}]
     for d in devs:
         torch = {}
         for k in _TORCH_KEYS:
@@ -645,43 +644,7 @@ def _find_devices(t, want):
             if v is not None:
                 torch[k] = v
         d["torch"] = torch
-        # the SIM device as recorded: PyTorch's reserved bytes at the first OOM + the
-        # free bytes its oom line reports; else the least capacity its partial cache
-        # releases allow (see find_devices in tools/cmd_replay.c)
-        reserved = peak = lo = before = 0
-        hi = _U64_MAX
-        prev = None
-        in_run = run_ok = False
-        ntorch_ooms = oom_capacity = partial = 0
-        for i in range(len(act)):
-            if dev[i] != d["index"]:
-                continue
-            a = act[i]
-            if in_run and a != SF:
-                in_run = False
-                if run_ok and a == SA:
-                    lo = max(lo, min(reserved + size[i], _U64_MAX))
-                    hi = min(hi, min(before + size[i], _U64_MAX) - 1)
-                    partial += 1
-            if a == SF and not pre[i] and not in_run:
-                in_run = True
-                run_ok = prev != EC
-                before = reserved
-            if a in (SA, SM):
-                reserved = min(reserved + size[i], _U64_MAX)
-                peak = max(peak, reserved)
-            elif a in (SF, SU):
-                reserved = 0 if size[i] > reserved else reserved - size[i]
-            elif a == OOM:
-                if ntorch_ooms == 0 and (addr[i] or pytorch):
-                    oom_capacity = min(reserved + addr[i], _U64_MAX)
-                ntorch_ooms += 1
-            prev = a
-        lo = max(lo, peak)
-        d["ntorch_ooms"] = ntorch_ooms
-        d["oom_capacity"] = oom_capacity
-        d["release_capacity"] = lo if partial and not gc_on and lo <= hi else 0
-    return devs, col
+    return devs
 
 
 def _size_as_recorded(d, sc):
@@ -869,8 +832,8 @@ def replay(trace: PathLike, configs: Configs = None, capacity: Bytes = None, dev
     t = _load("mnemo.profiling.replay", path, want, max_decompressed_size)
     sim0 = None
     try:
-        devs, col = _find_devices(t, want)
-        col.update(_columns(t, ("time_us",)))
+        devs = _find_devices(t, want)
+        col = _columns(t, ("action", "device", "time_us", "size", "address"))
         as_recorded = False
         if configs is None:
             configs = [""]
