@@ -4,10 +4,11 @@
 set -euo pipefail
 # Build: compilers, CMake, Ninja, Google Benchmark, the DLPack header.
 # Tests: numpy (DLPack test, bench/cpu_vs_numpy.py), PyTorch on CPU (view differential test),
+# python3-venv (scripts/test_wheel.sh: the wheel installed into a fresh virtual environment),
 # headless Chromium (the HTML report test).
 # Benchmarks: jemalloc and mimalloc, the general-purpose anchors of bench_alloc_anchors
 # and bench/alloc_ir.sh (loaded with dlopen; skipped where missing).
-pkgs=(cmake ninja-build gcc g++ make pkg-config libbenchmark-dev libdlpack-dev python3
+pkgs=(cmake ninja-build gcc g++ make pkg-config libbenchmark-dev libdlpack-dev python3 python3-venv
       python3-numpy python3-torch chromium libjemalloc-dev libmimalloc-dev "$@")
 missing=()
 for p in "${pkgs[@]}"; do

@@ -56,7 +56,11 @@ check "export --to torch of an installed sample trace" test $? -eq 0 -a -s "$tmp
 "$cli" replay "$tmp/x.pickle" --json --no-progress >"$tmp/out" 2>&1
 check "... and the exported snapshot replays" has "$tmp/out" '"peak_reserved"'
 TMPDIR=$tmp "$cli" demo >"$tmp/out" 2>&1
+demo_rc=$?
 check "demo replays the installed sample trace" has "$tmp/out" "replaying the bundled PyTorch trace $share/traces"
+# every step passes: the SIM device, used by the skeleton, is then resized for the trace's report
+check "demo exits 0" test "$demo_rc" -eq 0
+check "demo ok (no step failed)" has "$tmp/out" "^demo ok$"
 
 # The Python package from the moved prefix loads the prefix's own libmnemo.so
 # and finds the prefix's CLI (the paths it was installed with are relative).

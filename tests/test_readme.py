@@ -8,7 +8,8 @@
 # scratch folder with a time limit. With $MNEMO_README_PYTHON set (a python
 # that imports the build's package), every ```python block that imports mnemo
 # and neither torch nor cupy (those need a GPU) runs too, from the source root
-# (the README's relative paths). Single-threaded.
+# (the README's relative paths). The Python section starts with `pip install .`.
+# Single-threaded.
 """Usage: test_readme.py README.md CC INCLUDE_DIR LIBMNEMO_SO [EXTRA_FLAGS]"""
 import os
 import re
@@ -76,4 +77,14 @@ if python:
             fails += 1
         else:
             print(f"ok    python snippet {i} ({first})")
+# The Python section starts with the install a Python user runs: `pip install .`
+# (pyproject.toml), then the import.
+m = re.search(r"^### Python\n(.*?)(?=^#)", text, flags=re.S | re.M)
+code = [ln.strip() for ln in (m.group(1) if m else "").splitlines() if ln.startswith("    ")]
+if code[:2] and code[0].split("#")[0].strip() == "pip install ." and "import mnemo" in code[1]:
+    print("ok    the Python section starts with `pip install .` and an import")
+else:
+    print(f"FAIL  the README's Python section must start with `pip install .`, then `python -c \"import mnemo\"` "
+          f"(its first code lines: {code[:2]})")
+    fails += 1
 sys.exit(1 if fails else 0)

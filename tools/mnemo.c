@@ -142,6 +142,13 @@ static int demo_on(mn_device_t dev) {
 done:
   mn_view_destroy(host);
   mn_view_destroy(v);
+  /* Hand back what the device keeps for later (the default allocator's cached
+   * blocks, the copy engine's helper streams, events and pinned pools): the
+   * trace step sizes the SIM device as recorded, which needs it idle. */
+  mn_allocator_t *a = NULL;
+  if (stream) mn__ignore(mn_stream_synchronize(stream));
+  if (mn_allocator_get_default(dev, &a) == MN_OK && a) mn__ignore(mn_allocator_empty_cache(a));
+  mn__ignore(mn_copy_engine_reset());
   return rc;
 }
 

@@ -36,7 +36,6 @@ from .dtype import *  # noqa: F401,F403 (mnemo.float32, mnemo.bfloat16, ... ever
 from .dtype import ALIASES as _ALIASES, DTYPE_NAMES as _DTYPE_NAMES, dtype
 from .interop import asarray, from_dlpack
 from .serialize import load, load_bytes, safetensors, save, save_bytes
-from .storage import Storage
 from .view import (View, channels_last, channels_last_3d, contiguous_format, empty, empty_like, empty_strided, full,
                    full_like, ones, ones_like, preserve_format, tensor, zeros, zeros_like)
 
@@ -45,3 +44,32 @@ __all__ += ["dtype", "Storage", "View", "empty", "empty_strided", "zeros", "ones
             "ones_like", "full_like", "tensor", "from_dlpack", "asarray", "save", "load", "save_bytes", "load_bytes",
             "safetensors", "interop", "serialize", "contiguous_format", "channels_last", "channels_last_3d",
             "preserve_format"] + [_n for _n in _DTYPE_NAMES if _n != "bool"]
+
+# printing as PyTorch (helper print, issue 34)
+from ._format import get_printoptions, set_printoptions
+
+__all__ += ["set_printoptions", "get_printoptions"]
+
+# PyTorch's storage classes (helper "storage"): UntypedStorage (mnemo.Storage is the same class), TypedStorage and
+# the 17 legacy typed classes (FloatStorage, ...)
+from . import storage
+from .storage import (BFloat16Storage, BoolStorage, ByteStorage, CharStorage, ComplexDoubleStorage,
+                      ComplexFloatStorage, DoubleStorage, FloatStorage, HalfStorage, IntStorage, LongStorage,
+                      QInt8Storage, QInt32Storage, QUInt2x4Storage, QUInt4x2Storage, QUInt8Storage, ShortStorage,
+                      Storage, TypedStorage, UntypedStorage)
+
+__all__ += ["storage", "UntypedStorage", "TypedStorage", "FloatStorage", "DoubleStorage", "HalfStorage",
+            "BFloat16Storage", "ByteStorage", "CharStorage", "ShortStorage", "IntStorage", "LongStorage",
+            "BoolStorage", "ComplexFloatStorage", "ComplexDoubleStorage", "QUInt8Storage", "QInt8Storage",
+            "QInt32Storage", "QUInt4x2Storage", "QUInt2x4Storage"]
+
+# advanced indexing, index operations, arange, quantized views, random fills (helper index)
+from . import indexing, quantized, random
+from .indexing import arange, gather, index_put, index_select, masked_select, scatter, scatter_add, take
+from .quantized import dequantize, int_repr, per_tensor_affine, q_scale, q_zero_point, quantize_per_tensor
+from .random import Generator, initial_seed, manual_seed, rand, rand_like, randint, randn, randn_like, seed
+
+__all__ += ["indexing", "quantized", "random", "arange", "gather", "index_put", "index_select", "masked_select",
+            "scatter", "scatter_add", "take", "dequantize", "int_repr", "per_tensor_affine", "q_scale",
+            "q_zero_point", "quantize_per_tensor", "Generator", "initial_seed", "manual_seed", "rand", "rand_like",
+            "randint", "randn", "randn_like", "seed"]

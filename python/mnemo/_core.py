@@ -7,21 +7,27 @@ Threading: declarations happen once at import; the helpers are pure
 functions. The keep-alive table is a dict changed under the GIL (the C
 deleter runs as a ctypes callback, which takes the GIL).
 """
+from __future__ import annotations
+
 import ctypes as C
 import itertools
 import numbers
 import operator
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 from . import device as _device_module  # noqa: F401 (declares mn_device_synchronize, used below)
-from ._lib import Device as CDevice, I64P, Scalar, VP, declare, lib
+from ._lib import (DEVICE_TYPE_NAMES, MN_MAX_DIMS, MN_SCALAR_BOOL, MN_SCALAR_COMPLEX, MN_SCALAR_FLOAT, MN_SCALAR_INT,
+                   MN_SCALAR_UINT, MN_VIEW_END, MN_VIEW_OFFSET_KEEP, Device as CDevice, I64P, Scalar, VP, declare, lib)
 
 VPP = C.POINTER(VP)
+T = TypeVar("T")
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 UINT64_MAX = (1 << 64) - 1
-VIEW_END = INT64_MAX
-OFFSET_KEEP = INT64_MIN
-MAX_DIMS = 25
-DEVICE_TYPES = ("cpu", "cuda", "sim", "meta")
+VIEW_END = MN_VIEW_END
+OFFSET_KEEP = MN_VIEW_OFFSET_KEEP
+MAX_DIMS = MN_MAX_DIMS
+DEVICE_TYPES = DEVICE_TYPE_NAMES
 
 # ---- storages ---------------------------------------------------------------
 declare("mn_storage_create", "status", [CDevice, C.c_size_t, VP, VP, VPP])
@@ -120,7 +126,7 @@ libc_free.restype = None
 libc_free.argtypes = [VP]
 
 
-def keep_for(new_storage, old_storage, keep):
+def keep_for(new_storage: int, old_storage: int, keep: tuple[Any, ...]) -> tuple[Any, ...]:
     """What a storage made from another (a copy) keeps alive of the old one's
     ``keep`` (its allocator objects): all of it when the same allocator made
     both, else nothing (the copy lives in another device's default)."""
@@ -129,7 +135,7 @@ def keep_for(new_storage, old_storage, keep):
     return keep
 
 
-def out_handle(fn, *args):
+def out_handle(fn: Any, *args: Any) -> int | None:
     """Calls fn(*args, &out) (an mn_status function ending in an out handle)
     and returns the handle as an int."""
     out = VP()
@@ -138,7 +144,7 @@ def out_handle(fn, *args):
 
 
 # ---- argument checks ------------------------------------------------------------
-def as_int(x, what, lo=INT64_MIN, hi=INT64_MAX):
+def as_int(x: Any, what: str, lo: int = INT64_MIN, hi: int = INT64_MAX) -> int:
     """x as a Python int in [lo, hi]: TypeError for non-integers (bool
     included), ValueError out of range."""
     if isinstance(x, bool) or not hasattr(x, "__index__"):
@@ -149,11 +155,11 @@ def as_int(x, what, lo=INT64_MIN, hi=INT64_MAX):
     return v
 
 
-def as_dim(x, what="dim"):
+def as_dim(x: Any, what: str = "dim") -> int:
     return as_int(x, what, -(1 << 31), (1 << 31) - 1)
 
 
-def as_shape(args, what="shape"):
+def as_shape(args: tuple[Any, ...], what: str = "shape") -> tuple[int, ...]:
     """A shape from f(2, 3), f((2, 3)), f([2, 3]) or f(torch.Size([2, 3])):
     a tuple of ints."""
     if len(args) == 1 and not hasattr(args[0], "__index__"):
@@ -166,33 +172,33 @@ def as_shape(args, what="shape"):
     return tuple(as_int(a, what) for a in args)
 
 
-def i64_array(values):
+def i64_array(values: Sequence[int]) -> C.Array[C.c_int64]:
     return (C.c_int64 * max(1, len(values)))(*values)
 
 
-def int_array(values):
+def int_array(values: Sequence[int]) -> C.Array[C.c_int]:
     return (C.c_int * max(1, len(values)))(*values)
 
 
 # ---- scalars -----------------------------------------------------------------------
-def to_scalar(value):
+def to_scalar(value: Any) -> Scalar:
     """A Python (or numpy) bool, int, float or complex as an mn_scalar_t."""
     s = Scalar()
     if isinstance(value, bool) or type(value).__name__ == "bool_":
-        s.kind, s.v.b = 0, bool(value)
+        s.kind, s.v.b = MN_SCALAR_BOOL, bool(value)
     elif isinstance(value, numbers.Integral):
         v = int(value)
         if INT64_MIN <= v <= INT64_MAX:
-            s.kind, s.v.i = 1, v
+            s.kind, s.v.i = MN_SCALAR_INT, v
         elif 0 <= v <= UINT64_MAX:
-            s.kind, s.v.u = 2, v
+            s.kind, s.v.u = MN_SCALAR_UINT, v
         else:
             raise ValueError(f"mnemo: value {v} does not fit in 64 bits")
     elif isinstance(value, numbers.Real):
-        s.kind, s.v.f = 3, float(value)
+        s.kind, s.v.f = MN_SCALAR_FLOAT, float(value)
     elif isinstance(value, numbers.Complex):
         z = complex(value)
-        s.kind = 4
+        s.kind = MN_SCALAR_COMPLEX
         s.v.c[0], s.v.c[1] = z.real, z.imag
     else:
         item = getattr(value, "item", None)  # a 1-element View, numpy or torch scalar
@@ -202,18 +208,18 @@ def to_scalar(value):
     return s
 
 
-def from_scalar(s):
+def from_scalar(s: Scalar) -> bool | int | float | complex:
     """The Python value of an mn_scalar_t."""
     return (lambda: bool(s.v.b), lambda: int(s.v.i), lambda: int(s.v.u), lambda: float(s.v.f),
             lambda: complex(s.v.c[0], s.v.c[1]))[s.kind]()
 
 
-def is_scalar(value):
+def is_scalar(value: Any) -> bool:
     return isinstance(value, (bool, numbers.Number)) or type(value).__name__ == "bool_"
 
 
 # ---- host memory -----------------------------------------------------------------------
-def host_buffer(obj):
+def host_buffer(obj: Any) -> tuple[int, int, Any]:
     """(address, nbytes, keepalive) of the bytes of a bytes-like object (its
     contiguous bytes; a copy when it is not C-contiguous). keepalive must live
     as long as the address is used."""
@@ -235,7 +241,7 @@ def host_buffer(obj):
     return C.addressof(arr), n, (arr, mv)
 
 
-def immortal(cfunc):
+def immortal(cfunc: T) -> T:
     """Keeps a ctypes callback valid until the process ends and returns it: C
     may call it during interpreter shutdown (a numpy array or a C storage
     freed after this module is gone), when its trampoline would otherwise be
@@ -255,7 +261,7 @@ def _release_kept(ctx, data, _pop=_kept.pop):  # (bound now: may run at interpre
     _pop(ctx, None)
 
 
-def storage_over(dev, address, nbytes, owner):
+def storage_over(dev: Any, address: int, nbytes: int, owner: Any) -> int:
     """A foreign storage (one reference) over nbytes at `address` of device
     `dev` (a Device), keeping `owner` alive until the C storage's last
     reference goes (whoever holds it: a view, a DLPack consumer, ...)."""
@@ -268,12 +274,12 @@ def storage_over(dev, address, nbytes, owner):
         raise
 
 
-def kept_count():
+def kept_count() -> int:
     """How many Python objects C storages keep alive now (for tests)."""
     return len(_kept)
 
 
-def synchronize(dev):
+def synchronize(dev: Any) -> None:
     """Waits for the queued work of a SIM or CUDA device (nothing on the CPU)."""
     if dev.type != "cpu":
         lib.mn_device_synchronize(dev._c)

@@ -24,7 +24,10 @@ C handle (docs/PYTHON.md "Object lifetimes"), in one place:
 Threading: every count and every handle swap happens under one re-entrant
 lock (re-entrant: a collection may run finalizers on a thread that holds it).
 """
+from __future__ import annotations
+
 import threading
+from typing import Any, NoReturn
 
 from . import _core  # noqa: F401 (declares mn_storage_allocator and mn_view_storage, used below)
 from ._lib import VP, declare, lib
@@ -48,7 +51,7 @@ class Owner:
 
     __slots__ = ()
 
-    def _take(self, _lock=lock):
+    def _take(self, _lock: Any = lock) -> int | None:
         """The handle, now no longer this object's (None when already taken)."""
         with _lock:
             h = self._handle
@@ -63,13 +66,13 @@ class Resource(Owner):
     __slots__ = ()
     _no_pickle = "it owns a resource of this process (a C handle) that cannot travel to another process"
 
-    def __copy__(self):
+    def __copy__(self) -> Resource:
         return self
 
-    def __deepcopy__(self, memo):
+    def __deepcopy__(self, memo: dict[int, Any]) -> Resource:
         return self
 
-    def __reduce_ex__(self, protocol):
+    def __reduce_ex__(self, protocol: int) -> NoReturn:
         raise TypeError(f"cannot pickle mnemo.{type(self).__name__}: {self._no_pickle}")
 
 
@@ -81,7 +84,7 @@ class AllocatorBox:
 
     __slots__ = ("handle", "closed", "live", "pools", "raw", "orphans", "__weakref__")
 
-    def __init__(self, handle):
+    def __init__(self, handle: int) -> None:
         self.handle = handle
         self.closed = False
         self.live = 0
@@ -89,8 +92,17 @@ class AllocatorBox:
         self.raw = 0
         self.orphans = []
 
+    def __copy__(self):
+        return self  # (one box per C allocator: a second would count and destroy it apart)
 
-def register_allocator(handle):
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("cannot pickle mnemo._owner.AllocatorBox: it holds an allocator of this process")
+
+
+def register_allocator(handle: int) -> AllocatorBox:
     """The box of an allocator handle a Python object now owns."""
     box = AllocatorBox(handle)
     with lock:
@@ -98,19 +110,19 @@ def register_allocator(handle):
     return box
 
 
-def box_of(handle):
+def box_of(handle: int) -> AllocatorBox | None:
     """The box of a live owned allocator handle, else None (mnemo's own)."""
     with lock:
         return _boxes.get(handle)
 
 
-def live_allocator_count():
+def live_allocator_count() -> int:
     """How many allocators Python objects own and that are not destroyed yet (tests)."""
     with lock:
         return len(_boxes)
 
 
-def _retry_orphans(box, _destroy=lib.mn_mempool_destroy):
+def _retry_orphans(box: AllocatorBox, _destroy: Any = lib.mn_mempool_destroy) -> None:
     keep = []
     for p in box.orphans:
         try:
@@ -120,7 +132,8 @@ def _retry_orphans(box, _destroy=lib.mn_mempool_destroy):
     box.orphans[:] = keep
 
 
-def _destroy_if_done(box, _boxes=_boxes, _destroy=lib.mn_allocator_destroy, _retry=_retry_orphans):
+def _destroy_if_done(box: AllocatorBox, _boxes: dict[int, AllocatorBox] = _boxes,
+                     _destroy: Any = lib.mn_allocator_destroy, _retry: Any = _retry_orphans) -> None:
     """Destroys the allocator when its owner is gone and nothing lives from it
     (with the lock held)."""
     if box.orphans and box.handle is not None:
@@ -132,7 +145,7 @@ def _destroy_if_done(box, _boxes=_boxes, _destroy=lib.mn_allocator_destroy, _ret
         _destroy(h)
 
 
-def pin(box, _lock=lock):
+def pin(box: AllocatorBox | None, _lock: Any = lock) -> AllocatorBox | None:
     """One more thing lives from the allocator of ``box`` (None: nothing)."""
     if box is not None:
         with _lock:
@@ -140,7 +153,7 @@ def pin(box, _lock=lock):
     return box
 
 
-def unpin(box, _lock=lock, _done=_destroy_if_done):
+def unpin(box: AllocatorBox | None, _lock: Any = lock, _done: Any = _destroy_if_done) -> None:
     """The opposite of pin: may destroy the allocator (the last thing gone).
     (Everything it uses is bound now: a DLPack deleter may call it at exit.)"""
     if box is not None:
@@ -149,7 +162,7 @@ def unpin(box, _lock=lock, _done=_destroy_if_done):
             _done(box)
 
 
-def pin_storage(storage, _alloc=lib.mn_storage_allocator, _lock=lock):
+def pin_storage(storage: int, _alloc: Any = lib.mn_storage_allocator, _lock: Any = lock) -> AllocatorBox | None:
     """Pins the box of the allocator that made C storage ``storage`` (when a
     Python object owns it) and returns it, else None."""
     if not _boxes:
@@ -164,14 +177,14 @@ def pin_storage(storage, _alloc=lib.mn_storage_allocator, _lock=lock):
         return box
 
 
-def pin_view(view, _storage=lib.mn_view_storage):
+def pin_view(view: int, _storage: Any = lib.mn_view_storage) -> AllocatorBox | None:
     """pin_storage of a C view's storage."""
     if not _boxes:
         return None
     return pin_storage(_storage(view))
 
 
-def pool_opened(allocator_handle):
+def pool_opened(allocator_handle: int) -> AllocatorBox | None:
     """A MemPool of this allocator was made (with the lock held): its box
     (None for mnemo's own allocators) counts it."""
     box = _boxes.get(allocator_handle)
@@ -180,7 +193,7 @@ def pool_opened(allocator_handle):
     return box
 
 
-def pool_closed(box, _lock=lock):
+def pool_closed(box: AllocatorBox | None, _lock: Any = lock) -> None:
     """A pool counted by pool_opened was destroyed."""
     if box is not None:
         with _lock:
@@ -188,7 +201,8 @@ def pool_closed(box, _lock=lock):
             _destroy_if_done(box)
 
 
-def pool_collected(box, pool, _lock=lock, _destroy=lib.mn_mempool_destroy):
+def pool_collected(box: AllocatorBox | None, pool: int, _lock: Any = lock,
+                   _destroy: Any = lib.mn_mempool_destroy) -> None:
     """A MemPool object was collected with its pool open: destroys the pool,
     or, while blocks of it live, leaves that to the allocator's box (retried
     as things from the allocator go; the allocator's destroy frees it)."""
@@ -203,7 +217,7 @@ def pool_collected(box, pool, _lock=lock, _destroy=lib.mn_mempool_destroy):
             _destroy_if_done(box)
 
 
-def allocator_closed(box, _lock=lock):
+def allocator_closed(box: AllocatorBox, _lock: Any = lock) -> None:
     """The owner of ``box`` is closed or collected: destroys the allocator now
     when nothing lives from it, else when the last thing goes."""
     with _lock:

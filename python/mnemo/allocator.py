@@ -29,11 +29,15 @@ destroys once) but must not race with other calls on the same allocator, and
 ``set_default`` / ``set_default_allocator`` must not race with allocations on
 that device that rely on the default.
 """
+from __future__ import annotations
+
 import ctypes as C
+from typing import Any, Callable
 
 from . import _owner
-from ._lib import Device as _CDevice, MnemoError, VP, declare, lib
-from .device import Device, best_device, device as _device
+from ._lib import (MN_DEVICE_CUDA, MN_DEVICE_SIM, MN_ERR_OVERFLOW, MN_ROUNDUP_BUCKETS, Device as _CDevice, MnemoError,
+                   VP, declare, lib)
+from .device import Device, DeviceLike, best_device, device as _device
 
 __all__ = ["Allocator", "CachingAllocator", "PinnedAllocator", "NaiveAllocator", "default_allocator",
            "set_default_allocator", "memory_stats", "memory_snapshot", "memory_summary", "empty_cache",
@@ -76,7 +80,7 @@ class _Snapshot(C.Structure):
     _fields_ = [("nsegments", C.c_size_t), ("segments", C.POINTER(_SnapSegment))]
 
 
-_ROUNDUP_BUCKETS = 64
+_ROUNDUP_BUCKETS = MN_ROUNDUP_BUCKETS
 
 
 class _CachingConfig(C.Structure):
@@ -100,7 +104,7 @@ declare("mn_pluggable_set_device_type", "status", [C.c_int])
 def serve_framework_hooks_from(device_type):
     """Makes libmnemo's PyTorch and CuPy entry points serve ``device_type``
     devices: "cuda" (what frameworks use) or "sim" (tests without a GPU)."""
-    lib.mn_pluggable_set_device_type({"cuda": 1, "sim": 2}[device_type])
+    lib.mn_pluggable_set_device_type({"cuda": MN_DEVICE_CUDA, "sim": MN_DEVICE_SIM}[device_type])
 
 
 declare("mn_allocator_alloc", "status", [VP, C.c_size_t, VP, C.POINTER(VP)])
@@ -130,7 +134,7 @@ declare("mn_pinned_allocator_lookup", "status", [VP, _AP])
 declare("mn_allocator_memory_summary", "status", [VP, C.c_char_p, C.c_size_t, C.POINTER(C.c_size_t)])
 
 _MN_ERR_INVALID_STATE = 7
-_MN_ERR_OVERFLOW = 10
+_MN_ERR_OVERFLOW = MN_ERR_OVERFLOW
 _BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
 _SIZE_MAX = C.c_size_t(-1).value
 
@@ -232,7 +236,7 @@ def _split_options(text):
     return out
 
 
-def caching_config_parse(config):
+def caching_config_parse(config: str | dict[str, Any] | None) -> dict[str, Any]:
     """Checks a caching-allocator configuration (None, a PyTorch-style option
     string such as ``"expandable_segments:True,max_split_size_mb:512"`` or a dict
     of those options) and returns it normalized as a dict of the options that
@@ -241,7 +245,7 @@ def caching_config_parse(config):
     return _config_dict(_format_config(_parse_config(config)))
 
 
-def caching_config_format(config):
+def caching_config_format(config: str | dict[str, Any] | None) -> str:
     """The normalized option string of a configuration (None, a string or a
     dict): only the options that differ from the defaults, "" for the defaults
     (mn_caching_config_format)."""
@@ -316,7 +320,7 @@ class Allocator(_owner.Resource):
     _no_pickle = ("an allocator and its memory live in this process; a spawned child makes its own, a forked "
                   "child inherits a copy")
 
-    def __init__(self, handle, owned=False):
+    def __init__(self, handle: int, owned: bool = False) -> None:
         """Wraps an existing handle (an int); ``owned`` makes this object
         destroy it in close(). For internal use: make allocators with the
         subclasses or default_allocator()."""
@@ -337,17 +341,17 @@ class Allocator(_owner.Resource):
         return self._handle
 
     @property
-    def name(self):
+    def name(self) -> str:
         """The allocator's kind: "caching", "naive", "pinned", ..."""
         return lib.mn_allocator_name(self._h()).decode()
 
     @property
-    def device(self):
+    def device(self) -> Device:
         """The Device it allocates on (the CPU for the pinned pool)."""
         return Device._from_c(lib.mn_allocator_device(self._h()))
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         """Whether close() destroyed it."""
         return self._handle is None
 
@@ -357,7 +361,7 @@ class Allocator(_owner.Resource):
         return f"<mnemo.{type(self).__name__} {self.name!r} on {self.device}{'' if self._owned else ', not owned'}>"
 
     # -- memory -------------------------------------------------------------
-    def alloc(self, nbytes, stream=None):
+    def alloc(self, nbytes: int, stream: Any = None) -> int:
         """Allocates nbytes (an int >= 0) usable on ``stream`` (None: the
         device's default stream) and returns the address as an int (0 for
         nbytes == 0). For tests and tools: storages are the normal way to hold
@@ -372,7 +376,7 @@ class Allocator(_owner.Resource):
                 box.raw += 1  # close() refuses until it is freed
         return out.value or 0
 
-    def free(self, ptr):
+    def free(self, ptr: int) -> None:
         """Frees an address returned by alloc() (0 is a no-op). An address this
         allocator did not give (freed twice, interior, foreign) raises
         MnemoError and changes nothing."""
@@ -383,18 +387,18 @@ class Allocator(_owner.Resource):
             with _owner.lock:
                 box.raw = max(0, box.raw - 1)
 
-    def record_stream(self, ptr, stream):
+    def record_stream(self, ptr: int, stream: Any) -> None:
         """Marks the block at ``ptr`` as used by ``stream``, so its memory is
         not reused before that stream's work queued so far has completed."""
         _check_ptr(ptr)
         lib.mn_allocator_record_stream(self._h(), ptr, _stream_handle(stream))
 
-    def size_of(self, ptr):
+    def size_of(self, ptr: int) -> int:
         """Bytes of the live block at ptr; 0 when unknown or not one of its blocks."""
         _check_ptr(ptr)
         return lib.mn_allocator_size_of(self._h(), ptr)
 
-    def empty_cache(self):
+    def empty_cache(self) -> None:
         """Returns cached, unused memory to the device (torch.cuda.empty_cache)."""
         lib.mn_allocator_empty_cache(self._h())
 
@@ -404,7 +408,7 @@ class Allocator(_owner.Resource):
         lib.mn_allocator_get_stats(self._h(), C.byref(s))
         return s
 
-    def memory_stats(self):
+    def memory_stats(self) -> dict[str, int]:
         """A dict of every counter with PyTorch's flat keys, sorted:
         "<counter>.<pool>.<field>" for allocation, segment, active,
         inactive_split, allocated_bytes, reserved_bytes, active_bytes,
@@ -416,27 +420,27 @@ class Allocator(_owner.Resource):
         (not_supported) for an allocator that keeps no statistics (naive)."""
         return _stats_dict(self._stats())
 
-    def memory_allocated(self):
+    def memory_allocated(self) -> int:
         """Bytes of live allocations (rounded block sizes)."""
         return self._stats().allocated_bytes[0].current
 
-    def max_memory_allocated(self):
+    def max_memory_allocated(self) -> int:
         """Peak of memory_allocated() since creation or reset_peak_memory_stats()."""
         return self._stats().allocated_bytes[0].peak
 
-    def memory_reserved(self):
+    def memory_reserved(self) -> int:
         """Bytes reserved from the device (live and cached)."""
         return self._stats().reserved_bytes[0].current
 
-    def max_memory_reserved(self):
+    def max_memory_reserved(self) -> int:
         """Peak of memory_reserved()."""
         return self._stats().reserved_bytes[0].peak
 
-    def reset_peak_memory_stats(self):
+    def reset_peak_memory_stats(self) -> None:
         """Sets every peak to its current value."""
         lib.mn_allocator_reset_peak(self._h())
 
-    def memory_snapshot(self):
+    def memory_snapshot(self) -> list[dict[str, Any]]:
         """Every segment, sorted by address, as torch.cuda.memory_snapshot()
         gives them: dicts with device (index), address, total_size,
         allocated_size, active_size, requested_size, stream (mnemo's stream
@@ -451,7 +455,7 @@ class Allocator(_owner.Resource):
         finally:
             lib.mn_snapshot_free(p)
 
-    def memory_summary(self):
+    def memory_summary(self) -> str:
         """The statistics as a table, like torch.cuda.memory_summary()."""
         need = C.c_size_t(0)
         size = 8192
@@ -465,7 +469,7 @@ class Allocator(_owner.Resource):
                     raise
                 size = need.value + 1
 
-    def check_invariants(self):
+    def check_invariants(self) -> None:
         """Checks the allocator's internal invariants (blocks tile segments,
         free lists, counters...); MnemoError (internal_error) naming the broken
         fact, None when they hold or the allocator has no checker."""
@@ -478,7 +482,7 @@ class Allocator(_owner.Resource):
         except MnemoError:
             return 0  # keeps no statistics: cannot tell
 
-    def close(self):
+    def close(self) -> None:
         """Destroys the allocator (an owned one; for a view it just detaches).
         Refused with MnemoError (invalid_state), changing nothing, while a
         view, storage, DLPack export, open MemPool or raw alloc() of it lives.
@@ -566,7 +570,7 @@ class CachingAllocator(Allocator):
     device's default (``set_default()``), or allocate raw memory
     (``alloc``/``free``) in tests and tools."""
 
-    def __init__(self, device, config=None):
+    def __init__(self, device: DeviceLike, config: str | dict[str, Any] | None = None) -> None:
         self._handle = None
         self._owned = False
         dev = _device(device)
@@ -575,17 +579,17 @@ class CachingAllocator(Allocator):
         super().__init__(handle, owned=True)
         self._config = cfg
 
-    def config(self):
+    def config(self) -> dict[str, Any]:
         """The configuration as a dict of the options that differ from the
         defaults ({} for the defaults); CachingAllocator(dev, a.config()) has the same."""
         return _config_dict(self.config_string())
 
-    def config_string(self):
+    def config_string(self) -> str:
         """The configuration as an option string (only non-default options; ""
         for the defaults), mn_caching_config_format."""
         return _format_config(self._config)
 
-    def set_default(self):
+    def set_default(self) -> None:
         """Makes this allocator its device's default: storages created on that
         device without an allocator, ``mnemo.memory_stats(device)`` and the
         framework hooks (mnemo.torch, mnemo.cupy) then use it. The previous
@@ -593,7 +597,7 @@ class CachingAllocator(Allocator):
         ``mnemo.set_default_allocator(device, None)`` restores the built-in one."""
         set_default_allocator(self.device, self)
 
-    def is_default(self):
+    def is_default(self) -> bool:
         """Whether it is its device's default now."""
         with _defaults_lock:
             return _current_default.get(self.device) is self
@@ -630,7 +634,7 @@ class MemPool(_owner.Resource):
 
     _no_pickle = "a memory pool is part of an allocator of this process"
 
-    def __init__(self, allocator, no_split=False, use_on_oom=False):
+    def __init__(self, allocator: Allocator, no_split: bool = False, use_on_oom: bool = False) -> None:
         self._handle = None
         self._box = None
         if not isinstance(allocator, Allocator):
@@ -650,7 +654,7 @@ class MemPool(_owner.Resource):
         return self._handle
 
     @property
-    def id(self):
+    def id(self) -> int:
         """The pool's id (> 0); snapshots name it in segment_pool_id as (0, id)."""
         return int(lib.mn_mempool_id(self._h()))
 
@@ -658,19 +662,19 @@ class MemPool(_owner.Resource):
         state = "closed" if self._handle is None else f"id={self.id}"
         return f"MemPool({state}, allocator={self.allocator!r})"
 
-    def use(self):
+    def use(self) -> use_mem_pool:
         """A context manager: this thread's allocations from the allocator come
         from the pool inside it."""
         return use_mem_pool(self)
 
-    def memory_stats(self):
+    def memory_stats(self) -> dict[str, int]:
         """The pool's part of the allocator's statistics (same keys as
         Allocator.memory_stats)."""
         st = _AllocStats()
         lib.mn_mempool_get_stats(self._h(), C.byref(st))
         return _stats_dict(st)
 
-    def memory_snapshot(self):
+    def memory_snapshot(self) -> list[dict[str, Any]]:
         """The pool's segments (Allocator.memory_snapshot's format)."""
         p = C.POINTER(_Snapshot)()
         lib.mn_mempool_snapshot(self._h(), C.byref(p))
@@ -679,11 +683,11 @@ class MemPool(_owner.Resource):
         finally:
             lib.mn_snapshot_free(p)
 
-    def empty_cache(self):
+    def empty_cache(self) -> None:
         """Gives the pool's unused cached segments back to the device."""
         lib.mn_mempool_empty_cache(self._h())
 
-    def close(self):
+    def close(self) -> None:
         """Destroys the pool (its cache is given back first). Closing twice, or
         from several threads at once, destroys it once."""
         with _owner.lock:
@@ -710,10 +714,21 @@ class use_mem_pool:
     """``with mnemo.use_mem_pool(pool):`` routes the calling thread's
     allocations from the pool's allocator into the pool (torch.cuda.use_mem_pool)."""
 
-    def __init__(self, pool):
+    def __init__(self, pool: MemPool) -> None:
         if not isinstance(pool, MemPool):
             raise TypeError("mnemo: use_mem_pool takes a MemPool")
         self.pool = pool
+
+    def __copy__(self):
+        """A new context manager for the same pool."""
+        return use_mem_pool(self.pool)
+
+    def __deepcopy__(self, memo):
+        """A new context manager for the same pool (a pool is a resource: never duplicated)."""
+        return use_mem_pool(self.pool)
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("cannot pickle mnemo.use_mem_pool: its MemPool is part of an allocator of this process")
 
     def __enter__(self):
         lib.mn_mempool_use(self.pool._h())
@@ -729,7 +744,7 @@ class NaiveAllocator(Allocator):
     a raw free; nothing cached. Keeps no statistics (memory_stats raises
     MnemoError not_supported); refuses frees of pointers it did not give."""
 
-    def __init__(self, device):
+    def __init__(self, device: DeviceLike) -> None:
         self._handle = None
         self._owned = False
         dev = _device(device)
@@ -745,7 +760,8 @@ class PinnedAllocator(Allocator):
     of ``device_for_events`` (cuda:N, sim:N, or "cpu" for plain memory); the
     allocator's own device is the CPU. Statistics fill the "all" pool only."""
 
-    def __init__(self, device_for_events="cpu", size_class_divisions=None, use_host_register=False):
+    def __init__(self, device_for_events: DeviceLike = "cpu", size_class_divisions: int | None = None,
+                 use_host_register: bool = False) -> None:
         self._handle = None
         self._owned = False
         dev = _device(device_for_events)
@@ -758,7 +774,7 @@ class PinnedAllocator(Allocator):
         super().__init__(_own_create(lib.mn_pinned_allocator_create, dev._c, C.byref(cfg)), owned=True)
         self._pconfig = cfg
 
-    def size_class(self, nbytes):
+    def size_class(self, nbytes: int) -> int:
         """The bytes a request of nbytes is rounded to in this pool."""
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
             raise TypeError(f"mnemo: nbytes must be an int >= 0, got {nbytes!r}")
@@ -766,7 +782,7 @@ class PinnedAllocator(Allocator):
         return lib.mn_pinned_size_class(C.byref(cfg) if cfg is not None else None, nbytes)
 
     @classmethod
-    def get_default(cls, device="cpu"):
+    def get_default(cls, device: DeviceLike = "cpu") -> PinnedAllocator:
         """The process-wide pinned pool of a device (the one the copy engine
         stages through), owned by mnemo: the returned object does not own it."""
         dev = _device(device)
@@ -776,7 +792,7 @@ class PinnedAllocator(Allocator):
         return obj
 
     @staticmethod
-    def lookup(ptr):
+    def lookup(ptr: int) -> PinnedAllocator | None:
         """The pinned pool (a non-owning PinnedAllocator) holding address ptr,
         or None when no pool does."""
         _check_ptr(ptr)
@@ -799,7 +815,7 @@ def _dev(device):
     return best_device() if device is None else _device(device)
 
 
-def default_allocator(device=None):
+def default_allocator(device: DeviceLike | None = None) -> Allocator:
     """The allocator storages on ``device`` use when given none (None: the best
     device, cuda:0 when there is a GPU, else the CPU): the one set with
     set_default / set_default_allocator, else mnemo's built-in one (a caching
@@ -816,7 +832,7 @@ def default_allocator(device=None):
     return Allocator(h, owned=False)
 
 
-def set_default_allocator(device, allocator):
+def set_default_allocator(device: DeviceLike, allocator: Allocator | None) -> None:
     """Makes ``allocator`` (an Allocator for that device) the device's default,
     or restores mnemo's built-in default with None. mnemo does not own an
     allocator set so (mn_allocator_set_default): this module keeps the Python
@@ -849,13 +865,21 @@ DEFAULT_ALLOCATOR_FUNCTIONS = {
     "max_memory_allocated": "Peak bytes allocated by {what}.",
     "max_memory_reserved": "Peak bytes reserved by {what}.",
 }
+# Their return annotations (Allocator's methods of the same names).
+DEFAULT_ALLOCATOR_RETURNS = {
+    "memory_stats": "dict[str, int]", "memory_snapshot": "list[dict[str, Any]]", "memory_summary": "str",
+    "empty_cache": "None", "reset_peak_memory_stats": "None", "memory_allocated": "int", "memory_reserved": "int",
+    "max_memory_allocated": "int", "max_memory_reserved": "int",
+}
 
 
-def forward_to_default(name, get_allocator, what, module):
+def forward_to_default(name: str, get_allocator: Callable[[Any], Allocator], what: str,
+                       module: str) -> Callable[..., Any]:
     """A function f(device=None) calling Allocator.<name> on
     get_allocator(device), documented from DEFAULT_ALLOCATOR_FUNCTIONS."""
-    def f(device=None):
+    def f(device: DeviceLike | None = None) -> Any:
         return getattr(get_allocator(device), name)()
+    f.__annotations__ = {"device": "DeviceLike | None", "return": DEFAULT_ALLOCATOR_RETURNS[name]}
     f.__name__ = f.__qualname__ = name
     f.__module__ = module
     f.__doc__ = DEFAULT_ALLOCATOR_FUNCTIONS[name].format(what=what)

@@ -17,9 +17,13 @@ default stream is used. A failed allocation returns a null pointer to CuPy
 Threading: call use() from one thread, before the allocations it should
 serve; the entry points are thread-safe.
 """
+from __future__ import annotations
+
 import ctypes as C
+from typing import Any
 
 from . import allocator as _allocator
+from .allocator import Allocator
 from ._lib import declare, lib
 
 __all__ = ["use", "MALLOC_FN", "FREE_FN", "malloc_address", "free_address"]
@@ -33,12 +37,12 @@ declare("mnemo_cupy_free", None, [C.c_void_p, C.c_void_p, C.c_int])
 _kept = []  # allocators handed to CuPy: CuPy's memory objects keep only the raw handle
 
 
-def malloc_address():
+def malloc_address() -> int:
     """The address of mnemo_cupy_malloc(void *param, size_t size, int device)."""
     return C.cast(lib.mnemo_cupy_malloc, C.c_void_p).value
 
 
-def free_address():
+def free_address() -> int:
     """The address of mnemo_cupy_free(void *param, void *ptr, int device)."""
     return C.cast(lib.mnemo_cupy_free, C.c_void_p).value
 
@@ -52,7 +56,7 @@ def _cupy():
     return cupy
 
 
-def use(allocator=None, _device_type="cuda"):
+def use(allocator: Allocator | None = None, _device_type: str = "cuda") -> Any:
     """Makes mnemo CuPy's allocator (cupy.cuda.set_allocator) and returns the
     CFunctionAllocator installed. allocator: None (every device's default
     allocator) or a mnemo Allocator (a CachingAllocator of one GPU), kept

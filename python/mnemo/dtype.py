@@ -14,9 +14,12 @@ quint2x4: kind "quantized", mnemo/quantized.h) have none either.
 Threading: dtype objects are immutable values made once at import; any thread
 may use them.
 """
-import ctypes as C
+from __future__ import annotations
 
-from ._lib import declare, lib
+import ctypes as C
+from typing import Any
+
+from ._lib import DTYPE_KIND_NAMES, declare, lib
 
 __all__ = ["dtype"]
 
@@ -30,7 +33,7 @@ declare("mn_dtype_info", C.POINTER(_Info), [C.c_int])
 declare("mn_dtype_parse", "status", [C.c_char_p, C.POINTER(C.c_int)])
 declare("mn_dtype_bits", C.c_int, [C.c_int])
 
-_KINDS = ("bool", "uint", "int", "float", "complex", "quantized")
+_KINDS = DTYPE_KIND_NAMES  # indexed by mn_dtype_kind
 # Canonical names whose numpy dtype has the same name; the others have none.
 _NUMPY_NAMES = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "complex64",
                 "complex128", "uint16", "uint32", "uint64"}
@@ -90,16 +93,16 @@ class dtype:
         return hash(("mnemo.dtype", self.value))
 
     @property
-    def bits(self):
+    def bits(self) -> int:
         """Bits per element (itemsize * 8; 4 for quint4x2, 2 for quint2x4)."""
         return self._bits
 
     @property
-    def has_numpy(self):
+    def has_numpy(self) -> bool:
         """Whether numpy has this dtype (False for bfloat16 and the float8 types)."""
         return self.name in _NUMPY_NAMES
 
-    def numpy_dtype(self):
+    def numpy_dtype(self) -> Any:
         """The numpy dtype of the same name. TypeError for bfloat16 and the
         float8 types, which numpy does not have."""
         import numpy as np
@@ -111,7 +114,7 @@ class dtype:
                             f"or cast with .to(dtype=mnemo.float32) first")
         return np.dtype(self.name)
 
-    def torch_dtype(self):
+    def torch_dtype(self) -> Any:
         """The torch dtype of the same name. TypeError when this torch has
         none (torch 1.13 has no uint16/32/64 or float8 types)."""
         import torch
@@ -121,7 +124,7 @@ class dtype:
         return t
 
     @classmethod
-    def from_numpy(cls, np_dtype):
+    def from_numpy(cls, np_dtype: Any) -> dtype:
         """The dtype of a numpy dtype (or scalar type, or anything np.dtype()
         takes). TypeError for numpy dtypes mnemo lacks (strings, objects, ...)
         and for non-native byte order."""
@@ -134,7 +137,7 @@ class dtype:
         return _parse(d.name)
 
     @classmethod
-    def from_torch(cls, torch_dtype):
+    def from_torch(cls, torch_dtype: Any) -> dtype:
         """The dtype of a torch dtype (torch.float32 -> mnemo.float32)."""
         return _parse(str(torch_dtype))
 

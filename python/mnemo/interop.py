@@ -21,21 +21,25 @@ for stream 1. __cuda_array_interface__ says stream 1.
 
 Threading: any thread may export or import; a capsule must be consumed once.
 """
+from __future__ import annotations
+
 import ctypes as C
 import sys
+from typing import Any
 
 from . import _core, _owner
 from ._core import VP, VPP, out_handle
-from ._lib import declare, lib
-from .device import Device, device as _device
+from ._lib import (DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY, MN_DLPACK_MAJOR, MN_DLPACK_MINOR, declare,
+                   kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged, kDLExtDev, lib)
+from .device import Device, DeviceLike, device as _device
 from .dtype import dtype as _dtype
 from .storage import Storage
 from .view import View, _copy_data, empty
 
 __all__ = ["from_dlpack", "asarray", "to_dlpack"]
 
-K_DLCPU, K_DLCUDA, K_DLCUDAHOST, K_DLEXTDEV, K_DLCUDAMANAGED = 1, 2, 3, 12, 13
-FLAG_READ_ONLY, FLAG_IS_COPIED = 1, 2
+K_DLCPU, K_DLCUDA, K_DLCUDAHOST, K_DLEXTDEV, K_DLCUDAMANAGED = kDLCPU, kDLCUDA, kDLCUDAHost, kDLExtDev, kDLCUDAManaged
+FLAG_READ_ONLY, FLAG_IS_COPIED = DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_FLAG_BITMASK_IS_COPIED
 
 
 class DLDevice(C.Structure):
@@ -176,7 +180,8 @@ def _ready_for_consumer(dev, stream):
     _core.synchronize(dev)
 
 
-def to_dlpack(view, stream=None, max_version=None, dl_device=None, copy=None):
+def to_dlpack(view: View, stream: int | None = None, max_version: tuple[int, int] | None = None,
+              dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
     """A DLPack capsule of ``view`` without a copy (View.__dlpack__): legacy
     "dltensor", or "dltensor_versioned" (DLPack 1.1) when max_version >=
     (1, 0). dl_device other than the view's device copies there (BufferError
@@ -241,7 +246,7 @@ def _consume(cap):
     return View._wrap(h)
 
 
-def from_dlpack(obj):
+def from_dlpack(obj: Any) -> View:
     """A View of ``obj``'s memory without a copy: obj has __dlpack__ (numpy
     arrays, torch tensors, Views, ...) or is a DLPack capsule (consumed:
     renamed "used_dltensor"). The producer's memory stays alive until the
@@ -259,7 +264,7 @@ def from_dlpack(obj):
     if dev is not None and int(dev[0]) in (K_DLCUDA, K_DLCUDAMANAGED):
         kwargs["stream"] = 1  # mnemo works on the legacy default stream
     try:
-        cap = obj.__dlpack__(max_version=(1, 1), **kwargs)
+        cap = obj.__dlpack__(max_version=(MN_DLPACK_MAJOR, MN_DLPACK_MINOR), **kwargs)
     except TypeError:  # producers of DLPack < 1.0 (numpy 1.x, torch < 2.4) know no max_version
         cap = obj.__dlpack__(**kwargs)
     try:
@@ -365,7 +370,7 @@ def _wrap_interface(owner, ai, dev):
     return View(storage, dt, shape, tuple(s // item for s in strides), 0)
 
 
-def asarray(obj, dtype=None, device=None, copy=None):
+def asarray(obj: Any, dtype: Any = None, device: DeviceLike | None = None, copy: bool | None = None) -> View:
     """A View of ``obj``: the View itself; without a copy when obj has
     __dlpack__ (numpy, torch, ...), __array_interface__ (writable host
     memory) or __cuda_array_interface__ (CUDA memory); else a copy (nested

@@ -135,6 +135,7 @@ declare("mn_replay_options_default", _ReplayOptions, [])
 declare("mn_trace_replay", "status", [_TP, VP, C.POINTER(_ReplayOptions), C.POINTER(_ReplayResult)])
 
 # The C sink every recorder is attached with, as a plain function address.
+declare("mn_trace_recorder_sink_fn", None, [VP, VP])  # used by address only
 _SINK_FN = C.cast(lib.mn_trace_recorder_sink_fn, VP).value
 _ACTIONS = tuple(lib.mn_trace_action_name(i).decode() for i in range(9))
 _STAGES = ("mark", "start", "end")  # mn_trace_annotation_stage

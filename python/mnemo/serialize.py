@@ -10,17 +10,23 @@ MnemoError (format_error), a missing one MnemoError (not_found).
 
 Threading: every call is self-contained; any thread may save or load.
 """
+from __future__ import annotations
+
 import ctypes as C
 import os
 import sys
 import types
 from collections.abc import Mapping
+from typing import Any, Union
 
 from . import _core
 from ._core import VP, VPP, out_handle
 from ._lib import declare, lib
-from .device import device as _device
+from .device import DeviceLike, device as _device
 from .view import View
+
+PathLike = Union[str, bytes, "os.PathLike[str]"]  # a file path
+Buffer = Any  # bytes, bytearray, memoryview, a numpy array: any bytes-like object
 
 __all__ = ["save", "load", "save_bytes", "load_bytes", "safetensors"]
 
@@ -114,7 +120,7 @@ def _buffer(data):
     return addr or None, n, keep
 
 
-def save(path, views):
+def save(path: PathLike, views: Mapping[str, View]) -> None:
     """Saves {name: View} to ``path`` in mnemo's format: every storage once,
     whole, so views that share a storage share it again after load(). (The
     order save(views, path), as torch.save, is accepted too.) The file is
@@ -126,7 +132,7 @@ def save(path, views):
     del keep
 
 
-def save_bytes(views):
+def save_bytes(views: Mapping[str, View]) -> bytes:
     """The bytes save() would write."""
     n, names, handles, keep = _named(views)
     data, size = VP(), C.c_size_t()
@@ -144,7 +150,8 @@ def _load_flags(mmap, verify):
     return (0 if mmap is None else LOAD_MAP if mmap else LOAD_COPY) | (0 if verify else LOAD_NO_VERIFY)
 
 
-def load(path, device="cpu", mmap=None, verify=True):
+def load(path: PathLike, device: DeviceLike = "cpu", mmap: bool | None = None,
+         verify: bool = True) -> dict[str, View]:
     """Loads a file of save() onto ``device``: a dict {name: View} in the
     file's order; views that shared a storage share one again. On the CPU the
     storages map the file privately (copy-on-write) unless ``mmap=False``,
@@ -154,7 +161,7 @@ def load(path, device="cpu", mmap=None, verify=True):
     return _result(nv)
 
 
-def load_bytes(data, device="cpu"):
+def load_bytes(data: Buffer, device: DeviceLike = "cpu") -> dict[str, View]:
     """load() from bytes (any bytes-like object)."""
     addr, n, keep = _buffer(data)
     nv = _NVP()
@@ -163,7 +170,7 @@ def load_bytes(data, device="cpu"):
 
 
 # ---- safetensors ------------------------------------------------------------------------------
-def st_save(tensors, path, metadata=None):
+def st_save(tensors: Mapping[str, View], path: PathLike, metadata: Mapping[str, str] | None = None) -> None:
     """Writes {name: View} as a safetensors file (each view stored
     contiguously; views whose bytes overlap are refused; complex128 has no
     safetensors dtype), with optional {str: str} "__metadata__"."""
@@ -172,7 +179,7 @@ def st_save(tensors, path, metadata=None):
     lib.mn_safetensors_save(_path(path), n, names, handles, nm, keys, values)
 
 
-def st_save_bytes(tensors, metadata=None):
+def st_save_bytes(tensors: Mapping[str, View], metadata: Mapping[str, str] | None = None) -> bytes:
     """The bytes of the safetensors file st_save would write."""
     n, names, handles, keep = _named(tensors, "tensors")
     nm, keys, values = _meta(metadata)
@@ -181,7 +188,8 @@ def st_save_bytes(tensors, metadata=None):
     return _take_bytes(data, size)
 
 
-def st_load(path, device="cpu", return_metadata=False, mmap=None):
+def st_load(path: PathLike, device: DeviceLike = "cpu", return_metadata: bool = False,
+            mmap: bool | None = None) -> Any:
     """Reads a safetensors file onto ``device``: {name: View} (one storage
     per tensor), plus the "__metadata__" dict when return_metadata. On the
     CPU aligned tensors map the file (copy-on-write) unless ``mmap=False``."""
@@ -190,7 +198,7 @@ def st_load(path, device="cpu", return_metadata=False, mmap=None):
     return _result(nv, return_metadata)
 
 
-def st_load_bytes(data, device="cpu", return_metadata=False):
+def st_load_bytes(data: Buffer, device: DeviceLike = "cpu", return_metadata: bool = False) -> Any:
     """st_load() from bytes."""
     addr, n, keep = _buffer(data)
     nv = _NVP()

@@ -19,11 +19,15 @@ a pluggable allocator: use mnemo.torch.memory_stats() instead.
 Threading: call use() once, from the main thread, before CUDA memory is
 allocated; the entry points themselves are thread-safe.
 """
+from __future__ import annotations
+
 import ctypes as C
 import re
+from typing import Any
 
 from . import allocator as _allocator
 from ._lib import declare, lib, library_path
+from .device import DeviceLike
 
 __all__ = ["use", "is_used", "memory_stats", "memory_snapshot", "memory_summary", "empty_cache",
            "memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved",
@@ -88,7 +92,7 @@ def _empty_all():
         lib.mnemo_empty_cache(i)
 
 
-def use(device=None, empty_cache_hook=True, _device_type="cuda"):
+def use(device: DeviceLike | int | None = None, empty_cache_hook: bool = True, _device_type: str = "cuda") -> Any:
     """Makes mnemo PyTorch's CUDA allocator (torch.cuda.memory.change_current_allocator
     with a CUDAPluggableAllocator over libmnemo.so's mnemo_torch_alloc /
     mnemo_torch_free). Call it before the first CUDA tensor is allocated.
@@ -137,7 +141,7 @@ def use(device=None, empty_cache_hook=True, _device_type="cuda"):
     return alloc
 
 
-def is_used():
+def is_used() -> bool:
     """Whether use() plugged mnemo into PyTorch in this process."""
     return _state["allocator"] is not None
 
@@ -161,7 +165,7 @@ for _name in _allocator.DEFAULT_ALLOCATOR_FUNCTIONS:
 del _name
 
 
-def empty_cache(device=None):
+def empty_cache(device: DeviceLike | int | None = None) -> None:
     """Returns mnemo's cached memory of a device (None: every device) to the
     device (mnemo_empty_cache); MnemoError on failure."""
     if device is None:

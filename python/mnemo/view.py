@@ -4,21 +4,25 @@ operation of include/mnemo/view.h under PyTorch's names, indexing, copies,
 casts and fills between any two devices, and the factories (empty, zeros,
 ones, full, empty_strided, tensor).
 
-Views are immutable handles: every operation returns a new View that holds
-its own storage reference; views of one storage see each other's writes.
+Views are immutable handles but for ``set_`` (PyTorch's, in place): every
+other operation returns a new View (or the view itself where PyTorch returns
+self) that holds its own storage reference; views of one storage see each
+other's writes.
 Copies follow PyTorch's tensors (docs/PYTHON.md "Object lifetimes"):
 ``copy.copy`` is a new view of the same storage (the library's reference
 count counts it), ``copy.deepcopy`` clones the whole storage (views of one
 storage deep-copied together share the clone), and pickling carries the
 storage's bytes with dtype, shape, strides and offset (a multiprocessing
-child gets its own copy; views pickled separately no longer share).
+child gets its own copy; views pickled together share one storage again,
+views pickled separately do not). repr/str print as PyTorch (mnemo._format).
 Host reads (numpy() of a SIM view, tolist, item, repr) synchronize the
 device first. CPU views hand numpy their memory without a copy
 (``numpy()``, ``__array_interface__``, ``__array__``); CUDA views refuse
 host reads (copy them with ``.to("cpu")``). DLPack and the array interfaces
 are in mnemo.interop.
 
-Threading: a View may be used from any thread (the metadata never changes);
+Threading: a View may be used from any thread (the metadata changes only in
+``set_``, which must not race any other use of the view, as in PyTorch);
 in-place writes (fill_, copy_, __setitem__) to memory other threads read
 need the caller's synchronization, as in PyTorch. Writes on SIM and CUDA are
 queued on the device's default stream, like PyTorch's CUDA work; copy_ and
@@ -27,13 +31,15 @@ to() wait for completion unless non_blocking.
 import copy
 import ctypes as C
 import numbers
+import weakref
+from typing import Any, Iterator, Optional, Sequence, Tuple, Union
 
 from . import _core, _owner
 from ._core import VIEW_END, VP, VPP, as_dim, as_int, as_shape, i64_array, int_array, out_handle
 from ._lib import Scalar, lib
-from .device import Device, device as _device
+from .device import Device, DeviceLike, device as _device
 from .dtype import dtype as _dtype
-from .storage import _LOOKUP, Storage
+from .storage import _LOOKUP, Storage, TypedStorage
 
 __all__ = ["View", "empty", "empty_strided", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like",
            "full_like", "tensor", "contiguous_format", "channels_last", "channels_last_3d", "preserve_format"]
@@ -43,6 +49,10 @@ channels_last = "channels_last"
 channels_last_3d = "channels_last_3d"
 preserve_format = "preserve_format"
 _FLOAT32 = _dtype("float32")
+
+# Type-hint aliases: what the arguments accept (as_shape; mnemo.dtype()).
+ShapeLike = Union[int, Sequence[int]]
+DTypeLike = Any  # a mnemo.dtype, its name, a numpy or torch dtype, or Python's bool/int/float/complex
 
 
 def _is_dtype_like(x):
@@ -92,7 +102,8 @@ class View(_owner.Owner):
 
     __slots__ = ("_handle", "_keep", "_box", "__weakref__")
 
-    def __init__(self, storage, dtype, shape, strides=None, offset=0):
+    def __init__(self, storage: Storage, dtype: DTypeLike, shape: ShapeLike, strides: Optional[ShapeLike] = None,
+                     offset: int = 0) -> None:
         self._handle = self._box = None
         if not isinstance(storage, Storage):
             raise TypeError(f"mnemo: View() takes a Storage, got {type(storage).__name__}")
@@ -165,22 +176,34 @@ class View(_owner.Owner):
         """Pickles by value: the whole storage (Storage.__reduce_ex__), dtype,
         shape, strides, offset and quantization parameters, as PyTorch pickles
         a tensor."""
-        return (_rebuild_view, (self.untyped_storage(), self.dtype.name, self.shape, self.stride(),
+        return (_rebuild_view, (self._storage_for_pickle(), self.dtype.name, self.shape, self.stride(),
                                 self.storage_offset(), self._qparams()))
+
+    def _storage_for_pickle(self):
+        """One Storage object per C storage while a pickle is being written:
+        the pickler's memo (which keeps it alive until the pickle is done)
+        then writes the bytes once, and views pickled together share one
+        storage again when loaded, as PyTorch's."""
+        key = lib.mn_view_storage(self._handle)
+        with _owner.lock:
+            s = _PICKLED_STORAGES.get(key)
+            if s is None:
+                s = _PICKLED_STORAGES[key] = self.untyped_storage()
+        return s
 
     # ---- metadata -------------------------------------------------------------------
     @property
-    def shape(self):
+    def shape(self) -> Tuple[int, ...]:
         """The sizes, a tuple of ints."""
         n = lib.mn_view_ndim(self._handle)
         return tuple(lib.mn_view_sizes(self._handle)[:n]) if n else ()
 
-    def size(self, dim=None):
+    def size(self, dim: Optional[int] = None) -> Union[Tuple[int, ...], int]:
         """The shape, or the size of one dim (negative allowed)."""
         shape = self.shape
         return shape if dim is None else shape[self._wrap_dim(dim)]
 
-    def stride(self, dim=None):
+    def stride(self, dim: Optional[int] = None) -> Union[Tuple[int, ...], int]:
         """The strides in elements (a tuple), or one dim's stride."""
         n = lib.mn_view_ndim(self._handle)
         strides = tuple(lib.mn_view_strides(self._handle)[:n]) if n else ()
@@ -194,62 +217,131 @@ class View(_owner.Owner):
                              f"[{-max(n, 1)}, {max(n, 1) - 1}], but got {d})")
         return d + n if d < 0 else d
 
-    def storage_offset(self):
+    def storage_offset(self) -> int:
         """The offset of element 0 in the storage, in elements."""
         return int(lib.mn_view_offset(self._handle))
 
     @property
-    def dtype(self):
+    def dtype(self) -> _dtype:
         """The element type (a mnemo.dtype)."""
         return _dtype._by_value[lib.mn_view_dtype(self._handle)]
 
     @property
-    def device(self):
+    def device(self) -> Device:
         """The Device the storage lives on."""
         return Device._from_c(lib.mn_view_device(self._handle))
 
     @property
-    def is_cuda(self):
+    def is_cuda(self) -> bool:
+        """Whether the view lives on a CUDA device."""
         return self.device.type == "cuda"
 
     @property
-    def ndim(self):
+    def ndim(self) -> int:
         """The number of dims."""
         return int(lib.mn_view_ndim(self._handle))
 
-    def dim(self):
+    def dim(self) -> int:
         """The number of dims."""
         return self.ndim
 
-    def numel(self):
+    def numel(self) -> int:
         """The number of elements."""
         return int(lib.mn_view_numel(self._handle))
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """numel() * itemsize."""
         return self.numel() * self.itemsize
 
     @property
-    def itemsize(self):
+    def itemsize(self) -> int:
         """Bytes per element."""
         return self.dtype.itemsize
 
-    def element_size(self):
+    def element_size(self) -> int:
         """Bytes per element."""
         return self.itemsize
 
-    def data_ptr(self):
+    def data_ptr(self) -> int:
         """The address of element 0 (storage data + offset * itemsize)."""
         return lib.mn_view_data(self._handle) or 0
 
-    def untyped_storage(self):
-        """The Storage the view looks at (a new Storage object holding its own
-        reference to the same C storage)."""
+    def untyped_storage(self) -> Storage:
+        """The UntypedStorage the view looks at (a new Storage object holding
+        its own reference to the same C storage)."""
         h = lib.mn_storage_retain(lib.mn_view_storage(self._handle))
         return Storage._wrap(h, self._keep, self._box)
 
-    def is_contiguous(self, memory_format=None):
+    def storage(self) -> TypedStorage:
+        """The whole storage as a TypedStorage of this view's dtype (PyTorch's
+        Tensor.storage(); it shares the bytes)."""
+        return TypedStorage(wrap_storage=self.untyped_storage(), dtype=self.dtype)
+
+    def is_pinned(self, device: object = None) -> bool:
+        """Whether the storage is page-locked host memory."""
+        return bool(lib.mn_storage_is_pinned(lib.mn_view_storage(self._handle)))
+
+    def pin_memory(self, device: object = None) -> "View":
+        """This view when already pinned (as PyTorch), else the view over a
+        page-locked copy of its storage (CPU views; see Storage.pin_memory)."""
+        if self.is_pinned():
+            return self
+        storage = self.untyped_storage().pin_memory(device)
+        return _rebuild_view(storage, self.dtype.name, self.shape, self.stride(), self.storage_offset(),
+                             self._qparams())
+
+    def is_shared(self) -> bool:
+        """Whether other processes can map the storage."""
+        return bool(lib.mn_storage_is_shared(lib.mn_view_storage(self._handle)))
+
+    def share_memory_(self) -> "View":
+        """Moves the storage into shared memory in place (every view of it
+        follows); a no-op when already shared and for CUDA. Returns self."""
+        self.untyped_storage().share_memory_()
+        return self
+
+    def set_(self, source: object = None, storage_offset: int = 0, size: object = None,
+             stride: object = None) -> "View":
+        """Makes this view look at ``source`` in place, as PyTorch's set_:
+        a View (its storage, offset, sizes and strides; same dtype), an
+        UntypedStorage or a TypedStorage of this dtype (``size`` elements
+        from ``storage_offset`` with ``stride``; defaults: the whole storage,
+        contiguous), or nothing (a new empty storage). Returns self. Like
+        PyTorch's, it changes this object: no other thread may use it
+        meanwhile."""
+        if self._qparams() is not None:
+            raise TypeError("mnemo: set_ on a quantized view is not supported")
+        dt = self.dtype
+        if source is None:
+            new = View(Storage(0, self.device), dt, (0,))
+        elif isinstance(source, View):
+            if source.dtype is not dt:
+                raise RuntimeError(f"mnemo: set_: a {dt.name} view cannot look at a {source.dtype.name} view")
+            new = source._alias()
+        elif isinstance(source, (Storage, TypedStorage)):
+            if isinstance(source, TypedStorage) and source.dtype is not dt:
+                raise RuntimeError(f"mnemo: set_: expected a storage of {dt.name}, got {source.dtype.name}")
+            untyped = source.untyped()
+            if size is None:
+                if storage_offset:
+                    raise TypeError("mnemo: set_(storage, storage_offset, size, stride): give size with storage_offset")
+                size = (untyped.nbytes() // dt.itemsize,)
+            sz = as_shape((size,))
+            st = _contiguous_strides(sz) if stride is None else as_shape((stride,), "stride")
+            if len(st) != len(sz):
+                raise ValueError(f"mnemo: set_: {len(sz)} sizes but {len(st)} strides")
+            new = View(untyped, dt, sz, st, as_int(storage_offset, "storage_offset", 0))
+        else:
+            raise TypeError(f"mnemo: set_ takes a View or a storage, got {type(source).__name__}")
+        old_h, old_box = self._take(), self._box
+        self._keep, self._box, self._handle = new._keep, new._box, new._take()
+        if old_h:
+            lib.mn_view_destroy(old_h)
+            _owner.unpin(old_box)
+        return self
+
+    def is_contiguous(self, memory_format: Any = None) -> bool:
         """Whether the view is contiguous in ``memory_format`` (None or
         "contiguous_format": row-major; "channels_last" (4-d),
         "channels_last_3d" (5-d); torch.memory_format objects work too)."""
@@ -262,29 +354,29 @@ class View(_owner.Owner):
             return bool(lib.mn_view_is_contiguous_channels_last_3d(self._handle))
         raise ValueError(f"mnemo: unknown memory format {memory_format!r}")
 
-    def is_non_overlapping_and_dense(self):
+    def is_non_overlapping_and_dense(self) -> bool:
         """Whether the elements tile a dense range of memory without overlap."""
         return bool(lib.mn_view_is_non_overlapping_and_dense(self._handle))
 
-    def shares_storage(self, other):
+    def shares_storage(self, other: "View") -> bool:
         """Whether ``other`` (a View) looks at the same storage."""
         if not isinstance(other, View):
             raise TypeError("mnemo: shares_storage takes a View")
         return bool(lib.mn_view_shares_storage(self._handle, other._handle))
 
-    def is_set_to(self, other):
+    def is_set_to(self, other: "View") -> bool:
         """Same storage, dtype, offset, sizes and strides (torch's is_set_to)."""
         if not isinstance(other, View):
             raise TypeError("mnemo: is_set_to takes a View")
         return bool(lib.mn_view_same_storage_and_layout(self._handle, other._handle))
 
-    def check(self):
+    def check(self) -> "View":
         """Re-checks the view's invariants (MnemoError internal_error if broken)."""
         lib.mn_view_check(self._handle)
         return self
 
     # ---- view operations (never copy) ---------------------------------------------------
-    def view(self, *shape):
+    def view(self, *shape: Any) -> "View":
         """view(*shape): the same elements in a new shape (one -1 inferred);
         refused when the layout needs a copy (use reshape). view(dtype): the
         bytes as another dtype (PyTorch's rules)."""
@@ -293,34 +385,35 @@ class View(_owner.Owner):
         s = as_shape(shape)
         return self._op(lib.mn_view_view, len(s), _ctype_sizes(s))
 
-    def view_as(self, other):
+    def view_as(self, other: "View") -> "View":
+        """self.view(other.shape)."""
         return self.view(other.shape)
 
-    def reshape(self, *shape):
+    def reshape(self, *shape: Any) -> "View":
         """view() when possible, else a contiguous copy of the new shape."""
         s = as_shape(shape)
         return self._op_copy(lib.mn_view_reshape, len(s), _ctype_sizes(s), None)
 
-    def flatten(self, start_dim=0, end_dim=-1):
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "View":
         """Merges dims start_dim..end_dim (a view when possible)."""
         return self._op_copy(lib.mn_view_flatten, as_dim(start_dim), as_dim(end_dim), None)
 
-    def transpose(self, dim0, dim1):
+    def transpose(self, dim0: int, dim1: int) -> "View":
         """Swaps two dims."""
         return self._op(lib.mn_view_transpose, as_dim(dim0), as_dim(dim1))
 
     swapaxes = swapdims = transpose
 
-    def t(self):
+    def t(self) -> "View":
         """Transposes a 2-d view; 0-d and 1-d views come back as they are."""
         return self._op(lib.mn_view_t2d)
 
-    def permute(self, *dims):
+    def permute(self, *dims: Any) -> "View":
         """Reorders the dims (a permutation of 0..ndim-1)."""
         d = as_shape(dims, "dims")
         return self._op(lib.mn_view_permute, len(d), int_array([as_dim(x) for x in d]))
 
-    def movedim(self, source, destination):
+    def movedim(self, source: Union[int, Sequence[int]], destination: Union[int, Sequence[int]]) -> "View":
         """Moves dims ``source`` to positions ``destination`` (ints or sequences)."""
         src = (source,) if hasattr(source, "__index__") else tuple(source)
         dst = (destination,) if hasattr(destination, "__index__") else tuple(destination)
@@ -331,11 +424,11 @@ class View(_owner.Owner):
 
     moveaxis = movedim
 
-    def narrow(self, dim, start, length):
+    def narrow(self, dim: int, start: int, length: int) -> "View":
         """Elements start..start+length of a dim."""
         return self._op(lib.mn_view_narrow, as_dim(dim), as_int(start, "start"), as_int(length, "length"))
 
-    def slice(self, dim, start=None, end=None, step=1):
+    def slice(self, dim: int, start: Optional[int] = None, end: Optional[int] = None, step: int = 1) -> "View":
         """self[..., start:end:step, ...] along ``dim`` (Python clamping; step > 0)."""
         step = 1 if step is None else as_int(step, "step")
         if step <= 0:
@@ -344,15 +437,15 @@ class View(_owner.Owner):
         end = VIEW_END if end is None else _clamp64(end)
         return self._op(lib.mn_view_slice, as_dim(dim), start, end, step)
 
-    def select(self, dim, index):
+    def select(self, dim: int, index: int) -> "View":
         """Removes ``dim``, keeping element ``index`` (negative allowed)."""
         return self._op(lib.mn_view_select, as_dim(dim), as_int(index, "index"))
 
-    def unsqueeze(self, dim):
+    def unsqueeze(self, dim: int) -> "View":
         """Inserts a dim of size 1."""
         return self._op(lib.mn_view_unsqueeze, as_dim(dim))
 
-    def squeeze(self, dim=None):
+    def squeeze(self, dim: Union[None, int, Sequence[int]] = None) -> "View":
         """Removes dims of size 1: all of them (dim None), or those of ``dim``
         (an int or a sequence of ints) that have size 1."""
         if dim is None:
@@ -364,25 +457,26 @@ class View(_owner.Owner):
             v = v._op(lib.mn_view_squeeze_dim, d)
         return v
 
-    def expand(self, *sizes):
+    def expand(self, *sizes: Any) -> "View":
         """Broadcasts dims of size 1 (stride 0); -1 keeps a size; new leading
         dims allowed. Writes into the result are refused."""
         s = as_shape(sizes)
         return self._op(lib.mn_view_expand, len(s), _ctype_sizes(s))
 
-    def expand_as(self, other):
+    def expand_as(self, other: "View") -> "View":
+        """self.expand(other.shape)."""
         return self.expand(other.shape)
 
-    def unflatten(self, dim, sizes):
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> "View":
         """Splits ``dim`` into ``sizes`` (one -1 allowed)."""
         s = as_shape((sizes,))
         return self._op(lib.mn_view_unflatten, as_dim(dim), len(s), _ctype_sizes(s))
 
-    def diagonal(self, offset=0, dim1=0, dim2=1):
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> "View":
         """The diagonal of dims dim1, dim2 (removed) as a new last dim."""
         return self._op(lib.mn_view_diagonal, as_int(offset, "offset"), as_dim(dim1), as_dim(dim2))
 
-    def unfold(self, dimension, size, step):
+    def unfold(self, dimension: int, size: int, step: int) -> "View":
         """Windows of ``size`` every ``step`` along ``dimension`` as a new last dim."""
         return self._op(lib.mn_view_unfold, as_dim(dimension), as_int(size, "size"), as_int(step, "step"))
 
@@ -398,7 +492,7 @@ class View(_owner.Owner):
             libc_free(C.cast(arr, VP))  # the array only: the views are now owned by the tuple
         return out
 
-    def split(self, split_size_or_sections, dim=0):
+    def split(self, split_size_or_sections: Union[int, Sequence[int]], dim: int = 0) -> Tuple["View", ...]:
         """Pieces of ``split_size`` along ``dim`` (the last may be smaller),
         or of the given section sizes (a sequence summing to the dim's size)."""
         if hasattr(split_size_or_sections, "__index__"):
@@ -413,27 +507,27 @@ class View(_owner.Owner):
             at += s
         return tuple(out)
 
-    def chunk(self, chunks, dim=0):
+    def chunk(self, chunks: int, dim: int = 0) -> Tuple["View", ...]:
         """At most ``chunks`` pieces of equal size (the last may be smaller)."""
         return self._list(lib.mn_view_chunk, as_int(chunks, "chunks"), dim)
 
-    def unbind(self, dim=0):
+    def unbind(self, dim: int = 0) -> Tuple["View", ...]:
         """Every select(dim, i), as a tuple."""
         d = self._wrap_dim(dim)
         return tuple(self.select(d, i) for i in range(self.shape[d]))
 
     @property
-    def real(self):
+    def real(self) -> "View":
         """The real parts of a complex view (float view, strides doubled); a
         real view itself."""
         return self._op(lib.mn_view_real)
 
     @property
-    def imag(self):
+    def imag(self) -> "View":
         """The imaginary parts of a complex view; refused for real views."""
         return self._op(lib.mn_view_imag)
 
-    def as_strided(self, size, stride, storage_offset=None):
+    def as_strided(self, size: ShapeLike, stride: ShapeLike, storage_offset: Optional[int] = None) -> "View":
         """This view's storage and dtype with new sizes, strides and offset
         (None keeps this view's), bounds-checked."""
         s = as_shape((size,))
@@ -444,20 +538,23 @@ class View(_owner.Owner):
         return self._op(lib.mn_view_as_strided, len(s), _ctype_sizes(s), _ctype_sizes(st), off)
 
     # ---- operations that may copy ---------------------------------------------------------
-    def contiguous(self, memory_format=None):
-        """This view (a new handle, same storage) when contiguous, else a
-        contiguous copy."""
+    def contiguous(self, memory_format: object = None) -> "View":
+        """This view itself when contiguous (as PyTorch), else a contiguous
+        copy."""
         if memory_format not in (None, "contiguous_format") and str(memory_format) != "torch.contiguous_format":
             raise ValueError("mnemo: contiguous() supports only the contiguous format")
+        if lib.mn_view_is_contiguous(self._handle):
+            return self
         return self._op_copy(lib.mn_view_contiguous, None)
 
-    def clone(self):
+    def clone(self) -> "View":
         """A copy in a new storage (keeps the strides of a dense view)."""
         return self._op_copy(lib.mn_view_clone, None)
 
-    def to(self, device=None, dtype=None, non_blocking=False, copy=False):
-        """The view on ``device`` as ``dtype``: a new handle of the same
-        storage when both already match (unless copy=True), else a copy laid
+    def to(self, device: Any = None, dtype: Optional[DTypeLike] = None, non_blocking: bool = False,
+           copy: bool = False) -> "View":
+        """The view on ``device`` as ``dtype``: this view itself when both
+        already match (unless copy=True; as PyTorch), else a copy laid
         out as clone's. Positional forms as PyTorch: to("sim:0"),
         to(mnemo.float16), to(other_view). Waits for the copy unless
         non_blocking."""
@@ -467,6 +564,8 @@ class View(_owner.Owner):
             device, dtype = None, device
         dev = self.device if device is None else _device(device)
         dt = self.dtype if dtype is None else _dtype(dtype)
+        if not copy and dev == self.device and dt is self.dtype:
+            return self  # as PyTorch: nothing to change, the same object
         out = self._op_copy(lib.mn_view_to, dev._c, dt.value, bool(non_blocking), None)
         if copy and out.is_set_to(self):
             out = out.clone()
@@ -474,23 +573,26 @@ class View(_owner.Owner):
                 _core.synchronize(dev)
         return out
 
-    def cpu(self):
-        """to("cpu")."""
+    def cpu(self) -> "View":
+        """to("cpu"): this view itself when already on the CPU."""
         return self.to("cpu")
 
-    def sim(self, index=0):
+    def sim(self, index: int = 0) -> "View":
         """to(mnemo.sim(index))."""
         return self.to(Device("sim", index))
 
-    def cuda(self, index=0):
-        """to(mnemo.cuda(index))."""
-        return self.to(Device("cuda", index))
+    def cuda(self, device: object = None, non_blocking: bool = False) -> "View":
+        """to(cuda:device) (an index, a device, or None: cuda:0): this view
+        itself when already there."""
+        from .storage import _cuda_device
+        return self.to(_cuda_device(device), non_blocking=non_blocking)
 
-    def type_as(self, other):
+    def type_as(self, other: "View") -> "View":
+        """self.to(dtype=other.dtype)."""
         return self.to(dtype=other.dtype)
 
     # ---- in-place writes -------------------------------------------------------------------
-    def copy_(self, src, non_blocking=False):
+    def copy_(self, src: Any, non_blocking: bool = False) -> "View":
         """Copies ``src`` (a View, or anything mnemo.asarray takes: numpy
         arrays, torch tensors, lists) into this view, broadcasting and
         casting, across devices. Waits for the copy unless non_blocking."""
@@ -504,13 +606,13 @@ class View(_owner.Owner):
                 _core.synchronize(src.device)
         return self
 
-    def fill_(self, value):
+    def fill_(self, value: Union[bool, int, float, complex]) -> "View":
         """Writes ``value`` (bool, int, float or complex; checked against the
         dtype's range) into every element (queued on SIM/CUDA)."""
         lib.mn_view_fill(self._handle, _core.to_scalar(value), None)
         return self
 
-    def zero_(self):
+    def zero_(self) -> "View":
         """Writes 0 into every element."""
         lib.mn_view_zero(self._handle, None)
         return self
@@ -555,28 +657,43 @@ class View(_owner.Owner):
             v = self._alias()
         return v
 
-    def __getitem__(self, key):
-        """Basic indexing: ints (negative ok), slices with step > 0, None,
-        Ellipsis and tuples of them; always a view (no copy)."""
-        return self._index(key)
+    def __getitem__(self, key: Any) -> "View":
+        """PyTorch's indexing: ints (negative ok), slices with step > 0, None,
+        Ellipsis and tuples of them give a view (no copy); integer lists,
+        index views and bool masks (mnemo, numpy or torch), alone or mixed
+        with those, give a copy (advanced indexing, mnemo.indexing)."""
+        from . import indexing
+        if indexing.is_basic(key):
+            return self._index(key)
+        return indexing.getitem(self, key)
 
-    def __setitem__(self, key, value):
+    def __setitem__(self, key: Any, value: Any) -> None:
         """self[key].fill_(value) for a scalar, self[key].copy_(value) for a
-        View (or an array-like), broadcasting."""
+        View (or an array-like), broadcasting; with advanced indices,
+        index_put_ (values of this view's dtype; scalars and array-likes are
+        converted to it)."""
+        from . import indexing
+        if not indexing.is_basic(key):
+            indexing.setitem(self, key, value)
+            return
         target = self._index(key)
         if _core.is_scalar(value):
             target.fill_(value)
         else:
             target.copy_(value)
 
-    def __len__(self):
+    def __len__(self) -> int:
+        """The size of dim 0; TypeError for a 0-d view, as PyTorch."""
         if self.ndim == 0:
-            raise TypeError("mnemo: len() of a 0-d view")
+            raise TypeError("len() of a 0-d tensor (torch.tensor() and torch.as_tensor() read only numbers, "
+                            "sequences, numpy arrays and tensors: give them numpy.asarray(view), or use "
+                            "torch.from_dlpack(view))")
         return self.shape[0]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator["View"]:
+        """The views of dim 0 (select(0, i)); TypeError for a 0-d view, as PyTorch."""
         if self.ndim == 0:
-            raise TypeError("mnemo: iteration over a 0-d view")
+            raise TypeError("iteration over a 0-d tensor")
         for i in range(self.shape[0]):
             yield self._op(lib.mn_view_select, 0, i)
 
@@ -590,7 +707,7 @@ class View(_owner.Owner):
         _core.synchronize(dev)
         return self.to("cpu")
 
-    def numpy(self):
+    def numpy(self) -> Any:
         """A numpy array: for CPU views zero-copy and writable (sharing memory,
         keeping the view alive); for SIM views a copy after synchronizing.
         CUDA views are refused (copy with .to("cpu") first); bfloat16 and
@@ -622,11 +739,11 @@ class View(_owner.Owner):
         import numpy as np
         return np.asarray(v)
 
-    def tolist(self):
+    def tolist(self) -> Any:
         """The values as nested Python lists (a scalar for a 0-d view)."""
         return self._host_numpy().tolist()
 
-    def item(self):
+    def item(self) -> Union[bool, int, float, complex]:
         """The value of a one-element view as a Python bool, int, float or complex."""
         if self.numel() != 1:
             raise ValueError(f"mnemo: item() needs a view of one element, this one has {self.numel()}")
@@ -635,22 +752,22 @@ class View(_owner.Owner):
         lib.mn_scalar_from_bytes(v.dtype.value, v.data_ptr(), C.byref(s))
         return _core.from_scalar(s)
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         if self.numel() != 1:
             raise ValueError("mnemo: the truth value of a view with more than one element is ambiguous")
         return bool(self.item())
 
-    def __int__(self):
+    def __int__(self) -> int:
         v = self._one()
         return int(v.real if isinstance(v, complex) else v)
 
-    def __float__(self):
+    def __float__(self) -> float:
         return float(self._one())
 
-    def __complex__(self):
+    def __complex__(self) -> complex:
         return complex(self._one())
 
-    def __index__(self):
+    def __index__(self) -> int:
         if self.dtype.kind not in ("int", "uint", "bool"):
             raise TypeError("mnemo: only integer views of one element can be used as an index")
         return int(self._one())
@@ -660,47 +777,145 @@ class View(_owner.Owner):
             raise ValueError("mnemo: only views of one element can be converted to Python scalars")
         return self.item()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
+        """PyTorch's text of a tensor (mnemo._format): ``tensor([1., 2.])``,
+        ``device='sim:0'`` off the CPU, ``dtype=mnemo.float16`` for dtypes
+        other than float32, complex64, int64 and bool; mnemo.set_printoptions
+        controls it as torch.set_printoptions."""
         if not getattr(self, "_handle", None):
-            return "mnemo.View(<destroyed>)"
-        import numpy as np
-        dt, dev, shape = self.dtype, self.device, self.shape
-        prefix = "mnemo.View("
-        if dev.type == "meta":  # no data: sizes only, as PyTorch's tensor(..., device='meta', size=...)
-            body = f"..., size={shape}"
-        elif self.numel() == 0:
-            body = "[]" + (f", size={shape}" if len(shape) != 1 else "")
-        else:
-            arr = self._host_numpy()
-            body = np.array2string(arr, separator=", ", prefix=prefix, threshold=1000, edgeitems=3)
-        return f"{prefix}{body}, dtype={dt.name}, device={dev})"
+            return "tensor(<released view>)"
+        from ._format import view_repr
+        return view_repr(self)
 
     __str__ = __repr__
 
+    def __format__(self, format_spec: str) -> str:
+        """As PyTorch: a 0-d view formats its value (``f"{v:.2f}"``); other
+        views only with an empty spec (their str())."""
+        if self.ndim == 0 and self.device.type != "meta":
+            return format(self.item(), format_spec)
+        return object.__format__(self, format_spec)
+
     # ---- interchange (mnemo.interop) --------------------------------------------------------
-    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+    def __dlpack__(self, stream: Any = None, max_version: Optional[Tuple[int, int]] = None, dl_device: Any = None,
+                       copy: Optional[bool] = None) -> Any:
         """A DLPack capsule of this view (no copy): "dltensor", or
         "dltensor_versioned" when max_version >= (1, 0). See mnemo.interop."""
         from . import interop
         return interop.to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
 
-    def __dlpack_device__(self):
+    def __dlpack_device__(self) -> Tuple[int, int]:
         """(DLPack device type, index): (1, 0) CPU, (2, i) CUDA, (12, i) SIM."""
         from . import interop
         return interop.dlpack_device(self.device)
 
     @property
-    def __array_interface__(self):
+    def __array_interface__(self) -> dict:
         """numpy's array interface (version 3) of a CPU view (zero-copy);
         AttributeError for other devices and dtypes numpy lacks."""
         from . import interop
         return interop.array_interface(self)
 
     @property
-    def __cuda_array_interface__(self):
+    def __cuda_array_interface__(self) -> dict:
         """The CUDA array interface (version 3) of a CUDA view; AttributeError otherwise."""
         from . import interop
         return interop.cuda_array_interface(self)
+
+    # ---- indexing, quantization and random fills (mnemo.indexing, mnemo.quantized, mnemo.random) ----
+    def index_select(self, dim: int, index: Any, *, stream: Any = None) -> "View":
+        """torch's index_select: mnemo.indexing.index_select(self, dim, index)."""
+        from . import indexing
+        return indexing.index_select(self, dim, index, stream=stream)
+
+    def take(self, index: Any, *, stream: Any = None) -> "View":
+        """torch's take: mnemo.indexing.take(self, index)."""
+        from . import indexing
+        return indexing.take(self, index, stream=stream)
+
+    def gather(self, dim: int, index: Any, *, stream: Any = None) -> "View":
+        """torch's gather: mnemo.indexing.gather(self, dim, index)."""
+        from . import indexing
+        return indexing.gather(self, dim, index, stream=stream)
+
+    def masked_select(self, mask: Any, *, stream: Any = None) -> "View":
+        """torch's masked_select: mnemo.indexing.masked_select(self, mask)."""
+        from . import indexing
+        return indexing.masked_select(self, mask, stream=stream)
+
+    def scatter_(self, dim: int, index: Any, src: Any, *, stream: Any = None) -> "View":
+        """torch's scatter_ (src a View or a scalar); returns self."""
+        from . import indexing
+        return indexing.scatter_(self, dim, index, src, stream=stream)
+
+    def scatter(self, dim: int, index: Any, src: Any, *, stream: Any = None) -> "View":
+        """torch's scatter: scatter_ into a clone."""
+        from . import indexing
+        return indexing.scatter(self, dim, index, src, stream=stream)
+
+    def scatter_add_(self, dim: int, index: Any, src: Any, *, stream: Any = None) -> "View":
+        """torch's scatter_add_ (deterministic: row-major order); returns self."""
+        from . import indexing
+        return indexing.scatter_add_(self, dim, index, src, stream=stream)
+
+    def scatter_add(self, dim: int, index: Any, src: Any, *, stream: Any = None) -> "View":
+        """torch's scatter_add: scatter_add_ into a clone."""
+        from . import indexing
+        return indexing.scatter_add(self, dim, index, src, stream=stream)
+
+    def index_put_(self, indices: Any, values: Any, accumulate: bool = False, *, stream: Any = None) -> "View":
+        """torch's index_put_ (indices: a tuple of index views); returns self."""
+        from . import indexing
+        return indexing.index_put_(self, indices, values, accumulate, stream=stream)
+
+    def index_put(self, indices: Any, values: Any, accumulate: bool = False, *, stream: Any = None) -> "View":
+        """torch's index_put: index_put_ into a clone."""
+        from . import indexing
+        return indexing.index_put(self, indices, values, accumulate, stream=stream)
+
+    @property
+    def is_quantized(self) -> bool:
+        """Whether the dtype is quantized (qint8, quint8, qint32, quint4x2, quint2x4)."""
+        return bool(lib.mn_view_is_quantized(self._handle))
+
+    def dequantize(self, *, stream: Any = None) -> "View":
+        """mnemo.quantized.dequantize(self): the float32 values (self when not quantized)."""
+        from . import quantized
+        return quantized.dequantize(self, stream=stream)
+
+    def int_repr(self, *, stream: Any = None) -> "View":
+        """mnemo.quantized.int_repr(self): the stored integers."""
+        from . import quantized
+        return quantized.int_repr(self, stream=stream)
+
+    def q_scale(self) -> float:
+        """The scale of a quantized view."""
+        from . import quantized
+        return quantized.q_scale(self)
+
+    def q_zero_point(self) -> int:
+        """The zero point of a quantized view."""
+        from . import quantized
+        return quantized.q_zero_point(self)
+
+    def qscheme(self) -> Any:
+        """mnemo.per_tensor_affine for a quantized view."""
+        from . import quantized
+        return quantized.qscheme(self)
+
+    def uniform_(self, from_: float = 0.0, to: float = 1.0, *, generator: Any = None, stream: Any = None) -> "View":
+        """Fills with uniform numbers in [from_, to) (mnemo's Philox, not PyTorch's numbers)."""
+        from . import random
+        return random._fill(self, False, from_, to, generator, stream)
+
+    def normal_(self, mean: float = 0.0, std: float = 1.0, *, generator: Any = None, stream: Any = None) -> "View":
+        """Fills with normal numbers (mnemo's Philox + Box-Muller, not PyTorch's numbers)."""
+        from . import random
+        return random._fill(self, True, mean, std, generator, stream)
+
+
+# C storage address -> the Storage object pickles of its views use (View._storage_for_pickle)
+_PICKLED_STORAGES = weakref.WeakValueDictionary()
 
 
 def _rebuild_view(storage, dtype, shape, strides, offset, qparams):
@@ -734,7 +949,8 @@ def _extent_bytes(shape, strides, itemsize):
     return (1 + sum((s - 1) * st for s, st in zip(shape, strides))) * itemsize
 
 
-def empty_strided(size, stride, dtype=None, device="cpu", allocator=None):
+def empty_strided(size: ShapeLike, stride: ShapeLike, dtype: Optional[DTypeLike] = None, device: DeviceLike = "cpu",
+                  allocator: Any = None) -> View:
     """A view of ``size`` and ``stride`` over a new storage just large enough
     (contents undefined), from ``allocator`` (None: the device's default)."""
     s = as_shape((size,))
@@ -752,7 +968,7 @@ def empty_strided(size, stride, dtype=None, device="cpu", allocator=None):
     return View(storage, dt, s, st, 0)
 
 
-def empty(*size, dtype=None, device="cpu", allocator=None):
+def empty(*size: Any, dtype: Optional[DTypeLike] = None, device: DeviceLike = "cpu", allocator: Any = None) -> View:
     """A contiguous view over a new storage (contents undefined):
     empty(2, 3) or empty((2, 3))."""
     s = as_shape(size)
@@ -771,41 +987,46 @@ def _contiguous_strides(shape):
     return tuple(reversed(out))
 
 
-def zeros(*size, dtype=None, device="cpu", allocator=None):
+def zeros(*size: Any, dtype: Optional[DTypeLike] = None, device: DeviceLike = "cpu", allocator: Any = None) -> View:
     """A new view of zeros."""
     return empty(*size, dtype=dtype, device=device, allocator=allocator).zero_()
 
 
-def ones(*size, dtype=None, device="cpu", allocator=None):
+def ones(*size: Any, dtype: Optional[DTypeLike] = None, device: DeviceLike = "cpu", allocator: Any = None) -> View:
     """A new view of ones."""
     return empty(*size, dtype=dtype, device=device, allocator=allocator).fill_(1)
 
 
-def full(size, fill_value, dtype=None, device="cpu", allocator=None):
+def full(size: ShapeLike, fill_value: Union[bool, int, float, complex], dtype: Optional[DTypeLike] = None,
+         device: DeviceLike = "cpu", allocator: Any = None) -> View:
     """A new view of ``size`` filled with ``fill_value`` (dtype None:
     inferred from the value as PyTorch: bool, int64, float32, complex64)."""
     dt = _infer_dtype(fill_value) if dtype is None else _dtype(dtype)
     return empty(size, dtype=dt, device=device, allocator=allocator).fill_(fill_value)
 
 
-def empty_like(v, dtype=None, device=None):
+def empty_like(v: View, dtype: Optional[DTypeLike] = None, device: Optional[DeviceLike] = None) -> View:
     """empty() of v's shape, dtype and device (unless given)."""
     return empty(v.shape, dtype=dtype or v.dtype, device=device or v.device)
 
 
-def zeros_like(v, dtype=None, device=None):
+def zeros_like(v: View, dtype: Optional[DTypeLike] = None, device: Optional[DeviceLike] = None) -> View:
+    """zeros() of v's shape, dtype and device (unless given)."""
     return empty_like(v, dtype, device).zero_()
 
 
-def ones_like(v, dtype=None, device=None):
+def ones_like(v: View, dtype: Optional[DTypeLike] = None, device: Optional[DeviceLike] = None) -> View:
+    """ones() of v's shape, dtype and device (unless given)."""
     return empty_like(v, dtype, device).fill_(1)
 
 
-def full_like(v, fill_value, dtype=None, device=None):
+def full_like(v: View, fill_value: Union[bool, int, float, complex], dtype: Optional[DTypeLike] = None,
+              device: Optional[DeviceLike] = None) -> View:
+    """full() of v's shape with fill_value, v's dtype and device (unless given)."""
     return empty_like(v, dtype, device).fill_(fill_value)
 
 
-def tensor(data, dtype=None, device="cpu"):
+def tensor(data: Any, dtype: Optional[DTypeLike] = None, device: DeviceLike = "cpu") -> View:
     """A new view holding a copy of ``data``: a scalar, nested lists, a numpy
     array, a torch tensor or a View. dtype None: the data's (numpy and torch
     keep theirs; Python floats give float32, ints int64, bools bool, complex

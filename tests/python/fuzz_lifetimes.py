@@ -154,6 +154,8 @@ class Fuzz:
         if v.ndim < 4:
             ops += [lambda x: x.unsqueeze(0), lambda x: x[None].expand(2, *x.shape)]
         w = self.rng.choice(ops)(v)
+        if w is v:  # contiguous() of a contiguous view, to() its own device: the view itself, as PyTorch
+            return
         if w.shares_storage(v):
             self.hold("view", w, fam)
         else:  # a copy: the values of the source, a storage of its own

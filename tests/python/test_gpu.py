@@ -49,7 +49,10 @@ class CudaViews(unittest.TestCase):
         self.assertEqual(x[2, 3].item(), 11.0)
         self.assertEqual(mnemo.full((2,), 1.5, mnemo.bfloat16, CUDA).tolist(), [1.5, 1.5])
         self.assertEqual(mnemo.zeros(2, 2, device=CUDA, dtype=mnemo.int8).fill_(-3).tolist(), [[-3, -3], [-3, -3]])
-        self.assertIn("device=cuda:0", repr(x))
+        self.assertEqual(repr(x), "tensor([[ 0.,  1.,  2.,  3.],\n        [ 4.,  5.,  6.,  7.],\n"
+                                  "        [ 8.,  9., 10., 11.]], device='cuda:0')")
+        self.assertEqual(repr(x[0, :2].to(mnemo.float16)), "tensor([0., 1.], device='cuda:0', dtype=mnemo.float16)")
+        self.assertEqual(repr(mnemo.empty(0, 2, device=CUDA)), "tensor([], device='cuda:0', size=(0, 2))")
         with self.assertRaises(TypeError) as cm:
             x.numpy()
         self.assertIn('.to("cpu")', str(cm.exception))
