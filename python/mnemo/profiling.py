@@ -35,7 +35,8 @@ import subprocess
 from typing import Any, Optional, Sequence, Union
 
 from . import _owner
-from ._lib import MnemoError, VP, built_path, declare, lib
+from ._lib import (MN_ERR_FORMAT, MN_ERR_INVALID_ARGUMENT, MN_ERR_IO, MN_ERR_NOT_FOUND, MnemoError, VP, built_path,
+                   declare, lib)
 
 PathLike = Union[str, bytes, "os.PathLike[str]"]
 Bytes = Union[int, str, None]          # a byte count, or a string such as "80G"
@@ -331,7 +332,7 @@ class ToolError(MnemoError):
 
     def __init__(self, message: str, returncode: Optional[int] = None, command: Optional[Sequence[str]] = None,
                  stderr: str = "") -> None:
-        status = 8 if returncode is None else (1 if returncode == 2 else 5)
+        status = MN_ERR_NOT_FOUND if returncode is None else (MN_ERR_INVALID_ARGUMENT if returncode == 2 else MN_ERR_IO)
         super().__init__(status, message)
         self.returncode = returncode
         self.command = list(command or [])
@@ -417,21 +418,12 @@ class SnapshotError(MnemoError):
     importer's own words, as `mnemo import` prints them)."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(_status("format_error"), message)
+        super().__init__(MN_ERR_FORMAT, message)
 
 
 class SnapshotWarning(UserWarning):
     """What the importer skipped in a snapshot it imported (a later PyTorch's
     unknown keys or trace actions)."""
-
-
-def _status(name):
-    """The mn_status number of a status name ("io_error", ...), read from the library."""
-    for k in range(64):
-        n = lib.mn_status_name(k)
-        if n is not None and n.decode() == name:
-            return k
-    raise KeyError(name)
 
 
 def _importer():
@@ -440,7 +432,7 @@ def _importer():
     try:
         from . import _torch_snapshot
     except ImportError as e:
-        raise MnemoError(_status("not_found"), f"mnemo.profiling: the snapshot importer (mnemo._torch_snapshot) "
+        raise MnemoError(MN_ERR_NOT_FOUND, f"mnemo.profiling: the snapshot importer (mnemo._torch_snapshot) "
                                                 f"is missing from this installation: {e}") from None
     return _torch_snapshot
 
@@ -484,7 +476,7 @@ def _import_text(who, src, device, max_decompressed_size):
         with open(src, "rb") as f:
             data = f.read()
     except OSError as e:
-        raise MnemoError(_status("io_error"), f"{who}: cannot open {src!r}: {e.strerror or e}") from None
+        raise MnemoError(MN_ERR_IO, f"{who}: cannot open {src!r}: {e.strerror or e}") from None
 
     def warn(msg):
         warnings.warn(f"{src}: {msg}", SnapshotWarning, stacklevel=4)
@@ -546,7 +538,7 @@ def import_snapshot(path: PathLike, out: Optional[PathLike] = None, device: Unio
         try:
             _importer().write_atomic(dst, text.encode("utf-8"))
         except OSError as e:
-            raise MnemoError(_status("io_error"),
+            raise MnemoError(MN_ERR_IO,
                              f"mnemo.profiling.import_snapshot: cannot write {dst!r}: {e.strerror or e}") from None
         return dst
     t = _parse_text(text, src)
@@ -565,7 +557,7 @@ class _SimConfig(C.Structure):
 
 
 declare("mn_trace_parse", "status", [C.c_char_p, C.c_size_t, C.c_char_p, C.POINTER(_TP)])
-declare("mn_trace_meta_get_u64", C.c_int, [_TP, C.c_char_p, C.POINTER(C.c_uint64)])
+declare("mn_trace_meta_get_u64", "status", [_TP, C.c_char_p, C.POINTER(C.c_uint64)])
 declare("mn_sim_get_config", "status", [C.POINTER(_SimConfig)])
 declare("mn_sim_configure", "status", [C.POINTER(_SimConfig)])
 declare("mn_bytes_parse", "status", [C.c_char_p, C.POINTER(C.c_size_t)])
@@ -576,11 +568,14 @@ _TORCH_KEYS = ("peak_allocated", "peak_reserved", "segment_allocs", "reserved_st
 
 
 def _meta_u64(t, key):
+    """The trace's meta value `key` as an unsigned integer; None when absent or not one."""
     v = C.c_uint64()
-    if lib.mn_trace_meta_get_u64(t, key.encode(), C.byref(v)) == 0:
-        return v.value
-    lib.mn_clear_error()
-    return None
+    try:
+        lib.mn_trace_meta_get_u64(t, key.encode(), C.byref(v))
+    except MnemoError:
+        lib.mn_clear_error()
+        return None
+    return v.value
 
 
 def _columns(t, names):
@@ -633,7 +628,7 @@ def _find_devices(t, want):
     if not devs:
         if want is not None:
             has = " ".join(str(d["label"]) for d in found) or "none"
-            raise MnemoError(_status("not_found"),
+            raise MnemoError(MN_ERR_NOT_FOUND,
                              f"mnemo: trace_device {want}: the trace has no entries on that device (it has: {has})")
         if not found:  # an empty trace: one (empty) replay of device 0
             one = None if multi else _meta_u64(t, "device")
