@@ -61,6 +61,8 @@ MIRRORS = {
     "mnemo.profiling._ReplayOom": "mn_replay_oom_t",
     "mnemo.profiling._ReplayOptions": "mn_replay_options_t",
     "mnemo.profiling._ReplayResult": "mn_replay_result_t",
+    "mnemo.profiling._TraceDevice": "mn_trace_device_t",
+    "mnemo.profiling._SimConfig": "mn_sim_config_t",
     "mnemo.serialize._NamedViews": "mn_named_views_t",
 }
 
