@@ -615,13 +615,16 @@ done:
 
 /* A recorder with stacks behind the tracing adaptor, written out; a trace
  * with frames and stacks read; a two-device trace replayed (device 1, live
- * pointers asked for); a file whose size stat understates (/proc). */
+ * pointers asked for) and its devices listed (mn_trace_devices); a file whose
+ * size stat understates (/proc). */
 static mn_status w_profiling(void) {
   mn_status st = MN_OK;
   mn_trace_recorder_t *rec = NULL;
   mn_allocator_t *c = NULL, *trc = NULL, *r = NULL;
   mn_trace_t *t = NULL, *v3 = NULL, *dv = NULL, *proc = NULL;
   void *p[4] = {0}, **live = NULL;
+  mn_trace_device_t *devs = NULL;
+  size_t ndevs = 0;
   char path[700];
   snprintf(path, sizeof path, "%s/stacks.trace", g_dir);
   TRY(mn_trace_recorder_create(64, &rec));
@@ -653,6 +656,11 @@ static mn_status w_profiling(void) {
   mn_replay_result_t res;
   TRY(mn_trace_replay(dv, r, &opt, &res));
   TRY(mn_allocator_check_invariants(r));
+  TRY(mn_trace_devices(dv, &devs, &ndevs)); /* its two devices, as replayed */
+  if (ndevs != 2) {
+    st = wrong("mn_trace_devices: not the two devices of v3_devices.trace");
+    goto done;
+  }
   /* stat says 0 bytes, the read finds 15 ("test_hostfault\n": the same
    * every run): read whole, growing the buffer, then refused as no trace */
   st = mn_trace_read("/proc/self/comm", &proc);
@@ -671,6 +679,7 @@ done:
   mn_trace_destroy(v3);
   mn_trace_destroy(dv);
   mn_trace_destroy(proc);
+  mn_trace_devices_free(devs);
   free(live);
   return st;
 }

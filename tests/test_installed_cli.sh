@@ -79,6 +79,16 @@ assert os.path.realpath(cli) == os.path.realpath(sys.argv[1] + "/bin/mnemo"), cl
 assert mnemo.device("sim:0").properties()["name"]
 ' "$tmp/moved" >"$tmp/out" 2>&1
   check "python: import mnemo from the moved prefix uses its libmnemo.so and CLI" test $? -eq 0 || cat "$tmp/out"
+  # the snapshot importer is installed in the package: a pickle is imported and
+  # replayed in process, with no CLI at all
+  MNEMO_CLI=$tmp/no-such-mnemo PYTHONPATH=$(dirname "$(dirname "$pkg")") "${MNEMO_PYTHON:-/usr/bin/python3}" -c '
+import os, sys
+from mnemo import profiling
+assert os.path.dirname(profiling._importer().__file__) == os.path.dirname(profiling.__file__)
+assert profiling.import_snapshot(sys.argv[1])["entries"]
+assert profiling.replay(sys.argv[1])[0]["reserved_vs_torch"] == 1.0
+' "$snap" >"$tmp/out" 2>&1
+  check "python: the installed package imports and replays a snapshot in process" test $? -eq 0 || cat "$tmp/out"
 fi
 
 # A copy of the executable with no share/mnemo beside it says what it misses.

@@ -1,7 +1,8 @@
 /* tests/test_trace_profiling.c: the recording side: the NVTX switch and
  * range balance, the ring recorder (bound, threads, round trip to replay, C
  * stacks and MNEMO_TRACE_STACKS with --stacks-env), trace
- * version 2 (devices), the RMM CSV importer and the text summaries. */
+ * version 2 (devices), a trace's devices as replayed (mn_trace_devices), the RMM
+ * CSV importer and the text summaries. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -846,6 +847,73 @@ MN_TEST(memory_summary_table) {
   mn_allocator_destroy(a);
 }
 
+/* ---- a trace's devices (mn_trace_devices) ---------------------------------------- */
+
+static void add(mn_trace_t *t, mn_trace_action a, bool pre, uint32_t dev, uint64_t addr, uint64_t size) {
+  mn_trace_entry_t e = {.action = a, .pre = pre, .device = dev, .address = addr, .size = size,
+                        .block_size = a == MN_TRACE_ALLOC ? size : 0};
+  MN_CHECK_OK(mn_trace_append(t, &e));
+}
+
+MN_TEST(trace_devices) {
+  /* devices in index order whatever their first use; labels; the pinned host
+   * memory flagged; the size as recorded from a first OOM (reserved then + the
+   * free bytes the line reports) and from a partial cache release */
+  mn_trace_t *t = NULL;
+  MN_CHECK_OK(mn_trace_create(&t));
+  MN_CHECK_OK(mn_trace_meta_set(t, "recorded_by", "pytorch"));
+  MN_CHECK_OK(mn_trace_meta_set(t, "devices", "0 1 2"));
+  MN_CHECK_OK(mn_trace_meta_set(t, "host_device", "2"));
+  add(t, MN_TRACE_SEGMENT_ALLOC, true, 1, 0x1000000, 4 * MiB);
+  add(t, MN_TRACE_ALLOC, true, 1, 0x1000000, 1 * MiB);
+  add(t, MN_TRACE_OOM, false, 1, 2 * MiB, 8 * MiB);              /* reserved 4 MiB + 2 MiB free */
+  add(t, MN_TRACE_OOM, false, 1, 9 * MiB, 8 * MiB);              /* only the first counts */
+  add(t, MN_TRACE_SEGMENT_ALLOC, false, 0, 0x9000000, 20 * MiB); /* device 0: 20 + 10 MiB */
+  add(t, MN_TRACE_SEGMENT_ALLOC, false, 0, 0xa000000, 10 * MiB);
+  add(t, MN_TRACE_ALLOC, false, 2, 0x7000, 512);                 /* the pinned host memory */
+  add(t, MN_TRACE_SEGMENT_FREE, false, 0, 0x9000000, 20 * MiB); /* no empty_cache before: a partial release */
+  add(t, MN_TRACE_SEGMENT_ALLOC, false, 0, 0xb000000, 24 * MiB); /* then 24 MiB: 30 + 24 > capacity >= 10 + 24 */
+  mn_trace_device_t *d = NULL;
+  size_t n = 0;
+  MN_CHECK_OK(mn_trace_devices(t, &d, &n));
+  MN_CHECK(n == 3);
+  if (n == 3) {
+    MN_CHECK(d[0].index == 0 && d[0].label == 0 && !d[0].host && d[0].entries == 4 && d[0].pre_allocs == 0);
+    MN_CHECK(d[0].oom_lines == 0 && d[0].oom_capacity == 0 && d[0].partial_releases == 1);
+    /* reserved before the run + 24 MiB > capacity >= reserved after it + 24 MiB, and >= the peak 34 MiB */
+    MN_CHECK(d[0].release_capacity == 34 * MiB);
+    MN_CHECK(d[1].index == 1 && d[1].label == 1 && !d[1].host && d[1].entries == 4 && d[1].pre_allocs == 1);
+    MN_CHECK(d[1].oom_lines == 2 && d[1].oom_capacity == 6 * MiB && d[1].release_capacity == 0);
+    MN_CHECK(d[2].index == 2 && d[2].host && d[2].entries == 1);
+  }
+  mn_trace_devices_free(d);
+  /* a one-device import of CUDA device 3 keeps its entries on index 0 (meta device) */
+  mn_trace_t *u = NULL;
+  MN_CHECK_OK(mn_trace_create(&u));
+  MN_CHECK_OK(mn_trace_meta_set(u, "device", "3"));
+  add(u, MN_TRACE_ALLOC, false, 0, 0x10, 16);
+  MN_CHECK_OK(mn_trace_devices(u, &d, &n));
+  MN_CHECK(n == 1 && d[0].index == 0 && d[0].label == 3 && d[0].oom_capacity == 0);
+  mn_trace_devices_free(d);
+  /* with the garbage collector on, a release is no sign of a failure */
+  MN_CHECK_OK(mn_trace_meta_set(t, "config", "garbage_collection_threshold:0.8"));
+  MN_CHECK_OK(mn_trace_devices(t, &d, &n));
+  MN_CHECK(n == 3 && d[0].partial_releases == 1 && d[0].release_capacity == 0);
+  mn_trace_devices_free(d);
+  /* no entries: no devices; bad arguments refused, outputs untouched */
+  mn_trace_t *e = NULL;
+  MN_CHECK_OK(mn_trace_create(&e));
+  d = (mn_trace_device_t *)&n;
+  MN_CHECK_OK(mn_trace_devices(e, &d, &n));
+  MN_CHECK(n == 0 && d == NULL);
+  size_t keep = 7;
+  MN_CHECK(mn_trace_devices(NULL, &d, &keep) == MN_ERR_INVALID_ARGUMENT && keep == 7);
+  MN_CHECK(strstr(mn_last_error(), "mn_trace_devices") != NULL);
+  mn_trace_destroy(e);
+  mn_trace_destroy(u);
+  mn_trace_destroy(t);
+}
+
 int main(int argc, char **argv) {
   /* CTest runs this once more with MNEMO_NVTX=1 and --nvtx-env: the switch
    * starts on, from the environment. */
@@ -879,5 +947,6 @@ int main(int argc, char **argv) {
   MN_RUN(rmm_import_samples);
   MN_RUN(rmm_import_errors);
   MN_RUN(memory_summary_table);
+  MN_RUN(trace_devices);
   return mn_test_finish();
 }

@@ -425,133 +425,66 @@ static int replay_one(const mn_trace_t *t, const replay_args_t *ra, replay_run_t
  * indices), else the trace's `meta device` (a one-device import of device N keeps
  * its entries on index 0), else its index. The device `meta host_device` names
  * (pinned host memory) is not replayed: the device allocator is not PyTorch's host
- * allocator; a note says so. */
+ * allocator; a note says so. The rule and the sizes as recorded: mn_trace_devices. */
 static int find_devices(const mn_trace_t *t, int want, bool quiet, dev_info_t **out, size_t *nout) {
-  uint64_t host = UINT64_MAX, one = 0;
-  bool has_host = mn_trace_meta_get_u64(t, "host_device", &host) == MN_OK;
   bool multi = mn_trace_meta_get(t, "devices") != NULL;
-  bool has_one = !multi && mn_trace_meta_get_u64(t, "device", &one) == MN_OK;
-  mn_clear_error();
-  /* distinct device indices, in order (few: a linear set) */
-  size_t n = 0, cap = 0;
-  dev_info_t *d = NULL;
-  for (size_t i = 0; i < t->nentries; i++) {
-    const mn_trace_entry_t *e = &t->entries[i];
-    size_t k = 0;
-    while (k < n && d[k].index != e->device) k++;
-    if (k == n) {
-      if (n == cap) {
-        cap = cap ? 2 * cap : 4;
-        dev_info_t *nd = realloc(d, cap * sizeof *nd);
-        if (!nd) {
-          free(d);
-          fprintf(stderr, "mnemo replay: out of host memory\n");
-          return 1;
-        }
-        d = nd;
-      }
-      memset(&d[n], 0, sizeof d[n]);
-      d[n].index = e->device;
-      d[n].label = has_one && e->device == 0 ? one : e->device;
-      n++;
-    }
-    d[k].nentries++;
-    d[k].pre += e->pre && e->action == MN_TRACE_ALLOC;
+  mn_trace_device_t *td = NULL;
+  size_t n = 0;
+  if (mn_trace_devices(t, &td, &n) != MN_OK) {
+    fprintf(stderr, "mnemo replay: %s\n", mn_last_error());
+    return 1;
   }
-  for (size_t a = 1; a < n; a++) /* sort by index (insertion: few devices) */
-    for (size_t b = a; b > 0 && d[b - 1].index > d[b].index; b--) {
-      dev_info_t x = d[b];
-      d[b] = d[b - 1];
-      d[b - 1] = x;
-    }
+  dev_info_t *d = calloc(n ? n : 1, sizeof *d);
+  if (!d) {
+    mn_trace_devices_free(td);
+    fprintf(stderr, "mnemo replay: out of host memory\n");
+    return 1;
+  }
   size_t m = 0;
   for (size_t k = 0; k < n; k++) {
-    if (has_host && d[k].label == host) {
+    if (td[k].host) {
       if (want < 0 && !quiet)
         fprintf(stderr, "mnemo replay: note: device %" PRIu64 " holds pinned host memory (meta host_device): not "
-                        "replayed (the device allocator is not PyTorch's host allocator)\n", host);
-      else if ((uint64_t)want == host) {
+                        "replayed (the device allocator is not PyTorch's host allocator)\n", td[k].label);
+      else if ((uint64_t)want == td[k].label) {
         fprintf(stderr, "mnemo replay: --trace-device %d is the trace's pinned host memory (meta host_device): "
                         "only device memory is replayed\n", want);
+        mn_trace_devices_free(td);
         free(d);
         return 2;
       }
       continue;
     }
-    if (want >= 0 && d[k].label != (uint64_t)want) continue;
-    d[m++] = d[k];
+    if (want >= 0 && td[k].label != (uint64_t)want) continue;
+    dev_info_t *x = &d[m++];
+    x->index = td[k].index;
+    x->label = td[k].label;
+    x->nentries = td[k].entries;
+    x->pre = td[k].pre_allocs;
+    x->ntorch_ooms = td[k].oom_lines;
+    x->oom_capacity = td[k].oom_capacity;
+    x->release_capacity = td[k].release_capacity;
+    x->partial_releases = td[k].partial_releases;
   }
   if (m == 0) {
     if (want >= 0) {
       fprintf(stderr, "mnemo replay: --trace-device %d: the trace has no entries on that device (it has:", want);
-      for (size_t k = 0; k < n; k++) fprintf(stderr, " %" PRIu64, d[k].label);
+      for (size_t k = 0; k < n; k++) fprintf(stderr, " %" PRIu64, td[k].label);
       fprintf(stderr, "%s)\n", n ? "" : " none");
+      mn_trace_devices_free(td);
       free(d);
       return 1;
     }
     if (n == 0) { /* an empty trace: one (empty) replay of device 0, as before */
-      free(d);
-      d = calloc(1, sizeof *d);
-      if (!d) {
-        fprintf(stderr, "mnemo replay: out of host memory\n");
-        return 1;
-      }
-      d[0].label = has_one ? one : 0;
+      uint64_t one = 0;
+      if (multi || mn_trace_meta_get_u64(t, "device", &one) != MN_OK) one = 0;
+      mn_clear_error();
+      d[0].label = one;
       m = 1;
     }
   }
-  for (size_t k = 0; k < m; k++) {
-    read_torch(t, multi, d[k].label, &d[k].tf);
-    /* As recorded: the device's memory at its first OOM, PyTorch's reserved bytes
-     * then (pre segments and the segment lines before it) + the free bytes its oom
-     * line reports (the address field: PyTorch's device_free). */
-    /* Without an oom line, the runs of segment frees that no empty_cache line
-     * precedes (the importer leaves it out where the run left a free segment
-     * cached: PyTorch's out-of-memory path freed only part of its cache,
-     * release_available_cached_blocks) and that a segment_alloc of N bytes follows
-     * say cudaMalloc failed there: reserved before the run + N > capacity >=
-     * reserved after it + N. The smallest capacity that is also >= the peak
-     * reserved makes the replayed allocator free the same blocks at the same
-     * entries. Not with the garbage collector on (it frees without a failure). */
-    uint64_t reserved = 0, peak = 0, lo = 0, hi = UINT64_MAX, before = 0;
-    const char *by = mn_trace_meta_get(t, "recorded_by");
-    bool pytorch = by && !strcmp(by, "pytorch");
-    const mn_trace_entry_t *prev = NULL;
-    bool in_run = false, run_ok = false;
-    for (size_t i = 0; i < t->nentries; i++) {
-      const mn_trace_entry_t *e = &t->entries[i];
-      if (e->device != d[k].index) continue;
-      if (in_run && e->action != MN_TRACE_SEGMENT_FREE) {
-        in_run = false;
-        if (run_ok && e->action == MN_TRACE_SEGMENT_ALLOC) {
-          uint64_t l = mn__tools_sat_add_u64(reserved, e->size), h = mn__tools_sat_add_u64(before, e->size);
-          if (l > lo) lo = l;
-          if (h - 1 < hi) hi = h - 1;
-          d[k].partial_releases++;
-        }
-      }
-      if (e->action == MN_TRACE_SEGMENT_FREE && !e->pre && !in_run) {
-        in_run = true;
-        run_ok = !prev || prev->action != MN_TRACE_EMPTY_CACHE;
-        before = reserved;
-      }
-      if (e->action == MN_TRACE_SEGMENT_ALLOC || e->action == MN_TRACE_SEGMENT_MAP) {
-        reserved = mn__tools_sat_add_u64(reserved, e->size);
-        if (reserved > peak) peak = reserved;
-      } else if (e->action == MN_TRACE_SEGMENT_FREE || e->action == MN_TRACE_SEGMENT_UNMAP) {
-        reserved = e->size > reserved ? 0 : reserved - e->size;
-      } else if (e->action == MN_TRACE_OOM) {
-        /* mnemo's recorder writes 0x0 there (the free bytes unknown): no size from it */
-        if (d[k].ntorch_ooms++ == 0 && (e->address || pytorch))
-          d[k].oom_capacity = mn__tools_sat_add_u64(reserved, e->address);
-      }
-      prev = e;
-    }
-    const char *conf = mn_trace_meta_get(t, "config");
-    bool gc = conf && strstr(conf, "garbage_collection_threshold");
-    if (peak > lo) lo = peak;
-    if (d[k].partial_releases && !gc && lo <= hi) d[k].release_capacity = lo;
-  }
+  mn_trace_devices_free(td);
+  for (size_t k = 0; k < m; k++) read_torch(t, multi, d[k].label, &d[k].tf);
   *out = d;
   *nout = m;
   return 0;

@@ -291,6 +291,39 @@ typedef struct mn_replay_result_s {
 MN_API MN_NODISCARD mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator,
                           const mn_replay_options_t *options, mn_replay_result_t *out);
 
+/* One device of a trace, as `mnemo replay` and mnemo.profiling.replay replay
+ * it (mn_trace_devices). */
+typedef struct mn_trace_device_s {
+  uint32_t index;   /* the entries' device field (mn_replay_options_t.trace_device) */
+  /* The recorded device's number: its index in a trace of several devices
+   * (`meta devices`: the importer's CUDA indices), else the trace's `meta
+   * device` for index 0 (a one-device import of device N), else its index. */
+  uint64_t label;
+  bool host;        /* label is `meta host_device`: pinned host memory, not device memory */
+  size_t entries;   /* its entries */
+  size_t pre_allocs;/* of which pre alloc lines */
+  size_t oom_lines; /* its recorded oom lines */
+  /* The device's size as recorded, 0 when the trace does not say: at its first
+   * oom line, the reserved bytes then (pre segments and the segment lines
+   * before it) + the free bytes the line reports (its address field; a line of
+   * mnemo's recorder says 0, used only in a trace recorded_by pytorch). */
+  uint64_t oom_capacity;
+  /* Without an oom line: the least capacity (>= the peak reserved) that makes
+   * a caching allocator free its cache where the recording did for want of
+   * memory: runs of segment frees that no empty_cache line precedes and that a
+   * segment_alloc follows (PyTorch's partial release of its cache). 0: none,
+   * inconsistent, or the garbage collector on (meta config
+   * garbage_collection_threshold: it frees without a failure). */
+  uint64_t release_capacity;
+  size_t partial_releases; /* those runs */
+} mn_trace_device_t;
+
+/* The devices of a trace with entries, lowest index first (*n 0 and *out NULL
+ * for a trace without entries); free with mn_trace_devices_free. *out and *n
+ * are untouched on failure. */
+MN_API MN_NODISCARD mn_status mn_trace_devices(const mn_trace_t *trace, mn_trace_device_t **out, size_t *n);
+MN_API void mn_trace_devices_free(mn_trace_device_t *devices);
+
 #ifdef __cplusplus
 }
 #endif

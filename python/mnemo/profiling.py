@@ -5,28 +5,45 @@ snapshot under other allocator settings (``replay``), write the HTML report
 (``report``), and take the allocator's segments at the peak of a replay
 (``snapshot``). See docs/PROFILING.md and docs/TRACE_FORMAT.md.
 
-read_trace, record and snapshot call libmnemo.so in this process; import_snapshot,
-replay and report run the ``mnemo`` command-line tool (found as
+read_trace, record, import_snapshot, replay and snapshot run in this process:
+they call libmnemo.so (mn_trace_read/parse, mn_trace_replay, the SIM device)
+and, for a snapshot pickle, the importer module mnemo._torch_snapshot (the
+CLI's tools/import_torch_snapshot.py, staged into the package), and return
+its structured results; errors are MnemoError (SnapshotError for a bad
+pickle). report and diff still run the ``mnemo`` command-line tool (found as
 ``$MNEMO_CLI``, else the build's or install's own CLI named in
-``mnemo/_paths.py``, else ``mnemo`` on PATH) with an argument list (no shell)
-and raise ToolError carrying its message and exit status when it fails.
+``mnemo/_paths.py``, else ``mnemo`` on PATH) with an argument list (no
+shell) and raise ToolError carrying its message and exit status when it
+fails: the HTML pages are generated in tools/.
 
 Threading: a ``record`` object may be fed by allocators on any threads (the C
 recorder is thread-safe); its start/stop/close calls must not race with each
-other. The other functions keep no state and may run on any thread.
+other. The other functions keep no state and may run on any thread, except
+that a replay on a SIM device of another size (capacity=, or a recording
+that ran out of memory) reconfigures the SIM devices for its duration
+(mn_sim_configure): no other thread may use them meanwhile.
 """
+from __future__ import annotations
+
 import ctypes as C
 import json
 import os
 import re
 import shutil
 import subprocess
-import tempfile
+
+from typing import Any, Optional, Sequence, Union
 
 from . import _owner
-from ._lib import MnemoError, VP, built_path, declare, lib
+from ._lib import (MN_ERR_FORMAT, MN_ERR_INVALID_ARGUMENT, MN_ERR_IO, MN_ERR_NOT_FOUND, MnemoError, VP, built_path,
+                   declare, lib)
 
-__all__ = ["ToolError", "read_trace", "record", "import_snapshot", "replay", "report", "diff", "snapshot", "cli_path"]
+PathLike = Union[str, bytes, "os.PathLike[str]"]
+Bytes = Union[int, str, None]          # a byte count, or a string such as "80G"
+Configs = Union[str, dict, Sequence[Union[str, dict]], None]
+
+__all__ = ["ToolError", "SnapshotError", "SnapshotWarning", "read_trace", "record", "import_snapshot", "replay",
+           "report", "diff", "snapshot", "cli_path"]
 
 # ---- C structs -----------------------------------------------------------------
 
@@ -162,7 +179,7 @@ def _path_arg(path, what="path"):
     raise TypeError(f"mnemo: {what} must be a file path, got {path!r}")
 
 
-def read_trace(path):
+def read_trace(path: PathLike) -> dict[str, Any]:
     """Reads a trace file (docs/TRACE_FORMAT.md) into a dict: "version",
     "meta" (key -> value strings), "entries" (a list of dicts: action name,
     pre, time_us, stream, address, size, block_size, device, stack (0: none),
@@ -202,7 +219,7 @@ class record(_owner.Resource):
 
     _no_pickle = "a recorder is attached to an allocator of this process; pickle its trace() instead"
 
-    def __init__(self, allocator=None, capacity=1_000_000, stacks=0):
+    def __init__(self, allocator: Any = None, capacity: int = 1_000_000, stacks: int = 0) -> None:
         self._handle = None
         self._attached = None
         from .allocator import Allocator, default_allocator
@@ -234,11 +251,11 @@ class record(_owner.Resource):
         return self._handle
 
     @property
-    def recording(self):
+    def recording(self) -> bool:
         """Whether it is still attached to its allocator."""
         return self._attached is not None
 
-    def stop(self):
+    def stop(self) -> None:
         """Detaches from the allocator (no more events); the events stay."""
         with _owner.lock:
             attached, self._attached = self._attached, None
@@ -247,18 +264,18 @@ class record(_owner.Resource):
                 if box is None or box.handle is not None:  # the C allocator still lives
                     lib.mn_caching_allocator_set_trace_sink(ah, None, None)
 
-    def stats(self):
+    def stats(self) -> dict[str, int]:
         """A dict: recorded (events received), overwritten (lost to the
         bound), held, capacity, max_frames, stacks, stack_pcs, stackless."""
         s = _RecorderStats()
         lib.mn_trace_recorder_get_stats(self._r(), C.byref(s))
         return {name: getattr(s, name) for name, _ in _RecorderStats._fields_}
 
-    def clear(self):
+    def clear(self) -> None:
         """Drops the held events."""
         lib.mn_trace_recorder_clear(self._r())
 
-    def trace(self):
+    def trace(self) -> dict[str, Any]:
         """The held events as a trace dict (read_trace's form, "version" the
         one write() would give), oldest first; allocations freed in the window
         but made before it become pre lines."""
@@ -273,13 +290,13 @@ class record(_owner.Resource):
         d["version"] = 3 if d["frames"] else 2 if any(e["device"] for e in d["entries"]) else 1
         return d
 
-    def write(self, path):
+    def write(self, path: PathLike) -> str:
         """Writes the held events as a trace file (replayable: mnemo replay)."""
         p = _path_arg(path)
         lib.mn_trace_recorder_write(self._r(), os.fsencode(p))
         return p
 
-    def close(self):
+    def close(self) -> None:
         """Stops and frees the recorder. Closing twice, or from several threads
         at once, frees it once."""
         self.stop()
@@ -287,10 +304,10 @@ class record(_owner.Resource):
         if r is not None:
             lib.mn_trace_recorder_destroy(r)
 
-    def __enter__(self):
+    def __enter__(self) -> "record":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> bool:
         self.stop()
         return False
 
@@ -313,15 +330,16 @@ class ToolError(MnemoError):
     ``status`` is invalid_argument for exit status 2, not_found when the tool
     is missing, io_error otherwise."""
 
-    def __init__(self, message, returncode=None, command=None, stderr=""):
-        status = 8 if returncode is None else (1 if returncode == 2 else 5)
+    def __init__(self, message: str, returncode: Optional[int] = None, command: Optional[Sequence[str]] = None,
+                 stderr: str = "") -> None:
+        status = MN_ERR_NOT_FOUND if returncode is None else (MN_ERR_INVALID_ARGUMENT if returncode == 2 else MN_ERR_IO)
         super().__init__(status, message)
         self.returncode = returncode
         self.command = list(command or [])
         self.stderr = stderr
 
 
-def cli_path():
+def cli_path() -> str:
     """The mnemo executable used: $MNEMO_CLI when set, else the CLI named in
     mnemo/_paths.py (the build tree's, or the install's, relative to the
     package), else `mnemo` on PATH. ToolError when none exists."""
@@ -390,87 +408,475 @@ def _max_decompressed_arg(max_decompressed_size):
     return ["--max-decompressed-size", str(v)]
 
 
-def import_snapshot(path, out=None, device=None, max_decompressed_size=None):
+# ---- in process: importing snapshots, loading traces -------------------------------------
+
+
+class SnapshotError(MnemoError):
+    """A PyTorch memory snapshot that cannot be imported: malformed, over a
+    limit (max_decompressed_size), or without the device asked for. Status
+    format_error; the message names the file and what was wrong (the
+    importer's own words, as `mnemo import` prints them)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(MN_ERR_FORMAT, message)
+
+
+class SnapshotWarning(UserWarning):
+    """What the importer skipped in a snapshot it imported (a later PyTorch's
+    unknown keys or trace actions)."""
+
+
+def _importer():
+    """The PyTorch snapshot importer module (tools/import_torch_snapshot.py,
+    staged into the package as mnemo._torch_snapshot)."""
+    try:
+        from . import _torch_snapshot
+    except ImportError as e:
+        raise MnemoError(MN_ERR_NOT_FOUND, f"mnemo.profiling: the snapshot importer (mnemo._torch_snapshot) "
+                                                f"is missing from this installation: {e}") from None
+    return _torch_snapshot
+
+
+def _is_snapshot_file(path):
+    """Whether path is a PyTorch snapshot pickle (the CLI's test: pickle
+    protocol 2+ starts with PROTO 0x80, gzip with 1f 8b); False when it
+    cannot be read (the trace reader then says why)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+    except OSError:
+        return False
+    return head[:1] == b"\x80" or head == b"\x1f\x8b"
+
+
+def _decompress_cap(imp, max_decompressed_size):
+    v = max_decompressed_size
+    if v is None:
+        return imp.MAX_DECOMPRESSED
+    if isinstance(v, bool) or not isinstance(v, (int, str)) or (isinstance(v, int) and v < 0):
+        raise TypeError("mnemo: max_decompressed_size must be bytes (an int >= 0 or a string such as '8G'), "
+                        f"got {v!r}")
+    if isinstance(v, int):
+        return v
+    try:
+        return imp.parse_size(v)
+    except ValueError as e:
+        raise ValueError(f"mnemo: max_decompressed_size: {e}") from None
+
+
+def _import_text(who, src, device, max_decompressed_size):
+    """The trace text of the snapshot at src (the importer run in this process;
+    its warnings as SnapshotWarning). device: None or "all" (every device and
+    the pinned host memory) or an index."""
+    import gc
+    import warnings
+    imp = _importer()
+    cap = _decompress_cap(imp, max_decompressed_size)
+    try:
+        with open(src, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise MnemoError(MN_ERR_IO, f"{who}: cannot open {src!r}: {e.strerror or e}") from None
+
+    def warn(msg):
+        warnings.warn(f"{src}: {msg}", SnapshotWarning, stacklevel=4)
+
+    # millions of small dicts without cycles: the cyclic collector would walk them for nothing
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        text, _devs, _version, _stacks = imp.convert(data, device, src, warn, cap)
+    except imp.SnapshotError as e:
+        raise SnapshotError(f"{who}: {src}: malformed snapshot: {e}") from None
+    finally:
+        if was:
+            gc.enable()
+    return text
+
+
+def _parse_text(text, name):
+    raw = text.encode("utf-8")
+    t = _TP()
+    lib.mn_trace_parse(raw, len(raw), os.fsencode(name), C.byref(t))
+    return t
+
+
+def _load(who, path, device=None, max_decompressed_size=None):
+    """An mn_trace_t* (the caller destroys it) of a trace file, or of a PyTorch
+    snapshot pickle imported in this process (device: as _import_text)."""
+    src = _path_arg(path, "trace")
+    if _is_snapshot_file(src):
+        return _parse_text(_import_text(who, src, device, max_decompressed_size), src)
+    if max_decompressed_size is not None:
+        _decompress_cap(_importer(), max_decompressed_size)  # checked as for a snapshot
+    t = _TP()
+    lib.mn_trace_read(os.fsencode(src), C.byref(t))
+    return t
+
+
+def import_snapshot(path: PathLike, out: Optional[PathLike] = None, device: Union[int, str, None] = None,
+                    max_decompressed_size: Bytes = None) -> Union[str, dict[str, Any]]:
     """Converts a PyTorch memory snapshot (the pickle of
     torch.cuda.memory._dump_snapshot(), .pickle or .pickle.gz, any version;
-    `mnemo import --from torch`) into a mnemo trace. ``device``: the snapshot's
-    CUDA device index to take (None: the importer's choice, the first device
-    with events), or "all" (one version 2 trace). Writes ``out`` and returns
-    its path; with out None returns the trace as a dict (read_trace's form).
+    what `mnemo import --from torch` does) into a mnemo trace, in this process.
+    ``device``: the snapshot's CUDA device index to take (the pinned host
+    memory's is the largest CUDA index + 1), or None / "all" (every device
+    with events or segments and the pinned host memory: one version 2+ trace
+    when there are several). Writes ``out`` (atomically) and returns its
+    path; with out None returns the trace as a dict (read_trace's form).
     max_decompressed_size: the most bytes a .pickle.gz may inflate to (int or
-    "8G"; default the importer's 4 GiB); a snapshot over it is refused.
-    ToolError with the importer's message on a missing or malformed file."""
+    "8G"; default 4 GiB); a snapshot over it is refused.
+    What the importer skips (a later PyTorch's keys or actions) comes as
+    SnapshotWarning. SnapshotError (format_error) on a malformed snapshot,
+    MnemoError io_error when the file cannot be read or written."""
     src = _path_arg(path, "path")
-    args = ["import", "--from", "torch", src] + _max_decompressed_arg(max_decompressed_size)
-    if device is not None:
-        if device != "all":
-            _int_opt("device", device)
-        args += ["--device", str(device)]
+    if device is not None and device != "all":
+        _int_opt("device", device)
+    text = _import_text("mnemo.profiling.import_snapshot", src, device, max_decompressed_size)
     if out is not None:
         dst = _path_arg(out, "out")
-        _run(args + ["-o", dst])
+        try:
+            _importer().write_atomic(dst, text.encode("utf-8"))
+        except OSError as e:
+            raise MnemoError(MN_ERR_IO,
+                             f"mnemo.profiling.import_snapshot: cannot write {dst!r}: {e.strerror or e}") from None
         return dst
-    with tempfile.TemporaryDirectory(prefix="mnemo-import-") as tmp:
-        dst = os.path.join(tmp, "snapshot.trace")
-        _run(args + ["-o", dst])
-        return read_trace(dst)
+    t = _parse_text(text, src)
+    try:
+        return _trace_dict(t.contents)
+    finally:
+        lib.mn_trace_destroy(t)
 
 
-def replay(trace, configs=None, capacity=None, device=None, retries=None, trace_device=None, pre=True,
-           pre_segments=True, empty_cache=True, allocator=None, repeat=None, max_decompressed_size=None):
-    """Replays a trace file or a PyTorch snapshot pickle (`mnemo replay
-    --json`) and returns one dict per device and configuration (device by
-    device, each device's configurations in order): device (the recorded
-    device's number), replay_device ("sim:0"), peak_allocated, peak_reserved,
-    peak_requested, ratio, device_allocs, ooms (a count), oom_entries,
-    torch_ooms (the recorded OOMs, each with "reproduced"), capacity, ..., and
-    with that device's recorded PyTorch figures "torch" and reserved_vs_torch /
-    allocated_vs_torch / segments_vs_torch.
+# ---- replay, in process ---------------------------------------------------------------------
+
+
+class _SimConfig(C.Structure):
+    _fields_ = [("device_count", C.c_int), ("capacity", C.c_size_t), ("granularity", C.c_size_t),
+                ("eager", C.c_bool), ("no_peer_access", C.c_bool)]
+
+
+declare("mn_trace_parse", "status", [C.c_char_p, C.c_size_t, C.c_char_p, C.POINTER(_TP)])
+declare("mn_trace_meta_get_u64", "status", [_TP, C.c_char_p, C.POINTER(C.c_uint64)])
+declare("mn_sim_get_config", "status", [C.POINTER(_SimConfig)])
+declare("mn_sim_configure", "status", [C.POINTER(_SimConfig)])
+declare("mn_bytes_parse", "status", [C.c_char_p, C.POINTER(C.c_size_t)])
+
+_ACT = {name: i for i, name in enumerate(_ACTIONS)}
+_SIZE_MAX = (1 << (8 * C.sizeof(C.c_size_t))) - 1
+_TORCH_KEYS = ("peak_allocated", "peak_reserved", "segment_allocs", "reserved_start")
+
+
+def _meta_u64(t, key):
+    """The trace's meta value `key` as an unsigned integer; None when absent or not one."""
+    v = C.c_uint64()
+    try:
+        lib.mn_trace_meta_get_u64(t, key.encode(), C.byref(v))
+    except MnemoError:
+        lib.mn_clear_error()
+        return None
+    return v.value
+
+
+def _columns(t, names):
+    """The entries' fields as Python lists (one numpy view of the C array)."""
+    n = t.contents.nentries
+    if n == 0:
+        return {k: [] for k in names}
+    import warnings
+    import numpy as np
+    with warnings.catch_warnings():  # numpy's note on ctypes' PEP 3118 format of a padded struct
+        warnings.simplefilter("ignore", RuntimeWarning)
+        arr = np.ctypeslib.as_array(t.contents.entries, shape=(n,))
+    return {k: arr[k].tolist() for k in names}
+
+
+class _TraceDevice(C.Structure):
+    _fields_ = [("index", C.c_uint32), ("label", C.c_uint64), ("host", C.c_bool), ("entries", C.c_size_t),
+                ("pre_allocs", C.c_size_t), ("oom_lines", C.c_size_t), ("oom_capacity", C.c_uint64),
+                ("release_capacity", C.c_uint64), ("partial_releases", C.c_size_t)]
+
+
+declare("mn_trace_devices", "status", [_TP, C.POINTER(C.POINTER(_TraceDevice)), C.POINTER(C.c_size_t)])
+declare("mn_trace_devices_free", None, [C.POINTER(_TraceDevice)])
+
+
+def _find_devices(t, want):
+    """The devices of trace t to replay (mnemo replay's rule: mn_trace_devices,
+    then tools/cmd_replay.c's choice): every device with entries, lowest index
+    first, or the one whose recorded number is want; not the pinned host
+    memory. Each a dict: index, label, oom_capacity, release_capacity, torch
+    (the recorded figures)."""
+    p = C.POINTER(_TraceDevice)()
+    n = C.c_size_t()
+    lib.mn_trace_devices(t, C.byref(p), C.byref(n))
+    try:
+        found = [{f: getattr(p[k], f) for f, _ in _TraceDevice._fields_} for k in range(n.value)]
+    finally:
+        lib.mn_trace_devices_free(p)
+    multi = lib.mn_trace_meta_get(t, b"devices") is not None
+    devs = []
+    for d in found:
+        if d["host"]:
+            if want is not None and want == d["label"]:
+                raise ValueError(f"mnemo: trace_device {want} is the trace's pinned host memory (meta host_device): "
+                                 "only device memory is replayed")
+            continue
+        if want is not None and d["label"] != want:
+            continue
+        devs.append(d)
+    if not devs:
+        if want is not None:
+            has = " ".join(str(d["label"]) for d in found) or "none"
+            raise MnemoError(MN_ERR_NOT_FOUND,
+                             f"mnemo: trace_device {want}: the trace has no entries on that device (it has: {has})")
+        if not found:  # an empty trace: one (empty) replay of device 0
+            one = None if multi else _meta_u64(t, "device")
+            devs = [{"index": 0, "label": one if one is not None else 0, "oom_capacity": 0, "release_capacity": 0}]
+    for d in devs:
+        torch = {}
+        for k in _TORCH_KEYS:
+            v = _meta_u64(t, f"dev{d['label']}.torch_{k}" if multi else f"torch_{k}")
+            if v is not None:
+                torch[k] = v
+        d["torch"] = torch
+    return devs
+
+
+def _size_as_recorded(d, sc):
+    """(capacity, "oom" | "releases" | "default") for device d on SIM config sc."""
+    g = sc.granularity
+    if d["oom_capacity"] and d["oom_capacity"] <= _SIZE_MAX and g:
+        c = d["oom_capacity"] // g * g
+        return (c or g), "oom"
+    if d["release_capacity"] and d["release_capacity"] <= _SIZE_MAX - (1 << 30) and g:
+        return (d["release_capacity"] + g - 1) // g * g, "releases"
+    return sc.capacity, "default"
+
+
+def _sim_set(cfg):
+    c = _SimConfig()
+    lib.mn_sim_get_config(C.byref(c))
+    if (c.device_count, c.capacity, c.granularity, c.eager, c.no_peer_access) != \
+       (cfg.device_count, cfg.capacity, cfg.granularity, cfg.eager, cfg.no_peer_access):
+        lib.mn_sim_configure(C.byref(cfg))
+
+
+def _replay_one(t, dev_name, naive, text, index, opts, repeat):
+    """One run (repeat fresh replays): (mn_replay_result_t, [oom dicts])."""
+    from .allocator import CachingAllocator, NaiveAllocator
+    ooms = []
+
+    def on_oom(user, o):
+        x = o.contents
+        ooms.append((x.entry, x.size, bool(x.recorded), bool(x.reproduced)))
+    cb = _OOM_FN(on_oom)
+    first, ns = None, []
+    for k in range(repeat):
+        a = NaiveAllocator(dev_name) if naive else CachingAllocator(dev_name, text)
+        with a:
+            o = lib.mn_replay_options_default()
+            o.skip_pre = opts["skip_pre"]
+            o.skip_empty_cache = opts["skip_empty_cache"]
+            o.skip_pre_segments = opts["skip_pre_segments"]
+            o.oom_retries = opts["retries"]
+            o.trace_device = index
+            o.replay_ooms = True
+            if k == 0:  # the first replay's OOMs are the run's (the others replay the same)
+                o.on_oom = cb
+            res = _ReplayResult()
+            lib.mn_trace_replay(t, a._h(), C.byref(o), C.byref(res))
+        if first is None:
+            first = res
+        elif (res.peak_allocated, res.peak_reserved, res.device_allocs) != \
+                (first.peak_allocated, first.peak_reserved, first.device_allocs):
+            import warnings
+            warnings.warn(f"mnemo.profiling.replay: replay {k + 1} of {text!r} gave other peaks than the first",
+                          RuntimeWarning, stacklevel=3)
+        ns.append(res.ns_per_op)
+    first.ns_per_op = sorted(ns)[repeat // 2]
+    first.op_ns = 0  # per replay; not meaningful for the median
+    return first, ooms
+
+
+def _run_dict(path, t, col, allocator, run):
+    r, d = run["res"], run["dev"]
+    out = {"trace": path, "device": d["label"], "allocator": allocator, "config": run["config"],
+           "config_effective": run["effective"], "as_recorded": run["as_recorded"]}
+    for k in ("peak_allocated", "peak_reserved", "peak_requested", "ratio", "device_allocs", "device_allocs_events",
+              "device_frees", "peak_device_mapped", "reserved_after_pre", "allocated_after_pre", "ns_per_op",
+              "allocs", "frees", "pre_allocs", "ooms", "skipped_frees", "streams"):
+        out[k] = getattr(r, k)
+    out["stats_from_allocator"] = bool(r.stats_from_allocator)
+    for k in ("retries", "empty_caches", "trace_device", "trace_devices", "pre_segments", "pre_segments_laid_out"):
+        out[k] = getattr(r, k)
+    out["replay_device"] = run["replay_device"]
+    out["capacity"] = run["capacity"]
+    if run["capacity"] is not None:
+        out["capacity_from"] = run["capacity_from"]
+    out["oom_entries"] = [{"entry": e, "size": s} for e, s, rec, _ in run["ooms"] if not rec]
+    outcome = {e: rep for e, _, rec, rep in run["ooms"] if rec}
+    OOM = _ACT["oom"]
+    torch_ooms = []
+    for i, a in enumerate(col["action"]):
+        if a == OOM and col["device"][i] == d["index"]:
+            torch_ooms.append({"entry": i, "time_us": col["time_us"][i], "size": col["size"][i],
+                               "device_free": col["address"][i], "reproduced": outcome.get(i)})
+    out["torch_ooms"] = torch_ooms
+    out["ooms_reproduced"] = r.ooms_reproduced
+    if r.recorded_ooms:
+        out["oom_reproduced"] = r.ooms_reproduced == r.recorded_ooms
+    tf = d["torch"]
+    if "peak_allocated" in tf or "peak_reserved" in tf:
+        out["torch"] = dict(tf)
+        if tf.get("peak_reserved") and r.peak_reserved >= 0:
+            out["reserved_vs_torch"] = r.peak_reserved / tf["peak_reserved"]
+        if tf.get("peak_allocated"):
+            out["allocated_vs_torch"] = r.peak_allocated / tf["peak_allocated"]
+        if tf.get("segment_allocs") and r.device_allocs_events >= 0:
+            out["segments_vs_torch"] = r.device_allocs_events / tf["segment_allocs"]
+    return out
+
+
+def _bytes_opt(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"mnemo: {name} must be bytes (an int or a string such as '80G'), got {value!r}")
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError(f"mnemo: {name} must be > 0 bytes, got {value!r}")
+        return value
+    v = C.c_size_t()
+    lib.mn_bytes_parse(value.encode(), C.byref(v))
+    return v.value
+
+
+def _int_in(name, value, lo, hi):
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"mnemo: {name} must be an int in {lo}..{hi}, got {value!r}")
+    return value
+
+
+def replay(trace: PathLike, configs: Configs = None, capacity: Bytes = None, device: Optional[str] = None,
+           retries: Optional[int] = None, trace_device: Optional[int] = None, pre: bool = True,
+           pre_segments: bool = True, empty_cache: bool = True, allocator: Optional[str] = None,
+           repeat: Optional[int] = None, max_decompressed_size: Bytes = None) -> list[dict[str, Any]]:
+    """Replays a trace file or a PyTorch snapshot pickle (imported first) in
+    this process, as `mnemo replay --json` does, and returns one dict per
+    device and configuration (device by device, each device's configurations
+    in order): trace, device (the recorded device's number), allocator,
+    config, config_effective, as_recorded, replay_device ("sim:0"),
+    peak_allocated, peak_reserved, peak_requested, ratio, device_allocs,
+    device_allocs_events, device_frees, peak_device_mapped, ns_per_op, allocs,
+    frees, pre_allocs, ooms (a count), oom_entries, torch_ooms (the recorded
+    OOMs, each with "reproduced": True, False, or None when not replayed),
+    capacity (None off the SIM device) and capacity_from ("option", "oom",
+    "releases" or "default"), pre_segments, ..., and with that device's
+    recorded PyTorch figures "torch" and reserved_vs_torch /
+    allocated_vs_torch / segments_vs_torch (exact ratios; the CLI prints 4
+    decimals).
 
     configs: None (as recorded: the settings in the trace's meta config), an
     option string ("" for mnemo's defaults), a dict of options, or a list of
-    those. capacity: the SIM device's size in bytes (int) or a byte string
-    ("80G"): allocations beyond it fail (counted in ooms); None: the SIM
-    default, or for a device that ran out of memory in the recording its
-    size then (capacity_from "oom"). device: "sim"
-    (default) or "cuda" (cuda:0). retries: on an OOM empty the cache and retry
-    up to N times. trace_device: replay only that device (its recorded number).
+    those (at most 64). capacity: the SIM device's size in bytes (int) or a
+    byte string ("80G"): allocations beyond it fail (counted in ooms); None:
+    the SIM device's size, or for a device that ran out of memory in the
+    recording its size then (capacity_from "oom"). device: "sim" (default) or
+    "cuda" (cuda:0). retries: on an OOM empty the cache and retry up to N
+    times. trace_device: replay only that device (its recorded number).
     pre=False leaves out the allocations made before recording;
     pre_segments=False starts from a cold cache (the pre segments are not
     reserved as recorded); empty_cache=False ignores the trace's empty_cache
-    lines. allocator: "caching" (default) or "naive" (which takes no configs:
-    ToolError). repeat: replays per
-    config (ns_per_op is then the median). max_decompressed_size: as
-    import_snapshot()."""
-    args = ["replay", _path_arg(trace, "trace"), "--json", "--no-progress"] + _configs_arg(configs)
-    args += _max_decompressed_arg(max_decompressed_size)
-    if capacity is not None:
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, str)):
-            raise TypeError(f"mnemo: capacity must be bytes (an int or a string such as '80G'), got {capacity!r}")
-        args += ["--capacity", str(capacity)]
-    if device is not None:
-        name = str(device)
-        if name in ("sim:0", "cuda:0"):
-            name = name[:-2]
-        args += ["--device", name]
-    if retries is not None:
-        args += ["--retries", _int_opt("retries", retries)]
-    if trace_device is not None:
-        args += ["--trace-device", _int_opt("trace_device", trace_device)]
-    if repeat is not None:
-        args += ["--repeat", _int_opt("repeat", repeat, 1)]
+    lines. allocator: "caching" (default) or "naive" (which takes no
+    configs). repeat: replays per config (ns_per_op is then the median).
+    max_decompressed_size: as import_snapshot().
+
+    A replay at another SIM size reconfigures the SIM devices
+    (mn_sim_configure) for its duration and restores them after: that needs
+    no SIM memory alive in the process (MnemoError invalid_state otherwise).
+    Errors: ValueError / TypeError on bad arguments, MnemoError from the
+    library (io_error or format_error naming the line of a bad trace,
+    invalid_argument for a bad config), SnapshotError for a bad pickle."""
+    from .allocator import _config_text, _format_config, _parse_config
+    path = _path_arg(trace, "trace")
+    naive = False
     if allocator is not None:
-        args += ["--allocator", str(allocator)]
-    if not pre:
-        args.append("--no-pre")
-    if not pre_segments:
-        args.append("--no-pre-segments")
-    if not empty_cache:
-        args.append("--no-empty-cache")
-    out, _ = _run(args)
-    import json
-    result = json.loads(out)
-    return result if isinstance(result, list) else [result]
+        if allocator not in ("caching", "naive"):
+            raise ValueError(f"mnemo: allocator must be 'caching' or 'naive', not {allocator!r}")
+        naive = allocator == "naive"
+    if device is None or str(device) in ("sim", "sim:0"):
+        dev_name = "sim:0"
+    elif str(device) in ("cuda", "cuda:0"):
+        dev_name = "cuda:0"
+    else:
+        raise ValueError(f"mnemo: device must be 'sim' or 'cuda', not {device!r}")
+    if configs is not None:
+        configs = [configs] if isinstance(configs, (str, dict)) else list(configs)
+        if len(configs) > 64:
+            raise ValueError(f"mnemo: at most 64 configs, got {len(configs)}")
+        configs = [_config_text(c) for c in configs]
+        if naive and configs:
+            raise ValueError("mnemo: configs apply to the caching allocator, not allocator='naive'")
+        for c in configs:
+            _parse_config(c)  # bad options raise before any replay
+    cap = None if capacity is None else _bytes_opt("capacity", capacity)
+    if cap is not None and dev_name != "sim:0":
+        raise ValueError("mnemo: capacity applies to the SIM device, not device='cuda'")
+    opts = {"retries": 0 if retries is None else _int_in("retries", retries, 0, 1000),
+            "skip_pre": not pre, "skip_pre_segments": not pre_segments, "skip_empty_cache": not empty_cache}
+    want = None if trace_device is None else _int_in("trace_device", trace_device, 0, 1000)
+    repeat = 1 if repeat is None else _int_in("repeat", repeat, 1, 101)
+    t = _load("mnemo.profiling.replay", path, want, max_decompressed_size)
+    sim0 = None
+    try:
+        devs = _find_devices(t, want)
+        col = _columns(t, ("action", "device", "time_us", "size", "address"))
+        as_recorded = False
+        if configs is None:
+            configs = [""]
+            rec = lib.mn_trace_meta_get(t, b"config")
+            if rec is not None and not naive:
+                try:
+                    _parse_config(_dec(rec))
+                    configs, as_recorded = [_dec(rec)], True
+                except MnemoError as e:
+                    import warnings
+                    warnings.warn(f"mnemo.profiling.replay: the trace's recorded settings {_dec(rec)!r} are not "
+                                  f"mnemo's ({e.message}); replaying with the defaults", RuntimeWarning, stacklevel=2)
+        if dev_name == "sim:0":
+            sim0 = _SimConfig()
+            lib.mn_sim_get_config(C.byref(sim0))
+        runs = []
+        for d in devs:
+            capv, frm = None, "default"
+            if sim0 is not None:
+                sc = _SimConfig.from_buffer_copy(sim0)
+                if cap is not None:
+                    sc.capacity, frm = cap, "option"
+                else:
+                    sc.capacity, frm = _size_as_recorded(d, sc)
+                _sim_set(sc)
+                capv = sc.capacity
+            for c in configs:
+                effective = "naive" if naive else _format_config(_parse_config(c))
+                res, ooms = _replay_one(t, dev_name, naive, c, d["index"], opts, repeat)
+                runs.append({"config": c, "as_recorded": as_recorded, "dev": d, "res": res, "ooms": ooms,
+                             "effective": effective, "capacity": capv, "capacity_from": frm,
+                             "replay_device": dev_name})
+        name = "naive" if naive else "caching"
+        out = [_run_dict(path, t, col, name, r) for r in runs]
+    except BaseException:
+        if sim0 is not None:
+            try:
+                _sim_set(sim0)
+            except MnemoError:
+                pass  # the first error is the one to see
+        raise
+    else:
+        if sim0 is not None:
+            _sim_set(sim0)  # the SIM devices as they were
+    finally:
+        lib.mn_trace_destroy(t)
+    return out
 
 
 _REPORT_RE = re.compile(r"report (?P<path>.*): (?P<entries>\d+) entries, (?P<configs>\d+) configs, "
@@ -483,7 +889,9 @@ _REPORT_DEV_RE = re.compile(r"^(?P<label>\S.*?) \(trace device (?P<device>\d+)\)
                             re.M)
 
 
-def report(trace, out, configs=None, title=None, capacity=None, trace_device=None, max_decompressed_size=None):
+def report(trace: PathLike, out: PathLike, configs: Configs = None, title: Optional[str] = None,
+           capacity: Bytes = None, trace_device: Optional[int] = None,
+           max_decompressed_size: Bytes = None) -> dict[str, Any]:
     """Writes the self-contained HTML report of a trace or a PyTorch snapshot
     (`mnemo report`: timeline, active memory, who holds the peak, segment map
     at any moment, configurations compared; every device of the trace).
@@ -527,7 +935,9 @@ def report(trace, out, configs=None, title=None, capacity=None, trace_device=Non
     return res
 
 
-def diff(a, b, out=None, config=None, trace_device=None, title=None, max_decompressed_size=None):
+def diff(a: PathLike, b: PathLike, out: Optional[PathLike] = None, config: Union[str, dict, None] = None,
+         trace_device: Optional[int] = None, title: Optional[str] = None,
+         max_decompressed_size: Bytes = None) -> dict[str, Any]:
     """Compares two traces or PyTorch snapshots (two runs, or two ranks of one
     job): `mnemo diff A B --json`, returned as a dict: "a" and "b" (each one's
     peaks, replay and PyTorch's recorded, and its live allocations at its peak
@@ -563,13 +973,9 @@ def diff(a, b, out=None, config=None, trace_device=None, title=None, max_decompr
 # ---- a replay's segments at a point, in this process ----------------------------------
 
 
-def _is_snapshot_file(path):
-    with open(path, "rb") as f:
-        head = f.read(2)
-    return head in (b"\x1f\x8b",) or (len(head) == 2 and head[0] == 0x80 and head[1] >= 2)
-
-
-def snapshot(trace, at="peak", config=None, pre_segments=True, trace_device=None, max_decompressed_size=None):
+def snapshot(trace: PathLike, at: Union[str, int] = "peak", config: Union[str, dict, None] = None,
+             pre_segments: bool = True, trace_device: Optional[int] = None,
+             max_decompressed_size: Bytes = None) -> dict[str, Any]:
     """Replays a trace (a file, or a PyTorch snapshot pickle imported first)
     on sim:0 in this process, with a fresh caching allocator, up to ``at``
     ("peak": the first entry where allocated bytes peak, as `mnemo snapshot
@@ -585,25 +991,9 @@ def snapshot(trace, at="peak", config=None, pre_segments=True, trace_device=None
     replay."""
     from .allocator import CachingAllocator, _config_text, _parse_config, _snapshot_list, _stats_dict, _Snapshot
     from .allocator import _AllocStats
-    src = _path_arg(trace, "trace")
-    if not os.path.isfile(src):
-        raise MnemoError(5, f"mnemo.profiling.snapshot: cannot open {src!r}: no such file")
-    tmp = None
-    if _is_snapshot_file(src):
-        tmp = tempfile.TemporaryDirectory(prefix="mnemo-snapshot-")
-        dst = os.path.join(tmp.name, "snapshot.trace")
-        try:
-            import_snapshot(src, dst, max_decompressed_size=max_decompressed_size)
-        except BaseException:
-            tmp.cleanup()
-            raise
-        src = dst
-    t = _TP()
-    try:
-        lib.mn_trace_read(os.fsencode(src), C.byref(t))
-    finally:
-        if tmp is not None:
-            tmp.cleanup()
+    if trace_device is not None:
+        _int_opt("trace_device", trace_device)
+    t = _load("mnemo.profiling.snapshot", trace, trace_device, max_decompressed_size)
     try:
         n = t.contents.nentries
         as_recorded = False

@@ -97,7 +97,8 @@ def _storage_str(values, info):
 
 class _StorageBase:
     """What UntypedStorage and TypedStorage share: the dtype conversions,
-    type(), and the PyTorch constants."""
+    type(), is_cuda, get_device() (over each class's ``device``) and the
+    PyTorch constants."""
 
     __slots__ = ()
     is_sparse = False
@@ -105,6 +106,15 @@ class _StorageBase:
 
     def _convert(self, dtype) -> "TypedStorage":
         raise NotImplementedError
+
+    @property
+    def is_cuda(self) -> bool:
+        """Whether the storage is on a CUDA device."""
+        return self.device.type == "cuda"
+
+    def get_device(self) -> int:
+        """The device index; -1 on the CPU (PyTorch 2's value)."""
+        return _get_device(self.device)
 
     def byte(self) -> "TypedStorage":
         """A copy as a uint8 TypedStorage (values converted, PyTorch's wrap-around)."""
@@ -284,15 +294,6 @@ class UntypedStorage(_StorageBase, _owner.Owner):
     def device(self) -> Device:
         """The Device the bytes live on."""
         return Device._from_c(lib.mn_storage_device(self._h()))
-
-    @property
-    def is_cuda(self) -> bool:
-        """Whether the bytes are on a CUDA device."""
-        return self.device.type == "cuda"
-
-    def get_device(self) -> int:
-        """The device index; -1 on the CPU (PyTorch 2's value)."""
-        return _get_device(self.device)
 
     def data_ptr(self) -> int:
         """The address of the first byte (0 when empty)."""
@@ -754,15 +755,6 @@ class TypedStorage(_StorageBase):
     def device(self) -> Device:
         """The Device the elements live on."""
         return self._untyped_storage.device
-
-    @property
-    def is_cuda(self) -> bool:
-        """Whether the elements are on a CUDA device."""
-        return self.device.type == "cuda"
-
-    def get_device(self) -> int:
-        """The device index; -1 on the CPU (PyTorch 2's value)."""
-        return _get_device(self.device)
 
     def data_ptr(self) -> int:
         """The address of the first element (0 when empty)."""

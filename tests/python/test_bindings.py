@@ -61,6 +61,8 @@ MIRRORS = {
     "mnemo.profiling._ReplayOom": "mn_replay_oom_t",
     "mnemo.profiling._ReplayOptions": "mn_replay_options_t",
     "mnemo.profiling._ReplayResult": "mn_replay_result_t",
+    "mnemo.profiling._TraceDevice": "mn_trace_device_t",
+    "mnemo.profiling._SimConfig": "mn_sim_config_t",
     "mnemo.serialize._NamedViews": "mn_named_views_t",
 }
 
@@ -165,18 +167,23 @@ def _parse_type(decl, name_expected=True):
     return CType(" ".join(words), depth)
 
 
-def parse_headers(include):
-    """{name: (return CType, [param CType])} of every MN_API function, and
-    {typedef name: CType} of function-pointer typedefs, and the set of enum
-    typedef names."""
-    protos, fnptrs, enums = {}, {}, set()
+def header_texts(include):
+    """The text of every include/mnemo/*.h, comments and preprocessor lines removed."""
     folder = os.path.join(include, "mnemo")
     for fname in sorted(os.listdir(folder)):
         if not fname.endswith(".h"):
             continue
         with open(os.path.join(folder, fname)) as f:
             text = _strip_comments(f.read())
-        text = re.sub(r"^\s*#.*?(?<!\\)$", " ", text, flags=re.M | re.S)
+        yield re.sub(r"^\s*#.*?(?<!\\)$", " ", text, flags=re.M | re.S)
+
+
+def parse_headers(include):
+    """{name: (return CType, [param CType])} of every MN_API function, and
+    {typedef name: CType} of function-pointer typedefs, and the set of enum
+    typedef names."""
+    protos, fnptrs, enums = {}, {}, set()
+    for text in header_texts(include):
         for m in re.finditer(r"typedef\s+enum\s*\w*\s*\{[^}]*\}\s*(\w+)\s*;", text):
             enums.add(m.group(1))
         for m in re.finditer(r"typedef\s+([^;{}]*?\(\s*\*\s*(\w+)\s*\)\s*\([^;]*?\))\s*;", text):
@@ -213,13 +220,7 @@ def parse_structs(include):
     where a macro expands to fields (MN_ALLOC_STATS_MAP): the list then misses
     those. A nested struct/union field has CType None."""
     out = {}
-    folder = os.path.join(include, "mnemo")
-    for fname in sorted(os.listdir(folder)):
-        if not fname.endswith(".h"):
-            continue
-        with open(os.path.join(folder, fname)) as f:
-            text = _strip_comments(f.read())
-        text = re.sub(r"^\s*#.*?(?<!\\)$", " ", text, flags=re.M | re.S)
+    for text in header_texts(include):
         for m in re.finditer(r"typedef\s+struct\s*\w*\s*\{", text):
             depth, i = 1, m.end()
             while depth:

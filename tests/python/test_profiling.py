@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 # tests/python/test_profiling.py: mnemo.profiling: recording a caching allocator
-# on the SIM device and reading the trace back, the bundled real traces through
-# the mnemo CLI (replay --json, import --from torch, report) and the in-process
-# replay snapshot; errors carry the CLI's message and exit status. Single-threaded.
+# on the SIM device and reading the trace back; replay, import_snapshot and
+# snapshot in this process (the same results as the CLI's `replay --json`, no
+# CLI needed); report and diff through the mnemo CLI, whose errors carry its
+# message and exit status. Single-threaded.
 """Run: PYTHONPATH=<build>/python python3 tests/python/test_profiling.py"""
 import gzip
 import os
@@ -295,50 +296,43 @@ class Tool(unittest.TestCase):
                  lambda m: P.replay(RESNET_PICKLE, max_decompressed_size=m),
                  lambda m: P.report(RESNET_PICKLE, html, max_decompressed_size=m),
                  lambda m: P.snapshot(RESNET_PICKLE, max_decompressed_size=m)]
-        for call in calls:
-            with self.assertRaises(P.ToolError) as cm:
+        for k, call in enumerate(calls):
+            # in process: SnapshotError (format_error); the report's CLI: exit status 2
+            with self.assertRaises(P.ToolError if k == 2 else P.SnapshotError) as cm:
                 call(100_000)
-            self.assertEqual(cm.exception.returncode, 2)
+            if k == 2:
+                self.assertEqual(cm.exception.returncode, 2)
+            else:
+                self.assertEqual(cm.exception.status_name, "format_error")
             self.assertIn("inflates to more than 100000 bytes", str(cm.exception))
             call("1M")
         with self.assertRaises(TypeError):
             P.replay(RESNET_PICKLE, max_decompressed_size=1.5)
 
     def test_errors_carry_the_tools_message(self):
-        missing = os.path.join(self.tmp.name, "missing.trace")
+        """report and diff run the CLI: ToolError with its message and exit status."""
         with self.assertRaises(P.ToolError) as cm:
-            P.replay(missing)
+            P.report(os.path.join(self.tmp.name, "missing.trace"), os.path.join(self.tmp.name, "m.html"))
         e = cm.exception
         self.assertIsInstance(e, mnemo.MnemoError)
         self.assertEqual(e.returncode, 1)
         self.assertIn("cannot open", str(e))
-        self.assertIn(missing, str(e))
-        self.assertIn("mnemo replay", e.stderr)
+        self.assertIn("mnemo report", e.stderr)
         with self.assertRaises(P.ToolError) as cm:
-            P.replay(CTX, configs="bogus:1")
+            P.report(CTX, os.path.join(self.tmp.name, "b.html"), configs="bogus:1")
         self.assertEqual(cm.exception.returncode, 2)
         self.assertEqual(cm.exception.status_name, "invalid_argument")
-        self.assertIn('unknown key "bogus"', str(cm.exception))
-        with self.assertRaises(P.ToolError) as cm:
-            P.import_snapshot(os.path.join(self.tmp.name, "missing.pickle"))
-        self.assertIn("cannot open", str(cm.exception))
-        with self.assertRaises(P.ToolError) as cm:  # a trace is not a pickle
-            P.import_snapshot(CTX, os.path.join(self.tmp.name, "x.trace"))
-        self.assertEqual(cm.exception.returncode, 2)
-        self.assertIn("malformed snapshot", str(cm.exception))
         bad = os.path.join(self.tmp.name, "bad.pickle.gz")
         with gzip.open(bad, "wb") as f:
             f.write(b"\x80\x04not really")
         with self.assertRaises(P.ToolError):
             P.report(bad, os.path.join(self.tmp.name, "bad.html"))
         self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "bad.html")))
-        with self.assertRaises(ValueError):
-            P.replay(CTX, retries=-1)
         old = os.environ.get("MNEMO_CLI")
         os.environ["MNEMO_CLI"] = os.path.join(self.tmp.name, "no-such-mnemo")
         try:
             with self.assertRaises(P.ToolError) as cm:
-                P.replay(CTX)
+                P.report(CTX, os.path.join(self.tmp.name, "r.html"))
             self.assertIn("MNEMO_CLI", str(cm.exception))
             self.assertIsNone(cm.exception.returncode)
         finally:
@@ -347,6 +341,158 @@ class Tool(unittest.TestCase):
             else:
                 os.environ["MNEMO_CLI"] = old
         self.assertTrue(os.path.isfile(P.cli_path()))
+
+
+class InProcess(unittest.TestCase):
+    """replay, import_snapshot and snapshot call the library (and the snapshot
+    importer module) in this process: no CLI, no parsing of its text."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="mnemo-test-profiling-")
+        self.old_cli = os.environ.get("MNEMO_CLI")
+
+    def tearDown(self):
+        if self.old_cli is None:
+            os.environ.pop("MNEMO_CLI", None)
+        else:
+            os.environ["MNEMO_CLI"] = self.old_cli
+        self.tmp.cleanup()
+
+    def test_no_cli_needed(self):
+        """With no usable CLI, replay, import_snapshot and snapshot still work
+        (each ran the CLI before: ToolError here)."""
+        os.environ["MNEMO_CLI"] = os.path.join(self.tmp.name, "no-such-mnemo")
+        self.assertEqual(P.replay(CTX)[0]["peak_reserved"], 24245174272)
+        d = P.import_snapshot(RESNET_PICKLE)
+        self.assertEqual(d["meta"], P.read_trace(RESNET_TRACE)["meta"])
+        self.assertEqual(P.replay(RESNET_PICKLE)[0]["reserved_vs_torch"], 1.0)
+        self.assertEqual(P.snapshot(RESNET_PICKLE, at="reserved-peak")["stats"]["reserved_bytes.all.current"],
+                         3797942272)
+
+    def test_same_as_the_cli(self):
+        """replay() gives what `mnemo replay --json` prints (the CLI's ratios
+        have 4 decimals; ns_per_op is a time): traces of several devices, a
+        recorded OOM (the SIM device sized as recorded), pinned host memory,
+        several configs, the naive allocator."""
+        try:
+            cli_path = P.cli_path()
+        except P.ToolError:
+            self.skipTest("no CLI to compare with")
+        import json
+        import math
+        import subprocess
+        import warnings
+        corpus = os.path.join(SRC, "tests", "corpus", "trace")
+        torch_dir = os.path.join(SRC, "tests", "data", "torch")
+        cases = [(CTX, [], {}),
+                 (CTX, ["--config", "", "--config", "expandable_segments:True"],
+                  {"configs": ["", {"expandable_segments": True}]}),
+                 (CTX, ["--capacity", "16G", "--no-pre-segments", "--retries", "1"],
+                  {"capacity": "16G", "pre_segments": False, "retries": 1}),
+                 (CTX, ["--allocator", "naive", "--no-pre", "--no-empty-cache"],
+                  {"allocator": "naive", "pre": False, "empty_cache": False}),
+                 (os.path.join(corpus, "v3_devices.trace"), [], {}),
+                 (os.path.join(corpus, "v4_annotations.trace"), ["--trace-device", "1"], {"trace_device": 1}),
+                 (os.path.join(torch_dir, "multi_device_oom.pickle"), [], {}),
+                 (os.path.join(torch_dir, "oom.pickle"), [], {}),
+                 (os.path.join(torch_dir, "torch214.pickle"), [], {}),
+                 (RESNET_PICKLE, [], {})]
+        for path, args, kw in cases:
+            with self.subTest(path=os.path.basename(path), args=args):
+                proc = subprocess.run([cli_path, "replay", path, "--json", "--no-progress", "--no-cache"] + args,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True)
+                cli = json.loads(proc.stdout)
+                cli = cli if isinstance(cli, list) else [cli]
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", P.SnapshotWarning)
+                    got = P.replay(path, **kw)
+                self.assertEqual(len(got), len(cli))
+                for c, g in zip(cli, got):
+                    self.assertEqual(set(c), set(g))
+                    for k, v in c.items():
+                        if k == "ns_per_op":
+                            continue
+                        if isinstance(v, float):
+                            self.assertTrue(math.isclose(v, g[k], abs_tol=6e-5), (k, v, g[k]))
+                        else:
+                            self.assertEqual(v, g[k], k)
+        oom = P.replay(os.path.join(torch_dir, "oom.pickle"))[0]
+        self.assertEqual(oom["capacity_from"], "oom")  # a recording that ran out: the SIM device sized as then
+        self.assertTrue(oom["torch_ooms"] and oom["torch_ooms"][0]["reproduced"])
+
+    def test_sim_device_restored(self):
+        """A replay at another SIM size puts the SIM devices back as they were."""
+        before = P._SimConfig()
+        P.lib.mn_sim_get_config(P.C.byref(before))
+        small = P.replay(CTX, capacity="16G")[0]
+        self.assertEqual(small["capacity"], 16 << 30)
+        self.assertGreater(small["ooms"], 0)
+        after = P._SimConfig()
+        P.lib.mn_sim_get_config(P.C.byref(after))
+        self.assertEqual(after.capacity, before.capacity)
+        self.assertEqual(P.replay(CTX)[0]["capacity"], before.capacity)
+        # an error mid-way (a bad trace device) restores it too
+        with self.assertRaises(mnemo.MnemoError):
+            P.replay(os.path.join(SRC, "tests", "data", "torch", "oom.pickle"), capacity="1G", trace_device=0,
+                     configs="bogus:1")
+        P.lib.mn_sim_get_config(P.C.byref(after))
+        self.assertEqual(after.capacity, before.capacity)
+
+    def test_errors(self):
+        missing = os.path.join(self.tmp.name, "missing.trace")
+        with self.assertRaises(mnemo.MnemoError) as cm:
+            P.replay(missing)
+        self.assertEqual(cm.exception.status_name, "io_error")
+        self.assertIn("cannot open", str(cm.exception))
+        self.assertIn(missing, str(cm.exception))
+        with self.assertRaises(mnemo.MnemoError) as cm:
+            P.replay(CTX, configs="bogus:1")
+        self.assertEqual(cm.exception.status_name, "invalid_argument")
+        self.assertIn('unknown key "bogus"', str(cm.exception))
+        with self.assertRaises(mnemo.MnemoError) as cm:
+            P.import_snapshot(os.path.join(self.tmp.name, "missing.pickle"))
+        self.assertEqual(cm.exception.status_name, "io_error")
+        self.assertIn("cannot open", str(cm.exception))
+        out = os.path.join(self.tmp.name, "x.trace")
+        with self.assertRaises(P.SnapshotError) as cm:  # a trace is not a pickle
+            P.import_snapshot(CTX, out)
+        self.assertIn("malformed snapshot", str(cm.exception))
+        self.assertIn("a mnemo trace is used as it is", str(cm.exception))
+        self.assertFalse(os.path.exists(out))
+        with self.assertRaises(P.SnapshotError) as cm:
+            P.import_snapshot(RESNET_PICKLE, device=5)
+        self.assertIn("5", str(cm.exception))
+        with self.assertRaises(mnemo.MnemoError) as cm:
+            P.replay(CTX, trace_device=3)
+        self.assertEqual(cm.exception.status_name, "not_found")
+        self.assertIn("(it has: 0)", str(cm.exception))
+        t214 = os.path.join(SRC, "tests", "data", "torch", "torch214.pickle")
+        with self.assertRaises(ValueError):   # its pinned host memory is not replayed
+            P.replay(t214, trace_device=1)
+        for bad in ({"retries": -1}, {"retries": 1001}, {"repeat": 0}, {"trace_device": -1}, {"device": "tpu"},
+                    {"allocator": "slab"}, {"allocator": "naive", "configs": ""}, {"device": "cuda", "capacity": 1 << 30},
+                    {"capacity": 0}):
+            with self.subTest(bad=bad), self.assertRaises(ValueError):
+                P.replay(CTX, **bad)
+        with self.assertRaises(TypeError):
+            P.replay(CTX, capacity=1.5)
+        with self.assertRaises(mnemo.MnemoError):
+            P.replay(CTX, capacity="lots")
+
+    def test_import_warnings_and_devices(self):
+        """What the importer skips comes as SnapshotWarning; device picks one."""
+        t214 = os.path.join(SRC, "tests", "data", "torch", "torch214.pickle")
+        with self.assertWarns(P.SnapshotWarning) as cm:
+            d = P.import_snapshot(t214)
+        self.assertIn("stream_info", str(cm.warning))
+        self.assertEqual(d["meta"]["host_device"], "1")
+        multi = os.path.join(SRC, "tests", "data", "torch", "multi_device.pickle")
+        both = P.import_snapshot(multi, device="all")
+        one = P.import_snapshot(multi, device=1)
+        self.assertEqual({e["device"] for e in both["entries"]}, {0, 1})
+        self.assertEqual(len(one["entries"]), sum(e["device"] == 1 for e in both["entries"]))
+        with self.assertRaises(ValueError):
+            P.import_snapshot(multi, device=-1)
 
 
 if __name__ == "__main__":
