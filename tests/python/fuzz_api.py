@@ -153,6 +153,36 @@ HINTS = {
 }
 
 
+class Liar:
+    """Looks like an array, an index and a DLPack producer, and is none: its
+    protocol methods return junk or raise (allowed types only: what a user's
+    own exception is, the package passes on)."""
+    shape, ndim, dtype, device, _handle = (2, 3), 2, "float32", "cpu", None
+
+    def __index__(self):
+        raise ValueError("Liar.__index__")
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        raise IndexError("Liar.__getitem__")
+
+    def __array__(self, *a, **k):
+        return "not an array"
+
+    def __dlpack__(self, *a, **k):
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        return new(id(self), b"not_dltensor", None)  # a capsule of another name
+
+    def __dlpack_device__(self):
+        return ("x",)
+
+    def __float__(self):
+        raise TypeError("Liar.__float__")
+
+
 class Pool:
     """The objects the arguments are drawn from: valid ones of every class and
     junk. Remade every `refresh` steps (successful calls may change them)."""
@@ -206,7 +236,7 @@ class Pool:
                     mnemo.TypedStorage(2, dtype=mnemo.float64), views[1].storage(), views[0].untyped_storage(),
                     mnemo.UntypedStorage(6, device="meta"), shared, filed, pinned]
         self.views, self.storages = views, storages
-        junk = [object(), {}, {"a": 1}, set(), lambda *a, **k: 0, print, ctypes.c_int(3), range(3), iter([1]),
+        junk = [Liar(), object(), {}, {"a": 1}, set(), lambda *a, **k: 0, print, ctypes.c_int(3), range(3), iter([1]),
                 NotImplemented, type, mnemo, Exception("x")]
         closed_pool = mnemo.MemPool(alloc)
         closed_pool.close()
@@ -278,6 +308,20 @@ class Pool:
         else:
             items = [self.value(depth + 1) for _ in range(min(n, 3))]
         return tuple(items) if rng.random() < 0.5 else items
+
+    def adopt(self, x):
+        """A View or storage a successful call made joins the pool (the pool's
+        first objects stay): later calls get odd strides, dtypes and devices."""
+        for kind, lst, base in ((mnemo.View, self.views, 24), ((mnemo.UntypedStorage, mnemo.TypedStorage),
+                                                                self.storages, 16)):
+            if isinstance(x, kind):
+                if any(y is x for y in lst):  # identity: == of views compares elements
+                    return
+                if len(lst) < base + 12:
+                    lst.append(x)
+                else:
+                    lst[base + self.rng.randrange(12)] = x
+                return
 
     def receiver(self, cls):
         """An instance of cls from the pool, or a new one; None when none can be made."""
@@ -441,6 +485,7 @@ class Fuzz:
             if inspect.isgenerator(result) or type(result).__name__ in ("list_iterator", "generator"):
                 for _ in zip(range(10), result):
                     pass
+            self.pool.adopt(result)
             del result
         except ALLOWED as e:
             err = e
