@@ -495,8 +495,17 @@ assert host["capacity"] is None and host["results"] == [] and host["torch"] is N
 assert host["peak_allocated"] == 4194304 and host["segment_map"]["entry"] == host["peak_allocated_entry"], host
 assert d["devices"][0]["results"][0]["as_recorded"] is True, d
 PY
-"$cli" report "$ctx" "$ctx" -o "$tmp/d.html" --json >/dev/null 2>"$tmp/err"
-check "report A B --json: usage error (diff --json gives the comparison)" test $? -eq 2
+# report A B --json: the comparison's page, and `diff --json`'s object with its path and size
+full="$src/data/traces/ctx128_fullstep.trace"
+"$cli" report "$full" "$ctx" -o "$tmp/dj.html" --json >"$tmp/dj.json" 2>"$tmp/err"
+check "report A B --json exits 0" test $? -eq 0
+"$cli" diff "$full" "$ctx" --json >"$tmp/dd.json" 2>&1
+check "report A B --json: diff --json's object, with the page's path and size" /usr/bin/python3 - "$tmp/dj.json" "$tmp/dd.json" "$tmp/dj.html" <<'PY'
+import json, os, sys
+d, dd = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert d.pop("path") == sys.argv[3] and d.pop("bytes") == os.path.getsize(sys.argv[3]), d
+assert d == dd, (d, dd)
+PY
 
 echo "$fails failed"
 [ "$fails" -eq 0 ]

@@ -69,9 +69,9 @@ const char cmd_report_about[] =
     "segment map at the peak; every --config in the comparison) and writes one\n"
     "self-contained HTML page (-o FILE, or -o - for stdout); prints its summary on\n"
     "stdout (on stderr when the page goes to stdout; --json: as one JSON object).\n"
-    "With two inputs A B: their\n"
-    "comparison as a page (`mnemo diff --help`), taking -o, --title, one --config,\n"
-    "--trace-device and --max-decompressed-size.\n";
+    "With two inputs A B: their comparison as a page (`mnemo diff --help`), taking\n"
+    "-o, --title, one --config, --trace-device, --max-decompressed-size and --json\n"
+    "(`diff --json`'s object, with the page's path and size).\n";
 
 enum { O_OUTPUT = 1, O_CONFIG, O_CAPACITY, O_TRACE_DEVICE, O_TITLE, O_MAX_DECOMPRESSED, O_NO_CACHE, O_PROGRESS,
        O_NO_PROGRESS, O_JSON };
@@ -1675,11 +1675,12 @@ int cmd_report(int argc, char **argv) {
   }
   if (id < 0) return p.rc;
   if (p.nargs == 2) { /* two inputs: their comparison as a page (tools/cmd_diff.c) */
-    if (capacity || nconfigs > 1 || json)
+    if (capacity || nconfigs > 1)
       return mn__cli_error(&p, "with two inputs (a comparison): -o, --title, one --config, --trace-device, "
-                               "--max-decompressed-size");
+                               "--max-decompressed-size, --json");
     if (!out_path) return mn__cli_error(&p, "missing -o FILE (the page to write; - for stdout)");
-    return cmd_diff_page(&p, p.args[0], p.args[1], out_path, title, nconfigs ? configs[0] : NULL, trace_device);
+    return cmd_diff_page(&p, p.args[0], p.args[1], out_path, title, nconfigs ? configs[0] : NULL, trace_device,
+                         json);
   }
   if (mn__cli_want_args(&p, 1, 1, "trace")) return 2;
   path = p.args[0];

@@ -942,7 +942,8 @@ def diff(a: PathLike, b: PathLike, out: Optional[PathLike] = None, config: Union
     of allocated bytes), "ranks", "groups" (the change per stack group, grouped
     by the first user frame, largest change first) and the segment sizes held
     by only one. out: also write the page with the two timelines aligned
-    (`mnemo report A B -o out`). config: one allocator setting for both replays
+    (`mnemo report A B -o out --json`: the same object, in the same run, with
+    "path" and "bytes", the page's size). config: one allocator setting for both replays
     (None: each as recorded). trace_device: the recorded device compared in both.
     max_decompressed_size: as import_snapshot()."""
     common = []
@@ -953,15 +954,17 @@ def diff(a: PathLike, b: PathLike, out: Optional[PathLike] = None, config: Union
         common += ["--trace-device", _int_opt("trace_device", trace_device)]
     common += _max_decompressed_arg(max_decompressed_size)
     pa, pb = _path_arg(a, "a"), _path_arg(b, "b")
-    text, _ = _run(["diff", pa, pb, "--json"] + common)
-    res = _json_of(text, "diff")
-    if out is not None:
-        dst = _path_arg(out, "out")
-        args = ["report", pa, pb, "-o", dst] + common
-        if title is not None:
-            args += ["--title", str(title)]
-        _run(args)
-        res["path"] = dst
+    if out is None:
+        text, _ = _run(["diff", pa, pb, "--json"] + common)
+        return _json_of(text, "diff")
+    # the page and the same object in one run: `report A B -o out --json`
+    dst = _path_arg(out, "out")
+    args = ["report", pa, pb, "-o", dst, "--json"] + common
+    if title is not None:
+        args += ["--title", str(title)]
+    text, _ = _run(args)
+    res = _json_of(text, "report")
+    res["path"] = dst  # as given
     return res
 
 

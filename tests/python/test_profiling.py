@@ -285,6 +285,7 @@ class Tool(unittest.TestCase):
         page = os.path.join(self.tmp.name, "diff.html")
         d = P.diff(full, CTX, out=page, title="two runs")
         self.assertEqual(d["path"], page)
+        self.assertEqual(d["bytes"], os.path.getsize(page))
         self.assertEqual(d["a"]["peak_reserved"], 61111009280)
         self.assertEqual(d["b"]["peak_reserved"], 24245174272)
         self.assertFalse(d["ranks"])
