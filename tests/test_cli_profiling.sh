@@ -447,5 +447,65 @@ check "report: nothing on stderr when it is not a terminal" test ! -s "$tmp/perr
 "$cli" report "$ctx" -o "$tmp/p.html" --progress --no-progress >"$tmp/out" 2>"$tmp/perr"
 check "report --no-progress: nothing on stderr" test ! -s "$tmp/perr"
 
+# report --json: the summary as one JSON object (what mnemo.profiling.report
+# returns): its numbers those of `replay --json` and of the trace's meta, its
+# "summary" the text printed without --json, the page byte for byte the same
+"$cli" report "$ctx" -o "$tmp/j.html" --config "" --config expandable_segments:True --json >"$tmp/j.json" 2>"$tmp/err"
+check "report --json exits 0, nothing on stderr" test $? -eq 0 -a ! -s "$tmp/err"
+"$cli" report "$ctx" -o "$tmp/t.html" --config "" --config expandable_segments:True >"$tmp/t.txt" 2>&1
+masked() { sed -E 's/"ns_per_op": [0-9.e+-]+/T/g; s/0x[0-9a-f]+/A/g; s/"addr": "[^"]*"/A/g' "$1"; }
+same_page() { cmp -s <(masked "$1") <(masked "$2"); }
+check "report --json: the same page as without (but for timings and SIM addresses)" same_page "$tmp/j.html" "$tmp/t.html"
+"$cli" replay "$ctx" --json --no-progress --config "" --config expandable_segments:True >"$tmp/rp.json" 2>&1
+check "report --json: its numbers" /usr/bin/python3 - "$tmp/j.json" "$tmp/t.txt" "$tmp/rp.json" "$tmp/j.html" <<'PY'
+import json, os, sys
+d = json.load(open(sys.argv[1]))
+text = open(sys.argv[2]).read()
+rp = json.load(open(sys.argv[3]))
+assert d["path"] == sys.argv[4] and d["bytes"] == os.path.getsize(sys.argv[4]), d
+assert (d["entries"], d["configs"], len(d["devices"])) == (6543, 2, 1), d
+assert d["summary"] == text.replace(sys.argv[4].replace("j.html", "t.html"), sys.argv[4]), (d["summary"], text)
+dev = d["devices"][0]
+assert (dev["device"], dev["label"], dev["replayed"], dev["state_only"]) == (0, "cuda:0", True, False), dev
+assert (dev["capacity"], dev["capacity_from"]) == (rp[0]["capacity"], rp[0]["capacity_from"]), dev
+assert (dev["peak_reserved"], dev["peak_allocated"]) == (rp[0]["peak_reserved"], rp[0]["peak_allocated"]), dev
+assert dev["torch"] == {"peak_reserved": 24245174272, "peak_allocated": 24024505344}, dev
+assert f"at entry {dev['peak_reserved_entry']}; peak allocated" in text, text
+assert f"at entry {dev['peak_allocated_entry']}\n" in text, text
+sm = dev["segment_map"]
+assert sm["entry"] == dev["peak_reserved_entry"] and f"{sm['segments']} segments, {sm['blocks']} blocks" in text, sm
+assert f"{dev['live_at_peak_allocated']} allocations alive" in text and dev["largest_live"]["line"] > 0, dev
+assert [r["config"] for r in dev["results"]] == ["", "expandable_segments:True"], dev
+for r, q in zip(dev["results"], rp):
+    assert (r["peak_reserved"], r["peak_allocated"], r["ooms"]) == (q["peak_reserved"], q["peak_allocated"], q["ooms"])
+    assert abs(r["ratio"] - q["ratio"]) < 1e-4 and not r["as_recorded"], (r, q)
+PY
+# a snapshot with a GPU and its pinned host memory (shown as recorded), the page on stdout: the JSON on stderr
+"$cli" report "$src/tests/data/torch/torch214.pickle" -o - --json >"$tmp/j2.html" 2>"$tmp/j2.err"
+check "report -o - --json exits 0" test $? -eq 0
+check "report -o - --json: the page on stdout, the JSON on stderr, after the importer notes" /usr/bin/python3 - "$tmp/j2.html" "$tmp/j2.err" <<'PY'
+import json, sys
+assert open(sys.argv[1]).read().rstrip().endswith("</html>")
+err = open(sys.argv[2]).read()
+d = json.loads(err[err.index('{"path"'):])
+assert d["path"] is None and d["summary"].startswith("report (stdout): "), d
+assert [(x["device"], x["label"], x["replayed"]) for x in d["devices"]] == [(0, "cuda:0", True), (1, "pinned host memory", False)], d
+host = d["devices"][1]
+assert host["capacity"] is None and host["results"] == [] and host["torch"] is None, host
+assert host["peak_allocated"] == 4194304 and host["segment_map"]["entry"] == host["peak_allocated_entry"], host
+assert d["devices"][0]["results"][0]["as_recorded"] is True, d
+PY
+# report A B --json: the comparison's page, and `diff --json`'s object with its path and size
+full="$src/data/traces/ctx128_fullstep.trace"
+"$cli" report "$full" "$ctx" -o "$tmp/dj.html" --json >"$tmp/dj.json" 2>"$tmp/err"
+check "report A B --json exits 0" test $? -eq 0
+"$cli" diff "$full" "$ctx" --json >"$tmp/dd.json" 2>&1
+check "report A B --json: diff --json's object, with the page's path and size" /usr/bin/python3 - "$tmp/dj.json" "$tmp/dd.json" "$tmp/dj.html" <<'PY'
+import json, os, sys
+d, dd = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert d.pop("path") == sys.argv[3] and d.pop("bytes") == os.path.getsize(sys.argv[3]), d
+assert d == dd, (d, dd)
+PY
+
 echo "$fails failed"
 [ "$fails" -eq 0 ]

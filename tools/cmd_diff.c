@@ -1,5 +1,6 @@
 /* tools/cmd_diff.c: `mnemo diff A B` (text or --json) and `mnemo report A B -o
- * DIFF.html` (tools/diff_page.html): two traces or PyTorch snapshots (two runs, or
+ * DIFF.html` (tools/diff_page.html; its summary as text or, with --json, `diff
+ * --json`'s object with the page's path and size): two traces or PyTorch snapshots (two runs, or
  * two ranks of one job), each replayed on the SIM device as recorded, side by side:
  *  - their peaks: the replay's allocated and reserved bytes, PyTorch's recorded ones;
  *  - the allocations alive at each one's peak of allocated bytes, grouped by the
@@ -478,8 +479,9 @@ static void json_side(FILE *f, const side_t *s, bool points) {
   fputc('}', f);
 }
 
-static void json_diff(FILE *f, const diff_t *d, bool points) {
-  fprintf(f, "{\"a\": ");
+/* The members of the comparison's object (without its braces). */
+static void json_diff_members(FILE *f, const diff_t *d, bool points) {
+  fprintf(f, "\"a\": ");
   json_side(f, &d->s[0], points);
   fprintf(f, ",\n\"b\": ");
   json_side(f, &d->s[1], points);
@@ -498,7 +500,13 @@ static void json_diff(FILE *f, const diff_t *d, bool points) {
   for (size_t k = 0; k < d->nsegrows; k++)
     fprintf(f, "%s\n {\"size\": %" PRIu64 ", \"a_count\": %zu, \"b_count\": %zu}", k ? "," : "", d->segrows[k].size,
             d->segrows[k].a, d->segrows[k].b);
-  fprintf(f, "]}\n");
+  fprintf(f, "]");
+}
+
+static void json_diff(FILE *f, const diff_t *d, bool points) {
+  fputc('{', f);
+  json_diff_members(f, d, points);
+  fprintf(f, "}\n");
 }
 
 /* ---- the command ----------------------------------------------------------------- */
@@ -608,7 +616,7 @@ int cmd_diff(int argc, char **argv) {
 }
 
 int cmd_diff_page(const mn__cli_t *p, const char *a, const char *b, const char *out, const char *title,
-                  const char *config, int trace_device) {
+                  const char *config, int trace_device, bool json) {
   diff_args_t args = {{a, b}, config, trace_device};
   if (check_config(p, config)) return 2;
   diff_t d;
@@ -642,6 +650,13 @@ int cmd_diff_page(const mn__cli_t *p, const char *a, const char *b, const char *
                          : mn__file_write_atomic(p->prog, out, page, len) != MN_OK) {
       fprintf(stderr, "%s\n", to_stdout ? "mnemo report: writing the page to stdout failed" : mn_last_error());
       rc = 1;
+    } else if (json) { /* `diff --json`'s object, the page's path and size added */
+      fputs("{\"path\": ", sum);
+      if (to_stdout) fputs("null", sum);
+      else mn__tools_json_str(sum, out);
+      fprintf(sum, ", \"bytes\": %zu,\n", len);
+      json_diff_members(sum, &d, false);
+      fprintf(sum, "}\n");
     } else {
       fprintf(sum, "report %s: %s (%s) vs %s (%s), %zu bytes\n", to_stdout ? "(stdout)" : out, d.s[0].path,
               d.s[0].label, d.s[1].path, d.s[1].label, len);

@@ -49,6 +49,7 @@
  * Everything else (stacking the bands, grouping by frames, zoom) is done by the
  * page's script. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,12 +68,13 @@ const char cmd_report_about[] =
     "SIM device (the first --config, default: as recorded, for the timeline and the\n"
     "segment map at the peak; every --config in the comparison) and writes one\n"
     "self-contained HTML page (-o FILE, or -o - for stdout); prints its summary on\n"
-    "stdout (on stderr when the page goes to stdout). With two inputs A B: their\n"
-    "comparison as a page (`mnemo diff --help`), taking -o, --title, one --config,\n"
-    "--trace-device and --max-decompressed-size.\n";
+    "stdout (on stderr when the page goes to stdout; --json: as one JSON object).\n"
+    "With two inputs A B: their comparison as a page (`mnemo diff --help`), taking\n"
+    "-o, --title, one --config, --trace-device, --max-decompressed-size and --json\n"
+    "(`diff --json`'s object, with the page's path and size).\n";
 
 enum { O_OUTPUT = 1, O_CONFIG, O_CAPACITY, O_TRACE_DEVICE, O_TITLE, O_MAX_DECOMPRESSED, O_NO_CACHE, O_PROGRESS,
-       O_NO_PROGRESS };
+       O_NO_PROGRESS, O_JSON };
 
 const mn__cli_opt_t cmd_report_opts[] = {
     {"output", 'o', "FILE", O_OUTPUT, "the HTML page to write (required; - for stdout)"},
@@ -87,6 +89,8 @@ const mn__cli_opt_t cmd_report_opts[] = {
     {"progress", 0, NULL, O_PROGRESS,
      "what it is doing, on stderr (default: when stderr is a terminal and the trace has 100,000 entries or more)"},
     {"no-progress", 0, NULL, O_NO_PROGRESS, "nothing on stderr but errors and notes"},
+    {"json", 0, NULL, O_JSON,
+     "the summary as one JSON object (its numbers per device and config, and its text as \"summary\")"},
     {NULL, 0, NULL, 0, NULL},
 };
 
@@ -1282,10 +1286,45 @@ typedef struct device_args_s {
   const char *label;
   bool first; /* its data is the page's default ("mn-data") */
   FILE *sum;  /* the summary lines for stdout */
+  FILE *json; /* with --json: the device's object of the "devices" list, else NULL */
   const mn_sim_config_t *sim0; /* the SIM device (--capacity's size, else the default) */
   bool capacity_given;         /* else each device sized as recorded, as `mnemo replay` does */
   bool stage;                  /* what it is doing on stderr (mn__tools_stage) */
 } device_args_t;
+
+/* --json: a byte count of the summary, or null for a negative one (none). */
+static void json_i64(FILE *f, const char *key, int64_t v) {
+  if (v < 0) fprintf(f, ", \"%s\": null", key);
+  else fprintf(f, ", \"%s\": %" PRId64, key, v);
+}
+
+/* --json: a ratio (JSON has no NaN or infinity: null). */
+static void json_ratio(FILE *f, const char *key, double v) {
+  if (isfinite(v)) fprintf(f, ", \"%s\": %.17g", key, v);
+  else fprintf(f, ", \"%s\": null", key);
+}
+
+/* --json: the start of a device's object, the fields both kinds of device have. */
+static void json_device_head(FILE *f, const device_args_t *da, uint32_t dev, bool replayed, bool state_only) {
+  fprintf(f, "%s\n  {\"device\": %" PRIu32 ", \"label\": ", da->first ? "" : ",", dev);
+  mn__tools_json_str(f, da->label);
+  fprintf(f, ", \"replayed\": %s, \"state_only\": %s", replayed ? "true" : "false", state_only ? "true" : "false");
+}
+
+/* --json: the segment map the summary describes (at entry `entry`) and the
+ * allocations alive at the peak allocated. */
+static void json_device_state(FILE *f, const mn_trace_t *t, const report_t *rep, size_t entry, size_t nsegments,
+                              size_t nblocks, uint64_t free_bytes, uint64_t largest_free) {
+  fprintf(f, ",\n   \"segment_map\": {\"entry\": %zu, \"segments\": %zu, \"blocks\": %zu, \"free_bytes\": %" PRIu64
+          ", \"largest_free_block\": %" PRIu64 "}", entry, nsegments, nblocks, free_bytes, largest_free);
+  fprintf(f, ",\n   \"live_at_peak_allocated\": %zu, \"largest_live\": ", rep->nheld);
+  if (rep->nheld)
+    fprintf(f, "{\"size\": %" PRIu64 ", \"line\": %" PRIu32 "}", t->entries[rep->held[0]].size,
+            t->entries[rep->held[0]].line);
+  else
+    fputs("null", f);
+  fprintf(f, ", \"ooms_recorded\": %zu", rep->nooms);
+}
 
 static int cmp_u32(const void *a, const void *b) {
   uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
@@ -1355,6 +1394,17 @@ static int report_host(FILE *f, const mn_trace_t *t, const device_args_t *da) {
     fprintf(o2, "  %zu allocations alive at the recorded peak allocated; the largest: %.2f MiB (trace line %" PRIu32 ")\n",
             rep.nheld, (double)t->entries[rep.held[0]].size / 1048576.0, t->entries[rep.held[0]].line);
   if (rep.nooms) fprintf(o2, "  %zu OOMs recorded\n", rep.nooms);
+  if (da->json) {
+    FILE *j = da->json;
+    json_device_head(j, da, rep.dev, false, rep.state_only);
+    fputs(", \"capacity\": null, \"capacity_from\": null", j);
+    json_i64(j, "peak_reserved", rr);
+    fprintf(j, ", \"peak_reserved_entry\": %zu", rep.peak_res);
+    json_i64(j, "peak_allocated", ra);
+    fprintf(j, ", \"peak_allocated_entry\": %zu", rep.peak_alloc);
+    json_device_state(j, t, &rep, rep.peak_alloc, rs.nrows, nblocks, fr, largest_free);
+    fputs(", \"ooms_reproduced\": null, \"results\": [], \"torch\": null}", j);
+  }
   rc = 0;
 done:
   report_free(&rep);
@@ -1533,15 +1583,41 @@ static int report_device(FILE *f, const mn_trace_t *t, const device_args_t *da) 
             (double)res[k].peak_reserved / 1073741824.0, (double)res[k].peak_allocated / 1073741824.0, res[k].ratio,
             res[k].ooms);
   }
+  if (da->json) {
+    FILE *j = da->json;
+    json_device_head(j, da, rep.dev, true, rep.state_only);
+    fprintf(j, ", \"capacity\": %zu, \"capacity_from\": \"%s\"", sc.capacity, cap_from);
+    json_i64(j, "peak_reserved", res[0].peak_reserved);
+    fprintf(j, ", \"peak_reserved_entry\": %zu", peak_entry);
+    json_i64(j, "peak_allocated", res[0].peak_allocated);
+    fprintf(j, ", \"peak_allocated_entry\": %zu", rep.peak_alloc);
+    json_device_state(j, t, &rep, peak_entry, snap->nsegments, nblocks, fr, largest_free);
+    fprintf(j, ", \"ooms_reproduced\": %" PRIu64 ",\n   \"results\": [", res[0].ooms_reproduced);
+    for (size_t k = 0; k < nconfigs; k++) {
+      fprintf(j, "%s\n    {\"config\": ", k ? "," : "");
+      mn__tools_json_str(j, configs[k]);
+      fprintf(j, ", \"as_recorded\": %s", k == 0 && da->as_recorded ? "true" : "false");
+      json_i64(j, "peak_reserved", res[k].peak_reserved);
+      json_i64(j, "peak_allocated", res[k].peak_allocated);
+      json_ratio(j, "ratio", res[k].ratio);
+      fprintf(j, ", \"ooms\": %" PRIu64 "}", res[k].ooms);
+    }
+    fputs("],\n   \"torch\": ", j);
+  }
   uint64_t tr = 0, ta = 0;
   char kr[96], ka[96];
   snprintf(kr, sizeof kr, "dev%" PRIu32 ".torch_peak_reserved", rep.dev);
   snprintf(ka, sizeof ka, "dev%" PRIu32 ".torch_peak_allocated", rep.dev);
   bool own = mn_trace_meta_get_u64(t, kr, &tr) == MN_OK && mn_trace_meta_get_u64(t, ka, &ta) == MN_OK;
   if (own || (da->single && mn_trace_meta_get_u64(t, "torch_peak_reserved", &tr) == MN_OK &&
-              mn_trace_meta_get_u64(t, "torch_peak_allocated", &ta) == MN_OK))
+              mn_trace_meta_get_u64(t, "torch_peak_allocated", &ta) == MN_OK)) {
     fprintf(o2, "  %-40s reserved %.2f GiB, allocated %.2f GiB, ratio %.3f\n", "pytorch (recorded, from the trace)",
             (double)tr / 1073741824.0, (double)ta / 1073741824.0, ta ? (double)tr / (double)ta : 0.0);
+    if (da->json)
+      fprintf(da->json, "{\"peak_reserved\": %" PRIu64 ", \"peak_allocated\": %" PRIu64 "}}", tr, ta);
+  } else if (da->json) {
+    fputs("null}", da->json);
+  }
   mn_clear_error();
   rc = 0;
   goto done;
@@ -1567,6 +1643,7 @@ int cmd_report(int argc, char **argv) {
   const char *path = NULL, *out_path = NULL, *title = NULL, *configs[MAX_CONFIGS];
   size_t nconfigs = 0, capacity = 0;
   int trace_device = -1, progress = -1;
+  bool json = false;
   mn__cli_t p;
   mn__cli_begin(&p, argc, argv);
   const char *v;
@@ -1578,6 +1655,7 @@ int cmd_report(int argc, char **argv) {
     case O_TITLE: title = v; break;
     case O_PROGRESS: progress = 1; break;
     case O_NO_PROGRESS: progress = 0; break;
+    case O_JSON: json = true; break;
     case O_CONFIG:
       if (nconfigs == MAX_CONFIGS) return mn__cli_error(&p, "at most %d --config", MAX_CONFIGS);
       configs[nconfigs++] = v;
@@ -1599,9 +1677,10 @@ int cmd_report(int argc, char **argv) {
   if (p.nargs == 2) { /* two inputs: their comparison as a page (tools/cmd_diff.c) */
     if (capacity || nconfigs > 1)
       return mn__cli_error(&p, "with two inputs (a comparison): -o, --title, one --config, --trace-device, "
-                               "--max-decompressed-size");
+                               "--max-decompressed-size, --json");
     if (!out_path) return mn__cli_error(&p, "missing -o FILE (the page to write; - for stdout)");
-    return cmd_diff_page(&p, p.args[0], p.args[1], out_path, title, nconfigs ? configs[0] : NULL, trace_device);
+    return cmd_diff_page(&p, p.args[0], p.args[1], out_path, title, nconfigs ? configs[0] : NULL, trace_device,
+                         json);
   }
   if (mn__cli_want_args(&p, 1, 1, "trace")) return 2;
   path = p.args[0];
@@ -1664,12 +1743,13 @@ int cmd_report(int argc, char **argv) {
     devs[ndevs - 1] = (uint32_t)host_dev;
   }
   int rc = 1;
-  FILE *f = NULL, *sum = NULL;
-  char *page = NULL, *summary_buf = NULL;
-  size_t page_len = 0, summary_len = 0;
+  FILE *f = NULL, *sum = NULL, *js = NULL, *all = NULL;
+  char *page = NULL, *summary_buf = NULL, *json_buf = NULL, *all_buf = NULL;
+  size_t page_len = 0, summary_len = 0, json_len = 0, all_len = 0;
   f = open_memstream(&page, &page_len);
   sum = open_memstream(&summary_buf, &summary_len);
-  if (!f || !sum) {
+  if (json) js = open_memstream(&json_buf, &json_len);
+  if (!f || !sum || (json && !js)) {
     fprintf(stderr, "mnemo report: out of host memory\n");
     goto done;
   }
@@ -1685,7 +1765,7 @@ int cmd_report(int argc, char **argv) {
     char lb[64];
     device_label(devs[k], host_dev, lb, sizeof lb);
     device_args_t da = {path, title, configs, nconfigs, as_recorded, (int)devs[k], ntrace_devs <= 1, devs[k] == host_dev,
-                        lb, k == 0, sum, &sim0, capacity != 0, stage};
+                        lb, k == 0, sum, js, &sim0, capacity != 0, stage};
     int drc = report_device(f, t, &da);
     if (drc) {
       rc = drc;
@@ -1713,18 +1793,56 @@ int cmd_report(int argc, char **argv) {
     goto done;
   }
   mn__tools_stage_clear(stage);
-  /* the summary on stdout (stderr when the page went there) */
-  fprintf(out_sum, "report %s: %zu entries, %zu configs, %zu device%s, %zu bytes\n", to_stdout ? "(stdout)" : out_path,
-          t->nentries, nconfigs, ndevs, ndevs == 1 ? "" : "s", page_len);
-  fclose(sum);
+  /* the summary on stdout (stderr when the page went there); --json: as one
+   * JSON object, the summary's text in it */
+  bool sum_ok = !ferror(sum);
+  sum_ok = fclose(sum) == 0 && sum_ok;
   sum = NULL;
-  fputs(summary_buf ? summary_buf : "", out_sum);
+  all = open_memstream(&all_buf, &all_len);
+  if (!sum_ok || !all) {
+    fprintf(stderr, "mnemo report: out of host memory\n");
+    goto done;
+  }
+  fprintf(all, "report %s: %zu entries, %zu configs, %zu device%s, %zu bytes\n", to_stdout ? "(stdout)" : out_path,
+          t->nentries, nconfigs, ndevs, ndevs == 1 ? "" : "s", page_len);
+  fputs(summary_buf ? summary_buf : "", all);
+  if (json) {
+    bool js_ok = !ferror(js);
+    js_ok = fclose(js) == 0 && js_ok;
+    js = NULL;
+    if (!js_ok) {
+      fprintf(stderr, "mnemo report: out of host memory\n");
+      goto done;
+    }
+  }
+  bool all_ok = !ferror(all);
+  all_ok = fclose(all) == 0 && all_ok;
+  all = NULL;
+  if (!all_ok) {
+    fprintf(stderr, "mnemo report: out of host memory\n");
+    goto done;
+  }
+  if (json) {
+    fputs("{\"path\": ", out_sum);
+    if (to_stdout) fputs("null", out_sum);
+    else mn__tools_json_str(out_sum, out_path);
+    fprintf(out_sum, ", \"bytes\": %zu, \"entries\": %zu, \"configs\": %zu, \"devices\": [%s],\n \"summary\": ",
+            page_len, t->nentries, nconfigs, json_buf ? json_buf : "");
+    mn__tools_json_str(out_sum, all_buf ? all_buf : "");
+    fputs("}\n", out_sum);
+  } else {
+    fputs(all_buf ? all_buf : "", out_sum);
+  }
   rc = 0;
 done:
   if (f) fclose(f);
   if (sum) fclose(sum);
+  if (js) fclose(js);
+  if (all) fclose(all);
   free(page);
   free(summary_buf);
+  free(json_buf);
+  free(all_buf);
   mn_trace_destroy(t);
   return rc;
 }

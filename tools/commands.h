@@ -43,8 +43,9 @@ MN__CLI_COMMAND(bench)
 /* `mnemo report A B -o DIFF.html`: cmd_report hands two inputs over to the diff
  * (tools/cmd_diff.c) with what it parsed (p: its parse, for messages; config
  * NULL: each replayed as recorded; out "-": stdout; trace_device -1: each one's
- * lowest). Returns the exit status. */
+ * lowest; json: the summary as `diff --json`'s object with the page's "path"
+ * and "bytes"). Returns the exit status. */
 int cmd_diff_page(const mn__cli_t *p, const char *a, const char *b, const char *out, const char *title,
-                  const char *config, int trace_device);
+                  const char *config, int trace_device, bool json);
 
 #endif /* MNEMO_TOOLS_COMMANDS_H */

@@ -13,8 +13,9 @@ its structured results; errors are MnemoError (SnapshotError for a bad
 pickle). report and diff still run the ``mnemo`` command-line tool (found as
 ``$MNEMO_CLI``, else the build's or install's own CLI named in
 ``mnemo/_paths.py``, else ``mnemo`` on PATH) with an argument list (no
-shell) and raise ToolError carrying its message and exit status when it
-fails: the HTML pages are generated in tools/.
+shell) and ``--json``, and return the JSON object it prints (never its
+English text parsed); they raise ToolError carrying its message and exit
+status when it fails: the HTML pages are generated in tools/.
 
 Threading: a ``record`` object may be fed by allocators on any threads (the C
 recorder is thread-safe); its start/stop/close calls must not race with each
@@ -28,7 +29,6 @@ from __future__ import annotations
 import ctypes as C
 import json
 import os
-import re
 import shutil
 import subprocess
 
@@ -376,6 +376,17 @@ def _run(args):
         msg = "; ".join(lines) if lines else f"{os.path.basename(cmd[0])} {args[0]} failed"
         raise ToolError(f"{msg} (exit status {proc.returncode})", proc.returncode, cmd, err)
     return out, err
+
+
+def _json_of(text, command):
+    """The JSON object the tool printed with --json (never its English text)."""
+    try:
+        res = json.loads(text)
+    except ValueError as e:
+        raise ToolError(f"mnemo {command} printed no JSON object: {e}", None, [cli_path(), command]) from None
+    if not isinstance(res, dict):
+        raise ToolError(f"mnemo {command} printed no JSON object", None, [cli_path(), command])
+    return res
 
 
 def _configs_arg(configs):
@@ -879,30 +890,29 @@ def replay(trace: PathLike, configs: Configs = None, capacity: Bytes = None, dev
     return out
 
 
-_REPORT_RE = re.compile(r"report (?P<path>.*): (?P<entries>\d+) entries, (?P<configs>\d+) configs, "
-                        r"(?P<devices>\d+) devices?, (?P<bytes>\d+) bytes\n")
-_REPORT_DEV_RE = re.compile(r"^(?P<label>\S.*?) \(trace device (?P<device>\d+)\)(?P<state>: a state dump)?"
-                            r"(?P<recorded>: shown as recorded)?.*\n"
-                            r"(?:  SIM capacity (?P<capacity>\d+) B.*\n)?"
-                            r"  (?:recorded )?peak reserved (?P<peak_reserved>\d+) B .*? at entry (?P<peak_reserved_entry>\d+); "
-                            r"(?:recorded )?peak allocated (?P<peak_allocated>\d+) B .*? at entry (?P<peak_allocated_entry>\d+)",
-                            re.M)
-
-
 def report(trace: PathLike, out: PathLike, configs: Configs = None, title: Optional[str] = None,
            capacity: Bytes = None, trace_device: Optional[int] = None,
            max_decompressed_size: Bytes = None) -> dict[str, Any]:
     """Writes the self-contained HTML report of a trace or a PyTorch snapshot
     (`mnemo report`: timeline, active memory, who holds the peak, segment map
     at any moment, configurations compared; every device of the trace).
-    Returns {"path": out, "bytes": its size, "entries", "configs", "devices":
-    one dict per device (device, label, state_only, replayed (False for pinned
-    host memory, shown as recorded: its peaks are PyTorch's), capacity or None,
-    peak_reserved, peak_reserved_entry, peak_allocated, peak_allocated_entry),
-    the first device's "peak_reserved", "peak_allocated" and "peak_entry" (the
-    entry of its peak of allocated bytes, where "who holds the peak" looks),
-    "summary": the tool's printed summary}. configs, capacity, trace_device,
-    max_decompressed_size: as replay()."""
+    Returns `mnemo report --json`'s object (the tool's numbers, not its
+    text parsed): {"path": out, "bytes": the page's size, "entries",
+    "configs" (how many), "devices": one dict per device (device, label,
+    replayed (False for pinned host memory, shown as recorded: its peaks are
+    PyTorch's), state_only, capacity and capacity_from (the SIM device's
+    size and where it came from, as replay(); None for a device not
+    replayed), peak_reserved, peak_reserved_entry, peak_allocated,
+    peak_allocated_entry, segment_map (entry, segments, blocks, free_bytes,
+    largest_free_block: the state the page's segment map shows first),
+    live_at_peak_allocated, largest_live ({size, line} or None),
+    ooms_recorded, ooms_reproduced, results (per config: config, as_recorded,
+    peak_reserved, peak_allocated, ratio, ooms), torch (the recorded
+    {peak_reserved, peak_allocated} or None)), the first device's
+    "peak_reserved", "peak_allocated" and "peak_entry" (the entry of its
+    peak of allocated bytes, where "who holds the peak" looks), "summary":
+    the text the tool prints without --json}. configs, capacity,
+    trace_device, max_decompressed_size: as replay()."""
     dst = _path_arg(out, "out")
     args = ["report", _path_arg(trace, "trace"), "-o", dst] + _configs_arg(configs)
     args += _max_decompressed_arg(max_decompressed_size)
@@ -912,26 +922,14 @@ def report(trace: PathLike, out: PathLike, configs: Configs = None, title: Optio
         args += ["--capacity", str(capacity)]
     if trace_device is not None:
         args += ["--trace-device", _int_opt("trace_device", trace_device)]
-    text, _ = _run(args)
-    res = {"path": dst, "bytes": os.path.getsize(dst)}
-    m = _REPORT_RE.search(text)
-    if m:
-        for k in ("entries", "configs"):
-            res[k] = int(m.group(k))
-    devs = []
-    for d in _REPORT_DEV_RE.finditer(text):
-        dev = {"device": int(d.group("device")), "label": d.group("label"), "state_only": bool(d.group("state")),
-               "replayed": not d.group("recorded"),
-               "capacity": int(d.group("capacity")) if d.group("capacity") else None}
-        for k in ("peak_reserved", "peak_reserved_entry", "peak_allocated", "peak_allocated_entry"):
-            dev[k] = int(d.group(k))
-        devs.append(dev)
-    res["devices"] = devs
+    text, _ = _run(args + ["--json"])
+    res = _json_of(text, "report")
+    res["path"] = dst  # as given (the tool's is the same path, decoded)
+    devs = res["devices"]
     if devs:
         res["peak_reserved"] = devs[0]["peak_reserved"]
         res["peak_allocated"] = devs[0]["peak_allocated"]
         res["peak_entry"] = devs[0]["peak_allocated_entry"]
-    res["summary"] = text
     return res
 
 
@@ -944,7 +942,8 @@ def diff(a: PathLike, b: PathLike, out: Optional[PathLike] = None, config: Union
     of allocated bytes), "ranks", "groups" (the change per stack group, grouped
     by the first user frame, largest change first) and the segment sizes held
     by only one. out: also write the page with the two timelines aligned
-    (`mnemo report A B -o out`). config: one allocator setting for both replays
+    (`mnemo report A B -o out --json`: the same object, in the same run, with
+    "path" and "bytes", the page's size). config: one allocator setting for both replays
     (None: each as recorded). trace_device: the recorded device compared in both.
     max_decompressed_size: as import_snapshot()."""
     common = []
@@ -955,18 +954,17 @@ def diff(a: PathLike, b: PathLike, out: Optional[PathLike] = None, config: Union
         common += ["--trace-device", _int_opt("trace_device", trace_device)]
     common += _max_decompressed_arg(max_decompressed_size)
     pa, pb = _path_arg(a, "a"), _path_arg(b, "b")
-    text, _ = _run(["diff", pa, pb, "--json"] + common)
-    try:
-        res = json.loads(text)
-    except ValueError as e:
-        raise ToolError(f"mnemo diff printed no JSON object: {e}", None, [cli_path(), "diff"]) from None
-    if out is not None:
-        dst = _path_arg(out, "out")
-        args = ["report", pa, pb, "-o", dst] + common
-        if title is not None:
-            args += ["--title", str(title)]
-        _run(args)
-        res["path"] = dst
+    if out is None:
+        text, _ = _run(["diff", pa, pb, "--json"] + common)
+        return _json_of(text, "diff")
+    # the page and the same object in one run: `report A B -o out --json`
+    dst = _path_arg(out, "out")
+    args = ["report", pa, pb, "-o", dst, "--json"] + common
+    if title is not None:
+        args += ["--title", str(title)]
+    text, _ = _run(args)
+    res = _json_of(text, "report")
+    res["path"] = dst  # as given
     return res
 
 

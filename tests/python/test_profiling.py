@@ -2,7 +2,7 @@
 # tests/python/test_profiling.py: mnemo.profiling: recording a caching allocator
 # on the SIM device and reading the trace back; replay, import_snapshot and
 # snapshot in this process (the same results as the CLI's `replay --json`, no
-# CLI needed); report and diff through the mnemo CLI, whose errors carry its
+# CLI needed); report and diff through the mnemo CLI's --json objects (no text parsed), whose errors carry its
 # message and exit status. Single-threaded.
 """Run: PYTHONPATH=<build>/python python3 tests/python/test_profiling.py"""
 import gzip
@@ -233,6 +233,15 @@ class Tool(unittest.TestCase):
         self.assertEqual(len(res["devices"]), 1)
         d = res["devices"][0]
         self.assertEqual((d["device"], d["label"], d["state_only"], d["replayed"]), (0, "cuda:0", False, True))
+        # `mnemo report --json`'s numbers: every config's replay as replay() gives it, PyTorch's recorded peaks
+        runs = P.replay(CTX, configs=["", "expandable_segments:True"])
+        self.assertEqual([(r["config"], r["peak_reserved"], r["peak_allocated"], r["ooms"]) for r in d["results"]],
+                         [(r["config"], r["peak_reserved"], r["peak_allocated"], r["ooms"]) for r in runs])
+        self.assertEqual((d["capacity"], d["capacity_from"]), (runs[0]["capacity"], runs[0]["capacity_from"]))
+        self.assertEqual(d["torch"], {"peak_reserved": 24245174272, "peak_allocated": 24024505344})
+        self.assertEqual(d["segment_map"]["entry"], d["peak_reserved_entry"])
+        self.assertGreater(d["live_at_peak_allocated"], 0)
+        self.assertTrue(res["summary"].startswith(f"report {out}: 6543 entries, 2 configs, 1 device, "))
         # a 2.14 snapshot: a GPU and its pinned host memory (shown as recorded, not replayed)
         t214 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "torch",
                             "torch214.pickle")
@@ -240,6 +249,8 @@ class Tool(unittest.TestCase):
         self.assertEqual([(x["device"], x["label"], x["replayed"]) for x in r2["devices"]],
                          [(0, "cuda:0", True), (1, "pinned host memory", False)])
         self.assertEqual(r2["devices"][1]["peak_allocated"], 4194304)
+        self.assertEqual((r2["devices"][1]["capacity"], r2["devices"][1]["results"], r2["devices"][1]["torch"]),
+                         (None, [], None))
         self.assertEqual(res["peak_entry"], d["peak_allocated_entry"])
 
     def test_snapshot(self):
@@ -274,6 +285,7 @@ class Tool(unittest.TestCase):
         page = os.path.join(self.tmp.name, "diff.html")
         d = P.diff(full, CTX, out=page, title="two runs")
         self.assertEqual(d["path"], page)
+        self.assertEqual(d["bytes"], os.path.getsize(page))
         self.assertEqual(d["a"]["peak_reserved"], 61111009280)
         self.assertEqual(d["b"]["peak_reserved"], 24245174272)
         self.assertFalse(d["ranks"])
