@@ -52,23 +52,26 @@ def set_printoptions(precision: Optional[int] = None, threshold: Optional[float]
     edgeitems 2, "full": no summarizing) applied first, and ``sci_mode``
     (True/False forces scientific notation on/off; None, also when not
     given, lets the values decide, as PyTorch)."""
+    # Every argument is checked before any option changes: a refused call changes nothing.
+    presets = {"default": (4, 1000, 3, 80), "short": (2, 1000, 2, 80), "full": (4, math.inf, 3, 80)}
+    if profile is not None and (not isinstance(profile, str) or profile not in presets):
+        raise ValueError(f"mnemo: set_printoptions: unknown profile {profile!r} "
+                         f"(expected 'default', 'short' or 'full')")
+    for name, value in (("precision", precision), ("edgeitems", edgeitems), ("linewidth", linewidth)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise ValueError(f"mnemo: set_printoptions: {name} must be a non-negative int, got {value!r}")
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                  or not threshold >= 0):
+        raise ValueError(f"mnemo: set_printoptions: threshold must be a non-negative number, got {threshold!r}")
+    if sci_mode is not None and not isinstance(sci_mode, bool):
+        raise ValueError(f"mnemo: set_printoptions: sci_mode must be True, False or None, got {sci_mode!r}")
     if profile is not None:
-        presets = {"default": (4, 1000, 3, 80), "short": (2, 1000, 2, 80), "full": (4, math.inf, 3, 80)}
-        if profile not in presets:
-            raise ValueError(f"mnemo: set_printoptions: unknown profile {profile!r} "
-                             f"(expected 'default', 'short' or 'full')")
         _OPTS.precision, _OPTS.threshold, _OPTS.edgeitems, _OPTS.linewidth = presets[profile]
     for name, value in (("precision", precision), ("edgeitems", edgeitems), ("linewidth", linewidth)):
         if value is not None:
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"mnemo: set_printoptions: {name} must be a non-negative int, got {value!r}")
             setattr(_OPTS, name, value)
     if threshold is not None:
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or threshold < 0:
-            raise ValueError(f"mnemo: set_printoptions: threshold must be a non-negative number, got {threshold!r}")
         _OPTS.threshold = threshold
-    if sci_mode is not None and not isinstance(sci_mode, bool):
-        raise ValueError(f"mnemo: set_printoptions: sci_mode must be True, False or None, got {sci_mode!r}")
     _OPTS.sci_mode = sci_mode
 
 

@@ -107,7 +107,11 @@ class MnemoError(RuntimeError):
     call and the offending values)."""
 
     def __init__(self, status: int, message: str) -> None:
-        self.status = int(status)
+        if isinstance(status, bool) or not hasattr(status, "__index__"):
+            raise TypeError(f"mnemo: an error's status is an mn_status (an int), not {type(status).__name__}")
+        if not -2 ** 31 <= status.__index__() < 2 ** 31:
+            raise ValueError(f"mnemo: an error's status is an mn_status (an int32), got {status!r}")
+        self.status = status.__index__()
         self.status_name = lib.mn_status_name(self.status).decode()
         self.message = message
         super().__init__(f"{message} [{self.status_name}]" if message else self.status_name)

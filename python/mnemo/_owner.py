@@ -54,8 +54,10 @@ class Owner:
     def _take(self, _lock: Any = lock) -> int | None:
         """The handle, now no longer this object's (None when already taken)."""
         with _lock:
-            h = self._handle
-            self._handle = None
+            # getattr: an object whose __init__ never ran (a wrong keyword argument) has no handle to give
+            h = getattr(self, "_handle", None)
+            if h is not None:
+                self._handle = None
         return h
 
 
@@ -202,7 +204,7 @@ def pool_closed(box: AllocatorBox | None, _lock: Any = lock) -> None:
 
 
 def pool_collected(box: AllocatorBox | None, pool: int, _lock: Any = lock,
-                   _destroy: Any = lib.mn_mempool_destroy) -> None:
+                   _destroy: Any = lib.mn_mempool_destroy, _done: Any = _destroy_if_done) -> None:
     """A MemPool object was collected with its pool open: destroys the pool,
     or, while blocks of it live, leaves that to the allocator's box (retried
     as things from the allocator go; the allocator's destroy frees it)."""
@@ -214,12 +216,14 @@ def pool_collected(box: AllocatorBox | None, pool: int, _lock: Any = lock,
                 box.orphans.append(pool)
         if box is not None:
             box.pools -= 1
-            _destroy_if_done(box)
+            _done(box)
 
 
-def allocator_closed(box: AllocatorBox, _lock: Any = lock) -> None:
+def allocator_closed(box: AllocatorBox, _lock: Any = lock, _done: Any = _destroy_if_done) -> None:
     """The owner of ``box`` is closed or collected: destroys the allocator now
-    when nothing lives from it, else when the last thing goes."""
+    when nothing lives from it, else when the last thing goes. (Everything it
+    uses is bound now: a finalizer may call it at interpreter exit, when the
+    module's globals are gone.)"""
     with _lock:
         box.closed = True
-        _destroy_if_done(box)
+        _done(box)

@@ -264,8 +264,9 @@ def _stream_handle(stream):
         return None
     if isinstance(stream, int) and not isinstance(stream, bool):
         return stream
-    h = getattr(stream, "_handle", None)
-    if isinstance(h, int):
+    # no class of the package is a stream: a View, storage or allocator's _handle is no mn_stream_t
+    h = None if type(stream).__module__.split(".")[0] == "mnemo" else getattr(stream, "_handle", None)
+    if isinstance(h, int) and not isinstance(h, bool):
         return h
     raise TypeError(f"mnemo: stream must be None, a mnemo stream or an mn_stream_t address, not {stream!r}")
 
@@ -321,9 +322,27 @@ class Allocator(_owner.Resource):
                   "child inherits a copy")
 
     def __init__(self, handle: int, owned: bool = False) -> None:
-        """Wraps an existing handle (an int); ``owned`` makes this object
-        destroy it in close(). For internal use: make allocators with the
-        subclasses or default_allocator()."""
+        """Refused (TypeError): a C handle given as an int cannot be checked,
+        and a wrong one (or one wrapped twice with ``owned``) would crash the
+        process. Make allocators with CachingAllocator, NaiveAllocator,
+        PinnedAllocator, or get a device's with default_allocator()."""
+        self._handle = None
+        self._owned = False
+        self._box = None
+        raise TypeError("mnemo.Allocator(handle) does not wrap C pointers given as ints (a wrong one would crash "
+                        "the process): make allocators with CachingAllocator(device), NaiveAllocator(device), "
+                        "PinnedAllocator(), or get a device's with default_allocator(device)")
+
+    @classmethod
+    def _wrap(cls, handle: int, owned: bool = False) -> "Allocator":
+        """An object of cls over a handle the library just gave (never a user's int)."""
+        obj = cls.__new__(cls)
+        obj._init(handle, owned)
+        return obj
+
+    def _init(self, handle: int, owned: bool) -> None:
+        """Wraps a handle the library gave; ``owned`` makes this object
+        destroy it in close()."""
         self._handle = None
         self._owned = False
         self._box = None
@@ -576,7 +595,7 @@ class CachingAllocator(Allocator):
         dev = _device(device)
         cfg = _parse_config(config)
         handle = _own_create(lib.mn_caching_allocator_create, dev._c, C.byref(cfg))
-        super().__init__(handle, owned=True)
+        self._init(handle, owned=True)
         self._config = cfg
 
     def config(self) -> dict[str, Any]:
@@ -748,7 +767,7 @@ class NaiveAllocator(Allocator):
         self._handle = None
         self._owned = False
         dev = _device(device)
-        super().__init__(_own_create(lib.mn_naive_allocator_create, dev._c), owned=True)
+        self._init(_own_create(lib.mn_naive_allocator_create, dev._c), owned=True)
 
 
 class PinnedAllocator(Allocator):
@@ -771,7 +790,7 @@ class PinnedAllocator(Allocator):
                 raise TypeError(f"mnemo: size_class_divisions must be an int, got {size_class_divisions!r}")
             cfg.size_class_divisions = size_class_divisions
         cfg.use_host_register = bool(use_host_register)
-        super().__init__(_own_create(lib.mn_pinned_allocator_create, dev._c, C.byref(cfg)), owned=True)
+        self._init(_own_create(lib.mn_pinned_allocator_create, dev._c, C.byref(cfg)), owned=True)
         self._pconfig = cfg
 
     def size_class(self, nbytes: int) -> int:
@@ -787,9 +806,7 @@ class PinnedAllocator(Allocator):
         stages through), owned by mnemo: the returned object does not own it."""
         dev = _device(device)
         h = _own_create(lib.mn_pinned_allocator_get_default, dev._c)
-        obj = cls.__new__(cls)
-        Allocator.__init__(obj, h, owned=False)
-        return obj
+        return cls._wrap(h, owned=False)
 
     @staticmethod
     def lookup(ptr: int) -> PinnedAllocator | None:
@@ -803,9 +820,7 @@ class PinnedAllocator(Allocator):
             if e.status_name == "not_found":
                 return None
             raise
-        obj = PinnedAllocator.__new__(PinnedAllocator)
-        Allocator.__init__(obj, out.value, owned=False)
-        return obj
+        return PinnedAllocator._wrap(out.value, owned=False)
 
 
 # ---- defaults --------------------------------------------------------------------
@@ -829,7 +844,7 @@ def default_allocator(device: DeviceLike | None = None) -> Allocator:
         if obj is not None:
             return obj
     h = _own_create(lib.mn_allocator_get_default, dev._c)
-    return Allocator(h, owned=False)
+    return Allocator._wrap(h, owned=False)
 
 
 def set_default_allocator(device: DeviceLike, allocator: Allocator | None) -> None:

@@ -58,6 +58,12 @@ def _view_cls():
     return View
 
 
+def _input(x: Any, what: str) -> "View":
+    """x when it is a View, else TypeError (as torch's "must be Tensor")."""
+    from .view import _need_view
+    return _need_view(x, f"{what}(input)")
+
+
 def _as_index_view(x: Any, what: str = "index"):
     """x (a View, list, tuple, numpy array, torch tensor or int) as an
     integer or bool View usable as an index; IndexError for other dtypes."""
@@ -291,6 +297,7 @@ def setitem(v: "View", key: Any, value: Any) -> None:
 # ---- index operations (torch.index_select, ... and their View methods) -------------------
 def index_select(input: "View", dim: int, index: Any, *, stream: Any = None) -> "View":
     """The elements of ``index`` (0-d or 1-d integers) along ``dim``, in a new storage."""
+    _input(input, "index_select")
     from ._core import as_dim
     idx = _as_index_view(index)
     try:
@@ -301,6 +308,7 @@ def index_select(input: "View", dim: int, index: Any, *, stream: Any = None) -> 
 
 def take(input: "View", index: Any, *, stream: Any = None) -> "View":
     """input seen as 1-d (row-major) at ``index``; the result has index's shape."""
+    _input(input, "take")
     idx = _as_index_view(index)
     try:
         return input._op_copy(lib.mn_view_take, idx._handle, _stream(stream))
@@ -310,6 +318,7 @@ def take(input: "View", index: Any, *, stream: Any = None) -> "View":
 
 def gather(input: "View", dim: int, index: Any, *, stream: Any = None) -> "View":
     """out[i][j][k] = input[index[i][j][k]][j][k] (dim 0); index has input's ndim."""
+    _input(input, "gather")
     from ._core import as_dim
     idx = _as_index_view(index)
     return input._op_copy(lib.mn_view_gather, as_dim(dim), idx._handle, _stream(stream))
@@ -317,12 +326,14 @@ def gather(input: "View", dim: int, index: Any, *, stream: Any = None) -> "View"
 
 def masked_select(input: "View", mask: Any, *, stream: Any = None) -> "View":
     """The elements where ``mask`` (bool, broadcast with input) is true, as a 1-d view."""
+    _input(input, "masked_select")
     m = _as_index_view(mask, "mask")
     return input._op_copy(lib.mn_view_masked_select, m._handle, _stream(stream))
 
 
 def scatter_(input: "View", dim: int, index: Any, src: Any, *, stream: Any = None) -> "View":
     """In place: input[index[i][j][k]][j][k] = src[i][j][k] (dim 0); src may be a scalar."""
+    _input(input, "scatter_")
     from ._core import as_dim
     idx = _as_index_view(index)
     s = _values_for(input, src, idx.shape)
@@ -332,6 +343,7 @@ def scatter_(input: "View", dim: int, index: Any, src: Any, *, stream: Any = Non
 
 def scatter_add_(input: "View", dim: int, index: Any, src: Any, *, stream: Any = None) -> "View":
     """In place: input[index[i][j][k]][j][k] += src[i][j][k] (dim 0), summed in row-major order."""
+    _input(input, "scatter_add_")
     from ._core import as_dim
     idx = _as_index_view(index)
     s = _values_for(input, src, idx.shape)
@@ -341,11 +353,13 @@ def scatter_add_(input: "View", dim: int, index: Any, src: Any, *, stream: Any =
 
 def scatter(input: "View", dim: int, index: Any, src: Any, *, stream: Any = None) -> "View":
     """scatter_ into a clone of input."""
+    _input(input, "scatter")
     return scatter_(input.clone(), dim, index, src, stream=stream)
 
 
 def scatter_add(input: "View", dim: int, index: Any, src: Any, *, stream: Any = None) -> "View":
     """scatter_add_ into a clone of input."""
+    _input(input, "scatter_add")
     return scatter_add_(input.clone(), dim, index, src, stream=stream)
 
 
@@ -353,6 +367,7 @@ def index_put_(input: "View", indices: Sequence[Any], values: Any, accumulate: b
                stream: Any = None) -> "View":
     """In place: input[indices] = values (or += with accumulate); ``indices``
     is a tuple of index views (None for a whole dim), as torch's index_put_."""
+    _input(input, "index_put_")
     if not isinstance(indices, (tuple, list)):
         raise TypeError(f"mnemo: index_put_ takes a tuple of indices, got {type(indices).__name__}")
     advanced, dim = [], 0
@@ -375,6 +390,7 @@ def index_put_(input: "View", indices: Sequence[Any], values: Any, accumulate: b
 def index_put(input: "View", indices: Sequence[Any], values: Any, accumulate: bool = False, *,
               stream: Any = None) -> "View":
     """index_put_ into a clone of input."""
+    _input(input, "index_put")
     return index_put_(input.clone(), indices, values, accumulate, stream=stream)
 
 
@@ -431,10 +447,19 @@ def arange(start: numbers.Number = 0, end: Optional[numbers.Number] = None, step
         n = max(0, -((int(start) - int(end)) // int(step)))
     else:
         n = max(0, math.ceil((float(end) - float(start)) / float(step)))
-    if integral:  # PyTorch's integer kernel: start and step cast to the accumulator (int64) first
-        if int(step) == 0:
-            raise RuntimeError("mnemo: arange(): step must be nonzero")
-        vals = int(start) + int(step) * np.arange(n, dtype=np.int64)
-    else:
-        vals = _fma(float(step), np.arange(n, dtype=np.float64), float(start))
+    try:  # the values are made on the host (numpy), then copied to the device
+        if integral:  # PyTorch's integer kernel: start and step cast to the accumulator (int64) first
+            if int(step) == 0:
+                raise RuntimeError("mnemo: arange(): step must be nonzero")
+            if not all(-2 ** 63 <= int(x) < 2 ** 63 for x in (start, end, step)):
+                raise OverflowError
+            vals = int(start) + int(step) * np.arange(n, dtype=np.int64)
+        else:
+            vals = _fma(float(step), np.arange(n, dtype=np.float64), float(start))
+    except MemoryError:  # numpy's: the library's own error type, as every other allocation
+        from ._lib import MN_ERR_OUT_OF_MEMORY, OutOfMemoryError
+        raise OutOfMemoryError(MN_ERR_OUT_OF_MEMORY, f"mnemo: arange(): {n} elements do not fit in host "
+                                                     f"memory") from None
+    except OverflowError:  # an int64 start or step out of range (torch: "Overflow when unpacking long")
+        raise RuntimeError(f"mnemo: arange(): start {start} or step {step} is out of int64's range") from None
     return tensor(vals, dtype=dt, device=device)

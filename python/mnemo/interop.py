@@ -156,7 +156,7 @@ def dlpack_device(dev):
 def _device_from_dl(dl):
     try:
         kind, index = int(dl[0]), int(dl[1])
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, KeyError, OverflowError):
         raise ValueError(f"mnemo: dl_device must be a (device_type, device_id) pair, got {dl!r}") from None
     if kind in (K_DLCPU, K_DLCUDAHOST):
         return Device("cpu")
@@ -202,7 +202,11 @@ def to_dlpack(view: View, stream: int | None = None, max_version: tuple[int, int
     _ready_for_consumer(src.device, None if copied and src.device.type == "cpu" else stream)
     if copied:
         _core.synchronize(src.device)
-    versioned = max_version is not None and int(tuple(max_version)[0]) >= 1
+    try:
+        versioned = max_version is not None and int(tuple(max_version)[0]) >= 1
+    except (TypeError, ValueError, IndexError, KeyError, OverflowError):
+        raise TypeError(f"mnemo: __dlpack__ max_version must be a (major, minor) pair of ints, got "
+                        f"{max_version!r}") from None
     if versioned:
         p = out_handle(lib.mn_view_to_dlpack_versioned, src._handle)
         m = C.cast(p, C.POINTER(DLManagedTensorVersioned))

@@ -59,7 +59,13 @@ def _stream(stream: Any):
     return _stream_handle(stream)
 
 
+def _input(v: Any, what: str) -> "View":
+    from .view import _need_view
+    return _need_view(v, f"{what}(input)")
+
+
 def _check_quantized(v, what: str) -> None:
+    _input(v, what)
     if not v.dtype.is_quantized:
         raise RuntimeError(f"mnemo: {what} needs a quantized view, got {v.dtype.name}")
 
@@ -68,6 +74,7 @@ def quantize_per_tensor(input: "View", scale: float, zero_point: int, dtype: Any
     """A quantized copy of ``input`` (float16, bfloat16, float32 or float64)
     in a new storage: q = clamp(round_half_even(x / scale) + zero_point) of
     ``dtype`` (qint8, quint8, qint32, quint4x2, quint2x4), as torch 1.13."""
+    _input(input, "quantize_per_tensor")
     dt = _dtype(dtype)
     return input._op_copy(lib.mn_view_quantize_per_tensor, float(scale), as_int(zero_point, "zero_point"), dt.value,
                           _stream(stream))
@@ -77,7 +84,7 @@ def dequantize(input: "View", *, stream: Any = None) -> "View":
     """(q - zero_point) * scale as a new float32 view; a view that is not
     quantized comes back as itself when float32, else cast to float32
     (PyTorch's dequantize of a non-quantized tensor)."""
-    if not input.dtype.is_quantized:
+    if not _input(input, "dequantize").dtype.is_quantized:
         return input if input.dtype.name == "float32" else input.to(dtype="float32")
     return input._op_copy(lib.mn_view_dequantize, _stream(stream))
 

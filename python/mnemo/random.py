@@ -156,12 +156,16 @@ def randn(*size: Any, generator: Optional[Generator] = None, dtype: Any = None, 
 
 def rand_like(input: "View", *, dtype: Any = None, device: Any = None, generator: Optional[Generator] = None) -> "View":
     """rand() of input's shape, dtype and device (unless given)."""
+    from .view import _need_view
+    _need_view(input, "rand_like(input)")
     return rand(input.shape, generator=generator, dtype=dtype or input.dtype, device=device or input.device)
 
 
 def randn_like(input: "View", *, dtype: Any = None, device: Any = None,
                generator: Optional[Generator] = None) -> "View":
     """randn() of input's shape, dtype and device (unless given)."""
+    from .view import _need_view
+    _need_view(input, "randn_like(input)")
     return randn(input.shape, generator=generator, dtype=dtype or input.dtype, device=device or input.device)
 
 

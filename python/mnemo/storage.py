@@ -69,7 +69,10 @@ DtypeLike = Any
 def _allocator_handle(allocator):
     if allocator is None:
         return None
-    h = getattr(allocator, "_handle", None)
+    from .allocator import Allocator
+    # an object of the package other than an Allocator (a View, a storage) has a _handle that is no allocator
+    mine = type(allocator).__module__.split(".")[0] == "mnemo"
+    h = getattr(allocator, "_handle", None) if isinstance(allocator, Allocator) or not mine else None
     if isinstance(h, bool) or not isinstance(h, int) or h == 0:
         raise TypeError(f"mnemo: allocator must be an object whose _handle is an mn_allocator_t* (an int), "
                         f"got {type(allocator).__name__}")
@@ -411,6 +414,7 @@ class UntypedStorage(_StorageBase, _owner.Owner):
     def __deepcopy__(self, memo: dict) -> "UntypedStorage":
         """copy.deepcopy: a clone, one per C storage within one deepcopy (views
         of one storage deep-copied together share the new one), as PyTorch."""
+        _check_memo(memo)
         seen = memo.setdefault("mnemo.storages", {})
         key = self._h()
         new = seen.get(key)
@@ -554,6 +558,12 @@ class UntypedStorage(_StorageBase, _owner.Owner):
 
 
 Storage = UntypedStorage
+
+
+def _check_memo(memo: Any) -> None:
+    """__deepcopy__'s memo is copy.deepcopy's dict: TypeError for anything else."""
+    if not isinstance(memo, dict):
+        raise TypeError(f"mnemo: __deepcopy__(memo) takes copy.deepcopy's memo dict, not {type(memo).__name__}")
 
 
 def _wrap_byte(value: Any) -> int:
@@ -869,6 +879,7 @@ class TypedStorage(_StorageBase):
     def __deepcopy__(self, memo: dict) -> "TypedStorage":
         """copy.deepcopy: the dtype over a deep copy of the untyped storage."""
         import copy
+        _check_memo(memo)
         return TypedStorage(wrap_storage=copy.deepcopy(self._untyped_storage, memo), dtype=self.dtype)
 
     def __reduce_ex__(self, protocol: int) -> tuple:

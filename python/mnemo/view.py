@@ -55,6 +55,15 @@ ShapeLike = Union[int, Sequence[int]]
 DTypeLike = Any  # a mnemo.dtype, its name, a numpy or torch dtype, or Python's bool/int/float/complex
 
 
+def _need_view(x: Any, where: str) -> "View":
+    """x when it is a View, else TypeError (as torch's "argument 'input' must
+    be Tensor"): a function that reads a View's attributes says so instead of
+    an AttributeError."""
+    if not isinstance(x, View):
+        raise TypeError(f"mnemo: {where} must be a View, not {type(x).__name__}")
+    return x
+
+
 def _is_dtype_like(x):
     """A mnemo, torch or numpy dtype (or numpy scalar type, or Python's
     bool/int/float/complex): not a numpy scalar value."""
@@ -168,6 +177,8 @@ class View(_owner.Owner):
         """copy.deepcopy: the view over a clone of its whole storage (same
         dtype, shape, strides, offset), as PyTorch's; one clone per storage
         within one deepcopy."""
+        from .storage import _check_memo
+        _check_memo(memo)
         storage = copy.deepcopy(self.untyped_storage(), memo)
         return _rebuild_view(storage, self.dtype.name, self.shape, self.stride(), self.storage_offset(),
                              self._qparams())
@@ -387,7 +398,7 @@ class View(_owner.Owner):
 
     def view_as(self, other: "View") -> "View":
         """self.view(other.shape)."""
-        return self.view(other.shape)
+        return self.view(_need_view(other, "view_as(other)").shape)
 
     def reshape(self, *shape: Any) -> "View":
         """view() when possible, else a contiguous copy of the new shape."""
@@ -465,7 +476,7 @@ class View(_owner.Owner):
 
     def expand_as(self, other: "View") -> "View":
         """self.expand(other.shape)."""
-        return self.expand(other.shape)
+        return self.expand(_need_view(other, "expand_as(other)").shape)
 
     def unflatten(self, dim: int, sizes: Sequence[int]) -> "View":
         """Splits ``dim`` into ``sizes`` (one -1 allowed)."""
@@ -589,13 +600,14 @@ class View(_owner.Owner):
 
     def type_as(self, other: "View") -> "View":
         """self.to(dtype=other.dtype)."""
-        return self.to(dtype=other.dtype)
+        return self.to(dtype=_need_view(other, "type_as(other)").dtype)
 
     # ---- in-place writes -------------------------------------------------------------------
     def copy_(self, src: Any, non_blocking: bool = False) -> "View":
         """Copies ``src`` (a View, or anything mnemo.asarray takes: numpy
         arrays, torch tensors, lists) into this view, broadcasting and
         casting, across devices. Waits for the copy unless non_blocking."""
+        non_blocking = bool(non_blocking)  # before the copy: a refused argument changes nothing
         if not isinstance(src, View):
             from .interop import asarray
             src = asarray(src)
@@ -1007,22 +1019,26 @@ def full(size: ShapeLike, fill_value: Union[bool, int, float, complex], dtype: O
 
 def empty_like(v: View, dtype: Optional[DTypeLike] = None, device: Optional[DeviceLike] = None) -> View:
     """empty() of v's shape, dtype and device (unless given)."""
+    _need_view(v, "empty_like(input)")
     return empty(v.shape, dtype=dtype or v.dtype, device=device or v.device)
 
 
 def zeros_like(v: View, dtype: Optional[DTypeLike] = None, device: Optional[DeviceLike] = None) -> View:
     """zeros() of v's shape, dtype and device (unless given)."""
+    _need_view(v, "zeros_like(input)")
     return empty_like(v, dtype, device).zero_()
 
 
 def ones_like(v: View, dtype: Optional[DTypeLike] = None, device: Optional[DeviceLike] = None) -> View:
     """ones() of v's shape, dtype and device (unless given)."""
+    _need_view(v, "ones_like(input)")
     return empty_like(v, dtype, device).fill_(1)
 
 
 def full_like(v: View, fill_value: Union[bool, int, float, complex], dtype: Optional[DTypeLike] = None,
               device: Optional[DeviceLike] = None) -> View:
     """full() of v's shape with fill_value, v's dtype and device (unless given)."""
+    _need_view(v, "full_like(input)")
     return empty_like(v, dtype, device).fill_(fill_value)
 
 

@@ -5,6 +5,7 @@
 # configuration strings, errors that change nothing, set_default. Single-threaded.
 """Run: PYTHONPATH=<build>/python python3 tests/python/test_allocator.py"""
 import unittest
+import gc
 
 import mnemo
 
@@ -454,6 +455,42 @@ class MemPools(unittest.TestCase):
             with self.assertRaises(mnemo.MnemoError) as cm:
                 mnemo.MemPool(n)
             self.assertEqual(cm.exception.status_name, "not_supported")
+
+
+
+class BadInput(unittest.TestCase):
+    """Refusals found by tests/python/fuzz_api.py."""
+
+    def test_no_allocator_from_a_raw_int(self):
+        # Allocator(int) wrapped any int as an mn_allocator_t* (a wrong one crashed; owned=True of a
+        # live one destroyed it twice)
+        a = mnemo.CachingAllocator("sim")
+        for args in ((12345,), (-2 ** 63, True), (a._handle, True), (a._handle,)):
+            with self.subTest(args=args), self.assertRaisesRegex(TypeError, "does not wrap"):
+                mnemo.Allocator(*args)
+        self.assertEqual(mnemo.empty(4, device="sim", allocator=a).shape, (4,))
+        self.assertEqual(mnemo.default_allocator("cpu").name, "naive")
+        self.assertIsInstance(mnemo.PinnedAllocator.get_default(), mnemo.PinnedAllocator)
+
+    def test_package_objects_are_no_stream(self):
+        # a View's, a storage's or an allocator's _handle is no mn_stream_t*: passing one crashed
+        a = mnemo.CachingAllocator("sim")
+        for junk in (mnemo.tensor([1.]), mnemo.UntypedStorage(4), a):
+            with self.subTest(junk=type(junk).__name__), self.assertRaises(TypeError):
+                a.alloc(16, stream=junk)
+        self.assertEqual(a.memory_stats()["allocation.all.current"], 0)
+
+    def test_mempool_with_a_wrong_argument_collects_quietly(self):
+        import sys
+        seen = []
+        old, sys.unraisablehook = sys.unraisablehook, seen.append
+        try:
+            with self.assertRaises(TypeError):
+                mnemo.MemPool(no_such_argument=1)
+            gc.collect()
+        finally:
+            sys.unraisablehook = old
+        self.assertEqual(seen, [], "the finalizer of a MemPool whose __init__ never ran raised")
 
 
 if __name__ == "__main__":

@@ -344,5 +344,17 @@ class Errors(unittest.TestCase):
             mnemo._lib._rebuild_error(ValueError, ("x",), {})
 
 
+
+class DeepcopyMemo(unittest.TestCase):
+    """Found by tests/python/fuzz_api.py: __deepcopy__ called with something
+    that is no memo dict raises TypeError (an AttributeError before)."""
+
+    def test_memo_must_be_a_dict(self):
+        for x in (mnemo.tensor([1., 2.]), mnemo.UntypedStorage(4), mnemo.FloatStorage(2)):
+            for memo in (1, "x", None, [1]):
+                with self.subTest(cls=type(x).__name__, memo=memo), self.assertRaisesRegex(TypeError, "memo"):
+                    x.__deepcopy__(memo)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -799,6 +799,39 @@ class MetaDevice(unittest.TestCase):
         self.assertEqual(back.shape, (3, 2))
 
 
+
+class BadInput(unittest.TestCase):
+    """Refusals found by tests/python/fuzz_api.py: a clear exception of the
+    documented type, and nothing changed."""
+
+    def test_like_and_as_need_a_view(self):
+        v = mnemo.tensor([1., 2.])
+        for f in (mnemo.empty_like, mnemo.zeros_like, mnemo.ones_like, lambda x: mnemo.full_like(x, 1),
+                  mnemo.rand_like, mnemo.randn_like, v.type_as, v.expand_as, v.view_as):
+            for junk in (5, "cpu", mnemo.UntypedStorage(8), None):
+                with self.subTest(f=f, junk=junk), self.assertRaisesRegex(TypeError, "must be a View"):
+                    f(junk)
+
+    def test_copy_checks_non_blocking_before_copying(self):
+        v = mnemo.tensor([1., 2.])
+        with self.assertRaises(ValueError):
+            v.copy_(mnemo.tensor([7., 8.]), non_blocking=mnemo.tensor([1., 2.]))  # no truth value
+        self.assertEqual(v.tolist(), [1., 2.])  # the copy did not happen
+
+    def test_error_status_checked(self):
+        with self.assertRaises(TypeError):
+            mnemo.MnemoError(float("inf"), "mn_x: y")
+        with self.assertRaises(ValueError):
+            mnemo.OutOfMemoryError(2 ** 40, "mn_x: y")
+        self.assertEqual(mnemo.MnemoError(1, "mn_x: y").status_name, "invalid_argument")
+
+    def test_package_objects_are_no_allocator(self):
+        # a View's or a storage's _handle is no mn_allocator_t*: passing one crashed the process
+        for junk in (mnemo.UntypedStorage(4), mnemo.tensor([1.]), mnemo.FloatStorage(2)):
+            with self.subTest(junk=type(junk).__name__), self.assertRaises(TypeError):
+                mnemo.zeros(3, allocator=junk)
+
+
 if __name__ == "__main__":
     prog = unittest.main(exit=False, verbosity=1)
     sys.exit(0 if prog.result.wasSuccessful() else 1)

@@ -458,5 +458,32 @@ class TestRandom(unittest.TestCase):
             torch.randint(5, 5, (2,))
 
 
+
+class TestBadInput(unittest.TestCase):
+    """Refusals found by tests/python/fuzz_api.py."""
+
+    def test_ops_need_a_view(self):
+        for name, args in (("index_select", (0, [0])), ("take", ([0],)), ("gather", (0, [0])),
+                           ("masked_select", ([True],)), ("scatter", (0, [0], 1.)), ("scatter_add", (0, [0], 1.)),
+                           ("index_put", (([0],), 1.)), ("quantize_per_tensor", (0.1, 0, mnemo.quint8)),
+                           ("dequantize", ()), ("int_repr", ()), ("q_scale", ()), ("q_zero_point", ())):
+            for junk in (5, "x", [1.0, 2.0], None):
+                with self.subTest(name=name, junk=junk), self.assertRaisesRegex(TypeError, "must be a View"):
+                    getattr(mnemo, name)(junk, *args)
+        with self.assertRaisesRegex(TypeError, "must be a View"):
+            mnemo.quantized.qscheme(3)
+
+    def test_stream_is_no_view(self):
+        v = mnemo.tensor([1., 2., 3.], device="sim")
+        with self.assertRaises(TypeError):
+            mnemo.index_select(v, 0, [0], stream=mnemo.tensor([0]))
+
+    def test_arange_too_big_or_out_of_int64(self):
+        with self.assertRaises(mnemo.OutOfMemoryError):
+            mnemo.arange(2 ** 50)
+        with self.assertRaisesRegex(RuntimeError, "int64"):
+            mnemo.arange(2 ** 70, 2 ** 70 + 3)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -393,6 +393,20 @@ class TorchRoundTrips(unittest.TestCase):
         self.assertEqual(dst.tolist(), [[3.0, 3.0], [3.0, 3.0]])
 
 
+
+class BadDlpackArguments(unittest.TestCase):
+    """Found by tests/python/fuzz_api.py: KeyError/OverflowError leaked."""
+
+    def test_dl_device_and_max_version(self):
+        v = mnemo.tensor([1., 2.])
+        for dl in ({}, {"a": 1}, (float("inf"), 0)):
+            with self.subTest(dl_device=dl), self.assertRaises(ValueError):
+                v.__dlpack__(dl_device=dl)
+        for mv in ([float("inf")], {}, (), "x"):
+            with self.subTest(max_version=mv), self.assertRaises(TypeError):
+                v.__dlpack__(max_version=mv)
+
+
 if __name__ == "__main__":
     prog = unittest.main(exit=False, verbosity=1)
     sys.exit(0 if prog.result.wasSuccessful() else 1)

@@ -570,5 +570,25 @@ class Threads(unittest.TestCase):
         self.assertEqual(live_allocators(), base)
 
 
+
+class AtExit(unittest.TestCase):
+    """Found by tests/python/fuzz_api.py: allocators and pools collected late
+    in interpreter shutdown (held by sys) raised in their finalizers (the
+    module globals the destroy used were gone)."""
+
+    def test_late_finalizers_are_quiet(self):
+        import subprocess
+        import textwrap
+        code = textwrap.dedent("""
+            import sys
+            import mnemo
+            a = mnemo.CachingAllocator("sim")
+            sys.unraisablehook = lambda u, keep=[a, mnemo.MemPool(a), mnemo.NaiveAllocator("cpu")]: None
+            """)
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("Exception ignored", r.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=1)

@@ -216,5 +216,21 @@ class ZeroDim(unittest.TestCase):
             self.assertIn("torch.from_dlpack(view)", str(e))
 
 
+
+class BadOptions(unittest.TestCase):
+    """Found by tests/python/fuzz_api.py: a refused set_printoptions changes nothing."""
+
+    def test_refused_call_changes_nothing(self):
+        before = mnemo.get_printoptions()
+        try:
+            for kwargs in ({"precision": 2, "edgeitems": 1, "linewidth": "x"}, {"profile": "short", "sci_mode": 1},
+                           {"threshold": float("nan")}, {"precision": 7, "profile": "nope"}):
+                with self.subTest(kwargs=kwargs), self.assertRaises(ValueError):
+                    mnemo.set_printoptions(**kwargs)
+                self.assertEqual(mnemo.get_printoptions(), before)
+        finally:
+            mnemo.set_printoptions(profile="default")
+
+
 if __name__ == "__main__":
     unittest.main()
