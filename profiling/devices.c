@@ -8,11 +8,10 @@
 
 #include "mnemo/mnemo.h"
 #include "mnemo/trace.h"
+#include "profiling/analysis.h"
 #include "runtime/checked.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
-
-static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
 /* The size as recorded of device d (see mn_trace_device_t). */
 static void recorded_size(const mn_trace_t *t, bool pytorch, bool gc, mn_trace_device_t *d) {
@@ -25,7 +24,7 @@ static void recorded_size(const mn_trace_t *t, bool pytorch, bool gc, mn_trace_d
     if (in_run && e->action != MN_TRACE_SEGMENT_FREE) {
       in_run = false;
       if (run_ok && e->action == MN_TRACE_SEGMENT_ALLOC) {
-        uint64_t l = sat_add(reserved, e->size), h = sat_add(before, e->size);
+        uint64_t l = mn__sat_add_u64(reserved, e->size), h = mn__sat_add_u64(before, e->size);
         if (l > lo) lo = l;
         if (h - 1 < hi) hi = h - 1;
         d->partial_releases++;
@@ -37,13 +36,13 @@ static void recorded_size(const mn_trace_t *t, bool pytorch, bool gc, mn_trace_d
       before = reserved;
     }
     if (e->action == MN_TRACE_SEGMENT_ALLOC || e->action == MN_TRACE_SEGMENT_MAP) {
-      reserved = sat_add(reserved, e->size);
+      reserved = mn__sat_add_u64(reserved, e->size);
       if (reserved > peak) peak = reserved;
     } else if (e->action == MN_TRACE_SEGMENT_FREE || e->action == MN_TRACE_SEGMENT_UNMAP) {
       reserved = e->size > reserved ? 0 : reserved - e->size;
     } else if (e->action == MN_TRACE_OOM) {
       /* mnemo's recorder writes 0x0 there (the free bytes unknown): no size from it */
-      if (d->oom_lines++ == 0 && (e->address || pytorch)) d->oom_capacity = sat_add(reserved, e->address);
+      if (d->oom_lines++ == 0 && (e->address || pytorch)) d->oom_capacity = mn__sat_add_u64(reserved, e->address);
     }
     prev = e;
   }
@@ -104,3 +103,29 @@ mn_status mn_trace_devices(const mn_trace_t *t, mn_trace_device_t **out, size_t 
 }
 
 void mn_trace_devices_free(mn_trace_device_t *devices) { free(devices); }
+
+const char *mn__trace_size_as_recorded(const mn_trace_device_t *d, mn_sim_config_t *sc) {
+  if (d->oom_capacity && d->oom_capacity <= SIZE_MAX && sc->granularity) {
+    size_t g = sc->granularity, c = (size_t)d->oom_capacity / g * g;
+    sc->capacity = c ? c : g;
+    return "oom";
+  }
+  if (d->release_capacity && d->release_capacity <= SIZE_MAX - (1u << 30) && sc->granularity) {
+    size_t g = sc->granularity;
+    sc->capacity = ((size_t)d->release_capacity + g - 1) / g * g;
+    return "releases";
+  }
+  return "default";
+}
+
+mn_status mn__sim_as_recorded(const mn_trace_t *t, uint32_t index, mn_sim_config_t *sc, const char **from) {
+  *from = "default";
+  mn_trace_device_t *d = NULL;
+  size_t n = 0;
+  mn_status st = mn_trace_devices(t, &d, &n);
+  if (st != MN_OK) return st;
+  for (size_t k = 0; k < n; k++)
+    if (d[k].index == index && !d[k].host) *from = mn__trace_size_as_recorded(&d[k], sc);
+  mn_trace_devices_free(d);
+  return MN_OK;
+}

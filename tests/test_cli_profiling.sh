@@ -3,7 +3,7 @@
 # CSV: good, malformed with its line number, truncated), replay options, snapshot,
 # and MNEMO_TRACE recording at exit whose replay gives the live run's peaks;
 # report, replay and snapshot of a trace whose sizes sum past 2^63;
-# the stack rule (tools/stacks.h) in snapshot's holders; diff of two traces, two
+# the stack rule (profiling/stacks.h) in snapshot's holders; diff of two traces, two
 # ranks, a pickle and its import (tools/cmd_diff.c);
 # the environment variables: `mnemo info` and the README list every one of the
 # table (runtime/env.h), and no source but runtime/env.c calls getenv.
@@ -167,7 +167,7 @@ check "... --blocks: the live allocations with their innermost frame" has "$tmp/
 "$cli" snapshot "$trace" --at 99999999 >"$tmp/out" 2>&1
 check "snapshot --at out of range: usage error" test $? -eq 2
 
-# the stack rule (tools/stacks.h, docs/PROFILING.md): each group of "who holds the
+# the stack rule (profiling/stacks.h, docs/PROFILING.md): each group of "who holds the
 # memory" opens with its first user frame, never with an allocator-internal one
 first_frames() { # the first line under each group's header, in order
   sed -n '/^who holds the memory/,/^$/p' "$1" | awk 'g { print; g = 0 } / MiB .*% in [0-9]* allocation/ { g = 1 }' | sed 's/^ *//'

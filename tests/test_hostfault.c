@@ -22,6 +22,8 @@
 
 #include "hostfault_sites.h"
 #include "mn_test.h"
+#include "profiling/analysis.h"
+#include "runtime/error.h"
 #include "runtime/hostmem.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -684,6 +686,53 @@ done:
   return st;
 }
 
+/* The reports' shared analysis (profiling/analysis.h): who holds the memory
+ * at the end of a trace with stacks, grouped by stack then by first user
+ * frame; a growing array; the SIM size as recorded; a growing text. */
+static mn_status w_analysis(void) {
+  mn_status st = MN_OK;
+  mn_trace_t *t = NULL;
+  size_t *live = NULL, nlive = 0, cap = 0;
+  mn__holder_t *g = NULL;
+  size_t ng = 0;
+  mn__sbuf_t text = {0};
+  char path[700];
+  snprintf(path, sizeof path, "%s/tests/corpus/trace/v3_stacks.trace", g_source);
+  TRY(mn_trace_read(path, &t));
+  for (size_t i = 0; i < t->nentries; i++) {
+    if (t->entries[i].action != MN_TRACE_ALLOC) continue;
+    if (!mn__grow(&live, nlive, &cap, sizeof *live, 1)) {
+      st = mn__error(MN_ERR_OUT_OF_MEMORY, "w_analysis", "no host memory for the live list");
+      goto done;
+    }
+    live[nlive++] = i;
+  }
+  if (!mn__holders(t, live, nlive, &g, &ng)) {
+    st = mn__error(MN_ERR_OUT_OF_MEMORY, "w_analysis", "no host memory for the groups");
+    goto done;
+  }
+  mn__holders_by_key(g, &ng);
+  if (!ng) {
+    st = wrong("mn__holders: no group");
+    goto done;
+  }
+  mn_sim_config_t sc = mn_sim_config_default();
+  const char *from = NULL;
+  TRY(mn__sim_as_recorded(t, 0, &sc, &from));
+  for (int k = 0; k < 40; k++) mn__sbuf_printf(&text, "%d: a line of some length to grow the text <%s>\n", k, from);
+  mn__sbuf_json_str(&text, "\"quoted\" <and> \x01");
+  if (!mn__sbuf_str(&text)) {
+    st = mn__error(MN_ERR_OUT_OF_MEMORY, "w_analysis", "no host memory for the text");
+    goto done;
+  }
+done:
+  mn__sbuf_free(&text);
+  free(g);
+  free(live);
+  mn_trace_destroy(t);
+  return st;
+}
+
 /* On SIM: tolist, a strided view saved as safetensors, gather and
  * index_select, a block shared and opened in this same process. */
 static mn_status w_sim_data(void) {
@@ -1245,7 +1294,7 @@ int main(int argc, char **argv) {
       {"replay", w_replay},       {"allocators", w_allocators}, {"storage_misc", w_storage_misc},
       {"graphs", w_graphs},       {"streams", w_streams},         {"profiling", w_profiling},
       {"sim_data", w_sim_data},   {"index_cpu", w_index_cpu},     {"index_sim", w_index_sim},
-      {"storages", w_storages},   {"files", w_files},
+      {"storages", w_storages},   {"files", w_files},         {"analysis", w_analysis},
   };
   char self[512];
   ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);

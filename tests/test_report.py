@@ -12,7 +12,7 @@ Exits 77 (skipped) when no chromium is installed. Pages checked:
   * TRACE with a `meta config` and no --config: the first row is "as recorded";
   * a small version 3 trace with stacks, written here with known answers: the groups
     of "who holds the peak" (top 2 frames from the first user frame: the stack rule of
-    tools/stacks.h, with C++ frames as PyTorch records them, a backward pass's under
+    profiling/stacks.h, with C++ frames as PyTorch records them, a backward pass's under
     its autograd node; and by the first user frame alone), and the
     mouse: over the peak marker the tooltip names the peak entry and its reserved
     bytes (time and entry axes), over a band the allocation and its stack; wheel
@@ -289,7 +289,7 @@ STACKS = {1: [3, 4, 2, 1], 2: [5, 3, 4, 6, 1], 3: [7, 1],
           4: [8, 9, 10, 11, 12, 13, 14, 15],            # backward: C++ frames only
           5: [8, 9, 10, 11, 12, 16, 17, 2, 4, 1]}       # forward: C++, then Python
 NODE = "?? torch::autograd::generated::MulBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)"
-EXPECTED_KEYS = {  # top 2 frames from the first user frame on (tools/stacks.h), innermost first
+EXPECTED_KEYS = {  # top 2 frames from the first user frame on (profiling/stacks.h), innermost first
     1: "/home/u/model.py:42 forward\n/home/u/train.py:10 main",
     2: "/home/u/model.py:55 forward\n/home/u/train.py:10 main",
     3: "/home/u/my optim.py:12 step\n/home/u/train.py:10 main",
@@ -613,7 +613,7 @@ def main():
             check(kind == "timeline" and f"entry {d['peak_entry']} " in tip and str(runs[0]["peak_reserved"]) in tip,
                   f"hover on the peak marker names entry {d['peak_entry']} and {runs[0]['peak_reserved']} B ({tip[:90]!r})")
 
-            # a stack cut to 24 frames for hovers keeps its user frames (tools/stacks.h), not the
+            # a stack cut to 24 frames for hovers keeps its user frames (profiling/stacks.h), not the
             # innermost ones: in these traces the Python frame that allocated lies below ~24 C++
             # frames (the unwinder, the allocator, the dispatcher), so the page's frames of every
             # cut stack open with a Python frame outside torch

@@ -4,7 +4,7 @@
  * two ranks of one job), each replayed on the SIM device as recorded, side by side:
  *  - their peaks: the replay's allocated and reserved bytes, PyTorch's recorded ones;
  *  - the allocations alive at each one's peak of allocated bytes, grouped by the
- *    first user frame of their stacks (the stack rule, tools/stacks.h), with the
+ *    first user frame of their stacks (the stack rule, profiling/stacks.h), with the
  *    change per group, the largest change first;
  *  - the segment sizes one holds more of than the other at its peak of reserved bytes;
  *  - (the page) the two timelines on one x scale: the fraction of the trace's
@@ -21,7 +21,7 @@
 #include "diff_page.h"
 #include "runtime/error.h"
 #include "runtime/fileio.h"
-#include "stacks.h"
+#include "profiling/stacks.h"
 #include "trace_input.h"
 
 const char cmd_diff_about[] =
@@ -116,7 +116,7 @@ typedef struct diff_s {
 static void on_step(void *user, const mn_replay_step_t *st) {
   side_t *s = user;
   if (s->oom) return;
-  if (!mn__tools_grow(&s->steps, s->nsteps, &s->cap, sizeof *s->steps, 4096)) {
+  if (!mn__grow(&s->steps, s->nsteps, &s->cap, sizeof *s->steps, 4096)) {
     s->oom = true;
     return;
   }
@@ -179,7 +179,7 @@ static bool holders_at(side_t *s, size_t stop) {
   size_t n = t->nentries ? t->nentries : 1;
   void **ptrs = calloc(n, sizeof *ptrs);
   size_t *live = malloc(n * sizeof *live), nlive = 0, ng = 0;
-  mn__tools_holder_t *g = NULL;
+  mn__holder_t *g = NULL;
   bool ok = false;
   if (!ptrs || !live) goto out;
   mn_replay_options_t o = mn_replay_options_default();
@@ -190,11 +190,11 @@ static bool holders_at(side_t *s, size_t stop) {
   for (size_t i = 0; i < t->nentries; i++)
     if (ptrs[i]) {
       live[nlive++] = i;
-      s->live_bytes = mn__tools_sat_add_u64(s->live_bytes, t->entries[i].size);
+      s->live_bytes = mn__sat_add_u64(s->live_bytes, t->entries[i].size);
     }
   s->live = nlive;
-  if (!mn__tools_holders(t, live, nlive, &g, &ng)) goto out;
-  mn__tools_holders_by_key(g, &ng);
+  if (!mn__holders(t, live, nlive, &g, &ng)) goto out;
+  mn__holders_by_key(g, &ng);
   s->groups = calloc(ng ? ng : 1, sizeof *s->groups);
   if (!s->groups) goto out;
   static const char *const no_stack[] = {"(no user frame)", "(no stack: allocated before recording)",
@@ -213,7 +213,7 @@ static bool holders_at(side_t *s, size_t stop) {
   for (size_t k = 0; k < s->ngroups; k++) {
     if (m && !strcmp(s->groups[m - 1].label, s->groups[k].label)) {
       s->groups[m - 1].count += s->groups[k].count;
-      s->groups[m - 1].bytes = mn__tools_sat_add_u64(s->groups[m - 1].bytes, s->groups[k].bytes);
+      s->groups[m - 1].bytes = mn__sat_add_u64(s->groups[m - 1].bytes, s->groups[k].bytes);
       free(s->groups[k].label);
     } else {
       s->groups[m++] = s->groups[k];

@@ -10,6 +10,7 @@
 
 #include "mnemo/mnemo.h"
 #include "commands.h"
+#include "profiling/analysis.h"
 #include "trace_input.h"
 
 const char cmd_replay_about[] =
@@ -89,22 +90,13 @@ typedef struct replay_run_s {
 
 static char g_devname[32] = "sim:0"; /* the replay device, for the table */
 
-/* The SIM device as recorded for device d: sc->capacity from its first OOM (the
- * free bytes rounded down to whole granules, 2 MiB as PyTorch's segments, so a
- * segment fits exactly when it fitted in PyTorch), else from its partial cache
- * releases (rounded up), else unchanged. Returns "oom", "releases" or "default". */
+/* The SIM device as recorded for device d (the rule: mn__trace_size_as_recorded). */
 static const char *size_as_recorded(const dev_info_t *d, mn_sim_config_t *sc) {
-  if (d->oom_capacity && d->oom_capacity <= SIZE_MAX && sc->granularity) {
-    size_t g = sc->granularity, c = (size_t)d->oom_capacity / g * g;
-    sc->capacity = c ? c : g;
-    return "oom";
-  }
-  if (d->release_capacity && d->release_capacity <= SIZE_MAX - (1u << 30) && sc->granularity) {
-    size_t g = sc->granularity;
-    sc->capacity = ((size_t)d->release_capacity + g - 1) / g * g;
-    return "releases";
-  }
-  return "default";
+  mn_trace_device_t td;
+  memset(&td, 0, sizeof td);
+  td.oom_capacity = d->oom_capacity;
+  td.release_capacity = d->release_capacity;
+  return mn__trace_size_as_recorded(&td, sc);
 }
 
 static const char *gib(int64_t bytes, char *buf, size_t n) {
@@ -133,7 +125,7 @@ static void read_torch(const mn_trace_t *t, bool multi, uint64_t label, torch_fi
 
 static void oom_push(void *user, const mn_replay_oom_t *o) {
   oom_list_t *l = user;
-  if (!mn__tools_grow(&l->v, l->n, &l->cap, sizeof *l->v, 16)) {
+  if (!mn__grow(&l->v, l->n, &l->cap, sizeof *l->v, 16)) {
     l->nomem = true;
     return;
   }
@@ -640,17 +632,4 @@ out:
   free(devs);
   mn_trace_destroy(t);
   return rc;
-}
-
-/* (commands.h) */
-int mn__tools_sim_as_recorded(const mn_trace_t *t, uint32_t index, mn_sim_config_t *sc, const char **from) {
-  *from = "default";
-  dev_info_t *d = NULL;
-  size_t n = 0;
-  int rc = find_devices(t, -1, true, &d, &n);
-  if (rc) return rc;
-  for (size_t k = 0; k < n; k++)
-    if (d[k].index == index) *from = size_as_recorded(&d[k], sc);
-  free(d);
-  return 0;
 }

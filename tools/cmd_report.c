@@ -6,7 +6,7 @@
  * (report_device) and has its own data element in the page ("mn-data" for the
  * first, "mn-data-dev<N>" for the others; "mn-devices" lists them, the one named by
  * `meta host_device` as pinned host memory); the page's selector picks one. Each
- * device's SIM capacity is the one `mnemo replay` gives it (mn__tools_sim_as_recorded).
+ * device's SIM capacity is the one `mnemo replay` gives it (mn__sim_as_recorded).
  * Pinned host memory is never replayed (report_host: PyTorch's CachingHostAllocator
  * is not the device allocator, as `mnemo replay` says): its page holds the recorded
  * curves only ("replayed": false, no "a"/"r"/"q" columns, no results), its state
@@ -43,7 +43,7 @@
  *  - active memory: the BANDS_MAX largest allocations are bands of their own; the
  *    others are summed per point (`g`), the grey band on top;
  *  - stacks: only those the page refers to, cut to STACK_HOVER_MAX frames (its
- *    user frames, tools/stacks.h, else the innermost) unless a "who holds the
+ *    user frames, profiling/stacks.h, else the innermost) unless a "who holds the
  *    peak" group needs the whole stack;
  *  - segments at the peak: fully free ones folded into one row per size.
  * Everything else (stacking the bands, grouping by frames, zoom) is done by the
@@ -59,7 +59,7 @@
 #include "commands.h"
 #include "profiling/text.h"
 #include "report_page.h"
-#include "stacks.h"
+#include "profiling/stacks.h"
 #include "runtime/fileio.h"
 #include "trace_input.h"
 
@@ -230,7 +230,7 @@ static void on_step(void *user, const mn_replay_step_t *st) {
     ev->tagged = ev->n;
   }
   if (!tl) return;
-  if (!mn__tools_grow(&tl->s, tl->n, &tl->cap, sizeof *tl->s, 4096)) {
+  if (!mn__grow(&tl->s, tl->n, &tl->cap, sizeof *tl->s, 4096)) {
     tl->oom = true;
     return;
   }
@@ -282,11 +282,11 @@ typedef struct report_s {
   size_t *keep, nkeep;                   /* timeline points: entries, ascending */
   size_t *bands, nbands;                 /* allocations drawn as bands, ascending */
   size_t *held, nheld;                   /* allocations alive at the peak of allocated bytes, largest first */
-  mn__tools_holder_t *holders;         /* those grouped by stack, the most bytes first */
+  mn__holder_t *holders;         /* those grouped by stack, the most bytes first */
   size_t nholders;
   uint64_t *grb;                         /* per group: the replay's block bytes (sums to its allocated bytes) */
   size_t *held_res, nheld_res;           /* the same at the peak of reserved bytes */
-  mn__tools_holder_t *holders_res;
+  mn__holder_t *holders_res;
   size_t nholders_res;
   uint64_t *grb_res;
   size_t peak_res, peak_alloc;           /* entries: first step at the replay's peak reserved / allocated */
@@ -400,7 +400,7 @@ static bool scan_device(report_t *r, size_t *idx) {
     if (u == 0 || r->streams[u - 1] != r->streams[k]) r->streams[u++] = r->streams[k];
   r->nstreams = u;
 
-  mn__tools_sort_by_size(t, idx, nallocs);
+  mn__trace_sort_by_size(t, idx, nallocs);
   for (size_t k = 0; k < nallocs && k < BANDS_MAX; k++) r->flag[idx[k]] |= F_BAND;
   r->nbands = nallocs < BANDS_MAX ? nallocs : BANDS_MAX;
   r->bands = malloc((r->nbands ? r->nbands : 1) * sizeof *r->bands);
@@ -444,12 +444,12 @@ static void compute_curves(report_t *r, const timeline_t *tl) {
     }
     if (r->flag[i] & F_DEV) {
       if (e->action == MN_TRACE_ALLOC) {
-        ca += (__int128)mn__tools_recorded_block(e);
+        ca += (__int128)mn__trace_recorded_block(e);
         lv += (__int128)e->size;
         if (!(r->flag[i] & F_BAND)) ag += (__int128)e->size;
       } else if (e->action == MN_TRACE_FREE_REQUESTED && r->pair[i] != SIZE_MAX) {
         const mn_trace_entry_t *a = &t->entries[r->pair[i]];
-        ca -= (__int128)mn__tools_recorded_block(a);
+        ca -= (__int128)mn__trace_recorded_block(a);
         lv -= (__int128)a->size;
         if (!(r->flag[r->pair[i]] & F_BAND)) ag -= (__int128)a->size;
       } else if (e->action == MN_TRACE_SEGMENT_ALLOC || e->action == MN_TRACE_SEGMENT_MAP) {
@@ -528,7 +528,7 @@ static bool choose_points(report_t *r, size_t *idx) {
  * before recording), each group with the replay's block bytes (*grb), which add up to
  * the replay's allocated bytes there (an allocation the replay could not make
  * counts 0). */
-static bool find_holders(report_t *r, size_t at, size_t **held, size_t *nheld, mn__tools_holder_t **holders,
+static bool find_holders(report_t *r, size_t at, size_t **held, size_t *nheld, mn__holder_t **holders,
                          size_t *nholders, uint64_t **grb) {
   const mn_trace_t *t = r->t;
   size_t n = r->n;
@@ -542,7 +542,7 @@ static bool find_holders(report_t *r, size_t at, size_t **held, size_t *nheld, m
   for (size_t i = 0; i < n && i <= at; i++)
     if ((r->flag[i] & F_DEV) && t->entries[i].action == MN_TRACE_ALLOC && (r->pair[i] == SIZE_MAX || r->pair[i] > at))
       (*held)[(*nheld)++] = i;
-  if (!mn__tools_holders(t, *held, *nheld, holders, nholders)) return false;
+  if (!mn__holders(t, *held, *nheld, holders, nholders)) return false;
   *grb = calloc(*nholders ? *nholders : 1, sizeof **grb);
   uint32_t *gix = calloc(t->nstacks + 1, sizeof *gix); /* stack id -> group index + 1 */
   if (!*grb || !gix) {
@@ -551,7 +551,7 @@ static bool find_holders(report_t *r, size_t at, size_t **held, size_t *nheld, m
   }
   size_t nostack[3] = {SIZE_MAX, SIZE_MAX, SIZE_MAX};
   for (size_t g = 0; g < *nholders; g++) {
-    const mn__tools_holder_t *h = &(*holders)[g];
+    const mn__holder_t *h = &(*holders)[g];
     if (h->kind == 0 && h->stack <= t->nstacks) gix[h->stack] = (uint32_t)(g + 1);
     else if (h->kind > 0 && h->kind < 3) nostack[h->kind] = g;
   }
@@ -559,7 +559,7 @@ static bool find_holders(report_t *r, size_t at, size_t **held, size_t *nheld, m
     const mn_trace_entry_t *e = &t->entries[(*held)[k]];
     size_t g = e->stack ? (e->stack <= t->nstacks && gix[e->stack] ? gix[e->stack] - 1 : SIZE_MAX)
                         : nostack[e->pre ? 1 : 2];
-    if (g < *nholders) (*grb)[g] = mn__tools_sat_add_u64((*grb)[g], (uint64_t)r->rblk[(*held)[k]]);
+    if (g < *nholders) (*grb)[g] = mn__sat_add_u64((*grb)[g], (uint64_t)r->rblk[(*held)[k]]);
   }
   free(gix);
   return true;
@@ -567,12 +567,12 @@ static bool find_holders(report_t *r, size_t at, size_t **held, size_t *nheld, m
 
 /* The frames of stack `id` the page gets, innermost first (*fr points to them):
  * all of them when kept whole, else at most STACK_HOVER_MAX, its user frames
- * (tools/stacks.h) when it has any, so that a cut stack keeps what its hover
+ * (profiling/stacks.h) when it has any, so that a cut stack keeps what its hover
  * shows (the first user frame may lie deeper than the innermost frames). */
 static size_t page_frames(const report_t *r, uint32_t id, uint32_t buf[STACK_HOVER_MAX], const uint32_t **fr) {
   size_t d = mn_trace_stack_get(r->t, id, fr);
   if (d <= r->sdepth[id]) return d;
-  size_t n = mn__tools_stack_user_frames(r->t, id, buf, STACK_HOVER_MAX);
+  size_t n = mn__stack_user_frames(r->t, id, buf, STACK_HOVER_MAX);
   if (!n) return r->sdepth[id];
   *fr = buf;
   return n < STACK_HOVER_MAX ? n : STACK_HOVER_MAX;
@@ -665,7 +665,7 @@ static bool replay_blocks(report_t *r, void *const *pre_ptrs) {
  * lines of the device, in the replay sink's form (write_events) -- pre and
  * segment_alloc / segment_free / segment_map / segment_unmap as segments; pre and
  * alloc as blocks at their recorded addresses, each its recorded block size
- * (mn__tools_recorded_block) and its own entry; a block leaves at its
+ * (mn__trace_recorded_block) and its own entry; a block leaves at its
  * free_requested (as PyTorch's allocated bytes and "who holds the peak" count it).
  * The replay block bytes (rblk) stay 0. */
 static bool recorded_events(report_t *r) {
@@ -693,7 +693,7 @@ static bool recorded_events(report_t *r) {
     int kind;
     uint64_t size = e->size;
     switch (e->action) {
-      case MN_TRACE_ALLOC: kind = EV_ALLOC; size = mn__tools_recorded_block(e); break;
+      case MN_TRACE_ALLOC: kind = EV_ALLOC; size = mn__trace_recorded_block(e); break;
       case MN_TRACE_FREE_REQUESTED:
         if (r->pair[i] == SIZE_MAX) continue;
         kind = EV_FREE;
@@ -1004,7 +1004,7 @@ static bool recorded_segments(const report_t *r, size_t at, recseg_t *out) {
       while (b < out->nblk && out->blk[b].address < row->addr) b++;
       row->b0 = b;
       while (b < out->nblk && out->blk[b].address - row->addr < row->size) {
-        row->allocated = mn__tools_sat_add_u64(row->allocated, mn__tools_recorded_block(&t->entries[out->blk[b].index]));
+        row->allocated = mn__sat_add_u64(row->allocated, mn__trace_recorded_block(&t->entries[out->blk[b].index]));
         b++;
       }
       row->nb = b - row->b0;
@@ -1030,7 +1030,7 @@ static bool recorded_segments(const report_t *r, size_t at, recseg_t *out) {
       }                                                                                             \
       if (!e_) break;                                                                               \
       {                                                                                             \
-        uint64_t bsize = mn__tools_recorded_block(e_), basked = e_->size;                           \
+        uint64_t bsize = mn__trace_recorded_block(e_), basked = e_->size;                           \
         int bstate = MN_BLOCK_ACTIVE;                                                               \
         BODY;                                                                                       \
         if (at_ + bsize > cur_) cur_ = at_ + bsize;                                                 \
@@ -1159,11 +1159,11 @@ static bool write_events(FILE *f, const report_t *r) {
 }
 
 /* holders: [stack (page index + 1, 0: none), kind, count, bytes asked, recorded block bytes, replay block bytes] */
-static void write_holders(FILE *f, const report_t *r, const char *name, const mn__tools_holder_t *hs, size_t nh,
+static void write_holders(FILE *f, const report_t *r, const char *name, const mn__holder_t *hs, size_t nh,
                           const uint64_t *grb) {
   fprintf(f, ",\n\"%s\": [", name);
   for (size_t k = 0; k < nh; k++) {
-    const mn__tools_holder_t *h = &hs[k];
+    const mn__holder_t *h = &hs[k];
     fprintf(f, "%s[%" PRIu32 ",%d,%zu,%" PRIu64 ",%" PRIu64 ",%" PRIu64 "]", k ? "," : "", stack_out(r, h->stack),
             h->kind, h->count, h->bytes, h->block_bytes, grb[k]);
   }
@@ -1439,8 +1439,10 @@ static int report_device(FILE *f, const mn_trace_t *t, const device_args_t *da) 
   mn_sim_config_t sc = *da->sim0;
   const char *cap_from = "option";
   if (!da->capacity_given) {
-    int crc = mn__tools_sim_as_recorded(t, (uint32_t)da->dev, &sc, &cap_from);
-    if (crc) return crc;
+    if (mn__sim_as_recorded(t, (uint32_t)da->dev, &sc, &cap_from) != MN_OK) {
+      fprintf(stderr, "mnemo report: %s\n", mn_last_error());
+      return 1;
+    }
   }
   if (mn_sim_configure(&sc) != MN_OK) {
     fprintf(stderr, "mnemo report: the SIM device's capacity%s: %s\n", cap_from[0] == 'o' && cap_from[1] == 'o' ? " as recorded" : "",

@@ -16,7 +16,7 @@
 #include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/fileio.h"
-#include "stacks.h"
+#include "profiling/stacks.h"
 #include "trace_input.h"
 
 const char cmd_snapshot_about[] =
@@ -92,8 +92,8 @@ static void find_peak(void *user, const mn_replay_step_t *s) {
 }
 
 /* Whether `snapshot --json` leaves a frame out of a stack: the stack rule's hidden
- * (allocator-internal) frames, those memory_viz filters (tools/stacks.h). */
-static bool frame_hidden(const mn_trace_frame_t *f) { return mn__tools_frame_is_internal(f); }
+ * (allocator-internal) frames, those memory_viz filters (profiling/stacks.h). */
+static bool frame_hidden(const mn_trace_frame_t *f) { return mn__frame_is_internal(f); }
 
 typedef struct json_stop_s {
   const mn_trace_t *t;
@@ -141,7 +141,7 @@ static int print_json(const mn_trace_t *t, const char *path, const char *at, siz
   }
   for (size_t i = 0; i < t->nentries; i++)
     if (j->live[i]) live[n++] = i;
-  mn__tools_sort_by_size(t, live, n);
+  mn__trace_sort_by_size(t, live, n);
   printf("{\"trace\": ");
   mn__tools_json_str(stdout, path);
   printf(", \"at\": ");
@@ -202,26 +202,26 @@ static int print_holders(const stop_t *s) {
   const mn_trace_t *t = s->t;
   if (t->nstacks == 0 && !s->blocks) return 0;
   size_t *live = malloc((t->nentries ? t->nentries : 1) * sizeof *live), nlive = 0, ngroups = 0;
-  mn__tools_holder_t *groups = NULL;
+  mn__holder_t *groups = NULL;
   uint64_t total = 0;
   for (size_t i = 0; live && i < t->nentries; i++)
     if (s->live[i]) {
       live[nlive++] = i;
-      total = mn__tools_sat_add_u64(total, t->entries[i].size); /* user data: the total saturates */
+      total = mn__sat_add_u64(total, t->entries[i].size); /* user data: the total saturates */
     }
-  if (!live || !mn__tools_holders(t, live, nlive, &groups, &ngroups)) { /* live: sorted, largest first */
+  if (!live || !mn__holders(t, live, nlive, &groups, &ngroups)) { /* live: sorted, largest first */
     free(live);
     fprintf(stderr, "mnemo snapshot: out of host memory\n");
     return 1;
   }
   static const char *const no_stack[] = {"", ", no stack: allocated before recording", ", no stack recorded"};
   if (t->nstacks) {
-    mn__tools_holders_by_key(groups, &ngroups);
+    mn__holders_by_key(groups, &ngroups);
     printf("\nwho holds the memory: %zu live allocations, %.2f MiB asked for, by the first user frame of the stack\n"
            "that allocated them (allocator-internal frames hidden; the rule: docs/PROFILING.md)\n",
            nlive, (double)total / 1048576.0);
     for (size_t j = 0; j < TOP_STACKS && j < ngroups; j++) {
-      const mn__tools_holder_t *g = &groups[j];
+      const mn__holder_t *g = &groups[j];
       printf("  %10.2f MiB %5.1f%% in %zu allocation%s", (double)g->bytes / 1048576.0,
              total ? 100.0 * (double)g->bytes / (double)total : 0.0, g->count, g->count == 1 ? "" : "s");
       if (g->nstacks > 1) printf(" from %zu stacks", g->nstacks);
@@ -229,9 +229,9 @@ static int print_holders(const stop_t *s) {
       if (!g->stack) continue;
       uint32_t fr[FRAMES_SHOWN];
       /* the first user frame and those outward of it; a stack without one: what is not internal */
-      size_t nf = mn__tools_stack_user_frames(t, g->stack, fr, FRAMES_SHOWN);
+      size_t nf = mn__stack_user_frames(t, g->stack, fr, FRAMES_SHOWN);
       if (!nf) {
-        nf = mn__tools_stack_shown_frames(t, g->stack, fr, FRAMES_SHOWN);
+        nf = mn__stack_shown_frames(t, g->stack, fr, FRAMES_SHOWN);
         printf("      (no user frame%s)\n", nf ? "; the frames not internal:" : ": only allocator-internal frames");
       }
       for (size_t f = 0; f < nf && f < FRAMES_SHOWN; f++) print_frame(t, fr[f], "      ");
@@ -244,7 +244,7 @@ static int print_holders(const stop_t *s) {
       const mn_trace_entry_t *e = &t->entries[live[j]];
       printf("  %p %12.2f KiB  trace %s %" PRIu32 "%s\n", s->live[live[j]], (double)e->size / 1024.0,
              e->line ? "line" : "entry", e->line ? e->line : (uint32_t)live[j], e->pre ? " (before recording)" : "");
-      uint32_t key = mn__tools_stack_key(t, e->stack);
+      uint32_t key = mn__stack_key(t, e->stack);
       if (key) print_frame(t, key, "      at ");
     }
   }
@@ -364,8 +364,10 @@ int cmd_snapshot(int argc, char **argv) {
     if (mn_sim_get_config(&sc) != MN_OK) {
       fprintf(stderr, "mnemo snapshot: the SIM device: %s\n", mn_last_error());
       lrc = 1;
-    } else if ((lrc = mn__tools_sim_as_recorded(t, replayed_index(t, dev_index), &sc, &from)) == 0 &&
-               mn_sim_configure(&sc) != MN_OK) {
+    } else if (mn__sim_as_recorded(t, replayed_index(t, dev_index), &sc, &from) != MN_OK) {
+      fprintf(stderr, "mnemo snapshot: %s\n", mn_last_error());
+      lrc = 1;
+    } else if (mn_sim_configure(&sc) != MN_OK) {
       fprintf(stderr, "mnemo snapshot: the SIM device's capacity as recorded: %s\n", mn_last_error());
       lrc = 2;
     }

@@ -20,11 +20,6 @@ MN__CLI_COMMAND(demo)
 MN__CLI_COMMAND(version)
 /* mnemo replay TRACE [--config ALLOC_CONF]... (tools/cmd_replay.c) */
 MN__CLI_COMMAND(replay)
-/* The SIM device's configuration `mnemo replay` gives trace device `index` as
- * recorded (tools/cmd_replay.c): sc->capacity from its first OOM or its partial
- * cache releases, else sc unchanged; *from "oom", "releases" or "default" (pinned
- * host memory: "default"). 0, or an exit status after a message on stderr. */
-int mn__tools_sim_as_recorded(const mn_trace_t *t, uint32_t index, mn_sim_config_t *sc, const char **from);
 /* mnemo report TRACE -o REPORT.html [--config C]... (tools/cmd_report.c) */
 MN__CLI_COMMAND(report)
 /* mnemo diff A B [--json] [--top N] [--config C] (tools/cmd_diff.c) */

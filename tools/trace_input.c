@@ -3,7 +3,7 @@
  * traces relative to the executable, and writes JSON strings for every command's
  * output. Single-threaded (the CLI's main thread). */
 #include "trace_input.h"
-#include "stacks.h"
+#include "profiling/stacks.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -547,114 +547,6 @@ int mn__tools_trace_load(const char *prog, const char *path, int device, mn_trac
   return rc;
 }
 
-const char *mn__tools_recorded_config(const char *prog, const mn_trace_t *t, bool *as_recorded) {
-  const char *conf = mn_trace_meta_get(t, "config");
-  *as_recorded = false;
-  if (!conf) return "";
-  mn_caching_config_t cfg = mn_caching_config_default();
-  if (mn_caching_config_parse(conf, &cfg) != MN_OK) {
-    if (prog) fprintf(stderr, "%s: warning: the trace's recorded settings \"%s\" are not mnemo's (%s); replaying with the defaults\n",
-                      prog, conf, mn_last_error());
-    mn_clear_error();
-    return "";
-  }
-  *as_recorded = true;
-  return conf;
-}
-
-#define RECORDED_ROUND 512u /* PyTorch's block rounding (kMinBlockSize) */
-
-uint64_t mn__tools_recorded_block(const mn_trace_entry_t *e) {
-  if (e->block_size) return e->block_size;
-  uint64_t n = e->size;
-  return n > UINT64_MAX - RECORDED_ROUND ? n : (n + RECORDED_ROUND - 1) / RECORDED_ROUND * RECORDED_ROUND;
-}
-
-typedef struct size_key_s {
-  uint64_t size;
-  size_t index;
-} size_key_t;
-
-static int cmp_size_key(const void *a, const void *b) {
-  const size_key_t *x = a, *y = b;
-  if (x->size != y->size) return x->size < y->size ? 1 : -1;
-  return x->index < y->index ? -1 : x->index > y->index;
-}
-
-void mn__tools_sort_by_size(const mn_trace_t *t, size_t *idx, size_t n) {
-  /* sorted as (size, index) pairs: the comparisons read no entry (a million
-   * allocations sort in a tenth of the time the entries' scattered reads took) */
-  size_key_t *keys = malloc((n ? n : 1) * sizeof *keys);
-  if (!keys) { /* out of memory: the same order, slower */
-    for (size_t k = 1; k < n; k++) /* insertion sort keeps it correct without memory */
-      for (size_t j = k; j > 0 && cmp_size_key(&(size_key_t){t->entries[idx[j - 1]].size, idx[j - 1]},
-                                              &(size_key_t){t->entries[idx[j]].size, idx[j]}) > 0; j--) {
-        size_t x = idx[j];
-        idx[j] = idx[j - 1];
-        idx[j - 1] = x;
-      }
-    return;
-  }
-  for (size_t k = 0; k < n; k++) keys[k] = (size_key_t){t->entries[idx[k]].size, idx[k]};
-  qsort(keys, n, sizeof *keys, cmp_size_key);
-  for (size_t k = 0; k < n; k++) idx[k] = keys[k].index;
-  free(keys);
-}
-
-static int cmp_holder_key(const void *a, const void *b) {
-  const mn__tools_holder_t *x = a, *y = b;
-  if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
-  return x->stack < y->stack ? -1 : x->stack > y->stack;
-}
-
-static int cmp_holder_bytes(const void *a, const void *b) {
-  const mn__tools_holder_t *x = a, *y = b;
-  if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
-  return cmp_holder_key(a, b);
-}
-
-int mn__tools_pick_device(const char *prog, const char *path, const mn_trace_t *t, int want, const char *what,
-                          int *index, uint64_t *number, bool *multi) {
-  uint64_t one = 0, host = UINT64_MAX;
-  bool several = mn_trace_meta_get(t, "devices") != NULL;
-  bool has_host = mn_trace_meta_get_u64(t, "host_device", &host) == MN_OK;
-  if (!several) mn__ignore(mn_trace_meta_get_u64(t, "device", &one));
-  mn_clear_error();
-  *multi = several;
-  *number = one;
-  *index = -1;
-  /* the devices present (a bit set of the first 64 indices; more are rare and still replayable) */
-  uint64_t seen = 0;
-  for (size_t i = 0; i < t->nentries; i++)
-    if (t->entries[i].device < 64) seen |= (uint64_t)1 << t->entries[i].device;
-  if (has_host && host < 64) seen &= ~((uint64_t)1 << host);
-  if (want >= 0) {
-    if (has_host && (uint64_t)want == host) {
-      fprintf(stderr, "%s: --trace-device %d is %s's pinned host memory (meta host_device): only device memory is "
-                      "replayed here (`mnemo report` shows it as recorded)\n", prog, want, path);
-      return 2;
-    }
-    bool present = several ? want < 64 && (seen >> want & 1) : (uint64_t)want == one;
-    if (!present) {
-      fprintf(stderr, "%s: %s has no device %d\n", prog, path, want);
-      return 2;
-    }
-    if (several) *index = want;
-    *number = (uint64_t)want;
-    return 0;
-  }
-  if (several && seen) {
-    int lowest = 0;
-    while (!(seen >> lowest & 1)) lowest++;
-    *index = lowest;
-    *number = (uint64_t)lowest;
-    if (seen & (seen - 1))
-      fprintf(stderr, "%s: note: %s holds several devices; %s device %d (--trace-device N for another)\n", prog, path,
-              what, lowest);
-  }
-  return 0;
-}
-
 bool mn__tools_stage_on(int forced, size_t entries) {
   if (forced >= 0) return forced != 0;
   return isatty(2) && entries >= 100000;
@@ -677,116 +569,42 @@ void mn__tools_stage_clear(bool on) {
   fflush(stderr);
 }
 
-bool mn__tools_grow(void *items, size_t n, size_t *cap, size_t size, size_t first) {
-  if (n < *cap) return true;
-  size_t c = *cap ? *cap : first;
-  if (c > SIZE_MAX / 2 / size) return false;
-  if (*cap) c *= 2;
-  void *old; /* the caller's pointer, read and written as bytes (it may be any object pointer type) */
-  memcpy(&old, items, sizeof old);
-  void *p = realloc(old, c * size);
-  if (!p) return false;
-  memcpy(items, &p, sizeof p);
-  *cap = c;
-  return true;
-}
-
-uint64_t mn__tools_sat_add_u64(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
-
-bool mn__tools_holders(const mn_trace_t *t, size_t *live, size_t n, mn__tools_holder_t **groups, size_t *ngroups) {
-  mn__tools_holder_t *g = malloc((n ? n : 1) * sizeof *g);
-  if (!g) return false;
-  mn__tools_sort_by_size(t, live, n);
-  for (size_t k = 0; k < n; k++) {
-    const mn_trace_entry_t *e = &t->entries[live[k]];
-    g[k] = (mn__tools_holder_t){e->stack, e->stack ? 0 : e->pre ? 1 : 2, 1, e->size,
-                                mn__tools_recorded_block(e), 0, e->stack ? 1 : 0};
+/* Prints each line of notes on stderr as "<prog>: <line>" and frees them. */
+static void print_notes(const char *prog, mn__sbuf_t *notes) {
+  const char *p = mn__sbuf_str(notes);
+  while (prog && p && *p) {
+    const char *e = strchr(p, '\n');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    fprintf(stderr, "%s: %.*s\n", prog, (int)n, p);
+    p += n + (e != NULL);
   }
-  qsort(g, n, sizeof *g, cmp_holder_key);
-  size_t m = 0;
-  for (size_t k = 0; k < n; k++) {
-    if (m && !cmp_holder_key(&g[m - 1], &g[k])) {
-      g[m - 1].count++;
-      g[m - 1].bytes = mn__tools_sat_add_u64(g[m - 1].bytes, g[k].bytes);
-      g[m - 1].block_bytes = mn__tools_sat_add_u64(g[m - 1].block_bytes, g[k].block_bytes);
-    } else {
-      g[m++] = g[k];
-    }
-  }
-  for (size_t k = 0; k < m; k++) g[k].key = mn__tools_stack_key(t, g[k].stack);
-  qsort(g, m, sizeof *g, cmp_holder_bytes);
-  *groups = g;
-  *ngroups = m;
-  return true;
+  mn__sbuf_free(notes);
 }
 
-/* By first user frame; a stack without one is its own group (then by stack id). */
-static int cmp_holder_user_key(const void *a, const void *b) {
-  const mn__tools_holder_t *x = a, *y = b;
-  if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
-  if (x->key != y->key) return x->key < y->key ? -1 : 1;
-  return x->key ? 0 : x->stack < y->stack ? -1 : x->stack > y->stack;
+const char *mn__tools_recorded_config(const char *prog, const mn_trace_t *t, bool *as_recorded) {
+  mn__sbuf_t notes = {0};
+  const char *conf = mn__trace_recorded_config(t, &notes, as_recorded);
+  print_notes(prog, &notes);
+  return conf;
 }
 
-static int cmp_holder_user_bytes(const void *a, const void *b) {
-  const mn__tools_holder_t *x = a, *y = b;
-  if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
-  int c = cmp_holder_user_key(a, b);
-  return c ? c : x->stack < y->stack ? -1 : x->stack > y->stack;
-}
-
-/* By key, the most bytes first within one (so a group's first member is its largest stack). */
-static int cmp_holder_key_then_bytes(const void *a, const void *b) {
-  int c = cmp_holder_user_key(a, b);
-  return c ? c : cmp_holder_user_bytes(a, b);
-}
-
-void mn__tools_holders_by_key(mn__tools_holder_t *g, size_t *ngroups) {
-  size_t n = *ngroups, m = 0;
-  qsort(g, n, sizeof *g, cmp_holder_key_then_bytes);
-  for (size_t k = 0; k < n; k++) {
-    if (m && !cmp_holder_user_key(&g[m - 1], &g[k])) {
-      g[m - 1].count += g[k].count;
-      g[m - 1].nstacks += g[k].nstacks;
-      g[m - 1].bytes = mn__tools_sat_add_u64(g[m - 1].bytes, g[k].bytes);
-      g[m - 1].block_bytes = mn__tools_sat_add_u64(g[m - 1].block_bytes, g[k].block_bytes);
-    } else {
-      g[m++] = g[k];
-    }
-  }
-  qsort(g, m, sizeof *g, cmp_holder_user_bytes);
-  *ngroups = m;
+int mn__tools_pick_device(const char *prog, const char *path, const mn_trace_t *t, int want, const char *what,
+                          int *index, uint64_t *number, bool *multi) {
+  mn__sbuf_t notes = {0};
+  mn_status st = mn__trace_pick_device(prog, path, t, want, what, &notes, index, number, multi);
+  print_notes(prog, &notes);
+  if (st == MN_OK) return 0;
+  fprintf(stderr, "%s\n", mn_last_error());
+  mn_clear_error();
+  return 2;
 }
 
 /* (trace_input.h) */
 void mn__tools_json_str(FILE *f, const char *s) {
-  const unsigned char *p = (const unsigned char *)s;
-  fputc('"', f);
-  while (*p) {
-    unsigned char c = *p;
-    if (c == '"' || c == '\\') {
-      fprintf(f, "\\%c", c);
-    } else if (c == '<') {
-      fputs("\\u003c", f);
-    } else if (c < 0x20 || c == 0x7f) {
-      fprintf(f, "\\u%04x", c);
-    } else if (c < 0x80) {
-      fputc(c, f);
-    } else {
-      size_t len = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
-      size_t k = 1;
-      while (len && k < len && (p[k] & 0xc0) == 0x80) k++;
-      if (!len || k < len || (c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] >= 0xa0) ||
-          (c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] >= 0x90)) {
-        fputs("\\ufffd", f);
-        p++;
-        continue;
-      }
-      fwrite(p, 1, len, f);
-      p += len;
-      continue;
-    }
-    p++;
-  }
-  fputc('"', f);
+  mn__sbuf_t b = {0};
+  mn__sbuf_json_str(&b, s);
+  const char *text = mn__sbuf_str(&b);
+  if (text) fputs(text, f);
+  else fputs("\"\"", f); /* no host memory left for the escaped text */
+  mn__sbuf_free(&b);
 }

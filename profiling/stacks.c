@@ -1,7 +1,7 @@
-/* tools/stacks.c: the stack rule of the mnemo CLI (tools/stacks.h): the frames
+/* profiling/stacks.c: the stack rule of the reports and the CLI (profiling/stacks.h): the frames
  * never shown (PyTorch memory_viz's filter and the caching allocator's frames) and
  * the first user frame a stack is grouped under. Pure functions; any thread. */
-#include "stacks.h"
+#include "profiling/stacks.h"
 
 #include <string.h>
 
@@ -27,7 +27,7 @@ static bool contains_any(const char *s, const char *const *list, size_t n) {
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
-bool mn__tools_frame_is_python(const mn_trace_frame_t *f) {
+bool mn__frame_is_python(const mn_trace_frame_t *f) {
   const char *file = f->file ? f->file : "";
   return file[0] == '<' || ends_with(file, ".py") || ends_with(file, ".pyw") || ends_with(file, ".pyx");
 }
@@ -49,8 +49,8 @@ static const char *const omit_files[] = {
     "Objects/methodobject.c", "pycore_ceval.h", "ceval.c", "cpython/abstract.h",
 };
 
-bool mn__tools_frame_is_internal(const mn_trace_frame_t *f) {
-  if (mn__tools_frame_is_python(f)) return false;
+bool mn__frame_is_internal(const mn_trace_frame_t *f) {
+  if (mn__frame_is_python(f)) return false;
   const char *name = f->name ? f->name : "", *file = f->file ? f->file : "";
   /* memory_viz matches "_start" anywhere in a name, which also hides user
    * functions such as on_epoch_start; the process entry point is named exactly that */
@@ -63,8 +63,8 @@ bool mn__tools_frame_is_internal(const mn_trace_frame_t *f) {
   return starts_with(base, "Register") || starts_with(base, "Redispatch");
 }
 
-bool mn__tools_frame_is_binary(const mn_trace_frame_t *f) {
-  if (mn__tools_frame_is_python(f)) return false;
+bool mn__frame_is_binary(const mn_trace_frame_t *f) {
+  if (mn__frame_is_python(f)) return false;
   const char *file = f->file ? f->file : "";
   static const char *const ext[] = {".o", ".so", ".a", ".dylib", ".dll", ".exe"};
   for (size_t k = 0; k < COUNT(ext); k++)
@@ -87,8 +87,8 @@ static const char *const torch_src[] = {
 
 static bool is_sep(char c) { return c == '/' || c == '\\'; }
 
-bool mn__tools_frame_is_torch_python(const mn_trace_frame_t *f) {
-  if (!mn__tools_frame_is_python(f)) return false;
+bool mn__frame_is_torch_python(const mn_trace_frame_t *f) {
+  if (!mn__frame_is_python(f)) return false;
   const char *file = f->file ? f->file : "";
   if (starts_with(file, "<frozen ") || !strcmp(file, "<string>")) return true;
   if (starts_with(file, "torch") && is_sep(file[5])) return true; /* a relative torch/... */
@@ -118,18 +118,18 @@ static bool is_autograd_node(const mn_trace_frame_t *f) {
 enum tier { PY_USER, PY_ANY, AUTOGRAD_NODE, NATIVE_SOURCE, NATIVE_ANY, NTIERS };
 
 static bool in_tier(const mn_trace_frame_t *f, enum tier k) {
-  bool py = mn__tools_frame_is_python(f);
+  bool py = mn__frame_is_python(f);
   switch (k) {
     case PY_USER:
-      return py && !mn__tools_frame_is_torch_python(f);
+      return py && !mn__frame_is_torch_python(f);
     case PY_ANY:
       return py;
     case AUTOGRAD_NODE:
       return !py && is_autograd_node(f);
     case NATIVE_SOURCE:
-      return !py && f->file && f->file[0] && !mn__tools_frame_is_internal(f) && !mn__tools_frame_is_binary(f);
+      return !py && f->file && f->file[0] && !mn__frame_is_internal(f) && !mn__frame_is_binary(f);
     default:
-      return !py && !mn__tools_frame_is_internal(f) && !mn__tools_frame_is_binary(f);
+      return !py && !mn__frame_is_internal(f) && !mn__frame_is_binary(f);
   }
 }
 
@@ -139,7 +139,7 @@ static bool follows(const mn_trace_frame_t *f, enum tier k) {
   return k <= PY_ANY ? in_tier(f, k) : in_tier(f, NATIVE_ANY);
 }
 
-size_t mn__tools_stack_user_frames(const mn_trace_t *t, uint32_t stack, uint32_t *out, size_t max) {
+size_t mn__stack_user_frames(const mn_trace_t *t, uint32_t stack, uint32_t *out, size_t max) {
   const uint32_t *fr = NULL;
   size_t n = stack ? mn_trace_stack_get(t, stack, &fr) : 0;
   for (int k = 0; k < NTIERS; k++) {
@@ -161,17 +161,17 @@ size_t mn__tools_stack_user_frames(const mn_trace_t *t, uint32_t stack, uint32_t
   return 0;
 }
 
-uint32_t mn__tools_stack_key(const mn_trace_t *t, uint32_t stack) {
+uint32_t mn__stack_key(const mn_trace_t *t, uint32_t stack) {
   uint32_t key = 0;
-  return mn__tools_stack_user_frames(t, stack, &key, 1) ? key : 0;
+  return mn__stack_user_frames(t, stack, &key, 1) ? key : 0;
 }
 
-size_t mn__tools_stack_shown_frames(const mn_trace_t *t, uint32_t stack, uint32_t *out, size_t max) {
+size_t mn__stack_shown_frames(const mn_trace_t *t, uint32_t stack, uint32_t *out, size_t max) {
   const uint32_t *fr = NULL;
   size_t n = stack ? mn_trace_stack_get(t, stack, &fr) : 0, m = 0;
   for (size_t j = 0; j < n; j++) {
     const mn_trace_frame_t *f = mn_trace_frame_get(t, fr[j]);
-    if (!f || mn__tools_frame_is_internal(f)) continue;
+    if (!f || mn__frame_is_internal(f)) continue;
     if (m < max) out[m] = fr[j];
     m++;
   }

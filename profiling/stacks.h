@@ -1,4 +1,4 @@
-/* tools/stacks.h: the one rule the mnemo CLI's commands (snapshot, report, diff)
+/* profiling/stacks.h: the one rule the reports and the CLI (snapshot, report, diff)
  * follow to show a recorded call stack and to group allocations by it: which
  * frames are the allocator's own (never shown), and which frame is the "first
  * user frame" a stack is grouped under. docs/PROFILING.md ("Stacks: what is shown,
@@ -16,7 +16,7 @@
 
 /* A Python frame: its file ends with .py (.pyw, .pyx) or is a "<...>" pseudo file
  * (<frozen ...>, <string>, <eval_with_key>.N). Every other frame is native (C/C++). */
-bool mn__tools_frame_is_python(const mn_trace_frame_t *f);
+bool mn__frame_is_python(const mn_trace_frame_t *f);
 
 /* A frame no one should see: what PyTorch's memory_viz filters out of every stack
  * (the unwinder and traceback capture: torch::unwind::unwind, CapturedTraceback::
@@ -25,16 +25,16 @@ bool mn__tools_frame_is_python(const mn_trace_frame_t *f);
  * the dispatcher's boxing and Register/Redispatch wrappers) and the caching
  * allocator's own frames (c10::...CachingAllocator::...malloc/allocate). Native
  * frames only: a Python frame is never internal by this test. */
-bool mn__tools_frame_is_internal(const mn_trace_frame_t *f);
+bool mn__frame_is_internal(const mn_trace_frame_t *f);
 
 /* A native frame whose "file" is an object file or a shared library (thread48.o,
  * libc.so.6, libtorch_cuda.so), not a source file: never a group key. */
-bool mn__tools_frame_is_binary(const mn_trace_frame_t *f);
+bool mn__frame_is_binary(const mn_trace_frame_t *f);
 
 /* A Python frame inside the torch package (site-packages/torch/..., torch/...,
  * or a source tree's torch/nn, torch/autograd, ...; a folder merely named torch,
  * as in /opt/torch/.venv/lib/..., is not it), or <frozen ...> / <string>. */
-bool mn__tools_frame_is_torch_python(const mn_trace_frame_t *f);
+bool mn__frame_is_torch_python(const mn_trace_frame_t *f);
 
 /* The frames of stack `stack` a person reads, innermost first: the first user
  * frame (the group key) and the frames outward of it of the same kind. The key
@@ -48,14 +48,14 @@ bool mn__tools_frame_is_torch_python(const mn_trace_frame_t *f);
  * file (the others). Writes up to `max` frame ids to out (may be NULL with max
  * 0) and returns how many there are (0: the stack is 0, unknown, or holds only
  * internal and object-file frames). */
-size_t mn__tools_stack_user_frames(const mn_trace_t *t, uint32_t stack, uint32_t *out, size_t max);
+size_t mn__stack_user_frames(const mn_trace_t *t, uint32_t stack, uint32_t *out, size_t max);
 
 /* The group key of stack `stack`: its first user frame's id (0: none). */
-uint32_t mn__tools_stack_key(const mn_trace_t *t, uint32_t stack);
+uint32_t mn__stack_key(const mn_trace_t *t, uint32_t stack);
 
 /* The frames of stack `stack` minus the internal ones, innermost first (what a
  * hover or `mnemo snapshot` shows when it shows a whole stack): writes up to
  * `max` ids to out and returns how many there are. */
-size_t mn__tools_stack_shown_frames(const mn_trace_t *t, uint32_t stack, uint32_t *out, size_t max);
+size_t mn__stack_shown_frames(const mn_trace_t *t, uint32_t stack, uint32_t *out, size_t max);
 
 #endif /* MNEMO_TOOLS_STACKS_H */
