@@ -2,7 +2,7 @@
  * follow to show a recorded call stack and to group allocations by it: which
  * frames are the allocator's own (never shown), and which frame is the "first
  * user frame" a stack is grouped under. docs/PROFILING.md ("Stacks: what is shown,
- * what groups") states the rule; tools/report_page.html's userFrames applies the
+ * what groups") states the rule; profiling/report_page.html's userFrames applies the
  * same one in the page.
  * Pure functions of the trace's frames: no state, any thread. */
 #ifndef MNEMO_TOOLS_STACKS_H

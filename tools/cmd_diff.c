@@ -1,5 +1,5 @@
 /* tools/cmd_diff.c: `mnemo diff A B` (text or --json) and `mnemo report A B -o
- * DIFF.html` (tools/diff_page.html; its summary as text or, with --json, `diff
+ * DIFF.html` (profiling/diff_page.html; its summary as text or, with --json, `diff
  * --json`'s object with the page's path and size): two traces or PyTorch snapshots (two runs, or
  * two ranks of one job), each replayed on the SIM device as recorded, side by side:
  *  - their peaks: the replay's allocated and reserved bytes, PyTorch's recorded ones;

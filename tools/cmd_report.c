@@ -30,7 +30,7 @@
  * 1M entries) and rebuilds the state at an entry from the nearest checkpoint (one
  * every 32768 events, kept as first passed): 2-20 ms per moment at 1M entries.
  *
- * The page's data (a JSON object in the page, read by tools/report_page.html) stays
+ * The page's data (a JSON object in the page, read by profiling/report_page.html) stays
  * bounded whatever the trace's length:
  *  - timeline: the replayed device's entries that change a curve (alloc,
  *    free_requested, empty_cache, segment events, pre lines included). Up to

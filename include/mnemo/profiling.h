@@ -127,6 +127,87 @@ MN_API MN_NODISCARD mn_status mn_allocator_memory_summary(mn_allocator_t *a, cha
  * 1 - largest free / free), its blocks when `blocks` is true, and totals. */
 MN_API MN_NODISCARD mn_status mn_snapshot_print(const mn_snapshot_t *snap, bool blocks, FILE *out);
 
+/* ---- report pages ----------------------------------------------------------------
+ * The self-contained HTML pages of `mnemo report` (inline CSS and script, no
+ * network), built in memory with their summary as text and as one JSON object
+ * (docs/PROFILING.md, "Reports": the fields), from a trace the caller read
+ * (mn_trace_read; a PyTorch snapshot is imported by the CLI or mnemo.profiling).
+ * One trace: every device (or one) replayed on the SIM device under each
+ * setting, the timeline, active memory, who holds the peak, the allocator's
+ * state at any entry. Two traces: their comparison (the peaks, who holds each
+ * peak grouped by first user frame, the segment sizes only one holds, both
+ * timelines on one scale). The SIM device is configured for each replay and
+ * restored as found on return, on success and on failure: no other thread may
+ * use the SIM device meanwhile. */
+#define MN_REPORT_MAX_CONFIGS 16
+
+/* What a long report is doing ("cuda:0: replaying 1000000 entries (config 1 of
+ * 2)..."), on the calling thread. */
+typedef void (*mn_report_progress_fn)(void *user, const char *what);
+
+typedef struct mn_report_options_s {
+  /* Allocator settings to replay with and compare (PYTORCH_CUDA_ALLOC_CONF
+   * syntax; "" for mnemo's defaults), at most MN_REPORT_MAX_CONFIGS; the first
+   * draws the timeline and the segment map. NULL / 0: the trace's recorded
+   * settings (`meta config`, "as recorded"), else the defaults. */
+  const char *const *configs;
+  size_t nconfigs;
+  size_t capacity;   /* the SIM device's bytes (OOMs beyond); 0: each device as recorded */
+  int trace_device;  /* the recorded device to show (0..1000); -1: every device of the trace */
+  const char *name;  /* the input's name: the page's default title; NULL: "trace" */
+  const char *title; /* the page's title; NULL: name */
+  /* The page's name in the summary ("report <output>: ...") and the JSON's
+   * "path"; NULL: "(stdout)" and null. Nothing is written there: mn_report_write. */
+  const char *output;
+  mn_report_progress_fn on_progress; /* NULL: none */
+  void *progress_user;
+} mn_report_options_t;
+MN_API mn_report_options_t mn_report_options_default(void);
+
+/* A built page and its summary; every text NUL-terminated, owned by the report. */
+typedef struct mn_report_s {
+  char *page;         /* the HTML page (NULL for a diff built without one) */
+  size_t page_size;   /* its bytes */
+  char *summary;      /* the summary as `mnemo report` (or `mnemo diff`) prints it */
+  char *json;         /* the summary as one JSON object, as with --json (a newline at its end) */
+  char *notes;        /* warnings and notes, one per line ("warning: ...", "note: ..."); "" for none */
+} mn_report_t;
+
+/* Builds the report of one trace (the page `mnemo report TRACE -o FILE` writes).
+ * options NULL: mn_report_options_default(). MN_ERR_INVALID_ARGUMENT for a bad
+ * setting, capacity or device; MN_ERR_OUT_OF_MEMORY; a replay's failure as it
+ * came. *out untouched on failure; free with mn_report_free. */
+MN_API MN_NODISCARD mn_status mn_report_build(const mn_trace_t *trace, const mn_report_options_t *options,
+                                              mn_report_t **out);
+
+typedef struct mn_diff_options_s {
+  const char *config;  /* one setting for both replays; NULL: each as recorded */
+  int trace_device;    /* the recorded device compared in both (0..1000); -1: each one's lowest */
+  /* The inputs' names (file names: both holding rank<N> label them "rank N");
+   * NULL: "A", "B". */
+  const char *name_a, *name_b;
+  bool page;           /* also build the page (the summary is then the page's) */
+  const char *title;   /* the page's title; NULL: "<name_a> vs <name_b>" */
+  const char *output;  /* as mn_report_options_t.output */
+  size_t top;          /* rows of groups and segment sizes in the text; 0: 15 */
+  mn_report_progress_fn on_progress;
+  void *progress_user;
+} mn_diff_options_t;
+MN_API mn_diff_options_t mn_diff_options_default(void);
+
+/* Compares two traces (`mnemo diff A B`; with options->page the page of `mnemo
+ * report A B -o FILE`): summary is `mnemo diff`'s text (with a page: the page's
+ * summary), json its --json object (with a page: "path" and "bytes" first).
+ * Errors as mn_report_build. */
+MN_API MN_NODISCARD mn_status mn_diff_build(const mn_trace_t *a, const mn_trace_t *b, const mn_diff_options_t *options,
+                                            mn_report_t **out);
+
+/* Writes the report's page to path (atomically: a temporary file renamed into
+ * place; a FIFO or device is refused). MN_ERR_INVALID_ARGUMENT when it has no
+ * page, MN_ERR_IO. */
+MN_API MN_NODISCARD mn_status mn_report_write(const mn_report_t *report, const char *path);
+MN_API void mn_report_free(mn_report_t *report);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,22 @@
+/* profiling/pages.h: what the two report builders (report.c: one trace; diff.c:
+ * two traces compared) share: handing their texts over as one mn_report_t, and
+ * telling the caller what they are doing. No state; any thread. */
+#ifndef MNEMO_PROFILING_PAGES_H
+#define MNEMO_PROFILING_PAGES_H
+
+#include "mnemo/profiling.h"
+#include "runtime/error.h"
+#include "runtime/strbuf.h"
+
+/* Makes *out from the builder's texts, taking them over (each buffer is empty
+ * afterwards, on success and on failure; page NULL: a report without one). The
+ * first buffer that ran out of host memory, or no memory for the report
+ * itself: MN_ERR_OUT_OF_MEMORY under `func`, everything freed, *out untouched. */
+mn_status mn__report_finish(const char *func, mn__sbuf_t *page, mn__sbuf_t *summary, mn__sbuf_t *json,
+                            mn__sbuf_t *notes, mn_report_t **out);
+
+/* Calls fn(user, text) with the formatted text (cut at 511 bytes); nothing
+ * when fn is NULL. */
+void mn__report_progress(mn_report_progress_fn fn, void *user, const char *fmt, ...) MN__PRINTF(3, 4);
+
+#endif /* MNEMO_PROFILING_PAGES_H */
