@@ -78,6 +78,12 @@ static mn_status failed(mn_status st, const char *what) {
   return mn__error(st, FN, "%s%s", what, msg);
 }
 
+/* A setting or SIM size refused: MN_ERR_INVALID_ARGUMENT (a bad option), but
+ * a lack of host memory, or SIM memory still in use, as it came. */
+static mn_status bad_option(mn_status st) {
+  return st == MN_ERR_OUT_OF_MEMORY || st == MN_ERR_INVALID_STATE ? st : MN_ERR_INVALID_ARGUMENT;
+}
+
 #define MAX_DEVICES 64
 #define FULL_POINTS 6000   /* timeline entries kept all when there are at most this many */
 #define BUCKETS 1500       /* else this many buckets, each keeping its extremes */
@@ -909,6 +915,7 @@ typedef struct recseg_s {
 static void recseg_free(recseg_t *s) {
   free(s->rows);
   free(s->blk);
+  memset(s, 0, sizeof *s); /* freed again by its caller after a failure */
 }
 
 static int cmp_rrow(const void *a, const void *b) {
@@ -1432,7 +1439,7 @@ static mn_status report_device(mn__sbuf_t *f, const mn_trace_t *t, const device_
   }
   st = mn_sim_configure(&sc);
   if (st != MN_OK)
-    return failed(st == MN_ERR_INVALID_STATE ? st : MN_ERR_INVALID_ARGUMENT,
+    return failed(bad_option(st),
                   !strcmp(cap_from, "oom") ? "the SIM device's capacity as recorded: " : "the SIM device's capacity: ");
   /* 1: every config, the first with the timeline and the allocator's events. */
   for (size_t k = 0; k < nconfigs; k++) {
@@ -1637,10 +1644,11 @@ mn_status mn__report_check_options(const mn_report_options_t *o) {
   for (size_t k = 0; k < o->nconfigs; k++) {
     if (!o->configs[k]) return mn__error(MN_ERR_INVALID_ARGUMENT, FN, "configs[%zu] is NULL", k);
     mn_caching_config_t cfg = mn_caching_config_default();
-    if (mn_caching_config_parse(o->configs[k], &cfg) != MN_OK) {
+    mn_status st = mn_caching_config_parse(o->configs[k], &cfg);
+    if (st != MN_OK) {
       char what[600];
       snprintf(what, sizeof what, "bad --config \"%.500s\": ", o->configs[k]);
-      return failed(MN_ERR_INVALID_ARGUMENT, what);
+      return failed(bad_option(st), what);
     }
   }
   if (o->trace_device < -1 || o->trace_device > 1000)
@@ -1654,7 +1662,7 @@ mn_status mn__report_check_options(const mn_report_options_t *o) {
     mn_sim_config_t sc = found;
     sc.capacity = o->capacity;
     st = mn_sim_configure(&sc); /* refused: nothing changed */
-    if (st != MN_OK) return failed(st == MN_ERR_INVALID_STATE ? st : MN_ERR_INVALID_ARGUMENT, "--capacity: ");
+    if (st != MN_OK) return failed(bad_option(st), "--capacity: ");
     st = mn_sim_configure(&found);
     if (st != MN_OK) return failed(st, "the SIM device: ");
   }
