@@ -5,7 +5,7 @@
  * Any thread; the SIM device is the caller's for the call (configured for each
  * device's replays, restored as found on return).
  *
- * Every device of the trace (or --trace-device's) is replayed on its own
+ * Every device of the trace (or options->trace_device's) is replayed on its own
  * (report_device) and has its own data element in the page ("mn-data" for the
  * first, "mn-data-dev<N>" for the others; "mn-devices" lists them, the one named by
  * `meta host_device` as pinned host memory); the page's selector picks one. Each
