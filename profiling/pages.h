@@ -19,4 +19,12 @@ mn_status mn__report_finish(const char *func, mn__sbuf_t *page, mn__sbuf_t *summ
  * when fn is NULL. */
 void mn__report_progress(mn_report_progress_fn fn, void *user, const char *fmt, ...) MN__PRINTF(3, 4);
 
+/* Checks one trace's report options as mn_report_build does before it reads the
+ * trace (report.c): the configs parse, at most MN_REPORT_MAX_CONFIGS of them,
+ * trace_device in -1..1000, the capacity accepted by the SIM device (tried, then
+ * the configuration as found put back). MN_OK, or MN_ERR_INVALID_ARGUMENT with a
+ * message under mn_report_build (a failure reading or restoring the SIM device
+ * as it came). The CLI checks its options so before it imports a snapshot. */
+mn_status mn__report_check_options(const mn_report_options_t *o);
+
 #endif /* MNEMO_PROFILING_PAGES_H */

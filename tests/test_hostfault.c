@@ -733,6 +733,66 @@ done:
   return st;
 }
 
+/* The report page of one trace (mn_report_build): a trace of two devices and
+ * pinned host memory (`meta host_device`) with stacks, annotations and pre
+ * lines, replayed with two settings on a SIM device of a given size; a state
+ * dump (`meta state_only 1`) of a device and of pinned host memory with
+ * segments and mapped ranges, as recorded. The SIM device's configuration is
+ * the same afterwards, on success and on failure. */
+static const char report_dump[] = "mnemo-trace 3\n"
+                                  "meta state_only 1\n"
+                                  "meta host_device 1\n"
+                                  "frame 1 3 /src/a.py f\n"
+                                  "stack 1 1\n"
+                                  "pre segment_alloc 0 0x200000 2097152 0 0 1\n"
+                                  "pre alloc 0 0x200000 4096 4096 0 1\n"
+                                  "pre alloc 0 0x201000 8192 8192 0 0\n"
+                                  "pre segment_alloc 0 0x10000000 2097152 0 1 0\n"
+                                  "pre alloc 0 0x10000000 1000 1024 1 1\n"
+                                  "pre segment_map 0 0x20000000 2097152 0 1 0\n"
+                                  "pre segment_map 0 0x20200000 2097152 0 1 0\n"
+                                  "pre alloc 0 0x20000000 512 512 1 0\n"
+                                  "end 8\n";
+
+static mn_status w_report(void) {
+  mn_status st = MN_OK;
+  mn_trace_t *t = NULL, *dump = NULL;
+  mn_report_t *r = NULL;
+  mn_sim_config_t before = mn_sim_config_default(), after = mn_sim_config_default();
+  char path[700];
+  TRY(mn_sim_get_config(&before));
+  snprintf(path, sizeof path, "%s/tests/corpus/trace/v4_annotations.trace", g_source);
+  TRY(mn_trace_read(path, &t));
+  const char *configs[2] = {"", "expandable_segments:True"};
+  mn_report_options_t o = mn_report_options_default();
+  o.configs = configs;
+  o.nconfigs = 2;
+  o.capacity = (size_t)64 << 20;
+  o.name = "v4_annotations.trace";
+  o.output = "out.html";
+  TRY(mn_report_build(t, &o, &r));
+  if (!r->page || !r->page_size || !strstr(r->json, "\"devices\"") || !strstr(r->summary, "pinned host memory")) {
+    st = wrong("mn_report_build: no page, or no devices in its summary");
+    goto done;
+  }
+  mn_report_free(r);
+  r = NULL;
+  TRY(mn_trace_parse(report_dump, sizeof report_dump - 1, "dump.trace", &dump));
+  TRY(mn_report_build(dump, NULL, &r));
+  if (!strstr(r->summary, "a state dump")) {
+    st = wrong("mn_report_build: the state dump not told");
+    goto done;
+  }
+done:
+  mn_report_free(r);
+  mn_trace_destroy(t);
+  mn_trace_destroy(dump);
+  if (mn_sim_get_config(&after) != MN_OK || after.capacity != before.capacity ||
+      after.device_count != before.device_count || after.granularity != before.granularity)
+    st = wrong("mn_report_build: the SIM device's configuration not restored");
+  return st;
+}
+
 /* On SIM: tolist, a strided view saved as safetensors, gather and
  * index_select, a block shared and opened in this same process. */
 static mn_status w_sim_data(void) {
@@ -1295,6 +1355,7 @@ int main(int argc, char **argv) {
       {"graphs", w_graphs},       {"streams", w_streams},         {"profiling", w_profiling},
       {"sim_data", w_sim_data},   {"index_cpu", w_index_cpu},     {"index_sim", w_index_sim},
       {"storages", w_storages},   {"files", w_files},         {"analysis", w_analysis},
+      {"report", w_report},
   };
   char self[512];
   ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);

@@ -3,7 +3,8 @@
  * percent-encoding, interning, the writer's cuts), version 4 (annotations
  * among the entries, their errors, host faults), recorder sink, replay on SIM;
  * 100k meta keys parse and write in linear time; the readers (trace, RMM CSV)
- * and the writer refuse a FIFO, a folder or a device at once. */
+ * and the writer refuse a FIFO, a folder or a device at once; mn_report_build
+ * refuses bad input and leaves the SIM device as found. */
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -1409,6 +1410,63 @@ static void match_many_addresses(void) {
   mn_trace_destroy(t);
 }
 
+/* mn_report_build: bad input refused with a message before anything is
+ * replayed (NULL trace or out, too many settings, a setting that does not
+ * parse, a device number out of range, a SIM size the SIM device refuses),
+ * *out untouched and the SIM device's configuration as found; a small report
+ * to stdout names no path and gives the SIM device back as found. */
+static bool same_sim(const mn_sim_config_t *a, const mn_sim_config_t *b) {
+  return a->device_count == b->device_count && a->capacity == b->capacity && a->granularity == b->granularity &&
+         a->eager == b->eager && a->no_peer_access == b->no_peer_access;
+}
+
+static void report_build_refuses_bad_input(void) {
+  mn_trace_t *t = NULL;
+  MN_CHECK_OK(parse_str("mnemo-trace 1\n0 alloc 0 0x200000 4096 4096\n1 free_requested 0 0x200000 4096 0\nend 2\n",
+                        &t));
+  if (!t) return;
+  mn_sim_config_t before, now;
+  MN_CHECK_OK(mn_sim_get_config(&before));
+  mn_report_t sentinel, *r = &sentinel;
+  mn_report_options_t o = mn_report_options_default();
+  MN_CHECK_ERR(mn_report_build(NULL, &o, &r), MN_ERR_INVALID_ARGUMENT, "mn_report_build: NULL trace");
+  MN_CHECK_ERR(mn_report_build(t, &o, NULL), MN_ERR_INVALID_ARGUMENT, "mn_report_build: NULL out");
+  const char *many[MN_REPORT_MAX_CONFIGS + 1];
+  for (int k = 0; k <= MN_REPORT_MAX_CONFIGS; k++) many[k] = "";
+  o.configs = many;
+  o.nconfigs = MN_REPORT_MAX_CONFIGS + 1;
+  MN_CHECK_ERR(mn_report_build(t, &o, &r), MN_ERR_INVALID_ARGUMENT, "at most 16 --config (17 given)");
+  const char *bad[2] = {"", "nonsense:1"};
+  o.configs = bad;
+  o.nconfigs = 2;
+  MN_CHECK_ERR(mn_report_build(t, &o, &r), MN_ERR_INVALID_ARGUMENT, "bad --config \"nonsense:1\": ");
+  o = mn_report_options_default();
+  o.trace_device = 5000;
+  MN_CHECK_ERR(mn_report_build(t, &o, &r), MN_ERR_INVALID_ARGUMENT, "--trace-device 5000");
+  o.trace_device = -2;
+  MN_CHECK_ERR(mn_report_build(t, &o, &r), MN_ERR_INVALID_ARGUMENT, "--trace-device -2");
+  o = mn_report_options_default();
+  o.capacity = 1;
+  MN_CHECK_ERR(mn_report_build(t, &o, &r), MN_ERR_INVALID_ARGUMENT, "--capacity: mn_sim_configure: capacity=1");
+  MN_CHECK(r == &sentinel);
+  MN_CHECK_OK(mn_sim_get_config(&now));
+  MN_CHECK(same_sim(&before, &now));
+  /* a good one, to stdout (no output named), on a SIM device of 64 MiB */
+  o.capacity = (size_t)64 << 20;
+  r = NULL;
+  MN_CHECK_OK(mn_report_build(t, &o, &r));
+  if (r) {
+    MN_CHECK(r->page && r->page_size == strlen(r->page) && strstr(r->page, "<html"));
+    MN_CHECK(strncmp(r->summary, "report (stdout): 2 entries, 1 configs, 1 device, ", 49) == 0);
+    MN_CHECK(strncmp(r->json, "{\"path\": null, \"bytes\": ", 24) == 0);
+    MN_CHECK(strcmp(r->notes, "") == 0);
+    mn_report_free(r);
+  }
+  MN_CHECK_OK(mn_sim_get_config(&now));
+  MN_CHECK(same_sim(&before, &now));
+  mn_trace_destroy(t);
+}
+
 int main(void) {
   mn_sim_config_t c = mn_sim_config_default();
   c.capacity = (size_t)1 << 30;
@@ -1437,6 +1495,7 @@ int main(void) {
   MN_RUN(replay_live_ptrs);
   MN_RUN(match_many_addresses);
   MN_RUN(replay_oom_lines);
+  MN_RUN(report_build_refuses_bad_input);
 #ifdef MN_SOURCE_DIR
   /* The recorded GPU had 80 GB: give the SIM device as much (memory is lazily backed). */
   c.capacity = (size_t)80 << 30;
