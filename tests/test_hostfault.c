@@ -793,6 +793,49 @@ done:
   return st;
 }
 
+/* Two traces with stacks compared (mn_diff_build, profiling/diff.c): the
+ * text and JSON of `mnemo diff` (names holding ranks), then the page of
+ * `mnemo report A B` with its default title and its summary. The SIM
+ * device's configuration is the same afterwards, on success and on failure. */
+static mn_status w_diff(void) {
+  mn_status st = MN_OK;
+  mn_trace_t *a = NULL, *b = NULL;
+  mn_report_t *r = NULL, *pg = NULL;
+  mn_sim_config_t before = mn_sim_config_default(), after = mn_sim_config_default();
+  char path[700];
+  TRY(mn_sim_get_config(&before));
+  snprintf(path, sizeof path, "%s/tests/data/traces/stack_rule.trace", g_source);
+  TRY(mn_trace_read(path, &a));
+  snprintf(path, sizeof path, "%s/tests/corpus/trace/v3_stacks.trace", g_source);
+  TRY(mn_trace_read(path, &b));
+  mn_diff_options_t o = mn_diff_options_default();
+  o.name_a = "run/rank0.trace";
+  o.name_b = "run/rank_1.trace";
+  o.top = 2;
+  TRY(mn_diff_build(a, b, &o, &r));
+  if (!strstr(r->summary, "rank 1") || !r->json[0] || r->page) {
+    st = wrong("mn_diff_build: not the text of two ranks");
+    goto done;
+  }
+  o = mn_diff_options_default();
+  o.page = true;
+  o.output = "diff.html";
+  TRY(mn_diff_build(b, a, &o, &pg));
+  if (!pg->page || !strstr(pg->summary, "report diff.html: A (A) vs B (B)") || !strstr(pg->json, "\"path\"")) {
+    st = wrong("mn_diff_build: not the page and its summary");
+    goto done;
+  }
+done:
+  mn_report_free(r);
+  mn_report_free(pg);
+  mn_trace_destroy(a);
+  mn_trace_destroy(b);
+  if (mn_sim_get_config(&after) != MN_OK || after.capacity != before.capacity ||
+      after.device_count != before.device_count || after.granularity != before.granularity)
+    st = wrong("mn_diff_build: the SIM device's configuration not restored");
+  return st;
+}
+
 /* On SIM: tolist, a strided view saved as safetensors, gather and
  * index_select, a block shared and opened in this same process. */
 static mn_status w_sim_data(void) {
@@ -1356,6 +1399,7 @@ int main(int argc, char **argv) {
       {"sim_data", w_sim_data},   {"index_cpu", w_index_cpu},     {"index_sim", w_index_sim},
       {"storages", w_storages},   {"files", w_files},         {"analysis", w_analysis},
       {"report", w_report},
+      {"diff", w_diff},
   };
   char self[512];
   ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);

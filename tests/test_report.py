@@ -966,7 +966,7 @@ def main():
             tip, kind = hover(b, "mnReport.peakPixel()")
             check(kind == "timeline" and f"entry {bd['peak_entry']} " in tip, f"100k: hover names the peak ({tip[:60]!r})")
 
-            # 5. two traces compared: `mnemo report A B -o diff.html` (tools/cmd_diff.c)
+            # 5. two traces compared: `mnemo report A B -o diff.html` (profiling/diff.c)
             full = os.path.join(os.path.dirname(trace), "ctx128_fullstep.trace")
             diff_page = os.path.join(tmp, "diff.html")
             out = subprocess.run([cli, "report", full, trace, "-o", diff_page], capture_output=True, text=True)

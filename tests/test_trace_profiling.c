@@ -914,6 +914,66 @@ MN_TEST(trace_devices) {
   mn_trace_destroy(t);
 }
 
+/* mn_diff_build (profiling/diff.c): bad inputs refused with a message, the
+ * output untouched and the SIM configuration as it was; a comparison built
+ * while the caller holds SIM memory; mn_report_write refuses a comparison
+ * built without a page. */
+MN_TEST(diff_build_errors) {
+  mn_trace_t *a = NULL, *b = NULL;
+  MN_CHECK_OK(mn_trace_read(MN_SOURCE_DIR "/tests/data/traces/stack_rule.trace", &a));
+  MN_CHECK_OK(mn_trace_read(MN_SOURCE_DIR "/tests/corpus/trace/v3_stacks.trace", &b));
+  if (!a || !b) {
+    mn_trace_destroy(a);
+    mn_trace_destroy(b);
+    return;
+  }
+  mn_sim_config_t before, after;
+  MN_CHECK_OK(mn_sim_get_config(&before));
+  mn_report_t *keep = (mn_report_t *)&before, *r = keep;
+  mn_diff_options_t o = mn_diff_options_default();
+  MN_CHECK_ERR(mn_diff_build(NULL, b, &o, &r), MN_ERR_INVALID_ARGUMENT, "mn_diff_build: NULL");
+  MN_CHECK_ERR(mn_diff_build(a, NULL, &o, &r), MN_ERR_INVALID_ARGUMENT, "mn_diff_build: NULL");
+  MN_CHECK_ERR(mn_diff_build(a, b, &o, NULL), MN_ERR_INVALID_ARGUMENT, "mn_diff_build: NULL");
+  o.config = "nonsense:1";
+  MN_CHECK_ERR(mn_diff_build(a, b, &o, &r), MN_ERR_INVALID_ARGUMENT, "bad config \"nonsense:1\"");
+  o = mn_diff_options_default();
+  o.trace_device = 5000;
+  MN_CHECK_ERR(mn_diff_build(a, b, &o, &r), MN_ERR_INVALID_ARGUMENT, "trace_device 5000");
+  o.trace_device = 1;
+  o.name_a = "first";
+  MN_CHECK_ERR(mn_diff_build(a, b, &o, &r), MN_ERR_INVALID_ARGUMENT, "first has no device 1");
+  o = mn_diff_options_default();
+  o.trace_device = 1;
+  o.page = true;
+  MN_CHECK_ERR(mn_diff_build(b, a, &o, &r), MN_ERR_INVALID_ARGUMENT, "A has no device 1");
+  MN_CHECK(r == keep);
+  MN_CHECK_OK(mn_sim_get_config(&after));
+  MN_CHECK(after.capacity == before.capacity && after.device_count == before.device_count &&
+           after.granularity == before.granularity && after.eager == before.eager &&
+           after.no_peer_access == before.no_peer_access);
+  /* with SIM memory held (the configuration is left alone: no reconfiguration to refuse) */
+  mn_allocator_t *da = NULL;
+  void *p = NULL;
+  MN_CHECK_OK(mn_allocator_get_default(SIM0, &da));
+  if (da) MN_CHECK_OK(mn_allocator_alloc(da, 4096, NULL, &p));
+  r = NULL;
+  o = mn_diff_options_default();
+  MN_CHECK_OK(mn_diff_build(a, b, &o, &r));
+  if (p) MN_CHECK_OK(mn_allocator_free(da, p));
+  MN_CHECK(r && !r->page && r->page_size == 0 && r->notes && !r->notes[0]);
+  MN_CHECK(r && strstr(r->summary, "mnemo diff:\n  A       A: ") == r->summary);
+  MN_CHECK(r && r->json[0] == '{' && strstr(r->json, "\"groups\": [") != NULL);
+  char path[256];
+  snprintf(path, sizeof path, "/tmp/mnemo_test_prof_%d_diff.html", (int)getpid());
+  MN_CHECK_ERR(mn_report_write(r, path), MN_ERR_INVALID_ARGUMENT, "has no page");
+  MN_CHECK(access(path, F_OK) != 0);
+  mn_report_free(r);
+  MN_CHECK_OK(mn_sim_get_config(&after));
+  MN_CHECK(after.capacity == before.capacity && after.device_count == before.device_count);
+  mn_trace_destroy(a);
+  mn_trace_destroy(b);
+}
+
 int main(int argc, char **argv) {
   /* CTest runs this once more with MNEMO_NVTX=1 and --nvtx-env: the switch
    * starts on, from the environment. */
@@ -948,5 +1008,6 @@ int main(int argc, char **argv) {
   MN_RUN(rmm_import_errors);
   MN_RUN(memory_summary_table);
   MN_RUN(trace_devices);
+  MN_RUN(diff_build_errors);
   return mn_test_finish();
 }
