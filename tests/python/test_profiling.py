@@ -357,9 +357,10 @@ class Tool(unittest.TestCase):
             f.write(b"\x80\x04not really")
         with self.assertRaises(P.SnapshotError):
             P.report(bad, page)
-        with self.assertRaises(mnemo.MnemoError) as cm:   # an unwritable page
+        with self.assertRaises(mnemo.MnemoError) as cm:   # a page in a folder that does not exist
             P.report(CTX, os.path.join(self.tmp.name, "no", "such", "dir", "r.html"))
-        self.assertEqual(cm.exception.status_name, "io_error")
+        self.assertEqual(cm.exception.status_name, "not_found")
+        self.assertIn("r.html", str(cm.exception))
         self.assertFalse(os.path.exists(page))
         # the SIM device as it was: a report sized as recorded (or failing) leaves it unchanged
         before, after = P._SimConfig(), P._SimConfig()
