@@ -79,6 +79,9 @@ static void value(const char *name, long long v) {
   STRUCT(mn_replay_options_t, F(skip_pre) F(skip_empty_cache) F(trace_device) F(oom_retries) F(on_step) F(on_step_user) F(stop_after) F(at_stop) F(at_stop_user) F(skip_pre_segments) F(live_ptrs) F(replay_ooms) F(on_oom) F(on_oom_user)) \
   STRUCT(mn_replay_result_t, F(allocs) F(frees) F(pre_allocs) F(ooms) F(skipped_frees) F(retries) F(empty_caches) F(trace_device) F(trace_devices) F(streams) F(peak_allocated) F(peak_reserved) F(peak_requested) F(reserved_after_pre) F(allocated_after_pre) F(ratio) F(device_allocs) F(device_allocs_events) F(device_frees) F(peak_device_mapped) F(op_ns) F(ns_per_op) F(stats_from_allocator) F(pre_segments) F(pre_segments_laid_out) F(recorded_ooms) F(ooms_reproduced)) \
   STRUCT(mn_trace_device_t, F(index) F(label) F(host) F(entries) F(pre_allocs) F(oom_lines) F(oom_capacity) F(release_capacity) F(partial_releases)) \
+  STRUCT(mn_report_options_t, F(configs) F(nconfigs) F(capacity) F(trace_device) F(name) F(title) F(output) F(on_progress) F(progress_user)) \
+  STRUCT(mn_diff_options_t, F(config) F(trace_device) F(name_a) F(name_b) F(page) F(title) F(output) F(top) F(on_progress) F(progress_user)) \
+  STRUCT(mn_report_t, F(page) F(page_size) F(summary) F(json) F(notes)) \
   STRUCT(mn_sim_config_t, F(device_count) F(capacity) F(granularity) F(eager) F(no_peer_access)) \
   STRUCT(mn_named_views_t, F(count) F(names) F(views) F(nmeta) F(meta_keys) F(meta_values)) \
   STRUCT(DLDevice, F(device_type) F(device_id)) \
@@ -112,7 +115,7 @@ static void value(const char *name, long long v) {
   VALUE(MN_TRACE_ANNOTATION_MARK) VALUE(MN_TRACE_ANNOTATION_START) VALUE(MN_TRACE_ANNOTATION_END)   \
   VALUE(MN_MAX_DIMS) VALUE(MN_VIEW_END) VALUE(MN_VIEW_OFFSET_KEEP) VALUE(MN_ROUNDUP_BUCKETS)        \
   VALUE(MN_DEVICE_NAME_MAX) VALUE(MN_ALLOC_STATS_VERSION) VALUE(MN_SHM_HANDLE_MAX)                  \
-  VALUE(MN_DLPACK_MAJOR) VALUE(MN_DLPACK_MINOR)                                                     \
+  VALUE(MN_DLPACK_MAJOR) VALUE(MN_DLPACK_MINOR) VALUE(MN_REPORT_MAX_CONFIGS)                         \
   VALUE(kDLCPU) VALUE(kDLCUDA) VALUE(kDLCUDAHost) VALUE(kDLExtDev) VALUE(kDLCUDAManaged)            \
   VALUE(DLPACK_FLAG_BITMASK_READ_ONLY) VALUE(DLPACK_FLAG_BITMASK_IS_COPIED)
 

@@ -161,11 +161,14 @@ def as_dim(x: Any, what: str = "dim") -> int:
 
 def as_shape(args: tuple[Any, ...], what: str = "shape") -> tuple[int, ...]:
     """A shape from f(2, 3), f((2, 3)), f([2, 3]) or f(torch.Size([2, 3])):
-    a tuple of ints."""
+    a tuple of ints. As PyTorch, a view, storage, array or other iterable is
+    not a shape (TypeError)."""
+    if len(args) == 1 and getattr(args[0], "ndim", 0):  # a view or array of one or more dims
+        raise TypeError(f"mnemo: {what} must be ints or a tuple or list of ints, not {type(args[0]).__name__}")
     if len(args) == 1 and not hasattr(args[0], "__index__"):
         seq = args[0]
-        if isinstance(seq, (str, bytes)) or not hasattr(seq, "__iter__"):
-            raise TypeError(f"mnemo: {what} must be ints or a sequence of ints, got {seq!r}")
+        if not isinstance(seq, (tuple, list, range)):
+            raise TypeError(f"mnemo: {what} must be ints or a tuple or list of ints, not {type(seq).__name__}")
         args = tuple(seq)
     if len(args) > MAX_DIMS:
         raise ValueError(f"mnemo: {what} has {len(args)} dims; at most {MAX_DIMS}")

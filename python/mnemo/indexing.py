@@ -331,24 +331,23 @@ def masked_select(input: "View", mask: Any, *, stream: Any = None) -> "View":
     return input._op_copy(lib.mn_view_masked_select, m._handle, _stream(stream))
 
 
-def scatter_(input: "View", dim: int, index: Any, src: Any, *, stream: Any = None) -> "View":
-    """In place: input[index[i][j][k]][j][k] = src[i][j][k] (dim 0); src may be a scalar."""
-    _input(input, "scatter_")
+def _scatter_into(input, dim, index, src, stream, fn, name):
+    _input(input, name)
     from ._core import as_dim
     idx = _as_index_view(index)
     s = _values_for(input, src, idx.shape)
-    lib.mn_view_scatter(input._handle, as_dim(dim), idx._handle, s._handle, _stream(stream))
+    fn(input._handle, as_dim(dim), idx._handle, s._handle, _stream(stream))
     return input
+
+
+def scatter_(input: "View", dim: int, index: Any, src: Any, *, stream: Any = None) -> "View":
+    """In place: input[index[i][j][k]][j][k] = src[i][j][k] (dim 0); src may be a scalar."""
+    return _scatter_into(input, dim, index, src, stream, lib.mn_view_scatter, "scatter_")
 
 
 def scatter_add_(input: "View", dim: int, index: Any, src: Any, *, stream: Any = None) -> "View":
     """In place: input[index[i][j][k]][j][k] += src[i][j][k] (dim 0), summed in row-major order."""
-    _input(input, "scatter_add_")
-    from ._core import as_dim
-    idx = _as_index_view(index)
-    s = _values_for(input, src, idx.shape)
-    lib.mn_view_scatter_add(input._handle, as_dim(dim), idx._handle, s._handle, _stream(stream))
-    return input
+    return _scatter_into(input, dim, index, src, stream, lib.mn_view_scatter_add, "scatter_add_")
 
 
 def scatter(input: "View", dim: int, index: Any, src: Any, *, stream: Any = None) -> "View":

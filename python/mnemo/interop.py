@@ -24,6 +24,7 @@ Threading: any thread may export or import; a capsule must be consumed once.
 from __future__ import annotations
 
 import ctypes as C
+import operator
 import sys
 from typing import Any
 
@@ -265,7 +266,13 @@ def from_dlpack(obj: Any) -> View:
                         f"got {type(obj).__name__}")
     kwargs = {}
     dev = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else None
-    if dev is not None and int(dev[0]) in (K_DLCUDA, K_DLCUDAMANAGED):
+    if dev is not None:
+        try:
+            dev_type, _ = (operator.index(x) for x in dev)
+        except (TypeError, ValueError):
+            raise TypeError(f"mnemo: from_dlpack: {type(obj).__name__}.__dlpack_device__() returned {dev!r}, not "
+                            "(device_type, device_id) ints") from None
+    if dev is not None and dev_type in (K_DLCUDA, K_DLCUDAMANAGED):
         kwargs["stream"] = 1  # mnemo works on the legacy default stream
     try:
         cap = obj.__dlpack__(max_version=(MN_DLPACK_MAJOR, MN_DLPACK_MINOR), **kwargs)

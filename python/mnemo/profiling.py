@@ -5,17 +5,14 @@ snapshot under other allocator settings (``replay``), write the HTML report
 (``report``), and take the allocator's segments at the peak of a replay
 (``snapshot``). See docs/PROFILING.md and docs/TRACE_FORMAT.md.
 
-read_trace, record, import_snapshot, replay and snapshot run in this process:
-they call libmnemo.so (mn_trace_read/parse, mn_trace_replay, the SIM device)
-and, for a snapshot pickle, the importer module mnemo._torch_snapshot (the
-CLI's tools/import_torch_snapshot.py, staged into the package), and return
-its structured results; errors are MnemoError (SnapshotError for a bad
-pickle). report and diff still run the ``mnemo`` command-line tool (found as
-``$MNEMO_CLI``, else the build's or install's own CLI named in
-``mnemo/_paths.py``, else ``mnemo`` on PATH) with an argument list (no
-shell) and ``--json``, and return the JSON object it prints (never its
-English text parsed); they raise ToolError carrying its message and exit
-status when it fails: the HTML pages are generated in tools/.
+Everything runs in this process: the functions call libmnemo.so
+(mn_trace_read/parse, mn_trace_replay, mn_report_build, mn_diff_build, the
+SIM device) and, for a snapshot pickle, the importer module
+mnemo._torch_snapshot (the CLI's tools/import_torch_snapshot.py, staged into
+the package), and return its structured results (report and diff: the JSON
+object the library builds, the same as the CLI's --json); errors are
+MnemoError (SnapshotError for a bad pickle). ``cli_path`` names the ``mnemo``
+command-line tool for those who want to run it (ToolError when there is none).
 
 Threading: a ``record`` object may be fed by allocators on any threads (the C
 recorder is thread-safe); its start/stop/close calls must not race with each
@@ -30,20 +27,19 @@ import ctypes as C
 import json
 import os
 import shutil
-import subprocess
 
 from typing import Any, Optional, Sequence, Union
 
 from . import _owner
-from ._lib import (MN_ERR_FORMAT, MN_ERR_INVALID_ARGUMENT, MN_ERR_IO, MN_ERR_NOT_FOUND, MnemoError, VP, built_path,
-                   declare, lib)
+from ._lib import (MN_ERR_FORMAT, MN_ERR_INVALID_ARGUMENT, MN_ERR_IO, MN_ERR_NOT_FOUND, MN_REPORT_MAX_CONFIGS,
+                   MnemoError, VP, built_path, declare, lib)
 
 PathLike = Union[str, bytes, "os.PathLike[str]"]
 Bytes = Union[int, str, None]          # a byte count, or a string such as "80G"
 Configs = Union[str, dict, Sequence[Union[str, dict]], None]
 
-__all__ = ["ToolError", "SnapshotError", "SnapshotWarning", "read_trace", "record", "import_snapshot", "replay",
-           "report", "diff", "snapshot", "cli_path"]
+__all__ = ["ToolError", "SnapshotError", "SnapshotWarning", "ReportWarning", "read_trace", "record", "import_snapshot",
+           "replay", "report", "diff", "snapshot", "cli_path"]
 
 # ---- C structs -----------------------------------------------------------------
 
@@ -322,13 +318,14 @@ class record(_owner.Resource):
 
 
 class ToolError(MnemoError):
-    """The mnemo command-line tool failed: ``message`` is what it said on
-    stderr (e.g. "mnemo replay: mn_trace_read: cannot open 'x.trace': No such
-    file or directory"), ``returncode`` its exit status (2: bad usage or a
-    malformed input, 1: a file that cannot be read or written, a failed
-    replay; None when the tool was not found), ``command`` the argument list.
-    ``status`` is invalid_argument for exit status 2, not_found when the tool
-    is missing, io_error otherwise."""
+    """The mnemo command-line tool cannot be found (cli_path; status
+    not_found), or a run of it failed: ``message`` is what it said on stderr
+    (e.g. "mnemo replay: mn_trace_read: cannot open 'x.trace': No such file or
+    directory"), ``returncode`` its exit status (2: bad usage or a malformed
+    input, 1: a file that cannot be read or written, a failed replay; None
+    when the tool was not found), ``command`` the argument list. ``status``
+    is invalid_argument for exit status 2, not_found when the tool is
+    missing, io_error otherwise. No function of this module runs the tool."""
 
     def __init__(self, message: str, returncode: Optional[int] = None, command: Optional[Sequence[str]] = None,
                  stderr: str = "") -> None:
@@ -362,43 +359,7 @@ def cli_path() -> str:
                     + ", ".join(tried))
 
 
-def _run(args):
-    cmd = [cli_path()] + [str(a) for a in args]
-    try:
-        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    except OSError as e:
-        raise ToolError(f"mnemo: cannot run {cmd[0]}: {e}", None, cmd) from None
-    out = proc.stdout.decode("utf-8", "replace")
-    err = proc.stderr.decode("utf-8", "replace")
-    if proc.returncode != 0:
-        lines = [ln for ln in err.strip().splitlines() if ln.strip() and not ln.startswith("usage:")
-                 and not ln.startswith("  ")]
-        msg = "; ".join(lines) if lines else f"{os.path.basename(cmd[0])} {args[0]} failed"
-        raise ToolError(f"{msg} (exit status {proc.returncode})", proc.returncode, cmd, err)
-    return out, err
 
-
-def _json_of(text, command):
-    """The JSON object the tool printed with --json (never its English text)."""
-    try:
-        res = json.loads(text)
-    except ValueError as e:
-        raise ToolError(f"mnemo {command} printed no JSON object: {e}", None, [cli_path(), command]) from None
-    if not isinstance(res, dict):
-        raise ToolError(f"mnemo {command} printed no JSON object", None, [cli_path(), command])
-    return res
-
-
-def _configs_arg(configs):
-    from .allocator import _config_text
-    if configs is None:
-        return []
-    if isinstance(configs, (str, dict)):
-        configs = [configs]
-    out = []
-    for c in configs:
-        out += ["--config", _config_text(c)]
-    return out
 
 
 def _int_opt(name, value, lo=0):
@@ -406,17 +367,6 @@ def _int_opt(name, value, lo=0):
         raise ValueError(f"mnemo: {name} must be an int >= {lo}, got {value!r}")
     return str(value)
 
-
-def _max_decompressed_arg(max_decompressed_size):
-    """The command-line option for max_decompressed_size: [] when None, else
-    the byte count (an int, or a string such as "8G")."""
-    if max_decompressed_size is None:
-        return []
-    v = max_decompressed_size
-    if isinstance(v, bool) or not isinstance(v, (int, str)) or (isinstance(v, int) and v < 0):
-        raise TypeError("mnemo: max_decompressed_size must be bytes (an int >= 0 or a string such as '8G'), "
-                        f"got {v!r}")
-    return ["--max-decompressed-size", str(v)]
 
 
 # ---- in process: importing snapshots, loading traces -------------------------------------
@@ -890,41 +840,118 @@ def replay(trace: PathLike, configs: Configs = None, capacity: Bytes = None, dev
     return out
 
 
+# ---- report pages, in this process -------------------------------------------------------
+
+
+class ReportWarning(UserWarning):
+    """A note of report() or diff(): the trace's recorded allocator settings
+    are not mnemo's (replayed with the defaults), or a trace holds several
+    devices and one was picked (the CLI prints the same on stderr)."""
+
+
+_PROGRESS_FN = C.CFUNCTYPE(None, VP, C.c_char_p)
+
+
+class _ReportOptions(C.Structure):
+    _fields_ = [("configs", C.POINTER(C.c_char_p)), ("nconfigs", C.c_size_t), ("capacity", C.c_size_t),
+                ("trace_device", C.c_int), ("name", C.c_char_p), ("title", C.c_char_p), ("output", C.c_char_p),
+                ("on_progress", _PROGRESS_FN), ("progress_user", VP)]
+
+
+class _DiffOptions(C.Structure):
+    _fields_ = [("config", C.c_char_p), ("trace_device", C.c_int), ("name_a", C.c_char_p), ("name_b", C.c_char_p),
+                ("page", C.c_bool), ("title", C.c_char_p), ("output", C.c_char_p), ("top", C.c_size_t),
+                ("on_progress", _PROGRESS_FN), ("progress_user", VP)]
+
+
+class _Report(C.Structure):
+    _fields_ = [("page", C.c_char_p), ("page_size", C.c_size_t), ("summary", C.c_char_p), ("json", C.c_char_p),
+                ("notes", C.c_char_p)]
+
+
+_RP = C.POINTER(_Report)
+declare("mn_report_options_default", _ReportOptions, [])
+declare("mn_diff_options_default", _DiffOptions, [])
+declare("mn_report_build", "status", [_TP, C.POINTER(_ReportOptions), C.POINTER(_RP)])
+declare("mn_diff_build", "status", [_TP, _TP, C.POINTER(_DiffOptions), C.POINTER(_RP)])
+declare("mn_report_write", "status", [_RP, C.c_char_p])
+declare("mn_report_free", None, [_RP])
+
+
+def _config_list(configs):
+    """configs (None, one setting, or a sequence of them) as the C texts."""
+    from .allocator import _config_text
+    if configs is None:
+        return []
+    if isinstance(configs, (str, dict)):
+        configs = [configs]
+    return [_config_text(c).encode() for c in configs]
+
+
+def _finish_report(rp, out_path):
+    """Writes the page of the report rp points to (when out_path is not None),
+    emits its notes as ReportWarning and returns its JSON object; frees rp."""
+    import warnings
+    try:
+        r = rp.contents
+        for line in (r.notes or b"").decode("utf-8", "replace").splitlines():
+            warnings.warn(line, ReportWarning, stacklevel=3)
+        if out_path is not None:
+            lib.mn_report_write(rp, os.fsencode(out_path))
+        return json.loads(r.json.decode("utf-8"))
+    finally:
+        lib.mn_report_free(rp)
+
+
 def report(trace: PathLike, out: PathLike, configs: Configs = None, title: Optional[str] = None,
            capacity: Bytes = None, trace_device: Optional[int] = None,
            max_decompressed_size: Bytes = None) -> dict[str, Any]:
     """Writes the self-contained HTML report of a trace or a PyTorch snapshot
     (`mnemo report`: timeline, active memory, who holds the peak, segment map
-    at any moment, configurations compared; every device of the trace).
-    Returns `mnemo report --json`'s object (the tool's numbers, not its
-    text parsed): {"path": out, "bytes": the page's size, "entries",
-    "configs" (how many), "devices": one dict per device (device, label,
-    replayed (False for pinned host memory, shown as recorded: its peaks are
-    PyTorch's), state_only, capacity and capacity_from (the SIM device's
-    size and where it came from, as replay(); None for a device not
-    replayed), peak_reserved, peak_reserved_entry, peak_allocated,
-    peak_allocated_entry, segment_map (entry, segments, blocks, free_bytes,
-    largest_free_block: the state the page's segment map shows first),
-    live_at_peak_allocated, largest_live ({size, line} or None),
-    ooms_recorded, ooms_reproduced, results (per config: config, as_recorded,
-    peak_reserved, peak_allocated, ratio, ooms), torch (the recorded
-    {peak_reserved, peak_allocated} or None)), the first device's
-    "peak_reserved", "peak_allocated" and "peak_entry" (the entry of its
-    peak of allocated bytes, where "who holds the peak" looks), "summary":
-    the text the tool prints without --json}. configs, capacity,
-    trace_device, max_decompressed_size: as replay()."""
+    at any moment, configurations compared; every device of the trace), built
+    in this process (mn_report_build; a snapshot is imported first). Returns
+    the summary's object, the same as `mnemo report --json` prints: {"path":
+    out, "bytes": the page's size, "entries", "configs" (how many), "devices":
+    one dict per device (device, label, replayed (False for pinned host
+    memory, shown as recorded: its peaks are PyTorch's), state_only, capacity
+    and capacity_from (the SIM device's size and where it came from, as
+    replay(); None for a device not replayed), peak_reserved,
+    peak_reserved_entry, peak_allocated, peak_allocated_entry, segment_map
+    (entry, segments, blocks, free_bytes, largest_free_block: the state the
+    page's segment map shows first), live_at_peak_allocated, largest_live
+    ({size, line} or None), ooms_recorded, ooms_reproduced, results (per
+    config: config, as_recorded, peak_reserved, peak_allocated, ratio, ooms),
+    torch (the recorded {peak_reserved, peak_allocated} or None)), the first
+    device's "peak_reserved", "peak_allocated" and "peak_entry" (the entry of
+    its peak of allocated bytes, where "who holds the peak" looks),
+    "summary": the text the tool prints without --json}. Notes (recorded
+    settings mnemo refuses) come as ReportWarning. configs, capacity,
+    trace_device, max_decompressed_size: as replay(). MnemoError on failure
+    (invalid_argument for a bad setting, capacity or device; SnapshotError
+    for a bad pickle); no page is left behind then."""
     dst = _path_arg(out, "out")
-    args = ["report", _path_arg(trace, "trace"), "-o", dst] + _configs_arg(configs)
-    args += _max_decompressed_arg(max_decompressed_size)
+    src = _path_arg(trace, "trace")
+    texts = _config_list(configs)
+    if len(texts) > MN_REPORT_MAX_CONFIGS:
+        raise ValueError(f"mnemo: at most {MN_REPORT_MAX_CONFIGS} configs, got {len(texts)}")
+    cap = 0 if capacity is None else _bytes_opt("capacity", capacity)
+    dev = -1 if trace_device is None else _int_in("trace_device", trace_device, 0, 1000)
+    o = lib.mn_report_options_default()
+    arr = (C.c_char_p * max(1, len(texts)))(*texts)
+    if texts:
+        o.configs, o.nconfigs = C.cast(arr, C.POINTER(C.c_char_p)), len(texts)
+    o.capacity, o.trace_device = cap, dev
+    o.name, o.output = os.fsencode(src), os.fsencode(dst)
     if title is not None:
-        args += ["--title", str(title)]
-    if capacity is not None:
-        args += ["--capacity", str(capacity)]
-    if trace_device is not None:
-        args += ["--trace-device", _int_opt("trace_device", trace_device)]
-    text, _ = _run(args + ["--json"])
-    res = _json_of(text, "report")
-    res["path"] = dst  # as given (the tool's is the same path, decoded)
+        o.title = str(title).encode("utf-8", "surrogateescape")
+    t = _load("mnemo.profiling.report", src, "all" if dev < 0 else dev, max_decompressed_size)
+    rp = _RP()
+    try:
+        lib.mn_report_build(t, C.byref(o), C.byref(rp))
+    finally:
+        lib.mn_trace_destroy(t)
+    res = _finish_report(rp, dst)
+    res["path"] = dst  # as given (the library's is the same path, decoded)
     devs = res["devices"]
     if devs:
         res["peak_reserved"] = devs[0]["peak_reserved"]
@@ -937,34 +964,43 @@ def diff(a: PathLike, b: PathLike, out: Optional[PathLike] = None, config: Union
          trace_device: Optional[int] = None, title: Optional[str] = None,
          max_decompressed_size: Bytes = None) -> dict[str, Any]:
     """Compares two traces or PyTorch snapshots (two runs, or two ranks of one
-    job): `mnemo diff A B --json`, returned as a dict: "a" and "b" (each one's
-    peaks, replay and PyTorch's recorded, and its live allocations at its peak
-    of allocated bytes), "ranks", "groups" (the change per stack group, grouped
-    by the first user frame, largest change first) and the segment sizes held
-    by only one. out: also write the page with the two timelines aligned
-    (`mnemo report A B -o out --json`: the same object, in the same run, with
-    "path" and "bytes", the page's size). config: one allocator setting for both replays
-    (None: each as recorded). trace_device: the recorded device compared in both.
-    max_decompressed_size: as import_snapshot()."""
-    common = []
-    if config is not None:
-        from .allocator import _config_text
-        common += ["--config", _config_text(config)]
-    if trace_device is not None:
-        common += ["--trace-device", _int_opt("trace_device", trace_device)]
-    common += _max_decompressed_arg(max_decompressed_size)
+    job) in this process (mn_diff_build), and returns what `mnemo diff A B
+    --json` prints, as a dict: "a" and "b" (each one's peaks, replay and
+    PyTorch's recorded, and its live allocations at its peak of allocated
+    bytes), "ranks", "groups" (the change per stack group, grouped by the
+    first user frame, largest change first) and the segment sizes held by only
+    one. out: also write the page with the two timelines aligned (`mnemo
+    report A B -o out --json`: the same object with "path" and "bytes", the
+    page's size). config: one allocator setting for both replays (None: each
+    as recorded). trace_device: the recorded device compared in both (None:
+    each one's lowest, with a ReportWarning when it holds several).
+    max_decompressed_size: as import_snapshot(). MnemoError on failure."""
+    from .allocator import _config_text
     pa, pb = _path_arg(a, "a"), _path_arg(b, "b")
-    if out is None:
-        text, _ = _run(["diff", pa, pb, "--json"] + common)
-        return _json_of(text, "diff")
-    # the page and the same object in one run: `report A B -o out --json`
-    dst = _path_arg(out, "out")
-    args = ["report", pa, pb, "-o", dst, "--json"] + common
-    if title is not None:
-        args += ["--title", str(title)]
-    text, _ = _run(args)
-    res = _json_of(text, "report")
-    res["path"] = dst  # as given
+    dst = None if out is None else _path_arg(out, "out")
+    o = lib.mn_diff_options_default()
+    if config is not None:
+        o.config = _config_text(config).encode()
+    if trace_device is not None:
+        o.trace_device = _int_in("trace_device", trace_device, 0, 1000)
+    o.name_a, o.name_b = os.fsencode(pa), os.fsencode(pb)
+    if dst is not None:
+        o.page, o.output = True, os.fsencode(dst)
+        if title is not None:
+            o.title = str(title).encode("utf-8", "surrogateescape")
+    ta = _load("mnemo.profiling.diff", pa, None, max_decompressed_size)
+    try:
+        tb = _load("mnemo.profiling.diff", pb, None, max_decompressed_size)
+        try:
+            rp = _RP()
+            lib.mn_diff_build(ta, tb, C.byref(o), C.byref(rp))
+        finally:
+            lib.mn_trace_destroy(tb)
+    finally:
+        lib.mn_trace_destroy(ta)
+    res = _finish_report(rp, dst)
+    if dst is not None:
+        res["path"] = dst  # as given
     return res
 
 

@@ -63,6 +63,9 @@ MIRRORS = {
     "mnemo.profiling._ReplayResult": "mn_replay_result_t",
     "mnemo.profiling._TraceDevice": "mn_trace_device_t",
     "mnemo.profiling._SimConfig": "mn_sim_config_t",
+    "mnemo.profiling._ReportOptions": "mn_report_options_t",
+    "mnemo.profiling._DiffOptions": "mn_diff_options_t",
+    "mnemo.profiling._Report": "mn_report_t",
     "mnemo.serialize._NamedViews": "mn_named_views_t",
 }
 

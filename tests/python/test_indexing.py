@@ -456,7 +456,17 @@ class TestRandom(unittest.TestCase):
             mnemo.randint(5, 5, (2,))
         with self.assertRaises(RuntimeError):
             torch.randint(5, 5, (2,))
-
+        # a size is ints or a tuple / list of them: not a storage, view or array (TypeError, as torch)
+        for size in (mnemo.UntypedStorage([2, 3]), mnemo.tensor([2, 3]), np.array([2, 3]), iter([2, 3])):
+            with self.subTest(size=type(size).__name__):
+                with self.assertRaises(TypeError):
+                    mnemo.randint(10, size)
+                with self.assertRaises(TypeError):
+                    mnemo.empty(size)
+        for size in (torch.ByteStorage([2, 3]), torch.tensor([2, 3]), np.array([2, 3])):
+            with self.assertRaises(TypeError):
+                torch.randint(10, size)
+        self.assertEqual(mnemo.randint(10, torch.Size([2, 3])).shape, (2, 3))
 
 
 class TestBadInput(unittest.TestCase):

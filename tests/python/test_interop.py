@@ -163,6 +163,30 @@ class Capsules(unittest.TestCase):
         del cap
         self.assertEqual(s.refcount, base)
 
+    def test_bad_dlpack_device(self):
+        """A producer whose __dlpack_device__ is not (type, id) ints: TypeError naming it."""
+        x = mnemo.tensor([1, 2])
+
+        class Junk:
+            def __init__(self, dev):
+                self.dev = dev
+
+            def __dlpack_device__(self):
+                return self.dev
+
+            def __dlpack__(self, **kwargs):
+                return x.__dlpack__(**kwargs)
+
+        for dev in (None, "ab", (1,), (1, 0, 0), ("cpu", 0), 7, (1.5, 0)):
+            with self.subTest(dev=dev):
+                if dev is None:  # no device said: taken as given
+                    self.assertEqual(mnemo.from_dlpack(Junk(dev)).tolist(), [1, 2])
+                    continue
+                with self.assertRaises(TypeError) as cm:
+                    mnemo.from_dlpack(Junk(dev))
+                self.assertIn("Junk.__dlpack_device__()", str(cm.exception))
+        self.assertEqual(mnemo.from_dlpack(Junk((1, 0))).tolist(), [1, 2])
+
     def test_consume_capsules(self):
         x = mnemo.tensor([[1, 2], [3, 4]], dtype=mnemo.int32)
         s = x.untyped_storage()

@@ -9,6 +9,7 @@ import gzip
 import os
 import tempfile
 import unittest
+import warnings
 
 import mnemo
 from mnemo import profiling as P
@@ -295,9 +296,25 @@ class Tool(unittest.TestCase):
             self.assertIn("two runs", f.read())
         same = P.diff(CTX, CTX)
         self.assertTrue(all(g["delta_bytes"] == 0 for g in same["groups"]))
-        with self.assertRaises(P.ToolError) as cm:
+        with self.assertRaises(mnemo.MnemoError) as cm:
             P.diff(CTX, os.path.join(self.tmp.name, "missing.trace"))
-        self.assertEqual(cm.exception.returncode, 1)
+        self.assertEqual(cm.exception.status_name, "io_error")
+        self.assertIn("missing.trace", str(cm.exception))
+        # the same numbers as the CLI's `diff --json`, and its notes as ReportWarning
+        two = os.path.join(SRC, "tests", "data", "torch", "multi_device.pickle")
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            md = P.diff(two, CTX)
+        notes = [str(w.message) for w in got if issubclass(w.category, P.ReportWarning)]
+        self.assertEqual(len(notes), 1, notes)
+        self.assertIn("holds several devices; comparing device 0", notes[0])
+        self.assertEqual(md["a"]["device"], 0)
+        with self.assertRaises(mnemo.MnemoError) as cm:
+            P.diff(two, CTX, trace_device=7)
+        self.assertEqual(cm.exception.status_name, "invalid_argument")
+        with self.assertRaises(mnemo.MnemoError) as cm:
+            P.diff(CTX, CTX, config="bogus:1")
+        self.assertEqual(cm.exception.status_name, "invalid_argument")
 
     def test_decompression_limit(self):
         """max_decompressed_size reaches the importer from every function that
@@ -309,49 +326,53 @@ class Tool(unittest.TestCase):
                  lambda m: P.report(RESNET_PICKLE, html, max_decompressed_size=m),
                  lambda m: P.snapshot(RESNET_PICKLE, max_decompressed_size=m)]
         for k, call in enumerate(calls):
-            # in process: SnapshotError (format_error); the report's CLI: exit status 2
-            with self.assertRaises(P.ToolError if k == 2 else P.SnapshotError) as cm:
+            # in process: SnapshotError (format_error)
+            with self.assertRaises(P.SnapshotError) as cm:
                 call(100_000)
-            if k == 2:
-                self.assertEqual(cm.exception.returncode, 2)
-            else:
-                self.assertEqual(cm.exception.status_name, "format_error")
+            self.assertEqual(cm.exception.status_name, "format_error")
             self.assertIn("inflates to more than 100000 bytes", str(cm.exception))
             call("1M")
         with self.assertRaises(TypeError):
             P.replay(RESNET_PICKLE, max_decompressed_size=1.5)
 
-    def test_errors_carry_the_tools_message(self):
-        """report and diff run the CLI: ToolError with its message and exit status."""
-        with self.assertRaises(P.ToolError) as cm:
-            P.report(os.path.join(self.tmp.name, "missing.trace"), os.path.join(self.tmp.name, "m.html"))
-        e = cm.exception
-        self.assertIsInstance(e, mnemo.MnemoError)
-        self.assertEqual(e.returncode, 1)
-        self.assertIn("cannot open", str(e))
-        self.assertIn("mnemo report", e.stderr)
-        with self.assertRaises(P.ToolError) as cm:
-            P.report(CTX, os.path.join(self.tmp.name, "b.html"), configs="bogus:1")
-        self.assertEqual(cm.exception.returncode, 2)
-        self.assertEqual(cm.exception.status_name, "invalid_argument")
+    def test_report_errors(self):
+        """report() fails as the library does (MnemoError with its status and
+        message, SnapshotError for a bad pickle) and leaves no page behind."""
+        page = os.path.join(self.tmp.name, "m.html")
+        with self.assertRaises(mnemo.MnemoError) as cm:
+            P.report(os.path.join(self.tmp.name, "missing.trace"), page)
+        self.assertEqual(cm.exception.status_name, "io_error")
+        self.assertIn("cannot open", str(cm.exception))
+        for kw in ({"configs": "bogus:1"}, {"capacity": 1}, {"trace_device": 7}):
+            with self.subTest(**kw):
+                with self.assertRaises(mnemo.MnemoError) as cm:
+                    P.report(CTX, page, **kw)
+                self.assertEqual(cm.exception.status_name, "invalid_argument")
+        with self.assertRaises(ValueError):
+            P.report(CTX, page, configs=[""] * 17)
+        with self.assertRaises(ValueError):
+            P.report(CTX, page, trace_device=-1)
         bad = os.path.join(self.tmp.name, "bad.pickle.gz")
         with gzip.open(bad, "wb") as f:
             f.write(b"\x80\x04not really")
-        with self.assertRaises(P.ToolError):
-            P.report(bad, os.path.join(self.tmp.name, "bad.html"))
-        self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "bad.html")))
-        old = os.environ.get("MNEMO_CLI")
-        os.environ["MNEMO_CLI"] = os.path.join(self.tmp.name, "no-such-mnemo")
-        try:
-            with self.assertRaises(P.ToolError) as cm:
-                P.report(CTX, os.path.join(self.tmp.name, "r.html"))
-            self.assertIn("MNEMO_CLI", str(cm.exception))
-            self.assertIsNone(cm.exception.returncode)
-        finally:
-            if old is None:
-                del os.environ["MNEMO_CLI"]
-            else:
-                os.environ["MNEMO_CLI"] = old
+        with self.assertRaises(P.SnapshotError):
+            P.report(bad, page)
+        with self.assertRaises(mnemo.MnemoError) as cm:   # a page in a folder that does not exist
+            P.report(CTX, os.path.join(self.tmp.name, "no", "such", "dir", "r.html"))
+        self.assertEqual(cm.exception.status_name, "not_found")
+        self.assertIn("r.html", str(cm.exception))
+        self.assertFalse(os.path.exists(page))
+        # the SIM device as it was: a report sized as recorded (or failing) leaves it unchanged
+        before, after = P._SimConfig(), P._SimConfig()
+        P.lib.mn_sim_get_config(P.C.byref(before))
+        oom = os.path.join(SRC, "tests", "data", "torch", "oom.pickle")
+        self.assertEqual(P.report(oom, page)["devices"][0]["capacity_from"], "oom")
+        P.lib.mn_sim_get_config(P.C.byref(after))
+        self.assertEqual(after.capacity, before.capacity)
+        with self.assertRaises(mnemo.MnemoError):
+            P.report(oom, page, configs=["", "bogus:1"])
+        P.lib.mn_sim_get_config(P.C.byref(after))
+        self.assertEqual(after.capacity, before.capacity)
         self.assertTrue(os.path.isfile(P.cli_path()))
 
 
@@ -371,9 +392,12 @@ class InProcess(unittest.TestCase):
         self.tmp.cleanup()
 
     def test_no_cli_needed(self):
-        """With no usable CLI, replay, import_snapshot and snapshot still work
-        (each ran the CLI before: ToolError here)."""
+        """With no usable CLI, every function still works (each of replay,
+        import_snapshot, snapshot, report and diff ran the CLI once)."""
         os.environ["MNEMO_CLI"] = os.path.join(self.tmp.name, "no-such-mnemo")
+        page = os.path.join(self.tmp.name, "r.html")
+        self.assertEqual(P.report(RESNET_PICKLE, page)["peak_reserved"], 3797942272)
+        self.assertEqual(P.diff(RESNET_PICKLE, CTX, out=page)["bytes"], os.path.getsize(page))
         self.assertEqual(P.replay(CTX)[0]["peak_reserved"], 24245174272)
         d = P.import_snapshot(RESNET_PICKLE)
         self.assertEqual(d["meta"], P.read_trace(RESNET_TRACE)["meta"])
