@@ -137,11 +137,10 @@ def _summarized(a: Any) -> Any:
     """The elements a summarized print shows (edgeitems at each edge of every dim)."""
     import numpy as np
     e = _OPTS.edgeitems
-    for d in range(a.ndim):
-        if a.shape[d] > 2 * e:
-            idx = list(range(e)) + list(range(a.shape[d] - e, a.shape[d]))
-            a = np.take(a, idx, axis=d)
-    return a
+    idx = [list(range(e)) + list(range(n - e, n)) if n > 2 * e else list(range(n)) for n in a.shape]
+    # every dim cut at once: only the small result is made (one dim at a time would copy
+    # the others whole: an expanded view of 2^63 - 1 elements holds 1 byte)
+    return a[np.ix_(*idx)] if a.ndim else a
 
 
 class _Printer:

@@ -113,6 +113,16 @@ class AsTorch(unittest.TestCase):
                 t = torch.tensor(data, dtype=getattr(torch, dt) if dt else None)
                 self.assertEqual(repr(mnemo.tensor(data, dtype=dt)), torch_repr(t))
 
+    def test_huge_expanded_views(self):
+        """A summarized print takes only the edge elements: an expanded view of
+        up to 2^63 - 1 elements (one stored) prints as torch's (fuzz_api found
+        the copy of a whole dim)."""
+        for data, sizes in (([True], (2 ** 63 - 1,)), ([[1.5], [-2.0]], (2, 2 ** 59)),
+                            ([[[7]]], (3, 5, 2 ** 40))):
+            with self.subTest(sizes=sizes):
+                self.assertEqual(repr(mnemo.tensor(data).expand(*sizes)),
+                                 torch_repr(torch.tensor(data).expand(*sizes)))
+
     def test_random_values(self):
         """Seeded random shapes, dtypes, magnitudes, integral values, inf/nan
         and transposes (summarized ones included)."""
