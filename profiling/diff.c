@@ -556,25 +556,6 @@ static void diff_free(diff_t *d) {
   free(d->segrows);
 }
 
-static bool same_sim_config(const mn_sim_config_t *x, const mn_sim_config_t *y) {
-  return x->device_count == y->device_count && x->capacity == y->capacity && x->granularity == y->granularity &&
-         x->eager == y->eager && x->no_peer_access == y->no_peer_access;
-}
-
-/* Puts the SIM device's configuration back as found (only when it changed: a
- * reconfiguration is refused while the caller holds SIM memory), keeping the
- * call's error. MN_OK or the reconfiguration's failure. */
-static mn_status sim_restore(const mn_sim_config_t *found) {
-  mn__error_saved_t saved;
-  mn__error_save(&saved);
-  mn_sim_config_t now;
-  mn_status st = mn_sim_get_config(&now);
-  if (st == MN_OK && !same_sim_config(&now, found)) st = mn_sim_configure(found);
-  if (st != MN_OK) return mn__error_wrap(st, FUNC);
-  mn__error_restore(&saved);
-  return MN_OK;
-}
-
 /* The options checked, each side's device picked and settings read (notes
  * added), before any replay. */
 static mn_status prepare(const mn_trace_t *a, const mn_trace_t *b, const mn_diff_options_t *o, diff_t *d,
@@ -628,8 +609,7 @@ mn_status mn_diff_build(const mn_trace_t *a, const mn_trace_t *b, const mn_diff_
       json_diff(&json, &d, false);
     }
   }
-  mn_status rs = sim_restore(&found);
-  if (st == MN_OK) st = rs;
+  st = mn__report_sim_restore(FUNC, &found, st);
   diff_free(&d);
   if (st == MN_OK) return mn__report_finish(FUNC, o.page ? &page : NULL, &summary, &json, &notes, out);
   mn__sbuf_free(&page);

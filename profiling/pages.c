@@ -62,6 +62,26 @@ mn_status mn__report_finish(const char *func, mn__sbuf_t *page, mn__sbuf_t *summ
   return MN_OK;
 }
 
+static bool same_sim_config(const mn_sim_config_t *x, const mn_sim_config_t *y) {
+  return x->device_count == y->device_count && x->capacity == y->capacity && x->granularity == y->granularity &&
+         x->eager == y->eager && x->no_peer_access == y->no_peer_access;
+}
+
+mn_status mn__report_sim_restore(const char *func, const mn_sim_config_t *found, mn_status st) {
+  mn__error_saved_t saved;
+  mn__error_save(&saved);
+  mn_sim_config_t now;
+  mn_status rs = mn_sim_get_config(&now);
+  if (rs == MN_OK && !same_sim_config(&now, found)) rs = mn_sim_configure(found);
+  if (st != MN_OK || rs == MN_OK) {
+    mn__error_restore(&saved);
+    return st;
+  }
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", mn_last_error());
+  return mn__error(rs, func, "restoring the SIM device: %s", msg);
+}
+
 void mn__report_progress(mn_report_progress_fn fn, void *user, const char *fmt, ...) {
   if (!fn) return;
   char text[512];

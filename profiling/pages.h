@@ -5,6 +5,7 @@
 #define MNEMO_PROFILING_PAGES_H
 
 #include "mnemo/profiling.h"
+#include "mnemo/sim.h"
 #include "runtime/error.h"
 #include "runtime/strbuf.h"
 
@@ -14,6 +15,13 @@
  * itself: MN_ERR_OUT_OF_MEMORY under `func`, everything freed, *out untouched. */
 mn_status mn__report_finish(const char *func, mn__sbuf_t *page, mn__sbuf_t *summary, mn__sbuf_t *json,
                             mn__sbuf_t *notes, mn_report_t **out);
+
+/* Ends a builder's use of the SIM device: puts its configuration back as
+ * `found` (the one read when the call began), only where it changed (a
+ * reconfiguration is refused while the caller holds SIM memory). Returns st
+ * with its message kept when st failed; else MN_OK, or the restore's failure
+ * under `func` ("restoring the SIM device: <message>"). */
+mn_status mn__report_sim_restore(const char *func, const mn_sim_config_t *found, mn_status st);
 
 /* Calls fn(user, text) with the formatted text (cut at 511 bytes); nothing
  * when fn is NULL. */

@@ -1750,13 +1750,8 @@ mn_status mn_report_build(const mn_trace_t *t, const mn_report_options_t *option
   const char *text = mn__sbuf_str(&summary);
   mn__sbuf_json_str(&json, text ? text : "");
   mn__sbuf_puts(&json, "}\n");
-done:;
-  /* the SIM device as found (a failure's message kept) */
-  mn__error_saved_t saved;
-  mn__error_save(&saved);
-  mn_status rs = mn_sim_configure(&found);
-  if (st != MN_OK) mn__error_restore(&saved);
-  else if (rs != MN_OK) st = failed(rs, "restoring the SIM device: ");
+done:
+  st = mn__report_sim_restore(FN, &found, st); /* the SIM device as found (a failure's message kept) */
   mn__sbuf_free(&sum);
   mn__sbuf_free(&devjs);
   if (st == MN_OK) return mn__report_finish(FN, &page, &summary, &json, &notes, out);
