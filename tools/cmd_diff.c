@@ -6,13 +6,9 @@
  * fly), the notes on stderr, the page written, the summary printed, errors
  * turned into exit statuses. Single-threaded (the CLI's main thread). */
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "mnemo/mnemo.h"
 #include "commands.h"
-#include "runtime/error.h"
-#include "runtime/fileio.h"
 #include "trace_input.h"
 
 const char cmd_diff_about[] =
@@ -49,26 +45,6 @@ static int check_config(const mn__cli_t *p, const char *config) {
   return rc;
 }
 
-typedef struct stage_s {
-  bool on;
-  const char *prog;
-} stage_t;
-
-static void on_progress(void *user, const char *what) {
-  const stage_t *s = user;
-  mn__tools_stage(s->on, s->prog, "%s", what);
-}
-
-/* Prints each line of the report's notes on stderr as "<prog>: <line>". */
-static void print_notes(const char *prog, const char *notes) {
-  for (const char *p = notes; p && *p;) {
-    const char *e = strchr(p, '\n');
-    size_t n = e ? (size_t)(e - p) : strlen(p);
-    fprintf(stderr, "%s: %.*s\n", prog, (int)n, p);
-    p += n + (e != NULL);
-  }
-}
-
 /* Reads both inputs and compares them (o: the options but the progress and
  * the names, set here); the notes printed. 0 and *out, or the exit status
  * after a message. */
@@ -80,20 +56,15 @@ static int run_diff(const char *prog, const char *path_a, const char *path_b, mn
   for (int k = 0; k < 2 && !rc; k++) rc = mn__tools_trace_load(prog, paths[k], -1, &t[k]);
   if (!rc) {
     /* what it is doing, on a terminal, for big inputs (mn__tools_stage_on) */
-    stage_t stage = {mn__tools_stage_on(-1, t[0]->nentries + t[1]->nentries), prog};
+    bool stage = mn__tools_stage_on(-1, t[0]->nentries + t[1]->nentries);
     o->name_a = path_a;
     o->name_b = path_b;
-    o->on_progress = on_progress;
-    o->progress_user = &stage;
+    o->on_progress = stage ? mn__tools_stage_fn : NULL;
+    o->progress_user = (void *)prog;
     mn_status st = mn_diff_build(t[0], t[1], o, out);
-    mn__tools_stage_clear(stage.on);
-    if (st != MN_OK) {
-      fprintf(stderr, "%s: %s\n", prog, mn__last_error_detail());
-      mn_clear_error();
-      rc = st == MN_ERR_INVALID_ARGUMENT ? 2 : 1;
-    } else {
-      print_notes(prog, (*out)->notes);
-    }
+    mn__tools_stage_clear(stage);
+    if (st != MN_OK) rc = mn__tools_lib_failed(prog, st);
+    else mn__tools_print_notes(prog, (*out)->notes);
   }
   mn_trace_destroy(t[0]);
   mn_trace_destroy(t[1]);
@@ -155,16 +126,8 @@ int cmd_diff_page(const mn__cli_t *p, const char *a, const char *b, const char *
   o.output = to_stdout ? NULL : out;
   mn_report_t *r = NULL;
   int rc = run_diff(p->prog, a, b, &o, &r);
-  if (!rc) {
-    FILE *sum = to_stdout ? stderr : stdout; /* the summary, out of the page's way */
-    if (to_stdout ? fwrite(r->page, 1, r->page_size, stdout) != r->page_size
-                  : mn__file_write_atomic(p->prog, out, r->page, r->page_size) != MN_OK) {
-      fprintf(stderr, "%s\n", to_stdout ? "mnemo report: writing the page to stdout failed" : mn_last_error());
-      rc = 1;
-    } else {
-      fputs(json ? r->json : r->summary, sum);
-    }
-  }
+  if (!rc) rc = mn__tools_write_page(p->prog, out, r);
+  if (!rc) fputs(json ? r->json : r->summary, to_stdout ? stderr : stdout); /* the summary, out of the page's way */
   mn_report_free(r);
   return rc;
 }

@@ -8,13 +8,10 @@
  * main thread). */
 #include <stdbool.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "mnemo/mnemo.h"
 #include "commands.h"
 #include "profiling/pages.h"
-#include "runtime/error.h"
-#include "runtime/fileio.h"
 #include "trace_input.h"
 
 const char cmd_report_about[] =
@@ -47,19 +44,6 @@ const mn__cli_opt_t cmd_report_opts[] = {
      "the summary as one JSON object (its numbers per device and config, and its text as \"summary\")"},
     {NULL, 0, NULL, 0, NULL},
 };
-
-/* mn_report_build's progress, on stderr when the command shows it. */
-static void on_progress(void *user, const char *what) {
-  (void)user;
-  mn__tools_stage(true, "mnemo report", "%s", what);
-}
-
-/* A failure of the library under the command's name: 2 for a bad option (bad
- * setting, capacity or device), else 1. */
-static int report_failed(mn_status st) {
-  fprintf(stderr, "mnemo report: %s\n", mn__last_error_detail());
-  return st == MN_ERR_INVALID_ARGUMENT ? 2 : 1;
-}
 
 int cmd_report(int argc, char **argv) {
   const char *out_path = NULL, *title = NULL, *configs[MN_REPORT_MAX_CONFIGS];
@@ -120,47 +104,27 @@ int cmd_report(int argc, char **argv) {
   o.output = to_stdout ? NULL : out_path;
   /* the options checked before a snapshot is imported (a long run) */
   mn_status st = mn__report_check_options(&o);
-  if (st != MN_OK) return report_failed(st);
+  if (st != MN_OK) return mn__tools_lib_failed("mnemo report", st);
   mn_trace_t *t = NULL;
   /* a snapshot: every device imported (or the one asked for) */
   int rc = mn__tools_trace_load("mnemo report", path, trace_device >= 0 ? trace_device : MN__TOOLS_ALL_DEVICES, &t);
   if (rc) return rc;
   bool stage = mn__tools_stage_on(progress, t->nentries);
-  if (stage) o.on_progress = on_progress;
+  if (stage) {
+    o.on_progress = mn__tools_stage_fn;
+    o.progress_user = (void *)"mnemo report";
+  }
   mn_report_t *r = NULL;
   st = mn_report_build(t, &o, &r);
   mn_trace_destroy(t);
-  if (st != MN_OK) {
-    mn__tools_stage_clear(stage);
-    return report_failed(st);
-  }
-  /* its notes (recorded settings refused...), one "mnemo report: " line each */
-  for (const char *s = r->notes; *s;) {
-    size_t len = strcspn(s, "\n");
-    if (len) {
-      mn__tools_stage_clear(stage);
-      fprintf(stderr, "mnemo report: %.*s\n", (int)len, s);
-    }
-    s += len + (s[len] == '\n');
-  }
-  /* the page (to a file: through a temporary file renamed into place; regular
-   * files only: a FIFO or device is refused, not waited on) */
-  rc = 1;
-  if (to_stdout) {
-    if (fwrite(r->page, 1, r->page_size, stdout) != r->page_size || fflush(stdout) != 0) {
-      fprintf(stderr, "mnemo report: writing the page to stdout failed\n");
-      goto done;
-    }
-  } else if (mn__file_write_atomic("mnemo report", out_path, r->page, r->page_size) != MN_OK) {
-    fprintf(stderr, "%s\n", mn_last_error());
-    goto done;
-  }
+  mn__tools_stage_clear(stage && (st != MN_OK || *r->notes));
+  if (st != MN_OK) return mn__tools_lib_failed("mnemo report", st);
+  mn__tools_print_notes("mnemo report", r->notes); /* recorded settings refused... */
+  rc = mn__tools_write_page("mnemo report", out_path, r);
   mn__tools_stage_clear(stage);
   /* the summary on stdout (stderr when the page went there); --json: as one
    * JSON object, the summary's text in it */
-  fputs(json ? r->json : r->summary, out_sum);
-  rc = 0;
-done:
+  if (!rc) fputs(json ? r->json : r->summary, out_sum);
   mn_report_free(r);
   return rc;
 }

@@ -569,22 +569,38 @@ void mn__tools_stage_clear(bool on) {
   fflush(stderr);
 }
 
-/* Prints each line of notes on stderr as "<prog>: <line>" and frees them. */
-static void print_notes(const char *prog, mn__sbuf_t *notes) {
-  const char *p = mn__sbuf_str(notes);
-  while (prog && p && *p) {
-    const char *e = strchr(p, '\n');
-    size_t n = e ? (size_t)(e - p) : strlen(p);
-    fprintf(stderr, "%s: %.*s\n", prog, (int)n, p);
-    p += n + (e != NULL);
+void mn__tools_print_notes(const char *prog, const char *notes) {
+  for (const char *p = notes; p && *p;) {
+    size_t n = strcspn(p, "\n");
+    if (n) fprintf(stderr, "%s: %.*s\n", prog, (int)n, p);
+    p += n + (p[n] == '\n');
   }
-  mn__sbuf_free(notes);
+}
+
+void mn__tools_stage_fn(void *prog, const char *what) { mn__tools_stage(true, prog, "%s", what); }
+
+int mn__tools_lib_failed(const char *prog, mn_status st) {
+  fprintf(stderr, "%s: %s\n", prog, mn__last_error_detail());
+  mn_clear_error();
+  return st == MN_ERR_INVALID_ARGUMENT ? 2 : 1;
+}
+
+int mn__tools_write_page(const char *prog, const char *out, const mn_report_t *r) {
+  if (mn__cli_is_stdout(out)) {
+    if (fwrite(r->page, 1, r->page_size, stdout) == r->page_size && fflush(stdout) == 0) return 0;
+    fprintf(stderr, "%s: writing the page to stdout failed\n", prog);
+    return 1;
+  }
+  if (mn__file_write_atomic(prog, out, r->page, r->page_size) == MN_OK) return 0;
+  fprintf(stderr, "%s\n", mn_last_error());
+  return 1;
 }
 
 const char *mn__tools_recorded_config(const char *prog, const mn_trace_t *t, bool *as_recorded) {
   mn__sbuf_t notes = {0};
   const char *conf = mn__trace_recorded_config(t, &notes, as_recorded);
-  print_notes(prog, &notes);
+  if (prog) mn__tools_print_notes(prog, mn__sbuf_str(&notes));
+  mn__sbuf_free(&notes);
   return conf;
 }
 
@@ -592,11 +608,9 @@ int mn__tools_pick_device(const char *prog, const char *path, const mn_trace_t *
                           int *index, uint64_t *number, bool *multi) {
   mn__sbuf_t notes = {0};
   mn_status st = mn__trace_pick_device(prog, path, t, want, what, &notes, index, number, multi);
-  print_notes(prog, &notes);
-  if (st == MN_OK) return 0;
-  fprintf(stderr, "%s\n", mn_last_error());
-  mn_clear_error();
-  return 2;
+  mn__tools_print_notes(prog, mn__sbuf_str(&notes));
+  mn__sbuf_free(&notes);
+  return st == MN_OK ? 0 : mn__tools_lib_failed(prog, st); /* no such device: 2 */
 }
 
 /* (trace_input.h) */

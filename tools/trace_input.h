@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "cli.h"
+#include "mnemo/profiling.h"
 #include "mnemo/trace.h"
 #include "profiling/analysis.h"
 
@@ -73,6 +74,20 @@ void mn__tools_stage(bool on, const char *prog, const char *fmt, ...) __attribut
 void mn__tools_stage_clear(bool on);
 
  
+/* What the commands around the library's report builders (report, diff) share:
+ * mn__tools_print_notes prints each line of a report's notes (or any such
+ * text; NULL: none) on stderr as "<prog>: <line>"; mn__tools_stage_fn is the
+ * mn_report_progress_fn that shows a stage (user: prog, a const char *; set it
+ * only when mn__tools_stage_on said so); mn__tools_lib_failed prints the
+ * library's failure as "<prog>: <detail>" and returns the exit status (2 for
+ * MN_ERR_INVALID_ARGUMENT: a bad option; else 1); mn__tools_write_page writes
+ * r's page to `out` ("-": stdout; else atomically, a FIFO or device refused)
+ * and returns 0, or 1 after a message. */
+void mn__tools_print_notes(const char *prog, const char *notes);
+void mn__tools_stage_fn(void *prog, const char *what);
+int mn__tools_lib_failed(const char *prog, mn_status st);
+int mn__tools_write_page(const char *prog, const char *out, const mn_report_t *r);
+
 /* Where the CLI finds what it ships: MN__TOOLS_SCRIPT for import_torch_snapshot.py
  * and export_torch_snapshot.py, MN__TOOLS_DATA for the sample traces' folder
  * (holding traces/). Looked up in this order: the environment (MNEMO_TOOLS_DIR,
