@@ -757,7 +757,7 @@ def replay(trace: PathLike, configs: Configs = None, capacity: Bytes = None, dev
     Errors: ValueError / TypeError on bad arguments, MnemoError from the
     library (io_error or format_error naming the line of a bad trace,
     invalid_argument for a bad config), SnapshotError for a bad pickle."""
-    from .allocator import _config_text, _format_config, _parse_config
+    from .allocator import _format_config, _parse_config
     path = _path_arg(trace, "trace")
     naive = False
     if allocator is not None:
@@ -771,10 +771,9 @@ def replay(trace: PathLike, configs: Configs = None, capacity: Bytes = None, dev
     else:
         raise ValueError(f"mnemo: device must be 'sim' or 'cuda', not {device!r}")
     if configs is not None:
-        configs = [configs] if isinstance(configs, (str, dict)) else list(configs)
+        configs = _config_list(configs)
         if len(configs) > 64:
             raise ValueError(f"mnemo: at most 64 configs, got {len(configs)}")
-        configs = [_config_text(c) for c in configs]
         if naive and configs:
             raise ValueError("mnemo: configs apply to the caching allocator, not allocator='naive'")
         for c in configs:
@@ -879,13 +878,13 @@ declare("mn_report_free", None, [_RP])
 
 
 def _config_list(configs):
-    """configs (None, one setting, or a sequence of them) as the C texts."""
+    """configs (None, one setting, or a sequence of them) as PYTORCH_CUDA_ALLOC_CONF texts."""
     from .allocator import _config_text
     if configs is None:
         return []
     if isinstance(configs, (str, dict)):
         configs = [configs]
-    return [_config_text(c).encode() for c in configs]
+    return [_config_text(c) for c in configs]
 
 
 def _finish_report(rp, out_path):
@@ -931,7 +930,7 @@ def report(trace: PathLike, out: PathLike, configs: Configs = None, title: Optio
     for a bad pickle); no page is left behind then."""
     dst = _path_arg(out, "out")
     src = _path_arg(trace, "trace")
-    texts = _config_list(configs)
+    texts = [c.encode() for c in _config_list(configs)]
     if len(texts) > MN_REPORT_MAX_CONFIGS:
         raise ValueError(f"mnemo: at most {MN_REPORT_MAX_CONFIGS} configs, got {len(texts)}")
     cap = 0 if capacity is None else _bytes_opt("capacity", capacity)
