@@ -1,7 +1,7 @@
 /* runtime/strbuf.h: text appenders: a bounded one with snprintf's contract, shared by
  * every mnemo function that formats into a caller's buffer, and a growing one
- * (mn__sbuf_t) for text the library builds whole (the report pages and their
- * summaries), its memory through the host-fault seam. One per caller, no locks. */
+ * (mn__sbuf_t) for text or bytes the library builds whole (the report pages
+ * and their summaries, the save formats' headers), its memory through the host-fault seam. One per caller, no locks. */
 #ifndef MNEMO_RUNTIME_STRBUF_H
 #define MNEMO_RUNTIME_STRBUF_H
 

@@ -35,24 +35,22 @@ static bool dtype_of_code(const char *code, mn_dtype *out) {
 
 /* ---- writer -------------------------------------------------------------------- */
 
-static void put_str(mn__buf_t *b, const char *s) { mn__buf_put(b, s, strlen(s)); }
-
-static void put_json_string(mn__buf_t *b, const char *s) {
-  mn__buf_put(b, "\"", 1);
+static void put_json_string(mn__sbuf_t *b, const char *s) {
+  mn__sbuf_write(b, "\"", 1);
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
     char esc[8];
     if (*p == '"' || *p == '\\') {
       esc[0] = '\\';
       esc[1] = (char)*p;
-      mn__buf_put(b, esc, 2);
+      mn__sbuf_write(b, esc, 2);
     } else if (*p < 0x20) {
       snprintf(esc, sizeof esc, "\\u%04x", *p);
-      mn__buf_put(b, esc, 6);
+      mn__sbuf_write(b, esc, 6);
     } else {
-      mn__buf_put(b, p, 1);
+      mn__sbuf_write(b, p, 1);
     }
   }
-  mn__buf_put(b, "\"", 1);
+  mn__sbuf_write(b, "\"", 1);
 }
 
 /* First and one-past-last byte a non-empty view reaches in its storage. */
@@ -124,7 +122,7 @@ static mn_status check_aliasing(const char *func, size_t count, const char *cons
 typedef struct st_plan_s {
   size_t count;
   const mn_view_t *const *views;
-  mn__buf_t hdr;
+  mn__sbuf_t hdr;
   uint64_t size; /* of the file */
 } st_plan_t;
 
@@ -160,17 +158,17 @@ static mn_status plan_st(const char *func, size_t count, const char *const *name
   st = check_aliasing(func, count, names, views);
   if (st != MN_OK) return st;
   /* header: offsets into the data, each view stored contiguously */
-  mn__buf_t *hdr = &pl->hdr;
-  put_str(hdr, "{");
+  mn__sbuf_t *hdr = &pl->hdr;
+  mn__sbuf_puts(hdr, "{");
   if (nmeta) {
-    put_str(hdr, "\"__metadata__\":{");
+    mn__sbuf_puts(hdr, "\"__metadata__\":{");
     for (size_t i = 0; i < nmeta; i++) {
-      if (i) put_str(hdr, ",");
+      if (i) mn__sbuf_puts(hdr, ",");
       put_json_string(hdr, meta_keys[i]);
-      put_str(hdr, ":");
+      mn__sbuf_puts(hdr, ":");
       put_json_string(hdr, meta_values[i]);
     }
-    put_str(hdr, "}");
+    mn__sbuf_puts(hdr, "}");
   }
   uint64_t body = 0;
   for (size_t i = 0; i < count; i++) {
@@ -178,22 +176,22 @@ static mn_status plan_st(const char *func, size_t count, const char *const *name
     uint64_t begin = body;
     body += (uint64_t)mn_view_numel(v) * mn_dtype_itemsize(mn_view_dtype(v));
     char num[80];
-    if (i || nmeta) put_str(hdr, ",");
+    if (i || nmeta) mn__sbuf_puts(hdr, ",");
     put_json_string(hdr, names[i]);
-    put_str(hdr, ":{\"dtype\":\"");
-    put_str(hdr, code_of(mn_view_dtype(v)));
-    put_str(hdr, "\",\"shape\":[");
+    mn__sbuf_puts(hdr, ":{\"dtype\":\"");
+    mn__sbuf_puts(hdr, code_of(mn_view_dtype(v)));
+    mn__sbuf_puts(hdr, "\",\"shape\":[");
     for (int d = 0; d < mn_view_ndim(v); d++) {
       snprintf(num, sizeof num, "%s%lld", d ? "," : "", (long long)mn_view_size(v, d));
-      put_str(hdr, num);
+      mn__sbuf_puts(hdr, num);
     }
     snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)begin, (unsigned long long)body);
-    put_str(hdr, num);
+    mn__sbuf_puts(hdr, num);
   }
-  put_str(hdr, "}");
-  while (hdr->len % 8) put_str(hdr, " "); /* the data starts 8-byte aligned */
-  if (hdr->failed) {
-    free(hdr->data);
+  mn__sbuf_puts(hdr, "}");
+  while (hdr->len % 8) mn__sbuf_puts(hdr, " "); /* the data starts 8-byte aligned */
+  if (hdr->oom) {
+    free(hdr->p);
     return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   }
   pl->size = 8 + hdr->len + body;
@@ -249,7 +247,7 @@ static mn_status emit_st(void *plan, mn__sink_t *s) {
   unsigned char len[8];
   for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)pl->hdr.len >> (8 * i));
   mn__sink_put(s, len, 8);
-  mn__sink_put(s, pl->hdr.data, pl->hdr.len);
+  mn__sink_put(s, pl->hdr.p, pl->hdr.len);
   for (size_t i = 0; i < pl->count; i++) {
     mn_status st = put_view(s, pl->views[i]);
     if (st != MN_OK) return st;
@@ -265,7 +263,7 @@ mn_status mn_safetensors_save_buffer(size_t count, const char *const *names, con
   mn_status st = plan_st(__func__, count, names, views, nmeta, meta_keys, meta_values, &pl);
   if (st != MN_OK) return st;
   st = mn__save_buffer(__func__, pl.size, emit_st, &pl, data, size);
-  free(pl.hdr.data);
+  free(pl.hdr.p);
   return st;
 }
 
@@ -277,7 +275,7 @@ mn_status mn_safetensors_save(const char *path, size_t count, const char *const 
   mn_status st = plan_st(__func__, count, names, views, nmeta, meta_keys, meta_values, &pl);
   if (st != MN_OK) return st;
   st = mn__save_file(__func__, path, emit_st, &pl);
-  free(pl.hdr.data);
+  free(pl.hdr.p);
   return st;
 }
 

@@ -17,45 +17,21 @@
 
 /* ---- shared helpers ---------------------------------------------------------- */
 
-void mn__buf_put(mn__buf_t *b, const void *p, size_t n) {
-  if (b->failed || n == 0) return;
-  if (n > SIZE_MAX - b->len) {
-    b->failed = true;
-    return;
-  }
-  if (b->len + n > b->cap) {
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + n) cap = cap > SIZE_MAX / 2 ? b->len + n : cap * 2;
-    unsigned char *d = mn__realloc(b->data, cap);
-    if (!d) {
-      b->failed = true;
-      return;
-    }
-    b->data = d;
-    b->cap = cap;
-  }
-  if (p) memcpy(b->data + b->len, p, n);
-  else memset(b->data + b->len, 0, n);
-  b->len += n;
-}
-
-void mn__buf_zeros(mn__buf_t *b, size_t n) { mn__buf_put(b, NULL, n); }
-
-void mn__buf_u16(mn__buf_t *b, uint16_t v) {
+void mn__buf_u16(mn__sbuf_t *b, uint16_t v) {
   unsigned char x[2] = {(unsigned char)v, (unsigned char)(v >> 8)};
-  mn__buf_put(b, x, 2);
+  mn__sbuf_write(b, x, 2);
 }
 
-void mn__buf_u32(mn__buf_t *b, uint32_t v) {
+void mn__buf_u32(mn__sbuf_t *b, uint32_t v) {
   unsigned char x[4];
   for (int i = 0; i < 4; i++) x[i] = (unsigned char)(v >> (8 * i));
-  mn__buf_put(b, x, 4);
+  mn__sbuf_write(b, x, 4);
 }
 
-void mn__buf_u64(mn__buf_t *b, uint64_t v) {
+void mn__buf_u64(mn__sbuf_t *b, uint64_t v) {
   unsigned char x[8];
   for (int i = 0; i < 8; i++) x[i] = (unsigned char)(v >> (8 * i));
-  mn__buf_put(b, x, 8);
+  mn__sbuf_write(b, x, 8);
 }
 
 uint32_t mn__le32(const unsigned char *p) {
@@ -158,13 +134,13 @@ static uint64_t align_up(uint64_t v) { return (v + BLOB_ALIGN - 1) / BLOB_ALIGN 
 typedef struct save_plan_s {
   size_t ns;
   const mn_storage_t **stor;
-  mn__buf_t hdr;
+  mn__sbuf_t hdr;
   uint64_t size; /* of the file */
 } save_plan_t;
 
 static void plan_free(save_plan_t *pl) {
   free(pl->stor);
-  free(pl->hdr.data);
+  free(pl->hdr.p);
 }
 
 static mn_status plan_save(const char *func, size_t count, const char *const *names, const mn_view_t *const *views,
@@ -213,8 +189,8 @@ static mn_status plan_save(const char *func, size_t count, const char *const *na
   for (size_t i = 0; i < count; i++)
     header_size += VIEW_FIXED + strlen(names[i]) + 16 * (uint64_t)mn_view_ndim(views[i]) +
                    (mn_view_is_quantized(views[i]) ? VIEW_QPARAMS : 0);
-  mn__buf_t *b = &pl->hdr;
-  mn__buf_put(b, MAGIC, 8);
+  mn__sbuf_t *b = &pl->hdr;
+  mn__sbuf_write(b, MAGIC, 8);
   mn__buf_u32(b, version);
   mn__buf_u32(b, 0);
   mn__buf_u64(b, header_size);
@@ -236,7 +212,7 @@ static mn_status plan_save(const char *func, size_t count, const char *const *na
     size_t nl = strlen(names[i]);
     int nd = mn_view_ndim(v);
     mn__buf_u32(b, (uint32_t)nl);
-    mn__buf_put(b, names[i], nl);
+    mn__sbuf_write(b, names[i], nl);
     mn__buf_u32(b, index[i]);
     mn__buf_u16(b, (uint16_t)mn_view_dtype(v));
     mn__buf_u16(b, (uint16_t)nd);
@@ -253,7 +229,7 @@ static mn_status plan_save(const char *func, size_t count, const char *const *na
   }
   mn__buf_u32(b, 0); /* the header's CRC32, once the blobs' are in */
   free(index);
-  if (b->failed) {
+  if (b->oom) {
     plan_free(pl);
     return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   }
@@ -269,7 +245,7 @@ static void put_le32(unsigned char *p, uint32_t v) {
  * padding, checksummed as it goes out; then the header again, complete. */
 static mn_status emit_save(void *plan, mn__sink_t *s) {
   save_plan_t *pl = plan;
-  unsigned char *h = pl->hdr.data;
+  unsigned char *h = (unsigned char *)pl->hdr.p;
   size_t hs = pl->hdr.len;
   mn__sink_put(s, h, hs);
   for (size_t k = 0; k < pl->ns; k++) {

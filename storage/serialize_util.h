@@ -1,8 +1,9 @@
-/* storage/serialize_util.h: internals the two file formats share: a growable
- * byte buffer (headers), the sink a save streams into (a temporary file or
- * one exact-size buffer), the source a load reads from (a buffer, a file read
- * through its descriptor, or a private mapping of it that storages keep), and
- * result building. Each object belongs to the one call using it. */
+/* storage/serialize_util.h: internals the two file formats share: little-endian
+ * integers for headers (into runtime/strbuf.h's growing buffer), the sink a
+ * save streams into (a temporary file or one exact-size buffer), the source a
+ * load reads from (a buffer, a file read through its descriptor, or a private
+ * mapping of it that storages keep), and result building. Each object belongs
+ * to the one call using it. */
 #ifndef MNEMO_STORAGE_SERIALIZE_UTIL_H
 #define MNEMO_STORAGE_SERIALIZE_UTIL_H
 
@@ -12,20 +13,13 @@
 
 #include "mnemo/serialize.h"
 #include "mnemo/storage.h"
+#include "runtime/strbuf.h"
 
-/* A growable byte buffer; `failed` records an allocation failure (every
- * later put is ignored). */
-typedef struct mn__buf_s {
-  unsigned char *data;
-  size_t len, cap;
-  bool failed;
-} mn__buf_t;
-
-void mn__buf_put(mn__buf_t *b, const void *p, size_t n);
-void mn__buf_zeros(mn__buf_t *b, size_t n);
-void mn__buf_u16(mn__buf_t *b, uint16_t v);
-void mn__buf_u32(mn__buf_t *b, uint32_t v);
-void mn__buf_u64(mn__buf_t *b, uint64_t v);
+/* Little-endian integers appended to a growing buffer (runtime/strbuf.h:
+ * mn__sbuf_t, whose `oom` records an allocation failure). */
+void mn__buf_u16(mn__sbuf_t *b, uint16_t v);
+void mn__buf_u32(mn__sbuf_t *b, uint32_t v);
+void mn__buf_u64(mn__sbuf_t *b, uint64_t v);
 uint32_t mn__le32(const unsigned char *p);
 uint64_t mn__le64(const unsigned char *p);
 
