@@ -260,9 +260,9 @@ static mn_status copy_start(mn__copy_t *c, mn_stream_t *stream) {
  * (PyTorch's message), into meta nothing to write to (views and storages
  * make such writes no-ops before they get here). */
 static mn_status refuse_meta(const char *func, mn_device_t dst, mn_device_t src) {
-  if (src.type == MN_DEVICE_META)
+  if (mn__is_meta(src))
     return mn__error(MN_ERR_NOT_SUPPORTED, func, MN__META_NO_DATA);
-  if (dst.type == MN_DEVICE_META)
+  if (mn__is_meta(dst))
     return mn__error(MN_ERR_NOT_SUPPORTED, func, "the meta device holds no bytes to copy into");
   return MN_OK;
 }
