@@ -1,7 +1,8 @@
 /* runtime/meta.h: the meta predicate: whether a device is the meta device
  * (sizes, no bytes), and PyTorch's refusal of a copy out of it. One
  * definition for every layer that refuses to read a meta operand (storages,
- * views, the copy engine, the kernels). Header-only, no state. */
+ * views, the copy engine, the save formats). Header-only, no state: any
+ * thread. */
 #ifndef MNEMO_RUNTIME_META_H
 #define MNEMO_RUNTIME_META_H
 
