@@ -1,6 +1,7 @@
 /* storage/copy.c: the copy engine's entry points (mnemo/copy.h): argument
- * checks, the choice of path (direct, staged, peer), completion of blocking
- * copies, and the queued range copy every path is built from. Thread-safe:
+ * checks, the choice of path (direct, staged, peer) and completion of
+ * blocking copies. Every path is built from storage/copy_staged.c's queued
+ * range copy; calls go down to copy_staged.c only, never back. Thread-safe:
  * the configuration is read under a lock when a copy starts. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -10,9 +11,9 @@
 
 #include "kernels/ops.h"
 #include "runtime/error.h"
-#include "runtime/hostmem.h"
+#include "runtime/meta.h"
 #include "runtime/nvtx.h"
-#include "storage/copy.h"
+#include "storage/copy_staged.h"
 #include "storage/view_internal.h"
 
 #define MAX_PEER_INDEX 64
@@ -49,52 +50,6 @@ mn_status mn_copy_get_config(mn_copy_config_t *out) {
   *out = g_cfg_set ? g_cfg : mn_copy_config_default();
   pthread_mutex_unlock(&g_cfg_lock);
   return MN_OK;
-}
-
-/* ---- the queued range copy ---------------------------------------------------- */
-
-typedef struct range_job {
-  mn__strided_t dst, src;
-  size_t item;
-  int64_t begin, end;
-  unsigned threads;
-} range_job;
-
-static void range_job_run(void *arg) {
-  range_job *j = arg;
-  mn__copy_host_range(&j->dst, &j->src, j->item, j->begin, j->end, j->threads);
-  free(j);
-}
-
-mn_status mn__copy_launch_host_range(mn_stream_t *stream, const mn__strided_t *dst, const mn__strided_t *src,
-                                     size_t item, int64_t begin, int64_t end, unsigned threads) {
-  range_job *j = mn__malloc(sizeof *j);
-  if (!j) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a queued copy");
-  *j = (range_job){.dst = *dst, .src = *src, .item = item, .begin = begin, .end = end, .threads = threads};
-  mn_status st = mn_stream_launch_host(stream, range_job_run, j);
-  if (st != MN_OK) free(j);
-  return st;
-}
-
-/* Address of element `i` of a contiguous side. */
-static char *side_at(const mn__copy_side_t *s, size_t item, int64_t i) {
-  return s->t.data + (i - s->t.origin) * (int64_t)item;
-}
-
-mn_status mn__copy_enqueue_range(mn_stream_t *stream, const mn__copy_side_t *dst, const mn__copy_side_t *src,
-                                 size_t item, int64_t begin, int64_t end) {
-  if (begin >= end) return MN_OK;
-  if (dst->contiguous && src->contiguous) {
-    void *d = side_at(dst, item, begin);
-    const void *s = side_at(src, item, begin);
-    size_t n = (size_t)(end - begin) * item;
-    bool two_devices = dst->dev.type != MN_DEVICE_CPU && src->dev.type != MN_DEVICE_CPU &&
-                       !mn_device_equal(dst->dev, src->dev);
-    return two_devices ? mn_memcpy_peer_async(dst->dev, d, src->dev, s, n, stream)
-                       : mn_memcpy_async(dst->dev, d, src->dev, s, n, stream);
-  }
-  /* Strided: host memory on both sides (CPU or SIM), copied by a host function. */
-  return mn__copy_launch_host_range(stream, &dst->t, &src->t, item, begin, end, 1);
 }
 
 /* ---- sides -------------------------------------------------------------------- */
@@ -305,9 +260,9 @@ static mn_status copy_start(mn__copy_t *c, mn_stream_t *stream) {
  * (PyTorch's message), into meta nothing to write to (views and storages
  * make such writes no-ops before they get here). */
 static mn_status refuse_meta(const char *func, mn_device_t dst, mn_device_t src) {
-  if (src.type == MN_DEVICE_META)
+  if (mn__is_meta(src))
     return mn__error(MN_ERR_NOT_SUPPORTED, func, MN__META_NO_DATA);
-  if (dst.type == MN_DEVICE_META)
+  if (mn__is_meta(dst))
     return mn__error(MN_ERR_NOT_SUPPORTED, func, "the meta device holds no bytes to copy into");
   return MN_OK;
 }

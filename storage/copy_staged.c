@@ -1,18 +1,22 @@
-/* storage/copy_staged.c: the copy engine's staged paths: pageable host
- * memory and device-to-device copies between devices without peer access go
- * through a ring of pinned staging blocks, chunk by chunk; plus the helper
- * streams and cached events they use. Host-side range copies split over the
- * kernels' CPU pool (kernels/pool.h), the library's one worker pool. Thread-safe: the
- * shared tables have one lock each; a copy's ring is its own. */
+/* storage/copy_staged.c: the copy engine's lower half, below storage/copy.c
+ * (which alone holds the entry points and never is called back): the
+ * queued range copy every path is built from (a byte copy, or a host
+ * function running the CPU strided copy), host-side range copies split over
+ * the kernels' CPU pool (kernels/pool.h, the library's one worker pool), and
+ * the staged paths: pageable host memory and device-to-device copies between
+ * devices without peer access go through a ring of pinned staging blocks,
+ * chunk by chunk, with the helper streams and cached events they use.
+ * Thread-safe: the shared tables have one lock each; a copy's ring is its own. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/pool.h"
-#include "runtime/hostmem.h"
-#include "storage/copy.h"
+#include "runtime/debug.h"
 #include "runtime/error.h"
+#include "runtime/hostmem.h"
+#include "storage/copy_staged.h"
 
 #define MAX_SLOTS 64
 #define MAX_HELPER_INDEX 64
@@ -94,6 +98,8 @@ static void range_part(void *ctx, int64_t t) {
 
 void mn__copy_host_range(const mn__strided_t *dst, const mn__strided_t *src, size_t item, int64_t begin, int64_t end,
                          unsigned threads) {
+  MN__ASSERT(item > 0 && 0 <= begin && begin <= end, "host range [%lld, %lld) of %zu-byte items", (long long)begin,
+             (long long)end, item);
   int64_t n = end - begin;
   if (threads <= 1 || n * (int64_t)item < SPLIT_MIN_BYTES) {
     mn__cpu_strided_copy(dst, src, item, begin, end);
@@ -103,6 +109,60 @@ void mn__copy_host_range(const mn__strided_t *dst, const mn__strided_t *src, siz
    * and runs every part itself when the pool is busy with another caller */
   range_split r = {.dst = dst, .src = src, .item = item, .begin = begin, .n = n, .parts = threads};
   mn__pool_run(range_part, &r, r.parts);
+}
+
+/* ---- the queued range copy ---------------------------------------------------- */
+
+typedef struct range_job {
+  mn__strided_t dst, src;
+  size_t item;
+  int64_t begin, end;
+  unsigned threads;
+} range_job;
+
+static void range_job_run(void *arg) {
+  range_job *j = arg;
+  mn__copy_host_range(&j->dst, &j->src, j->item, j->begin, j->end, j->threads);
+  free(j);
+}
+
+mn_status mn__copy_launch_host_range(mn_stream_t *stream, const mn__strided_t *dst, const mn__strided_t *src,
+                                     size_t item, int64_t begin, int64_t end, unsigned threads) {
+  MN__ASSERT(stream != NULL, "a queued host range needs a stream");
+  MN__ASSERT(item > 0 && 0 <= begin && begin <= end, "queued host range [%lld, %lld) of %zu-byte items",
+             (long long)begin, (long long)end, item);
+  range_job *j = mn__malloc(sizeof *j);
+  if (!j) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a queued copy");
+  *j = (range_job){.dst = *dst, .src = *src, .item = item, .begin = begin, .end = end, .threads = threads};
+  mn_status st = mn_stream_launch_host(stream, range_job_run, j);
+  if (st != MN_OK) free(j);
+  return st;
+}
+
+/* Address of element `i` of a contiguous side. */
+static char *side_at(const mn__copy_side_t *s, size_t item, int64_t i) {
+  return s->t.data + (i - s->t.origin) * (int64_t)item;
+}
+
+mn_status mn__copy_enqueue_range(mn_stream_t *stream, const mn__copy_side_t *dst, const mn__copy_side_t *src,
+                                 size_t item, int64_t begin, int64_t end) {
+  MN__ASSERT(stream != NULL && item > 0 && 0 <= begin, "range [%lld, %lld) of %zu-byte items on stream %p",
+             (long long)begin, (long long)end, item, (void *)stream);
+  MN__ASSERT((dst->contiguous && src->contiguous) ||
+                 (dst->dev.type != MN_DEVICE_CUDA && src->dev.type != MN_DEVICE_CUDA),
+             "a strided range copy touching CUDA memory (only host-accessible memory runs the CPU strided copy)");
+  if (begin >= end) return MN_OK;
+  if (dst->contiguous && src->contiguous) {
+    void *d = side_at(dst, item, begin);
+    const void *s = side_at(src, item, begin);
+    size_t n = (size_t)(end - begin) * item;
+    bool two_devices = dst->dev.type != MN_DEVICE_CPU && src->dev.type != MN_DEVICE_CPU &&
+                       !mn_device_equal(dst->dev, src->dev);
+    return two_devices ? mn_memcpy_peer_async(dst->dev, d, src->dev, s, n, stream)
+                       : mn_memcpy_async(dst->dev, d, src->dev, s, n, stream);
+  }
+  /* Strided: host memory on both sides (CPU or SIM), copied by a host function. */
+  return mn__copy_launch_host_range(stream, &dst->t, &src->t, item, begin, end, 1);
 }
 
 /* ---- the staging ring ------------------------------------------------------------ */
@@ -217,10 +277,23 @@ static mn_status order_after(mn_stream_t *waiter, mn_event_t *ev) {
   return mn_event_synchronize(ev);
 }
 
+/* What every staged path needs of its copy (storage/copy_staged.h). */
+static void assert_staged(const mn__copy_t *c) {
+  MN__ASSERT(c != NULL && c->stream != NULL && c->numel > 0 && c->item > 0 && c->cfg.chunk_bytes > 0 &&
+                 c->cfg.staging_buffers > 0,
+             "a staged copy without elements, stream or configuration (numel %lld, item %zu)",
+             c ? (long long)c->numel : -1LL, c ? c->item : (size_t)0);
+  (void)c;
+}
+
 /* Host -> device from pageable memory: the calling thread copies each chunk
  * into a staging block (after that block's previous transfer finished), then
  * queues staging -> device on the stream. Returns once the source is read. */
 mn_status mn__copy_staged_h2d(const mn__copy_t *c) {
+  assert_staged(c);
+  MN__ASSERT(c->src.dev.type == MN_DEVICE_CPU && c->dst.dev.type != MN_DEVICE_CPU,
+             "%s: staged host -> device with src of device type %d, dst of type %d", c->func, (int)c->src.dev.type,
+             (int)c->dst.dev.type);
   ring r;
   mn_status st = ring_open(&r, c, c->dst.dev);
   if (st != MN_OK) return st;
@@ -294,6 +367,10 @@ static mn_status two_legs(ring *r, mn_stream_t *x, mn_stream_t *y) {
  * device transfer of one chunk overlaps the host copy of the previous one;
  * the ordering stream waits for the helper at the end. */
 mn_status mn__copy_staged_d2h(const mn__copy_t *c) {
+  assert_staged(c);
+  MN__ASSERT(c->dst.dev.type == MN_DEVICE_CPU && c->src.dev.type != MN_DEVICE_CPU,
+             "%s: staged device -> host with dst of device type %d, src of type %d", c->func, (int)c->dst.dev.type,
+             (int)c->src.dev.type);
   ring r;
   mn_status st = ring_open(&r, c, c->src.dev);
   mn_stream_t *s = c->stream, *h = NULL;
@@ -310,6 +387,10 @@ mn_status mn__copy_staged_d2h(const mn__copy_t *c) {
  * stream of the source device, leg 2 on a stream of the destination device
  * (the ordering stream on its device, the default stream on the other). */
 mn_status mn__copy_staged_d2d(const mn__copy_t *c) {
+  assert_staged(c);
+  MN__ASSERT(c->dst.dev.type != MN_DEVICE_CPU && c->src.dev.type != MN_DEVICE_CPU &&
+                 !mn_device_equal(c->dst.dev, c->src.dev),
+             "%s: staged device -> device needs two different devices, neither the CPU", c->func);
   mn_device_t dd = c->dst.dev, sd = c->src.dev;
   mn_stream_t *s = c->stream, *a = NULL, *b = NULL; /* a: source side, b: destination side */
   bool s_on_dst = mn_device_equal(mn_stream_device(s), dd);

@@ -11,6 +11,7 @@
 #include "mnemo/serialize.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
+#include "runtime/meta.h"
 #include "runtime/nameset.h"
 #include "storage/crc32.h"
 #include "storage/serialize_util.h"
@@ -49,7 +50,7 @@ mn_status mn__check_names(const char *func, size_t count, const char *const *nam
     size_t j = 0;
     if (!names[i] || !names[i][0]) st = mn__error(MN_ERR_INVALID_ARGUMENT, func, "name %zu is NULL or empty", i);
     else if (!views[i]) st = mn__error(MN_ERR_INVALID_ARGUMENT, func, "view %zu ('%s') is NULL", i, names[i]);
-    else if (mn_view_device(views[i]).type == MN_DEVICE_META)
+    else if (mn__is_meta(mn_view_device(views[i])))
       st = mn__error(MN_ERR_NOT_SUPPORTED, func, "view %zu ('%s') is on the meta device: it has no data to save", i,
                      names[i]);
     else switch (mn__nameset_insert(&seen, names[i], strlen(names[i]), i, &j)) {

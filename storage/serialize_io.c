@@ -19,6 +19,7 @@
 #include "runtime/error.h"
 #include "runtime/fileio.h"
 #include "runtime/hostmem.h"
+#include "runtime/meta.h"
 #include "storage/crc32.h"
 #include "storage/serialize_util.h"
 
@@ -334,7 +335,7 @@ mn_status mn__src_storage(mn__src_t *src, mn_device_t dev, uint64_t at, size_t n
                           const char *what, mn_storage_t **out) {
   bool check = crc && src->verify;
   mn_status st = MN_OK;
-  if (dev.type == MN_DEVICE_META) { /* load to meta: sizes only, no byte read (nor checked) */
+  if (mn__is_meta(dev)) { /* load to meta: sizes only, no byte read (nor checked) */
     st = mn_storage_create(dev, n, NULL, NULL, out);
     return st == MN_OK ? MN_OK : mn__error_wrap(st, src->func);
   }

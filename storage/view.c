@@ -11,6 +11,7 @@
 #include "runtime/checked.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
+#include "storage/storage.h"
 #include "storage/view_internal.h"
 
 const char *mn__format_sizes(const int64_t *sizes, int ndim, char *buf, size_t n) {
@@ -404,4 +405,12 @@ void mn__view_set_qparams(mn_view_t *v, double scale, int64_t zero_point) {
     v->q_scale = scale;
     v->q_zero_point = zero_point;
   }
+}
+
+void mn__strided_of_view(const mn_view_t *v, mn__strided_t *out) {
+  memset(out, 0, sizeof *out);
+  out->data = mn_view_data(v);
+  out->ndim = v->ndim;
+  memcpy(out->sizes, v->sizes, (size_t)v->ndim * sizeof v->sizes[0]);
+  memcpy(out->strides, v->strides, (size_t)v->ndim * sizeof v->strides[0]);
 }

@@ -34,7 +34,7 @@ static overlap_t overlap_status(const mn_view_t *a, const mn_view_t *b) {
   mn__strided_t ta, tb;
   mn__strided_of_view(a, &ta);
   mn__strided_of_view(b, &tb);
-  if (mn_view_device(a).type == MN_DEVICE_META) { /* no address: the offsets alone tell (one storage) */
+  if (mn__is_meta(mn_view_device(a))) { /* no address: the offsets alone tell (one storage) */
     const uintptr_t base = (uintptr_t)1 << 40;
     ta.data = (char *)(base + (uintptr_t)a->offset * mn_dtype_itemsize(a->dtype));
     tb.data = (char *)(base + (uintptr_t)b->offset * mn_dtype_itemsize(b->dtype));

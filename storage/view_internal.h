@@ -1,12 +1,12 @@
 /* storage/view_internal.h: the view struct and helpers shared by view.c,
- * view_ops.c, view_copy.c, view_index.c, quantize.c and dlpack.c, and the
- * meta device's shared refusal (storage.c too). Views are immutable after
- * creation. */
+ * view_ops.c, view_copy.c, view_index.c, view_kernels.c, quantize.c and
+ * dlpack.c. Views are immutable after creation. */
 #ifndef MNEMO_STORAGE_VIEW_INTERNAL_H
 #define MNEMO_STORAGE_VIEW_INTERNAL_H
 
 #include "kernels/strided.h"
 #include "mnemo/mnemo.h"
+#include "runtime/meta.h" /* mn__is_meta, MN__META_NO_DATA: every view file refuses meta reads */
 
 struct mn_view_s {
   mn_storage_t *storage; /* one reference held */
@@ -33,10 +33,6 @@ typedef struct mn__geom_s {
   bool overflow;
 } mn__geom_t;
 
-/* Whether dev is the meta device (sizes, no bytes), and PyTorch's refusal of
- * a copy out of it (storages and views alike). */
-static inline bool mn__is_meta(mn_device_t dev) { return dev.type == MN_DEVICE_META; }
-#define MN__META_NO_DATA "Cannot copy out of meta tensor; no data!"
 
 /* PyTorch's refusals of a write into a view with internal overlap (a dim of
  * size > 1 with stride 0) and of a source that partially overlaps the
@@ -47,12 +43,6 @@ static inline bool mn__is_meta(mn_device_t dev) { return dev.type == MN_DEVICE_M
 #define MN__PARTIAL_MSG                                                                                            \
   "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory " \
   "location. Please clone() the tensor before performing the operation."
-
-/* A view's hold on its storage (storage.c): a reference, and one count among
- * the storage's live views, which mn_storage_resize refuses to move. Every
- * view takes its storage with attach and gives it back with detach. */
-mn_storage_t *mn__storage_view_attach(mn_storage_t *s);
-void mn__storage_view_detach(mn_storage_t *s);
 
 /* The geometry of v. */
 void mn__geom_of(const mn_view_t *v, mn__geom_t *g);

@@ -10,14 +10,6 @@
 #include "runtime/error.h"
 #include "storage/view_internal.h"
 
-void mn__strided_of_view(const mn_view_t *v, mn__strided_t *out) {
-  memset(out, 0, sizeof *out);
-  out->data = mn_view_data(v);
-  out->ndim = v->ndim;
-  memcpy(out->sizes, v->sizes, (size_t)v->ndim * sizeof v->sizes[0]);
-  memcpy(out->strides, v->strides, (size_t)v->ndim * sizeof v->strides[0]);
-}
-
 static mn_status check_device(mn_stream_t *stream, const mn_view_t *v, const char *what, const char *func) {
   if (!mn_device_equal(mn_view_device(v), mn_stream_device(stream)))
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%s view is on another device than the stream", what);

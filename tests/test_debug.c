@@ -1,7 +1,8 @@
 /* tests/test_debug.c: the debug tiers (runtime/debug.h) of this build's
  * MNEMO_DEBUG. Tier 0: MN__ASSERT evaluates nothing and the invariant checker
  * is not run by dispatch. Tier 1: a broken precondition aborts with its file,
- * line and message (a child process). Tier 2: dispatch runs the allocator's
+ * line and message (a child process), for a map slot and for the copy
+ * engine's staged paths (storage/copy_staged.h). Tier 2: dispatch runs the allocator's
  * checker after alloc, free, record_stream and empty_cache, and a checker that
  * reports a broken invariant aborts the process. Single-threaded. */
 #include <signal.h>
@@ -12,6 +13,7 @@
 #include "mn_test.h"
 #include "runtime/debug.h"
 #include "runtime/error.h"
+#include "storage/copy_staged.h"
 
 static int g_checks;    /* checker calls */
 static bool g_broken;   /* the checker reports a broken invariant */
@@ -65,6 +67,27 @@ static void put_unreserved(void) {
   mn__addrmap_put(&m, 0x1000, 8, NULL); /* no slot reserved: a broken precondition */
 }
 
+static void staged_h2d_from_device(void) {
+  /* a staged host -> device copy whose source is not host memory: copy.c
+   * never sends one there, so the staged path's precondition fails */
+  static char src[64], dst[64];
+  mn_stream_t *s = NULL;
+  if (mn_stream_default(mn_device_cpu(), &s) != MN_OK) _exit(3);
+  mn__copy_t c;
+  memset(&c, 0, sizeof c);
+  c.func = "staged_h2d_from_device";
+  c.dst.dev = (mn_device_t){MN_DEVICE_SIM, 0};
+  c.src.dev = (mn_device_t){MN_DEVICE_SIM, 0};
+  c.dst.t.data = dst;
+  c.src.t.data = src;
+  c.item = 1;
+  c.numel = 64;
+  c.stream = s;
+  c.cfg = mn_copy_config_default();
+  mn_status st = mn__copy_staged_h2d(&c); /* tier 1 aborts here */
+  (void)st;
+}
+
 static void break_invariant(void) {
   mn_allocator_t a;
   if (mn_allocator_init(&a, &toy_vtable, mn_device_cpu()) != MN_OK) _exit(3);
@@ -84,6 +107,16 @@ MN_TEST(assert_tier) {
   MN_CHECK(sig == SIGABRT);
   MN_CHECK(strstr(err, "precondition failed") != NULL && strstr(err, "ptrmap.h") != NULL &&
            strstr(err, "without a reserved slot") != NULL);
+  if (sig != SIGABRT) fprintf(stderr, "  child: signal %d, stderr: %s\n", sig, err);
+}
+
+MN_TEST(copy_engine_preconditions) {
+  if (MNEMO_DEBUG < 1) return;
+  char err[1024];
+  int sig = in_child(staged_h2d_from_device, err, sizeof err);
+  MN_CHECK(sig == SIGABRT);
+  MN_CHECK(strstr(err, "precondition failed") != NULL && strstr(err, "copy_staged.c") != NULL &&
+           strstr(err, "staged host -> device") != NULL);
   if (sig != SIGABRT) fprintf(stderr, "  child: signal %d, stderr: %s\n", sig, err);
 }
 
@@ -112,6 +145,7 @@ MN_TEST(checker_after_every_operation) {
 int main(void) {
   printf("MNEMO_DEBUG=%d\n", MNEMO_DEBUG);
   MN_RUN(assert_tier);
+  MN_RUN(copy_engine_preconditions);
   MN_RUN(checker_after_every_operation);
   return mn_test_finish();
 }

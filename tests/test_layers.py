@@ -136,6 +136,235 @@ def self_test_upward():
 
 # ---- area: storage's inner floors and file-level circles ----
 
+# storage/ is five floors, lowest first (the copy engine in two: its staged
+# paths strictly below its entry points), checked like the folders: a file
+# uses (nm) and includes ("storage/x.h") only files of its own floor or below.
+# Every storage/ source and header is in exactly one floor; a new file fails
+# the rule until it is placed here (docs/ARCHITECTURE.md explains each floor).
+STORAGE_FLOORS = [
+    ("storage", ["storage.c", "storage.h", "storage_internal.h"]),
+    ("view", ["view.c", "view_internal.h", "view_ops.c", "view_kernels.c"]),
+    ("copy engine: staged paths", ["copy_staged.c", "copy_staged.h"]),  # strictly below copy.c
+    ("copy engine: entry points", ["copy.c"]),
+    ("operations", ["storage_ops.c", "view_copy.c", "view_index.c", "quantize.c"]),
+    ("formats", ["dlpack.c", "crc32.c", "crc32.h", "serialize_util.h", "serialize.c", "serialize_io.c",
+                 "safetensors.c"]),
+]
+LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([A-Za-z0-9_]+\.h)"', re.M)
+SOURCE_EXTS = (".c", ".cu", ".h")
+
+
+def object_source(layer, rel):
+    """(folder, source file) of an object: its layer and its name less .o
+    ('storage/view.c.o' of storage -> ('storage', 'view.c')); None for others."""
+    base = os.path.basename(rel)
+    if base.endswith(".o"):
+        base = base[:-2]
+    return (layer, base) if base.endswith((".c", ".cu")) else None
+
+
+def floor_violations(floors, uses, includes, files):
+    """floors: [(name, [file])] lowest first; uses: [(user file, symbol,
+    definer file)]; includes: [(file, included file of the folder)]; files:
+    every source of the folder. Returns the failures."""
+    rank, bad = {}, []
+    for i, (_, members) in enumerate(floors):
+        for f in members:
+            if f in rank:
+                bad.append(f"FLOOR: storage/{f}: listed in two floors")
+            rank[f] = i
+    for f in sorted(files):
+        if f not in rank:
+            bad.append(f"FLOOR: storage/{f}: in no floor of STORAGE_FLOORS (place it in test_layers.py)")
+    for f in sorted(set(rank) - set(files)):
+        bad.append(f"FLOOR: storage/{f}: listed in STORAGE_FLOORS but not in the tree")
+    name = [n for n, _ in floors]
+    for user, sym, definer in uses:
+        if user in rank and definer in rank and rank[definer] > rank[user]:
+            bad.append(f"FLOOR CALL: storage/{user} ({name[rank[user]]}) uses {sym}, defined in "
+                       f"storage/{definer} ({name[rank[definer]]})")
+    for f, inc in includes:
+        if f in rank and inc in rank and rank[inc] > rank[f]:
+            bad.append(f"FLOOR INCLUDE: storage/{f} ({name[rank[f]]}) includes storage/{inc} "
+                       f"({name[rank[inc]]})")
+    return bad
+
+
+def folder_graph_inputs(ctx, folder):
+    """(files, uses, includes) of one folder: its source and header names,
+    (user file, symbol, definer file) for each symbol an object uses from
+    another object of the folder, and (file, header) for each "folder/x.h" a
+    file of the folder includes."""
+    top = os.path.join(ctx.src, folder)
+    files = sorted(f for f in os.listdir(top) if f.endswith(SOURCE_EXTS)) if os.path.isdir(top) else []
+    owner, objs = {}, []
+    for layer, rel, defined, used in ctx.objects:
+        src = object_source(layer, rel)
+        if src and src[0] == folder and src[1] in files:
+            objs.append((src[1], defined, used))
+            for s in defined:
+                owner.setdefault(s, src[1])
+    uses = [(f, s, owner[s]) for f, _, used in objs for s in sorted(used) if s in owner and owner[s] != f]
+    includes = []
+    for f in files:
+        text = open(os.path.join(top, f), encoding="utf-8", errors="replace").read()
+        includes += [(f, m.group(2)) for m in LOCAL_INCLUDE.finditer(text) if m.group(1) == folder]
+    return files, uses, includes
+
+
+@rule
+def rule_storage_floors(ctx):
+    files, uses, includes = folder_graph_inputs(ctx, "storage")
+    return floor_violations(STORAGE_FLOORS, uses, includes, files)
+
+
+@self_check
+def self_test_storage_floors():
+    """A view file calling the copy engine, a storage file including a view
+    header, and an unplaced file are each named; downward ones are not."""
+    floors = [("storage", ["s.c", "s.h"]), ("view", ["v.c", "v.h"]), ("copy engine", ["c.c"])]
+    files = ["s.c", "s.h", "v.c", "v.h", "c.c"]
+    good = floor_violations(floors, [("c.c", "mn__v", "v.c"), ("v.c", "mn__s", "s.c")], [("v.c", "s.h")], files)
+    assert good == [], good
+    bad = floor_violations(floors, [("v.c", "mn__c", "c.c")], [("s.c", "v.h")], files + ["new.c"])
+    assert any(b.startswith("FLOOR CALL: storage/v.c (view) uses mn__c") for b in bad), bad
+    assert any(b.startswith("FLOOR INCLUDE: storage/s.c (storage) includes storage/v.h") for b in bad), bad
+    assert any(b.startswith("FLOOR: storage/new.c: in no floor") for b in bad), bad
+
+
+# No file-level circle inside a library folder: the graph of a folder's files
+# has an edge a -> b when a's object uses a symbol b's object defines (nm),
+# or when a includes "folder/b.h" and b.c (or b.cu) exists (b.h is b's
+# interface). A module split over several files that share one internal
+# header is one node (MODULES: folder -> [(node name, file pattern)]); a
+# header without its own .c is nobody's interface and adds no edge.
+CIRCLE_FOLDERS = ["runtime", "allocators", "kernels", "storage", "profiling", "tools", "nccl"]
+MODULES = {
+    "allocators": [("caching*", re.compile(r"caching(_[a-z0-9_]+)?\.(c|h)$"))],
+    "runtime": [("sim_*", re.compile(r"sim_[a-z0-9_]+\.(c|h)$"))],
+}
+# Circles that exist today and are being taken apart (runtime: device.c with
+# the CPU and SIM backends; allocators: allocator.c with the caching
+# allocator; tools: cli.c with the subcommands). Each entry must still be a
+# circle, else it fails as "STALE ALLOWLIST ENTRY": remove it then. THIS LIST
+# MUST BECOME EMPTY; never add to it.
+KNOWN_CIRCLES = [
+    "allocators: allocator.c -> caching* -> allocator.c",
+    "runtime: cpu_backend.c -> device.c -> cpu_backend.c",
+    "runtime: device.c -> sim_* -> device.c",
+    "tools: cli.c -> cmd_bench.c -> cli.c",
+    "tools: cli.c -> cmd_bench.c -> trace_input.c -> cli.c",
+    "tools: cli.c -> cmd_diff.c -> cli.c",
+    "tools: cli.c -> cmd_diff.c -> trace_input.c -> cli.c",
+    "tools: cli.c -> cmd_replay.c -> cli.c",
+    "tools: cli.c -> cmd_replay.c -> trace_input.c -> cli.c",
+    "tools: cli.c -> cmd_report.c -> cli.c",
+    "tools: cli.c -> cmd_report.c -> cmd_diff.c -> cli.c",
+    "tools: cli.c -> cmd_report.c -> cmd_diff.c -> trace_input.c -> cli.c",
+    "tools: cli.c -> cmd_report.c -> trace_input.c -> cli.c",
+    "tools: cli.c -> cmd_snapshot.c -> cli.c",
+    "tools: cli.c -> cmd_snapshot.c -> trace_input.c -> cli.c",
+    "tools: cli.c -> mnemo.c -> cli.c",
+    "tools: cli.c -> mnemo.c -> cmd_report.c -> cli.c",
+    "tools: cli.c -> mnemo.c -> cmd_report.c -> cmd_diff.c -> cli.c",
+    "tools: cli.c -> mnemo.c -> cmd_report.c -> cmd_diff.c -> trace_input.c -> cli.c",
+    "tools: cli.c -> mnemo.c -> cmd_report.c -> trace_input.c -> cli.c",
+    "tools: cli.c -> mnemo.c -> trace_input.c -> cli.c",
+]
+
+
+def node_of(folder, f, modules):
+    for name, pattern in modules.get(folder, []):
+        if pattern.match(f):
+            return name
+    return f
+
+
+def file_graph(folder, files, uses, includes, modules):
+    """{node: set(node)} of one folder (see above)."""
+    graph = {}
+    stems = {os.path.splitext(f)[0]: f for f in files if f.endswith((".c", ".cu"))}
+    for f in files:
+        if f.endswith((".c", ".cu")):
+            graph.setdefault(node_of(folder, f, modules), set())
+    edges = [(a, b) for a, _, b in uses]
+    for f, inc in includes:
+        target = stems.get(os.path.splitext(inc)[0])
+        header_node = node_of(folder, inc, modules)
+        if target:
+            edges.append((f, target))
+        elif header_node != inc:  # a module's internal header: the module
+            edges.append((f, inc))
+    for a, b in edges:
+        na, nb = node_of(folder, a, modules), node_of(folder, b, modules)
+        if a.endswith(".h"):  # a header's includes are its owner's
+            owner = stems.get(os.path.splitext(a)[0])
+            if not owner and na == a:
+                continue
+            na = node_of(folder, owner, modules) if owner else na
+        if na != nb:
+            graph.setdefault(na, set()).add(nb)
+            graph.setdefault(nb, set())
+    return graph
+
+
+def simple_cycles(graph, limit=200):
+    """Every elementary cycle, each as [n0, n1, ..., n0] starting at its least
+    node (at most `limit`)."""
+    out = []
+    nodes = sorted(graph)
+    for start in nodes:
+        stack = [(start, [start])]
+        while stack and len(out) < limit:
+            node, path = stack.pop()
+            for nxt in sorted(graph[node], reverse=True):
+                if nxt == start:
+                    out.append(path + [start])
+                elif nxt > start and nxt not in path:
+                    stack.append((nxt, path + [nxt]))
+    return sorted(out)
+
+
+def circle_failures(graphs, known):
+    """graphs: {folder: graph}; known: ["folder: a -> b -> a"]. Returns the failures."""
+    found = set()
+    for folder in sorted(graphs):
+        for cyc in simple_cycles(graphs[folder]):
+            found.add(f"{folder}: " + " -> ".join(cyc))
+    bad = [f"CIRCLE: {c}" for c in sorted(found) if c not in known]
+    bad += [f"STALE ALLOWLIST ENTRY: KNOWN_CIRCLES has '{c}', no longer a circle: remove it"
+            for c in known if c not in found]
+    return bad
+
+
+@rule
+def rule_file_circles(ctx):
+    graphs = {}
+    for folder in CIRCLE_FOLDERS:
+        files, uses, includes = folder_graph_inputs(ctx, folder)
+        graphs[folder] = file_graph(folder, files, uses, includes, MODULES)
+    return circle_failures(graphs, KNOWN_CIRCLES)
+
+
+@self_check
+def self_test_file_circles():
+    """A planted 2-file circle (by a call one way and an include the other) is
+    reported; a module's files calling each other are not; an allowlisted
+    circle that is gone is a stale entry."""
+    files = ["a.c", "a.h", "b.c", "b.h", "m.c", "m_x.c", "m_internal.h"]
+    uses = [("a.c", "mn__b", "b.c"), ("m.c", "mn__mx", "m_x.c"), ("m_x.c", "mn__m", "m.c")]
+    includes = [("b.c", "a.h"), ("m_x.c", "m_internal.h"), ("m.c", "m_internal.h"), ("a.c", "m_internal.h")]
+    mods = {"lib": [("m*", re.compile(r"m(_[a-z]+)?\.(c|h)$"))]}
+    g = file_graph("lib", files, uses, includes, mods)
+    assert g == {"a.c": {"b.c", "m*"}, "b.c": {"a.c"}, "m*": set()}, g
+    bad = circle_failures({"lib": g}, [])
+    assert bad == ["CIRCLE: lib: a.c -> b.c -> a.c"], bad
+    assert circle_failures({"lib": g}, ["lib: a.c -> b.c -> a.c"]) == []
+    g2 = file_graph("lib", files, uses[1:], includes[1:], mods)
+    assert circle_failures({"lib": g2}, []) == []
+    stale = circle_failures({"lib": g2}, ["lib: a.c -> b.c -> a.c"])
+    assert stale and stale[0].startswith("STALE ALLOWLIST ENTRY"), stale
+
 
 # ---- area: one narrow-float implementation, host allocation, markers ----
 

@@ -1,8 +1,10 @@
-/* storage/copy.h: what the copy engine's two files share: a copy as the
- * engine sees it (two sides of one shape, a stream, flags) and the queued
- * building blocks of storage/copy_staged.c. Internal; thread-safe functions. */
-#ifndef MNEMO_STORAGE_COPY_H
-#define MNEMO_STORAGE_COPY_H
+/* storage/copy_staged.h: what the copy engine's two files share: a copy as the
+ * engine sees it (two sides of one shape, a stream, flags) and what
+ * storage/copy_staged.c offers storage/copy.c (the queued range copy, the
+ * host range copy, the staged paths). One way: copy.c calls these, nothing
+ * here calls copy.c. Internal; thread-safe functions. */
+#ifndef MNEMO_STORAGE_COPY_STAGED_H
+#define MNEMO_STORAGE_COPY_STAGED_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -32,27 +34,35 @@ typedef struct mn__copy_s {
 /* Queues the elements [begin, end) of src -> dst on `stream`: a byte copy
  * (mn_memcpy_async, or a peer copy between two devices) when both sides are
  * contiguous, else a host function running the CPU strided copy (only for
- * host-accessible memory: CPU and SIM). A CPU stream runs it at once. */
+ * host-accessible memory: CPU and SIM). A CPU stream runs it at once.
+ * Preconditions (MN__ASSERT): stream set, item > 0, 0 <= begin; a side that
+ * is not contiguous is host-accessible (not CUDA memory). */
 mn_status mn__copy_enqueue_range(mn_stream_t *stream, const mn__copy_side_t *dst, const mn__copy_side_t *src,
                                  size_t item, int64_t begin, int64_t end);
 
 /* Queues a host function on `stream` that copies [begin, end) of src into
- * dst on the CPU (threads: as mn__copy_host_range); the operands are copied. */
+ * dst on the CPU (threads: as mn__copy_host_range); the operands are copied.
+ * Preconditions (MN__ASSERT): stream set, item > 0, 0 <= begin <= end. */
 mn_status mn__copy_launch_host_range(mn_stream_t *stream, const mn__strided_t *dst, const mn__strided_t *src,
                                      size_t item, int64_t begin, int64_t end, unsigned threads);
 
 /* The staged paths (docs/COPY.md): pageable host -> device, device ->
- * pageable host, and device -> device of another device through the host. */
+ * pageable host, and device -> device of another device through the host.
+ * Preconditions (MN__ASSERT; storage/copy.c's copy_run keeps them): the
+ * copy has elements (numel > 0), an ordering stream, item > 0 and its
+ * configuration; h2d: src on the CPU, dst not; d2h: dst on the CPU, src
+ * not; d2d: two different devices, neither the CPU. */
 mn_status mn__copy_staged_h2d(const mn__copy_t *c);
 mn_status mn__copy_staged_d2h(const mn__copy_t *c);
 mn_status mn__copy_staged_d2d(const mn__copy_t *c);
 
 /* The CPU strided copy of [begin, end), split over `threads` threads (the
- * caller and the kernels' CPU pool) when it moves at least 1 MiB. */
+ * caller and the kernels' CPU pool) when it moves at least 1 MiB.
+ * Preconditions (MN__ASSERT): item > 0, 0 <= begin <= end. */
 void mn__copy_host_range(const mn__strided_t *dst, const mn__strided_t *src, size_t item, int64_t begin, int64_t end,
                          unsigned threads);
 
 /* Releases the helper streams and cached events. */
 mn_status mn__copy_staged_reset(void);
 
-#endif /* MNEMO_STORAGE_COPY_H */
+#endif /* MNEMO_STORAGE_COPY_STAGED_H */
