@@ -428,7 +428,7 @@ const char *mn__format_size(size_t bytes, char *buf, size_t bufsize);
 
 /* ---- caching.c ------------------------------------------------------------------ */
 
-/* For mn_sim_configure, through the default-allocator table (allocator.c).
+/* For mn_sim_configure, through the default-allocator table (defaults.c).
  * Release: empties the cache (segments, pending frees, pooled events), then
  * MN_ERR_INVALID_STATE naming the device if anything is still held; another
  * allocator only gets mn_allocator_empty_cache (refresh leaves it alone). Refresh: re-reads the device's properties

@@ -1,6 +1,6 @@
 /* bench/alloc_anchors.h: the workloads that bench_alloc_anchors (Google
- * Benchmark, time) and alloc_ir (callgrind, instructions) share, for issue 18's
- * anchors: a real trace's alloc/free sequence replayed through mnemo's caching
+ * Benchmark, time) and alloc_ir (callgrind, instructions) share, for the
+ * allocator's host-cost anchors: a real trace's alloc/free sequence replayed through mnemo's caching
  * allocator or a general-purpose heap (glibc's malloc, or jemalloc / mimalloc
  * loaded with dlopen), and caching-allocator setups (cached free blocks,
  * frees pending on another stream's events). Only mnemo's public API, so it

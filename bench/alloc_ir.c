@@ -1,4 +1,4 @@
-/* bench/alloc_ir.c: one anchor case of issue 18 run for N alloc+free pairs, for
+/* bench/alloc_ir.c: one host-cost anchor case run for N alloc+free pairs, for
  * instruction counts under callgrind (bench/alloc_ir.sh runs each case twice,
  * with N1 and N2 pairs, and prints (Ir(N2) - Ir(N1)) / (pairs2 - pairs1)).
  * Only the work inside mn_alloc_ir_loop is meant to be counted

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/alloc_ir.sh: instructions per alloc+free pair of issue 18's anchor cases
+# bench/alloc_ir.sh: instructions per alloc+free pair of the allocator's anchor cases
 # (bench/alloc_ir.c) under callgrind: each case runs twice, with N1 and N2
 # pairs, counting only mn_alloc_ir_loop (--toggle-collect), and
 #   Ir/pair = (Ir(N2) - Ir(N1)) / (pairs2 - pairs1)

@@ -1,4 +1,4 @@
-/* bench/bench_alloc_anchors.c: issue 18's anchors for the caching allocator,
+/* bench/bench_alloc_anchors.c: the host-cost anchors of the caching allocator,
  * timed side by side in one run (Google Benchmark; instruction counts of the
  * same cases: bench/alloc_ir.sh):
  *  - trace/...: a real trace's alloc/free sequence (bench/alloc_anchors.h; by

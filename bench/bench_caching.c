@@ -235,8 +235,8 @@ static void bench_threads(mn_bench_t *b, void *arg) {
 /* One failed allocation (more than the device holds, less than its total, so
  * the whole out-of-memory path runs: release of cached segments, the message)
  * with `cached` split free blocks in the cache, none of them releasable. Each
- * used to cost a walk of every free block and every block (issue 14's
- * adversarial pass: a crafted trace replayed in O(OOMs x blocks)). */
+ * used to cost a walk of every free block and every block (a crafted
+ * trace replayed in O(OOMs x blocks) showed it). */
 static void bench_failed_alloc(mn_bench_t *b, void *arg) {
   const mn_device_t *dev = arg;
   int64_t cached = mn_bench_arg(b, 0);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/profiler_scale.sh: the profiler at scale (issue 33, item 9): generates
+# bench/profiler_scale.sh: the profiler at scale (1M and 10M events): generates
 # PyTorch-shaped snapshots of 1M and 10M events (bench/gen_torch_snapshot.py) and
 # times, side by side in one run, the Python importer alone, `mnemo replay` cold
 # (import + replay, empty import cache) and warm (cached), `mnemo report`,

@@ -1,7 +1,8 @@
-/* runtime/hostmem.h: every host allocation the library makes goes through
- * these (malloc, calloc, realloc, aligned_alloc, strdup under mn__ names), so
- * a test can make the nth one fail (SQLite's faultsim, libuv's OOM sweep) and
- * check each failure path: an error status and message, nothing leaked, no
+/* runtime/hostmem.h: every host allocation the library (and the CLI, tools/)
+ * makes goes through these (malloc, calloc, realloc, aligned_alloc, strdup
+ * under mn__ names; tests/test_layers.py fails on a direct call), so a test
+ * can make the nth one fail (SQLite's faultsim, libuv's OOM sweep) and check
+ * each failure path: an error status and message, nothing leaked, no
  * half-updated state. Memory is released with plain free(). Thread-safe: the
  * fault counter is per thread (a test arms it on the thread that runs its
  * workload, so the sweep is deterministic). */

@@ -8,8 +8,9 @@ set -euo pipefail
 # headless Chromium (the HTML report test).
 # Benchmarks: jemalloc and mimalloc, the general-purpose anchors of bench_alloc_anchors
 # and bench/alloc_ir.sh (loaded with dlopen; skipped where missing).
+# Format: clang-format 14, the version .clang-format is pinned to (tests/test_format.sh).
 pkgs=(cmake ninja-build gcc g++ make pkg-config libbenchmark-dev libdlpack-dev python3 python3-venv
-      python3-numpy python3-torch chromium libjemalloc-dev libmimalloc-dev "$@")
+      python3-numpy python3-torch chromium libjemalloc-dev libmimalloc-dev clang-format-14 "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

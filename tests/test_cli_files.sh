@@ -1,6 +1,6 @@
 #!/bin/bash
 # tests/test_cli_files.sh: the mnemo CLI on paths that are not regular files
-# and outputs that cannot be written (issue 14): each command exits 1 at once
+# and outputs that cannot be written: each command exits 1 at once
 # with a message, never blocks on a FIFO, never reads /dev/zero forever and
 # never reports success for output that was lost. timeout turns a hang into a
 # failure. Usage: test_cli_files.sh MNEMO_CLI SOURCE_DIR

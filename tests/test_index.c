@@ -411,7 +411,7 @@ MN_TEST(meta_shapes_without_reading) {
   MN_CHECK_ERR(mn_view_masked_select(x, m, NULL, &r), MN_ERR_NOT_SUPPORTED, "meta");
   const mn_view_t *em[3] = {NULL, NULL, m};
   MN_CHECK_ERR(mn_view_index(x, 3, em, NULL, &r), MN_ERR_NOT_SUPPORTED, "meta");
-  /* issue 32 (16): a non-empty index into a dim of size 0 is refused by
+  /* a non-empty index into a dim of size 0 is refused by
    * every op from the shapes alone (every real device refuses it; torch
    * 1.13's meta gather / scatter / index_select / index_put_ accept it) */
   mn_view_t *z = NULL, *zsrc = NULL, *i0 = idx1(CPU, MN_DTYPE_INT64, 1, L(0));
@@ -440,7 +440,7 @@ MN_TEST(meta_shapes_without_reading) {
   for (size_t q = 0; q < sizeof objs / sizeof *objs; q++) mn_view_destroy(objs[q]);
 }
 
-/* Issue 32 (10): a result is sized before any index is read. Each index
+/* A result is sized before any index is read. Each index
  * here is one out-of-range value (99) expanded (stride 0) to 2^62 or 2^30
  * positions: the call must fail on the result's size (overflow, or no
  * memory for it), not with the range error that reading it gives (before
@@ -475,7 +475,7 @@ MN_TEST(hostile_sizes_fail_before_reading) {
   for (size_t q = 0; q < sizeof objs / sizeof *objs; q++) mn_view_destroy(objs[q]);
 }
 
-/* Issue 32 (11): every host allocation of every index op failing in turn
+/* Every host allocation of every index op failing in turn
  * (runtime/hostmem.h's per-thread seam): the call reports
  * MN_ERR_OUT_OF_MEMORY (index_put's values broadcast used to report it as
  * invalid_argument "shape mismatch") and writes nothing. */
@@ -542,7 +542,7 @@ MN_TEST(host_oom_is_out_of_memory) {
   MN_CHECK(faulted > 20); /* the sweep reached the calls' own allocations */
 }
 
-/* Issue 32 (16): gather's and scatter's shape rules as PyTorch 1.13's: a
+/* Gather's and scatter's shape rules as PyTorch 1.13's: a
  * 0-d src counts as size 1 (several indices into it are refused, as
  * mnemo/index.h states), an empty index is not checked at all (its number
  * of dims nor its dtype); a refused scatter writes nothing. */

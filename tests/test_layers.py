@@ -369,6 +369,141 @@ def self_test_file_circles():
 # ---- area: one narrow-float implementation, host allocation, markers ----
 
 
+# Folders of the library and the CLI (C sources), and where a marker is looked for.
+CODE_FOLDERS = ["runtime", "allocators", "kernels", "storage", "profiling", "tools", "nccl"]
+MARKER_PLACES = CODE_FOLDERS + ["python", "tests", "bench", "scripts", "docs", "include", "README.md", ".ci"]
+MARKER_SKIP = ["bench/results"]  # dated records, kept as written
+HOSTMEM = "runtime/hostmem.c"
+RAW_ALLOC = re.compile(r"(?<![\w.>])(malloc|calloc|realloc|reallocarray|strdup|strndup|aligned_alloc|"
+                       r"posix_memalign|memalign|valloc|pvalloc)\s*\(")
+# "issue" (or "issues"), then a number, maybe after "#", "-" or a comment's
+# line break; "/issues/" of an address and words that only contain it are not markers.
+MARKER = re.compile(r"(?<![\w/.])issues?(?:[\s#*/-])*\d+", re.I)
+
+
+def strip_c(text):
+    """C/C++ text with comments, string literals and character constants
+    blanked (newlines kept, so line numbers stay)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c, nxt = text[i], text[i + 1] if i + 1 < n else ""
+        if c == "/" and nxt == "*":
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+        elif c == "/" and nxt == "/":
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            j = min(j + 1, n)
+            out.append(c + re.sub(r"[^\n]", " ", text[i + 1:j - 1]) + c)
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def raw_allocations(files):
+    """files: (relative path, text). (path, line, name) of every direct libc
+    allocation outside runtime/hostmem.c, comments and strings left out."""
+    bad = []
+    for rel, text in files:
+        if rel.replace(os.sep, "/") == HOSTMEM:
+            continue
+        code = strip_c(text)
+        for m in RAW_ALLOC.finditer(code):
+            bad.append((rel, code.count("\n", 0, m.start()) + 1, m.group(1)))
+    return bad
+
+
+def text_files(src, places, skip):
+    """(relative path, text) of every text file (no NUL byte, UTF-8) under
+    places (folders or files), leaving out the skipped folders and caches."""
+    for place in places:
+        top = os.path.join(src, place)
+        paths = [top] if os.path.isfile(top) else []
+        for root, dirs, files in os.walk(top):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith(".")
+                             and os.path.relpath(os.path.join(root, d), src).replace(os.sep, "/") not in skip)
+            paths += [os.path.join(root, f) for f in sorted(files)]
+        for path in paths:
+            data = open(path, "rb").read()
+            if b"\0" in data:
+                continue
+            try:
+                yield os.path.relpath(path, src).replace(os.sep, "/"), data.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+
+
+def issue_markers(files):
+    """(path, line, marker) of every ticket number written into the tree."""
+    bad = []
+    for rel, text in files:
+        for m in MARKER.finditer(text):
+            bad.append((rel, text.count("\n", 0, m.start()) + 1, " ".join(m.group(0).split())))
+    return bad
+
+
+@rule
+def rule_raw_allocation(ctx):
+    files = ctx.sources(CODE_FOLDERS, exts=(".c", ".h", ".cu", ".cuh", ".cpp"))
+    return [f"RAW ALLOCATION: {rel}:{line}: {name}() outside {HOSTMEM} (use runtime/hostmem.h's mn__{name})"
+            for rel, line, name in raw_allocations(files)]
+
+
+@rule
+def rule_issue_marker(ctx):
+    return [f"ISSUE MARKER: {rel}:{line}: \"{text}\" (say what the code or test does, not the ticket)"
+            for rel, line, text in issue_markers(text_files(ctx.src, MARKER_PLACES, MARKER_SKIP))]
+
+
+@self_check
+def self_test_raw_allocation():
+    """A planted malloc is named; the seam, comments, strings, members and
+    runtime/hostmem.c are not."""
+    planted = ("#include \"runtime/hostmem.h\"\n"
+               "/* malloc(n) in a comment */\n"
+               "static const char *s = \"calloc(1, 2)\";\n"
+               "void *f(size_t n) { return mn__malloc(n); }\n"
+               "void *g(struct h *h, size_t n) { return h->malloc(n) ? h->realloc(0, n) : 0; }\n"
+               "void *k(size_t n) {\n  return malloc (n); // calloc(1, n)\n}\n"
+               "char *d(const char *s) { return strdup(s); }\n")
+    bad = raw_allocations([("tools/x.c", planted), (HOSTMEM, "void *p = malloc(1);\n")])
+    assert bad == [("tools/x.c", 7, "malloc"), ("tools/x.c", 9, "strdup")], bad
+    assert raw_allocations([("tools/x.c", planted.replace("malloc (n)", "mn__malloc(n)")
+                             .replace("strdup(s)", "mn__strdup(s)"))]) == []
+
+
+@self_check
+def self_test_issue_marker():
+    """Planted ticket numbers are named (however written, across a comment's
+    line break too); addresses and words that hold the letters are not."""
+    import tempfile
+    word = "iss" + "ue"
+    with tempfile.TemporaryDirectory() as scratch:
+        os.makedirs(os.path.join(scratch, "tests"))
+        os.makedirs(os.path.join(scratch, "bench", "results"))
+        planted = {"tests/a.c": f"/* the fix of {word} 12 */\n/* ({word}\n * 7) */\nint mn_tissue2;\n",
+                   "tests/b.py": f"# {word.upper()}S #33 and {word}-34\n# https://github.com/o/r/{word}s/5\n",
+                   "README.md": "nothing here\n", "bench/results/old.md": f"{word} 9 (a dated record)\n",
+                   "tests/blob.bin": f"\0{word} 1\n"}
+        for rel, text in planted.items():
+            with open(os.path.join(scratch, rel), "w", encoding="utf-8") as out:
+                out.write(text)
+        bad = issue_markers(text_files(scratch, ["tests", "bench", "README.md"], MARKER_SKIP))
+        assert [(f, line) for f, line, _ in bad] == [("tests/a.c", 1), ("tests/a.c", 2), ("tests/b.py", 1),
+                                                     ("tests/b.py", 1)], bad
+        assert bad[0][2] == f"{word} 12" and bad[1][2] == f"{word} * 7", bad
+
+
 # ---- area: the simulated device and the allocators ----
 
 

@@ -314,7 +314,7 @@ MN_TEST(mnemo_save_round_trip) {
   mn_view_destroy(x);
 }
 
-/* Quantized views meet the other parts of issue 20: advanced indexing
+/* Quantized views meet the other view families: advanced indexing
  * gathers keep scale and zero point (packed dtypes and writes refused, the
  * destination unchanged), the meta device computes quantize / dequantize /
  * int_repr metadata without data, empty_like keeps the parameters. */
@@ -345,7 +345,7 @@ MN_TEST(indexing_meta_and_empty_like) {
     }
     MN_CHECK_ERR(mn_view_index_select(q4, 0, idx, NULL, &bad), MN_ERR_NOT_SUPPORTED, "packed");
     MN_CHECK(bad == NULL);
-    /* issue 32 (16): take, gather and masked_select have no quantized kernel
+    /* take, gather and masked_select have no quantized kernel
      * in PyTorch 1.13 (NotImplementedError): refused, as there; a mask
      * through index is PyTorch's aten::index, which has one */
     int64_t one = 1;

@@ -406,8 +406,8 @@ MN_TEST(safetensors_refuses_bad_headers) {
 
 /* ---- 100k entries: linear-time name checks ------------------------------------------ */
 
-/* A quadratic name check took tens of seconds on files like these (issue
- * 14). The tests check that they load, right; how fast is bench_storage's
+/* A quadratic name check took tens of seconds on files like these.
+ * The tests check that they load, right; how fast is bench_storage's
  * load_many cases (< 100 ms each), never a timed test. */
 #define MANY 100000
 

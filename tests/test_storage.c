@@ -122,7 +122,7 @@ MN_TEST(resize_failure_keeps_old_bytes) {
   mn_storage_release(s);
 }
 
-/* Issue 32 (6): a resize moves the bytes to a new block, so it is refused
+/* A resize moves the bytes to a new block, so it is refused
  * while a view of the storage lives (shrinking under one let later writes
  * through it run past the end); it goes through once the views are gone. */
 MN_TEST(resize_refused_while_views_live) {
@@ -649,7 +649,7 @@ MN_TEST(sim_from_buffer_refuses_foreign_pointers) {
   mn_storage_release(s);
 }
 
-/* ---- shared-memory handles open only mnemo's memory (issue 14, defect 4) ---------- */
+/* ---- shared-memory handles open only mnemo's memory (not any fd it is handed) ---- */
 #ifdef __linux__
 /* A memfd of `size` bytes named `name`, with `seals` added (0: none; -1:
  * made without MFD_ALLOW_SEALING). */

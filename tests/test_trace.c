@@ -286,7 +286,7 @@ MN_TEST(write_read_round_trip) {
   MN_CHECK_ERR(mn_trace_action_parse("snapshot", &a), MN_ERR_FORMAT, "snapshot");
 }
 
-/* 100k meta keys took 36 s with the old pairwise check (issue 14); the
+/* 100k meta keys took 36 s with the old pairwise check; the
  * speed is bench_storage's load_many/trace, this test checks the answers. */
 #define MANY 100000
 

@@ -387,7 +387,7 @@ MN_TEST(errors_leave_nothing) {
   mn_view_destroy(a);
 }
 
-/* Issue 14, defect 1 and 7: size, stride and offset arithmetic that used to
+/* Size, stride and offset arithmetic that used to
  * wrap. Each case is the essence of a reproducer. */
 MN_TEST(overflow_regressions) {
   const int64_t BIG = INT64_MAX, P61 = (int64_t)1 << 61;

@@ -1,7 +1,9 @@
-/* tools/cli.c: the mnemo CLI's command table (dispatch and usage come from it),
- * its one option parser over getopt_long, and the usage printer; the contract is
- * in tools/cli.h. Single-threaded (the CLI's main thread): getopt_long keeps
- * global state, reset at every mn__cli_begin. */
+/* tools/cli.c: the mnemo CLI's conventions, below every command: dispatch and
+ * usage from the command table it is given (tools/mnemo.c holds it), its one
+ * option parser over getopt_long, and the usage printer; the contract is in
+ * tools/cli.h. Single-threaded (the CLI's main thread): getopt_long keeps
+ * global state, reset at every mn__cli_begin, and the table mn__cli_main was
+ * given is kept for the run. */
 #include "cli.h"
 
 #include <limits.h>
@@ -9,31 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "commands.h"
 #include "mnemo/mnemo.h"
 
-const mn__cli_cmd_t mn__cli_commands[] = {
-    {"info", cmd_info, "", "devices found, build options, where the helper scripts are, environment",
-     cmd_info_about, cmd_info_opts},
-    {"demo", cmd_demo, "", "the walking skeleton, a bundled trace's report and copy timings", cmd_demo_about,
-     cmd_demo_opts},
-    {"replay", cmd_replay, "TRACE", "replay a trace or a PyTorch snapshot and compare peaks with the recording",
-     cmd_replay_about, cmd_replay_opts},
-    {"report", cmd_report, "TRACE -o REPORT.html", "write a self-contained HTML report of a trace's memory", cmd_report_about,
-     cmd_report_opts},
-    {"snapshot", cmd_snapshot, "FILE", "segments, blocks and who holds the memory at a moment of a trace",
-     cmd_snapshot_about, cmd_snapshot_opts},
-    {"diff", cmd_diff, "A B", "compare two traces or snapshots: peaks, stack groups, segments",
-     cmd_diff_about, cmd_diff_opts},
-    {"import", cmd_import, "--from rmm|torch INPUT -o TRACE", "convert an RMM log or a PyTorch snapshot into a mnemo trace", cmd_import_about,
-     cmd_import_opts},
-    {"export", cmd_export, "--to torch TRACE -o SNAPSHOT.pickle", "write a trace as a PyTorch memory snapshot (memory_viz opens it)",
-     cmd_export_about, cmd_export_opts},
-    {"bench", cmd_bench, "", "copy, cast and fill throughput through the public API", cmd_bench_about,
-     cmd_bench_opts},
-    {"version", cmd_version, "", "print the version", cmd_version_about, cmd_version_opts},
-    {NULL, NULL, NULL, NULL, NULL, NULL},
-};
+/* The command table of this run (mn__cli_main's), ended by a NULL name. */
+static const mn__cli_cmd_t *g_commands;
 
 static const char exit_statuses[] =
     "exit status (every command):\n"
@@ -45,7 +26,7 @@ static const char exit_statuses[] =
     "     missing argument; also a PyTorch snapshot the importer finds malformed\n";
 
 static const mn__cli_cmd_t *find_cmd(const char *name) {
-  for (const mn__cli_cmd_t *c = mn__cli_commands; c->name; c++)
+  for (const mn__cli_cmd_t *c = g_commands; c && c->name; c++)
     if (!strcmp(c->name, name)) return c;
   return NULL;
 }
@@ -55,7 +36,7 @@ static void top_usage(FILE *f) {
              "       mnemo COMMAND --help     the command's usage and options\n"
              "       mnemo --help | --version\n"
              "commands:\n");
-  for (const mn__cli_cmd_t *c = mn__cli_commands; c->name; c++) fprintf(f, "  %-9s %s\n", c->name, c->summary);
+  for (const mn__cli_cmd_t *c = g_commands; c->name; c++) fprintf(f, "  %-9s %s\n", c->name, c->summary);
   fprintf(f, "options of every command: --opt VALUE or --opt=VALUE; -h, --help prints its usage;\n"
              "-o - writes the output to stdout; an unknown option or a missing value is an error (2).\n"
              "%s",
@@ -274,7 +255,8 @@ int mn__cli_bytes(const mn__cli_t *p, const char *value, size_t *out) {
 
 bool mn__cli_is_stdout(const char *path) { return path && !strcmp(path, "-"); }
 
-int mn__cli_main(int argc, char **argv) {
+int mn__cli_main(const mn__cli_cmd_t *commands, int argc, char **argv) {
+  g_commands = commands;
   if (argc < 2) {
     top_usage(stderr);
     return 2;

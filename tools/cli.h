@@ -1,6 +1,8 @@
-/* tools/cli.h: the mnemo CLI's conventions in one place: the command table
- * (name, handler, one-line summary, usage) that drives both dispatch and every
- * usage text, and the one option parser (getopt_long) every subcommand uses.
+/* tools/cli.h: the mnemo CLI's conventions in one place, below every command:
+ * the shape of the command table (name, handler, one-line summary, usage) that
+ * drives both dispatch and every usage text (the table itself is tools/mnemo.c's,
+ * handed to mn__cli_main), and the one option parser (getopt_long) every
+ * subcommand uses.
  *
  * A command declares its options in a table of mn__cli_opt_t (long name, short
  * name, the value's name or none, help) and reads them with mn__cli_next:
@@ -33,7 +35,7 @@ typedef struct mn__cli_opt_s {
   const char *help;   /* what it does (wrapped by the usage printer) */
 } mn__cli_opt_t;
 
-/* One command: a row of the command table (tools/cli.c). */
+/* One command: a row of the command table (tools/mnemo.c). */
 typedef struct mn__cli_cmd_s {
   const char *name;
   int (*run)(int argc, char **argv); /* argv[0]: the command's name; returns the exit status */
@@ -42,9 +44,6 @@ typedef struct mn__cli_cmd_s {
   const char *about;                 /* `mnemo CMD --help`'s description, lines as written */
   const mn__cli_opt_t *opts;         /* its options (--help comes with every command) */
 } mn__cli_cmd_t;
-
-/* The table, in the order `mnemo --help` lists them, ended by a NULL name. */
-extern const mn__cli_cmd_t mn__cli_commands[];
 
 #define MN__CLI_MAX_OPTS 40
 
@@ -62,7 +61,8 @@ typedef struct mn__cli_s {
   char shortopts[3 * MN__CLI_MAX_OPTS + 4];
 } mn__cli_t;
 
-/* Starts parsing argv[1..argc) for the command argv[0] (a name of the table). */
+/* Starts parsing argv[1..argc) for the command argv[0] (a name of the table
+ * mn__cli_main was given). */
 void mn__cli_begin(mn__cli_t *p, int argc, char **argv);
 
 /* The next option: its id (> 0) with *value its value (NULL for a flag); 0 when
@@ -94,8 +94,9 @@ bool mn__cli_is_stdout(const char *path);
 /* The usage of one command (synopsis, description, options) to f. */
 void mn__cli_usage(const mn__cli_cmd_t *cmd, FILE *f);
 
-/* The whole tool: `mnemo CMD args...` through the table, `mnemo --help`,
- * `mnemo help [CMD]`, `mnemo --version`; returns the exit status. */
-int mn__cli_main(int argc, char **argv);
+/* The whole tool: `mnemo CMD args...` through `commands` (the table, in the
+ * order `mnemo --help` lists them, ended by a NULL name; kept for the run),
+ * `mnemo --help`, `mnemo help [CMD]`, `mnemo --version`; returns the exit status. */
+int mn__cli_main(const mn__cli_cmd_t *commands, int argc, char **argv);
 
 #endif /* MNEMO_TOOLS_CLI_H */

@@ -22,6 +22,7 @@
 #include "trace_input.h"
 #include "kernels/pool.h"
 #include "runtime/fileio.h"
+#include "runtime/hostmem.h"
 
 const char cmd_bench_about[] =
     "Copy throughput through the public API (docs/COPY.md, \"mnemo bench\"). Each rep\n"
@@ -241,7 +242,7 @@ static int add_size(bench_t *b, size_t n, const char *token) {
 
 /* "64K,1M,16M" or "64K..64M" (x4 steps from A while <= B), items comma-separated. */
 static int parse_sizes(bench_t *b, const char *text) {
-  char *copy = strdup(text);
+  char *copy = mn__strdup(text);
   if (!copy) return bad("out of host memory%s", "");
   int rc = 0;
   b->nsizes = 0;
@@ -311,7 +312,7 @@ static bool is_group(const char *name) {
 /* After the devices are known: an explicit case that does not apply is an
  * error; a group keeps the cases that apply and must keep one. */
 static int parse_cases(bench_t *b, const char *text) {
-  char *copy = strdup(text);
+  char *copy = mn__strdup(text);
   if (!copy) return bad("out of host memory%s", "");
   int rc = 0;
   memset(b->selected, 0, sizeof b->selected);
@@ -593,7 +594,7 @@ static int cmp_double(const void *a, const void *b) {
 static bool push_time(bench_t *b, double t) {
   if (b->ntimes == b->captimes) {
     size_t cap = b->captimes ? 2 * b->captimes : 256;
-    double *p = realloc(b->times, cap * sizeof *p);
+    double *p = mn__realloc(b->times, cap * sizeof *p);
     if (!p) return false;
     b->times = p;
     b->captimes = cap;
@@ -664,7 +665,7 @@ static int measure_into(bench_t *b, int case_idx, dom_kind d, size_t n, size_t *
 static int add_result(bench_t *b, int case_idx, dom_kind d, size_t n, size_t moved) {
   if (b->nres == b->capres) {
     size_t cap = b->capres ? 2 * b->capres : 64;
-    result_t *p = realloc(b->res, cap * sizeof *p);
+    result_t *p = mn__realloc(b->res, cap * sizeof *p);
     if (!p) {
       fprintf(stderr, "mnemo bench: out of host memory\n");
       return 1;
@@ -700,7 +701,7 @@ static int run_all(bench_t *b) {
       b->ntimes = 0;
       if (measure_into(b, -1, (dom_kind)d, n, &moved)) return 1;
       size_t prim_times = b->ntimes;
-      double *saved = malloc((prim_times ? prim_times : 1) * sizeof *saved);
+      double *saved = mn__malloc((prim_times ? prim_times : 1) * sizeof *saved);
       if (!saved) {
         progress_clear(b);
         fprintf(stderr, "mnemo bench: out of host memory\n");
@@ -1145,7 +1146,7 @@ static int check_plot_path(const char *path) {
 }
 
 int cmd_bench(int argc, char **argv) {
-  bench_t *b = calloc(1, sizeof *b);
+  bench_t *b = mn__calloc(1, sizeof *b);
   if (!b) {
     fprintf(stderr, "mnemo bench: out of host memory\n");
     return 1;

@@ -11,6 +11,7 @@
 #include "mnemo/mnemo.h"
 #include "commands.h"
 #include "profiling/analysis.h"
+#include "runtime/hostmem.h"
 #include "trace_input.h"
 
 const char cmd_replay_about[] =
@@ -426,7 +427,7 @@ static int find_devices(const mn_trace_t *t, int want, bool quiet, dev_info_t **
     fprintf(stderr, "mnemo replay: %s\n", mn_last_error());
     return 1;
   }
-  dev_info_t *d = calloc(n ? n : 1, sizeof *d);
+  dev_info_t *d = mn__calloc(n ? n : 1, sizeof *d);
   if (!d) {
     mn_trace_devices_free(td);
     fprintf(stderr, "mnemo replay: out of host memory\n");
@@ -575,7 +576,7 @@ int cmd_replay(int argc, char **argv) {
   /* No --config: replay as recorded, with the settings the trace was recorded with. */
   bool as_recorded = false;
   if (nconfigs == 0) configs[nconfigs++] = naive ? "" : mn__tools_recorded_config("mnemo replay", t, &as_recorded);
-  runs = calloc(ndev * nconfigs, sizeof *runs);
+  runs = mn__calloc(ndev * nconfigs, sizeof *runs);
   if (!runs) {
     fprintf(stderr, "mnemo replay: out of host memory\n");
     rc = 1;

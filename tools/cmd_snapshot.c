@@ -16,6 +16,7 @@
 #include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/fileio.h"
+#include "runtime/hostmem.h"
 #include "profiling/stacks.h"
 #include "trace_input.h"
 
@@ -134,7 +135,7 @@ static uint64_t block_at(const mn_snapshot_t *s, uintptr_t p) {
 /* `snapshot --json`: one object, the live allocations at the stop, largest first. */
 static int print_json(const mn_trace_t *t, const char *path, const char *at, size_t stop, const json_stop_t *j,
                       bool state_only, uint64_t device) {
-  size_t *live = malloc((t->nentries ? t->nentries : 1) * sizeof *live), n = 0;
+  size_t *live = mn__malloc((t->nentries ? t->nentries : 1) * sizeof *live), n = 0;
   if (!live) {
     fprintf(stderr, "mnemo snapshot: out of host memory\n");
     return 1;
@@ -201,7 +202,7 @@ static void print_frame(const mn_trace_t *t, uint32_t id, const char *indent) {
 static int print_holders(const stop_t *s) {
   const mn_trace_t *t = s->t;
   if (t->nstacks == 0 && !s->blocks) return 0;
-  size_t *live = malloc((t->nentries ? t->nentries : 1) * sizeof *live), nlive = 0, ngroups = 0;
+  size_t *live = mn__malloc((t->nentries ? t->nentries : 1) * sizeof *live), nlive = 0, ngroups = 0;
   mn__holder_t *groups = NULL;
   uint64_t total = 0;
   for (size_t i = 0; live && i < t->nentries; i++)
@@ -265,7 +266,7 @@ static void print_state(void *user, mn_allocator_t *a) {
   char small[1];
   /* a one-byte buffer: the call fails and says the size it needs */
   mn__ignore(mn_allocator_memory_summary(a, small, sizeof small, &need));
-  char *buf = need ? malloc(need) : NULL;
+  char *buf = need ? mn__malloc(need) : NULL;
   if (buf && mn_allocator_memory_summary(a, buf, need, NULL) == MN_OK) {
     printf("\n%s", buf);
   } else {
@@ -418,7 +419,7 @@ int cmd_snapshot(int argc, char **argv) {
     stop = (size_t)n;
   }
   if (json) {
-    json_stop_t j = {t, calloc(t->nentries ? t->nentries : 1, sizeof(void *)), -1, -1, NULL, false};
+    json_stop_t j = {t, mn__calloc(t->nentries ? t->nentries : 1, sizeof(void *)), -1, -1, NULL, false};
     if (!j.live) {
       fprintf(stderr, "mnemo snapshot: out of host memory\n");
       goto done;
@@ -439,7 +440,7 @@ int cmd_snapshot(int argc, char **argv) {
   printf(" [%s]", at);
   if (multi) printf(" device %" PRIu64, dev_number);
   printf("\n");
-  stop_t s = {blocks, 0, t, calloc(t->nentries ? t->nentries : 1, sizeof(void *))};
+  stop_t s = {blocks, 0, t, mn__calloc(t->nentries ? t->nentries : 1, sizeof(void *))};
   if (!s.live) {
     fprintf(stderr, "mnemo snapshot: out of host memory\n");
     goto done;

@@ -1,7 +1,7 @@
 /* tools/commands.h: the mnemo CLI's commands. Each takes its arguments with
  * argv[0] its own name (getopt_long's convention), parses them with the shared
  * parser (tools/cli.h) against its option table, and returns the exit status;
- * the command table (tools/cli.c) names each with its summary, description
+ * the command table (tools/mnemo.c) names each with its summary, description
  * (cmd_X_about) and options (cmd_X_opts). Single-threaded (the CLI's main thread). */
 #ifndef MNEMO_TOOLS_COMMANDS_H
 #define MNEMO_TOOLS_COMMANDS_H

@@ -1,8 +1,9 @@
-/* tools/mnemo.c: the mnemo command-line tool's main and its small commands:
- * `info` lists devices and build options, `demo` runs the walking skeleton,
- * replays a bundled trace and times copies, `version`; the command table and the
- * option parser are tools/cli.c, the other commands (replay, report, snapshot,
- * diff, import, export, bench) live in their own files (commands.h). Single-threaded. */
+/* tools/mnemo.c: the top of the mnemo command-line tool: its command table and
+ * main, and its small commands: `info` lists devices and build options, `demo`
+ * runs the walking skeleton, replays a bundled trace and times copies,
+ * `version`; the other commands (replay, report, snapshot, diff, import,
+ * export, bench) live in their own files (commands.h), the option parser and
+ * the dispatch below them all in tools/cli.c. Single-threaded. */
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -231,8 +232,32 @@ int cmd_demo(int argc, char **argv) {
   return rc ? 1 : 0;
 }
 
+/* The command table, in the order `mnemo --help` lists them (tools/cli.h). */
+static const mn__cli_cmd_t commands[] = {
+    {"info", cmd_info, "", "devices found, build options, where the helper scripts are, environment",
+     cmd_info_about, cmd_info_opts},
+    {"demo", cmd_demo, "", "the walking skeleton, a bundled trace's report and copy timings", cmd_demo_about,
+     cmd_demo_opts},
+    {"replay", cmd_replay, "TRACE", "replay a trace or a PyTorch snapshot and compare peaks with the recording",
+     cmd_replay_about, cmd_replay_opts},
+    {"report", cmd_report, "TRACE -o REPORT.html", "write a self-contained HTML report of a trace's memory", cmd_report_about,
+     cmd_report_opts},
+    {"snapshot", cmd_snapshot, "FILE", "segments, blocks and who holds the memory at a moment of a trace",
+     cmd_snapshot_about, cmd_snapshot_opts},
+    {"diff", cmd_diff, "A B", "compare two traces or snapshots: peaks, stack groups, segments",
+     cmd_diff_about, cmd_diff_opts},
+    {"import", cmd_import, "--from rmm|torch INPUT -o TRACE", "convert an RMM log or a PyTorch snapshot into a mnemo trace", cmd_import_about,
+     cmd_import_opts},
+    {"export", cmd_export, "--to torch TRACE -o SNAPSHOT.pickle", "write a trace as a PyTorch memory snapshot (memory_viz opens it)",
+     cmd_export_about, cmd_export_opts},
+    {"bench", cmd_bench, "", "copy, cast and fill throughput through the public API", cmd_bench_about,
+     cmd_bench_opts},
+    {"version", cmd_version, "", "print the version", cmd_version_about, cmd_version_opts},
+    {NULL, NULL, NULL, NULL, NULL, NULL},
+};
+
 int main(int argc, char **argv) {
-  int rc = mn__cli_main(argc, argv);
+  int rc = mn__cli_main(commands, argc, argv);
   /* Output that could not be written (a full disk, /dev/full) is a failure. */
   if (fflush(stdout) != 0 || ferror(stdout)) {
     fprintf(stderr, "mnemo: writing the output failed\n");

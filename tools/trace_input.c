@@ -20,6 +20,7 @@
 #include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/fileio.h"
+#include "runtime/hostmem.h"
 
 /* The folder of the running executable, resolved; false when unknown. */
 static bool exe_dir(char *buf, size_t size) {
@@ -69,7 +70,7 @@ int mn__tools_run_script(const char *prog, const char *script, char *const *args
             prog, script, path);
     return 1;
   }
-  char **argv = calloc((size_t)nargs + 3, sizeof *argv);
+  char **argv = mn__calloc((size_t)nargs + 3, sizeof *argv);
   if (!argv) {
     fprintf(stderr, "%s: out of host memory\n", prog);
     return 1;
@@ -214,7 +215,7 @@ static bool hash_file(const char *path, hash128_t *h) {
     return false;
   }
   size_t cap = 1u << 20;
-  unsigned char *buf = malloc(cap);
+  unsigned char *buf = mn__malloc(cap);
   bool ok = buf != NULL;
   while (ok) {
     ssize_t n = read(fd, buf, cap);
@@ -326,13 +327,13 @@ static void status_clear(bool shown) { mn__tools_stage_clear(shown); }
 #define PATH_MARK "\001"
 static char *swap_text(const char *s, size_t len, const char *from, const char *to, size_t *outlen) {
   size_t fl = strlen(from), tl = strlen(to), n = 0, cap = len + 1;
-  char *out = malloc(cap);
+  char *out = mn__malloc(cap);
   for (size_t i = 0; out && i < len;) {
     bool at = fl && i + fl <= len && !memcmp(s + i, from, fl);
     size_t add = at ? tl : 1;
     if (n + add + 1 > cap) {
       cap = 2 * cap + add;
-      char *g = realloc(out, cap);
+      char *g = mn__realloc(out, cap);
       if (!g) {
         free(out);
         return NULL;
@@ -431,7 +432,7 @@ static void cache_store(const char *cpath, const char *key, const char *source, 
 static int run_importer(const char *prog, const char *script, char *const *args, int nargs, char **err, size_t *elen) {
   *err = NULL;
   *elen = 0;
-  char **argv = calloc((size_t)nargs + 3, sizeof *argv);
+  char **argv = mn__calloc((size_t)nargs + 3, sizeof *argv);
   int fds[2];
   if (!argv || pipe(fds) != 0) {
     fprintf(stderr, "%s: cannot run python3: %s\n", prog, argv ? strerror(errno) : "out of host memory");
@@ -471,7 +472,7 @@ static int run_importer(const char *prog, const char *script, char *const *args,
     if (room && *elen + (size_t)n > cap) {
       size_t ncap = cap ? cap * 2 : 8192;
       while (ncap < *elen + (size_t)n) ncap *= 2;
-      char *g = realloc(kept, ncap);
+      char *g = mn__realloc(kept, ncap);
       if (!g) room = false;
       else kept = g, cap = ncap;
     }

@@ -32,7 +32,7 @@ extern "C" {
  * Adaptors stack: tracking over limiting over statistics over the caching
  * allocator is one mn_allocator_t. */
 enum {
-  MN_ADAPTOR_OWNS_UPSTREAM = 1u << 0,   /* destroy upstream with the adaptor */
+  MN_ADAPTOR_OWNS_UPSTREAM = 1u << 0,     /* destroy upstream with the adaptor */
   MN_ADAPTOR_CAPTURE_BACKTRACES = 1u << 1 /* tracking: backtrace() at every alloc */
 };
 
@@ -42,7 +42,8 @@ enum {
  * requested_bytes (both the bytes asked for: upstream rounding is not visible
  * to an adaptor) and num_ooms (upstream allocations that failed with
  * MN_ERR_OUT_OF_MEMORY). Other fields are zero. reset_peak sets its peaks. */
-MN_API MN_NODISCARD mn_status mn_statistics_adaptor_create(mn_allocator_t *upstream, unsigned flags, mn_allocator_t **out);
+MN_API MN_NODISCARD mn_status mn_statistics_adaptor_create(mn_allocator_t *upstream, unsigned flags,
+                                                           mn_allocator_t **out);
 
 /* ---- limiting -----------------------------------------------------------------
  * Caps the bytes live through it at limit_bytes (bytes asked for). An alloc
@@ -50,7 +51,7 @@ MN_API MN_NODISCARD mn_status mn_statistics_adaptor_create(mn_allocator_t *upstr
  * back if upstream fails. Over the cap: MN_ERR_OUT_OF_MEMORY, with the cap,
  * the bytes in use and the bytes asked in the message. */
 MN_API MN_NODISCARD mn_status mn_limiting_adaptor_create(mn_allocator_t *upstream, size_t limit_bytes, unsigned flags,
-                                     mn_allocator_t **out);
+                                                         mn_allocator_t **out);
 /* Bytes reserved now (live allocations plus allocations in flight) and the cap. */
 MN_API MN_NODISCARD mn_status mn_limiting_adaptor_usage(mn_allocator_t *a, size_t *used_bytes, size_t *limit_bytes);
 
@@ -65,17 +66,18 @@ MN_API MN_NODISCARD mn_status mn_limiting_adaptor_usage(mn_allocator_t *a, size_
  * the sink runs with that lock held and must not call back into the adaptor.
  * Frees through this adaptor are serialized. */
 MN_API MN_NODISCARD mn_status mn_tracing_adaptor_create(mn_allocator_t *upstream, mn_trace_sink_fn sink, void *user,
-                                    unsigned flags, mn_allocator_t **out);
+                                                        unsigned flags, mn_allocator_t **out);
 
 /* ---- tracking -------------------------------------------------------------------
  * Records every live allocation: address, bytes asked, stream id, sequence
  * number, the calling thread's tag when it was made and, with
  * MN_ADAPTOR_CAPTURE_BACKTRACES, up to MN_TRACKING_MAX_FRAMES return addresses
  * from backtrace(). Reports what is still live (leaks). */
-#define MN_TRACKING_TAG_MAX 64    /* bytes with the NUL; longer tags are cut */
+#define MN_TRACKING_TAG_MAX 64 /* bytes with the NUL; longer tags are cut */
 #define MN_TRACKING_MAX_FRAMES 16
 
-MN_API MN_NODISCARD mn_status mn_tracking_adaptor_create(mn_allocator_t *upstream, unsigned flags, mn_allocator_t **out);
+MN_API MN_NODISCARD mn_status mn_tracking_adaptor_create(mn_allocator_t *upstream, unsigned flags,
+                                                         mn_allocator_t **out);
 /* Sets the calling thread's tag (copied; NULL or "" clears it). Every tracking
  * adaptor stamps it on the allocations this thread makes. */
 MN_API void mn_tracking_set_tag(const char *tag);

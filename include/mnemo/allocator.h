@@ -26,15 +26,15 @@ typedef struct mn_stat_s {
 typedef enum mn_pool_kind { MN_POOL_ALL = 0, MN_POOL_SMALL = 1, MN_POOL_LARGE = 2, MN_POOL_COUNT = 3 } mn_pool_kind;
 
 /* One row per pooled counter: name and what it counts. */
-#define MN_ALLOC_STATS_MAP(X)                                                      \
-  X(allocation, "live allocations (count)")                                        \
-  X(segment, "segments reserved from the device (count)")                          \
-  X(active, "blocks in use or pending free (count)")                               \
-  X(inactive_split, "free blocks inside partly used segments (count)")            \
-  X(allocated_bytes, "bytes of live allocations (rounded sizes)")                  \
-  X(reserved_bytes, "bytes reserved from the device")                              \
-  X(active_bytes, "bytes of active blocks")                                        \
-  X(inactive_split_bytes, "bytes of free blocks inside partly used segments")     \
+#define MN_ALLOC_STATS_MAP(X)                                                 \
+  X(allocation, "live allocations (count)")                                   \
+  X(segment, "segments reserved from the device (count)")                     \
+  X(active, "blocks in use or pending free (count)")                          \
+  X(inactive_split, "free blocks inside partly used segments (count)")        \
+  X(allocated_bytes, "bytes of live allocations (rounded sizes)")             \
+  X(reserved_bytes, "bytes reserved from the device")                         \
+  X(active_bytes, "bytes of active blocks")                                   \
+  X(inactive_split_bytes, "bytes of free blocks inside partly used segments") \
   X(requested_bytes, "bytes the callers asked for (unrounded)")
 
 #define MN_ALLOC_STATS_VERSION 1
@@ -47,12 +47,12 @@ typedef struct mn_alloc_stats_s {
 #undef MN__STAT_FIELD
   mn_stat_t oversize_allocations; /* allocations >= max_split_size */
   mn_stat_t oversize_segments;
-  int64_t num_alloc_retries;      /* allocations that freed cache and retried */
-  int64_t num_ooms;               /* allocations that failed for want of memory */
-  int64_t num_sync_all_streams;   /* synchronizations forced by memory pressure */
-  int64_t num_device_alloc;       /* raw allocations (or page maps) */
+  int64_t num_alloc_retries;    /* allocations that freed cache and retried */
+  int64_t num_ooms;             /* allocations that failed for want of memory */
+  int64_t num_sync_all_streams; /* synchronizations forced by memory pressure */
+  int64_t num_device_alloc;     /* raw allocations (or page maps) */
   int64_t num_device_free;
-  int64_t max_split_size;         /* bytes; -1 when unlimited */
+  int64_t max_split_size; /* bytes; -1 when unlimited */
 } mn_alloc_stats_t;
 
 /* ---- snapshots ----------------------------------------------------------------
@@ -73,11 +73,12 @@ typedef struct mn_snapshot_block_s {
 typedef struct mn_snapshot_segment_s {
   mn_device_t device;
   uintptr_t address;
-  size_t total_size, allocated_size, active_size, requested_size; /* bytes */
-  uint64_t stream_id;    /* mn_stream_id of the stream it belongs to */
-  bool is_large;         /* large pool (false: small pool) */
+  /* bytes */
+  size_t total_size, allocated_size, active_size, requested_size;
+  uint64_t stream_id; /* mn_stream_id of the stream it belongs to */
+  bool is_large;      /* large pool (false: small pool) */
   bool is_expandable;
-  uint64_t pool_id;      /* mn_mempool_id of its pool; 0: the allocator's own pools */
+  uint64_t pool_id; /* mn_mempool_id of its pool; 0: the allocator's own pools */
   size_t nblocks;
   mn_snapshot_block_t *blocks;
 } mn_snapshot_segment_t;
@@ -100,15 +101,15 @@ typedef enum mn_trace_action {
   MN_TRACE_SEGMENT_MAP = 5,    /* pages mapped into an expandable segment */
   MN_TRACE_SEGMENT_UNMAP = 6,  /* pages unmapped from an expandable segment */
   MN_TRACE_EMPTY_CACHE = 7,
-  MN_TRACE_OOM = 8,            /* size = requested bytes that could not be had */
+  MN_TRACE_OOM = 8, /* size = requested bytes that could not be had */
   MN_TRACE_ACTION_COUNT = 9
 } mn_trace_action;
 
 typedef struct mn_trace_event_s {
   mn_trace_action action;
-  uint64_t time_ns;      /* CLOCK_MONOTONIC */
+  uint64_t time_ns; /* CLOCK_MONOTONIC */
   mn_device_t device;
-  uint64_t stream_id;    /* mn_stream_id; 0 when none */
+  uint64_t stream_id; /* mn_stream_id; 0 when none */
   uintptr_t address;
   size_t size;           /* bytes */
   size_t requested_size; /* bytes; alloc events */
@@ -178,7 +179,8 @@ struct mn_allocator_s {
  * described above and that the device exists; `a` is untouched on failure.
  * The vtable must outlive the allocator. The allocator is then used through
  * the mn_allocator_* calls, and may be a device's default or an adaptor's upstream. */
-MN_API MN_NODISCARD mn_status mn_allocator_init(mn_allocator_t *a, const mn_allocator_vtable_t *vtable, mn_device_t device);
+MN_API MN_NODISCARD mn_status mn_allocator_init(mn_allocator_t *a, const mn_allocator_vtable_t *vtable,
+                                                mn_device_t device);
 
 /* Allocates nbytes (> 0) of device memory usable on `stream` (NULL: the
  * device's default stream). Host allocators (whose device is the CPU, such as

@@ -52,7 +52,8 @@ MN_API MN_NODISCARD mn_status mn_caching_config_format(const mn_caching_config_t
 
 /* A caching allocator for `dev` (CUDA or SIM; the CPU works too, without
  * VMM). config NULL: the defaults. */
-MN_API MN_NODISCARD mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t *config, mn_allocator_t **out);
+MN_API MN_NODISCARD mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t *config,
+                                                          mn_allocator_t **out);
 
 /* The caching allocator split by stream, for threads that each allocate on
  * their own streams: one caching allocator (a shard, with its own lock) per
@@ -73,9 +74,9 @@ MN_API MN_NODISCARD mn_status mn_caching_allocator_create_sharded(mn_device_t de
 
 /* Called before an allocation fails with MN_ERR_OUT_OF_MEMORY, with the
  * request and the statistics at that moment. */
-typedef void (*mn_oom_observer_fn)(void *user, mn_device_t dev, size_t requested,
-                                   const mn_alloc_stats_t *stats);
-MN_API MN_NODISCARD mn_status mn_caching_allocator_set_oom_observer(mn_allocator_t *a, mn_oom_observer_fn fn, void *user);
+typedef void (*mn_oom_observer_fn)(void *user, mn_device_t dev, size_t requested, const mn_alloc_stats_t *stats);
+MN_API MN_NODISCARD mn_status mn_caching_allocator_set_oom_observer(mn_allocator_t *a, mn_oom_observer_fn fn,
+                                                                    void *user);
 /* Sends every allocator event (alloc, frees, segment alloc/free/map/unmap,
  * empty_cache, oom) to `sink` (NULL stops). */
 MN_API MN_NODISCARD mn_status mn_caching_allocator_set_trace_sink(mn_allocator_t *a, mn_trace_sink_fn sink, void *user);

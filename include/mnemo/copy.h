@@ -60,8 +60,8 @@ MN_API MN_NODISCARD mn_status mn_copy_get_config(mn_copy_config_t *out);
  * device (memmove semantics on the CPU). On failure the destination is
  * unspecified; work already queued may still write it until the stream is
  * synchronized; every staging block is given back to the pool. */
-MN_API MN_NODISCARD mn_status mn_copy_bytes(mn_device_t dst_dev, void *dst, mn_device_t src_dev, const void *src, size_t nbytes,
-                        mn_stream_t *stream, unsigned flags);
+MN_API MN_NODISCARD mn_status mn_copy_bytes(mn_device_t dst_dev, void *dst, mn_device_t src_dev, const void *src,
+                                            size_t nbytes, mn_stream_t *stream, unsigned flags);
 
 /* The copy engine's view entry point, lower level than mn_view_copy (which
  * users want: it broadcasts, casts on any pair of devices and handles
@@ -73,7 +73,8 @@ MN_API MN_NODISCARD mn_status mn_copy_bytes(mn_device_t dst_dev, void *dst, mn_d
  * refused. Views that share memory must be identical (a no-op) or disjoint.
  * Stream and completion as mn_copy_bytes with MN_COPY_NON_BLOCKING when
  * non_blocking. */
-MN_API MN_NODISCARD mn_status mn_copy_view(mn_view_t *dst, const mn_view_t *src, mn_stream_t *stream, bool non_blocking);
+MN_API MN_NODISCARD mn_status mn_copy_view(mn_view_t *dst, const mn_view_t *src, mn_stream_t *stream,
+                                           bool non_blocking);
 
 /* Waits for and destroys the engine's helper streams (made on first use, one
  * per device) and cached events, then empties the default

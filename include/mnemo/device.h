@@ -16,7 +16,7 @@ extern "C" {
 typedef enum mn_device_type {
   MN_DEVICE_CPU = 0,
   MN_DEVICE_CUDA = 1,
-  MN_DEVICE_SIM = 2, /* the simulated GPU (see mnemo/sim.h) */
+  MN_DEVICE_SIM = 2,  /* the simulated GPU (see mnemo/sim.h) */
   MN_DEVICE_META = 3, /* shapes and sizes without bytes (PyTorch's meta; below) */
   MN_DEVICE_TYPE_COUNT = 4
 } mn_device_type;
@@ -148,11 +148,11 @@ MN_API MN_NODISCARD mn_status mn_device_mem_set_access(mn_device_t dev, void *ad
  * CPU<->CPU copy may pass any stream or NULL). The call returns when the copy
  * is queued; host memory involved must stay valid until the stream reaches it.
  * On CUDA, pageable host memory makes the copy synchronous, as cudaMemcpyAsync. */
-MN_API MN_NODISCARD mn_status mn_memcpy_async(mn_device_t dst_dev, void *dst, mn_device_t src_dev,
-                          const void *src, size_t nbytes, mn_stream_t *stream);
+MN_API MN_NODISCARD mn_status mn_memcpy_async(mn_device_t dst_dev, void *dst, mn_device_t src_dev, const void *src,
+                                              size_t nbytes, mn_stream_t *stream);
 /* Sets nbytes bytes at dst to `value` (low 8 bits), ordered on `stream`. */
 MN_API MN_NODISCARD mn_status mn_memset_async(mn_device_t dev, void *dst, int value, size_t nbytes,
-                          mn_stream_t *stream);
+                                              mn_stream_t *stream);
 /* Runs fn(arg) on the host once the stream reaches this point (at once on the
  * CPU; when advanced on SIM; cudaLaunchHostFunc on CUDA). */
 typedef void (*mn_host_fn)(void *arg);
@@ -209,8 +209,8 @@ MN_API MN_NODISCARD mn_status mn_device_enable_peer_access(mn_device_t dev, mn_d
 /* A copy between the memories of two devices of one type
  * (cudaMemcpyPeerAsync), ordered on `stream`, a stream of either device
  * (NULL: dst's default stream). Returns when queued. */
-MN_API MN_NODISCARD mn_status mn_memcpy_peer_async(mn_device_t dst_dev, void *dst, mn_device_t src_dev,
-                               const void *src, size_t nbytes, mn_stream_t *stream);
+MN_API MN_NODISCARD mn_status mn_memcpy_peer_async(mn_device_t dst_dev, void *dst, mn_device_t src_dev, const void *src,
+                                                   size_t nbytes, mn_stream_t *stream);
 
 #ifdef __cplusplus
 }

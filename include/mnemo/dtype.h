@@ -32,19 +32,22 @@ typedef enum mn_dtype_kind {
   MN_KIND_QUANTIZED = 5 /* per-tensor affine quantized integers (mnemo/quantized.h) */
 } mn_dtype_kind;
 
+/* One enumerator per row of MN_DTYPE_TABLE (a macro clang-format cannot read: left as written). */
+/* clang-format off */
 typedef enum mn_dtype {
 #define MN__DTYPE_ENUM(A, sfx, val, ...) MN_DTYPE_##sfx = val,
   MN_DTYPE_TABLE(MN__DTYPE_ENUM, ~)
 #undef MN__DTYPE_ENUM
   MN_DTYPE_COUNT = MN_DTYPE_TABLE_ROWS
 } mn_dtype;
+/* clang-format on */
 
 typedef struct mn_dtype_info_s {
   mn_dtype dtype;
-  const char *name;     /* canonical: "bfloat16" */
-  size_t itemsize;      /* bytes per element */
+  const char *name; /* canonical: "bfloat16" */
+  size_t itemsize;  /* bytes per element */
   mn_dtype_kind kind;
-  bool is_signed;       /* int, float and complex kinds */
+  bool is_signed; /* int, float and complex kinds */
 } mn_dtype_info_t;
 
 /* Info for a dtype; NULL for values outside the table. */
@@ -67,10 +70,10 @@ MN_API MN_NODISCARD mn_status mn_dtype_parse(const char *name, mn_dtype *out);
  * unsigned integer, double or complex double. */
 typedef enum mn_scalar_kind {
   MN_SCALAR_BOOL,
-  MN_SCALAR_INT,     /* int64_t */
-  MN_SCALAR_UINT,    /* uint64_t */
-  MN_SCALAR_FLOAT,   /* double */
-  MN_SCALAR_COMPLEX  /* two doubles */
+  MN_SCALAR_INT,    /* int64_t */
+  MN_SCALAR_UINT,   /* uint64_t */
+  MN_SCALAR_FLOAT,  /* double */
+  MN_SCALAR_COMPLEX /* two doubles */
 } mn_scalar_kind;
 
 typedef struct mn_scalar_s {
@@ -103,13 +106,13 @@ MN_API MN_NODISCARD mn_status mn_scalar_to_bytes(mn_scalar_t value, mn_dtype dty
 MN_API MN_NODISCARD mn_status mn_scalar_from_bytes(mn_dtype dtype, const void *in, mn_scalar_t *out);
 
 /* Exact narrow-float conversions used by the scalar code and the CPU kernels. */
-MN_API uint16_t mn_float_to_half(float f);    /* round to nearest even */
+MN_API uint16_t mn_float_to_half(float f); /* round to nearest even */
 MN_API float mn_half_to_float(uint16_t h);
 MN_API uint16_t mn_float_to_bfloat16(float f); /* round to nearest even; NaN stays NaN */
 MN_API float mn_bfloat16_to_float(uint16_t b);
-MN_API uint8_t mn_float_to_e4m3fn(float f);   /* RNE; saturates to +-448; NaN -> NaN */
+MN_API uint8_t mn_float_to_e4m3fn(float f); /* RNE; saturates to +-448; NaN -> NaN */
 MN_API float mn_e4m3fn_to_float(uint8_t v);
-MN_API uint8_t mn_float_to_e5m2(float f);     /* RNE; overflow to inf (PyTorch rule) */
+MN_API uint8_t mn_float_to_e5m2(float f); /* RNE; overflow to inf (PyTorch rule) */
 MN_API float mn_e5m2_to_float(uint8_t v);
 
 #ifdef __cplusplus

@@ -18,9 +18,9 @@ extern "C" {
 typedef struct mn_graph_s mn_graph_t;
 
 typedef enum mn_capture_status {
-  MN_CAPTURE_NONE = 0,        /* the stream is not capturing */
-  MN_CAPTURE_ACTIVE = 1,      /* capturing */
-  MN_CAPTURE_INVALIDATED = 2  /* capturing, but an illegal call broke the capture: end it and discard */
+  MN_CAPTURE_NONE = 0,       /* the stream is not capturing */
+  MN_CAPTURE_ACTIVE = 1,     /* capturing */
+  MN_CAPTURE_INVALIDATED = 2 /* capturing, but an illegal call broke the capture: end it and discard */
 } mn_capture_status;
 
 /* Starts capturing `stream` (not a default stream: MN_ERR_INVALID_ARGUMENT,

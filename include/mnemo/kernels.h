@@ -23,7 +23,7 @@ extern "C" {
 /* Writes the `itemsize`-byte pattern (1, 2, 4, 8 or 16 bytes) `count` times
  * from dst, on `stream` (device memory of the stream's device). */
 MN_API MN_NODISCARD mn_status mn_kernel_fill(mn_stream_t *stream, void *dst, size_t count, size_t itemsize,
-                         const void *pattern);
+                                             const void *pattern);
 /* Copies nbytes inside one device's memory, on `stream` (non-overlapping). */
 MN_API MN_NODISCARD mn_status mn_kernel_copy(mn_stream_t *stream, void *dst, const void *src, size_t nbytes);
 
@@ -44,8 +44,8 @@ MN_API MN_NODISCARD mn_status mn_kernel_fill_view(mn_stream_t *stream, const mn_
 /* Converts `count` contiguous elements of src_dtype at src into dst_dtype at
  * dst (memory of the stream's device; non-overlapping unless dst == src with
  * equal item sizes), on `stream`. */
-MN_API MN_NODISCARD mn_status mn_kernel_cast(mn_stream_t *stream, void *dst, mn_dtype dst_dtype, const void *src, mn_dtype src_dtype,
-                         size_t count);
+MN_API MN_NODISCARD mn_status mn_kernel_cast(mn_stream_t *stream, void *dst, mn_dtype dst_dtype, const void *src,
+                                             mn_dtype src_dtype, size_t count);
 
 /* Random fill with Philox4x32-10 (docs/KERNELS.md has the counter layout):
  * the same seed and offset give the same bits on CPU, SIM and CUDA, for any
@@ -55,10 +55,10 @@ MN_API MN_NODISCARD mn_status mn_kernel_cast(mn_stream_t *stream, void *dst, mn_
  * Normal: mean + std * z, z from Box-Muller in float32 (portable log/sincos).
  * The fill consumes mn_kernel_random_blocks(...) counter blocks from offset:
  * pass offset + that to the next fill for fresh numbers. */
-MN_API MN_NODISCARD mn_status mn_kernel_random_uniform(mn_stream_t *stream, const mn_view_t *dst, uint64_t seed, uint64_t offset,
-                                   double low, double high);
-MN_API MN_NODISCARD mn_status mn_kernel_random_normal(mn_stream_t *stream, const mn_view_t *dst, uint64_t seed, uint64_t offset,
-                                  double mean, double std);
+MN_API MN_NODISCARD mn_status mn_kernel_random_uniform(mn_stream_t *stream, const mn_view_t *dst, uint64_t seed,
+                                                       uint64_t offset, double low, double high);
+MN_API MN_NODISCARD mn_status mn_kernel_random_normal(mn_stream_t *stream, const mn_view_t *dst, uint64_t seed,
+                                                      uint64_t offset, double mean, double std);
 /* Philox counter blocks used by a random fill of numel elements of dtype. */
 MN_API uint64_t mn_kernel_random_blocks(mn_dtype dtype, int64_t numel, bool normal);
 

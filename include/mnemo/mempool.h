@@ -127,12 +127,12 @@ typedef bool (*mn_free_memory_fn)(void *user, mn_device_t dev, size_t requested)
  * MN_ERR_INVALID_ARGUMENT. Remove takes the same pair (unknown: INVALID_ARGUMENT). */
 MN_API MN_NODISCARD mn_status mn_caching_allocator_add_segment_callback(mn_allocator_t *a, mn_segment_callback_fn fn,
                                                                         void *user);
-MN_API MN_NODISCARD mn_status mn_caching_allocator_remove_segment_callback(mn_allocator_t *a,
-                                                                           mn_segment_callback_fn fn, void *user);
+MN_API MN_NODISCARD mn_status mn_caching_allocator_remove_segment_callback(mn_allocator_t *a, mn_segment_callback_fn fn,
+                                                                           void *user);
 MN_API MN_NODISCARD mn_status mn_caching_allocator_add_free_memory_callback(mn_allocator_t *a, mn_free_memory_fn fn,
                                                                             void *user);
-MN_API MN_NODISCARD mn_status mn_caching_allocator_remove_free_memory_callback(mn_allocator_t *a,
-                                                                               mn_free_memory_fn fn, void *user);
+MN_API MN_NODISCARD mn_status mn_caching_allocator_remove_free_memory_callback(mn_allocator_t *a, mn_free_memory_fn fn,
+                                                                               void *user);
 
 #ifdef __cplusplus
 }

@@ -55,8 +55,8 @@ MN_API size_t mn_pinned_size_class(const mn_pinned_config_t *config, size_t nbyt
  *     memory, live allocations included.
  * Statistics fill the MN_POOL_ALL row (each block counts as a segment).
  * Do not call the pool from a stream's host function. */
-MN_API MN_NODISCARD mn_status mn_pinned_allocator_create(mn_device_t device_for_events, const mn_pinned_config_t *config,
-                                     mn_allocator_t **out);
+MN_API MN_NODISCARD mn_status mn_pinned_allocator_create(mn_device_t device_for_events,
+                                                         const mn_pinned_config_t *config, mn_allocator_t **out);
 /* The process-wide pool of `dev` (default configuration), made on first use
  * and owned by mnemo. The copy engine stages through it. */
 MN_API MN_NODISCARD mn_status mn_pinned_allocator_get_default(mn_device_t dev, mn_allocator_t **out);

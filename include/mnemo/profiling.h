@@ -60,10 +60,10 @@ typedef struct mn_trace_recorder_stats_s {
   uint64_t overwritten; /* oldest events lost to the bound */
   size_t held;          /* events in the buffer now */
   size_t capacity;
-  unsigned max_frames;  /* mn_trace_recorder_set_stacks (0: off) */
-  size_t stacks;        /* distinct raw stacks kept (the table's bound: 262,144) */
-  size_t stack_pcs;     /* return addresses they hold (bound: 2,097,152, 16 MiB) */
-  uint64_t stackless;   /* events recorded with stacks on whose stack the full table could not keep (stack 0) */
+  unsigned max_frames; /* mn_trace_recorder_set_stacks (0: off) */
+  size_t stacks;       /* distinct raw stacks kept (the table's bound: 262,144) */
+  size_t stack_pcs;    /* return addresses they hold (bound: 2,097,152, 16 MiB) */
+  uint64_t stackless;  /* events recorded with stacks on whose stack the full table could not keep (stack 0) */
 } mn_trace_recorder_stats_t;
 MN_API MN_NODISCARD mn_status mn_trace_recorder_get_stats(mn_trace_recorder_t *rec, mn_trace_recorder_stats_t *out);
 MN_API void mn_trace_recorder_clear(mn_trace_recorder_t *rec);
@@ -118,8 +118,8 @@ MN_API MN_NODISCARD mn_status mn_trace_import_rmm_csv_file(const char *path, mn_
  * pools, plus the event counters. Writes at most bufsize bytes (NUL
  * included); *needed (may be NULL) gets the full length. MN_ERR_OVERFLOW when
  * the buffer is too small (it then holds a cut, NUL-terminated text). */
-MN_API MN_NODISCARD mn_status mn_memory_summary(const mn_alloc_stats_t *stats, const char *title, char *buf, size_t bufsize,
-                            size_t *needed);
+MN_API MN_NODISCARD mn_status mn_memory_summary(const mn_alloc_stats_t *stats, const char *title, char *buf,
+                                                size_t bufsize, size_t *needed);
 /* mn_allocator_get_stats + mn_memory_summary. */
 MN_API MN_NODISCARD mn_status mn_allocator_memory_summary(mn_allocator_t *a, char *buf, size_t bufsize, size_t *needed);
 /* A table of a snapshot: one row per segment (address, stream, pool, size,
@@ -166,11 +166,11 @@ MN_API mn_report_options_t mn_report_options_default(void);
 
 /* A built page and its summary; every text NUL-terminated, owned by the report. */
 typedef struct mn_report_s {
-  char *page;         /* the HTML page (NULL for a diff built without one) */
-  size_t page_size;   /* its bytes */
-  char *summary;      /* the summary as `mnemo report` (or `mnemo diff`) prints it */
-  char *json;         /* the summary as one JSON object, as with --json (a newline at its end) */
-  char *notes;        /* warnings and notes, one per line ("warning: ...", "note: ..."); "" for none */
+  char *page;       /* the HTML page (NULL for a diff built without one) */
+  size_t page_size; /* its bytes */
+  char *summary;    /* the summary as `mnemo report` (or `mnemo diff`) prints it */
+  char *json;       /* the summary as one JSON object, as with --json (a newline at its end) */
+  char *notes;      /* warnings and notes, one per line ("warning: ...", "note: ..."); "" for none */
 } mn_report_t;
 
 /* Builds the report of one trace (the page `mnemo report TRACE -o FILE` writes).
@@ -181,15 +181,15 @@ MN_API MN_NODISCARD mn_status mn_report_build(const mn_trace_t *trace, const mn_
                                               mn_report_t **out);
 
 typedef struct mn_diff_options_s {
-  const char *config;  /* one setting for both replays; NULL: each as recorded */
-  int trace_device;    /* the recorded device compared in both (0..1000); -1: each one's lowest */
+  const char *config; /* one setting for both replays; NULL: each as recorded */
+  int trace_device;   /* the recorded device compared in both (0..1000); -1: each one's lowest */
   /* The inputs' names (file names: both holding rank<N> label them "rank N");
    * NULL: "A", "B". */
   const char *name_a, *name_b;
-  bool page;           /* also build the page (the summary is then the page's) */
-  const char *title;   /* the page's title; NULL: "<name_a> vs <name_b>" */
-  const char *output;  /* as mn_report_options_t.output */
-  size_t top;          /* rows of groups and segment sizes in the text; 0: 15 */
+  bool page;          /* also build the page (the summary is then the page's) */
+  const char *title;  /* the page's title; NULL: "<name_a> vs <name_b>" */
+  const char *output; /* as mn_report_options_t.output */
+  size_t top;         /* rows of groups and segment sizes in the text; 0: 15 */
   mn_report_progress_fn on_progress;
   void *progress_user;
 } mn_diff_options_t;

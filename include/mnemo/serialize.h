@@ -37,10 +37,11 @@ MN_API mn_view_t *mn_named_views_find(const mn_named_views_t *nv, const char *na
  * streamed (no copy of it in memory: CPU storages are written from where
  * they are, device ones through a bounded staging buffer) under a temporary
  * name and renamed into place. */
-MN_API MN_NODISCARD mn_status mn_save(const char *path, size_t count, const char *const *names, const mn_view_t *const *views);
+MN_API MN_NODISCARD mn_status mn_save(const char *path, size_t count, const char *const *names,
+                                      const mn_view_t *const *views);
 /* The same bytes into a malloc'd buffer (*data; the caller frees it). */
-MN_API MN_NODISCARD mn_status mn_save_buffer(size_t count, const char *const *names, const mn_view_t *const *views, void **data,
-                         size_t *size);
+MN_API MN_NODISCARD mn_status mn_save_buffer(size_t count, const char *const *names, const mn_view_t *const *views,
+                                             void **data, size_t *size);
 /* Loads a file onto `dev`: views that shared a storage share one again. On
  * the CPU the storages are the file's bytes themselves, mapped privately
  * (MN_LOAD_MAP below: no copy; writes stay in this process); elsewhere, or
@@ -86,11 +87,12 @@ MN_API MN_NODISCARD mn_status mn_load_buffer(const void *data, size_t size, mn_d
  * optional "__metadata__" string pairs. complex128 has no safetensors dtype
  * (MN_ERR_NOT_SUPPORTED). */
 MN_API MN_NODISCARD mn_status mn_safetensors_save(const char *path, size_t count, const char *const *names,
-                              const mn_view_t *const *views, size_t nmeta, const char *const *meta_keys,
-                              const char *const *meta_values);
-MN_API MN_NODISCARD mn_status mn_safetensors_save_buffer(size_t count, const char *const *names, const mn_view_t *const *views,
-                                     size_t nmeta, const char *const *meta_keys, const char *const *meta_values,
-                                     void **data, size_t *size);
+                                                  const mn_view_t *const *views, size_t nmeta,
+                                                  const char *const *meta_keys, const char *const *meta_values);
+MN_API MN_NODISCARD mn_status mn_safetensors_save_buffer(size_t count, const char *const *names,
+                                                         const mn_view_t *const *views, size_t nmeta,
+                                                         const char *const *meta_keys, const char *const *meta_values,
+                                                         void **data, size_t *size);
 /* Reads a safetensors file onto `dev`: one contiguous view (and storage) per
  * tensor, in file order of data offsets; on the CPU the storages map the
  * file (MN_LOAD_MAP above: no copy), elsewhere they are copies. The header
@@ -102,7 +104,8 @@ MN_API MN_NODISCARD mn_status mn_safetensors_load(const char *path, mn_device_t 
 /* mn_safetensors_load with MN_LOAD_* flags (as mn_load_ex). */
 MN_API MN_NODISCARD mn_status mn_safetensors_load_ex(const char *path, mn_device_t dev, unsigned flags,
                                                      mn_named_views_t **out);
-MN_API MN_NODISCARD mn_status mn_safetensors_load_buffer(const void *data, size_t size, mn_device_t dev, mn_named_views_t **out);
+MN_API MN_NODISCARD mn_status mn_safetensors_load_buffer(const void *data, size_t size, mn_device_t dev,
+                                                         mn_named_views_t **out);
 
 #ifdef __cplusplus
 }

@@ -39,22 +39,22 @@ typedef enum mn_share_kind {
  * receiver) and mn_share_handle_close closes them. Copying the struct copies
  * the numbers, not the descriptors: close one copy only. */
 typedef struct mn_share_handle_s {
-  uint32_t version;       /* MN_SHARE_HANDLE_VERSION */
-  uint32_t kind;          /* mn_share_kind */
-  int32_t device_type;    /* mn_device_type of the exporting device */
+  uint32_t version;    /* MN_SHARE_HANDLE_VERSION */
+  uint32_t kind;       /* mn_share_kind */
+  int32_t device_type; /* mn_device_type of the exporting device */
   int32_t device_index;
-  int64_t pid;            /* the exporting process (informative) */
-  uint64_t token;         /* random: names this export (its reference file holds it too) */
-  uint64_t segment_size;  /* bytes that the memory pieces (or the IPC handle) name */
-  uint64_t offset;        /* of the block's first byte in them */
-  uint64_t nbytes;        /* the block's size */
+  int64_t pid;           /* the exporting process (informative) */
+  uint64_t token;        /* random: names this export (its reference file holds it too) */
+  uint64_t segment_size; /* bytes that the memory pieces (or the IPC handle) name */
+  uint64_t offset;       /* of the block's first byte in them */
+  uint64_t nbytes;       /* the block's size */
   /* CUDA IPC (plain CUDA segments; nfds == 0): cudaIpcMemHandle_t bytes. */
   uint8_t ipc[64];
   /* Memory pieces, mapped one after the other (nfds of them; SIM: memfd,
    * CUDA expandable: one POSIX descriptor per page): piece i maps
    * piece_length[i] bytes of fds[i] from piece_offset[i]. */
   uint32_t nfds;
-  uint32_t reserved;      /* 0 */
+  uint32_t reserved; /* 0 */
   uint64_t piece_offset[MN_SHARE_MAX_FDS];
   uint64_t piece_length[MN_SHARE_MAX_FDS];
   int32_t fds[MN_SHARE_MAX_FDS]; /* -1 past nfds */

@@ -14,12 +14,12 @@ extern "C" {
 #endif
 
 typedef struct mn_sim_config_s {
-  int device_count;         /* 1..16; default 1 */
-  size_t capacity;          /* bytes of device memory per device; default 80 GiB */
-  size_t granularity;       /* raw allocations round up to this; default 2 MiB */
-  bool eager;               /* streams run work as soon as it is queued */
-  bool no_peer_access;      /* SIM devices cannot reach each other's memory
-                               (mn_device_can_access_peer says false); default false */
+  int device_count;    /* 1..16; default 1 */
+  size_t capacity;     /* bytes of device memory per device; default 80 GiB */
+  size_t granularity;  /* raw allocations round up to this; default 2 MiB */
+  bool eager;          /* streams run work as soon as it is queued */
+  bool no_peer_access; /* SIM devices cannot reach each other's memory
+                          (mn_device_can_access_peer says false); default false */
 } mn_sim_config_t;
 
 /* The defaults above. */
@@ -48,10 +48,10 @@ MN_API MN_NODISCARD mn_status mn_sim_device_drain(mn_device_t dev);
 MN_API MN_NODISCARD mn_status mn_sim_stream_pending(mn_stream_t *stream, size_t *count);
 
 typedef enum mn_sim_fault {
-  MN_SIM_FAULT_RAW_ALLOC = 0,   /* a raw allocation (alloc, map or pinned host alloc) fails: out of memory */
-  MN_SIM_FAULT_EVENT_QUERY = 1, /* an event query fails with a device error */
-  MN_SIM_FAULT_MEMCPY = 2,      /* queueing a copy or memset fails with a device error */
-  MN_SIM_FAULT_EVENT_RECORD = 3,/* recording an event fails with a device error */
+  MN_SIM_FAULT_RAW_ALLOC = 0,    /* a raw allocation (alloc, map or pinned host alloc) fails: out of memory */
+  MN_SIM_FAULT_EVENT_QUERY = 1,  /* an event query fails with a device error */
+  MN_SIM_FAULT_MEMCPY = 2,       /* queueing a copy or memset fails with a device error */
+  MN_SIM_FAULT_EVENT_RECORD = 3, /* recording an event fails with a device error */
   MN_SIM_FAULT_COUNT = 4
 } mn_sim_fault;
 
@@ -61,7 +61,7 @@ MN_API MN_NODISCARD mn_status mn_sim_fault_inject(mn_device_t dev, mn_sim_fault 
 MN_API MN_NODISCARD mn_status mn_sim_fault_clear(mn_device_t dev);
 
 typedef struct mn_sim_stats_s {
-  size_t mapped_bytes;       /* physical memory in use (raw allocs + mapped pages) */
+  size_t mapped_bytes; /* physical memory in use (raw allocs + mapped pages) */
   size_t peak_mapped_bytes;
   uint64_t raw_allocs, raw_frees;
   uint64_t maps, unmaps;

@@ -11,19 +11,19 @@ extern "C" {
 
 /* One row per status: symbol, stable value, short name, meaning.
  * Values are never renumbered; new codes go at the end. */
-#define MN_STATUS_MAP(X)                                                        \
-  X(MN_OK, 0, "ok", "success")                                                  \
-  X(MN_ERR_INVALID_ARGUMENT, 1, "invalid_argument", "an argument is invalid")   \
-  X(MN_ERR_OUT_OF_MEMORY, 2, "out_of_memory", "out of memory")                  \
-  X(MN_ERR_DEVICE, 3, "device_error", "the device or its driver failed")        \
-  X(MN_ERR_NOT_SUPPORTED, 4, "not_supported", "not supported by this build or device") \
-  X(MN_ERR_IO, 5, "io_error", "a file or I/O operation failed")                 \
-  X(MN_ERR_NO_DEVICE, 6, "no_device", "no such device")                         \
+#define MN_STATUS_MAP(X)                                                                        \
+  X(MN_OK, 0, "ok", "success")                                                                  \
+  X(MN_ERR_INVALID_ARGUMENT, 1, "invalid_argument", "an argument is invalid")                   \
+  X(MN_ERR_OUT_OF_MEMORY, 2, "out_of_memory", "out of memory")                                  \
+  X(MN_ERR_DEVICE, 3, "device_error", "the device or its driver failed")                        \
+  X(MN_ERR_NOT_SUPPORTED, 4, "not_supported", "not supported by this build or device")          \
+  X(MN_ERR_IO, 5, "io_error", "a file or I/O operation failed")                                 \
+  X(MN_ERR_NO_DEVICE, 6, "no_device", "no such device")                                         \
   X(MN_ERR_INVALID_STATE, 7, "invalid_state", "the object is in the wrong state for this call") \
-  X(MN_ERR_NOT_FOUND, 8, "not_found", "not found")                              \
-  X(MN_ERR_FORMAT, 9, "format_error", "malformed or corrupt input data")        \
-  X(MN_ERR_OVERFLOW, 10, "overflow", "a size or index computation overflows")  \
-  X(MN_ERR_INTERNAL, 11, "internal_error", "an internal invariant failed")      \
+  X(MN_ERR_NOT_FOUND, 8, "not_found", "not found")                                              \
+  X(MN_ERR_FORMAT, 9, "format_error", "malformed or corrupt input data")                        \
+  X(MN_ERR_OVERFLOW, 10, "overflow", "a size or index computation overflows")                   \
+  X(MN_ERR_INTERNAL, 11, "internal_error", "an internal invariant failed")                      \
   X(MN_ERR_BUSY, 12, "busy", "the object is still in use and cannot be destroyed yet")
 
 typedef enum mn_status {

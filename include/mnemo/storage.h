@@ -38,7 +38,7 @@ MN_API const char *mn_storage_kind_name(mn_storage_kind kind);
  * default), ordered on `stream` (NULL: default stream). Contents undefined.
  * The caller holds one reference. */
 MN_API MN_NODISCARD mn_status mn_storage_create(mn_device_t dev, size_t nbytes, mn_allocator_t *allocator,
-                            mn_stream_t *stream, mn_storage_t **out);
+                                                mn_stream_t *stream, mn_storage_t **out);
 /* Adds a reference; returns the storage. */
 MN_API mn_storage_t *mn_storage_retain(mn_storage_t *s);
 /* Drops a reference; the last one frees the bytes (allocator free, deleter,
@@ -71,11 +71,12 @@ typedef void (*mn_storage_deleter_t)(void *ctx, void *data);
  * does not run (the caller still owns data). On SIM, [data, data + nbytes)
  * must be mapped memory of that device (MN_ERR_INVALID_ARGUMENT otherwise);
  * CPU takes any host memory and CUDA pointers are not checked. */
-MN_API MN_NODISCARD mn_status mn_storage_from_buffer(mn_device_t dev, void *data, size_t nbytes, mn_storage_deleter_t deleter,
-                                 void *ctx, mn_storage_t **out);
+MN_API MN_NODISCARD mn_status mn_storage_from_buffer(mn_device_t dev, void *data, size_t nbytes,
+                                                     mn_storage_deleter_t deleter, void *ctx, mn_storage_t **out);
 /* A new storage on `dev` (default allocator) holding a copy of nbytes of host
  * memory at `data`; returns once the copy is complete. */
-MN_API MN_NODISCARD mn_status mn_storage_from_buffer_copy(mn_device_t dev, const void *data, size_t nbytes, mn_storage_t **out);
+MN_API MN_NODISCARD mn_status mn_storage_from_buffer_copy(mn_device_t dev, const void *data, size_t nbytes,
+                                                          mn_storage_t **out);
 
 /* ---- size and contents -------------------------------------------------------
  * `stream` (NULL: the device's default stream) orders device work; calls
@@ -97,11 +98,13 @@ MN_API MN_NODISCARD mn_status mn_storage_resize(mn_storage_t *s, size_t nbytes, 
 MN_API MN_NODISCARD mn_status mn_storage_fill(mn_storage_t *s, int value, mn_stream_t *stream);
 /* Writes `value` converted to `dtype` into every element (nbytes must be a
  * multiple of the dtype's item size). */
-MN_API MN_NODISCARD mn_status mn_storage_fill_typed(mn_storage_t *s, mn_dtype dtype, mn_scalar_t value, mn_stream_t *stream);
+MN_API MN_NODISCARD mn_status mn_storage_fill_typed(mn_storage_t *s, mn_dtype dtype, mn_scalar_t value,
+                                                    mn_stream_t *stream);
 /* Copies src into dst (same nbytes, any two devices) through the copy
  * engine; blocking unless non_blocking (then ordered on `stream`, see
  * mn_copy_bytes). */
-MN_API MN_NODISCARD mn_status mn_storage_copy(mn_storage_t *dst, const mn_storage_t *src, bool non_blocking, mn_stream_t *stream);
+MN_API MN_NODISCARD mn_status mn_storage_copy(mn_storage_t *dst, const mn_storage_t *src, bool non_blocking,
+                                              mn_stream_t *stream);
 /* A new storage with the same bytes on the same device (the same allocator
  * for allocator-owned storages, else the device's default), copied on `stream`. */
 MN_API MN_NODISCARD mn_status mn_storage_clone(const mn_storage_t *s, mn_stream_t *stream, mn_storage_t **out);
@@ -109,8 +112,8 @@ MN_API MN_NODISCARD mn_status mn_storage_clone(const mn_storage_t *s, mn_stream_
  * PyTorch); else a copy in the device's default allocator. A non_blocking
  * copy from a device to the CPU lands in pinned memory (the source device's
  * pinned pool) so it can be asynchronous; wait on `stream` before reading. */
-MN_API MN_NODISCARD mn_status mn_storage_to(const mn_storage_t *s, mn_device_t dev, bool non_blocking, mn_stream_t *stream,
-                        mn_storage_t **out);
+MN_API MN_NODISCARD mn_status mn_storage_to(const mn_storage_t *s, mn_device_t dev, bool non_blocking,
+                                            mn_stream_t *stream, mn_storage_t **out);
 /* A pinned copy of a CPU storage from the default pinned pool of
  * `pin_device` (the CUDA or SIM device that will copy it; the CPU gives plain
  * memory). MN_ERR_INVALID_ARGUMENT for storages off the CPU. */
@@ -129,7 +132,7 @@ MN_API MN_NODISCARD mn_status mn_storage_byteswap_dtype(mn_storage_t *s, mn_dtyp
  * src_dtype's item size. Quantized dtypes (either side) are refused
  * (MN_ERR_INVALID_ARGUMENT): use quantize / dequantize (mnemo/quantized.h). */
 MN_API MN_NODISCARD mn_status mn_storage_convert(const mn_storage_t *s, mn_dtype src_dtype, mn_dtype dst_dtype,
-                             mn_stream_t *stream, mn_storage_t **out);
+                                                 mn_stream_t *stream, mn_storage_t **out);
 
 /* ---- files and shared memory ---------------------------------------------------
  * All on the CPU device; none is resizable. */
@@ -176,8 +179,8 @@ typedef struct mn_ipc_handle_s {
   uint8_t bytes[MN_IPC_HANDLE_BYTES]; /* cudaIpcMemHandle_t of the allocation's base */
   uint64_t offset;                    /* of the storage's first byte from that base */
   uint64_t nbytes;
-  int32_t device_index;               /* the exporting process's CUDA ordinal */
-  uint32_t reserved;                  /* 0 */
+  int32_t device_index; /* the exporting process's CUDA ordinal */
+  uint32_t reserved;    /* 0 */
 } mn_ipc_handle_t;
 
 /* Exports a CUDA storage for another process: the handle of the allocation
@@ -188,7 +191,8 @@ typedef struct mn_ipc_handle_s {
 MN_API MN_NODISCARD mn_status mn_storage_ipc_export(const mn_storage_t *s, mn_ipc_handle_t *out);
 /* Opens a handle exported by another process on cuda:<dev.index>; the
  * storage (MN_STORAGE_IPC) closes the mapping when released. */
-MN_API MN_NODISCARD mn_status mn_storage_from_ipc_handle(mn_device_t dev, const mn_ipc_handle_t *handle, mn_storage_t **out);
+MN_API MN_NODISCARD mn_status mn_storage_from_ipc_handle(mn_device_t dev, const mn_ipc_handle_t *handle,
+                                                         mn_storage_t **out);
 
 /* ---- caching-allocator blocks of another process (mnemo/share.h) ---------------- */
 typedef struct mn_share_handle_s mn_share_handle_t;
@@ -201,7 +205,8 @@ typedef struct mn_share_handle_s mn_share_handle_t;
  * a forged or edited one (token, offset, sizes, pieces or device not what was
  * exported; a descriptor that is not the exported file, or not sealed):
  * MN_ERR_INVALID_ARGUMENT. Trust model: docs/ALLOCATOR.md. */
-MN_API MN_NODISCARD mn_status mn_storage_from_share_handle(mn_device_t dev, const mn_share_handle_t *h, mn_storage_t **out);
+MN_API MN_NODISCARD mn_status mn_storage_from_share_handle(mn_device_t dev, const mn_share_handle_t *h,
+                                                           mn_storage_t **out);
 
 /* ---- debug print -------------------------------------------------------------------- */
 /* Writes "storage(cpu, 16 bytes, allocator 'naive', refcount 1, not pinned)
@@ -209,13 +214,14 @@ MN_API MN_NODISCARD mn_status mn_storage_from_share_handle(mn_device_t dev, cons
  * bufsize): device, nbytes, kind, refcount, flags and at most max_items
  * elements of `dtype` ("..." after them). Device memory is copied to the
  * host first (blocking). *len (may be NULL) gets the full text length. */
-MN_API MN_NODISCARD mn_status mn_storage_format(const mn_storage_t *s, mn_dtype dtype, size_t max_items, char *buf, size_t bufsize,
-                            size_t *len);
+MN_API MN_NODISCARD mn_status mn_storage_format(const mn_storage_t *s, mn_dtype dtype, size_t max_items, char *buf,
+                                                size_t bufsize, size_t *len);
 /* mn_storage_format to `f` (NULL: stdout) with a newline. */
 MN_API MN_NODISCARD mn_status mn_storage_print(const mn_storage_t *s, mn_dtype dtype, size_t max_items, FILE *f);
 /* Reads up to `max` elements of `dtype` from the start into out (as
  * mn_scalar_from_bytes); *count gets how many (PyTorch's tolist). Blocking. */
-MN_API MN_NODISCARD mn_status mn_storage_tolist(const mn_storage_t *s, mn_dtype dtype, mn_scalar_t *out, size_t max, size_t *count);
+MN_API MN_NODISCARD mn_status mn_storage_tolist(const mn_storage_t *s, mn_dtype dtype, mn_scalar_t *out, size_t max,
+                                                size_t *count);
 
 #ifdef __cplusplus
 }

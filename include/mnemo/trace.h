@@ -13,13 +13,13 @@
 extern "C" {
 #endif
 
-#define MN_TRACE_FORMAT_VERSION 4 /* the newest version; mn_trace_write writes 4 when
-                                     the trace holds annotations, else 3 when it
-                                     holds frames (stacks), else 1 when every
-                                     entry is on device 0, else 2 */
-#define MN_TRACE_LINE_MAX 4096    /* bytes per line, newline excluded */
-#define MN_TRACE_META_KEY_MAX 63  /* bytes per meta key */
-#define MN_TRACE_STACK_MAX 128    /* frames per stack that writers keep (the innermost) */
+/* The newest version; mn_trace_write writes 4 when the trace holds
+ * annotations, else 3 when it holds frames (stacks), else 1 when every entry
+ * is on device 0, else 2. */
+#define MN_TRACE_FORMAT_VERSION 4
+#define MN_TRACE_LINE_MAX 4096   /* bytes per line, newline excluded */
+#define MN_TRACE_META_KEY_MAX 63 /* bytes per meta key */
+#define MN_TRACE_STACK_MAX 128   /* frames per stack that writers keep (the innermost) */
 
 /* One pre or event line of a trace file. */
 typedef struct mn_trace_entry_s {
@@ -44,21 +44,17 @@ typedef struct mn_trace_frame_s {
 
 /* The stage of an annotation (version 4): a point in time, or the start or
  * end of a named range (PyTorch's `annotate` trace events, stage START/END). */
-typedef enum {
-  MN_TRACE_ANNOTATION_MARK,
-  MN_TRACE_ANNOTATION_START,
-  MN_TRACE_ANNOTATION_END
-} mn_trace_annotation_stage;
+typedef enum { MN_TRACE_ANNOTATION_MARK, MN_TRACE_ANNOTATION_START, MN_TRACE_ANNOTATION_END } mn_trace_annotation_stage;
 
 /* One `annotate` line (version 4): a user's label at a moment of the trace.
  * Not an entry: replay never sees it. */
 typedef struct mn_trace_annotation_s {
-  uint64_t time_us;   /* microseconds since the trace's origin, like an event's */
-  size_t entry;       /* index of the first entry after it (nentries if none) */
-  uint32_t device;    /* the trace's device index */
-  uint32_t stack;     /* stack id (1..nstacks), 0: none */
+  uint64_t time_us; /* microseconds since the trace's origin, like an event's */
+  size_t entry;     /* index of the first entry after it (nentries if none) */
+  uint32_t device;  /* the trace's device index */
+  uint32_t stack;   /* stack id (1..nstacks), 0: none */
   mn_trace_annotation_stage stage;
-  char *name;         /* decoded; any bytes but NUL, may be "" */
+  char *name; /* decoded; any bytes but NUL, may be "" */
 } mn_trace_annotation_t;
 
 typedef struct mn_trace_meta_s {
@@ -69,22 +65,22 @@ typedef struct mn_trace_meta_s {
 /* A trace in memory. Fields are read-only for callers: change it through
  * the functions below, which keep the arrays valid. */
 typedef struct mn_trace_s {
-  unsigned version;          /* the version read (1 to 4); 1 for a new trace */
-  size_t nentries;           /* pre lines first, then events, in file order */
+  unsigned version; /* the version read (1 to 4); 1 for a new trace */
+  size_t nentries;  /* pre lines first, then events, in file order */
   mn_trace_entry_t *entries;
   size_t nmeta;
-  mn_trace_meta_t *meta;     /* in file order */
+  mn_trace_meta_t *meta; /* in file order */
   size_t capacity, meta_capacity;
-  uint64_t origin_ns;        /* recorder: clock value of time 0 */
-  uint64_t dropped;          /* recorder: events lost for want of host memory */
+  uint64_t origin_ns; /* recorder: clock value of time 0 */
+  uint64_t dropped;   /* recorder: events lost for want of host memory */
   /* Version 3: interned frames and stacks (read-only; add them with
    * mn_trace_frame_add / mn_trace_stack_add). */
-  size_t nframes;            /* frames[i] has id i + 1 */
+  size_t nframes; /* frames[i] has id i + 1 */
   mn_trace_frame_t *frames;
-  size_t nstacks;            /* stack id s (1..nstacks) holds the frame ids
-                                stack_frames[stack_start[s-1] .. stack_start[s]-1],
-                                innermost (most recent call) first */
-  uint32_t *stack_start;     /* nstacks + 1 offsets, stack_start[0] = 0 (NULL while nstacks = 0) */
+  size_t nstacks;        /* stack id s (1..nstacks) holds the frame ids
+                            stack_frames[stack_start[s-1] .. stack_start[s]-1],
+                            innermost (most recent call) first */
+  uint32_t *stack_start; /* nstacks + 1 offsets, stack_start[0] = 0 (NULL while nstacks = 0) */
   uint32_t *stack_frames;
   /* Version 4: annotations in file order, entry non-decreasing (read-only;
    * add them with mn_trace_annotation_add). */
@@ -133,13 +129,12 @@ MN_API MN_NODISCARD mn_status mn_trace_meta_get_u64(const mn_trace_t *trace, con
  * file and name are C strings of any bytes but NUL (the writer percent-encodes
  * them); file NULL or "" is unknown. MN_ERR_INVALID_ARGUMENT when its frame
  * line would be over MN_TRACE_LINE_MAX bytes or ids would pass UINT32_MAX. */
-MN_API MN_NODISCARD mn_status mn_trace_frame_add(mn_trace_t *t, const char *file, uint32_t line,
-                                                 const char *name, uint32_t *id);
+MN_API MN_NODISCARD mn_status mn_trace_frame_add(mn_trace_t *t, const char *file, uint32_t line, const char *name,
+                                                 uint32_t *id);
 /* Interns a stack of frame ids, innermost first: the same sequence gives the
  * same id; n >= 1 and every id must exist (MN_ERR_INVALID_ARGUMENT); *id from 1.
  * Any n is kept; writers write the innermost MN_TRACE_STACK_MAX that fit a line. */
-MN_API MN_NODISCARD mn_status mn_trace_stack_add(mn_trace_t *t, const uint32_t *frame_ids, size_t n,
-                                                 uint32_t *id);
+MN_API MN_NODISCARD mn_status mn_trace_stack_add(mn_trace_t *t, const uint32_t *frame_ids, size_t n, uint32_t *id);
 /* The frame ids of stack `id`, innermost first (*frame_ids points into the
  * trace, valid until it changes; may be NULL); returns their count, 0 for id 0
  * or an unknown id. */
@@ -185,9 +180,9 @@ MN_API void mn_trace_recorder_sink(void *user, const mn_trace_event_t *event);
  * failures stop the replay with the trace line named. At the end every live
  * allocation is freed and the created streams destroyed. */
 typedef struct mn_replay_step_s {
-  size_t entry;               /* index in the trace of the entry just replayed */
-  int64_t allocated, reserved;/* allocator's current bytes (-1: unknown) */
-  int64_t requested;          /* bytes asked for and live */
+  size_t entry;                /* index in the trace of the entry just replayed */
+  int64_t allocated, reserved; /* allocator's current bytes (-1: unknown) */
+  int64_t requested;           /* bytes asked for and live */
 } mn_replay_step_t;
 
 /* An out-of-memory of a replay (mn_replay_options_t.on_oom). */
@@ -248,61 +243,60 @@ typedef struct mn_replay_options_s {
   void *on_oom_user;
 } mn_replay_options_t;
 
-
 MN_API mn_replay_options_t mn_replay_options_default(void);
 
 typedef struct mn_replay_result_s {
-  uint64_t allocs, frees;      /* replayed event operations (pre allocs excluded) */
-  uint64_t pre_allocs;         /* pre allocations replayed */
-  uint64_t ooms;               /* allocations that failed for want of memory */
-  uint64_t skipped_frees;      /* frees of allocations that had failed */
-  uint64_t retries;            /* empty_cache-and-retry rounds (oom_retries) */
-  uint64_t empty_caches;       /* empty_cache lines replayed */
-  uint32_t trace_device;       /* the trace device replayed */
-  uint32_t trace_devices;      /* distinct devices in the trace */
-  size_t streams;              /* distinct trace streams */
+  uint64_t allocs, frees; /* replayed event operations (pre allocs excluded) */
+  uint64_t pre_allocs;    /* pre allocations replayed */
+  uint64_t ooms;          /* allocations that failed for want of memory */
+  uint64_t skipped_frees; /* frees of allocations that had failed */
+  uint64_t retries;       /* empty_cache-and-retry rounds (oom_retries) */
+  uint64_t empty_caches;  /* empty_cache lines replayed */
+  uint32_t trace_device;  /* the trace device replayed */
+  uint32_t trace_devices; /* distinct devices in the trace */
+  size_t streams;         /* distinct trace streams */
   /* Bytes; over the whole replay, pre allocations included. From the
    * allocator's statistics when it keeps them (stats_from_allocator), else
    * allocated = requested bytes (rounded by nothing) and reserved = the
    * device's mapped bytes (SIM only; -1 elsewhere). */
   int64_t peak_allocated, peak_reserved;
-  int64_t peak_requested;      /* peak of the bytes asked for (the trace's own figure) */
-  int64_t reserved_after_pre;  /* reserved bytes once the pre allocations are in (-1: unknown) */
+  int64_t peak_requested;     /* peak of the bytes asked for (the trace's own figure) */
+  int64_t reserved_after_pre; /* reserved bytes once the pre allocations are in (-1: unknown) */
   int64_t allocated_after_pre;
-  double ratio;                /* peak_reserved / peak_allocated (0 when unknown) */
-  int64_t device_allocs;       /* raw allocations (or page maps) over the whole replay */
-  int64_t device_allocs_events;/* of which during the events (after the pre allocations) */
-  int64_t device_frees;        /* raw frees (or page unmaps) over the whole replay; -1: unknown */
+  double ratio;                 /* peak_reserved / peak_allocated (0 when unknown) */
+  int64_t device_allocs;        /* raw allocations (or page maps) over the whole replay */
+  int64_t device_allocs_events; /* of which during the events (after the pre allocations) */
+  int64_t device_frees;         /* raw frees (or page unmaps) over the whole replay; -1: unknown */
   /* SIM only: the peak of the device's mapped bytes above what was mapped
    * before the replay, sampled after every call (an independent check of
    * peak_reserved); -1 on other devices. */
   int64_t peak_device_mapped;
-  uint64_t op_ns;              /* host time inside alloc/free calls (CLOCK_MONOTONIC), events only */
-  double ns_per_op;            /* op_ns / (allocs + frees) */
+  uint64_t op_ns;   /* host time inside alloc/free calls (CLOCK_MONOTONIC), events only */
+  double ns_per_op; /* op_ns / (allocs + frees) */
   bool stats_from_allocator;
-  uint64_t pre_segments;        /* pre segments reserved as recorded (skip_pre_segments unset) */
+  uint64_t pre_segments;          /* pre segments reserved as recorded (skip_pre_segments unset) */
   uint64_t pre_segments_laid_out; /* of which with their pre allocations at the recorded offsets */
-  uint64_t recorded_ooms;       /* the trace's oom lines on the device replayed (up to stop_after) */
-  uint64_t ooms_reproduced;     /* replay_ooms: of those, where the replay ran out of memory too */
+  uint64_t recorded_ooms;         /* the trace's oom lines on the device replayed (up to stop_after) */
+  uint64_t ooms_reproduced;       /* replay_ooms: of those, where the replay ran out of memory too */
 } mn_replay_result_t;
 
 /* options NULL: the defaults. The allocator should be fresh (its peaks are
  * reset first when it supports that). *out is untouched on failure. */
 MN_API MN_NODISCARD mn_status mn_trace_replay(const mn_trace_t *trace, mn_allocator_t *allocator,
-                          const mn_replay_options_t *options, mn_replay_result_t *out);
+                                              const mn_replay_options_t *options, mn_replay_result_t *out);
 
 /* One device of a trace, as `mnemo replay` and mnemo.profiling.replay replay
  * it (mn_trace_devices). */
 typedef struct mn_trace_device_s {
-  uint32_t index;   /* the entries' device field (mn_replay_options_t.trace_device) */
+  uint32_t index; /* the entries' device field (mn_replay_options_t.trace_device) */
   /* The recorded device's number: its index in a trace of several devices
    * (`meta devices`: the importer's CUDA indices), else the trace's `meta
    * device` for index 0 (a one-device import of device N), else its index. */
   uint64_t label;
-  bool host;        /* label is `meta host_device`: pinned host memory, not device memory */
-  size_t entries;   /* its entries */
-  size_t pre_allocs;/* of which pre alloc lines */
-  size_t oom_lines; /* its recorded oom lines */
+  bool host;         /* label is `meta host_device`: pinned host memory, not device memory */
+  size_t entries;    /* its entries */
+  size_t pre_allocs; /* of which pre alloc lines */
+  size_t oom_lines;  /* its recorded oom lines */
   /* The device's size as recorded, 0 when the trace does not say: at its first
    * oom line, the reserved bytes then (pre segments and the segment lines
    * before it) + the free bytes the line reports (its address field; a line of

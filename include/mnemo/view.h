@@ -21,10 +21,10 @@ typedef struct mn_view_s mn_view_t;
  * inside the storage (a view of no elements reaches none, as in PyTorch);
  * negative sizes/strides/offsets are refused. */
 MN_API MN_NODISCARD mn_status mn_view_create(mn_storage_t *storage, mn_dtype dtype, int ndim, const int64_t *sizes,
-                         const int64_t *strides, int64_t offset, mn_view_t **out);
+                                             const int64_t *strides, int64_t offset, mn_view_t **out);
 /* A contiguous view over a new storage on `dev` (default allocator). */
 MN_API MN_NODISCARD mn_status mn_view_empty(mn_device_t dev, mn_dtype dtype, int ndim, const int64_t *sizes,
-                        mn_view_t **out);
+                                            mn_view_t **out);
 MN_API void mn_view_destroy(mn_view_t *v);
 
 MN_API int mn_view_ndim(const mn_view_t *v);
@@ -32,11 +32,11 @@ MN_API int64_t mn_view_size(const mn_view_t *v, int dim);   /* dim may be negati
 MN_API int64_t mn_view_stride(const mn_view_t *v, int dim); /* elements */
 MN_API const int64_t *mn_view_sizes(const mn_view_t *v);
 MN_API const int64_t *mn_view_strides(const mn_view_t *v);
-MN_API int64_t mn_view_offset(const mn_view_t *v);          /* elements */
+MN_API int64_t mn_view_offset(const mn_view_t *v); /* elements */
 MN_API int64_t mn_view_numel(const mn_view_t *v);
 MN_API mn_dtype mn_view_dtype(const mn_view_t *v);
 MN_API mn_device_t mn_view_device(const mn_view_t *v);
-MN_API mn_storage_t *mn_view_storage(const mn_view_t *v);   /* borrowed */
+MN_API mn_storage_t *mn_view_storage(const mn_view_t *v); /* borrowed */
 /* Address of element 0 (storage data + offset * itemsize). */
 MN_API void *mn_view_data(const mn_view_t *v);
 MN_API bool mn_view_is_contiguous(const mn_view_t *v);
@@ -50,12 +50,12 @@ MN_API bool mn_view_is_contiguous(const mn_view_t *v);
 /* PyTorch's empty_strided: a new storage on `dev` just large enough for the
  * geometry (strides NULL: contiguous). */
 MN_API MN_NODISCARD mn_status mn_view_empty_strided(mn_device_t dev, mn_dtype dtype, int ndim, const int64_t *sizes,
-                                const int64_t *strides, mn_view_t **out);
+                                                    const int64_t *strides, mn_view_t **out);
 /* as_strided: v's storage and dtype with new sizes, strides and offset
  * (MN_VIEW_OFFSET_KEEP keeps v's offset), bounds-checked against the storage. */
 #define MN_VIEW_OFFSET_KEEP INT64_MIN
-MN_API MN_NODISCARD mn_status mn_view_as_strided(const mn_view_t *v, int ndim, const int64_t *sizes, const int64_t *strides,
-                             int64_t offset, mn_view_t **out);
+MN_API MN_NODISCARD mn_status mn_view_as_strided(const mn_view_t *v, int ndim, const int64_t *sizes,
+                                                 const int64_t *strides, int64_t offset, mn_view_t **out);
 /* Checks v's invariants: dims in 0..MN_MAX_DIMS, sizes and strides >= 0,
  * offset >= 0, every reachable element inside the storage. MN_ERR_INTERNAL
  * with a message when one is broken. */
@@ -85,13 +85,16 @@ MN_API MN_NODISCARD mn_status mn_view_t2d(const mn_view_t *v, mn_view_t **out);
 /* permute(dims): dims is a permutation of 0..ndim-1 (negative allowed). */
 MN_API MN_NODISCARD mn_status mn_view_permute(const mn_view_t *v, int ndim, const int *dims, mn_view_t **out);
 /* movedim(source, destination): n dims moved, the others keep their order. */
-MN_API MN_NODISCARD mn_status mn_view_movedim(const mn_view_t *v, int n, const int *source, const int *destination, mn_view_t **out);
+MN_API MN_NODISCARD mn_status mn_view_movedim(const mn_view_t *v, int n, const int *source, const int *destination,
+                                              mn_view_t **out);
 /* v[start:end:step] along dim: Python indices (negative wrap, out of range
  * clamps; MN_VIEW_END for "to the end"), step > 0. */
 #define MN_VIEW_END INT64_MAX
-MN_API MN_NODISCARD mn_status mn_view_slice(const mn_view_t *v, int dim, int64_t start, int64_t end, int64_t step, mn_view_t **out);
+MN_API MN_NODISCARD mn_status mn_view_slice(const mn_view_t *v, int dim, int64_t start, int64_t end, int64_t step,
+                                            mn_view_t **out);
 /* narrow(dim, start, length): start may be negative; the range must fit. */
-MN_API MN_NODISCARD mn_status mn_view_narrow(const mn_view_t *v, int dim, int64_t start, int64_t length, mn_view_t **out);
+MN_API MN_NODISCARD mn_status mn_view_narrow(const mn_view_t *v, int dim, int64_t start, int64_t length,
+                                             mn_view_t **out);
 /* select(dim, index): removes dim; index may be negative. */
 MN_API MN_NODISCARD mn_status mn_view_select(const mn_view_t *v, int dim, int64_t index, mn_view_t **out);
 MN_API MN_NODISCARD mn_status mn_view_unsqueeze(const mn_view_t *v, int dim, mn_view_t **out);
@@ -103,14 +106,16 @@ MN_API MN_NODISCARD mn_status mn_view_squeeze_dim(const mn_view_t *v, int dim, m
  * to it are refused (internal overlap). */
 MN_API MN_NODISCARD mn_status mn_view_expand(const mn_view_t *v, int ndim, const int64_t *sizes, mn_view_t **out);
 /* unflatten(dim, sizes): splits dim into sizes (one -1 allowed); a view. */
-MN_API MN_NODISCARD mn_status mn_view_unflatten(const mn_view_t *v, int dim, int n, const int64_t *sizes, mn_view_t **out);
+MN_API MN_NODISCARD mn_status mn_view_unflatten(const mn_view_t *v, int dim, int n, const int64_t *sizes,
+                                                mn_view_t **out);
 /* diagonal(offset, dim1, dim2): removes both dims, appends the diagonal. */
 MN_API MN_NODISCARD mn_status mn_view_diagonal(const mn_view_t *v, int64_t offset, int dim1, int dim2, mn_view_t **out);
 /* unfold(dim, size, step): windows of `size` every `step` as a new last dim. */
 MN_API MN_NODISCARD mn_status mn_view_unfold(const mn_view_t *v, int dim, int64_t size, int64_t step, mn_view_t **out);
 /* split(split_size, dim) and chunk(chunks, dim): *out is a malloc'ed array of
  * *count views; free it with mn_view_list_destroy. */
-MN_API MN_NODISCARD mn_status mn_view_split(const mn_view_t *v, int64_t split_size, int dim, mn_view_t ***out, int *count);
+MN_API MN_NODISCARD mn_status mn_view_split(const mn_view_t *v, int64_t split_size, int dim, mn_view_t ***out,
+                                            int *count);
 MN_API MN_NODISCARD mn_status mn_view_chunk(const mn_view_t *v, int64_t chunks, int dim, mn_view_t ***out, int *count);
 MN_API void mn_view_list_destroy(mn_view_t **views, int count);
 /* view(dtype): same item size keeps the geometry; a different one rescales
@@ -128,10 +133,11 @@ MN_API MN_NODISCARD mn_status mn_view_imag(const mn_view_t *v, mn_view_t **out);
 
 /* reshape: view() when possible, else a contiguous copy of the new shape. */
 MN_API MN_NODISCARD mn_status mn_view_reshape(const mn_view_t *v, int ndim, const int64_t *shape, mn_stream_t *stream,
-                          mn_view_t **out);
+                                              mn_view_t **out);
 /* flatten(start_dim, end_dim): reshape that merges dims start..end (a 0-d
  * view becomes 1-d); a view when possible. */
-MN_API MN_NODISCARD mn_status mn_view_flatten(const mn_view_t *v, int start_dim, int end_dim, mn_stream_t *stream, mn_view_t **out);
+MN_API MN_NODISCARD mn_status mn_view_flatten(const mn_view_t *v, int start_dim, int end_dim, mn_stream_t *stream,
+                                              mn_view_t **out);
 /* contiguous(): an already contiguous view gives a new handle of the SAME
  * storage and layout (no copy, as PyTorch returns self); otherwise a copy. */
 MN_API MN_NODISCARD mn_status mn_view_contiguous(const mn_view_t *v, mn_stream_t *stream, mn_view_t **out);
@@ -141,8 +147,8 @@ MN_API MN_NODISCARD mn_status mn_view_clone(const mn_view_t *v, mn_stream_t *str
 /* to(device, dtype): a new handle of v when both match (no copy), else a copy
  * laid out as clone's. non_blocking as mn_copy_view's; `stream` orders the
  * work (NULL: the default stream of the non-CPU side). */
-MN_API MN_NODISCARD mn_status mn_view_to(const mn_view_t *v, mn_device_t dev, mn_dtype dtype, bool non_blocking, mn_stream_t *stream,
-                     mn_view_t **out);
+MN_API MN_NODISCARD mn_status mn_view_to(const mn_view_t *v, mn_device_t dev, mn_dtype dtype, bool non_blocking,
+                                         mn_stream_t *stream, mn_view_t **out);
 
 /* empty_like(v, device=dev): a new storage on `dev` with v's dtype and sizes,
  * laid out as clone's (preserve_format), contents uninitialised (PyTorch's

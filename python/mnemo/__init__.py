@@ -45,7 +45,7 @@ __all__ += ["dtype", "Storage", "View", "empty", "empty_strided", "zeros", "ones
             "safetensors", "interop", "serialize", "contiguous_format", "channels_last", "channels_last_3d",
             "preserve_format"] + [_n for _n in _DTYPE_NAMES if _n != "bool"]
 
-# printing as PyTorch (helper print, issue 34)
+# printing as PyTorch (print options, tensor repr)
 from ._format import get_printoptions, set_printoptions
 
 __all__ += ["set_printoptions", "get_printoptions"]

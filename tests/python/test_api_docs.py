@@ -19,7 +19,7 @@ import unittest
 
 import mnemo
 
-# Modules whose names are not checked yet: the issue-34 helpers that rewrite
+# Modules whose names are not checked yet: the helpers that rewrite
 # them add their hints; the lead empties this list after merging (then every
 # module of the package is checked).
 NOT_YET_CHECKED = []

@@ -209,7 +209,7 @@ class Storages(unittest.TestCase):
             mnemo.Storage(8, allocator=object())
 
     def test_resize_refused_under_a_view(self):
-        # issue 32 (6): shrinking under a live view let writes through it run
+        # shrinking under a live view let writes through it run
         # past the end; any resize moves the bytes, so it waits for the views
         for dev in DEVICES:
             v = mnemo.zeros(1024, device=dev)

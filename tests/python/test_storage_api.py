@@ -545,7 +545,7 @@ class Printing(unittest.TestCase):
         self.assertEqual(repr(s), "mnemo.UntypedStorage(<released>)")
 
     def test_ones_bytes(self):
-        """The bytes of ones(3), as the issue's example."""
+        """The bytes of ones(3): three little-endian float32 1.0s."""
         self.assertEqual(mnemo.ones(3).untyped_storage().tolist(), [0, 0, 128, 63] * 3)
 
 
