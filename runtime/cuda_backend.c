@@ -1,5 +1,6 @@
 /* runtime/cuda_backend.c: the CUDA device backend (mn__cuda_backend) on the CUDA
- * runtime API, with VMM through driver entry points; a 0-device stub without CUDA. */
+ * runtime API, with VMM through driver entry points; without CUDA a table of
+ * NULL slots (0 devices). */
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -14,153 +15,25 @@
 
 #ifndef MNEMO_HAVE_CUDA
 
-/* ---- Built without CUDA: no devices; every other slot refuses. ------------- */
+/* ---- Built without CUDA: no devices. ---------------------------------------
+ * Every slot stays NULL: runtime/device.c counts 0 devices without
+ * device_count and answers a required slot with MN_ERR_NO_DEVICE ("built
+ * without CUDA: no CUDA device exists"). */
 
-static mn_status mn__nocuda(const char *func) {
+static mn_status nocuda(const char *func) {
   return mn__error(MN_ERR_NO_DEVICE, func, "built without CUDA: no CUDA device exists");
-}
-
-static mn_status mn__nocuda_device_count(int *count) {
-  *count = 0;
-  return MN_OK;
-}
-static mn_status mn__nocuda_get_properties(int index, mn_device_props_t *props) {
-  (void)index, (void)props;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_mem_info(int index, size_t *free_bytes, size_t *total_bytes) {
-  (void)index, (void)free_bytes, (void)total_bytes;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_synchronize(int index) {
-  (void)index;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_raw_alloc(int index, size_t nbytes, void **out) {
-  (void)index, (void)nbytes, (void)out;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_raw_free(int index, void *ptr) {
-  (void)index, (void)ptr;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_va_reserve(int index, size_t nbytes, void **base) {
-  (void)index, (void)nbytes, (void)base;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_va_release(int index, void *base, size_t nbytes) {
-  (void)index, (void)base, (void)nbytes;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_mem_map(int index, void *addr, size_t nbytes) {
-  (void)index, (void)addr, (void)nbytes;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_mem_unmap(int index, void *addr, size_t nbytes, bool synced) {
-  (void)index, (void)addr, (void)nbytes, (void)synced;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_mem_set_access(int index, void *addr, size_t nbytes, int peer) {
-  (void)index, (void)addr, (void)nbytes, (void)peer;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_stream_create(int index, void **out) {
-  (void)index, (void)out;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_stream_destroy(int index, void *stream) {
-  (void)index, (void)stream;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_stream_query(int index, void *stream, bool *done) {
-  (void)index, (void)stream, (void)done;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_stream_synchronize(int index, void *stream) {
-  (void)index, (void)stream;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_stream_wait_event(int index, void *stream, void *event) {
-  (void)index, (void)stream, (void)event;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_launch_host(int index, void *stream, mn_host_fn fn, void *arg) {
-  (void)index, (void)stream, (void)fn, (void)arg;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_event_create(int index, void **out) {
-  (void)index, (void)out;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_event_destroy(int index, void *event) {
-  (void)index, (void)event;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_event_record(int index, void *event, void *stream) {
-  (void)index, (void)event, (void)stream;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_event_query(int index, void *event, bool *done) {
-  (void)index, (void)event, (void)done;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_event_synchronize(int index, void *event) {
-  (void)index, (void)event;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_memcpy_async(int index, void *dst, const void *src, size_t nbytes,
-                                         mn__copy_kind kind, void *stream) {
-  (void)index, (void)dst, (void)src, (void)nbytes, (void)kind, (void)stream;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_memset_async(int index, void *dst, int value, size_t nbytes,
-                                         void *stream) {
-  (void)index, (void)dst, (void)value, (void)nbytes, (void)stream;
-  return mn__nocuda(__func__);
 }
 
 mn_status mn__cuda_get_current(int *index) {
   (void)index;
-  return mn__nocuda(__func__);
+  return nocuda(__func__);
 }
 mn_status mn__cuda_set_current(int index) {
   (void)index;
-  return mn__nocuda(__func__);
-}
-void *mn__cuda_driver_symbol(const char *symbol) {
-  (void)symbol;
-  return NULL;
+  return nocuda(__func__);
 }
 
-const mn__backend_t mn__cuda_backend = {
-    .name = "cuda",
-    .type = MN_DEVICE_CUDA,
-    .device_count = mn__nocuda_device_count,
-    .get_properties = mn__nocuda_get_properties,
-    .mem_info = mn__nocuda_mem_info,
-    .synchronize = mn__nocuda_synchronize,
-    .raw_alloc = mn__nocuda_raw_alloc,
-    .raw_free = mn__nocuda_raw_free,
-    .va_reserve = mn__nocuda_va_reserve,
-    .va_release = mn__nocuda_va_release,
-    .mem_map = mn__nocuda_mem_map,
-    .mem_unmap = mn__nocuda_mem_unmap,
-    .mem_set_access = mn__nocuda_mem_set_access,
-    .stream_create = mn__nocuda_stream_create,
-    .stream_destroy = mn__nocuda_stream_destroy,
-    .stream_query = mn__nocuda_stream_query,
-    .stream_synchronize = mn__nocuda_stream_synchronize,
-    .stream_wait_event = mn__nocuda_stream_wait_event,
-    .launch_host = mn__nocuda_launch_host,
-    .event_create = mn__nocuda_event_create,
-    .event_destroy = mn__nocuda_event_destroy,
-    .event_record = mn__nocuda_event_record,
-    .event_query = mn__nocuda_event_query,
-    .event_synchronize = mn__nocuda_event_synchronize,
-    .memcpy_async = mn__nocuda_memcpy_async,
-    .memset_async = mn__nocuda_memset_async,
-    /* the slots stay NULL (NOT_SUPPORTED); no CUDA device exists to reach them */
-};
+const mn__backend_t mn__cuda_backend = {.name = "cuda", .type = MN_DEVICE_CUDA};
 
 #else /* MNEMO_HAVE_CUDA */
 
