@@ -1,5 +1,5 @@
 /* allocators/async.c: the stream-ordered pool allocator (backend:cudaMallocAsync)
- * over a pool of its own (runtime/backend.h: mn__device_pool_*; the device's
+ * over a pool of its own (runtime/device_internal.h: mn__device_pool_*; the device's
  * default pool is left alone), with record_stream by events. A free is
  * ordered on the allocating stream (after its recorded streams' work): as
  * cudaFreeAsync, the memory is reusable at once by later allocations on that
@@ -18,7 +18,7 @@
 #include "allocators/stat.h"
 #include "mnemo/adaptors.h"
 #include "mnemo/mnemo.h"
-#include "runtime/backend.h"
+#include "runtime/device_internal.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
 #include "runtime/stream_hold.h"

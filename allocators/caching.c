@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "allocators/caching_internal.h"
-#include "runtime/backend.h"
+#include "runtime/device_internal.h"
 #include "runtime/debug.h"
 #include "runtime/events.h"
 #include "runtime/hostmem.h"

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "allocators/caching_internal.h"
-#include "runtime/backend.h"
+#include "runtime/device_internal.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
 

@@ -33,7 +33,7 @@
 
 #include "allocators/caching_internal.h"
 #include "allocators/caching_share.h"
-#include "runtime/backend.h"
+#include "runtime/device_internal.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
 #include "runtime/random.h"
@@ -260,10 +260,10 @@ mn_status mn_caching_share_export(mn_allocator_t *al, void *ptr, mn_share_handle
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "not a caching allocator (%s)",
                      al ? mn_allocator_name(al) : "NULL");
   mn__caching_t *a = (mn__caching_t *)al;
-  const mn__backend_t *be = mn__backend_for(al->device.type);
+  unsigned sharing = mn__device_sharing(al->device.type);
   char dev[32];
   mn_device_format(al->device, dev, sizeof dev);
-  if (!be->share_export && !be->ipc_export)
+  if (!sharing)
     return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "%s memory cannot be shared with another process", dev);
   mn__lock(&a->lock);
   mn__block_t *b = mn__live_block(a, (uintptr_t)ptr);
@@ -284,14 +284,14 @@ mn_status mn_caching_share_export(mn_allocator_t *al, void *ptr, mn_share_handle
   }
   if (st == MN_OK) {
     h.kind = b->seg->expandable ? MN_SHARE_EXPANDABLE : MN_SHARE_RAW;
-    if (!b->seg->expandable && be->ipc_export) { /* CUDA: the segment's IPC handle */
+    if (!b->seg->expandable && (sharing & MN__SHARING_IPC)) { /* CUDA: the segment's IPC handle */
       size_t off = 0;
-      st = be->ipc_export(al->device.index, ptr, h.ipc, &off);
+      st = mn__device_ipc_export(al->device, ptr, h.ipc, &off);
       h.offset = off;
       h.segment_size = b->seg->size;
-    } else if (be->share_export) {
+    } else if (sharing & MN__SHARING_MEM) {
       mn__share_mem_t m;
-      st = be->share_export(al->device.index, ptr, b->size, &m);
+      st = mn__device_share_export(al->device, ptr, b->size, &m);
       if (st == MN_OK) {
         h.nfds = m.npieces;
         h.offset = m.offset;
@@ -580,8 +580,8 @@ mn_status mn__share_open(const char *func, mn_device_t dev, const mn_share_handl
   if (h->nfds && total != h->segment_size)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "the handle's pieces add up to %" PRIu64 " bytes, not %" PRIu64,
                      total, h->segment_size);
-  const mn__backend_t *be = mn__backend_for(dev.type);
-  if (h->nfds ? !be->share_import : !be->ipc_open)
+  unsigned sharing = mn__device_sharing(dev.type);
+  if (!(sharing & (h->nfds ? MN__SHARING_MEM : MN__SHARING_IPC)))
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "%s cannot open a handle of this kind (%s)", name,
                      h->nfds ? "memory descriptors" : "a CUDA IPC handle");
   mn_status st = check_ref_fd(func, h->ref_fd);
@@ -649,17 +649,17 @@ mn_status mn__share_open(const char *func, mn_device_t dev, const mn_share_handl
       m.piece_offset[i] = h->piece_offset[i];
       m.piece_length[i] = h->piece_length[i];
     }
-    st = be->share_import(dev.index, &m, &imp->base, &size); /* checks each piece is sealed */
+    st = mn__device_share_import(dev, &m, &imp->base, &size); /* checks each piece is sealed */
     imp->shared_mem = true;
     if (st == MN_OK) {
       st = check_pieces(func, h, &f);
-      if (st != MN_OK) mn__ignore(be->share_close(dev.index, imp->base));
+      if (st != MN_OK) mn__ignore(mn__device_share_close(dev, imp->base));
     }
   } else {
-    st = be->ipc_open(dev.index, h->ipc, &imp->base, &size);
+    st = mn__device_ipc_open(dev, h->ipc, &imp->base, &size);
   }
   if (st == MN_OK && (h->offset > size || h->nbytes > size - h->offset)) {
-    mn__ignore(h->nfds ? be->share_close(dev.index, imp->base) : be->ipc_close(dev.index, imp->base));
+    mn__ignore(h->nfds ? mn__device_share_close(dev, imp->base) : mn__device_ipc_close(dev, imp->base));
     st = mn__error(MN_ERR_INVALID_ARGUMENT, func, "the handle's block runs past the %zu bytes it maps", size);
   }
   if (st != MN_OK) {
@@ -673,9 +673,8 @@ mn_status mn__share_open(const char *func, mn_device_t dev, const mn_share_handl
 
 void mn__share_close(mn__share_import_t *imp) {
   if (!imp) return;
-  const mn__backend_t *be = mn__backend_for(imp->dev.type);
   /* close cannot report: the mapping goes before the lock, so the exporter
    * never reuses memory we still map */
-  mn__ignore(imp->shared_mem ? be->share_close(imp->dev.index, imp->base) : be->ipc_close(imp->dev.index, imp->base));
+  mn__ignore(imp->shared_mem ? mn__device_share_close(imp->dev, imp->base) : mn__device_ipc_close(imp->dev, imp->base));
   import_drop(imp);
 }

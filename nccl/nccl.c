@@ -14,6 +14,7 @@
 
 #include "nccl/nccl_internal.h"
 #include "runtime/cuda_device.h"
+#include "runtime/cuda_driver.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
 
@@ -28,54 +29,8 @@ void mn__nccl_set_ops(const mn__nccl_ops_t *ops) {
 
 /* ---- the source: ncclMemAlloc's recipe ---------------------------------------- */
 
-typedef CUresult (*pfn_cuDeviceGet)(CUdevice *device, int ordinal);
-typedef CUresult (*pfn_cuDeviceGetAttribute)(int *value, CUdevice_attribute attrib, CUdevice device);
-typedef CUresult (*pfn_cuMemGetAllocationGranularity)(size_t *granularity, const CUmemAllocationProp *prop,
-                                                      CUmemAllocationGranularity_flags option);
-typedef CUresult (*pfn_cuMemCreate)(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
-                                    unsigned long long flags);
-typedef CUresult (*pfn_cuMemAddressReserve)(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
-                                            unsigned long long flags);
-typedef CUresult (*pfn_cuMemAddressFree)(CUdeviceptr ptr, size_t size);
-typedef CUresult (*pfn_cuMemMap)(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
-                                 unsigned long long flags);
-typedef CUresult (*pfn_cuMemSetAccess)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
-typedef CUresult (*pfn_cuMemUnmap)(CUdeviceptr ptr, size_t size);
-typedef CUresult (*pfn_cuMemRelease)(CUmemGenericAllocationHandle handle);
-typedef CUresult (*pfn_cuMemGetAddressRange)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
-
-static struct {
-  bool ok;
-  pfn_cuDeviceGet device_get;
-  pfn_cuDeviceGetAttribute device_get_attribute;
-  pfn_cuMemGetAllocationGranularity get_granularity;
-  pfn_cuMemCreate mem_create;
-  pfn_cuMemAddressReserve address_reserve;
-  pfn_cuMemAddressFree address_free;
-  pfn_cuMemMap mem_map;
-  pfn_cuMemSetAccess set_access;
-  pfn_cuMemUnmap mem_unmap;
-  pfn_cuMemRelease mem_release;
-  pfn_cuMemGetAddressRange get_address_range;
-} g_cu;
-static pthread_once_t g_cu_once = PTHREAD_ONCE_INIT;
-
-static void cu_load(void) {
-  g_cu.device_get = (pfn_cuDeviceGet)mn__cuda_driver_symbol("cuDeviceGet");
-  g_cu.device_get_attribute = (pfn_cuDeviceGetAttribute)mn__cuda_driver_symbol("cuDeviceGetAttribute");
-  g_cu.get_granularity = (pfn_cuMemGetAllocationGranularity)mn__cuda_driver_symbol("cuMemGetAllocationGranularity");
-  g_cu.mem_create = (pfn_cuMemCreate)mn__cuda_driver_symbol("cuMemCreate");
-  g_cu.address_reserve = (pfn_cuMemAddressReserve)mn__cuda_driver_symbol("cuMemAddressReserve");
-  g_cu.address_free = (pfn_cuMemAddressFree)mn__cuda_driver_symbol("cuMemAddressFree");
-  g_cu.mem_map = (pfn_cuMemMap)mn__cuda_driver_symbol("cuMemMap");
-  g_cu.set_access = (pfn_cuMemSetAccess)mn__cuda_driver_symbol("cuMemSetAccess");
-  g_cu.mem_unmap = (pfn_cuMemUnmap)mn__cuda_driver_symbol("cuMemUnmap");
-  g_cu.mem_release = (pfn_cuMemRelease)mn__cuda_driver_symbol("cuMemRelease");
-  g_cu.get_address_range = (pfn_cuMemGetAddressRange)mn__cuda_driver_symbol("cuMemGetAddressRange");
-  g_cu.ok = g_cu.device_get && g_cu.device_get_attribute && g_cu.get_granularity && g_cu.mem_create &&
-            g_cu.address_reserve && g_cu.address_free && g_cu.mem_map && g_cu.set_access && g_cu.mem_unmap &&
-            g_cu.mem_release && g_cu.get_address_range;
-}
+/* The driver's entry points: runtime's one table (runtime/cuda_driver.h). */
+static const mn__cuda_driver_t *drv(void) { return mn__cuda_driver(); }
 
 static mn_status cu_fail(CUresult res, const char *func, mn_device_t dev, const char *what) {
   char name[32];
@@ -89,8 +44,8 @@ static mn_status source_enter(const char *func, mn_device_t dev, mn__cuda_guard_
   if (dev.type != MN_DEVICE_CUDA)
     return mn__error(MN_ERR_NOT_SUPPORTED, func, "NCCL memory lives on CUDA devices, not %s",
                      mn_device_format(dev, name, sizeof name));
-  pthread_once(&g_cu_once, cu_load);
-  if (!g_cu.ok) return mn__error(MN_ERR_NOT_SUPPORTED, func, "the CUDA driver's VMM entry points were not found");
+  if (!drv()->vmm || !drv()->mem_get_address_range)
+    return mn__error(MN_ERR_NOT_SUPPORTED, func, "the CUDA driver's VMM entry points were not found");
   return mn__cuda_guard_enter(guard, func, dev.index, true);
 }
 
@@ -101,7 +56,7 @@ static mn_status nccl_mem_alloc(void *user, mn_device_t dev, size_t nbytes, void
   mn_status st = source_enter(func, dev, &guard);
   if (st != MN_OK) return st;
   CUdevice cu = 0;
-  CUresult res = g_cu.device_get(&cu, dev.index);
+  CUresult res = drv()->device_get(&cu, dev.index);
   if (res != CUDA_SUCCESS) {
     st = cu_fail(res, func, dev, "cuDeviceGet");
     goto out;
@@ -113,15 +68,15 @@ static mn_status nccl_mem_alloc(void *user, mn_device_t dev, size_t nbytes, void
   prop.location.id = (int)cu;
   prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   int flag = 0;
-  if (g_cu.device_get_attribute(&flag, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, cu) ==
+  if (drv()->device_get_attribute(&flag, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, cu) ==
           CUDA_SUCCESS &&
       flag)
     prop.allocFlags.gpuDirectRDMACapable = 1;
   int fabric = 0;
-  if (g_cu.device_get_attribute(&fabric, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, cu) != CUDA_SUCCESS)
+  if (drv()->device_get_attribute(&fabric, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, cu) != CUDA_SUCCESS)
     fabric = 0;
   size_t gran = 0;
-  res = g_cu.get_granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+  res = drv()->mem_get_granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
   if (res != CUDA_SUCCESS || gran == 0) {
     st = cu_fail(res, func, dev, "cuMemGetAllocationGranularity(RECOMMENDED)");
     goto out;
@@ -136,31 +91,31 @@ static mn_status nccl_mem_alloc(void *user, mn_device_t dev, size_t nbytes, void
   if (fabric) {
     prop.requestedHandleTypes = (CUmemAllocationHandleType)(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR |
                                                             CU_MEM_HANDLE_TYPE_FABRIC);
-    res = g_cu.mem_create(&handle, size, &prop, 0);
+    res = drv()->mem_create(&handle, size, &prop, 0);
     /* as NCCL: without the fabric (IMEX) service, POSIX descriptors only */
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   }
-  if (res != CUDA_SUCCESS) res = g_cu.mem_create(&handle, size, &prop, 0);
+  if (res != CUDA_SUCCESS) res = drv()->mem_create(&handle, size, &prop, 0);
   if (res != CUDA_SUCCESS) {
     st = cu_fail(res, func, dev, "cuMemCreate(POSIX file descriptor)");
     goto out;
   }
   CUdeviceptr va = 0;
-  res = g_cu.address_reserve(&va, size, gran, 0, 0);
+  res = drv()->mem_address_reserve(&va, size, gran, 0, 0);
   if (res != CUDA_SUCCESS) {
     st = cu_fail(res, func, dev, "cuMemAddressReserve");
-    (void)g_cu.mem_release(handle);
+    (void)drv()->mem_release(handle);
     goto out;
   }
-  res = g_cu.mem_map(va, size, 0, handle, 0);
+  res = drv()->mem_map(va, size, 0, handle, 0);
   if (res != CUDA_SUCCESS) {
     st = cu_fail(res, func, dev, "cuMemMap");
-    (void)g_cu.address_free(va, size);
-    (void)g_cu.mem_release(handle);
+    (void)drv()->mem_address_free(va, size);
+    (void)drv()->mem_release(handle);
     goto out;
   }
   /* the mapping keeps the memory; the handle is not needed any more */
-  (void)g_cu.mem_release(handle);
+  (void)drv()->mem_release(handle);
   /* read-write for the device and every device that can access it as a peer */
   int count = 0;
   if (mn_device_count(MN_DEVICE_CUDA, &count) != MN_OK) count = dev.index + 1;
@@ -169,18 +124,18 @@ static mn_status nccl_mem_alloc(void *user, mn_device_t dev, size_t nbytes, void
     if (!can && mn_device_can_access_peer(mn_device_cuda(i), dev, &can) != MN_OK) can = false;
     if (!can) continue;
     CUdevice peer = 0;
-    res = g_cu.device_get(&peer, i);
+    res = drv()->device_get(&peer, i);
     CUmemAccessDesc access;
     memset(&access, 0, sizeof access);
     access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     access.location.id = (int)peer;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    if (res == CUDA_SUCCESS) res = g_cu.set_access(va, size, &access, 1);
+    if (res == CUDA_SUCCESS) res = drv()->mem_set_access(va, size, &access, 1);
     if (res != CUDA_SUCCESS) st = cu_fail(res, func, dev, "cuMemSetAccess");
   }
   if (st != MN_OK) {
-    (void)g_cu.mem_unmap(va, size);
-    (void)g_cu.address_free(va, size);
+    (void)drv()->mem_unmap(va, size);
+    (void)drv()->mem_address_free(va, size);
     goto out;
   }
   *out = (void *)(uintptr_t)va;
@@ -197,12 +152,12 @@ static mn_status nccl_mem_free(void *user, mn_device_t dev, void *ptr, size_t nb
   if (st != MN_OK) return st;
   CUdeviceptr base = 0;
   size_t size = 0;
-  CUresult res = g_cu.get_address_range(&base, &size, (CUdeviceptr)(uintptr_t)ptr);
+  CUresult res = drv()->mem_get_address_range(&base, &size, (CUdeviceptr)(uintptr_t)ptr);
   if (res != CUDA_SUCCESS || base != (CUdeviceptr)(uintptr_t)ptr) {
     st = mn__error(MN_ERR_INVALID_ARGUMENT, func, "%p is not memory of this source (CUresult %d)", ptr, (int)res);
-  } else if ((res = g_cu.mem_unmap(base, size)) != CUDA_SUCCESS) {
+  } else if ((res = drv()->mem_unmap(base, size)) != CUDA_SUCCESS) {
     st = cu_fail(res, func, dev, "cuMemUnmap");
-  } else if ((res = g_cu.address_free(base, size)) != CUDA_SUCCESS) {
+  } else if ((res = drv()->mem_address_free(base, size)) != CUDA_SUCCESS) {
     st = cu_fail(res, func, dev, "cuMemAddressFree");
   }
   mn__cuda_guard_leave(&guard);

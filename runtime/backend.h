@@ -1,5 +1,7 @@
-/* runtime/backend.h: the contract every device backend (CPU, CUDA, SIM)
- * implements; the only place the rest of mnemo learns about a device type. */
+/* runtime/backend.h: the contract every device backend (CPU, CUDA, SIM, meta)
+ * implements; the only place the device layer learns about a device type.
+ * Included from runtime/ only: the layers above reach devices through the
+ * public API and runtime/device_internal.h (tests/test_layers.py checks). */
 #ifndef MNEMO_RUNTIME_BACKEND_H
 #define MNEMO_RUNTIME_BACKEND_H
 
@@ -10,6 +12,7 @@
 
 #include "mnemo/device.h"
 #include "mnemo/graph.h"
+#include "runtime/device_internal.h" /* mn__share_mem_t */
 
 /* Contract for every slot:
  *   pre:  `index` is a valid device index of this backend (checked by the
@@ -17,6 +20,10 @@
  *   post: on failure, the slot set the thread's error message (mn__error)
  *         and changed nothing visible; outputs untouched.
  * Slots may be NULL where stated; the dispatcher then answers NOT_SUPPORTED.
+ * A backend built without its device (CUDA without CUDA) leaves every slot
+ * NULL: device_count NULL is 0 devices, and runtime/device.c answers any other
+ * required slot with MN_ERR_NO_DEVICE ("built without CUDA: no CUDA device
+ * exists", the backend's name in capitals).
  * Streams and events are backend handles (void *); NULL is the default stream. */
 typedef enum mn__copy_kind {
   MN__COPY_H2H = 0,
@@ -24,16 +31,6 @@ typedef enum mn__copy_kind {
   MN__COPY_D2H = 2,
   MN__COPY_D2D = 3
 } mn__copy_kind;
-
-/* Memory of one device as pieces another process maps (share_* slots). */
-#define MN__SHARE_MAX_PIECES 16 /* MN_SHARE_MAX_FDS */
-typedef struct mn__share_mem_s {
-  unsigned npieces;
-  int fds[MN__SHARE_MAX_PIECES];
-  uint64_t piece_offset[MN__SHARE_MAX_PIECES]; /* in the descriptor's file */
-  uint64_t piece_length[MN__SHARE_MAX_PIECES];
-  uint64_t offset; /* of the shared bytes in the pieces mapped one after the other */
-} mn__share_mem_t;
 
 typedef struct mn__backend_s {
   const char *name;
@@ -195,25 +192,6 @@ extern const mn__backend_t mn__meta_backend; /* sizes without bytes (runtime/met
 
 /* The backend of a device type (never NULL for a valid type). */
 const mn__backend_t *mn__backend_for(mn_device_type type);
-
-/* mn_device_mem_unmap for mnemo's allocators, which synchronize the device
- * once and then unmap page after page: the backend's mem_unmap with synced
- * (no synchronize per page). pre: no work queued since the last synchronize
- * of `dev` touches [addr, addr + nbytes). Defined in runtime/device.c. */
-mn_status mn__device_mem_unmap_synced(mn_device_t dev, void *addr, size_t nbytes);
-
-/* Stream-ordered pools of mnemo's own (the async allocator's): the public
- * mn_device_alloc_async / mn_device_pool_* calls on `pool` (from
- * mn__device_pool_create; NULL: the device's default pool, as the public
- * calls). MN_ERR_NOT_SUPPORTED where the device has no pools. */
-mn_status mn__device_pool_create(mn_device_t dev, void **pool);
-mn_status mn__device_pool_destroy(mn_device_t dev, void *pool);
-mn_status mn__device_pool_alloc(mn_device_t dev, void *pool, size_t nbytes, mn_stream_t *stream, void **out);
-mn_status mn__device_pool_free(mn_device_t dev, void *pool, void *ptr, mn_stream_t *stream);
-mn_status mn__device_pool_trim_to(mn_device_t dev, void *pool, size_t keep_bytes);
-mn_status mn__device_pool_stats_of(mn_device_t dev, void *pool, mn_device_pool_stats_t *out);
-mn_status mn__device_pool_set_threshold(mn_device_t dev, void *pool, size_t bytes);
-mn_status mn__device_pool_reset_peak_of(mn_device_t dev, void *pool);
 
 /* Stream and event objects as the runtime sees them. */
 struct mn_stream_s {

@@ -1,5 +1,6 @@
 /* runtime/cuda_backend.c: the CUDA device backend (mn__cuda_backend) on the CUDA
- * runtime API, with VMM through driver entry points; a 0-device stub without CUDA. */
+ * runtime API, with VMM through driver entry points; without CUDA a table of
+ * NULL slots (0 devices). */
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -14,153 +15,25 @@
 
 #ifndef MNEMO_HAVE_CUDA
 
-/* ---- Built without CUDA: no devices; every other slot refuses. ------------- */
+/* ---- Built without CUDA: no devices. ---------------------------------------
+ * Every slot stays NULL: runtime/device.c counts 0 devices without
+ * device_count and answers a required slot with MN_ERR_NO_DEVICE ("built
+ * without CUDA: no CUDA device exists"). */
 
-static mn_status mn__nocuda(const char *func) {
+static mn_status nocuda(const char *func) {
   return mn__error(MN_ERR_NO_DEVICE, func, "built without CUDA: no CUDA device exists");
-}
-
-static mn_status mn__nocuda_device_count(int *count) {
-  *count = 0;
-  return MN_OK;
-}
-static mn_status mn__nocuda_get_properties(int index, mn_device_props_t *props) {
-  (void)index, (void)props;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_mem_info(int index, size_t *free_bytes, size_t *total_bytes) {
-  (void)index, (void)free_bytes, (void)total_bytes;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_synchronize(int index) {
-  (void)index;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_raw_alloc(int index, size_t nbytes, void **out) {
-  (void)index, (void)nbytes, (void)out;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_raw_free(int index, void *ptr) {
-  (void)index, (void)ptr;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_va_reserve(int index, size_t nbytes, void **base) {
-  (void)index, (void)nbytes, (void)base;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_va_release(int index, void *base, size_t nbytes) {
-  (void)index, (void)base, (void)nbytes;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_mem_map(int index, void *addr, size_t nbytes) {
-  (void)index, (void)addr, (void)nbytes;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_mem_unmap(int index, void *addr, size_t nbytes, bool synced) {
-  (void)index, (void)addr, (void)nbytes, (void)synced;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_mem_set_access(int index, void *addr, size_t nbytes, int peer) {
-  (void)index, (void)addr, (void)nbytes, (void)peer;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_stream_create(int index, void **out) {
-  (void)index, (void)out;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_stream_destroy(int index, void *stream) {
-  (void)index, (void)stream;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_stream_query(int index, void *stream, bool *done) {
-  (void)index, (void)stream, (void)done;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_stream_synchronize(int index, void *stream) {
-  (void)index, (void)stream;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_stream_wait_event(int index, void *stream, void *event) {
-  (void)index, (void)stream, (void)event;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_launch_host(int index, void *stream, mn_host_fn fn, void *arg) {
-  (void)index, (void)stream, (void)fn, (void)arg;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_event_create(int index, void **out) {
-  (void)index, (void)out;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_event_destroy(int index, void *event) {
-  (void)index, (void)event;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_event_record(int index, void *event, void *stream) {
-  (void)index, (void)event, (void)stream;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_event_query(int index, void *event, bool *done) {
-  (void)index, (void)event, (void)done;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_event_synchronize(int index, void *event) {
-  (void)index, (void)event;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_memcpy_async(int index, void *dst, const void *src, size_t nbytes,
-                                         mn__copy_kind kind, void *stream) {
-  (void)index, (void)dst, (void)src, (void)nbytes, (void)kind, (void)stream;
-  return mn__nocuda(__func__);
-}
-static mn_status mn__nocuda_memset_async(int index, void *dst, int value, size_t nbytes,
-                                         void *stream) {
-  (void)index, (void)dst, (void)value, (void)nbytes, (void)stream;
-  return mn__nocuda(__func__);
 }
 
 mn_status mn__cuda_get_current(int *index) {
   (void)index;
-  return mn__nocuda(__func__);
+  return nocuda(__func__);
 }
 mn_status mn__cuda_set_current(int index) {
   (void)index;
-  return mn__nocuda(__func__);
-}
-void *mn__cuda_driver_symbol(const char *symbol) {
-  (void)symbol;
-  return NULL;
+  return nocuda(__func__);
 }
 
-const mn__backend_t mn__cuda_backend = {
-    .name = "cuda",
-    .type = MN_DEVICE_CUDA,
-    .device_count = mn__nocuda_device_count,
-    .get_properties = mn__nocuda_get_properties,
-    .mem_info = mn__nocuda_mem_info,
-    .synchronize = mn__nocuda_synchronize,
-    .raw_alloc = mn__nocuda_raw_alloc,
-    .raw_free = mn__nocuda_raw_free,
-    .va_reserve = mn__nocuda_va_reserve,
-    .va_release = mn__nocuda_va_release,
-    .mem_map = mn__nocuda_mem_map,
-    .mem_unmap = mn__nocuda_mem_unmap,
-    .mem_set_access = mn__nocuda_mem_set_access,
-    .stream_create = mn__nocuda_stream_create,
-    .stream_destroy = mn__nocuda_stream_destroy,
-    .stream_query = mn__nocuda_stream_query,
-    .stream_synchronize = mn__nocuda_stream_synchronize,
-    .stream_wait_event = mn__nocuda_stream_wait_event,
-    .launch_host = mn__nocuda_launch_host,
-    .event_create = mn__nocuda_event_create,
-    .event_destroy = mn__nocuda_event_destroy,
-    .event_record = mn__nocuda_event_record,
-    .event_query = mn__nocuda_event_query,
-    .event_synchronize = mn__nocuda_event_synchronize,
-    .memcpy_async = mn__nocuda_memcpy_async,
-    .memset_async = mn__nocuda_memset_async,
-    /* the slots stay NULL (NOT_SUPPORTED); no CUDA device exists to reach them */
-};
+const mn__backend_t mn__cuda_backend = {.name = "cuda", .type = MN_DEVICE_CUDA};
 
 #else /* MNEMO_HAVE_CUDA */
 
@@ -171,6 +44,7 @@ const mn__backend_t mn__cuda_backend = {
 #include <cuda.h> /* driver types only: libcuda is never linked */
 #include <cuda_runtime.h>
 
+#include "runtime/cuda_driver.h"
 #include "runtime/hostmem.h"
 
 /* The fallback granularity when the device has no VMM: cudaMalloc hands out
@@ -227,121 +101,12 @@ static mn_status mn__cuda_fail(cudaError_t err, const char *func, int index, con
                    cudaGetErrorName(err), cudaGetErrorString(err));
 }
 
-/* ---- Driver entry points (VMM) ---------------------------------------------- */
+/* ---- Driver entry points (VMM): the table of runtime/cuda_driver.h ---------- */
 
-typedef CUresult(CUDAAPI *mn__pfn_cuMemAddressReserve)(CUdeviceptr *ptr, size_t size,
-                                                        size_t alignment, CUdeviceptr addr,
-                                                        unsigned long long flags);
-typedef CUresult(CUDAAPI *mn__pfn_cuMemAddressFree)(CUdeviceptr ptr, size_t size);
-typedef CUresult(CUDAAPI *mn__pfn_cuMemCreate)(CUmemGenericAllocationHandle *handle, size_t size,
-                                                const CUmemAllocationProp *prop,
-                                                unsigned long long flags);
-typedef CUresult(CUDAAPI *mn__pfn_cuMemMap)(CUdeviceptr ptr, size_t size, size_t offset,
-                                             CUmemGenericAllocationHandle handle,
-                                             unsigned long long flags);
-typedef CUresult(CUDAAPI *mn__pfn_cuMemSetAccess)(CUdeviceptr ptr, size_t size,
-                                                   const CUmemAccessDesc *desc, size_t count);
-typedef CUresult(CUDAAPI *mn__pfn_cuMemUnmap)(CUdeviceptr ptr, size_t size);
-typedef CUresult(CUDAAPI *mn__pfn_cuMemRelease)(CUmemGenericAllocationHandle handle);
-/* Sharing expandable segments (mnemo/share.h); optional: without them, not supported. */
-typedef CUresult(CUDAAPI *mn__pfn_cuMemRetainAllocationHandle)(CUmemGenericAllocationHandle *handle, void *addr);
-typedef CUresult(CUDAAPI *mn__pfn_cuMemExportToShareableHandle)(void *shareable, CUmemGenericAllocationHandle handle,
-                                                                 CUmemAllocationHandleType type,
-                                                                 unsigned long long flags);
-typedef CUresult(CUDAAPI *mn__pfn_cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle *handle,
-                                                                   void *shareable, CUmemAllocationHandleType type);
-typedef CUresult(CUDAAPI *mn__pfn_cuMemGetAllocationGranularity)(
-    size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option);
-typedef CUresult(CUDAAPI *mn__pfn_cuGetErrorText)(CUresult error, const char **text);
-typedef CUresult(CUDAAPI *mn__pfn_cuDeviceGet)(CUdevice *device, int ordinal);
-typedef CUresult(CUDAAPI *mn__pfn_cuDeviceGetAttribute)(int *value, CUdevice_attribute attrib,
-                                                         CUdevice device);
-typedef CUresult(CUDAAPI *mn__pfn_cuDevicePrimaryCtxGetState)(CUdevice dev, unsigned int *flags,
-                                                              int *active);
+static const mn__cuda_driver_t *cu(void) { return mn__cuda_driver(); }
 
-static struct {
-  bool ok; /* every VMM entry point below was found */
-  mn__pfn_cuDeviceGet device_get;
-  mn__pfn_cuDeviceGetAttribute device_get_attribute;
-  mn__pfn_cuMemAddressReserve mem_address_reserve;
-  mn__pfn_cuMemAddressFree mem_address_free;
-  mn__pfn_cuMemCreate mem_create;
-  mn__pfn_cuMemMap mem_map;
-  mn__pfn_cuMemSetAccess mem_set_access;
-  mn__pfn_cuMemUnmap mem_unmap;
-  mn__pfn_cuMemRelease mem_release;
-  mn__pfn_cuMemGetAllocationGranularity mem_get_granularity;
-  mn__pfn_cuGetErrorText get_error_name;   /* optional */
-  mn__pfn_cuGetErrorText get_error_string; /* optional */
-  mn__pfn_cuDevicePrimaryCtxGetState primary_ctx_state; /* optional */
-  mn__pfn_cuMemRetainAllocationHandle mem_retain;        /* optional: sharing */
-  mn__pfn_cuMemExportToShareableHandle mem_export;        /* optional: sharing */
-  mn__pfn_cuMemImportFromShareableHandle mem_import;      /* optional: sharing */
-  char why[160]; /* why ok is false */
-} mn__cu;
-
-static pthread_once_t mn__cu_once = PTHREAD_ONCE_INIT;
-
-/* One driver symbol, requested with the CUDA 12.0 ABI; NULL when absent,
- * and then, when why is given and still empty, why. */
-static void *mn__cu_symbol_why(const char *symbol, char *why, size_t why_size) {
-  void *fn = NULL;
-  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-  cudaError_t err = cudaGetDriverEntryPointByVersion(symbol, &fn, 12000, cudaEnableDefault, &found);
-#elif CUDART_VERSION >= 12000
-  cudaError_t err = cudaGetDriverEntryPoint(symbol, &fn, cudaEnableDefault, &found);
-#else
-  cudaError_t err = cudaErrorNotSupported;
-#endif
-  if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == NULL) {
-    (void)cudaGetLastError();
-    if (why && why[0] == '\0') {
-      snprintf(why, why_size, "driver entry point %s not found (%s)", symbol,
-               err != cudaSuccess ? cudaGetErrorName(err) : "symbol not found");
-    }
-    return NULL;
-  }
-  return fn;
-}
-
-static void *mn__cu_symbol(const char *symbol) { return mn__cu_symbol_why(symbol, mn__cu.why, sizeof mn__cu.why); }
-
-void *mn__cuda_driver_symbol(const char *symbol) { return mn__cu_symbol_why(symbol, NULL, 0); }
-
-static void mn__cu_load(void) {
-  mn__cu.device_get = (mn__pfn_cuDeviceGet)mn__cu_symbol("cuDeviceGet");
-  mn__cu.device_get_attribute =
-      (mn__pfn_cuDeviceGetAttribute)mn__cu_symbol("cuDeviceGetAttribute");
-  mn__cu.mem_address_reserve = (mn__pfn_cuMemAddressReserve)mn__cu_symbol("cuMemAddressReserve");
-  mn__cu.mem_address_free = (mn__pfn_cuMemAddressFree)mn__cu_symbol("cuMemAddressFree");
-  mn__cu.mem_create = (mn__pfn_cuMemCreate)mn__cu_symbol("cuMemCreate");
-  mn__cu.mem_map = (mn__pfn_cuMemMap)mn__cu_symbol("cuMemMap");
-  mn__cu.mem_set_access = (mn__pfn_cuMemSetAccess)mn__cu_symbol("cuMemSetAccess");
-  mn__cu.mem_unmap = (mn__pfn_cuMemUnmap)mn__cu_symbol("cuMemUnmap");
-  mn__cu.mem_release = (mn__pfn_cuMemRelease)mn__cu_symbol("cuMemRelease");
-  mn__cu.mem_get_granularity =
-      (mn__pfn_cuMemGetAllocationGranularity)mn__cu_symbol("cuMemGetAllocationGranularity");
-  mn__cu.ok = mn__cu.device_get && mn__cu.device_get_attribute && mn__cu.mem_address_reserve &&
-              mn__cu.mem_address_free && mn__cu.mem_create && mn__cu.mem_map &&
-              mn__cu.mem_set_access && mn__cu.mem_unmap && mn__cu.mem_release &&
-              mn__cu.mem_get_granularity;
-  char why[sizeof mn__cu.why];
-  memcpy(why, mn__cu.why, sizeof why);
-  mn__cu.get_error_name = (mn__pfn_cuGetErrorText)mn__cu_symbol("cuGetErrorName");
-  mn__cu.get_error_string = (mn__pfn_cuGetErrorText)mn__cu_symbol("cuGetErrorString");
-  mn__cu.primary_ctx_state =
-      (mn__pfn_cuDevicePrimaryCtxGetState)mn__cu_symbol("cuDevicePrimaryCtxGetState");
-  mn__cu.mem_retain = (mn__pfn_cuMemRetainAllocationHandle)mn__cu_symbol("cuMemRetainAllocationHandle");
-  mn__cu.mem_export = (mn__pfn_cuMemExportToShareableHandle)mn__cu_symbol("cuMemExportToShareableHandle");
-  mn__cu.mem_import = (mn__pfn_cuMemImportFromShareableHandle)mn__cu_symbol("cuMemImportFromShareableHandle");
-  memcpy(mn__cu.why, why, sizeof why); /* the optional ones do not explain !ok */
-}
-
-static bool mn__cu_loaded(void) {
-  pthread_once(&mn__cu_once, mn__cu_load);
-  return mn__cu.ok;
-}
+/* Whether every VMM entry point was found (loads the table once). */
+static bool mn__cu_loaded(void) { return cu()->vmm; }
 
 static mn_status mn__cu_status_of(CUresult res) {
   switch (res) {
@@ -369,10 +134,10 @@ static mn_status mn__cu_fail(CUresult res, const char *func, int index, const ch
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
   const char *name = NULL, *text = NULL;
-  if (mn__cu.get_error_name == NULL || mn__cu.get_error_name(res, &name) != CUDA_SUCCESS) {
+  if (cu()->get_error_name == NULL || cu()->get_error_name(res, &name) != CUDA_SUCCESS) {
     name = NULL;
   }
-  if (mn__cu.get_error_string == NULL || mn__cu.get_error_string(res, &text) != CUDA_SUCCESS) {
+  if (cu()->get_error_string == NULL || cu()->get_error_string(res, &text) != CUDA_SUCCESS) {
     text = NULL;
   }
   return mn__error(mn__cu_status_of(res), func, "%s on cuda:%d failed: %s (%s; CUresult %d)", what,
@@ -387,12 +152,12 @@ static mn_status mn__cu_fail(CUresult res, const char *func, int index, const ch
  * entry point, assume it is (restoring is what the caller expects). */
 static bool mn__cuda_primary_active(int index) {
   (void)mn__cu_loaded();
-  if (!mn__cu.primary_ctx_state || !mn__cu.device_get) return true;
+  if (!cu()->primary_ctx_state || !cu()->device_get) return true;
   CUdevice dev;
   unsigned flags = 0;
   int active = 0;
-  if (mn__cu.device_get(&dev, index) != CUDA_SUCCESS) return false;
-  if (mn__cu.primary_ctx_state(dev, &flags, &active) != CUDA_SUCCESS) return false;
+  if (cu()->device_get(&dev, index) != CUDA_SUCCESS) return false;
+  if (cu()->primary_ctx_state(dev, &flags, &active) != CUDA_SUCCESS) return false;
   return active != 0;
 }
 
@@ -512,14 +277,14 @@ static size_t mn__cuda_vmm_granularity(int index, CUdevice *dev_out, char *why, 
 
 static size_t mn__cuda_vmm_granularity_ask(int index, CUdevice *dev_out, char *why, size_t why_size) {
   if (!mn__cu_loaded()) {
-    snprintf(why, why_size, "%s", mn__cu.why);
+    snprintf(why, why_size, "%s", cu()->why);
     return 0;
   }
   CUdevice dev = 0;
   int vmm = 0;
-  CUresult res = mn__cu.device_get(&dev, index);
+  CUresult res = cu()->device_get(&dev, index);
   if (res == CUDA_SUCCESS) {
-    res = mn__cu.device_get_attribute(
+    res = cu()->device_get_attribute(
         &vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
   }
   if (res != CUDA_SUCCESS) {
@@ -538,7 +303,7 @@ static size_t mn__cuda_vmm_granularity_ask(int index, CUdevice *dev_out, char *w
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = (int)dev;
   size_t g = 0;
-  res = mn__cu.mem_get_granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  res = cu()->mem_get_granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
   if (res != CUDA_SUCCESS || g == 0) {
     snprintf(why, why_size, "cuMemGetAllocationGranularity failed: CUresult %d", (int)res);
     return 0;
@@ -713,7 +478,7 @@ static mn_status mn__cuda_va_reserve(int index, size_t nbytes, void **base) {
   mn_status st = mn__cuda_vmm_enter(&guard, __func__, index, NULL, nbytes, &g, &dev);
   if (st != MN_OK) return st;
   CUdeviceptr p = 0;
-  CUresult res = mn__cu.mem_address_reserve(&p, nbytes, g, 0, 0);
+  CUresult res = cu()->mem_address_reserve(&p, nbytes, g, 0, 0);
   if (res != CUDA_SUCCESS) {
     return mn__cu_fail(res, __func__, index, "cuMemAddressReserve(nbytes=%zu)", nbytes);
   }
@@ -727,7 +492,7 @@ static mn_status mn__cuda_va_release(int index, void *base, size_t nbytes) {
   MN__CUDA_GUARD(guard);
   mn_status st = mn__cuda_vmm_enter(&guard, __func__, index, base, nbytes, &g, &dev);
   if (st != MN_OK) return st;
-  CUresult res = mn__cu.mem_address_free((CUdeviceptr)(uintptr_t)base, nbytes);
+  CUresult res = cu()->mem_address_free((CUdeviceptr)(uintptr_t)base, nbytes);
   if (res != CUDA_SUCCESS) {
     return mn__cu_fail(res, __func__, index, "cuMemAddressFree(base=%p, nbytes=%zu)", base,
                        nbytes);
@@ -749,7 +514,7 @@ static CUresult mn__cuda_grant_rw(CUdeviceptr va, size_t nbytes, CUdevice dev) {
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = (int)dev;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  return mn__cu.mem_set_access(va, nbytes, &access, 1);
+  return cu()->mem_set_access(va, nbytes, &access, 1);
 }
 
 /* The ranges mapped now, per device: sharing (mnemo/share.h) exports a
@@ -822,36 +587,36 @@ static mn_status mn__cuda_mem_map(int index, void *addr, size_t nbytes) {
   /* Shareable through a POSIX descriptor (mnemo/share.h), where the driver
    * can; else a plain allocation (its blocks cannot be shared). */
   prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-  CUresult res = mn__cu.mem_create(&handle, nbytes, &prop, 0);
+  CUresult res = cu()->mem_create(&handle, nbytes, &prop, 0);
   if (res == CUDA_ERROR_NOT_SUPPORTED || res == CUDA_ERROR_INVALID_VALUE) {
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
-    res = mn__cu.mem_create(&handle, nbytes, &prop, 0);
+    res = cu()->mem_create(&handle, nbytes, &prop, 0);
   }
   if (res != CUDA_SUCCESS) {
     return mn__cu_fail(res, __func__, index, "cuMemCreate(nbytes=%zu)", nbytes);
   }
-  res = mn__cu.mem_map(va, nbytes, 0, handle, 0);
+  res = cu()->mem_map(va, nbytes, 0, handle, 0);
   if (res != CUDA_SUCCESS) {
     st = mn__cu_fail(res, __func__, index, "cuMemMap(addr=%p, nbytes=%zu)", addr, nbytes);
-    (void)mn__cu.mem_release(handle);
+    (void)cu()->mem_release(handle);
     return st;
   }
   res = mn__cuda_grant_rw(va, nbytes, dev);
   if (res != CUDA_SUCCESS) {
     st = mn__cu_fail(res, __func__, index, "cuMemSetAccess(addr=%p, nbytes=%zu, readwrite)", addr, nbytes);
-    (void)mn__cu.mem_unmap(va, nbytes);
-    (void)mn__cu.mem_release(handle);
+    (void)cu()->mem_unmap(va, nbytes);
+    (void)cu()->mem_release(handle);
     return st;
   }
-  res = mn__cu.mem_release(handle);
+  res = cu()->mem_release(handle);
   if (res != CUDA_SUCCESS) {
     st = mn__cu_fail(res, __func__, index, "cuMemRelease(nbytes=%zu) after mapping addr=%p",
                      nbytes, addr);
-    (void)mn__cu.mem_unmap(va, nbytes);
+    (void)cu()->mem_unmap(va, nbytes);
     return st;
   }
   if (!mn__cuda_remember_map(index, addr, nbytes)) {
-    (void)mn__cu.mem_unmap(va, nbytes); /* frees it: the handle was released */
+    (void)cu()->mem_unmap(va, nbytes); /* frees it: the handle was released */
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory recording a mapping of cuda:%d", index);
   }
   return MN_OK;
@@ -866,7 +631,7 @@ static mn_status mn__cuda_mem_set_access(int index, void *addr, size_t nbytes, i
   mn_status st = mn__cuda_vmm_enter(&guard, __func__, index, addr, nbytes, &g, &dev);
   if (st != MN_OK) return st;
   CUdevice pdev = 0;
-  CUresult res = mn__cu.device_get(&pdev, peer);
+  CUresult res = cu()->device_get(&pdev, peer);
   if (res != CUDA_SUCCESS) return mn__cu_fail(res, __func__, index, "cuDeviceGet(%d)", peer);
   res = mn__cuda_grant_rw((CUdeviceptr)(uintptr_t)addr, nbytes, pdev);
   if (res != CUDA_SUCCESS) {
@@ -897,7 +662,7 @@ static mn_status mn__cuda_mem_unmap(int index, void *addr, size_t nbytes, bool s
                            addr);
     }
   }
-  CUresult res = mn__cu.mem_unmap((CUdeviceptr)(uintptr_t)addr, nbytes);
+  CUresult res = cu()->mem_unmap((CUdeviceptr)(uintptr_t)addr, nbytes);
   if (res != CUDA_SUCCESS) {
     return mn__cu_fail(res, __func__, index, "cuMemUnmap(addr=%p, nbytes=%zu)", addr, nbytes);
   }
@@ -1340,24 +1105,16 @@ static mn_status mn__cuda_memcpy_peer_async(int index, void *dst, int dst_index,
  * cuMemGetAddressRange finds the base. VMM memory (expandable segments) has no
  * cudaIpc handle; cudaIpcGetMemHandle refuses it and we report NOT_SUPPORTED. */
 
-typedef CUresult(CUDAAPI *mn__pfn_cuMemGetAddressRange)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
-static mn__pfn_cuMemGetAddressRange mn__cu_get_address_range;
-static pthread_once_t mn__cu_range_once = PTHREAD_ONCE_INIT;
-static void mn__cu_range_load(void) {
-  mn__cu_get_address_range = (mn__pfn_cuMemGetAddressRange)mn__cu_symbol("cuMemGetAddressRange");
-}
-
 static mn_status mn__cuda_ipc_export(int index, const void *ptr, void *handle, size_t *offset) {
   /* A driver call comes first: force the primary context current, as the VMM
    * paths do (on a fresh thread cudaGetDevice already says 0 with no context
    * current, and a non-forcing guard would then set nothing). */
   MN__CUDA_USE_CTX(index);
-  pthread_once(&mn__cu_range_once, mn__cu_range_load);
-  if (!mn__cu_get_address_range)
+  if (!cu()->mem_get_address_range)
     return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "driver entry point cuMemGetAddressRange not found");
   CUdeviceptr base = 0;
   size_t size = 0;
-  CUresult res = mn__cu_get_address_range(&base, &size, (CUdeviceptr)(uintptr_t)ptr);
+  CUresult res = cu()->mem_get_address_range(&base, &size, (CUdeviceptr)(uintptr_t)ptr);
   if (res != CUDA_SUCCESS) return mn__cu_fail(res, __func__, index, "cuMemGetAddressRange(ptr=%p)", ptr);
   cudaIpcMemHandle_t h;
   cudaError_t err = cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base);
@@ -1381,8 +1138,7 @@ static mn_status mn__cuda_ipc_export(int index, const void *ptr, void *handle, s
  * after it asks and ipc_close closes it in. */
 static mn_status mn__cuda_ipc_open(int index, const void *handle, void **base, size_t *size) {
   MN__CUDA_USE_CTX(index);
-  pthread_once(&mn__cu_range_once, mn__cu_range_load);
-  if (!mn__cu_get_address_range)
+  if (!cu()->mem_get_address_range)
     return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "driver entry point cuMemGetAddressRange not found");
   cudaIpcMemHandle_t h;
   memcpy(&h, handle, sizeof h);
@@ -1392,7 +1148,7 @@ static mn_status mn__cuda_ipc_open(int index, const void *handle, void **base, s
   /* The opened allocation's size: the importer checks the handle's range against it. */
   CUdeviceptr b = 0;
   size_t n = 0;
-  CUresult res = mn__cu_get_address_range(&b, &n, (CUdeviceptr)(uintptr_t)p);
+  CUresult res = cu()->mem_get_address_range(&b, &n, (CUdeviceptr)(uintptr_t)p);
   if (res != CUDA_SUCCESS) {
     (void)cudaIpcCloseMemHandle(p);
     return mn__cu_fail(res, __func__, index, "cuMemGetAddressRange(ptr=%p)", p);
@@ -1674,7 +1430,7 @@ typedef struct mn__cuda_import {
 static mn__cuda_import *mn__cuda_imports; /* guarded by mn__cuda_vmm_lock */
 
 static bool mn__cuda_share_loaded(void) {
-  return mn__cu_loaded() && mn__cu.mem_retain && mn__cu.mem_export && mn__cu.mem_import;
+  return mn__cu_loaded() && cu()->mem_retain && cu()->mem_export && cu()->mem_import;
 }
 
 static mn_status mn__cuda_share_export(int index, void *ptr, size_t nbytes, mn__share_mem_t *out) {
@@ -1707,10 +1463,10 @@ static mn_status mn__cuda_share_export(int index, void *ptr, size_t nbytes, mn__
     if (m.npieces == 0) first = r->addr;
     CUmemGenericAllocationHandle h = 0;
     int fd = -1;
-    CUresult res = mn__cu.mem_retain(&h, (void *)r->addr);
+    CUresult res = cu()->mem_retain(&h, (void *)r->addr);
     if (res == CUDA_SUCCESS) {
-      res = mn__cu.mem_export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-      (void)mn__cu.mem_release(h); /* the retain's reference */
+      res = cu()->mem_export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+      (void)cu()->mem_release(h); /* the retain's reference */
     }
     if (res != CUDA_SUCCESS) {
       st = mn__cu_fail(res, __func__, index, "cuMemExportToShareableHandle(page %p)", (void *)r->addr);
@@ -1753,7 +1509,7 @@ static mn_status mn__cuda_share_import(int index, const mn__share_mem_t *in, voi
   mn__cuda_import *rec = mn__calloc(1, sizeof *rec);
   if (!rec) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   CUdeviceptr va = 0;
-  CUresult res = mn__cu.mem_address_reserve(&va, total, g, 0, 0);
+  CUresult res = cu()->mem_address_reserve(&va, total, g, 0, 0);
   if (res != CUDA_SUCCESS) {
     free(rec);
     return mn__cu_fail(res, __func__, index, "cuMemAddressReserve(nbytes=%zu)", total);
@@ -1761,14 +1517,14 @@ static mn_status mn__cuda_share_import(int index, const mn__share_mem_t *in, voi
   size_t pos = 0;
   for (unsigned i = 0; i < in->npieces && st == MN_OK; i++) {
     CUmemGenericAllocationHandle h = 0;
-    res = mn__cu.mem_import(&h, (void *)(uintptr_t)in->fds[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    res = cu()->mem_import(&h, (void *)(uintptr_t)in->fds[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     if (res != CUDA_SUCCESS) {
       st = mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "cuda:%d: descriptor %d is not CUDA memory (CUresult %d)",
                      index, in->fds[i], (int)res);
       break;
     }
-    res = mn__cu.mem_map(va + pos, (size_t)in->piece_length[i], 0, h, 0);
-    (void)mn__cu.mem_release(h); /* the mapping keeps it */
+    res = cu()->mem_map(va + pos, (size_t)in->piece_length[i], 0, h, 0);
+    (void)cu()->mem_release(h); /* the mapping keeps it */
     if (res != CUDA_SUCCESS) {
       st = mn__cu_fail(res, __func__, index, "cuMemMap(piece %u, nbytes=%zu)", i, (size_t)in->piece_length[i]);
       break;
@@ -1780,8 +1536,8 @@ static mn_status mn__cuda_share_import(int index, const mn__share_mem_t *in, voi
     if (res != CUDA_SUCCESS) st = mn__cu_fail(res, __func__, index, "cuMemSetAccess(nbytes=%zu)", total);
   }
   if (st != MN_OK) {
-    if (pos) (void)mn__cu.mem_unmap(va, pos);
-    (void)mn__cu.mem_address_free(va, total);
+    if (pos) (void)cu()->mem_unmap(va, pos);
+    (void)cu()->mem_address_free(va, total);
     free(rec);
     return st;
   }
@@ -1810,8 +1566,8 @@ static mn_status mn__cuda_share_close(int index, void *base) {
   mn_status st = mn__cuda_guard_enter(&guard, __func__, index, true);
   if (st == MN_OK) {
     cudaError_t err = cudaDeviceSynchronize(); /* queued work may still touch it */
-    CUresult res = mn__cu.mem_unmap((CUdeviceptr)rec->va, rec->nbytes);
-    if (res == CUDA_SUCCESS) res = mn__cu.mem_address_free((CUdeviceptr)rec->va, rec->nbytes);
+    CUresult res = cu()->mem_unmap((CUdeviceptr)rec->va, rec->nbytes);
+    if (res == CUDA_SUCCESS) res = cu()->mem_address_free((CUdeviceptr)rec->va, rec->nbytes);
     if (err != cudaSuccess) st = mn__cuda_fail(err, __func__, index, "cudaDeviceSynchronize()");
     else if (res != CUDA_SUCCESS) st = mn__cu_fail(res, __func__, index, "cuMemUnmap(%p)", base);
   }

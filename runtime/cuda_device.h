@@ -31,12 +31,6 @@ mn_status mn__cuda_guard_enter(mn__cuda_guard_t *g, const char *func, int index,
 /* Restores the device recorded by enter (errors are cleared, not reported). */
 void mn__cuda_guard_leave(mn__cuda_guard_t *g);
 
-/* A CUDA driver entry point (cuMemCreate, ...) found the way the CUDA
- * backend finds its own (cudaGetDriverEntryPoint, the CUDA 12.0 ABI), for
- * mnemo's optional modules (the NCCL module); NULL when absent or in builds
- * without CUDA. */
-void *mn__cuda_driver_symbol(const char *symbol);
-
 /* For tests: the calling thread's current CUDA device (cudaGetDevice) and
  * cudaSetDevice; MN_ERR_NO_DEVICE in builds without CUDA. */
 mn_status mn__cuda_get_current(int *index);

@@ -1,5 +1,8 @@
-/* runtime/device.c: the public device, stream, event and raw-memory API; it
- * validates arguments, then dispatches to the device type's backend. Thread-safe. */
+/* runtime/device.c: the public device, stream, event and raw-memory API, and
+ * what allocators and storage need beyond it (runtime/device_internal.h); it
+ * validates arguments, then dispatches to the device type's backend (the only
+ * caller of the backend tables besides runtime/graph.c). Device values and
+ * names live below it, in runtime/device_id.c. Thread-safe. */
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
@@ -11,101 +14,10 @@
 #include "mnemo/mnemo.h"
 #include "runtime/backend.h"
 #include "runtime/debug.h"
+#include "runtime/device_internal.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
 #include "runtime/stream_hold.h"
-
-#define MN__MAX_DEVICES 64
-
-/* ---- device values ---------------------------------------------------- */
-
-mn_device_t mn_device_cpu(void) { return (mn_device_t){MN_DEVICE_CPU, 0}; }
-mn_device_t mn_device_cuda(int index) { return (mn_device_t){MN_DEVICE_CUDA, index}; }
-mn_device_t mn_device_sim(int index) { return (mn_device_t){MN_DEVICE_SIM, index}; }
-
-bool mn_device_equal(mn_device_t a, mn_device_t b) {
-  return a.type == b.type && a.index == b.index;
-}
-
-const char *mn_device_type_name(mn_device_type type) {
-  switch (type) {
-    case MN_DEVICE_CPU: return "cpu";
-    case MN_DEVICE_CUDA: return "cuda";
-    case MN_DEVICE_SIM: return "sim";
-    case MN_DEVICE_META: return "meta";
-    default: return "invalid";
-  }
-}
-
-mn_status mn_device_parse(const char *text, mn_device_t *out) {
-  MN__CHECK_ARG(text != NULL && out != NULL, "text and out must not be NULL");
-  static const mn_device_type types[] = {MN_DEVICE_CPU, MN_DEVICE_CUDA, MN_DEVICE_SIM, MN_DEVICE_META};
-  for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-    const char *name = mn_device_type_name(types[i]);
-    size_t n = strlen(name);
-    if (strncasecmp(text, name, n) != 0) continue;
-    const char *rest = text + n;
-    long index = 0;
-    if (*rest == ':') {
-      char *end = NULL;
-      errno = 0;
-      if (!isdigit((unsigned char)rest[1])) break;
-      index = strtol(rest + 1, &end, 10);
-      if (errno || *end != '\0' || index >= MN__MAX_DEVICES) break;
-    } else if (*rest != '\0') {
-      break;
-    }
-    if ((types[i] == MN_DEVICE_CPU || types[i] == MN_DEVICE_META) && index != 0) break;
-    *out = (mn_device_t){types[i], (int)index};
-    return MN_OK;
-  }
-  return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
-                   "cannot parse device \"%s\" (expected cpu, meta, cuda[:N] or sim[:N], N < %d)",
-                   text, MN__MAX_DEVICES);
-}
-
-const char *mn_device_format(mn_device_t dev, char *buf, size_t bufsize) {
-  if (!buf || bufsize == 0) return buf;
-  if (dev.type == MN_DEVICE_CPU || (dev.type == MN_DEVICE_META && dev.index == 0))
-    snprintf(buf, bufsize, "%s", mn_device_type_name(dev.type));
-  else
-    snprintf(buf, bufsize, "%s:%d", mn_device_type_name(dev.type), dev.index);
-  return buf;
-}
-
-mn_status mn_bytes_parse(const char *text, size_t *out) {
-  MN__CHECK_ARG(text != NULL && out != NULL, "text and out must not be NULL");
-  char *end = NULL;
-  errno = 0;
-  unsigned long long v = isdigit((unsigned char)text[0]) ? strtoull(text, &end, 10) : 0;
-  unsigned shift = 0;
-  bool ok = end != NULL && errno == 0;
-  if (ok) {
-    switch (*end) {
-      case 'k': case 'K': shift = 10; end++; break;
-      case 'm': case 'M': shift = 20; end++; break;
-      case 'g': case 'G': shift = 30; end++; break;
-      case 't': case 'T': shift = 40; end++; break;
-      default: break;
-    }
-    if (shift && (*end == 'i' || *end == 'I')) end++;
-    if (*end == 'b' || *end == 'B') end++;
-    ok = *end == '\0' && (!shift || v <= (SIZE_MAX >> shift));
-  }
-  if (!ok)
-    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
-                     "cannot parse \"%.64s\" as a byte count (e.g. 4096, 512M, 80GiB)", text);
-  *out = (size_t)(v << shift);
-  return MN_OK;
-}
-
-bool mn_build_has_cuda(void) {
-#ifdef MNEMO_HAVE_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
 
 const mn__backend_t *mn__backend_for(mn_device_type type) {
   switch (type) {
@@ -117,12 +29,34 @@ const mn__backend_t *mn__backend_for(mn_device_type type) {
   }
 }
 
+/* A backend built without its device leaves its slots NULL (runtime/backend.h):
+ * no device_count is 0 devices; any other required slot answers NO_DEVICE as
+ * the no-CUDA backend's stubs did ("built without CUDA: no CUDA device exists"). */
+static mn_status backend_count(const mn__backend_t *b, int *n) {
+  if (!b->device_count) {
+    *n = 0;
+    return MN_OK;
+  }
+  return b->device_count(n);
+}
+
+static mn_status slot_missing(const char *func, const mn__backend_t *b) {
+  char up[16];
+  size_t i = 0;
+  for (; b->name[i] && i + 1 < sizeof up; i++) up[i] = (char)toupper((unsigned char)b->name[i]);
+  up[i] = '\0';
+  return mn__error(MN_ERR_NO_DEVICE, func, "built without %s: no %s device exists", up, up);
+}
+
+/* Calls a required slot, or answers NO_DEVICE when the backend left it NULL. */
+#define SLOT_CALL(func, b, slot, ...) ((b)->slot ? (b)->slot(__VA_ARGS__) : slot_missing((func), (b)))
+
 mn_status mn_device_count(mn_device_type type, int *count) {
   MN__CHECK_ARG(count != NULL, "count must not be NULL");
   const mn__backend_t *b = mn__backend_for(type);
   if (!b) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "invalid device type %d", (int)type);
   int n = 0;
-  mn_status st = b->device_count(&n);
+  mn_status st = backend_count(b, &n);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   *count = n;
   return MN_OK;
@@ -133,7 +67,7 @@ static mn_status mn__device_backend(const char *func, mn_device_t dev, const mn_
   const mn__backend_t *b = mn__backend_for(dev.type);
   if (!b) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "invalid device type %d", (int)dev.type);
   int n = 0;
-  mn_status st = b->device_count(&n);
+  mn_status st = backend_count(b, &n);
   if (st != MN_OK) return mn__error_wrap(st, func);
   if (dev.index < 0 || dev.index >= n) {
     char name[32];
@@ -157,7 +91,7 @@ mn_status mn_device_get_properties(mn_device_t dev, mn_device_props_t *props) {
   mn_status st = mn__device_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   mn_device_props_t p;
-  st = b->get_properties(dev.index, &p);
+  st = SLOT_CALL(__func__, b, get_properties, dev.index, &p);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   p.device = dev;
   *props = p;
@@ -170,7 +104,7 @@ mn_status mn_device_mem_info(mn_device_t dev, size_t *free_bytes, size_t *total_
   mn_status st = mn__device_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   size_t f = 0, t = 0;
-  st = b->mem_info(dev.index, &f, &t);
+  st = SLOT_CALL(__func__, b, mem_info, dev.index, &f, &t);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   *free_bytes = f;
   *total_bytes = t;
@@ -181,7 +115,7 @@ mn_status mn_device_synchronize(mn_device_t dev) {
   const mn__backend_t *b;
   mn_status st = mn__device_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
-  st = b->synchronize(dev.index);
+  st = SLOT_CALL(__func__, b, synchronize, dev.index);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
@@ -201,7 +135,7 @@ mn_status mn_device_raw_alloc(mn_device_t dev, size_t nbytes, void **out) {
   mn_status st = mn__device_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   void *p = NULL;
-  st = b->raw_alloc(dev.index, nbytes, &p);
+  st = SLOT_CALL(__func__, b, raw_alloc, dev.index, nbytes, &p);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   *out = p;
   return MN_OK;
@@ -212,7 +146,7 @@ mn_status mn_device_raw_free(mn_device_t dev, void *ptr) {
   const mn__backend_t *b;
   mn_status st = mn__device_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
-  st = b->raw_free(dev.index, ptr);
+  st = SLOT_CALL(__func__, b, raw_free, dev.index, ptr);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
@@ -348,10 +282,11 @@ mn_status mn_stream_create(mn_device_t dev, mn_stream_t **out) {
   mn_status st = mn__device_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   void *h = NULL;
-  st = b->stream_create(dev.index, &h);
+  st = SLOT_CALL(__func__, b, stream_create, dev.index, &h);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   st = mn__stream_new(dev, h, true, out);
-  if (st != MN_OK) b->stream_destroy(dev.index, h);
+  if (st != MN_OK) mn__ignore(SLOT_CALL(__func__, b,
+                                        stream_destroy, dev.index, h)); /* rollback: the failure is reported */
   return st;
 }
 
@@ -406,7 +341,7 @@ mn_status mn_stream_destroy(mn_stream_t *s) {
                      holds == 1 ? "" : "s", holds == 1 ? "it" : "them");
   }
   if (s->owned) {
-    mn_status st = mn__backend_for(s->device.type)->stream_destroy(s->device.index, s->handle);
+    mn_status st = SLOT_CALL(__func__, mn__backend_for(s->device.type), stream_destroy, s->device.index, s->handle);
     if (st != MN_OK) return mn__error_wrap(st, __func__);
   }
   free(s);
@@ -420,7 +355,7 @@ void *mn_stream_native(const mn_stream_t *s) { return s->handle; }
 mn_status mn_stream_query(mn_stream_t *s, bool *done) {
   MN__CHECK_ARG(s != NULL && done != NULL, "stream and done must not be NULL");
   bool d = false;
-  mn_status st = mn__backend_for(s->device.type)->stream_query(s->device.index, s->handle, &d);
+  mn_status st = SLOT_CALL(__func__, mn__backend_for(s->device.type), stream_query, s->device.index, s->handle, &d);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   *done = d;
   return MN_OK;
@@ -428,7 +363,7 @@ mn_status mn_stream_query(mn_stream_t *s, bool *done) {
 
 mn_status mn_stream_synchronize(mn_stream_t *s) {
   MN__CHECK_ARG(s != NULL, "stream must not be NULL");
-  mn_status st = mn__backend_for(s->device.type)->stream_synchronize(s->device.index, s->handle);
+  mn_status st = SLOT_CALL(__func__, mn__backend_for(s->device.type), stream_synchronize, s->device.index, s->handle);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
@@ -437,13 +372,14 @@ mn_status mn_stream_wait_event(mn_stream_t *s, mn_event_t *e) {
   MN__CHECK_ARG(s->device.type == e->device.type,
                 "stream on %s cannot wait for an event on %s", mn_device_type_name(s->device.type),
                 mn_device_type_name(e->device.type));
-  mn_status st = mn__backend_for(s->device.type)->stream_wait_event(s->device.index, s->handle, e->handle);
+  mn_status st = SLOT_CALL(__func__, mn__backend_for(s->device.type),
+                           stream_wait_event, s->device.index, s->handle, e->handle);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
 mn_status mn_stream_launch_host(mn_stream_t *s, mn_host_fn fn, void *arg) {
   MN__CHECK_ARG(s != NULL && fn != NULL, "stream and fn must not be NULL");
-  mn_status st = mn__backend_for(s->device.type)->launch_host(s->device.index, s->handle, fn, arg);
+  mn_status st = SLOT_CALL(__func__, mn__backend_for(s->device.type), launch_host, s->device.index, s->handle, fn, arg);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
@@ -456,7 +392,7 @@ mn_status mn_event_create(mn_device_t dev, mn_event_t **out) {
   if (st != MN_OK) return st;
   struct mn_event_s *e = mn__calloc(1, sizeof *e);
   if (!e) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for an event");
-  st = b->event_create(dev.index, &e->handle);
+  st = SLOT_CALL(__func__, b, event_create, dev.index, &e->handle);
   if (st != MN_OK) {
     free(e);
     return mn__error_wrap(st, __func__);
@@ -468,7 +404,7 @@ mn_status mn_event_create(mn_device_t dev, mn_event_t **out) {
 
 mn_status mn_event_destroy(mn_event_t *e) {
   if (!e) return MN_OK;
-  mn_status st = mn__backend_for(e->device.type)->event_destroy(e->device.index, e->handle);
+  mn_status st = SLOT_CALL(__func__, mn__backend_for(e->device.type), event_destroy, e->device.index, e->handle);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   free(e);
   return MN_OK;
@@ -481,14 +417,15 @@ mn_status mn_event_record(mn_event_t *e, mn_stream_t *s) {
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "event of %s recorded on a stream of %s",
                      mn_device_format(e->device, a, sizeof a), mn_device_format(s->device, b, sizeof b));
   }
-  mn_status st = mn__backend_for(e->device.type)->event_record(e->device.index, e->handle, s->handle);
+  mn_status st = SLOT_CALL(__func__, mn__backend_for(e->device.type),
+                           event_record, e->device.index, e->handle, s->handle);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
 mn_status mn_event_query(mn_event_t *e, bool *done) {
   MN__CHECK_ARG(e != NULL && done != NULL, "event and done must not be NULL");
   bool d = false;
-  mn_status st = mn__backend_for(e->device.type)->event_query(e->device.index, e->handle, &d);
+  mn_status st = SLOT_CALL(__func__, mn__backend_for(e->device.type), event_query, e->device.index, e->handle, &d);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   *done = d;
   return MN_OK;
@@ -496,7 +433,7 @@ mn_status mn_event_query(mn_event_t *e, bool *done) {
 
 mn_status mn_event_synchronize(mn_event_t *e) {
   MN__CHECK_ARG(e != NULL, "event must not be NULL");
-  mn_status st = mn__backend_for(e->device.type)->event_synchronize(e->device.index, e->handle);
+  mn_status st = SLOT_CALL(__func__, mn__backend_for(e->device.type), event_synchronize, e->device.index, e->handle);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
@@ -545,7 +482,8 @@ mn_status mn_memcpy_async(mn_device_t dst_dev, void *dst, mn_device_t src_dev, c
   if (st != MN_OK) return st;
   mn__copy_kind kind = dst_host ? (src_host ? MN__COPY_H2H : MN__COPY_D2H)
                                 : (src_host ? MN__COPY_H2D : MN__COPY_D2D);
-  st = mn__backend_for(s->device.type)->memcpy_async(s->device.index, dst, src, nbytes, kind, s->handle);
+  st = SLOT_CALL(__func__, mn__backend_for(s->device.type),
+                 memcpy_async, s->device.index, dst, src, nbytes, kind, s->handle);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
@@ -558,7 +496,8 @@ mn_status mn_memset_async(mn_device_t dev, void *dst, int value, size_t nbytes, 
   mn_stream_t *s = NULL;
   st = mn__copy_stream(__func__, dev, dev, stream, &s);
   if (st != MN_OK) return st;
-  st = mn__backend_for(s->device.type)->memset_async(s->device.index, dst, value, nbytes, s->handle);
+  st = SLOT_CALL(__func__, mn__backend_for(s->device.type),
+                 memset_async, s->device.index, dst, value, nbytes, s->handle);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
@@ -667,7 +606,7 @@ mn_status mn_device_pool_set_release_threshold(mn_device_t dev, size_t bytes) {
 }
 mn_status mn_device_pool_reset_peak(mn_device_t dev) { return mn__pool_reset(__func__, dev, NULL); }
 
-/* mnemo's own pools (runtime/backend.h). */
+/* mnemo's own pools (runtime/device_internal.h). */
 mn_status mn__device_pool_create(mn_device_t dev, void **pool) {
   MN__CHECK_ARG(pool != NULL, "pool must not be NULL");
   const mn__backend_t *b;
@@ -825,4 +764,75 @@ mn_status mn_memcpy_peer_async(mn_device_t dst_dev, void *dst, mn_device_t src_d
     return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "the %s backend has no peer copies", b->name);
   st = b->memcpy_peer_async(s->device.index, dst, dst_dev.index, src, src_dev.index, nbytes, s->handle);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
+}
+
+/* ---- sharing with other processes, range checks (runtime/device_internal.h) ---- */
+
+/* Validates dev; *out = its backend when it has `slot`, else NOT_SUPPORTED. */
+static mn_status slot_backend(const char *func, mn_device_t dev, const char *slot, bool has,
+                              const mn__backend_t **out) {
+  mn_status st = mn__device_backend(func, dev, out);
+  if (st != MN_OK) return st;
+  if (!has) return mn__error(MN_ERR_NOT_SUPPORTED, func, "the %s backend has no %s", (*out)->name, slot);
+  return MN_OK;
+}
+#define SLOT_BACKEND(func, dev, slot, out) \
+  slot_backend((func), (dev), #slot, mn__backend_for((dev).type) && mn__backend_for((dev).type)->slot, (out))
+
+mn_status mn__device_check_range(mn_device_t dev, const void *ptr, size_t nbytes) {
+  const mn__backend_t *b;
+  mn_status st = mn__device_backend(__func__, dev, &b);
+  if (st != MN_OK) return st;
+  if (nbytes == 0 || !b->check_range) return MN_OK;
+  return b->check_range(dev.index, ptr, nbytes);
+}
+
+unsigned mn__device_sharing(mn_device_type type) {
+  const mn__backend_t *b = mn__backend_for(type);
+  if (!b) return 0;
+  unsigned bits = 0;
+  if (b->ipc_export && b->ipc_open && b->ipc_close) bits |= MN__SHARING_IPC;
+  if (b->share_export && b->share_import && b->share_close) bits |= MN__SHARING_MEM;
+  return bits;
+}
+
+mn_status mn__device_ipc_export(mn_device_t dev, const void *ptr, void *handle, size_t *offset) {
+  MN__CHECK_ARG(handle != NULL && offset != NULL, "handle and offset must not be NULL");
+  const mn__backend_t *b;
+  mn_status st = SLOT_BACKEND(__func__, dev, ipc_export, &b);
+  return st != MN_OK ? st : b->ipc_export(dev.index, ptr, handle, offset);
+}
+
+mn_status mn__device_ipc_open(mn_device_t dev, const void *handle, void **base, size_t *size) {
+  MN__CHECK_ARG(handle != NULL && base != NULL && size != NULL, "handle, base and size must not be NULL");
+  const mn__backend_t *b;
+  mn_status st = SLOT_BACKEND(__func__, dev, ipc_open, &b);
+  return st != MN_OK ? st : b->ipc_open(dev.index, handle, base, size);
+}
+
+mn_status mn__device_ipc_close(mn_device_t dev, void *base) {
+  const mn__backend_t *b;
+  mn_status st = SLOT_BACKEND(__func__, dev, ipc_close, &b);
+  return st != MN_OK ? st : b->ipc_close(dev.index, base);
+}
+
+mn_status mn__device_share_export(mn_device_t dev, void *ptr, size_t nbytes, mn__share_mem_t *out) {
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  const mn__backend_t *b;
+  mn_status st = SLOT_BACKEND(__func__, dev, share_export, &b);
+  return st != MN_OK ? st : b->share_export(dev.index, ptr, nbytes, out);
+}
+
+mn_status mn__device_share_import(mn_device_t dev, const mn__share_mem_t *in, void **base, size_t *size) {
+  MN__CHECK_ARG(in != NULL && base != NULL && size != NULL, "in, base and size must not be NULL");
+  MN__CHECK_ARG(in->npieces <= MN__SHARE_MAX_PIECES, "%u pieces (at most %d)", in->npieces, MN__SHARE_MAX_PIECES);
+  const mn__backend_t *b;
+  mn_status st = SLOT_BACKEND(__func__, dev, share_import, &b);
+  return st != MN_OK ? st : b->share_import(dev.index, in, base, size);
+}
+
+mn_status mn__device_share_close(mn_device_t dev, void *base) {
+  const mn__backend_t *b;
+  mn_status st = SLOT_BACKEND(__func__, dev, share_close, &b);
+  return st != MN_OK ? st : b->share_close(dev.index, base);
 }

@@ -20,7 +20,7 @@
 
 #include "mnemo/mnemo.h"
 #include "allocators/caching_share.h"
-#include "runtime/backend.h"
+#include "runtime/device_internal.h"
 #include "runtime/error.h"
 #include "runtime/fileio.h"
 #include "runtime/hostmem.h"
@@ -107,9 +107,9 @@ static void storage_free_bytes(mn_storage_t *s) {
       if (s->fd >= 0) close(s->fd);
       break;
     case MN_STORAGE_IPC: {
-      const mn__backend_t *b = mn__backend_for(s->device.type);
       if (s->share) mn__share_close(s->share);
-      else if (b->ipc_close) b->ipc_close(s->device.index, s->ipc_base);
+      else if (mn__device_sharing(s->device.type) & MN__SHARING_IPC)
+        mn__ignore(mn__device_ipc_close(s->device, s->ipc_base)); /* release returns nothing */
       break;
     }
   }
@@ -152,8 +152,7 @@ mn_status mn_storage_from_buffer(mn_device_t dev, void *data, size_t nbytes, mn_
   if (mn__is_meta(dev) && data != NULL)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
                      "the meta device holds no data: wrap no buffer on it (use mn_storage_create)");
-  const mn__backend_t *b = mn__backend_for(dev.type);
-  if (nbytes && b->check_range && (st = b->check_range(dev.index, data, nbytes)) != MN_OK)
+  if ((st = mn__device_check_range(dev, data, nbytes)) != MN_OK)
     return mn__error_wrap(st, __func__); /* a pointer the device does not own */
   mn_storage_t *s = storage_new(dev, MN_STORAGE_FOREIGN);
   if (!s) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
@@ -544,31 +543,28 @@ mn_status mn_storage_from_shm_handle(const char *handle, mn_storage_t **out) {
 
 /* ---- CUDA IPC ----------------------------------------------------------------------- */
 
-static mn_status ipc_backend(const char *func, mn_device_t dev, const mn__backend_t **out) {
+static mn_status ipc_backend(const char *func, mn_device_t dev) {
   mn_status st = mn_device_check(dev);
   if (st != MN_OK) return mn__error_wrap(st, func);
-  const mn__backend_t *b = mn__backend_for(dev.type);
-  if (!b->ipc_export || !b->ipc_open || !b->ipc_close) {
+  if (!(mn__device_sharing(dev.type) & MN__SHARING_IPC)) {
     char name[32];
     return mn__error(MN_ERR_NOT_SUPPORTED, func, "%s memory has no CUDA IPC handles%s",
                      mn_device_format(dev, name, sizeof name),
                      dev.type == MN_DEVICE_CPU ? " (use mn_storage_share_memory)" : "");
   }
-  *out = b;
   return MN_OK;
 }
 
 mn_status mn_storage_ipc_export(const mn_storage_t *s, mn_ipc_handle_t *out) {
   MN__CHECK_ARG(s != NULL && out != NULL, "s and out must not be NULL");
   if (mn__is_meta(s->device)) return meta_refuse(__func__, "an IPC handle");
-  const mn__backend_t *b = NULL;
-  mn_status st = ipc_backend(__func__, s->device, &b);
+  mn_status st = ipc_backend(__func__, s->device);
   if (st != MN_OK) return st;
   MN__CHECK_ARG(s->data != NULL, "an empty storage has no memory to export");
   mn_ipc_handle_t h;
   memset(&h, 0, sizeof h);
   size_t off = 0;
-  st = b->ipc_export(s->device.index, s->data, h.bytes, &off);
+  st = mn__device_ipc_export(s->device, s->data, h.bytes, &off);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
   h.offset = off;
   h.nbytes = s->nbytes;
@@ -582,19 +578,18 @@ mn_status mn_storage_from_ipc_handle(mn_device_t dev, const mn_ipc_handle_t *han
   MN__CHECK_ARG(handle->reserved == 0, "handle.reserved=%u is not 0", handle->reserved);
   MN__CHECK_ARG(handle->nbytes <= SIZE_MAX && handle->offset <= SIZE_MAX - handle->nbytes,
                 "handle offset %" PRIu64 " + nbytes %" PRIu64 " overflow", handle->offset, handle->nbytes);
-  const mn__backend_t *b = NULL;
-  mn_status st = ipc_backend(__func__, dev, &b);
+  mn_status st = ipc_backend(__func__, dev);
   if (st != MN_OK) return st;
   mn_storage_t *s = storage_new(dev, MN_STORAGE_IPC);
   if (!s) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
   size_t size = 0;
-  st = b->ipc_open(dev.index, handle->bytes, &s->ipc_base, &size);
+  st = mn__device_ipc_open(dev, handle->bytes, &s->ipc_base, &size);
   if (st != MN_OK) {
     free(s);
     return mn__error_wrap(st, __func__);
   }
   if (handle->offset + handle->nbytes > size) { /* a stale or forged handle: nothing outside the allocation */
-    mn__ignore(b->ipc_close(dev.index, s->ipc_base)); /* the refusal is what is reported */
+    mn__ignore(mn__device_ipc_close(dev, s->ipc_base)); /* the refusal is what is reported */
     free(s);
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
                      "handle offset %" PRIu64 " + nbytes %" PRIu64 " exceeds the %zu-byte allocation it names",

@@ -133,6 +133,66 @@ def self_test_upward():
 
 # ---- area: the backend contract (runtime/backend.h, device_internal.h) ----
 
+# The backend contract (runtime/backend.h) is runtime's own: the layers above,
+# the optional modules, the bindings, the benchmarks and the tests reach a
+# device through the public API and runtime/device_internal.h.
+BACKEND_HEADER = re.compile(r'^\s*#\s*include\s*[<"](?:\.\./)*runtime/backend\.h[">]', re.M)
+BACKEND_OUTSIDE = ["allocators", "kernels", "storage", "profiling", "tools", "nccl", "python", "bench",
+                   "include", "tests"]
+SOURCE_EXTS = (".c", ".h", ".cu", ".cc", ".cpp", ".hpp")
+
+
+@rule
+def rule_backend_include(ctx):
+    return [f"BACKEND INCLUDE: {f}: includes runtime/backend.h (use runtime/device_internal.h)"
+            for f, text in ctx.sources(BACKEND_OUTSIDE, SOURCE_EXTS) if BACKEND_HEADER.search(text)]
+
+
+# CUDA driver entry points are looked up in one file, the driver table
+# (runtime/cuda_driver.c); everyone else calls through mn__cuda_driver().
+# The benchmarks are not scanned: their dlsym finds other heaps' malloc.
+DRIVER_TABLE = "runtime/cuda_driver.c"
+DRIVER_LOOKUP = re.compile(r"\b(dlsym|dlvsym|cuGetProcAddress\w*|cudaGetDriverEntryPoint\w*)\s*\(")
+DRIVER_SCANNED = LAYERS + ["nccl", "python", "include", "tests"]
+
+
+@rule
+def rule_driver_lookup(ctx):
+    bad = []
+    for f, text in ctx.sources(DRIVER_SCANNED, SOURCE_EXTS):
+        if f == DRIVER_TABLE:
+            continue
+        for m in DRIVER_LOOKUP.finditer(text):
+            bad.append(f"DRIVER LOOKUP: {f}: calls {m.group(1)} (use mn__cuda_driver(), {DRIVER_TABLE})")
+    return bad
+
+
+@self_check
+def self_test_backend_contract():
+    """A planted backend.h include above runtime/ and a planted driver lookup
+    outside the table are named; the table itself and runtime/ pass."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        def plant(rel, text):
+            os.makedirs(os.path.dirname(os.path.join(tmp, rel)), exist_ok=True)
+            with open(os.path.join(tmp, rel), "w", encoding="utf-8") as fh:
+                fh.write(text)
+        plant("runtime/device.c", '#include "runtime/backend.h"\n')
+        plant(DRIVER_TABLE, 'void *f(void) { return dlsym(0, "cuMemMap"); }\n')
+        plant("storage/ok.c", '#include "runtime/device_internal.h"\n')
+        ctx = Context(tmp, [])
+        assert rule_backend_include(ctx) == [] and rule_driver_lookup(ctx) == []
+        plant("storage/bad.c", '#include "runtime/backend.h"\n')
+        plant("tests/bad.c", '  #  include <../runtime/backend.h>\n')
+        plant("nccl/bad.c", 'static void *g(void) { return cudaGetDriverEntryPointByVersion ("cuMemMap", 0); }\n')
+        bad = rule_backend_include(ctx)
+        assert any("storage/bad.c" in b for b in bad) and any("tests/bad.c" in b for b in bad), bad
+        assert len(bad) == 2 and all(b.startswith("BACKEND INCLUDE:") for b in bad), bad
+        bad = rule_driver_lookup(ctx)
+        assert bad == ["DRIVER LOOKUP: nccl/bad.c: calls cudaGetDriverEntryPointByVersion "
+                       f"(use mn__cuda_driver(), {DRIVER_TABLE})"], bad
+
+
 
 # ---- area: storage's inner floors and file-level circles ----
 
