@@ -14,7 +14,7 @@
 #include "runtime/debug.h"
 #include "runtime/env.h"
 #include "runtime/error.h"
-#include "runtime/sim_internal.h"
+#include "runtime/sim_hook.h"
 
 #define MN__ALLOC_MAX_DEVICES 64
 
