@@ -142,6 +142,40 @@ def self_test_upward():
 
 # ---- area: the simulated device and the allocators ----
 
+SIM_PRIVATE = "runtime/sim_internal.h"
+
+
+@rule
+def rule_sim_internal_private(ctx):
+    """The SIM device's layout (runtime/sim_internal.h) is private to its own
+    files, runtime/sim_*.c; the layers above reach SIM only through
+    runtime/sim_hook.h and the backend table."""
+    inc = re.compile(r'#\s*include\s*"' + re.escape(SIM_PRIVATE) + '"')
+    bad = []
+    for rel, text in ctx.sources(["runtime", "allocators", "kernels", "storage", "profiling",
+                                  "tools", "python", "tests"]):
+        base = os.path.basename(rel)
+        if inc.search(text) and not (rel.startswith("runtime" + os.sep) and base.startswith("sim_")
+                                     and base.endswith(".c")):
+            bad.append(f"SIM INTERNAL: {rel}: includes {SIM_PRIVATE} (only runtime/sim_*.c may)")
+    return bad
+
+
+@self_check
+def self_test_sim_internal_private():
+    """A planted include of sim_internal.h outside runtime/sim_*.c is named;
+    the SIM files' own include is not."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        for rel, text in [("runtime/sim_pool.c", '#include "runtime/sim_internal.h"\n'),
+                          ("allocators/leak.c", '#include "runtime/sim_internal.h"\n')]:
+            os.makedirs(os.path.join(tmp, os.path.dirname(rel)), exist_ok=True)
+            with open(os.path.join(tmp, rel), "w") as f:
+                f.write(text)
+        bad = rule_sim_internal_private(Context(tmp, []))
+        assert len(bad) == 1 and "allocators/leak.c" in bad[0], bad
+
+
 
 # ---- area: naming (static functions, prefixes) ----
 
