@@ -10,6 +10,8 @@ static mn__adaptor_t *adaptor_of(mn_allocator_t *a) { return (mn__adaptor_t *)a;
 
 mn_status mn__adaptor_new(const char *func, size_t size, const mn_allocator_vtable_t *vtable,
                           mn_allocator_t *upstream, unsigned flags, mn__adaptor_t **out) {
+  MN__ASSERT(upstream != NULL && vtable != NULL && size >= sizeof(mn__adaptor_t),
+             "%s: arguments not validated (upstream %p, size %zu)", func, (void *)upstream, size);
   mn__adaptor_t *ad = mn__calloc(1, size);
   if (!ad) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   ad->base.vtable = vtable;
@@ -32,7 +34,7 @@ void mn__adaptor_delete(mn__adaptor_t *ad) {
 mn_status mn__adaptor_record_stream(mn_allocator_t *a, void *ptr, mn_stream_t *stream) {
   mn__adaptor_t *ad = adaptor_of(a);
   pthread_mutex_lock(&ad->lock);
-  bool known = mn__addrmap_find(&ad->live, (uintptr_t)ptr) != NULL;
+  bool known = mn__adaptor_map_find(ad, (uintptr_t)ptr) != NULL;
   pthread_mutex_unlock(&ad->lock);
   if (!known)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "%p is not a live allocation of this %s adaptor", ptr,

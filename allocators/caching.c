@@ -197,6 +197,7 @@ static inline __attribute__((always_inline)) mn__block_t *get_free_block_in(mn__
 }
 
 mn__block_t *mn__get_free_block(mn__caching_t *a, mn__pool_t *pool, uint64_t stream, size_t size) {
+  MN__ASSERT_LOCKED(a);
   return get_free_block_in(a, pool, stream, size, true);
 }
 

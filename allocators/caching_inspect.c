@@ -11,7 +11,10 @@
 
 static mn__caching_t *as_caching(mn_allocator_t *self) { return (mn__caching_t *)self; }
 
-void mn__caching_stats_copy(const mn__caching_t *a, mn_alloc_stats_t *out) { mn__stats_copy(&a->stats, out); }
+void mn__caching_stats_copy(const mn__caching_t *a, mn_alloc_stats_t *out) {
+  MN__ASSERT_LOCKED((mn__caching_t *)a);
+  mn__stats_copy(&a->stats, out);
+}
 
 void mn__stats_copy(const mn_alloc_stats_t *kept, mn_alloc_stats_t *out) {
   *out = *kept;
@@ -384,6 +387,7 @@ mn_status mn__caching_check_invariants(mn_allocator_t *self) {
 
 void mn__caching_oom_message(mn__caching_t *a, size_t requested, size_t rounded, size_t alloc_size, char *buf,
                              size_t bufsize) {
+  MN__ASSERT_LOCKED(a);
   char dev[32], req[32], seg[32], tot[32], fr[32], allowed[48] = "", al[32], un[32], rs[32], big[32];
   size_t free_b = 0, total = a->total_memory;
   if (mn_device_mem_info(a->base.device, &free_b, &total) != MN_OK) free_b = 0;

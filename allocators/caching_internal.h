@@ -90,6 +90,7 @@ static inline void mn__tree_insert(mn__tree_t *t, mn__tnode_t *n, mn__key_t key,
 
 /* pre: n is in t. Inline when n has at most one child. */
 static inline void mn__tree_remove(mn__tree_t *t, mn__tnode_t *n) {
+  MN__ASSERT(n->parent != NULL || t->root == n, "a node removed from a tree it is not in");
   if (n->left && n->right) {
     mn__tree_remove_slow(t, n);
     return;
@@ -683,6 +684,7 @@ void mn__caching_oom_message(mn__caching_t *a, size_t requested, size_t rounded,
 
 /* The allocated block at `addr`, or NULL. pre: lock held. */
 static inline mn__block_t *mn__live_block(const mn__caching_t *a, uintptr_t addr) {
+  MN__ASSERT_LOCKED((mn__caching_t *)a);
   mn__addrmap_entry_t *e = mn__addrmap_find(&a->live, addr);
   return e ? (mn__block_t *)e->data : NULL;
 }

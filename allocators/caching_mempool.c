@@ -194,6 +194,8 @@ static void deferred_poll(mn__caching_t *a, mn_stream_t *stream, uint64_t sid) {
 }
 
 mn_mempool_t *mn__mempool_route(mn__caching_t *a, mn_stream_t *stream) {
+  MN__ASSERT_LOCKED(a);
+  MN__ASSERT(a->nroutes > 0, "a pool route asked for with no route set (check a->nroutes first)");
   if (a->routes && stream) {
     uint64_t cid = 0;
     if (mn__stream_capture_id(stream, &cid) == MN_OK && cid) {
@@ -208,6 +210,7 @@ mn_mempool_t *mn__mempool_route(mn__caching_t *a, mn_stream_t *stream) {
 }
 
 mn__block_t *mn__mempool_oom_block(mn__caching_t *a, uint64_t stream, size_t size, mn__pool_t **pool) {
+  MN__ASSERT_LOCKED(a);
   for (mn_mempool_t *mp = a->mempools; mp; mp = mp->next) {
     if (!mp->use_on_oom || mp->captures || mp->graphs) continue;
     mn__pool_t *p = mn__pool_for(a, mp, size);
@@ -316,6 +319,7 @@ mn_status mn_caching_allocator_remove_free_memory_callback(mn_allocator_t *al, m
 
 void mn__segment_event_queue(mn__caching_t *a, mn_segment_event ev, uintptr_t addr, size_t size, uint64_t pool_id,
                              uint64_t stream) {
+  MN__ASSERT_LOCKED(a);
   if (a->ncbq == a->cap_cbq) {
     size_t cap = a->cap_cbq ? 2 * a->cap_cbq : 16;
     mn_segment_info_t *grown = mn__realloc(a->cbq, cap * sizeof *grown);
@@ -433,6 +437,10 @@ static void deferred_to_events(mn__caching_t *a) {
 }
 
 mn_status mn__free_deferred(mn__caching_t *a, mn__block_t *b, mn__addrmap_entry_t *live) {
+  MN__ASSERT_LOCKED(a);
+  MN__ASSERT(a->ncaptures > 0 && b->nuses > 0, "a deferred free with no capture under way (%u) or no stream use (%u)",
+             (unsigned)a->ncaptures, (unsigned)b->nuses);
+  MN__ASSERT(live != NULL && live->data == b, "a deferred free whose map entry is not its block's");
   for (uint32_t i = 0; i < b->nuses; i++) {
     uint64_t cid = 0, m = 0;
     if (mn__stream_capture_id(b->uses[i].stream, &cid) == MN_OK && cid &&

@@ -13,7 +13,7 @@
 #include "allocators/caching_internal.h"
 #include "runtime/env.h"
 #include "runtime/error.h"
-#include "runtime/sim_internal.h"
+#include "runtime/sim_hook.h"
 
 #define MN__ALLOC_MAX_DEVICES 64
 

@@ -43,7 +43,7 @@ static mn_status limit_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
     return st;
   }
   pthread_mutex_lock(&l->ad.lock);
-  st = mn__addrmap_insert(&l->ad.live, (uintptr_t)p, nbytes, NULL);
+  st = mn__adaptor_map_insert(&l->ad, (uintptr_t)p, nbytes, NULL);
   if (st != MN_OK) l->used -= nbytes;
   pthread_mutex_unlock(&l->ad.lock);
   if (st != MN_OK) {
@@ -58,7 +58,7 @@ static mn_status limit_free(mn_allocator_t *a, void *ptr) {
   limit_adaptor *l = self_of(a);
   mn__addrmap_entry_t e;
   pthread_mutex_lock(&l->ad.lock);
-  bool found = mn__addrmap_remove(&l->ad.live, (uintptr_t)ptr, &e);
+  bool found = mn__adaptor_map_remove(&l->ad, (uintptr_t)ptr, &e);
   pthread_mutex_unlock(&l->ad.lock);
   if (!found)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
@@ -68,7 +68,7 @@ static mn_status limit_free(mn_allocator_t *a, void *ptr) {
   pthread_mutex_lock(&l->ad.lock);
   if (st == MN_OK)
     l->used -= e.size;
-  else if (mn__addrmap_insert(&l->ad.live, e.key, e.size, NULL) != MN_OK)
+  else if (mn__adaptor_map_insert(&l->ad, e.key, e.size, NULL) != MN_OK)
     l->used -= e.size; /* cannot track it any more: stop counting it */
   pthread_mutex_unlock(&l->ad.lock);
   return st;

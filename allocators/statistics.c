@@ -32,7 +32,7 @@ static mn_status stats_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
     return st; /* upstream's message, prefixed by its dispatch */
   }
   pthread_mutex_lock(&s->ad.lock);
-  st = mn__addrmap_insert(&s->ad.live, (uintptr_t)p, nbytes, NULL);
+  st = mn__adaptor_map_insert(&s->ad, (uintptr_t)p, nbytes, NULL);
   if (st == MN_OK) {
     mn__stat_inc(&s->count, 1);
     mn__stat_inc(&s->bytes, (int64_t)nbytes);
@@ -52,7 +52,7 @@ static mn_status stats_free(mn_allocator_t *a, void *ptr) {
   stats_adaptor *s = self_of(a);
   mn__addrmap_entry_t e;
   pthread_mutex_lock(&s->ad.lock);
-  bool found = mn__addrmap_remove(&s->ad.live, (uintptr_t)ptr, &e);
+  bool found = mn__adaptor_map_remove(&s->ad, (uintptr_t)ptr, &e);
   if (found) {
     mn__stat_dec(&s->count, 1);
     mn__stat_dec(&s->bytes, (int64_t)e.size);
@@ -64,7 +64,7 @@ static mn_status stats_free(mn_allocator_t *a, void *ptr) {
   mn_status st = mn_allocator_free(s->ad.upstream, ptr);
   if (st == MN_OK) return MN_OK;
   pthread_mutex_lock(&s->ad.lock);
-  if (mn__addrmap_insert(&s->ad.live, e.key, e.size, NULL) == MN_OK) {
+  if (mn__adaptor_map_insert(&s->ad, e.key, e.size, NULL) == MN_OK) {
     s->count.current++, s->count.freed--;
     s->bytes.current += (int64_t)e.size, s->bytes.freed -= (int64_t)e.size;
   }

@@ -54,7 +54,7 @@ static mn_status trace_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
   }
   pthread_mutex_lock(&t->ad.lock);
   /* The stream id rides in the data word. */
-  st = mn__addrmap_insert(&t->ad.live, (uintptr_t)p, nbytes, (void *)(uintptr_t)sid);
+  st = mn__adaptor_map_insert(&t->ad, (uintptr_t)p, nbytes, (void *)(uintptr_t)sid);
   if (st == MN_OK) emit(t, MN_TRACE_ALLOC, sid, p, nbytes);
   pthread_mutex_unlock(&t->ad.lock);
   if (st != MN_OK) {
@@ -68,7 +68,7 @@ static mn_status trace_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
 static mn_status trace_free(mn_allocator_t *a, void *ptr) {
   trace_adaptor *t = self_of(a);
   pthread_mutex_lock(&t->ad.lock);
-  mn__addrmap_entry_t *e = mn__addrmap_find(&t->ad.live, (uintptr_t)ptr);
+  mn__addrmap_entry_t *e = mn__adaptor_map_find(&t->ad, (uintptr_t)ptr);
   if (!e) {
     pthread_mutex_unlock(&t->ad.lock);
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
@@ -77,7 +77,7 @@ static mn_status trace_free(mn_allocator_t *a, void *ptr) {
   mn_status st = mn_allocator_free(t->ad.upstream, ptr);
   if (st == MN_OK) {
     mn__addrmap_entry_t gone;
-    mn__addrmap_remove(&t->ad.live, (uintptr_t)ptr, &gone);
+    mn__adaptor_map_remove(&t->ad, (uintptr_t)ptr, &gone);
     emit(t, MN_TRACE_FREE_REQUESTED, (uint64_t)(uintptr_t)gone.data, ptr, gone.size);
   }
   pthread_mutex_unlock(&t->ad.lock);

@@ -58,7 +58,7 @@ static mn_status track_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
     return st;
   }
   pthread_mutex_lock(&t->ad.lock);
-  st = mn__addrmap_insert(&t->ad.live, (uintptr_t)p, nbytes, r);
+  st = mn__adaptor_map_insert(&t->ad, (uintptr_t)p, nbytes, r);
   if (st == MN_OK) {
     r->seq = ++t->next_seq;
     t->live_bytes += nbytes;
@@ -77,7 +77,7 @@ static mn_status track_free(mn_allocator_t *a, void *ptr) {
   track_adaptor *t = self_of(a);
   mn__addrmap_entry_t e;
   pthread_mutex_lock(&t->ad.lock);
-  bool found = mn__addrmap_remove(&t->ad.live, (uintptr_t)ptr, &e);
+  bool found = mn__adaptor_map_remove(&t->ad, (uintptr_t)ptr, &e);
   if (found) t->live_bytes -= e.size;
   pthread_mutex_unlock(&t->ad.lock);
   if (!found)
@@ -89,7 +89,7 @@ static mn_status track_free(mn_allocator_t *a, void *ptr) {
     return MN_OK;
   }
   pthread_mutex_lock(&t->ad.lock);
-  if (mn__addrmap_insert(&t->ad.live, e.key, e.size, e.data) == MN_OK)
+  if (mn__adaptor_map_insert(&t->ad, e.key, e.size, e.data) == MN_OK)
     t->live_bytes += e.size;
   else
     free(e.data); /* cannot track it any more */

@@ -4,6 +4,7 @@
 
 #include "kernels/plan.h"
 #include "runtime/checked.h"
+#include "runtime/debug.h"
 
 const char *mn__plan_kind_name(mn__plan_kind kind) {
   switch (kind) {
@@ -72,6 +73,18 @@ int mn__plan_dims(const mn__strided_t *dst, const mn__strided_t *src, bool sort,
 
 void mn__plan_make(mn__plan_t *p, const mn__strided_t *dst, mn_dtype dst_dtype, const mn__strided_t *src,
                    mn_dtype src_dtype) {
+  /* The stated preconditions (kernels/plan.h), O(ndim). */
+  MN__ASSERT(dst->ndim >= 0 && dst->ndim <= MN_MAX_DIMS, "dst has %d dims", dst->ndim);
+  MN__ASSERT(src == NULL || src->ndim == dst->ndim, "src has %d dims, dst %d", src ? src->ndim : 0, dst->ndim);
+  MN__ASSERT(mn_dtype_itemsize(dst_dtype) > 0 && (src == NULL || mn_dtype_itemsize(src_dtype) > 0),
+             "an invalid dtype (dst %d, src %d)", (int)dst_dtype, (int)src_dtype);
+#if MNEMO_DEBUG >= 1
+  for (int k = 0; k < dst->ndim; k++) {
+    MN__ASSERT(dst->sizes[k] > 0, "dim %d of dst has size %lld (numel must be > 0)", k, (long long)dst->sizes[k]);
+    MN__ASSERT(dst->strides[k] >= 0 && (src == NULL || (src->sizes[k] == dst->sizes[k] && src->strides[k] >= 0)),
+               "dim %d: sizes differ or a stride is negative", k);
+  }
+#endif
   memset(p, 0, sizeof *p);
   bool fill = src == NULL;
   p->dst = dst->data;

@@ -1,15 +1,20 @@
 /* tests/test_debug.c: the debug tiers (runtime/debug.h) of this build's
  * MNEMO_DEBUG. Tier 0: MN__ASSERT evaluates nothing and the invariant checker
  * is not run by dispatch. Tier 1: a broken precondition aborts with its file,
- * line and message (a child process), for a map slot and for the copy
- * engine's staged paths (storage/copy_staged.h). Tier 2: dispatch runs the allocator's
+ * line and message (a child process), for a map slot, for the copy engine's
+ * staged paths (storage/copy_staged.h) and for one broken precondition of
+ * each other internal header that states some (the adaptor's map lock, the
+ * caching allocator's lock, the planner's shapes). Tier 2: dispatch runs the allocator's
  * checker after alloc, free, record_stream and empty_cache, and a checker that
  * reports a broken invariant aborts the process. Single-threaded. */
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "allocators/adaptor.h"
+#include "allocators/caching_internal.h"
 #include "allocators/ptrmap.h"
+#include "kernels/plan.h"
 #include "mn_test.h"
 #include "runtime/debug.h"
 #include "runtime/error.h"
@@ -120,6 +125,48 @@ MN_TEST(copy_engine_preconditions) {
   if (sig != SIGABRT) fprintf(stderr, "  child: signal %d, stderr: %s\n", sig, err);
 }
 
+/* The preconditions the internal headers state, each broken once. */
+static void adaptor_map_unlocked(void) { /* allocators/adaptor.h: callers of the map hold `lock` */
+  mn_allocator_t *up = NULL, *a = NULL;
+  if (mn_naive_allocator_create(mn_device_cpu(), &up) != MN_OK ||
+      mn_statistics_adaptor_create(up, MN_ADAPTOR_OWNS_UPSTREAM, &a) != MN_OK)
+    _exit(3);
+  (void)mn__adaptor_map_find((mn__adaptor_t *)a, 0x1000); /* lock not held */
+}
+
+static void caching_unlocked(void) { /* allocators/caching_internal.h: mn__live_block, pre: lock held */
+  mn_allocator_t *a = NULL;
+  if (mn_caching_allocator_create(mn_device_sim(0), NULL, &a) != MN_OK) _exit(3);
+  (void)mn__live_block((mn__caching_t *)a, 0x1000);
+}
+
+static void plan_sizes_differ(void) { /* kernels/plan.h: mn__plan_make, pre: same ndim and sizes */
+  static char buf[64];
+  mn__strided_t dst = {.data = buf, .ndim = 1, .sizes = {4}, .strides = {1}};
+  mn__strided_t src = {.data = buf + 32, .ndim = 1, .sizes = {3}, .strides = {1}};
+  mn__plan_t plan;
+  mn__plan_make(&plan, &dst, MN_DTYPE_UINT8, &src, MN_DTYPE_UINT8);
+}
+
+MN_TEST(stated_preconditions) {
+  if (MNEMO_DEBUG < 1) return;
+  static const struct {
+    void (*fn)(void);
+    const char *file, *message;
+  } cases[] = {
+      {adaptor_map_unlocked, "adaptor.h", "the adaptor's live map used without its lock"},
+      {caching_unlocked, "caching_internal.h", "called without the allocator lock"},
+      {plan_sizes_differ, "plan.c", "sizes differ or a stride is negative"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char err[1024];
+    int sig = in_child(cases[i].fn, err, sizeof err);
+    MN_CHECK(sig == SIGABRT && strstr(err, "precondition failed") != NULL && strstr(err, cases[i].file) != NULL &&
+             strstr(err, cases[i].message) != NULL);
+    if (sig != SIGABRT) fprintf(stderr, "  %s: child: signal %d, stderr: %s\n", cases[i].message, sig, err);
+  }
+}
+
 MN_TEST(checker_after_every_operation) {
   mn_allocator_t a;
   MN_CHECK_OK(mn_allocator_init(&a, &toy_vtable, mn_device_cpu()));
@@ -146,6 +193,7 @@ int main(void) {
   printf("MNEMO_DEBUG=%d\n", MNEMO_DEBUG);
   MN_RUN(assert_tier);
   MN_RUN(copy_engine_preconditions);
+  MN_RUN(stated_preconditions);
   MN_RUN(checker_after_every_operation);
   return mn_test_finish();
 }

@@ -303,14 +303,6 @@ MODULES = {
     "allocators": [("caching*", re.compile(r"caching(_[a-z0-9_]+)?\.(c|h)$"))],
     "runtime": [("sim_*", re.compile(r"sim_[a-z0-9_]+\.(c|h)$"))],
 }
-# Circles that exist today and are being taken apart (runtime: device.c with
-# the CPU and SIM backends; allocators: allocator.c with the caching
-# allocator; tools: cli.c with the subcommands). Each entry must still be a
-# circle, else it fails as "STALE ALLOWLIST ENTRY": remove it then. THIS LIST
-# MUST BECOME EMPTY; never add to it.
-KNOWN_CIRCLES = [
-    "runtime: device.c -> sim_* -> device.c",
-]
 
 
 def node_of(folder, f, modules):
@@ -365,16 +357,13 @@ def simple_cycles(graph, limit=200):
     return sorted(out)
 
 
-def circle_failures(graphs, known):
-    """graphs: {folder: graph}; known: ["folder: a -> b -> a"]. Returns the failures."""
+def circle_failures(graphs):
+    """graphs: {folder: graph}. Returns one failure per simple cycle."""
     found = set()
     for folder in sorted(graphs):
         for cyc in simple_cycles(graphs[folder]):
             found.add(f"{folder}: " + " -> ".join(cyc))
-    bad = [f"CIRCLE: {c}" for c in sorted(found) if c not in known]
-    bad += [f"STALE ALLOWLIST ENTRY: KNOWN_CIRCLES has '{c}', no longer a circle: remove it"
-            for c in known if c not in found]
-    return bad
+    return [f"CIRCLE: {c}" for c in sorted(found)]
 
 
 @rule
@@ -383,27 +372,23 @@ def rule_file_circles(ctx):
     for folder in CIRCLE_FOLDERS:
         files, uses, includes = folder_graph_inputs(ctx, folder)
         graphs[folder] = file_graph(folder, files, uses, includes, MODULES)
-    return circle_failures(graphs, KNOWN_CIRCLES)
+    return circle_failures(graphs)
 
 
 @self_check
 def self_test_file_circles():
     """A planted 2-file circle (by a call one way and an include the other) is
-    reported; a module's files calling each other are not; an allowlisted
-    circle that is gone is a stale entry."""
+    reported; a module's files calling each other are not."""
     files = ["a.c", "a.h", "b.c", "b.h", "m.c", "m_x.c", "m_internal.h"]
     uses = [("a.c", "mn__b", "b.c"), ("m.c", "mn__mx", "m_x.c"), ("m_x.c", "mn__m", "m.c")]
     includes = [("b.c", "a.h"), ("m_x.c", "m_internal.h"), ("m.c", "m_internal.h"), ("a.c", "m_internal.h")]
     mods = {"lib": [("m*", re.compile(r"m(_[a-z]+)?\.(c|h)$"))]}
     g = file_graph("lib", files, uses, includes, mods)
     assert g == {"a.c": {"b.c", "m*"}, "b.c": {"a.c"}, "m*": set()}, g
-    bad = circle_failures({"lib": g}, [])
+    bad = circle_failures({"lib": g})
     assert bad == ["CIRCLE: lib: a.c -> b.c -> a.c"], bad
-    assert circle_failures({"lib": g}, ["lib: a.c -> b.c -> a.c"]) == []
     g2 = file_graph("lib", files, uses[1:], includes[1:], mods)
-    assert circle_failures({"lib": g2}, []) == []
-    stale = circle_failures({"lib": g2}, ["lib: a.c -> b.c -> a.c"])
-    assert stale and stale[0].startswith("STALE ALLOWLIST ENTRY"), stale
+    assert circle_failures({"lib": g2}) == []
 
 
 # ---- area: one narrow-float implementation, host allocation, markers ----
@@ -545,6 +530,40 @@ def self_test_issue_marker():
 
 
 # ---- area: the simulated device and the allocators ----
+
+SIM_PRIVATE = "runtime/sim_internal.h"
+
+
+@rule
+def rule_sim_internal_private(ctx):
+    """The SIM device's layout (runtime/sim_internal.h) is private to its own
+    files, runtime/sim_*.c; the layers above reach SIM only through
+    runtime/sim_hook.h and the backend table."""
+    inc = re.compile(r'#\s*include\s*"' + re.escape(SIM_PRIVATE) + '"')
+    bad = []
+    for rel, text in ctx.sources(["runtime", "allocators", "kernels", "storage", "profiling",
+                                  "tools", "python", "tests"]):
+        base = os.path.basename(rel)
+        if inc.search(text) and not (rel.startswith("runtime" + os.sep) and base.startswith("sim_")
+                                     and base.endswith(".c")):
+            bad.append(f"SIM INTERNAL: {rel}: includes {SIM_PRIVATE} (only runtime/sim_*.c may)")
+    return bad
+
+
+@self_check
+def self_test_sim_internal_private():
+    """A planted include of sim_internal.h outside runtime/sim_*.c is named;
+    the SIM files' own include is not."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        for rel, text in [("runtime/sim_pool.c", '#include "runtime/sim_internal.h"\n'),
+                          ("allocators/leak.c", '#include "runtime/sim_internal.h"\n')]:
+            os.makedirs(os.path.join(tmp, os.path.dirname(rel)), exist_ok=True)
+            with open(os.path.join(tmp, rel), "w") as f:
+                f.write(text)
+        bad = rule_sim_internal_private(Context(tmp, []))
+        assert len(bad) == 1 and "allocators/leak.c" in bad[0], bad
+
 
 
 # ---- area: naming (static functions, prefixes) ----
