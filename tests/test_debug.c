@@ -8,10 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "allocators/ptrmap.h"
 #include "mn_test.h"
 #include "runtime/debug.h"
 #include "runtime/error.h"
+#include "runtime/ptrmap.h"
 
 static int g_checks;    /* checker calls */
 static bool g_broken;   /* the checker reports a broken invariant */
