@@ -51,7 +51,6 @@ typedef struct mn__tree_s {
   mn__tnode_t *root, *min; /* min: the leftmost node, kept */
 } mn__tree_t;
 
-void mn__tree_init(mn__tree_t *t);
 void mn__tree_insert_slow(mn__tree_t *t, mn__tnode_t *n); /* a walk from the root */
 void mn__tree_remove_slow(mn__tree_t *t, mn__tnode_t *n); /* rotations down first */
 bool mn__tree_contains(const mn__tree_t *t, const mn__tnode_t *n);

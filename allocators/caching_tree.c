@@ -13,8 +13,6 @@
 
 /* ---- treap with parent pointers ------------------------------------------------------------ */
 
-void mn__tree_init(mn__tree_t *t) { memset(t, 0, sizeof *t); }
-
 /* Makes n take its parent p's place (a rotation of the edge p-n). */
 static void rotate_up(mn__tree_t *t, mn__tnode_t *n) {
   mn__tnode_t *p = n->parent, *g = p->parent;

@@ -1,57 +1,17 @@
 /* kernels/cast.h: the element conversions of every dtype pair, shared by the
  * CPU executor (C) and the CUDA kernels (host+device), bit-exact with
  * mn_scalar_to_bytes(mn_scalar_from_bytes(...)); and the item loads and stores
- * (typed when aligned in device code). Pure inline functions: thread-safe. */
+ * (typed when aligned in device code). The narrow floats come from
+ * runtime/narrow_float.h (dtype.c's too). Pure inline functions: thread-safe. */
 #ifndef MNEMO_KERNELS_CAST_H
 #define MNEMO_KERNELS_CAST_H
 
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/hd.h"
 #include "mnemo/dtype.h"
-
-/* Exact float arithmetic that no compiler contracts into an FMA (the random
- * fill must give the same bits on CPU and GPU). C11 builds do not contract. */
-#if defined(__CUDA_ARCH__)
-#define MN__FMUL(a, b) __fmul_rn((a), (b))
-#define MN__FADD(a, b) __fadd_rn((a), (b))
-#define MN__DMUL(a, b) __dmul_rn((a), (b))
-#define MN__DADD(a, b) __dadd_rn((a), (b))
-#else
-#define MN__FMUL(a, b) ((a) * (b))
-#define MN__FADD(a, b) ((a) + (b))
-#define MN__DMUL(a, b) ((a) * (b))
-#define MN__DADD(a, b) ((a) + (b))
-#endif
-
-MN__HD uint32_t mn__f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
-}
-MN__HD float mn__f32_of(uint32_t u) {
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-MN__HD uint64_t mn__f64_bits(double d) {
-  uint64_t u;
-  memcpy(&u, &d, sizeof u);
-  return u;
-}
-
-MN__HD double mn__f64_of(uint64_t u) {
-  double d;
-  memcpy(&d, &u, sizeof d);
-  return d;
-}
-
-/* c ? a : b for c in {0, 1}, with masks (vectorizers take it; branches they do not). */
-MN__HD uint32_t mn__sel(uint32_t c, uint32_t a, uint32_t b) {
-  uint32_t m = 0u - c;
-  return (a & m) | (b & ~m);
-}
+#include "runtime/hd.h"
+#include "runtime/narrow_float.h"
 
 /* float <-> double with x86's NaN rule spelled out (quiet the NaN, keep the
  * payload's top bits), so that CPU and GPU agree on NaN bits. */
@@ -72,137 +32,6 @@ MN__HD float mn__f64_to_f32(double d) {
 MN__HD float mn__f32_quiet(float f) {
   uint32_t u = mn__f32_bits(f);
   return (u & 0x7FFFFFFFu) > 0x7F800000u ? mn__f32_of(u | 0x400000u) : f;
-}
-
-/* ---- narrow floats ---------------------------------------------------------- */
-
-/* A narrow format: stored mantissa bits, min/max normal exponents, largest
- * finite encoding, overflow encoding (inf or max finite), quiet NaN, sign bit. */
-#define MN__NF_HALF 10, -14, 15, 0x7BFFu, 0x7C00u, 0x7E00u, 0x8000u
-#define MN__NF_BF16 7, -126, 127, 0x7F7Fu, 0x7F80u, 0x7FC0u, 0x8000u
-#define MN__NF_E4M3 3, -6, 8, 0x7Eu, 0x7Eu, 0x7Fu, 0x80u
-#define MN__NF_E5M2 2, -14, 15, 0x7Bu, 0x7Cu, 0x7Fu, 0x80u
-
-MN__HD int mn__msb64(uint64_t x) {
-#if defined(__CUDA_ARCH__)
-  return 63 - __clzll((long long)x);
-#else
-  return 63 - __builtin_clzll(x);
-#endif
-}
-
-/* (-1)^sign * mag * 2^exp2 rounded to nearest even in the narrow format. */
-MN__HD uint32_t mn__nf_round(int mbits, int emin, int emax, uint32_t maxf, uint32_t ovf, uint32_t nan,
-                             uint32_t signbit, uint32_t sign, uint64_t mag, int exp2) {
-  (void)nan;
-  (void)signbit;
-  if (mag == 0) return sign;
-  int e = mn__msb64(mag) + exp2;
-  if (e > emax) return sign | ovf;
-  int q = (e >= emin ? e : emin) - mbits;
-  int s = q - exp2;
-  uint64_t n;
-  if (s <= 0) {
-    n = mag << -s;
-  } else if (s >= 64) {
-    n = (s == 64 && mag > (UINT64_C(1) << 63)) ? 1 : 0;
-  } else {
-    n = mag >> s;
-    uint64_t rem = mag & ((UINT64_C(1) << s) - 1), half = UINT64_C(1) << (s - 1);
-    if (rem > half || (rem == half && (n & 1))) ++n;
-  }
-  uint64_t enc = n;
-  if (e >= emin) enc += (uint64_t)(e - emin) << mbits;
-  if (enc > maxf) return sign | ovf;
-  return sign | (uint32_t)enc;
-}
-
-MN__HD uint32_t mn__nf_from_f64(int mbits, int emin, int emax, uint32_t maxf, uint32_t ovf, uint32_t nan,
-                                uint32_t signbit, double d) {
-  uint64_t bits = mn__f64_bits(d);
-  uint32_t sign = (bits >> 63) ? signbit : 0;
-  unsigned ef = (unsigned)(bits >> 52) & 0x7FFu;
-  uint64_t frac = bits & ((UINT64_C(1) << 52) - 1);
-  if (ef == 0x7FF) return sign | (frac != 0 ? nan : ovf);
-  if (ef == 0) return mn__nf_round(mbits, emin, emax, maxf, ovf, nan, signbit, sign, frac, -1074);
-  return mn__nf_round(mbits, emin, emax, maxf, ovf, nan, signbit, sign, frac | (UINT64_C(1) << 52),
-                      (int)ef - 1075);
-}
-
-MN__HD uint32_t mn__nf_from_i64(int mbits, int emin, int emax, uint32_t maxf, uint32_t ovf, uint32_t nan,
-                                uint32_t signbit, int64_t v) {
-  uint64_t mag = v < 0 ? UINT64_C(0) - (uint64_t)v : (uint64_t)v;
-  return mn__nf_round(mbits, emin, emax, maxf, ovf, nan, signbit, v < 0 ? signbit : 0, mag, 0);
-}
-
-MN__HD uint32_t mn__nf_from_u64(int mbits, int emin, int emax, uint32_t maxf, uint32_t ovf, uint32_t nan,
-                                uint32_t signbit, uint64_t v) {
-  return mn__nf_round(mbits, emin, emax, maxf, ovf, nan, signbit, 0, v, 0);
-}
-
-/* float -> half, round to nearest even. Every case is computed and one is
- * selected (no branches: the loops vectorize); the subnormal case lets the FPU
- * round with one exact float add. */
-MN__HD uint16_t mn__f32_to_f16(float f) {
-  uint32_t u = mn__f32_bits(f);
-  uint32_t sign = (u >> 16) & 0x8000u;
-  u &= 0x7FFFFFFFu;
-  uint32_t big = mn__sel(u > 0x7F800000u, 0x7E00u, 0x7C00u);                /* NaN, or inf / overflow */
-  uint32_t sub = mn__f32_bits(MN__FADD(mn__f32_of(u), 0.5f)) - 0x3F000000u; /* units of 2^-24 */
-  uint32_t nor = (u + 0xC8000FFFu + ((u >> 13) & 1u)) >> 13;                /* rebias -112, round */
-  uint32_t r = mn__sel(u >= 0x47800000u, big, mn__sel(u < 0x38800000u, sub, nor));
-  return (uint16_t)(sign | r);
-}
-
-MN__HD float mn__f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
-  uint32_t infnan = sign | 0x7F800000u | (man << 13);
-  uint32_t sub = sign | mn__f32_bits(MN__FMUL((float)man, 0x1p-24f));
-  uint32_t nor = sign | ((exp + 112u) << 23) | (man << 13);
-  return mn__f32_of(mn__sel(exp == 0x1Fu, infnan, mn__sel(exp == 0, sub, nor)));
-}
-
-MN__HD uint16_t mn__f32_to_bf16(float f) {
-  uint32_t u = mn__f32_bits(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)(((u >> 16) & 0x8000u) | 0x7FC0u);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-MN__HD float mn__bf16_to_f32(uint16_t b) { return mn__f32_of((uint32_t)b << 16); }
-
-MN__HD float mn__e4m3_to_f32(uint8_t v) {
-  uint32_t sign = (uint32_t)(v & 0x80u) << 24, exp = (v >> 3) & 0xFu, man = v & 0x7u;
-  uint32_t nan = sign | 0x7FC00000u;
-  uint32_t sub = sign | mn__f32_bits(MN__FMUL((float)man, 0x1p-9f));
-  uint32_t nor = sign | ((exp + 120u) << 23) | (man << 20);
-  return mn__f32_of(mn__sel((v & 0x7Fu) == 0x7Fu, nan, mn__sel(exp == 0, sub, nor)));
-}
-
-MN__HD float mn__e5m2_to_f32(uint8_t v) { return mn__f16_to_f32((uint16_t)((unsigned)v << 8)); }
-
-/* float -> e4m3fn: RNE, saturating at 448 (0x7E), NaN -> 0x7F (sign kept). */
-MN__HD uint8_t mn__f32_to_e4m3(float f) {
-  uint32_t u = mn__f32_bits(f);
-  uint32_t sign = (u >> 24) & 0x80u;
-  u &= 0x7FFFFFFFu;
-  uint32_t sub = mn__f32_bits(MN__FADD(mn__f32_of(u), 16384.0f)) - 0x46800000u; /* units of 2^-9 */
-  uint32_t nor = (u - 0x3C000000u + 0x7FFFFu + ((u >> 20) & 1u)) >> 20;          /* rebias -120, round */
-  nor = mn__sel(nor > 0x7Eu, 0x7Eu, nor);
-  uint32_t r = mn__sel(u > 0x7F800000u, 0x7Fu, mn__sel(u >= 0x43E00000u, 0x7Eu, mn__sel(u < 0x3C800000u, sub, nor)));
-  return (uint8_t)(sign | r);
-}
-
-/* float -> e5m2: RNE, overflow to inf (0x7C), NaN -> 0x7F (sign kept). */
-MN__HD uint8_t mn__f32_to_e5m2(float f) {
-  uint32_t u = mn__f32_bits(f);
-  uint32_t sign = (u >> 24) & 0x80u;
-  u &= 0x7FFFFFFFu;
-  uint32_t sub = mn__f32_bits(MN__FADD(mn__f32_of(u), 128.0f)) - 0x43000000u; /* units of 2^-16 */
-  uint32_t nor = (u - 0x38000000u + 0xFFFFFu + ((u >> 21) & 1u)) >> 21;       /* rebias -112, round */
-  nor = mn__sel(nor > 0x7Cu, 0x7Cu, nor);
-  uint32_t r = mn__sel(u > 0x7F800000u, 0x7Fu, mn__sel(u >= 0x47800000u, 0x7Cu, mn__sel(u < 0x38800000u, sub, nor)));
-  return (uint8_t)(sign | r);
 }
 
 /* ---- every dtype pair, for dispatch tables (CPU rows) ------------------------ */
@@ -294,6 +123,26 @@ typedef struct mn__c128_s {
       memcpy((p), &(x), sizeof(T));                                     \
   } while (0)
 
+/* A dtype row's case when its format (column FMT) is a narrow float
+ * (runtime/narrow_float.h's row): nothing for the other rows. */
+#define MN__CAST_NF_CASE(X, SFX, FMT) MN__NF_ROW(FMT, X, SFX)
+#define MN__CAST_LOAD_NF(A, SFX, VAL, NAME, SIZE, KIND, FMT, ...) MN__CAST_NF_CASE(MN__CAST_LOAD_NF_ROW, SFX, FMT)
+#define MN__CAST_LOAD_NF_ROW(SFX, FMT, EB, MB, INF, NANV, T, TO_F32, FROM_F32) \
+  case MN_DTYPE_##SFX: {                                                       \
+    T x;                                                                       \
+    MN__LOAD(T, x, p, al);                                                     \
+    v.cls = MN__CLS_F;                                                         \
+    v.f = TO_F32(x);                                                           \
+    break;                                                                     \
+  }
+#define MN__CAST_STORE_NF(A, SFX, VAL, NAME, SIZE, KIND, FMT, ...) MN__CAST_NF_CASE(MN__CAST_STORE_NF_ROW, SFX, FMT)
+#define MN__CAST_STORE_NF_ROW(SFX, FMT, EB, MB, INF, NANV, T, TO_F32, FROM_F32) \
+  case MN_DTYPE_##SFX: {                                                        \
+    T x = (T)mn__cval_nf(v, FMT);                                               \
+    MN__STORE(T, p, x, al);                                                     \
+    break;                                                                      \
+  }
+
 /* Loads the item of dtype S at p; al: p is aligned to S's item size. */
 MN__HD mn__cval_t mn__cast_load_al(int S, const void *p, int al) {
   mn__cval_t v;
@@ -313,10 +162,7 @@ MN__HD mn__cval_t mn__cast_load_al(int S, const void *p, int al) {
     case MN_DTYPE_INT16: { int16_t x; MN__LOAD(int16_t, x, p, al); v.cls = MN__CLS_I; v.i = x; break; }
     case MN_DTYPE_INT32: { int32_t x; MN__LOAD(int32_t, x, p, al); v.cls = MN__CLS_I; v.i = x; break; }
     case MN_DTYPE_INT64: { int64_t x; MN__LOAD(int64_t, x, p, al); v.cls = MN__CLS_I; v.i = x; break; }
-    case MN_DTYPE_FLOAT16: { uint16_t x; MN__LOAD(uint16_t, x, p, al); v.cls = MN__CLS_F; v.f = mn__f16_to_f32(x); break; }
-    case MN_DTYPE_BFLOAT16: { uint16_t x; MN__LOAD(uint16_t, x, p, al); v.cls = MN__CLS_F; v.f = mn__bf16_to_f32(x); break; }
-    case MN_DTYPE_FLOAT8_E4M3FN: { uint8_t x; MN__LOAD(uint8_t, x, p, al); v.cls = MN__CLS_F; v.f = mn__e4m3_to_f32(x); break; }
-    case MN_DTYPE_FLOAT8_E5M2: { uint8_t x; MN__LOAD(uint8_t, x, p, al); v.cls = MN__CLS_F; v.f = mn__e5m2_to_f32(x); break; }
+    MN_DTYPE_TABLE_PLAIN(MN__CAST_LOAD_NF, ~) /* the narrow floats */
     case MN_DTYPE_FLOAT32: { float x; MN__LOAD(float, x, p, al); v.cls = MN__CLS_F; v.f = x; break; }
     case MN_DTYPE_FLOAT64: { double x; MN__LOAD(double, x, p, al); v.cls = MN__CLS_D; v.d = x; break; }
     case MN_DTYPE_COMPLEX64: { mn__c64_t x; MN__LOAD(mn__c64_t, x, p, al); v.cls = MN__CLS_F; v.f = x.v[0]; v.im = mn__f32_to_f64(x.v[1]); break; }
@@ -325,7 +171,6 @@ MN__HD mn__cval_t mn__cast_load_al(int S, const void *p, int al) {
   }
   return v;
 }
-MN__HD mn__cval_t mn__cast_load(int S, const void *p) { return mn__cast_load_al(S, p, 0); }
 
 /* The value as 64-bit two's complement bits (float: saturating truncation). */
 MN__HD uint64_t mn__cval_bits(mn__cval_t v, int to_u64) {
@@ -362,26 +207,21 @@ MN__HD int mn__cval_truth(mn__cval_t v) {
   }
 }
 
-/* Narrow float encoding of the value, rounded once from its exact form; the
- * fast float path is taken whenever the value is exactly a float. */
-#define MN__CVAL_NARROW(NAME, FMT, FAST)                                                   \
-  MN__HD uint32_t NAME(mn__cval_t v) {                                                     \
-    switch (v.cls) {                                                                       \
-      case MN__CLS_I:                                                                      \
-        if (v.i >= -(INT64_C(1) << 24) && v.i <= (INT64_C(1) << 24)) return FAST((float)v.i); \
-        return mn__nf_from_i64(FMT, v.i);                                                  \
-      case MN__CLS_U:                                                                      \
-        if (v.u <= (UINT64_C(1) << 24)) return FAST((float)v.u);                           \
-        return mn__nf_from_u64(FMT, v.u);                                                  \
-      case MN__CLS_F: return FAST(v.f);                                                    \
-      default: return mn__nf_from_f64(FMT, v.d);                                           \
-    }                                                                                      \
+/* Narrow float encoding (format fmt, MN_DTYPE_FMT_*) of the value, rounded
+ * once from its exact form; the fast float path is taken whenever the value
+ * is exactly a float. */
+MN__HD uint32_t mn__cval_nf(mn__cval_t v, int fmt) {
+  switch (v.cls) {
+    case MN__CLS_I:
+      if (v.i >= -(INT64_C(1) << 24) && v.i <= (INT64_C(1) << 24)) return mn__nf_from_f32(fmt, (float)v.i);
+      return mn__nf_from_i64(mn__nf_fmt(fmt), v.i);
+    case MN__CLS_U:
+      if (v.u <= (UINT64_C(1) << 24)) return mn__nf_from_f32(fmt, (float)v.u);
+      return mn__nf_from_u64(mn__nf_fmt(fmt), v.u);
+    case MN__CLS_F: return mn__nf_from_f32(fmt, v.f);
+    default: return mn__nf_from_f64(mn__nf_fmt(fmt), v.d);
   }
-MN__CVAL_NARROW(mn__cval_f16, MN__NF_HALF, mn__f32_to_f16)
-MN__CVAL_NARROW(mn__cval_bf16, MN__NF_BF16, mn__f32_to_bf16)
-MN__CVAL_NARROW(mn__cval_e4m3, MN__NF_E4M3, mn__f32_to_e4m3)
-MN__CVAL_NARROW(mn__cval_e5m2, MN__NF_E5M2, mn__f32_to_e5m2)
-#undef MN__CVAL_NARROW
+}
 
 /* Stores v as dtype D at p; al: p is aligned to D's item size. */
 MN__HD void mn__cast_store_al(int D, void *p, mn__cval_t v, int al) {
@@ -395,10 +235,7 @@ MN__HD void mn__cast_store_al(int D, void *p, mn__cval_t v, int al) {
     case MN_DTYPE_INT32: { uint32_t x = (uint32_t)mn__cval_bits(v, 0); MN__STORE(uint32_t, p, x, al); break; }
     case MN_DTYPE_INT64: { uint64_t x = mn__cval_bits(v, 0); MN__STORE(uint64_t, p, x, al); break; }
     case MN_DTYPE_UINT64: { uint64_t x = mn__cval_bits(v, 1); MN__STORE(uint64_t, p, x, al); break; }
-    case MN_DTYPE_FLOAT16: { uint16_t x = (uint16_t)mn__cval_f16(v); MN__STORE(uint16_t, p, x, al); break; }
-    case MN_DTYPE_BFLOAT16: { uint16_t x = (uint16_t)mn__cval_bf16(v); MN__STORE(uint16_t, p, x, al); break; }
-    case MN_DTYPE_FLOAT8_E4M3FN: { uint8_t x = (uint8_t)mn__cval_e4m3(v); MN__STORE(uint8_t, p, x, al); break; }
-    case MN_DTYPE_FLOAT8_E5M2: { uint8_t x = (uint8_t)mn__cval_e5m2(v); MN__STORE(uint8_t, p, x, al); break; }
+    MN_DTYPE_TABLE_PLAIN(MN__CAST_STORE_NF, ~) /* the narrow floats */
     case MN_DTYPE_FLOAT32: { float x = mn__cval_f32(v); MN__STORE(float, p, x, al); break; }
     case MN_DTYPE_FLOAT64: { double x = mn__cval_f64(v); MN__STORE(double, p, x, al); break; }
     case MN_DTYPE_COMPLEX64: {

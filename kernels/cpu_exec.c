@@ -43,13 +43,11 @@
 
 MN__DT_PAIRS(MN__CV_DEF)
 
-#define MN__CV_ENTRY(D, DSIZE, S, SSIZE) [MN_DTYPE_##D][MN_DTYPE_##S] = cv_##D##_##S,
-static const mn__cpu_cast_fn cv_table[MN_DTYPE_COUNT][MN_DTYPE_COUNT] = {MN__DT_PAIRS(MN__CV_ENTRY)};
+/* The element-row converter of a dtype pair: n elements, byte steps. */
+typedef void (*cast_row_fn)(char *dst, int64_t dstep, const char *src, int64_t sstep, int64_t n);
 
-mn__cpu_cast_fn mn__cpu_cast_fn_of(mn_dtype dst, mn_dtype src) {
-  if (!mn_dtype_is_valid(dst) || !mn_dtype_is_valid(src)) return NULL;
-  return cv_table[dst][src];
-}
+#define MN__CV_ENTRY(D, DSIZE, S, SSIZE) [MN_DTYPE_##D][MN_DTYPE_##S] = cv_##D##_##S,
+static const cast_row_fn cv_table[MN_DTYPE_COUNT][MN_DTYPE_COUNT] = {MN__DT_PAIRS(MN__CV_ENTRY)};
 
 /* ---- same-dtype fills by item size (rows: mn__copy_row, kernels/strided.h) ---- */
 
@@ -124,7 +122,7 @@ static void lut_row(const unsigned char *lut, size_t di, char *d, int64_t dstep,
 typedef struct exec_ctx {
   const mn__plan_t *p;
   const unsigned char *pattern;
-  mn__cpu_cast_fn cv; /* NULL: same dtype */
+  cast_row_fn cv; /* NULL: same dtype */
   const unsigned char *lut; /* 1-byte sources: the 256 converted values (dst items) */
   int64_t ntasks;
   int64_t units;      /* rows (generic), elements (contig), row panels or casting tiles x batch (transpose) */

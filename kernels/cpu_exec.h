@@ -15,9 +15,6 @@ extern "C" {
  * `pattern` (dst_item bytes) for FILL plans. Work of >= 1 MiB is split over
  * the thread pool; results are the same for any thread count. */
 void mn__cpu_exec(const mn__plan_t *plan, const void *pattern);
-/* The element-row converter of a dtype pair: n elements, byte steps. */
-typedef void (*mn__cpu_cast_fn)(char *dst, int64_t dstep, const char *src, int64_t sstep, int64_t n);
-mn__cpu_cast_fn mn__cpu_cast_fn_of(mn_dtype dst, mn_dtype src);
 
 #ifdef __cplusplus
 }

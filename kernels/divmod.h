@@ -9,8 +9,8 @@
 
 #include <stdint.h>
 
-#include "kernels/hd.h"
 #include "mnemo/dtype.h"
+#include "runtime/hd.h"
 
 /* n / d for every d in [1, 2^31) and n in [0, 2^31): with s = ceil(log2 d)
  * and m = floor(2^32 (2^s - d) / d) + 1 (< 2^32), q = (mulhi(n, m) + n) >> s.

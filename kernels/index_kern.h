@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "kernels/cast.h"
-#include "kernels/hd.h"
 #include "kernels/index.h"
 #include "mnemo/dtype.h"
+#include "runtime/hd.h"
 
 /* The three operations. */
 enum { MN__IX_GATHER = 0, MN__IX_SCATTER = 1, MN__IX_SCATTER_ADD = 2 };
@@ -88,19 +88,19 @@ MN__HD void mn__ix_add_al(int dt, char *d, const char *s, int al) {
       MN__IX_ADD_INT(MN_DTYPE_UINT64, uint64_t)
       MN__IX_ADD_INT(MN_DTYPE_INT64, uint64_t)
 #undef MN__IX_ADD_INT
-#define MN__IX_ADD_NARROW(DT, T, TO_F32, OF_F32) \
-  case DT: {                                     \
-    T a, b;                                      \
-    MN__LOAD(T, a, d, al);                       \
-    MN__LOAD(T, b, s, al);                       \
-    a = (T)OF_F32(MN__FADD(TO_F32(a), TO_F32(b))); \
-    MN__STORE(T, d, a, al);                      \
-    return;                                      \
+/* the narrow floats: each dtype row whose format is one (runtime/narrow_float.h) */
+#define MN__IX_ADD_NARROW(A, SFX, VAL, NAME, SIZE, KIND, FMT, ...) MN__CAST_NF_CASE(MN__IX_ADD_NARROW_ROW, SFX, FMT)
+#define MN__IX_ADD_NARROW_ROW(SFX, FMT, EB, MB, INF, NANV, T, TO_F32, FROM_F32) \
+  case MN_DTYPE_##SFX: {                                                         \
+    T a, b;                                                                      \
+    MN__LOAD(T, a, d, al);                                                       \
+    MN__LOAD(T, b, s, al);                                                       \
+    a = (T)FROM_F32(MN__FADD(TO_F32(a), TO_F32(b)));                             \
+    MN__STORE(T, d, a, al);                                                      \
+    return;                                                                      \
   }
-      MN__IX_ADD_NARROW(MN_DTYPE_FLOAT16, uint16_t, mn__f16_to_f32, mn__f32_to_f16)
-      MN__IX_ADD_NARROW(MN_DTYPE_BFLOAT16, uint16_t, mn__bf16_to_f32, mn__f32_to_bf16)
-      MN__IX_ADD_NARROW(MN_DTYPE_FLOAT8_E4M3FN, uint8_t, mn__e4m3_to_f32, mn__f32_to_e4m3)
-      MN__IX_ADD_NARROW(MN_DTYPE_FLOAT8_E5M2, uint8_t, mn__e5m2_to_f32, mn__f32_to_e5m2)
+      MN_DTYPE_TABLE_PLAIN(MN__IX_ADD_NARROW, ~)
+#undef MN__IX_ADD_NARROW_ROW
 #undef MN__IX_ADD_NARROW
     case MN_DTYPE_FLOAT32: {
       float a, b;

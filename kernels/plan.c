@@ -6,17 +6,6 @@
 #include "runtime/checked.h"
 #include "runtime/debug.h"
 
-const char *mn__plan_kind_name(mn__plan_kind kind) {
-  switch (kind) {
-    case MN__PLAN_CONTIG: return "contig";
-    case MN__PLAN_TRANSPOSE: return "transpose";
-    case MN__PLAN_BROADCAST: return "broadcast";
-    case MN__PLAN_FILL: return "fill";
-    case MN__PLAN_GENERIC: return "generic";
-  }
-  return "invalid";
-}
-
 /* Largest byte offset any element of one operand reaches. */
 static uint64_t extent_bytes(const mn__plan_t *p, const int64_t *strides, size_t item) {
   size_t bytes = 0;

@@ -61,7 +61,6 @@ int mn__plan_dims(const mn__strided_t *dst, const mn__strided_t *src, bool sort,
  * same ndim and sizes, valid dtypes, non-negative strides, numel > 0. */
 void mn__plan_make(mn__plan_t *plan, const mn__strided_t *dst, mn_dtype dst_dtype, const mn__strided_t *src,
                    mn_dtype src_dtype);
-const char *mn__plan_kind_name(mn__plan_kind kind);
 
 /* The offsets walk of the CUDA generic kernels over a plan's dims (byte
  * strides; divisors exact whenever the plan has no index64). */

@@ -1,5 +1,7 @@
 /* runtime/dtype.c: the dtype table, dtype name parsing, scalars, and exact
- * conversions between scalars, narrow floats (half, bf16, fp8) and dtype bytes. */
+ * conversions between scalars, narrow floats (half, bf16, fp8: the public
+ * entry points of runtime/narrow_float.h) and dtype bytes. Immutable tables and
+ * pure functions: thread-safe. */
 #include "mnemo/dtype.h"
 
 #include <stdint.h>
@@ -7,6 +9,7 @@
 
 #include "mnemo/quantized.h"
 #include "runtime/error.h"
+#include "runtime/narrow_float.h"
 
 /* ---- The dtype table ------------------------------------------------------ */
 
@@ -188,134 +191,25 @@ mn_status mn_dtype_parse(const char *name, mn_dtype *out) {
 
 /* ---- Narrow floats -------------------------------------------------------- */
 
-/* A binary floating-point format of at most 16 bits, described by its fields. */
-typedef struct mn__nf_format {
-  int mbits;           /* stored mantissa bits */
-  int emin;            /* exponent of the smallest normal (1 - bias) */
-  int emax;            /* exponent of the largest finite normal */
-  uint32_t max_finite; /* encoding of the largest finite magnitude */
-  uint32_t overflow;   /* encoding for larger magnitudes: inf, or max_finite (saturating) */
-  uint32_t nan;        /* the quiet NaN produced, sign bit clear */
-  uint32_t sign;       /* the sign bit */
-} mn__nf_format;
+/* The rounding and the formats are runtime/narrow_float.h's: float -> half
+ * and float -> fp8 round exactly through the format's row (mn__nf_from_f64),
+ * float -> bfloat16 and every decode are the formats' conversion pairs. */
 
-static const mn__nf_format mn__fmt_half = {10, -14, 15, 0x7BFF, 0x7C00, 0x7E00, 0x8000};
-static const mn__nf_format mn__fmt_bf16 = {7, -126, 127, 0x7F7F, 0x7F80, 0x7FC0, 0x8000};
-static const mn__nf_format mn__fmt_e4m3fn = {3, -6, 8, 0x7E, 0x7E, 0x7F, 0x80};
-static const mn__nf_format mn__fmt_e5m2 = {2, -14, 15, 0x7B, 0x7C, 0x7F, 0x80};
+uint16_t mn_float_to_half(float f) { return (uint16_t)mn__nf_from_f64(mn__nf_fmt(MN_DTYPE_FMT_BINARY16), (double)f); }
 
-/* Index of the highest set bit of a nonzero value. */
-static int mn__msb64(uint64_t x) {
-#if defined(__GNUC__) || defined(__clang__)
-  return 63 - __builtin_clzll(x);
-#else
-  int p = 0;
-  for (int step = 32; step > 0; step >>= 1) {
-    if (x >> step) {
-      x >>= step;
-      p += step;
-    }
-  }
-  return p;
-#endif
-}
+float mn_half_to_float(uint16_t h) { return mn__f16_to_f32(h); }
 
-/* Encodes (-1)^sign * mag * 2^exp2 exactly rounded to nearest, ties to even.
- * `sign` is 0 or fmt->sign. */
-static uint32_t mn__nf_round(const mn__nf_format *fmt, uint32_t sign, uint64_t mag, int exp2) {
-  if (mag == 0) return sign;
-  int e = mn__msb64(mag) + exp2; /* exponent of the leading bit */
-  if (e > fmt->emax) return sign | fmt->overflow;
-  /* q: exponent of the target's last mantissa bit at this magnitude */
-  int q = (e >= fmt->emin ? e : fmt->emin) - fmt->mbits;
-  int s = q - exp2; /* right shift from mag to units of 2^q */
-  uint64_t n;
-  if (s <= 0) {
-    n = mag << -s; /* exact; n < 2^(mbits+1) */
-  } else if (s >= 64) {
-    /* mag / 2^s < 1: rounds to 1 only when strictly above one half */
-    n = (s == 64 && mag > (UINT64_C(1) << 63)) ? 1 : 0;
-  } else {
-    n = mag >> s;
-    uint64_t rem = mag & ((UINT64_C(1) << s) - 1);
-    uint64_t half = UINT64_C(1) << (s - 1);
-    if (rem > half || (rem == half && (n & 1))) ++n;
-  }
-  /* Normal: n holds the implicit bit, which adds one to the exponent field; a
-   * carry out of the mantissa moves to the next binade; a subnormal that
-   * rounds up to 2^mbits becomes the smallest normal. */
-  uint64_t enc = n;
-  if (e >= fmt->emin) enc += (uint64_t)(e - fmt->emin) << fmt->mbits;
-  if (enc > fmt->max_finite) return sign | fmt->overflow;
-  return sign | (uint32_t)enc;
-}
+uint16_t mn_float_to_bfloat16(float f) { return mn__f32_to_bf16(f); }
 
-static uint32_t mn__nf_from_double(const mn__nf_format *fmt, double d) {
-  uint64_t bits;
-  memcpy(&bits, &d, sizeof bits);
-  uint32_t sign = (bits >> 63) ? fmt->sign : 0;
-  unsigned ef = (unsigned)(bits >> 52) & 0x7FFu;
-  uint64_t frac = bits & ((UINT64_C(1) << 52) - 1);
-  if (ef == 0x7FF) return sign | (frac != 0 ? fmt->nan : fmt->overflow);
-  if (ef == 0) return mn__nf_round(fmt, sign, frac, -1074);
-  return mn__nf_round(fmt, sign, frac | (UINT64_C(1) << 52), (int)ef - 1075);
-}
+float mn_bfloat16_to_float(uint16_t b) { return mn__bf16_to_f32(b); }
 
-static uint32_t mn__nf_from_int(const mn__nf_format *fmt, int64_t v) {
-  uint64_t mag = v < 0 ? UINT64_C(0) - (uint64_t)v : (uint64_t)v;
-  return mn__nf_round(fmt, v < 0 ? fmt->sign : 0, mag, 0);
-}
+uint8_t mn_float_to_e4m3fn(float f) { return (uint8_t)mn__nf_from_f64(mn__nf_fmt(MN_DTYPE_FMT_E4M3FN), (double)f); }
 
-static float mn__f32_from_bits(uint32_t bits) {
-  float f;
-  memcpy(&f, &bits, sizeof f);
-  return f;
-}
+float mn_e4m3fn_to_float(uint8_t v) { return mn__e4m3_to_f32(v); }
 
-uint16_t mn_float_to_half(float f) { return (uint16_t)mn__nf_from_double(&mn__fmt_half, (double)f); }
+uint8_t mn_float_to_e5m2(float f) { return (uint8_t)mn__nf_from_f64(mn__nf_fmt(MN_DTYPE_FMT_E5M2), (double)f); }
 
-float mn_half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1Fu;
-  uint32_t man = h & 0x3FFu;
-  if (exp == 0x1F) return mn__f32_from_bits(sign | 0x7F800000u | (man << 13)); /* inf, NaN */
-  if (exp == 0) {                                                             /* zero, subnormal */
-    float v = (float)man * 0x1p-24f;
-    return sign ? -v : v;
-  }
-  return mn__f32_from_bits(sign | ((exp + 112u) << 23) | (man << 13));
-}
-
-uint16_t mn_float_to_bfloat16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)(((u >> 16) & 0x8000u) | 0x7FC0u);
-  /* Adding 0x7FFF plus the lowest kept bit rounds to nearest, ties to even;
-   * a carry into the exponent is the correct next binade (or inf). */
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-float mn_bfloat16_to_float(uint16_t b) { return mn__f32_from_bits((uint32_t)b << 16); }
-
-uint8_t mn_float_to_e4m3fn(float f) { return (uint8_t)mn__nf_from_double(&mn__fmt_e4m3fn, (double)f); }
-
-float mn_e4m3fn_to_float(uint8_t v) {
-  uint32_t sign = (uint32_t)(v & 0x80u) << 24;
-  uint32_t exp = (v >> 3) & 0xFu;
-  uint32_t man = v & 0x7u;
-  if (exp == 0xF && man == 0x7) return mn__f32_from_bits(sign | 0x7FC00000u);
-  if (exp == 0) {
-    float x = (float)man * 0x1p-9f;
-    return sign ? -x : x;
-  }
-  return mn__f32_from_bits(sign | ((exp + 120u) << 23) | (man << 20));
-}
-
-uint8_t mn_float_to_e5m2(float f) { return (uint8_t)mn__nf_from_double(&mn__fmt_e5m2, (double)f); }
-
-/* e5m2 is the top byte of IEEE binary16. */
-float mn_e5m2_to_float(uint8_t v) { return mn_half_to_float((uint16_t)((unsigned)v << 8)); }
+float mn_e5m2_to_float(uint8_t v) { return mn__e5m2_to_f32(v); }
 
 /* ---- Scalars -------------------------------------------------------------- */
 
@@ -425,13 +319,13 @@ static double mn__scalar_f64(const mn_scalar_t *v) {
 
 /* Rounds the value once, straight from its exact form (integers do not pass
  * through double, which could round twice). */
-static uint32_t mn__scalar_narrow(const mn_scalar_t *v, const mn__nf_format *fmt) {
+static uint32_t scalar_narrow(const mn_scalar_t *v, mn__nf_fmt_t fmt) {
   switch (v->kind) {
-    case MN_SCALAR_BOOL: return mn__nf_round(fmt, 0, v->v.b ? 1u : 0u, 0);
-    case MN_SCALAR_INT: return mn__nf_from_int(fmt, v->v.i);
-    case MN_SCALAR_UINT: return mn__nf_round(fmt, 0, v->v.u, 0);
+    case MN_SCALAR_BOOL: return mn__nf_from_u64(fmt, v->v.b ? 1u : 0u);
+    case MN_SCALAR_INT: return mn__nf_from_i64(fmt, v->v.i);
+    case MN_SCALAR_UINT: return mn__nf_from_u64(fmt, v->v.u);
     case MN_SCALAR_FLOAT:
-    case MN_SCALAR_COMPLEX: return mn__nf_from_double(fmt, mn__scalar_real(v));
+    case MN_SCALAR_COMPLEX: return mn__nf_from_f64(fmt, mn__scalar_real(v));
   }
   return 0;
 }
@@ -449,20 +343,15 @@ static bool mn__store_uint(void *out, uint64_t bits, size_t size) {
 
 /* Stores the scalar's real value in float format `fmt` (MN_DTYPE_FMT_*); the
  * bytes written, 0 for a format without a conversion. */
+#define STORE_NARROW(A, FMT, EB, MB, INF, NANV, T, TO_F32, FROM_F32) \
+  case FMT: {                                                        \
+    T x = (T)scalar_narrow(v, mn__nf_fmt(FMT));                      \
+    memcpy(out, &x, sizeof x);                                       \
+    return sizeof x;                                                 \
+  }
 static size_t mn__store_real(void *out, const mn_scalar_t *v, unsigned fmt) {
   switch (fmt) {
-    case MN_DTYPE_FMT_BINARY16:
-    case MN_DTYPE_FMT_BFLOAT16: {
-      uint16_t x = (uint16_t)mn__scalar_narrow(v, fmt == MN_DTYPE_FMT_BINARY16 ? &mn__fmt_half : &mn__fmt_bf16);
-      memcpy(out, &x, sizeof x);
-      return sizeof x;
-    }
-    case MN_DTYPE_FMT_E4M3FN:
-    case MN_DTYPE_FMT_E5M2: {
-      uint8_t x = (uint8_t)mn__scalar_narrow(v, fmt == MN_DTYPE_FMT_E4M3FN ? &mn__fmt_e4m3fn : &mn__fmt_e5m2);
-      memcpy(out, &x, sizeof x);
-      return sizeof x;
-    }
+    MN__NF_FORMATS(STORE_NARROW, ~)
     case MN_DTYPE_FMT_BINARY32: {
       float x = mn__scalar_f32(v);
       memcpy(out, &x, sizeof x);
@@ -476,6 +365,7 @@ static size_t mn__store_real(void *out, const mn_scalar_t *v, unsigned fmt) {
     default: return 0;
   }
 }
+#undef STORE_NARROW
 
 mn_status mn_scalar_to_bytes(mn_scalar_t value, mn_dtype dtype, void *out) {
   /* a quantized element's bytes are its stored integer (one byte of a packed
@@ -518,22 +408,16 @@ mn_status mn_scalar_to_bytes(mn_scalar_t value, mn_dtype dtype, void *out) {
 
 /* Reads a float of format `fmt` at `in` as a double; the bytes read, 0 for a
  * format without a conversion. */
+#define LOAD_NARROW(A, FMT, EB, MB, INF, NANV, T, TO_F32, FROM_F32) \
+  case FMT: {                                                       \
+    T x;                                                            \
+    memcpy(&x, in, sizeof x);                                       \
+    *out = TO_F32(x);                                               \
+    return sizeof x;                                                \
+  }
 static size_t mn__load_real(const void *in, unsigned fmt, double *out) {
   switch (fmt) {
-    case MN_DTYPE_FMT_BINARY16:
-    case MN_DTYPE_FMT_BFLOAT16: {
-      uint16_t x;
-      memcpy(&x, in, sizeof x);
-      *out = fmt == MN_DTYPE_FMT_BINARY16 ? mn_half_to_float(x) : mn_bfloat16_to_float(x);
-      return sizeof x;
-    }
-    case MN_DTYPE_FMT_E4M3FN:
-    case MN_DTYPE_FMT_E5M2: {
-      uint8_t x;
-      memcpy(&x, in, sizeof x);
-      *out = fmt == MN_DTYPE_FMT_E4M3FN ? mn_e4m3fn_to_float(x) : mn_e5m2_to_float(x);
-      return sizeof x;
-    }
+    MN__NF_FORMATS(LOAD_NARROW, ~)
     case MN_DTYPE_FMT_BINARY32: {
       float x;
       memcpy(&x, in, sizeof x);
@@ -549,6 +433,7 @@ static size_t mn__load_real(const void *in, unsigned fmt, double *out) {
     default: return 0;
   }
 }
+#undef LOAD_NARROW
 
 mn_status mn_scalar_from_bytes(mn_dtype dtype, const void *in, mn_scalar_t *out) {
   if (mn_dtype_is_quantized(dtype)) dtype = mn_dtype_quant_underlying(dtype); /* the stored integer */

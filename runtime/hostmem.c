@@ -18,8 +18,8 @@ static bool fault(const char *file, int line) {
   if (++t_calls != t_fail_at) return false;
   t_fired = true;
   /* "folder/file.c:line": the library's folders are one level deep, so the
-   * last two parts of the path name the file (runtime/ptrmap.h and
-   * allocators/ptrmap.h stay apart) however the build spelled it */
+   * last two parts of the path name the file (two folders' files of one
+   * name stay apart) however the build spelled it */
   const char *base = file, *last = NULL;
   for (const char *c = file; *c; c++)
     if (*c == '/') {

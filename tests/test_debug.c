@@ -13,11 +13,11 @@
 
 #include "allocators/adaptor.h"
 #include "allocators/caching_internal.h"
-#include "allocators/ptrmap.h"
 #include "kernels/plan.h"
 #include "mn_test.h"
 #include "runtime/debug.h"
 #include "runtime/error.h"
+#include "runtime/ptrmap.h"
 #include "storage/copy_staged.h"
 
 static int g_checks;    /* checker calls */

@@ -393,6 +393,82 @@ def self_test_file_circles():
 
 # ---- area: one narrow-float implementation, host allocation, markers ----
 
+# The narrow floats (binary16, bfloat16, fp8) are rounded in one place,
+# runtime/narrow_float.h; dtype.c and the kernels include it. Outside it, a
+# library file may not define a narrow-float conversion or rounding function,
+# a format table, or spell the formats' encodings. The public entry points of
+# mnemo/dtype.h (mn_float_to_half, ...) may be defined only as one-line
+# wrappers. Comments are skipped; tests/ keeps its own independent reference.
+NF_HOME = "runtime/narrow_float.h"
+NF_FOLDERS = LAYERS + ["include"]
+NF_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+NF_FUNC_DEF = re.compile(
+    r"\b(\w*(?:(?:f32|f64|float|double)_to_(?:f16|bf16|half|bfloat16|e4m3\w*|e5m2)"
+    r"|(?:f16|bf16|half|bfloat16|e4m3\w*|e5m2)_to_(?:f32|f64|float|double)|nf_round\w*|nf_from_\w+))"
+    r"\s*\([^;{}()]*\)\s*\{([^\n]*)")
+NF_TABLE = re.compile(r"#\s*define\s+MN__NF_ROW_\w+|\bmbits\s*;|\bnf_format\b")
+NF_CONST = re.compile(r"\b0x(?:7BFF|7C00|7E00|7F7F|7F80|7FC0|38800000|47800000|3C800000|43E00000)u?\b", re.I)
+
+
+def narrow_float_failures(files):
+    """files: (relative path, text). The NARROW FLOAT failures."""
+    bad = []
+    for rel, text in files:
+        if rel.replace(os.sep, "/") == NF_HOME:
+            continue
+        code = NF_COMMENT.sub(" ", text)
+        for m in NF_FUNC_DEF.finditer(code):
+            name, rest = m.group(1), m.group(2)
+            # a public entry point whose body is one return on the same line
+            wrapper = name.startswith("mn_") and not name.startswith("mn__") and \
+                re.match(r"\s*return\b[^;]*;\s*\}", rest)
+            if not wrapper:
+                bad.append(f"NARROW FLOAT: {rel}: defines {name} (narrow floats live in {NF_HOME})")
+        for m in NF_TABLE.finditer(code):
+            bad.append(f"NARROW FLOAT: {rel}: a narrow-float format table ({m.group(0).strip().rstrip(';').strip()}; "
+                       f"formats live in {NF_HOME})")
+        for m in sorted(set(x.group(0) for x in NF_CONST.finditer(code))):
+            bad.append(f"NARROW FLOAT: {rel}: spells the narrow-float encoding {m} (use {NF_HOME})")
+    return bad
+
+
+@rule
+def rule_narrow_float(ctx):
+    return narrow_float_failures(ctx.sources(NF_FOLDERS, exts=(".c", ".h", ".cu", ".cc", ".cpp")))
+
+
+@self_check
+def self_test_narrow_float():
+    """A second rounding (a format table, a conversion, an encoding) is named;
+    the home file, callers and one-line public wrappers pass."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        def plant(rel, text):
+            os.makedirs(os.path.dirname(os.path.join(tmp, rel)), exist_ok=True)
+            with open(os.path.join(tmp, rel), "w", encoding="utf-8") as f:
+                f.write(text)
+        plant(NF_HOME, "#define MN__NF_ROW_1(X, A) X(A, 1, 5, 10)\n"
+                       "MN__HD uint16_t mn__f32_to_f16(float f) { return (uint16_t)(f > 0 ? 0x7C00u : 0); }\n")
+        plant("runtime/dtype.c", "/* mn__f32_to_f16 rounds to 0x7BFF */\n"
+                                 "uint16_t mn_float_to_half(float f) { return mn__f32_to_f16(f); }\n"
+                                 "static void use(float f) { uint16_t h = mn__f32_to_f16(f); (void)h; }\n")
+        ctx = Context(tmp, [])
+        assert rule_narrow_float(ctx) == [], rule_narrow_float(ctx)
+        plant("kernels/old.c", "typedef struct fmt { int mbits; int emin; } fmt;\n"
+                               "static const fmt half = {10, -14};\n"
+                               "static uint32_t mn__nf_round(const fmt *f, uint64_t mag) {\n  return 0;\n}\n"
+                               "static uint16_t to_h(float x) { return x > 65504.0f ? 0x7C00 : 0; }\n")
+        plant("storage/wide.c", "uint16_t mn_float_to_bfloat16(float f) {\n  uint32_t u = 0;\n"
+                                "  return (uint16_t)(u >> 16);\n}\n"
+                                "static uint8_t f32_to_e4m3_slow(float f) { return 0; }\n")
+        bad = rule_narrow_float(ctx)
+        for want in ("kernels/old.c: defines mn__nf_round", "kernels/old.c: a narrow-float format table (mbits",
+                     "kernels/old.c: spells the narrow-float encoding 0x7C00",
+                     "storage/wide.c: defines mn_float_to_bfloat16", "storage/wide.c: defines f32_to_e4m3_slow"):
+            assert any(want in b for b in bad), (want, bad)
+        assert not any(b.startswith(("NARROW FLOAT: runtime/", "NARROW FLOAT: " + NF_HOME)) for b in bad), bad
+
+
 
 # Folders of the library and the CLI (C sources), and where a marker is looked for.
 CODE_FOLDERS = ["runtime", "allocators", "kernels", "storage", "profiling", "tools", "nccl"]

@@ -4,7 +4,9 @@
  * Macros only: no state, nothing to synchronize.
  *
  * Adding a dtype: one row here, plus its cast rows in kernels/cast.h (how an
- * element loads and stores); every other layer reads the row. The quantized
+ * element loads and stores); every other layer reads the row. A new float
+ * format is a MN_DTYPE_FMT_* below, plus its row and conversion pair in
+ * runtime/narrow_float.h (the casts and scalars expand it). The quantized
  * dtypes (MN_DTYPE_TABLE_QUANT) have no casts: kernels/cast.h's pairs cover
  * MN_DTYPE_TABLE_PLAIN only; quantize/dequantize are their own kernels. Values are
  * stable (never renumbered) and dense: 0 .. MN_DTYPE_COUNT - 1. */
