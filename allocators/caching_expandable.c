@@ -9,6 +9,8 @@
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
 
+static mn_status expandable_grant_peers(mn__caching_t *a, uintptr_t addr, size_t nbytes);
+
 static bool allocatable(const mn__block_t *b) {
   return b && !b->allocated && b->event_count == 0 && b->nuses == 0 && !b->share; /* share set: exported, maybe parked */
 }
@@ -109,7 +111,7 @@ static bool map_block(mn__caching_t *a, mn__block_t *b, size_t size, mn_status *
     }
   }
   if (a->peers) {
-    *st = mn__expandable_grant_peers(a, s->base + first * s->page, bytes);
+    *st = expandable_grant_peers(a, s->base + first * s->page, bytes);
     if (*st != MN_OK) {
       /* rollback, as above: the grant failure is what the caller hears */
       for (size_t k = 0; k < count; k++)
@@ -286,7 +288,7 @@ void mn__expandable_segment_free(mn__caching_t *a, mn__segment_t *s) {
  * granted every page mapped so far. Maps, unmaps and the grants happen under
  * the allocator's lock, so no page misses a peer. */
 
-mn_status mn__expandable_grant_peers(mn__caching_t *a, uintptr_t addr, size_t nbytes) {
+static mn_status expandable_grant_peers(mn__caching_t *a, uintptr_t addr, size_t nbytes) {
   MN__ASSERT_LOCKED(a);
   for (int p = 0; p < 64; p++) {
     if (!(a->peers >> p & 1)) continue;

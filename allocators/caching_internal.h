@@ -54,14 +54,8 @@ typedef struct mn__tree_s {
 void mn__tree_insert_slow(mn__tree_t *t, mn__tnode_t *n); /* a walk from the root */
 void mn__tree_remove_slow(mn__tree_t *t, mn__tnode_t *n); /* rotations down first */
 bool mn__tree_contains(const mn__tree_t *t, const mn__tnode_t *n);
-/* First node whose key >= k (lower_bound), or NULL. */
-mn__tnode_t *mn__tree_lower_bound(const mn__tree_t *t, const mn__key_t *k);
-/* Next / previous node in key order, or NULL (through the parent pointers). */
+/* Next node in key order, or NULL (through the parent pointers). */
 mn__tnode_t *mn__tree_next(const mn__tnode_t *n);
-mn__tnode_t *mn__tree_prev(const mn__tnode_t *n);
-mn__tnode_t *mn__tree_last(const mn__tree_t *t);
-/* Checks order, heap property, links and the minimum; counts the nodes. */
-mn_status mn__tree_check(const mn__tree_t *t, size_t *count, char *why, size_t whysize);
 
 static inline mn__tnode_t *mn__tree_leftmost(mn__tnode_t *x) {
   while (x->left) x = x->left;
@@ -215,7 +209,6 @@ void mn__fset_remove_unmapped(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n);
 mn_status mn__fset_check(const mn__fset_t *fs, char *why, size_t whysize);
 /* Free blocks and unmapped ranges over every stream (the streams' counts summed). */
 void mn__fset_counts(const mn__fset_t *fs, size_t *free_blocks, size_t *unmapped);
-
 
 /* ---- blocks, segments, pools ----------------------------------------------- */
 typedef struct mn__segment_s mn__segment_t;
@@ -533,9 +526,7 @@ static inline bool mn__block_inactive(const mn__block_t *b) {
 static inline bool mn__whole_raw_segment(const mn__block_t *b) { return !b->seg->expandable && !mn__block_is_split(b); }
 
 /* ---- caching_release.c: pending frees and releasing memory -------------------------------- */
-mn_event_t *mn__event_get(mn__caching_t *a);
 void mn__event_put(mn__caching_t *a, mn_event_t *e);
-mn__pending_t *mn__pending_take(mn__caching_t *a);
 /* An event from the pool and a pending entry for it, the event recorded on
  * `stream`; false (nothing taken) when either cannot be had or the record
  * fails. The entry is not filled in or queued. */
@@ -593,8 +584,6 @@ static inline void mn__process_events(mn__caching_t *a) {
   if (a->queues && a->poll_wait-- == 0) mn__poll_events_slow(a);
   if (__builtin_expect(a->share != NULL, 0)) mn__share_retry(a, false);
 }
-/* Takes a whole unused raw segment out of the books, onto rel. */
-void mn__release_block(mn__caching_t *a, mn__block_t *b, mn__release_t *rel);
 /* Gives rel's segments back to the device, lock dropped meanwhile. */
 mn_status mn__do_release(mn__caching_t *a, mn__release_t *rel);
 bool mn__release_available(mn__caching_t *a, uint64_t stream, mn__pool_t *pool, size_t size, mn__release_t *rel);
@@ -603,8 +592,6 @@ bool mn__release_available(mn__caching_t *a, uint64_t stream, mn__pool_t *pool, 
  * pools (as PyTorch, a live pool keeps its cache until its own empty_cache).
  * Nothing while a capture is under way (freeing would break it). */
 mn_status mn__release_cached(mn__caching_t *a, mn_mempool_t *only);
-/* Moves every whole free raw segment of p onto rel. */
-void mn__release_whole(mn__caching_t *a, mn__pool_t *p, mn__release_t *rel);
 void mn__garbage_collect(mn__caching_t *a);
 
 /* a as a caching allocator (made by mn_caching_allocator_create), else
@@ -666,9 +653,6 @@ bool mn__expandable_has_unmappable(mn__caching_t *a);
 void mn__expandable_unmap_free(mn__caching_t *a, mn__release_t *rel, bool unmap_pages);
 /* Frees an expandable segment's bookkeeping after its range was released. */
 void mn__expandable_segment_free(mn__caching_t *a, mn__segment_t *s);
-/* Grants pages [addr, addr + nbytes), just mapped, to every peer in a->peers;
- * pre: lock held. On failure nothing is undone (the caller unmaps the pages). */
-mn_status mn__expandable_grant_peers(mn__caching_t *a, uintptr_t addr, size_t nbytes);
 
 /* ---- caching_inspect.c ----------------------------------------------------------- */
 mn_status mn__caching_get_stats(mn_allocator_t *self, mn_alloc_stats_t *out);

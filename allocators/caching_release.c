@@ -14,7 +14,7 @@ static void unlock(mn__caching_t *a) { mn__unlock(&a->lock); }
 
 /* ---- events ------------------------------------------------------------------------ */
 
-mn_event_t *mn__event_get(mn__caching_t *a) {
+static mn_event_t *event_get(mn__caching_t *a) {
   if (a->nevents) return a->events[--a->nevents];
   mn_event_t *e = NULL;
   return mn_event_create(a->base.device, &e) == MN_OK ? e : NULL;
@@ -34,7 +34,7 @@ void mn__event_put(mn__caching_t *a, mn_event_t *e) {
   a->events[a->nevents++] = e;
 }
 
-mn__pending_t *mn__pending_take(mn__caching_t *a) {
+static mn__pending_t *pending_take(mn__caching_t *a) {
   mn__pending_t *p = a->spare_pending;
   if (p) a->spare_pending = p->next;
   else p = mn__malloc(sizeof *p);
@@ -47,8 +47,8 @@ void mn__pending_put(mn__caching_t *a, mn__pending_t *p) {
 }
 
 bool mn__use_event_record(mn__caching_t *a, mn_stream_t *stream, mn_event_t **event, mn__pending_t **entry) {
-  mn_event_t *e = mn__event_get(a);
-  mn__pending_t *p = e ? mn__pending_take(a) : NULL;
+  mn_event_t *e = event_get(a);
+  mn__pending_t *p = e ? pending_take(a) : NULL;
   if (p && mn_event_record(e, stream) == MN_OK) {
     *event = e;
     *entry = p;
@@ -275,7 +275,7 @@ static mn_status sync_and_free_events(mn__caching_t *a) {
 /* ---- releasing segments ------------------------------------------------------------ */
 
 /* Takes a whole, unused raw segment out of the allocator (freed later by do_release). */
-void mn__release_block(mn__caching_t *a, mn__block_t *b, mn__release_t *rel) {
+static void release_block(mn__caching_t *a, mn__block_t *b, mn__release_t *rel) {
   mn__segment_t *s = b->seg;
   mn__pool_remove(b->pool, b);
   a->stats.num_device_free++;
@@ -349,7 +349,7 @@ bool mn__release_available(mn__caching_t *a, uint64_t stream, mn__pool_t *pool, 
   if (n) {
     mn__block_t *b = (mn__block_t *)n;
     if (!mn__whole_raw_segment(b)) return false;
-    mn__release_block(a, b, rel);
+    release_block(a, b, rel);
     return true;
   }
   /* none big enough: the largest ones, from the stream's last block down */
@@ -361,7 +361,7 @@ bool mn__release_available(mn__caching_t *a, uint64_t stream, mn__pool_t *pool, 
     mn__block_t *b = (mn__block_t *)cur;
     if (!mn__whole_raw_segment(b)) continue;
     released += b->size;
-    mn__release_block(a, b, rel);
+    release_block(a, b, rel);
   }
   return released >= want;
 }
@@ -391,11 +391,12 @@ static mn_status release_expandable(mn__caching_t *a, mn__release_t *rel) {
 
 /* PyTorch's release_cached_blocks: wait for pending frees, then give back every
  * whole cached segment and every free page. pre: lock held (dropped inside). */
-void mn__release_whole(mn__caching_t *a, mn__pool_t *p, mn__release_t *rel) {
+/* Moves every whole free raw segment of p onto rel. */
+static void release_whole(mn__caching_t *a, mn__pool_t *p, mn__release_t *rel) {
   mn__block_t *b = p->whole; /* the whole free segments only: O(those), not O(every free block) */
   while (b) {
     mn__block_t *next = b->whole_next;
-    mn__release_block(a, b, rel);
+    release_block(a, b, rel);
     b = next;
   }
 }
@@ -406,13 +407,13 @@ mn_status mn__release_cached(mn__caching_t *a, mn_mempool_t *only) {
   mn_status first = sync_and_free_events(a);
   mn__release_t rel = {NULL, NULL};
   if (only) {
-    mn__release_whole(a, &only->large, &rel);
-    mn__release_whole(a, &only->small, &rel);
+    release_whole(a, &only->large, &rel);
+    release_whole(a, &only->small, &rel);
     mn_status st = mn__do_release(a, &rel);
     return first != MN_OK ? first : st;
   }
-  mn__release_whole(a, &a->large, &rel);
-  mn__release_whole(a, &a->small, &rel);
+  release_whole(a, &a->large, &rel);
+  release_whole(a, &a->small, &rel);
   if (a->exp_segments) {
     mn_status st = release_expandable(a, &rel);
     if (st != MN_OK && first == MN_OK) first = st;
@@ -451,7 +452,7 @@ void mn__garbage_collect(mn__caching_t *a) {
         reclaimed += b->size;
         total_age -= age;
         count--;
-        mn__release_block(a, b, &rel);
+        release_block(a, b, &rel);
       }
       b = next;
     }

@@ -64,13 +64,15 @@ mn__tnode_t *mn__tree_next(const mn__tnode_t *n) {
   return n->parent;
 }
 
-mn__tnode_t *mn__tree_prev(const mn__tnode_t *n) {
+/* Previous node in key order, or NULL (through the parent pointers). */
+static mn__tnode_t *tree_prev(const mn__tnode_t *n) {
   if (n->left) return rightmost(n->left);
   while (n->parent && n->parent->left == n) n = n->parent;
   return n->parent;
 }
 
-mn__tnode_t *mn__tree_last(const mn__tree_t *t) { return t->root ? rightmost(t->root) : NULL; }
+/* The last node in key order, or NULL for an empty tree. */
+static mn__tnode_t *tree_last(const mn__tree_t *t) { return t->root ? rightmost(t->root) : NULL; }
 
 void mn__tree_remove_slow(mn__tree_t *t, mn__tnode_t *n) {
   if (t->min == n) t->min = mn__tree_next(n);
@@ -94,7 +96,8 @@ bool mn__tree_contains(const mn__tree_t *t, const mn__tnode_t *n) {
   return false;
 }
 
-mn__tnode_t *mn__tree_lower_bound(const mn__tree_t *t, const mn__key_t *k) {
+/* First node whose key >= k (lower_bound), or NULL. */
+static mn__tnode_t *tree_lower_bound(const mn__tree_t *t, const mn__key_t *k) {
   mn__tnode_t *x = t->root, *best = NULL;
   while (x) {
     if (mn__key_cmp(&x->key, k) >= 0) {
@@ -109,7 +112,7 @@ mn__tnode_t *mn__tree_lower_bound(const mn__tree_t *t, const mn__key_t *k) {
 
 /* In-order walk through the parent pointers (no stack): order, heap property,
  * links, the cached minimum; counts the nodes into *count. */
-mn_status mn__tree_check(const mn__tree_t *t, size_t *count, char *why, size_t whysize) {
+static mn_status tree_check(const mn__tree_t *t, size_t *count, char *why, size_t whysize) {
   *count = 0;
   if (!t->root) {
     if (t->min) {
@@ -254,7 +257,7 @@ mn__tnode_t *mn__fset_lower_bound_slow(const mn__fset_t *fs, const mn__sbins_t *
   const mn__tree_t *t = &sb->bins[b];
   if (t->min) {
     mn__key_t k = {sb->stream, size, 0};
-    mn__tnode_t *n = mn__tree_lower_bound(t, &k);
+    mn__tnode_t *n = tree_lower_bound(t, &k);
     if (n) return n;
   }
   b = mn__first_bin_from(fs, sb, b + 1);
@@ -269,18 +272,18 @@ mn__tnode_t *mn__fset_next(const mn__fset_t *fs, const mn__sbins_t *sb, const mn
 }
 
 mn__tnode_t *mn__fset_prev(const mn__fset_t *fs, const mn__sbins_t *sb, const mn__tnode_t *n) {
-  mn__tnode_t *x = mn__tree_prev(n);
+  mn__tnode_t *x = tree_prev(n);
   if (x) return x;
   unsigned b = mn__bin_clamped(fs, n->key.size);
   if (b == 0) return NULL;
   b = last_bin_upto(fs, sb, b - 1);
-  return b < fs->nbins ? mn__tree_last(&sb->bins[b]) : NULL;
+  return b < fs->nbins ? tree_last(&sb->bins[b]) : NULL;
 }
 
 mn__tnode_t *mn__fset_last(const mn__fset_t *fs, const mn__sbins_t *sb) {
   if (!sb || !sb->count) return NULL;
   unsigned b = last_bin_upto(fs, sb, fs->nbins - 1);
-  return b < fs->nbins ? mn__tree_last(&sb->bins[b]) : NULL;
+  return b < fs->nbins ? tree_last(&sb->bins[b]) : NULL;
 }
 
 bool mn__fset_contains(const mn__fset_t *fs, const mn__sbins_t *sb, const mn__tnode_t *n) {
@@ -316,7 +319,7 @@ mn_status mn__fset_check(const mn__fset_t *fs, char *why, size_t whysize) {
                  (unsigned long long)sb->stream, b);
         return MN_ERR_INTERNAL;
       }
-      mn_status st = mn__tree_check(t, &n, why, whysize);
+      mn_status st = tree_check(t, &n, why, whysize);
       if (st != MN_OK) return st;
       for (const mn__tnode_t *x = t->min; x; x = mn__tree_next(x))
         if (x->key.stream != sb->stream || mn__bin_clamped(fs, x->key.size) != b) {
@@ -332,7 +335,7 @@ mn_status mn__fset_check(const mn__fset_t *fs, char *why, size_t whysize) {
         snprintf(why, whysize, "stream %llu: bitmap summary bit %u is wrong", (unsigned long long)sb->stream, w);
         return MN_ERR_INTERNAL;
       }
-    mn_status st = mn__tree_check(&sb->unmapped, &n, why, whysize);
+    mn_status st = tree_check(&sb->unmapped, &n, why, whysize);
     if (st != MN_OK) return st;
     if (count != sb->count || n != sb->nunmapped || sb->nsegs == 0) {
       snprintf(why, whysize, "stream %llu: %zu free and %zu unmapped blocks counted as %zu and %zu (%zu segments)",

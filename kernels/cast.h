@@ -54,20 +54,6 @@ MN__HD float mn__f32_quiet(float f) {
 #define MN__DT_PAIRS_CALL(...) MN__DT_PAIRS_CALL2(__VA_ARGS__)
 #define MN__DT_PAIRS_CALL2(X, D, DSIZE, S, SSIZE) X(D, DSIZE, S, SSIZE)
 
-/* ---- float -> integer: mnemo's one rule ------------------------------------ */
-
-/* Truncates toward zero to int64; NaN gives 0, out of range saturates. */
-MN__HD int64_t mn__f64_to_i64_sat(double d) {
-  int hi = d >= 0x1p63, lo = d <= -0x1p63, in = d == d && !hi && !lo;
-  int64_t r = (int64_t)(in ? d : 0.0); /* selects, no branches: loops vectorize */
-  r = hi ? INT64_MAX : r;
-  return lo ? INT64_MIN : r;
-}
-MN__HD uint64_t mn__f64_to_u64_bits(double d) {
-  if (d >= 0x1p63) return d >= 0x1p64 ? UINT64_MAX : (uint64_t)d;
-  return (uint64_t)mn__f64_to_i64_sat(d);
-}
-
 /* ---- one element of any pair ---------------------------------------------------
  * A source element loads into one of four exact classes (signed int64, unsigned
  * uint64, float, double) plus an imaginary part; the destination stores from

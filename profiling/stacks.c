@@ -27,7 +27,9 @@ static bool contains_any(const char *s, const char *const *list, size_t n) {
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
-bool mn__frame_is_python(const mn_trace_frame_t *f) {
+/* A Python frame: its file ends with .py (.pyw, .pyx) or is a "<...>" pseudo file
+ * (<frozen ...>, <string>, <eval_with_key>.N). Every other frame is native (C/C++). */
+static bool frame_is_python(const mn_trace_frame_t *f) {
   const char *file = f->file ? f->file : "";
   return file[0] == '<' || ends_with(file, ".py") || ends_with(file, ".pyw") || ends_with(file, ".pyx");
 }
@@ -50,7 +52,7 @@ static const char *const omit_files[] = {
 };
 
 bool mn__frame_is_internal(const mn_trace_frame_t *f) {
-  if (mn__frame_is_python(f)) return false;
+  if (frame_is_python(f)) return false;
   const char *name = f->name ? f->name : "", *file = f->file ? f->file : "";
   /* memory_viz matches "_start" anywhere in a name, which also hides user
    * functions such as on_epoch_start; the process entry point is named exactly that */
@@ -63,8 +65,10 @@ bool mn__frame_is_internal(const mn_trace_frame_t *f) {
   return starts_with(base, "Register") || starts_with(base, "Redispatch");
 }
 
-bool mn__frame_is_binary(const mn_trace_frame_t *f) {
-  if (mn__frame_is_python(f)) return false;
+/* A native frame whose "file" is an object file or a shared library (thread48.o,
+ * libc.so.6, libtorch_cuda.so), not a source file: never a group key. */
+static bool frame_is_binary(const mn_trace_frame_t *f) {
+  if (frame_is_python(f)) return false;
   const char *file = f->file ? f->file : "";
   static const char *const ext[] = {".o", ".so", ".a", ".dylib", ".dll", ".exe"};
   for (size_t k = 0; k < COUNT(ext); k++)
@@ -87,8 +91,11 @@ static const char *const torch_src[] = {
 
 static bool is_sep(char c) { return c == '/' || c == '\\'; }
 
-bool mn__frame_is_torch_python(const mn_trace_frame_t *f) {
-  if (!mn__frame_is_python(f)) return false;
+/* A Python frame inside the torch package (site-packages/torch/..., torch/...,
+ * or a source tree's torch/nn, torch/autograd, ...; a folder merely named torch,
+ * as in /opt/torch/.venv/lib/..., is not it), or <frozen ...> / <string>. */
+static bool frame_is_torch_python(const mn_trace_frame_t *f) {
+  if (!frame_is_python(f)) return false;
   const char *file = f->file ? f->file : "";
   if (starts_with(file, "<frozen ") || !strcmp(file, "<string>")) return true;
   if (starts_with(file, "torch") && is_sep(file[5])) return true; /* a relative torch/... */
@@ -118,18 +125,18 @@ static bool is_autograd_node(const mn_trace_frame_t *f) {
 enum tier { PY_USER, PY_ANY, AUTOGRAD_NODE, NATIVE_SOURCE, NATIVE_ANY, NTIERS };
 
 static bool in_tier(const mn_trace_frame_t *f, enum tier k) {
-  bool py = mn__frame_is_python(f);
+  bool py = frame_is_python(f);
   switch (k) {
     case PY_USER:
-      return py && !mn__frame_is_torch_python(f);
+      return py && !frame_is_torch_python(f);
     case PY_ANY:
       return py;
     case AUTOGRAD_NODE:
       return !py && is_autograd_node(f);
     case NATIVE_SOURCE:
-      return !py && f->file && f->file[0] && !mn__frame_is_internal(f) && !mn__frame_is_binary(f);
+      return !py && f->file && f->file[0] && !mn__frame_is_internal(f) && !frame_is_binary(f);
     default:
-      return !py && !mn__frame_is_internal(f) && !mn__frame_is_binary(f);
+      return !py && !mn__frame_is_internal(f) && !frame_is_binary(f);
   }
 }
 

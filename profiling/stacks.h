@@ -14,10 +14,6 @@
 
 #include "mnemo/trace.h"
 
-/* A Python frame: its file ends with .py (.pyw, .pyx) or is a "<...>" pseudo file
- * (<frozen ...>, <string>, <eval_with_key>.N). Every other frame is native (C/C++). */
-bool mn__frame_is_python(const mn_trace_frame_t *f);
-
 /* A frame no one should see: what PyTorch's memory_viz filters out of every stack
  * (the unwinder and traceback capture: torch::unwind::unwind, CapturedTraceback::
  * gather, gather_with_cpp; the process entry: _start, __libc_start_main; the
@@ -26,15 +22,6 @@ bool mn__frame_is_python(const mn_trace_frame_t *f);
  * allocator's own frames (c10::...CachingAllocator::...malloc/allocate). Native
  * frames only: a Python frame is never internal by this test. */
 bool mn__frame_is_internal(const mn_trace_frame_t *f);
-
-/* A native frame whose "file" is an object file or a shared library (thread48.o,
- * libc.so.6, libtorch_cuda.so), not a source file: never a group key. */
-bool mn__frame_is_binary(const mn_trace_frame_t *f);
-
-/* A Python frame inside the torch package (site-packages/torch/..., torch/...,
- * or a source tree's torch/nn, torch/autograd, ...; a folder merely named torch,
- * as in /opt/torch/.venv/lib/..., is not it), or <frozen ...> / <string>. */
-bool mn__frame_is_torch_python(const mn_trace_frame_t *f);
 
 /* The frames of stack `stack` a person reads, innermost first: the first user
  * frame (the group key) and the frames outward of it of the same kind. The key

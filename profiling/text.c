@@ -93,7 +93,11 @@ int mn__addr_ref_cmp(const void *a, const void *b) {
   return x->index < y->index ? -1 : (x->index > y->index);
 }
 
-mn_status mn__read_whole_file(const char *func, const char *path, char **buf, size_t *len) {
+/* Reads a whole regular file into *buf (malloc'd, the caller frees it), *len
+ * bytes (mn__file_read_all: never blocks on a FIFO or device). MN_ERR_IO
+ * (cannot open or read), MN_ERR_INVALID_ARGUMENT (not a regular file) or
+ * MN_ERR_OUT_OF_MEMORY, the message prefixed with func. */
+static mn_status read_whole_file(const char *func, const char *path, char **buf, size_t *len) {
   void *b = NULL;
   mn_status st = mn__file_read_all(func, path, &b, len);
   if (st == MN_ERR_NOT_FOUND) { /* the trace readers' documented error for a file they cannot open */
@@ -109,7 +113,7 @@ mn_status mn__read_whole_file(const char *func, const char *path, char **buf, si
 mn_status mn__trace_parse_file(const char *func, const char *path, mn__trace_text_fn parse, mn_trace_t **out) {
   char *buf = NULL;
   size_t len = 0;
-  mn_status st = mn__read_whole_file(func, path, &buf, &len);
+  mn_status st = read_whole_file(func, path, &buf, &len);
   if (st != MN_OK) return st;
   st = parse(buf, len, path, out);
   free(buf);

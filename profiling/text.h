@@ -49,12 +49,6 @@ typedef struct mn__addr_ref_s {
 /* qsort order: device, then address, then index. */
 int mn__addr_ref_cmp(const void *a, const void *b);
 
-/* Reads a whole regular file into *buf (malloc'd, the caller frees it), *len
- * bytes (mn__file_read_all: never blocks on a FIFO or device). MN_ERR_IO
- * (cannot open or read), MN_ERR_INVALID_ARGUMENT (not a regular file) or
- * MN_ERR_OUT_OF_MEMORY, the message prefixed with func. */
-mn_status mn__read_whole_file(const char *func, const char *path, char **buf, size_t *len);
-
 /* A reader of one text format into a trace (mn_trace_parse, mn_trace_import_rmm_csv). */
 typedef mn_status (*mn__trace_text_fn)(const char *text, size_t len, const char *name, mn_trace_t **out);
 /* Reads the file at path whole and hands it to `parse` (path names the lines in

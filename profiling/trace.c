@@ -29,7 +29,7 @@
 
 /* ---- the in-memory trace ---------------------------------------------------- */
 
-static void mn__trace_intern_free(struct mn__trace_intern_s *in);
+static void trace_intern_free(struct mn__trace_intern_s *in);
 
 mn_status mn_trace_create(mn_trace_t **out) {
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
@@ -54,7 +54,7 @@ void mn_trace_destroy(mn_trace_t *trace) {
   free(trace->stack_frames);
   for (size_t i = 0; i < trace->nannotations; i++) free(trace->annotations[i].name);
   free(trace->annotations);
-  mn__trace_intern_free(trace->intern_);
+  trace_intern_free(trace->intern_);
   free(trace);
 }
 
@@ -217,7 +217,7 @@ struct mn__trace_intern_s {
   size_t frame_slots_used, stack_slots_used;
 };
 
-static void mn__trace_intern_free(struct mn__trace_intern_s *in) {
+static void trace_intern_free(struct mn__trace_intern_s *in) {
   if (!in) return;
   free(in->frame_hash);
   free(in->stack_hash);

@@ -22,7 +22,7 @@
 #define MN__CPU_ALIGN 256
 
 /* A non-NULL token stands for created streams and events: they hold no state. */
-static char mn__cpu_token;
+static char cpu_token;
 
 static mn_status cpu_device_count(int *count) {
   *count = 1;
@@ -83,27 +83,27 @@ static bool cpu_hugepages_wanted(void) {
  * one mutex, as the naive allocator above it has: the table only grows (at
  * 3/4 load), so a workload run twice allocates for it only the first time
  * (the host-fault sweep counts on that). It lives for the process. */
-static pthread_mutex_t mn__cpu_live_lock = PTHREAD_MUTEX_INITIALIZER;
-static mn__addrmap_t mn__cpu_live;
+static pthread_mutex_t cpu_live_lock = PTHREAD_MUTEX_INITIALIZER;
+static mn__addrmap_t cpu_live;
 
 /* Records p as live; false when the set cannot grow (p is then not recorded). */
 static bool cpu_live_add(void *p, size_t nbytes) {
-  pthread_mutex_lock(&mn__cpu_live_lock);
-  mn__addrmap_entry_t *e = mn__addrmap_find(&mn__cpu_live, (uintptr_t)p);
+  pthread_mutex_lock(&cpu_live_lock);
+  mn__addrmap_entry_t *e = mn__addrmap_find(&cpu_live, (uintptr_t)p);
   bool ok = true;
   if (e) /* the C library handed p out again: it was freed behind our back (free(), not raw_free) */
     e->size = nbytes;
   else
-    ok = mn__addrmap_insert(&mn__cpu_live, (uintptr_t)p, nbytes, NULL) == MN_OK;
-  pthread_mutex_unlock(&mn__cpu_live_lock);
+    ok = mn__addrmap_insert(&cpu_live, (uintptr_t)p, nbytes, NULL) == MN_OK;
+  pthread_mutex_unlock(&cpu_live_lock);
   return ok;
 }
 
 /* Takes p out of the live set; false when it is not there. */
 static bool cpu_live_remove(void *p) {
-  pthread_mutex_lock(&mn__cpu_live_lock);
-  bool found = mn__addrmap_remove(&mn__cpu_live, (uintptr_t)p, NULL);
-  pthread_mutex_unlock(&mn__cpu_live_lock);
+  pthread_mutex_lock(&cpu_live_lock);
+  bool found = mn__addrmap_remove(&cpu_live, (uintptr_t)p, NULL);
+  pthread_mutex_unlock(&cpu_live_lock);
   return found;
 }
 
@@ -143,7 +143,7 @@ static mn_status cpu_raw_free(int index, void *ptr) {
 }
 
 static mn_status cpu_handle_create(int index, void **out) {
-  *out = &mn__cpu_token;
+  *out = &cpu_token;
   return MN_OK;
 }
 static mn_status cpu_handle_destroy(int index, void *h) { return MN_OK; }

@@ -63,32 +63,26 @@ mn_status mn_device_count(mn_device_type type, int *count) {
 }
 
 /* Validates a device and returns its backend through *out. */
-static mn_status mn__device_backend(const char *func, mn_device_t dev, const mn__backend_t **out) {
+static mn_status device_backend(const char *func, mn_device_t dev, const mn__backend_t **out) {
   const mn__backend_t *b = mn__backend_for(dev.type);
   if (!b) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "invalid device type %d", (int)dev.type);
   int n = 0;
   mn_status st = backend_count(b, &n);
   if (st != MN_OK) return mn__error_wrap(st, func);
-  if (dev.index < 0 || dev.index >= n) {
-    char name[32];
-    return mn__error(MN_ERR_NO_DEVICE, func, "no device %s (%d %s device%s present%s)",
-                     mn_device_format(dev, name, sizeof name), n, mn_device_type_name(dev.type),
-                     n == 1 ? "" : "s",
-                     dev.type == MN_DEVICE_CUDA && !mn_build_has_cuda() ? "; built without CUDA" : "");
-  }
+  if (dev.index < 0 || dev.index >= n) return mn__device_missing(func, dev, n);
   *out = b;
   return MN_OK;
 }
 
 mn_status mn_device_check(mn_device_t dev) {
   const mn__backend_t *b;
-  return mn__device_backend(__func__, dev, &b);
+  return device_backend(__func__, dev, &b);
 }
 
 mn_status mn_device_get_properties(mn_device_t dev, mn_device_props_t *props) {
   MN__CHECK_ARG(props != NULL, "props must not be NULL");
   const mn__backend_t *b;
-  mn_status st = mn__device_backend(__func__, dev, &b);
+  mn_status st = device_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   mn_device_props_t p;
   st = SLOT_CALL(__func__, b, get_properties, dev.index, &p);
@@ -101,7 +95,7 @@ mn_status mn_device_get_properties(mn_device_t dev, mn_device_props_t *props) {
 mn_status mn_device_mem_info(mn_device_t dev, size_t *free_bytes, size_t *total_bytes) {
   MN__CHECK_ARG(free_bytes != NULL && total_bytes != NULL, "outputs must not be NULL");
   const mn__backend_t *b;
-  mn_status st = mn__device_backend(__func__, dev, &b);
+  mn_status st = device_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   size_t f = 0, t = 0;
   st = SLOT_CALL(__func__, b, mem_info, dev.index, &f, &t);
@@ -113,7 +107,7 @@ mn_status mn_device_mem_info(mn_device_t dev, size_t *free_bytes, size_t *total_
 
 mn_status mn_device_synchronize(mn_device_t dev) {
   const mn__backend_t *b;
-  mn_status st = mn__device_backend(__func__, dev, &b);
+  mn_status st = device_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   st = SLOT_CALL(__func__, b, synchronize, dev.index);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
@@ -132,7 +126,7 @@ mn_status mn_device_raw_alloc(mn_device_t dev, size_t nbytes, void **out) {
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
   MN__CHECK_ARG(nbytes > 0, "nbytes must be > 0");
   const mn__backend_t *b;
-  mn_status st = mn__device_backend(__func__, dev, &b);
+  mn_status st = device_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   void *p = NULL;
   st = SLOT_CALL(__func__, b, raw_alloc, dev.index, nbytes, &p);
@@ -144,14 +138,14 @@ mn_status mn_device_raw_alloc(mn_device_t dev, size_t nbytes, void **out) {
 mn_status mn_device_raw_free(mn_device_t dev, void *ptr) {
   if (!ptr) return MN_OK;
   const mn__backend_t *b;
-  mn_status st = mn__device_backend(__func__, dev, &b);
+  mn_status st = device_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   st = SLOT_CALL(__func__, b, raw_free, dev.index, ptr);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
-static mn_status mn__vmm_backend(const char *func, mn_device_t dev, const mn__backend_t **out) {
-  mn_status st = mn__device_backend(func, dev, out);
+static mn_status vmm_backend(const char *func, mn_device_t dev, const mn__backend_t **out) {
+  mn_status st = device_backend(func, dev, out);
   if (st != MN_OK) return st;
   if (!(*out)->va_reserve) {
     char name[32];
@@ -164,7 +158,7 @@ static mn_status mn__vmm_backend(const char *func, mn_device_t dev, const mn__ba
 mn_status mn_device_va_reserve(mn_device_t dev, size_t nbytes, void **base) {
   MN__CHECK_ARG(base != NULL && nbytes > 0, "base must not be NULL and nbytes > 0 (nbytes=%zu)", nbytes);
   const mn__backend_t *b;
-  mn_status st = mn__vmm_backend(__func__, dev, &b);
+  mn_status st = vmm_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   void *p = NULL;
   st = b->va_reserve(dev.index, nbytes, &p);
@@ -176,7 +170,7 @@ mn_status mn_device_va_reserve(mn_device_t dev, size_t nbytes, void **base) {
 mn_status mn_device_va_release(mn_device_t dev, void *base, size_t nbytes) {
   MN__CHECK_ARG(base != NULL, "base must not be NULL");
   const mn__backend_t *b;
-  mn_status st = mn__vmm_backend(__func__, dev, &b);
+  mn_status st = vmm_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   st = b->va_release(dev.index, base, nbytes);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
@@ -185,30 +179,30 @@ mn_status mn_device_va_release(mn_device_t dev, void *base, size_t nbytes) {
 mn_status mn_device_mem_map(mn_device_t dev, void *addr, size_t nbytes) {
   MN__CHECK_ARG(addr != NULL && nbytes > 0, "addr must not be NULL and nbytes > 0 (nbytes=%zu)", nbytes);
   const mn__backend_t *b;
-  mn_status st = mn__vmm_backend(__func__, dev, &b);
+  mn_status st = vmm_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   st = b->mem_map(dev.index, addr, nbytes);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
-static mn_status mn__mem_unmap(const char *func, mn_device_t dev, void *addr, size_t nbytes, bool synced) {
+static mn_status unmap_range(const char *func, mn_device_t dev, void *addr, size_t nbytes, bool synced) {
   if (addr == NULL || nbytes == 0)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "addr must not be NULL and nbytes > 0 (nbytes=%zu)", nbytes);
   const mn__backend_t *b;
-  mn_status st = mn__vmm_backend(func, dev, &b);
+  mn_status st = vmm_backend(func, dev, &b);
   if (st != MN_OK) return st;
   st = b->mem_unmap(dev.index, addr, nbytes, synced);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, func);
 }
 
 mn_status mn_device_mem_unmap(mn_device_t dev, void *addr, size_t nbytes) {
-  return mn__mem_unmap(__func__, dev, addr, nbytes, false);
+  return unmap_range(__func__, dev, addr, nbytes, false);
 }
 
 mn_status mn_device_mem_set_access(mn_device_t dev, void *addr, size_t nbytes, mn_device_t peer) {
   MN__CHECK_ARG(addr != NULL && nbytes > 0, "addr must not be NULL and nbytes > 0 (nbytes=%zu)", nbytes);
   const mn__backend_t *b;
-  mn_status st = mn__vmm_backend(__func__, dev, &b);
+  mn_status st = vmm_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   if (peer.type != dev.type || peer.index == dev.index) {
     char x[32], y[32];
@@ -227,30 +221,30 @@ mn_status mn_device_mem_set_access(mn_device_t dev, void *addr, size_t nbytes, m
 }
 
 mn_status mn__device_mem_unmap_synced(mn_device_t dev, void *addr, size_t nbytes) {
-  return mn__mem_unmap(__func__, dev, addr, nbytes, true);
+  return unmap_range(__func__, dev, addr, nbytes, true);
 }
 
 /* ---- streams ------------------------------------------------------------- */
 
 /* Default streams live in static storage, one per (type, index), never freed.
  * Their ids are small and fixed; created streams count up from 1 << 20. */
-static struct mn_stream_s mn__default_streams[MN_DEVICE_TYPE_COUNT][MN__MAX_DEVICES];
+static struct mn_stream_s default_streams[MN_DEVICE_TYPE_COUNT][MN__MAX_DEVICES];
 /* Set once a slot is initialized; read lock-free afterwards. */
-static atomic_bool mn__default_ready[MN_DEVICE_TYPE_COUNT][MN__MAX_DEVICES];
-static pthread_mutex_t mn__default_lock = PTHREAD_MUTEX_INITIALIZER;
-static atomic_uint_fast64_t mn__next_stream_id = 1u << 20;
+static atomic_bool default_ready[MN_DEVICE_TYPE_COUNT][MN__MAX_DEVICES];
+static pthread_mutex_t default_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_uint_fast64_t next_stream_id = 1u << 20;
 
 mn_status mn_stream_default(mn_device_t dev, mn_stream_t **out) {
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
   const mn__backend_t *b;
-  mn_status st = mn__device_backend(__func__, dev, &b);
+  mn_status st = device_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   if (dev.index >= MN__MAX_DEVICES)
     return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "device index %d >= %d", dev.index, MN__MAX_DEVICES);
-  struct mn_stream_s *s = &mn__default_streams[dev.type][dev.index];
-  atomic_bool *ready = &mn__default_ready[dev.type][dev.index];
+  struct mn_stream_s *s = &default_streams[dev.type][dev.index];
+  atomic_bool *ready = &default_ready[dev.type][dev.index];
   if (!atomic_load_explicit(ready, memory_order_acquire)) {
-    pthread_mutex_lock(&mn__default_lock);
+    pthread_mutex_lock(&default_lock);
     if (!atomic_load_explicit(ready, memory_order_relaxed)) {
       s->device = dev;
       s->handle = NULL;
@@ -259,18 +253,18 @@ mn_status mn_stream_default(mn_device_t dev, mn_stream_t **out) {
       s->owned = false;
       atomic_store_explicit(ready, true, memory_order_release);
     }
-    pthread_mutex_unlock(&mn__default_lock);
+    pthread_mutex_unlock(&default_lock);
   }
   *out = s;
   return MN_OK;
 }
 
-static mn_status mn__stream_new(mn_device_t dev, void *handle, bool owned, mn_stream_t **out) {
+static mn_status stream_new(mn_device_t dev, void *handle, bool owned, mn_stream_t **out) {
   struct mn_stream_s *s = mn__calloc(1, sizeof *s);
   if (!s) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a stream");
   s->device = dev;
   s->handle = handle;
-  s->id = atomic_fetch_add(&mn__next_stream_id, 1);
+  s->id = atomic_fetch_add(&next_stream_id, 1);
   s->owned = owned;
   *out = s;
   return MN_OK;
@@ -279,12 +273,12 @@ static mn_status mn__stream_new(mn_device_t dev, void *handle, bool owned, mn_st
 mn_status mn_stream_create(mn_device_t dev, mn_stream_t **out) {
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
   const mn__backend_t *b;
-  mn_status st = mn__device_backend(__func__, dev, &b);
+  mn_status st = device_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   void *h = NULL;
   st = SLOT_CALL(__func__, b, stream_create, dev.index, &h);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
-  st = mn__stream_new(dev, h, true, out);
+  st = stream_new(dev, h, true, out);
   if (st != MN_OK) mn__ignore(SLOT_CALL(__func__, b,
                                         stream_destroy, dev.index, h)); /* rollback: the failure is reported */
   return st;
@@ -295,10 +289,10 @@ mn_status mn_stream_wrap(mn_device_t dev, void *native, mn_stream_t **out) {
   MN__CHECK_ARG(dev.type == MN_DEVICE_CUDA, "only CUDA streams can be wrapped (device type %s)",
                 mn_device_type_name(dev.type));
   const mn__backend_t *b;
-  mn_status st = mn__device_backend(__func__, dev, &b);
+  mn_status st = device_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   if (native == NULL) return mn_stream_default(dev, out);
-  return mn__stream_new(dev, native, false, out);
+  return stream_new(dev, native, false, out);
 }
 
 /* ---- holds (runtime/stream_hold.h) ---- */
@@ -388,7 +382,7 @@ mn_status mn_stream_launch_host(mn_stream_t *s, mn_host_fn fn, void *arg) {
 mn_status mn_event_create(mn_device_t dev, mn_event_t **out) {
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
   const mn__backend_t *b;
-  mn_status st = mn__device_backend(__func__, dev, &b);
+  mn_status st = device_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   struct mn_event_s *e = mn__calloc(1, sizeof *e);
   if (!e) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for an event");
@@ -443,7 +437,7 @@ mn_device_t mn_event_device(const mn_event_t *e) { return e->device; }
 
 /* Picks the stream a copy between two devices runs on: the given one, which
  * must belong to the non-CPU side, or that side's default stream. */
-static mn_status mn__copy_stream(const char *func, mn_device_t dst_dev, mn_device_t src_dev,
+static mn_status copy_stream(const char *func, mn_device_t dst_dev, mn_device_t src_dev,
                                  mn_stream_t *given, mn_stream_t **out) {
   mn_device_t side = dst_dev.type != MN_DEVICE_CPU ? dst_dev : src_dev;
   if (given) {
@@ -466,8 +460,8 @@ static mn_status mn__copy_stream(const char *func, mn_device_t dst_dev, mn_devic
 mn_status mn_memcpy_async(mn_device_t dst_dev, void *dst, mn_device_t src_dev, const void *src,
                           size_t nbytes, mn_stream_t *stream) {
   const mn__backend_t *b;
-  mn_status st = mn__device_backend(__func__, dst_dev, &b);
-  if (st == MN_OK) st = mn__device_backend(__func__, src_dev, &b);
+  mn_status st = device_backend(__func__, dst_dev, &b);
+  if (st == MN_OK) st = device_backend(__func__, src_dev, &b);
   if (st != MN_OK) return st;
   if (nbytes == 0) return MN_OK;
   MN__CHECK_ARG(dst != NULL && src != NULL, "dst and src must not be NULL (nbytes=%zu)", nbytes);
@@ -478,7 +472,7 @@ mn_status mn_memcpy_async(mn_device_t dst_dev, void *dst, mn_device_t src_dev, c
                      mn_device_format(src_dev, a, sizeof a), mn_device_format(dst_dev, c, sizeof c));
   }
   mn_stream_t *s = NULL;
-  st = mn__copy_stream(__func__, dst_dev, src_dev, stream, &s);
+  st = copy_stream(__func__, dst_dev, src_dev, stream, &s);
   if (st != MN_OK) return st;
   mn__copy_kind kind = dst_host ? (src_host ? MN__COPY_H2H : MN__COPY_D2H)
                                 : (src_host ? MN__COPY_H2D : MN__COPY_D2D);
@@ -489,12 +483,12 @@ mn_status mn_memcpy_async(mn_device_t dst_dev, void *dst, mn_device_t src_dev, c
 
 mn_status mn_memset_async(mn_device_t dev, void *dst, int value, size_t nbytes, mn_stream_t *stream) {
   const mn__backend_t *b;
-  mn_status st = mn__device_backend(__func__, dev, &b);
+  mn_status st = device_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   if (nbytes == 0) return MN_OK;
   MN__CHECK_ARG(dst != NULL, "dst must not be NULL (nbytes=%zu)", nbytes);
   mn_stream_t *s = NULL;
-  st = mn__copy_stream(__func__, dev, dev, stream, &s);
+  st = copy_stream(__func__, dev, dev, stream, &s);
   if (st != MN_OK) return st;
   st = SLOT_CALL(__func__, mn__backend_for(s->device.type),
                  memset_async, s->device.index, dst, value, nbytes, s->handle);
@@ -503,8 +497,8 @@ mn_status mn_memset_async(mn_device_t dev, void *dst, int value, size_t nbytes, 
 
 /* ---- stream-ordered pool ------------------------------------------------- */
 
-static mn_status mn__pool_backend(const char *func, mn_device_t dev, const mn__backend_t **out) {
-  mn_status st = mn__device_backend(func, dev, out);
+static mn_status pool_backend(const char *func, mn_device_t dev, const mn__backend_t **out) {
+  mn_status st = device_backend(func, dev, out);
   if (st != MN_OK) return st;
   if (!(*out)->alloc_async) {
     char name[32];
@@ -515,7 +509,7 @@ static mn_status mn__pool_backend(const char *func, mn_device_t dev, const mn__b
 }
 
 /* The stream's backend handle, after checking it belongs to dev (NULL: default). */
-static mn_status mn__pool_stream(const char *func, mn_device_t dev, mn_stream_t *s, void **handle) {
+static mn_status pool_stream(const char *func, mn_device_t dev, mn_stream_t *s, void **handle) {
   if (s && !mn_device_equal(s->device, dev)) {
     char a[32], b[32];
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "stream of %s used for the pool of %s",
@@ -525,14 +519,14 @@ static mn_status mn__pool_stream(const char *func, mn_device_t dev, mn_stream_t 
   return MN_OK;
 }
 
-static mn_status mn__pool_alloc(const char *func, mn_device_t dev, void *pool, size_t nbytes, mn_stream_t *stream,
+static mn_status pool_alloc(const char *func, mn_device_t dev, void *pool, size_t nbytes, mn_stream_t *stream,
                                 void **out) {
   if (out == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "out must not be NULL");
   if (nbytes == 0) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "nbytes must be > 0");
   const mn__backend_t *b;
   void *h = NULL;
-  mn_status st = mn__pool_backend(func, dev, &b);
-  if (st == MN_OK) st = mn__pool_stream(func, dev, stream, &h);
+  mn_status st = pool_backend(func, dev, &b);
+  if (st == MN_OK) st = pool_stream(func, dev, stream, &h);
   if (st != MN_OK) return st;
   void *p = NULL;
   st = b->alloc_async(dev.index, pool, nbytes, h, &p);
@@ -541,29 +535,29 @@ static mn_status mn__pool_alloc(const char *func, mn_device_t dev, void *pool, s
   return MN_OK;
 }
 
-static mn_status mn__pool_free(const char *func, mn_device_t dev, void *pool, void *ptr, mn_stream_t *stream) {
+static mn_status pool_free(const char *func, mn_device_t dev, void *pool, void *ptr, mn_stream_t *stream) {
   const mn__backend_t *b;
   void *h = NULL;
-  mn_status st = mn__pool_backend(func, dev, &b);
-  if (st == MN_OK) st = mn__pool_stream(func, dev, stream, &h);
+  mn_status st = pool_backend(func, dev, &b);
+  if (st == MN_OK) st = pool_stream(func, dev, stream, &h);
   if (st != MN_OK) return st;
   if (!ptr) return MN_OK;
   st = b->free_async(dev.index, pool, ptr, h);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, func);
 }
 
-static mn_status mn__pool_trim(const char *func, mn_device_t dev, void *pool, size_t keep_bytes) {
+static mn_status pool_trim_to(const char *func, mn_device_t dev, void *pool, size_t keep_bytes) {
   const mn__backend_t *b;
-  mn_status st = mn__pool_backend(func, dev, &b);
+  mn_status st = pool_backend(func, dev, &b);
   if (st != MN_OK) return st;
   st = b->pool_trim(dev.index, pool, keep_bytes);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, func);
 }
 
-static mn_status mn__pool_stats(const char *func, mn_device_t dev, void *pool, mn_device_pool_stats_t *out) {
+static mn_status pool_stats_of(const char *func, mn_device_t dev, void *pool, mn_device_pool_stats_t *out) {
   if (out == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "out must not be NULL");
   const mn__backend_t *b;
-  mn_status st = mn__pool_backend(func, dev, &b);
+  mn_status st = pool_backend(func, dev, &b);
   if (st != MN_OK) return st;
   mn_device_pool_stats_t s = {0};
   st = b->pool_stats(dev.index, pool, &s.reserved_current, &s.reserved_high, &s.used_current, &s.used_high);
@@ -572,17 +566,17 @@ static mn_status mn__pool_stats(const char *func, mn_device_t dev, void *pool, m
   return MN_OK;
 }
 
-static mn_status mn__pool_threshold(const char *func, mn_device_t dev, void *pool, size_t bytes) {
+static mn_status pool_threshold(const char *func, mn_device_t dev, void *pool, size_t bytes) {
   const mn__backend_t *b;
-  mn_status st = mn__pool_backend(func, dev, &b);
+  mn_status st = pool_backend(func, dev, &b);
   if (st != MN_OK) return st;
   st = b->pool_set_release_threshold(dev.index, pool, bytes);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, func);
 }
 
-static mn_status mn__pool_reset(const char *func, mn_device_t dev, void *pool) {
+static mn_status pool_reset(const char *func, mn_device_t dev, void *pool) {
   const mn__backend_t *b;
-  mn_status st = mn__pool_backend(func, dev, &b);
+  mn_status st = pool_backend(func, dev, &b);
   if (st != MN_OK) return st;
   st = b->pool_reset_peak(dev.index, pool);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, func);
@@ -590,27 +584,27 @@ static mn_status mn__pool_reset(const char *func, mn_device_t dev, void *pool) {
 
 /* The public calls: the device's default pool. */
 mn_status mn_device_alloc_async(mn_device_t dev, size_t nbytes, mn_stream_t *stream, void **out) {
-  return mn__pool_alloc(__func__, dev, NULL, nbytes, stream, out);
+  return pool_alloc(__func__, dev, NULL, nbytes, stream, out);
 }
 mn_status mn_device_free_async(mn_device_t dev, void *ptr, mn_stream_t *stream) {
-  return mn__pool_free(__func__, dev, NULL, ptr, stream);
+  return pool_free(__func__, dev, NULL, ptr, stream);
 }
 mn_status mn_device_pool_trim(mn_device_t dev, size_t keep_bytes) {
-  return mn__pool_trim(__func__, dev, NULL, keep_bytes);
+  return pool_trim_to(__func__, dev, NULL, keep_bytes);
 }
 mn_status mn_device_pool_stats(mn_device_t dev, mn_device_pool_stats_t *out) {
-  return mn__pool_stats(__func__, dev, NULL, out);
+  return pool_stats_of(__func__, dev, NULL, out);
 }
 mn_status mn_device_pool_set_release_threshold(mn_device_t dev, size_t bytes) {
-  return mn__pool_threshold(__func__, dev, NULL, bytes);
+  return pool_threshold(__func__, dev, NULL, bytes);
 }
-mn_status mn_device_pool_reset_peak(mn_device_t dev) { return mn__pool_reset(__func__, dev, NULL); }
+mn_status mn_device_pool_reset_peak(mn_device_t dev) { return pool_reset(__func__, dev, NULL); }
 
 /* mnemo's own pools (runtime/device_internal.h). */
 mn_status mn__device_pool_create(mn_device_t dev, void **pool) {
   MN__CHECK_ARG(pool != NULL, "pool must not be NULL");
   const mn__backend_t *b;
-  mn_status st = mn__pool_backend(__func__, dev, &b);
+  mn_status st = pool_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   void *p = NULL;
   st = b->pool_create(dev.index, &p);
@@ -621,34 +615,34 @@ mn_status mn__device_pool_create(mn_device_t dev, void **pool) {
 mn_status mn__device_pool_destroy(mn_device_t dev, void *pool) {
   MN__CHECK_ARG(pool != NULL, "the device's default pool cannot be destroyed");
   const mn__backend_t *b;
-  mn_status st = mn__pool_backend(__func__, dev, &b);
+  mn_status st = pool_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   st = b->pool_destroy(dev.index, pool);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 mn_status mn__device_pool_alloc(mn_device_t dev, void *pool, size_t nbytes, mn_stream_t *stream, void **out) {
-  return mn__pool_alloc(__func__, dev, pool, nbytes, stream, out);
+  return pool_alloc(__func__, dev, pool, nbytes, stream, out);
 }
 mn_status mn__device_pool_free(mn_device_t dev, void *pool, void *ptr, mn_stream_t *stream) {
-  return mn__pool_free(__func__, dev, pool, ptr, stream);
+  return pool_free(__func__, dev, pool, ptr, stream);
 }
 mn_status mn__device_pool_trim_to(mn_device_t dev, void *pool, size_t keep_bytes) {
-  return mn__pool_trim(__func__, dev, pool, keep_bytes);
+  return pool_trim_to(__func__, dev, pool, keep_bytes);
 }
 mn_status mn__device_pool_stats_of(mn_device_t dev, void *pool, mn_device_pool_stats_t *out) {
-  return mn__pool_stats(__func__, dev, pool, out);
+  return pool_stats_of(__func__, dev, pool, out);
 }
 mn_status mn__device_pool_set_threshold(mn_device_t dev, void *pool, size_t bytes) {
-  return mn__pool_threshold(__func__, dev, pool, bytes);
+  return pool_threshold(__func__, dev, pool, bytes);
 }
-mn_status mn__device_pool_reset_peak_of(mn_device_t dev, void *pool) { return mn__pool_reset(__func__, dev, pool); }
+mn_status mn__device_pool_reset_peak_of(mn_device_t dev, void *pool) { return pool_reset(__func__, dev, pool); }
 
 /* ---- pinned host memory and peer access ----------------------- */
 
 /* Validates dev and returns its backend when it has `slot`. */
 #define MN__HOST_BACKEND(func, dev, slot, out)                                                    \
   do {                                                                                            \
-    mn_status st_ = mn__device_backend((func), (dev), &(out));                                    \
+    mn_status st_ = device_backend((func), (dev), &(out));                                    \
     if (st_ != MN_OK) return st_;                                                                 \
     if (!(out)->slot)                                                                             \
       return mn__error(MN_ERR_NOT_SUPPORTED, (func), "the %s backend has no %s", (out)->name, #slot); \
@@ -705,17 +699,17 @@ mn_status mn_device_host_is_pinned(mn_device_t dev, const void *ptr, bool *pinne
 }
 
 /* Validates both devices of a peer call; *out = the first one's backend. */
-static mn_status mn__peer_pair(const char *func, mn_device_t a, mn_device_t b, const mn__backend_t **out) {
+static mn_status peer_pair(const char *func, mn_device_t a, mn_device_t b, const mn__backend_t **out) {
   const mn__backend_t *bb;
-  mn_status st = mn__device_backend(func, a, out);
-  if (st == MN_OK) st = mn__device_backend(func, b, &bb);
+  mn_status st = device_backend(func, a, out);
+  if (st == MN_OK) st = device_backend(func, b, &bb);
   return st;
 }
 
 mn_status mn_device_can_access_peer(mn_device_t dev, mn_device_t peer, bool *can) {
   MN__CHECK_ARG(can != NULL, "can must not be NULL");
   const mn__backend_t *b;
-  mn_status st = mn__peer_pair(__func__, dev, peer, &b);
+  mn_status st = peer_pair(__func__, dev, peer, &b);
   if (st != MN_OK) return st;
   bool c = false;
   if (dev.type == peer.type && dev.index != peer.index && b->can_access_peer) {
@@ -728,7 +722,7 @@ mn_status mn_device_can_access_peer(mn_device_t dev, mn_device_t peer, bool *can
 
 mn_status mn_device_enable_peer_access(mn_device_t dev, mn_device_t peer) {
   const mn__backend_t *b;
-  mn_status st = mn__peer_pair(__func__, dev, peer, &b);
+  mn_status st = peer_pair(__func__, dev, peer, &b);
   if (st != MN_OK) return st;
   if (dev.type != peer.type || dev.index == peer.index || !b->enable_peer_access) {
     char x[32], y[32];
@@ -742,7 +736,7 @@ mn_status mn_device_enable_peer_access(mn_device_t dev, mn_device_t peer) {
 mn_status mn_memcpy_peer_async(mn_device_t dst_dev, void *dst, mn_device_t src_dev, const void *src,
                                size_t nbytes, mn_stream_t *stream) {
   const mn__backend_t *b;
-  mn_status st = mn__peer_pair(__func__, dst_dev, src_dev, &b);
+  mn_status st = peer_pair(__func__, dst_dev, src_dev, &b);
   if (st != MN_OK) return st;
   char x[32], y[32], z[32];
   if (dst_dev.type != src_dev.type || dst_dev.type == MN_DEVICE_CPU)
@@ -771,7 +765,7 @@ mn_status mn_memcpy_peer_async(mn_device_t dst_dev, void *dst, mn_device_t src_d
 /* Validates dev; *out = its backend when it has `slot`, else NOT_SUPPORTED. */
 static mn_status slot_backend(const char *func, mn_device_t dev, const char *slot, bool has,
                               const mn__backend_t **out) {
-  mn_status st = mn__device_backend(func, dev, out);
+  mn_status st = device_backend(func, dev, out);
   if (st != MN_OK) return st;
   if (!has) return mn__error(MN_ERR_NOT_SUPPORTED, func, "the %s backend has no %s", (*out)->name, slot);
   return MN_OK;
@@ -781,7 +775,7 @@ static mn_status slot_backend(const char *func, mn_device_t dev, const char *slo
 
 mn_status mn__device_check_range(mn_device_t dev, const void *ptr, size_t nbytes) {
   const mn__backend_t *b;
-  mn_status st = mn__device_backend(__func__, dev, &b);
+  mn_status st = device_backend(__func__, dev, &b);
   if (st != MN_OK) return st;
   if (nbytes == 0 || !b->check_range) return MN_OK;
   return b->check_range(dev.index, ptr, nbytes);

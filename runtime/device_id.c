@@ -1,6 +1,7 @@
 /* runtime/device_id.c: device values and their names, below the device layer:
  * making and comparing mn_device_t, the device type names, parsing and
- * formatting "cuda:1", byte counts ("512M"), whether the build has CUDA.
+ * formatting "cuda:1", byte counts ("512M"), whether the build has CUDA, the
+ * one "no device ..." error.
  * No backend is reached from here, so the backends call down to it and
  * runtime/device.c calls both. Pure functions: any thread. */
 #include <ctype.h>
@@ -63,7 +64,7 @@ mn_status mn_device_parse(const char *text, mn_device_t *out) {
 
 const char *mn_device_format(mn_device_t dev, char *buf, size_t bufsize) {
   if (!buf || bufsize == 0) return buf;
-  if (dev.type == MN_DEVICE_CPU || (dev.type == MN_DEVICE_META && dev.index == 0))
+  if ((dev.type == MN_DEVICE_CPU || dev.type == MN_DEVICE_META) && dev.index == 0) /* "cpu:1" only names a missing device */
     snprintf(buf, bufsize, "%s", mn_device_type_name(dev.type));
   else
     snprintf(buf, bufsize, "%s:%d", mn_device_type_name(dev.type), dev.index);
@@ -104,3 +105,12 @@ bool mn_build_has_cuda(void) {
 #endif
 }
 
+/* ---- a missing device ---------------------------------------------------- */
+
+mn_status mn__device_missing(const char *func, mn_device_t dev, int count) {
+  char name[32];
+  return mn__error(MN_ERR_NO_DEVICE, func, "no device %s (%d %s device%s present%s)",
+                   mn_device_format(dev, name, sizeof name), count, mn_device_type_name(dev.type),
+                   count == 1 ? "" : "s",
+                   dev.type == MN_DEVICE_CUDA && !mn_build_has_cuda() ? "; built without CUDA" : "");
+}

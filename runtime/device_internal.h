@@ -18,6 +18,12 @@
 /* Device indices of a type stay below this (mn_device_parse, default streams). */
 #define MN__MAX_DEVICES 64
 
+/* MN_ERR_NO_DEVICE from func for dev when `count` devices of its type are
+ * present: "no device sim:3 (2 sim devices present)", with "; built without
+ * CUDA" for a CUDA device in a build without it. The one wording of a missing
+ * device, for device.c and the backends (runtime/device_id.c, below both). */
+mn_status mn__device_missing(const char *func, mn_device_t dev, int count);
+
 /* mn_device_mem_unmap for mnemo's allocators, which synchronize the device
  * once and then unmap page after page: the backend's mem_unmap with synced
  * (no synchronize per page). pre: no work queued since the last synchronize

@@ -18,12 +18,12 @@
   [val] = {MN_DTYPE_##sfx, nm, size, knd,                                                          \
            (knd) == MN_KIND_QUANTIZED ? MN_DTYPE_##sfx == MN_DTYPE_QINT8 || MN_DTYPE_##sfx == MN_DTYPE_QINT32 \
                                       : (knd) != MN_KIND_BOOL && (knd) != MN_KIND_UINT},
-static const mn_dtype_info_t mn__dtype_table[MN_DTYPE_COUNT] = {MN_DTYPE_TABLE(MN__DTYPE_ROW, ~)};
+static const mn_dtype_info_t dtype_rows[MN_DTYPE_COUNT] = {MN_DTYPE_TABLE(MN__DTYPE_ROW, ~)};
 #undef MN__DTYPE_ROW
 
 /* The float format of each dtype (MN_DTYPE_FMT_*), for the scalar conversions. */
 #define MN__DTYPE_FMT(A, sfx, val, nm, size, knd, fmt, ...) [val] = fmt,
-static const unsigned char mn__dtype_fmt[MN_DTYPE_COUNT] = {MN_DTYPE_TABLE(MN__DTYPE_FMT, ~)};
+static const unsigned char dtype_fmt[MN_DTYPE_COUNT] = {MN_DTYPE_TABLE(MN__DTYPE_FMT, ~)};
 #undef MN__DTYPE_FMT
 
 /* Values are unique (a duplicate is a duplicate case label below) and below the
@@ -32,7 +32,7 @@ static const unsigned char mn__dtype_fmt[MN_DTYPE_COUNT] = {MN_DTYPE_TABLE(MN__D
 const mn_dtype_info_t *mn_dtype_info(mn_dtype dtype) {
   switch ((int)dtype) {
     MN_DTYPE_TABLE(MN__DTYPE_CASE, ~)
-    return &mn__dtype_table[dtype];
+    return &dtype_rows[dtype];
     default: return NULL;
   }
 }
@@ -69,7 +69,7 @@ typedef struct mn__dtype_quant {
 } mn__dtype_quant;
 
 #define MN__DTYPE_QROW(A, sfx, bits, qmin, qmax, under) [MN_DTYPE_##sfx] = {bits, qmin, qmax, MN_DTYPE_##under},
-static const mn__dtype_quant mn__dtype_quant_table[MN_DTYPE_COUNT] = {MN_DTYPE_QUANT_TABLE(MN__DTYPE_QROW, ~)};
+static const mn__dtype_quant dtype_quant_table[MN_DTYPE_COUNT] = {MN_DTYPE_QUANT_TABLE(MN__DTYPE_QROW, ~)};
 #undef MN__DTYPE_QROW
 
 bool mn_dtype_is_quantized(mn_dtype dtype) {
@@ -80,19 +80,19 @@ bool mn_dtype_is_quantized(mn_dtype dtype) {
 int mn_dtype_bits(mn_dtype dtype) {
   const mn_dtype_info_t *info = mn_dtype_info(dtype);
   if (info == NULL) return 0;
-  return info->kind == MN_KIND_QUANTIZED ? mn__dtype_quant_table[dtype].bits : (int)(8 * info->itemsize);
+  return info->kind == MN_KIND_QUANTIZED ? dtype_quant_table[dtype].bits : (int)(8 * info->itemsize);
 }
 
 mn_status mn_dtype_quant_range(mn_dtype dtype, int64_t *qmin, int64_t *qmax) {
   if (!mn_dtype_is_quantized(dtype))
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "dtype %s is not quantized", mn_dtype_name(dtype));
-  if (qmin) *qmin = mn__dtype_quant_table[dtype].qmin;
-  if (qmax) *qmax = mn__dtype_quant_table[dtype].qmax;
+  if (qmin) *qmin = dtype_quant_table[dtype].qmin;
+  if (qmax) *qmax = dtype_quant_table[dtype].qmax;
   return MN_OK;
 }
 
 mn_dtype mn_dtype_quant_underlying(mn_dtype dtype) {
-  return mn_dtype_is_quantized(dtype) ? mn__dtype_quant_table[dtype].underlying : dtype;
+  return mn_dtype_is_quantized(dtype) ? dtype_quant_table[dtype].underlying : dtype;
 }
 
 /* ---- Name parsing --------------------------------------------------------- */
@@ -103,7 +103,7 @@ typedef struct mn__dtype_alias {
 } mn__dtype_alias;
 
 /* Names other than the canonical ones (which come from the table). */
-static const mn__dtype_alias mn__dtype_aliases[] = {
+static const mn__dtype_alias dtype_aliases[] = {
     /* PyTorch names */
     {"float", MN_DTYPE_FLOAT32},
     {"double", MN_DTYPE_FLOAT64},
@@ -147,20 +147,20 @@ static const mn__dtype_alias mn__dtype_aliases[] = {
     {"f8e5m2", MN_DTYPE_FLOAT8_E5M2},
 };
 
-static char mn__ascii_lower(char c) { return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c; }
+static char ascii_lower(char c) { return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c; }
 
 /* Whether `s` equals the lower-case `lower`, ignoring ASCII case. */
-static bool mn__ieq(const char *s, const char *lower) {
+static bool ieq(const char *s, const char *lower) {
   for (; *lower != '\0'; ++s, ++lower) {
-    if (mn__ascii_lower(*s) != *lower) return false;
+    if (ascii_lower(*s) != *lower) return false;
   }
   return *s == '\0';
 }
 
 /* Whether `s` starts with the lower-case `prefix`, ignoring ASCII case. */
-static bool mn__iprefix(const char *s, const char *prefix) {
+static bool iprefix(const char *s, const char *prefix) {
   for (; *prefix != '\0'; ++s, ++prefix) {
-    if (mn__ascii_lower(*s) != *prefix) return false;
+    if (ascii_lower(*s) != *prefix) return false;
   }
   return true;
 }
@@ -170,17 +170,17 @@ mn_status mn_dtype_parse(const char *name, mn_dtype *out) {
   if (out == NULL)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "out is NULL (name \"%.64s\")", name);
   const char *s = name;
-  if (mn__iprefix(s, "torch.")) s += 6;
+  if (iprefix(s, "torch.")) s += 6;
   if (*s != '\0') {
     for (int i = 0; i < MN_DTYPE_COUNT; ++i) {
-      if (mn__ieq(s, mn__dtype_table[i].name)) {
-        *out = mn__dtype_table[i].dtype;
+      if (ieq(s, dtype_rows[i].name)) {
+        *out = dtype_rows[i].dtype;
         return MN_OK;
       }
     }
-    for (size_t i = 0; i < sizeof mn__dtype_aliases / sizeof mn__dtype_aliases[0]; ++i) {
-      if (mn__ieq(s, mn__dtype_aliases[i].name)) {
-        *out = mn__dtype_aliases[i].dtype;
+    for (size_t i = 0; i < sizeof dtype_aliases / sizeof dtype_aliases[0]; ++i) {
+      if (ieq(s, dtype_aliases[i].name)) {
+        *out = dtype_aliases[i].dtype;
         return MN_OK;
       }
     }
@@ -255,11 +255,11 @@ mn_scalar_t mn_scalar_complex(double re, double im) {
 }
 
 /* The real part of a float or complex scalar. */
-static double mn__scalar_real(const mn_scalar_t *v) {
+static double scalar_real(const mn_scalar_t *v) {
   return v->kind == MN_SCALAR_COMPLEX ? v->v.c[0] : v->v.f;
 }
 
-static bool mn__scalar_truth(const mn_scalar_t *v) {
+static bool scalar_truth(const mn_scalar_t *v) {
   switch (v->kind) {
     case MN_SCALAR_BOOL: return v->v.b;
     case MN_SCALAR_INT: return v->v.i != 0;
@@ -270,49 +270,40 @@ static bool mn__scalar_truth(const mn_scalar_t *v) {
   return false;
 }
 
-/* Truncates toward zero to int64; NaN gives 0, out of range saturates. */
-static int64_t mn__f64_to_i64_sat(double d) {
-  if (d != d) return 0;
-  if (d >= 0x1p63) return INT64_MAX;
-  if (d <= -0x1p63) return INT64_MIN;
-  return (int64_t)d;
-}
-
 /* The value as the low bits of a 64-bit two's complement integer; `to_u64`
  * lets floats >= 2^63 through directly (saturating at UINT64_MAX). */
-static uint64_t mn__scalar_int_bits(const mn_scalar_t *v, bool to_u64) {
+static uint64_t scalar_int_bits(const mn_scalar_t *v, bool to_u64) {
   switch (v->kind) {
     case MN_SCALAR_BOOL: return v->v.b ? 1u : 0u;
     case MN_SCALAR_INT: return (uint64_t)v->v.i;
     case MN_SCALAR_UINT: return v->v.u;
     case MN_SCALAR_FLOAT:
     case MN_SCALAR_COMPLEX: {
-      double d = mn__scalar_real(v);
-      if (to_u64 && d >= 0x1p63) return d >= 0x1p64 ? UINT64_MAX : (uint64_t)d;
-      return (uint64_t)mn__f64_to_i64_sat(d);
+      double d = scalar_real(v);
+      return to_u64 ? mn__f64_to_u64_bits(d) : (uint64_t)mn__f64_to_i64_sat(d);
     }
   }
   return 0;
 }
 
-static float mn__scalar_f32(const mn_scalar_t *v) {
+static float scalar_f32(const mn_scalar_t *v) {
   switch (v->kind) {
     case MN_SCALAR_BOOL: return v->v.b ? 1.0f : 0.0f;
     case MN_SCALAR_INT: return (float)v->v.i;
     case MN_SCALAR_UINT: return (float)v->v.u;
     case MN_SCALAR_FLOAT:
-    case MN_SCALAR_COMPLEX: return (float)mn__scalar_real(v);
+    case MN_SCALAR_COMPLEX: return (float)scalar_real(v);
   }
   return 0.0f;
 }
 
-static double mn__scalar_f64(const mn_scalar_t *v) {
+static double scalar_f64(const mn_scalar_t *v) {
   switch (v->kind) {
     case MN_SCALAR_BOOL: return v->v.b ? 1.0 : 0.0;
     case MN_SCALAR_INT: return (double)v->v.i;
     case MN_SCALAR_UINT: return (double)v->v.u;
     case MN_SCALAR_FLOAT:
-    case MN_SCALAR_COMPLEX: return mn__scalar_real(v);
+    case MN_SCALAR_COMPLEX: return scalar_real(v);
   }
   return 0.0;
 }
@@ -325,13 +316,13 @@ static uint32_t scalar_narrow(const mn_scalar_t *v, mn__nf_fmt_t fmt) {
     case MN_SCALAR_INT: return mn__nf_from_i64(fmt, v->v.i);
     case MN_SCALAR_UINT: return mn__nf_from_u64(fmt, v->v.u);
     case MN_SCALAR_FLOAT:
-    case MN_SCALAR_COMPLEX: return mn__nf_from_f64(fmt, mn__scalar_real(v));
+    case MN_SCALAR_COMPLEX: return mn__nf_from_f64(fmt, scalar_real(v));
   }
   return 0;
 }
 
 /* Stores the low `size` bytes of an integer's bits (as a uintN_t). */
-static bool mn__store_uint(void *out, uint64_t bits, size_t size) {
+static bool store_uint(void *out, uint64_t bits, size_t size) {
   switch (size) {
     case 1: { uint8_t x = (uint8_t)bits; memcpy(out, &x, sizeof x); return true; }
     case 2: { uint16_t x = (uint16_t)bits; memcpy(out, &x, sizeof x); return true; }
@@ -349,16 +340,16 @@ static bool mn__store_uint(void *out, uint64_t bits, size_t size) {
     memcpy(out, &x, sizeof x);                                       \
     return sizeof x;                                                 \
   }
-static size_t mn__store_real(void *out, const mn_scalar_t *v, unsigned fmt) {
+static size_t store_real(void *out, const mn_scalar_t *v, unsigned fmt) {
   switch (fmt) {
     MN__NF_FORMATS(STORE_NARROW, ~)
     case MN_DTYPE_FMT_BINARY32: {
-      float x = mn__scalar_f32(v);
+      float x = scalar_f32(v);
       memcpy(out, &x, sizeof x);
       return sizeof x;
     }
     case MN_DTYPE_FMT_BINARY64: {
-      double x = mn__scalar_f64(v);
+      double x = scalar_f64(v);
       memcpy(out, &x, sizeof x);
       return sizeof x;
     }
@@ -377,10 +368,10 @@ mn_status mn_scalar_to_bytes(mn_scalar_t value, mn_dtype dtype, void *out) {
   if ((int)value.kind < (int)MN_SCALAR_BOOL || (int)value.kind > (int)MN_SCALAR_COMPLEX)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "invalid scalar kind %d", (int)value.kind);
 
-  const unsigned fmt = mn__dtype_fmt[dtype];
+  const unsigned fmt = dtype_fmt[dtype];
   switch ((int)info->kind) {
     case MN_KIND_BOOL: {
-      uint8_t b = mn__scalar_truth(&value) ? 1 : 0;
+      uint8_t b = scalar_truth(&value) ? 1 : 0;
       memcpy(out, &b, 1);
       return MN_OK;
     }
@@ -388,17 +379,17 @@ mn_status mn_scalar_to_bytes(mn_scalar_t value, mn_dtype dtype, void *out) {
     case MN_KIND_INT: {
       /* uint64 alone takes floats >= 2^63 directly */
       const bool to_u64 = info->kind == MN_KIND_UINT && info->itemsize == 8;
-      if (mn__store_uint(out, mn__scalar_int_bits(&value, to_u64), info->itemsize)) return MN_OK;
+      if (store_uint(out, scalar_int_bits(&value, to_u64), info->itemsize)) return MN_OK;
       break;
     }
     case MN_KIND_FLOAT:
-      if (mn__store_real(out, &value, fmt) == info->itemsize) return MN_OK;
+      if (store_real(out, &value, fmt) == info->itemsize) return MN_OK;
       break;
     case MN_KIND_COMPLEX: {
       /* the real part as the float of its format, then the imaginary part */
       mn_scalar_t im = mn_scalar_float(value.kind == MN_SCALAR_COMPLEX ? value.v.c[1] : 0.0);
-      size_t part = mn__store_real(out, &value, fmt);
-      if (part != 0 && 2 * part == info->itemsize && mn__store_real((char *)out + part, &im, fmt) == part)
+      size_t part = store_real(out, &value, fmt);
+      if (part != 0 && 2 * part == info->itemsize && store_real((char *)out + part, &im, fmt) == part)
         return MN_OK;
       break;
     }
@@ -415,7 +406,7 @@ mn_status mn_scalar_to_bytes(mn_scalar_t value, mn_dtype dtype, void *out) {
     *out = TO_F32(x);                                               \
     return sizeof x;                                                \
   }
-static size_t mn__load_real(const void *in, unsigned fmt, double *out) {
+static size_t load_real(const void *in, unsigned fmt, double *out) {
   switch (fmt) {
     MN__NF_FORMATS(LOAD_NARROW, ~)
     case MN_DTYPE_FMT_BINARY32: {
@@ -442,7 +433,7 @@ mn_status mn_scalar_from_bytes(mn_dtype dtype, const void *in, mn_scalar_t *out)
   if (in == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "in is NULL (dtype %s)", info->name);
   if (out == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "out is NULL (dtype %s)", info->name);
 
-  const unsigned fmt = mn__dtype_fmt[dtype];
+  const unsigned fmt = dtype_fmt[dtype];
   switch ((int)info->kind) {
     case MN_KIND_BOOL: {
       uint8_t x;
@@ -470,7 +461,7 @@ mn_status mn_scalar_from_bytes(mn_dtype dtype, const void *in, mn_scalar_t *out)
       break;
     case MN_KIND_FLOAT: {
       double x;
-      if (mn__load_real(in, fmt, &x) == info->itemsize) {
+      if (load_real(in, fmt, &x) == info->itemsize) {
         *out = mn_scalar_float(x);
         return MN_OK;
       }
@@ -478,8 +469,8 @@ mn_status mn_scalar_from_bytes(mn_dtype dtype, const void *in, mn_scalar_t *out)
     }
     case MN_KIND_COMPLEX: {
       double re, im;
-      size_t part = mn__load_real(in, fmt, &re);
-      if (part != 0 && 2 * part == info->itemsize && mn__load_real((const char *)in + part, fmt, &im) == part) {
+      size_t part = load_real(in, fmt, &re);
+      if (part != 0 && 2 * part == info->itemsize && load_real((const char *)in + part, fmt, &im) == part) {
         *out = mn_scalar_complex(re, im);
         return MN_OK;
       }

@@ -13,17 +13,17 @@ typedef struct mn__env_row {
 } mn__env_row;
 
 #define MN__ENV_ROW(id, nm, mean, dflt) [MN__ENV_##id] = {nm, mean, dflt},
-static const mn__env_row mn__env_rows[MN__ENV_COUNT] = {MN__ENV_TABLE(MN__ENV_ROW)};
+static const mn__env_row env_rows[MN__ENV_COUNT] = {MN__ENV_TABLE(MN__ENV_ROW)};
 #undef MN__ENV_ROW
 
 const char *mn__env(mn__env_id id) {
   if ((int)id < 0 || (int)id >= MN__ENV_COUNT) return NULL;
-  return getenv(mn__env_rows[id].name);
+  return getenv(env_rows[id].name);
 }
 
 const char *mn__env_name(mn__env_id id) {
   if ((int)id < 0 || (int)id >= MN__ENV_COUNT) return NULL;
-  return mn__env_rows[id].name;
+  return env_rows[id].name;
 }
 
 int mn_env_count(void) { return MN__ENV_COUNT; }
@@ -32,7 +32,7 @@ mn_status mn_env_get(int i, mn_env_var_t *out) {
   if (i < 0 || i >= MN__ENV_COUNT)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "index %d out of range (0..%d)", i, MN__ENV_COUNT - 1);
   if (out == NULL) return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "out is NULL (index %d)", i);
-  const mn__env_row *r = &mn__env_rows[i];
+  const mn__env_row *r = &env_rows[i];
   out->name = r->name;
   out->meaning = r->meaning;
   out->default_value = r->def;

@@ -26,7 +26,7 @@ struct mn_graph_s {
 };
 
 /* The stream's backend when it supports capture, else NOT_SUPPORTED. */
-static mn_status mn__capture_backend(const char *func, mn_stream_t *s, const mn__backend_t **out) {
+static mn_status capture_backend(const char *func, mn_stream_t *s, const mn__backend_t **out) {
   if (!s) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "stream must not be NULL");
   const mn__backend_t *b = mn__backend_for(s->device.type);
   if (!b || !b->capture_begin) {
@@ -41,7 +41,7 @@ static mn_status mn__capture_backend(const char *func, mn_stream_t *s, const mn_
 
 mn_status mn_stream_begin_capture(mn_stream_t *stream) {
   const mn__backend_t *b;
-  mn_status st = mn__capture_backend(__func__, stream, &b);
+  mn_status st = capture_backend(__func__, stream, &b);
   if (st != MN_OK) return st;
   MN__CHECK_ARG(!stream->is_default,
                 "the default stream cannot be captured (as CUDA's legacy stream); capture a created stream");
@@ -52,7 +52,7 @@ mn_status mn_stream_begin_capture(mn_stream_t *stream) {
 mn_status mn_stream_end_capture(mn_stream_t *stream, mn_graph_t **out) {
   MN__CHECK_ARG(out != NULL, "out must not be NULL");
   const mn__backend_t *b;
-  mn_status st = mn__capture_backend(__func__, stream, &b);
+  mn_status st = capture_backend(__func__, stream, &b);
   if (st != MN_OK) return st;
   if (stream->is_default)
     return mn__error(MN_ERR_INVALID_STATE, __func__, "the default stream never captures");
@@ -122,8 +122,8 @@ mn_status mn__graph_on_destroy(mn_graph_t *g, void (*fn)(void *arg), void *arg) 
 }
 
 /* A capturing stream's backend (the default stream never captures). */
-static mn_status mn__capturing_backend(const char *func, mn_stream_t *s, const mn__backend_t **out) {
-  mn_status st = mn__capture_backend(func, s, out);
+static mn_status capturing_backend(const char *func, mn_stream_t *s, const mn__backend_t **out) {
+  mn_status st = capture_backend(func, s, out);
   if (st == MN_OK && s->is_default)
     st = mn__error(MN_ERR_INVALID_ARGUMENT, func, "the default stream never captures");
   return st;
@@ -132,7 +132,7 @@ static mn_status mn__capturing_backend(const char *func, mn_stream_t *s, const m
 mn_status mn__capture_marker(mn_stream_t *s, uint64_t *marker) {
   MN__CHECK_ARG(marker != NULL, "marker must not be NULL");
   const mn__backend_t *b;
-  mn_status st = mn__capturing_backend(__func__, s, &b);
+  mn_status st = capturing_backend(__func__, s, &b);
   if (st != MN_OK) return st;
   uint64_t m = 0;
   st = b->capture_marker(s->device.index, s->handle, &m);
@@ -144,7 +144,7 @@ mn_status mn__capture_marker(mn_stream_t *s, uint64_t *marker) {
 mn_status mn__capture_reaches(mn_stream_t *s, uint64_t marker, bool *reached) {
   MN__CHECK_ARG(reached != NULL, "reached must not be NULL");
   const mn__backend_t *b;
-  mn_status st = mn__capturing_backend(__func__, s, &b);
+  mn_status st = capturing_backend(__func__, s, &b);
   if (st != MN_OK) return st;
   bool r = false;
   st = b->capture_reaches(s->device.index, s->handle, marker, &r);

@@ -2,7 +2,9 @@
  * (binary16, bfloat16, float8 e4m3fn and e5m2): each format's row, keyed by
  * the dtype table's format column (MN_DTYPE_FMT_*, mnemo/dtype_table.h), the
  * parameters derived from it, the exact rounding of any value into a format,
- * and each format's conversion pair (fast float -> format, format -> float).
+ * and each format's conversion pair (fast float -> format, format -> float);
+ * and the float -> integer rule (truncate, NaN to 0, saturate) that scalars
+ * and casts share.
  * Header-only, host and device (MN__HD): runtime/dtype.c (scalars, the public
  * mn_float_to_half and friends) and the CPU and CUDA kernels (kernels/cast.h)
  * include it, so they agree bit for bit. Pure inline functions: thread-safe.
@@ -255,6 +257,20 @@ MN__HD uint8_t mn__f32_to_e5m2(float f) {
   nor = mn__sel(nor > 0x7Cu, 0x7Cu, nor);
   uint32_t r = mn__sel(u > 0x7F800000u, 0x7Fu, mn__sel(u >= 0x47800000u, 0x7Cu, mn__sel(u < 0x38800000u, sub, nor)));
   return (uint8_t)(sign | r);
+}
+
+/* ---- float -> integer: mnemo's one rule ------------------------------------ */
+
+/* Truncates toward zero to int64; NaN gives 0, out of range saturates. */
+MN__HD int64_t mn__f64_to_i64_sat(double d) {
+  int hi = d >= 0x1p63, lo = d <= -0x1p63, in = d == d && !hi && !lo;
+  int64_t r = (int64_t)(in ? d : 0.0); /* selects, no branches: loops vectorize */
+  r = hi ? INT64_MAX : r;
+  return lo ? INT64_MIN : r;
+}
+MN__HD uint64_t mn__f64_to_u64_bits(double d) {
+  if (d >= 0x1p63) return d >= 0x1p64 ? UINT64_MAX : (uint64_t)d;
+  return (uint64_t)mn__f64_to_i64_sat(d);
 }
 
 /* ---- by format --------------------------------------------------------------- */

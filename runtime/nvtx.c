@@ -33,8 +33,7 @@ static bool nvtx_on(void) {
   return v == 1;
 }
 
-void mn__nvtx_enable(bool on) { atomic_store_explicit(&mn__nvtx_state, on ? 1 : 0, memory_order_relaxed); }
-void mn_nvtx_set_enabled(bool on) { mn__nvtx_enable(on); }
+void mn_nvtx_set_enabled(bool on) { atomic_store_explicit(&mn__nvtx_state, on ? 1 : 0, memory_order_relaxed); }
 bool mn_nvtx_enabled(void) { return nvtx_on(); }
 
 void mn_nvtx_get_counters(mn_nvtx_counters_t *out) {

@@ -17,7 +17,5 @@ extern atomic_int mn__nvtx_state;
 static inline bool mn__nvtx_maybe_on(void) {
   return atomic_load_explicit(&mn__nvtx_state, memory_order_relaxed) != 0;
 }
-/* Switches the ranges on or off (also MNEMO_NVTX=1 in the environment). */
-void mn__nvtx_enable(bool on);
 
 #endif /* MNEMO_RUNTIME_NVTX_H */

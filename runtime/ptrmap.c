@@ -18,7 +18,8 @@ void mn__addrmap_fini(mn__addrmap_t *m) {
   memset(m, 0, sizeof *m);
 }
 
-bool mn__addrmap_grow(mn__addrmap_t *m) {
+/* Doubles the table (false: out of host memory, the map unchanged). */
+static bool addrmap_grow(mn__addrmap_t *m) {
   size_t cap = m->cap ? m->cap * 2 : MN__ADDRMAP_MIN_CAP;
   if (cap < m->cap || cap > SIZE_MAX / sizeof *m->slots) return false;
   mn__addrmap_entry_t *slots = mn__calloc(cap, sizeof *slots);
@@ -33,7 +34,7 @@ bool mn__addrmap_grow(mn__addrmap_t *m) {
 
 mn_status mn__addrmap_reserve_slow(mn__addrmap_t *m, size_t extra) {
   while ((m->count + extra) * 4 > m->cap * 3)
-    if (!mn__addrmap_grow(m))
+    if (!addrmap_grow(m))
       return mn__error(MN_ERR_OUT_OF_MEMORY, "mn__addrmap_reserve", "out of host memory for %zu tracked pointers",
                        m->count + extra);
   return MN_OK;
@@ -45,7 +46,7 @@ mn_status mn__addrmap_insert(mn__addrmap_t *m, uintptr_t key, size_t size, void 
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "address %p is already present", (void *)key);
   /* Keep the load at most 3/4; when growing fails, a table with at least two
    * free slots still takes the entry (one must stay free to end probes). */
-  if ((m->count + 1) * 4 > m->cap * 3 && !mn__addrmap_grow(m) && m->count + 2 > m->cap)
+  if ((m->count + 1) * 4 > m->cap * 3 && !addrmap_grow(m) && m->count + 2 > m->cap)
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for %zu tracked pointers",
                      m->count + 1);
   mn__addrmap_place(m->slots, m->cap, (mn__addrmap_entry_t){.key = key, .size = size, .data = data});

@@ -42,8 +42,6 @@ static inline void mn__addrmap_place(mn__addrmap_entry_t *slots, size_t cap, mn_
   slots[i] = e;
 }
 
-/* Doubles the table (false: out of host memory, the map unchanged). */
-bool mn__addrmap_grow(mn__addrmap_t *m);
 mn_status mn__addrmap_reserve_slow(mn__addrmap_t *m, size_t extra);
 
 /* A zeroed struct is a valid empty map; init just says so. */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "mnemo/mnemo.h"
+#include "runtime/device_internal.h"
 #include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/sim_hook.h"
@@ -287,11 +288,7 @@ static mn_status sim_device_exists(mn_device_t dev) {
   int n = 0;
   mn_status st = sim_device_count(&n);
   if (st != MN_OK) return mn__error_wrap(st, "mn_device_check");
-  if (dev.index < 0 || dev.index >= n) {
-    char name[32];
-    return mn__error(MN_ERR_NO_DEVICE, "mn_device_check", "no device %s (%d %s device%s present)",
-                     mn_device_format(dev, name, sizeof name), n, mn_device_type_name(dev.type), n == 1 ? "" : "s");
-  }
+  if (dev.index < 0 || dev.index >= n) return mn__device_missing("mn_device_check", dev, n);
   return MN_OK;
 }
 

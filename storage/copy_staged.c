@@ -96,7 +96,10 @@ static void range_part(void *ctx, int64_t t) {
   if (b < e) mn__cpu_strided_copy(r->dst, r->src, r->item, b, e);
 }
 
-void mn__copy_host_range(const mn__strided_t *dst, const mn__strided_t *src, size_t item, int64_t begin, int64_t end,
+/* The CPU strided copy of [begin, end), split over `threads` threads (the
+ * caller and the kernels' CPU pool) when it moves at least 1 MiB.
+ * Preconditions (MN__ASSERT): item > 0, 0 <= begin <= end. */
+static void copy_host_range(const mn__strided_t *dst, const mn__strided_t *src, size_t item, int64_t begin, int64_t end,
                          unsigned threads) {
   MN__ASSERT(item > 0 && 0 <= begin && begin <= end, "host range [%lld, %lld) of %zu-byte items", (long long)begin,
              (long long)end, item);
@@ -122,7 +125,7 @@ typedef struct range_job {
 
 static void range_job_run(void *arg) {
   range_job *j = arg;
-  mn__copy_host_range(&j->dst, &j->src, j->item, j->begin, j->end, j->threads);
+  copy_host_range(&j->dst, &j->src, j->item, j->begin, j->end, j->threads);
   free(j);
 }
 
@@ -308,7 +311,7 @@ mn_status mn__copy_staged_h2d(const mn__copy_t *c) {
     if (st == MN_OK && sl->used) st = mn_event_synchronize(sl->ready);
     if (st == MN_OK) {
       staging_side(&r, sl, begin, &stage);
-      mn__copy_host_range(&stage.t, &c->src.t, c->item, begin, end, c->cfg.host_threads);
+      copy_host_range(&stage.t, &c->src.t, c->item, begin, end, c->cfg.host_threads);
       st = mn__copy_enqueue_range(s, &c->dst, &stage, c->item, begin, end);
     }
     if (st == MN_OK) st = mn_event_record(sl->ready, s);

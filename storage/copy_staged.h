@@ -41,7 +41,7 @@ mn_status mn__copy_enqueue_range(mn_stream_t *stream, const mn__copy_side_t *dst
                                  size_t item, int64_t begin, int64_t end);
 
 /* Queues a host function on `stream` that copies [begin, end) of src into
- * dst on the CPU (threads: as mn__copy_host_range); the operands are copied.
+ * dst on the CPU (split over `threads` threads from 1 MiB on); the operands are copied.
  * Preconditions (MN__ASSERT): stream set, item > 0, 0 <= begin <= end. */
 mn_status mn__copy_launch_host_range(mn_stream_t *stream, const mn__strided_t *dst, const mn__strided_t *src,
                                      size_t item, int64_t begin, int64_t end, unsigned threads);
@@ -55,12 +55,6 @@ mn_status mn__copy_launch_host_range(mn_stream_t *stream, const mn__strided_t *d
 mn_status mn__copy_staged_h2d(const mn__copy_t *c);
 mn_status mn__copy_staged_d2h(const mn__copy_t *c);
 mn_status mn__copy_staged_d2d(const mn__copy_t *c);
-
-/* The CPU strided copy of [begin, end), split over `threads` threads (the
- * caller and the kernels' CPU pool) when it moves at least 1 MiB.
- * Preconditions (MN__ASSERT): item > 0, 0 <= begin <= end. */
-void mn__copy_host_range(const mn__strided_t *dst, const mn__strided_t *src, size_t item, int64_t begin, int64_t end,
-                         unsigned threads);
 
 /* Releases the helper streams and cached events. */
 mn_status mn__copy_staged_reset(void);

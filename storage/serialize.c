@@ -18,28 +18,30 @@
 
 /* ---- shared helpers ---------------------------------------------------------- */
 
-void mn__buf_u16(mn__sbuf_t *b, uint16_t v) {
+/* Little-endian integers appended to a growing buffer (runtime/strbuf.h:
+ * mn__sbuf_t, whose `oom` records an allocation failure). */
+static void buf_u16(mn__sbuf_t *b, uint16_t v) {
   unsigned char x[2] = {(unsigned char)v, (unsigned char)(v >> 8)};
   mn__sbuf_write(b, x, 2);
 }
 
-void mn__buf_u32(mn__sbuf_t *b, uint32_t v) {
+static void buf_u32(mn__sbuf_t *b, uint32_t v) {
   unsigned char x[4];
   for (int i = 0; i < 4; i++) x[i] = (unsigned char)(v >> (8 * i));
   mn__sbuf_write(b, x, 4);
 }
 
-void mn__buf_u64(mn__sbuf_t *b, uint64_t v) {
+static void buf_u64(mn__sbuf_t *b, uint64_t v) {
   unsigned char x[8];
   for (int i = 0; i < 8; i++) x[i] = (unsigned char)(v >> (8 * i));
   mn__sbuf_write(b, x, 8);
 }
 
-uint32_t mn__le32(const unsigned char *p) {
+static uint32_t le32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-uint64_t mn__le64(const unsigned char *p) { return (uint64_t)mn__le32(p) | (uint64_t)mn__le32(p + 4) << 32; }
+uint64_t mn__le64(const unsigned char *p) { return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32; }
 
 mn_status mn__check_names(const char *func, size_t count, const char *const *names, const mn_view_t *const *views) {
   if (count && (!names || !views)) return mn__error(MN_ERR_INVALID_ARGUMENT, func, "names and views must not be NULL");
@@ -192,19 +194,19 @@ static mn_status plan_save(const char *func, size_t count, const char *const *na
                    (mn_view_is_quantized(views[i]) ? VIEW_QPARAMS : 0);
   mn__sbuf_t *b = &pl->hdr;
   mn__sbuf_write(b, MAGIC, 8);
-  mn__buf_u32(b, version);
-  mn__buf_u32(b, 0);
-  mn__buf_u64(b, header_size);
-  mn__buf_u64(b, ns);
-  mn__buf_u64(b, count);
+  buf_u32(b, version);
+  buf_u32(b, 0);
+  buf_u64(b, header_size);
+  buf_u64(b, ns);
+  buf_u64(b, count);
   uint64_t at = align_up(header_size), end = header_size;
   for (size_t k = 0; k < ns; k++) {
     uint64_t n = mn_storage_nbytes(pl->stor[k]);
     mn_device_t dev = mn_storage_device(pl->stor[k]);
-    mn__buf_u64(b, n);
-    mn__buf_u64(b, at);
-    mn__buf_u32(b, 0); /* the blob's CRC32, as it is written */
-    mn__buf_u32(b, (uint32_t)dev.type << 16 | ((uint32_t)dev.index & 0xFFFF));
+    buf_u64(b, n);
+    buf_u64(b, at);
+    buf_u32(b, 0); /* the blob's CRC32, as it is written */
+    buf_u32(b, (uint32_t)dev.type << 16 | ((uint32_t)dev.index & 0xFFFF));
     end = at + n;
     at = align_up(end);
   }
@@ -212,23 +214,23 @@ static mn_status plan_save(const char *func, size_t count, const char *const *na
     const mn_view_t *v = views[i];
     size_t nl = strlen(names[i]);
     int nd = mn_view_ndim(v);
-    mn__buf_u32(b, (uint32_t)nl);
+    buf_u32(b, (uint32_t)nl);
     mn__sbuf_write(b, names[i], nl);
-    mn__buf_u32(b, index[i]);
-    mn__buf_u16(b, (uint16_t)mn_view_dtype(v));
-    mn__buf_u16(b, (uint16_t)nd);
-    mn__buf_u64(b, (uint64_t)mn_view_offset(v));
-    for (int d = 0; d < nd; d++) mn__buf_u64(b, (uint64_t)mn_view_size(v, d));
-    for (int d = 0; d < nd; d++) mn__buf_u64(b, (uint64_t)mn_view_stride(v, d));
+    buf_u32(b, index[i]);
+    buf_u16(b, (uint16_t)mn_view_dtype(v));
+    buf_u16(b, (uint16_t)nd);
+    buf_u64(b, (uint64_t)mn_view_offset(v));
+    for (int d = 0; d < nd; d++) buf_u64(b, (uint64_t)mn_view_size(v, d));
+    for (int d = 0; d < nd; d++) buf_u64(b, (uint64_t)mn_view_stride(v, d));
     if (mn_view_is_quantized(v)) {
       const double scale = mn_view_q_scale(v);
       uint64_t bits;
       memcpy(&bits, &scale, sizeof bits);
-      mn__buf_u64(b, bits);
-      mn__buf_u64(b, (uint64_t)mn_view_q_zero_point(v));
+      buf_u64(b, bits);
+      buf_u64(b, (uint64_t)mn_view_q_zero_point(v));
     }
   }
-  mn__buf_u32(b, 0); /* the header's CRC32, once the blobs' are in */
+  buf_u32(b, 0); /* the header's CRC32, once the blobs' are in */
   free(index);
   if (b->oom) {
     plan_free(pl);
@@ -314,7 +316,7 @@ static mn_status load_mnemo(const char *func, mn__src_t *src, mn_device_t dev, m
   free(owned);
   owned = NULL;
   if (memcmp(fixed, MAGIC, 8) != 0) return BAD("not a mnemo save file (bad magic)");
-  uint32_t version = mn__le32(fixed + 8), flags = mn__le32(fixed + 12);
+  uint32_t version = le32(fixed + 8), flags = le32(fixed + 12);
   if (version != FORMAT_VERSION && version != FORMAT_VERSION_QUANT)
     return BAD("unsupported format version %u (this build reads %u and %u)", version, FORMAT_VERSION,
                FORMAT_VERSION_QUANT);
@@ -325,7 +327,7 @@ static mn_status load_mnemo(const char *func, mn__src_t *src, mn_device_t dev, m
   /* the whole header, read once (a file's into memory): what is checked is what is used */
   st = mn__src_bytes(src, 0, (size_t)header_size, &p, &owned);
   if (st != MN_OK) return st;
-  uint32_t want = mn__le32(p + header_size - 4), got = mn__crc32(0, p, (size_t)header_size - 4);
+  uint32_t want = le32(p + header_size - 4), got = mn__crc32(0, p, (size_t)header_size - 4);
   if (memcmp(p, fixed, FIXED_BYTES) != 0) st = BAD("the file changed while its header was read");
   else if (want != got)
     st = BAD("header checksum mismatch (stored 0x%08x, computed 0x%08x): the file is corrupt", want, got);
@@ -371,7 +373,7 @@ static mn_status load_mnemo(const char *func, mn__src_t *src, mn_device_t dev, m
   st = mn__named_views_new(func, (size_t)nv, &res);
   for (uint64_t k = 0; k < ns && st == MN_OK; k++) {
     const unsigned char *r = recs + k * STORAGE_RECORD;
-    uint32_t crc = mn__le32(r + 16);
+    uint32_t crc = le32(r + 16);
     char what[48];
     snprintf(what, sizeof what, "storage %llu", (unsigned long long)k);
     st = mn__src_storage(src, dev, mn__le64(r + 8), (size_t)mn__le64(r), BLOB_ALIGN, &crc, what, &stor[k]);
@@ -384,7 +386,7 @@ static mn_status load_mnemo(const char *func, mn__src_t *src, mn_device_t dev, m
       st = BAD("view %llu: header ends inside its record", (unsigned long long)i);
       break;
     }
-    uint32_t nl = mn__le32(q);
+    uint32_t nl = le32(q);
     const unsigned char *name = NULL;
     if (nl == 0 || nl > MAX_NAME || !rd(&rd_, nl, &name) || memchr(name, 0, nl)) {
       st = BAD("view %llu: bad name (length %u)", (unsigned long long)i, nl);
@@ -394,7 +396,7 @@ static mn_status load_mnemo(const char *func, mn__src_t *src, mn_device_t dev, m
       st = BAD("view %llu: header ends inside its record", (unsigned long long)i);
       break;
     }
-    uint32_t si = mn__le32(q);
+    uint32_t si = le32(q);
     unsigned dtype = (unsigned)q[4] | (unsigned)q[5] << 8, nd = (unsigned)q[6] | (unsigned)q[7] << 8;
     uint64_t off = mn__le64(q + 8);
     if (si >= ns) {

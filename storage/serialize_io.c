@@ -31,18 +31,21 @@ static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 /* ---- sink ------------------------------------------------------------------------ */
 
-mn_status mn__sink_open_file(mn__sink_t *s, const char *func, int fd) {
+/* A sink writing fd from its current offset (MN_ERR_OUT_OF_MEMORY when its
+ * buffer cannot be had), or filling mem. sink_close frees what they hold
+ * (not fd, not mem). */
+static mn_status sink_open_file(mn__sink_t *s, const char *func, int fd) {
   *s = (mn__sink_t){.func = func, .fd = fd};
   s->small = mn__malloc(SMALL_BYTES);
   if (!s->small) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory");
   return MN_OK;
 }
 
-void mn__sink_open_memory(mn__sink_t *s, const char *func, unsigned char *mem) {
+static void sink_open_memory(mn__sink_t *s, const char *func, unsigned char *mem) {
   *s = (mn__sink_t){.func = func, .fd = -1, .mem = mem};
 }
 
-void mn__sink_close(mn__sink_t *s) {
+static void sink_close(mn__sink_t *s) {
   free(s->small);
   free(s->stage);
   s->small = s->stage = NULL;
@@ -71,7 +74,8 @@ static void write_all(mn__sink_t *s, struct iovec *iov, int cnt) {
   }
 }
 
-void mn__sink_flush(mn__sink_t *s) {
+/* Writes everything pending. */
+static void sink_flush(mn__sink_t *s) {
   if (s->fd < 0 || s->nsmall == 0) return;
   struct iovec iov = {s->small, s->nsmall};
   write_all(s, &iov, 1);
@@ -107,7 +111,7 @@ void mn__sink_patch(mn__sink_t *s, uint64_t at, const void *p, size_t n) {
     memcpy(s->mem + at, p, n);
     return;
   }
-  mn__sink_flush(s);
+  sink_flush(s);
   const unsigned char *b = p;
   while (n && s->err == 0) {
     ssize_t w = pwrite(s->fd, b, n, (off_t)at);
@@ -159,10 +163,10 @@ mn_status mn__save_file(const char *func, const char *path, mn__emit_fn emit, vo
   mn_status st = mn__file_atomic_begin(func, path, &f);
   if (st != MN_OK) return st;
   mn__sink_t s;
-  st = mn__sink_open_file(&s, func, f.fd);
+  st = sink_open_file(&s, func, f.fd);
   if (st == MN_OK) st = emit(plan, &s);
-  if (st == MN_OK) mn__sink_flush(&s);
-  mn__sink_close(&s);
+  if (st == MN_OK) sink_flush(&s);
+  sink_close(&s);
   if (st != MN_OK) {
     mn__file_atomic_abort(&f);
     return st;
@@ -176,9 +180,9 @@ mn_status mn__save_buffer(const char *func, uint64_t size, mn__emit_fn emit, voi
   unsigned char *mem = mn__malloc(size ? (size_t)size : 1);
   if (!mem) return mn__error(MN_ERR_OUT_OF_MEMORY, func, "out of host memory (%llu bytes)", (unsigned long long)size);
   mn__sink_t s;
-  mn__sink_open_memory(&s, func, mem);
+  sink_open_memory(&s, func, mem);
   mn_status st = emit(plan, &s);
-  mn__sink_close(&s);
+  sink_close(&s);
   if (st != MN_OK) {
     free(mem);
     return st;
@@ -228,7 +232,12 @@ static mn_status src_pread(mn__src_t *src, uint64_t at, size_t n, void *dst) {
   return MN_OK;
 }
 
-mn_status mn__src_open_file(mn__src_t *src, const char *func, const char *path, mn_device_t dev, unsigned flags) {
+/* A source over the regular file at path for a load onto dev with MN_LOAD_*
+ * flags (checked): on the CPU, unless MN_LOAD_COPY, a private mapping of the
+ * whole file (storages may keep it); else reads. Errors as
+ * mn__file_open_regular's (MN_ERR_NOT_FOUND, ...), or MN_ERR_INVALID_ARGUMENT
+ * for bad flags. src_close undoes it (storages keep the mapping alive). */
+static mn_status src_open_file(mn__src_t *src, const char *func, const char *path, mn_device_t dev, unsigned flags) {
   if (flags & ~(unsigned)MN_LOAD_FLAGS_ALL)
     return mn__error(MN_ERR_INVALID_ARGUMENT, func, "unknown flags 0x%x", flags & ~(unsigned)MN_LOAD_FLAGS_ALL);
   if ((flags & MN_LOAD_MAP) && (flags & MN_LOAD_COPY))
@@ -257,11 +266,11 @@ mn_status mn__src_open_file(mn__src_t *src, const char *func, const char *path, 
   return MN_OK;
 }
 
-void mn__src_open_buffer(mn__src_t *src, const char *func, const void *data, size_t size) {
+static void src_open_buffer(mn__src_t *src, const char *func, const void *data, size_t size) {
   *src = (mn__src_t){.func = func, .fd = -1, .data = data, .size = size, .verify = true};
 }
 
-void mn__src_close(mn__src_t *src) {
+static void src_close(mn__src_t *src) {
   if (src->fd >= 0) close(src->fd);
   if (src->map) map_drop(src->map);
   src->fd = -1;
@@ -372,10 +381,10 @@ mn_status mn__load_path(const char *func, const char *path, mn_device_t dev, uns
   mn_status st = mn_device_check(dev);
   if (st != MN_OK) return mn__error_wrap(st, func);
   mn__src_t src;
-  st = mn__src_open_file(&src, func, path, dev, flags);
+  st = src_open_file(&src, func, path, dev, flags);
   if (st != MN_OK) return st;
   st = load(func, &src, dev, out);
-  mn__src_close(&src);
+  src_close(&src);
   return st;
 }
 
@@ -384,6 +393,6 @@ mn_status mn__load_buffer(const char *func, const void *data, size_t size, mn_de
   mn_status st = mn_device_check(dev);
   if (st != MN_OK) return mn__error_wrap(st, func);
   mn__src_t src;
-  mn__src_open_buffer(&src, func, data, size);
+  src_open_buffer(&src, func, data, size);
   return load(func, &src, dev, out);
 }

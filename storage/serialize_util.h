@@ -15,12 +15,7 @@
 #include "mnemo/storage.h"
 #include "runtime/strbuf.h"
 
-/* Little-endian integers appended to a growing buffer (runtime/strbuf.h:
- * mn__sbuf_t, whose `oom` records an allocation failure). */
-void mn__buf_u16(mn__sbuf_t *b, uint16_t v);
-void mn__buf_u32(mn__sbuf_t *b, uint32_t v);
-void mn__buf_u64(mn__sbuf_t *b, uint64_t v);
-uint32_t mn__le32(const unsigned char *p);
+/* The little-endian uint64 at p. */
 uint64_t mn__le64(const unsigned char *p);
 
 /* ---- saving: the sink ----------------------------------------------------------
@@ -40,12 +35,7 @@ typedef struct mn__sink_s {
   int err;              /* errno of the first failed write; 0: none */
 } mn__sink_t;
 
-/* A sink writing fd from its current offset (MN_ERR_OUT_OF_MEMORY when its
- * buffer cannot be had), or filling mem. mn__sink_close frees what they hold
- * (not fd, not mem). */
-mn_status mn__sink_open_file(mn__sink_t *s, const char *func, int fd);
-void mn__sink_open_memory(mn__sink_t *s, const char *func, unsigned char *mem);
-void mn__sink_close(mn__sink_t *s);
+/* Appends n bytes (mn__save_* open and close the sinks). */
 void mn__sink_put(mn__sink_t *s, const void *p, size_t n);
 void mn__sink_zeros(mn__sink_t *s, size_t n);
 /* Puts bytes [off, off + n) of storage st, whatever its device (CPU storages
@@ -56,8 +46,6 @@ mn_status mn__sink_put_storage(mn__sink_t *s, const mn_storage_t *st, size_t off
 /* Writes everything pending (file sinks), then n bytes at `at` (before pos):
  * a header whose checksums were only known at the end. */
 void mn__sink_patch(mn__sink_t *s, uint64_t at, const void *p, size_t n);
-/* Writes everything pending. */
-void mn__sink_flush(mn__sink_t *s);
 
 /* Puts one format's file, planned beforehand (checks done, size known). */
 typedef mn_status (*mn__emit_fn)(void *plan, mn__sink_t *sink);
@@ -81,14 +69,6 @@ typedef struct mn__src_s {
   bool verify;               /* check the checksums of storages' bytes */
 } mn__src_t;
 
-/* A source over the regular file at path for a load onto dev with MN_LOAD_*
- * flags (checked): on the CPU, unless MN_LOAD_COPY, a private mapping of the
- * whole file (storages may keep it); else reads. Errors as
- * mn__file_open_regular's (MN_ERR_NOT_FOUND, ...), or MN_ERR_INVALID_ARGUMENT
- * for bad flags. mn__src_close undoes it (storages keep the mapping alive). */
-mn_status mn__src_open_file(mn__src_t *src, const char *func, const char *path, mn_device_t dev, unsigned flags);
-void mn__src_open_buffer(mn__src_t *src, const char *func, const void *data, size_t size);
-void mn__src_close(mn__src_t *src);
 /* A format's reader over an opened source. */
 typedef mn_status (*mn__load_fn)(const char *func, mn__src_t *src, mn_device_t dev, mn_named_views_t **out);
 /* Checks dev, opens `path` (MN_LOAD_* flags) or the buffer, runs `load`, closes. */

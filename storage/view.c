@@ -62,7 +62,8 @@ int mn__dtype_packed_per_byte(mn_dtype dtype) {
   return bits > 0 && bits < 8 ? 8 / bits : 0;
 }
 
-size_t mn__dtype_bytes_of(mn_dtype dtype, size_t n) {
+/* Bytes of n elements of dtype: n * itemsize, or ceil(n * bits / 8) packed. */
+static size_t dtype_bytes_of(mn_dtype dtype, size_t n) {
   int per = mn__dtype_packed_per_byte(dtype);
   return per ? n / (size_t)per + (n % (size_t)per != 0) : n * mn_dtype_itemsize(dtype);
 }
@@ -225,7 +226,7 @@ mn_status mn__view_empty_on(mn_device_t dev, mn_dtype dtype, int ndim, const int
   size_t nbytes = 0;
   if (!mn__strided_span_bytes(ndim, sizes, strides, 0, mn_dtype_itemsize(dtype), &nbytes))
     return mn__error(MN_ERR_OVERFLOW, __func__, "storage size overflows");
-  if (mn__dtype_packed_per_byte(dtype)) nbytes = mn__dtype_bytes_of(dtype, nbytes); /* nbytes counted elements */
+  if (mn__dtype_packed_per_byte(dtype)) nbytes = dtype_bytes_of(dtype, nbytes); /* nbytes counted elements */
   mn_storage_t *s = NULL;
   if (stream && !mn_device_equal(mn_stream_device(stream), dev)) stream = NULL;
   st = mn_storage_create(dev, nbytes, NULL, stream, &s);
@@ -302,7 +303,7 @@ int64_t mn_view_numel(const mn_view_t *v) {
 size_t mn_view_nbytes(const mn_view_t *v) {
   bool ovf = false; /* an expanded view can hold more elements than bytes exist */
   size_t n = mn__ck_size_mul(mn__ck_to_size(mn_view_numel(v), &ovf), mn_dtype_itemsize(v->dtype), &ovf);
-  if (!ovf && mn__dtype_packed_per_byte(v->dtype)) n = mn__dtype_bytes_of(v->dtype, n); /* ceil(numel * bits / 8) */
+  if (!ovf && mn__dtype_packed_per_byte(v->dtype)) n = dtype_bytes_of(v->dtype, n); /* ceil(numel * bits / 8) */
   return ovf ? SIZE_MAX : n;
 }
 

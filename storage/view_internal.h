@@ -33,7 +33,6 @@ typedef struct mn__geom_s {
   bool overflow;
 } mn__geom_t;
 
-
 /* PyTorch's refusals of a write into a view with internal overlap (a dim of
  * size > 1 with stride 0) and of a source that partially overlaps the
  * written view (copy_, fill_, index_put_, scatter_). */
@@ -70,8 +69,6 @@ mn_status mn__view_empty_on(mn_device_t dev, mn_dtype dtype, int ndim, const int
 mn_status mn__view_stream(mn_device_t dev, mn_stream_t *given, mn_stream_t **out);
 /* Elements per byte of a packed dtype (2 quint4x2, 4 quint2x4), else 0. */
 int mn__dtype_packed_per_byte(mn_dtype dtype);
-/* Bytes of n elements of dtype: n * itemsize, or ceil(n * bits / 8) packed. */
-size_t mn__dtype_bytes_of(mn_dtype dtype, size_t n);
 /* Checks quantization parameters (mn_view_create_quantized's rules). */
 mn_status mn__check_qparams(mn_dtype dtype, double scale, int64_t zero_point, const char *func);
 /* Sets the parameters of a view being built (quantized dtypes; before it is shared). */

@@ -15,6 +15,7 @@ MN_TEST(parse_and_format) {
   MN_CHECK(mn_device_equal(d, mn_device_sim(1)));
   MN_CHECK(strcmp(mn_device_format(d, buf, sizeof buf), "sim:1") == 0);
   MN_CHECK(strcmp(mn_device_format(mn_device_cpu(), buf, sizeof buf), "cpu") == 0);
+  MN_CHECK(strcmp(mn_device_format((mn_device_t){MN_DEVICE_CPU, 1}, buf, sizeof buf), "cpu:1") == 0);
   mn_device_t keep = mn_device_sim(5);
   const char *bad[] = {"", "gpu", "cuda:", "cuda:-1", "cuda:x", "cuda:1x", "cpu:1", "sim:99", "cudax"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -70,6 +71,24 @@ MN_TEST(counts_and_properties) {
   MN_CHECK(t > 0 && f <= t);
   MN_CHECK_ERR(mn_device_get_properties(mn_device_sim(40), &p), MN_ERR_NO_DEVICE, "sim:40");
   MN_CHECK_ERR(mn_device_get_properties((mn_device_t){MN_DEVICE_CPU, 1}, &p), MN_ERR_NO_DEVICE, "cpu");
+}
+
+/* One wording of a missing device, whoever finds it missing: the device layer
+ * (mn_device_check) and the SIM device's own public calls (mn_sim_*). */
+MN_TEST(missing_device_one_message) {
+  int n = 0;
+  MN_CHECK_OK(mn_device_count(MN_DEVICE_SIM, &n));
+  char want[128], got[256];
+  snprintf(want, sizeof want, "mn_device_check: no device sim:40 (%d sim device%s present)", n, n == 1 ? "" : "s");
+  MN_CHECK_ERR(mn_device_check(mn_device_sim(40)), MN_ERR_NO_DEVICE, want);
+  snprintf(got, sizeof got, "%s", mn_last_error());
+  MN_CHECK_ERR(mn_sim_device_drain(mn_device_sim(40)), MN_ERR_NO_DEVICE, want);
+  MN_CHECK(strcmp(got, mn_last_error()) == 0);
+  MN_CHECK_ERR(mn_device_check((mn_device_t){MN_DEVICE_CPU, 1}), MN_ERR_NO_DEVICE,
+               "no device cpu:1 (1 cpu device present)");
+  if (!mn_build_has_cuda())
+    MN_CHECK_ERR(mn_device_check(mn_device_cuda(2)), MN_ERR_NO_DEVICE,
+                 "no device cuda:2 (0 cuda devices present; built without CUDA)");
 }
 
 MN_TEST(cpu_streams_events_and_copies) {
@@ -162,6 +181,7 @@ int main(void) {
   MN_RUN(parse_and_format);
   MN_RUN(bytes_parse);
   MN_RUN(counts_and_properties);
+  MN_RUN(missing_device_one_message);
   MN_RUN(cpu_streams_events_and_copies);
   MN_RUN(copy_stream_must_match_device);
   MN_RUN(naive_allocator_and_defaults);

@@ -404,7 +404,7 @@ NF_FOLDERS = LAYERS + ["include"]
 NF_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 NF_FUNC_DEF = re.compile(
     r"\b(\w*(?:(?:f32|f64|float|double)_to_(?:f16|bf16|half|bfloat16|e4m3\w*|e5m2)"
-    r"|(?:f16|bf16|half|bfloat16|e4m3\w*|e5m2)_to_(?:f32|f64|float|double)|nf_round\w*|nf_from_\w+))"
+    r"|(?:f16|bf16|half|bfloat16|e4m3\w*|e5m2)_to_(?:f32|f64|float|double)|nf_round|nf_from_\w+)\w*)"
     r"\s*\([^;{}()]*\)\s*\{([^\n]*)")
 NF_TABLE = re.compile(r"#\s*define\s+MN__NF_ROW_\w+|\bmbits\s*;|\bnf_format\b")
 NF_CONST = re.compile(r"\b0x(?:7BFF|7C00|7E00|7F7F|7F80|7FC0|38800000|47800000|3C800000|43E00000)u?\b", re.I)
@@ -460,11 +460,13 @@ def self_test_narrow_float():
                                "static uint16_t to_h(float x) { return x > 65504.0f ? 0x7C00 : 0; }\n")
         plant("storage/wide.c", "uint16_t mn_float_to_bfloat16(float f) {\n  uint32_t u = 0;\n"
                                 "  return (uint16_t)(u >> 16);\n}\n"
-                                "static uint8_t f32_to_e4m3_slow(float f) { return 0; }\n")
+                                "static uint8_t f32_to_e4m3_slow(float f) { return 0; }\n"
+                                "static float f16_to_f32_scratch(uint16_t h) { return 0; }\n")
         bad = rule_narrow_float(ctx)
         for want in ("kernels/old.c: defines mn__nf_round", "kernels/old.c: a narrow-float format table (mbits",
                      "kernels/old.c: spells the narrow-float encoding 0x7C00",
-                     "storage/wide.c: defines mn_float_to_bfloat16", "storage/wide.c: defines f32_to_e4m3_slow"):
+                     "storage/wide.c: defines mn_float_to_bfloat16", "storage/wide.c: defines f32_to_e4m3_slow",
+                     "storage/wide.c: defines f16_to_f32_scratch"):
             assert any(want in b for b in bad), (want, bad)
         assert not any(b.startswith(("NARROW FLOAT: runtime/", "NARROW FLOAT: " + NF_HOME)) for b in bad), bad
 
@@ -643,6 +645,121 @@ def self_test_sim_internal_private():
 
 
 # ---- area: naming (static functions, prefixes) ----
+
+# `mn__` names what library files share with each other (STYLE.md); a name
+# one file keeps to itself is static and unprefixed. Two checks: no static
+# `mn__` in a .c/.cu/.cpp file (a static inline in an internal header is
+# shared, so headers are exempt), and no global `mn__` symbol that only its
+# own object uses. A symbol counts as shared when another library object uses
+# it (nm), when tests/, bench/, python/ or nccl/ name it, when a header's
+# macro calls it (MN__ASSERT's mn__assert_fail, compiled in only in debug
+# builds), or when the build names it (a linker --undefined).
+STATIC_MN = re.compile(r"^[ \t]*(?:[A-Z][A-Z0-9_]*[ \t]+)*static\b[^;{}=()]*?(?:\(\s*\*\s*)?\b(mn__\w+)\s*[()\[=;,]", re.M)
+SHARED_PLACES = ["tests", "bench", "python", "nccl", "CMakeLists.txt", "cmake"]
+MACRO_LINE = re.compile(r"^[ \t]*#[ \t]*define\b(?:[^\n]*\\\n)*[^\n]*", re.M)
+
+
+def static_mn(files):
+    """(path, line, name) of every static definition named mn__ in a source
+    file (comments and strings left out)."""
+    bad = []
+    for rel, text in files:
+        code = blank_attributes(strip_c(text))
+        for m in STATIC_MN.finditer(code):
+            bad.append((rel, code.count("\n", 0, m.start()) + 1, m.group(1)))
+    return bad
+
+
+def blank_attributes(code):
+    """code with every __attribute__((...)) blanked (balanced parentheses,
+    newlines kept)."""
+    out, i = [], 0
+    for m in re.finditer(r"\b__attribute__\s*\(", code):
+        if m.start() < i:
+            continue
+        j, depth = m.end(), 1
+        while j < len(code) and depth:
+            depth += {"(": 1, ")": -1}.get(code[j], 0)
+            j += 1
+        out.append(code[i:m.start()])
+        out.append(re.sub(r"[^\n]", " ", code[m.start():j]))
+        i = j
+    out.append(code[i:])
+    return "".join(out)
+
+
+def file_local_mn(objects, shared_text, headers):
+    """objects: (layer, object, defined, used). (object, symbol) of every
+    global mn__ symbol no other object uses and nothing else names."""
+    users = {}
+    for _, name, _, used in objects:
+        for s in used:
+            users.setdefault(s, set()).add(name)
+    macros = " ".join(m.group(0) for _, text in headers for m in MACRO_LINE.finditer(strip_c_keep_lines(text)))
+    named = set(re.findall(r"\bmn__\w+", shared_text)) | set(re.findall(r"\bmn__\w+", macros))
+    bad = []
+    for _, name, defined, _ in objects:
+        for s in sorted(defined):
+            if s.startswith("mn__") and not (users.get(s, set()) - {name}) and s not in named:
+                bad.append((name, s))
+    return bad
+
+
+def strip_c_keep_lines(text):
+    """Comments blanked, strings kept (a macro's text is code)."""
+    return re.sub(r"/\*.*?\*/|//[^\n]*", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
+
+
+@rule
+def rule_static_mn(ctx):
+    files = ctx.sources(CODE_FOLDERS + ["python"], exts=(".c", ".cu", ".cpp"))
+    return [f"STATIC MN__: {rel}:{line}: static {name} (a file-local name takes no mn__ prefix)"
+            for rel, line, name in static_mn(files)]
+
+
+@rule
+def rule_file_local_mn(ctx):
+    shared = "\n".join(text for _, text in text_files(ctx.src, SHARED_PLACES, set()))
+    headers = list(ctx.sources(CODE_FOLDERS + ["include"], exts=(".h", ".cuh")))
+    return [f"FILE-LOCAL MN__: {obj}: {sym} is used by no other file (make it static, without mn__)"
+            for obj, sym in file_local_mn(ctx.objects, shared, headers)]
+
+
+@self_check
+def self_test_static_mn():
+    """Planted static mn__ functions, variables, arrays, function pointers and
+    static inlines are named; extern mn__ names, comments, strings and
+    unprefixed statics are not."""
+    planted = ("static int mn__count;\n"
+               "static mn_status\nmn__open(int fd) {\n  return 0;\n}\n"
+               "__attribute__((unused)) static int mn__spare(void) { return 1; }\n"
+               "MN_UNUSED static __attribute__((format(printf, 1, 2))) void mn__say(const char *f, ...) {}\n"
+               "static const char *const mn__names[] = {\"a\"};\n"
+               "static void (*mn__hook)(void);\n"
+               "static inline int mn__twice(int x) { return 2 * x; }\n"
+               "void f(void) {\n  static int mn__calls = 0;\n}\n"
+               "/* static int mn__in_comment; */\n"
+               "static const char *s = \"static int mn__in_string;\";\n"
+               "mn_status mn__shared(int x) { return 0; }\n"
+               "static int helper(void) { return mn__shared(1); }\n")
+    bad = static_mn([("storage/x.c", planted)])
+    assert [(line, name) for _, line, name in bad] == [(1, "mn__count"), (2, "mn__open"), (6, "mn__spare"),
+                                                       (7, "mn__say"), (8, "mn__names"), (9, "mn__hook"),
+                                                       (10, "mn__twice"), (12, "mn__calls")], bad
+
+
+@self_check
+def self_test_file_local_mn():
+    """A global mn__ symbol no other object uses is named; one used by another
+    object, by tests, or by a header's macro is not."""
+    objects = [("runtime", "runtime/a.c.o", {"mn__alone", "mn__shared", "mn__tested", "mn__macro", "mn_public"},
+                {"mn__other"}),
+               ("storage", "storage/b.c.o", {"mn__other"}, {"mn__shared", "mn__alone_too"}),
+               ("storage", "storage/c.c.o", {"mn__alone_too"}, {"mn__alone_too"})]
+    headers = [("runtime/a.h", "/* mn__alone */\nvoid mn__alone(void);\n#define A(x) \\\n  mn__macro(x)\n")]
+    bad = file_local_mn(objects, "MN_CHECK(mn__tested() == 0);", headers)
+    assert bad == [("runtime/a.c.o", "mn__alone")], bad
+
 
 
 def main():

@@ -94,7 +94,8 @@ static void print_opt(FILE *f, char short_name, const char *name, const char *va
   wrap(f, help, HELP_COL, HELP_COL, 79);
 }
 
-void mn__cli_usage(const mn__cli_cmd_t *cmd, FILE *f) {
+/* The usage of one command (synopsis, description, options) to f. */
+static void cli_usage(const mn__cli_cmd_t *cmd, FILE *f) {
   synopsis(cmd, f);
   fprintf(f, "%s\n", cmd->summary);
   if (cmd->about && cmd->about[0]) fprintf(f, "\n%s", cmd->about);
@@ -190,7 +191,7 @@ int mn__cli_next(mn__cli_t *p, const char **value) {
   }
   p->rc = 2;
   if (c == 'h') {
-    mn__cli_usage(p->cmd, stdout);
+    cli_usage(p->cmd, stdout);
     p->rc = 0;
     return -1;
   }
@@ -273,7 +274,7 @@ int mn__cli_main(const mn__cli_cmd_t *commands, int argc, char **argv) {
         fprintf(stderr, "mnemo %s: unknown command \"%s\" (`mnemo --help` lists the commands)\n", name, argv[2]);
         return 2;
       }
-      mn__cli_usage(c, stdout);
+      cli_usage(c, stdout);
       return 0;
     }
     top_usage(stdout);

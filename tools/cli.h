@@ -91,9 +91,6 @@ int mn__cli_bytes(const mn__cli_t *p, const char *value, size_t *out);
 /* Whether an output path means the standard output ("-"). */
 bool mn__cli_is_stdout(const char *path);
 
-/* The usage of one command (synopsis, description, options) to f. */
-void mn__cli_usage(const mn__cli_cmd_t *cmd, FILE *f);
-
 /* The whole tool: `mnemo CMD args...` through `commands` (the table, in the
  * order `mnemo --help` lists them, ended by a NULL name; kept for the run),
  * `mnemo --help`, `mnemo help [CMD]`, `mnemo --version`; returns the exit status. */

@@ -553,7 +553,7 @@ bool mn__tools_stage_on(int forced, size_t entries) {
   return isatty(2) && entries >= 100000;
 }
 
-void mn__tools_stage(bool on, const char *prog, const char *fmt, ...) {
+static void tools_stage(bool on, const char *prog, const char *fmt, ...) {
   if (!on) return;
   va_list ap;
   va_start(ap, fmt);
@@ -578,7 +578,7 @@ void mn__tools_print_notes(const char *prog, const char *notes) {
   }
 }
 
-void mn__tools_stage_fn(void *prog, const char *what) { mn__tools_stage(true, prog, "%s", what); }
+void mn__tools_stage_fn(void *prog, const char *what) { tools_stage(true, prog, "%s", what); }
 
 int mn__tools_lib_failed(const char *prog, mn_status st) {
   fprintf(stderr, "%s: %s\n", prog, mn__last_error_detail());

@@ -63,14 +63,13 @@ const char *mn__tools_recorded_config(const char *prog, const mn_trace_t *t, boo
 int mn__tools_pick_device(const char *prog, const char *path, const mn_trace_t *t, int want, const char *what,
                           int *index, uint64_t *number, bool *multi);
 
-/* What a long command is doing, on a terminal: mn__tools_stage prints
- * "\r<prog>: <text>" over the line (nothing when `on` is false), and
+/* What a long command is doing, on a terminal: a stage (mn__tools_stage_fn)
+ * prints "\r<prog>: <text>" over the line (nothing when `on` is false), and
  * mn__tools_stage_clear wipes it before the command's own output. `on` comes
  * from mn__tools_stage_on: --progress / --no-progress when given (forced = 1 / 0),
  * else stderr is a terminal and the trace has at least 100,000 entries (about a
  * second of work). */
 bool mn__tools_stage_on(int forced, size_t entries);
-void mn__tools_stage(bool on, const char *prog, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void mn__tools_stage_clear(bool on);
 
  
