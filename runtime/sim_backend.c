@@ -109,11 +109,6 @@ mn_status mn__sim_get(int index, sim_device **out) {
   return st;
 }
 
-mn_status mn__sim_unlock_ret(sim_device *d, mn_status st) {
-  pthread_mutex_unlock(&d->lock);
-  return st;
-}
-
 /* True when the armed fault of this kind fires on this call. pre: lock held. */
 bool mn__sim_fault_fires(sim_device *d, mn_sim_fault kind) {
   sim_fault_arm *a = &d->faults[kind];

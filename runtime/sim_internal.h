@@ -204,7 +204,11 @@ extern mn_sim_config_t mn__sim_cfg;
 
 /* sim_backend.c */
 mn_status mn__sim_get(int index, sim_device **out);
-mn_status mn__sim_unlock_ret(sim_device *d, mn_status st);
+/* Unlocks d and returns st (the end of a SIM_LOCKED section). */
+static inline mn_status mn__sim_unlock_ret(sim_device *d, mn_status st) {
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
 bool mn__sim_fault_fires(sim_device *d, mn_sim_fault kind);
 
 /* sim_memory.c */
@@ -230,7 +234,10 @@ mn_status mn__sim_mem_set_access(int index, void *addr, size_t nbytes, int peer)
 mn_status mn__sim_mem_unmap(int index, void *addr, size_t nbytes, bool synced);
 
 /* sim_streams.c */
-sim_stream *mn__sim_stream_of(sim_device *d, void *handle);
+/* The stream behind a backend handle (NULL: the device's default stream). */
+static inline sim_stream *mn__sim_stream_of(sim_device *d, void *handle) {
+  return handle ? (sim_stream *)handle : &d->default_stream;
+}
 void mn__sim_op_free(sim_op *op);
 size_t mn__sim_stream_advance(sim_device *d, sim_stream *s, size_t n);
 void mn__sim_device_sync(sim_device *d);

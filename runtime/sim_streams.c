@@ -16,10 +16,6 @@
 
 /* ---- queues ---------------------------------------------------------------- */
 
-sim_stream *mn__sim_stream_of(sim_device *d, void *handle) {
-  return handle ? (sim_stream *)handle : &d->default_stream;
-}
-
 /* References on streams (events recorded on them, queued waits for them). */
 static void stream_ref(sim_stream *s) { s->refs++; }
 
