@@ -695,7 +695,7 @@ def file_local_mn(objects, shared_text, headers):
     for _, name, _, used in objects:
         for s in used:
             users.setdefault(s, set()).add(name)
-    macros = " ".join(m.group(0) for _, text in headers for m in MACRO_LINE.finditer(strip_c_keep_lines(text)))
+    macros = " ".join(m.group(0) for _, text in headers for m in MACRO_LINE.finditer(strip_c(text)))
     named = set(re.findall(r"\bmn__\w+", shared_text)) | set(re.findall(r"\bmn__\w+", macros))
     bad = []
     for _, name, defined, _ in objects:
@@ -703,11 +703,6 @@ def file_local_mn(objects, shared_text, headers):
             if s.startswith("mn__") and not (users.get(s, set()) - {name}) and s not in named:
                 bad.append((name, s))
     return bad
-
-
-def strip_c_keep_lines(text):
-    """Comments blanked, strings kept (a macro's text is code)."""
-    return re.sub(r"/\*.*?\*/|//[^\n]*", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
 
 
 @rule
