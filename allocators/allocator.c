@@ -2,7 +2,7 @@
  * vtable's size and version, shared checks and the NVTX ranges first, then the
  * slot), below every allocator (the per-device defaults, which create them, are
  * allocators/defaults.c). Thread-safe: no state but the debug-tier counter
- * (atomic) and each thread's NVTX depth. */
+ * and the trusted vtable (atomics) and each thread's NVTX depth. */
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -59,9 +59,22 @@ static __attribute__((noinline)) mn_status vtable_report(const char *func, const
                    vt->name ? vt->name : "(null)", !vt->name ? "name" : !vt->alloc ? "alloc" : "free");
 }
 
+/* The library's own hot vtable (the caching allocator's), told by
+ * mn__allocator_vtable_trust: const and valid, so its calls skip the slot
+ * checks and the copy of the result (it leaves *out alone on failure). */
+static _Atomic(const mn_allocator_vtable_t *) g_trusted;
+
+void mn__allocator_vtable_trust(const mn_allocator_vtable_t *vt) {
+  if (vtable_fault(vt) == VT_OK) atomic_store_explicit(&g_trusted, vt, memory_order_relaxed);
+}
+
+static inline bool vtable_trusted(const mn_allocator_vtable_t *vt) {
+  return vt == atomic_load_explicit(&g_trusted, memory_order_relaxed);
+}
+
 /* The check on every call: inline, the message only on failure. */
 static inline mn_status vtable_check(const char *func, const mn_allocator_vtable_t *vt) {
-  return __builtin_expect(vtable_fault(vt) == VT_OK, 1) ? MN_OK : vtable_report(func, vt);
+  return __builtin_expect(vtable_trusted(vt) || vtable_fault(vt) == VT_OK, 1) ? MN_OK : vtable_report(func, vt);
 }
 
 #define MN__VTABLE_CHECK(a)                                       \
@@ -169,6 +182,14 @@ mn_status mn_allocator_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
     *out = NULL;
     return MN_OK;
   }
+#if MNEMO_DEBUG < 2
+  /* The trusted vtable with ranges off: no range, no check after, and its
+   * alloc writes *out only on success, so no copy through a local. */
+  if (__builtin_expect(vtable_trusted(a->vtable) && !mn__nvtx_maybe_on(), 1)) {
+    mn_status st = a->vtable->alloc(a, nbytes, stream, out);
+    return __builtin_expect(st == MN_OK, 1) ? MN_OK : mn__error_wrap(st, __func__);
+  }
+#endif
   void *p = NULL;
   bool opened = range_open("mnemo.alloc", nbytes);
   mn_status st = a->vtable->alloc(a, nbytes, stream, &p);
@@ -183,6 +204,12 @@ mn_status mn_allocator_free(mn_allocator_t *a, void *ptr) {
   MN__CHECK_ARG(a != NULL, "allocator must not be NULL");
   MN__VTABLE_CHECK(a);
   if (!ptr) return MN_OK;
+#if MNEMO_DEBUG < 2
+  if (__builtin_expect(vtable_trusted(a->vtable) && !mn__nvtx_maybe_on(), 1)) {
+    mn_status st = a->vtable->free(a, ptr);
+    return __builtin_expect(st == MN_OK, 1) ? MN_OK : mn__error_wrap(st, __func__);
+  }
+#endif
   bool opened = range_open("mnemo.free", freed_bytes(a, ptr));
   mn_status st = a->vtable->free(a, ptr);
   range_close(opened);

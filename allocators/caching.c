@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "allocators/caching_internal.h"
+#include "allocators/allocator_internal.h"
 #include "runtime/device_internal.h"
 #include "runtime/debug.h"
 #include "runtime/events.h"
@@ -762,6 +763,7 @@ mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "cannot make the callback lock");
   }
   a->base.vtable = &caching_vtable;
+  mn__allocator_vtable_trust(&caching_vtable); /* the dispatch's fast path (allocator.c) */
   a->base.device = dev;
   a->cfg = cfg;
   a->expandable = cfg.expandable_segments && props.supports_vmm; /* else plain segments, silently */
