@@ -175,7 +175,7 @@ static inline __attribute__((always_inline)) mn__block_t *get_free_block_in(mn__
                                                                             uint64_t stream, size_t size,
                                                                             bool inpool) {
   if (gc_enabled(a)) pool->get_free_calls++;
-  const mn__sbins_t *sb = mn__fset_find(&pool->fs, stream);
+  mn__sbins_t *sb = mn__fset_find(&pool->fs, stream);
   mn__tnode_t *n = mn__fset_lower_bound(&pool->fs, sb, size);
   if (!n) return NULL;
   if (((mn__block_t *)n)->seg->expandable) {

@@ -110,11 +110,17 @@ static inline unsigned mn__bin_of(size_t size) {
 }
 
 /* One stream's part of a pool's free set. It lives while a segment of that
- * stream in that pool does (nsegs), so a block's record is always there. */
+ * stream in that pool does (nsegs), so a block's record is always there.
+ * The hot node: the block inserted last, held out of its bin (its key set,
+ * its links NULL) while no later insertion displaced it; a member of the set
+ * like the others (counted in count, found by lower_bound), so the pair of a
+ * free and the allocation that takes the same block back touches no treap
+ * and no bitmap. The ordered walks (next, prev, last) put it in its bin first. */
 typedef struct mn__sbins_s {
   uint64_t stream;
   size_t nsegs;                    /* segments of this stream in the pool */
-  size_t count, nunmapped;         /* free blocks in the bins, unmapped ranges */
+  size_t count, nunmapped;         /* free blocks (bins and hot), unmapped ranges */
+  mn__tnode_t *hot;                /* the hot node, or NULL */
   mn__tree_t unmapped;             /* unmapped expandable ranges by address */
   uint64_t summary;                /* bit w: bits[w] != 0 */
   uint64_t bits[MN__BIN_WORDS];    /* bit b: bins[b] is not empty */
@@ -177,32 +183,64 @@ mn_status mn__fset_acquire(mn__fset_t *fs, uint64_t stream, mn__sbins_t **out);
 /* When that segment goes: the record goes with the stream's last segment. */
 void mn__fset_release(mn__fset_t *fs, mn__sbins_t *sb);
 
-static inline void mn__fset_insert(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n, size_t size, uintptr_t addr) {
-  unsigned b = mn__bin_clamped(fs, size);
-  mn__tree_insert(&sb->bins[b], n, (mn__key_t){sb->stream, size, addr}, mn__fset_prio(addr));
+/* n (its key set) into its bin's treap. */
+static inline void mn__fset_bin_insert(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n) {
+  unsigned b = mn__bin_clamped(fs, n->key.size);
+  mn__tree_insert(&sb->bins[b], n, n->key, mn__fset_prio(n->key.addr));
   mn__bit_set(sb, b);
+}
+
+/* n becomes the hot node; the one it displaces goes to its bin. */
+static inline void mn__fset_insert(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n, size_t size, uintptr_t addr) {
+  n->key = (mn__key_t){sb->stream, size, addr};
+  n->left = n->right = n->parent = NULL;
+  if (sb->hot) mn__fset_bin_insert(fs, sb, sb->hot);
+  sb->hot = n;
   sb->count++;
 }
 
+/* Puts the hot node in its bin (before an ordered walk). */
+static inline void mn__fset_settle(mn__fset_t *fs, mn__sbins_t *sb) {
+  if (sb->hot) {
+    mn__fset_bin_insert(fs, sb, sb->hot);
+    sb->hot = NULL;
+  }
+}
+
 static inline void mn__fset_remove(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n) {
+  sb->count--;
+  if (n == sb->hot) {
+    sb->hot = NULL;
+    return;
+  }
   unsigned b = mn__bin_clamped(fs, n->key.size);
   mn__tree_remove(&sb->bins[b], n);
   if (!sb->bins[b].root) mn__bit_clear(sb, b);
-  sb->count--;
 }
 
 mn__tnode_t *mn__fset_lower_bound_slow(const mn__fset_t *fs, const mn__sbins_t *sb, size_t size);
-/* Best fit: the first block of the stream by (size, address) with size >= size.
- * Inline when the size's own bin has its answer at its minimum (always so in
- * the exact bins below 64 KiB). */
+/* Best fit: the first block of the stream by (size, address) with size >= size,
+ * over the bins and the hot node. Inline when the size's own bin has the bins'
+ * answer at its minimum (always so in the exact bins below 64 KiB), or when
+ * the hot node has the exact size and the size's exact bin is empty. */
 static inline mn__tnode_t *mn__fset_lower_bound(const mn__fset_t *fs, const mn__sbins_t *sb, size_t size) {
   if (!sb || !sb->count) return NULL;
-  const mn__tnode_t *m = sb->bins[mn__bin_clamped(fs, size)].min;
-  return m && m->key.size >= size ? (mn__tnode_t *)m : mn__fset_lower_bound_slow(fs, sb, size);
+  unsigned b = mn__bin_clamped(fs, size);
+  const mn__tnode_t *m = sb->bins[b].min, *h = sb->hot, *t;
+  if (m && m->key.size >= size) {
+    t = m;
+  } else if (h && h->key.size == size && (size >> 9) < 128 && b == (unsigned)(size >> 9)) {
+    return (mn__tnode_t *)h; /* an exact bin: no block of the bins has its size */
+  } else {
+    t = sb->count > (h != NULL) ? mn__fset_lower_bound_slow(fs, sb, size) : NULL;
+  }
+  if (h && h->key.size >= size && (!t || mn__key_cmp(&h->key, &t->key) < 0)) return (mn__tnode_t *)h;
+  return (mn__tnode_t *)t;
 }
-mn__tnode_t *mn__fset_next(const mn__fset_t *fs, const mn__sbins_t *sb, const mn__tnode_t *n);
-mn__tnode_t *mn__fset_prev(const mn__fset_t *fs, const mn__sbins_t *sb, const mn__tnode_t *n);
-mn__tnode_t *mn__fset_last(const mn__fset_t *fs, const mn__sbins_t *sb);
+/* The ordered walks: the hot node is settled in its bin first. */
+mn__tnode_t *mn__fset_next(mn__fset_t *fs, mn__sbins_t *sb, const mn__tnode_t *n);
+mn__tnode_t *mn__fset_prev(mn__fset_t *fs, mn__sbins_t *sb, const mn__tnode_t *n);
+mn__tnode_t *mn__fset_last(mn__fset_t *fs, mn__sbins_t *sb);
 bool mn__fset_contains(const mn__fset_t *fs, const mn__sbins_t *sb, const mn__tnode_t *n);
 void mn__fset_insert_unmapped(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n, uintptr_t addr);
 void mn__fset_remove_unmapped(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n);
