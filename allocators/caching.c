@@ -193,7 +193,13 @@ static inline __attribute__((always_inline)) mn__block_t *get_free_block_in(mn__
   if ((size >= max_split || (inpool && pool->mp && pool->mp->no_split)) &&
       b->size - size >= a->cfg.max_non_split_rounding)
     return NULL;
-  mn__pool_remove(pool, b);
+  if (__builtin_expect(b->where == MN__IN_FREE && !b->in_whole, 1)) { /* mn__pool_remove, inline */
+    mn__fset_remove(&pool->fs, (mn__sbins_t *)sb, n);
+    if (b->size >= pool->largest_free) pool->largest_dirty = true;
+    b->where = MN__IN_NONE;
+  } else {
+    mn__pool_remove(pool, b);
+  }
   return b;
 }
 
@@ -519,6 +525,34 @@ void mn__unallocate(mn__caching_t *a, mn__block_t *b) { unallocate(a, b); }
 
 static mn_status free_with_uses(mn__caching_t *a, mn__block_t *b, mn__addrmap_entry_t *live);
 
+/* Whether x may merge with a block being freed (mn__try_merge_if's test). */
+static inline bool may_merge(const mn__block_t *x) { return x && x->where != MN__IN_NONE; }
+
+/* unallocate and mn__free_block for the common free: a split block of a plain
+ * segment of the allocator's own pools, no free neighbour, no sink, never
+ * exported. The same counters, inline and updated once each. */
+static inline void free_plain(mn__caching_t *a, mn__block_t *b) {
+  mn__pool_t *pool = b->pool;
+  int kind = pool->kind;
+  int64_t size = (int64_t)b->size, requested = (int64_t)b->requested;
+  b->allocated = false;
+  b->requested = 0;
+  mn_alloc_stats_t *st = &a->stats;
+  if (b->size >= a->cfg.max_split_size) mn__stat_dec(&st->oversize_allocations, 1);
+  MN__STAT_SUB_FROM(st, allocation, kind, 1);
+  MN__STAT_SUB_FROM(st, allocated_bytes, kind, size);
+  MN__STAT_SUB_FROM(st, active, kind, 1);
+  MN__STAT_SUB_FROM(st, active_bytes, kind, size);
+  MN__STAT_SUB_FROM(st, requested_bytes, kind, requested);
+  MN__STAT_ADD_TO(st, inactive_split, kind, 1);
+  MN__STAT_ADD_TO(st, inactive_split_bytes, kind, size);
+  /* mn__pool_insert of a mapped block that is not a whole segment */
+  mn__fset_insert(&pool->fs, b->seg->sb, &b->node, b->size, b->addr);
+  b->where = MN__IN_FREE;
+  b->gc_count_base = pool->get_free_calls;
+  if (!pool->largest_dirty && b->size > pool->largest_free) pool->largest_free = b->size;
+}
+
 static mn_status caching_free(mn_allocator_t *self, void *ptr) {
   mn__caching_t *a = as_caching(self);
   lock(a);
@@ -527,8 +561,14 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
   mn__block_t *b = live->data;
   if (b->nuses) return free_with_uses(a, b, live); /* record_stream was called: events first */
   mn__addrmap_remove_entry(&a->live, live);
-  unallocate(a, b);
-  mn__free_block(a, b);
+  if (__builtin_expect(!a->sink && !b->pool->mp && !b->share && mn__block_is_split(b) && !may_merge(b->prev) &&
+                           !may_merge(b->next) && !b->seg->expandable,
+                       1)) {
+    free_plain(a, b);
+  } else {
+    unallocate(a, b);
+    mn__free_block(a, b);
+  }
   unlock(a);
   return MN_OK;
 }
