@@ -332,8 +332,8 @@ static inline __attribute__((always_inline)) mn__block_t *alloc_found_block(mn__
   do {                                                               \
     MN__STAT_ADD_TO(st, allocation, kind, 1);                         \
     MN__STAT_ADD_TO(st, allocated_bytes, kind, (int64_t)b->size);     \
-    MN__STAT_ADD_TO(st, active, kind, 1);                             \
-    MN__STAT_ADD_TO(st, active_bytes, kind, (int64_t)b->size);        \
+    MN__STAT_ADD_ACTIVE(st, active, kind, 1);                         \
+    MN__STAT_ADD_ACTIVE(st, active_bytes, kind, (int64_t)b->size);    \
     MN__STAT_ADD_TO(st, requested_bytes, kind, (int64_t)requested);   \
   } while (0)
   MN__FOUND_STATS(&a->stats);
@@ -835,7 +835,7 @@ mn_status mn__caching_checked(const char *func, mn_allocator_t *a, mn__caching_t
 
 /* Whether the allocator holds anything on its device; pre: lock held. */
 static bool holds_device(const mn__caching_t *a) {
-  return a->segments || a->queues || a->nevents || a->stats.allocation[MN_POOL_ALL].current > 0;
+  return a->segments || a->queues || a->nevents || mn__stat_all_current(&a->stats, allocation) > 0;
 }
 
 mn_status mn__caching_release_device(mn_allocator_t *al, const char *func) {

@@ -467,24 +467,32 @@ const char *mn__format_size(size_t bytes, char *buf, size_t bufsize);
 mn_status mn__caching_release_device(mn_allocator_t *al, const char *func);
 mn_status mn__caching_refresh_device(mn_allocator_t *al, const char *func);
 
-/* Adds `amount` to the named counter of pool `kind` and of the ALL pool. The
- * ALL pool keeps only current and peak here: its allocated is the sum of the
- * pools'. No counter's `freed` is kept: with no reset of the accumulated
- * counts, freed = allocated - current, filled in by mn__caching_stats_copy. */
-static inline void mn__stat_all_inc(mn_stat_t *s, int64_t amount) {
-  s->current += amount;
-  if (s->current > s->peak) s->peak = s->current;
+/* Adds `amount` to the named counter of pool `kind` (small or large). The
+ * ALL pool keeps only its peak here: its current and allocated are the sums
+ * of the two pools' (mn__stat_all_current; filled in by mn__stats_copy), and
+ * its peak is raised from that sum on each increase, as a kept current would.
+ * No counter's `freed` is kept: with no reset of the accumulated counts,
+ * freed = allocated - current, filled in by mn__stats_copy. Nor are active's
+ * and active_bytes' allocated: they grow with allocation's and
+ * allocated_bytes' (each allocation adds the same to both). */
+#define mn__stat_all_current(st, field) ((st)->field[MN_POOL_SMALL].current + (st)->field[MN_POOL_LARGE].current)
+static inline void mn__stat_all_peak(mn_stat_t *all, int64_t current) {
+  if (current > all->peak) all->peak = current;
 }
-#define MN__STAT_ADD_TO(st, field, kind, amount)          \
-  do {                                                    \
-    mn__stat_inc(&(st)->field[(kind)], (amount));         \
-    mn__stat_all_inc(&(st)->field[MN_POOL_ALL], (amount)); \
+#define MN__STAT_ADD_TO(st, field, kind, amount)                                   \
+  do {                                                                             \
+    mn__stat_inc(&(st)->field[(kind)], (amount));                                  \
+    mn__stat_all_peak(&(st)->field[MN_POOL_ALL], mn__stat_all_current(st, field)); \
   } while (0)
-#define MN__STAT_SUB_FROM(st, field, kind, amount) \
-  do {                                             \
-    (st)->field[(kind)].current -= (amount);       \
-    (st)->field[MN_POOL_ALL].current -= (amount);  \
+/* The same for active and active_bytes at an allocation: current and peak. */
+#define MN__STAT_ADD_ACTIVE(st, field, kind, amount)                               \
+  do {                                                                             \
+    mn_stat_t *s_ = &(st)->field[(kind)];                                          \
+    s_->current += (amount);                                                       \
+    if (s_->current > s_->peak) s_->peak = s_->current;                            \
+    mn__stat_all_peak(&(st)->field[MN_POOL_ALL], mn__stat_all_current(st, field)); \
   } while (0)
+#define MN__STAT_SUB_FROM(st, field, kind, amount) ((st)->field[(kind)].current -= (amount))
 /* The memory pool's statistics of a free-set half, or NULL (the allocator's own). */
 #define MN__POOL_STATS(pool) ((pool)->mp ? &(pool)->mp->stats : NULL)
 /* The hot paths: the allocator's counter, then the pool's when ps (from
