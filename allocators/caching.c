@@ -15,7 +15,6 @@
 #include "runtime/error.h"
 #include "runtime/stream_hold.h"
 
-#define SPARE_BLOCKS_MAX 1024
 
 static const mn_allocator_vtable_t caching_vtable;
 
@@ -50,62 +49,9 @@ mn_status mn__spare_reserve_slow(mn__caching_t *a, size_t n) {
   return MN_OK;
 }
 
-mn__block_t *mn__block_take(mn__caching_t *a) {
-  MN__ASSERT(a->spare_blocks != NULL && a->nspare > 0, "a block taken without one reserved (reserve first)");
-  mn__block_t *b = a->spare_blocks;
-  a->spare_blocks = b->spare_next;
-  a->nspare--;
-  memset(b, 0, sizeof *b);
-  return b;
-}
 
-void mn__block_put(mn__caching_t *a, mn__block_t *b) {
-  free(b->uses);
-  if (a->nspare >= SPARE_BLOCKS_MAX) {
-    free(b);
-    return;
-  }
-  b->uses = NULL;
-  b->spare_next = a->spare_blocks;
-  a->spare_blocks = b;
-  a->nspare++;
-}
 
-void mn__pool_insert(mn__pool_t *p, mn__block_t *b) {
-  if (b->mapped) {
-    mn__fset_insert(&p->fs, b->seg->sb, &b->node, b->size, b->addr);
-    b->where = MN__IN_FREE;
-    b->gc_count_base = p->get_free_calls;
-    if (!p->largest_dirty && b->size > p->largest_free) p->largest_free = b->size;
-    if (mn__whole_raw_segment(b)) { /* a free block is never split or merged in place */
-      b->whole_prev = NULL;
-      b->whole_next = p->whole;
-      if (p->whole) p->whole->whole_prev = b;
-      p->whole = b;
-      b->in_whole = true;
-    }
-  } else {
-    mn__fset_insert_unmapped(&p->fs, b->seg->sb, &b->node, b->addr);
-    b->where = MN__IN_UNMAPPED;
-  }
-}
 
-void mn__pool_remove(mn__pool_t *p, mn__block_t *b) {
-  if (b->where == MN__IN_FREE) {
-    mn__fset_remove(&p->fs, b->seg->sb, &b->node);
-    if (b->size >= p->largest_free) p->largest_dirty = true;
-  } else if (b->where == MN__IN_UNMAPPED) {
-    mn__fset_remove_unmapped(&p->fs, b->seg->sb, &b->node);
-  }
-  if (b->in_whole) {
-    if (b->whole_prev) b->whole_prev->whole_next = b->whole_next;
-    else p->whole = b->whole_next;
-    if (b->whole_next) b->whole_next->whole_prev = b->whole_prev;
-    b->whole_prev = b->whole_next = NULL;
-    b->in_whole = false;
-  }
-  b->where = MN__IN_NONE;
-}
 
 size_t mn__pool_largest_free(const mn__caching_t *a, mn__pool_t *p) {
   if (!p->largest_dirty) return p->largest_free;
@@ -119,23 +65,6 @@ size_t mn__pool_largest_free(const mn__caching_t *a, mn__pool_t *p) {
   return largest;
 }
 
-size_t mn__try_merge(mn__caching_t *a, mn__block_t *dst, mn__block_t *src) {
-  if (!src || !mn__block_inactive(src) || dst->mapped != src->mapped) return 0;
-  mn__pool_remove(src->pool, src);
-  if (dst->prev == src) {
-    dst->addr = src->addr;
-    dst->prev = src->prev;
-    if (dst->prev) dst->prev->next = dst;
-    else dst->seg->head = dst;
-  } else {
-    dst->next = src->next;
-    if (dst->next) dst->next->prev = dst;
-  }
-  size_t absorbed = src->size;
-  dst->size += absorbed;
-  mn__block_put(a, src);
-  return absorbed;
-}
 
 void mn__segment_link(mn__caching_t *a, mn__segment_t *s) {
   s->prev_seg = NULL;
@@ -304,7 +233,7 @@ static inline __attribute__((always_inline)) mn__block_t *alloc_found_block(mn__
   int kind = p->pool->kind;
   if (should_split(a, b, p->size, inpool)) {
     mn__block_t *rest = b;
-    b = mn__block_take(a);
+    b = mn__block_take_raw(a); /* every field set here */
     *b = (mn__block_t){.addr = rest->addr, .size = p->size, .stream_id = p->stream, .pool = p->pool,
                        .seg = rest->seg, .mapped = true, .prev = rest->prev, .next = rest};
     if (b->prev) b->prev->next = b;

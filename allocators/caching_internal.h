@@ -7,6 +7,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "runtime/debug.h"
 #include "runtime/lock.h"
@@ -548,20 +550,35 @@ mn_status mn__spare_reserve_slow(mn__caching_t *a, size_t n);
 static inline mn_status mn__spare_reserve(mn__caching_t *a, size_t n) {
   return a->nspare >= n ? MN_OK : mn__spare_reserve_slow(a, n);
 }
-mn__block_t *mn__block_take(mn__caching_t *a);
-void mn__block_put(mn__caching_t *a, mn__block_t *b);
-void mn__pool_insert(mn__pool_t *p, mn__block_t *b);
-void mn__pool_remove(mn__pool_t *p, mn__block_t *b);
+/* A spare block record, not zeroed (the caller sets every field). */
+static inline mn__block_t *mn__block_take_raw(mn__caching_t *a) {
+  MN__ASSERT(a->spare_blocks != NULL && a->nspare > 0, "a block taken without one reserved (reserve first)");
+  mn__block_t *b = a->spare_blocks;
+  a->spare_blocks = b->spare_next;
+  a->nspare--;
+  return b;
+}
+/* A spare block record, zeroed. */
+static inline mn__block_t *mn__block_take(mn__caching_t *a) {
+  mn__block_t *b = mn__block_take_raw(a);
+  memset(b, 0, sizeof *b);
+  return b;
+}
+#define MN__SPARE_BLOCKS_MAX 1024
+static inline void mn__block_put(mn__caching_t *a, mn__block_t *b) {
+  free(b->uses);
+  if (a->nspare >= MN__SPARE_BLOCKS_MAX) {
+    free(b);
+    return;
+  }
+  b->uses = NULL;
+  b->spare_next = a->spare_blocks;
+  a->spare_blocks = b;
+  a->nspare++;
+}
 /* The largest block in p's free set (recomputed, walking a's segments, when
  * the largest was removed since the last ask). */
 size_t mn__pool_largest_free(const mn__caching_t *a, mn__pool_t *p);
-/* Merges src into dst when src is an inactive block of the same mapping;
- * returns the bytes absorbed (0: no merge). src is freed. */
-size_t mn__try_merge(mn__caching_t *a, mn__block_t *dst, mn__block_t *src);
-/* The same, with the common "src is not free" answer inline. */
-static inline size_t mn__try_merge_if(mn__caching_t *a, mn__block_t *dst, mn__block_t *src) {
-  return src && src->where != MN__IN_NONE ? mn__try_merge(a, dst, src) : 0;
-}
 static inline bool mn__block_is_split(const mn__block_t *b) { return b->prev != NULL || b->next != NULL; }
 void mn__segment_link(mn__caching_t *a, mn__segment_t *s);
 void mn__segment_unlink(mn__caching_t *a, mn__segment_t *s);
@@ -570,6 +587,66 @@ static inline bool mn__block_inactive(const mn__block_t *b) {
   return !b->allocated && b->event_count == 0 && b->nuses == 0 && !b->share;
 }
 static inline bool mn__whole_raw_segment(const mn__block_t *b) { return !b->seg->expandable && !mn__block_is_split(b); }
+
+static inline void mn__pool_insert(mn__pool_t *p, mn__block_t *b) {
+  if (b->mapped) {
+    mn__fset_insert(&p->fs, b->seg->sb, &b->node, b->size, b->addr);
+    b->where = MN__IN_FREE;
+    b->gc_count_base = p->get_free_calls;
+    if (!p->largest_dirty && b->size > p->largest_free) p->largest_free = b->size;
+    if (mn__whole_raw_segment(b)) { /* a free block is never split or merged in place */
+      b->whole_prev = NULL;
+      b->whole_next = p->whole;
+      if (p->whole) p->whole->whole_prev = b;
+      p->whole = b;
+      b->in_whole = true;
+    }
+  } else {
+    mn__fset_insert_unmapped(&p->fs, b->seg->sb, &b->node, b->addr);
+    b->where = MN__IN_UNMAPPED;
+  }
+}
+
+static inline void mn__pool_remove(mn__pool_t *p, mn__block_t *b) {
+  if (b->where == MN__IN_FREE) {
+    mn__fset_remove(&p->fs, b->seg->sb, &b->node);
+    if (b->size >= p->largest_free) p->largest_dirty = true;
+  } else if (b->where == MN__IN_UNMAPPED) {
+    mn__fset_remove_unmapped(&p->fs, b->seg->sb, &b->node);
+  }
+  if (b->in_whole) {
+    if (b->whole_prev) b->whole_prev->whole_next = b->whole_next;
+    else p->whole = b->whole_next;
+    if (b->whole_next) b->whole_next->whole_prev = b->whole_prev;
+    b->whole_prev = b->whole_next = NULL;
+    b->in_whole = false;
+  }
+  b->where = MN__IN_NONE;
+}
+
+/* Merges src into dst when src is an inactive block of the same mapping;
+ * returns the bytes absorbed (0: no merge). src is freed. */
+static inline size_t mn__try_merge(mn__caching_t *a, mn__block_t *dst, mn__block_t *src) {
+  if (!src || !mn__block_inactive(src) || dst->mapped != src->mapped) return 0;
+  mn__pool_remove(src->pool, src);
+  if (dst->prev == src) {
+    dst->addr = src->addr;
+    dst->prev = src->prev;
+    if (dst->prev) dst->prev->next = dst;
+    else dst->seg->head = dst;
+  } else {
+    dst->next = src->next;
+    if (dst->next) dst->next->prev = dst;
+  }
+  size_t absorbed = src->size;
+  dst->size += absorbed;
+  mn__block_put(a, src);
+  return absorbed;
+}
+/* The same, with the common "src is not free" answer first. */
+static inline size_t mn__try_merge_if(mn__caching_t *a, mn__block_t *dst, mn__block_t *src) {
+  return src && src->where != MN__IN_NONE ? mn__try_merge(a, dst, src) : 0;
+}
 
 /* ---- caching_release.c: pending frees and releasing memory -------------------------------- */
 void mn__event_put(mn__caching_t *a, mn_event_t *e);
