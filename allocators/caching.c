@@ -482,6 +482,66 @@ static inline void free_plain(mn__caching_t *a, mn__block_t *b) {
   if (!pool->largest_dirty && b->size > pool->largest_free) pool->largest_free = b->size;
 }
 
+/* unallocate and mn__free_block for a free with exactly one free neighbour m
+ * (the other not free), under free_plain's other conditions. The counters are
+ * PyTorch's (b absorbs m); the record that stays is m's, which takes b's
+ * bytes and keeps its place in the free set: as the hot node its key is
+ * changed in place, else it is taken out and put back. b's record is spare. */
+static inline void free_merge_one(mn__caching_t *a, mn__block_t *b, mn__block_t *m) {
+  mn__pool_t *pool = b->pool;
+  int kind = pool->kind;
+  int64_t size = (int64_t)b->size, requested = (int64_t)b->requested, absorbed = (int64_t)m->size;
+  mn_alloc_stats_t *st = &a->stats;
+  if (b->size >= a->cfg.max_split_size) mn__stat_dec(&st->oversize_allocations, 1);
+  MN__STAT_SUB_FROM(st, allocation, kind, 1);
+  MN__STAT_SUB_FROM(st, allocated_bytes, kind, size);
+  MN__STAT_SUB_FROM(st, active, kind, 1);
+  MN__STAT_SUB_FROM(st, active_bytes, kind, size);
+  MN__STAT_SUB_FROM(st, requested_bytes, kind, requested);
+  mn__sbins_t *sb = m->seg->sb;
+  bool hot = sb->hot == &m->node;
+  if (!hot) mn__fset_remove(&pool->fs, sb, &m->node);
+  if (m == b->next) {
+    m->addr = b->addr;
+    m->prev = b->prev;
+    if (m->prev) m->prev->next = m;
+    else m->seg->head = m;
+  } else {
+    m->next = b->next;
+    if (m->next) m->next->prev = m;
+  }
+  m->size += b->size;
+  if (hot) {
+    m->node.key.size = m->size;
+    m->node.key.addr = m->addr;
+  } else {
+    mn__fset_insert(&pool->fs, sb, &m->node, m->size, m->addr);
+  }
+  m->gc_count_base = pool->get_free_calls; /* as if cached now */
+  if (!pool->largest_dirty && m->size > pool->largest_free) pool->largest_free = m->size;
+  /* net change of inactive split blocks: m is absorbed; the merged block counts when still split */
+  if (mn__block_is_split(m)) {
+    MN__STAT_ADD_TO(st, inactive_split_bytes, kind, size);
+  } else {
+    MN__STAT_SUB_FROM(st, inactive_split, kind, 1);
+    MN__STAT_SUB_FROM(st, inactive_split_bytes, kind, absorbed);
+    m->whole_prev = NULL; /* mn__pool_insert's list of whole segments */
+    m->whole_next = pool->whole;
+    if (pool->whole) pool->whole->whole_prev = m;
+    pool->whole = m;
+    m->in_whole = true;
+  }
+  mn__block_put(a, b);
+}
+
+/* m when it is the only one of b's neighbours that is free (and free_merge_one may take it), else NULL. */
+static inline mn__block_t *one_free_neighbour(const mn__block_t *b) {
+  mn__block_t *p = b->prev, *n = b->next;
+  bool pf = may_merge(p), nf = may_merge(n);
+  mn__block_t *m = pf && !nf ? p : nf && !pf ? n : NULL;
+  return m && m->where == MN__IN_FREE && mn__block_inactive(m) && m->mapped ? m : NULL;
+}
+
 static mn_status caching_free(mn_allocator_t *self, void *ptr) {
   mn__caching_t *a = as_caching(self);
   lock(a);
@@ -490,10 +550,14 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
   mn__block_t *b = live->data;
   if (b->nuses) return free_with_uses(a, b, live); /* record_stream was called: events first */
   mn__addrmap_remove_entry(&a->live, live);
-  if (__builtin_expect(!a->sink && !b->pool->mp && !b->share && mn__block_is_split(b) && !may_merge(b->prev) &&
-                           !may_merge(b->next) && !b->seg->expandable,
-                       1)) {
+  mn__block_t *m;
+  if (__builtin_expect(a->sink || b->pool->mp || b->share || !mn__block_is_split(b) || b->seg->expandable, 0)) {
+    unallocate(a, b);
+    mn__free_block(a, b);
+  } else if (!may_merge(b->prev) && !may_merge(b->next)) {
     free_plain(a, b);
+  } else if ((m = one_free_neighbour(b)) != NULL) {
+    free_merge_one(a, b, m);
   } else {
     unallocate(a, b);
     mn__free_block(a, b);
