@@ -98,11 +98,24 @@ static size_t expandable_size(const mn__block_t *b) {
   return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
 }
 
+/* mn__pool_remove, its common case (a mapped block not on the list of whole segments) inline. */
+static inline __attribute__((always_inline)) void take_out(mn__pool_t *pool, mn__block_t *b) {
+  if (__builtin_expect(b->where == MN__IN_FREE && !b->in_whole, 1)) {
+    mn__fset_remove(&pool->fs, b->seg->sb, &b->node);
+    if (b->size >= pool->largest_free) pool->largest_dirty = true;
+    b->where = MN__IN_NONE;
+  } else {
+    mn__pool_remove(pool, b);
+  }
+}
+
 /* PyTorch's get_free_block: best fit on the same stream, with the oversize rules. */
-/* inpool: pool may be a memory pool's (a constant false on the hot path, so its test folds away). */
+/* inpool: pool may be a memory pool's (a constant false on the hot path, so its test folds away).
+ * keep_hot: a block that is its stream's hot node is left in the free set
+ * (alloc_found_block takes it out, or splits it in place). */
 static inline __attribute__((always_inline)) mn__block_t *get_free_block_in(mn__caching_t *a, mn__pool_t *pool,
                                                                             uint64_t stream, size_t size,
-                                                                            bool inpool) {
+                                                                            bool inpool, bool keep_hot) {
   if (gc_enabled(a)) pool->get_free_calls++;
   mn__sbins_t *sb = mn__fset_find(&pool->fs, stream);
   mn__tnode_t *n = mn__fset_lower_bound(&pool->fs, sb, size);
@@ -122,23 +135,18 @@ static inline __attribute__((always_inline)) mn__block_t *get_free_block_in(mn__
   if ((size >= max_split || (inpool && pool->mp && pool->mp->no_split)) &&
       b->size - size >= a->cfg.max_non_split_rounding)
     return NULL;
-  if (__builtin_expect(b->where == MN__IN_FREE && !b->in_whole, 1)) { /* mn__pool_remove, inline */
-    mn__fset_remove(&pool->fs, (mn__sbins_t *)sb, n);
-    if (b->size >= pool->largest_free) pool->largest_dirty = true;
-    b->where = MN__IN_NONE;
-  } else {
-    mn__pool_remove(pool, b);
-  }
+  if (keep_hot && sb->hot == n) return b;
+  take_out(pool, b);
   return b;
 }
 
 mn__block_t *mn__get_free_block(mn__caching_t *a, mn__pool_t *pool, uint64_t stream, size_t size) {
   MN__ASSERT_LOCKED(a);
-  return get_free_block_in(a, pool, stream, size, true);
+  return get_free_block_in(a, pool, stream, size, true, false);
 }
 
 static mn__block_t *get_free_block(mn__caching_t *a, params_t *p) {
-  return get_free_block_in(a, p->pool, p->stream, p->size, p->pool->mp != NULL);
+  return get_free_block_in(a, p->pool, p->stream, p->size, p->pool->mp != NULL, false);
 }
 
 /* A new segment (or mapped pages); pre: lock held, dropped around the raw allocation. */
@@ -222,7 +230,11 @@ static inline bool should_split(const mn__caching_t *a, const mn__block_t *b, si
 }
 
 /* PyTorch's alloc_found_block; pre: a spare block and a pointer-map slot reserved.
- * inpool: the block may be a memory pool's (constant false on the hot path). */
+ * inpool: the block may be a memory pool's (constant false on the hot path).
+ * b may still be in the free set as its stream's hot node (get_free_block_in's
+ * keep_hot): split, the remainder stays there, its key changed in place (what
+ * taking it out and putting it back would do, without the two); else it is
+ * taken out first. */
 static inline __attribute__((always_inline)) mn__block_t *alloc_found_block(mn__caching_t *a, mn__block_t *b,
                                                                             const params_t *p, size_t requested,
                                                                             bool inpool) {
@@ -231,26 +243,46 @@ static inline __attribute__((always_inline)) mn__block_t *alloc_found_block(mn__
   bool already_split = mn__block_is_split(b), expandable = b->seg->expandable;
   mn_alloc_stats_t *ps = inpool ? MN__POOL_STATS(p->pool) : NULL;
   int kind = p->pool->kind;
+  bool in_set = b->where != MN__IN_NONE;
   if (should_split(a, b, p->size, inpool)) {
     mn__block_t *rest = b;
-    b = mn__block_take_raw(a); /* every field set here */
-    *b = (mn__block_t){.addr = rest->addr, .size = p->size, .stream_id = p->stream, .pool = p->pool,
-                       .seg = rest->seg, .mapped = true, .prev = rest->prev, .next = rest};
+    b = mn__block_take_raw(a);
+    mn__block_init_active(b, rest->addr, p->size, p->stream, p->pool, rest->seg, rest->prev, rest);
     if (b->prev) b->prev->next = b;
     else b->seg->head = b;
     rest->prev = b;
-    rest->addr += p->size;
-    rest->size -= p->size;
-    mn__pool_insert(p->pool, rest);
+    if (in_set) { /* mn__pool_remove and mn__pool_insert of the hot node, in place */
+      mn__pool_t *pool = rest->pool;
+      if (rest->size >= pool->largest_free) pool->largest_dirty = true; /* it shrinks */
+      if (rest->in_whole) { /* split now: off the list of whole segments */
+        if (rest->whole_prev) rest->whole_prev->whole_next = rest->whole_next;
+        else pool->whole = rest->whole_next;
+        if (rest->whole_next) rest->whole_next->whole_prev = rest->whole_prev;
+        rest->whole_prev = rest->whole_next = NULL;
+        rest->in_whole = false;
+      }
+      rest->addr += p->size;
+      rest->size -= p->size;
+      rest->node.key.addr = rest->addr;
+      rest->node.key.size = rest->size;
+      rest->gc_count_base = pool->get_free_calls;
+    } else {
+      rest->addr += p->size;
+      rest->size -= p->size;
+      mn__pool_insert(p->pool, rest);
+    }
     if (!expandable && already_split) {
       MN__STAT2_SUB(a, ps, inactive_split_bytes, kind, (int64_t)b->size);
     } else if (!expandable) {
       MN__STAT2_ADD(a, ps, inactive_split_bytes, kind, (int64_t)rest->size);
       MN__STAT2_ADD(a, ps, inactive_split, kind, 1);
     }
-  } else if (already_split && !expandable) {
-    MN__STAT2_SUB(a, ps, inactive_split_bytes, kind, (int64_t)b->size);
-    MN__STAT2_SUB(a, ps, inactive_split, kind, 1);
+  } else {
+    if (in_set) take_out(b->pool, b);
+    if (already_split && !expandable) {
+      MN__STAT2_SUB(a, ps, inactive_split_bytes, kind, (int64_t)b->size);
+      MN__STAT2_SUB(a, ps, inactive_split, kind, 1);
+    }
   }
   b->allocated = true;
   b->requested = requested;
@@ -352,7 +384,7 @@ static __attribute__((noinline)) mn__block_t *alloc_slow(mn__caching_t *a, param
  * goes back to the cache. pre: lock held; unlocks. */
 static __attribute__((noinline)) mn_status reserve_failed(mn__caching_t *a, params_t *p, mn__block_t *b,
                                                           mn_status st) {
-  mn__pool_insert(p->pool, b); /* still whole and free: back in the cache */
+  if (b->where == MN__IN_NONE) mn__pool_insert(p->pool, b); /* still whole and free: back in the cache */
   unlock(a);
   mn__callbacks_flush(a);
   return mn__error_wrap(st, "caching_alloc");
@@ -390,7 +422,7 @@ static inline __attribute__((always_inline)) mn_status alloc_from(mn__caching_t 
   p.pool = mn__pool_for(a, mp, p.size);
   p.alloc_size = mp && mp->no_split ? (p.size + a->granularity - 1) / a->granularity * a->granularity
                                     : mn__allocation_size(p.size);
-  mn__block_t *b = get_free_block_in(a, p.pool, sid, p.size, mp != NULL);
+  mn__block_t *b = get_free_block_in(a, p.pool, sid, p.size, mp != NULL, true);
   if (__builtin_expect(b == NULL, 0)) return alloc_missed(a, nbytes, &p, mp, out);
   mn_status st = mn__spare_reserve(a, 1);
   if (st == MN_OK) st = mn__addrmap_reserve(&a->live, 1);

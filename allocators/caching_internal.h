@@ -558,6 +558,30 @@ static inline mn__block_t *mn__block_take_raw(mn__caching_t *a) {
   a->nspare--;
   return b;
 }
+/* Fills a record from mn__block_take_raw as `(mn__block_t){.addr, .size,
+ * .stream_id, .pool, .seg, .prev, .next, .mapped = true}` would, field by
+ * field (the free-set node left as it was: an active block is in no set). */
+static inline void mn__block_init_active(mn__block_t *b, uintptr_t addr, size_t size, uint64_t stream,
+                                         mn__pool_t *pool, mn__segment_t *seg, mn__block_t *prev,
+                                         mn__block_t *next) {
+  b->addr = addr;
+  b->size = size;
+  b->requested = 0;
+  b->stream_id = stream;
+  b->pool = pool;
+  b->seg = seg;
+  b->prev = prev;
+  b->next = next;
+  b->allocated = b->freeing = b->deferred = b->in_whole = false;
+  b->mapped = true;
+  b->where = MN__IN_NONE;
+  b->event_count = 0;
+  b->gc_count_base = 0;
+  b->nuses = b->cap_uses = 0;
+  b->uses = NULL;
+  b->spare_next = b->whole_prev = b->whole_next = NULL;
+  b->share = NULL;
+}
 /* A spare block record, zeroed. */
 static inline mn__block_t *mn__block_take(mn__caching_t *a) {
   mn__block_t *b = mn__block_take_raw(a);
