@@ -363,6 +363,7 @@ typedef struct mn__pending_s {
   mn__block_t *block;
   uint64_t stream_id; /* the stream the event was recorded on */
   bool failed;        /* its synchronize failed (synchronize_and_free_events) */
+  uint64_t quiet;     /* the device's progress count when a query found it not done (0: none did) */
   struct mn__pending_s *next;  /* the next in this stream's queue (or spare list) */
   struct mn__pending_s *qnext; /* heads only: the next stream's queue in the ring */
   struct mn__pending_s *qprev; /* heads only: the previous one */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "allocators/caching_internal.h"
+#include "runtime/device_internal.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
 
@@ -184,7 +185,14 @@ static bool queue_retire(mn__caching_t *a, mn__pending_t *h) {
   bool any = false;
   for (;;) {
     bool done = false;
-    if (mn_event_query(h->event, &done) != MN_OK || !done) return any;
+    /* not done when last asked, and nothing ran on the device since: not done */
+    uint64_t progress = mn__event_progress(h->event);
+    if (progress && progress == h->quiet) return any;
+    if (mn_event_query(h->event, &done) != MN_OK) return any;
+    if (!done) {
+      h->quiet = progress;
+      return any;
+    }
     mn__pending_t *nh = h->next; /* the queue's new head, or the queue goes */
     queue_replace(a, h, nh);
     a->npending--;
