@@ -489,10 +489,28 @@ static mn_status free_with_uses(mn__caching_t *a, mn__block_t *b, mn__addrmap_en
 /* Whether x may merge with a block being freed (mn__try_merge_if's test). */
 static inline bool may_merge(const mn__block_t *x) { return x && x->where != MN__IN_NONE; }
 
+/* The two events of a free that completes at once (unallocate's
+ * free_requested, then mn__free_block's free_completed), one clock read. */
+static __attribute__((noinline)) void trace_free_pair(mn__caching_t *a, const mn__block_t *b) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  mn_trace_event_t ev = {.action = MN_TRACE_FREE_REQUESTED,
+                         .time_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec,
+                         .device = a->base.device,
+                         .stream_id = b->stream_id,
+                         .address = b->addr,
+                         .size = b->size,
+                         .requested_size = b->requested};
+  a->sink(a->sink_user, &ev);
+  ev.action = MN_TRACE_FREE_COMPLETED;
+  a->sink(a->sink_user, &ev);
+}
+
 /* unallocate and mn__free_block for the common free: a split block of a plain
- * segment of the allocator's own pools, no free neighbour, no sink, never
- * exported. The same counters, inline and updated once each. */
+ * segment of the allocator's own pools, no free neighbour, never exported.
+ * The same counters, inline and updated once each; the same events. */
 static inline void free_plain(mn__caching_t *a, mn__block_t *b) {
+  if (a->sink) trace_free_pair(a, b);
   mn__pool_t *pool = b->pool;
   int kind = pool->kind;
   int64_t size = (int64_t)b->size, requested = (int64_t)b->requested;
@@ -520,6 +538,7 @@ static inline void free_plain(mn__caching_t *a, mn__block_t *b) {
  * bytes and keeps its place in the free set: as the hot node its key is
  * changed in place, else it is taken out and put back. b's record is spare. */
 static inline void free_merge_one(mn__caching_t *a, mn__block_t *b, mn__block_t *m) {
+  if (a->sink) trace_free_pair(a, b);
   mn__pool_t *pool = b->pool;
   int kind = pool->kind;
   int64_t size = (int64_t)b->size, requested = (int64_t)b->requested, absorbed = (int64_t)m->size;
@@ -583,7 +602,7 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
   if (b->nuses) return free_with_uses(a, b, live); /* record_stream was called: events first */
   mn__addrmap_remove_entry(&a->live, live);
   mn__block_t *m;
-  if (__builtin_expect(a->sink || b->pool->mp || b->share || !mn__block_is_split(b) || b->seg->expandable, 0)) {
+  if (__builtin_expect(b->pool->mp || b->share || !mn__block_is_split(b) || b->seg->expandable, 0)) {
     unallocate(a, b);
     mn__free_block(a, b);
   } else if (!may_merge(b->prev) && !may_merge(b->next)) {
