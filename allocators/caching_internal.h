@@ -392,6 +392,11 @@ typedef struct mn__caching_s {
                              * stream use not yet freed (nuses_total), so appends cannot fail */
   size_t nuses_total;       /* stream uses (record_stream) held by blocks, summed */
   uint32_t poll_wait;       /* allocations left before the next poll of the ring */
+  uint64_t poll_quiet;      /* the device's progress count (runtime/device_internal.h) when a poll of
+                             * every queue retired nothing, 0 once a queue grew since: while it is
+                             * unchanged, the next such poll would retire nothing either (kept only
+                             * when every query of the poll answered) */
+  bool query_failed;        /* a query of the current poll failed (counts as not done) */
   uint32_t poll_every;      /* the polls' interval in allocations: 1, doubled by each poll
                              * that retires nothing (up to MN__POLL_EVERY_MAX) */
   size_t npending;          /* entries in them */

@@ -92,5 +92,7 @@ mn_status mn__device_share_close(mn_device_t dev, void *base);
  * done need not be asked again while the count is unchanged (SIM, whose
  * streams run only when mnemo runs them). */
 uint64_t mn__event_progress(const mn_event_t *e);
+/* The same count for a device (0: it cannot tell, or no such device). */
+uint64_t mn__device_progress(mn_device_t dev);
 
 #endif /* MNEMO_RUNTIME_DEVICE_INTERNAL_H */
