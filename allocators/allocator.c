@@ -2,7 +2,7 @@
  * vtable's size and version, shared checks and the NVTX ranges first, then the
  * slot), below every allocator (the per-device defaults, which create them, are
  * allocators/defaults.c). Thread-safe: no state but the debug-tier counter
- * (atomic) and each thread's NVTX depth. */
+ * and the trusted vtable (atomics) and each thread's NVTX depth. */
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -59,9 +59,22 @@ static __attribute__((noinline)) mn_status vtable_report(const char *func, const
                    vt->name ? vt->name : "(null)", !vt->name ? "name" : !vt->alloc ? "alloc" : "free");
 }
 
+/* The library's own hot vtable (the caching allocator's), told by
+ * mn__allocator_vtable_trust: const and valid, so its calls skip the slot
+ * checks and the copy of the result (it leaves *out alone on failure). */
+static _Atomic(const mn_allocator_vtable_t *) g_trusted;
+
+void mn__allocator_vtable_trust(const mn_allocator_vtable_t *vt) {
+  if (vtable_fault(vt) == VT_OK) atomic_store_explicit(&g_trusted, vt, memory_order_relaxed);
+}
+
+static inline bool vtable_trusted(const mn_allocator_vtable_t *vt) {
+  return vt == atomic_load_explicit(&g_trusted, memory_order_relaxed);
+}
+
 /* The check on every call: inline, the message only on failure. */
 static inline mn_status vtable_check(const char *func, const mn_allocator_vtable_t *vt) {
-  return __builtin_expect(vtable_fault(vt) == VT_OK, 1) ? MN_OK : vtable_report(func, vt);
+  return __builtin_expect(vtable_trusted(vt) || vtable_fault(vt) == VT_OK, 1) ? MN_OK : vtable_report(func, vt);
 }
 
 #define MN__VTABLE_CHECK(a)                                       \
@@ -155,16 +168,37 @@ static void debug_check(mn_allocator_t *a, const char *op) {
 #define debug_check(a, op) ((void)0)
 #endif
 
+/* Whether stream may serve a's allocations: host allocators (device CPU, e.g.
+ * the pinned pool) serve every device's streams, the others their own device's. */
+static inline bool stream_fits(const mn_allocator_t *a, mn_stream_t *stream) {
+  return a->device.type == MN_DEVICE_CPU || mn_device_equal(mn_stream_device(stream), a->device);
+}
+
+static __attribute__((noinline)) mn_status stream_misfit(const mn_allocator_t *a, mn_stream_t *stream) {
+  char x[32], y[32];
+  return mn__error(MN_ERR_INVALID_ARGUMENT, "mn_allocator_alloc", "%s allocator given a stream of %s",
+                   mn_device_format(a->device, x, sizeof x), mn_device_format(mn_stream_device(stream), y, sizeof y));
+}
+
 mn_status mn_allocator_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stream, void **out) {
   MN__CHECK_ARG(a != NULL && out != NULL, "allocator and out must not be NULL");
-  MN__VTABLE_CHECK(a);
-  /* Host allocators (device CPU, e.g. the pinned pool) serve every device's streams. */
-  if (stream && a->device.type != MN_DEVICE_CPU && !mn_device_equal(mn_stream_device(stream), a->device)) {
-    char x[32], y[32];
-    return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "%s allocator given a stream of %s",
-                     mn_device_format(a->device, x, sizeof x),
-                     mn_device_format(mn_stream_device(stream), y, sizeof y));
+#if MNEMO_DEBUG < 2
+  /* The trusted vtable with ranges off: no slot checks, no range, no check
+   * after, and its alloc writes *out only on success, so no copy through a
+   * local. The same argument checks, in the same order. */
+  const mn_allocator_vtable_t *vt = a->vtable;
+  if (__builtin_expect(vtable_trusted(vt) && !mn__nvtx_maybe_on(), 1)) {
+    if (__builtin_expect(stream != NULL, 0) && !stream_fits(a, stream)) return stream_misfit(a, stream);
+    if (nbytes == 0) {
+      *out = NULL;
+      return MN_OK;
+    }
+    mn_status st = vt->alloc(a, nbytes, stream, out);
+    return __builtin_expect(st == MN_OK, 1) ? MN_OK : mn__error_wrap(st, __func__);
   }
+#endif
+  MN__VTABLE_CHECK(a);
+  if (stream && !stream_fits(a, stream)) return stream_misfit(a, stream);
   if (nbytes == 0) {
     *out = NULL;
     return MN_OK;
@@ -181,6 +215,14 @@ mn_status mn_allocator_alloc(mn_allocator_t *a, size_t nbytes, mn_stream_t *stre
 
 mn_status mn_allocator_free(mn_allocator_t *a, void *ptr) {
   MN__CHECK_ARG(a != NULL, "allocator must not be NULL");
+#if MNEMO_DEBUG < 2
+  const mn_allocator_vtable_t *vt = a->vtable;
+  if (__builtin_expect(vtable_trusted(vt) && !mn__nvtx_maybe_on(), 1)) {
+    if (!ptr) return MN_OK;
+    mn_status st = vt->free(a, ptr);
+    return __builtin_expect(st == MN_OK, 1) ? MN_OK : mn__error_wrap(st, __func__);
+  }
+#endif
   MN__VTABLE_CHECK(a);
   if (!ptr) return MN_OK;
   bool opened = range_open("mnemo.free", freed_bytes(a, ptr));

@@ -20,4 +20,9 @@
  * MN_ERR_INVALID_ARGUMENT with a message naming func and the fault. */
 mn_status mn__allocator_vtable_check(const char *func, const mn_allocator_vtable_t *vt);
 
+/* Marks vt (a valid vtable of this library, static and const, whose alloc
+ * writes *out only on success) as the one the dispatch calls without its
+ * per-call slot checks. One at a time: the caching allocator's, the default. */
+void mn__allocator_vtable_trust(const mn_allocator_vtable_t *vt);
+
 #endif /* MNEMO_ALLOCATORS_ALLOCATOR_INTERNAL_H */

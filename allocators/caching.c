@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "allocators/caching_internal.h"
+#include "allocators/allocator_internal.h"
 #include "runtime/device_internal.h"
 #include "runtime/debug.h"
 #include "runtime/events.h"
@@ -14,7 +15,6 @@
 #include "runtime/error.h"
 #include "runtime/stream_hold.h"
 
-#define SPARE_BLOCKS_MAX 1024
 
 static const mn_allocator_vtable_t caching_vtable;
 
@@ -49,62 +49,9 @@ mn_status mn__spare_reserve_slow(mn__caching_t *a, size_t n) {
   return MN_OK;
 }
 
-mn__block_t *mn__block_take(mn__caching_t *a) {
-  MN__ASSERT(a->spare_blocks != NULL && a->nspare > 0, "a block taken without one reserved (reserve first)");
-  mn__block_t *b = a->spare_blocks;
-  a->spare_blocks = b->spare_next;
-  a->nspare--;
-  memset(b, 0, sizeof *b);
-  return b;
-}
 
-void mn__block_put(mn__caching_t *a, mn__block_t *b) {
-  free(b->uses);
-  if (a->nspare >= SPARE_BLOCKS_MAX) {
-    free(b);
-    return;
-  }
-  b->uses = NULL;
-  b->spare_next = a->spare_blocks;
-  a->spare_blocks = b;
-  a->nspare++;
-}
 
-void mn__pool_insert(mn__pool_t *p, mn__block_t *b) {
-  if (b->mapped) {
-    mn__fset_insert(&p->fs, b->seg->sb, &b->node, b->size, b->addr);
-    b->where = MN__IN_FREE;
-    b->gc_count_base = p->get_free_calls;
-    if (!p->largest_dirty && b->size > p->largest_free) p->largest_free = b->size;
-    if (mn__whole_raw_segment(b)) { /* a free block is never split or merged in place */
-      b->whole_prev = NULL;
-      b->whole_next = p->whole;
-      if (p->whole) p->whole->whole_prev = b;
-      p->whole = b;
-      b->in_whole = true;
-    }
-  } else {
-    mn__fset_insert_unmapped(&p->fs, b->seg->sb, &b->node, b->addr);
-    b->where = MN__IN_UNMAPPED;
-  }
-}
 
-void mn__pool_remove(mn__pool_t *p, mn__block_t *b) {
-  if (b->where == MN__IN_FREE) {
-    mn__fset_remove(&p->fs, b->seg->sb, &b->node);
-    if (b->size >= p->largest_free) p->largest_dirty = true;
-  } else if (b->where == MN__IN_UNMAPPED) {
-    mn__fset_remove_unmapped(&p->fs, b->seg->sb, &b->node);
-  }
-  if (b->in_whole) {
-    if (b->whole_prev) b->whole_prev->whole_next = b->whole_next;
-    else p->whole = b->whole_next;
-    if (b->whole_next) b->whole_next->whole_prev = b->whole_prev;
-    b->whole_prev = b->whole_next = NULL;
-    b->in_whole = false;
-  }
-  b->where = MN__IN_NONE;
-}
 
 size_t mn__pool_largest_free(const mn__caching_t *a, mn__pool_t *p) {
   if (!p->largest_dirty) return p->largest_free;
@@ -118,23 +65,6 @@ size_t mn__pool_largest_free(const mn__caching_t *a, mn__pool_t *p) {
   return largest;
 }
 
-size_t mn__try_merge(mn__caching_t *a, mn__block_t *dst, mn__block_t *src) {
-  if (!src || !mn__block_inactive(src) || dst->mapped != src->mapped) return 0;
-  mn__pool_remove(src->pool, src);
-  if (dst->prev == src) {
-    dst->addr = src->addr;
-    dst->prev = src->prev;
-    if (dst->prev) dst->prev->next = dst;
-    else dst->seg->head = dst;
-  } else {
-    dst->next = src->next;
-    if (dst->next) dst->next->prev = dst;
-  }
-  size_t absorbed = src->size;
-  dst->size += absorbed;
-  mn__block_put(a, src);
-  return absorbed;
-}
 
 void mn__segment_link(mn__caching_t *a, mn__segment_t *s) {
   s->prev_seg = NULL;
@@ -168,13 +98,26 @@ static size_t expandable_size(const mn__block_t *b) {
   return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
 }
 
+/* mn__pool_remove, its common case (a mapped block not on the list of whole segments) inline. */
+static inline __attribute__((always_inline)) void take_out(mn__pool_t *pool, mn__block_t *b) {
+  if (__builtin_expect(b->where == MN__IN_FREE && !b->in_whole, 1)) {
+    mn__fset_remove(&pool->fs, b->seg->sb, &b->node);
+    if (b->size >= pool->largest_free) pool->largest_dirty = true;
+    b->where = MN__IN_NONE;
+  } else {
+    mn__pool_remove(pool, b);
+  }
+}
+
 /* PyTorch's get_free_block: best fit on the same stream, with the oversize rules. */
-/* inpool: pool may be a memory pool's (a constant false on the hot path, so its test folds away). */
+/* inpool: pool may be a memory pool's (a constant false on the hot path, so its test folds away).
+ * keep_hot: a block that is its stream's hot node is left in the free set
+ * (alloc_found_block takes it out, or splits it in place). */
 static inline __attribute__((always_inline)) mn__block_t *get_free_block_in(mn__caching_t *a, mn__pool_t *pool,
                                                                             uint64_t stream, size_t size,
-                                                                            bool inpool) {
+                                                                            bool inpool, bool keep_hot) {
   if (gc_enabled(a)) pool->get_free_calls++;
-  const mn__sbins_t *sb = mn__fset_find(&pool->fs, stream);
+  mn__sbins_t *sb = mn__fset_find(&pool->fs, stream);
   mn__tnode_t *n = mn__fset_lower_bound(&pool->fs, sb, size);
   if (!n) return NULL;
   if (((mn__block_t *)n)->seg->expandable) {
@@ -192,17 +135,18 @@ static inline __attribute__((always_inline)) mn__block_t *get_free_block_in(mn__
   if ((size >= max_split || (inpool && pool->mp && pool->mp->no_split)) &&
       b->size - size >= a->cfg.max_non_split_rounding)
     return NULL;
-  mn__pool_remove(pool, b);
+  if (keep_hot && sb->hot == n) return b;
+  take_out(pool, b);
   return b;
 }
 
 mn__block_t *mn__get_free_block(mn__caching_t *a, mn__pool_t *pool, uint64_t stream, size_t size) {
   MN__ASSERT_LOCKED(a);
-  return get_free_block_in(a, pool, stream, size, true);
+  return get_free_block_in(a, pool, stream, size, true, false);
 }
 
 static mn__block_t *get_free_block(mn__caching_t *a, params_t *p) {
-  return get_free_block_in(a, p->pool, p->stream, p->size, p->pool->mp != NULL);
+  return get_free_block_in(a, p->pool, p->stream, p->size, p->pool->mp != NULL, false);
 }
 
 /* A new segment (or mapped pages); pre: lock held, dropped around the raw allocation. */
@@ -286,7 +230,11 @@ static inline bool should_split(const mn__caching_t *a, const mn__block_t *b, si
 }
 
 /* PyTorch's alloc_found_block; pre: a spare block and a pointer-map slot reserved.
- * inpool: the block may be a memory pool's (constant false on the hot path). */
+ * inpool: the block may be a memory pool's (constant false on the hot path).
+ * b may still be in the free set as its stream's hot node (get_free_block_in's
+ * keep_hot): split, the remainder stays there, its key changed in place (what
+ * taking it out and putting it back would do, without the two); else it is
+ * taken out first. */
 static inline __attribute__((always_inline)) mn__block_t *alloc_found_block(mn__caching_t *a, mn__block_t *b,
                                                                             const params_t *p, size_t requested,
                                                                             bool inpool) {
@@ -295,26 +243,46 @@ static inline __attribute__((always_inline)) mn__block_t *alloc_found_block(mn__
   bool already_split = mn__block_is_split(b), expandable = b->seg->expandable;
   mn_alloc_stats_t *ps = inpool ? MN__POOL_STATS(p->pool) : NULL;
   int kind = p->pool->kind;
+  bool in_set = b->where != MN__IN_NONE;
   if (should_split(a, b, p->size, inpool)) {
     mn__block_t *rest = b;
-    b = mn__block_take(a);
-    *b = (mn__block_t){.addr = rest->addr, .size = p->size, .stream_id = p->stream, .pool = p->pool,
-                       .seg = rest->seg, .mapped = true, .prev = rest->prev, .next = rest};
+    b = mn__block_take_raw(a);
+    mn__block_init_active(b, rest->addr, p->size, p->stream, p->pool, rest->seg, rest->prev, rest);
     if (b->prev) b->prev->next = b;
     else b->seg->head = b;
     rest->prev = b;
-    rest->addr += p->size;
-    rest->size -= p->size;
-    mn__pool_insert(p->pool, rest);
+    if (in_set) { /* mn__pool_remove and mn__pool_insert of the hot node, in place */
+      mn__pool_t *pool = rest->pool;
+      if (rest->size >= pool->largest_free) pool->largest_dirty = true; /* it shrinks */
+      if (rest->in_whole) { /* split now: off the list of whole segments */
+        if (rest->whole_prev) rest->whole_prev->whole_next = rest->whole_next;
+        else pool->whole = rest->whole_next;
+        if (rest->whole_next) rest->whole_next->whole_prev = rest->whole_prev;
+        rest->whole_prev = rest->whole_next = NULL;
+        rest->in_whole = false;
+      }
+      rest->addr += p->size;
+      rest->size -= p->size;
+      rest->node.key.addr = rest->addr;
+      rest->node.key.size = rest->size;
+      rest->gc_count_base = pool->get_free_calls;
+    } else {
+      rest->addr += p->size;
+      rest->size -= p->size;
+      mn__pool_insert(p->pool, rest);
+    }
     if (!expandable && already_split) {
       MN__STAT2_SUB(a, ps, inactive_split_bytes, kind, (int64_t)b->size);
     } else if (!expandable) {
       MN__STAT2_ADD(a, ps, inactive_split_bytes, kind, (int64_t)rest->size);
       MN__STAT2_ADD(a, ps, inactive_split, kind, 1);
     }
-  } else if (already_split && !expandable) {
-    MN__STAT2_SUB(a, ps, inactive_split_bytes, kind, (int64_t)b->size);
-    MN__STAT2_SUB(a, ps, inactive_split, kind, 1);
+  } else {
+    if (in_set) take_out(b->pool, b);
+    if (already_split && !expandable) {
+      MN__STAT2_SUB(a, ps, inactive_split_bytes, kind, (int64_t)b->size);
+      MN__STAT2_SUB(a, ps, inactive_split, kind, 1);
+    }
   }
   b->allocated = true;
   b->requested = requested;
@@ -325,8 +293,8 @@ static inline __attribute__((always_inline)) mn__block_t *alloc_found_block(mn__
   do {                                                               \
     MN__STAT_ADD_TO(st, allocation, kind, 1);                         \
     MN__STAT_ADD_TO(st, allocated_bytes, kind, (int64_t)b->size);     \
-    MN__STAT_ADD_TO(st, active, kind, 1);                             \
-    MN__STAT_ADD_TO(st, active_bytes, kind, (int64_t)b->size);        \
+    MN__STAT_ADD_ACTIVE(st, active, kind, 1);                         \
+    MN__STAT_ADD_ACTIVE(st, active_bytes, kind, (int64_t)b->size);    \
     MN__STAT_ADD_TO(st, requested_bytes, kind, (int64_t)requested);   \
   } while (0)
   MN__FOUND_STATS(&a->stats);
@@ -416,7 +384,7 @@ static __attribute__((noinline)) mn__block_t *alloc_slow(mn__caching_t *a, param
  * goes back to the cache. pre: lock held; unlocks. */
 static __attribute__((noinline)) mn_status reserve_failed(mn__caching_t *a, params_t *p, mn__block_t *b,
                                                           mn_status st) {
-  mn__pool_insert(p->pool, b); /* still whole and free: back in the cache */
+  if (b->where == MN__IN_NONE) mn__pool_insert(p->pool, b); /* still whole and free: back in the cache */
   unlock(a);
   mn__callbacks_flush(a);
   return mn__error_wrap(st, "caching_alloc");
@@ -454,7 +422,7 @@ static inline __attribute__((always_inline)) mn_status alloc_from(mn__caching_t 
   p.pool = mn__pool_for(a, mp, p.size);
   p.alloc_size = mp && mp->no_split ? (p.size + a->granularity - 1) / a->granularity * a->granularity
                                     : mn__allocation_size(p.size);
-  mn__block_t *b = get_free_block_in(a, p.pool, sid, p.size, mp != NULL);
+  mn__block_t *b = get_free_block_in(a, p.pool, sid, p.size, mp != NULL, true);
   if (__builtin_expect(b == NULL, 0)) return alloc_missed(a, nbytes, &p, mp, out);
   mn_status st = mn__spare_reserve(a, 1);
   if (st == MN_OK) st = mn__addrmap_reserve(&a->live, 1);
@@ -518,6 +486,113 @@ void mn__unallocate(mn__caching_t *a, mn__block_t *b) { unallocate(a, b); }
 
 static mn_status free_with_uses(mn__caching_t *a, mn__block_t *b, mn__addrmap_entry_t *live);
 
+/* Whether x may merge with a block being freed (mn__try_merge_if's test). */
+static inline bool may_merge(const mn__block_t *x) { return x && x->where != MN__IN_NONE; }
+
+/* The two events of a free that completes at once (unallocate's
+ * free_requested, then mn__free_block's free_completed), one clock read. */
+static __attribute__((noinline)) void trace_free_pair(mn__caching_t *a, const mn__block_t *b) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  mn_trace_event_t ev = {.action = MN_TRACE_FREE_REQUESTED,
+                         .time_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec,
+                         .device = a->base.device,
+                         .stream_id = b->stream_id,
+                         .address = b->addr,
+                         .size = b->size,
+                         .requested_size = b->requested};
+  a->sink(a->sink_user, &ev);
+  ev.action = MN_TRACE_FREE_COMPLETED;
+  a->sink(a->sink_user, &ev);
+}
+
+/* unallocate and mn__free_block for the common free: a split block of a plain
+ * segment of the allocator's own pools, no free neighbour, never exported.
+ * The same counters, inline and updated once each; the same events. */
+static inline void free_plain(mn__caching_t *a, mn__block_t *b) {
+  if (a->sink) trace_free_pair(a, b);
+  mn__pool_t *pool = b->pool;
+  int kind = pool->kind;
+  int64_t size = (int64_t)b->size, requested = (int64_t)b->requested;
+  b->allocated = false;
+  b->requested = 0;
+  mn_alloc_stats_t *st = &a->stats;
+  if (b->size >= a->cfg.max_split_size) mn__stat_dec(&st->oversize_allocations, 1);
+  MN__STAT_SUB_FROM(st, allocation, kind, 1);
+  MN__STAT_SUB_FROM(st, allocated_bytes, kind, size);
+  MN__STAT_SUB_FROM(st, active, kind, 1);
+  MN__STAT_SUB_FROM(st, active_bytes, kind, size);
+  MN__STAT_SUB_FROM(st, requested_bytes, kind, requested);
+  MN__STAT_ADD_TO(st, inactive_split, kind, 1);
+  MN__STAT_ADD_TO(st, inactive_split_bytes, kind, size);
+  /* mn__pool_insert of a mapped block that is not a whole segment */
+  mn__fset_insert(&pool->fs, b->seg->sb, &b->node, b->size, b->addr);
+  b->where = MN__IN_FREE;
+  b->gc_count_base = pool->get_free_calls;
+  if (!pool->largest_dirty && b->size > pool->largest_free) pool->largest_free = b->size;
+}
+
+/* unallocate and mn__free_block for a free with exactly one free neighbour m
+ * (the other not free), under free_plain's other conditions. The counters are
+ * PyTorch's (b absorbs m); the record that stays is m's, which takes b's
+ * bytes and keeps its place in the free set: as the hot node its key is
+ * changed in place, else it is taken out and put back. b's record is spare. */
+static inline void free_merge_one(mn__caching_t *a, mn__block_t *b, mn__block_t *m) {
+  if (a->sink) trace_free_pair(a, b);
+  mn__pool_t *pool = b->pool;
+  int kind = pool->kind;
+  int64_t size = (int64_t)b->size, requested = (int64_t)b->requested, absorbed = (int64_t)m->size;
+  mn_alloc_stats_t *st = &a->stats;
+  if (b->size >= a->cfg.max_split_size) mn__stat_dec(&st->oversize_allocations, 1);
+  MN__STAT_SUB_FROM(st, allocation, kind, 1);
+  MN__STAT_SUB_FROM(st, allocated_bytes, kind, size);
+  MN__STAT_SUB_FROM(st, active, kind, 1);
+  MN__STAT_SUB_FROM(st, active_bytes, kind, size);
+  MN__STAT_SUB_FROM(st, requested_bytes, kind, requested);
+  mn__sbins_t *sb = m->seg->sb;
+  bool hot = sb->hot == &m->node;
+  if (!hot) mn__fset_remove(&pool->fs, sb, &m->node);
+  if (m == b->next) {
+    m->addr = b->addr;
+    m->prev = b->prev;
+    if (m->prev) m->prev->next = m;
+    else m->seg->head = m;
+  } else {
+    m->next = b->next;
+    if (m->next) m->next->prev = m;
+  }
+  m->size += b->size;
+  if (hot) {
+    m->node.key.size = m->size;
+    m->node.key.addr = m->addr;
+  } else {
+    mn__fset_insert(&pool->fs, sb, &m->node, m->size, m->addr);
+  }
+  m->gc_count_base = pool->get_free_calls; /* as if cached now */
+  if (!pool->largest_dirty && m->size > pool->largest_free) pool->largest_free = m->size;
+  /* net change of inactive split blocks: m is absorbed; the merged block counts when still split */
+  if (mn__block_is_split(m)) {
+    MN__STAT_ADD_TO(st, inactive_split_bytes, kind, size);
+  } else {
+    MN__STAT_SUB_FROM(st, inactive_split, kind, 1);
+    MN__STAT_SUB_FROM(st, inactive_split_bytes, kind, absorbed);
+    m->whole_prev = NULL; /* mn__pool_insert's list of whole segments */
+    m->whole_next = pool->whole;
+    if (pool->whole) pool->whole->whole_prev = m;
+    pool->whole = m;
+    m->in_whole = true;
+  }
+  mn__block_put(a, b);
+}
+
+/* m when it is the only one of b's neighbours that is free (and free_merge_one may take it), else NULL. */
+static inline mn__block_t *one_free_neighbour(const mn__block_t *b) {
+  mn__block_t *p = b->prev, *n = b->next;
+  bool pf = may_merge(p), nf = may_merge(n);
+  mn__block_t *m = pf && !nf ? p : nf && !pf ? n : NULL;
+  return m && m->where == MN__IN_FREE && mn__block_inactive(m) && m->mapped ? m : NULL;
+}
+
 static mn_status caching_free(mn_allocator_t *self, void *ptr) {
   mn__caching_t *a = as_caching(self);
   lock(a);
@@ -526,8 +601,18 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
   mn__block_t *b = live->data;
   if (b->nuses) return free_with_uses(a, b, live); /* record_stream was called: events first */
   mn__addrmap_remove_entry(&a->live, live);
-  unallocate(a, b);
-  mn__free_block(a, b);
+  mn__block_t *m;
+  if (__builtin_expect(b->pool->mp || b->share || !mn__block_is_split(b) || b->seg->expandable, 0)) {
+    unallocate(a, b);
+    mn__free_block(a, b);
+  } else if (!may_merge(b->prev) && !may_merge(b->next)) {
+    free_plain(a, b);
+  } else if ((m = one_free_neighbour(b)) != NULL) {
+    free_merge_one(a, b, m);
+  } else {
+    unallocate(a, b);
+    mn__free_block(a, b);
+  }
   unlock(a);
   return MN_OK;
 }
@@ -762,6 +847,7 @@ mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "cannot make the callback lock");
   }
   a->base.vtable = &caching_vtable;
+  mn__allocator_vtable_trust(&caching_vtable); /* the dispatch's fast path (allocator.c) */
   a->base.device = dev;
   a->cfg = cfg;
   a->expandable = cfg.expandable_segments && props.supports_vmm; /* else plain segments, silently */
@@ -793,7 +879,7 @@ mn_status mn__caching_checked(const char *func, mn_allocator_t *a, mn__caching_t
 
 /* Whether the allocator holds anything on its device; pre: lock held. */
 static bool holds_device(const mn__caching_t *a) {
-  return a->segments || a->queues || a->nevents || a->stats.allocation[MN_POOL_ALL].current > 0;
+  return a->segments || a->queues || a->nevents || mn__stat_all_current(&a->stats, allocation) > 0;
 }
 
 mn_status mn__caching_release_device(mn_allocator_t *al, const char *func) {

@@ -18,7 +18,12 @@ void mn__caching_stats_copy(const mn__caching_t *a, mn_alloc_stats_t *out) {
 
 void mn__stats_copy(const mn_alloc_stats_t *kept, mn_alloc_stats_t *out) {
   *out = *kept;
+  for (int k = MN_POOL_SMALL; k <= MN_POOL_LARGE; k++) { /* caching_internal.h: not kept */
+    out->active[k].allocated = out->allocation[k].allocated;
+    out->active_bytes[k].allocated = out->allocated_bytes[k].allocated;
+  }
 #define MN__SUM_POOLS(name, text)                                                                  \
+  out->name[MN_POOL_ALL].current = mn__stat_all_current(out, name);                              \
   out->name[MN_POOL_ALL].allocated = out->name[MN_POOL_SMALL].allocated + out->name[MN_POOL_LARGE].allocated; \
   for (int k = 0; k < MN_POOL_COUNT; k++) out->name[k].freed = out->name[k].allocated - out->name[k].current;
   MN_ALLOC_STATS_MAP(MN__SUM_POOLS)
@@ -40,7 +45,7 @@ mn_status mn__caching_get_stats(mn_allocator_t *self, mn_alloc_stats_t *out) {
 
 static void reset_peaks(mn_alloc_stats_t *s) {
   for (int k = 0; k < MN_POOL_COUNT; k++) {
-#define MN__RESET_PEAK(name, text) s->name[k].peak = s->name[k].current;
+#define MN__RESET_PEAK(name, text) s->name[k].peak = k == MN_POOL_ALL ? mn__stat_all_current(s, name) : s->name[k].current;
     MN_ALLOC_STATS_MAP(MN__RESET_PEAK)
 #undef MN__RESET_PEAK
   }
@@ -273,7 +278,9 @@ static mn_status check_mempool(const mn__caching_t *a, const mn_mempool_t *mp) {
     if (s->pool->mp == mp) st = check_segment(a, s, &t);
   char whose[48];
   snprintf(whose, sizeof whose, "memory pool %llu: ", (unsigned long long)mp->id);
-  return st != MN_OK ? st : compare_pooled(whose, &mp->stats, &t);
+  mn_alloc_stats_t stats; /* with the ALL pool's sums */
+  mn__stats_copy(&mp->stats, &stats);
+  return st != MN_OK ? st : compare_pooled(whose, &stats, &t);
 }
 
 static mn_status check_locked(const mn__caching_t *a) {
@@ -366,7 +373,9 @@ static mn_status check_locked(const mn__caching_t *a) {
   if (events + a->pending_waited != t.events)
     BROKEN("%zu pending events listed (and %zu being waited for), blocks count %zu", events, a->pending_waited,
            t.events);
-  const mn_alloc_stats_t *s = &a->stats;
+  mn_alloc_stats_t copy; /* with the ALL pool's sums */
+  mn__stats_copy(&a->stats, &copy);
+  const mn_alloc_stats_t *s = &copy;
   st = compare_pooled("", s, &t);
   if (st == MN_OK) st = compare("reserved (internal)", (int64_t)a->reserved, t.reserved_bytes[MN_POOL_ALL]);
   if (st == MN_OK) st = compare("oversize_allocations", s->oversize_allocations.current, t.oversize_allocations);
@@ -393,8 +402,8 @@ void mn__caching_oom_message(mn__caching_t *a, size_t requested, size_t rounded,
   if (mn_device_mem_info(a->base.device, &free_b, &total) != MN_OK) free_b = 0;
   size_t largest = mn__pool_largest_free(a, &a->small), large = mn__pool_largest_free(a, &a->large);
   if (large > largest) largest = large;
-  int64_t allocated = a->stats.allocated_bytes[MN_POOL_ALL].current;
-  int64_t reserved = a->stats.reserved_bytes[MN_POOL_ALL].current;
+  int64_t allocated = mn__stat_all_current(&a->stats, allocated_bytes);
+  int64_t reserved = mn__stat_all_current(&a->stats, reserved_bytes);
   size_t unallocated = reserved > allocated ? (size_t)(reserved - allocated) : 0;
   mn_device_format(a->base.device, dev, sizeof dev);
   if (a->set_fraction) {

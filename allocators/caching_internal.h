@@ -7,6 +7,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "runtime/debug.h"
 #include "runtime/lock.h"
@@ -110,11 +112,17 @@ static inline unsigned mn__bin_of(size_t size) {
 }
 
 /* One stream's part of a pool's free set. It lives while a segment of that
- * stream in that pool does (nsegs), so a block's record is always there. */
+ * stream in that pool does (nsegs), so a block's record is always there.
+ * The hot node: the block inserted last, held out of its bin (its key set,
+ * its links NULL) while no later insertion displaced it; a member of the set
+ * like the others (counted in count, found by lower_bound), so the pair of a
+ * free and the allocation that takes the same block back touches no treap
+ * and no bitmap. The ordered walks (next, prev, last) put it in its bin first. */
 typedef struct mn__sbins_s {
   uint64_t stream;
   size_t nsegs;                    /* segments of this stream in the pool */
-  size_t count, nunmapped;         /* free blocks in the bins, unmapped ranges */
+  size_t count, nunmapped;         /* free blocks (bins and hot), unmapped ranges */
+  mn__tnode_t *hot;                /* the hot node, or NULL */
   mn__tree_t unmapped;             /* unmapped expandable ranges by address */
   uint64_t summary;                /* bit w: bits[w] != 0 */
   uint64_t bits[MN__BIN_WORDS];    /* bit b: bins[b] is not empty */
@@ -177,32 +185,64 @@ mn_status mn__fset_acquire(mn__fset_t *fs, uint64_t stream, mn__sbins_t **out);
 /* When that segment goes: the record goes with the stream's last segment. */
 void mn__fset_release(mn__fset_t *fs, mn__sbins_t *sb);
 
-static inline void mn__fset_insert(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n, size_t size, uintptr_t addr) {
-  unsigned b = mn__bin_clamped(fs, size);
-  mn__tree_insert(&sb->bins[b], n, (mn__key_t){sb->stream, size, addr}, mn__fset_prio(addr));
+/* n (its key set) into its bin's treap. */
+static inline void mn__fset_bin_insert(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n) {
+  unsigned b = mn__bin_clamped(fs, n->key.size);
+  mn__tree_insert(&sb->bins[b], n, n->key, mn__fset_prio(n->key.addr));
   mn__bit_set(sb, b);
+}
+
+/* n becomes the hot node; the one it displaces goes to its bin. */
+static inline void mn__fset_insert(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n, size_t size, uintptr_t addr) {
+  n->key = (mn__key_t){sb->stream, size, addr};
+  n->left = n->right = n->parent = NULL;
+  if (sb->hot) mn__fset_bin_insert(fs, sb, sb->hot);
+  sb->hot = n;
   sb->count++;
 }
 
+/* Puts the hot node in its bin (before an ordered walk). */
+static inline void mn__fset_settle(mn__fset_t *fs, mn__sbins_t *sb) {
+  if (sb->hot) {
+    mn__fset_bin_insert(fs, sb, sb->hot);
+    sb->hot = NULL;
+  }
+}
+
 static inline void mn__fset_remove(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n) {
+  sb->count--;
+  if (n == sb->hot) {
+    sb->hot = NULL;
+    return;
+  }
   unsigned b = mn__bin_clamped(fs, n->key.size);
   mn__tree_remove(&sb->bins[b], n);
   if (!sb->bins[b].root) mn__bit_clear(sb, b);
-  sb->count--;
 }
 
 mn__tnode_t *mn__fset_lower_bound_slow(const mn__fset_t *fs, const mn__sbins_t *sb, size_t size);
-/* Best fit: the first block of the stream by (size, address) with size >= size.
- * Inline when the size's own bin has its answer at its minimum (always so in
- * the exact bins below 64 KiB). */
+/* Best fit: the first block of the stream by (size, address) with size >= size,
+ * over the bins and the hot node. Inline when the size's own bin has the bins'
+ * answer at its minimum (always so in the exact bins below 64 KiB), or when
+ * the hot node has the exact size and the size's exact bin is empty. */
 static inline mn__tnode_t *mn__fset_lower_bound(const mn__fset_t *fs, const mn__sbins_t *sb, size_t size) {
   if (!sb || !sb->count) return NULL;
-  const mn__tnode_t *m = sb->bins[mn__bin_clamped(fs, size)].min;
-  return m && m->key.size >= size ? (mn__tnode_t *)m : mn__fset_lower_bound_slow(fs, sb, size);
+  unsigned b = mn__bin_clamped(fs, size);
+  const mn__tnode_t *m = sb->bins[b].min, *h = sb->hot, *t;
+  if (m && m->key.size >= size) {
+    t = m;
+  } else if (h && h->key.size == size && (size >> 9) < 128 && b == (unsigned)(size >> 9)) {
+    return (mn__tnode_t *)h; /* an exact bin: no block of the bins has its size */
+  } else {
+    t = sb->count > (h != NULL) ? mn__fset_lower_bound_slow(fs, sb, size) : NULL;
+  }
+  if (h && h->key.size >= size && (!t || mn__key_cmp(&h->key, &t->key) < 0)) return (mn__tnode_t *)h;
+  return (mn__tnode_t *)t;
 }
-mn__tnode_t *mn__fset_next(const mn__fset_t *fs, const mn__sbins_t *sb, const mn__tnode_t *n);
-mn__tnode_t *mn__fset_prev(const mn__fset_t *fs, const mn__sbins_t *sb, const mn__tnode_t *n);
-mn__tnode_t *mn__fset_last(const mn__fset_t *fs, const mn__sbins_t *sb);
+/* The ordered walks: the hot node is settled in its bin first. */
+mn__tnode_t *mn__fset_next(mn__fset_t *fs, mn__sbins_t *sb, const mn__tnode_t *n);
+mn__tnode_t *mn__fset_prev(mn__fset_t *fs, mn__sbins_t *sb, const mn__tnode_t *n);
+mn__tnode_t *mn__fset_last(mn__fset_t *fs, mn__sbins_t *sb);
 bool mn__fset_contains(const mn__fset_t *fs, const mn__sbins_t *sb, const mn__tnode_t *n);
 void mn__fset_insert_unmapped(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n, uintptr_t addr);
 void mn__fset_remove_unmapped(mn__fset_t *fs, mn__sbins_t *sb, mn__tnode_t *n);
@@ -323,6 +363,7 @@ typedef struct mn__pending_s {
   mn__block_t *block;
   uint64_t stream_id; /* the stream the event was recorded on */
   bool failed;        /* its synchronize failed (synchronize_and_free_events) */
+  uint64_t quiet;     /* the device's progress count when a query found it not done (0: none did) */
   struct mn__pending_s *next;  /* the next in this stream's queue (or spare list) */
   struct mn__pending_s *qnext; /* heads only: the next stream's queue in the ring */
   struct mn__pending_s *qprev; /* heads only: the previous one */
@@ -351,6 +392,11 @@ typedef struct mn__caching_s {
                              * stream use not yet freed (nuses_total), so appends cannot fail */
   size_t nuses_total;       /* stream uses (record_stream) held by blocks, summed */
   uint32_t poll_wait;       /* allocations left before the next poll of the ring */
+  uint64_t poll_quiet;      /* the device's progress count (runtime/device_internal.h) when a poll of
+                             * every queue retired nothing, 0 once a queue grew since: while it is
+                             * unchanged, the next such poll would retire nothing either (kept only
+                             * when every query of the poll answered) */
+  bool query_failed;        /* a query of the current poll failed (counts as not done) */
   uint32_t poll_every;      /* the polls' interval in allocations: 1, doubled by each poll
                              * that retires nothing (up to MN__POLL_EVERY_MAX) */
   size_t npending;          /* entries in them */
@@ -429,24 +475,32 @@ const char *mn__format_size(size_t bytes, char *buf, size_t bufsize);
 mn_status mn__caching_release_device(mn_allocator_t *al, const char *func);
 mn_status mn__caching_refresh_device(mn_allocator_t *al, const char *func);
 
-/* Adds `amount` to the named counter of pool `kind` and of the ALL pool. The
- * ALL pool keeps only current and peak here: its allocated is the sum of the
- * pools'. No counter's `freed` is kept: with no reset of the accumulated
- * counts, freed = allocated - current, filled in by mn__caching_stats_copy. */
-static inline void mn__stat_all_inc(mn_stat_t *s, int64_t amount) {
-  s->current += amount;
-  if (s->current > s->peak) s->peak = s->current;
+/* Adds `amount` to the named counter of pool `kind` (small or large). The
+ * ALL pool keeps only its peak here: its current and allocated are the sums
+ * of the two pools' (mn__stat_all_current; filled in by mn__stats_copy), and
+ * its peak is raised from that sum on each increase, as a kept current would.
+ * No counter's `freed` is kept: with no reset of the accumulated counts,
+ * freed = allocated - current, filled in by mn__stats_copy. Nor are active's
+ * and active_bytes' allocated: they grow with allocation's and
+ * allocated_bytes' (each allocation adds the same to both). */
+#define mn__stat_all_current(st, field) ((st)->field[MN_POOL_SMALL].current + (st)->field[MN_POOL_LARGE].current)
+static inline void mn__stat_all_peak(mn_stat_t *all, int64_t current) {
+  if (current > all->peak) all->peak = current;
 }
-#define MN__STAT_ADD_TO(st, field, kind, amount)          \
-  do {                                                    \
-    mn__stat_inc(&(st)->field[(kind)], (amount));         \
-    mn__stat_all_inc(&(st)->field[MN_POOL_ALL], (amount)); \
+#define MN__STAT_ADD_TO(st, field, kind, amount)                                   \
+  do {                                                                             \
+    mn__stat_inc(&(st)->field[(kind)], (amount));                                  \
+    mn__stat_all_peak(&(st)->field[MN_POOL_ALL], mn__stat_all_current(st, field)); \
   } while (0)
-#define MN__STAT_SUB_FROM(st, field, kind, amount) \
-  do {                                             \
-    (st)->field[(kind)].current -= (amount);       \
-    (st)->field[MN_POOL_ALL].current -= (amount);  \
+/* The same for active and active_bytes at an allocation: current and peak. */
+#define MN__STAT_ADD_ACTIVE(st, field, kind, amount)                               \
+  do {                                                                             \
+    mn_stat_t *s_ = &(st)->field[(kind)];                                          \
+    s_->current += (amount);                                                       \
+    if (s_->current > s_->peak) s_->peak = s_->current;                            \
+    mn__stat_all_peak(&(st)->field[MN_POOL_ALL], mn__stat_all_current(st, field)); \
   } while (0)
+#define MN__STAT_SUB_FROM(st, field, kind, amount) ((st)->field[(kind)].current -= (amount))
 /* The memory pool's statistics of a free-set half, or NULL (the allocator's own). */
 #define MN__POOL_STATS(pool) ((pool)->mp ? &(pool)->mp->stats : NULL)
 /* The hot paths: the allocator's counter, then the pool's when ps (from
@@ -502,20 +556,59 @@ mn_status mn__spare_reserve_slow(mn__caching_t *a, size_t n);
 static inline mn_status mn__spare_reserve(mn__caching_t *a, size_t n) {
   return a->nspare >= n ? MN_OK : mn__spare_reserve_slow(a, n);
 }
-mn__block_t *mn__block_take(mn__caching_t *a);
-void mn__block_put(mn__caching_t *a, mn__block_t *b);
-void mn__pool_insert(mn__pool_t *p, mn__block_t *b);
-void mn__pool_remove(mn__pool_t *p, mn__block_t *b);
+/* A spare block record, not zeroed (the caller sets every field). */
+static inline mn__block_t *mn__block_take_raw(mn__caching_t *a) {
+  MN__ASSERT(a->spare_blocks != NULL && a->nspare > 0, "a block taken without one reserved (reserve first)");
+  mn__block_t *b = a->spare_blocks;
+  a->spare_blocks = b->spare_next;
+  a->nspare--;
+  return b;
+}
+/* Fills a record from mn__block_take_raw as `(mn__block_t){.addr, .size,
+ * .stream_id, .pool, .seg, .prev, .next, .mapped = true}` would, field by
+ * field (the free-set node left as it was: an active block is in no set). */
+static inline void mn__block_init_active(mn__block_t *b, uintptr_t addr, size_t size, uint64_t stream,
+                                         mn__pool_t *pool, mn__segment_t *seg, mn__block_t *prev,
+                                         mn__block_t *next) {
+  b->addr = addr;
+  b->size = size;
+  b->requested = 0;
+  b->stream_id = stream;
+  b->pool = pool;
+  b->seg = seg;
+  b->prev = prev;
+  b->next = next;
+  b->allocated = b->freeing = b->deferred = b->in_whole = false;
+  b->mapped = true;
+  b->where = MN__IN_NONE;
+  b->event_count = 0;
+  b->gc_count_base = 0;
+  b->nuses = b->cap_uses = 0;
+  b->uses = NULL;
+  b->spare_next = b->whole_prev = b->whole_next = NULL;
+  b->share = NULL;
+}
+/* A spare block record, zeroed. */
+static inline mn__block_t *mn__block_take(mn__caching_t *a) {
+  mn__block_t *b = mn__block_take_raw(a);
+  memset(b, 0, sizeof *b);
+  return b;
+}
+#define MN__SPARE_BLOCKS_MAX 1024
+static inline void mn__block_put(mn__caching_t *a, mn__block_t *b) {
+  free(b->uses);
+  if (a->nspare >= MN__SPARE_BLOCKS_MAX) {
+    free(b);
+    return;
+  }
+  b->uses = NULL;
+  b->spare_next = a->spare_blocks;
+  a->spare_blocks = b;
+  a->nspare++;
+}
 /* The largest block in p's free set (recomputed, walking a's segments, when
  * the largest was removed since the last ask). */
 size_t mn__pool_largest_free(const mn__caching_t *a, mn__pool_t *p);
-/* Merges src into dst when src is an inactive block of the same mapping;
- * returns the bytes absorbed (0: no merge). src is freed. */
-size_t mn__try_merge(mn__caching_t *a, mn__block_t *dst, mn__block_t *src);
-/* The same, with the common "src is not free" answer inline. */
-static inline size_t mn__try_merge_if(mn__caching_t *a, mn__block_t *dst, mn__block_t *src) {
-  return src && src->where != MN__IN_NONE ? mn__try_merge(a, dst, src) : 0;
-}
 static inline bool mn__block_is_split(const mn__block_t *b) { return b->prev != NULL || b->next != NULL; }
 void mn__segment_link(mn__caching_t *a, mn__segment_t *s);
 void mn__segment_unlink(mn__caching_t *a, mn__segment_t *s);
@@ -524,6 +617,66 @@ static inline bool mn__block_inactive(const mn__block_t *b) {
   return !b->allocated && b->event_count == 0 && b->nuses == 0 && !b->share;
 }
 static inline bool mn__whole_raw_segment(const mn__block_t *b) { return !b->seg->expandable && !mn__block_is_split(b); }
+
+static inline void mn__pool_insert(mn__pool_t *p, mn__block_t *b) {
+  if (b->mapped) {
+    mn__fset_insert(&p->fs, b->seg->sb, &b->node, b->size, b->addr);
+    b->where = MN__IN_FREE;
+    b->gc_count_base = p->get_free_calls;
+    if (!p->largest_dirty && b->size > p->largest_free) p->largest_free = b->size;
+    if (mn__whole_raw_segment(b)) { /* a free block is never split or merged in place */
+      b->whole_prev = NULL;
+      b->whole_next = p->whole;
+      if (p->whole) p->whole->whole_prev = b;
+      p->whole = b;
+      b->in_whole = true;
+    }
+  } else {
+    mn__fset_insert_unmapped(&p->fs, b->seg->sb, &b->node, b->addr);
+    b->where = MN__IN_UNMAPPED;
+  }
+}
+
+static inline void mn__pool_remove(mn__pool_t *p, mn__block_t *b) {
+  if (b->where == MN__IN_FREE) {
+    mn__fset_remove(&p->fs, b->seg->sb, &b->node);
+    if (b->size >= p->largest_free) p->largest_dirty = true;
+  } else if (b->where == MN__IN_UNMAPPED) {
+    mn__fset_remove_unmapped(&p->fs, b->seg->sb, &b->node);
+  }
+  if (b->in_whole) {
+    if (b->whole_prev) b->whole_prev->whole_next = b->whole_next;
+    else p->whole = b->whole_next;
+    if (b->whole_next) b->whole_next->whole_prev = b->whole_prev;
+    b->whole_prev = b->whole_next = NULL;
+    b->in_whole = false;
+  }
+  b->where = MN__IN_NONE;
+}
+
+/* Merges src into dst when src is an inactive block of the same mapping;
+ * returns the bytes absorbed (0: no merge). src is freed. */
+static inline size_t mn__try_merge(mn__caching_t *a, mn__block_t *dst, mn__block_t *src) {
+  if (!src || !mn__block_inactive(src) || dst->mapped != src->mapped) return 0;
+  mn__pool_remove(src->pool, src);
+  if (dst->prev == src) {
+    dst->addr = src->addr;
+    dst->prev = src->prev;
+    if (dst->prev) dst->prev->next = dst;
+    else dst->seg->head = dst;
+  } else {
+    dst->next = src->next;
+    if (dst->next) dst->next->prev = dst;
+  }
+  size_t absorbed = src->size;
+  dst->size += absorbed;
+  mn__block_put(a, src);
+  return absorbed;
+}
+/* The same, with the common "src is not free" answer first. */
+static inline size_t mn__try_merge_if(mn__caching_t *a, mn__block_t *dst, mn__block_t *src) {
+  return src && src->where != MN__IN_NONE ? mn__try_merge(a, dst, src) : 0;
+}
 
 /* ---- caching_release.c: pending frees and releasing memory -------------------------------- */
 void mn__event_put(mn__caching_t *a, mn_event_t *e);

@@ -76,7 +76,7 @@ static const char *busy_reason(const mn_mempool_t *mp, bool with_blocks) {
   if (mp->users) return "it is a thread's current pool (mn_mempool_use without unuse)";
   if (mp->captures) return "a capture into it is under way";
   if (mp->graphs) return "a graph captured into it is alive (destroy the graph first)";
-  if (with_blocks && mp->stats.active[MN_POOL_ALL].current > 0)
+  if (with_blocks && mn__stat_all_current(&mp->stats, active) > 0)
     return "it has live blocks or blocks whose free waits for stream events";
   return NULL;
 }
@@ -90,8 +90,8 @@ mn_status mn_mempool_destroy(mn_mempool_t *mp) {
     /* pending frees first (they may be the pool's last active blocks), then its cache */
     mn_status st = mn__release_cached(a, mp);
     why = busy_reason(mp, true);
-    if (!why && mp->stats.segment[MN_POOL_ALL].current > 0) {
-      long long left = (long long)mp->stats.segment[MN_POOL_ALL].current;
+    if (!why && mn__stat_all_current(&mp->stats, segment) > 0) {
+      long long left = (long long)mn__stat_all_current(&mp->stats, segment);
       bool capturing = a->ncaptures != 0;
       unlock(a);
       if (st != MN_OK) return mn__error_wrap(st, __func__); /* the release's own message */

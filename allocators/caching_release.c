@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "allocators/caching_internal.h"
+#include "runtime/device_internal.h"
 #include "runtime/error.h"
 #include "runtime/hostmem.h"
 
@@ -64,6 +65,7 @@ static uintptr_t qkey(uint64_t stream_id) { return (uintptr_t)stream_id + 1; }
 
 void mn__pending_append(mn__caching_t *a, mn__pending_t *p) {
   p->next = NULL;
+  a->poll_quiet = 0; /* a new event may be done already */
   a->npending++;
   mn__addrmap_entry_t *e = mn__addrmap_find(&a->qmap, qkey(p->stream_id));
   if (e) {
@@ -184,7 +186,17 @@ static bool queue_retire(mn__caching_t *a, mn__pending_t *h) {
   bool any = false;
   for (;;) {
     bool done = false;
-    if (mn_event_query(h->event, &done) != MN_OK || !done) return any;
+    /* not done when last asked, and nothing ran on the device since: not done */
+    uint64_t progress = mn__event_progress(h->event);
+    if (progress && progress == h->quiet) return any;
+    if (mn_event_query(h->event, &done) != MN_OK) {
+      a->query_failed = true; /* "not yet", but not known: asked again at the next poll */
+      return any;
+    }
+    if (!done) {
+      h->quiet = progress;
+      return any;
+    }
     mn__pending_t *nh = h->next; /* the queue's new head, or the queue goes */
     queue_replace(a, h, nh);
     a->npending--;
@@ -215,7 +227,12 @@ void mn__poll_events_slow(mn__caching_t *a) {
     return;
   }
   if (a->qmap.count <= MN__POLL_ALL_MAX) {
-    (void)mn__process_events_all(a);
+    uint64_t progress = mn__device_progress(a->base.device);
+    if (!progress || progress != a->poll_quiet) { /* else nothing could have completed */
+      a->query_failed = false;
+      bool any = mn__process_events_all(a);
+      a->poll_quiet = any || a->query_failed ? 0 : progress;
+    }
     poll_interval(a, true);
     return;
   }

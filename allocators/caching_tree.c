@@ -1,8 +1,10 @@
 /* allocators/caching_tree.c: the caching allocator's free sets. Per pool, one record per stream
  * (found through a small hash by stream id, or directly through a segment), holding size bins
  * with a bitmap and, in each bin, a treap with parent pointers ordered by (size, address); plus
- * an address-ordered treap of the stream's unmapped expandable ranges. Best fit for an exact-size
- * bin is its cached minimum: O(1). Not thread-safe: callers hold the allocator lock. */
+ * an address-ordered treap of the stream's unmapped expandable ranges, and the hot node (the
+ * block inserted last, held out of the bins until displaced: caching_internal.h). Best fit for
+ * an exact-size bin is its cached minimum or the hot node: O(1). Not thread-safe: callers hold
+ * the allocator lock. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,7 +231,7 @@ void mn__fset_release(mn__fset_t *fs, mn__sbins_t *sb) {
   MN__ASSERT(sb->nsegs > 0, "stream %llu: a free set released more often than acquired",
              (unsigned long long)sb->stream);
   if (--sb->nsegs > 0) return;
-  MN__ASSERT(sb->count == 0 && sb->nunmapped == 0, "stream %llu: free set dropped while it holds blocks",
+  MN__ASSERT(sb->count == 0 && sb->nunmapped == 0 && !sb->hot, "stream %llu: free set dropped while it holds blocks",
              (unsigned long long)sb->stream);
   /* backward-shift deletion: no tombstones */
   size_t i = hash_slot(sb->stream, fs->cap);
@@ -264,14 +266,16 @@ mn__tnode_t *mn__fset_lower_bound_slow(const mn__fset_t *fs, const mn__sbins_t *
   return b < fs->nbins ? sb->bins[b].min : NULL;
 }
 
-mn__tnode_t *mn__fset_next(const mn__fset_t *fs, const mn__sbins_t *sb, const mn__tnode_t *n) {
+mn__tnode_t *mn__fset_next(mn__fset_t *fs, mn__sbins_t *sb, const mn__tnode_t *n) {
+  mn__fset_settle(fs, sb);
   mn__tnode_t *x = mn__tree_next(n);
   if (x) return x;
   unsigned b = mn__first_bin_from(fs, sb, mn__bin_clamped(fs, n->key.size) + 1);
   return b < fs->nbins ? sb->bins[b].min : NULL;
 }
 
-mn__tnode_t *mn__fset_prev(const mn__fset_t *fs, const mn__sbins_t *sb, const mn__tnode_t *n) {
+mn__tnode_t *mn__fset_prev(mn__fset_t *fs, mn__sbins_t *sb, const mn__tnode_t *n) {
+  mn__fset_settle(fs, sb);
   mn__tnode_t *x = tree_prev(n);
   if (x) return x;
   unsigned b = mn__bin_clamped(fs, n->key.size);
@@ -280,13 +284,15 @@ mn__tnode_t *mn__fset_prev(const mn__fset_t *fs, const mn__sbins_t *sb, const mn
   return b < fs->nbins ? tree_last(&sb->bins[b]) : NULL;
 }
 
-mn__tnode_t *mn__fset_last(const mn__fset_t *fs, const mn__sbins_t *sb) {
+mn__tnode_t *mn__fset_last(mn__fset_t *fs, mn__sbins_t *sb) {
   if (!sb || !sb->count) return NULL;
+  mn__fset_settle(fs, sb);
   unsigned b = last_bin_upto(fs, sb, fs->nbins - 1);
   return b < fs->nbins ? tree_last(&sb->bins[b]) : NULL;
 }
 
 bool mn__fset_contains(const mn__fset_t *fs, const mn__sbins_t *sb, const mn__tnode_t *n) {
+  if (n == sb->hot) return true;
   return mn__tree_contains(&sb->bins[mn__bin_clamped(fs, n->key.size)], n);
 }
 
@@ -335,6 +341,16 @@ mn_status mn__fset_check(const mn__fset_t *fs, char *why, size_t whysize) {
         snprintf(why, whysize, "stream %llu: bitmap summary bit %u is wrong", (unsigned long long)sb->stream, w);
         return MN_ERR_INTERNAL;
       }
+    const mn__tnode_t *h = sb->hot;
+    if (h) {
+      if (h->key.stream != sb->stream || h->left || h->right || h->parent ||
+          mn__tree_contains(&sb->bins[mn__bin_clamped(fs, h->key.size)], h)) {
+        snprintf(why, whysize, "stream %llu: its hot block %#lx is linked, in a bin or of another stream",
+                 (unsigned long long)sb->stream, (unsigned long)h->key.addr);
+        return MN_ERR_INTERNAL;
+      }
+      count++;
+    }
     mn_status st = tree_check(&sb->unmapped, &n, why, whysize);
     if (st != MN_OK) return st;
     if (count != sb->count || n != sb->nunmapped || sb->nsegs == 0) {

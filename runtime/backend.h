@@ -73,6 +73,10 @@ typedef struct mn__backend_s {
   mn_status (*event_record)(int index, void *event, void *stream);
   mn_status (*event_query)(int index, void *event, bool *done);
   mn_status (*event_synchronize)(int index, void *event);
+  /* A count that changes whenever an event of device `index` may have become
+   * complete (work ran on one of its streams), never 0; or 0 when the backend
+   * cannot tell (its work runs on its own: CUDA). NULL: the same as 0. */
+  uint64_t (*progress)(int index);
 
   /* Ordered copies and sets on `stream` of this backend's device. */
   mn_status (*memcpy_async)(int index, void *dst, const void *src, size_t nbytes,

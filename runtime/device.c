@@ -425,6 +425,13 @@ mn_status mn_event_query(mn_event_t *e, bool *done) {
   return MN_OK;
 }
 
+uint64_t mn__device_progress(mn_device_t dev) {
+  const mn__backend_t *b = mn__backend_for(dev.type);
+  return b && b->progress ? b->progress(dev.index) : 0;
+}
+
+uint64_t mn__event_progress(const mn_event_t *e) { return mn__device_progress(e->device); }
+
 mn_status mn_event_synchronize(mn_event_t *e) {
   MN__CHECK_ARG(e != NULL, "event must not be NULL");
   mn_status st = SLOT_CALL(__func__, mn__backend_for(e->device.type), event_synchronize, e->device.index, e->handle);

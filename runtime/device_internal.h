@@ -87,4 +87,12 @@ mn_status mn__device_share_export(mn_device_t dev, void *ptr, size_t nbytes, mn_
 mn_status mn__device_share_import(mn_device_t dev, const mn__share_mem_t *in, void **base, size_t *size);
 mn_status mn__device_share_close(mn_device_t dev, void *base);
 
+/* A count that changes whenever an event of e's device may have become
+ * complete (never 0), or 0 when the device cannot tell: an event found not
+ * done need not be asked again while the count is unchanged (SIM, whose
+ * streams run only when mnemo runs them). */
+uint64_t mn__event_progress(const mn_event_t *e);
+/* The same count for a device (0: it cannot tell, or no such device). */
+uint64_t mn__device_progress(mn_device_t dev);
+
 #endif /* MNEMO_RUNTIME_DEVICE_INTERNAL_H */

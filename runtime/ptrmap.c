@@ -29,6 +29,7 @@ static bool addrmap_grow(mn__addrmap_t *m) {
   free(m->slots);
   m->slots = slots;
   m->cap = cap;
+  m->shift = 64u - (unsigned)__builtin_ctzll((unsigned long long)cap);
   return true;
 }
 
@@ -62,12 +63,12 @@ bool mn__addrmap_remove(mn__addrmap_t *m, uintptr_t key, mn__addrmap_entry_t *ou
   return true;
 }
 
-void mn__addrmap_remove_entry(mn__addrmap_t *m, mn__addrmap_entry_t *e) {
+void mn__addrmap_remove_entry_slow(mn__addrmap_t *m, mn__addrmap_entry_t *e) {
   size_t mask = m->cap - 1, hole = (size_t)(e - m->slots);
   /* Backward shift: move later entries of the probe run into the hole when
    * their home slot does not lie cyclically in (hole, j]. */
   for (size_t j = (hole + 1) & mask; m->slots[j].key; j = (j + 1) & mask) {
-    size_t home = mn__addrmap_slot(m->slots[j].key, m->cap);
+    size_t home = mn__addrmap_home(m, m->slots[j].key);
     bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
     if (stays) continue;
     m->slots[hole] = m->slots[j];

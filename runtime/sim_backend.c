@@ -192,6 +192,7 @@ const mn__backend_t mn__sim_backend = {
     .event_destroy = mn__sim_event_destroy,
     .event_record = mn__sim_event_record,
     .event_query = mn__sim_event_query,
+    .progress = mn__sim_progress,
     .event_synchronize = mn__sim_event_synchronize,
     .memcpy_async = mn__sim_memcpy_async,
     .memset_async = mn__sim_memset_async,

@@ -253,6 +253,8 @@ mn_status mn__sim_event_create(int index, void **out);
 mn_status mn__sim_event_destroy(int index, void *event);
 mn_status mn__sim_event_record(int index, void *event, void *handle);
 mn_status mn__sim_event_query(int index, void *event, bool *done);
+/* The progress count (runtime/backend.h's progress slot; sim_streams.c). */
+uint64_t mn__sim_progress(int index);
 mn_status mn__sim_event_synchronize(int index, void *event);
 mn_status mn__sim_memcpy_async(int index, void *dst, const void *src, size_t nbytes, mn__copy_kind kind,
                                   void *handle);

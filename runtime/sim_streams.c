@@ -2,7 +2,7 @@
  * operations that run only when advanced or synchronized (at once on eager
  * devices), and the backend slots that create, query, synchronize and queue
  * on them (copies, sets, host functions, waits). Thread-safe: each slot takes
- * the device lock; host functions run with it held. */
+ * the device lock; host functions run with it held; the progress count is atomic. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -68,6 +68,11 @@ static void op_run(sim_device *d, sim_stream *s, const sim_op *op) {
   }
 }
 
+/* The progress count of every SIM device (runtime/backend.h's progress slot),
+ * never reset (a reconfigured device cannot repeat a count an allocator
+ * kept): bumped after ops complete. */
+static _Atomic uint64_t progress_count = 1;
+
 /* Runs up to n ops of s in order, stopping at an unsatisfied wait. pre: lock held. */
 size_t mn__sim_stream_advance(sim_device *d, sim_stream *s, size_t n) {
   size_t ran = 0;
@@ -81,6 +86,7 @@ size_t mn__sim_stream_advance(sim_device *d, sim_stream *s, size_t n) {
     ran++;
     mn__sim_op_free(op);
   }
+  if (ran) atomic_fetch_add_explicit(&progress_count, 1, memory_order_release);
   return ran;
 }
 
@@ -304,6 +310,11 @@ mn_status mn__sim_event_record(int index, void *event, void *handle) {
   e->cap_id = 0;
   e->front.n = 0;
   return mn__sim_unlock_ret(d, MN_OK);
+}
+
+uint64_t mn__sim_progress(int index) {
+  (void)index;
+  return atomic_load_explicit(&progress_count, memory_order_acquire);
 }
 
 mn_status mn__sim_event_query(int index, void *event, bool *done) {
