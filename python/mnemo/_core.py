@@ -13,6 +13,7 @@ import ctypes as C
 import itertools
 import numbers
 import operator
+import os
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -21,6 +22,22 @@ from ._lib import (DEVICE_TYPE_NAMES, MN_MAX_DIMS, MN_SCALAR_BOOL, MN_SCALAR_COM
                    MN_SCALAR_UINT, MN_VIEW_END, MN_VIEW_OFFSET_KEEP, Device as CDevice, I64P, Scalar, VP, declare, lib)
 
 VPP = C.POINTER(VP)
+
+
+def _load_speedups():
+    """mnemo._speedups (the compiled fast paths, mnemo/_speedups.c), or None:
+    not built, or MNEMO_PURE_PYTHON=1 (ctypes alone; the tests run both)."""
+    if os.environ.get("MNEMO_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from . import _speedups
+    except ImportError:
+        return None
+    return _speedups
+
+
+# The compiled fast paths or None; mnemo.view binds them (_speedups._bind) once View exists.
+speedups = _load_speedups()
 T = TypeVar("T")
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 UINT64_MAX = (1 << 64) - 1

@@ -251,6 +251,11 @@ def _consume(cap):
     return View._wrap(h)
 
 
+# Producer types whose __dlpack__ refused max_version once (DLPack < 1.0):
+# asked without it from then on, so each export is one call.
+_NO_MAX_VERSION = set()
+
+
 def from_dlpack(obj: Any) -> View:
     """A View of ``obj``'s memory without a copy: obj has __dlpack__ (numpy
     arrays, torch tensors, Views, ...) or is a DLPack capsule (consumed:
@@ -274,10 +279,15 @@ def from_dlpack(obj: Any) -> View:
                             "(device_type, device_id) ints") from None
     if dev is not None and dev_type in (K_DLCUDA, K_DLCUDAMANAGED):
         kwargs["stream"] = 1  # mnemo works on the legacy default stream
-    try:
-        cap = obj.__dlpack__(max_version=(MN_DLPACK_MAJOR, MN_DLPACK_MINOR), **kwargs)
-    except TypeError:  # producers of DLPack < 1.0 (numpy 1.x, torch < 2.4) know no max_version
+    kind = type(obj)
+    if kind in _NO_MAX_VERSION:
         cap = obj.__dlpack__(**kwargs)
+    else:
+        try:
+            cap = obj.__dlpack__(max_version=(MN_DLPACK_MAJOR, MN_DLPACK_MINOR), **kwargs)
+        except TypeError:  # producers of DLPack < 1.0 (numpy 1.x, torch < 2.4) know no max_version
+            cap = obj.__dlpack__(**kwargs)
+            _NO_MAX_VERSION.add(kind)  # (after a success: a TypeError of another cause is not remembered)
     try:
         return _consume(cap)
     except BaseException:

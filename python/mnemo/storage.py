@@ -58,6 +58,9 @@ _LOOKUP = object()  # _wrap's box argument: find the allocator box from the hand
 
 _KIND_NAMES = {k: lib.mn_storage_kind_name(k).decode() for k in range(5)}
 _UINT8 = _dtype("uint8")
+_UINT8_VALUE = _UINT8.value
+# The compiled element reads and writes (mnemo._speedups; None: ctypes alone).
+_sp = _core.speedups
 # The element type a quantized storage's elements read and write as (torch's
 # QUInt8Storage.tolist() gives the raw integers).
 _QUANT_RAW = {"qint8": "int8", "quint8": "uint8", "qint32": "int32", "quint4x2": "uint8", "quint2x4": "uint8"}
@@ -363,12 +366,19 @@ class UntypedStorage(_StorageBase, _owner.Owner):
     def __getitem__(self, idx: Union[int, slice]) -> Union[int, "UntypedStorage"]:
         """s[i]: the byte value (an int, negative i from the end); s[a:b]: a
         new storage holding a copy of those bytes (step 1)."""
+        if _sp is not None and type(idx) is int:
+            v = _sp.storage_getitem(self._handle, _UINT8_VALUE, idx)
+            if v is not NotImplemented:
+                return v
         return _getitem(self, _UINT8, idx)
 
     def __setitem__(self, idx: Union[int, slice], value: Any) -> None:
         """s[i] = v / s[a:b] = v: writes byte(s); an int value wraps around
         modulo 256 as PyTorch's."""
-        _setitem(self, _UINT8, idx, _wrap_byte(value))
+        value = _wrap_byte(value)
+        if _sp is not None and type(idx) is int and _sp.storage_setitem(self._handle, _UINT8_VALUE, idx, value) is None:
+            return
+        _setitem(self, _UINT8, idx, value)
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.tolist())
@@ -798,12 +808,19 @@ class TypedStorage(_StorageBase):
     def __getitem__(self, idx: int) -> Any:
         """s[i]: the element as a Python value (negative i from the end).
         Slices are refused (RuntimeError) as in PyTorch."""
+        if _sp is not None and type(idx) is int:
+            v = _sp.storage_getitem(self._untyped_storage._handle, _raw(self.dtype).value, idx)
+            if v is not NotImplemented:
+                return v
         if isinstance(idx, slice):
             raise RuntimeError("mnemo: slices are only supported in UntypedStorage.__getitem__")
         return _getitem(self._untyped_storage, self.dtype, idx)
 
     def __setitem__(self, idx: Union[int, slice], value: Any) -> None:
         """s[i] = v / s[a:b] = v: writes elements, range-checked as fill_."""
+        if _sp is not None and type(idx) is int and _sp.storage_setitem(
+                self._untyped_storage._handle, _raw(self.dtype).value, idx, value) is None:
+            return
         _setitem(self._untyped_storage, self.dtype, idx, value)
 
     def __iter__(self) -> Iterator[Any]:
