@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "mnemo/dlpack.h"
 #include "mnemo/dtype.h"
 #include "mnemo/quantized.h"
 #include "mnemo/storage.h"
@@ -61,6 +62,12 @@ static int PyModule_AddObjectRef(PyObject *m, const char *name, PyObject *o) {
   X(mn_view_empty)                                                                                                    \
   X(mn_view_create)                                                                                                   \
   X(mn_view_fill)                                                                                                     \
+  X(mn_view_t2d)                                                                                                      \
+  X(mn_view_transpose)                                                                                                \
+  X(mn_view_view)                                                                                                     \
+  X(mn_view_to_dlpack)                                                                                                \
+  X(mn_view_from_dlpack)                                                                                              \
+  X(mn_view_from_dlpack_versioned)                                                                                    \
   X(mn_dtype_itemsize)                                                                                                \
   X(mn_dtype_is_quantized)                                                                                            \
   X(mn_scalar_from_bytes)                                                                                             \
@@ -78,7 +85,8 @@ static PyObject *pin_fn;          /* mnemo._owner.pin(box) */
 static PyObject *unpin_fn;        /* mnemo._owner.unpin(box) */
 static PyObject *pin_view_fn;     /* mnemo._owner.pin_view(handle) */
 static PyObject *boxes;           /* mnemo._owner._boxes (a dict): empty, no allocator to pin */
-static PyObject *str_getitem_slow, *str_tolist_slow, *empty_tuple;
+static PyObject *str_getitem_slow, *str_tolist_slow, *str_t_slow, *str_transpose_slow, *str_view_slow,
+    *str_dlpack_device_slow, *empty_tuple;
 
 /* ---- ViewBase ----------------------------------------------------------------- */
 typedef struct {
@@ -266,6 +274,30 @@ static PyObject *scalar_value(const mn_scalar_t *s) {
 }
 
 static PyObject *element(mn_dtype dt, const char *p) {
+  switch (dt) { /* the common dtypes read directly (the values mn_scalar_from_bytes gives) */
+  case MN_DTYPE_FLOAT32: {
+    float f;
+    memcpy(&f, p, sizeof f);
+    return PyFloat_FromDouble(f);
+  }
+  case MN_DTYPE_FLOAT64: {
+    double d;
+    memcpy(&d, p, sizeof d);
+    return PyFloat_FromDouble(d);
+  }
+  case MN_DTYPE_INT64: {
+    int64_t i;
+    memcpy(&i, p, sizeof i);
+    return PyLong_FromLongLong(i);
+  }
+  case MN_DTYPE_INT32: {
+    int32_t i;
+    memcpy(&i, p, sizeof i);
+    return PyLong_FromLong(i);
+  }
+  case MN_DTYPE_UINT8: return PyLong_FromLong(*(const uint8_t *)p);
+  default: break;
+  }
   mn_scalar_t s;
   if (p_mn_scalar_from_bytes(dt, p, &s) != MN_OK) {
     PyErr_SetString(PyExc_SystemError, "mnemo: mn_scalar_from_bytes failed");
@@ -306,6 +338,82 @@ static PyObject *view_tolist(ViewBase *self, PyObject *unused) {
   return PyObject_CallMethodNoArgs((PyObject *)self, str_tolist_slow);
 }
 
+/* self.<name>(*args, **kwargs): the Python path of a method. */
+static PyObject *call_slow(PyObject *self, PyObject *name, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames) {
+  PyErr_Clear();
+  PyObject *meth = PyObject_GetAttr(self, name);
+  if (meth == NULL) return NULL;
+  PyObject *r = PyObject_Vectorcall(meth, args, (size_t)nargs, kwnames);
+  Py_DECREF(meth);
+  return r;
+}
+
+/* An exact int that fits a C int, else 0 (no error set). */
+static int small_int(PyObject *x, int *out) {
+  if (!PyLong_CheckExact(x)) return 0;
+  int overflow = 0;
+  long v = PyLong_AsLongAndOverflow(x, &overflow);
+  if (overflow || v < INT32_MIN || v > INT32_MAX || (v == -1 && PyErr_Occurred())) {
+    PyErr_Clear();
+    return 0;
+  }
+  *out = (int)v;
+  return 1;
+}
+
+static PyObject *derived(ViewBase *self, mn_view_t *out) {
+  return new_view(out, self->keep, self->box != NULL ? self->box : Py_None);
+}
+
+static PyObject *view_t(ViewBase *self, PyObject *unused) {
+  mn_view_t *h = bound ? handle_of(self) : NULL, *out = NULL;
+  if (h != NULL && p_mn_view_t2d(h, &out) == MN_OK) return derived(self, out);
+  return call_slow((PyObject *)self, str_t_slow, NULL, 0, NULL);
+}
+
+static PyObject *view_transpose(ViewBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+  mn_view_t *h = bound ? handle_of(self) : NULL, *out = NULL;
+  int d0, d1;
+  if (h != NULL && kwnames == NULL && nargs == 2 && small_int(args[0], &d0) && small_int(args[1], &d1) &&
+      p_mn_view_transpose(h, d0, d1, &out) == MN_OK)
+    return derived(self, out);
+  return call_slow((PyObject *)self, str_transpose_slow, args, nargs, kwnames);
+}
+
+static PyObject *view_view(ViewBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+  mn_view_t *h = bound ? handle_of(self) : NULL, *out = NULL;
+  if (h != NULL && kwnames == NULL && nargs >= 1) {
+    PyObject *const *items = args;
+    Py_ssize_t n = nargs;
+    if (nargs == 1 && (PyTuple_CheckExact(args[0]) || PyList_CheckExact(args[0]))) {
+      items = PySequence_Fast_ITEMS(args[0]);
+      n = PySequence_Fast_GET_SIZE(args[0]);
+    }
+    int64_t shape[MN_MAX_DIMS];
+    int ok = n <= MN_MAX_DIMS;
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+      int overflow = 0;
+      ok = PyLong_CheckExact(items[i]);
+      if (ok) shape[i] = PyLong_AsLongLongAndOverflow(items[i], &overflow);
+      ok = ok && !overflow && !PyErr_Occurred();
+    }
+    if (ok && p_mn_view_view(h, (int)n, n ? shape : NULL, &out) == MN_OK) return derived(self, out);
+  }
+  return call_slow((PyObject *)self, str_view_slow, args, nargs, kwnames);
+}
+
+static PyObject *view_dlpack_device(ViewBase *self, PyObject *unused) {
+  mn_view_t *h = bound ? handle_of(self) : NULL;
+  if (h != NULL) {
+    mn_device_t d = p_mn_view_device(h);
+    if (d.type == MN_DEVICE_CPU) return Py_BuildValue("(ii)", (int)kDLCPU, 0);
+    if (d.type == MN_DEVICE_CUDA) return Py_BuildValue("(ii)", (int)kDLCUDA, d.index);
+    if (d.type == MN_DEVICE_SIM) return Py_BuildValue("(ii)", (int)kDLExtDev, d.index);
+  }
+  return call_slow((PyObject *)self, str_dlpack_device_slow, NULL, 0, NULL);
+}
+
 static PyMemberDef view_members[] = {
     {"_handle", T_OBJECT, offsetof(ViewBase, handle), 0, "the mn_view_t* (an int), None once given up"},
     {"_keep", T_OBJECT, offsetof(ViewBase, keep), 0, "allocator objects this view keeps alive"},
@@ -319,6 +427,13 @@ static PyGetSetDef view_getset[] = {
 
 static PyMethodDef view_methods[] = {
     {"tolist", (PyCFunction)view_tolist, METH_NOARGS, "The values as nested Python lists (a scalar for a 0-d view)."},
+    {"t", (PyCFunction)view_t, METH_NOARGS, "Transposes a 2-d view; 0-d and 1-d views come back as they are."},
+    {"transpose", (PyCFunction)(void (*)(void))view_transpose, METH_FASTCALL | METH_KEYWORDS, "Swaps two dims."},
+    {"view", (PyCFunction)(void (*)(void))view_view, METH_FASTCALL | METH_KEYWORDS,
+     "view(*shape): the same elements in a new shape (one -1 inferred); refused when the layout needs a copy (use "
+     "reshape). view(dtype): the bytes as another dtype (PyTorch's rules)."},
+    {"__dlpack_device__", (PyCFunction)view_dlpack_device, METH_NOARGS,
+     "(DLPack device type, index): (1, 0) CPU, (2, i) CUDA, (12, i) SIM."},
     {NULL, NULL, 0, NULL}};
 
 static PyMappingMethods view_mapping = {0, (binaryfunc)view_subscript, 0};
@@ -466,6 +581,59 @@ static PyObject *sp_storage_setitem(PyObject *mod, PyObject *const *args, Py_ssi
   Py_RETURN_NONE;
 }
 
+/* The destructor of a capsule this module made: a capsule nobody consumed
+ * still owns its managed tensor (mnemo.interop's _capsule_destructor). */
+static void capsule_destructor(PyObject *cap) {
+  if (PyCapsule_IsValid(cap, "dltensor")) {
+    DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
+    if (m != NULL && m->deleter != NULL) m->deleter(m);
+  } else if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+    DLManagedTensorVersioned *m = PyCapsule_GetPointer(cap, "dltensor_versioned");
+    if (m != NULL && m->deleter != NULL) m->deleter(m);
+  }
+}
+
+/* to_dlpack(view): the legacy "dltensor" capsule of a CPU view (no copy), or
+ * None for the Python path (another device, an error). */
+static PyObject *sp_to_dlpack(PyObject *mod, PyObject *view) {
+  if (!bound || !PyObject_TypeCheck(view, &ViewBaseType)) Py_RETURN_NONE;
+  mn_view_t *h = handle_of((ViewBase *)view);
+  DLManagedTensor *m = NULL;
+  if (h == NULL || p_mn_view_device(h).type != MN_DEVICE_CPU || p_mn_view_to_dlpack(h, &m) != MN_OK) {
+    PyErr_Clear();
+    Py_RETURN_NONE;
+  }
+  PyObject *cap = PyCapsule_New(m, "dltensor", capsule_destructor);
+  if (cap == NULL && m->deleter != NULL) m->deleter(m);
+  return cap;
+}
+
+/* from_dlpack_capsule(capsule): a View of a "dltensor" or "dltensor_versioned"
+ * capsule (renamed "used_..." once mnemo owns the tensor); None when it is
+ * not one (or was consumed), the mn_status (an int) when mnemo refuses the
+ * tensor: the capsule keeps it, and the caller raises the status. */
+static PyObject *sp_from_dlpack_capsule(PyObject *mod, PyObject *cap) {
+  if (!bound || !PyCapsule_CheckExact(cap)) Py_RETURN_NONE;
+  mn_view_t *out = NULL;
+  mn_status st;
+  const char *used;
+  if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+    st = p_mn_view_from_dlpack_versioned(PyCapsule_GetPointer(cap, "dltensor_versioned"), &out);
+    used = "used_dltensor_versioned";
+  } else if (PyCapsule_IsValid(cap, "dltensor")) {
+    st = p_mn_view_from_dlpack(PyCapsule_GetPointer(cap, "dltensor"), &out);
+    used = "used_dltensor";
+  } else {
+    Py_RETURN_NONE;
+  }
+  if (st != MN_OK) return PyLong_FromLong((long)st);
+  if (PyCapsule_SetName(cap, used) < 0) { /* cannot happen for a valid capsule: keep the tensor's owner unique */
+    p_mn_view_destroy(out);
+    return NULL;
+  }
+  return new_view(out, NULL, NULL);
+}
+
 /* _bind(addresses, view_class, pin, unpin, pin_view, boxes): the
  * library's function addresses (a dict name -> int) and the Python objects the
  * fast paths call back. */
@@ -523,6 +691,9 @@ static PyMethodDef module_methods[] = {
     {"_names", sp_names, METH_NOARGS, "The names of the C functions _bind needs."},
     {"empty", (PyCFunction)(void (*)(void))sp_empty, METH_FASTCALL,
      "empty(size, dtype_value, device_type, device_index): a new View, or None."},
+    {"to_dlpack", sp_to_dlpack, METH_O, "to_dlpack(view): a legacy DLPack capsule of a CPU view, or None."},
+    {"from_dlpack_capsule", sp_from_dlpack_capsule, METH_O,
+     "from_dlpack_capsule(capsule): a View, None (not a DLPack capsule) or the mn_status of a refusal."},
     {"storage_getitem", (PyCFunction)(void (*)(void))sp_storage_getitem, METH_FASTCALL,
      "storage_getitem(storage, dtype_value, index): the element, or NotImplemented."},
     {"storage_setitem", (PyCFunction)(void (*)(void))sp_storage_setitem, METH_FASTCALL,
@@ -537,8 +708,14 @@ PyMODINIT_FUNC PyInit__speedups(void);
 PyMODINIT_FUNC PyInit__speedups(void) {
   str_getitem_slow = PyUnicode_InternFromString("_getitem_slow");
   str_tolist_slow = PyUnicode_InternFromString("_tolist_slow");
+  str_t_slow = PyUnicode_InternFromString("_t_slow");
+  str_transpose_slow = PyUnicode_InternFromString("_transpose_slow");
+  str_view_slow = PyUnicode_InternFromString("_view_slow");
+  str_dlpack_device_slow = PyUnicode_InternFromString("_dlpack_device_slow");
   empty_tuple = PyTuple_New(0);
-  if (str_getitem_slow == NULL || str_tolist_slow == NULL || empty_tuple == NULL) return NULL;
+  if (str_getitem_slow == NULL || str_tolist_slow == NULL || str_t_slow == NULL || str_transpose_slow == NULL ||
+      str_view_slow == NULL || str_dlpack_device_slow == NULL || empty_tuple == NULL)
+    return NULL;
   if (PyType_Ready(&ViewBaseType) < 0) return NULL;
   PyObject *m = PyModule_Create(&module_def);
   if (m == NULL) return NULL;

@@ -137,6 +137,24 @@ class _PyViewBase(_owner.Owner):
         """The values as nested Python lists (a scalar for a 0-d view)."""
         return self._tolist_slow()
 
+    def t(self) -> "View":
+        """Transposes a 2-d view; 0-d and 1-d views come back as they are."""
+        return self._t_slow()
+
+    def transpose(self, dim0: int, dim1: int) -> "View":
+        """Swaps two dims."""
+        return self._transpose_slow(dim0, dim1)
+
+    def view(self, *shape: Any) -> "View":
+        """view(*shape): the same elements in a new shape (one -1 inferred);
+        refused when the layout needs a copy (use reshape). view(dtype): the
+        bytes as another dtype (PyTorch's rules)."""
+        return self._view_slow(*shape)
+
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        """(DLPack device type, index): (1, 0) CPU, (2, i) CUDA, (12, i) SIM."""
+        return self._dlpack_device_slow()
+
 
 _ViewBase = _PyViewBase if _sp is None else _sp.ViewBase
 _new = _ViewBase.__new__  # (object.__new__ refuses a subclass of a C type)
@@ -410,10 +428,8 @@ class View(_ViewBase, _owner.Owner):
         return self
 
     # ---- view operations (never copy) ---------------------------------------------------
-    def view(self, *shape: Any) -> "View":
-        """view(*shape): the same elements in a new shape (one -1 inferred);
-        refused when the layout needs a copy (use reshape). view(dtype): the
-        bytes as another dtype (PyTorch's rules)."""
+    def _view_slow(self, *shape: Any) -> "View":
+        """view() (the compiled fast path hands everything but plain int shapes here)."""
         if len(shape) == 1 and _is_dtype_like(shape[0]):
             return self._op(lib.mn_view_view_dtype, _dtype(shape[0]).value)
         s = as_shape(shape)
@@ -432,14 +448,14 @@ class View(_ViewBase, _owner.Owner):
         """Merges dims start_dim..end_dim (a view when possible)."""
         return self._op_copy(lib.mn_view_flatten, as_dim(start_dim), as_dim(end_dim), None)
 
-    def transpose(self, dim0: int, dim1: int) -> "View":
-        """Swaps two dims."""
+    def _transpose_slow(self, dim0: int, dim1: int) -> "View":
+        """transpose() (the compiled fast path takes plain ints itself)."""
         return self._op(lib.mn_view_transpose, as_dim(dim0), as_dim(dim1))
 
-    swapaxes = swapdims = transpose
+    swapaxes = swapdims = _ViewBase.transpose
 
-    def t(self) -> "View":
-        """Transposes a 2-d view; 0-d and 1-d views come back as they are."""
+    def _t_slow(self) -> "View":
+        """t() (the compiled fast path does it itself, but for errors)."""
         return self._op(lib.mn_view_t2d)
 
     def permute(self, *dims: Any) -> "View":
@@ -838,11 +854,16 @@ class View(_ViewBase, _owner.Owner):
                        copy: Optional[bool] = None) -> Any:
         """A DLPack capsule of this view (no copy): "dltensor", or
         "dltensor_versioned" when max_version >= (1, 0). See mnemo.interop."""
+        if (_sp is not None and stream is None and max_version is None and dl_device is None and copy is None
+                and not self._keep and self._box is None):
+            cap = _sp.to_dlpack(self)  # (a CPU view; None: the general path below)
+            if cap is not None:
+                return cap
         from . import interop
         return interop.to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
 
-    def __dlpack_device__(self) -> Tuple[int, int]:
-        """(DLPack device type, index): (1, 0) CPU, (2, i) CUDA, (12, i) SIM."""
+    def _dlpack_device_slow(self) -> Tuple[int, int]:
+        """__dlpack_device__() (the compiled fast path answers CPU, CUDA and SIM itself)."""
         from . import interop
         return interop.dlpack_device(self.device)
 
