@@ -230,8 +230,18 @@ def to_scalar(value: Any) -> Scalar:
 
 def from_scalar(s: Scalar) -> bool | int | float | complex:
     """The Python value of an mn_scalar_t."""
-    return (lambda: bool(s.v.b), lambda: int(s.v.i), lambda: int(s.v.u), lambda: float(s.v.f),
-            lambda: complex(s.v.c[0], s.v.c[1]))[s.kind]()
+    k = s.kind
+    if k == MN_SCALAR_FLOAT:
+        return float(s.v.f)
+    if k == MN_SCALAR_INT:
+        return int(s.v.i)
+    if k == MN_SCALAR_BOOL:
+        return bool(s.v.b)
+    if k == MN_SCALAR_UINT:
+        return int(s.v.u)
+    if k == MN_SCALAR_COMPLEX:
+        return complex(s.v.c[0], s.v.c[1])
+    raise ValueError(f"mnemo: unknown scalar kind {k}")
 
 
 def is_scalar(value: Any) -> bool:
