@@ -572,6 +572,11 @@ static PyObject *sp_storage_setitem(PyObject *mod, PyObject *const *args, Py_ssi
   } else {
     Py_RETURN_NOTIMPLEMENTED;
   }
+  if (dt == MN_DTYPE_UINT8 && sc.kind == MN_SCALAR_INT && sc.v.i >= 0 && sc.v.i <= 255 &&
+      p_mn_storage_device(s).type == MN_DEVICE_CPU) { /* a byte of a CPU storage: nothing to convert or check */
+    ((uint8_t *)p_mn_storage_data(s))[i] = (uint8_t)sc.v.i;
+    Py_RETURN_NONE;
+  }
   const int64_t one = 1;
   mn_view_t *view = NULL;
   if (p_mn_view_create(s, dt, 1, &one, NULL, i, &view) != MN_OK) Py_RETURN_NOTIMPLEMENTED;

@@ -577,6 +577,8 @@ def _check_memo(memo: Any) -> None:
 
 
 def _wrap_byte(value: Any) -> int:
+    if type(value) is int:
+        return value & 0xFF
     if isinstance(value, bool) or type(value).__name__ == "bool_":
         return int(value)
     if not hasattr(value, "__index__"):
