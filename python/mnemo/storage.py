@@ -59,6 +59,8 @@ _LOOKUP = object()  # _wrap's box argument: find the allocator box from the hand
 _KIND_NAMES = {k: lib.mn_storage_kind_name(k).decode() for k in range(5)}
 _UINT8 = _dtype("uint8")
 _UINT8_VALUE = _UINT8.value
+_CPU_TYPE = _core.DEVICE_TYPES.index("cpu")
+_ONE = (C.c_int64 * 1)(1)  # the sizes of a one-element view (read only)
 # The compiled element reads and writes (mnemo._speedups; None: ctypes alone).
 _sp = _core.speedups
 # The element type a quantized storage's elements read and write as (torch's
@@ -656,7 +658,12 @@ def _getitem(st: UntypedStorage, dt, idx):
     i = _core.as_int(idx, "index")
     if not -n <= i < n:
         raise IndexError(f"mnemo: index {i} out of range for storage of size {n}")
-    return st._elements(_raw(dt))[i % n].item()
+    raw = _raw(dt)
+    if lib.mn_storage_device(st._handle).type == _CPU_TYPE:  # read in place (no view, no copy)
+        s = Scalar()
+        lib.mn_scalar_from_bytes(raw.value, lib.mn_storage_data(st._handle) + (i % n) * raw.itemsize, C.byref(s))
+        return _core.from_scalar(s)
+    return st._elements(raw)[i % n].item()
 
 
 def _setitem(st: UntypedStorage, dt, idx, value):
@@ -671,6 +678,13 @@ def _setitem(st: UntypedStorage, dt, idx, value):
         if not -n <= i < n:
             raise IndexError(f"mnemo: index {i} out of range for storage of size {n}")
         key = i % n
+        if _core.is_scalar(value):  # a one-element view's fill_ (what View.__setitem__ would do), no more
+            h = out_handle(lib.mn_view_create, st._handle, _raw(dt).value, 1, _ONE, None, key)
+            try:
+                lib.mn_view_fill(h, _core.to_scalar(value), None)
+            finally:
+                lib.mn_view_destroy(h)
+            return
     st._elements(_raw(dt))[key] = value
 
 
