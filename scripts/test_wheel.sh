@@ -56,6 +56,8 @@ need = ["mnemo/__init__.py", "mnemo/__main__.py", "mnemo/_paths.py", "mnemo/py.t
 bad = [n for n in need if n not in names]
 if not any(n.startswith("mnemo/_native/lib/libmnemo.so") for n in names):
     bad.append("mnemo/_native/lib/libmnemo.so*")
+if not any(n.startswith("mnemo/_speedups.") and n.endswith(".so") for n in names):
+    bad.append("mnemo/_speedups.*.so")  # the compiled fast paths (python/mnemo/_speedups.c)
 extra = [n for n in names if not (n.startswith("mnemo/") or ".dist-info/" in n)
          or n.endswith((".a", ".h", ".pc", ".cmake")) or "/test" in n or "bench" in n]
 if bad or extra:
@@ -91,7 +93,7 @@ for t in "$src"/tests/python/test_*.py "$src"/tests/python/fuzz_lifetimes.py; do
   [ "$name" = fuzz_lifetimes ] && args=(--seed 1 --steps 1500)
   t0=$SECONDS
   rc=0
-  MNEMO_EXPECT_INSTALLED=1 PATH="$venv/bin:$PATH" "$vpy" "$t" "${args[@]}" > "$work/$name.log" 2>&1 || rc=$?
+  MNEMO_EXPECT_INSTALLED=1 MNEMO_EXPECT_SPEEDUPS=1 PATH="$venv/bin:$PATH" "$vpy" "$t" "${args[@]}" > "$work/$name.log" 2>&1 || rc=$?
   case $rc in
     0) echo "   ok      $name ($((SECONDS - t0)) s)" ;;
     77) echo "   skipped $name: $(tail -n 1 "$work/$name.log")" ;;

@@ -1,7 +1,8 @@
 """mnemo: a GPU-first memory allocator and storage runtime (PyTorch's c10
 storage model as a C library), from Python.
 
-A pure-Python package over libmnemo.so (ctypes); nothing to compile. See the
+Python over libmnemo.so (ctypes), with the compiled fast paths of small calls
+in mnemo._speedups (optional: without it, ctypes alone). See the
 README's "Python" section and each submodule's docstring.
 
 Threading: every object may be used from any thread as its C counterpart

@@ -13,6 +13,7 @@ import ctypes as C
 import itertools
 import numbers
 import operator
+import os
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -21,6 +22,22 @@ from ._lib import (DEVICE_TYPE_NAMES, MN_MAX_DIMS, MN_SCALAR_BOOL, MN_SCALAR_COM
                    MN_SCALAR_UINT, MN_VIEW_END, MN_VIEW_OFFSET_KEEP, Device as CDevice, I64P, Scalar, VP, declare, lib)
 
 VPP = C.POINTER(VP)
+
+
+def _load_speedups():
+    """mnemo._speedups (the compiled fast paths, mnemo/_speedups.c), or None:
+    not built, or MNEMO_PURE_PYTHON=1 (ctypes alone; the tests run both)."""
+    if os.environ.get("MNEMO_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from . import _speedups
+    except ImportError:
+        return None
+    return _speedups
+
+
+# The compiled fast paths or None; mnemo.view binds them (_speedups._bind) once View exists.
+speedups = _load_speedups()
 T = TypeVar("T")
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 UINT64_MAX = (1 << 64) - 1
@@ -213,8 +230,18 @@ def to_scalar(value: Any) -> Scalar:
 
 def from_scalar(s: Scalar) -> bool | int | float | complex:
     """The Python value of an mn_scalar_t."""
-    return (lambda: bool(s.v.b), lambda: int(s.v.i), lambda: int(s.v.u), lambda: float(s.v.f),
-            lambda: complex(s.v.c[0], s.v.c[1]))[s.kind]()
+    k = s.kind
+    if k == MN_SCALAR_FLOAT:
+        return float(s.v.f)
+    if k == MN_SCALAR_INT:
+        return int(s.v.i)
+    if k == MN_SCALAR_BOOL:
+        return bool(s.v.b)
+    if k == MN_SCALAR_UINT:
+        return int(s.v.u)
+    if k == MN_SCALAR_COMPLEX:
+        return complex(s.v.c[0], s.v.c[1])
+    raise ValueError(f"mnemo: unknown scalar kind {k}")
 
 
 def is_scalar(value: Any) -> bool:

@@ -124,10 +124,17 @@ def device(spec: DeviceLike = "cpu", index: int | None = None) -> Device:
     if isinstance(spec, tuple) and len(spec) == 2:
         return Device(spec[0], spec[1])
     text = spec if isinstance(spec, str) else str(spec)
-    out = _CDevice()
-    lib.mn_device_parse(text.encode(), C.byref(out))
-    d = Device._from_c(out)
+    d = _PARSED.get(text)
+    if d is None:
+        out = _CDevice()
+        lib.mn_device_parse(text.encode(), C.byref(out))
+        d = Device._from_c(out)
+        if len(_PARSED) < 64:  # (the few names a program uses; Devices are immutable)
+            _PARSED[text] = d
     return d if index is None else Device(d.type, index)
+
+
+_PARSED = {}  # device name -> its Device, for the names parsed so far
 
 
 def device_count(type: str = "cuda") -> int:

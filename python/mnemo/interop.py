@@ -30,6 +30,7 @@ from typing import Any
 
 from . import _core, _owner
 from ._core import VP, VPP, out_handle
+from ._lib import check
 from ._lib import (DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY, MN_DLPACK_MAJOR, MN_DLPACK_MINOR, declare,
                    kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged, kDLExtDev, lib)
 from .device import Device, DeviceLike, device as _device
@@ -38,6 +39,8 @@ from .storage import Storage
 from .view import View, _copy_data, empty
 
 __all__ = ["from_dlpack", "asarray", "to_dlpack"]
+
+_sp = _core.speedups  # the compiled capsule import (mnemo._speedups), or None
 
 K_DLCPU, K_DLCUDA, K_DLCUDAHOST, K_DLEXTDEV, K_DLCUDAMANAGED = kDLCPU, kDLCUDA, kDLCUDAHost, kDLExtDev, kDLCUDAManaged
 FLAG_READ_ONLY, FLAG_IS_COPIED = DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_FLAG_BITMASK_IS_COPIED
@@ -238,6 +241,12 @@ def _is_capsule(obj):
 
 
 def _consume(cap):
+    if _sp is not None:
+        out = _sp.from_dlpack_capsule(cap)
+        if type(out) is int:
+            check(out)  # mnemo refused the tensor: MnemoError (the capsule keeps it)
+        if out is not None:
+            return out
     if _capsule_is_valid(cap, _name(b"dltensor_versioned")):
         name, used, fn = b"dltensor_versioned", b"used_dltensor_versioned", lib.mn_view_from_dlpack_versioned
     elif _capsule_is_valid(cap, _name(b"dltensor")):
@@ -251,12 +260,22 @@ def _consume(cap):
     return View._wrap(h)
 
 
+# Producer types whose __dlpack__ refused max_version once (DLPack < 1.0):
+# asked without it from then on, so each export is one call. type -> whether
+# it has __dlpack_device__ (from_dlpack's first lines ask it for the CPU case).
+_NO_MAX_VERSION = {}
+
+
 def from_dlpack(obj: Any) -> View:
     """A View of ``obj``'s memory without a copy: obj has __dlpack__ (numpy
     arrays, torch tensors, Views, ...) or is a DLPack capsule (consumed:
     renamed "used_dltensor"). The producer's memory stays alive until the
     last mnemo view of it goes. MnemoError when mnemo refuses the tensor
     (negative strides, read-only, unknown dtype or device)."""
+    if _sp is not None and _NO_MAX_VERSION.get(type(obj)) and obj.__dlpack_device__() == (K_DLCPU, 0):
+        cap = obj.__dlpack__()  # the common case in one call each: a CPU array of a known pre-1.0 producer
+        out = _sp.from_dlpack_capsule(cap)
+        return out if type(out) is View else _consume(cap)  # (_consume raises the refusal)
     if isinstance(obj, View):
         return obj[()]
     if _is_capsule(obj):
@@ -265,19 +284,29 @@ def from_dlpack(obj: Any) -> View:
         raise TypeError(f"mnemo: from_dlpack needs an object with __dlpack__ or a DLPack capsule, "
                         f"got {type(obj).__name__}")
     kwargs = {}
-    dev = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else None
+    dev_fn = getattr(obj, "__dlpack_device__", None)
+    dev = dev_fn() if dev_fn is not None else None
     if dev is not None:
+        if type(dev) is tuple and len(dev) == 2 and type(dev[0]) is int and type(dev[1]) is int:
+            dev_type = dev[0]
+        else:
+            try:
+                dev_type, _ = (operator.index(x) for x in dev)
+            except (TypeError, ValueError):
+                raise TypeError(f"mnemo: from_dlpack: {type(obj).__name__}.__dlpack_device__() returned {dev!r}, "
+                                "not (device_type, device_id) ints") from None
+        if dev_type == K_DLCUDA or dev_type == K_DLCUDAMANAGED:
+            kwargs["stream"] = 1  # mnemo works on the legacy default stream
+    kind = type(obj)
+    if kind in _NO_MAX_VERSION:
+        cap = obj.__dlpack__(**kwargs) if kwargs else obj.__dlpack__()
+    else:
         try:
-            dev_type, _ = (operator.index(x) for x in dev)
-        except (TypeError, ValueError):
-            raise TypeError(f"mnemo: from_dlpack: {type(obj).__name__}.__dlpack_device__() returned {dev!r}, not "
-                            "(device_type, device_id) ints") from None
-    if dev is not None and dev_type in (K_DLCUDA, K_DLCUDAMANAGED):
-        kwargs["stream"] = 1  # mnemo works on the legacy default stream
-    try:
-        cap = obj.__dlpack__(max_version=(MN_DLPACK_MAJOR, MN_DLPACK_MINOR), **kwargs)
-    except TypeError:  # producers of DLPack < 1.0 (numpy 1.x, torch < 2.4) know no max_version
-        cap = obj.__dlpack__(**kwargs)
+            cap = obj.__dlpack__(max_version=(MN_DLPACK_MAJOR, MN_DLPACK_MINOR), **kwargs)
+        except TypeError:  # producers of DLPack < 1.0 (numpy 1.x, torch < 2.4) know no max_version
+            cap = obj.__dlpack__(**kwargs)
+            # (after a success: a TypeError of another cause is not remembered)
+            _NO_MAX_VERSION[kind] = dev_fn is not None
     try:
         return _consume(cap)
     except BaseException:

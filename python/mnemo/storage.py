@@ -58,6 +58,11 @@ _LOOKUP = object()  # _wrap's box argument: find the allocator box from the hand
 
 _KIND_NAMES = {k: lib.mn_storage_kind_name(k).decode() for k in range(5)}
 _UINT8 = _dtype("uint8")
+_UINT8_VALUE = _UINT8.value
+_CPU_TYPE = _core.DEVICE_TYPES.index("cpu")
+_ONE = (C.c_int64 * 1)(1)  # the sizes of a one-element view (read only)
+# The compiled element reads and writes (mnemo._speedups; None: ctypes alone).
+_sp = _core.speedups
 # The element type a quantized storage's elements read and write as (torch's
 # QUInt8Storage.tolist() gives the raw integers).
 _QUANT_RAW = {"qint8": "int8", "quint8": "uint8", "qint32": "int32", "quint4x2": "uint8", "quint2x4": "uint8"}
@@ -363,12 +368,19 @@ class UntypedStorage(_StorageBase, _owner.Owner):
     def __getitem__(self, idx: Union[int, slice]) -> Union[int, "UntypedStorage"]:
         """s[i]: the byte value (an int, negative i from the end); s[a:b]: a
         new storage holding a copy of those bytes (step 1)."""
+        if _sp is not None and type(idx) is int:
+            v = _sp.storage_getitem(self._handle, _UINT8_VALUE, idx)
+            if v is not NotImplemented:
+                return v
         return _getitem(self, _UINT8, idx)
 
     def __setitem__(self, idx: Union[int, slice], value: Any) -> None:
         """s[i] = v / s[a:b] = v: writes byte(s); an int value wraps around
         modulo 256 as PyTorch's."""
-        _setitem(self, _UINT8, idx, _wrap_byte(value))
+        value = _wrap_byte(value)
+        if _sp is not None and type(idx) is int and _sp.storage_setitem(self._handle, _UINT8_VALUE, idx, value) is None:
+            return
+        _setitem(self, _UINT8, idx, value)
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.tolist())
@@ -567,6 +579,8 @@ def _check_memo(memo: Any) -> None:
 
 
 def _wrap_byte(value: Any) -> int:
+    if type(value) is int:
+        return value & 0xFF
     if isinstance(value, bool) or type(value).__name__ == "bool_":
         return int(value)
     if not hasattr(value, "__index__"):
@@ -644,7 +658,12 @@ def _getitem(st: UntypedStorage, dt, idx):
     i = _core.as_int(idx, "index")
     if not -n <= i < n:
         raise IndexError(f"mnemo: index {i} out of range for storage of size {n}")
-    return st._elements(_raw(dt))[i % n].item()
+    raw = _raw(dt)
+    if lib.mn_storage_device(st._handle).type == _CPU_TYPE:  # read in place (no view, no copy)
+        s = Scalar()
+        lib.mn_scalar_from_bytes(raw.value, lib.mn_storage_data(st._handle) + (i % n) * raw.itemsize, C.byref(s))
+        return _core.from_scalar(s)
+    return st._elements(raw)[i % n].item()
 
 
 def _setitem(st: UntypedStorage, dt, idx, value):
@@ -659,6 +678,13 @@ def _setitem(st: UntypedStorage, dt, idx, value):
         if not -n <= i < n:
             raise IndexError(f"mnemo: index {i} out of range for storage of size {n}")
         key = i % n
+        if _core.is_scalar(value):  # a one-element view's fill_ (what View.__setitem__ would do), no more
+            h = out_handle(lib.mn_view_create, st._handle, _raw(dt).value, 1, _ONE, None, key)
+            try:
+                lib.mn_view_fill(h, _core.to_scalar(value), None)
+            finally:
+                lib.mn_view_destroy(h)
+            return
     st._elements(_raw(dt))[key] = value
 
 
@@ -798,12 +824,19 @@ class TypedStorage(_StorageBase):
     def __getitem__(self, idx: int) -> Any:
         """s[i]: the element as a Python value (negative i from the end).
         Slices are refused (RuntimeError) as in PyTorch."""
+        if _sp is not None and type(idx) is int:
+            v = _sp.storage_getitem(self._untyped_storage._handle, _raw(self.dtype).value, idx)
+            if v is not NotImplemented:
+                return v
         if isinstance(idx, slice):
             raise RuntimeError("mnemo: slices are only supported in UntypedStorage.__getitem__")
         return _getitem(self._untyped_storage, self.dtype, idx)
 
     def __setitem__(self, idx: Union[int, slice], value: Any) -> None:
         """s[i] = v / s[a:b] = v: writes elements, range-checked as fill_."""
+        if _sp is not None and type(idx) is int and _sp.storage_setitem(
+                self._untyped_storage._handle, _raw(self.dtype).value, idx, value) is None:
+            return
         _setitem(self._untyped_storage, self.dtype, idx, value)
 
     def __iter__(self) -> Iterator[Any]:

@@ -102,14 +102,72 @@ def _ctype_sizes(shape):
     return i64_array(shape) if shape else None
 
 
-class View(_owner.Owner):
+_sp = _core.speedups
+
+
+class _PyViewBase(_owner.Owner):
+    """View's base without mnemo._speedups: the same members as the compiled
+    _speedups.ViewBase (the handle and what it keeps, freeing it once, shape,
+    ndim, indexing and tolist through View's general paths), in Python over
+    ctypes."""
+
+    __slots__ = ("_handle", "_keep", "_box", "__weakref__")
+
+    def __del__(self, _destroy=lib.mn_view_destroy, _unpin=_owner.unpin):
+        h = self._take()
+        if h:
+            _destroy(h)
+            _unpin(self._box)
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        """The sizes, a tuple of ints."""
+        n = lib.mn_view_ndim(self._handle)
+        return tuple(lib.mn_view_sizes(self._handle)[:n]) if n else ()
+
+    @property
+    def ndim(self) -> int:
+        """The number of dims."""
+        return int(lib.mn_view_ndim(self._handle))
+
+    def __getitem__(self, key: Any) -> "View":
+        return self._getitem_slow(key)
+
+    def tolist(self) -> Any:
+        """The values as nested Python lists (a scalar for a 0-d view)."""
+        return self._tolist_slow()
+
+    def t(self) -> "View":
+        """Transposes a 2-d view; 0-d and 1-d views come back as they are."""
+        return self._t_slow()
+
+    def transpose(self, dim0: int, dim1: int) -> "View":
+        """Swaps two dims."""
+        return self._transpose_slow(dim0, dim1)
+
+    def view(self, *shape: Any) -> "View":
+        """view(*shape): the same elements in a new shape (one -1 inferred);
+        refused when the layout needs a copy (use reshape). view(dtype): the
+        bytes as another dtype (PyTorch's rules)."""
+        return self._view_slow(*shape)
+
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        """(DLPack device type, index): (1, 0) CPU, (2, i) CUDA, (12, i) SIM."""
+        return self._dlpack_device_slow()
+
+
+_ViewBase = _PyViewBase if _sp is None else _sp.ViewBase
+_new = _ViewBase.__new__  # (object.__new__ refuses a subclass of a C type)
+
+
+class View(_ViewBase, _owner.Owner):
     """A strided view over a storage: ``View(storage, dtype, shape,
     strides=None, offset=0)`` (strides and offset in elements; None:
     contiguous) is mn_view_create; every element must lie inside the storage.
     Most views come from the factories (mnemo.empty, zeros, tensor, ...) and
     from other views' operations."""
 
-    __slots__ = ("_handle", "_keep", "_box", "__weakref__")
+    __slots__ = ()
 
     def __init__(self, storage: Storage, dtype: DTypeLike, shape: ShapeLike, strides: Optional[ShapeLike] = None,
                      offset: int = 0) -> None:
@@ -134,7 +192,7 @@ class View(_owner.Owner):
     def _wrap(cls, handle, keep=(), box=_LOOKUP):
         """A View owning C view `handle`; box: the allocator box its storage
         counts on (default: looked up from the handle)."""
-        v = object.__new__(cls)
+        v = _new(cls)
         v._handle = None
         v._keep = keep
         v._box = _owner.pin_view(handle) if box is _LOOKUP else _owner.pin(box)
@@ -151,12 +209,6 @@ class View(_owner.Owner):
         when its storage comes from the same allocator."""
         h = out_handle(fn, self._handle, *args)
         return View._wrap(h, _core.keep_for(lib.mn_view_storage(h), lib.mn_view_storage(self._handle), self._keep))
-
-    def __del__(self, _destroy=lib.mn_view_destroy, _unpin=_owner.unpin):
-        h = self._take()
-        if h:
-            _destroy(h)
-            _unpin(self._box)
 
     # ---- copies and pickles (docs/PYTHON.md "Object lifetimes") ---------------------
     def _alias(self):
@@ -203,12 +255,6 @@ class View(_owner.Owner):
         return s
 
     # ---- metadata -------------------------------------------------------------------
-    @property
-    def shape(self) -> Tuple[int, ...]:
-        """The sizes, a tuple of ints."""
-        n = lib.mn_view_ndim(self._handle)
-        return tuple(lib.mn_view_sizes(self._handle)[:n]) if n else ()
-
     def size(self, dim: Optional[int] = None) -> Union[Tuple[int, ...], int]:
         """The shape, or the size of one dim (negative allowed)."""
         shape = self.shape
@@ -246,11 +292,6 @@ class View(_owner.Owner):
     def is_cuda(self) -> bool:
         """Whether the view lives on a CUDA device."""
         return self.device.type == "cuda"
-
-    @property
-    def ndim(self) -> int:
-        """The number of dims."""
-        return int(lib.mn_view_ndim(self._handle))
 
     def dim(self) -> int:
         """The number of dims."""
@@ -387,10 +428,8 @@ class View(_owner.Owner):
         return self
 
     # ---- view operations (never copy) ---------------------------------------------------
-    def view(self, *shape: Any) -> "View":
-        """view(*shape): the same elements in a new shape (one -1 inferred);
-        refused when the layout needs a copy (use reshape). view(dtype): the
-        bytes as another dtype (PyTorch's rules)."""
+    def _view_slow(self, *shape: Any) -> "View":
+        """view() (the compiled fast path hands everything but plain int shapes here)."""
         if len(shape) == 1 and _is_dtype_like(shape[0]):
             return self._op(lib.mn_view_view_dtype, _dtype(shape[0]).value)
         s = as_shape(shape)
@@ -409,14 +448,14 @@ class View(_owner.Owner):
         """Merges dims start_dim..end_dim (a view when possible)."""
         return self._op_copy(lib.mn_view_flatten, as_dim(start_dim), as_dim(end_dim), None)
 
-    def transpose(self, dim0: int, dim1: int) -> "View":
-        """Swaps two dims."""
+    def _transpose_slow(self, dim0: int, dim1: int) -> "View":
+        """transpose() (the compiled fast path takes plain ints itself)."""
         return self._op(lib.mn_view_transpose, as_dim(dim0), as_dim(dim1))
 
-    swapaxes = swapdims = transpose
+    swapaxes = swapdims = _ViewBase.transpose
 
-    def t(self) -> "View":
-        """Transposes a 2-d view; 0-d and 1-d views come back as they are."""
+    def _t_slow(self) -> "View":
+        """t() (the compiled fast path does it itself, but for errors)."""
         return self._op(lib.mn_view_t2d)
 
     def permute(self, *dims: Any) -> "View":
@@ -669,11 +708,13 @@ class View(_owner.Owner):
             v = self._alias()
         return v
 
-    def __getitem__(self, key: Any) -> "View":
-        """PyTorch's indexing: ints (negative ok), slices with step > 0, None,
-        Ellipsis and tuples of them give a view (no copy); integer lists,
-        index views and bool masks (mnemo, numpy or torch), alone or mixed
-        with those, give a copy (advanced indexing, mnemo.indexing)."""
+    def _getitem_slow(self, key: Any) -> "View":
+        """PyTorch's indexing (View.__getitem__, whose compiled fast path
+        hands every case but plain ints and slices here): ints (negative ok),
+        slices with step > 0, None, Ellipsis and tuples of them give a view
+        (no copy); integer lists, index views and bool masks (mnemo, numpy or
+        torch), alone or mixed with those, give a copy (advanced indexing,
+        mnemo.indexing)."""
         from . import indexing
         if indexing.is_basic(key):
             return self._index(key)
@@ -751,8 +792,8 @@ class View(_owner.Owner):
         import numpy as np
         return np.asarray(v)
 
-    def tolist(self) -> Any:
-        """The values as nested Python lists (a scalar for a 0-d view)."""
+    def _tolist_slow(self) -> Any:
+        """tolist() through numpy (the compiled fast path reads CPU views itself)."""
         return self._host_numpy().tolist()
 
     def item(self) -> Union[bool, int, float, complex]:
@@ -813,11 +854,16 @@ class View(_owner.Owner):
                        copy: Optional[bool] = None) -> Any:
         """A DLPack capsule of this view (no copy): "dltensor", or
         "dltensor_versioned" when max_version >= (1, 0). See mnemo.interop."""
+        if (_sp is not None and stream is None and max_version is None and dl_device is None and copy is None
+                and not self._keep and self._box is None):
+            cap = _sp.to_dlpack(self)  # (a CPU view; None: the general path below)
+            if cap is not None:
+                return cap
         from . import interop
         return interop.to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
 
-    def __dlpack_device__(self) -> Tuple[int, int]:
-        """(DLPack device type, index): (1, 0) CPU, (2, i) CUDA, (12, i) SIM."""
+    def _dlpack_device_slow(self) -> Tuple[int, int]:
+        """__dlpack_device__() (the compiled fast path answers CPU, CUDA and SIM itself)."""
         from . import interop
         return interop.dlpack_device(self.device)
 
@@ -926,6 +972,10 @@ class View(_owner.Owner):
         return random._fill(self, True, mean, std, generator, stream)
 
 
+if _sp is not None:
+    _sp._bind({n: C.cast(lib[n], VP).value for n in _sp._names()}, View, _owner.pin, _owner.unpin,
+              _owner.pin_view, _owner._boxes)
+
 # C storage address -> the Storage object pickles of its views use (View._storage_for_pickle)
 _PICKLED_STORAGES = weakref.WeakValueDictionary()
 
@@ -983,6 +1033,17 @@ def empty_strided(size: ShapeLike, stride: ShapeLike, dtype: Optional[DTypeLike]
 def empty(*size: Any, dtype: Optional[DTypeLike] = None, device: DeviceLike = "cpu", allocator: Any = None) -> View:
     """A contiguous view over a new storage (contents undefined):
     empty(2, 3) or empty((2, 3))."""
+    if _sp is not None and allocator is None:  # the compiled path: plain int sizes, a mnemo dtype, cpu or a Device
+        dt = _FLOAT32 if dtype is None else dtype
+        if type(dt) is _dtype:
+            if type(device) is str and device == "cpu":
+                v = _sp.empty(size, dt.value, 0, 0)
+            elif type(device) is Device:
+                v = _sp.empty(size, dt.value, _core.DEVICE_TYPES.index(device.type), device.index)
+            else:
+                v = None
+            if v is not None:
+                return v
     s = as_shape(size)
     dt = _FLOAT32 if dtype is None else _dtype(dtype)
     dev = _device(device)
