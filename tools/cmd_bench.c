@@ -167,8 +167,7 @@ typedef struct result_s {
 
 #define RND_DTYPES MN_DTYPE_COUNT
 typedef struct rnd_s {
-  unsigned char *bytes;
-  size_t len;
+  unsigned char *bytes; /* RND_TILE random bytes, or NULL */
 } rnd_t;
 
 typedef struct bench_s {
@@ -428,34 +427,30 @@ static mn_status fill_random_gen(const bench_t *b, mn_view_t *v) {
   return st;
 }
 
-/* fill_random for contiguous CPU sources: the bytes of one random buffer
- * per dtype, generated once at the sweep's largest size (generating took
- * most of a default run), copied into each source. */
+/* fill_random for contiguous CPU sources: one RND_TILE-byte block of random
+ * values per dtype, generated once, repeated over the source (generating
+ * every source whole took most of a default run; the values' order does not
+ * matter to a copy, a cast or a permute, their being random does). */
+#define RND_TILE ((size_t)1 << 20)
 static mn_status fill_random(bench_t *b, mn_view_t *v) {
   mn_dtype dt = mn_view_dtype(v);
-  size_t isz = mn_dtype_itemsize(dt), need = (size_t)mn_view_numel(v) * isz;
-  if (!is_cpu(mn_view_device(v)) || !mn_view_is_contiguous(v) || (int)dt < 0 || (int)dt >= RND_DTYPES)
+  size_t need = (size_t)mn_view_numel(v) * mn_dtype_itemsize(dt);
+  if (!is_cpu(mn_view_device(v)) || !mn_view_is_contiguous(v) || (int)dt < 0 || (int)dt >= RND_DTYPES ||
+      RND_TILE % mn_dtype_itemsize(dt) != 0)
     return fill_random_gen(b, v);
   rnd_t *r = &b->rnd[dt];
-  if (r->len < need) {
-    size_t cap = b->sizes[b->nsizes - 1] / isz * isz;
-    if (cap < need) cap = need;
-    int64_t e = (int64_t)(cap / isz);
+  if (!r->bytes) {
+    int64_t e = (int64_t)(RND_TILE / mn_dtype_itemsize(dt));
     mn_view_t *t = NULL;
     mn_status st = mn_view_empty(mn_view_device(v), dt, 1, &e, &t);
     if (st == MN_OK) st = fill_random_gen(b, t);
-    unsigned char *p = st == MN_OK ? mn__malloc(cap) : NULL;
-    if (p) {
-      memcpy(p, mn_view_data(t), cap);
-      free(r->bytes);
-      r->bytes = p;
-      r->len = cap;
-    }
+    if (st == MN_OK && (r->bytes = mn__malloc(RND_TILE)) != NULL) memcpy(r->bytes, mn_view_data(t), RND_TILE);
     mn_view_destroy(t);
     if (st != MN_OK) return st;
-    if (!p) return fill_random_gen(b, v);
+    if (!r->bytes) return fill_random_gen(b, v);
   }
-  memcpy(mn_view_data(v), r->bytes, need);
+  unsigned char *d = mn_view_data(v);
+  for (size_t o = 0; o < need; o += RND_TILE) memcpy(d + o, r->bytes, need - o < RND_TILE ? need - o : RND_TILE);
   return MN_OK;
 }
 
