@@ -4,14 +4,10 @@
  * and the source a load reads from (a buffer, a file read with pread, or a
  * counted MAP_PRIVATE mapping of the file that CPU storages keep as their
  * bytes). A file sink has the disk start writing as it goes
- * (sync_file_range), and the CRC32 of a large CPU range runs on a thread of
- * the call's own beside its write or read. Sinks and sources belong to one
- * call (the CRC thread only reads the call's bytes and sets no message); a
- * mapping's count is atomic, so its storages may be released on any
- * threads. */
+ * (sync_file_range). Sinks and sources belong to one call; a mapping's count
+ * is atomic, so its storages may be released on any threads. */
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,87 +25,11 @@
 #include "storage/serialize_util.h"
 
 #define SMALL_BYTES ((size_t)64 << 10)     /* a file sink gathers pieces up to this size */
-#define CHUNK_BYTES ((size_t)1 << 20)      /* read, then checksummed while in cache (no CRC thread) */
-#define THREAD_BYTES ((size_t)16 << 20)    /* a CPU range from this size has its CRC on a thread */
+#define CHUNK_BYTES ((size_t)1 << 20)      /* checksummed, then written or read, while in cache */
 #define STAGE_BYTES ((size_t)4 << 20)      /* device bytes staged on the host at a time */
 #define WRITEBACK_BYTES ((size_t)8 << 20) /* a file sink starts the disk writing every this many bytes */
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
-
-/* ---- the checksum beside the I/O ---------------------------------------------------
- * The CRC32 of a large CPU range runs on a thread of its own, started for the
- * call, while the caller writes the range (a save: both only read it) or
- * reads it in (a load: the thread follows the bytes read so far). A thread
- * per call, not a pool: it exists in this process even after a fork, and
- * costs tens of microseconds against the milliseconds of such a range. One
- * CPU, a small range, or no thread to be had: the caller does both in turn. */
-typedef struct crc_thread_s {
-  pthread_t th;
-  pthread_mutex_t mu;
-  pthread_cond_t more;
-  const unsigned char *p;
-  size_t ready; /* bytes of p that may be read (under mu) */
-  size_t n;     /* of the range */
-  bool stop;    /* (under mu) the caller gave up: end now */
-  uint32_t crc;
-} crc_thread_t;
-
-static void *crc_thread_main(void *arg) {
-  crc_thread_t *c = arg;
-  size_t done = 0;
-  for (;;) {
-    pthread_mutex_lock(&c->mu);
-    while (c->ready == done && !c->stop) pthread_cond_wait(&c->more, &c->mu);
-    size_t ready = c->ready;
-    bool stop = c->stop;
-    pthread_mutex_unlock(&c->mu);
-    if (stop) return NULL;
-    c->crc = mn__crc32(c->crc, c->p + done, ready - done);
-    done = ready;
-    if (done == c->n) return NULL;
-  }
-}
-
-/* Starts the thread over p[0, n), continuing crc, with `ready` bytes
- * readable now. False: no thread (the caller computes the CRC itself). */
-static bool crc_thread_start(crc_thread_t *c, const unsigned char *p, size_t n, size_t ready, uint32_t crc) {
-  if (n < THREAD_BYTES || sysconf(_SC_NPROCESSORS_ONLN) < 2) return false;
-  *c = (crc_thread_t){.p = p, .ready = ready, .n = n, .crc = crc};
-  if (pthread_mutex_init(&c->mu, NULL) != 0) return false;
-  if (pthread_cond_init(&c->more, NULL) != 0) {
-    pthread_mutex_destroy(&c->mu);
-    return false;
-  }
-  if (pthread_create(&c->th, NULL, crc_thread_main, c) != 0) {
-    pthread_cond_destroy(&c->more);
-    pthread_mutex_destroy(&c->mu);
-    return false;
-  }
-  return true;
-}
-
-/* More bytes readable: p[0, ready). */
-static void crc_thread_ready(crc_thread_t *c, size_t ready) {
-  pthread_mutex_lock(&c->mu);
-  c->ready = ready;
-  pthread_cond_signal(&c->more);
-  pthread_mutex_unlock(&c->mu);
-}
-
-/* Waits for the thread (stop: asks it to end first, its CRC unfinished);
- * returns the CRC. */
-static uint32_t crc_thread_join(crc_thread_t *c, bool stop) {
-  if (stop) {
-    pthread_mutex_lock(&c->mu);
-    c->stop = true;
-    pthread_cond_signal(&c->more);
-    pthread_mutex_unlock(&c->mu);
-  }
-  pthread_join(c->th, NULL);
-  pthread_cond_destroy(&c->more);
-  pthread_mutex_destroy(&c->mu);
-  return c->crc;
-}
 
 /* ---- sink ------------------------------------------------------------------------ */
 
@@ -230,17 +150,12 @@ mn_status mn__sink_put_storage(mn__sink_t *s, const mn_storage_t *st, size_t off
   const unsigned char *src = (const unsigned char *)mn_storage_data(st) + off;
   if (n == 0) return MN_OK;
   if (dev.type == MN_DEVICE_CPU) {
-    /* written while the CRC thread checksums it; else each chunk
-     * checksummed, then written while it is still in cache */
-    crc_thread_t c;
-    bool threaded = crc && crc_thread_start(&c, src, n, n, *crc);
-    size_t chunk = threaded ? WRITEBACK_BYTES : CHUNK_BYTES;
-    for (size_t o = 0; o < n && s->err == 0; o += chunk) {
-      size_t k = min_size(chunk, n - o);
-      if (crc && !threaded) *crc = mn__crc32(*crc, src + o, k);
+    /* each chunk checksummed, then written while it is still in cache */
+    for (size_t o = 0; o < n && s->err == 0; o += CHUNK_BYTES) {
+      size_t k = min_size(CHUNK_BYTES, n - o);
+      if (crc) *crc = mn__crc32(*crc, src + o, k);
       mn__sink_put(s, src + o, k);
     }
-    if (threaded) *crc = crc_thread_join(&c, false);
     return MN_OK;
   }
   if (s->fd < 0) { /* memory: straight into place */
@@ -420,20 +335,12 @@ mn_status mn__src_zeros(mn__src_t *src, uint64_t at, size_t n, bool *zero) {
 static mn_status src_read_into(mn__src_t *src, mn_device_t dev, uint64_t at, size_t n, unsigned char *dst,
                                uint32_t *crc) {
   if (dev.type == MN_DEVICE_CPU) {
-    crc_thread_t c;
-    bool threaded = crc && crc_thread_start(&c, dst, n, 0, *crc);
-    size_t chunk = threaded ? STAGE_BYTES : CHUNK_BYTES;
-    for (size_t o = 0; o < n; o += chunk) {
-      size_t k = min_size(chunk, n - o);
+    for (size_t o = 0; o < n; o += CHUNK_BYTES) {
+      size_t k = min_size(CHUNK_BYTES, n - o);
       mn_status st = src_pread(src, at + o, k, dst + o);
-      if (st != MN_OK) {
-        if (threaded) crc_thread_join(&c, true);
-        return st;
-      }
-      if (threaded) crc_thread_ready(&c, o + k); /* the thread follows the bytes read */
-      else if (crc) *crc = mn__crc32(*crc, dst + o, k); /* still in cache */
+      if (st != MN_OK) return st;
+      if (crc) *crc = mn__crc32(*crc, dst + o, k); /* still in cache */
     }
-    if (threaded) *crc = crc_thread_join(&c, false);
     return MN_OK;
   }
   size_t cap = min_size(STAGE_BYTES, n);

@@ -1190,12 +1190,12 @@ static int write_for_python(const char *path) {
   return st == MN_OK ? 0 : 1;
 }
 
-/* Storages large enough for the checksum thread (16 MiB and up, beside the
- * write and beside a copying load's reads): the file equals the buffer
- * save byte for byte, loads give the bytes back, and a byte flipped at the
- * end, in the middle or at the start of the large blob is caught by every
- * verified load (copying ones read it in chunks the thread follows). */
-MN_TEST(large_blobs_checksummed_beside_io) {
+/* A 40 MiB storage (many 1 MiB chunks, many 8 MiB write-out starts, a
+ * last chunk of 12 bytes): the file equals the buffer save byte for byte,
+ * loads give the bytes back, and a byte flipped at the end, in the middle or
+ * at the start of the blob is caught by every verified load (the copying
+ * one checksums it chunk by chunk). */
+MN_TEST(large_blobs_round_trip_and_checksums) {
   char path[300];
   tmp_path(path, sizeof path, "large.mnemo");
   const size_t big = ((size_t)40 << 20) + 12; /* not a multiple of any chunk */
@@ -1268,7 +1268,7 @@ int main(int argc, char **argv) {
   MN_RUN(load_flags_and_file_errors);
   MN_RUN(safetensors_mapped_where_aligned);
   MN_RUN(streamed_saves_match_buffers);
-  MN_RUN(large_blobs_checksummed_beside_io);
+  MN_RUN(large_blobs_round_trip_and_checksums);
   MN_RUN(failed_writes_leave_nothing);
   MN_RUN(saves_keep_mode_umask_and_links);
   MN_RUN(nothing_left_behind);
