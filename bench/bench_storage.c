@@ -10,7 +10,12 @@
  * without checksums) and copied; CRC32 (the dispatched implementation and
  * each one) against a plain read of the same memory. Fastest of 7 runs
  * after a warm-up (page cache warm), each right after a run of its anchor;
- * GB/s = 1e9 bytes/s of the data. */
+ * GB/s = 1e9 bytes/s of the data. Saves are timed against write() + fsync()
+ * (mn_save and mn_safetensors_save fsync the file before renaming it into
+ * place: a save is on disk when it returns); write() alone, which leaves the
+ * bytes in the page cache, has its own row. Loads read files the warm-up
+ * left in the page cache, as their anchors do. BENCH_FILES_ROWS=A,B runs
+ * only the rows whose name contains A or B. */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -228,6 +233,21 @@ static int op_raw_write(files_t *f) {
   return close(fd) == 0 && done == f->total ? 0 : -1;
 }
 
+/* A save's anchor: the same bytes on disk when it returns, as mn_save's
+ * atomic write (fsync before the rename) guarantees. */
+static int op_raw_write_fsync(files_t *f) {
+  int fd = open(f->raw, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return -1;
+  size_t done = 0;
+  while (done < f->total) {
+    ssize_t w = write(fd, f->bytes + done, f->total - done);
+    if (w <= 0) break;
+    done += (size_t)w;
+  }
+  int synced = fsync(fd);
+  return close(fd) == 0 && synced == 0 && done == f->total ? 0 : -1;
+}
+
 /* Like a copy load: read() into new memory from the CPU allocator, freed. */
 static int op_raw_read(files_t *f) {
   mn_storage_t *s = NULL;
@@ -334,7 +354,7 @@ static double run_once(files_t *f, files_op op, const char *out) {
 static void run_row(files_t *f, const row_t *r) {
   double best = 1e30, best_anchor = 1e30;
   for (int k = -1; k < FILE_REPS; k++) {
-    double a = r->anchor ? run_once(f, r->anchor, r->anchor == op_raw_write ? f->raw : NULL) : 0;
+    double a = r->anchor ? run_once(f, r->anchor, r->anchor == op_raw_write || r->anchor == op_raw_write_fsync ? f->raw : NULL) : 0;
     double t = run_once(f, r->op, r->out);
     if (t < 0 || a < 0) {
       printf("%-46s failed\n", r->name);
@@ -347,6 +367,17 @@ static void run_row(files_t *f, const row_t *r) {
   printf("%-46s %9.2f ms %9.2f GB/s", r->name, best * 1e3, (double)f->total / best / 1e9);
   if (r->anchor) printf("   %6.2fx %s (%.2f ms)", best / best_anchor, r->anchor_name, best_anchor * 1e3);
   printf("\n");
+}
+
+/* Whether a row runs: `only` NULL (all), or one of its comma-separated
+ * words is part of the row's name. */
+static int row_selected(const char *only, const char *name) {
+  if (!only) return 1;
+  char words[256];
+  snprintf(words, sizeof words, "%s", only);
+  for (char *save = NULL, *w = strtok_r(words, ",", &save); w; w = strtok_r(NULL, ",", &save))
+    if (strstr(name, w)) return 1;
+  return 0;
 }
 
 static int files_table(size_t mib, const char *dir) {
@@ -374,8 +405,9 @@ static int files_table(size_t mib, const char *dir) {
   }
   const row_t rows[] = {
       {"raw write() of the same bytes", op_raw_write, NULL, NULL, f->raw},
-      {"mn_save", op_mn_save, op_raw_write, "raw write", f->mnemo},
-      {"mn_safetensors_save", op_st_save, op_raw_write, "raw write", f->st},
+      {"raw write() + fsync() of the same bytes", op_raw_write_fsync, op_raw_write, "raw write", f->raw},
+      {"mn_save", op_mn_save, op_raw_write_fsync, "raw write+fsync", f->mnemo},
+      {"mn_safetensors_save", op_st_save, op_raw_write_fsync, "raw write+fsync", f->st},
       {"raw read() into a new CPU storage", op_raw_read, NULL, NULL, NULL},
       {"raw mmap (MAP_PRIVATE, untouched)", op_raw_mmap, NULL, NULL, NULL},
       {"mn_load (default: mapped, verified)", op_load_map, op_raw_read, "raw read", NULL},
@@ -386,7 +418,9 @@ static int files_table(size_t mib, const char *dir) {
       {"mn_safetensors_load MN_LOAD_COPY", op_st_load_copy, op_raw_read, "raw read", NULL},
       {"memory read (sum of 8-byte words)", op_mem_read, NULL, NULL, NULL},
   };
-  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) run_row(f, &rows[i]);
+  const char *only = getenv("BENCH_FILES_ROWS");
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+    if (row_selected(only, rows[i].name)) run_row(f, &rows[i]);
 #ifdef HAVE_NEW_IO
   const mn__crc32_impl_t *im = NULL;
   size_t n = mn__crc32_impls(&im);
@@ -394,7 +428,7 @@ static int files_table(size_t mib, const char *dir) {
     char name[96];
     snprintf(name, sizeof name, "crc32 %s%s", im[k].name, k == 0 ? " (used)" : "");
     crc_fn = im[k].fn;
-    run_row(f, &(row_t){name, op_crc, op_mem_read, "memory read", NULL});
+    if (row_selected(only, name)) run_row(f, &(row_t){name, op_crc, op_mem_read, "memory read", NULL});
   }
 #endif
   unlink(f->raw);

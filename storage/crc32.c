@@ -1,6 +1,7 @@
 /* storage/crc32.c: CRC32 (IEEE, reflected, zlib's) for the save formats:
  * a portable slicing-by-16 table loop and, on x86-64, carry-less multiply
- * folding with PCLMULQDQ (16 bytes per lane) or AVX-512 VPCLMULQDQ (64),
+ * folding with PCLMULQDQ (16 bytes per lane), AVX2 VPCLMULQDQ (32) or
+ * AVX-512 VPCLMULQDQ (64),
  * chosen at run time (__builtin_cpu_supports) and compiled with target
  * attributes, so the build needs no -m flags. Pure functions; the tables and
  * the choice are made once (pthread_once); any thread.
@@ -169,6 +170,46 @@ PCLMUL_TARGET static uint32_t crc_pclmul(uint32_t crc, const void *data, size_t 
   return finish(x, p, n);
 }
 
+#define VPCLMUL256_TARGET __attribute__((target("avx2,vpclmulqdq,pclmul,sse4.1")))
+
+VPCLMUL256_TARGET static inline __m256i fold32(__m256i r, __m256i k, __m256i d) {
+  return _mm256_xor_si256(_mm256_xor_si256(_mm256_clmulepi64_epi128(r, k, 0x00), _mm256_clmulepi64_epi128(r, k, 0x11)),
+                          d);
+}
+
+VPCLMUL256_TARGET static inline __m256i kpair2(uint64_t lo, uint64_t hi) {
+  return _mm256_broadcastsi128_si256(_mm_set_epi64x((long long)hi, (long long)lo));
+}
+
+VPCLMUL256_TARGET static inline __m256i load32(const unsigned char *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* AVX2 VPCLMULQDQ (Zen 3 and later, Ice Lake and later): four 32-byte
+ * registers (8 lanes of 16 bytes) folded 128 bytes at a time. */
+VPCLMUL256_TARGET static uint32_t crc_vpclmul256(uint32_t crc, const void *data, size_t n) {
+  const unsigned char *p = data;
+  if (n < 128) return crc_pclmul(crc, data, n);
+  __m256i y0 = _mm256_xor_si256(load32(p), _mm256_set_epi32(0, 0, 0, 0, 0, 0, 0, (int)~crc));
+  __m256i y1 = load32(p + 32), y2 = load32(p + 64), y3 = load32(p + 96);
+  p += 128;
+  n -= 128;
+  const __m256i k1024 = kpair2(K1024_LO, K1024_HI);
+  for (; n >= 128; p += 128, n -= 128) {
+    y0 = fold32(y0, k1024, load32(p));
+    y1 = fold32(y1, k1024, load32(p + 32));
+    y2 = fold32(y2, k1024, load32(p + 64));
+    y3 = fold32(y3, k1024, load32(p + 96));
+  }
+  /* each register stands 32 bytes before the next (each lane likewise) */
+  const __m256i k256 = kpair2(K256_LO, K256_HI);
+  __m256i y = fold32(y0, k256, y1);
+  y = fold32(y, k256, y2);
+  y = fold32(y, k256, y3);
+  for (; n >= 32; p += 32, n -= 32) y = fold32(y, k256, load32(p));
+  /* the two lanes: lane 0 stands 16 bytes before lane 1 */
+  __m128i x = fold16(_mm256_castsi256_si128(y), kpair(K128_LO, K128_HI), _mm256_extracti128_si256(y, 1));
+  return finish(x, p, n);
+}
+
 VPCLMUL_TARGET static inline __m512i fold64(__m512i r, __m512i k, __m512i d) {
   return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(r, k, 0x00), _mm512_clmulepi64_epi128(r, k, 0x11), d, 0x96);
 }
@@ -208,7 +249,7 @@ VPCLMUL_TARGET static uint32_t crc_vpclmul(uint32_t crc, const void *data, size_
 
 /* ---- dispatch ---------------------------------------------------------------------- */
 
-static mn__crc32_impl_t impls[3];
+static mn__crc32_impl_t impls[4];
 static size_t nimpls;
 
 static void init(void) {
@@ -218,6 +259,8 @@ static void init(void) {
   bool pclmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
   if (pclmul && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq"))
     impls[nimpls++] = (mn__crc32_impl_t){"vpclmulqdq-avx512", crc_vpclmul};
+  if (pclmul && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("vpclmulqdq"))
+    impls[nimpls++] = (mn__crc32_impl_t){"vpclmulqdq-avx2", crc_vpclmul256};
   if (pclmul) impls[nimpls++] = (mn__crc32_impl_t){"pclmulqdq", crc_pclmul};
 #endif
   impls[nimpls++] = (mn__crc32_impl_t){"table", mn__crc32_table};

@@ -33,6 +33,7 @@ typedef struct mn__sink_s {
   size_t nsmall;
   unsigned char *stage; /* device bytes on their way to the host (first use) */
   int err;              /* errno of the first failed write; 0: none */
+  uint64_t kicked;      /* file sinks: bytes whose write-out to disk has been started */
 } mn__sink_t;
 
 /* Appends n bytes (mn__save_* open and close the sinks). */

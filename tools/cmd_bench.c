@@ -56,7 +56,9 @@ const mn__cli_opt_t cmd_bench_opts[] = {
      "least 4K (default 64K..64M; 64K..256M on CUDA)"},
     {"reps", 0, "N", O_REPS,
      "at least N timed reps per measurement (default 5), more until --min-time, at most max(N, 5000)"},
-    {"min-time", 0, "S", O_MIN_TIME, "seconds of reps per measurement (default 0.1; 0..60)"},
+    {"min-time", 0, "S", O_MIN_TIME,
+     "seconds of reps per measurement (0..60; default 0.1, or less: from a quarter of it on, a measurement ends "
+     "once its fastest rep has not improved by 1% over the last half of its time; given, always S)"},
     {"json", 0, NULL, O_JSON, "the results as JSON"},
     {"csv", 0, NULL, O_CSV, "the results as CSV"},
     {"plot", 0, "OUT.svg", O_PLOT, "an SVG of GB/s against size, one panel per domain"},
@@ -71,6 +73,8 @@ const mn__cli_opt_t cmd_bench_opts[] = {
 #define MAX_SIZE ((size_t)16 << 30)
 #define MAX_SIZES 32
 #define REPS_CAP 5000
+#define STABLE_GAIN 0.01 /* adaptive reps: a best rep faster by more than this fraction counts as progress */
+#define STABLE_AFTER 0.25 /* adaptive reps: the fraction of --min-time always spent */
 #define MAX_REPS_ARG 100000
 
 #define U8 MN_DTYPE_UINT8
@@ -161,6 +165,11 @@ typedef struct result_s {
   const char *set_by;
 } result_t;
 
+#define RND_DTYPES MN_DTYPE_COUNT
+typedef struct rnd_s {
+  unsigned char *bytes; /* RND_TILE random bytes, or NULL */
+} rnd_t;
+
 typedef struct bench_s {
   /* options */
   mn_device_t dev, other, xdev; /* xdev: the non-CPU end of h2d/d2h/d2d */
@@ -169,6 +178,7 @@ typedef struct bench_s {
   size_t sizes[MAX_SIZES];
   int nsizes, reps;
   double min_time;
+  bool adaptive; /* --min-time not given: a measurement may stop once its best is stable */
   bool json, csv, progress;
   const char *plot;
   /* state */
@@ -181,6 +191,7 @@ typedef struct bench_s {
   size_t nres, capres;
   double *times;
   size_t ntimes, captimes;
+  rnd_t rnd[RND_DTYPES]; /* per dtype: random bytes for CPU sources (fill_random) */
   size_t step, nsteps;
 } bench_t;
 
@@ -391,7 +402,7 @@ static mn_stream_t *stream_of(const bench_t *b, mn_device_t d) {
  * [0, 100) directly for float dtypes, the bytes of such floats for a 1-d
  * uint8 buffer of whole floats (the transfers' buffers), else cast from a
  * float32 temporary. */
-static mn_status fill_random(const bench_t *b, mn_view_t *v) {
+static mn_status fill_random_gen(const bench_t *b, mn_view_t *v) {
   mn_device_t d = mn_view_device(v);
   mn_stream_t *s = stream_of(b, d);
   mn_dtype dt = mn_view_dtype(v);
@@ -414,6 +425,33 @@ static mn_status fill_random(const bench_t *b, mn_view_t *v) {
   }
   if (st == MN_OK) st = mn_stream_synchronize(s);
   return st;
+}
+
+/* fill_random for contiguous CPU sources: one RND_TILE-byte block of random
+ * values per dtype, generated once, repeated over the source (generating
+ * every source whole took most of a default run; the values' order does not
+ * matter to a copy, a cast or a permute, their being random does). */
+#define RND_TILE ((size_t)1 << 20)
+static mn_status fill_random(bench_t *b, mn_view_t *v) {
+  mn_dtype dt = mn_view_dtype(v);
+  size_t need = (size_t)mn_view_numel(v) * mn_dtype_itemsize(dt);
+  if (!is_cpu(mn_view_device(v)) || !mn_view_is_contiguous(v) || (int)dt < 0 || (int)dt >= RND_DTYPES ||
+      RND_TILE % mn_dtype_itemsize(dt) != 0)
+    return fill_random_gen(b, v);
+  rnd_t *r = &b->rnd[dt];
+  if (!r->bytes) {
+    int64_t e = (int64_t)(RND_TILE / mn_dtype_itemsize(dt));
+    mn_view_t *t = NULL;
+    mn_status st = mn_view_empty(mn_view_device(v), dt, 1, &e, &t);
+    if (st == MN_OK) st = fill_random_gen(b, t);
+    if (st == MN_OK && (r->bytes = mn__malloc(RND_TILE)) != NULL) memcpy(r->bytes, mn_view_data(t), RND_TILE);
+    mn_view_destroy(t);
+    if (st != MN_OK) return st;
+    if (!r->bytes) return fill_random_gen(b, v);
+  }
+  unsigned char *d = mn_view_data(v);
+  for (size_t o = 0; o < need; o += RND_TILE) memcpy(d + o, r->bytes, need - o < RND_TILE ? need - o : RND_TILE);
+  return MN_OK;
 }
 
 typedef struct op_s {
@@ -468,7 +506,7 @@ static void domain_ends(const bench_t *b, dom_kind d, mn_device_t *dst, mn_devic
 }
 
 /* Makes the buffers of a case (c) or of domain d's primitive (c NULL) at size n. */
-static mn_status op_prepare(const bench_t *b, const bench_case_t *c, dom_kind d, size_t n, op_t *op) {
+static mn_status op_prepare(bench_t *b, const bench_case_t *c, dom_kind d, size_t n, op_t *op) {
   memset(op, 0, sizeof *op);
   op->c = c;
   op->dom = d;
@@ -633,7 +671,7 @@ static int measure_into(bench_t *b, int case_idx, dom_kind d, size_t n, size_t *
   mn_status st = op_prepare(b, c, d, n, &op);
   if (st == MN_OK) st = op_run(b, &op); /* warm up: touches every page */
   int done = 0;
-  double start = now_s();
+  double start = now_s(), best = 0, settled = start; /* settled: when best last improved by over STABLE_GAIN */
   while (st == MN_OK) {
     double t0 = now_s();
     st = op_run(b, &op);
@@ -646,8 +684,16 @@ static int measure_into(bench_t *b, int case_idx, dom_kind d, size_t n, size_t *
       fprintf(stderr, "mnemo bench: out of host memory\n");
       return 1;
     }
+    if (done == 0 || t < best * (1 - STABLE_GAIN)) settled = t1;
+    if (done == 0 || t < best) best = t;
     done++;
-    if (done >= b->reps && (t1 - start >= b->min_time || done >= (b->reps > REPS_CAP ? b->reps : REPS_CAP))) break;
+    double ran = t1 - start;
+    /* adaptive: after a quarter of --min-time, stop once the best rep has
+     * not improved by STABLE_GAIN in the last half of the time spent */
+    bool stable = b->adaptive && ran >= b->min_time * STABLE_AFTER && t1 - settled >= ran / 2;
+    if (done >= b->reps &&
+        (ran >= b->min_time || stable || done >= (b->reps > REPS_CAP ? b->reps : REPS_CAP)))
+      break;
   }
   if (st != MN_OK) {
     progress_clear(b);
@@ -773,11 +819,12 @@ static void print_table(const bench_t *b) {
   char s1[32], s2[32];
   int ncases = 0;
   for (int k = 0; k < NCASES; k++) ncases += b->selected[k];
-  printf("mnemo bench on %s (%s): %d case%s x %d size%s (%s%s%s), at least %d rep%s and %.2g s each\n",
+  printf("mnemo bench on %s (%s): %d case%s x %d size%s (%s%s%s), at least %d rep%s and %.2g s each%s\n",
          b->devname, b->devdesc, ncases, ncases == 1 ? "" : "s", b->nsizes, b->nsizes == 1 ? "" : "s",
          fmt_size(b->sizes[0], s1, sizeof s1), b->nsizes > 1 ? " .. " : "",
          b->nsizes > 1 ? fmt_size(b->sizes[b->nsizes - 1], s2, sizeof s2) : "", b->reps, b->reps == 1 ? "" : "s",
-         b->min_time);
+         b->adaptive ? b->min_time * STABLE_AFTER : b->min_time,
+         b->adaptive ? " (up to --min-time, until the best rep is stable)" : "");
   printf("%s; best: the fastest rep, median: the median rep\n", CONVENTION);
   printf("ceiling: %s;\n  %% ceil = best / ceiling; \"set by\" names the measurement that set it\n",
          ceiling_rule);
@@ -823,7 +870,8 @@ static void print_json(const bench_t *b) {
   printf(",\n \"note\": ");
   if (sim_note(b)) mn__tools_json_str(stdout, sim_note(b));
   else printf("null");
-  printf(", \"reps_min\": %d, \"min_time_s\": %g, \"sizes\": [", b->reps, b->min_time);
+  printf(", \"reps_min\": %d, \"min_time_s\": %g, \"adaptive_reps\": %s, \"sizes\": [", b->reps, b->min_time,
+         b->adaptive ? "true" : "false");
   for (int i = 0; i < b->nsizes; i++) printf("%s%zu", i ? ", " : "", b->sizes[i]);
   printf("],\n \"domains\": [");
   const char *sep = "";
@@ -1155,6 +1203,7 @@ int cmd_bench(int argc, char **argv) {
   int sim_devices = 0, rc = 0;
   b->reps = 5;
   b->min_time = 0.1;
+  b->adaptive = true;
   b->progress = isatty(2) != 0;
   mn__cli_t p;
   mn__cli_begin(&p, argc, argv);
@@ -1176,7 +1225,7 @@ int cmd_bench(int argc, char **argv) {
     case O_MIN_TIME: {
       double t = strtod(v, &end);
       if (end == v || *end || !(t >= 0 && t <= 60)) rc = bad("--min-time must be 0..60 seconds, not \"%s\"", v);
-      else b->min_time = t;
+      else b->min_time = t, b->adaptive = false;
       break;
     }
     case O_REPS:
@@ -1274,6 +1323,7 @@ int cmd_bench(int argc, char **argv) {
   }
   free(b->res);
   free(b->times);
+  for (int i = 0; i < RND_DTYPES; i++) free(b->rnd[i].bytes);
   free(b);
   return rc;
 }
