@@ -31,10 +31,70 @@
 #define MN__CLONES
 #endif
 
+/* float32/float64 -> integers (not bool), dense rows: the saturating
+ * conversion of cast.h goes through int64, which AVX2 and SSE have no vector
+ * instruction for, so the loops stayed scalar. A block whose values all lie
+ * in [-2^31, 2^31) (no NaN) truncates through int32 instead: the same value,
+ * then wrapped to the dst width as cast.h does, and a loop that vectorizes at
+ * every x86 level. Any other block takes the element path. */
+#define MN__F2I_BLOCK 256
+static inline int f2i_fast(int D, int S) {
+  if (S != MN_DTYPE_FLOAT32 && S != MN_DTYPE_FLOAT64) return 0;
+  switch (D) {
+    case MN_DTYPE_INT8: case MN_DTYPE_UINT8: case MN_DTYPE_INT16: case MN_DTYPE_UINT16:
+    case MN_DTYPE_INT32: case MN_DTYPE_UINT32: case MN_DTYPE_INT64: case MN_DTYPE_UINT64: return 1;
+    default: return 0;
+  }
+}
+#define MN__F2I_LOOP(ST, DT)                                                                        \
+  for (int64_t i = 0; i < m; i++) {                                                                 \
+    ST x;                                                                                           \
+    memcpy(&x, sb + i * (int64_t)sizeof(ST), sizeof x);                                             \
+    const DT r = (DT)(int64_t)(int32_t)((x >= (ST)-0x1p31) & (x < (ST)0x1p31) ? x : (ST)0);         \
+    memcpy(db + i * (int64_t)sizeof(DT), &r, sizeof r);                                             \
+  }
+#define MN__F2I_DST(ST)                                                                             \
+  switch (D) {                                                                                      \
+    case MN_DTYPE_INT8: case MN_DTYPE_UINT8: MN__F2I_LOOP(ST, uint8_t) break;                       \
+    case MN_DTYPE_INT16: case MN_DTYPE_UINT16: MN__F2I_LOOP(ST, uint16_t) break;                    \
+    case MN_DTYPE_INT32: case MN_DTYPE_UINT32: MN__F2I_LOOP(ST, uint32_t) break;                    \
+    default: MN__F2I_LOOP(ST, uint64_t) break;                                                      \
+  }
+__attribute__((always_inline)) static inline void f2i_dense(int D, int64_t di, int S, int64_t si, char *d, const char *s, int64_t n) {
+  for (int64_t b = 0; b < n; b += MN__F2I_BLOCK) {
+    const int64_t m = n - b < MN__F2I_BLOCK ? n - b : MN__F2I_BLOCK;
+    const char *sb = s + b * si;
+    char *db = d + b * di;
+    /* first the check (reads only: in-place casts read each element before
+     * writing it), then one path for the whole block */
+    int all = 1;
+    for (int64_t i = 0; i < m; i++) {
+      if (S == MN_DTYPE_FLOAT32) {
+        float x;
+        memcpy(&x, sb + i * 4, 4);
+        all &= (x >= -0x1p31f) & (x < 0x1p31f);
+      } else {
+        double x;
+        memcpy(&x, sb + i * 8, 8);
+        all &= (x >= -0x1p31) & (x < 0x1p31);
+      }
+    }
+    if (!all) { /* out of int32's range or NaN somewhere: saturate element by element */
+      for (int64_t i = 0; i < m; i++) mn__cast_elem(D, db + i * di, S, sb + i * si);
+    } else if (S == MN_DTYPE_FLOAT32) {
+      MN__F2I_DST(float)
+    } else {
+      MN__F2I_DST(double)
+    }
+  }
+}
+
 #define MN__CV_DEF(D, DSIZE, S, SSIZE)                                                             \
   MN__CLONES static void cv_##D##_##S(char *d, int64_t dstep, const char *s, int64_t sstep, int64_t n) {      \
     enum { DI = DSIZE, SI = SSIZE };                         \
-    if (dstep == DI && sstep == SI) {                                                              \
+    if (dstep == DI && sstep == SI && f2i_fast(MN_DTYPE_##D, MN_DTYPE_##S)) {                      \
+      f2i_dense(MN_DTYPE_##D, DI, MN_DTYPE_##S, SI, d, s, n);                                              \
+    } else if (dstep == DI && sstep == SI) {                                                       \
       for (int64_t i = 0; i < n; i++) mn__cast_elem(MN_DTYPE_##D, d + i * DI, MN_DTYPE_##S, s + i * SI); \
     } else {                                                                                       \
       for (int64_t i = 0; i < n; i++) mn__cast_elem(MN_DTYPE_##D, d + i * dstep, MN_DTYPE_##S, s + i * sstep); \
