@@ -464,8 +464,9 @@ void mn__cpu_exec(const mn__plan_t *p, const void *pattern) {
     c.units = p->numel / p->sizes[0];
     fn = rows_task;
   }
-  /* same-dtype contiguous copies: one memcpy per thread (large memcpys take
-   * glibc's streaming-store path; 256 KiB pieces would not) */
+  /* same-dtype contiguous copies: one piece per thread (copy_piece: memcpy,
+   * or streaming stores past the cache; glibc's memcpy takes its own
+   * streaming path only on pieces past its threshold) */
   if (contig && p->kind == MN__PLAN_CONTIG && !c.cv && want > 1) {
     int64_t th = mn__pool_threads();
     want = want < th ? want : th;
