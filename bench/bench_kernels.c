@@ -50,6 +50,7 @@ static const kcase cases[] = {
     {"transpose/f32/4096x4096", OP_COPY, F32, F32, 2, {4096, 4096}, {1, 0}, false, false},
     {"transpose/bf16/4096x4096", OP_COPY, BF16, BF16, 2, {4096, 4096}, {1, 0}, false, false},
     {"transpose/i8/4096x4096", OP_COPY, I8, I8, 2, {4096, 4096}, {1, 0}, false, false},
+    {"transpose/i64/2048x4096", OP_COPY, I64, I64, 2, {2048, 4096}, {1, 0}, false, true},
     {"transpose/f32/4095x4097", OP_COPY, F32, F32, 2, {4095, 4097}, {1, 0}, false, false},
     {"transpose/bf16/4095x4097", OP_COPY, BF16, BF16, 2, {4095, 4097}, {1, 0}, false, false},
     {"transpose/i8/4095x4097", OP_COPY, I8, I8, 2, {4095, 4097}, {1, 0}, false, false},
