@@ -96,6 +96,30 @@ MN_TEST(tr2d_every_isa_item_and_shape) {
         }
 }
 
+/* Row pitches that are multiples of 4 KiB (src, dst or both): in cache, the
+ * tiles go through the L1 buffer with ordinary stores (every row of a tile
+ * would share one L1 set); aligned and misaligned, rows split between calls,
+ * every instruction set and item size, streamed and not. */
+MN_TEST(tr2d_4k_row_pitches) {
+  static const size_t items[] = {1, 2, 4, 8, 16};
+  const mn__tr_isa best = mn__tr_best_isa();
+  for (int isa = MN__TR_PORTABLE; isa <= (int)best; isa++)
+    for (size_t it = 0; it < sizeof items / sizeof items[0]; it++)
+      for (int stream = 0; stream < 2; stream++) {
+        const size_t item = items[it];
+        const int64_t n4k = 4096 / (int64_t)item; /* items in 4 KiB */
+        /* src pitch 4 KiB (packed), dst pitch 4 KiB (packed), both, both at 8 KiB */
+        check_2d(isa, item, 77, n4k, stream, 0, 0, 0, 0, 0, NULL);
+        check_2d(isa, item, n4k, 45, stream, 0, 0, 0, 0, 0, NULL);
+        check_2d(isa, item, n4k, n4k / 2, stream, 0, 0, 0, 4096 - (n4k / 2) * (int64_t)item, 0, NULL);
+        check_2d(isa, item, 130, 19, stream, 0, 0, 8192 - 130 * (int64_t)item, 8192 - 19 * (int64_t)item, 0, NULL);
+        /* misaligned bases, rows split anywhere */
+        const int64_t at[2] = {3, 70};
+        check_2d(isa, item, 77, n4k, stream, 5, 3, 0, 0, 2, at);
+        check_2d(isa, item, n4k, 45, stream, 1, 9, 0, 0, 2, at);
+      }
+}
+
 /* ---- through the kernels: views of CPU storages ---- */
 
 static void fill_random(unsigned char *p, size_t n) {
@@ -215,6 +239,7 @@ MN_TEST(permutes_4d) {
 
 int main(void) {
   MN_RUN(tr2d_every_isa_item_and_shape);
+  MN_RUN(tr2d_4k_row_pitches);
   MN_RUN(transposed_subviews_with_offsets);
   MN_RUN(permutes_4d);
   return mn_test_finish();
