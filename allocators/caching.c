@@ -506,6 +506,19 @@ static __attribute__((noinline)) void trace_free_pair(mn__caching_t *a, const mn
   a->sink(a->sink_user, &ev);
 }
 
+/* The counters an allocated block gives back when it is freed (unallocate's
+ * part of the common frees below). */
+static inline void count_unallocated(mn__caching_t *a, const mn__block_t *b, int kind, int64_t size,
+                                     int64_t requested) {
+  mn_alloc_stats_t *st = &a->stats;
+  if (b->size >= a->cfg.max_split_size) mn__stat_dec(&st->oversize_allocations, 1);
+  MN__STAT_SUB_FROM(st, allocation, kind, 1);
+  MN__STAT_SUB_FROM(st, allocated_bytes, kind, size);
+  MN__STAT_SUB_FROM(st, active, kind, 1);
+  MN__STAT_SUB_FROM(st, active_bytes, kind, size);
+  MN__STAT_SUB_FROM(st, requested_bytes, kind, requested);
+}
+
 /* unallocate and mn__free_block for the common free: a split block of a plain
  * segment of the allocator's own pools, no free neighbour, never exported.
  * The same counters, inline and updated once each; the same events. */
@@ -516,13 +529,8 @@ static inline void free_plain(mn__caching_t *a, mn__block_t *b) {
   int64_t size = (int64_t)b->size, requested = (int64_t)b->requested;
   b->allocated = false;
   b->requested = 0;
+  count_unallocated(a, b, kind, size, requested);
   mn_alloc_stats_t *st = &a->stats;
-  if (b->size >= a->cfg.max_split_size) mn__stat_dec(&st->oversize_allocations, 1);
-  MN__STAT_SUB_FROM(st, allocation, kind, 1);
-  MN__STAT_SUB_FROM(st, allocated_bytes, kind, size);
-  MN__STAT_SUB_FROM(st, active, kind, 1);
-  MN__STAT_SUB_FROM(st, active_bytes, kind, size);
-  MN__STAT_SUB_FROM(st, requested_bytes, kind, requested);
   MN__STAT_ADD_TO(st, inactive_split, kind, 1);
   MN__STAT_ADD_TO(st, inactive_split_bytes, kind, size);
   /* mn__pool_insert of a mapped block that is not a whole segment */
@@ -542,13 +550,8 @@ static inline void free_merge_one(mn__caching_t *a, mn__block_t *b, mn__block_t 
   mn__pool_t *pool = b->pool;
   int kind = pool->kind;
   int64_t size = (int64_t)b->size, requested = (int64_t)b->requested, absorbed = (int64_t)m->size;
+  count_unallocated(a, b, kind, size, requested);
   mn_alloc_stats_t *st = &a->stats;
-  if (b->size >= a->cfg.max_split_size) mn__stat_dec(&st->oversize_allocations, 1);
-  MN__STAT_SUB_FROM(st, allocation, kind, 1);
-  MN__STAT_SUB_FROM(st, allocated_bytes, kind, size);
-  MN__STAT_SUB_FROM(st, active, kind, 1);
-  MN__STAT_SUB_FROM(st, active_bytes, kind, size);
-  MN__STAT_SUB_FROM(st, requested_bytes, kind, requested);
   mn__sbins_t *sb = m->seg->sb;
   bool hot = sb->hot == &m->node;
   if (!hot) mn__fset_remove(&pool->fs, sb, &m->node);
