@@ -555,15 +555,7 @@ static inline void free_merge_one(mn__caching_t *a, mn__block_t *b, mn__block_t 
   mn__sbins_t *sb = m->seg->sb;
   bool hot = sb->hot == &m->node;
   if (!hot) mn__fset_remove(&pool->fs, sb, &m->node);
-  if (m == b->next) {
-    m->addr = b->addr;
-    m->prev = b->prev;
-    if (m->prev) m->prev->next = m;
-    else m->seg->head = m;
-  } else {
-    m->next = b->next;
-    if (m->next) m->next->prev = m;
-  }
+  mn__block_unlink_into(m, b);
   m->size += b->size;
   if (hot) {
     m->node.key.size = m->size;

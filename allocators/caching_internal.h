@@ -654,11 +654,10 @@ static inline void mn__pool_remove(mn__pool_t *p, mn__block_t *b) {
   b->where = MN__IN_NONE;
 }
 
-/* Merges src into dst when src is an inactive block of the same mapping;
- * returns the bytes absorbed (0: no merge). src is freed. */
-static inline size_t mn__try_merge(mn__caching_t *a, mn__block_t *dst, mn__block_t *src) {
-  if (!src || !mn__block_inactive(src) || dst->mapped != src->mapped) return 0;
-  mn__pool_remove(src->pool, src);
+/* dst, a neighbour of src in their segment, takes src's place in the
+ * segment's address list (and its start address when src comes first); the
+ * sizes are the caller's. */
+static inline void mn__block_unlink_into(mn__block_t *dst, const mn__block_t *src) {
   if (dst->prev == src) {
     dst->addr = src->addr;
     dst->prev = src->prev;
@@ -668,6 +667,14 @@ static inline size_t mn__try_merge(mn__caching_t *a, mn__block_t *dst, mn__block
     dst->next = src->next;
     if (dst->next) dst->next->prev = dst;
   }
+}
+
+/* Merges src into dst when src is an inactive block of the same mapping;
+ * returns the bytes absorbed (0: no merge). src is freed. */
+static inline size_t mn__try_merge(mn__caching_t *a, mn__block_t *dst, mn__block_t *src) {
+  if (!src || !mn__block_inactive(src) || dst->mapped != src->mapped) return 0;
+  mn__pool_remove(src->pool, src);
+  mn__block_unlink_into(dst, src);
   size_t absorbed = src->size;
   dst->size += absorbed;
   mn__block_put(a, src);
