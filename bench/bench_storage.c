@@ -221,7 +221,9 @@ static int fail(const char *what) {
   return -1;
 }
 
-static int op_raw_write(files_t *f) {
+/* The raw anchors: f's bytes written to f->raw with write(), and with
+ * `sync` made durable (fsync) before it returns. */
+static int raw_write(files_t *f, bool sync) {
   int fd = open(f->raw, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return -1;
   size_t done = 0;
@@ -230,23 +232,15 @@ static int op_raw_write(files_t *f) {
     if (w <= 0) break;
     done += (size_t)w;
   }
-  return close(fd) == 0 && done == f->total ? 0 : -1;
+  int synced = sync ? fsync(fd) : 0;
+  return close(fd) == 0 && synced == 0 && done == f->total ? 0 : -1;
 }
+
+static int op_raw_write(files_t *f) { return raw_write(f, false); }
 
 /* A save's anchor: the same bytes on disk when it returns, as mn_save's
  * atomic write (fsync before the rename) guarantees. */
-static int op_raw_write_fsync(files_t *f) {
-  int fd = open(f->raw, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return -1;
-  size_t done = 0;
-  while (done < f->total) {
-    ssize_t w = write(fd, f->bytes + done, f->total - done);
-    if (w <= 0) break;
-    done += (size_t)w;
-  }
-  int synced = fsync(fd);
-  return close(fd) == 0 && synced == 0 && done == f->total ? 0 : -1;
-}
+static int op_raw_write_fsync(files_t *f) { return raw_write(f, true); }
 
 /* Like a copy load: read() into new memory from the CPU allocator, freed. */
 static int op_raw_read(files_t *f) {
