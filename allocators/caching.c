@@ -1,5 +1,7 @@
 /* allocators/caching.c: the caching device allocator (PyTorch's malloc/free/empty_cache rules).
- * Threading: one mutex per allocator, dropped around raw alloc/free and every synchronize. */
+ * Threading: a stream's cached pairs under its lane's lock alone (caching_lanes.c); the rest
+ * under the full lock (the allocator lock and every lane's), dropped around raw alloc/free
+ * and every synchronize. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,8 +21,8 @@
 static const mn_allocator_vtable_t caching_vtable;
 
 static mn__caching_t *as_caching(mn_allocator_t *self) { return (mn__caching_t *)self; }
-static void lock(mn__caching_t *a) { mn__lock(&a->lock); }
-static void unlock(mn__caching_t *a) { mn__unlock(&a->lock); }
+static void lock(mn__caching_t *a) { mn__caching_lock(a); }
+static void unlock(mn__caching_t *a) { mn__caching_unlock(a); }
 
 /* ---- small helpers shared with the other caching files ----------------------------- */
 
@@ -38,30 +40,27 @@ void mn__trace_emit(mn__caching_t *a, mn_trace_action action, uint64_t stream, u
   a->sink(a->sink_user, &ev);
 }
 
-mn_status mn__spare_reserve_slow(mn__caching_t *a, size_t n) {
-  while (a->nspare < n) {
-    mn__block_t *b = mn__calloc(1, sizeof *b);
-    if (!b) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for block records");
-    b->spare_next = a->spare_blocks;
-    a->spare_blocks = b;
-    a->nspare++;
-  }
-  return MN_OK;
-}
 
 
 
 
 
 size_t mn__pool_largest_free(const mn__caching_t *a, mn__pool_t *p) {
-  if (!p->largest_dirty) return p->largest_free;
   size_t largest = 0;
-  for (const mn__segment_t *s = a->segments; s; s = s->next_seg)
-    if (s->pool == p)
-      for (const mn__block_t *b = s->head; b; b = b->next)
-        if (b->where == MN__IN_FREE && b->size > largest) largest = b->size;
-  p->largest_free = largest;
-  p->largest_dirty = false;
+  for (size_t i = 0; i < p->fs.cap; i++) {
+    mn__sbins_t *sb = p->fs.slots[i];
+    if (!sb) continue;
+    if (sb->largest_dirty) {
+      size_t l = 0;
+      for (const mn__segment_t *s = a->segments; s; s = s->next_seg)
+        if (s->sb == sb)
+          for (const mn__block_t *b = s->head; b; b = b->next)
+            if (b->where == MN__IN_FREE && b->size > l) l = b->size;
+      sb->largest_free = l;
+      sb->largest_dirty = false;
+    }
+    if (sb->largest_free > largest) largest = sb->largest_free;
+  }
   return largest;
 }
 
@@ -84,6 +83,20 @@ void mn__segment_unlink(mn__caching_t *a, mn__segment_t *s) {
 
 /* ---- the malloc path ------------------------------------------------------------------ */
 
+/* The lane this thread used last, kept per thread: a thread that stays on its
+ * stream finds its lane without a walk. */
+static _Thread_local struct {
+  uint64_t gen; /* 0: none (an allocator's address may be reused, its generation never is) */
+  uint64_t stream;
+  mn__lane_t *lane;
+} t_lane;
+static _Atomic uint64_t g_gen;
+#define LANE_SPARES_MAX MN__SPARE_BLOCKS_MAX /* block records a lane keeps for its splits */
+
+/* The lane this thread used last on a, or NULL. */
+static inline mn__lane_t *hint_lane(const mn__caching_t *a) { return t_lane.gen == a->gen ? t_lane.lane : NULL; }
+
+
 typedef struct params_s {
   uint64_t stream;
   size_t size;       /* rounded request */
@@ -101,8 +114,9 @@ static size_t expandable_size(const mn__block_t *b) {
 /* mn__pool_remove, its common case (a mapped block not on the list of whole segments) inline. */
 static inline __attribute__((always_inline)) void take_out(mn__pool_t *pool, mn__block_t *b) {
   if (__builtin_expect(b->where == MN__IN_FREE && !b->in_whole, 1)) {
-    mn__fset_remove(&pool->fs, b->seg->sb, &b->node);
-    if (b->size >= pool->largest_free) pool->largest_dirty = true;
+    mn__sbins_t *sb = b->seg->sb;
+    mn__fset_remove(&pool->fs, sb, &b->node);
+    mn__largest_shrink(sb, b->size);
     b->where = MN__IN_NONE;
   } else {
     mn__pool_remove(pool, b);
@@ -168,8 +182,8 @@ static mn__block_t *alloc_block(mn__caching_t *a, params_t *p, bool is_retry) {
     /* The address space is exhausted (SIM has 4x its capacity; ranges of 1 1/8
      * of the device per stream can pass that): fall back to a plain segment. */
   }
-  mn__segment_t *s = mn__calloc(1, sizeof *s);
-  mn__block_t *b = mn__calloc(1, sizeof *b);
+  mn__segment_t *s = mn__calloc_lines(sizeof *s);
+  mn__block_t *b = mn__calloc_lines(sizeof *b);
   mn__sbins_t *sb = NULL;
   if (!s || !b || mn__fset_acquire(&p->pool->fs, p->stream, &sb) != MN_OK) {
     free(s);
@@ -229,38 +243,63 @@ static inline bool should_split(const mn__caching_t *a, const mn__block_t *b, si
   return size < a->cfg.max_split_size && remaining > MN__SMALL_SIZE;
 }
 
-/* PyTorch's alloc_found_block; pre: a spare block and a pointer-map slot reserved.
- * inpool: the block may be a memory pool's (constant false on the hot path).
+/* A counter change on a lane's path: into the lane's deltas (its room was
+ * checked before anything changed). */
+static inline void lane_inc(mn__lane_t *l, int f, int kind, int64_t amount) {
+  l->cur[f][kind - 1] += amount;
+  l->add[f][kind - 1] += amount;
+}
+static inline void lane_dec(mn__lane_t *l, int f, int kind, int64_t amount) { l->cur[f][kind - 1] -= amount; }
+/* Whether the lane may raise counter f of pool `kind` by amount (and the sum of both pools). */
+static inline bool lane_fits(const mn__lane_t *l, int f, int kind, int64_t amount) {
+  return l->cur[f][kind - 1] + amount <= l->room[f][kind - 1] && l->cur[f][0] + l->cur[f][1] + amount <= l->room[f][2];
+}
+/* An operation's counter change: to the lane when on its path (fast, a
+ * constant at every call, so the test folds away), else to the allocator's
+ * statistics and the memory pool's (ps). */
+#define MN__CSTAT_ADD(fast, field, amount)                                             \
+  do {                                                                                 \
+    if (fast) lane_inc((fast), MN__LF_##field, kind, (int64_t)(amount));               \
+    else MN__STAT2_ADD(a, ps, field, kind, (int64_t)(amount));                         \
+  } while (0)
+#define MN__CSTAT_SUB(fast, field, amount)                                             \
+  do {                                                                                 \
+    if (fast) lane_dec((fast), MN__LF_##field, kind, (int64_t)(amount));               \
+    else MN__STAT2_SUB(a, ps, field, kind, (int64_t)(amount));                         \
+  } while (0)
+
+/* PyTorch's alloc_found_block; pre: a spare block and a slot in lane's
+ * pointer map reserved. inpool: the block may be a memory pool's (constant
+ * false on the hot path). fast: the lane whose path this is (its lock held,
+ * the counters' room checked, its own spares), or NULL under the full lock.
  * b may still be in the free set as its stream's hot node (get_free_block_in's
  * keep_hot): split, the remainder stays there, its key changed in place (what
  * taking it out and putting it back would do, without the two); else it is
  * taken out first. */
-static inline __attribute__((always_inline)) mn__block_t *alloc_found_block(mn__caching_t *a, mn__block_t *b,
+static inline __attribute__((always_inline)) mn__block_t *alloc_found_block(mn__caching_t *a, mn__lane_t *lane,
+                                                                            mn__lane_t *fast, mn__block_t *b,
                                                                             const params_t *p, size_t requested,
                                                                             bool inpool) {
-  MN__ASSERT_LOCKED(a);
-  MN__ASSERT(a->nspare >= 1, "no spare block reserved before alloc_found_block");
+  if (!fast) {
+    MN__ASSERT_LOCKED(a);
+    MN__ASSERT(a->spares.n >= 1, "no spare block reserved before alloc_found_block");
+  }
   bool already_split = mn__block_is_split(b), expandable = b->seg->expandable;
   mn_alloc_stats_t *ps = inpool ? MN__POOL_STATS(p->pool) : NULL;
   int kind = p->pool->kind;
   bool in_set = b->where != MN__IN_NONE;
   if (should_split(a, b, p->size, inpool)) {
     mn__block_t *rest = b;
-    b = mn__block_take_raw(a);
+    b = mn__spares_take(fast ? &fast->spares : &a->spares);
     mn__block_init_active(b, rest->addr, p->size, p->stream, p->pool, rest->seg, rest->prev, rest);
     if (b->prev) b->prev->next = b;
     else b->seg->head = b;
     rest->prev = b;
     if (in_set) { /* mn__pool_remove and mn__pool_insert of the hot node, in place */
       mn__pool_t *pool = rest->pool;
-      if (rest->size >= pool->largest_free) pool->largest_dirty = true; /* it shrinks */
-      if (rest->in_whole) { /* split now: off the list of whole segments */
-        if (rest->whole_prev) rest->whole_prev->whole_next = rest->whole_next;
-        else pool->whole = rest->whole_next;
-        if (rest->whole_next) rest->whole_next->whole_prev = rest->whole_prev;
-        rest->whole_prev = rest->whole_next = NULL;
-        rest->in_whole = false;
-      }
+      mn__sbins_t *sb = rest->seg->sb;
+      mn__largest_shrink(sb, rest->size); /* it shrinks */
+      if (rest->in_whole) mn__whole_unlink(sb, rest); /* split now: off the list of whole segments */
       rest->addr += p->size;
       rest->size -= p->size;
       rest->node.key.addr = rest->addr;
@@ -272,21 +311,28 @@ static inline __attribute__((always_inline)) mn__block_t *alloc_found_block(mn__
       mn__pool_insert(p->pool, rest);
     }
     if (!expandable && already_split) {
-      MN__STAT2_SUB(a, ps, inactive_split_bytes, kind, (int64_t)b->size);
+      MN__CSTAT_SUB(fast, inactive_split_bytes, b->size);
     } else if (!expandable) {
-      MN__STAT2_ADD(a, ps, inactive_split_bytes, kind, (int64_t)rest->size);
-      MN__STAT2_ADD(a, ps, inactive_split, kind, 1);
+      MN__CSTAT_ADD(fast, inactive_split_bytes, rest->size);
+      MN__CSTAT_ADD(fast, inactive_split, 1);
     }
   } else {
     if (in_set) take_out(b->pool, b);
     if (already_split && !expandable) {
-      MN__STAT2_SUB(a, ps, inactive_split_bytes, kind, (int64_t)b->size);
-      MN__STAT2_SUB(a, ps, inactive_split, kind, 1);
+      MN__CSTAT_SUB(fast, inactive_split_bytes, b->size);
+      MN__CSTAT_SUB(fast, inactive_split, 1);
     }
   }
   b->allocated = true;
   b->requested = requested;
-  mn__addrmap_put(&a->live, b->addr, 0, b);
+  mn__addrmap_put(&lane->live, b->addr, 0, b);
+  if (fast) {
+    lane_inc(fast, MN__LF_count, kind, 1);
+    lane_inc(fast, MN__LF_bytes, kind, (int64_t)b->size);
+    lane_inc(fast, MN__LF_requested, kind, (int64_t)requested);
+    fast->dirty = true;
+    return b; /* no recorder, no oversize or expandable block on a lane's path */
+  }
   mn__trace(a, MN_TRACE_ALLOC, b->stream_id, b->addr, b->size, requested);
   /* one test of ps for the five, not five */
 #define MN__FOUND_STATS(st)                                          \
@@ -401,10 +447,11 @@ static __attribute__((noinline)) mn_status alloc_missed(mn__caching_t *a, size_t
     return mn__error_wrap(p->err, "caching_alloc");
   }
   if (!b) return out_of_memory(a, nbytes, p->size, p->alloc_size);
+  mn__lane_t *lane = NULL;
   mn_status st = mn__spare_reserve(a, 1);
-  if (st == MN_OK) st = mn__addrmap_reserve(&a->live, 1);
+  if (st == MN_OK) st = mn__lane_reserve(a, p->stream, hint_lane(a), &lane);
   if (st != MN_OK) return reserve_failed(a, p, b, st);
-  b = alloc_found_block(a, b, p, nbytes, p->pool->mp != NULL); /* use_on_oom may give a pool's block */
+  b = alloc_found_block(a, lane, NULL, b, p, nbytes, p->pool->mp != NULL); /* use_on_oom may give a pool's block */
   *out = (void *)b->addr;
   unlock(a);
   mn__callbacks_flush(a); /* a new segment's callbacks run before its first block is handed out */
@@ -424,10 +471,11 @@ static inline __attribute__((always_inline)) mn_status alloc_from(mn__caching_t 
                                     : mn__allocation_size(p.size);
   mn__block_t *b = get_free_block_in(a, p.pool, sid, p.size, mp != NULL, true);
   if (__builtin_expect(b == NULL, 0)) return alloc_missed(a, nbytes, &p, mp, out);
+  mn__lane_t *lane = NULL;
   mn_status st = mn__spare_reserve(a, 1);
-  if (st == MN_OK) st = mn__addrmap_reserve(&a->live, 1);
+  if (st == MN_OK) st = mn__lane_reserve(a, sid, hint_lane(a), &lane);
   if (st != MN_OK) return reserve_failed(a, &p, b, st);
-  b = alloc_found_block(a, b, &p, nbytes, mp != NULL);
+  b = alloc_found_block(a, lane, NULL, b, &p, nbytes, mp != NULL);
   *out = (void *)b->addr;
   unlock(a); /* a cached block: no segment event to tell */
   return MN_OK;
@@ -439,10 +487,91 @@ static __attribute__((noinline)) mn_status alloc_routed(mn__caching_t *a, size_t
   return alloc_from(a, nbytes, sid, mn__mempool_route(a, stream), out);
 }
 
-/* The allocation: takes and drops the lock (the "mnemo.alloc" range is the dispatch's). */
+/* ---- the lanes' paths (caching_lanes.c) ---------------------------------------------- */
+
+/* The lane of stream sid, or NULL (the full path makes it). Lock-free: lanes
+ * are published once made and live as long as the allocator. */
+static inline mn__lane_t *lane_lookup(mn__caching_t *a, uint64_t sid) {
+  if (t_lane.gen == a->gen && t_lane.stream == sid) return t_lane.lane;
+  mn__lane_t *l = atomic_load_explicit(&a->lanes, memory_order_acquire);
+  while (l && atomic_load_explicit(&l->stream, memory_order_relaxed) != sid)
+    l = atomic_load_explicit(&l->next, memory_order_acquire);
+  if (l) {
+    t_lane.gen = a->gen;
+    t_lane.stream = sid;
+    t_lane.lane = l;
+  }
+  return l;
+}
+
+/* A cached pair's allocation on the lane's path: best fit among the stream's
+ * own blocks, split as the full path would. NULL, with nothing changed, for
+ * whatever the full path must do (no cached block, an oversize, expandable or
+ * memory pool's block, a counter past its room, no host memory for records).
+ * pre: l's lock held, MN__FAST_ALLOC in a->fast. */
+static inline __attribute__((always_inline)) mn__block_t *lane_alloc(mn__caching_t *a, mn__lane_t *l, size_t nbytes,
+                                                                     uint64_t sid) {
+  if (nbytes > a->total_memory) return NULL;
+  params_t p = {.stream = sid, .err = MN_OK};
+  p.size = mn__round_size(&a->cfg, nbytes);
+  bool small = p.size <= MN__SMALL_SIZE;
+  p.pool = small ? &a->small : &a->large;
+  mn__sbins_t *sb = l->sb[!small];
+  mn__tnode_t *n = mn__fset_lower_bound(&p.pool->fs, sb, p.size);
+  if (!n) return NULL;
+  mn__block_t *b = (mn__block_t *)n;
+  size_t max_split = a->cfg.max_split_size;
+  if (b->seg->expandable || p.size >= max_split || b->size >= max_split) return NULL;
+  int kind = p.pool->kind;
+  bool split = should_split(a, b, p.size, false);
+  int64_t bytes = (int64_t)(split ? p.size : b->size);
+  if (!lane_fits(l, MN__LF_count, kind, 1) || !lane_fits(l, MN__LF_bytes, kind, bytes) ||
+      !lane_fits(l, MN__LF_requested, kind, (int64_t)nbytes))
+    return NULL;
+  if (split && !mn__block_is_split(b) &&
+      (!lane_fits(l, MN__LF_inactive_split, kind, 1) ||
+       !lane_fits(l, MN__LF_inactive_split_bytes, kind, (int64_t)(b->size - p.size))))
+    return NULL;
+  if (split && l->spares.n == 0) {
+    mn__block_t *r = mn__calloc_lines(sizeof *r);
+    if (!r) return NULL; /* the full path tries again and reports */
+    mn__spares_put(&l->spares, r, LANE_SPARES_MAX);
+  }
+  if ((l->live.count + 1) * 4 > l->live.cap * 3) { /* the map grows: an error here is the full path's to report */
+    mn__error_saved_t saved;
+    mn__error_save(&saved);
+    mn_status st = mn__addrmap_reserve_slow(&l->live, 1);
+    mn__error_restore(&saved);
+    if (st != MN_OK) return NULL;
+  }
+  if (sb->hot != n) take_out(p.pool, b);
+  return alloc_found_block(a, l, l, b, &p, nbytes, false);
+}
+
+/* The free of a live block of lane l on its path: no stream uses, never
+ * exported, a split block of a plain segment of the allocator's own pools,
+ * with at most one free neighbour, its counters within their room; else
+ * false, nothing changed. pre: l's lock held, e is b's entry in l's map. */
+static inline bool lane_free(mn__caching_t *a, mn__lane_t *l, mn__addrmap_entry_t *e);
+
+/* The allocation: a cached block on the stream's lane when it can, else the
+ * full lock (the "mnemo.alloc" range is the dispatch's). */
 static mn_status caching_alloc(mn_allocator_t *self, size_t nbytes, mn_stream_t *stream, void **out) {
   mn__caching_t *a = as_caching(self);
   uint64_t sid = stream ? mn_stream_id(stream) : a->default_stream;
+  mn__lane_t *l = atomic_load_explicit(&a->fast, memory_order_relaxed) & MN__FAST_ALLOC ? lane_lookup(a, sid) : NULL;
+  if (__builtin_expect(l != NULL, 1)) {
+    mn__lock(&l->lock);
+    mn__block_t *b = NULL;
+    if (__builtin_expect(l->retired, 0) || atomic_load_explicit(&l->stream, memory_order_relaxed) != sid)
+      t_lane.gen = 0; /* retired (or recycled for another stream) since it was found */
+    else if ((atomic_load_explicit(&a->fast, memory_order_relaxed) & MN__FAST_ALLOC) &&
+             (!a->fast_quiet || mn__device_progress(a->base.device) == a->fast_quiet))
+      b = lane_alloc(a, l, nbytes, sid);
+    if (__builtin_expect(b != NULL, 1)) *out = (void *)b->addr;
+    mn__unlock(&l->lock);
+    if (__builtin_expect(b != NULL, 1)) return MN_OK;
+  }
   lock(a);
   if (nbytes > a->total_memory) return out_of_memory(a, nbytes, nbytes, nbytes);
   if (__builtin_expect(a->nroutes != 0, 0)) return alloc_routed(a, nbytes, stream, sid, out);
@@ -484,7 +613,7 @@ static inline void unallocate(mn__caching_t *a, mn__block_t *b) {
 
 void mn__unallocate(mn__caching_t *a, mn__block_t *b) { unallocate(a, b); }
 
-static mn_status free_with_uses(mn__caching_t *a, mn__block_t *b, mn__addrmap_entry_t *live);
+static mn_status free_with_uses(mn__caching_t *a, mn__block_t *b, mn__lane_t *lane, mn__addrmap_entry_t *live);
 
 /* Whether x may merge with a block being freed (mn__try_merge_if's test). */
 static inline bool may_merge(const mn__block_t *x) { return x && x->where != MN__IN_NONE; }
@@ -507,9 +636,16 @@ static __attribute__((noinline)) void trace_free_pair(mn__caching_t *a, const mn
 }
 
 /* The counters an allocated block gives back when it is freed (unallocate's
- * part of the common frees below). */
-static inline void count_unallocated(mn__caching_t *a, const mn__block_t *b, int kind, int64_t size,
-                                     int64_t requested) {
+ * part of the common frees below); fast: the lane on whose path (else NULL). */
+static inline void count_unallocated(mn__caching_t *a, mn__lane_t *fast, const mn__block_t *b, int kind,
+                                     int64_t size, int64_t requested) {
+  if (fast) {
+    lane_dec(fast, MN__LF_count, kind, 1);
+    lane_dec(fast, MN__LF_bytes, kind, size);
+    lane_dec(fast, MN__LF_requested, kind, requested);
+    fast->dirty = true;
+    return;
+  }
   mn_alloc_stats_t *st = &a->stats;
   if (b->size >= a->cfg.max_split_size) mn__stat_dec(&st->oversize_allocations, 1);
   MN__STAT_SUB_FROM(st, allocation, kind, 1);
@@ -521,23 +657,25 @@ static inline void count_unallocated(mn__caching_t *a, const mn__block_t *b, int
 
 /* unallocate and mn__free_block for the common free: a split block of a plain
  * segment of the allocator's own pools, no free neighbour, never exported.
- * The same counters, inline and updated once each; the same events. */
-static inline void free_plain(mn__caching_t *a, mn__block_t *b) {
-  if (a->sink) trace_free_pair(a, b);
+ * The same counters, inline and updated once each; the same events. fast:
+ * the lane on whose path (its room checked), else NULL (the full lock). */
+static inline void free_plain(mn__caching_t *a, mn__lane_t *fast, mn__block_t *b) {
+  if (!fast && a->sink) trace_free_pair(a, b);
   mn__pool_t *pool = b->pool;
+  mn_alloc_stats_t *ps = NULL;
   int kind = pool->kind;
   int64_t size = (int64_t)b->size, requested = (int64_t)b->requested;
   b->allocated = false;
   b->requested = 0;
-  count_unallocated(a, b, kind, size, requested);
-  mn_alloc_stats_t *st = &a->stats;
-  MN__STAT_ADD_TO(st, inactive_split, kind, 1);
-  MN__STAT_ADD_TO(st, inactive_split_bytes, kind, size);
+  count_unallocated(a, fast, b, kind, size, requested);
+  MN__CSTAT_ADD(fast, inactive_split, 1);
+  MN__CSTAT_ADD(fast, inactive_split_bytes, size);
   /* mn__pool_insert of a mapped block that is not a whole segment */
-  mn__fset_insert(&pool->fs, b->seg->sb, &b->node, b->size, b->addr);
+  mn__sbins_t *sb = b->seg->sb;
+  mn__fset_insert(&pool->fs, sb, &b->node, b->size, b->addr);
   b->where = MN__IN_FREE;
   b->gc_count_base = pool->get_free_calls;
-  if (!pool->largest_dirty && b->size > pool->largest_free) pool->largest_free = b->size;
+  mn__largest_grow(sb, b->size);
 }
 
 /* unallocate and mn__free_block for a free with exactly one free neighbour m
@@ -545,13 +683,13 @@ static inline void free_plain(mn__caching_t *a, mn__block_t *b) {
  * PyTorch's (b absorbs m); the record that stays is m's, which takes b's
  * bytes and keeps its place in the free set: as the hot node its key is
  * changed in place, else it is taken out and put back. b's record is spare. */
-static inline void free_merge_one(mn__caching_t *a, mn__block_t *b, mn__block_t *m) {
-  if (a->sink) trace_free_pair(a, b);
+static inline void free_merge_one(mn__caching_t *a, mn__lane_t *fast, mn__block_t *b, mn__block_t *m) {
+  if (!fast && a->sink) trace_free_pair(a, b);
   mn__pool_t *pool = b->pool;
+  mn_alloc_stats_t *ps = NULL;
   int kind = pool->kind;
   int64_t size = (int64_t)b->size, requested = (int64_t)b->requested, absorbed = (int64_t)m->size;
-  count_unallocated(a, b, kind, size, requested);
-  mn_alloc_stats_t *st = &a->stats;
+  count_unallocated(a, fast, b, kind, size, requested);
   mn__sbins_t *sb = m->seg->sb;
   bool hot = sb->hot == &m->node;
   if (!hot) mn__fset_remove(&pool->fs, sb, &m->node);
@@ -564,20 +702,17 @@ static inline void free_merge_one(mn__caching_t *a, mn__block_t *b, mn__block_t 
     mn__fset_insert(&pool->fs, sb, &m->node, m->size, m->addr);
   }
   m->gc_count_base = pool->get_free_calls; /* as if cached now */
-  if (!pool->largest_dirty && m->size > pool->largest_free) pool->largest_free = m->size;
+  mn__largest_grow(sb, m->size);
   /* net change of inactive split blocks: m is absorbed; the merged block counts when still split */
   if (mn__block_is_split(m)) {
-    MN__STAT_ADD_TO(st, inactive_split_bytes, kind, size);
+    MN__CSTAT_ADD(fast, inactive_split_bytes, size);
   } else {
-    MN__STAT_SUB_FROM(st, inactive_split, kind, 1);
-    MN__STAT_SUB_FROM(st, inactive_split_bytes, kind, absorbed);
-    m->whole_prev = NULL; /* mn__pool_insert's list of whole segments */
-    m->whole_next = pool->whole;
-    if (pool->whole) pool->whole->whole_prev = m;
-    pool->whole = m;
-    m->in_whole = true;
+    MN__CSTAT_SUB(fast, inactive_split, 1);
+    MN__CSTAT_SUB(fast, inactive_split_bytes, absorbed);
+    mn__whole_push(sb, m); /* mn__pool_insert's list of whole segments */
   }
-  mn__block_put(a, b);
+  if (fast) mn__spares_put(&fast->spares, b, LANE_SPARES_MAX);
+  else mn__block_put(a, b);
 }
 
 /* m when it is the only one of b's neighbours that is free (and free_merge_one may take it), else NULL. */
@@ -588,22 +723,115 @@ static inline mn__block_t *one_free_neighbour(const mn__block_t *b) {
   return m && m->where == MN__IN_FREE && mn__block_inactive(m) && m->mapped ? m : NULL;
 }
 
+/* Whether x is a free neighbour a freed block absorbs (mn__try_merge's test,
+ * for a mapped block). */
+static inline bool absorbs(const mn__block_t *x) {
+  return x && x->where != MN__IN_NONE && mn__block_inactive(x) && x->mapped;
+}
+
+/* mn__free_block on a lane's path, for the frees free_plain and
+ * free_merge_one do not make (both neighbours free, or a whole segment):
+ * the same merges, counters and free-set insertion. false when a counter's
+ * room is short (nothing changed). pre: lane_free's conditions. */
+static __attribute__((noinline)) bool lane_free_general(mn__caching_t *a, mn__lane_t *l, mn__block_t *b,
+                                                        mn__addrmap_entry_t *e) {
+  mn__block_t *p = b->prev, *n = b->next;
+  bool mp = absorbs(p), mn = absorbs(n);
+  int kind = b->pool->kind;
+  int64_t size = (int64_t)b->size, requested = (int64_t)b->requested;
+  int64_t absorbed = (mp ? (int64_t)p->size : 0) + (mn ? (int64_t)n->size : 0);
+  int64_t net_blocks = -(int64_t)(mp + mn), net_bytes = -absorbed;
+  if ((mp ? p->prev : p) != NULL || (mn ? n->next : n) != NULL) { /* still split once merged */
+    net_blocks++;
+    net_bytes += size + absorbed;
+  }
+  if ((net_blocks > 0 && !lane_fits(l, MN__LF_split, kind, net_blocks)) ||
+      (net_bytes > 0 && !lane_fits(l, MN__LF_split_bytes, kind, net_bytes)))
+    return false;
+  mn__addrmap_remove_entry(&l->live, e);
+  b->allocated = false;
+  count_unallocated(a, l, b, kind, size, requested);
+  mn__block_t *cands[2] = {mp ? p : NULL, mn ? n : NULL};
+  for (int i = 0; i < 2; i++) {
+    mn__block_t *x = cands[i];
+    if (!x) continue;
+    mn__pool_remove(x->pool, x);
+    mn__block_unlink_into(b, x);
+    b->size += x->size;
+    mn__spares_put(&l->spares, x, LANE_SPARES_MAX);
+  }
+  b->requested = 0;
+  mn__pool_insert(b->pool, b);
+  if (net_blocks > 0) lane_inc(l, MN__LF_split, kind, net_blocks);
+  else if (net_blocks < 0) lane_dec(l, MN__LF_split, kind, -net_blocks);
+  if (net_bytes > 0) lane_inc(l, MN__LF_split_bytes, kind, net_bytes);
+  else if (net_bytes < 0) lane_dec(l, MN__LF_split_bytes, kind, -net_bytes);
+  return true;
+}
+
+static inline bool lane_free(mn__caching_t *a, mn__lane_t *l, mn__addrmap_entry_t *e) {
+  mn__block_t *b = e->data;
+  if (b->nuses || b->share || b->pool->mp || b->seg->expandable || b->size >= a->cfg.max_split_size) return false;
+  if (__builtin_expect(!mn__block_is_split(b), 0)) return lane_free_general(a, l, b, e);
+  int kind = b->pool->kind;
+  int64_t size = (int64_t)b->size;
+  mn__block_t *m = NULL;
+  if (!may_merge(b->prev) && !may_merge(b->next)) {
+    if (!lane_fits(l, MN__LF_inactive_split, kind, 1) || !lane_fits(l, MN__LF_inactive_split_bytes, kind, size))
+      return false;
+  } else if ((m = one_free_neighbour(b)) != NULL) {
+    bool still_split = m == b->prev ? (m->prev || b->next) : (b->prev || m->next);
+    if (still_split && !lane_fits(l, MN__LF_inactive_split_bytes, kind, size)) return false;
+  } else {
+    return lane_free_general(a, l, b, e);
+  }
+  mn__addrmap_remove_entry(&l->live, e);
+  if (m) free_merge_one(a, l, b, m);
+  else free_plain(a, l, b);
+  return true;
+}
+
+/* addr's free on lane l when l holds it: 1 done, 0 left to the full path, -1 not l's. */
+static inline int free_in_lane(mn__caching_t *a, mn__lane_t *l, uintptr_t addr) {
+  mn__lock(&l->lock);
+  mn__addrmap_entry_t *e = l->retired ? NULL : mn__addrmap_find(&l->live, addr);
+  int r = !e ? -1 : (atomic_load_explicit(&a->fast, memory_order_relaxed) & MN__FAST_FREE) && lane_free(a, l, e);
+  mn__unlock(&l->lock);
+  return r;
+}
+
+/* The lane path of a free: the lane this thread used last first, then the
+ * others, one lock at a time. false: the full path's (not found, or not a
+ * free the lane's path makes). */
+static inline bool free_on_lane(mn__caching_t *a, uintptr_t addr) {
+  if (!(atomic_load_explicit(&a->fast, memory_order_relaxed) & MN__FAST_FREE)) return false; /* again under the lock */
+  mn__lane_t *hint = hint_lane(a);
+  int r;
+  if (hint && (r = free_in_lane(a, hint, addr)) >= 0) return r;
+  for (mn__lane_t *l = atomic_load_explicit(&a->lanes, memory_order_acquire); l;
+       l = atomic_load_explicit(&l->next, memory_order_acquire))
+    if (l != hint && (r = free_in_lane(a, l, addr)) >= 0) return r;
+  return false;
+}
+
 static mn_status caching_free(mn_allocator_t *self, void *ptr) {
   mn__caching_t *a = as_caching(self);
+  if (__builtin_expect(free_on_lane(a, (uintptr_t)ptr), 1)) return MN_OK;
   lock(a);
-  mn__addrmap_entry_t *live = mn__addrmap_find(&a->live, (uintptr_t)ptr);
+  mn__lane_t *lane;
+  mn__addrmap_entry_t *live = mn__live_find(a, (uintptr_t)ptr, &lane);
   if (!live) return not_ours(a, __func__, ptr);
   mn__block_t *b = live->data;
-  if (b->nuses) return free_with_uses(a, b, live); /* record_stream was called: events first */
-  mn__addrmap_remove_entry(&a->live, live);
+  if (b->nuses) return free_with_uses(a, b, lane, live); /* record_stream was called: events first */
+  mn__addrmap_remove_entry(&lane->live, live);
   mn__block_t *m;
   if (__builtin_expect(b->pool->mp || b->share || !mn__block_is_split(b) || b->seg->expandable, 0)) {
     unallocate(a, b);
     mn__free_block(a, b);
   } else if (!may_merge(b->prev) && !may_merge(b->next)) {
-    free_plain(a, b);
+    free_plain(a, NULL, b);
   } else if ((m = one_free_neighbour(b)) != NULL) {
-    free_merge_one(a, b, m);
+    free_merge_one(a, NULL, b, m);
   } else {
     unallocate(a, b);
     mn__free_block(a, b);
@@ -615,9 +843,9 @@ static mn_status caching_free(mn_allocator_t *self, void *ptr) {
 /* The free of a block used on other streams: an event recorded on each (or,
  * when one cannot be had, that stream synchronized with the lock dropped);
  * the block is cached when they complete. pre: lock held; unlocks. */
-static __attribute__((noinline)) mn_status free_with_uses(mn__caching_t *a, mn__block_t *b,
+static __attribute__((noinline)) mn_status free_with_uses(mn__caching_t *a, mn__block_t *b, mn__lane_t *lane,
                                                           mn__addrmap_entry_t *live) {
-  if (a->ncaptures) return mn__free_deferred(a, b, live); /* no event records during a capture */
+  if (a->ncaptures) return mn__free_deferred(a, b, lane, live); /* no event records during a capture */
   uint32_t n = b->nuses;
   use_end_t local[8], *ends = local;
   if (n > 8 && !(ends = mn__calloc(n, sizeof *ends))) {
@@ -631,7 +859,7 @@ static __attribute__((noinline)) mn_status free_with_uses(mn__caching_t *a, mn__
     ends[i].entry = NULL;
     need_sync = true;
   }
-  mn__addrmap_remove_entry(&a->live, live); /* a concurrent double free now fails cleanly */
+  mn__addrmap_remove_entry(&lane->live, live); /* a concurrent double free now fails cleanly */
   if (need_sync) {
     b->freeing = true;
     unlock(a);
@@ -646,8 +874,8 @@ static __attribute__((noinline)) mn_status free_with_uses(mn__caching_t *a, mn__
           mn__event_put(a, ends[i].event);
           mn__pending_put(a, ends[i].entry);
         }
-      (void)mn__addrmap_reserve(&a->live, 1); /* the map never fills: put cannot fail */
-      mn__addrmap_put(&a->live, b->addr, 0, b);
+      (void)mn__addrmap_reserve(&lane->live, 1); /* the map never fills: put cannot fail */
+      mn__addrmap_put(&lane->live, b->addr, 0, b);
       unlock(a);
       if (ends != local) free(ends);
       return mn__error_wrap(st, "caching_free");
@@ -717,6 +945,7 @@ static mn_status caching_empty_cache(mn_allocator_t *self) {
   size_t nevents = a->nevents;
   a->events = NULL;
   a->nevents = a->cap_events = 0;
+  mn__lanes_trim(a); /* and the spare block records: the lanes' paths and the full one pass them between them */
   unlock(a);
   /* pooled, idle events: a failed destroy leaves nothing of ours to undo */
   for (size_t i = 0; i < nevents; i++) mn__ignore(mn_event_destroy(events[i]));
@@ -775,17 +1004,13 @@ static void caching_destroy(mn_allocator_t *self) {
   mn__mempools_free_all(a);
   for (size_t i = 0; i < a->nevents; i++) mn__ignore(mn_event_destroy(a->events[i])); /* destroy cannot report */
   free(a->events);
-  while (a->spare_blocks) {
-    mn__block_t *b = a->spare_blocks;
-    a->spare_blocks = b->spare_next;
-    free(b);
-  }
+  mn__spares_free(&a->spares);
+  mn__lanes_free(a);
   while (a->spare_pending) {
     mn__pending_t *p = a->spare_pending;
     a->spare_pending = p->next;
     free(p);
   }
-  mn__addrmap_fini(&a->live);
   mn__addrmap_fini(&a->qmap);
   mn__fset_fini(&a->small.fs);
   mn__fset_fini(&a->large.fs);
@@ -841,6 +1066,7 @@ mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t
     free(a);
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "cannot make the callback lock");
   }
+  a->gen = atomic_fetch_add_explicit(&g_gen, 1, memory_order_relaxed) + 1;
   a->base.vtable = &caching_vtable;
   mn__allocator_vtable_trust(&caching_vtable); /* the dispatch's fast path (allocator.c) */
   a->base.device = dev;
@@ -861,6 +1087,12 @@ mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t
   mn__event_sink_default(&a->sink, &a->sink_user);
   *out = &a->base;
   return MN_OK;
+}
+
+mn_status mn_caching_allocator_create_sharded(mn_device_t dev, const mn_caching_config_t *config, mn_allocator_t **out) {
+  MN__CHECK_ARG(out != NULL, "out must not be NULL");
+  mn_status st = mn_caching_allocator_create(dev, config, out);
+  return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }
 
 bool mn__is_caching(const mn_allocator_t *al) { return al && al->vtable == &caching_vtable; }
@@ -911,6 +1143,7 @@ mn_status mn__caching_refresh_device(mn_allocator_t *al, const char *func) {
     a->total_memory = props.total_memory;
     mn__fset_fini(&a->large.fs); /* no segment, so no stream's record */
     mn__fset_init(&a->large.fs, large_max_block(a->total_memory));
+    a->lanes_epoch = UINT64_MAX; /* the epoch restarted: the lanes look their sets up again */
     a->default_stream = mn_stream_id(def);
     a->granularity = props.alloc_granularity ? props.alloc_granularity : MN__SMALL_BUFFER;
     a->allowed_max = (size_t)(a->cfg.per_process_memory_fraction * (double)props.total_memory);

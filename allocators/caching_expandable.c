@@ -54,7 +54,7 @@ static mn__block_t *new_segment(mn__caching_t *a, uint64_t stream, mn__pool_t *p
     *no_va = *st == MN_ERR_OUT_OF_MEMORY;
     return NULL;
   }
-  mn__segment_t *s = mn__calloc(1, sizeof *s);
+  mn__segment_t *s = mn__calloc_lines(sizeof *s);
   uint8_t *pages = mn__calloc(va / page, 1);
   mn_status sp = mn__spare_reserve(a, 1);
   mn__sbins_t *sb = NULL;
@@ -341,12 +341,12 @@ mn_status mn_caching_allocator_enable_peer_access(mn_allocator_t *al, mn_device_
   /* raw segments, as cudaDeviceEnablePeerAccess (enabling twice succeeds) */
   st = mn_device_enable_peer_access(peer, dev);
   if (st != MN_OK) return mn__error_wrap(st, __func__);
-  mn__lock(&a->lock);
+  mn__caching_lock(a);
   uint64_t bit = UINT64_C(1) << peer.index;
   if (!(a->peers & bit)) {
     st = grant_mapped(a, peer);
     if (st == MN_OK) a->peers |= bit; /* else a retry grants again; pages granted stay granted */
   }
-  mn__unlock(&a->lock);
+  mn__caching_unlock(a);
   return st == MN_OK ? MN_OK : mn__error_wrap(st, __func__);
 }

@@ -33,9 +33,9 @@ void mn__stats_copy(const mn_alloc_stats_t *kept, mn_alloc_stats_t *out) {
 mn_status mn__caching_get_stats(mn_allocator_t *self, mn_alloc_stats_t *out) {
   mn__caching_t *a = as_caching(self);
   uint32_t size = out->size, version = out->version;
-  mn__lock(&a->lock);
+  mn__caching_lock(a);
   mn__caching_stats_copy(a, out);
-  mn__unlock(&a->lock);
+  mn__caching_unlock(a);
   out->size = size;
   out->version = version;
   size_t m = a->cfg.max_split_size;
@@ -55,10 +55,10 @@ static void reset_peaks(mn_alloc_stats_t *s) {
 
 mn_status mn__caching_reset_peak(mn_allocator_t *self) {
   mn__caching_t *a = as_caching(self);
-  mn__lock(&a->lock);
+  mn__caching_lock(a);
   reset_peaks(&a->stats);
   for (mn_mempool_t *mp = a->mempools; mp; mp = mp->next) reset_peaks(&mp->stats);
-  mn__unlock(&a->lock);
+  mn__caching_unlock(a);
   return MN_OK;
 }
 
@@ -108,7 +108,7 @@ mn_status mn__caching_snapshot(mn_allocator_t *self, mn_snapshot_t **out) {
 mn_status mn__caching_snapshot_of(mn__caching_t *a, uint64_t pool_id, bool filter, mn_snapshot_t **out) {
   mn_snapshot_t *snap = mn__calloc(1, sizeof *snap);
   if (!snap) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
-  mn__lock(&a->lock);
+  mn__caching_lock(a);
   size_t runs = 0;
   for (mn__segment_t *s = a->segments; s; s = s->next_seg)
     for (mn__block_t *b = s->head; b && (!filter || s->pool_id == pool_id); b = b->next)
@@ -118,7 +118,7 @@ mn_status mn__caching_snapshot_of(mn__caching_t *a, uint64_t pool_id, bool filte
   for (mn__segment_t *s = a->segments; ok && s; s = s->next_seg)
     for (mn__block_t *b = s->head; ok && b && (!filter || s->pool_id == pool_id); b = b->next)
       if (b->mapped && (!b->prev || !b->prev->mapped)) ok = snap_run(a, b, &snap->segments[snap->nsegments++]);
-  mn__unlock(&a->lock);
+  mn__caching_unlock(a);
   if (!ok) {
     mn_snapshot_free(snap);
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory");
@@ -303,30 +303,37 @@ static mn_status check_locked(const mn__caching_t *a) {
     mn_status ts = mn__fset_check(&p->fs, why, sizeof why);
     if (ts != MN_OK) /* broken (internal error) or no host memory to check with */
       return mn__error(ts, "check_invariants", "%s pool: %s", p->is_small ? "small" : "large", why);
-    size_t whole = 0, largest = 0, nfree_blocks = 0, nunmapped_blocks = 0;
+    size_t whole = 0, nfree_blocks = 0, nunmapped_blocks = 0;
     for (const mn__segment_t *s = a->segments; s; s = s->next_seg)
       for (const mn__block_t *b = s->head; s->pool == p && b; b = b->next) {
         nfree_blocks += b->where == MN__IN_FREE;
         nunmapped_blocks += b->where == MN__IN_UNMAPPED;
         bool want = b->where == MN__IN_FREE && mn__whole_raw_segment(b);
         if (b->in_whole != want)
-          BROKEN("block %#lx: %s the pool's list of whole free segments", (unsigned long)b->addr,
+          BROKEN("block %#lx: %s its stream's list of whole free segments", (unsigned long)b->addr,
                  want ? "missing from" : "wrongly in");
         whole += want;
-        if (b->where == MN__IN_FREE && b->size > largest) largest = b->size;
       }
     size_t listed = 0;
-    for (const mn__block_t *b = p->whole; b && listed <= whole; b = b->whole_next) {
-      if (b->pool != p || (b->whole_next && b->whole_next->whole_prev != b))
-        BROKEN("%s pool: the list of whole free segments is broken at %#lx", p->is_small ? "small" : "large",
-               (unsigned long)b->addr);
-      listed++;
+    for (size_t k = 0; k < p->fs.cap; k++) {
+      const mn__sbins_t *sb = p->fs.slots[k];
+      if (!sb) continue;
+      for (const mn__block_t *b = sb->whole; b && listed <= whole; b = b->whole_next) {
+        if (b->pool != p || b->seg->sb != sb || (b->whole_next && b->whole_next->whole_prev != b))
+          BROKEN("%s pool: stream %llu's list of whole free segments is broken at %#lx",
+                 p->is_small ? "small" : "large", (unsigned long long)sb->stream, (unsigned long)b->addr);
+        listed++;
+      }
+      size_t largest = 0;
+      for (const mn__segment_t *s = a->segments; s; s = s->next_seg)
+        for (const mn__block_t *b = s->head; s->sb == sb && b; b = b->next)
+          if (b->where == MN__IN_FREE && b->size > largest) largest = b->size;
+      if (!sb->largest_dirty && sb->largest_free != largest)
+        BROKEN("%s pool: stream %llu's largest free block kept as %zu, the blocks say %zu",
+               p->is_small ? "small" : "large", (unsigned long long)sb->stream, sb->largest_free, largest);
     }
     if (listed != whole)
       BROKEN("%s pool: %zu whole free segments listed, %zu counted", p->is_small ? "small" : "large", listed, whole);
-    if (!p->largest_dirty && p->largest_free != largest)
-      BROKEN("%s pool: largest free block kept as %zu, the blocks say %zu", p->is_small ? "small" : "large",
-             p->largest_free, largest);
     size_t nfree, nunmapped;
     mn__fset_counts(&p->fs, &nfree, &nunmapped);
     if (nfree != nfree_blocks || nunmapped != nunmapped_blocks)
@@ -336,8 +343,10 @@ static mn_status check_locked(const mn__caching_t *a) {
   size_t freeing = 0;
   for (const mn__segment_t *s = a->segments; s; s = s->next_seg)
     for (const mn__block_t *b = s->head; b; b = b->next) freeing += b->freeing;
-  if (a->live.count + freeing != t.allocated)
-    BROKEN("pointer map holds %zu entries for %zu allocated blocks", a->live.count, t.allocated);
+  size_t live = mn__live_count(a);
+  if (live + freeing != t.allocated)
+    BROKEN("pointer maps hold %zu entries for %zu allocated blocks", live, t.allocated);
+  if (mn__lanes_check(a, why, sizeof why) != MN_OK) BROKEN("%s", why);
   size_t events = 0, nqueues = 0;
   const mn__pending_t *h = a->queues;
   for (size_t q = 0; h && q < a->qmap.count; q++, h = h->qnext) {
@@ -386,9 +395,9 @@ static mn_status check_locked(const mn__caching_t *a) {
 
 mn_status mn__caching_check_invariants(mn_allocator_t *self) {
   mn__caching_t *a = as_caching(self);
-  mn__lock(&a->lock);
+  mn__caching_lock(a);
   mn_status st = check_locked(a);
-  mn__unlock(&a->lock);
+  mn__caching_unlock(a);
   return st;
 }
 

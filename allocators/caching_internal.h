@@ -1,5 +1,7 @@
 /* allocators/caching_internal.h: the caching allocator's internal types (blocks, segments,
- * pools, free sets, pointer map). Threading: all of it is guarded by mn__caching_t.lock. */
+ * pools, free sets, lanes and their pointer maps). Threading: all of it is guarded by the
+ * full lock (mn__caching_lock: the allocator lock and every lane's); a lane's lock alone
+ * guards its stream's free sets, segments' blocks, map, spares and counts (mn__lane_t). */
 #ifndef MNEMO_ALLOCATORS_CACHING_INTERNAL_H
 #define MNEMO_ALLOCATORS_CACHING_INTERNAL_H
 
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "runtime/debug.h"
+#include "runtime/hostmem.h"
 #include "runtime/lock.h"
 #include "runtime/ptrmap.h"
 #include "allocators/stat.h"
@@ -123,6 +126,13 @@ typedef struct mn__sbins_s {
   size_t nsegs;                    /* segments of this stream in the pool */
   size_t count, nunmapped;         /* free blocks (bins and hot), unmapped ranges */
   mn__tnode_t *hot;                /* the hot node, or NULL */
+  /* The stream's free blocks that are whole raw segments (what releasing
+   * frees), any order; and its largest free block (0 when none), exact
+   * unless largest_dirty (removing the largest marks it; mn__pool_largest_free
+   * recomputes). Per stream, so a lane's pairs write nothing pool-wide. */
+  struct mn__block_s *whole;
+  size_t largest_free;
+  bool largest_dirty;
   mn__tree_t unmapped;             /* unmapped expandable ranges by address */
   uint64_t summary;                /* bit w: bits[w] != 0 */
   uint64_t bits[MN__BIN_WORDS];    /* bit b: bins[b] is not empty */
@@ -134,6 +144,7 @@ typedef struct mn__fset_s {
   size_t cap, nstreams;
   mn__sbins_t *last;     /* the last one found */
   unsigned nbins;
+  uint64_t epoch;        /* bumped when a stream's record is made or freed (lanes refresh theirs) */
 } mn__fset_t;
 
 static inline unsigned mn__bin_clamped(const mn__fset_t *fs, size_t size) {
@@ -284,8 +295,8 @@ typedef struct mn__block_s {
   mn__use_t *uses;                /* record_stream streams other than stream_id, each held
                                    * (runtime/stream_hold.h) until free has recorded its event */
   struct mn__block_s *spare_next; /* link in the spare list */
-  /* In pool->whole while a free block that is a whole raw segment (what
-   * mn__release_cached frees), so releasing walks those only. */
+  /* In its stream's sbins->whole while a free block that is a whole raw
+   * segment (what mn__release_cached frees), so releasing walks those only. */
   struct mn__block_s *whole_prev, *whole_next;
   bool in_whole;
   struct mn__share_rec_s *share;  /* its exports to other processes (caching_share.c), or NULL */
@@ -315,13 +326,9 @@ struct mn__pool_s {
   bool is_small;
   int kind;            /* MN_POOL_SMALL or MN_POOL_LARGE */
   int64_t get_free_calls;
-  mn__block_t *whole;  /* the free blocks that are whole raw segments, any order */
-  /* The largest block in `free` (0 when empty), exact unless largest_dirty:
-   * the OOM message asks for it on every failed allocation, so it is kept
-   * instead of walking every block each time; removing the largest marks it
-   * dirty and the next ask recomputes it (mn__pool_largest_free). */
-  size_t largest_free;
-  bool largest_dirty;
+  /* The whole free segments and the largest free block are kept per stream
+   * (mn__sbins_t): the OOM message asks for the largest on every failed
+   * allocation (mn__pool_largest_free: the streams' maximum). */
 };
 
 /* A memory pool (mnemo/mempool.h): its own small and large free sets, its
@@ -370,6 +377,70 @@ typedef struct mn__pending_s {
   struct mn__pending_s *qtail; /* heads only: this queue's last entry */
 } mn__pending_t;
 
+#define MN__FAST_FREE 1u  /* frees: no recorder (events are serialized per allocator) */
+#define MN__FAST_ALLOC 2u /* allocations: nor routing, captures, a collector, exports, or a poll to make */
+
+/* A list of spare block records. */
+typedef struct mn__spares_s {
+  mn__block_t *head;
+  size_t n;
+} mn__spares_t;
+
+/* ---- lanes (caching_lanes.c) ----------------------------------------------------------
+ * One per stream the allocator has served. A stream's cached pairs (best fit,
+ * split, merge with free neighbours, within its own segments) run under its
+ * lane's lock alone: a segment belongs to one stream, its blocks merge only
+ * with each other, and the free sets are per stream, so two threads on their
+ * own streams share no lock and write no common cache line. Everything else
+ * (new segments, pending frees, record_stream, memory pools and captures, the
+ * recorder, statistics read out, empty_cache, the OOM path) holds the full
+ * lock: the allocator lock, then every lane's (mn__caching_lock).
+ * A lane counts its statistics in deltas, folded into a->stats when the full
+ * lock is taken. Peaks stay exact: when the full lock is dropped, each
+ * counter's room (peak - current, per pool and for their sum) is dealt out to
+ * the lanes, and an operation whose increase would pass its lane's share is
+ * left to the full path; so no sum passes a peak unseen. */
+/* A lane's counters: on its paths allocation and active move together (its
+ * frees complete at once), as do allocated_bytes and active_bytes; so five,
+ * each folded into one or two of the statistics' fields (the first keeps
+ * `allocated`, the second, when another, does not: see MN__STAT_ADD_ACTIVE). */
+#define MN__LANE_FIELDS(X)                                    \
+  X(count, allocation, active)                                \
+  X(bytes, allocated_bytes, active_bytes)                     \
+  X(requested, requested_bytes, requested_bytes)              \
+  X(split, inactive_split, inactive_split)                    \
+  X(split_bytes, inactive_split_bytes, inactive_split_bytes)
+enum {
+#define MN__LF_ENUM(lane, first, second) MN__LF_##lane,
+  MN__LANE_FIELDS(MN__LF_ENUM)
+#undef MN__LF_ENUM
+  MN__LF_COUNT,
+  /* by the statistics' names */
+  MN__LF_allocation = MN__LF_count, MN__LF_active = MN__LF_count,
+  MN__LF_allocated_bytes = MN__LF_bytes, MN__LF_active_bytes = MN__LF_bytes,
+  MN__LF_requested_bytes = MN__LF_requested,
+  MN__LF_inactive_split = MN__LF_split, MN__LF_inactive_split_bytes = MN__LF_split_bytes
+};
+
+typedef struct mn__lane_s {
+  _Alignas(64) mn__lock_t lock;
+  /* Written under the full lock and this lane's lock (a recycled lane takes
+   * a new stream), read without a lock by the lookups: atomic. */
+  _Atomic uint64_t stream;
+  _Atomic(struct mn__lane_s *) next; /* the next live lane (kept by a retired one, so a walk goes on) */
+  /* Guarded by the lane lock (and so by the full lock): */
+  bool retired;                     /* on a->retired: no stream, no block, nothing in its map */
+  mn__sbins_t *sb[2];               /* the stream's part of a->small's / a->large's free set, or NULL */
+  mn__addrmap_t live;               /* the stream's allocated blocks by address; data = the block */
+  mn__spares_t spares;
+  bool dirty;                       /* counted something since the last fold */
+  int64_t cur[MN__LF_COUNT][2];     /* change of current since the fold: small, large */
+  int64_t add[MN__LF_COUNT][2];     /* change of allocated */
+  int64_t room[MN__LF_COUNT][3];    /* how far cur may rise: small, large, their sum */
+  int64_t need[MN__LF_COUNT][3];    /* at the fold, what the lane had given back (it may want it again) */
+  struct mn__lane_s *retired_next;  /* on a->retired (full lock) */
+} mn__lane_t;
+
 typedef struct mn__caching_s {
   mn_allocator_t base;
   /* On a cache line of its own: a waiter spinning on it never slows the
@@ -386,7 +457,27 @@ typedef struct mn__caching_s {
   mn__segment_t *segments;  /* every segment, unordered */
   size_t nsegments;
   size_t exp_segments;      /* how many of them are expandable */
-  mn__addrmap_t live;       /* allocated blocks by address; data = the block */
+  /* The lanes, newest first (published for the lock-free lookups; changed
+   * under the full lock only), how many, and the free sets' epochs when the
+   * lanes' sb were last set. */
+  _Atomic(mn__lane_t *) lanes;
+  size_t nlanes;
+  /* Lanes whose stream held no segment and no block any more: kept (a
+   * lookup may still hold one; it finds it retired and takes the full path)
+   * and given to the next new stream, so streams made and dropped by the
+   * thousand cost no lane each. */
+  mn__lane_t *retired;
+  uint64_t lanes_epoch;
+  uint64_t gen;             /* unique per allocator made: the threads' cached lane names it */
+  /* What the lanes may do now (MN__FAST_*): set when the full lock is
+   * dropped (every lane's lock held), read under a lane's lock, and ahead of
+   * it (relaxed) to skip a lane that would only hand over to the full path.
+   * fast_quiet: while frees are pending, the device's progress count at the
+   * last poll that retired nothing; a lane allocates only while the device
+   * still shows it (the poll PyTorch makes at every allocation would retire
+   * nothing then either). 0: no pending frees. */
+  _Atomic unsigned fast;
+  uint64_t fast_quiet;
   mn__pending_t *queues;    /* the ring of per-stream pending queues, at the next one to poll */
   mn__addrmap_t qmap;       /* stream id + 1 -> its queue's head (count: queues in the ring); room kept for every
                              * stream use not yet freed (nuses_total), so appends cannot fail */
@@ -404,8 +495,7 @@ typedef struct mn__caching_s {
   mn__pending_t *spare_pending;
   mn_event_t **events;      /* the event pool */
   size_t nevents, cap_events;
-  mn__block_t *spare_blocks;
-  size_t nspare;
+  mn__spares_t spares;      /* the full path's spare block records */
   size_t reserved;          /* bytes held from the device (PyTorch's total_allocated_memory) */
   size_t inflight;          /* bytes being raw-allocated while the lock is dropped */
   uint64_t exp_epoch;       /* bumped whenever an expandable block is handed out or freed */
@@ -551,19 +641,32 @@ static inline bool mn__caching_lock_held(mn__caching_t *a) {
 #define MN__ASSERT_LOCKED(a) ((void)0)
 #endif
 
-/* Spare block structs: reserve first (may fail), then take (never fails). */
+/* Zeroed host memory on whole cache lines of its own, for the records a
+ * lane writes on its pairs (blocks, segments, free sets): two lanes never
+ * write one line through neighbouring records. NULL: out of host memory. */
+static inline size_t mn__lines_of(size_t n) { return (n + 63) / 64 * 64; }
+static inline void *mn__zero_lines(void *p, size_t n) {
+  if (p) memset(p, 0, mn__lines_of(n));
+  return p;
+}
+#define mn__calloc_lines(n) mn__zero_lines(mn__aligned_alloc(64, mn__lines_of(n)), (n))
+
+/* Spare block records: reserve first (may fail), then take (never fails).
+ * The allocator keeps a list for the full path, each lane one for its own. */
+/* The full path's: taken from the lanes' lists first (pre: full lock). */
 mn_status mn__spare_reserve_slow(mn__caching_t *a, size_t n);
 static inline mn_status mn__spare_reserve(mn__caching_t *a, size_t n) {
-  return a->nspare >= n ? MN_OK : mn__spare_reserve_slow(a, n);
+  return a->spares.n >= n ? MN_OK : mn__spare_reserve_slow(a, n);
 }
 /* A spare block record, not zeroed (the caller sets every field). */
-static inline mn__block_t *mn__block_take_raw(mn__caching_t *a) {
-  MN__ASSERT(a->spare_blocks != NULL && a->nspare > 0, "a block taken without one reserved (reserve first)");
-  mn__block_t *b = a->spare_blocks;
-  a->spare_blocks = b->spare_next;
-  a->nspare--;
+static inline mn__block_t *mn__spares_take(mn__spares_t *sp) {
+  MN__ASSERT(sp->head != NULL && sp->n > 0, "a block taken without one reserved (reserve first)");
+  mn__block_t *b = sp->head;
+  sp->head = b->spare_next;
+  sp->n--;
   return b;
 }
+static inline mn__block_t *mn__block_take_raw(mn__caching_t *a) { return mn__spares_take(&a->spares); }
 /* Fills a record from mn__block_take_raw as `(mn__block_t){.addr, .size,
  * .stream_id, .pool, .seg, .prev, .next, .mapped = true}` would, field by
  * field (the free-set node left as it was: an active block is in no set). */
@@ -595,19 +698,22 @@ static inline mn__block_t *mn__block_take(mn__caching_t *a) {
   return b;
 }
 #define MN__SPARE_BLOCKS_MAX 1024
-static inline void mn__block_put(mn__caching_t *a, mn__block_t *b) {
+static inline void mn__spares_put(mn__spares_t *sp, mn__block_t *b, size_t max) {
   free(b->uses);
-  if (a->nspare >= MN__SPARE_BLOCKS_MAX) {
+  if (sp->n >= max) {
     free(b);
     return;
   }
   b->uses = NULL;
-  b->spare_next = a->spare_blocks;
-  a->spare_blocks = b;
-  a->nspare++;
+  b->spare_next = sp->head;
+  sp->head = b;
+  sp->n++;
 }
-/* The largest block in p's free set (recomputed, walking a's segments, when
- * the largest was removed since the last ask). */
+static inline void mn__block_put(mn__caching_t *a, mn__block_t *b) { mn__spares_put(&a->spares, b, MN__SPARE_BLOCKS_MAX); }
+/* Frees every record of the list. */
+void mn__spares_free(mn__spares_t *sp);
+/* The largest block in p's free set, over its streams (a stream's recomputed,
+ * walking a's segments, when its largest was removed since the last ask). */
 size_t mn__pool_largest_free(const mn__caching_t *a, mn__pool_t *p);
 static inline bool mn__block_is_split(const mn__block_t *b) { return b->prev != NULL || b->next != NULL; }
 void mn__segment_link(mn__caching_t *a, mn__segment_t *s);
@@ -618,39 +724,52 @@ static inline bool mn__block_inactive(const mn__block_t *b) {
 }
 static inline bool mn__whole_raw_segment(const mn__block_t *b) { return !b->seg->expandable && !mn__block_is_split(b); }
 
+/* b onto / off its stream's list of whole free segments. */
+static inline void mn__whole_push(mn__sbins_t *sb, mn__block_t *b) {
+  b->whole_prev = NULL;
+  b->whole_next = sb->whole;
+  if (sb->whole) sb->whole->whole_prev = b;
+  sb->whole = b;
+  b->in_whole = true;
+}
+static inline void mn__whole_unlink(mn__sbins_t *sb, mn__block_t *b) {
+  if (b->whole_prev) b->whole_prev->whole_next = b->whole_next;
+  else sb->whole = b->whole_next;
+  if (b->whole_next) b->whole_next->whole_prev = b->whole_prev;
+  b->whole_prev = b->whole_next = NULL;
+  b->in_whole = false;
+}
+/* A free block of `size` joined sb / one of `size` left it. */
+static inline void mn__largest_grow(mn__sbins_t *sb, size_t size) {
+  if (!sb->largest_dirty && size > sb->largest_free) sb->largest_free = size;
+}
+static inline void mn__largest_shrink(mn__sbins_t *sb, size_t size) {
+  if (size >= sb->largest_free) sb->largest_dirty = true;
+}
+
 static inline void mn__pool_insert(mn__pool_t *p, mn__block_t *b) {
+  mn__sbins_t *sb = b->seg->sb;
   if (b->mapped) {
-    mn__fset_insert(&p->fs, b->seg->sb, &b->node, b->size, b->addr);
+    mn__fset_insert(&p->fs, sb, &b->node, b->size, b->addr);
     b->where = MN__IN_FREE;
     b->gc_count_base = p->get_free_calls;
-    if (!p->largest_dirty && b->size > p->largest_free) p->largest_free = b->size;
-    if (mn__whole_raw_segment(b)) { /* a free block is never split or merged in place */
-      b->whole_prev = NULL;
-      b->whole_next = p->whole;
-      if (p->whole) p->whole->whole_prev = b;
-      p->whole = b;
-      b->in_whole = true;
-    }
+    mn__largest_grow(sb, b->size);
+    if (mn__whole_raw_segment(b)) mn__whole_push(sb, b); /* a free block is never split or merged in place */
   } else {
-    mn__fset_insert_unmapped(&p->fs, b->seg->sb, &b->node, b->addr);
+    mn__fset_insert_unmapped(&p->fs, sb, &b->node, b->addr);
     b->where = MN__IN_UNMAPPED;
   }
 }
 
 static inline void mn__pool_remove(mn__pool_t *p, mn__block_t *b) {
+  mn__sbins_t *sb = b->seg->sb;
   if (b->where == MN__IN_FREE) {
-    mn__fset_remove(&p->fs, b->seg->sb, &b->node);
-    if (b->size >= p->largest_free) p->largest_dirty = true;
+    mn__fset_remove(&p->fs, sb, &b->node);
+    mn__largest_shrink(sb, b->size);
   } else if (b->where == MN__IN_UNMAPPED) {
-    mn__fset_remove_unmapped(&p->fs, b->seg->sb, &b->node);
+    mn__fset_remove_unmapped(&p->fs, sb, &b->node);
   }
-  if (b->in_whole) {
-    if (b->whole_prev) b->whole_prev->whole_next = b->whole_next;
-    else p->whole = b->whole_next;
-    if (b->whole_next) b->whole_next->whole_prev = b->whole_prev;
-    b->whole_prev = b->whole_next = NULL;
-    b->in_whole = false;
-  }
+  if (b->in_whole) mn__whole_unlink(sb, b);
   b->where = MN__IN_NONE;
 }
 
@@ -754,6 +873,28 @@ bool mn__release_available(mn__caching_t *a, uint64_t stream, mn__pool_t *pool, 
 mn_status mn__release_cached(mn__caching_t *a, mn_mempool_t *only);
 void mn__garbage_collect(mn__caching_t *a);
 
+/* ---- caching_lanes.c ---- */
+/* The full lock: the allocator lock, then every lane's (in list order), the
+ * lanes' counts folded into a->stats. Unlock deals out the peaks' room, sets
+ * the lanes' free-set pointers and a->fast, then drops them all. */
+void mn__caching_lock(mn__caching_t *a);
+void mn__caching_unlock(mn__caching_t *a);
+/* The lane of a stream (hint when it is that lane, else looked up), made
+ * (held, as the full lock holds every lane) when there is none; with room
+ * for one more live block. pre: full lock. */
+mn_status mn__lane_reserve(mn__caching_t *a, uint64_t stream, mn__lane_t *hint, mn__lane_t **out);
+/* The live block at addr and its lane's map entry, or NULL. pre: full lock. */
+mn__addrmap_entry_t *mn__live_find(const mn__caching_t *a, uintptr_t addr, mn__lane_t **lane);
+/* Live blocks over every lane. pre: full lock. */
+size_t mn__live_count(const mn__caching_t *a);
+/* The lanes' own invariants (counts folded, free-set pointers current, live
+ * blocks on their lane's stream). pre: full lock. */
+mn_status mn__lanes_check(const mn__caching_t *a, char *why, size_t whysize);
+/* Frees the spare block records (the allocator's and every lane's). pre: full lock. */
+void mn__lanes_trim(mn__caching_t *a);
+/* The allocator's destroy: frees the lanes. */
+void mn__lanes_free(mn__caching_t *a);
+
 /* a as a caching allocator (made by mn_caching_allocator_create), else
  * MN_ERR_INVALID_ARGUMENT naming func (caching.c). */
 mn_status mn__caching_checked(const char *func, mn_allocator_t *a, mn__caching_t **out);
@@ -789,8 +930,8 @@ mn__block_t *mn__mempool_oom_block(mn__caching_t *a, uint64_t stream, size_t siz
 /* The free of a block with stream uses while a capture is under way: no
  * event can be recorded, so the block waits on a->deferred (reusable in the
  * capture once its stream joined every use, else when the captures end).
- * pre: lock held, a->ncaptures > 0, b->nuses > 0, live is b's map entry; unlocks. */
-mn_status mn__free_deferred(mn__caching_t *a, mn__block_t *b, mn__addrmap_entry_t *live);
+ * pre: lock held, a->ncaptures > 0, b->nuses > 0, live is b's entry in lane's map; unlocks. */
+mn_status mn__free_deferred(mn__caching_t *a, mn__block_t *b, mn__lane_t *lane, mn__addrmap_entry_t *live);
 /* Takes a block out of the allocated counts (caching.c). */
 void mn__unallocate(mn__caching_t *a, mn__block_t *b);
 /* Frees every memory pool's record (allocator destroy; segments already gone). */
@@ -828,7 +969,8 @@ void mn__caching_oom_message(mn__caching_t *a, size_t requested, size_t rounded,
 /* The allocated block at `addr`, or NULL. pre: lock held. */
 static inline mn__block_t *mn__live_block(const mn__caching_t *a, uintptr_t addr) {
   MN__ASSERT_LOCKED((mn__caching_t *)a);
-  mn__addrmap_entry_t *e = mn__addrmap_find(&a->live, addr);
+  mn__lane_t *lane;
+  mn__addrmap_entry_t *e = mn__live_find(a, addr, &lane);
   return e ? (mn__block_t *)e->data : NULL;
 }
 

@@ -14,8 +14,8 @@
 #include "runtime/hostmem.h"
 #include "runtime/stream_hold.h"
 
-static void lock(mn__caching_t *a) { mn__lock(&a->lock); }
-static void unlock(mn__caching_t *a) { mn__unlock(&a->lock); }
+static void lock(mn__caching_t *a) { mn__caching_lock(a); }
+static void unlock(mn__caching_t *a) { mn__caching_unlock(a); }
 
 static _Atomic uint64_t next_pool_id = 1;
 
@@ -436,7 +436,7 @@ static void deferred_to_events(mn__caching_t *a) {
   }
 }
 
-mn_status mn__free_deferred(mn__caching_t *a, mn__block_t *b, mn__addrmap_entry_t *live) {
+mn_status mn__free_deferred(mn__caching_t *a, mn__block_t *b, mn__lane_t *lane, mn__addrmap_entry_t *live) {
   MN__ASSERT_LOCKED(a);
   MN__ASSERT(a->ncaptures > 0 && b->nuses > 0, "a deferred free with no capture under way (%u) or no stream use (%u)",
              (unsigned)a->ncaptures, (unsigned)b->nuses);
@@ -448,7 +448,7 @@ mn_status mn__free_deferred(mn__caching_t *a, mn__block_t *b, mn__addrmap_entry_
       m = 0; /* no marker: reused only once the captures end */
     b->uses[i].marker = m;
   }
-  mn__addrmap_remove_entry(&a->live, live);
+  mn__addrmap_remove_entry(&lane->live, live);
   mn__unallocate(a, b);
   b->deferred = true;
   b->spare_next = a->deferred;

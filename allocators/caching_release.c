@@ -10,8 +10,8 @@
 
 #define SYNC_RETRIES 3
 
-static void lock(mn__caching_t *a) { mn__lock(&a->lock); }
-static void unlock(mn__caching_t *a) { mn__unlock(&a->lock); }
+static void lock(mn__caching_t *a) { mn__caching_lock(a); }
+static void unlock(mn__caching_t *a) { mn__caching_unlock(a); }
 
 /* ---- events ------------------------------------------------------------------------ */
 
@@ -410,11 +410,11 @@ static mn_status release_expandable(mn__caching_t *a, mn__release_t *rel) {
  * whole cached segment and every free page. pre: lock held (dropped inside). */
 /* Moves every whole free raw segment of p onto rel. */
 static void release_whole(mn__caching_t *a, mn__pool_t *p, mn__release_t *rel) {
-  mn__block_t *b = p->whole; /* the whole free segments only: O(those), not O(every free block) */
-  while (b) {
-    mn__block_t *next = b->whole_next;
-    release_block(a, b, rel);
-    b = next;
+  /* the whole free segments only, stream by stream: O(those), not O(every free block).
+   * Releasing a stream's last segment frees its record: the slot is read again. */
+  for (size_t i = 0; i < p->fs.cap; i++) {
+    mn__sbins_t *sb;
+    while ((sb = p->fs.slots[i]) != NULL && sb->whole) release_block(a, sb->whole, rel);
   }
 }
 
@@ -450,28 +450,36 @@ void mn__garbage_collect(mn__caching_t *a) {
   double total_age = 0;
   size_t count = 0;
   /* Only whole raw segments can go, and the order does not matter: a pass
-   * releases every one at least as old as the average. */
-  for (const mn__block_t *b = pool->whole; b; b = b->whole_next) {
-    total_age += (double)(pool->get_free_calls - b->gc_count_base);
-    count++;
-  }
+   * releases every one at least as old as the average. They are listed per
+   * stream; a pass takes them out onto `cand` first (a release may free a
+   * stream's record and move the others' slots). */
+  for (size_t i = 0; i < pool->fs.cap; i++)
+    for (const mn__block_t *b = pool->fs.slots[i] ? pool->fs.slots[i]->whole : NULL; b; b = b->whole_next) {
+      total_age += (double)(pool->get_free_calls - b->gc_count_base);
+      count++;
+    }
   mn__release_t rel = {NULL, NULL};
   bool freed = true;
   while (reclaimed < target && freed && count > 0) {
     double age_threshold = total_age / (double)count;
     freed = false;
-    mn__block_t *b = pool->whole;
-    while (b) {
-      mn__block_t *next = b->whole_next;
+    mn__block_t *cand = NULL;
+    for (size_t i = 0; i < pool->fs.cap; i++)
+      for (mn__block_t *b = pool->fs.slots[i] ? pool->fs.slots[i]->whole : NULL; b; b = b->whole_next)
+        if ((double)(pool->get_free_calls - b->gc_count_base) >= age_threshold) {
+          b->spare_next = cand; /* unused while the block is free */
+          cand = b;
+        }
+    while (cand) {
+      mn__block_t *b = cand;
+      cand = b->spare_next;
+      b->spare_next = NULL;
       double age = (double)(pool->get_free_calls - b->gc_count_base);
-      if (age >= age_threshold) {
-        freed = true;
-        reclaimed += b->size;
-        total_age -= age;
-        count--;
-        release_block(a, b, &rel);
-      }
-      b = next;
+      freed = true;
+      reclaimed += b->size;
+      total_age -= age;
+      count--;
+      release_block(a, b, &rel);
     }
   }
   mn__do_release(a, &rel);

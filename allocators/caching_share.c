@@ -265,10 +265,10 @@ mn_status mn_caching_share_export(mn_allocator_t *al, void *ptr, mn_share_handle
   mn_device_format(al->device, dev, sizeof dev);
   if (!sharing)
     return mn__error(MN_ERR_NOT_SUPPORTED, __func__, "%s memory cannot be shared with another process", dev);
-  mn__lock(&a->lock);
+  mn__caching_lock(a);
   mn__block_t *b = mn__live_block(a, (uintptr_t)ptr);
   if (!b) {
-    mn__unlock(&a->lock);
+    mn__caching_unlock(a);
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__, "%p is not the start of a live block of this allocator (%s)",
                      ptr, dev);
   }
@@ -317,13 +317,13 @@ mn_status mn_caching_share_export(mn_allocator_t *al, void *ptr, mn_share_handle
   if (st != MN_OK) {
     mn_share_handle_close(&h);
     if (fresh) free(rec);
-    mn__unlock(&a->lock);
+    mn__caching_unlock(a);
     return mn__error_wrap(st, __func__);
   }
   r->next = rec->refs;
   rec->refs = r;
   b->share = rec;
-  mn__unlock(&a->lock);
+  mn__caching_unlock(a);
   *out = h;
   return MN_OK;
 }

@@ -215,11 +215,12 @@ mn_status mn__fset_acquire(mn__fset_t *fs, uint64_t stream, mn__sbins_t **out) {
       fs->slots = slots;
       fs->cap = cap;
     }
-    sb = mn__calloc(1, sizeof *sb + fs->nbins * sizeof sb->bins[0]);
+    sb = mn__calloc_lines(sizeof *sb + fs->nbins * sizeof sb->bins[0]); /* written by its stream's lane only */
     if (!sb) return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "out of host memory for a stream's free set");
     sb->stream = stream;
     place(fs->slots, fs->cap, sb);
     fs->nstreams++;
+    fs->epoch++;
   }
   sb->nsegs++;
   fs->last = sb;
@@ -248,6 +249,7 @@ void mn__fset_release(mn__fset_t *fs, mn__sbins_t *sb) {
   }
   fs->slots[i] = NULL;
   fs->nstreams--;
+  fs->epoch++;
   if (fs->last == sb) fs->last = NULL;
   free(sb);
 }

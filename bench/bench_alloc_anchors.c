@@ -9,9 +9,9 @@
  *    live); ns_per_pair = ns per alloc+free pair;
  *  - fixed_pair/...: one 3072 B alloc+free pair, the same four;
  *  - threads/...: 1, 2, 4, 16 threads each doing cached pairs on its own stream
- *    (mnemo: one SIM stream per thread, one shared caching allocator, and
- *    mnemo_sim_sharded: the same through mn_caching_allocator_create_sharded);
- *    pairs_per_s over all threads and x_1thread, its ratio to the 1-thread run;
+ *    (mnemo: one SIM stream per thread, one shared caching allocator: each
+ *    stream's lane); pairs_per_s over all threads and x_1thread, its ratio to
+ *    the 1-thread run;
  *  - pending_pair/K: the cached pair on the default stream with K frees
  *    pending on another stream's events (work the SIM device never runs);
  *  - recorder_pair/{off,on,stacks16}: the cached pair without and with the
@@ -108,9 +108,8 @@ static void bench_fixed(mn_bench_t *b, void *arg) {
 /* ---- threads ---------------------------------------------------------------------- */
 
 static mn_allocator_t *g_thr_alloc;          /* shared by the mnemo threads */
-static mn_allocator_t *g_thr_sharded;        /* the same, split by stream (mn_caching_allocator_create_sharded) */
 static mn_stream_t *g_thr_streams[MAX_THREADS]; /* slot i: thread index i's own stream, kept across runs */
-static double g_rate1[2 + MN_ANCHOR_HEAPS];  /* pairs/s of each target's 1-thread run */
+static double g_rate1[1 + MN_ANCHOR_HEAPS];  /* pairs/s of each target's 1-thread run */
 static struct {
   pthread_mutex_t mu;
   double start, end;
@@ -254,7 +253,6 @@ int main(int argc, char **argv) {
   }
   static const char *const heap_names[MN_ANCHOR_HEAPS] = {"glibc", "jemalloc", "mimalloc"};
   static target mnemo = {"mnemo_sim", NULL, true, 0, &g_thr_alloc}, mnemo_raw = {"mnemo_sim_raw", NULL, false, 0, NULL};
-  static target sharded = {"mnemo_sim_sharded", NULL, true, 1 + MN_ANCHOR_HEAPS, &g_thr_sharded};
   static target ht[MN_ANCHOR_HEAPS];
   for (int k = 0; k < MN_ANCHOR_HEAPS; k++) ht[k] = (target){heap_names[k], &heaps[k], true, 1 + k, NULL};
 
@@ -275,9 +273,6 @@ int main(int argc, char **argv) {
   static const int threads[] = {1, 2, 4, 16};
   if (mn_caching_allocator_create(mn_device_sim(0), NULL, &g_thr_alloc) != MN_OK) mn_anchor_die("create");
   for (int i = 0; i < 4; i++) mn_bench_register_threads("anchors/threads/mnemo_sim", bench_threads, &mnemo, threads[i]);
-  if (mn_caching_allocator_create_sharded(mn_device_sim(0), NULL, &g_thr_sharded) != MN_OK) mn_anchor_die("create sharded");
-  for (int i = 0; i < 4; i++)
-    mn_bench_register_threads("anchors/threads/mnemo_sim_sharded", bench_threads, &sharded, threads[i]);
   for (int k = 0; k < MN_ANCHOR_HEAPS; k++)
     if (have[k]) {
       snprintf(name, sizeof name, "anchors/threads/%s", heap_names[k]);
@@ -298,7 +293,6 @@ int main(int argc, char **argv) {
   for (int i = 0; i < MAX_THREADS; i++)
     if (g_thr_streams[i] && mn_stream_destroy(g_thr_streams[i]) != MN_OK) mn_anchor_die("mn_stream_destroy");
   mn_allocator_destroy(g_thr_alloc);
-  mn_allocator_destroy(g_thr_sharded);
   mn_anchor_seq_free(&g_seq);
   return rc;
 }

@@ -22,8 +22,12 @@ void mn__addrmap_fini(mn__addrmap_t *m) {
 static bool addrmap_grow(mn__addrmap_t *m) {
   size_t cap = m->cap ? m->cap * 2 : MN__ADDRMAP_MIN_CAP;
   if (cap < m->cap || cap > SIZE_MAX / sizeof *m->slots) return false;
-  mn__addrmap_entry_t *slots = mn__calloc(cap, sizeof *slots);
+  /* on cache lines of its own: maps kept per thread (the caching allocator's
+   * lanes) share no line through their tables */
+  size_t bytes = (cap * sizeof(mn__addrmap_entry_t) + 63) / 64 * 64;
+  mn__addrmap_entry_t *slots = mn__aligned_alloc(64, bytes);
   if (!slots) return false;
+  memset(slots, 0, bytes);
   for (size_t i = 0; i < m->cap; i++)
     if (m->slots[i].key) mn__addrmap_place(slots, cap, m->slots[i]);
   free(m->slots);

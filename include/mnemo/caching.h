@@ -51,24 +51,16 @@ MN_API MN_NODISCARD mn_status mn_caching_config_parse(const char *text, mn_cachi
 MN_API MN_NODISCARD mn_status mn_caching_config_format(const mn_caching_config_t *config, char *buf, size_t bufsize);
 
 /* A caching allocator for `dev` (CUDA or SIM; the CPU works too, without
- * VMM). config NULL: the defaults. */
+ * VMM). config NULL: the defaults. Thread-safe; threads that allocate on
+ * their own streams do not wait for each other on cached blocks. */
 MN_API MN_NODISCARD mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t *config,
                                                           mn_allocator_t **out);
 
-/* The caching allocator split by stream, for threads that each allocate on
- * their own streams: one caching allocator (a shard, with its own lock) per
- * stream, made on first use. Blocks stay with their stream in both, so a
- * shard hands out exactly the blocks one caching allocator would for that
- * stream; what the shards do not share is a lock, so independent streams
- * scale with threads. An allocation that runs out of memory empties every
- * shard's cache and tries once more. Statistics are the shards' sums: current
- * values and totals exact, peaks the sum of the streams' peaks (an upper
- * bound of the device-wide peak; equal when one stream is used). Snapshots
- * merge the shards'. per_process_memory_fraction < 1 and
- * garbage_collection_threshold are refused (MN_ERR_NOT_SUPPORTED): they need
- * one view of the device's reserved memory. The OOM observer and trace sink
- * setters below take only mn_caching_allocator_create's allocators; shards
- * record to the default sink (MNEMO_TRACE). */
+/* The same as mn_caching_allocator_create (kept so callers build). It once
+ * made one caching allocator per stream, for threads on their own streams;
+ * the caching allocator now does that itself (a lane, with its own lock, per
+ * stream: docs/ALLOCATOR.md, "Threads"), with exact device-wide peaks, memory
+ * pools and every setting. */
 MN_API MN_NODISCARD mn_status mn_caching_allocator_create_sharded(mn_device_t dev, const mn_caching_config_t *config,
                                                                   mn_allocator_t **out);
 

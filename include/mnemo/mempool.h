@@ -42,8 +42,7 @@ typedef struct mn_mempool_options_s {
 } mn_mempool_options_t;
 
 /* A new, empty pool of caching allocator `a` (made by
- * mn_caching_allocator_create; others, the sharded one included:
- * MN_ERR_NOT_SUPPORTED). Its blocks never move to another pool, and it uses
+ * mn_caching_allocator_create; others: MN_ERR_NOT_SUPPORTED). Its blocks never move to another pool, and it uses
  * plain segments only (never expandable ones, as PyTorch's private pools).
  * As PyTorch, the allocator's empty_cache and out-of-memory retries leave a
  * pool's cache alone: mn_mempool_empty_cache (or destroy) gives it back.
