@@ -84,17 +84,22 @@ void mn__segment_unlink(mn__caching_t *a, mn__segment_t *s) {
 /* ---- the malloc path ------------------------------------------------------------------ */
 
 /* The lane this thread used last, kept per thread: a thread that stays on its
- * stream finds its lane without a walk. */
-static _Thread_local struct {
+ * stream finds its lane without a walk. Its address is taken once per call
+ * (in a shared library each thread-local access may be a call). */
+typedef struct lane_hint_s {
   uint64_t gen; /* 0: none (an allocator's address may be reused, its generation never is) */
   uint64_t stream;
   mn__lane_t *lane;
-} t_lane;
+} lane_hint_t;
+static _Thread_local lane_hint_t t_lane;
 static _Atomic uint64_t g_gen;
 #define LANE_SPARES_MAX MN__SPARE_BLOCKS_MAX /* block records a lane keeps for its splits */
 
 /* The lane this thread used last on a, or NULL. */
-static inline mn__lane_t *hint_lane(const mn__caching_t *a) { return t_lane.gen == a->gen ? t_lane.lane : NULL; }
+static inline mn__lane_t *hint_lane(const mn__caching_t *a) {
+  const lane_hint_t *h = &t_lane;
+  return h->gen == a->gen ? h->lane : NULL;
+}
 
 
 typedef struct params_s {
@@ -326,14 +331,14 @@ static inline __attribute__((always_inline)) mn__block_t *alloc_found_block(mn__
   b->allocated = true;
   b->requested = requested;
   mn__addrmap_put(&lane->live, b->addr, 0, b);
+  mn__trace(a, MN_TRACE_ALLOC, b->stream_id, b->addr, b->size, requested);
   if (fast) {
     lane_inc(fast, MN__LF_count, kind, 1);
     lane_inc(fast, MN__LF_bytes, kind, (int64_t)b->size);
     lane_inc(fast, MN__LF_requested, kind, (int64_t)requested);
     fast->dirty = true;
-    return b; /* no recorder, no oversize or expandable block on a lane's path */
+    return b; /* no oversize or expandable block on a lane's path */
   }
-  mn__trace(a, MN_TRACE_ALLOC, b->stream_id, b->addr, b->size, requested);
   /* one test of ps for the five, not five */
 #define MN__FOUND_STATS(st)                                          \
   do {                                                               \
@@ -491,16 +496,12 @@ static __attribute__((noinline)) mn_status alloc_routed(mn__caching_t *a, size_t
 
 /* The lane of stream sid, or NULL (the full path makes it). Lock-free: lanes
  * are published once made and live as long as the allocator. */
-static inline mn__lane_t *lane_lookup(mn__caching_t *a, uint64_t sid) {
-  if (t_lane.gen == a->gen && t_lane.stream == sid) return t_lane.lane;
+static inline mn__lane_t *lane_lookup(mn__caching_t *a, lane_hint_t *h, uint64_t sid) {
+  if (h->gen == a->gen && h->stream == sid) return h->lane;
   mn__lane_t *l = atomic_load_explicit(&a->lanes, memory_order_acquire);
   while (l && atomic_load_explicit(&l->stream, memory_order_relaxed) != sid)
     l = atomic_load_explicit(&l->next, memory_order_acquire);
-  if (l) {
-    t_lane.gen = a->gen;
-    t_lane.stream = sid;
-    t_lane.lane = l;
-  }
+  if (l) *h = (lane_hint_t){a->gen, sid, l};
   return l;
 }
 
@@ -559,12 +560,13 @@ static inline bool lane_free(mn__caching_t *a, mn__lane_t *l, mn__addrmap_entry_
 static mn_status caching_alloc(mn_allocator_t *self, size_t nbytes, mn_stream_t *stream, void **out) {
   mn__caching_t *a = as_caching(self);
   uint64_t sid = stream ? mn_stream_id(stream) : a->default_stream;
-  mn__lane_t *l = atomic_load_explicit(&a->fast, memory_order_relaxed) & MN__FAST_ALLOC ? lane_lookup(a, sid) : NULL;
+  lane_hint_t *h = &t_lane;
+  mn__lane_t *l = atomic_load_explicit(&a->fast, memory_order_relaxed) & MN__FAST_ALLOC ? lane_lookup(a, h, sid) : NULL;
   if (__builtin_expect(l != NULL, 1)) {
     mn__lock(&l->lock);
     mn__block_t *b = NULL;
     if (__builtin_expect(l->retired, 0) || atomic_load_explicit(&l->stream, memory_order_relaxed) != sid)
-      t_lane.gen = 0; /* retired (or recycled for another stream) since it was found */
+      h->gen = 0; /* retired (or recycled for another stream) since it was found */
     else if ((atomic_load_explicit(&a->fast, memory_order_relaxed) & MN__FAST_ALLOC) &&
              (!a->fast_quiet || mn__device_progress(a->base.device) == a->fast_quiet))
       b = lane_alloc(a, l, nbytes, sid);
@@ -660,7 +662,7 @@ static inline void count_unallocated(mn__caching_t *a, mn__lane_t *fast, const m
  * The same counters, inline and updated once each; the same events. fast:
  * the lane on whose path (its room checked), else NULL (the full lock). */
 static inline void free_plain(mn__caching_t *a, mn__lane_t *fast, mn__block_t *b) {
-  if (!fast && a->sink) trace_free_pair(a, b);
+  if (a->sink) trace_free_pair(a, b);
   mn__pool_t *pool = b->pool;
   mn_alloc_stats_t *ps = NULL;
   int kind = pool->kind;
@@ -684,7 +686,7 @@ static inline void free_plain(mn__caching_t *a, mn__lane_t *fast, mn__block_t *b
  * bytes and keeps its place in the free set: as the hot node its key is
  * changed in place, else it is taken out and put back. b's record is spare. */
 static inline void free_merge_one(mn__caching_t *a, mn__lane_t *fast, mn__block_t *b, mn__block_t *m) {
-  if (!fast && a->sink) trace_free_pair(a, b);
+  if (a->sink) trace_free_pair(a, b);
   mn__pool_t *pool = b->pool;
   mn_alloc_stats_t *ps = NULL;
   int kind = pool->kind;
@@ -749,6 +751,7 @@ static __attribute__((noinline)) bool lane_free_general(mn__caching_t *a, mn__la
       (net_bytes > 0 && !lane_fits(l, MN__LF_split_bytes, kind, net_bytes)))
     return false;
   mn__addrmap_remove_entry(&l->live, e);
+  if (a->sink) trace_free_pair(a, b); /* unallocate's free_requested, mn__free_block's free_completed */
   b->allocated = false;
   count_unallocated(a, l, b, kind, size, requested);
   mn__block_t *cands[2] = {mp ? p : NULL, mn ? n : NULL};
@@ -1085,6 +1088,7 @@ mn_status mn_caching_allocator_create(mn_device_t dev, const mn_caching_config_t
   a->stats.version = MN_ALLOC_STATS_VERSION;
   /* MNEMO_TRACE=path: the profiling layer's recorder, when registered, records every allocator */
   mn__event_sink_default(&a->sink, &a->sink_user);
+  a->sink_concurrent = mn__event_sink_is_concurrent(a->sink);
   *out = &a->base;
   return MN_OK;
 }
@@ -1171,6 +1175,7 @@ mn_status mn_caching_allocator_set_trace_sink(mn_allocator_t *al, mn_trace_sink_
   lock(a);
   a->sink = sink;
   a->sink_user = user;
+  a->sink_concurrent = mn__event_sink_is_concurrent(sink);
   unlock(a);
   return MN_OK;
 }

@@ -504,6 +504,7 @@ typedef struct mn__caching_s {
   void *oom_user;
   mn_trace_sink_fn sink;
   void *sink_user;
+  bool sink_concurrent;     /* the sink may be called by several lanes at once (runtime/events.h) */
   /* Peers (bit p: device p of this type) that every mapped page of the
    * expandable segments is granted to (mn_caching_allocator_enable_peer_access). */
   uint64_t peers;

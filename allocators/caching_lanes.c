@@ -176,7 +176,7 @@ void mn__caching_unlock(mn__caching_t *a) {
      * pools), pending frees to poll, the collector's clock, the recorder,
      * exported blocks to retry. */
     unsigned fast = 0;
-    if (a->sink == NULL) {
+    if (a->sink == NULL || a->sink_concurrent) {
       fast = MN__FAST_FREE;
       /* pending frees: only while few streams hold them (every allocation
        * polls all) and the last poll found the device idle since */

@@ -558,4 +558,7 @@ static bool global_sink(mn_trace_sink_fn *fn, void **user) {
 /* Runs when the library loads; a static link keeps this object through the
  * linker flag --undefined=mn__trace_recorder_autoload (the mnemo_static CMake
  * target and mnemo.pc carry it). */
-__attribute__((constructor)) void mn__trace_recorder_autoload(void) { mn__event_sink_set_provider(global_sink); }
+__attribute__((constructor)) void mn__trace_recorder_autoload(void) {
+  mn__event_sink_set_provider(global_sink);
+  (void)mn__event_sink_mark_concurrent(mn_trace_recorder_sink_fn); /* its ring has its own lock */
+}

@@ -22,6 +22,13 @@ typedef bool (*mn__event_sink_provider_fn)(mn_trace_sink_fn *fn, void **user);
 void mn__event_sink_set_provider(mn__event_sink_provider_fn provider);
 /* The default sink for a new allocator: asks the provider, if any. */
 bool mn__event_sink_default(mn_trace_sink_fn *fn, void **user);
+/* Declares fn safe to call from several threads at once, for any `user`
+ * (the profiling layer's ring recorder): an allocator may then call it from
+ * paths that hold only part of its state's locks (the caching allocator's
+ * lanes), its events of one stream still in order. Other sinks are called
+ * one at a time per allocator. At most 8 are kept; false when full. */
+bool mn__event_sink_mark_concurrent(mn_trace_sink_fn fn);
+bool mn__event_sink_is_concurrent(mn_trace_sink_fn fn);
 
 #ifdef __cplusplus
 }

@@ -380,6 +380,86 @@ MN_TEST(lanes_exact_peaks_threads) {
   for (int i = 0; i < PT; i++) MN_CHECK_OK(mn_stream_destroy(g_pst[i]));
 }
 
+/* The ring recorder may be called by several lanes at once (its own lock):
+ * lanes keep their pairs with it on, and the events it keeps, in its order,
+ * are a valid history of every address (alloc, free_requested,
+ * free_completed, in turn), whatever the threads' interleaving. */
+static mn_allocator_t *g_ra;
+static mn_stream_t *g_rst[PT];
+static void *rec_worker(void *arg) {
+  int id = (int)(intptr_t)arg;
+  uint64_t r = (g_seed * 7 + (uint64_t)id) | 1;
+  void *live[32];
+  int n = 0;
+  for (int op = 0; op < 3000; op++) {
+    mn_status st = MN_OK;
+    if (n < 32 && (n == 0 || rnd(&r) % 100 < 50)) {
+      if ((st = mn_allocator_alloc(g_ra, 1 + rnd(&r) % 20000, g_rst[id], &live[n])) == MN_OK) n++;
+      else fail(id, "recorded alloc", st);
+    } else {
+      int k = (int)(rnd(&r) % (uint64_t)n);
+      if ((st = mn_allocator_free(g_ra, live[k])) != MN_OK) fail(id, "recorded free", st);
+      live[k] = live[--n];
+    }
+  }
+  for (int k = 0; k < n; k++) {
+    mn_status st = mn_allocator_free(g_ra, live[k]);
+    if (st != MN_OK) fail(id, "recorded final free", st);
+  }
+  return NULL;
+}
+
+MN_TEST(lanes_recorder_threads) {
+  mn_trace_recorder_t *rec = NULL;
+  MN_CHECK_OK(mn_trace_recorder_create((size_t)1 << 16, &rec));
+  MN_CHECK_OK(mn_caching_allocator_create(SIM0, NULL, &g_ra));
+  MN_CHECK_OK(mn_caching_allocator_set_trace_sink(g_ra, mn_trace_recorder_sink_fn, rec));
+  MN_CHECK(((mn__caching_t *)g_ra)->sink_concurrent); /* declared by the profiling layer */
+  for (int i = 0; i < PT; i++) MN_CHECK_OK(mn_stream_create(SIM0, &g_rst[i]));
+  pthread_t t[PT];
+  for (int i = 0; i < PT; i++) MN_CHECK(pthread_create(&t[i], NULL, rec_worker, (void *)(intptr_t)i) == 0);
+  for (int i = 0; i < PT; i++) pthread_join(t[i], NULL);
+  MN_CHECK(atomic_load(&g_errors) == 0);
+  mn_trace_recorder_stats_t rs;
+  MN_CHECK_OK(mn_trace_recorder_get_stats(rec, &rs));
+  MN_CHECK(rs.overwritten == 0);
+  mn_trace_t *tr = NULL;
+  MN_CHECK_OK(mn_trace_recorder_to_trace(rec, &tr));
+  /* each address: 0 free, 1 allocated, 2 free requested */
+  mn__addrmap_t state;
+  mn__addrmap_init(&state);
+  size_t allocs = 0, bad = 0;
+  for (size_t i = 0; tr && i < tr->nentries && !bad; i++) {
+    const mn_trace_entry_t *e = &tr->entries[i];
+    if (e->action != MN_TRACE_ALLOC && e->action != MN_TRACE_FREE_REQUESTED && e->action != MN_TRACE_FREE_COMPLETED)
+      continue;
+    mn__addrmap_entry_t *x = mn__addrmap_find(&state, e->address);
+    size_t now = x ? x->size : 0, want = e->action == MN_TRACE_ALLOC ? 0 : e->action == MN_TRACE_FREE_REQUESTED ? 1 : 2;
+    if (now != want) {
+      fprintf(stderr, "  entry %zu: %s of %#llx in state %zu\n", i, mn_trace_action_name(e->action),
+              (unsigned long long)e->address, now);
+      bad++;
+      break;
+    }
+    if (!x) {
+      MN_CHECK_OK(mn__addrmap_insert(&state, e->address, 1, NULL));
+      allocs++;
+    } else if (want == 2) {
+      mn__addrmap_remove(&state, e->address, NULL);
+    } else {
+      x->size = 2;
+    }
+  }
+  MN_CHECK(bad == 0 && allocs > 1000 && state.count == 0);
+  mn__addrmap_fini(&state);
+  mn_trace_destroy(tr);
+  MN_CHECK_OK(mn_allocator_check_invariants(g_ra));
+  MN_CHECK_OK(mn_caching_allocator_set_trace_sink(g_ra, NULL, NULL));
+  mn_allocator_destroy(g_ra);
+  mn_trace_recorder_destroy(rec);
+  for (int i = 0; i < PT; i++) MN_CHECK_OK(mn_stream_destroy(g_rst[i]));
+}
+
 int main(void) {
   const char *seed = getenv("MNEMO_TEST_SEED");
   if (seed && *seed) g_seed = strtoull(seed, NULL, 0);
@@ -399,5 +479,6 @@ int main(void) {
   MN_RUN(lanes_recycled);
   MN_RUN(lanes_exact_peaks_streams);
   MN_RUN(lanes_exact_peaks_threads);
+  MN_RUN(lanes_recorder_threads);
   return mn_test_finish();
 }
