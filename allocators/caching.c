@@ -251,13 +251,17 @@ static inline bool should_split(const mn__caching_t *a, const mn__block_t *b, si
 /* A counter change on a lane's path: into the lane's deltas (its room was
  * checked before anything changed). */
 static inline void lane_inc(mn__lane_t *l, int f, int kind, int64_t amount) {
-  l->cur[f][kind - 1] += amount;
+  l->left[f][kind - 1] -= amount;
+  l->left[f][2] -= amount;
   l->add[f][kind - 1] += amount;
 }
-static inline void lane_dec(mn__lane_t *l, int f, int kind, int64_t amount) { l->cur[f][kind - 1] -= amount; }
+static inline void lane_dec(mn__lane_t *l, int f, int kind, int64_t amount) {
+  l->left[f][kind - 1] += amount;
+  l->left[f][2] += amount;
+}
 /* Whether the lane may raise counter f of pool `kind` by amount (and the sum of both pools). */
 static inline bool lane_fits(const mn__lane_t *l, int f, int kind, int64_t amount) {
-  return l->cur[f][kind - 1] + amount <= l->room[f][kind - 1] && l->cur[f][0] + l->cur[f][1] + amount <= l->room[f][2];
+  return amount <= l->left[f][kind - 1] && amount <= l->left[f][2];
 }
 /* An operation's counter change: to the lane when on its path (fast, a
  * constant at every call, so the test folds away), else to the allocator's
@@ -661,7 +665,7 @@ static inline void count_unallocated(mn__caching_t *a, mn__lane_t *fast, const m
  * segment of the allocator's own pools, no free neighbour, never exported.
  * The same counters, inline and updated once each; the same events. fast:
  * the lane on whose path (its room checked), else NULL (the full lock). */
-static inline void free_plain(mn__caching_t *a, mn__lane_t *fast, mn__block_t *b) {
+static inline __attribute__((always_inline)) void free_plain(mn__caching_t *a, mn__lane_t *fast, mn__block_t *b) {
   if (a->sink) trace_free_pair(a, b);
   mn__pool_t *pool = b->pool;
   mn_alloc_stats_t *ps = NULL;
@@ -685,7 +689,8 @@ static inline void free_plain(mn__caching_t *a, mn__lane_t *fast, mn__block_t *b
  * PyTorch's (b absorbs m); the record that stays is m's, which takes b's
  * bytes and keeps its place in the free set: as the hot node its key is
  * changed in place, else it is taken out and put back. b's record is spare. */
-static inline void free_merge_one(mn__caching_t *a, mn__lane_t *fast, mn__block_t *b, mn__block_t *m) {
+static inline __attribute__((always_inline)) void free_merge_one(mn__caching_t *a, mn__lane_t *fast, mn__block_t *b,
+                                                                 mn__block_t *m) {
   if (a->sink) trace_free_pair(a, b);
   mn__pool_t *pool = b->pool;
   mn_alloc_stats_t *ps = NULL;

@@ -434,9 +434,12 @@ typedef struct mn__lane_s {
   mn__addrmap_t live;               /* the stream's allocated blocks by address; data = the block */
   mn__spares_t spares;
   bool dirty;                       /* counted something since the last fold */
-  int64_t cur[MN__LF_COUNT][2];     /* change of current since the fold: small, large */
-  int64_t add[MN__LF_COUNT][2];     /* change of allocated */
-  int64_t room[MN__LF_COUNT][3];    /* how far cur may rise: small, large, their sum */
+  /* Since the fold: how far each counter may still rise (small, large, their
+   * sum), out of its dealt room (the change of current is room - left), and
+   * what was added to allocated. */
+  int64_t left[MN__LF_COUNT][3];
+  int64_t room[MN__LF_COUNT][3];
+  int64_t add[MN__LF_COUNT][2];
   int64_t need[MN__LF_COUNT][3];    /* at the fold, what the lane had given back (it may want it again) */
   struct mn__lane_s *retired_next;  /* on a->retired (full lock) */
 } mn__lane_t;

@@ -67,7 +67,7 @@ static inline mn_stat_t *stat_at(mn_alloc_stats_t *st, size_t off) { return (mn_
 static void fold(mn__caching_t *a, mn__lane_t *l) {
   for (int f = 0; f < MN__LF_COUNT; f++) {
     mn_stat_t *s = stat_at(&a->stats, first_off[f]), *t = stat_at(&a->stats, second_off[f]);
-    int64_t c0 = l->cur[f][0], c1 = l->cur[f][1], sum = c0 + c1;
+    int64_t c0 = l->room[f][0] - l->left[f][0], c1 = l->room[f][1] - l->left[f][1], sum = c0 + c1;
     s[MN_POOL_SMALL].current += c0;
     s[MN_POOL_LARGE].current += c1;
     s[MN_POOL_SMALL].allocated += l->add[f][0];
@@ -80,7 +80,8 @@ static void fold(mn__caching_t *a, mn__lane_t *l) {
     l->need[f][1] = c1 < 0 ? -c1 : 0;
     l->need[f][2] = sum < 0 ? -sum : 0;
   }
-  memset(l->cur, 0, sizeof l->cur);
+  memset(l->left, 0, sizeof l->left);
+  memset(l->room, 0, sizeof l->room);
   memset(l->add, 0, sizeof l->add);
   l->dirty = false;
 }
@@ -106,7 +107,7 @@ static void deal(mn__caching_t *a, mn__lane_t *head) {
         if (other[k] < slack[k]) slack[k] = other[k];
     }
     if (a->nlanes == 1) {
-      for (int k = 0; k < 3; k++) head->room[f][k] = slack[k] > 0 ? slack[k] : 0;
+      for (int k = 0; k < 3; k++) head->left[f][k] = head->room[f][k] = slack[k] > 0 ? slack[k] : 0;
       continue;
     }
     for (int k = 0; k < 3; k++) {
@@ -119,6 +120,7 @@ static void deal(mn__caching_t *a, mn__lane_t *head) {
       int64_t share = left / (int64_t)a->nlanes, rest = left % (int64_t)a->nlanes;
       for (mn__lane_t *l = head; l; l = lane_next(l)) {
         l->room[f][k] += share + rest;
+        l->left[f][k] = l->room[f][k];
         rest = 0;
       }
     }
@@ -218,6 +220,7 @@ mn_status mn__lane_reserve(mn__caching_t *a, uint64_t stream, mn__lane_t *hint, 
     l->retired = false;
     memset(l->need, 0, sizeof l->need);
     memset(l->room, 0, sizeof l->room);
+    memset(l->left, 0, sizeof l->left);
   } else if (!l) {
     l = mn__aligned_alloc(64, (sizeof *l + 63) / 64 * 64);
     if (!l) return mn__error(MN_ERR_OUT_OF_MEMORY, "caching_alloc", "out of host memory for a stream's lane");
@@ -277,8 +280,8 @@ mn_status mn__lanes_check(const mn__caching_t *a, char *why, size_t whysize) {
       return MN_ERR_INTERNAL;
     }
     for (int f = 0; f < MN__LF_COUNT; f++)
-      for (int k = 0; k < 2; k++)
-        if (l->cur[f][k] || l->add[f][k]) {
+      for (int k = 0; k < 3; k++)
+        if (l->left[f][k] != l->room[f][k] || (k < 2 && l->add[f][k])) {
           snprintf(why, whysize, "stream %llu's lane holds counts not folded into the statistics",
                    (unsigned long long)sid);
           return MN_ERR_INTERNAL;
