@@ -212,6 +212,7 @@ mn_status mn__lane_reserve(mn__caching_t *a, uint64_t stream, mn__lane_t *hint, 
   mn__lane_t *l = hint && !hint->retired && atomic_load_explicit(&hint->stream, memory_order_relaxed) == stream
                       ? hint
                       : lane_find(a, stream);
+  bool listed = l != NULL;
   if (!l && a->retired) { /* a retired lane takes the stream */
     l = a->retired;
     mn__lock(&l->lock); /* a lookup may hold it (and find it retired) */
@@ -228,7 +229,7 @@ mn_status mn__lane_reserve(mn__caching_t *a, uint64_t stream, mn__lane_t *hint, 
     mn__lock_init(&l->lock);
     mn__lock(&l->lock); /* held as every lane is under the full lock; its unlock drops it */
   }
-  if (!lane_find(a, stream)) {
+  if (!listed) {
     atomic_store_explicit(&l->stream, stream, memory_order_relaxed);
     l->sb[0] = mn__fset_find(&a->small.fs, stream);
     l->sb[1] = mn__fset_find(&a->large.fs, stream);
