@@ -101,7 +101,6 @@ static inline mn__lane_t *hint_lane(const mn__caching_t *a) {
   return h->gen == a->gen ? h->lane : NULL;
 }
 
-
 typedef struct params_s {
   uint64_t stream;
   size_t size;       /* rounded request */
@@ -110,7 +109,6 @@ typedef struct params_s {
   mn_status err;
 } params_t;
 
-static bool gc_enabled(const mn__caching_t *a) { return a->cfg.garbage_collection_threshold > 0.0; }
 
 static size_t expandable_size(const mn__block_t *b) {
   return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
@@ -135,7 +133,7 @@ static inline __attribute__((always_inline)) void take_out(mn__pool_t *pool, mn_
 static inline __attribute__((always_inline)) mn__block_t *get_free_block_in(mn__caching_t *a, mn__pool_t *pool,
                                                                             uint64_t stream, size_t size,
                                                                             bool inpool, bool keep_hot) {
-  if (gc_enabled(a)) pool->get_free_calls++;
+  if (mn__gc_enabled(a)) pool->get_free_calls++;
   mn__sbins_t *sb = mn__fset_find(&pool->fs, stream);
   mn__tnode_t *n = mn__fset_lower_bound(&pool->fs, sb, size);
   if (!n) return NULL;
@@ -390,7 +388,7 @@ static __attribute__((noinline)) mn__block_t *alloc_slow(mn__caching_t *a, param
    * would; the garbage collector counts the two lookups as PyTorch's one,
    * made after the events). With fewer, the allocation polled them all. */
   if (a->qmap.count > MN__POLL_ALL_MAX && !a->ncaptures) {
-    bool gc = gc_enabled(a);
+    bool gc = mn__gc_enabled(a);
     if (gc) p->pool->get_free_calls--;
     bool any = mn__process_events_all(a);
     mn__block_t *cached = any ? get_free_block(a, p) : NULL;
@@ -400,7 +398,7 @@ static __attribute__((noinline)) mn__block_t *alloc_slow(mn__caching_t *a, param
   bool capturing = a->ncaptures != 0;
   /* a graph's pool keeps its segments: its replays write to them */
   bool may_release = !capturing && !(mp && mp->graphs);
-  if (gc_enabled(a) && !capturing) mn__garbage_collect(a);
+  if (mn__gc_enabled(a) && !capturing) mn__garbage_collect(a);
   mn__block_t *b = alloc_block(a, p, false);
   if (b || p->err != MN_ERR_OUT_OF_MEMORY) return b;
   mn__nvtx_push("mnemo.oom_recovery", p->size);
@@ -722,18 +720,18 @@ static inline __attribute__((always_inline)) void free_merge_one(mn__caching_t *
   else mn__block_put(a, b);
 }
 
+/* Whether x is a free neighbour a freed block absorbs (mn__try_merge's test,
+ * for a mapped block). */
+static inline bool absorbs(const mn__block_t *x) {
+  return x && x->where != MN__IN_NONE && mn__block_inactive(x) && x->mapped;
+}
+
 /* m when it is the only one of b's neighbours that is free (and free_merge_one may take it), else NULL. */
 static inline mn__block_t *one_free_neighbour(const mn__block_t *b) {
   mn__block_t *p = b->prev, *n = b->next;
   bool pf = may_merge(p), nf = may_merge(n);
   mn__block_t *m = pf && !nf ? p : nf && !pf ? n : NULL;
-  return m && m->where == MN__IN_FREE && mn__block_inactive(m) && m->mapped ? m : NULL;
-}
-
-/* Whether x is a free neighbour a freed block absorbs (mn__try_merge's test,
- * for a mapped block). */
-static inline bool absorbs(const mn__block_t *x) {
-  return x && x->where != MN__IN_NONE && mn__block_inactive(x) && x->mapped;
+  return absorbs(m) ? m : NULL;
 }
 
 /* mn__free_block on a lane's path, for the frees free_plain and

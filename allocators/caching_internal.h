@@ -561,6 +561,9 @@ const char *mn__format_size(size_t bytes, char *buf, size_t bufsize);
 
 /* ---- caching.c ------------------------------------------------------------------ */
 
+/* Whether the garbage collector runs (its clock, get_free_calls, ticks at every allocation). */
+static inline bool mn__gc_enabled(const mn__caching_t *a) { return a->cfg.garbage_collection_threshold > 0.0; }
+
 /* For mn_sim_configure, through the default-allocator table (defaults.c).
  * Release: empties the cache (segments, pending frees, pooled events), then
  * MN_ERR_INVALID_STATE naming the device if anything is still held; another
@@ -714,6 +717,17 @@ static inline void mn__spares_put(mn__spares_t *sp, mn__block_t *b, size_t max) 
   sp->n++;
 }
 static inline void mn__block_put(mn__caching_t *a, mn__block_t *b) { mn__spares_put(&a->spares, b, MN__SPARE_BLOCKS_MAX); }
+/* Moves up to n records from src to dst (records pass between the lanes and the full path). */
+static inline void mn__spares_move(mn__spares_t *dst, mn__spares_t *src, size_t n) {
+  for (; n > 0 && src->head; n--) {
+    mn__block_t *b = src->head;
+    src->head = b->spare_next;
+    src->n--;
+    b->spare_next = dst->head;
+    dst->head = b;
+    dst->n++;
+  }
+}
 /* Frees every record of the list. */
 void mn__spares_free(mn__spares_t *sp);
 /* The largest block in p's free set, over its streams (a stream's recomputed,

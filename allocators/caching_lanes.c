@@ -35,7 +35,7 @@ static mn_status spares_fill(mn__spares_t *sp, size_t n) {
 
 mn_status mn__spare_reserve_slow(mn__caching_t *a, size_t n) {
   for (mn__lane_t *l = lanes_head(a); l && a->spares.n < n; l = lane_next(l))
-    while (l->spares.n && a->spares.n < n) mn__spares_put(&a->spares, mn__spares_take(&l->spares), SIZE_MAX);
+    mn__spares_move(&a->spares, &l->spares, n - a->spares.n);
   return spares_fill(&a->spares, n);
 }
 
@@ -47,7 +47,6 @@ void mn__spares_free(mn__spares_t *sp) {
   }
   sp->n = 0;
 }
-
 
 /* Where the one or two statistics' fields of lane counter f lie in mn_alloc_stats_t. */
 static const size_t first_off[MN__LF_COUNT] = {
@@ -137,7 +136,6 @@ void mn__caching_lock(mn__caching_t *a) {
 
 #define SPARES_KEPT 8  /* block records the full path keeps; the rest go to lanes with fewer than */
 #define SPARES_LANE 64
-static bool gc_on(const mn__caching_t *a) { return a->cfg.garbage_collection_threshold > 0.0; }
 
 /* Moves the lanes whose stream holds no segment and no block from the list
  * onto a->retired (their locks still held). pre: full lock. */
@@ -160,7 +158,7 @@ static void retire_idle(mn__caching_t *a) {
 
 void mn__caching_unlock(mn__caching_t *a) {
   mn__lane_t *head = lanes_head(a);
-  mn__lane_t *kept = a->retired, *dropped = NULL; /* lanes retired now (a->retired up to kept): still locked */
+  mn__lane_t *kept = a->retired; /* the lanes retired now (a->retired up to kept) are still locked */
   if (head) {
     uint64_t epoch = a->small.fs.epoch + a->large.fs.epoch;
     if (epoch != a->lanes_epoch) {
@@ -171,7 +169,6 @@ void mn__caching_unlock(mn__caching_t *a) {
       }
       a->lanes_epoch = epoch;
       retire_idle(a);
-      dropped = a->retired;
       head = lanes_head(a);
     }
     /* What a lane's path leaves to this one: routing (captures, memory
@@ -184,19 +181,20 @@ void mn__caching_unlock(mn__caching_t *a) {
        * polls all) and the last poll found the device idle since */
       bool quiet = a->queues == NULL ||
                    (a->qmap.count <= MN__POLL_ALL_MAX && a->poll_quiet != 0 && a->poll_wait == 0);
-      if (quiet && a->nroutes == 0 && a->ncaptures == 0 && !gc_on(a) && a->share == NULL) fast |= MN__FAST_ALLOC;
+      if (quiet && a->nroutes == 0 && a->ncaptures == 0 && !mn__gc_enabled(a) && a->share == NULL) fast |= MN__FAST_ALLOC;
     }
     a->fast_quiet = a->queues ? a->poll_quiet : 0;
     atomic_store_explicit(&a->fast, fast, memory_order_relaxed);
     if (head && fast) deal(a, head); /* while not fast, no lane counts: dealt when it is again */
     /* Block records flow from the lanes' splits to the full path's merges:
      * what the full path gathered goes back to lanes running short. */
-    if (a->spares.n > SPARES_KEPT)
-      for (mn__lane_t *l = head; l && a->spares.n > SPARES_KEPT; l = lane_next(l))
-        while (l->spares.n < SPARES_LANE && a->spares.n > SPARES_KEPT)
-          mn__spares_put(&l->spares, mn__spares_take(&a->spares), SIZE_MAX);
+    for (mn__lane_t *l = head; l && a->spares.n > SPARES_KEPT; l = lane_next(l))
+      if (l->spares.n < SPARES_LANE)
+        mn__spares_move(&l->spares, &a->spares, SPARES_LANE - l->spares.n < a->spares.n - SPARES_KEPT
+                                                    ? SPARES_LANE - l->spares.n
+                                                    : a->spares.n - SPARES_KEPT);
     for (mn__lane_t *l = head; l; l = lane_next(l)) mn__unlock(&l->lock);
-    for (mn__lane_t *l = dropped; l && l != kept; l = l->retired_next) mn__unlock(&l->lock);
+    for (mn__lane_t *l = a->retired; l != kept; l = l->retired_next) mn__unlock(&l->lock);
   }
   mn__unlock(&a->lock);
 }
@@ -241,9 +239,7 @@ mn_status mn__lane_reserve(mn__caching_t *a, uint64_t stream, mn__lane_t *hint, 
   if (st != MN_OK) return mn__error_wrap(st, "caching_alloc");
   /* Block records flow from the lanes' splits to the full path's merges and
    * back: a lane out of them gets half of the full path's. */
-  if (!l->spares.n && a->spares.n > 1) {
-    for (size_t k = a->spares.n / 2; k > 0; k--) mn__spares_put(&l->spares, mn__spares_take(&a->spares), SIZE_MAX);
-  }
+  if (!l->spares.n && a->spares.n > 1) mn__spares_move(&l->spares, &a->spares, a->spares.n / 2);
   *out = l;
   return MN_OK;
 }
