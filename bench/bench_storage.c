@@ -8,7 +8,8 @@
  * bytes, raw read() into a fresh buffer, raw mmap; mn_save and
  * mn_safetensors_save; mn_load and mn_safetensors_load mapped (with and
  * without checksums) and copied; CRC32 (the dispatched implementation and
- * each one) against a plain read of the same memory. Fastest of 7 runs
+ * each one) against a plain read of the same memory; copying loads (read
+ * on the kernels' pool) also against pread() on as many threads. Fastest of 7 runs
  * after a warm-up (page cache warm), each right after a run of its anchor;
  * GB/s = 1e9 bytes/s of the data. Saves are timed against write() + fsync()
  * (mn_save and mn_safetensors_save fsync the file before renaming it into
@@ -17,6 +18,7 @@
  * left in the page cache, as their anchors do. BENCH_FILES_ROWS=A,B runs
  * only the rows whose name contains A or B. */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -260,6 +262,57 @@ static int op_raw_read(files_t *f) {
   return done == f->total ? 0 : -1;
 }
 
+/* The same with the file cut into as many ranges as the kernels' pool has
+ * threads (MNEMO_KERNEL_THREADS, else the online CPUs, at most 16), each
+ * pread() 1 MiB at a time on a thread of its own: what copying loads, which
+ * read on that pool, can reach. */
+typedef struct par_range {
+  int fd;
+  unsigned char *dst;
+  size_t lo, hi, done;
+} par_range_t;
+
+static void *raw_read_range(void *arg) {
+  par_range_t *r = arg;
+  for (size_t k = r->lo; k < r->hi;) {
+    size_t want = r->hi - k < ((size_t)1 << 20) ? r->hi - k : ((size_t)1 << 20);
+    ssize_t got = pread(r->fd, r->dst + k, want, (off_t)k);
+    if (got <= 0) break;
+    k += (size_t)got;
+    r->done += (size_t)got;
+  }
+  return NULL;
+}
+
+static int read_threads(void) {
+  const char *env = getenv("MNEMO_KERNEL_THREADS");
+  long n = env && *env ? atol(env) : sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > 16 ? 16 : (int)n;
+}
+
+static int op_raw_read_threads(files_t *f) {
+  mn_storage_t *s = NULL;
+  if (mn_storage_create(mn_device_cpu(), f->total, NULL, NULL, &s) != MN_OK) return fail("mn_storage_create");
+  int fd = open(f->raw, O_RDONLY), nt = read_threads();
+  par_range_t r[16];
+  pthread_t th[16];
+  size_t per = (f->total + (size_t)nt - 1) / (size_t)nt, done = 0;
+  int started = 0;
+  for (int t = 0; t < nt && fd >= 0; t++) {
+    size_t lo = per * (size_t)t < f->total ? per * (size_t)t : f->total;
+    r[t] = (par_range_t){fd, mn_storage_data(s), lo, lo + per < f->total ? lo + per : f->total, 0};
+    if (t > 0 && pthread_create(&th[t], NULL, raw_read_range, &r[t]) != 0) break;
+    started = t + 1;
+  }
+  if (started > 0) raw_read_range(&r[0]);
+  for (int t = 1; t < started; t++) pthread_join(th[t], NULL);
+  for (int t = 0; t < started; t++) done += r[t].done;
+  if (fd >= 0) close(fd);
+  f->sink += ((unsigned char *)mn_storage_data(s))[f->total / 2];
+  mn_storage_release(s);
+  return done == f->total ? 0 : -1;
+}
+
 static int op_raw_mmap(files_t *f) {
   int fd = open(f->raw, O_RDONLY);
   void *p = fd >= 0 ? mmap(NULL, f->total, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0) : MAP_FAILED;
@@ -403,13 +456,17 @@ static int files_table(size_t mib, const char *dir) {
       {"mn_save", op_mn_save, op_raw_write_fsync, "raw write+fsync", f->mnemo},
       {"mn_safetensors_save", op_st_save, op_raw_write_fsync, "raw write+fsync", f->st},
       {"raw read() into a new CPU storage", op_raw_read, NULL, NULL, NULL},
+      {"raw pread() on the pool's threads (threaded read)", op_raw_read_threads, op_raw_read, "raw read", NULL},
       {"raw mmap (MAP_PRIVATE, untouched)", op_raw_mmap, NULL, NULL, NULL},
       {"mn_load (default: mapped, verified)", op_load_map, op_raw_read, "raw read", NULL},
       {"mn_load MN_LOAD_NO_VERIFY (mapped)", op_load_map_nv, op_raw_mmap, "raw mmap", NULL},
       {"mn_load MN_LOAD_COPY (verified)", op_load_copy, op_raw_read, "raw read", NULL},
+      {"mn_load MN_LOAD_COPY (verified), vs threaded read", op_load_copy, op_raw_read_threads, "threaded read", NULL},
       {"mn_safetensors_load (default: mapped)", op_st_load_map, op_raw_mmap, "raw mmap", NULL},
       {"mn_safetensors_load mapped, each page read", op_st_load_map_touch, op_raw_read, "raw read", NULL},
       {"mn_safetensors_load MN_LOAD_COPY", op_st_load_copy, op_raw_read, "raw read", NULL},
+      {"mn_safetensors_load MN_LOAD_COPY, vs threaded read", op_st_load_copy, op_raw_read_threads, "threaded read",
+       NULL},
       {"memory read (sum of 8-byte words)", op_mem_read, NULL, NULL, NULL},
   };
   const char *only = getenv("BENCH_FILES_ROWS");

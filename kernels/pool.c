@@ -1,6 +1,8 @@
 /* kernels/pool.c: the CPU executor's thread pool (kernels/pool.h): workers
  * started once, woken per run by a generation count; tasks handed out by an
- * atomic counter. One run at a time (others run inline). Thread-safe. */
+ * atomic counter. One run at a time (others run inline). A child made by
+ * fork() has none of the workers: it runs every task inline (pthread_atfork).
+ * Thread-safe. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -56,6 +58,17 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+/* In a child of fork(): only the forking thread exists; a parent's run in
+ * flight on another thread left its locks taken in this copy. */
+static void pool_after_fork_child(void) {
+  pool.nthreads = 1;
+  pool.busy = 0;
+  pthread_mutex_init(&pool.run_lock, NULL);
+  pthread_mutex_init(&pool.mu, NULL);
+  pthread_cond_init(&pool.wake, NULL);
+  pthread_cond_init(&pool.done, NULL);
+}
+
 static void pool_start(void) {
   int n = 0;
   const char *env = mn__env(MN__ENV_KERNEL_THREADS);
@@ -66,6 +79,7 @@ static void pool_start(void) {
   }
   if (n > MN__POOL_MAX) n = MN__POOL_MAX;
   pool.nthreads = 1;
+  if (n > 1 && pthread_atfork(NULL, NULL, pool_after_fork_child) != 0) return; /* no workers: still correct */
   for (int i = 1; i < n; i++) {
     pthread_t th;
     pthread_attr_t attr;

@@ -21,7 +21,8 @@
   X(TRACE_CAPACITY, "MNEMO_TRACE_CAPACITY", "events the MNEMO_TRACE ring holds", "1000000")                       \
   X(TRACE_STACKS, "MNEMO_TRACE_STACKS",                                                                           \
     "1 (16 frames) or a frame count up to 64: the MNEMO_TRACE ring keeps each event's C call stack", "off")          \
-  X(KERNEL_THREADS, "MNEMO_KERNEL_THREADS", "threads of the CPU kernels' pool", "online CPUs, at most 16")         \
+  X(KERNEL_THREADS, "MNEMO_KERNEL_THREADS", "threads of the CPU kernels' pool (also large loads' reads and checksums)", \
+    "online CPUs, at most 16")                                                                                    \
   X(CPU_HUGEPAGES, "MNEMO_CPU_HUGEPAGES",                                                                         \
     "0: no transparent-huge-page advice on CPU allocations of 4 MiB or more", "on")                               \
   X(SIM_CAPACITY, "MNEMO_SIM_CAPACITY",                                                                           \

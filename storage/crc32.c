@@ -92,6 +92,26 @@ uint32_t mn__crc32_xpow(uint64_t n) {
   return v;
 }
 
+/* a * b mod P, both reflected (bit 31 - i holds the coefficient of x^i):
+ * for each term x^i of a, b times x^i is added in. */
+static uint32_t mulmodp(uint32_t a, uint32_t b) {
+  uint32_t r = 0;
+  for (int i = 0; i < 32; i++, b = b & 1 ? (b >> 1) ^ POLY : b >> 1)
+    if (a & (0x80000000u >> i)) r ^= b;
+  return r;
+}
+
+uint32_t mn__crc32_shift(uint64_t nbytes) {
+  uint32_t r = 0x80000000u, sq = 0x00800000u; /* x^0; x^8, squared once per bit of nbytes */
+  for (; nbytes; nbytes >>= 1, sq = mulmodp(sq, sq))
+    if (nbytes & 1) r = mulmodp(r, sq);
+  return r;
+}
+
+/* zlib's pre- and post-inversion cancel in the sum: the CRC of A followed by
+ * B is crc(A) x^(8 |B|) + crc(B) mod P. */
+uint32_t mn__crc32_combine(uint32_t crc1, uint32_t crc2, uint32_t shift2) { return mulmodp(crc1, shift2) ^ crc2; }
+
 /* ---- x86-64: carry-less multiply folding ---------------------------------------- */
 
 /* k_lo, k_hi of a fold over F bits (see the top of the file). */

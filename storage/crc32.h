@@ -17,6 +17,13 @@ uint32_t mn__crc32(uint32_t crc, const void *data, size_t n);
  * implementations are tested against, and the fallback). */
 uint32_t mn__crc32_table(uint32_t crc, const void *data, size_t n);
 
+/* Combining the CRCs of pieces checksummed apart (on several threads):
+ * mn__crc32_combine(crc(A), crc(B), mn__crc32_shift(|B|)) is crc(A then B)
+ * (mn__crc32_shift(n) is x^(8n) mod P, reflected; O(log n), worth keeping
+ * when many pieces have one length). */
+uint32_t mn__crc32_shift(uint64_t nbytes);
+uint32_t mn__crc32_combine(uint32_t crc1, uint32_t crc2, uint32_t shift2);
+
 /* One implementation this CPU can run: "vpclmulqdq-avx512", "pclmulqdq" or
  * "table" (tests check each; benchmarks time each). */
 typedef struct mn__crc32_impl_s {

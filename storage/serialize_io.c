@@ -16,6 +16,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "kernels/pool.h"
 #include "mnemo/mnemo.h"
 #include "runtime/error.h"
 #include "runtime/fileio.h"
@@ -28,6 +29,7 @@
 #define CHUNK_BYTES ((size_t)1 << 20)      /* checksummed, then written or read, while in cache */
 #define STAGE_BYTES ((size_t)4 << 20)      /* device bytes staged on the host at a time */
 #define WRITEBACK_BYTES ((size_t)8 << 20) /* a file sink starts the disk writing every this many bytes */
+#define PART_BYTES ((size_t)4 << 20)      /* a copying read's share for one thread at a time */
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
@@ -329,20 +331,91 @@ mn_status mn__src_zeros(mn__src_t *src, uint64_t at, size_t n, bool *zero) {
   return MN_OK;
 }
 
+/* ---- host bytes in parts: copying reads and checksums ----------------------------
+ * Read (or, for bytes already in memory, only checksummed) in parts of
+ * PART_BYTES, each part chunk by chunk, a chunk checksummed right after its
+ * read while in cache. Several parts are shared by the kernels' pool and the
+ * caller: the kernel's copy out of the page cache, the first touch of new
+ * pages and the CRC run on every core; the parts' CRCs are combined in file
+ * order. A part reports errno or a short read; the caller makes the error
+ * (error text is per thread). */
+
+typedef struct host_part {
+  uint32_t crc;
+  int err;    /* errno of a failed pread, 0 */
+  size_t got; /* bytes read of the part: < its length after an error or a short read */
+} host_part_t;
+
+typedef struct host_job {
+  int fd; /* pread into dst from the file at `at`; -1: bytes are in memory */
+  uint64_t at;
+  unsigned char *dst;         /* NULL when only checksumming */
+  const unsigned char *bytes; /* what is checksummed: dst, or the bytes in memory */
+  size_t n;
+  bool crc;
+  host_part_t *parts;
+} host_job_t;
+
+static void host_part(void *ctx, int64_t t) {
+  const host_job_t *c = ctx;
+  host_part_t *p = &c->parts[t];
+  const size_t o = (size_t)t * PART_BYTES, end = min_size(o + PART_BYTES, c->n);
+  for (size_t k = o; k < end;) {
+    size_t want = min_size(CHUNK_BYTES, end - k), got = 0;
+    while (c->dst && got < want) {
+      ssize_t r = pread(c->fd, c->dst + k + got, want - got, (off_t)(c->at + k + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        p->err = r < 0 ? errno : 0;
+        p->got = k + got - o;
+        return;
+      }
+      got += (size_t)r;
+    }
+    if (c->crc) p->crc = mn__crc32(p->crc, c->bytes + k, want);
+    k += want;
+  }
+  p->got = end - o;
+}
+
+/* Runs job c (n, dst or bytes, fd, at set) over its parts, folding the bytes'
+ * CRC into *crc when crc is not NULL. */
+static mn_status host_parts(mn__src_t *src, host_job_t *c, uint32_t *crc) {
+  const size_t n = c->n, nparts = (n + PART_BYTES - 1) / PART_BYTES;
+  host_part_t one = {0}, *parts = nparts <= 1 ? &one : mn__calloc(nparts, sizeof *parts);
+  if (!parts) return mn__error(MN_ERR_OUT_OF_MEMORY, src->func, "out of host memory");
+  c->crc = crc != NULL;
+  c->parts = parts;
+  if (nparts > 1)
+    mn__pool_run(host_part, c, (int64_t)nparts);
+  else
+    for (size_t t = 0; t < nparts; t++) host_part(c, (int64_t)t);
+  mn_status st = MN_OK;
+  uint32_t whole = 0; /* x^(8 PART_BYTES) mod P, made when needed */
+  for (size_t t = 0; t < nparts && st == MN_OK; t++) {
+    size_t len = min_size(PART_BYTES, n - t * PART_BYTES);
+    if (parts[t].err) {
+      st = mn__error(MN_ERR_IO, src->func, "cannot read the file: %s", strerror(parts[t].err));
+    } else if (parts[t].got < len) {
+      st = src_truncated(src, c->at + t * PART_BYTES, len, parts[t].got);
+    } else if (crc && *crc == 0) { /* nothing before it (or CRC 0): the part's CRC is the running one */
+      *crc = parts[t].crc;
+    } else if (crc) {
+      if (len == PART_BYTES && !whole) whole = mn__crc32_shift(PART_BYTES);
+      *crc = mn__crc32_combine(*crc, parts[t].crc, len == PART_BYTES ? whole : mn__crc32_shift(len));
+    }
+  }
+  if (parts != &one) free(parts);
+  return st;
+}
+
 /* Reads n bytes at `at` into the storage's memory at dst (host memory when
  * dev is the CPU, else through a staging buffer), folding them into *crc
  * when crc is not NULL. */
 static mn_status src_read_into(mn__src_t *src, mn_device_t dev, uint64_t at, size_t n, unsigned char *dst,
                                uint32_t *crc) {
-  if (dev.type == MN_DEVICE_CPU) {
-    for (size_t o = 0; o < n; o += CHUNK_BYTES) {
-      size_t k = min_size(CHUNK_BYTES, n - o);
-      mn_status st = src_pread(src, at + o, k, dst + o);
-      if (st != MN_OK) return st;
-      if (crc) *crc = mn__crc32(*crc, dst + o, k); /* still in cache */
-    }
-    return MN_OK;
-  }
+  if (dev.type == MN_DEVICE_CPU)
+    return host_parts(src, &(host_job_t){.fd = src->fd, .at = at, .dst = dst, .bytes = dst, .n = n}, crc);
   size_t cap = min_size(STAGE_BYTES, n);
   unsigned char *stage = mn__malloc(cap);
   if (!stage) return mn__error(MN_ERR_OUT_OF_MEMORY, src->func, "out of host memory (a %zu-byte staging buffer)", cap);
@@ -369,7 +442,9 @@ mn_status mn__src_storage(mn__src_t *src, mn_device_t dev, uint64_t at, size_t n
   }
   if (src->data || n == 0) {
     const unsigned char *p = n ? src->data + at : NULL;
-    if (check && mn__crc32(0, p, n) != *crc)
+    uint32_t got = 0;
+    if (check && (st = host_parts(src, &(host_job_t){.fd = -1, .bytes = p, .n = n}, &got)) != MN_OK) return st;
+    if (check && got != *crc)
       return mn__error(MN_ERR_FORMAT, src->func, "%s checksum mismatch: the file is corrupt", what);
     if (src->map && n && dev.type == MN_DEVICE_CPU && (uintptr_t)p % (align ? align : 1) == 0) {
       atomic_fetch_add_explicit(&src->map->refs, 1, memory_order_relaxed);

@@ -109,8 +109,43 @@ MN_TEST(fold_constants_from_the_polynomial) {
   }
 }
 
+/* CRCs of pieces checksummed apart combine into the whole's: every split
+ * point of a short buffer (empty pieces too), random splits of 3 MiB into
+ * up to 9 pieces, and a shift equal to x^(8n) stepped bit by bit. */
+MN_TEST(pieces_combine) {
+  unsigned char s[300];
+  for (size_t i = 0; i < sizeof s; i++) s[i] = (unsigned char)next();
+  int bad = 0;
+  for (size_t n = 0; n <= sizeof s; n += 37)
+    for (size_t cut = 0; cut <= n; cut++)
+      bad += mn__crc32_combine(mn__crc32(0, s, cut), mn__crc32(0, s + cut, n - cut), mn__crc32_shift(n - cut)) !=
+             ref_crc(0, s, n);
+  MN_CHECK(bad == 0);
+  static const uint64_t lens[] = {0, 1, 2, 3, 7, 64, 1000, 4096, 65537};
+  for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
+    MN_CHECK(mn__crc32_shift(lens[i]) == mn__crc32_xpow(8 * lens[i]));
+  size_t big = (3u << 20) + 5;
+  unsigned char *b = malloc(big);
+  MN_CHECK(b != NULL);
+  if (!b) return;
+  for (size_t i = 0; i < big; i++) b[i] = (unsigned char)next();
+  uint32_t want = ref_crc(0, b, big);
+  for (int round = 0; round < 20; round++) {
+    size_t cuts = 1 + (size_t)(next() % 9), at = 0;
+    uint32_t c = 0;
+    for (size_t k = 0; k < cuts; k++) {
+      size_t piece = k + 1 == cuts ? big - at : (size_t)(next() % (big - at + 1));
+      c = mn__crc32_combine(c, mn__crc32(0, b + at, piece), mn__crc32_shift(piece));
+      at += piece;
+    }
+    MN_CHECK(c == want);
+  }
+  free(b);
+}
+
 int main(void) {
   MN_RUN(check_value);
+  MN_RUN(pieces_combine);
   MN_RUN(every_length_and_alignment);
   MN_RUN(megabytes_and_chaining);
   MN_RUN(fold_constants_from_the_polynomial);

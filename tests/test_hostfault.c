@@ -1073,6 +1073,28 @@ done:
   return st;
 }
 
+/* A copying load of several parts (read by the kernels' pool): its table of
+ * parts' results is one more allocation. */
+static mn_status w_large_load(void) {
+  mn_status st = MN_OK;
+  mn_view_t *v = NULL;
+  mn_named_views_t *got = NULL;
+  char path[400];
+  snprintf(path, sizeof path, "%s/large.mnemo", g_dir);
+  const int64_t n = ((int64_t)9 << 20) + 3;
+  TRY(mn_view_empty(mn_device_cpu(), MN_DTYPE_UINT8, 1, &n, &v));
+  memset(mn_view_data(v), 0x5a, (size_t)n);
+  const char *names[1] = {"x"};
+  const mn_view_t *views[1] = {v};
+  TRY(mn_save(path, 1, names, views));
+  TRY(mn_load_ex(path, mn_device_cpu(), MN_LOAD_COPY, &got));
+  if (((const unsigned char *)mn_view_data(got->views[0]))[n - 1] != 0x5a) st = wrong("the loaded bytes");
+done:
+  mn_named_views_free(got);
+  mn_view_destroy(v);
+  return st;
+}
+
 /* ---- the sweep ---- */
 
 typedef struct workload {
@@ -1397,7 +1419,8 @@ int main(int argc, char **argv) {
       {"replay", w_replay},       {"allocators", w_allocators}, {"storage_misc", w_storage_misc},
       {"graphs", w_graphs},       {"streams", w_streams},         {"profiling", w_profiling},
       {"sim_data", w_sim_data},   {"index_cpu", w_index_cpu},     {"index_sim", w_index_sim},
-      {"storages", w_storages},   {"files", w_files},         {"analysis", w_analysis},
+      {"storages", w_storages},   {"files", w_files},             {"analysis", w_analysis},
+      {"large_load", w_large_load},
       {"report", w_report},
       {"diff", w_diff},
   };

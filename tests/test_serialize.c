@@ -1244,7 +1244,48 @@ MN_TEST(large_blobs_round_trip_and_checksums) {
   mn_storage_release(s);
 }
 
+/* Copying loads are read by the kernels' pool (3 threads here, set in main):
+ * a child of fork() has none of the parent's workers and must still load
+ * (it hung before the pool ran inline after fork), in parts that combine to
+ * the right checksum, as the parent does. */
+MN_TEST(copying_loads_in_a_forked_child) {
+  char path[300];
+  tmp_path(path, sizeof path, "forked.mnemo");
+  const size_t big = ((size_t)33 << 20) + 5; /* whole parts and a short one */
+  mn_storage_t *s = NULL;
+  MN_CHECK_OK(mn_storage_create(CPU, big, NULL, NULL, &s));
+  if (!s) return;
+  unsigned char *b = mn_storage_data(s);
+  for (size_t i = 0; i < big; i++) b[i] = (unsigned char)(i * 40503u >> 7);
+  int64_t n = (int64_t)big;
+  mn_view_t *v = NULL;
+  MN_CHECK_OK(mn_view_create(s, MN_DTYPE_UINT8, 1, &n, NULL, 0, &v));
+  const char *names[1] = {"x"};
+  const mn_view_t *const views[1] = {v};
+  MN_CHECK_OK(mn_save(path, 1, names, views));
+  mn_named_views_t *nv = NULL;
+  MN_CHECK_OK(mn_load_ex(path, CPU, MN_LOAD_COPY, &nv)); /* the parent's workers start */
+  MN_CHECK(nv && memcmp(mn_view_data(nv->views[0]), b, big) == 0);
+  mn_named_views_free(nv);
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(60); /* a hang fails the test instead of the suite's timeout */
+    mn_named_views_t *got = NULL;
+    bool ok = mn_load_ex(path, CPU, MN_LOAD_COPY, &got) == MN_OK && memcmp(mn_view_data(got->views[0]), b, big) == 0;
+    mn_named_views_free(got);
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  MN_CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+  MN_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  unlink(path);
+  mn_view_destroy(v);
+  mn_storage_release(s);
+}
+
 int main(int argc, char **argv) {
+  setenv("MNEMO_KERNEL_THREADS", "3", 1); /* parallel copying loads, an uneven share */
   CPU = mn_device_cpu();
   SIM0 = mn_device_sim(0);
   if (argc == 3 && strcmp(argv[1], "--write-safetensors") == 0) return write_for_python(argv[2]);
@@ -1269,6 +1310,7 @@ int main(int argc, char **argv) {
   MN_RUN(safetensors_mapped_where_aligned);
   MN_RUN(streamed_saves_match_buffers);
   MN_RUN(large_blobs_round_trip_and_checksums);
+  MN_RUN(copying_loads_in_a_forked_child);
   MN_RUN(failed_writes_leave_nothing);
   MN_RUN(saves_keep_mode_umask_and_links);
   MN_RUN(nothing_left_behind);
