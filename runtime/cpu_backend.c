@@ -58,12 +58,13 @@ static mn_status cpu_nothing(int index) { return MN_OK; }
 /* Allocations of at least 4 MiB have the 2 MiB-aligned pages inside them
  * advised to use transparent huge pages, as numpy does for its large arrays:
  * where THP is in "madvise" mode this halves TLB misses of streaming kernels.
- * The block itself is only MN__CPU_ALIGN-aligned: a 2 MiB-aligned request is
- * served by a fresh mmap every time (the C library's dynamic mmap threshold
- * never covers an over-aligned block), so a loop that allocates a large
- * result per call (an index_select) paid the page faults of new memory each
- * time, where the plain alignment reuses the freed block. MNEMO_CPU_HUGEPAGES=0
- * turns the advice off. */
+ * The block itself is only MN__CPU_ALIGN-aligned, from a plain malloc (see
+ * cpu_raw_alloc): an over-aligned request is served by fresh memory every
+ * time (a 2 MiB-aligned one by a new mmap: the C library's dynamic mmap
+ * threshold never covers it), so a loop that allocates a large result per
+ * call (an index_select) would pay the page faults of new memory each time,
+ * where a plain malloc reuses the freed block. MNEMO_CPU_HUGEPAGES=0 turns
+ * the advice off. */
 #define MN__CPU_HUGE_MIN ((size_t)4 << 20)
 #define MN__CPU_HUGE_ALIGN ((size_t)2 << 20)
 
@@ -86,25 +87,28 @@ static bool cpu_hugepages_wanted(void) {
 static pthread_mutex_t cpu_live_lock = PTHREAD_MUTEX_INITIALIZER;
 static mn__addrmap_t cpu_live;
 
-/* Records p as live; false when the set cannot grow (p is then not recorded). */
-static bool cpu_live_add(void *p, size_t nbytes) {
+/* Records p (inside the C library's block `base`) as live; false when the
+ * set cannot grow (p is then not recorded). */
+static bool cpu_live_add(void *p, size_t nbytes, void *base) {
   pthread_mutex_lock(&cpu_live_lock);
   mn__addrmap_entry_t *e = mn__addrmap_find(&cpu_live, (uintptr_t)p);
   bool ok = true;
   if (e) /* the C library handed p out again: it was freed behind our back (free(), not raw_free) */
-    e->size = nbytes;
+    *e = (mn__addrmap_entry_t){.key = (uintptr_t)p, .size = nbytes, .data = base};
   else
-    ok = mn__addrmap_insert(&cpu_live, (uintptr_t)p, nbytes, NULL) == MN_OK;
+    ok = mn__addrmap_insert(&cpu_live, (uintptr_t)p, nbytes, base) == MN_OK;
   pthread_mutex_unlock(&cpu_live_lock);
   return ok;
 }
 
-/* Takes p out of the live set; false when it is not there. */
-static bool cpu_live_remove(void *p) {
+/* Takes p out of the live set: the C library's block it lies in, or NULL
+ * when p is not there. */
+static void *cpu_live_remove(void *p) {
+  mn__addrmap_entry_t e = {0};
   pthread_mutex_lock(&cpu_live_lock);
-  bool found = mn__addrmap_remove(&cpu_live, (uintptr_t)p, NULL);
+  bool found = mn__addrmap_remove(&cpu_live, (uintptr_t)p, &e);
   pthread_mutex_unlock(&cpu_live_lock);
-  return found;
+  return found ? e.data : NULL;
 }
 
 static mn_status cpu_raw_alloc(int index, size_t nbytes, void **out) {
@@ -112,7 +116,15 @@ static mn_status cpu_raw_alloc(int index, size_t nbytes, void **out) {
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__, "cpu: cannot allocate %zu bytes", nbytes);
   bool huge = nbytes >= MN__CPU_HUGE_MIN && cpu_hugepages_wanted();
   size_t rounded = (nbytes + MN__CPU_ALIGN - 1) / MN__CPU_ALIGN * MN__CPU_ALIGN;
-  void *p = mn__aligned_alloc(MN__CPU_ALIGN, rounded ? rounded : MN__CPU_ALIGN);
+  if (!rounded) rounded = MN__CPU_ALIGN;
+  /* malloc of the size plus the alignment, aligned here: the same request for
+   * the same size every time, so a freed block fits the next one exactly.
+   * (aligned_alloc asks the C library for more than the block it keeps, so a
+   * freed block never fit the next request of its size: a loop making one
+   * large result per call grew the heap by its size each call and faulted
+   * every page of it in anew.) */
+  void *base = mn__malloc(rounded + MN__CPU_ALIGN), *p = NULL;
+  if (base) p = (void *)(((uintptr_t)base + MN__CPU_ALIGN - 1) & ~(uintptr_t)(MN__CPU_ALIGN - 1));
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   if (p && huge) { /* the whole huge pages inside the block; advice only: failure changes nothing */
     uintptr_t lo = ((uintptr_t)p + MN__CPU_HUGE_ALIGN - 1) & ~(uintptr_t)(MN__CPU_HUGE_ALIGN - 1);
@@ -123,8 +135,8 @@ static mn_status cpu_raw_alloc(int index, size_t nbytes, void **out) {
   if (!p)
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__,
                      "cpu: out of host memory allocating %zu bytes", nbytes);
-  if (!cpu_live_add(p, nbytes)) {
-    free(p);
+  if (!cpu_live_add(p, nbytes, base)) {
+    free(base);
     return mn__error(MN_ERR_OUT_OF_MEMORY, __func__,
                      "cpu: out of host memory for the set of live allocations (allocating %zu bytes)", nbytes);
   }
@@ -134,11 +146,12 @@ static mn_status cpu_raw_alloc(int index, size_t nbytes, void **out) {
 
 /* pre: ptr != NULL (the dispatcher answers NULL itself). */
 static mn_status cpu_raw_free(int index, void *ptr) {
-  if (!cpu_live_remove(ptr))
+  void *base = cpu_live_remove(ptr);
+  if (!base)
     return mn__error(MN_ERR_INVALID_ARGUMENT, __func__,
                      "cpu: %p is not a live allocation of the CPU device (freed already, not the start of "
                      "one, or memory it did not allocate)", ptr);
-  free(ptr);
+  free(base);
   return MN_OK;
 }
 
