@@ -308,7 +308,7 @@ void mn_anchor_caching_create(mn_device_t dev, int64_t cached, int64_t pending, 
   w.pending = pending;
   if (mn_caching_allocator_create(dev, NULL, &w.a) != MN_OK) mn_anchor_die("mn_caching_allocator_create");
   if (pending > 0) {
-    if (mn_stream_create(dev, &w.b) != MN_OK) mn_anchor_die("mn_stream_create");
+    if (mn_stream_create(dev, &w.b) != MN_OK || mn_stream_create(dev, &w.c) != MN_OK) mn_anchor_die("mn_stream_create");
     /* Work on B that the SIM device runs only when B is advanced or synchronized:
      * every event recorded on B after it stays pending. */
     if (mn_stream_launch_host(w.b, never_runs, NULL) != MN_OK) mn_anchor_die("mn_stream_launch_host");
@@ -317,7 +317,7 @@ void mn_anchor_caching_create(mn_device_t dev, int64_t cached, int64_t pending, 
     /* Sizes of 33..64 x 512 B: none of the warm blocks' sizes below (cached <= 64
      * distinct sizes start at 512 B) is ever taken by them, and none is reusable. */
     for (int64_t i = 0; i < pending; i++) {
-      if (mn_allocator_alloc(w.a, mn_anchor_size_of(32 + i % 32), NULL, &p[i]) != MN_OK) mn_anchor_die("pending alloc");
+      if (mn_allocator_alloc(w.a, mn_anchor_size_of(32 + i % 32), w.c, &p[i]) != MN_OK) mn_anchor_die("pending alloc");
       if (mn_allocator_record_stream(w.a, p[i], w.b) != MN_OK) mn_anchor_die("record_stream");
     }
     for (int64_t i = 0; i < pending; i++)
@@ -341,5 +341,6 @@ void mn_anchor_caching_destroy(mn_anchor_caching_t *w) {
   if (w->b && mn_stream_synchronize(w->b) != MN_OK) mn_anchor_die("mn_stream_synchronize");
   mn_allocator_destroy(w->a);
   if (w->b && mn_stream_destroy(w->b) != MN_OK) mn_anchor_die("mn_stream_destroy");
+  if (w->c && mn_stream_destroy(w->c) != MN_OK) mn_anchor_die("mn_stream_destroy");
   memset(w, 0, sizeof *w);
 }

@@ -115,13 +115,16 @@ typedef struct mn_anchor_caching_s {
   void **live;          /* the live blocks between them (even indexes) */
   int64_t pending;      /* blocks freed while pending on stream b's events */
   mn_stream_t *b;       /* the stream whose work never completes; NULL when pending = 0 */
+  mn_stream_t *c;       /* the stream the pending blocks were allocated on; NULL when pending = 0 */
   size_t want;          /* the size the pair asks for: a cached block fits it exactly */
 } mn_anchor_caching_t;
 
 /* A caching allocator on `dev` (default configuration) with, first, `pending`
- * blocks allocated on the default stream, recorded on a stream B that has
+ * blocks allocated on a stream C of their own, recorded on a stream B that has
  * queued work the SIM device never runs (until mn_anchor_caching_destroy),
- * and freed: each waits for an event on B; then `cached` free blocks, each
+ * and freed: each waits for an event on B (their segments are C's, so the
+ * pair's blocks lie as they do with none pending: the difference is the cost
+ * of the pending frees, not another layout); then `cached` free blocks, each
  * between two live ones, as bench_caching's warm(). The pair then allocates
  * and frees `want` bytes on the default stream. Exits with a message on failure. */
 void mn_anchor_caching_create(mn_device_t dev, int64_t cached, int64_t pending, mn_anchor_caching_t *out);
