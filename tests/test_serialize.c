@@ -1190,6 +1190,21 @@ static int write_for_python(const char *path) {
   return st == MN_OK ? 0 : 1;
 }
 
+/* A CPU storage of n bytes, byte i = (i * mul) >> shift, and a uint8 view of
+ * all of it; false (a failed check) when either cannot be made. */
+static bool patterned_bytes(size_t n, uint32_t mul, int shift, mn_storage_t **s, mn_view_t **v) {
+  MN_CHECK_OK(mn_storage_create(CPU, n, NULL, NULL, s));
+  if (!*s) return false;
+  unsigned char *b = mn_storage_data(*s);
+  for (size_t i = 0; i < n; i++) b[i] = (unsigned char)((uint32_t)i * mul >> shift);
+  int64_t len = (int64_t)n;
+  MN_CHECK_OK(mn_view_create(*s, MN_DTYPE_UINT8, 1, &len, NULL, 0, v));
+  if (*v) return true;
+  mn_storage_release(*s);
+  *s = NULL;
+  return false;
+}
+
 /* A 40 MiB storage (many 1 MiB chunks, many 8 MiB write-out starts, a
  * last chunk of 12 bytes): the file equals the buffer save byte for byte,
  * loads give the bytes back, and a byte flipped at the end, in the middle or
@@ -1200,13 +1215,9 @@ MN_TEST(large_blobs_round_trip_and_checksums) {
   tmp_path(path, sizeof path, "large.mnemo");
   const size_t big = ((size_t)40 << 20) + 12; /* not a multiple of any chunk */
   mn_storage_t *s = NULL;
-  MN_CHECK_OK(mn_storage_create(CPU, big, NULL, NULL, &s));
-  if (!s) return;
-  unsigned char *b = mn_storage_data(s);
-  for (size_t i = 0; i < big; i++) b[i] = (unsigned char)(i * 2654435761u >> 13);
-  int64_t n = (int64_t)big;
   mn_view_t *v = NULL;
-  MN_CHECK_OK(mn_view_create(s, MN_DTYPE_UINT8, 1, &n, NULL, 0, &v));
+  if (!patterned_bytes(big, 2654435761u, 13, &s, &v)) return;
+  const unsigned char *b = mn_storage_data(s);
   const char *names[1] = {"big"};
   const mn_view_t *const views[1] = {v};
   void *buf = NULL;
@@ -1253,13 +1264,9 @@ MN_TEST(copying_loads_in_a_forked_child) {
   tmp_path(path, sizeof path, "forked.mnemo");
   const size_t big = ((size_t)33 << 20) + 5; /* whole parts and a short one */
   mn_storage_t *s = NULL;
-  MN_CHECK_OK(mn_storage_create(CPU, big, NULL, NULL, &s));
-  if (!s) return;
-  unsigned char *b = mn_storage_data(s);
-  for (size_t i = 0; i < big; i++) b[i] = (unsigned char)(i * 40503u >> 7);
-  int64_t n = (int64_t)big;
   mn_view_t *v = NULL;
-  MN_CHECK_OK(mn_view_create(s, MN_DTYPE_UINT8, 1, &n, NULL, 0, &v));
+  if (!patterned_bytes(big, 40503u, 7, &s, &v)) return;
+  const unsigned char *b = mn_storage_data(s);
   const char *names[1] = {"x"};
   const mn_view_t *const views[1] = {v};
   MN_CHECK_OK(mn_save(path, 1, names, views));
