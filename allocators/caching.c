@@ -40,11 +40,6 @@ void mn__trace_emit(mn__caching_t *a, mn_trace_action action, uint64_t stream, u
   a->sink(a->sink_user, &ev);
 }
 
-
-
-
-
-
 size_t mn__pool_largest_free(const mn__caching_t *a, mn__pool_t *p) {
   size_t largest = 0;
   for (size_t i = 0; i < p->fs.cap; i++) {
