@@ -240,17 +240,27 @@ static mn_status src_truncated(mn__src_t *src, uint64_t at, size_t n, size_t got
                    (unsigned long long)(at + got), n, (unsigned long long)at);
 }
 
-/* pread of n bytes at `at` into dst, resumed after short reads. */
+/* pread of n bytes of fd at `at` into dst, resumed after short reads and
+ * EINTR: 0 with *got = n, 0 with *got < n where the file ends, or the errno
+ * of a failed read (*got: what was read before it). Makes no error text: any
+ * thread may call it. */
+static int pread_full(int fd, uint64_t at, size_t n, void *dst, size_t *got) {
+  for (*got = 0; *got < n;) {
+    ssize_t r = pread(fd, (char *)dst + *got, n - *got, (off_t)(at + *got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return errno;
+    if (r == 0) return 0;
+    *got += (size_t)r;
+  }
+  return 0;
+}
+
+/* pread_full as a status: MN_ERR_IO, or MN_ERR_FORMAT "truncated". */
 static mn_status src_pread(mn__src_t *src, uint64_t at, size_t n, void *dst) {
   size_t got = 0;
-  while (got < n) {
-    ssize_t r = pread(src->fd, (char *)dst + got, n - got, (off_t)(at + got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return mn__error(MN_ERR_IO, src->func, "cannot read the file: %s", strerror(errno));
-    if (r == 0) return src_truncated(src, at, n, got);
-    got += (size_t)r;
-  }
-  return MN_OK;
+  int err = pread_full(src->fd, at, n, dst, &got);
+  if (err) return mn__error(MN_ERR_IO, src->func, "cannot read the file: %s", strerror(err));
+  return got < n ? src_truncated(src, at, n, got) : MN_OK;
 }
 
 /* A source over the regular file at path for a load onto dev with MN_LOAD_*
@@ -361,16 +371,10 @@ static void host_part(void *ctx, int64_t t) {
   host_part_t *p = &c->parts[t];
   const size_t o = (size_t)t * PART_BYTES, end = min_size(o + PART_BYTES, c->n);
   for (size_t k = o; k < end;) {
-    size_t want = min_size(CHUNK_BYTES, end - k), got = 0;
-    while (c->dst && got < want) {
-      ssize_t r = pread(c->fd, c->dst + k + got, want - got, (off_t)(c->at + k + got));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) {
-        p->err = r < 0 ? errno : 0;
-        p->got = k + got - o;
-        return;
-      }
-      got += (size_t)r;
+    size_t want = min_size(CHUNK_BYTES, end - k), got = want;
+    if (c->dst && ((p->err = pread_full(c->fd, c->at + k, want, c->dst + k, &got)) != 0 || got < want)) {
+      p->got = k + got - o;
+      return;
     }
     if (c->crc) p->crc = mn__crc32(p->crc, c->bytes + k, want);
     k += want;
@@ -386,10 +390,7 @@ static mn_status host_parts(mn__src_t *src, host_job_t *c, uint32_t *crc) {
   if (!parts) return mn__error(MN_ERR_OUT_OF_MEMORY, src->func, "out of host memory");
   c->crc = crc != NULL;
   c->parts = parts;
-  if (nparts > 1)
-    mn__pool_run(host_part, c, (int64_t)nparts);
-  else
-    for (size_t t = 0; t < nparts; t++) host_part(c, (int64_t)t);
+  mn__pool_run(host_part, c, (int64_t)nparts); /* one part: on this thread */
   mn_status st = MN_OK;
   uint32_t whole = 0; /* x^(8 PART_BYTES) mod P, made when needed */
   for (size_t t = 0; t < nparts && st == MN_OK; t++) {
