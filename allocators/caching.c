@@ -5,10 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "allocators/caching_internal.h"
 #include "allocators/allocator_internal.h"
+#include "runtime/clock.h"
 #include "runtime/device_internal.h"
 #include "runtime/debug.h"
 #include "runtime/events.h"
@@ -28,10 +28,8 @@ static void unlock(mn__caching_t *a) { mn__caching_unlock(a); }
 
 void mn__trace_emit(mn__caching_t *a, mn_trace_action action, uint64_t stream, uintptr_t addr, size_t size,
                     size_t requested) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
   mn_trace_event_t ev = {.action = action,
-                         .time_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec,
+                         .time_ns = mn__clock_ns(),
                          .device = a->base.device,
                          .stream_id = stream,
                          .address = addr,
@@ -620,10 +618,8 @@ static inline bool may_merge(const mn__block_t *x) { return x && x->where != MN_
 /* The two events of a free that completes at once (unallocate's
  * free_requested, then mn__free_block's free_completed), one clock read. */
 static __attribute__((noinline)) void trace_free_pair(mn__caching_t *a, const mn__block_t *b) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
   mn_trace_event_t ev = {.action = MN_TRACE_FREE_REQUESTED,
-                         .time_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec,
+                         .time_ns = mn__clock_ns(),
                          .device = a->base.device,
                          .stream_id = b->stream_id,
                          .address = b->addr,

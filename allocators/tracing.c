@@ -3,11 +3,11 @@
  * is held across upstream frees so a free is reported before its reuse. */
 #include <pthread.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "allocators/adaptor.h"
 #include "mnemo/adaptors.h"
 #include "mnemo/mnemo.h"
+#include "runtime/clock.h"
 #include "runtime/error.h"
 
 typedef struct trace_adaptor {
@@ -19,17 +19,11 @@ typedef struct trace_adaptor {
 
 static trace_adaptor *self_of(mn_allocator_t *a) { return (trace_adaptor *)a; }
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* pre: t->ad.lock held. */
 static void emit(trace_adaptor *t, mn_trace_action action, uint64_t stream_id, void *ptr, size_t size) {
   mn_trace_event_t ev = {
       .action = action,
-      .time_ns = now_ns(),
+      .time_ns = mn__clock_ns(),
       .device = t->ad.base.device,
       .stream_id = stream_id,
       .address = (uintptr_t)ptr,

@@ -4,13 +4,18 @@
  * among the entries, their errors, host faults), recorder sink, replay on SIM;
  * 100k meta keys parse and write in linear time; the readers (trace, RMM CSV)
  * and the writer refuse a FIFO, a folder or a device at once; mn_report_build
- * refuses bad input and leaves the SIM device as found. */
+ * refuses bad input and leaves the SIM device as found; the events' clock
+ * (runtime/clock.c) against clock_gettime, on one thread and on four. */
+#include <inttypes.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mn_test.h"
+#include "runtime/clock.h"
 #include "runtime/hostmem.h"
 
 #define MiB ((uint64_t)1 << 20)
@@ -1005,6 +1010,109 @@ static const char SMALL[] =
     "6 free_requested 0 0x1000000 4194304\n"
     "end 8\n";
 
+/* ---- event time stamps (runtime/clock.c) ---- */
+
+static uint64_t mono_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The event clock for ms milliseconds: every reading inside the
+ * clock_gettime readings around it, give or take tol_ns (a line's error is
+ * under a microsecond; NTP may slew CLOCK_MONOTONIC by up to 500 ppm of the
+ * 10 ms a line is used for), never below the thread's previous one. The
+ * number of readings that failed, and of those taken. */
+typedef struct clock_run_s {
+  uint64_t ms, tol_ns, bad_bracket, went_back, readings;
+} clock_run_t;
+
+static void *clock_run(void *arg) {
+  clock_run_t *r = arg;
+  uint64_t end = mono_now() + r->ms * 1000000, last = 0;
+  for (;;) {
+    uint64_t c0 = mono_now(), t = mn__clock_ns(), c1 = mono_now();
+    if (t + r->tol_ns < c0 || t > c1 + r->tol_ns) r->bad_bracket++;
+    if (t < last) r->went_back++;
+    last = t;
+    r->readings++;
+    if (c1 >= end) return NULL;
+  }
+}
+
+MN_TEST(event_clock_follows_clock_gettime) {
+  /* 40 ms: the first line is drawn after 5 ms, then renewed every 10 ms */
+  clock_run_t r = {.ms = 40, .tol_ns = 20000};
+  clock_run(&r);
+  MN_CHECK(r.readings > 1000);
+  MN_CHECK(r.bad_bracket == 0 && r.went_back == 0);
+  /* an x86-64 host with an invariant TSC that its kernel keeps as its clock
+   * (this project's machines) reads the TSC once a line is known */
+#if defined(__x86_64__)
+  FILE *f = fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "r");
+  char src[32] = {0};
+  bool kernel_tsc = f && fgets(src, sizeof src, f) && strcmp(src, "tsc\n") == 0;
+  if (f) fclose(f);
+  f = fopen("/proc/cpuinfo", "r");
+  bool invariant = false;
+  char line[4096];
+  while (f && !invariant && fgets(line, sizeof line, f))
+    invariant = !strncmp(line, "flags", 5) && strstr(line, " constant_tsc") && strstr(line, " nonstop_tsc");
+  if (f) fclose(f);
+  if (kernel_tsc && invariant) MN_CHECK(mn__clock_uses_tsc());
+  printf("  event clock: %s (%" PRIu64 " readings in 40 ms)\n", mn__clock_uses_tsc() ? "TSC" : "clock_gettime",
+         r.readings);
+#endif
+}
+
+MN_TEST(event_clock_threads) {
+  enum { N = 4 };
+  pthread_t th[N];
+  clock_run_t r[N];
+  for (int i = 0; i < N; i++) {
+    r[i] = (clock_run_t){.ms = 30, .tol_ns = 20000};
+    MN_CHECK(pthread_create(&th[i], NULL, clock_run, &r[i]) == 0);
+  }
+  for (int i = 0; i < N; i++) {
+    MN_CHECK(pthread_join(th[i], NULL) == 0);
+    MN_CHECK(r[i].readings > 100);
+    MN_CHECK(r[i].bad_bracket == 0 && r[i].went_back == 0);
+  }
+}
+
+/* The allocator's events carry the clock: each inside the clock_gettime
+ * readings around its call. */
+static uint64_t g_ev_time[4];
+static size_t g_ev_n;
+static void time_sink(void *user, const mn_trace_event_t *e) {
+  (void)user;
+  if (g_ev_n < 4) g_ev_time[g_ev_n] = e->time_ns;
+  g_ev_n++;
+}
+
+MN_TEST(event_times_are_the_clock) {
+  mn_allocator_t *a = NULL;
+  mn_caching_config_t cfg = mn_caching_config_default();
+  MN_CHECK_OK(mn_caching_allocator_create(SIM0, &cfg, &a));
+  MN_CHECK_OK(mn_caching_allocator_set_trace_sink(a, time_sink, NULL));
+  void *p = NULL;
+  MN_CHECK_OK(mn_allocator_alloc(a, 4096, NULL, &p));
+  MN_CHECK_OK(mn_allocator_free(a, p)); /* warm: the segment is cached */
+  struct timespec pause = {0, 12000000};
+  nanosleep(&pause, NULL); /* past the first line */
+  g_ev_n = 0;
+  uint64_t c0 = mono_now();
+  MN_CHECK_OK(mn_allocator_alloc(a, 4096, NULL, &p));
+  uint64_t c1 = mono_now();
+  MN_CHECK_OK(mn_allocator_free(a, p));
+  uint64_t c2 = mono_now();
+  MN_CHECK(g_ev_n == 3); /* alloc, free_requested, free_completed */
+  MN_CHECK(g_ev_time[0] + 20000 >= c0 && g_ev_time[0] <= c1 + 20000);
+  MN_CHECK(g_ev_time[1] + 20000 >= c1 && g_ev_time[1] <= c2 + 20000 && g_ev_time[2] == g_ev_time[1]);
+  MN_CHECK_OK(mn_caching_allocator_set_trace_sink(a, NULL, NULL));
+  mn_allocator_destroy(a);
+}
+
 MN_TEST(replay_naive) {
   mn_trace_t *t = NULL;
   MN_CHECK_OK(parse_str(SMALL, &t));
@@ -1489,6 +1597,9 @@ int main(void) {
   MN_RUN(many_meta_keys);
   MN_RUN(paths_refuse_fifos_folders_and_devices);
   MN_RUN(recorder_sink);
+  MN_RUN(event_clock_follows_clock_gettime);
+  MN_RUN(event_clock_threads);
+  MN_RUN(event_times_are_the_clock);
   MN_RUN(replay_naive);
   MN_RUN(replay_caching_and_record);
   MN_RUN(replay_pre_segments_as_recorded);

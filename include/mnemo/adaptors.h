@@ -61,7 +61,7 @@ MN_API MN_NODISCARD mn_status mn_limiting_adaptor_usage(mn_allocator_t *a, size_
  * and free (MN_TRACE_FREE_REQUESTED, sent after upstream accepted the free,
  * with the alloc's size and stream id), plus MN_TRACE_OOM (size = bytes asked)
  * when upstream runs out of memory and MN_TRACE_EMPTY_CACHE. Times are
- * CLOCK_MONOTONIC ns. Events reach the sink in the order the adaptor's lock
+ * CLOCK_MONOTONIC ns (mn_trace_event_t). Events reach the sink in the order the adaptor's lock
  * saw them (a free is reported before its address can be handed out again);
  * the sink runs with that lock held and must not call back into the adaptor.
  * Frees through this adaptor are serialized. */

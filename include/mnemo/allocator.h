@@ -107,7 +107,7 @@ typedef enum mn_trace_action {
 
 typedef struct mn_trace_event_s {
   mn_trace_action action;
-  uint64_t time_ns; /* CLOCK_MONOTONIC */
+  uint64_t time_ns; /* CLOCK_MONOTONIC ns (through the TSC where it is invariant: docs/PROFILING.md) */
   mn_device_t device;
   uint64_t stream_id; /* mn_stream_id; 0 when none */
   uintptr_t address;
