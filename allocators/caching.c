@@ -612,7 +612,7 @@ void mn__unallocate(mn__caching_t *a, mn__block_t *b) { unallocate(a, b); }
 
 static mn_status free_with_uses(mn__caching_t *a, mn__block_t *b, mn__lane_t *lane, mn__addrmap_entry_t *live);
 
-/* Whether x may merge with a block being freed (mn__try_merge_if's test). */
+/* Whether x may merge with a block being freed (mn__free_plan's first test). */
 static inline bool may_merge(const mn__block_t *x) { return x && x->where != MN__IN_NONE; }
 
 /* The two events of a free that completes at once (unallocate's
@@ -711,7 +711,7 @@ static inline __attribute__((always_inline)) void free_merge_one(mn__caching_t *
   else mn__block_put(a, b);
 }
 
-/* Whether x is a free neighbour a freed block absorbs (mn__try_merge's test,
+/* Whether x is a free neighbour a freed block absorbs (mn__free_plan's test,
  * for a mapped block). */
 static inline bool absorbs(const mn__block_t *x) {
   return x && x->where != MN__IN_NONE && mn__block_inactive(x) && x->mapped;
@@ -731,16 +731,10 @@ static inline mn__block_t *one_free_neighbour(const mn__block_t *b) {
  * room is short (nothing changed). pre: lane_free's conditions. */
 static __attribute__((noinline)) bool lane_free_general(mn__caching_t *a, mn__lane_t *l, mn__block_t *b,
                                                         mn__addrmap_entry_t *e) {
-  mn__block_t *p = b->prev, *n = b->next;
-  bool mp = absorbs(p), mn = absorbs(n);
+  mn__free_plan_t f = mn__free_plan(b);
   int kind = b->pool->kind;
   int64_t size = (int64_t)b->size, requested = (int64_t)b->requested;
-  int64_t absorbed = (mp ? (int64_t)p->size : 0) + (mn ? (int64_t)n->size : 0);
-  int64_t net_blocks = -(int64_t)(mp + mn), net_bytes = -absorbed;
-  if ((mp ? p->prev : p) != NULL || (mn ? n->next : n) != NULL) { /* still split once merged */
-    net_blocks++;
-    net_bytes += size + absorbed;
-  }
+  int64_t net_blocks = f.net_blocks, net_bytes = f.net_bytes;
   if ((net_blocks > 0 && !lane_fits(l, MN__LF_split, kind, net_blocks)) ||
       (net_bytes > 0 && !lane_fits(l, MN__LF_split_bytes, kind, net_bytes)))
     return false;
@@ -748,15 +742,7 @@ static __attribute__((noinline)) bool lane_free_general(mn__caching_t *a, mn__la
   if (a->sink) trace_free_pair(a, b); /* unallocate's free_requested, mn__free_block's free_completed */
   b->allocated = false;
   count_unallocated(a, l, b, kind, size, requested);
-  mn__block_t *cands[2] = {mp ? p : NULL, mn ? n : NULL};
-  for (int i = 0; i < 2; i++) {
-    mn__block_t *x = cands[i];
-    if (!x) continue;
-    mn__pool_remove(x->pool, x);
-    mn__block_unlink_into(b, x);
-    b->size += x->size;
-    mn__spares_put(&l->spares, x, LANE_SPARES_MAX);
-  }
+  mn__free_merge(b, &f, &l->spares, LANE_SPARES_MAX);
   b->requested = 0;
   mn__pool_insert(b->pool, b);
   if (net_blocks > 0) lane_inc(l, MN__LF_split, kind, net_blocks);

@@ -817,9 +817,47 @@ static inline size_t mn__try_merge(mn__caching_t *a, mn__block_t *dst, mn__block
   mn__block_put(a, src);
   return absorbed;
 }
-/* The same, with the common "src is not free" answer first. */
-static inline size_t mn__try_merge_if(mn__caching_t *a, mn__block_t *dst, mn__block_t *src) {
-  return src && src->where != MN__IN_NONE ? mn__try_merge(a, dst, src) : 0;
+
+/* What freeing b merges (PyTorch's free_block): each neighbour that is cached
+ * and inactive in the same mapping (absorb[0] the previous one, absorb[1] the
+ * next, else NULL), and the net change the merges and b make to the inactive
+ * split blocks and their bytes (b counts, with the bytes it absorbs, when it
+ * is still split once merged). Changes nothing: the lanes check their room
+ * against it first. */
+typedef struct mn__free_plan_s {
+  mn__block_t *absorb[2];
+  int64_t net_blocks, net_bytes;
+} mn__free_plan_t;
+static inline mn__free_plan_t mn__free_plan(const mn__block_t *b) {
+  mn__free_plan_t f = {{NULL, NULL}, 0, 0};
+  mn__block_t *nb[2] = {b->prev, b->next};
+  int64_t size = (int64_t)b->size;
+  for (int i = 0; i < 2; i++) {
+    mn__block_t *x = nb[i];
+    if (!x || x->where == MN__IN_NONE || !mn__block_inactive(x) || x->mapped != b->mapped) continue;
+    f.absorb[i] = x;
+    f.net_blocks--;
+    f.net_bytes -= (int64_t)x->size;
+    size += (int64_t)x->size;
+  }
+  if ((f.absorb[0] ? f.absorb[0]->prev : b->prev) || (f.absorb[1] ? f.absorb[1]->next : b->next)) {
+    f.net_blocks++;
+    f.net_bytes += size;
+  }
+  return f;
+}
+/* The plan's merges: b takes each absorbed neighbour's place in the free set
+ * and the segment, and its bytes; the neighbours' records go to sp (at most
+ * max kept). */
+static inline void mn__free_merge(mn__block_t *b, const mn__free_plan_t *f, mn__spares_t *sp, size_t max) {
+  for (int i = 0; i < 2; i++) {
+    mn__block_t *x = f->absorb[i];
+    if (!x) continue;
+    mn__pool_remove(x->pool, x);
+    mn__block_unlink_into(b, x);
+    b->size += x->size;
+    mn__spares_put(sp, x, max);
+  }
 }
 
 /* ---- caching_release.c: pending frees and releasing memory -------------------------------- */

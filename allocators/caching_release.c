@@ -142,21 +142,11 @@ void mn__free_block(mn__caching_t *a, mn__block_t *b) {
   if (b->share && mn__share_park(a, b)) return; /* importers still hold it: parked */
   mn__trace(a, MN_TRACE_FREE_COMPLETED, b->stream_id, b->addr, b->size, b->requested);
   size_t orig_size = b->size, requested = b->requested;
-  int64_t net_blocks = 0, net_bytes = 0;
-  mn__block_t *cands[2] = {b->prev, b->next};
-  for (int i = 0; i < 2; i++) {
-    size_t absorbed = mn__try_merge_if(a, b, cands[i]);
-    if (absorbed) {
-      net_blocks--;
-      net_bytes -= (int64_t)absorbed;
-    }
-  }
+  mn__free_plan_t f = mn__free_plan(b);
+  int64_t net_blocks = f.net_blocks, net_bytes = f.net_bytes;
+  mn__free_merge(b, &f, &a->spares, MN__SPARE_BLOCKS_MAX);
   b->requested = 0;
   mn__pool_insert(b->pool, b);
-  if (mn__block_is_split(b)) {
-    net_blocks++;
-    net_bytes += (int64_t)b->size;
-  }
   mn_alloc_stats_t *ps = MN__POOL_STATS(b->pool);
   int kind = b->pool->kind;
   /* As PyTorch, expandable segments are left out of inactive_split. */
