@@ -448,7 +448,7 @@ void mn__cpu_exec(const mn__plan_t *p, const void *pattern) {
       c.jblocks = (p->sizes[p->tdim] + c.tb - 1) / c.tb;
       fn = transpose_cast_task;
     } else { /* panels of tb src rows (i) */
-      c.tb = mn__tr_panel_rows(p->dst_item);
+      c.tb = mn__tr_panel_rows(p->dst_item, c.tr.stream);
       c.jblocks = (p->sizes[0] + c.tb - 1) / c.tb;
       fn = transpose_task;
     }

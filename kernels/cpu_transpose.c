@@ -314,10 +314,19 @@ MN__AVX2 static inline void stream_out_avx2(char *d, const char *s, int64_t n) {
 static const int64_t tile_rows_aligned[5] = {128, 64, 32, 16, 8};
 static const int64_t tile_rows_ragged[5] = {256, 64, 32, 16, 16};
 static const int64_t tile_cols[5] = {64, 64, 32, 16, 8};
-/* streaming (non-temporal stores): 4-byte tiles of 16 cols, one src line per row
- * (2048^2 and 4096^2 f32: faster in 13 of 18 side-by-side runs, noisy host) */
-static const int64_t tile_cols_streamed[5] = {64, 64, 16, 16, 8};
-enum { MN__TR_BUF = 20480 }; /* >= tile_cols * (tile_rows + 64 / E) * E */
+/* Streaming (non-temporal stores): tiles one src line wide (2048^2 and
+ * 4096^2 f32: faster in 13 of 18 side-by-side runs, noisy host; 4096^2 bf16:
+ * 32 cols instead of 64 and 128 rows instead of 64, 40-42% of memcpy -> 55-84%
+ * at one thread), and for 1- and 2-byte items tall tiles, so each dst row
+ * gets 256 bytes (4 lines) of non-temporal stores per tile (i8 4096^2: 256
+ * rows instead of 128, +10-15%; ragged shapes also redo fewer rows per tile:
+ * bf16 4095 x 4097 at 256 rows, 33-38% -> 40-47%). */
+static const int64_t tile_rows_streamed_aligned[5] = {256, 128, 32, 16, 8};
+static const int64_t tile_rows_streamed_ragged[5] = {256, 256, 32, 16, 16};
+static const int64_t tile_cols_streamed[5] = {64, 32, 16, 16, 8};
+/* >= cols * (rows + 64 / E) * E of the tables above (20480 for 1-byte
+ * items, streamed or buffered; 18432 for 2-byte ones streamed) */
+enum { MN__TR_BUF = 20480 };
 
 static int item_index(size_t item) {
   switch (item) {
@@ -330,10 +339,12 @@ static int item_index(size_t item) {
   }
 }
 
-int64_t mn__tr_panel_rows(size_t item) {
+int64_t mn__tr_panel_rows(size_t item, bool stream) {
   int k = item_index(item);
   if (k < 0) return 16;
-  return tile_rows_ragged[k] > tile_rows_aligned[k] ? tile_rows_ragged[k] : tile_rows_aligned[k];
+  const int64_t a = stream ? tile_rows_streamed_aligned[k] : tile_rows_aligned[k];
+  const int64_t r = stream ? tile_rows_streamed_ragged[k] : tile_rows_ragged[k];
+  return a > r ? a : r;
 }
 
 static tile_fn tile_of(mn__tr_isa isa, int k) {
@@ -366,34 +377,36 @@ static inline void copy_out(char *d, const char *s, int64_t n) { memcpy(d, s, (s
  * after i0 (the row's start when i0 = 0) to the first at or after i1 (the
  * row's end when i1 = rows): whole lines, except at the row's ends. Every
  * byte has one writer whatever the split of rows between calls. */
-#define MN__TR_STREAMED(NAME, ATTR, OUT, FENCE, TC)                                                                 \
-  ATTR static void NAME(const mn__tr2d_t *t, int64_t r0, int64_t r1, int k, tile_fn tile) {                   \
-    const int64_t E = (int64_t)t->item, L = 64 / E, end = t->rows * E;                                       \
-    const bool lines_aligned = ((uintptr_t)t->dst & 63) == 0 && (t->dld & 63) == 0;                          \
-    const int64_t pr = lines_aligned ? tile_rows_aligned[k] : tile_rows_ragged[k], tc = TC[k];                  \
-    const int64_t bld = (pr + L) * E; /* buffer row pitch */                                                 \
-    _Alignas(64) char buf[MN__TR_BUF];                                                                       \
-    for (int64_t i0 = r0; i0 < r1; i0 += pr) {                                                               \
-      const int64_t i1 = min64(i0 + pr, r1);                                                                 \
-      /* the rows the tile's last dst lines need */                                                          \
+#define MN__TR_STREAMED(NAME, ATTR, OUT, FENCE, RA, RR, TC)                                                      \
+  ATTR static void NAME(const mn__tr2d_t *t, int64_t r0, int64_t r1, int k, tile_fn tile) {                      \
+    const int64_t E = (int64_t)t->item, L = 64 / E, end = t->rows * E;                                           \
+    const bool lines_aligned = ((uintptr_t)t->dst & 63) == 0 && (t->dld & 63) == 0;                              \
+    const int64_t pr = lines_aligned ? RA[k] : RR[k], tc = TC[k];                                                \
+    const int64_t bld = (pr + L) * E; /* buffer row pitch */                                                     \
+    _Alignas(64) char buf[MN__TR_BUF];                                                                           \
+    for (int64_t i0 = r0; i0 < r1; i0 += pr) {                                                                   \
+      const int64_t i1 = min64(i0 + pr, r1);                                                                     \
+      /* the rows the tile's last dst lines need */                                                              \
       const int64_t ie = i1 == t->rows || (lines_aligned && ((i1 * E) & 63) == 0) ? i1 : min64(i1 + L, t->rows); \
-      for (int64_t j0 = 0; j0 < t->cols; j0 += tc) {                                                         \
-        const int64_t jn = min64(tc, t->cols - j0);                                                          \
-        tile(buf, bld, t->src + i0 * t->sld + j0 * E, t->sld, ie - i0, jn, true);                                  \
-        for (int64_t j = 0; j < jn; j++) {                                                                   \
-          char *row = t->dst + (j0 + j) * t->dld;                                                            \
-          int64_t lo = i0 == 0 ? 0 : min64(line_up(row, i0 * E), end);                                       \
-          int64_t hi = i1 == t->rows ? end : min64(line_up(row, i1 * E), end);                               \
-          if (lo < hi) OUT(row + lo, buf + j * bld + (lo - i0 * E), hi - lo);                                \
-        }                                                                                                    \
-      }                                                                                                      \
-    }                                                                                                        \
-    if (FENCE) _mm_sfence(); /* the streamed lines are visible before the caller's task ends */              \
+      for (int64_t j0 = 0; j0 < t->cols; j0 += tc) {                                                             \
+        const int64_t jn = min64(tc, t->cols - j0);                                                              \
+        tile(buf, bld, t->src + i0 * t->sld + j0 * E, t->sld, ie - i0, jn, true);                                \
+        for (int64_t j = 0; j < jn; j++) {                                                                       \
+          char *row = t->dst + (j0 + j) * t->dld;                                                                \
+          int64_t lo = i0 == 0 ? 0 : min64(line_up(row, i0 * E), end);                                           \
+          int64_t hi = i1 == t->rows ? end : min64(line_up(row, i1 * E), end);                                   \
+          if (lo < hi) OUT(row + lo, buf + j * bld + (lo - i0 * E), hi - lo);                                    \
+        }                                                                                                        \
+      }                                                                                                          \
+    }                                                                                                            \
+    if (FENCE) _mm_sfence(); /* the streamed lines are visible before the caller's task ends */                  \
   }
-MN__TR_STREAMED(streamed_sse2, , stream_out_sse2, true, tile_cols_streamed)
-MN__TR_STREAMED(buffered_sse2, , copy_out, false, tile_cols)
+MN__TR_STREAMED(streamed_sse2, , stream_out_sse2, true, tile_rows_streamed_aligned, tile_rows_streamed_ragged,
+                tile_cols_streamed)
+MN__TR_STREAMED(buffered_sse2, , copy_out, false, tile_rows_aligned, tile_rows_ragged, tile_cols)
 #if defined(MN__TR_HAVE_AVX2)
-MN__TR_STREAMED(streamed_avx2, MN__AVX2, stream_out_avx2, true, tile_cols_streamed)
+MN__TR_STREAMED(streamed_avx2, MN__AVX2, stream_out_avx2, true, tile_rows_streamed_aligned, tile_rows_streamed_ragged,
+                tile_cols_streamed)
 #endif
 #endif
 

@@ -39,8 +39,9 @@ typedef struct mn__tr2d_s {
  * same t on disjoint row ranges write disjoint bytes (streaming or not, any
  * dst alignment), so they may run on different threads. */
 void mn__cpu_transpose_2d(const mn__tr2d_t *t, int64_t r0, int64_t r1);
-/* The row count callers best split a transpose at (a multiple of 16). */
-int64_t mn__tr_panel_rows(size_t item);
+/* The row count callers best split a transpose at (a multiple of 16), for
+ * t->stream = stream: a task of these rows holds whole tiles. */
+int64_t mn__tr_panel_rows(size_t item, bool stream);
 
 #ifdef __cplusplus
 }

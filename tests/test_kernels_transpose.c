@@ -82,7 +82,7 @@ MN_TEST(tr2d_every_isa_item_and_shape) {
           check_2d(isa, item, rows, cols, stream, 1, 3, 3, 7, 0, NULL);
           check_2d(isa, item, rows, cols, stream, 0, 40, 64 - (rows * (int64_t)item) % 64, 0, 0, NULL);
           /* rows split between calls: at the panel size and anywhere */
-          const int64_t p = mn__tr_panel_rows(item);
+          const int64_t p = mn__tr_panel_rows(item, stream);
           if (rows > p) {
             const int64_t at[2] = {p, rows > 2 * p ? 2 * p : rows};
             check_2d(isa, item, rows, cols, stream, 0, 0, 0, 0, 2, at);
