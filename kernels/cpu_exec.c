@@ -4,10 +4,6 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
-#if defined(__linux__)
-#include <fcntl.h>
-#include <unistd.h>
-#endif
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -17,6 +13,7 @@
 #include "kernels/cpu_transpose.h"
 #include "kernels/pool.h"
 #include "kernels/strided.h"
+#include "runtime/fileio.h"
 
 #define MN__PAR_BYTES ((int64_t)1 << 20) /* below this, one thread */
 #define MN__TASK_BYTES ((int64_t)1 << 18) /* roughly the bytes per task */
@@ -37,19 +34,13 @@ static int64_t llc_bytes(void) {
   if (v > 0) return v;
   v = MN__LLC_DEFAULT;
 #if defined(__linux__)
-  int fd = open("/sys/devices/system/cpu/cpu0/cache/index3/size", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    char buf[32];
-    ssize_t got = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (got > 0) {
-      buf[got] = 0;
-      int64_t x = 0;
-      int k = 0;
-      for (; buf[k] >= '0' && buf[k] <= '9' && x < ((int64_t)1 << 40); k++) x = x * 10 + (buf[k] - '0');
-      x <<= buf[k] == 'K' ? 10 : buf[k] == 'M' ? 20 : buf[k] == 'G' ? 30 : 0;
-      if (x >= ((int64_t)1 << 20) && x <= ((int64_t)1 << 34)) v = x;
-    }
+  char buf[32];
+  if (mn__file_read_small("/sys/devices/system/cpu/cpu0/cache/index3/size", buf, sizeof buf) > 0) {
+    int64_t x = 0;
+    int k = 0;
+    for (; buf[k] >= '0' && buf[k] <= '9' && x < ((int64_t)1 << 40); k++) x = x * 10 + (buf[k] - '0');
+    x <<= buf[k] == 'K' ? 10 : buf[k] == 'M' ? 20 : buf[k] == 'G' ? 30 : 0;
+    if (x >= ((int64_t)1 << 20) && x <= ((int64_t)1 << 34)) v = x;
   }
 #endif
   atomic_store_explicit(&cached, v, memory_order_relaxed);

@@ -7,11 +7,11 @@
  * to each thread is thread-local (times never go back on one thread). */
 #include "runtime/clock.h"
 
-#include <fcntl.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
+
+#include "runtime/fileio.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
@@ -54,12 +54,10 @@ static bool tsc_usable(void) {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u) return false;
   if (!__get_cpuid(0x80000007u, &a, &b, &c, &d) || !(d & (1u << 8))) return false;
-  int fd = open("/sys/devices/system/clocksource/clocksource0/current_clocksource", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return true; /* no sysfs (a container may hide it): the CPU's word */
-  char s[32] = {0};
-  ssize_t n = read(fd, s, sizeof s - 1);
-  close(fd);
-  return n >= 3 && strncmp(s, "tsc", 3) == 0 && (s[3] == '\n' || s[3] == '\0');
+  char s[32];
+  if (mn__file_read_small("/sys/devices/system/clocksource/clocksource0/current_clocksource", s, sizeof s) < 0)
+    return true; /* no sysfs (a container may hide it): the CPU's word */
+  return strcmp(s, "tsc\n") == 0 || strcmp(s, "tsc") == 0;
 }
 
 static int clock_mode(void) {

@@ -258,3 +258,15 @@ mn_status mn__file_write_atomic(const char *func, const char *path, const void *
   }
   return mn__file_atomic_end(&f, err);
 }
+
+ssize_t mn__file_read_small(const char *path, char *buf, size_t cap) {
+  buf[0] = '\0';
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t got;
+  do got = read(fd, buf, cap - 1);
+  while (got < 0 && errno == EINTR);
+  close(fd);
+  buf[got > 0 ? got : 0] = '\0';
+  return got;
+}

@@ -2,8 +2,9 @@
  * never blocking in open() (a FIFO with no writer, a device), only regular
  * files accepted, a whole-file read into a heap buffer for the text loaders
  * (what they validate is what they use: no mapping that can shrink under
- * them), and the atomic write (temporary file renamed into place), whole or
- * streamed. No shared state, any thread. */
+ * them), the atomic write (temporary file renamed into place), whole or
+ * streamed, and the silent read of a small system file (sysfs probes). No
+ * shared state, any thread. */
 #ifndef MNEMO_RUNTIME_FILEIO_H
 #define MNEMO_RUNTIME_FILEIO_H
 
@@ -27,6 +28,11 @@ mn_status mn__file_open_regular(const char *func, const char *path, int flags, m
  * of file, so a file that changes meanwhile gives a short or longer buffer,
  * never a fault. Errors as mn__file_open_regular's, MN_ERR_IO when a read fails. */
 mn_status mn__file_read_all(const char *func, const char *path, void **buf, size_t *len);
+
+/* Reads up to cap - 1 bytes of a small system file (sysfs, procfs) into buf
+ * (cap >= 1), NUL-terminated: the bytes read, or -1 when it cannot be opened
+ * or read (buf is then ""). Makes no error text: a probe any thread may run. */
+ssize_t mn__file_read_small(const char *path, char *buf, size_t cap);
 
 /* Refuses an existing `path` that is not a regular file (a folder, FIFO,
  * device...) with MN_ERR_INVALID_ARGUMENT, before a writer renames a new
