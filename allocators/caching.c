@@ -711,18 +711,12 @@ static inline __attribute__((always_inline)) void free_merge_one(mn__caching_t *
   else mn__block_put(a, b);
 }
 
-/* Whether x is a free neighbour a freed block absorbs (mn__free_plan's test,
- * for a mapped block). */
-static inline bool absorbs(const mn__block_t *x) {
-  return x && x->where != MN__IN_NONE && mn__block_inactive(x) && x->mapped;
-}
-
 /* m when it is the only one of b's neighbours that is free (and free_merge_one may take it), else NULL. */
 static inline mn__block_t *one_free_neighbour(const mn__block_t *b) {
   mn__block_t *p = b->prev, *n = b->next;
   bool pf = may_merge(p), nf = may_merge(n);
   mn__block_t *m = pf && !nf ? p : nf && !pf ? n : NULL;
-  return absorbs(m) ? m : NULL;
+  return mn__absorbs(b, m) ? m : NULL;
 }
 
 /* mn__free_block on a lane's path, for the frees free_plain and

@@ -818,12 +818,17 @@ static inline size_t mn__try_merge(mn__caching_t *a, mn__block_t *dst, mn__block
   return absorbed;
 }
 
-/* What freeing b merges (PyTorch's free_block): each neighbour that is cached
- * and inactive in the same mapping (absorb[0] the previous one, absorb[1] the
- * next, else NULL), and the net change the merges and b make to the inactive
- * split blocks and their bytes (b counts, with the bytes it absorbs, when it
- * is still split once merged). Changes nothing: the lanes check their room
- * against it first. */
+/* Whether freeing b merges its neighbour x into it: x is cached (in a free
+ * set), inactive and in the same mapping. */
+static inline bool mn__absorbs(const mn__block_t *b, const mn__block_t *x) {
+  return x && x->where != MN__IN_NONE && mn__block_inactive(x) && x->mapped == b->mapped;
+}
+
+/* What freeing b merges (PyTorch's free_block): each neighbour mn__absorbs
+ * takes (absorb[0] the previous one, absorb[1] the next, else NULL), and the
+ * net change the merges and b make to the inactive split blocks and their
+ * bytes (b counts, with the bytes it absorbs, when it is still split once
+ * merged). Changes nothing: the lanes check their room against it first. */
 typedef struct mn__free_plan_s {
   mn__block_t *absorb[2];
   int64_t net_blocks, net_bytes;
@@ -834,7 +839,7 @@ static inline mn__free_plan_t mn__free_plan(const mn__block_t *b) {
   int64_t size = (int64_t)b->size;
   for (int i = 0; i < 2; i++) {
     mn__block_t *x = nb[i];
-    if (!x || x->where == MN__IN_NONE || !mn__block_inactive(x) || x->mapped != b->mapped) continue;
+    if (!mn__absorbs(b, x)) continue;
     f.absorb[i] = x;
     f.net_blocks--;
     f.net_bytes -= (int64_t)x->size;
