@@ -1023,6 +1023,8 @@ static uint64_t mono_now(void) {
  * under a microsecond; NTP may slew CLOCK_MONOTONIC by up to 500 ppm of the
  * 10 ms a line is used for), never below the thread's previous one. The
  * number of readings that failed, and of those taken. */
+enum { CLOCK_TOL_NS = 20000 };
+
 typedef struct clock_run_s {
   uint64_t ms, tol_ns, bad_bracket, went_back, readings;
 } clock_run_t;
@@ -1042,7 +1044,7 @@ static void *clock_run(void *arg) {
 
 MN_TEST(event_clock_follows_clock_gettime) {
   /* 40 ms: the first line is drawn after 5 ms, then renewed every 10 ms */
-  clock_run_t r = {.ms = 40, .tol_ns = 20000};
+  clock_run_t r = {.ms = 40, .tol_ns = CLOCK_TOL_NS};
   clock_run(&r);
   MN_CHECK(r.readings > 1000);
   MN_CHECK(r.bad_bracket == 0 && r.went_back == 0);
@@ -1070,7 +1072,7 @@ MN_TEST(event_clock_threads) {
   pthread_t th[N];
   clock_run_t r[N];
   for (int i = 0; i < N; i++) {
-    r[i] = (clock_run_t){.ms = 30, .tol_ns = 20000};
+    r[i] = (clock_run_t){.ms = 30, .tol_ns = CLOCK_TOL_NS};
     MN_CHECK(pthread_create(&th[i], NULL, clock_run, &r[i]) == 0);
   }
   for (int i = 0; i < N; i++) {
@@ -1107,8 +1109,8 @@ MN_TEST(event_times_are_the_clock) {
   MN_CHECK_OK(mn_allocator_free(a, p));
   uint64_t c2 = mono_now();
   MN_CHECK(g_ev_n == 3); /* alloc, free_requested, free_completed */
-  MN_CHECK(g_ev_time[0] + 20000 >= c0 && g_ev_time[0] <= c1 + 20000);
-  MN_CHECK(g_ev_time[1] + 20000 >= c1 && g_ev_time[1] <= c2 + 20000 && g_ev_time[2] == g_ev_time[1]);
+  MN_CHECK(g_ev_time[0] + CLOCK_TOL_NS >= c0 && g_ev_time[0] <= c1 + CLOCK_TOL_NS);
+  MN_CHECK(g_ev_time[1] + CLOCK_TOL_NS >= c1 && g_ev_time[1] <= c2 + CLOCK_TOL_NS && g_ev_time[2] == g_ev_time[1]);
   MN_CHECK_OK(mn_caching_allocator_set_trace_sink(a, NULL, NULL));
   mn_allocator_destroy(a);
 }
